@@ -1,0 +1,57 @@
+# Builds liballoclab.so and the C tests from the one source list in csrc/SOURCES.
+#   make                 library (build/release/liballoclab.so)
+#   make test            C unit and stress tests
+#   make test SAN=asan   the same under AddressSanitizer + UBSan
+#   make test SAN=tsan   the same under ThreadSanitizer
+#   WERROR=1             warnings are errors (CI)
+CC ?= cc
+SRCS := $(shell grep -v '^\#' csrc/SOURCES)
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' python/alloclab/_version.py)
+SAN ?=
+WERROR ?= 0
+BUILD := build/$(if $(SAN),$(SAN),release)
+
+CFLAGS_COMMON := -std=gnu11 -g -fPIC -pthread -fvisibility=hidden -Icsrc/include \
+	-DAL_VERSION_STR=\"$(VERSION)\" -Wall -Wextra
+ifeq ($(WERROR),1)
+CFLAGS_COMMON += -Werror
+endif
+ifeq ($(SAN),asan)
+SANFLAGS := -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else ifeq ($(SAN),tsan)
+SANFLAGS := -O1 -fsanitize=thread
+else
+SANFLAGS := -O2
+endif
+ALL_CFLAGS := $(CFLAGS_COMMON) $(SANFLAGS) -DAL_BUILD_FLAGS="\"$(CC) $(SANFLAGS)\"" $(CFLAGS)
+
+OBJS := $(SRCS:%.c=$(BUILD)/%.o)
+TEST_SRCS := $(wildcard tests/c/test_*.c)
+TEST_BINS := $(TEST_SRCS:tests/c/%.c=$(BUILD)/tests/%)
+HDRS := $(wildcard csrc/include/alloclab/*.h)
+
+all: $(BUILD)/liballoclab.so
+
+$(BUILD)/%.o: %.c $(HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/liballoclab.so: $(OBJS)
+	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,liballoclab.so -o $@ $(OBJS) -lm
+
+$(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/c -o $@ $< $(OBJS) -lm
+
+tests: $(TEST_BINS)
+
+test: $(TEST_BINS)
+	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
+
+format:
+	clang-format -i $(SRCS) $(HDRS) tests/c/*.c tests/c/*.h
+
+clean:
+	rm -rf build
+
+.PHONY: all tests test format clean

@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A queued spinlock with a spin budget in time (models arena_spinlock_t /
+ * rqspinlock: acquisition can fail, and every caller handles the failure).
+ *
+ * Algorithm: Anderson's array-based queue lock with abandonment.
+ *  - next_ticket hands out tickets (fetch_add); ticket t spins on its own
+ *    slot[t % AL_LOCK_SLOTS], so waiters do not share a spinning word and
+ *    handover is FIFO (fair), like the MCS queue of qspinlock.
+ *  - A slot holds 0 (empty), GRANT(t) or ABANDON(t). The holder of ticket t
+ *    releases by CAS-ing slot[t+1] from 0 to GRANT(t+1); if that slot holds
+ *    ABANDON(t+1) it clears it and tries t+2, and so on. A granted slot whose
+ *    ticket has not been taken yet simply waits for it (lock free).
+ *  - A waiter whose budget runs out CASes its slot from 0 to ABANDON(t). If
+ *    the CAS fails the grant arrived first, so it owns the lock after all.
+ *    Exactly one of (grant, abandon) wins each slot: nothing is lost.
+ *  - A context that finds the lock held by its own CPU at a lower level (an
+ *    "NMI" interrupting the holder) fails at once with -EDEADLK, as
+ *    rqspinlock's AA detection does, instead of burning its budget.
+ * Invariant: fewer than AL_LOCK_SLOTS tickets are outstanding at once
+ * (waiters + abandoned tickets not yet passed by a release).
+ *
+ * Stats are written by the holder only (acquired, contended, wait, hold,
+ * owner switches) with relaxed atomics so readers may look at any time;
+ * `failed` is an atomic add by the failing waiter.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+#include "alloclab/alloclab.h"
+
+#define GRANT(t) (((uint64_t)(uint32_t)(t) << 2) | 1)
+#define ABANDON(t) (((uint64_t)(uint32_t)(t) << 2) | 2)
+
+const char *const al_lock_stat_names[6] = {
+	"lock_acquired", "lock_contended",   "lock_failed",
+	"lock_wait_ns",  "lock_hold_ns",     "lock_owner_switches",
+};
+
+void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed)
+{
+	al_clock_init();
+	memset(l, 0, sizeof(*l));
+	l->budget_ticks = (uint64_t)((double)budget_ns * al_clock.ticks_per_ns);
+	l->timed = timed;
+	l->slot[0] = GRANT(0);
+}
+
+static inline void stat_add(uint64_t *p, uint64_t v)
+{
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+}
+
+/* Called with the lock just taken by ticket t. */
+static inline void lock_taken(struct al_lock *l, const struct al_ctx *c, uint32_t t)
+{
+	l->ticket = t;
+	__atomic_store_n(&l->holder_level, c->level, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->holder_cpu, c->cpu + 1, __ATOMIC_RELAXED);
+	stat_add(&l->st.acquired, 1);
+	if (l->owner_cpu != c->cpu + 1) {
+		if (l->owner_cpu)
+			stat_add(&l->st.owner_switches, 1);
+		l->owner_cpu = c->cpu + 1;
+	}
+	if (l->timed)
+		l->t_acquired = al_ticks();
+}
+
+static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint32_t t)
+{
+	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
+	uint64_t start = al_ticks(), expected;
+	unsigned spins = 0;
+	int ret = -ETIMEDOUT;
+
+	for (;;) {
+		if (__atomic_load_n(s, __ATOMIC_ACQUIRE) == GRANT(t))
+			break;
+		al_cpu_relax();
+		if (++spins & 63)
+			continue;
+		if (__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
+		    __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level)
+			ret = -EDEADLK;
+		else if (al_ticks() - start < l->budget_ticks) {
+			if (!(spins & 1023))
+				sched_yield(); /* a user-space holder can be descheduled */
+			continue;
+		}
+		expected = 0;
+		if (__atomic_compare_exchange_n(s, &expected, ABANDON(t), false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+			return ret;
+		}
+		break; /* the grant won the race: we hold the lock */
+	}
+	__atomic_store_n(s, 0, __ATOMIC_RELAXED);
+	lock_taken(l, c, t);
+	stat_add(&l->st.contended, 1);
+	stat_add(&l->st.wait_ticks, al_ticks() - start);
+	return 0;
+}
+
+int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
+{
+	uint32_t t = __atomic_fetch_add(&l->next_ticket, 1, __ATOMIC_RELAXED);
+	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
+
+	if (al_likely(__atomic_load_n(s, __ATOMIC_ACQUIRE) == GRANT(t))) {
+		__atomic_store_n(s, 0, __ATOMIC_RELAXED);
+		lock_taken(l, c, t);
+		return 0;
+	}
+	return lock_wait(l, c, t);
+}
+
+int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
+{
+	uint32_t t = __atomic_load_n(&l->next_ticket, __ATOMIC_RELAXED);
+	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
+
+	if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != GRANT(t) ||
+	    !__atomic_compare_exchange_n(&l->next_ticket, &t, t + 1, false, __ATOMIC_ACQUIRE,
+					 __ATOMIC_RELAXED)) {
+		__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+		return -EBUSY;
+	}
+	__atomic_store_n(s, 0, __ATOMIC_RELAXED);
+	lock_taken(l, c, t);
+	return 0;
+}
+
+void al_lock_release(struct al_lock *l, const struct al_ctx *c)
+{
+	uint32_t n = l->ticket + 1;
+	uint64_t expected;
+
+	(void)c;
+	if (l->timed)
+		stat_add(&l->st.hold_ticks, al_ticks() - l->t_acquired);
+	__atomic_store_n(&l->holder_cpu, 0, __ATOMIC_RELAXED);
+	for (;; n++) {
+		uint64_t *s = &l->slot[n % AL_LOCK_SLOTS];
+
+		expected = 0;
+		if (__atomic_compare_exchange_n(s, &expected, GRANT(n), false, __ATOMIC_RELEASE,
+						__ATOMIC_ACQUIRE))
+			return;
+		/* ABANDON(n): the waiter gave up; pass over its ticket. */
+		__atomic_store_n(s, 0, __ATOMIC_RELAXED);
+	}
+}
+
+void al_lock_report(const struct al_lock *l, const char *const names[6], struct al_stats *out)
+{
+	al_stats_add(out, names[0], __atomic_load_n(&l->st.acquired, __ATOMIC_RELAXED));
+	al_stats_add(out, names[1], __atomic_load_n(&l->st.contended, __ATOMIC_RELAXED));
+	al_stats_add(out, names[2], __atomic_load_n(&l->st.failed, __ATOMIC_RELAXED));
+	al_stats_add(out, names[3],
+		     (uint64_t)al_ticks_to_ns((double)__atomic_load_n(&l->st.wait_ticks,
+								    __ATOMIC_RELAXED)));
+	al_stats_add(out, names[4],
+		     (uint64_t)al_ticks_to_ns((double)__atomic_load_n(&l->st.hold_ticks,
+								    __ATOMIC_RELAXED)));
+	al_stats_add(out, names[5], __atomic_load_n(&l->st.owner_switches, __ATOMIC_RELAXED));
+}

@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Registry of layers and workloads, parameter schemas, and small shared
+ * helpers (stats, errno names, version).
+ *
+ * Built-ins register from constructors (AL_REGISTER_LAYER), plugins at run
+ * time. The tables are fixed arrays published with a release store of the
+ * count, so readers never take a lock and registration never allocates.
+ * Registration itself is serialised by a spinlock (rare, never on a hot path).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloclab/alloclab.h"
+
+#ifndef AL_VERSION_STR
+#define AL_VERSION_STR "0.0.0"
+#endif
+#ifndef AL_BUILD_FLAGS
+#define AL_BUILD_FLAGS "unknown"
+#endif
+
+#define AL_MAX_REGISTERED 64
+
+static const struct al_layer_desc *layers[AL_MAX_REGISTERED];
+static unsigned nlayers;
+static const struct al_workload_desc *workloads[AL_MAX_REGISTERED];
+static unsigned nworkloads;
+static int reg_lock;
+
+static void reg_enter(void)
+{
+	while (__atomic_exchange_n(&reg_lock, 1, __ATOMIC_ACQUIRE))
+		al_cpu_relax();
+}
+
+static void reg_exit(void)
+{
+	__atomic_store_n(&reg_lock, 0, __ATOMIC_RELEASE);
+}
+
+static bool valid_ident(const char *s, bool dash)
+{
+	if (!s || !*s)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+		      (dash && *s == '-')))
+			return false;
+	return true;
+}
+
+static bool valid_schema(const struct al_param_desc *p, unsigned n)
+{
+	unsigned i;
+
+	if (n > AL_MAX_PARAMS || (n && !p))
+		return false;
+	for (i = 0; i < n; i++) {
+		if (!valid_ident(p[i].name, false) || p[i].min > p[i].max || p[i].def < p[i].min ||
+		    p[i].def > p[i].max || p[i].type < AL_PARAM_INT || p[i].type > AL_PARAM_NS)
+			return false;
+		if (p[i].type == AL_PARAM_ENUM && !p[i].choices)
+			return false;
+	}
+	return true;
+}
+
+static int reg_add(const void **table, unsigned *count, const void *d, const char *name,
+		   const char *(*name_of)(const void *))
+{
+	unsigned i, n;
+	int ret = 0;
+
+	reg_enter();
+	n = __atomic_load_n(count, __ATOMIC_RELAXED);
+	for (i = 0; i < n; i++)
+		if (!strcmp(name_of(table[i]), name)) {
+			ret = -EEXIST;
+			goto out_unlock;
+		}
+	if (n == AL_MAX_REGISTERED) {
+		ret = -ENOSPC;
+		goto out_unlock;
+	}
+	table[n] = d;
+	__atomic_store_n(count, n + 1, __ATOMIC_RELEASE);
+out_unlock:
+	reg_exit();
+	return ret;
+}
+
+static const char *layer_name(const void *d)
+{
+	return ((const struct al_layer_desc *)d)->name;
+}
+
+static const char *workload_name(const void *d)
+{
+	return ((const struct al_workload_desc *)d)->name;
+}
+
+int al_layer_register(const struct al_layer_desc *d)
+{
+	if (!d || d->abi_version != AL_ABI_VERSION || d->desc_size != sizeof(*d) || !d->create ||
+	    !valid_ident(d->name, true) || !valid_schema(d->params, d->nparams))
+		return -EINVAL;
+	return reg_add((const void **)layers, &nlayers, d, d->name, layer_name);
+}
+
+unsigned al_layer_count(void)
+{
+	return __atomic_load_n(&nlayers, __ATOMIC_ACQUIRE);
+}
+
+const struct al_layer_desc *al_layer_get(unsigned i)
+{
+	return i < al_layer_count() ? layers[i] : NULL;
+}
+
+const struct al_layer_desc *al_layer_find(const char *name)
+{
+	unsigned i, n = al_layer_count();
+
+	for (i = 0; name && i < n; i++)
+		if (!strcmp(layers[i]->name, name))
+			return layers[i];
+	return NULL;
+}
+
+int al_workload_register(const struct al_workload_desc *d)
+{
+	if (!d || d->abi_version != AL_ABI_VERSION || d->desc_size != sizeof(*d) || !d->cycle ||
+	    !valid_ident(d->name, true) || !valid_schema(d->params, d->nparams) ||
+	    d->size_param >= (int)d->nparams)
+		return -EINVAL;
+	return reg_add((const void **)workloads, &nworkloads, d, d->name, workload_name);
+}
+
+unsigned al_workload_count(void)
+{
+	return __atomic_load_n(&nworkloads, __ATOMIC_ACQUIRE);
+}
+
+const struct al_workload_desc *al_workload_get(unsigned i)
+{
+	return i < al_workload_count() ? workloads[i] : NULL;
+}
+
+const struct al_workload_desc *al_workload_find(const char *name)
+{
+	unsigned i, n = al_workload_count();
+
+	for (i = 0; name && i < n; i++)
+		if (!strcmp(workloads[i]->name, name))
+			return workloads[i];
+	return NULL;
+}
+
+void al_params_default(const struct al_param_desc *p, unsigned n, int64_t *v)
+{
+	unsigned i;
+
+	for (i = 0; i < n; i++)
+		v[i] = p[i].def;
+}
+
+int al_params_check(const struct al_param_desc *p, unsigned n, const int64_t *v, char *err,
+		    size_t errlen)
+{
+	unsigned i;
+
+	for (i = 0; i < n; i++) {
+		if (v[i] < p[i].min || v[i] > p[i].max) {
+			if (err)
+				snprintf(err, errlen, "%s=%lld is out of range [%lld, %lld]",
+					 p[i].name, (long long)v[i], (long long)p[i].min,
+					 (long long)p[i].max);
+			return -ERANGE;
+		}
+	}
+	return 0;
+}
+
+void al_stats_add(struct al_stats *s, const char *name, uint64_t value)
+{
+	if (s->n < AL_STATS_MAX) {
+		s->v[s->n].name = name;
+		s->v[s->n].value = value;
+		s->n++;
+	}
+}
+
+int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n, void **out,
+		  unsigned flags)
+{
+	unsigned i;
+
+	if (a->ops->alloc_bulk)
+		return a->ops->alloc_bulk(a, c, size, n, out, flags);
+	for (i = 0; i < n; i++) {
+		out[i] = a->ops->alloc(a, c, size, flags);
+		if (!out[i])
+			break;
+	}
+	return (int)i;
+}
+
+int al_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
+{
+	unsigned i;
+	int ret, first_err = 0;
+
+	if (a->ops->free_bulk)
+		return a->ops->free_bulk(a, c, ptrs, n);
+	for (i = 0; i < n; i++) {
+		if (!ptrs[i])
+			continue;
+		ret = a->ops->free(a, c, ptrs[i]);
+		if (ret && !first_err)
+			first_err = ret;
+	}
+	return first_err && first_err != -EINVAL ? first_err : (int)n;
+}
+
+const char *al_version(void)
+{
+	return AL_VERSION_STR;
+}
+
+const char *al_build_flags(void)
+{
+	return AL_BUILD_FLAGS;
+}
+
+const char *al_strerror(int err)
+{
+	switch (err < 0 ? -err : err) {
+	case 0: return "OK";
+	case ENOMEM: return "ENOMEM";
+	case EINVAL: return "EINVAL";
+	case ERANGE: return "ERANGE";
+	case EBUSY: return "EBUSY";
+	case ETIMEDOUT: return "ETIMEDOUT";
+	case EEXIST: return "EEXIST";
+	case ENOSPC: return "ENOSPC";
+	case EAGAIN: return "EAGAIN";
+	case EFAULT: return "EFAULT";
+	case ENOENT: return "ENOENT";
+	case EOPNOTSUPP: return "EOPNOTSUPP";
+	case EPERM: return "EPERM";
+	case EDEADLK: return "EDEADLK";
+	case EIO: return "EIO";
+	default: return "EUNKNOWN";
+	}
+}

@@ -1,0 +1,580 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The run engine: one al_run() = one fresh allocator stack measured once.
+ *
+ * Phases (all workers released together at each barrier; the main thread is
+ * a party to every barrier and takes its snapshots while workers wait):
+ *
+ *   create stack, drain, record each layer's bytes_held baseline
+ *   start workers → worker_init → [A] warmup cycles → [B]
+ *   main: snapshot counters, steal, clock  → [C] measured cycles → [D]
+ *   main: snapshot counters, steal, clock  → [E] worker_fini → join
+ *   teardown (shared leftovers), drain all, leak check, destroy
+ *
+ * Reported counters are end minus start snapshots: they cover exactly the
+ * measured phase, so "lock acquisitions per op" divides like by like.
+ *
+ * CPU model (DESIGN §3): in pinned mode worker i runs on the i-th CPU of the
+ * affinity mask. In virtual mode each worker is its own model CPU; workers
+ * are grouped per real CPU and a token passed round-robin at cycle
+ * boundaries (outside timed regions) lets at most one worker per real CPU
+ * run a cycle at a time, so no lock holder is descheduled by another worker
+ * inside a measured section. Each phase has its own token state, and a
+ * worker leaving a phase gives its turn away, so no one waits on a worker
+ * that has finished.
+ *
+ * Workloads with AL_WL_RESET (one producer) get a new allocator after every
+ * cycle (untimed), as the libarena bench resets its buddy; the counters of
+ * each retired instance are accumulated so snapshots still add up.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloclab/alloclab.h"
+#include "../core/cpu.h"
+
+/* A round-robin token shared by the workers of one real CPU, for one phase. */
+struct token {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	unsigned turn;  /* member index whose turn it is */
+	unsigned n;     /* members */
+	unsigned left;  /* members still in the phase */
+	unsigned char done[AL_MAX_PRODUCERS];
+};
+
+/* A reusable barrier whose party count can shrink (a worker failed to start). */
+struct barrier {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	unsigned parties, count, gen;
+};
+
+static void barrier_init(struct barrier *b, unsigned parties)
+{
+	pthread_mutex_init(&b->m, NULL);
+	pthread_cond_init(&b->cv, NULL);
+	b->parties = parties;
+	b->count = b->gen = 0;
+}
+
+static void barrier_release_locked(struct barrier *b)
+{
+	b->count = 0;
+	b->gen++;
+	pthread_cond_broadcast(&b->cv);
+}
+
+static void barrier_wait(struct barrier *b)
+{
+	unsigned gen;
+
+	pthread_mutex_lock(&b->m);
+	gen = b->gen;
+	if (++b->count >= b->parties)
+		barrier_release_locked(b);
+	else
+		while (gen == b->gen)
+			pthread_cond_wait(&b->cv, &b->m);
+	pthread_mutex_unlock(&b->m);
+}
+
+static void barrier_set_parties(struct barrier *b, unsigned parties)
+{
+	pthread_mutex_lock(&b->m);
+	b->parties = parties;
+	if (b->count && b->count >= parties)
+		barrier_release_locked(b);
+	pthread_mutex_unlock(&b->m);
+}
+
+static void barrier_destroy(struct barrier *b)
+{
+	pthread_mutex_destroy(&b->m);
+	pthread_cond_destroy(&b->cv);
+}
+
+struct engine;
+
+struct worker_slot {
+	struct al_worker w;
+	struct engine *e;
+	pthread_t th;
+	unsigned group;  /* real CPU group */
+	unsigned member; /* index within the group */
+	int pin_cpu;     /* OS CPU to pin to, or -1 */
+	char err[200];
+} __attribute__((aligned(AL_CACHELINE)));
+
+struct engine {
+	const struct al_run_config *cfg;
+	struct al_run_result *res;
+	struct al_allocator *a;
+	struct al_stats acc[AL_MAX_LAYERS]; /* counters of retired instances (RESET) */
+	unsigned nacc;
+	void *shared;
+	unsigned nw;
+	unsigned ngroups;
+	bool tokens; /* virtual mode with more workers than real CPUs */
+	struct token *tok[2]; /* per phase: [0] warmup, [1] measured */
+	struct barrier bar;
+	int stop;
+	int status;
+	pthread_mutex_t err_lock;
+	uint64_t duration_ticks;
+};
+
+static void engine_fail(struct engine *e, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&e->err_lock);
+	if (!e->status) {
+		e->status = code;
+		va_start(ap, fmt);
+		vsnprintf(e->res->error, sizeof(e->res->error), fmt, ap);
+		va_end(ap);
+	}
+	pthread_mutex_unlock(&e->err_lock);
+	__atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
+}
+
+static bool stopped(struct engine *e)
+{
+	return __atomic_load_n(&e->stop, __ATOMIC_ACQUIRE);
+}
+
+/* ---- tokens ---- */
+
+static void token_advance_locked(struct token *t)
+{
+	unsigned i, k = t->turn;
+
+	for (i = 0; i < t->n; i++) {
+		k = (k + 1) % t->n;
+		if (!t->done[k])
+			break;
+	}
+	t->turn = k;
+	pthread_cond_broadcast(&t->cv);
+}
+
+static void token_acquire(struct token *t, unsigned k)
+{
+	pthread_mutex_lock(&t->m);
+	while (t->turn != k)
+		pthread_cond_wait(&t->cv, &t->m);
+	pthread_mutex_unlock(&t->m);
+}
+
+static void token_release(struct token *t)
+{
+	pthread_mutex_lock(&t->m);
+	token_advance_locked(t);
+	pthread_mutex_unlock(&t->m);
+}
+
+static void token_leave(struct token *t, unsigned k)
+{
+	pthread_mutex_lock(&t->m);
+	t->done[k] = 1;
+	if (t->turn == k)
+		token_advance_locked(t);
+	pthread_mutex_unlock(&t->m);
+}
+
+static struct token *tokens_new(unsigned ngroups, const struct worker_slot *ws, unsigned nw)
+{
+	struct token *t = al_meta_alloc(sizeof(*t) * ngroups);
+	unsigned g, i;
+
+	if (!t)
+		return NULL;
+	for (g = 0; g < ngroups; g++) {
+		pthread_mutex_init(&t[g].m, NULL);
+		pthread_cond_init(&t[g].cv, NULL);
+	}
+	for (i = 0; i < nw; i++)
+		t[ws[i].group].n++;
+	return t;
+}
+
+static void tokens_free(struct token *t, unsigned ngroups)
+{
+	unsigned g;
+
+	if (!t)
+		return;
+	for (g = 0; g < ngroups; g++) {
+		pthread_mutex_destroy(&t[g].m);
+		pthread_cond_destroy(&t[g].cv);
+	}
+	al_meta_free(t, sizeof(*t) * ngroups);
+}
+
+/* ---- stats snapshots ---- */
+
+static void stats_add_into(struct al_stats *acc, const struct al_stats *s)
+{
+	unsigned i;
+
+	acc->layer = s->layer;
+	if (!acc->n) {
+		acc->n = s->n;
+		for (i = 0; i < s->n; i++) {
+			acc->v[i].name = s->v[i].name;
+			acc->v[i].value = 0;
+		}
+	}
+	for (i = 0; i < s->n && i < acc->n; i++)
+		acc->v[i].value += s->v[i].value;
+}
+
+/* Current instance plus retired ones. */
+static unsigned stats_total(struct engine *e, struct al_stats *out)
+{
+	unsigned n = al_stack_stats(e->a, out, AL_MAX_LAYERS), l, i;
+
+	for (l = 0; l < n && l < e->nacc; l++)
+		for (i = 0; i < out[l].n && i < e->acc[l].n; i++)
+			out[l].v[i].value += e->acc[l].v[i].value;
+	return n;
+}
+
+static int stack_reset(struct engine *e, struct al_ctx *c, char *err, size_t errlen)
+{
+	struct al_stats now[AL_MAX_LAYERS];
+	unsigned n, l;
+
+	al_stack_drain(e->a, c, AL_DRAIN_ALL);
+	n = al_stack_stats(e->a, now, AL_MAX_LAYERS);
+	for (l = 0; l < n; l++)
+		stats_add_into(&e->acc[l], &now[l]);
+	e->nacc = n;
+	al_stack_destroy(e->a);
+	e->a = NULL;
+	return al_stack_create(&e->cfg->stack, e->nw, &e->a, err, errlen);
+}
+
+/* ---- workers ---- */
+
+static int run_cycle(struct worker_slot *s, struct token *t)
+{
+	struct engine *e = s->e;
+	int ret;
+
+	if (t)
+		token_acquire(t, s->member);
+	ret = e->cfg->workload->cycle(&s->w);
+	if (t)
+		token_release(t);
+	if (ret) {
+		engine_fail(e, ret, "worker %u: %s", s->w.id, s->err[0] ? s->err : al_strerror(ret));
+		return ret;
+	}
+	if (e->cfg->workload->flags & AL_WL_RESET) {
+		ret = stack_reset(e, &s->w.ctx, s->err, sizeof(s->err));
+		s->w.a = e->a;
+		if (ret) {
+			engine_fail(e, ret, "allocator reset: %s", s->err);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker_slot *s = arg;
+	struct engine *e = s->e;
+	const struct al_workload_desc *wl = e->cfg->workload;
+	struct token *t;
+	uint64_t i, deadline;
+	int ret;
+
+	if (s->pin_cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(s->pin_cpu, &set);
+		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	if (wl->worker_init) {
+		ret = wl->worker_init(&s->w);
+		if (ret)
+			engine_fail(e, ret, "worker %u: init: %s", s->w.id,
+				    s->err[0] ? s->err : al_strerror(ret));
+	}
+	barrier_wait(&e->bar); /* A: everyone is ready */
+
+	t = e->tokens ? &e->tok[0][s->group] : NULL;
+	for (i = 0; i < e->cfg->warmup_cycles && !stopped(e); i++)
+		if (run_cycle(s, t))
+			break;
+	if (t)
+		token_leave(t, s->member);
+	s->w.alloc_ticks = s->w.free_ticks = 0;
+	s->w.alloc_ops = s->w.free_ops = s->w.alloc_cross = 0;
+	barrier_wait(&e->bar); /* B: warm */
+	barrier_wait(&e->bar); /* C: main took its start snapshot */
+
+	t = e->tokens ? &e->tok[1][s->group] : NULL;
+	deadline = al_ticks() + e->duration_ticks;
+	for (i = 0; !stopped(e); i++) {
+		if (e->cfg->cycles && i >= e->cfg->cycles)
+			break;
+		if (run_cycle(s, t))
+			break;
+		if (!e->cfg->cycles && al_ticks() >= deadline) {
+			i++;
+			break;
+		}
+	}
+	s->w.cycles = i; /* read by main after the barrier */
+	if (t)
+		token_leave(t, s->member);
+	barrier_wait(&e->bar); /* D: measured phase over */
+	barrier_wait(&e->bar); /* E: main took its end snapshot */
+	if (wl->worker_fini)
+		wl->worker_fini(&s->w);
+	return NULL;
+}
+
+/* ---- the run ---- */
+
+static int check_config(const struct al_run_config *cfg, struct al_run_result *res)
+{
+	const struct al_workload_desc *wl = cfg->workload;
+	char why[200];
+	size_t max;
+
+	if (!wl || wl->abi_version != AL_ABI_VERSION) {
+		snprintf(res->error, sizeof(res->error), "no workload, or ABI mismatch");
+		return -EINVAL;
+	}
+	if (cfg->producers < 1 || cfg->producers > AL_MAX_PRODUCERS) {
+		snprintf(res->error, sizeof(res->error), "producers=%u is out of range [1, %d]",
+			 cfg->producers, AL_MAX_PRODUCERS);
+		return -EINVAL;
+	}
+	if ((wl->flags & AL_WL_ONE_PRODUCER) && cfg->producers != 1) {
+		snprintf(res->error, sizeof(res->error),
+			 "%s runs exactly one producer (as the modelled bench), not %u", wl->name,
+			 cfg->producers);
+		return -EINVAL;
+	}
+	if (cfg->cpu_mode < AL_CPU_AUTO || cfg->cpu_mode > AL_CPU_VIRTUAL ||
+	    cfg->timing < AL_TIMING_BATCH || cfg->timing > AL_TIMING_PER_OP_SUM) {
+		snprintf(res->error, sizeof(res->error), "bad cpu_mode %d or timing %d",
+			 cfg->cpu_mode, cfg->timing);
+		return -EINVAL;
+	}
+	if (!cfg->cycles && !cfg->duration_ns) {
+		snprintf(res->error, sizeof(res->error),
+			 "the measured phase needs cycles > 0 or duration > 0");
+		return -EINVAL;
+	}
+	if (al_params_check(wl->params, wl->nparams, cfg->wparams, why, sizeof(why))) {
+		snprintf(res->error, sizeof(res->error), "%s: %s", wl->name, why);
+		return -EINVAL;
+	}
+	if (wl->size_param >= 0) {
+		int64_t size = cfg->wparams[wl->size_param];
+		max = 0;
+		for (unsigned i = 0; i < cfg->stack.n; i++) {
+			const struct al_layer_desc *d = cfg->stack.layer[i].desc;
+
+			if (d && d->max_size && (!max || d->max_size < max))
+				max = d->max_size;
+		}
+		if (size < 1 || (max && (uint64_t)size > max)) {
+			snprintf(res->error, sizeof(res->error),
+				 "size=%lld is not a valid request: the policy takes 1 to %zu bytes",
+				 (long long)size, max);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static void diff_stats(struct al_stats *end, const struct al_stats *start, unsigned n)
+{
+	unsigned l, i;
+
+	for (l = 0; l < n; l++)
+		for (i = 0; i < end[l].n && i < start[l].n; i++)
+			end[l].v[i].value -= start[l].v[i].value;
+}
+
+int al_run(const struct al_run_config *cfg, struct al_run_result *res)
+{
+	struct engine *e;
+	struct worker_slot *ws = NULL;
+	struct al_stats *snap0 = NULL;
+	struct al_ctx main_ctx;
+	int64_t baseline[AL_MAX_LAYERS] = {0};
+	uint64_t st_total0, st_steal0, st_total1, st_steal1, t0, t1;
+	unsigned i, usable, started = 0, nl;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	al_clock_init();
+	ret = check_config(cfg, res);
+	if (ret)
+		return res->status = ret;
+
+	e = al_meta_alloc(sizeof(*e));
+	snap0 = al_meta_alloc(sizeof(*snap0) * AL_MAX_LAYERS);
+	ws = al_meta_alloc(sizeof(*ws) * cfg->producers);
+	if (!e || !snap0 || !ws) {
+		snprintf(res->error, sizeof(res->error), "out of memory for the engine");
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	e->cfg = cfg;
+	e->res = res;
+	e->nw = cfg->producers;
+	pthread_mutex_init(&e->err_lock, NULL);
+	al_ctx_init(&main_ctx, 0);
+
+	usable = al_cpus_usable();
+	res->ncpu_usable = usable;
+	res->threads_per_core = al_threads_per_core();
+	res->cpu_mode = cfg->cpu_mode == AL_CPU_AUTO ?
+				(e->nw <= usable ? AL_CPU_PINNED : AL_CPU_VIRTUAL) :
+				cfg->cpu_mode;
+	if (res->cpu_mode == AL_CPU_PINNED && e->nw > usable) {
+		snprintf(res->error, sizeof(res->error),
+			 "cpu=pinned needs producers <= usable CPUs (%u), not %u; use cpu=virtual",
+			 usable, e->nw);
+		ret = -EINVAL;
+		goto out_free;
+	}
+	e->ngroups = e->nw < usable ? e->nw : usable;
+	e->tokens = res->cpu_mode == AL_CPU_VIRTUAL && e->nw > e->ngroups;
+	res->ncpu_model = e->nw;
+	res->ncpu_concurrent = e->ngroups;
+	res->clock_tsc = al_clock.tsc;
+	res->ticks_per_ns = al_clock.ticks_per_ns;
+	res->timer_overhead_ns = al_ticks_to_ns(al_clock.overhead_ticks);
+	e->duration_ticks = (uint64_t)((double)cfg->duration_ns * al_clock.ticks_per_ns);
+
+	ret = al_stack_create(&cfg->stack, e->nw, &e->a, res->error, sizeof(res->error));
+	if (ret)
+		goto out_free;
+	al_stack_drain(e->a, &main_ctx, AL_DRAIN_ALL);
+	nl = al_stack_stats(e->a, res->layers, AL_MAX_LAYERS);
+	for (i = 0; i < nl; i++)
+		baseline[i] = res->layers[i].bytes_held;
+
+	if (cfg->workload->setup) {
+		ret = cfg->workload->setup(cfg->wparams, e->nw, &e->shared);
+		if (ret) {
+			snprintf(res->error, sizeof(res->error), "%s: setup failed: %s",
+				 cfg->workload->name, al_strerror(ret));
+			goto out_destroy;
+		}
+	}
+	for (i = 0; i < e->nw; i++) {
+		struct worker_slot *s = &ws[i];
+
+		s->e = e;
+		s->group = i % e->ngroups;
+		s->member = i / e->ngroups;
+		s->pin_cpu = al_cpu_nth(s->group);
+		s->w.id = i;
+		s->w.nworkers = e->nw;
+		al_ctx_init(&s->w.ctx, i);
+		s->w.a = e->a;
+		s->w.params = cfg->wparams;
+		s->w.shared = e->shared;
+		s->w.timing = cfg->timing;
+		s->w.rng = (cfg->seed + 1) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xBF58476D1CE4E5B9ull;
+		s->w.err = s->err;
+		s->w.errlen = sizeof(s->err);
+	}
+	if (e->tokens) {
+		e->tok[0] = tokens_new(e->ngroups, ws, e->nw);
+		e->tok[1] = tokens_new(e->ngroups, ws, e->nw);
+		if (!e->tok[0] || !e->tok[1]) {
+			snprintf(res->error, sizeof(res->error), "out of memory for tokens");
+			ret = -ENOMEM;
+			goto out_teardown;
+		}
+	}
+	barrier_init(&e->bar, e->nw + 1);
+	for (i = 0; i < e->nw; i++) {
+		if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]))
+			break;
+		started++;
+	}
+	if (started < e->nw) {
+		/* Run the phases with the workers that started; they see stop. */
+		engine_fail(e, -EAGAIN, "could not start worker %u of %u (thread limit)", started,
+			    e->nw);
+		barrier_set_parties(&e->bar, started + 1);
+	}
+	barrier_wait(&e->bar); /* A */
+	barrier_wait(&e->bar); /* B */
+	stats_total(e, snap0);
+	al_read_steal(&st_total0, &st_steal0);
+	t0 = al_ticks();
+	barrier_wait(&e->bar); /* C */
+	barrier_wait(&e->bar); /* D */
+	t1 = al_ticks();
+	al_read_steal(&st_total1, &st_steal1);
+	nl = stats_total(e, res->layers);
+	diff_stats(res->layers, snap0, nl);
+	res->nlayers = nl;
+	res->elapsed_ns = al_ticks_to_ns((double)(t1 - t0));
+	if (st_total1 > st_total0)
+		res->steal_pct =
+			100.0 * (double)(st_steal1 - st_steal0) / (double)(st_total1 - st_total0);
+	barrier_wait(&e->bar); /* E */
+	for (i = 0; i < started; i++) {
+		pthread_join(ws[i].th, NULL);
+		res->cycles += ws[i].w.cycles;
+		res->alloc_ops += ws[i].w.alloc_ops;
+		res->free_ops += ws[i].w.free_ops;
+		res->cross_frees += ws[i].w.alloc_cross;
+		res->alloc_ns += al_ticks_to_ns((double)ws[i].w.alloc_ticks);
+		res->free_ns += al_ticks_to_ns((double)ws[i].w.free_ticks);
+	}
+	barrier_destroy(&e->bar);
+
+out_teardown:
+	if (cfg->workload->teardown)
+		cfg->workload->teardown(e->shared, e->a, &main_ctx);
+	if (e->a) {
+		struct al_stats *after = snap0; /* reuse */
+
+		al_stack_drain(e->a, &main_ctx, AL_DRAIN_ALL);
+		nl = al_stack_stats(e->a, after, AL_MAX_LAYERS);
+		for (i = 0; i < nl; i++) {
+			res->leaked[i] = after[i].bytes_held - baseline[i];
+			if (res->leaked[i] && !e->status)
+				engine_fail(e, -EFAULT,
+					    "leak: layer %s holds %lld bytes more at teardown than at "
+					    "start (baseline %lld)",
+					    after[i].layer, (long long)res->leaked[i],
+					    (long long)baseline[i]);
+		}
+	}
+	tokens_free(e->tok[0], e->ngroups);
+	tokens_free(e->tok[1], e->ngroups);
+out_destroy:
+	al_stack_destroy(e->a);
+	if (!ret)
+		ret = e->status;
+	pthread_mutex_destroy(&e->err_lock);
+out_free:
+	al_meta_free(ws, sizeof(*ws) * cfg->producers);
+	al_meta_free(snap0, sizeof(*snap0) * AL_MAX_LAYERS);
+	al_meta_free(e, sizeof(*e));
+	return res->status = ret;
+}

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Stacks of layers: built bottom-up from a spec (each layer's params already
+ * in schema order), validated against the registry's schemas and the stack
+ * shape (a layer that needs a backend has one; a bottom layer is last),
+ * destroyed top-down so a front layer can hand its caches back on the way.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloclab/alloclab.h"
+
+int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
+		    char *err, size_t errlen)
+{
+	struct al_allocator *below = NULL, *a;
+	char why[200];
+	int i, ret;
+
+	*out = NULL;
+	if (err && errlen)
+		err[0] = 0;
+	if (!s || s->n < 1 || s->n > AL_MAX_LAYERS) {
+		snprintf(err, errlen, "a stack has 1 to %d layers, not %u", AL_MAX_LAYERS,
+			 s ? s->n : 0);
+		return -EINVAL;
+	}
+	if (ncpu < 1 || ncpu > AL_MAX_CPUS) {
+		snprintf(err, errlen, "ncpu=%u is out of range [1, %d]", ncpu, AL_MAX_CPUS);
+		return -EINVAL;
+	}
+	for (i = 0; i < (int)s->n; i++) {
+		const struct al_layer_desc *d = s->layer[i].desc;
+		bool last = i == (int)s->n - 1;
+
+		if (!d || d->abi_version != AL_ABI_VERSION) {
+			snprintf(err, errlen, "layer %d: missing descriptor or ABI mismatch", i);
+			return -EINVAL;
+		}
+		if (al_params_check(d->params, d->nparams, s->layer[i].params, why, sizeof(why)) ||
+		    (d->check_params && d->check_params(s->layer[i].params, why, sizeof(why)))) {
+			snprintf(err, errlen, "%s: %s", d->name, why);
+			return -EINVAL;
+		}
+		if (!last && !(d->features & AL_F_BACKEND)) {
+			snprintf(err, errlen, "%s is a bottom layer: nothing can stack below it",
+				 d->name);
+			return -EINVAL;
+		}
+		if (last && (d->features & AL_F_BACKEND)) {
+			snprintf(err, errlen, "%s needs a layer below it (e.g. '%s > buddy')",
+				 d->name, d->name);
+			return -EINVAL;
+		}
+	}
+	for (i = (int)s->n - 1; i >= 0; i--) {
+		const struct al_layer_desc *d = s->layer[i].desc;
+
+		a = NULL;
+		ret = d->create(d, s->layer[i].params, below, ncpu, &a);
+		if (ret || !a) {
+			snprintf(err, errlen, "%s: create failed: %s", d->name,
+				 al_strerror(ret ? ret : -EINVAL));
+			al_stack_destroy(below);
+			return ret ? ret : -EINVAL;
+		}
+		if (!a->ops || a->ops->abi_version != AL_ABI_VERSION ||
+		    a->ops->ops_size != sizeof(struct al_ops) || !a->ops->alloc || !a->ops->free ||
+		    !a->ops->destroy || !a->ops->stats) {
+			snprintf(err, errlen, "%s: ops table ABI mismatch or missing entries",
+				 d->name);
+			if (a->ops && a->ops->destroy)
+				a->ops->destroy(a);
+			al_stack_destroy(below);
+			return -EINVAL;
+		}
+		a->desc = d;
+		a->below = below;
+		a->ncpu = ncpu;
+		below = a;
+	}
+	*out = below;
+	return 0;
+}
+
+void al_stack_destroy(struct al_allocator *top)
+{
+	while (top) {
+		struct al_allocator *next = top->below;
+
+		top->ops->destroy(top);
+		top = next;
+	}
+}
+
+void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope)
+{
+	for (; top; top = top->below)
+		if (top->ops->drain)
+			top->ops->drain(top, c, scope);
+}
+
+size_t al_stack_max_size(const struct al_allocator *top)
+{
+	size_t m = 0;
+
+	for (; top; top = top->below)
+		if (top->desc && top->desc->max_size && (!m || top->desc->max_size < m))
+			m = top->desc->max_size;
+	return m;
+}
+
+unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max)
+{
+	unsigned n = 0;
+
+	for (; top && n < max; top = top->below, n++) {
+		out[n].layer = top->desc ? top->desc->name : top->ops->name;
+		out[n].bytes_held = 0;
+		out[n].n = 0;
+		top->ops->stats(top, &out[n]);
+	}
+	return n;
+}
+
+void *al_call_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	return a->ops->alloc(a, c, size, flags);
+}
+
+int al_call_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	return a->ops->free(a, c, p);
+}
+
+int al_call_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
+		       void **out, unsigned flags)
+{
+	return al_alloc_bulk(a, c, size, n, out, flags);
+}
+
+int al_call_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
+{
+	return al_free_bulk(a, c, ptrs, n);
+}
+
+size_t al_call_usable_size(struct al_allocator *a, const void *p)
+{
+	return a->ops->usable_size ? a->ops->usable_size(a, p) : 0;
+}
+
+bool al_call_owns(struct al_allocator *a, const void *p)
+{
+	return a->ops->owns ? a->ops->owns(a, p) : false;
+}
+
+int al_call_check(struct al_allocator *top, char *err, size_t errlen)
+{
+	char why[256];
+	int ret;
+
+	for (; top; top = top->below) {
+		if (!top->ops->check)
+			continue;
+		why[0] = 0;
+		ret = top->ops->check(top, why, sizeof(why));
+		if (ret) {
+			snprintf(err, errlen, "%s: %s", top->ops->name, why);
+			return ret;
+		}
+	}
+	return 0;
+}

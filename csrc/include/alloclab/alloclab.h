@@ -1,0 +1,8 @@
+/* SPDX-License-Identifier: MIT */
+/* alloclab: the whole public API. */
+#ifndef ALLOCLAB_H
+#define ALLOCLAB_H
+#include "ops.h"
+#include "core.h"
+#include "engine.h"
+#endif

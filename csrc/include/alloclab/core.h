@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * alloclab core: registry, arena (reserved VA), queued spinlock with a time
+ * budget, per-CPU counters, clock, and metadata memory.
+ *
+ * Everything here is usable from a plugin compiled at run time against this
+ * header and linked to liballoclab.so.
+ */
+#ifndef ALLOCLAB_CORE_H
+#define ALLOCLAB_CORE_H
+
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AL_CACHELINE 64
+
+#define al_likely(x) __builtin_expect(!!(x), 1)
+#define al_unlikely(x) __builtin_expect(!!(x), 0)
+#define al_noinline __attribute__((noinline))
+#define al_cold __attribute__((cold))
+
+/* ---- registry ---- */
+
+struct al_workload_desc;
+
+/* 0, -EEXIST (name taken), -EINVAL (bad descriptor or ABI), -ENOSPC (table full). */
+AL_API int al_layer_register(const struct al_layer_desc *d);
+AL_API unsigned al_layer_count(void);
+AL_API const struct al_layer_desc *al_layer_get(unsigned i);
+AL_API const struct al_layer_desc *al_layer_find(const char *name);
+
+AL_API int al_workload_register(const struct al_workload_desc *d);
+AL_API unsigned al_workload_count(void);
+AL_API const struct al_workload_desc *al_workload_get(unsigned i);
+AL_API const struct al_workload_desc *al_workload_find(const char *name);
+
+/* Built-ins register themselves from a constructor. */
+#define AL_REGISTER_LAYER(desc)                                            \
+	__attribute__((constructor)) static void al_register_##desc(void) \
+	{                                                                  \
+		(void)al_layer_register(&desc);                            \
+	}
+#define AL_REGISTER_WORKLOAD(desc)                                         \
+	__attribute__((constructor)) static void al_register_##desc(void) \
+	{                                                                  \
+		(void)al_workload_register(&desc);                         \
+	}
+
+/* Validate params[] against a schema: 0 or -EINVAL/-ERANGE with err filled in. */
+AL_API int al_params_check(const struct al_param_desc *p, unsigned n, const int64_t *v, char *err,
+			   size_t errlen);
+/* Fill params[] with the schema defaults. */
+AL_API void al_params_default(const struct al_param_desc *p, unsigned n, int64_t *v);
+
+/* ---- metadata memory (mmap-backed: never recurses into malloc) ---- */
+
+AL_API void *al_meta_alloc(size_t size); /* zeroed, page-granular; NULL on failure */
+AL_API void al_meta_free(void *p, size_t size);
+
+/* ---- arena: a reserved VA range committed piece by piece ---- */
+
+struct al_arena {
+	uintptr_t base;     /* first usable address, aligned to align */
+	size_t limit;       /* usable bytes in the reservation */
+	size_t align;       /* alignment of base (and of every grow of that size) */
+	size_t used;        /* bump offset, advanced by CAS */
+	void *map;          /* what mmap returned */
+	size_t map_len;     /* its length */
+	bool populate;      /* prefault committed memory (the kernel allocates eagerly) */
+	uint64_t commits;   /* number of successful grows */
+	uint64_t committed; /* bytes committed */
+};
+
+/* Reserve limit bytes (PROT_NONE) aligned to align. 0 or -ENOMEM/-EINVAL. */
+AL_API int al_arena_init(struct al_arena *ar, size_t limit, size_t align, bool populate);
+/* Commit the next len bytes (lock-free); NULL when the limit is reached. */
+AL_API void *al_arena_grow(struct al_arena *ar, size_t len);
+AL_API bool al_arena_contains(const struct al_arena *ar, const void *p);
+AL_API void al_arena_destroy(struct al_arena *ar);
+
+/* ---- clock ---- */
+
+struct al_clock {
+	int tsc;             /* 1: rdtsc (invariant TSC), 0: CLOCK_MONOTONIC ns */
+	double ticks_per_ns; /* 1.0 without TSC */
+	double overhead_ticks; /* cost of one back-to-back al_ticks() pair */
+};
+
+AL_API extern struct al_clock al_clock;
+AL_API int al_clock_init(void);           /* calibrates once; later calls are free */
+AL_API uint64_t al_mono_ns(void);         /* CLOCK_MONOTONIC in ns */
+
+#if defined(__x86_64__) || defined(__i386__)
+static inline uint64_t al_ticks(void)
+{
+	if (al_likely(al_clock.tsc)) {
+		unsigned lo, hi;
+		__asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+		return ((uint64_t)hi << 32) | lo;
+	}
+	return al_mono_ns();
+}
+#else
+static inline uint64_t al_ticks(void)
+{
+	return al_mono_ns();
+}
+#endif
+
+static inline double al_ticks_to_ns(double ticks)
+{
+	return ticks / al_clock.ticks_per_ns;
+}
+
+static inline void al_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- counters: per [cpu][context level], cache-line padded, merged on read ---- */
+
+struct al_counters {
+	unsigned n;               /* counters per block */
+	unsigned nblocks;         /* ncpu * AL_CTX_NR */
+	unsigned stride;          /* u64 per block, a multiple of 8 (64 B) */
+	uint64_t *v;              /* nblocks * stride values */
+	const char *const *names; /* n names */
+};
+
+/* X-macro helpers: #define FOO_COUNTERS(X) X(allocs, "doc") X(frees, "doc") */
+#define AL_CTR_NAME(name, doc) #name,
+
+AL_API int al_counters_init(struct al_counters *k, unsigned n, const char *const *names,
+			    unsigned ncpu);
+AL_API void al_counters_fini(struct al_counters *k);
+AL_API uint64_t al_counters_sum(const struct al_counters *k, unsigned idx);
+AL_API void al_counters_report(const struct al_counters *k, struct al_stats *out);
+
+/*
+ * Each [cpu][level] block has one writer at a time (a CPU runs one context per
+ * level), so a relaxed load+store loses nothing to a signal handler running at
+ * another level; relaxed atomics keep concurrent readers well defined.
+ */
+static inline void al_count(struct al_counters *k, const struct al_ctx *c, unsigned idx, uint64_t v)
+{
+	uint64_t *p = &k->v[(size_t)(c->cpu * AL_CTX_NR + c->level) * k->stride + idx];
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+}
+
+/* ---- queued spinlock with a spin budget in time ---- */
+
+/*
+ * An array-based queue lock (Anderson): a waiter takes a ticket and spins on
+ * its own slot, so handover is FIFO. A waiter whose budget runs out abandons
+ * its ticket with a CAS on the slot, and the unlocker skips abandoned
+ * tickets, so acquisition can fail as arena_spinlock and rqspinlock can.
+ */
+#define AL_LOCK_SLOTS 4096 /* > the most waiters at once (CPUs x levels) */
+
+struct al_lock_stats {
+	uint64_t acquired;       /* successful acquisitions */
+	uint64_t contended;      /* acquisitions that had to wait */
+	uint64_t failed;         /* budget exhausted, AA deadlock, or trylock failed */
+	uint64_t wait_ticks;     /* total time waited (contended path) */
+	uint64_t hold_ticks;     /* total time held (when timed) */
+	uint64_t owner_switches; /* acquisitions by a different CPU than the last */
+};
+
+struct al_lock {
+	uint32_t next_ticket __attribute__((aligned(AL_CACHELINE))); /* ticket dispenser */
+	uint32_t ticket;       /* the holder's ticket */
+	uint32_t owner_cpu;    /* last owner's CPU + 1 (0 = none), for owner switches */
+	uint32_t holder_cpu;   /* current holder's CPU + 1 (0 = free), for AA detection */
+	uint32_t holder_level; /* current holder's context level */
+	bool timed;            /* measure hold time */
+	uint64_t t_acquired;   /* ticks at acquisition, when timed */
+	uint64_t budget_ticks; /* spin budget; 0 = give up at the first check */
+	struct al_lock_stats st __attribute__((aligned(AL_CACHELINE)));
+	uint64_t slot[AL_LOCK_SLOTS] __attribute__((aligned(AL_CACHELINE))); /* per-ticket grants */
+};
+
+/* budget_ns: how long a waiter spins before failing. */
+AL_API void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed);
+/* 0, or -ETIMEDOUT when the budget ran out, -EDEADLK when this CPU holds it at a
+ * lower context level (the lock is not held on failure). */
+AL_API int al_lock_acquire(struct al_lock *l, const struct al_ctx *c);
+/* 0, or -EBUSY. Never waits. */
+AL_API int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c);
+AL_API void al_lock_release(struct al_lock *l, const struct al_ctx *c);
+/* Appends <prefix>acquired, ..._contended, ... to out. */
+AL_API void al_lock_report(const struct al_lock *l, const char *const names[6],
+			   struct al_stats *out);
+AL_API extern const char *const al_lock_stat_names[6]; /* "lock_acquired", ... */
+
+/* ---- misc ---- */
+
+static inline unsigned al_fls64(uint64_t x) /* index of the highest set bit + 1; 0 for 0 */
+{
+	return x ? 64 - (unsigned)__builtin_clzll(x) : 0;
+}
+
+AL_API const char *al_version(void);
+AL_API const char *al_build_flags(void); /* compiler and flags the library was built with */
+AL_API const char *al_strerror(int err); /* "ENOMEM", "EINVAL", ... */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ALLOCLAB_CORE_H */

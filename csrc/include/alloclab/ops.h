@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * alloclab: the object-allocator contract (DESIGN.md §2).
+ *
+ * An allocator is a stack of layers. Each layer is a struct al_allocator
+ * (embedded as the first member of the layer's private struct) reached only
+ * through its const struct al_ops. A front layer holds a pointer to the
+ * layer below and refills/spills through that layer's bulk calls.
+ *
+ * The caller passes its "CPU" explicitly in a struct al_ctx: the engine builds
+ * one per worker, so the fast path never pays for sched_getcpu() or a TLS
+ * lookup. Tests build contexts by hand to drive "CPU 3 frees what CPU 1
+ * allocated" deterministically on one thread.
+ *
+ * Error convention: functions return 0 or a negative errno; allocation
+ * functions return NULL and leave the reason in ctx->err. The library never
+ * aborts, prints or exits.
+ */
+#ifndef ALLOCLAB_OPS_H
+#define ALLOCLAB_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AL_API __attribute__((visibility("default")))
+
+/* Bumped whenever struct al_ops, al_layer_desc or al_workload_desc change. */
+#define AL_ABI_VERSION 1
+
+#define AL_MAX_PARAMS 16  /* parameters per layer or workload */
+#define AL_MAX_LAYERS 8   /* layers per stack */
+#define AL_MAX_CPUS 1024  /* model CPUs (same limit as arena spinlocks) */
+#define AL_STATS_MAX 96   /* named values one layer may report */
+
+/* Context levels: the IRQ/NMI model. Counters are indexed by [cpu][level]. */
+enum al_ctx_level {
+	AL_CTX_TASK = 0,
+	AL_CTX_IRQ = 1,
+	AL_CTX_NMI = 2,
+	AL_CTX_NR = 3,
+};
+
+/* Flags passed down the stack, as gfp flags are in the kernel. */
+enum al_flags {
+	AL_ZERO = 1u << 0,    /* zero the memory (kzalloc, calloc) */
+	AL_NOSPIN = 1u << 1,  /* may not spin on a lock: trylock only */
+	AL_MAYSLEEP = 1u << 2 /* may block (unused by the spin-only models) */
+};
+
+/* The calling "CPU". One per worker thread; never shared between threads. */
+struct al_ctx {
+	unsigned cpu;   /* model CPU id, < the allocator's ncpu */
+	unsigned level; /* enum al_ctx_level */
+	int err;        /* why the last allocation returned NULL (-ENOMEM, ...) */
+	unsigned pad;
+};
+
+struct al_allocator;
+
+/* A layer's counters and gauges, reported by name. */
+struct al_stat {
+	const char *name; /* static string owned by the layer */
+	uint64_t value;
+};
+
+struct al_stats {
+	const char *layer;  /* layer name */
+	int64_t bytes_held; /* bytes handed out to callers and not yet freed */
+	unsigned n;         /* entries used in v[] */
+	struct al_stat v[AL_STATS_MAX];
+};
+
+/* Drain scopes. */
+enum al_drain_scope {
+	AL_DRAIN_CPU = 0, /* the caller's CPU only */
+	AL_DRAIN_ALL = 1  /* every CPU: used at teardown, nothing runs concurrently */
+};
+
+struct al_ops {
+	unsigned abi_version; /* AL_ABI_VERSION */
+	size_t ops_size;      /* sizeof(struct al_ops) */
+	const char *name;
+	void *(*alloc)(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags);
+	/* 0, or -EINVAL (not an allocated block: memory untouched), -ETIMEDOUT (lock). */
+	int (*free)(struct al_allocator *a, struct al_ctx *c, void *ptr);
+	/* Returns how many objects were stored in out[] (0..n); 0 sets c->err. NULL when
+	 * the layer has no native bulk path (see al_alloc_bulk()). */
+	int (*alloc_bulk)(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n, void **out,
+			  unsigned flags);
+	/* Returns how many were freed (n), or a negative errno when none were. */
+	int (*free_bulk)(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
+	bool (*owns)(struct al_allocator *a, const void *ptr); /* by address range */
+	size_t (*usable_size)(struct al_allocator *a, const void *ptr); /* 0 if unknown */
+	void (*drain)(struct al_allocator *a, struct al_ctx *c, unsigned scope);
+	void (*stats)(struct al_allocator *a, struct al_stats *out);
+	void (*destroy)(struct al_allocator *a); /* returns everything to the OS */
+	/* Optional: walk every internal invariant (single-threaded, quiescent).
+	 * 0, or -EFAULT with err describing the first violation. */
+	int (*check)(struct al_allocator *a, char *err, size_t errlen);
+};
+
+/* Common header of every layer instance. */
+struct al_allocator {
+	const struct al_ops *ops;
+	const struct al_layer_desc *desc; /* how it was made */
+	struct al_allocator *below;       /* backend, or NULL for a bottom layer */
+	unsigned ncpu;                    /* model CPUs the instance was built for */
+};
+
+/* ---- parameter schemas ---- */
+
+enum al_param_type {
+	AL_PARAM_INT = 0,  /* integer */
+	AL_PARAM_SIZE = 1, /* byte count; Python accepts "64", "4K", "1M", "1G" */
+	AL_PARAM_BOOL = 2, /* 0 or 1 */
+	AL_PARAM_ENUM = 3, /* index into the comma-separated choices */
+	AL_PARAM_NS = 4    /* duration in nanoseconds */
+};
+
+struct al_param_desc {
+	const char *name;    /* identifier, [a-z_][a-z0-9_]* */
+	int type;            /* enum al_param_type */
+	int64_t def;         /* default */
+	int64_t min;         /* inclusive */
+	int64_t max;         /* inclusive */
+	const char *choices; /* AL_PARAM_ENUM: "atomic,local"; else NULL */
+	const char *doc;     /* one line */
+};
+
+/* Layer features: what a layer above may rely on. */
+enum al_features {
+	AL_F_BULK = 1u << 0,     /* native alloc_bulk/free_bulk */
+	AL_F_OWNS = 1u << 1,     /* owns() answers by address range */
+	AL_F_BACKEND = 1u << 2,  /* needs a layer below */
+	AL_F_USABLE = 1u << 3,   /* usable_size() works */
+	AL_F_VALIDATES = 1u << 4 /* invalid and double frees return -EINVAL */
+};
+
+struct al_layer_desc {
+	unsigned abi_version; /* AL_ABI_VERSION */
+	size_t desc_size;     /* sizeof(struct al_layer_desc) */
+	const char *name;
+	const char *doc;  /* one line */
+	unsigned features;
+	size_t max_size;  /* largest request, 0 = unlimited */
+	unsigned nparams;
+	const struct al_param_desc *params;
+	/* Optional: cross-parameter checks beyond the schema's ranges (e.g. "chunk_size
+	 * must be a power of two"). 0, or -EINVAL with err naming the value and what
+	 * is valid. */
+	int (*check_params)(const int64_t *params, char *err, size_t errlen);
+	/* params[] holds nparams values in schema order, already validated. */
+	int (*create)(const struct al_layer_desc *d, const int64_t *params, struct al_allocator *below,
+		      unsigned ncpu, struct al_allocator **out);
+};
+
+/* ---- dispatch helpers (what a layer uses to call the layer below) ---- */
+
+static inline void *al_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	return a->ops->alloc(a, c, size, flags);
+}
+
+static inline int al_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	return a->ops->free(a, c, p);
+}
+
+/* Bulk calls that fall back to a loop when the layer has no native path. */
+AL_API int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
+			 void **out, unsigned flags);
+AL_API int al_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
+
+static inline void al_ctx_init(struct al_ctx *c, unsigned cpu)
+{
+	c->cpu = cpu;
+	c->level = AL_CTX_TASK;
+	c->err = 0;
+	c->pad = 0;
+}
+
+/* Append one named value to a stats block (silently ignores overflow of v[]). */
+AL_API void al_stats_add(struct al_stats *s, const char *name, uint64_t value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ALLOCLAB_OPS_H */

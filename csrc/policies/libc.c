@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libc: the process's malloc/free as a bottom layer, the first point of
+ * comparison. AL_ZERO uses calloc. It validates nothing (a bad free is the
+ * process's problem, as with the real thing) and has no bulk path, so layers
+ * above fall back to loops. bytes_held counts malloc_usable_size() bytes.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+
+#include "alloclab/alloclab.h"
+
+#define LIBC_COUNTERS(X)                                   \
+	X(allocs, "successful allocations")                \
+	X(frees, "frees")                                  \
+	X(bytes_requested, "bytes asked for")              \
+	X(bytes_allocated, "usable bytes handed out")      \
+	X(bytes_freed, "usable bytes given back")          \
+	X(enomem, "allocations that returned NULL")
+
+#define X(name, doc) LC_##name,
+enum { LIBC_COUNTERS(X) LC_NR };
+#undef X
+static const char *const libc_counter_names[] = {LIBC_COUNTERS(AL_CTR_NAME)};
+
+struct libc_alloc {
+	struct al_allocator base;  /* must be first */
+	struct al_counters ctr;    /* LIBC_COUNTERS */
+};
+
+static void *libc_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	struct libc_alloc *l = (struct libc_alloc *)a;
+	void *p = (flags & AL_ZERO) ? calloc(1, size) : malloc(size);
+
+	if (al_unlikely(!p)) {
+		c->err = -ENOMEM;
+		al_count(&l->ctr, c, LC_enomem, 1);
+		return NULL;
+	}
+	al_count(&l->ctr, c, LC_allocs, 1);
+	al_count(&l->ctr, c, LC_bytes_requested, size);
+	al_count(&l->ctr, c, LC_bytes_allocated, malloc_usable_size(p));
+	return p;
+}
+
+static int libc_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	struct libc_alloc *l = (struct libc_alloc *)a;
+
+	if (!p)
+		return 0;
+	al_count(&l->ctr, c, LC_frees, 1);
+	al_count(&l->ctr, c, LC_bytes_freed, malloc_usable_size(p));
+	free(p);
+	return 0;
+}
+
+static size_t libc_usable_size(struct al_allocator *a, const void *p)
+{
+	(void)a;
+	return p ? malloc_usable_size((void *)p) : 0;
+}
+
+static void libc_stats(struct al_allocator *a, struct al_stats *out)
+{
+	struct libc_alloc *l = (struct libc_alloc *)a;
+
+	out->bytes_held = (int64_t)(al_counters_sum(&l->ctr, LC_bytes_allocated) -
+				    al_counters_sum(&l->ctr, LC_bytes_freed));
+	al_counters_report(&l->ctr, out);
+}
+
+static void libc_destroy(struct al_allocator *a)
+{
+	struct libc_alloc *l = (struct libc_alloc *)a;
+
+	al_counters_fini(&l->ctr);
+	al_meta_free(l, sizeof(*l));
+}
+
+static const struct al_ops libc_ops = {
+	.abi_version = AL_ABI_VERSION,
+	.ops_size = sizeof(struct al_ops),
+	.name = "libc",
+	.alloc = libc_alloc,
+	.free = libc_free,
+	.usable_size = libc_usable_size,
+	.stats = libc_stats,
+	.destroy = libc_destroy,
+};
+
+static int libc_create(const struct al_layer_desc *d, const int64_t *params,
+		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct libc_alloc *l;
+
+	(void)params;
+	if (below)
+		return -EINVAL;
+	l = al_meta_alloc(sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	if (al_counters_init(&l->ctr, LC_NR, libc_counter_names, ncpu)) {
+		al_meta_free(l, sizeof(*l));
+		return -ENOMEM;
+	}
+	l->base.ops = &libc_ops;
+	l->base.desc = d;
+	l->base.ncpu = ncpu;
+	*out = &l->base;
+	return 0;
+}
+
+static const struct al_layer_desc libc_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = "libc",
+	.doc = "the process's malloc/free (glibc unless preloaded otherwise)",
+	.features = AL_F_USABLE,
+	.max_size = 0,
+	.nparams = 0,
+	.params = NULL,
+	.create = libc_create,
+};
+
+AL_REGISTER_LAYER(libc_desc)

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * null: the harness floor. Every allocation returns the calling CPU's
+ * preallocated block (so the workload still touches memory, in its own
+ * cache lines), and free does nothing. No counters, no checks: whatever a
+ * run measures on it is the cost of the engine, the workload loop and the
+ * indirect calls, to subtract from every other policy's numbers.
+ */
+#include <errno.h>
+
+#include "alloclab/alloclab.h"
+
+#define NULL_BLOCK (512u << 10) /* the largest request, as the buddy's */
+
+struct null_alloc {
+	struct al_allocator base; /* must be first */
+	char *blocks;             /* ncpu blocks of NULL_BLOCK bytes */
+	size_t len;               /* mapping length */
+};
+
+static void *null_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	(void)size;
+	(void)flags;
+	return ((struct null_alloc *)a)->blocks + (size_t)c->cpu * NULL_BLOCK;
+}
+
+static int null_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	(void)a;
+	(void)c;
+	(void)p;
+	return 0;
+}
+
+static size_t null_usable_size(struct al_allocator *a, const void *p)
+{
+	(void)a;
+	(void)p;
+	return NULL_BLOCK;
+}
+
+static void null_stats(struct al_allocator *a, struct al_stats *out)
+{
+	(void)a;
+	out->bytes_held = 0;
+}
+
+static void null_destroy(struct al_allocator *a)
+{
+	struct null_alloc *n = (struct null_alloc *)a;
+
+	al_meta_free(n->blocks, n->len);
+	al_meta_free(n, sizeof(*n));
+}
+
+static const struct al_ops null_ops = {
+	.abi_version = AL_ABI_VERSION,
+	.ops_size = sizeof(struct al_ops),
+	.name = "null",
+	.alloc = null_alloc,
+	.free = null_free,
+	.usable_size = null_usable_size,
+	.stats = null_stats,
+	.destroy = null_destroy,
+};
+
+static int null_create(const struct al_layer_desc *d, const int64_t *params,
+		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct null_alloc *n;
+
+	(void)params;
+	if (below)
+		return -EINVAL;
+	n = al_meta_alloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->len = (size_t)ncpu * NULL_BLOCK;
+	n->blocks = al_meta_alloc(n->len); /* lazily faulted */
+	if (!n->blocks) {
+		al_meta_free(n, sizeof(*n));
+		return -ENOMEM;
+	}
+	n->base.ops = &null_ops;
+	n->base.desc = d;
+	n->base.ncpu = ncpu;
+	*out = &n->base;
+	return 0;
+}
+
+static const struct al_layer_desc null_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = "null",
+	.doc = "no-op allocator returning a preallocated block: the harness floor",
+	.features = AL_F_USABLE,
+	.max_size = NULL_BLOCK,
+	.create = null_create,
+};
+
+AL_REGISTER_LAYER(null_desc)

@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * malloc-free: models libarena-malloc-free (bench_malloc_free in the libarena
+ * dev tree). One cycle = allocs_per_cycle allocations of `size` bytes, each
+ * linked into the cycle's list through its first 8 bytes (so the memory is
+ * touched, as in the bench), then the list is walked and every object freed.
+ * Allocation and free are timed separately:
+ *   batch       one clock pair around the allocations, one around the frees;
+ *   per_op_sum  a clock pair around every operation, summed (the bench's
+ *               bpf_ktime_get_ns() pairs; includes that timer cost).
+ * Objects smaller than a pointer are kept in an array instead of a list.
+ * Nothing is held between cycles, so teardown has nothing to free.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloclab/alloclab.h"
+
+enum { P_size, P_allocs_per_cycle, P_NR };
+
+static const struct al_param_desc mf_params[P_NR] = {
+	[P_size] = {"size", AL_PARAM_SIZE, 64, 1, 1ll << 30, NULL, "bytes per allocation"},
+	[P_allocs_per_cycle] = {"allocs_per_cycle", AL_PARAM_INT, 64, 1, 1 << 20, NULL,
+				"allocations per cycle, then as many frees"},
+};
+
+struct mf_worker {
+	void **arr; /* objects when size < sizeof(void *) */
+	size_t len; /* mapping length of arr */
+};
+
+static int mf_worker_init(struct al_worker *w)
+{
+	struct mf_worker *m = al_meta_alloc(sizeof(*m));
+
+	if (!m)
+		return -ENOMEM;
+	if (w->params[P_size] < (int64_t)sizeof(void *)) {
+		m->len = (size_t)w->params[P_allocs_per_cycle] * sizeof(void *);
+		m->arr = al_meta_alloc(m->len);
+		if (!m->arr) {
+			al_meta_free(m, sizeof(*m));
+			return -ENOMEM;
+		}
+	}
+	w->priv = m;
+	return 0;
+}
+
+static void mf_worker_fini(struct al_worker *w)
+{
+	struct mf_worker *m = w->priv;
+
+	if (!m)
+		return;
+	al_meta_free(m->arr, m->len);
+	al_meta_free(m, sizeof(*m));
+	w->priv = NULL;
+}
+
+/* Free the first n objects of a list (untimed error path). */
+static void free_list(struct al_worker *w, void *head, unsigned n)
+{
+	while (n--) {
+		void *next = *(void **)head;
+
+		al_free(w->a, &w->ctx, head);
+		head = next;
+	}
+}
+
+static al_noinline al_cold int alloc_failed(struct al_worker *w, unsigned done, unsigned n)
+{
+	int err = w->ctx.err ? w->ctx.err : -ENOMEM;
+
+	snprintf(w->err, w->errlen, "allocation %u of %u (%lld bytes) failed: %s", done + 1, n,
+		 (long long)w->params[P_size], al_strerror(err));
+	return err;
+}
+
+static al_noinline al_cold int free_failed(struct al_worker *w, void *p, int err)
+{
+	snprintf(w->err, w->errlen, "free(%p) failed: %s", p, al_strerror(err));
+	return err;
+}
+
+static int mf_cycle_list(struct al_worker *w)
+{
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	size_t size = (size_t)w->params[P_size];
+	unsigned n = (unsigned)w->params[P_allocs_per_cycle], i;
+	void *head = NULL, *p, *next;
+	uint64_t t0, t1, sum;
+	int ret;
+
+	if (w->timing == AL_TIMING_BATCH) {
+		t0 = al_ticks();
+		for (i = 0; i < n; i++) {
+			p = al_alloc(a, c, size, 0);
+			if (al_unlikely(!p))
+				goto fail;
+			*(void **)p = head;
+			head = p;
+		}
+		t1 = al_ticks();
+		w->alloc_ticks += t1 - t0;
+		for (i = 0; i < n; i++) {
+			next = *(void **)head;
+			ret = al_free(a, c, head);
+			if (al_unlikely(ret))
+				return free_failed(w, head, ret);
+			head = next;
+		}
+		w->free_ticks += al_ticks() - t1;
+	} else {
+		for (i = 0, sum = 0; i < n; i++) {
+			t0 = al_ticks();
+			p = al_alloc(a, c, size, 0);
+			sum += al_ticks() - t0;
+			if (al_unlikely(!p))
+				goto fail;
+			*(void **)p = head;
+			head = p;
+		}
+		w->alloc_ticks += sum;
+		for (i = 0, sum = 0; i < n; i++) {
+			next = *(void **)head;
+			t0 = al_ticks();
+			ret = al_free(a, c, head);
+			sum += al_ticks() - t0;
+			if (al_unlikely(ret))
+				return free_failed(w, head, ret);
+			head = next;
+		}
+		w->free_ticks += sum;
+	}
+	w->alloc_ops += n;
+	w->free_ops += n;
+	return 0;
+fail:
+	ret = alloc_failed(w, i, n);
+	free_list(w, head, i);
+	return ret;
+}
+
+static int mf_cycle_array(struct al_worker *w)
+{
+	struct mf_worker *m = w->priv;
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	size_t size = (size_t)w->params[P_size];
+	unsigned n = (unsigned)w->params[P_allocs_per_cycle], i;
+	uint64_t t0, t1;
+	int ret;
+
+	t0 = al_ticks();
+	for (i = 0; i < n; i++) {
+		uint64_t s = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
+
+		m->arr[i] = al_alloc(a, c, size, 0);
+		if (w->timing == AL_TIMING_PER_OP_SUM)
+			w->alloc_ticks += al_ticks() - s;
+		if (al_unlikely(!m->arr[i])) {
+			ret = alloc_failed(w, i, n);
+			while (i--)
+				al_free(a, c, m->arr[i]);
+			return ret;
+		}
+		*(char *)m->arr[i] = (char)i;
+	}
+	t1 = al_ticks();
+	if (w->timing == AL_TIMING_BATCH)
+		w->alloc_ticks += t1 - t0;
+	for (i = 0; i < n; i++) {
+		uint64_t s = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
+
+		ret = al_free(a, c, m->arr[i]);
+		if (w->timing == AL_TIMING_PER_OP_SUM)
+			w->free_ticks += al_ticks() - s;
+		if (al_unlikely(ret))
+			return free_failed(w, m->arr[i], ret);
+	}
+	if (w->timing == AL_TIMING_BATCH)
+		w->free_ticks += al_ticks() - t1;
+	w->alloc_ops += n;
+	w->free_ops += n;
+	return 0;
+}
+
+static int mf_cycle(struct al_worker *w)
+{
+	struct mf_worker *m = w->priv;
+
+	return m->arr ? mf_cycle_array(w) : mf_cycle_list(w);
+}
+
+static const struct al_workload_desc malloc_free_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_workload_desc),
+	.name = "malloc-free",
+	.doc = "libarena-malloc-free: allocs_per_cycle allocations linked in a list, then free "
+	       "them all; alloc and free timed separately",
+	.flags = 0,
+	.nparams = P_NR,
+	.params = mf_params,
+	.size_param = P_size,
+	.worker_init = mf_worker_init,
+	.cycle = mf_cycle,
+	.worker_fini = mf_worker_fini,
+};
+
+AL_REGISTER_WORKLOAD(malloc_free_desc)

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A tiny C test harness: CHECK() records a failure and continues, TEST()
+ * declares a test, RUN() runs it. main() ends with TEST_SUMMARY(), which
+ * prints "N passed, N failed" and returns the exit code.
+ */
+#ifndef ALLOCLAB_TEST_H
+#define ALLOCLAB_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloclab/alloclab.h"
+
+static int t_failed_checks;
+static int t_passed, t_failed;
+
+#define CHECK(cond)                                                                     \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+			t_failed_checks++;                                              \
+		}                                                                       \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                                  \
+	do {                                                                            \
+		long long _a = (long long)(a), _b = (long long)(b);                     \
+		if (_a != _b) {                                                         \
+			fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n", \
+				__FILE__, __LINE__, #a, _a, #b, _b);                    \
+			t_failed_checks++;                                              \
+		}                                                                       \
+	} while (0)
+
+#define TEST(name) static void name(void)
+
+#define RUN(name)                                                        \
+	do {                                                             \
+		int _before = t_failed_checks;                           \
+		name();                                                  \
+		if (t_failed_checks == _before) {                        \
+			t_passed++;                                      \
+			printf("ok   %s\n", #name);                      \
+		} else {                                                 \
+			t_failed++;                                      \
+			printf("FAIL %s\n", #name);                      \
+		}                                                        \
+		fflush(stdout);                                          \
+	} while (0)
+
+#define TEST_SUMMARY()                                            \
+	(printf("%d passed, %d failed\n", t_passed, t_failed), t_failed ? 1 : 0)
+
+/* Look up a registered layer and build a one-layer (or stacked) allocator. */
+static inline struct al_allocator *t_make(const char *const *names, unsigned n,
+					  const int64_t (*params)[AL_MAX_PARAMS], unsigned ncpu)
+{
+	struct al_stack_spec s;
+	struct al_allocator *a = NULL;
+	char err[256];
+	unsigned i;
+
+	memset(&s, 0, sizeof(s));
+	s.n = n;
+	for (i = 0; i < n; i++) {
+		s.layer[i].desc = al_layer_find(names[i]);
+		if (!s.layer[i].desc) {
+			fprintf(stderr, "no layer %s\n", names[i]);
+			return NULL;
+		}
+		if (params)
+			memcpy(s.layer[i].params, params[i], sizeof(s.layer[i].params));
+		else
+			al_params_default(s.layer[i].desc->params, s.layer[i].desc->nparams,
+					  s.layer[i].params);
+	}
+	if (al_stack_create(&s, ncpu, &a, err, sizeof(err))) {
+		fprintf(stderr, "al_stack_create: %s\n", err);
+		return NULL;
+	}
+	return a;
+}
+
+/* The value of a named stat of the layer at depth `layer` (0 = top); -1 if absent. */
+static inline long long t_stat(struct al_allocator *top, unsigned layer, const char *name)
+{
+	static struct al_stats st[AL_MAX_LAYERS];
+	unsigned n = al_stack_stats(top, st, AL_MAX_LAYERS), i;
+
+	if (layer >= n)
+		return -1;
+	if (!strcmp(name, "bytes_held"))
+		return st[layer].bytes_held;
+	for (i = 0; i < st[layer].n; i++)
+		if (!strcmp(st[layer].v[i].name, name))
+			return (long long)st[layer].v[i].value;
+	return -1;
+}
+
+#endif

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Engine tests: stacks, runs on every bottom layer, exact op counts for fixed
+ * cycles, counters covering the measured phase only, the virtual CPU token,
+ * bad configurations, and the lock under contention (FIFO, failure, AA).
+ */
+#include <errno.h>
+#include <pthread.h>
+
+#include "test.h"
+
+static void cfg_init(struct al_run_config *cfg, const char *wl, const char *layer)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->workload = al_workload_find(wl);
+	al_params_default(cfg->workload->params, cfg->workload->nparams, cfg->wparams);
+	cfg->stack.n = 1;
+	cfg->stack.layer[0].desc = al_layer_find(layer);
+	al_params_default(cfg->stack.layer[0].desc->params, cfg->stack.layer[0].desc->nparams,
+			  cfg->stack.layer[0].params);
+	cfg->producers = 1;
+	cfg->warmup_cycles = 3;
+	cfg->cycles = 10;
+}
+
+static long long res_stat(const struct al_run_result *r, unsigned layer, const char *name)
+{
+	unsigned i;
+
+	for (i = 0; i < r->layers[layer].n; i++)
+		if (!strcmp(r->layers[layer].v[i].name, name))
+			return (long long)r->layers[layer].v[i].value;
+	return -1;
+}
+
+TEST(test_registry)
+{
+	CHECK(al_layer_find("libc") != NULL);
+	CHECK(al_layer_find("null") != NULL);
+	CHECK(al_layer_find("nope") == NULL);
+	CHECK(al_workload_find("malloc-free") != NULL);
+	CHECK(al_workload_find("malloc") != NULL);
+	CHECK(al_workload_find("calloc") != NULL);
+	CHECK_EQ(al_layer_register(al_layer_find("libc")), -EEXIST);
+	CHECK_EQ(al_layer_register(NULL), -EINVAL);
+}
+
+TEST(test_run_exact_counts)
+{
+	static const char *layers[] = {"libc", "null"};
+	struct al_run_config cfg;
+	struct al_run_result res;
+	unsigned l, p;
+
+	for (l = 0; l < 2; l++)
+		for (p = 1; p <= 3; p++) {
+			cfg_init(&cfg, "malloc-free", layers[l]);
+			cfg.producers = p;
+			cfg.wparams[1] = 16; /* allocs_per_cycle */
+			CHECK_EQ(al_run(&cfg, &res), 0);
+			CHECK_EQ(res.cycles, 10 * p);
+			CHECK_EQ(res.alloc_ops, 160 * p);
+			CHECK_EQ(res.free_ops, 160 * p);
+			CHECK_EQ(res.ncpu_model, p);
+			CHECK(res.alloc_ns > 0);
+			if (l == 0) {
+				/* counters cover the measured phase only, not warmup */
+				CHECK_EQ(res_stat(&res, 0, "allocs"), 160 * p);
+				CHECK_EQ(res_stat(&res, 0, "frees"), 160 * p);
+				CHECK_EQ(res.layers[0].bytes_held, 0);
+			}
+		}
+}
+
+TEST(test_run_virtual_tokens)
+{
+	struct al_run_config cfg;
+	struct al_run_result res;
+
+	cfg_init(&cfg, "malloc-free", "libc");
+	cfg.producers = 8;
+	cfg.cpu_mode = AL_CPU_VIRTUAL;
+	cfg.timing = AL_TIMING_PER_OP_SUM;
+	CHECK_EQ(al_run(&cfg, &res), 0);
+	CHECK_EQ(res.cpu_mode, AL_CPU_VIRTUAL);
+	CHECK_EQ(res.ncpu_model, 8);
+	CHECK(res.ncpu_concurrent <= al_cpus_usable());
+	CHECK_EQ(res.alloc_ops, 8 * 10 * 64);
+	/* duration-bounded */
+	cfg.cycles = 0;
+	cfg.duration_ns = 2000000;
+	CHECK_EQ(al_run(&cfg, &res), 0);
+	CHECK(res.cycles >= 8);
+	CHECK_EQ(res.alloc_ops, res.cycles * 64);
+}
+
+TEST(test_run_reset_workloads)
+{
+	struct al_run_config cfg;
+	struct al_run_result res;
+
+	cfg_init(&cfg, "calloc", "libc");
+	cfg.wparams[1] = 100;
+	CHECK_EQ(al_run(&cfg, &res), 0);
+	CHECK_EQ(res.alloc_ops, 1000);
+	CHECK_EQ(res.free_ops, 0);
+	CHECK_EQ(res_stat(&res, 0, "allocs"), 1000); /* summed over reset instances */
+	cfg.producers = 2;
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	CHECK(strstr(res.error, "one producer") != NULL);
+}
+
+TEST(test_run_bad_config)
+{
+	struct al_run_config cfg;
+	struct al_run_result res;
+
+	cfg_init(&cfg, "malloc-free", "null");
+	cfg.producers = 0;
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	cfg.producers = AL_MAX_PRODUCERS + 1;
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	cfg.producers = 1;
+	cfg.wparams[0] = 0; /* size */
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	CHECK(strstr(res.error, "size=0") != NULL);
+	cfg.wparams[0] = (512 << 10) + 1;
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	cfg.wparams[0] = 64;
+	cfg.cycles = 0;
+	cfg.duration_ns = 0;
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	cfg.cycles = 1;
+	cfg.cpu_mode = AL_CPU_PINNED;
+	cfg.producers = al_cpus_usable() + 1;
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	CHECK(strstr(res.error, "pinned") != NULL);
+}
+
+/* ---- lock ---- */
+
+static struct al_lock test_lock;
+static long shared_counter;
+
+struct lock_arg {
+	unsigned cpu;
+	unsigned iters;
+	unsigned failed;
+};
+
+static void *lock_thread(void *p)
+{
+	struct lock_arg *arg = p;
+	struct al_ctx c;
+	unsigned i;
+
+	al_ctx_init(&c, arg->cpu);
+	for (i = 0; i < arg->iters; i++) {
+		if (al_lock_acquire(&test_lock, &c)) {
+			arg->failed++;
+			continue;
+		}
+		shared_counter++;
+		al_lock_release(&test_lock, &c);
+	}
+	return NULL;
+}
+
+TEST(test_lock_contended)
+{
+	pthread_t th[4];
+	struct lock_arg arg[4];
+	struct al_stats st = {0};
+	unsigned i, failed = 0;
+
+	al_lock_init(&test_lock, 1000000000ull, true);
+	shared_counter = 0;
+	for (i = 0; i < 4; i++) {
+		arg[i] = (struct lock_arg){.cpu = i, .iters = 20000};
+		pthread_create(&th[i], NULL, lock_thread, &arg[i]);
+	}
+	for (i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		failed += arg[i].failed;
+	}
+	CHECK_EQ(failed, 0);
+	CHECK_EQ(shared_counter, 80000);
+	al_lock_report(&test_lock, al_lock_stat_names, &st);
+	CHECK_EQ(st.v[0].value, 80000); /* acquired */
+	CHECK_EQ(st.v[2].value, 0);     /* failed */
+	CHECK(st.v[5].value <= 80000);  /* owner switches */
+}
+
+TEST(test_lock_budget_and_aa)
+{
+	struct al_ctx a, b, nmi;
+
+	al_ctx_init(&a, 0);
+	al_ctx_init(&b, 1);
+	al_ctx_init(&nmi, 0);
+	nmi.level = AL_CTX_NMI;
+	al_lock_init(&test_lock, 200000, false); /* 200 us */
+	CHECK_EQ(al_lock_acquire(&test_lock, &a), 0);
+	CHECK_EQ(al_lock_tryacquire(&test_lock, &b), -EBUSY);
+	CHECK_EQ(al_lock_acquire(&test_lock, &b), -ETIMEDOUT);
+	CHECK_EQ(al_lock_acquire(&test_lock, &nmi), -EDEADLK);
+	al_lock_release(&test_lock, &a);
+	/* the abandoned tickets are skipped: the next acquirer gets it at once */
+	CHECK_EQ(al_lock_tryacquire(&test_lock, &b), 0);
+	al_lock_release(&test_lock, &b);
+	CHECK_EQ(al_lock_acquire(&test_lock, &a), 0);
+	al_lock_release(&test_lock, &a);
+	CHECK_EQ(test_lock.st.acquired, 3);
+	CHECK_EQ(test_lock.st.failed, 3);
+	CHECK_EQ(test_lock.st.owner_switches, 2);
+}
+
+TEST(test_arena_limit)
+{
+	struct al_arena ar;
+	unsigned i;
+
+	CHECK_EQ(al_arena_init(&ar, 4 << 20, 1 << 20, false), 0);
+	for (i = 0; i < 4; i++) {
+		char *p = al_arena_grow(&ar, 1 << 20);
+
+		CHECK(p != NULL);
+		CHECK(((uintptr_t)p & ((1 << 20) - 1)) == 0);
+		p[0] = 1;
+		p[(1 << 20) - 1] = 2;
+		CHECK(al_arena_contains(&ar, p));
+	}
+	CHECK(al_arena_grow(&ar, 1 << 20) == NULL);
+	CHECK(!al_arena_contains(&ar, (void *)(ar.base + (4 << 20))));
+	CHECK_EQ(ar.commits, 4);
+	al_arena_destroy(&ar);
+	CHECK_EQ(al_arena_init(&ar, 3, 1 << 20, false), -EINVAL);
+}
+
+int main(void)
+{
+	RUN(test_registry);
+	RUN(test_run_exact_counts);
+	RUN(test_run_virtual_tokens);
+	RUN(test_run_reset_workloads);
+	RUN(test_run_bad_config);
+	RUN(test_lock_contended);
+	RUN(test_lock_budget_and_aa);
+	RUN(test_arena_limit);
+	return TEST_SUMMARY();
+}
