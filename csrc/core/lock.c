@@ -154,16 +154,31 @@ void al_lock_release(struct al_lock *l, const struct al_ctx *c)
 	}
 }
 
+void al_lock_stats_add(const struct al_lock *l, struct al_lock_stats *sum)
+{
+	sum->acquired += __atomic_load_n(&l->st.acquired, __ATOMIC_RELAXED);
+	sum->contended += __atomic_load_n(&l->st.contended, __ATOMIC_RELAXED);
+	sum->failed += __atomic_load_n(&l->st.failed, __ATOMIC_RELAXED);
+	sum->wait_ticks += __atomic_load_n(&l->st.wait_ticks, __ATOMIC_RELAXED);
+	sum->hold_ticks += __atomic_load_n(&l->st.hold_ticks, __ATOMIC_RELAXED);
+	sum->owner_switches += __atomic_load_n(&l->st.owner_switches, __ATOMIC_RELAXED);
+}
+
+void al_lock_stats_report(const struct al_lock_stats *st, const char *const names[6],
+			  struct al_stats *out)
+{
+	al_stats_add(out, names[0], st->acquired);
+	al_stats_add(out, names[1], st->contended);
+	al_stats_add(out, names[2], st->failed);
+	al_stats_add(out, names[3], (uint64_t)al_ticks_to_ns((double)st->wait_ticks));
+	al_stats_add(out, names[4], (uint64_t)al_ticks_to_ns((double)st->hold_ticks));
+	al_stats_add(out, names[5], st->owner_switches);
+}
+
 void al_lock_report(const struct al_lock *l, const char *const names[6], struct al_stats *out)
 {
-	al_stats_add(out, names[0], __atomic_load_n(&l->st.acquired, __ATOMIC_RELAXED));
-	al_stats_add(out, names[1], __atomic_load_n(&l->st.contended, __ATOMIC_RELAXED));
-	al_stats_add(out, names[2], __atomic_load_n(&l->st.failed, __ATOMIC_RELAXED));
-	al_stats_add(out, names[3],
-		     (uint64_t)al_ticks_to_ns((double)__atomic_load_n(&l->st.wait_ticks,
-								    __ATOMIC_RELAXED)));
-	al_stats_add(out, names[4],
-		     (uint64_t)al_ticks_to_ns((double)__atomic_load_n(&l->st.hold_ticks,
-								    __ATOMIC_RELAXED)));
-	al_stats_add(out, names[5], __atomic_load_n(&l->st.owner_switches, __ATOMIC_RELAXED));
+	struct al_lock_stats sum = {0};
+
+	al_lock_stats_add(l, &sum);
+	al_lock_stats_report(&sum, names, out);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "alloclab/alloclab.h"
+#include "list.h"
 
 enum { P_size, P_allocs_per_cycle, P_NR };
 
@@ -59,90 +60,14 @@ static void mf_worker_fini(struct al_worker *w)
 	w->priv = NULL;
 }
 
-/* Free the first n objects of a list (untimed error path). */
-static void free_list(struct al_worker *w, void *head, unsigned n)
-{
-	while (n--) {
-		void *next = *(void **)head;
-
-		al_free(w->a, &w->ctx, head);
-		head = next;
-	}
-}
-
-static al_noinline al_cold int alloc_failed(struct al_worker *w, unsigned done, unsigned n)
-{
-	int err = w->ctx.err ? w->ctx.err : -ENOMEM;
-
-	snprintf(w->err, w->errlen, "allocation %u of %u (%lld bytes) failed: %s", done + 1, n,
-		 (long long)w->params[P_size], al_strerror(err));
-	return err;
-}
-
-static al_noinline al_cold int free_failed(struct al_worker *w, void *p, int err)
-{
-	snprintf(w->err, w->errlen, "free(%p) failed: %s", p, al_strerror(err));
-	return err;
-}
-
 static int mf_cycle_list(struct al_worker *w)
 {
-	struct al_allocator *a = w->a;
-	struct al_ctx *c = &w->ctx;
 	size_t size = (size_t)w->params[P_size];
-	unsigned n = (unsigned)w->params[P_allocs_per_cycle], i;
-	void *head = NULL, *p, *next;
-	uint64_t t0, t1, sum;
-	int ret;
+	unsigned n = (unsigned)w->params[P_allocs_per_cycle];
+	void *head = NULL;
+	int ret = wl_alloc_list(w, size, n, &head);
 
-	if (w->timing == AL_TIMING_BATCH) {
-		t0 = al_ticks();
-		for (i = 0; i < n; i++) {
-			p = al_alloc(a, c, size, 0);
-			if (al_unlikely(!p))
-				goto fail;
-			*(void **)p = head;
-			head = p;
-		}
-		t1 = al_ticks();
-		w->alloc_ticks += t1 - t0;
-		for (i = 0; i < n; i++) {
-			next = *(void **)head;
-			ret = al_free(a, c, head);
-			if (al_unlikely(ret))
-				return free_failed(w, head, ret);
-			head = next;
-		}
-		w->free_ticks += al_ticks() - t1;
-	} else {
-		for (i = 0, sum = 0; i < n; i++) {
-			t0 = al_ticks();
-			p = al_alloc(a, c, size, 0);
-			sum += al_ticks() - t0;
-			if (al_unlikely(!p))
-				goto fail;
-			*(void **)p = head;
-			head = p;
-		}
-		w->alloc_ticks += sum;
-		for (i = 0, sum = 0; i < n; i++) {
-			next = *(void **)head;
-			t0 = al_ticks();
-			ret = al_free(a, c, head);
-			sum += al_ticks() - t0;
-			if (al_unlikely(ret))
-				return free_failed(w, head, ret);
-			head = next;
-		}
-		w->free_ticks += sum;
-	}
-	w->alloc_ops += n;
-	w->free_ops += n;
-	return 0;
-fail:
-	ret = alloc_failed(w, i, n);
-	free_list(w, head, i);
-	return ret;
+	return ret ? ret : wl_free_list(w, head, n);
 }
 
 static int mf_cycle_array(struct al_worker *w)
@@ -163,7 +88,7 @@ static int mf_cycle_array(struct al_worker *w)
 		if (w->timing == AL_TIMING_PER_OP_SUM)
 			w->alloc_ticks += al_ticks() - s;
 		if (al_unlikely(!m->arr[i])) {
-			ret = alloc_failed(w, i, n);
+			ret = wl_alloc_failed(w, i, n, size);
 			while (i--)
 				al_free(a, c, m->arr[i]);
 			return ret;
@@ -180,7 +105,7 @@ static int mf_cycle_array(struct al_worker *w)
 		if (w->timing == AL_TIMING_PER_OP_SUM)
 			w->free_ticks += al_ticks() - s;
 		if (al_unlikely(ret))
-			return free_failed(w, m->arr[i], ret);
+			return wl_free_failed(w, m->arr[i], ret);
 	}
 	if (w->timing == AL_TIMING_BATCH)
 		w->free_ticks += al_ticks() - t1;

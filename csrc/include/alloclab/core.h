@@ -194,9 +194,13 @@ AL_API int al_lock_acquire(struct al_lock *l, const struct al_ctx *c);
 /* 0, or -EBUSY. Never waits. */
 AL_API int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c);
 AL_API void al_lock_release(struct al_lock *l, const struct al_ctx *c);
-/* Appends <prefix>acquired, ..._contended, ... to out. */
+/* Appends lock_acquired, lock_contended, ... (names[]; times in ns) to out. */
 AL_API void al_lock_report(const struct al_lock *l, const char *const names[6],
 			   struct al_stats *out);
+/* For layers with many locks: sum them, then report the sum. */
+AL_API void al_lock_stats_add(const struct al_lock *l, struct al_lock_stats *sum);
+AL_API void al_lock_stats_report(const struct al_lock_stats *st, const char *const names[6],
+				 struct al_stats *out);
 AL_API extern const char *const al_lock_stat_names[6]; /* "lock_acquired", ... */
 
 /* ---- misc ---- */

@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * magazine: Bonwick's magazines and depot (USENIX 2001), as libarena's
+ * bmag/bdepot in the libarena dev tree: a third design beside "spill" and
+ * "transfer cache".
+ *
+ * Per CPU and order: a current and a previous magazine (M rounds each).
+ * Per order: a depot of full magazines and of empty ones, under a lock.
+ * A fixed pool of 2*ncpu + depot magazines per order is made at create, so
+ * full + empty in the depot always equals `depot` (the bound on full ones):
+ * whenever the depot has room for a full magazine it also has an empty one.
+ *
+ * alloc: pop cur; cur empty and prev has rounds → swap; both empty → lock
+ *        the depot: a full magazine there → prev goes back as empty, cur
+ *        becomes prev, the full one becomes cur; none → refill cur with ONE
+ *        backend alloc_bulk(M).
+ * free:  push cur; cur full and prev empty → swap; both full → lock the
+ *        depot: room → prev goes in as full, cur becomes prev, an empty one
+ *        becomes cur; depot full → prev is flushed to the backend with ONE
+ *        free_bulk and reused.
+ * Guard: the same per-CPU `active` guard as percpu; a nested operation takes
+ *        the backend path (counted).
+ * Lock order: depot lock -> backend only in drain (teardown).
+ * Cost: hits touch two pointers; a depot exchange moves one pointer under a
+ * per-order lock, whatever M is (Bonwick's point: the depot moves magazines,
+ * not objects).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "frontcache.h"
+
+enum { P_rounds, P_depot, P_orders, P_guard, P_lock_budget, P_NR };
+
+static const struct al_param_desc magazine_params[P_NR] = {
+	[P_rounds] = {"rounds", AL_PARAM_INT, 8, 1, 512, NULL,
+		      "objects per magazine (libarena BMAG_CAPACITY = 8)"},
+	[P_depot] = {"depot", AL_PARAM_INT, 16, 1, 4096, NULL,
+		     "full magazines the depot may hold per order"},
+	[P_orders] = {"orders", AL_PARAM_INT, 8, 1, 16, NULL, "orders below this are cached"},
+	[P_guard] = {"guard", AL_PARAM_ENUM, FC_GUARD_ATOMIC, 0, 1, FC_GUARD_CHOICES,
+		     "per-CPU guard: atomic cmpxchg or a local flag"},
+	[P_lock_budget] = {"lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
+			   "spin budget of the depot locks"},
+};
+
+#define MAGAZINE_COUNTERS(X)                                                      \
+	X(allocs, "allocations through this layer")                               \
+	X(frees, "frees through this layer")                                      \
+	X(hits, "allocations served by cur or prev")                              \
+	X(free_hits, "frees taken by cur or prev")                                \
+	X(swaps, "cur/prev exchanges")                                            \
+	X(depot_gets, "full magazines taken from the depot")                      \
+	X(depot_puts, "full magazines put in the depot")                          \
+	X(backend_refills, "magazines filled with one backend alloc_bulk")        \
+	X(backend_flushes, "magazines emptied with one backend free_bulk")        \
+	X(refill_failed, "refills that brought nothing")                          \
+	X(lock_failures, "depot lock acquisitions that failed")                   \
+	X(guard_busy, "operations that found the guard held")                     \
+	X(uncached, "operations on orders that are not cached")                   \
+	X(bytes_allocated, "class bytes handed out")                              \
+	X(bytes_freed, "class bytes taken back")
+
+#define X(name, doc) MG_##name,
+enum { MAGAZINE_COUNTERS(X) MG_NR };
+#undef X
+static const char *const magazine_counter_names[] = {MAGAZINE_COUNTERS(AL_CTR_NAME)};
+
+struct mag {
+	uint32_t rounds; /* objects held */
+	uint32_t pad;
+	void *obj[];     /* M slots */
+};
+
+struct depot {
+	struct al_lock lock; /* protects the lists */
+	unsigned nfull;      /* full magazines in full[] */
+	unsigned nempty;     /* empty magazines in empty[] */
+	struct mag **full;   /* stack, capacity `depot` */
+	struct mag **empty;  /* stack, capacity `depot` */
+};
+
+struct mg_cpu {
+	int active;            /* the guard */
+	int pad;
+	struct mag *pair[][2]; /* per order: [0] = cur, [1] = prev */
+};
+
+struct magazine {
+	struct al_allocator base; /* must be first */
+	unsigned m;               /* rounds per magazine */
+	unsigned depot_max;       /* full magazines per order in the depot */
+	unsigned norders;
+	int guard;
+	size_t mag_size;          /* bytes per magazine */
+	size_t cpu_stride;        /* bytes per mg_cpu, 64-aligned */
+	char *cpus;               /* ncpu mg_cpu blocks */
+	struct depot *depots;     /* norders */
+	char *pool;               /* every magazine and the depot stacks */
+	size_t pool_len;
+	size_t cpus_len;
+	struct al_counters ctr;   /* MAGAZINE_COUNTERS */
+};
+
+static inline struct mg_cpu *mg_cpu(struct magazine *mg, unsigned cpu)
+{
+	return (struct mg_cpu *)(mg->cpus + (size_t)cpu * mg->cpu_stride);
+}
+
+static inline void swap_pair(struct mag **pair)
+{
+	struct mag *t = pair[0];
+
+	pair[0] = pair[1];
+	pair[1] = t;
+}
+
+/* cur and prev are both empty. */
+static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, struct mag **pair,
+				       unsigned order)
+{
+	struct depot *d = &mg->depots[order];
+	struct mag *cur = pair[0];
+	int n;
+
+	if (!al_lock_acquire(&d->lock, c)) {
+		if (d->nfull) {
+			d->empty[d->nempty++] = pair[1];
+			pair[1] = cur;
+			pair[0] = cur = d->full[--d->nfull];
+			al_lock_release(&d->lock, c);
+			al_count(&mg->ctr, c, MG_depot_gets, 1);
+			return cur->obj[--cur->rounds];
+		}
+		al_lock_release(&d->lock, c);
+	} else {
+		al_count(&mg->ctr, c, MG_lock_failures, 1);
+	}
+	n = al_alloc_bulk(mg->base.below, c, fc_class_size(order), mg->m, cur->obj, 0);
+	if (n <= 0) {
+		al_count(&mg->ctr, c, MG_refill_failed, 1);
+		if (!c->err)
+			c->err = -ENOMEM;
+		return NULL;
+	}
+	al_count(&mg->ctr, c, MG_backend_refills, 1);
+	cur->rounds = (uint32_t)n - 1;
+	return cur->obj[n - 1];
+}
+
+static void *magazine_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	struct magazine *mg = (struct magazine *)a;
+	unsigned order = fc_order(size);
+	struct mg_cpu *pc;
+	struct mag **pair;
+	void *p;
+
+	if (al_unlikely(order >= mg->norders || !size)) {
+		al_count(&mg->ctr, c, MG_uncached, 1);
+		return al_alloc(a->below, c, size, flags);
+	}
+	pc = mg_cpu(mg, c->cpu);
+	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard))) {
+		al_count(&mg->ctr, c, MG_guard_busy, 1);
+		p = al_alloc(a->below, c, fc_class_size(order), 0);
+		goto out;
+	}
+	pair = pc->pair[order];
+	if (al_likely(pair[0]->rounds)) {
+		p = pair[0]->obj[--pair[0]->rounds];
+		al_count(&mg->ctr, c, MG_hits, 1);
+	} else if (pair[1]->rounds) {
+		swap_pair(pair);
+		p = pair[0]->obj[--pair[0]->rounds];
+		al_count(&mg->ctr, c, MG_swaps, 1);
+		al_count(&mg->ctr, c, MG_hits, 1);
+	} else {
+		p = mg_alloc_slow(mg, c, pair, order);
+	}
+	fc_guard_exit(&pc->active, mg->guard);
+out:
+	if (al_unlikely(!p))
+		return NULL;
+	al_count(&mg->ctr, c, MG_allocs, 1);
+	al_count(&mg->ctr, c, MG_bytes_allocated, fc_class_size(order));
+	if (flags & AL_ZERO)
+		memset(p, 0, size);
+	return p;
+}
+
+/* cur and prev are both full. 0, or an error with p not freed. */
+static al_noinline int mg_free_slow(struct magazine *mg, struct al_ctx *c, struct mag **pair,
+				    unsigned order, void *p)
+{
+	struct depot *d = &mg->depots[order];
+	struct mag *prev = pair[1];
+
+	if (!al_lock_acquire(&d->lock, c)) {
+		if (d->nfull < mg->depot_max) {
+			d->full[d->nfull++] = prev;
+			pair[1] = pair[0];
+			pair[0] = d->empty[--d->nempty];
+			al_lock_release(&d->lock, c);
+			al_count(&mg->ctr, c, MG_depot_puts, 1);
+			pair[0]->obj[pair[0]->rounds++] = p;
+			return 0;
+		}
+		al_lock_release(&d->lock, c);
+	} else {
+		al_count(&mg->ctr, c, MG_lock_failures, 1);
+	}
+	if (al_free_bulk(mg->base.below, c, prev->obj, prev->rounds) < 0)
+		return al_free(mg->base.below, c, p);
+	al_count(&mg->ctr, c, MG_backend_flushes, 1);
+	prev->rounds = 0;
+	swap_pair(pair);
+	pair[0]->obj[pair[0]->rounds++] = p;
+	return 0;
+}
+
+static int magazine_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	struct magazine *mg = (struct magazine *)a;
+	struct al_allocator *below = a->below;
+	struct mg_cpu *pc;
+	struct mag **pair;
+	int order, ret = 0;
+
+	if (!p)
+		return 0;
+	order = fc_order_floor(below->ops->usable_size(below, p));
+	if (al_unlikely(order < 0 || order >= (int)mg->norders)) {
+		ret = al_free(below, c, p);
+		if (!ret && order >= 0)
+			al_count(&mg->ctr, c, MG_uncached, 1);
+		return ret;
+	}
+	pc = mg_cpu(mg, c->cpu);
+	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard))) {
+		al_count(&mg->ctr, c, MG_guard_busy, 1);
+		ret = al_free(below, c, p);
+		goto out;
+	}
+	pair = pc->pair[order];
+	if (al_likely(pair[0]->rounds < mg->m)) {
+		pair[0]->obj[pair[0]->rounds++] = p;
+		al_count(&mg->ctr, c, MG_free_hits, 1);
+	} else if (!pair[1]->rounds) {
+		swap_pair(pair);
+		pair[0]->obj[pair[0]->rounds++] = p;
+		al_count(&mg->ctr, c, MG_swaps, 1);
+		al_count(&mg->ctr, c, MG_free_hits, 1);
+	} else {
+		ret = mg_free_slow(mg, c, pair, (unsigned)order, p);
+	}
+	fc_guard_exit(&pc->active, mg->guard);
+out:
+	if (!ret) {
+		al_count(&mg->ctr, c, MG_frees, 1);
+		al_count(&mg->ctr, c, MG_bytes_freed, fc_class_size((unsigned)order));
+	}
+	return ret;
+}
+
+static size_t magazine_usable_size(struct al_allocator *a, const void *p)
+{
+	return a->below->ops->usable_size(a->below, p);
+}
+
+static bool magazine_owns(struct al_allocator *a, const void *p)
+{
+	return a->below->ops->owns ? a->below->ops->owns(a->below, p) : false;
+}
+
+static void flush(struct magazine *mg, struct al_ctx *c, struct mag *m)
+{
+	if (m->rounds && al_free_bulk(mg->base.below, c, m->obj, m->rounds) >= 0)
+		m->rounds = 0;
+}
+
+static void drain_cpu(struct magazine *mg, struct al_ctx *c, unsigned cpu)
+{
+	struct mg_cpu *pc = mg_cpu(mg, cpu);
+	unsigned o;
+
+	for (o = 0; o < mg->norders; o++) {
+		flush(mg, c, pc->pair[o][0]);
+		flush(mg, c, pc->pair[o][1]);
+	}
+}
+
+static void magazine_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
+{
+	struct magazine *mg = (struct magazine *)a;
+	struct mg_cpu *pc = mg_cpu(mg, c->cpu);
+	unsigned cpu, o;
+
+	if (scope != AL_DRAIN_ALL) {
+		if (fc_guard_enter(&pc->active, mg->guard)) {
+			drain_cpu(mg, c, c->cpu);
+			fc_guard_exit(&pc->active, mg->guard);
+		}
+		return;
+	}
+	for (cpu = 0; cpu < a->ncpu; cpu++)
+		drain_cpu(mg, c, cpu);
+	for (o = 0; o < mg->norders; o++) {
+		struct depot *d = &mg->depots[o];
+
+		if (al_lock_acquire(&d->lock, c))
+			continue;
+		while (d->nfull) {
+			struct mag *m = d->full[d->nfull - 1];
+
+			flush(mg, c, m);
+			if (m->rounds)
+				break;
+			d->nfull--;
+			d->empty[d->nempty++] = m;
+		}
+		al_lock_release(&d->lock, c);
+	}
+}
+
+static void magazine_stats(struct al_allocator *a, struct al_stats *out)
+{
+	struct magazine *mg = (struct magazine *)a;
+	struct al_lock_stats locks = {0};
+	uint64_t full = 0;
+	unsigned o;
+
+	out->bytes_held = (int64_t)(al_counters_sum(&mg->ctr, MG_bytes_allocated) -
+				    al_counters_sum(&mg->ctr, MG_bytes_freed));
+	al_counters_report(&mg->ctr, out);
+	for (o = 0; o < mg->norders; o++) {
+		al_lock_stats_add(&mg->depots[o].lock, &locks);
+		full += __atomic_load_n(&mg->depots[o].nfull, __ATOMIC_RELAXED);
+	}
+	al_lock_stats_report(&locks, al_lock_stat_names, out);
+	al_stats_add(out, "depot_full_magazines", full);
+}
+
+static int magazine_check(struct al_allocator *a, char *err, size_t errlen)
+{
+	struct magazine *mg = (struct magazine *)a;
+	unsigned o, cpu;
+
+	for (o = 0; o < mg->norders; o++) {
+		struct depot *d = &mg->depots[o];
+
+		if (d->nfull + d->nempty != mg->depot_max) {
+			snprintf(err, errlen, "order %u: depot holds %u full + %u empty != %u", o,
+				 d->nfull, d->nempty, mg->depot_max);
+			return -EFAULT;
+		}
+		for (cpu = 0; cpu < a->ncpu; cpu++) {
+			struct mag **pair = mg_cpu(mg, cpu)->pair[o];
+
+			if (pair[0]->rounds > mg->m || pair[1]->rounds > mg->m) {
+				snprintf(err, errlen, "cpu %u order %u: magazine overfull", cpu, o);
+				return -EFAULT;
+			}
+		}
+	}
+	return 0;
+}
+
+static void magazine_destroy(struct al_allocator *a)
+{
+	struct magazine *mg = (struct magazine *)a;
+	struct al_ctx c;
+
+	al_ctx_init(&c, 0);
+	magazine_drain(a, &c, AL_DRAIN_ALL);
+	al_counters_fini(&mg->ctr);
+	al_meta_free(mg->pool, mg->pool_len);
+	al_meta_free(mg->cpus, mg->cpus_len);
+	al_meta_free(mg->depots, sizeof(struct depot) * mg->norders);
+	al_meta_free(mg, sizeof(*mg));
+}
+
+static const struct al_ops magazine_ops = {
+	.abi_version = AL_ABI_VERSION,
+	.ops_size = sizeof(struct al_ops),
+	.name = "magazine",
+	.alloc = magazine_alloc,
+	.free = magazine_free,
+	.owns = magazine_owns,
+	.usable_size = magazine_usable_size,
+	.drain = magazine_drain,
+	.stats = magazine_stats,
+	.destroy = magazine_destroy,
+	.check = magazine_check,
+};
+
+static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
+			   struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct magazine *mg;
+	unsigned o, cpu, i, per_order;
+	char *q;
+
+	if (!below || !below->ops->usable_size)
+		return -EINVAL;
+	mg = al_meta_alloc(sizeof(*mg));
+	if (!mg)
+		return -ENOMEM;
+	mg->m = (unsigned)p[P_rounds];
+	mg->depot_max = (unsigned)p[P_depot];
+	mg->norders = (unsigned)p[P_orders];
+	mg->guard = (int)p[P_guard];
+	mg->mag_size = (sizeof(struct mag) + mg->m * sizeof(void *) + AL_CACHELINE - 1) &
+		       ~(size_t)(AL_CACHELINE - 1);
+	mg->cpu_stride = (sizeof(struct mg_cpu) + mg->norders * 2 * sizeof(struct mag *) +
+			  AL_CACHELINE - 1) & ~(size_t)(AL_CACHELINE - 1);
+	per_order = 2 * ncpu + mg->depot_max;
+	mg->cpus_len = mg->cpu_stride * ncpu;
+	mg->pool_len = (size_t)mg->norders *
+		       (per_order * mg->mag_size + 2 * mg->depot_max * sizeof(struct mag *) +
+			AL_CACHELINE);
+	mg->cpus = al_meta_alloc(mg->cpus_len);
+	mg->pool = al_meta_alloc(mg->pool_len);
+	mg->depots = al_meta_alloc(sizeof(struct depot) * mg->norders);
+	if (!mg->cpus || !mg->pool || !mg->depots ||
+	    al_counters_init(&mg->ctr, MG_NR, magazine_counter_names, ncpu)) {
+		al_meta_free(mg->pool, mg->pool_len);
+		al_meta_free(mg->cpus, mg->cpus_len);
+		al_meta_free(mg->depots, sizeof(struct depot) * mg->norders);
+		al_meta_free(mg, sizeof(*mg));
+		return -ENOMEM;
+	}
+	q = mg->pool;
+	for (o = 0; o < mg->norders; o++) {
+		struct depot *dp = &mg->depots[o];
+
+		al_lock_init(&dp->lock, (uint64_t)p[P_lock_budget], false);
+		dp->full = (struct mag **)q;
+		q += mg->depot_max * sizeof(struct mag *);
+		dp->empty = (struct mag **)q;
+		q += mg->depot_max * sizeof(struct mag *);
+		q = (char *)(((uintptr_t)q + AL_CACHELINE - 1) & ~(uintptr_t)(AL_CACHELINE - 1));
+		for (cpu = 0; cpu < ncpu; cpu++)
+			for (i = 0; i < 2; i++) {
+				mg_cpu(mg, cpu)->pair[o][i] = (struct mag *)q;
+				q += mg->mag_size;
+			}
+		for (i = 0; i < mg->depot_max; i++) {
+			dp->empty[dp->nempty++] = (struct mag *)q;
+			q += mg->mag_size;
+		}
+	}
+	mg->base.ops = &magazine_ops;
+	mg->base.desc = d;
+	mg->base.below = below;
+	mg->base.ncpu = ncpu;
+	*out = &mg->base;
+	return 0;
+}
+
+static const struct al_layer_desc magazine_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = "magazine",
+	.doc = "Bonwick magazines: cur + prev per CPU and order, a depot of full and empty "
+	       "magazines (libarena bmag/bdepot)",
+	.features = AL_F_BACKEND | AL_F_OWNS | AL_F_USABLE,
+	.max_size = 0,
+	.nparams = P_NR,
+	.params = magazine_params,
+	.create = magazine_create,
+};
+
+AL_REGISTER_LAYER(magazine_desc)

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Timed list building blocks shared by the libarena workloads: allocate n
+ * objects linked through their first 8 bytes (the bench's way of touching
+ * each object), and free a list of n objects, in either timing mode.
+ */
+#ifndef ALLOCLAB_WORKLOADS_LIST_H
+#define ALLOCLAB_WORKLOADS_LIST_H
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "alloclab/alloclab.h"
+
+/* Free the first n objects of a list, untimed (error paths, teardown). */
+static inline void wl_free_list_untimed(struct al_allocator *a, struct al_ctx *c, void *head,
+					unsigned n)
+{
+	while (n--) {
+		void *next = *(void **)head;
+
+		al_free(a, c, head);
+		head = next;
+	}
+}
+
+static al_noinline al_cold int wl_alloc_failed(struct al_worker *w, unsigned done, unsigned n,
+					       size_t size)
+{
+	int err = w->ctx.err ? w->ctx.err : -ENOMEM;
+
+	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s", done + 1, n,
+		 size, al_strerror(err));
+	return err;
+}
+
+static al_noinline al_cold int wl_free_failed(struct al_worker *w, void *p, int err)
+{
+	snprintf(w->err, w->errlen, "free(%p) failed: %s", p, al_strerror(err));
+	return err;
+}
+
+/* Allocate n objects of size >= 8 into *headp, timed into w->alloc_ticks. */
+static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, void **headp)
+{
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	void *head = NULL, *p;
+	uint64_t t0, sum = 0;
+	unsigned i;
+
+	if (w->timing == AL_TIMING_BATCH) {
+		t0 = al_ticks();
+		for (i = 0; i < n; i++) {
+			p = al_alloc(a, c, size, 0);
+			if (al_unlikely(!p))
+				goto fail;
+			*(void **)p = head;
+			head = p;
+		}
+		sum = al_ticks() - t0;
+	} else {
+		for (i = 0; i < n; i++) {
+			t0 = al_ticks();
+			p = al_alloc(a, c, size, 0);
+			sum += al_ticks() - t0;
+			if (al_unlikely(!p))
+				goto fail;
+			*(void **)p = head;
+			head = p;
+		}
+	}
+	w->alloc_ticks += sum;
+	w->alloc_ops += n;
+	*headp = head;
+	return 0;
+fail:
+	wl_free_list_untimed(a, c, head, i);
+	return wl_alloc_failed(w, i, n, size);
+}
+
+/* Free a list of n objects, timed into w->free_ticks. */
+static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
+{
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	uint64_t t0, sum = 0;
+	void *next;
+	unsigned i;
+	int ret;
+
+	if (w->timing == AL_TIMING_BATCH) {
+		t0 = al_ticks();
+		for (i = 0; i < n; i++) {
+			next = *(void **)head;
+			ret = al_free(a, c, head);
+			if (al_unlikely(ret))
+				return wl_free_failed(w, head, ret);
+			head = next;
+		}
+		sum = al_ticks() - t0;
+	} else {
+		for (i = 0; i < n; i++) {
+			next = *(void **)head;
+			t0 = al_ticks();
+			ret = al_free(a, c, head);
+			sum += al_ticks() - t0;
+			if (al_unlikely(ret))
+				return wl_free_failed(w, head, ret);
+			head = next;
+		}
+	}
+	w->free_ticks += sum;
+	w->free_ops += n;
+	return 0;
+}
+
+#endif
