@@ -146,8 +146,10 @@ static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p
 	if (!n)
 		return 0;
 	order = fc_order_floor(below->ops->usable_size(below, ptrs[0]));
-	if (order < 0 || order >= (int)tc->norders || n > tc->capacity)
+	if (order < 0 || order >= (int)tc->norders)
 		return al_free_bulk(below, c, ptrs, n);
+	if (n > tc->capacity)
+		goto flush; /* can never fit: straight to the backend */
 	t = &tc->orders[order];
 	if (tc->peek && peek_count(t) + n > tc->capacity) {
 		al_count(&tc->ctr, c, TC_peek_skips_insert, 1);
@@ -172,6 +174,7 @@ full:
 		al_count(&tc->ctr, c, TC_refused, 1);
 		return -ENOMEM;
 	}
+flush:
 	ret = al_free_bulk(below, c, ptrs, n);
 	if (ret < 0)
 		return ret;
