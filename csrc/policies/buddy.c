@@ -1,0 +1,1003 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * buddy: a model of the BPF libarena buddy allocator (reference §1).
+ *
+ * How it works
+ * ------------
+ * Memory comes in chunks of chunk_size (1 MiB by default) carved from one
+ * al_arena reserved with alignment chunk_size, so a pointer's chunk is its
+ * address rounded down and its index is (address & (chunk_size - 1)) / 16.
+ * A chunk is 2^norders 16-byte items, norders = log2(chunk_size / 16); a
+ * block of order o is 2^o items aligned to 2^o items, so the largest block
+ * (order norders - 1) is half a chunk and every block has a buddy.
+ *
+ * Each chunk starts with its own metadata (41,096 B for 1 MiB, as libarena):
+ *
+ *   orders[items / 2]     4-bit order per item (even index: high nibble),
+ *                         meaningful at block starts, free or allocated
+ *   allocated[items / 8]  one bit per item, set exactly at allocated starts
+ *   freelists[norders]    u64 head index per order, NIL (= items) if empty
+ *   next                  the next (older) chunk
+ *
+ * The metadata is itself "allocated" by the greedy power-of-two
+ * decomposition of §1.4d (order 11 @0, 9 @2048, 3 @2560, 0 @2568 for 1 MiB),
+ * which leaves 13 free blocks, o0 @2569 up to o15 @32768. A free block keeps
+ * a {prev_index, next_index} header at byte offset 8 (an overflow from the
+ * block below hits poisoned bytes under ASan); lists are doubly linked, LIFO.
+ *
+ * alloc(size): order = log2(roundup_pow2(size)) - 4, at least 0. Under the
+ * lock, first fit over chunks newest first: the smallest non-empty order
+ * >= the request; split it keeping the low half, pushing each upper half at
+ * the head of its list. If no chunk fits, grow one from the arena without
+ * the lock (al_arena_grow is a CAS bump), initialise its metadata while it
+ * is still private, then lock, link it at the head and allocate from it.
+ *
+ * free(p): under the lock, validate, clear the allocated bit, then merge
+ * with buddy = idx ^ (1 << order) while the buddy is free and of the same
+ * order (its start index is always a block start, so its nibble is exact).
+ *
+ * Bulk (dev tree, §1.10): one block of order + k is carved into 2^k objects,
+ * each with its own nibble and allocated bit, so each is freed alone.
+ *
+ * Invariants (all verified by buddy_check())
+ * ------------------------------------------
+ *  - Blocks, walked by start from index 0 using their order nibbles, tile
+ *    each chunk exactly; every start is aligned to its order.
+ *  - A bit of allocated[] is set iff its index starts an allocated block, so
+ *    a free is valid iff the bit is set (O(1)); a clear bit is classified as
+ *    double free (a free block start) or "not a block start" by descending
+ *    from the top order, where every aligned index on the way is a start.
+ *  - Every free block is on the list of its order, exactly once, and no two
+ *    free buddies of the same order exist (merges are eager).
+ *  - Blocks below meta_items are metadata, allocated for ever, so nothing
+ *    merges to a whole chunk.
+ *  - bytes_held = sum of allocated block bytes outside the metadata.
+ * Validation reads only metadata: a rejected free never writes the memory.
+ *
+ * Locking
+ * -------
+ * One global al_lock (a queued spinlock with a time budget, like
+ * arena_spinlock_t) guards every chunk's metadata, the chunk list and the
+ * linked[] bitmap. Acquisition can fail: alloc returns NULL (-ETIMEDOUT, or
+ * -EBUSY under AL_NOSPIN), free returns the error and frees nothing. A
+ * chunk grown while the lock then fails is not leaked: it goes on a
+ * lock-free pending stack linked by the next allocation that misses.
+ * Lock-free readers (usable_size, owns) use relaxed atomics on metadata
+ * bytes and the linked[] bitmap (published with release under the lock);
+ * the lock is a leaf: nothing else is taken while it is held.
+ *
+ * Cost
+ * ----
+ * alloc: O(chunks x norders) list-head scan + O(norders) splits; free:
+ * O(1) validation + O(norders) merges; all under the one lock, so CPUs
+ * serialise on it. Metadata: 41,104 B per 1 MiB chunk (3.9%); internal
+ * fragmentation up to 50% (power-of-two blocks).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloclab/alloclab.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define BUDDY_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BUDDY_ASAN 1
+#endif
+#endif
+
+#ifdef BUDDY_ASAN
+#include <sanitizer/asan_interface.h>
+#define buddy_poison(p, n)   ASAN_POISON_MEMORY_REGION((void *)(p), (n))
+#define buddy_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION((void *)(p), (n))
+#else
+#define buddy_poison(p, n)   ((void)(p), (void)(n))
+#define buddy_unpoison(p, n) ((void)(p), (void)(n))
+#endif
+
+#define BUDDY_MIN_SHIFT	 4 /* 16-byte items */
+#define BUDDY_MIN_BYTES	 (1u << BUDDY_MIN_SHIFT)
+#define BUDDY_HEADER_OFF 8	     /* free-block header offset (ASan granule 2) */
+#define BUDDY_MIN_CHUNK	 (64u << 10) /* smallest chunk_size */
+#define BUDDY_MAX_CHUNK	 (1u << 20)  /* largest chunk_size: 16 orders, 4-bit nibbles */
+#define BUDDY_MAX_ORDERS 16	     /* orders in a 1 MiB chunk */
+#define BUDDY_FILL_ALLOC 0xD0	     /* fill byte on alloc (fill=1), as mimalloc */
+#define BUDDY_FILL_FREE	 0xDF	     /* fill byte on free (fill=1) */
+
+/* Free-block header, at byte BUDDY_HEADER_OFF of every free block. */
+struct buddy_header {
+	uint32_t prev_index; /* previous free block of the same order, or NIL */
+	uint32_t next_index; /* next free block of the same order, or NIL */
+};
+
+_Static_assert(sizeof(struct buddy_header) == 8, "header must fit bytes 8..15 of a 16-B block");
+_Static_assert(BUDDY_HEADER_OFF + sizeof(struct buddy_header) <= BUDDY_MIN_BYTES,
+	       "header must fit the smallest block");
+
+#define BUDDY_COUNTERS(X)                                                                  \
+	X(allocs, "objects allocated (alloc and alloc_bulk)")                              \
+	X(frees, "objects freed (free and free_bulk)")                                     \
+	X(alloc_bulk_calls, "alloc_bulk calls")                                            \
+	X(free_bulk_calls, "free_bulk calls")                                              \
+	X(bulk_objects, "objects returned by alloc_bulk")                                  \
+	X(bulk_freed, "objects freed by free_bulk")                                        \
+	X(splits, "blocks split in two")                                                   \
+	X(merges, "buddy pairs merged on free")                                            \
+	X(chunks, "chunks linked into the allocator")                                      \
+	X(chunks_deferred, "chunks grown while the lock then failed (linked later)")       \
+	X(chunks_relinked, "deferred chunks linked by a later allocation")                 \
+	X(bytes_requested, "bytes asked for by successful allocations")                    \
+	X(bytes_allocated, "block bytes handed out")                                       \
+	X(bytes_freed, "block bytes returned")                                             \
+	X(invalid_frees, "frees rejected: not an allocated block (double frees excluded)") \
+	X(free_outside, "invalid frees: outside every linked chunk")                       \
+	X(free_misaligned, "invalid frees: not 16-byte aligned")                           \
+	X(free_metadata, "invalid frees: inside a chunk's metadata")                       \
+	X(free_not_block_start, "invalid frees: not the start of a block")                 \
+	X(double_frees, "frees rejected: the block is already free")                       \
+	X(enomem, "allocations failed: arena exhausted")                                   \
+	X(einval, "allocations rejected: size 0 or above the largest block")               \
+	X(lock_failed_allocs, "allocations that returned NULL because the lock failed")    \
+	X(lock_failed_frees, "free/free_bulk calls that freed nothing because the lock failed")
+
+#define BUDDY_CTR_ENUM(name, doc) BC_##name,
+enum { BUDDY_COUNTERS(BUDDY_CTR_ENUM) BC_NR };
+
+static const char *const buddy_counter_names[BC_NR] = {BUDDY_COUNTERS(AL_CTR_NAME)};
+
+enum { P_CHUNK_SIZE, P_ARENA_LIMIT, P_LOCK_BUDGET, P_LOCK_TIMING, P_FILL, P_POPULATE, P_NR };
+
+/* Why a free was rejected. */
+enum buddy_reject { R_OUTSIDE, R_MISALIGNED, R_METADATA, R_NOT_START, R_DOUBLE };
+
+/* One instance. Geometry fields are set at create and read-only afterwards. */
+struct buddy {
+	struct al_allocator base; /* must be first */
+	struct al_lock lock;	  /* the one global lock (queued, time-budgeted) */
+	uintptr_t first;	  /* newest linked chunk (head of the chunk list); lock */
+	uintptr_t pending;	  /* grown but unlinked chunks, lock-free stack via next */
+	uint64_t nchunks;	  /* linked chunks; lock */
+	uint64_t *linked;	  /* bitmap: chunk number n is linked; written under lock */
+	size_t linked_len;	  /* bytes of linked[] */
+	size_t max_chunks;	  /* arena_limit / chunk_size */
+	struct al_arena arena;	  /* the reserved VA, aligned to chunk_size */
+	size_t chunk_size;	  /* bytes per chunk, a power of two */
+	size_t max_size;	  /* largest request: chunk_size / 2 */
+	unsigned chunk_shift;	  /* log2(chunk_size) */
+	unsigned norders;	  /* orders 0..norders-1 */
+	uint32_t items;		  /* 16-B items per chunk; also the NIL index */
+	uint32_t meta_items;	  /* items taken by the metadata reservation */
+	size_t alloc_off;	  /* byte offset of allocated[] in a chunk */
+	size_t fl_off;		  /* byte offset of freelists[] */
+	size_t next_off;	  /* byte offset of the next-chunk pointer */
+	size_t meta_bytes;	  /* bytes of metadata (41,096 for 1 MiB) */
+	bool fill;		  /* fill 0xD0 on alloc and 0xDF on free */
+	uint8_t *scratch;	  /* check(): three bitmaps of items bits */
+	size_t scratch_len;	  /* bytes of scratch */
+	struct al_counters ctr;	  /* BUDDY_COUNTERS, per [cpu][level] */
+};
+
+static inline struct buddy *to_buddy(struct al_allocator *a)
+{
+	return (struct buddy *)a;
+}
+
+/* ---- in-chunk metadata accessors ---- */
+
+/* Metadata bytes can be read by lock-free readers, so they are relaxed atomics. */
+static inline unsigned get_order(uintptr_t ch, uint32_t idx)
+{
+	uint8_t v = __atomic_load_n((uint8_t *)ch + (idx >> 1), __ATOMIC_RELAXED);
+
+	return (idx & 1) ? v & 0xf : v >> 4;
+}
+
+static inline void set_order(uintptr_t ch, uint32_t idx, unsigned order)
+{
+	uint8_t *p = (uint8_t *)ch + (idx >> 1);
+	uint8_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
+
+	v = (idx & 1) ? (uint8_t)((v & 0xf0) | order) : (uint8_t)((v & 0x0f) | (order << 4));
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+
+static inline bool test_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx)
+{
+	uint8_t v = __atomic_load_n((uint8_t *)ch + b->alloc_off + (idx >> 3), __ATOMIC_RELAXED);
+
+	return (v >> (idx & 7)) & 1;
+}
+
+static inline void set_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx, bool on)
+{
+	uint8_t *p = (uint8_t *)ch + b->alloc_off + (idx >> 3);
+	uint8_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
+
+	v = on ? (uint8_t)(v | (1u << (idx & 7))) : (uint8_t)(v & ~(1u << (idx & 7)));
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t *freelists(const struct buddy *b, uintptr_t ch)
+{
+	return (uint64_t *)(ch + b->fl_off);
+}
+
+static inline uintptr_t *chunk_next(const struct buddy *b, uintptr_t ch)
+{
+	return (uintptr_t *)(ch + b->next_off);
+}
+
+static inline struct buddy_header *hdr(uintptr_t ch, uint32_t idx)
+{
+	return (struct buddy_header *)(ch + ((uintptr_t)idx << BUDDY_MIN_SHIFT) + BUDDY_HEADER_OFF);
+}
+
+static inline bool chunk_linked(const struct buddy *b, size_t n)
+{
+	return (__atomic_load_n(&b->linked[n / 64], __ATOMIC_ACQUIRE) >> (n % 64)) & 1;
+}
+
+static inline unsigned size_to_order(size_t size)
+{
+	return size <= BUDDY_MIN_BYTES ? 0 : al_fls64(size - 1) - BUDDY_MIN_SHIFT;
+}
+
+/* ---- free lists (lock held) ---- */
+
+static inline void push_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+{
+	uint64_t *fl = freelists(b, ch);
+	uint32_t head = (uint32_t)fl[order];
+	struct buddy_header *h = hdr(ch, idx);
+
+	buddy_unpoison(h, sizeof(*h));
+	h->prev_index = b->items;
+	h->next_index = head;
+	if (head != b->items)
+		hdr(ch, head)->prev_index = idx;
+	fl[order] = idx;
+}
+
+static inline void unlink_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+{
+	struct buddy_header *h = hdr(ch, idx);
+	uint32_t prev = h->prev_index, next = h->next_index;
+
+	if (prev != b->items)
+		hdr(ch, prev)->next_index = next;
+	else
+		freelists(b, ch)[order] = next;
+	if (next != b->items)
+		hdr(ch, next)->prev_index = prev;
+	buddy_poison(h, sizeof(*h));
+}
+
+/*
+ * Take a block of order `order + k` from one chunk and carve it into 2^k
+ * allocated blocks of `order`. Returns its index, or NIL when the chunk has
+ * no block large enough; *splits gets the number of splits.
+ */
+static inline uint32_t chunk_alloc_locked(struct buddy *b, uintptr_t ch, unsigned order, unsigned k,
+					  unsigned *splits)
+{
+	uint64_t *fl = freelists(b, ch);
+	unsigned top = order + k, o, i;
+	uint32_t idx, j;
+
+	for (o = top; o < b->norders; o++)
+		if (fl[o] != b->items)
+			break;
+	if (o == b->norders)
+		return b->items;
+	idx = (uint32_t)fl[o];
+	unlink_locked(b, ch, idx, o);
+	for (i = o; i-- > top;) {
+		set_order(ch, idx + (1u << i), i);
+		push_locked(b, ch, idx + (1u << i), i);
+	}
+	*splits = o - top;
+	for (j = 0; j < (1u << k); j++) {
+		set_order(ch, idx + (j << order), order);
+		set_alloc(b, ch, idx + (j << order), true);
+	}
+	return idx;
+}
+
+/* ---- chunks ---- */
+
+/*
+ * Initialise a chunk's metadata while it is still private to the caller:
+ * every list NIL, then reserve the metadata by the greedy power-of-two
+ * decomposition of §1.4d, pushing the buddies it leaves free.
+ */
+static void chunk_init(struct buddy *b, uintptr_t ch)
+{
+	size_t left = b->meta_bytes;
+	unsigned max_order = b->norders, order, o, p;
+	uint32_t idx = 0;
+
+	buddy_poison(ch, b->chunk_size);
+	buddy_unpoison(ch, b->meta_bytes);
+	for (o = 0; o < b->norders; o++)
+		freelists(b, ch)[o] = b->items;
+	*chunk_next(b, ch) = 0;
+	while (left) {
+		p = al_fls64(left) - 1;
+		if (p >= BUDDY_MIN_SHIFT) {
+			order = p - BUDDY_MIN_SHIFT;
+			left -= (size_t)1 << p;
+		} else {
+			order = 0;
+			left = 0;
+		}
+		set_order(ch, idx, order);
+		set_alloc(b, ch, idx, true);
+		for (o = left ? order + 1 : order; o < max_order; o++) {
+			set_order(ch, idx + (1u << o), o);
+			push_locked(b, ch, idx + (1u << o), o);
+		}
+		idx += 1u << order;
+		max_order = order;
+	}
+}
+
+static void chunk_link_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
+{
+	size_t n = (ch - b->arena.base) >> b->chunk_shift;
+
+	*chunk_next(b, ch) = b->first;
+	b->first = ch;
+	b->nchunks++;
+	/* Release: a lock-free reader that sees the bit sees the metadata. */
+	__atomic_fetch_or(&b->linked[n / 64], 1ull << (n % 64), __ATOMIC_RELEASE);
+	al_count(&b->ctr, c, BC_chunks, 1);
+}
+
+/* Link chunks grown by allocators whose lock acquisition failed. */
+static al_noinline al_cold uintptr_t link_pending_locked(struct buddy *b, const struct al_ctx *c)
+{
+	uintptr_t ch = __atomic_exchange_n(&b->pending, 0, __ATOMIC_ACQUIRE), next;
+
+	for (; ch; ch = next) {
+		next = *chunk_next(b, ch);
+		chunk_link_locked(b, c, ch);
+		al_count(&b->ctr, c, BC_chunks_relinked, 1);
+	}
+	return b->first;
+}
+
+static inline int buddy_lock(struct buddy *b, const struct al_ctx *c, unsigned flags)
+{
+	if (al_unlikely(flags & AL_NOSPIN))
+		return al_lock_tryacquire(&b->lock, c);
+	return al_lock_acquire(&b->lock, c);
+}
+
+static al_noinline al_cold uintptr_t take_fail(struct buddy *b, struct al_ctx *c, int err,
+					       unsigned ctr)
+{
+	c->err = err;
+	al_count(&b->ctr, c, ctr, 1);
+	return 0;
+}
+
+/*
+ * Slow path: no linked chunk has a block of order + k. Grow a chunk from the
+ * arena without the lock, initialise it privately, then lock, link it at the
+ * head and allocate from it. If the lock fails the chunk is kept on the
+ * pending stack for a later allocation.
+ */
+static al_noinline uintptr_t take_grow(struct buddy *b, struct al_ctx *c, unsigned order,
+				       unsigned k, unsigned flags)
+{
+	uintptr_t ch, head;
+	unsigned splits = 0;
+	uint32_t idx;
+	int ret;
+
+	ch = (uintptr_t)al_arena_grow(&b->arena, b->chunk_size);
+	if (!ch)
+		return take_fail(b, c, -ENOMEM, BC_enomem);
+	chunk_init(b, ch);
+	ret = buddy_lock(b, c, flags);
+	if (ret) {
+		head = __atomic_load_n(&b->pending, __ATOMIC_RELAXED);
+		do
+			*chunk_next(b, ch) = head;
+		while (!__atomic_compare_exchange_n(&b->pending, &head, ch, true, __ATOMIC_RELEASE,
+						    __ATOMIC_RELAXED));
+		al_count(&b->ctr, c, BC_chunks_deferred, 1);
+		return take_fail(b, c, ret, BC_lock_failed_allocs);
+	}
+	chunk_link_locked(b, c, ch);
+	idx = chunk_alloc_locked(b, ch, order, k, &splits); /* a fresh chunk always fits */
+	al_lock_release(&b->lock, c);
+	al_count(&b->ctr, c, BC_splits, splits);
+	return ch + ((uintptr_t)idx << BUDDY_MIN_SHIFT);
+}
+
+/*
+ * Allocate a block of order + k carved into 2^k objects of `order`: first
+ * fit over the chunks, newest first. Returns its address, or 0 with c->err.
+ */
+static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, unsigned order, unsigned k,
+				   unsigned flags)
+{
+	unsigned splits = 0;
+	uint32_t idx = b->items;
+	uintptr_t ch;
+	int ret;
+
+	ret = buddy_lock(b, c, flags);
+	if (al_unlikely(ret))
+		return take_fail(b, c, ret, BC_lock_failed_allocs);
+	for (ch = b->first; ch; ch = *chunk_next(b, ch)) {
+		idx = chunk_alloc_locked(b, ch, order, k, &splits);
+		if (idx != b->items)
+			break;
+	}
+	if (al_unlikely(!ch) && __atomic_load_n(&b->pending, __ATOMIC_RELAXED)) {
+		ch = link_pending_locked(b, c);
+		idx = chunk_alloc_locked(b, ch, order, k, &splits);
+	}
+	al_lock_release(&b->lock, c);
+	if (al_unlikely(!ch))
+		return take_grow(b, c, order, k, flags);
+	if (splits)
+		al_count(&b->ctr, c, BC_splits, splits);
+	return ch + ((uintptr_t)idx << BUDDY_MIN_SHIFT);
+}
+
+/* Poison the block, then expose (and fill or zero) exactly `size` bytes. */
+static inline void object_prepare(const struct buddy *b, uintptr_t p, size_t size, unsigned order,
+				  unsigned flags)
+{
+	buddy_poison(p, (size_t)BUDDY_MIN_BYTES << order);
+	buddy_unpoison(p, size);
+	if (flags & AL_ZERO)
+		memset((void *)p, 0, size);
+	else if (b->fill)
+		memset((void *)p, BUDDY_FILL_ALLOC, size);
+}
+
+static al_noinline al_cold void *alloc_einval(struct buddy *b, struct al_ctx *c)
+{
+	c->err = -EINVAL;
+	al_count(&b->ctr, c, BC_einval, 1);
+	return NULL;
+}
+
+static void *buddy_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	struct buddy *b = to_buddy(a);
+	unsigned order;
+	uintptr_t p;
+
+	if (al_unlikely(size - 1 >= b->max_size))
+		return alloc_einval(b, c);
+	order = size_to_order(size);
+	p = buddy_take(b, c, order, 0, flags);
+	if (al_unlikely(!p))
+		return NULL;
+	object_prepare(b, p, size, order, flags);
+	al_count(&b->ctr, c, BC_allocs, 1);
+	al_count(&b->ctr, c, BC_bytes_requested, size);
+	al_count(&b->ctr, c, BC_bytes_allocated, (size_t)BUDDY_MIN_BYTES << order);
+	return (void *)p;
+}
+
+static int buddy_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
+			    void **out, unsigned flags)
+{
+	struct buddy *b = to_buddy(a);
+	unsigned order, k, j, cnt;
+	size_t bs;
+	uintptr_t p;
+
+	al_count(&b->ctr, c, BC_alloc_bulk_calls, 1);
+	if (al_unlikely(size - 1 >= b->max_size || !n)) {
+		alloc_einval(b, c);
+		return 0;
+	}
+	order = size_to_order(size);
+	k = al_fls64(n) - 1;
+	if (order + k >= b->norders)
+		k = b->norders - 1 - order;
+	p = buddy_take(b, c, order, k, flags);
+	if (al_unlikely(!p))
+		return 0;
+	cnt = 1u << k;
+	bs = (size_t)BUDDY_MIN_BYTES << order;
+	for (j = 0; j < cnt; j++) {
+		out[j] = (void *)(p + j * bs);
+		object_prepare(b, p + j * bs, size, order, flags);
+	}
+	al_count(&b->ctr, c, BC_allocs, cnt);
+	al_count(&b->ctr, c, BC_bulk_objects, cnt);
+	al_count(&b->ctr, c, BC_bytes_requested, (uint64_t)size * cnt);
+	al_count(&b->ctr, c, BC_bytes_allocated, (uint64_t)bs * cnt);
+	return (int)cnt;
+}
+
+/* ---- free ---- */
+
+/*
+ * A clear allocated bit: find the block containing idx by descending from
+ * the top order. Both halves of a chunk are block starts, and if the
+ * aligned block at s of order o is not a single block then it is split, so
+ * s (aligned to o - 1) starts a block again: each nibble read is exact.
+ */
+static uint32_t find_block(const struct buddy *b, uintptr_t ch, uint32_t idx)
+{
+	unsigned o = b->norders - 1;
+	uint32_t s;
+
+	for (;; o--) {
+		s = idx & ~((1u << o) - 1);
+		if (get_order(ch, s) >= o || !o)
+			return s;
+	}
+}
+
+static al_noinline al_cold int free_reject(struct buddy *b, const struct al_ctx *c,
+					   enum buddy_reject why)
+{
+	static const unsigned ctr[] = {
+	    [R_OUTSIDE] = BC_free_outside,
+	    [R_MISALIGNED] = BC_free_misaligned,
+	    [R_METADATA] = BC_free_metadata,
+	    [R_NOT_START] = BC_free_not_block_start,
+	};
+
+	if (why == R_DOUBLE) {
+		al_count(&b->ctr, c, BC_double_frees, 1);
+	} else {
+		al_count(&b->ctr, c, BC_invalid_frees, 1);
+		al_count(&b->ctr, c, ctr[why], 1);
+	}
+	return -EINVAL;
+}
+
+/*
+ * Validate and free one pointer. Returns the freed block's order, or
+ * -EINVAL (counted) with nothing written.
+ */
+static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
+{
+	uintptr_t off = p - b->arena.base, ch;
+	unsigned order, o, merges = 0;
+	uint32_t idx, bd;
+	size_t n;
+
+	if (al_unlikely(off >= b->arena.limit))
+		return free_reject(b, c, R_OUTSIDE);
+	if (al_unlikely(p & (BUDDY_MIN_BYTES - 1)))
+		return free_reject(b, c, R_MISALIGNED);
+	n = off >> b->chunk_shift;
+	if (al_unlikely(!chunk_linked(b, n)))
+		return free_reject(b, c, R_OUTSIDE);
+	ch = p & ~(uintptr_t)(b->chunk_size - 1);
+	idx = (uint32_t)((p - ch) >> BUDDY_MIN_SHIFT);
+	if (al_unlikely(idx < b->meta_items))
+		return free_reject(b, c, R_METADATA);
+	if (al_unlikely(!test_alloc(b, ch, idx)))
+		return free_reject(b, c, find_block(b, ch, idx) == idx ? R_DOUBLE : R_NOT_START);
+
+	o = order = get_order(ch, idx);
+	set_alloc(b, ch, idx, false);
+	buddy_unpoison(p, (size_t)BUDDY_MIN_BYTES << order);
+	if (b->fill)
+		memset((void *)p, BUDDY_FILL_FREE, (size_t)BUDDY_MIN_BYTES << order);
+	buddy_poison(p, (size_t)BUDDY_MIN_BYTES << order);
+	while (o + 1 < b->norders) {
+		bd = idx ^ (1u << o);
+		if (test_alloc(b, ch, bd) || get_order(ch, bd) != o)
+			break;
+		unlink_locked(b, ch, bd, o);
+		idx &= bd;
+		o++;
+		merges++;
+	}
+	set_order(ch, idx, o);
+	push_locked(b, ch, idx, o);
+	if (merges)
+		al_count(&b->ctr, c, BC_merges, merges);
+	return (int)order;
+}
+
+static al_noinline al_cold int free_lock_failed(struct buddy *b, const struct al_ctx *c, int err)
+{
+	al_count(&b->ctr, c, BC_lock_failed_frees, 1);
+	return err;
+}
+
+static int buddy_free(struct al_allocator *a, struct al_ctx *c, void *ptr)
+{
+	struct buddy *b = to_buddy(a);
+	int ret;
+
+	if (!ptr)
+		return 0;
+	ret = al_lock_acquire(&b->lock, c);
+	if (al_unlikely(ret))
+		return free_lock_failed(b, c, ret);
+	ret = free_locked(b, c, (uintptr_t)ptr);
+	al_lock_release(&b->lock, c);
+	if (al_unlikely(ret < 0))
+		return ret;
+	al_count(&b->ctr, c, BC_frees, 1);
+	al_count(&b->ctr, c, BC_bytes_freed, (size_t)BUDDY_MIN_BYTES << ret);
+	return 0;
+}
+
+static int buddy_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
+{
+	struct buddy *b = to_buddy(a);
+	uint64_t freed = 0, bytes = 0;
+	unsigned i;
+	int ret;
+
+	al_count(&b->ctr, c, BC_free_bulk_calls, 1);
+	if (!n)
+		return 0;
+	ret = al_lock_acquire(&b->lock, c);
+	if (al_unlikely(ret))
+		return free_lock_failed(b, c, ret);
+	for (i = 0; i < n; i++) {
+		if (!ptrs[i])
+			continue;
+		ret = free_locked(b, c, (uintptr_t)ptrs[i]);
+		if (ret < 0)
+			continue;
+		freed++;
+		bytes += (uint64_t)BUDDY_MIN_BYTES << ret;
+	}
+	al_lock_release(&b->lock, c);
+	al_count(&b->ctr, c, BC_frees, freed);
+	al_count(&b->ctr, c, BC_bulk_freed, freed);
+	al_count(&b->ctr, c, BC_bytes_freed, bytes);
+	return (int)n;
+}
+
+/* ---- queries ---- */
+
+static bool buddy_owns(struct al_allocator *a, const void *ptr)
+{
+	return al_arena_contains(&to_buddy(a)->arena, ptr);
+}
+
+/* Lock-free: exact for a block the caller owns (its start nibble cannot change). */
+static size_t buddy_usable_size(struct al_allocator *a, const void *ptr)
+{
+	struct buddy *b = to_buddy(a);
+	uintptr_t p = (uintptr_t)ptr, off = p - b->arena.base, ch;
+	uint32_t idx;
+
+	if (off >= b->arena.limit || (p & (BUDDY_MIN_BYTES - 1)) ||
+	    !chunk_linked(b, off >> b->chunk_shift))
+		return 0;
+	ch = p & ~(uintptr_t)(b->chunk_size - 1);
+	idx = (uint32_t)((p - ch) >> BUDDY_MIN_SHIFT);
+	if (idx < b->meta_items || !test_alloc(b, ch, idx))
+		return 0;
+	return (size_t)BUDDY_MIN_BYTES << get_order(ch, idx);
+}
+
+static void buddy_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
+{
+	(void)a; /* no caches: everything is already in the free lists */
+	(void)c;
+	(void)scope;
+}
+
+static int64_t bytes_held(const struct buddy *b)
+{
+	return (int64_t)(al_counters_sum(&b->ctr, BC_bytes_allocated) -
+			 al_counters_sum(&b->ctr, BC_bytes_freed));
+}
+
+static void buddy_stats(struct al_allocator *a, struct al_stats *out)
+{
+	struct buddy *b = to_buddy(a);
+
+	out->layer = "buddy";
+	out->bytes_held = bytes_held(b);
+	al_counters_report(&b->ctr, out);
+	al_lock_report(&b->lock, al_lock_stat_names, out);
+	al_stats_add(out, "chunks_committed", __atomic_load_n(&b->arena.commits, __ATOMIC_RELAXED));
+	al_stats_add(out, "arena_bytes_committed",
+		     __atomic_load_n(&b->arena.committed, __ATOMIC_RELAXED));
+}
+
+/* ---- check ---- */
+
+#define CHECK_FAIL(...)                                       \
+	do {                                                  \
+		snprintf(err, errlen, "buddy: " __VA_ARGS__); \
+		return -EFAULT;                               \
+	} while (0)
+
+static inline bool bit_test(const uint8_t *m, uint32_t i)
+{
+	return (m[i >> 3] >> (i & 7)) & 1;
+}
+
+static inline void bit_set(uint8_t *m, uint32_t i)
+{
+	m[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+
+/* Verify one chunk; adds its allocated bytes (outside the metadata) to *held. */
+static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *held, char *err,
+		       size_t errlen)
+{
+	size_t mlen = b->items / 8;
+	uint8_t *start = b->scratch, *freeb = start + mlen, *seen = freeb + mlen;
+	const uint8_t *alloc = (const uint8_t *)ch + b->alloc_off;
+	uint64_t nfree[BUDDY_MAX_ORDERS] = {0};
+	uint64_t *fl = freelists(b, ch);
+	uint32_t idx, prev, node, pfree = b->items;
+	unsigned o, po = 0;
+	size_t i, cnt;
+
+	memset(b->scratch, 0, b->scratch_len);
+	/* Walk the blocks by start: they must tile the chunk. */
+	for (idx = 0; idx < b->items; idx += 1u << o) {
+		o = get_order(ch, idx);
+		if (o >= b->norders)
+			CHECK_FAIL("chunk %u: block %u has order %u >= %u", cn, idx, o, b->norders);
+		if (idx & ((1u << o) - 1))
+			CHECK_FAIL("chunk %u: block %u is not aligned to its order %u", cn, idx, o);
+		if (idx + (1u << o) > b->items)
+			CHECK_FAIL("chunk %u: block %u of order %u runs past the chunk", cn, idx,
+				   o);
+		if (idx < b->meta_items && idx + (1u << o) > b->meta_items)
+			CHECK_FAIL("chunk %u: block %u of order %u straddles the metadata end %u",
+				   cn, idx, o, b->meta_items);
+		bit_set(start, idx);
+		if (test_alloc(b, ch, idx)) {
+			if (idx >= b->meta_items)
+				*held += (uint64_t)BUDDY_MIN_BYTES << o;
+			pfree = b->items;
+		} else {
+			if (idx < b->meta_items)
+				CHECK_FAIL("chunk %u: metadata block %u is not allocated", cn, idx);
+			/* Eager merging: a free upper buddy follows its lower half directly. */
+			if (pfree != b->items && po == o && (pfree ^ (1u << o)) == idx &&
+			    o + 1 < b->norders)
+				CHECK_FAIL("chunk %u: free buddies %u and %u of order %u were not "
+					   "merged",
+					   cn, pfree, idx, o);
+			bit_set(freeb, idx);
+			nfree[o]++;
+			pfree = idx;
+			po = o;
+		}
+	}
+	/* Allocated bits only at block starts (quiescent: plain word loads). */
+	for (i = 0; i < mlen; i += sizeof(uint64_t)) {
+		uint64_t aw, sw;
+
+		memcpy(&aw, alloc + i, sizeof(aw));
+		memcpy(&sw, start + i, sizeof(sw));
+		if (aw & ~sw)
+			CHECK_FAIL("chunk %u: allocated bit set at %zu, which is not a block start",
+				   cn, i * 8 + (size_t)__builtin_ctzll(aw & ~sw));
+	}
+	/* Every list: well linked, members are free starts of its order, counts match. */
+	for (o = 0; o < b->norders; o++) {
+		prev = b->items;
+		cnt = 0;
+		for (node = (uint32_t)fl[o]; node != b->items; node = hdr(ch, node)->next_index) {
+			if (node >= b->items)
+				CHECK_FAIL("chunk %u: list %u: index %u out of range", cn, o, node);
+			if (!bit_test(start, node))
+				CHECK_FAIL("chunk %u: list %u: %u is not a block start", cn, o,
+					   node);
+			if (!bit_test(freeb, node))
+				CHECK_FAIL("chunk %u: list %u: block %u has its allocated bit set",
+					   cn, o, node);
+			if (get_order(ch, node) != o)
+				CHECK_FAIL("chunk %u: list %u: block %u has order nibble %u", cn, o,
+					   node, get_order(ch, node));
+			if (bit_test(seen, node))
+				CHECK_FAIL("chunk %u: list %u: block %u linked twice (cycle?)", cn,
+					   o, node);
+			bit_set(seen, node);
+			if (hdr(ch, node)->prev_index != prev)
+				CHECK_FAIL("chunk %u: list %u: block %u has prev %u, expected %u",
+					   cn, o, node, hdr(ch, node)->prev_index, prev);
+			prev = node;
+			cnt++;
+		}
+		if (cnt != nfree[o])
+			CHECK_FAIL(
+			    "chunk %u: list %u has %zu blocks, the chunk has %llu free of that "
+			    "order",
+			    cn, o, cnt, (unsigned long long)nfree[o]);
+	}
+	return 0;
+}
+
+static int buddy_check(struct al_allocator *a, char *err, size_t errlen)
+{
+	struct buddy *b = to_buddy(a);
+	uint64_t held = 0, n = 0;
+	uintptr_t ch;
+	int ret;
+
+	for (ch = b->first; ch; ch = *chunk_next(b, ch), n++) {
+		if (n >= b->max_chunks)
+			CHECK_FAIL("chunk list longer than the arena holds (cycle?)");
+		if (ch < b->arena.base || ch - b->arena.base >= b->arena.limit ||
+		    (ch & (b->chunk_size - 1)))
+			CHECK_FAIL("chunk %llu at %#lx is not an aligned chunk of the arena",
+				   (unsigned long long)n, (unsigned long)ch);
+		if (!chunk_linked(b, (ch - b->arena.base) >> b->chunk_shift))
+			CHECK_FAIL("chunk %llu at %#lx is on the list but not marked linked",
+				   (unsigned long long)n, (unsigned long)ch);
+		ret = check_chunk(b, ch, (unsigned)n, &held, err, errlen);
+		if (ret)
+			return ret;
+	}
+	if (n != b->nchunks)
+		CHECK_FAIL("%llu chunks on the list, %llu linked", (unsigned long long)n,
+			   (unsigned long long)b->nchunks);
+	if ((int64_t)held != bytes_held(b))
+		CHECK_FAIL("allocated blocks hold %llu bytes, counters say bytes_held %lld",
+			   (unsigned long long)held, (long long)bytes_held(b));
+	return 0;
+}
+
+/* ---- lifetime ---- */
+
+static void buddy_destroy(struct al_allocator *a)
+{
+	struct buddy *b = to_buddy(a);
+
+	/* The shadow outlives the mapping: leave nothing poisoned for the next user. */
+	buddy_unpoison(b->arena.base, __atomic_load_n(&b->arena.used, __ATOMIC_RELAXED));
+	al_arena_destroy(&b->arena);
+	al_counters_fini(&b->ctr);
+	al_meta_free(b->scratch, b->scratch_len);
+	al_meta_free(b->linked, b->linked_len);
+	al_meta_free(b, sizeof(*b));
+}
+
+static const struct al_ops buddy_ops = {
+    .abi_version = AL_ABI_VERSION,
+    .ops_size = sizeof(struct al_ops),
+    .name = "buddy",
+    .alloc = buddy_alloc,
+    .free = buddy_free,
+    .alloc_bulk = buddy_alloc_bulk,
+    .free_bulk = buddy_free_bulk,
+    .owns = buddy_owns,
+    .usable_size = buddy_usable_size,
+    .drain = buddy_drain,
+    .stats = buddy_stats,
+    .destroy = buddy_destroy,
+    .check = buddy_check,
+};
+
+static int buddy_check_params(const int64_t *params, char *err, size_t errlen)
+{
+	int64_t cs = params[P_CHUNK_SIZE], limit = params[P_ARENA_LIMIT];
+
+	if (cs < BUDDY_MIN_CHUNK || cs > BUDDY_MAX_CHUNK || (cs & (cs - 1))) {
+		snprintf(err, errlen,
+			 "chunk_size=%lld: chunk_size must be a power of two between 64K and 1M",
+			 (long long)cs);
+		return -EINVAL;
+	}
+	if (limit < cs) {
+		snprintf(err, errlen,
+			 "arena_limit=%lld is below chunk_size=%lld: it must hold "
+			 "at least one chunk",
+			 (long long)limit, (long long)cs);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
+			struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct buddy *b;
+	struct al_ctx c0;
+	uintptr_t ch;
+	char why[160];
+	int ret;
+
+	*out = NULL;
+	if (below || buddy_check_params(params, why, sizeof(why)))
+		return -EINVAL;
+	b = al_meta_alloc(sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->base.ops = &buddy_ops;
+	b->base.desc = d;
+	b->base.ncpu = ncpu;
+	b->chunk_size = (size_t)params[P_CHUNK_SIZE];
+	b->chunk_shift = al_fls64(b->chunk_size) - 1;
+	b->norders = b->chunk_shift - BUDDY_MIN_SHIFT;
+	b->items = (uint32_t)(b->chunk_size >> BUDDY_MIN_SHIFT);
+	b->max_size = b->chunk_size / 2;
+	b->alloc_off = b->items / 2;
+	b->fl_off = b->alloc_off + b->items / 8;
+	b->next_off = b->fl_off + sizeof(uint64_t) * b->norders;
+	b->meta_bytes = b->next_off + sizeof(uintptr_t);
+	b->fill = params[P_FILL];
+	b->max_chunks = (size_t)params[P_ARENA_LIMIT] >> b->chunk_shift;
+	b->linked_len = (b->max_chunks + 63) / 64 * sizeof(uint64_t);
+	b->scratch_len = 3 * (size_t)b->items / 8;
+	al_lock_init(&b->lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
+	ret = -ENOMEM;
+	b->linked = al_meta_alloc(b->linked_len);
+	b->scratch = al_meta_alloc(b->scratch_len);
+	if (!b->linked || !b->scratch)
+		goto out_free;
+	ret = al_counters_init(&b->ctr, BC_NR, buddy_counter_names, ncpu);
+	if (ret)
+		goto out_free;
+	ret = al_arena_init(&b->arena, b->max_chunks << b->chunk_shift, b->chunk_size,
+			    params[P_POPULATE]);
+	if (ret)
+		goto out_counters;
+	/* buddy_init: the first chunk is there from the start (§1.4.1). */
+	ch = (uintptr_t)al_arena_grow(&b->arena, b->chunk_size);
+	if (!ch) {
+		ret = -ENOMEM;
+		goto out_arena;
+	}
+	chunk_init(b, ch);
+	b->meta_items = 0;
+	while (b->meta_items < b->items && test_alloc(b, ch, b->meta_items))
+		b->meta_items += 1u << get_order(ch, b->meta_items);
+	al_ctx_init(&c0, 0);
+	chunk_link_locked(b, &c0, ch); /* nothing runs concurrently yet */
+	*out = &b->base;
+	return 0;
+
+out_arena:
+	al_arena_destroy(&b->arena);
+out_counters:
+	al_counters_fini(&b->ctr);
+out_free:
+	al_meta_free(b->scratch, b->scratch_len);
+	al_meta_free(b->linked, b->linked_len);
+	al_meta_free(b, sizeof(*b));
+	return ret;
+}
+
+/* name, type, default, min, max, choices, doc */
+static const struct al_param_desc buddy_params[P_NR] = {
+    [P_CHUNK_SIZE] = {"chunk_size", AL_PARAM_SIZE, 1 << 20, 64 << 10, 1 << 20, NULL,
+		      "bytes per chunk, a power of two; the largest block is half a chunk"},
+    [P_ARENA_LIMIT] = {"arena_limit", AL_PARAM_SIZE, 1ll << 30, 1 << 20, 64ll << 30, NULL,
+		       "reserved VA for chunks; allocations fail with ENOMEM once it is used"},
+    [P_LOCK_BUDGET] = {"lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
+		       "how long a waiter spins on the lock before the call fails (ETIMEDOUT)"},
+    [P_LOCK_TIMING] = {"lock_timing", AL_PARAM_BOOL, 1, 0, 1, NULL,
+		       "measure lock hold time (lock_hold_ns)"},
+    [P_FILL] = {"fill", AL_PARAM_BOOL, 0, 0, 1, NULL,
+		"debug: fill 0xD0 on alloc and 0xDF on free, as mimalloc"},
+    [P_POPULATE] = {"populate", AL_PARAM_BOOL, 0, 0, 1, NULL,
+		    "prefault chunks when they are grown, as the kernel allocates arena pages"},
+};
+
+static const struct al_layer_desc buddy_desc = {
+    .abi_version = AL_ABI_VERSION,
+    .desc_size = sizeof(struct al_layer_desc),
+    .name = "buddy",
+    .doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
+    .features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES,
+    .max_size = BUDDY_MAX_CHUNK / 2,
+    .nparams = P_NR,
+    .params = buddy_params,
+    .check_params = buddy_check_params,
+    .create = buddy_create,
+};
+
+AL_REGISTER_LAYER(buddy_desc)
