@@ -18,7 +18,11 @@
  *    "NMI" interrupting the holder) fails at once with -EDEADLK, as
  *    rqspinlock's AA detection does, instead of burning its budget.
  * Invariant: fewer than AL_LOCK_SLOTS tickets are outstanding at once
- * (waiters + abandoned tickets not yet passed by a release).
+ * (waiters + abandoned tickets not yet passed by a release): tickets are
+ * taken with a CAS that refuses one (-EBUSY, counted as failed) when
+ * next_ticket - head would reach AL_LOCK_SLOTS, so a slot is always empty
+ * when its next ticket arrives (waiters that abandon and retry while a holder
+ * is descheduled could otherwise wrap the ring onto live slots).
  *
  * Stats are written by the holder only (acquired, contended, wait, hold,
  * owner switches) with relaxed atomics so readers may look at any time;
@@ -104,10 +108,32 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 	return 0;
 }
 
+/* Take a ticket unless the ring is full. */
+static inline bool take_ticket(struct al_lock *l, uint32_t *t)
+{
+	uint32_t n = __atomic_load_n(&l->next_ticket, __ATOMIC_RELAXED);
+
+	do {
+		/* Signed: a stale n may already be behind head (the CAS then retries). */
+		if (al_unlikely((int32_t)(n - __atomic_load_n(&l->head, __ATOMIC_ACQUIRE)) >=
+				AL_LOCK_SLOTS - 1))
+			return false;
+	} while (!__atomic_compare_exchange_n(&l->next_ticket, &n, n + 1, true, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	*t = n;
+	return true;
+}
+
 int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
 {
-	uint32_t t = __atomic_fetch_add(&l->next_ticket, 1, __ATOMIC_RELAXED);
-	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
+	uint32_t t;
+	uint64_t *s;
+
+	if (al_unlikely(!take_ticket(l, &t))) {
+		__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+		return -EBUSY;
+	}
+	s = &l->slot[t % AL_LOCK_SLOTS];
 
 	if (al_likely(__atomic_load_n(s, __ATOMIC_ACQUIRE) == GRANT(t))) {
 		__atomic_store_n(s, 0, __ATOMIC_RELAXED);
@@ -145,6 +171,9 @@ void al_lock_release(struct al_lock *l, const struct al_ctx *c)
 	for (;; n++) {
 		uint64_t *s = &l->slot[n % AL_LOCK_SLOTS];
 
+		/* Every ticket below n is passed and its slot empty: head may move
+		 * (before the grant, so a later releaser never moves it back). */
+		__atomic_store_n(&l->head, n, __ATOMIC_RELEASE);
 		expected = 0;
 		if (__atomic_compare_exchange_n(s, &expected, GRANT(n), false, __ATOMIC_RELEASE,
 						__ATOMIC_ACQUIRE))

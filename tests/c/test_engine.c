@@ -215,6 +215,47 @@ TEST(test_lock_budget_and_aa)
 	CHECK_EQ(test_lock.st.owner_switches, 2);
 }
 
+/* Budget 0: waiters abandon at once and retry while a holder may be
+ * descheduled (4 threads, 2 cores), the case that once wrapped the ticket
+ * ring. Mutual exclusion must hold and every failure must be counted. */
+static long excl_inside, excl_violations, excl_ok;
+
+static void *excl_thread(void *p)
+{
+	struct al_ctx c;
+	unsigned i;
+
+	al_ctx_init(&c, (unsigned)(uintptr_t)p);
+	for (i = 0; i < 50000; i++) {
+		if (al_lock_acquire(&test_lock, &c))
+			continue;
+		if (__atomic_fetch_add(&excl_inside, 1, __ATOMIC_SEQ_CST))
+			__atomic_fetch_add(&excl_violations, 1, __ATOMIC_RELAXED);
+		shared_counter++;
+		__atomic_fetch_sub(&excl_inside, 1, __ATOMIC_SEQ_CST);
+		__atomic_fetch_add(&excl_ok, 1, __ATOMIC_RELAXED);
+		al_lock_release(&test_lock, &c);
+	}
+	return NULL;
+}
+
+TEST(test_lock_abandon_storm)
+{
+	pthread_t th[4];
+	unsigned i;
+
+	al_lock_init(&test_lock, 0, false);
+	shared_counter = excl_ok = excl_violations = 0;
+	for (i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, excl_thread, (void *)(uintptr_t)i);
+	for (i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	CHECK_EQ(excl_violations, 0);
+	CHECK_EQ(shared_counter, excl_ok);
+	CHECK_EQ(test_lock.st.acquired, excl_ok);
+	CHECK_EQ(test_lock.st.acquired + test_lock.st.failed, 200000);
+}
+
 TEST(test_arena_limit)
 {
 	struct al_arena ar;
@@ -246,6 +287,7 @@ int main(void)
 	RUN(test_run_bad_config);
 	RUN(test_lock_contended);
 	RUN(test_lock_budget_and_aa);
+	RUN(test_lock_abandon_storm);
 	RUN(test_arena_limit);
 	return TEST_SUMMARY();
 }

@@ -175,6 +175,7 @@ struct al_lock_stats {
 
 struct al_lock {
 	uint32_t next_ticket __attribute__((aligned(AL_CACHELINE))); /* ticket dispenser */
+	uint32_t head;         /* the last ticket granted: next_ticket - head <= slots */
 	uint32_t ticket;       /* the holder's ticket */
 	uint32_t owner_cpu;    /* last owner's CPU + 1 (0 = none), for owner switches */
 	uint32_t holder_cpu;   /* current holder's CPU + 1 (0 = free), for AA detection */
@@ -189,7 +190,8 @@ struct al_lock {
 /* budget_ns: how long a waiter spins before failing. */
 AL_API void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed);
 /* 0, or -ETIMEDOUT when the budget ran out, -EDEADLK when this CPU holds it at a
- * lower context level (the lock is not held on failure). */
+ * lower context level, -EBUSY when AL_LOCK_SLOTS tickets are outstanding
+ * (the lock is not held on failure). */
 AL_API int al_lock_acquire(struct al_lock *l, const struct al_ctx *c);
 /* 0, or -EBUSY. Never waits. */
 AL_API int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c);
