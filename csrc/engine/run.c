@@ -385,13 +385,7 @@ static int check_config(const struct al_run_config *cfg, struct al_run_result *r
 	}
 	if (wl->size_param >= 0) {
 		int64_t size = cfg->wparams[wl->size_param];
-		max = 0;
-		for (unsigned i = 0; i < cfg->stack.n; i++) {
-			const struct al_layer_desc *d = cfg->stack.layer[i].desc;
-
-			if (d && d->max_size && (!max || d->max_size < max))
-				max = d->max_size;
-		}
+		max = al_spec_max_size(&cfg->stack);
 		if (size < 1 || (max && (uint64_t)size > max)) {
 			snprintf(res->error, sizeof(res->error),
 				 "size=%lld is not a valid request: the policy takes 1 to %zu bytes",

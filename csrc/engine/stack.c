@@ -101,13 +101,20 @@ void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope)
 			top->ops->drain(top, c, scope);
 }
 
-size_t al_stack_max_size(const struct al_allocator *top)
+size_t al_spec_max_size(const struct al_stack_spec *s)
 {
-	size_t m = 0;
+	size_t m = 0, x;
+	unsigned i;
 
-	for (; top; top = top->below)
-		if (top->desc && top->desc->max_size && (!m || top->desc->max_size < m))
-			m = top->desc->max_size;
+	for (i = 0; i < s->n && i < AL_MAX_LAYERS; i++) {
+		const struct al_layer_desc *d = s->layer[i].desc;
+
+		if (!d)
+			continue;
+		x = d->max_size_of ? d->max_size_of(s->layer[i].params) : d->max_size;
+		if (x && (!m || x < m))
+			m = x;
+	}
 	return m;
 }
 

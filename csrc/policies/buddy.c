@@ -987,6 +987,11 @@ static const struct al_param_desc buddy_params[P_NR] = {
 		    "prefault chunks when they are grown, as the kernel allocates arena pages"},
 };
 
+static size_t buddy_max_size_of(const int64_t *p)
+{
+	return (size_t)p[P_CHUNK_SIZE] / 2;
+}
+
 static const struct al_layer_desc buddy_desc = {
     .abi_version = AL_ABI_VERSION,
     .desc_size = sizeof(struct al_layer_desc),
@@ -994,6 +999,7 @@ static const struct al_layer_desc buddy_desc = {
     .doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
     .features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES,
     .max_size = BUDDY_MAX_CHUNK / 2,
+    .max_size_of = buddy_max_size_of,
     .nparams = P_NR,
     .params = buddy_params,
     .check_params = buddy_check_params,

@@ -35,8 +35,9 @@ AL_API int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct 
 AL_API void al_stack_destroy(struct al_allocator *top);
 /* Drain every layer, top-down. */
 AL_API void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope);
-/* Largest request the stack accepts (the smallest max_size over layers), 0 = any. */
-AL_API size_t al_stack_max_size(const struct al_allocator *top);
+/* Largest request a stack spec accepts (the smallest max_size over its layers,
+ * for their parameters), 0 = any. */
+AL_API size_t al_spec_max_size(const struct al_stack_spec *s);
 /* Stats of every layer, top first; returns how many were written (<= max). */
 AL_API unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max);
 

@@ -147,7 +147,9 @@ struct al_layer_desc {
 	const char *name;
 	const char *doc;  /* one line */
 	unsigned features;
-	size_t max_size;  /* largest request, 0 = unlimited */
+	size_t max_size;  /* largest request over all parameters, 0 = unlimited */
+	/* Optional: the largest request for these parameters (e.g. chunk_size / 2). */
+	size_t (*max_size_of)(const int64_t *params);
 	unsigned nparams;
 	const struct al_param_desc *params;
 	/* Optional: cross-parameter checks beyond the schema's ranges (e.g. "chunk_size
