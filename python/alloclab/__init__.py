@@ -1,0 +1,54 @@
+"""alloclab: a laboratory for kernel-style memory allocator policies.
+
+    import alloclab as al
+    pol = al.Policy("buddy(arena_limit=64M)")
+    res = al.run("malloc-free", pol, producers=[1, 2], allocs_per_cycle=[16, 64], runs=3)
+    print(res.table("alloc_ns"))
+
+Layers, workloads and their parameters come from the C library's registry:
+see ``al.policies()``, ``al.workloads()`` and ``al.presets``.
+"""
+
+from ._version import __version__
+from ._ffi import include_dir, lib_path
+from .errors import (
+    AllocatorExhausted,
+    AlloclabError,
+    InvalidArgument,
+    InvalidFreeError,
+    InvariantError,
+    ParameterRangeError,
+    ParameterTypeError,
+    PolicySyntaxError,
+    RunError,
+    UnknownNameError,
+)
+from .policy import Policy, policies, presets, workloads
+from .allocator import Allocator
+from .result import Point, Result, Table
+from .run import run
+
+__all__ = [
+    "__version__",
+    "Policy",
+    "presets",
+    "policies",
+    "workloads",
+    "run",
+    "Result",
+    "Point",
+    "Table",
+    "Allocator",
+    "lib_path",
+    "include_dir",
+    "AlloclabError",
+    "UnknownNameError",
+    "ParameterTypeError",
+    "ParameterRangeError",
+    "InvalidArgument",
+    "PolicySyntaxError",
+    "AllocatorExhausted",
+    "InvalidFreeError",
+    "RunError",
+    "InvariantError",
+]

@@ -1,0 +1,384 @@
+"""The alloclab command line: ``alloclab list``, ``alloclab run WORKLOAD ...``.
+
+The flags of ``alloclab run WORKLOAD`` are built from that workload's C
+schema: every parameter becomes ``--dashed-name`` taking a comma-separated
+list, so a parameter added in C appears here (and in ``--help``) at once.
+
+Errors print ``alloclab: error: <message>`` on stderr and exit 2 (bad input)
+or 1 (a run failed); never a traceback.
+"""
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+
+from . import errors, schema
+from ._version import __version__
+from .policy import Policy, presets
+from .result import BASE_METRICS, _fmt
+from .run import CPU_MODES, TIMINGS, plan, run
+
+PROG = "alloclab"
+
+
+class UsageError(Exception):
+    """Bad command-line input (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() prints one format."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _split(text):
+    items = [s.strip() for s in text.split(",")]
+    if not items or any(not s for s in items):
+        raise UsageError("empty value in list %r" % text)
+    return items
+
+
+def _int_list(name):
+    def conv(text):
+        out = []
+        for s in _split(text):
+            try:
+                out.append(int(s, 10))
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    "%s takes integers (comma-separated), not %r" % (name, s)) from None
+        return out
+    return conv
+
+
+def _choice_list(name, choices):
+    def conv(text):
+        out = _split(text)
+        for s in out:
+            if s not in choices:
+                raise argparse.ArgumentTypeError(
+                    "unknown %s %r; valid: %s" % (name, s, ", ".join(choices)))
+        return out
+    return conv
+
+
+def _duration(text):
+    s = text.strip()
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    p = schema.Param(name="duration", type=schema.NS, default=0, min=1, max=1 << 62,
+                     choices=None, doc="")
+    try:
+        return p.parse_text(s) / 1e9
+    except errors.AlloclabError:
+        raise argparse.ArgumentTypeError(
+            "duration takes seconds (0.25) or a duration (250ms, 1s), not %r" % text) from None
+
+
+def _param_list(p):
+    def conv(text):
+        try:
+            return [p.value(p.parse_text(s)) for s in _split(text)]
+        except errors.AlloclabError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    conv.__name__ = p.name
+    return conv
+
+
+# ------------------------------------------------------------------ list
+
+def _param_line(p):
+    rng = ""
+    if p.type == schema.ENUM:
+        rng = "one of " + "|".join(p.choices or ())
+    elif p.type != schema.BOOL:
+        rng = "[%s, %s]" % (p.format(p.min), p.format(p.max))
+    return "    %-20s %-5s default %-8s %-24s %s" % (
+        p.name, p.type_name, p.format(p.default), rng, p.doc)
+
+
+def cmd_list(args):
+    if args.json:
+        from .policy import policies, workloads
+        print(json.dumps({"layers": policies(), "workloads": workloads(), "presets": presets},
+                         indent=2))
+        return 0
+    out = ["layers (top first in a policy, separated by '>'; a bottom layer is last):"]
+    for s in schema.layers().values():
+        feats = ", ".join(s.features) or "-"
+        mx = schema.format_size(s.max_size) if s.max_size else "any"
+        out.append("  %s: %s" % (s.name, s.doc))
+        out.append("    features: %s; max size: %s%s" % (
+            feats, mx, "; needs a layer below" if s.needs_backend else ""))
+        out += [_param_line(p) for p in s.params]
+    out.append("")
+    out.append("workloads (parameters are --dashed-name flags of `alloclab run WORKLOAD`):")
+    for w in schema.workloads().values():
+        out.append("  %s: %s" % (w.name, w.doc))
+        if w.one_producer:
+            out.append("    one producer only")
+        out += [_param_line(p) for p in w.params]
+    out.append("")
+    out.append("presets:")
+    for k, v in presets.items():
+        out.append("  %-20s %s" % (k, v))
+    print("\n".join(out))
+    return 0
+
+
+# ------------------------------------------------------------------ run
+
+def _run_parser(wl):
+    name = wl.name if wl else "WORKLOAD"
+    desc = wl.doc if wl else "Run a workload; `alloclab run WORKLOAD --help` lists its flags."
+    p = _Parser(prog="%s run %s" % (PROG, name), description=desc,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog=None if wl else "workloads: " + ", ".join(schema.workloads()))
+    if not wl:
+        p.add_argument("workload", help="one of: " + ", ".join(schema.workloads()))
+    g = p.add_argument_group("run")
+    g.add_argument("--policy", action="append", metavar="SPEC",
+                   help="policy spec or preset, repeatable (default: buddy); e.g. "
+                        "'buddy(arena_limit=64M)'")
+    g.add_argument("--producers", type=_int_list("producers"), default=[1], metavar="N[,N...]",
+                   help="worker threads (default: 1)")
+    g.add_argument("--runs", type=int, default=3, metavar="N",
+                   help="runs per grid point, each on a fresh allocator (default: 3)")
+    g.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)), default=["batch"],
+                   metavar="|".join(TIMINGS), help="timing mode(s) (default: batch)")
+    g.add_argument("--cpu", type=_choice_list("cpu mode", list(CPU_MODES)), default=["auto"],
+                   metavar="|".join(CPU_MODES), help="CPU model(s) (default: auto)")
+    g.add_argument("--duration", type=_duration, default=0.25, metavar="SECONDS",
+                   help="measured phase per run when --cycles is not given (default: 0.25)")
+    g.add_argument("--cycles", type=int, default=None, metavar="N",
+                   help="measured cycles per worker (instead of --duration)")
+    g.add_argument("--warmup-cycles", type=int, default=100, metavar="N",
+                   help="untimed cycles first (default: 100)")
+    g.add_argument("--seed", type=int, default=1, metavar="N", help="PRNG seed (default: 1)")
+    o = p.add_argument_group("output")
+    o.add_argument("--metric", action="append", metavar="NAME",
+                   help="metric to tabulate, repeatable (default: alloc_ns and free_ns)")
+    o.add_argument("--rows", metavar="PARAM", help="parameter for table rows")
+    o.add_argument("--cols", metavar="PARAM", default="producers",
+                   help="parameter for table columns (default: producers)")
+    o.add_argument("--stat", default="mean", choices=["mean", "median", "min", "max"],
+                   help="statistic over runs (default: mean)")
+    o.add_argument("--sd", action="store_true", help="show the standard deviation in cells")
+    o.add_argument("--json", metavar="FILE", help="write the full result as JSON")
+    o.add_argument("--csv", metavar="FILE", help="write tidy rows (one per run) as CSV")
+    o.add_argument("--progress", action="store_true", help="print progress to stderr")
+    if wl and wl.params:
+        w = p.add_argument_group("%s parameters (comma-separated lists are swept)" % wl.name)
+        for prm in wl.params:
+            flag = "--" + prm.name.replace("_", "-")
+            rng = "one of " + ", ".join(prm.choices or ()) if prm.type == schema.ENUM else \
+                "%s..%s" % (prm.format(prm.min), prm.format(prm.max))
+            w.add_argument(flag, dest="w_" + prm.name, type=_param_list(prm), default=None,
+                           metavar=prm.type_name.upper(),
+                           help="%s (%s; default: %s)" % (prm.doc, rng, prm.format(prm.default)))
+    return p
+
+
+def _default_rows(wl, sweep):
+    names = [p.name for p in wl.params]
+    swept = [n for n in names if len(sweep.get(n, [])) > 1]
+    if "allocs_per_cycle" in swept or (not swept and "allocs_per_cycle" in names):
+        return "allocs_per_cycle"
+    if swept:
+        return swept[0]
+    others = [n for n in names if n != wl.size_param]
+    return others[0] if others else (names[0] if names else None)
+
+
+def _counters_text(res):
+    """Per policy: lock_acquired_per_op and every other non-zero per-op counter,
+    one column per grid point."""
+    out = []
+    pols = []
+    for p in res.points:
+        if p.params["policy"] not in pols:
+            pols.append(p.params["policy"])
+    swept = [k for k in res.swept() if k not in ("policy", "workload")]
+    for pol in pols:
+        pts = [p for p in res.points if p.params["policy"] == pol]
+        names = []
+        for p in pts:
+            for k in p.data:
+                if k.endswith("_per_op") and k not in names:
+                    names.append(k)
+
+        def mean(p, k):
+            a = p.data.get(k)
+            if a is None or not len(a):
+                return math.nan
+            a = np.asarray(a, dtype=float)
+            return float(np.nanmean(a)) if not np.all(np.isnan(a)) else math.nan
+
+        keep = [k for k in names if k.split(".", 1)[-1] == "lock_acquired_per_op"]
+        keep += [k for k in names if k not in keep and
+                 any(mean(p, k) not in (0.0,) and not math.isnan(mean(p, k)) for p in pts)]
+        if not keep:
+            continue
+        keep.sort(key=lambda k: (k.split(".", 1)[0], not k.endswith(".lock_acquired_per_op")))
+        labels = []
+        for p in pts:
+            parts = [("%sp" % p.params[k]) if k == "producers" else str(p.params[k])
+                     for k in swept]
+            labels.append("/".join(parts) or "all")
+        cells = [[_fmt(mean(p, k)) for p in pts] for k in keep]
+        first = [k[:-len("_per_op")] for k in keep]
+        fw = max(len(s) for s in first) + 2
+        cw = max([len(s) for s in labels] + [len(s) for row in cells for s in row])
+        head = "counters per op, %s" % pol
+        if swept:
+            head += " (columns: %s)" % "/".join(swept)
+        out.append(head)
+        out.append(" " * fw + "  " + " ".join("%*s" % (cw, s) for s in labels))
+        for f, row in zip(first, cells):
+            out.append(("  %-*s" % (fw, f)) + " ".join("%*s" % (cw, s) for s in row))
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+_NO_VALUE = {"-h", "--help", "--sd", "--progress"}
+
+
+def _find_workload(argv):
+    """The first positional of `run`: every flag but those in _NO_VALUE takes
+    one value, so the workload may come before or after the flags."""
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if a.startswith("-") and len(a) > 1:
+            skip = "=" not in a and a not in _NO_VALUE
+            continue
+        return a
+    return None
+
+
+def cmd_run(argv):
+    # Parse the workload name first, then build its flags from the schema.
+    wl_name = _find_workload(argv)
+    if wl_name is None:
+        p = _run_parser(None)
+        if any(a in ("-h", "--help") for a in argv):
+            p.print_help()
+            return 0
+        raise UsageError("run needs a workload: alloclab run WORKLOAD [flags]; workloads: %s"
+                         % ", ".join(schema.workloads()))
+    wl = schema.workload(wl_name)  # UnknownNameError listing the valid ones
+    argv = list(argv)
+    del argv[argv.index(wl_name)]
+    args = _run_parser(wl).parse_args(argv)
+
+    params = {}
+    for prm in wl.params:
+        v = getattr(args, "w_" + prm.name)
+        if v is not None:
+            params[prm.name] = v
+    kwargs = dict(runs=args.runs, producers=args.producers, cpu=args.cpu, timing=args.timing,
+                  warmup_cycles=args.warmup_cycles, cycles=args.cycles, duration=args.duration,
+                  seed=args.seed, **params)
+    pols = args.policy or ["buddy"]
+    policy = [Policy(s) for s in pols]
+    settings, _ = plan(wl.name, policy, **kwargs)  # all validation: exit 2 on error
+    metrics = args.metric or ["alloc_ns", "free_ns"]
+    layer_names = {n for pol in policy for n in pol.names}
+    for m in metrics:
+        if m not in BASE_METRICS and m.split(".", 1)[0] not in layer_names:
+            raise UsageError(
+                "unknown metric %r; valid metrics: %s, or <layer>.<counter>[_per_op] for a "
+                "layer of the policy (%s)" % (m, ", ".join(BASE_METRICS),
+                                              ", ".join(sorted(layer_names))))
+    keys = ["policy"] + [p.name for p in wl.params] + ["producers", "timing", "cpu"]
+    for flag, key in (("--rows", args.rows), ("--cols", args.cols)):
+        if key is not None and key.replace("-", "_") not in keys:
+            raise UsageError(str(errors.UnknownNameError.make(
+                "parameter", key, keys, context=flag)))
+    rows = args.rows.replace("-", "_") if args.rows else _default_rows(wl, settings["sweep"])
+    cols = args.cols.replace("-", "_")
+
+    try:
+        res = run(wl.name, policy, progress=args.progress, **kwargs)
+    except errors.AlloclabError as e:
+        raise _RunFailed(str(e)) from None
+    known = res.metrics()
+    for m in metrics:
+        if m not in known:
+            raise UsageError(str(errors.UnknownNameError.make("metric", m, known)))
+    for m in metrics:
+        print(res.table(m, rows=rows, cols=cols, stat=args.stat).to_text(sd=args.sd))
+        print()
+    print(res.cpu_line())
+    ctext = _counters_text(res)
+    if ctext:
+        print()
+        print(ctext)
+    if args.json:
+        res.to_json(args.json, indent=1)
+    if args.csv:
+        res.to_csv(args.csv)
+    return 0
+
+
+class _RunFailed(Exception):
+    """A run failed (exit 1)."""
+
+
+# ------------------------------------------------------------------ main
+
+def _main_parser():
+    p = _Parser(prog=PROG, description="alloclab: kernel-style allocator policies in user space",
+                epilog="`alloclab run WORKLOAD --help` lists a workload's flags.")
+    p.add_argument("--version", action="version", version="%(prog)s " + __version__)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    lp = sub.add_parser("list", help="layers, workloads, parameters and presets")
+    lp.add_argument("--json", action="store_true", help="as JSON")
+    sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
+    return p
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "run":
+            return cmd_run(argv[1:])
+        p = _main_parser()
+        args = p.parse_args(argv)
+        if args.cmd == "list":
+            return cmd_list(args)
+        p.print_help()
+        return 0 if not argv else 2
+    except (UsageError, errors.AlloclabError, argparse.ArgumentError) as e:
+        _err(str(e))
+        return 2
+    except _RunFailed as e:
+        _err(str(e))
+        return 1
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 1
+    except OSError as e:
+        _err(str(e))
+        return 1
+
+
+def _err(msg):
+    sys.stderr.write("%s: error: %s\n" % (PROG, msg))
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The exceptions alloclab raises.
+
+Every exception is an AlloclabError and also the matching builtin, so callers
+may catch either: ``except ValueError`` catches a bad parameter as well as
+``except alloclab.ParameterRangeError`` does.
+
+Extra attributes (``valid``, ``code``, ...) are keyword arguments, so every
+exception pickles (it may cross a process pool).
+"""
+
+__all__ = [
+    "AlloclabError",
+    "UnknownNameError",
+    "ParameterTypeError",
+    "InvalidArgument",
+    "ParameterRangeError",
+    "PolicySyntaxError",
+    "AllocatorExhausted",
+    "InvalidFreeError",
+    "RunError",
+    "InvariantError",
+]
+
+
+class AlloclabError(Exception):
+    """Base of every alloclab error. ``code`` is the C errno (negative) when
+    the error came from the library, else None."""
+
+    code = None
+
+    def __init__(self, message="", **attrs):
+        super().__init__(message)
+        self.message = message
+        for k, v in attrs.items():
+            setattr(self, k, v)
+
+    def __str__(self):
+        return self.message
+
+    def __reduce__(self):
+        attrs = {k: v for k, v in self.__dict__.items() if k != "message"}
+        return (_rebuild, (type(self), self.message, attrs))
+
+
+def _rebuild(cls, message, attrs):
+    return cls(message, **attrs)
+
+
+class UnknownNameError(AlloclabError, ValueError):
+    """An unknown layer, workload, preset, parameter or mode name.
+
+    ``name`` is the bad name, ``kind`` what it should have named, and
+    ``valid`` the list of valid names (also in the message)."""
+
+    name = None
+    kind = None
+    valid = ()
+
+    @classmethod
+    def make(cls, kind, name, valid, context="", extra=""):
+        valid = list(valid)
+        where = " in %s" % context if context else ""
+        msg = "unknown %s %r%s; valid %ss: %s" % (
+            kind, name, where, kind, ", ".join(valid) if valid else "(none)")
+        if extra:
+            msg += "; " + extra
+        return cls(msg, name=name, kind=kind, valid=valid)
+
+
+class ParameterTypeError(AlloclabError, TypeError):
+    """A parameter value of the wrong type (e.g. a float for an INT)."""
+
+
+class InvalidArgument(AlloclabError, ValueError):
+    """A value the library rejects (-EINVAL)."""
+
+
+class ParameterRangeError(InvalidArgument):
+    """A parameter value outside its schema range. The message names the
+    value and [min, max]; ``value``, ``min`` and ``max`` hold them."""
+
+
+class PolicySyntaxError(AlloclabError, ValueError):
+    """A policy spec string that does not parse."""
+
+
+class AllocatorExhausted(AlloclabError, MemoryError):
+    """The allocator ran out of memory (-ENOMEM)."""
+
+
+class InvalidFreeError(InvalidArgument):
+    """free() of an address that is not an allocated block: never allocated,
+    misaligned, not a block start, or already freed. ``addr`` holds it."""
+
+
+class RunError(AlloclabError, RuntimeError):
+    """A run or library call failed; ``code`` is the negative errno."""
+
+
+class InvariantError(AlloclabError):
+    """A layer's invariant check (ops.check) found a violation."""

@@ -1,0 +1,267 @@
+"""Policy specs: a stack of layers, top first.
+
+    Policy("percpu(capacity=16, batch=8) > transfer > buddy")
+
+Grammar: layers separated by ``>``; each is ``name`` or ``name(k=v, ...)``.
+A whole spec may also be a preset name (``alloclab.presets``). Names and
+values are checked against the C schemas; the stack's shape is checked
+against the layers' features (a layer that needs a backend has one below it,
+a bottom layer is last).
+
+``str(policy)`` is canonical: params in schema order, only those that differ
+from their default, values in their canonical text ("4K", "250ms", "true").
+``Policy(str(p)) == p`` always holds.
+"""
+
+import re
+
+from . import errors, schema
+from ._ffi import cstr, ffi, lib
+
+# name -> canonical spec string. Later issues add the seed variants.
+presets = {
+    "buddy": "buddy",
+    "libc": "libc",
+    "null": "null",
+}
+
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_PARAM_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(\S(?:.*\S)?)\s*$", re.S)
+
+
+def _split_top(spec):
+    """Split on '>' outside parentheses; returns [(text, offset)]."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(spec):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise errors.PolicySyntaxError(
+                    "unbalanced ')' at offset %d in policy %r" % (i, spec))
+        elif ch == ">" and depth == 0:
+            parts.append((spec[start:i], start))
+            start = i + 1
+    if depth:
+        raise errors.PolicySyntaxError("missing ')' in policy %r" % spec)
+    parts.append((spec[start:], start))
+    return parts
+
+
+def _parse_layer_text(text, spec):
+    """'name(k=v, ...)' -> (name, [(k, v_text)])."""
+    s = text.strip()
+    if not s:
+        raise errors.PolicySyntaxError(
+            "empty layer in policy %r (layers are separated by '>')" % spec)
+    m = _NAME_RE.match(s)
+    if not m:
+        raise errors.PolicySyntaxError("bad layer name %r in policy %r" % (s, spec))
+    name, rest = m.group(0), s[m.end():].strip()
+    items = []
+    if rest:
+        if not (rest.startswith("(") and rest.endswith(")")):
+            raise errors.PolicySyntaxError(
+                "expected '(k=v, ...)' after layer %r in policy %r, got %r" % (name, spec, rest))
+        body = rest[1:-1]
+        if "(" in body or ")" in body:
+            raise errors.PolicySyntaxError(
+                "nested parentheses in layer %r of policy %r" % (name, spec))
+        if body.strip():
+            for item in body.split(","):
+                if not item.strip():
+                    raise errors.PolicySyntaxError(
+                        "empty parameter in layer %r of policy %r" % (name, spec))
+                pm = _PARAM_RE.match(item)
+                if not pm:
+                    raise errors.PolicySyntaxError(
+                        "expected 'name=value', got %r in layer %r of policy %r"
+                        % (item.strip(), name, spec))
+                items.append((pm.group(1).replace("-", "_"), pm.group(2)))
+    return name, items
+
+
+class Policy:
+    """An allocator stack: ``Policy("percpu > buddy")``, ``Policy(other)``, or a
+    preset name. Hashable, comparable, and printed canonically."""
+
+    __slots__ = ("_layers", "_str")
+
+    def __init__(self, spec):
+        if isinstance(spec, Policy):
+            self._layers = spec._layers
+            self._str = spec._str
+            return
+        if not isinstance(spec, str):
+            raise errors.ParameterTypeError(
+                "a policy is a spec string, a preset name or a Policy, not %r" % (spec,))
+        text = presets.get(spec.strip(), spec)
+        layers = []
+        for part, _ in _split_top(text):
+            name, items = _parse_layer_text(part, spec)
+            try:
+                sch = schema.layer(name)
+            except errors.UnknownNameError as e:
+                raise errors.UnknownNameError.make(
+                    "layer", name, e.valid, context="policy %r" % spec,
+                    extra="presets: %s" % ", ".join(presets)) from None
+            raw = sch.defaults()
+            seen = set()
+            for k, v in items:
+                if k in seen:
+                    raise errors.PolicySyntaxError(
+                        "parameter %r given twice in layer %r of policy %r" % (k, name, spec))
+                seen.add(k)
+                p = sch.param(k)
+                raw[sch.params.index(p)] = p.parse_text(v)
+            layers.append((sch.name, tuple(raw)))
+        self._layers = tuple(layers)
+        self._validate(spec)
+        self._str = self._canonical()
+
+    @classmethod
+    def from_layers(cls, layers):
+        """Build from [(name, {param: value}), ...] (top first)."""
+        parts = []
+        for name, params in layers:
+            sch = schema.layer(name)
+            raw = sch.defaults()
+            for k, v in (params or {}).items():
+                p = sch.param(k.replace("-", "_"))
+                raw[sch.params.index(p)] = p.parse(v)
+            parts.append(_format_layer(sch, raw))
+        return cls(" > ".join(parts))
+
+    def _validate(self, spec):
+        n = len(self._layers)
+        if n > lib.AL_MAX_LAYERS:
+            raise errors.InvalidArgument(
+                "policy %r has %d layers; at most %d" % (spec, n, lib.AL_MAX_LAYERS))
+        for i, (name, raw) in enumerate(self._layers):
+            sch = schema.layer(name)
+            last = i == n - 1
+            if sch.needs_backend and last:
+                raise errors.InvalidArgument(
+                    "layer %r in policy %r needs a layer below it (a backend such as %s)"
+                    % (name, spec, ", ".join(_bottom_layers()) or "buddy"))
+            if not sch.needs_backend and not last:
+                raise errors.InvalidArgument(
+                    "layer %r in policy %r is a bottom layer and must be last; found %r below it"
+                    % (name, spec, self._layers[i + 1][0]))
+            self._check_params(sch, raw, spec)
+
+    @staticmethod
+    def _check_params(sch, raw, spec):
+        d = sch.desc
+        if d is None or d.check_params == ffi.NULL:
+            return
+        arr = ffi.new("int64_t[]", list(raw) or [0])
+        err = ffi.new("char[256]")
+        rc = d.check_params(arr, err, 256)
+        if rc:
+            raise errors.InvalidArgument(
+                "layer %s in policy %r: %s" % (sch.name, spec, cstr(err) or "invalid parameters"),
+                code=rc)
+
+    def _canonical(self):
+        return " > ".join(_format_layer(schema.layer(name), raw) for name, raw in self._layers)
+
+    # -- public view --
+
+    @property
+    def layers(self):
+        """[(name, {param: value})] with only the non-default params, top first."""
+        out = []
+        for name, raw in self._layers:
+            sch = schema.layer(name)
+            out.append((name, {p.name: p.value(v) for p, v in zip(sch.params, raw)
+                               if v != p.default}))
+        return out
+
+    @property
+    def names(self):
+        return [name for name, _ in self._layers]
+
+    def params(self, i):
+        """Every parameter of layer i (defaults included), as Python values."""
+        name, raw = self._layers[i]
+        sch = schema.layer(name)
+        return {p.name: p.value(v) for p, v in zip(sch.params, raw)}
+
+    def raw_params(self, i):
+        """Every parameter of layer i as the int64 values the C side gets."""
+        return list(self._layers[i][1])
+
+    @property
+    def max_size(self):
+        """Largest request the stack accepts for these parameters: the smallest
+        non-zero limit over its layers (al_spec_max_size; e.g. buddy's is
+        chunk_size / 2), 0 = any."""
+        return int(lib.al_spec_max_size(self.stack_spec()))
+
+    def features(self, i=0):
+        """Feature names of layer i (top by default)."""
+        return schema.layer(self._layers[i][0]).features
+
+    def __len__(self):
+        return len(self._layers)
+
+    def __str__(self):
+        return self._str
+
+    def __repr__(self):
+        return "Policy(%r)" % self._str
+
+    def __eq__(self, other):
+        if not isinstance(other, Policy):
+            return NotImplemented
+        return self._layers == other._layers
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return hash(self._layers)
+
+    def __reduce__(self):
+        return (Policy, (self._str,))
+
+    # -- C side --
+
+    def fill_spec(self, s):
+        """Fill a ``struct al_stack_spec`` (a cdata struct or pointer)."""
+        s.n = len(self._layers)
+        for i, (name, raw) in enumerate(self._layers):
+            d = lib.al_layer_find(name.encode())
+            if d == ffi.NULL:  # pragma: no cover - schema came from the registry
+                raise errors.UnknownNameError.make("layer", name, list(schema.layers()))
+            s.layer[i].desc = d
+            for j, v in enumerate(raw):
+                s.layer[i].params[j] = v
+        return s
+
+    def stack_spec(self):
+        """A new ``struct al_stack_spec *`` for this policy."""
+        return self.fill_spec(ffi.new("struct al_stack_spec *"))
+
+
+def _format_layer(sch, raw):
+    args = ["%s=%s" % (p.name, p.format(v)) for p, v in zip(sch.params, raw) if v != p.default]
+    return "%s(%s)" % (sch.name, ", ".join(args)) if args else sch.name
+
+
+def _bottom_layers():
+    return [n for n, s in schema.layers().items() if not s.needs_backend]
+
+
+def policies():
+    """Every layer as a dict: name, doc, features, max_size, params (each with
+    type, default, min, max, choices, doc)."""
+    return [s.to_dict() for s in schema.layers().values()]
+
+
+def workloads():
+    """Every workload as a dict: name, doc, flags, size_param, params."""
+    return [s.to_dict() for s in schema.workloads().values()]

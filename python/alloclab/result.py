@@ -1,0 +1,590 @@
+"""Results of a sweep: every run of every grid point, with the machine's metadata.
+
+A Result keeps raw per-run values as NumPy arrays, one array per metric per
+grid point, so means, standard deviations and confidence intervals are
+computed from data, never from one number. Metrics:
+
+- alloc_ns, free_ns: ns per operation (measured time / operations)
+- throughput: (alloc_ops + free_ops) per second of the measured phase
+- cycles, alloc_ops, free_ops, cross_frees, elapsed_ns, timer_overhead_ns,
+  steal_pct: as the engine reports them
+- "<layer>.<counter>" for every counter of every layer, "<layer>.bytes_held"
+  (after the measured phase) and "<layer>.leaked" (after teardown), and
+  "<layer>.<counter>_per_op" = counter / (alloc_ops + free_ops)
+
+It serialises to JSON losslessly (``to_json``/``from_json``) and to tidy rows
+(``rows``, ``to_csv``, ``to_pandas``).
+"""
+
+import csv
+import datetime
+import json
+import math
+import os
+import platform
+
+import numpy as np
+
+from . import errors
+from ._ffi import cstr, lib
+from ._version import __version__
+
+FORMAT = "alloclab-result"
+FORMAT_VERSION = 1
+
+BASE_METRICS = [
+    "alloc_ns", "free_ns", "throughput", "cycles", "alloc_ops", "free_ops", "cross_frees",
+    "elapsed_ns", "timer_overhead_ns", "steal_pct",
+]
+_INT_BASE = {"cycles", "alloc_ops", "free_ops", "cross_frees"}
+
+# metric -> (description, unit, lower_is_better)
+METRIC_INFO = {
+    "alloc_ns": ("allocation latency", "ns", True),
+    "free_ns": ("free latency", "ns", True),
+    "throughput": ("throughput", "ops/s", False),
+    "elapsed_ns": ("measured phase", "ns", None),
+    "timer_overhead_ns": ("timer overhead", "ns", None),
+    "steal_pct": ("steal time", "%", None),
+}
+
+_ROW_LABELS = {"allocs_per_cycle": "allocs/cycle", "producers": "producers"}
+
+
+# ---------------------------------------------------------------- metadata
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def collect_metadata():
+    """The machine, build and clock a run was made on (JSON-native values)."""
+    lib.al_clock_init()
+    clock = lib.al_clock
+    return {
+        "cpu_model": _cpu_model(),
+        "online_cpus": os.cpu_count(),
+        "usable_cpus": int(lib.al_cpus_usable()),
+        "threads_per_core": int(lib.al_threads_per_core()),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "build_flags": cstr(lib.al_build_flags()),
+        "library_version": cstr(lib.al_version()),
+        "alloclab_version": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "clock": "tsc" if clock.tsc else "monotonic",
+        "ticks_per_ns": float(clock.ticks_per_ns),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+# ---------------------------------------------------------------- points
+
+def _layer_keys(layers):
+    """Metric prefixes for a stack's layers; a repeated name gets '#2', '#3'."""
+    seen, keys = {}, []
+    for lay in layers:
+        n = lay["layer"]
+        seen[n] = seen.get(n, 0) + 1
+        keys.append(n if seen[n] == 1 else "%s#%d" % (n, seen[n]))
+    return keys
+
+
+def _run_metrics(raw):
+    """One raw run (from run.run_once) -> {metric: scalar}, in metric order."""
+    ops = raw["alloc_ops"] + raw["free_ops"]
+    m = {
+        "alloc_ns": raw["alloc_ns"] / raw["alloc_ops"] if raw["alloc_ops"] else math.nan,
+        "free_ns": raw["free_ns"] / raw["free_ops"] if raw["free_ops"] else math.nan,
+        "throughput": ops / (raw["elapsed_ns"] / 1e9) if raw["elapsed_ns"] > 0 else math.nan,
+        "cycles": raw["cycles"],
+        "alloc_ops": raw["alloc_ops"],
+        "free_ops": raw["free_ops"],
+        "cross_frees": raw["cross_frees"],
+        "elapsed_ns": raw["elapsed_ns"],
+        "timer_overhead_ns": raw["timer_overhead_ns"],
+        "steal_pct": raw["steal_pct"],
+    }
+    per_op = {}
+    for key, lay in zip(_layer_keys(raw["layers"]), raw["layers"]):
+        m[key + ".bytes_held"] = lay["bytes_held"]
+        m[key + ".leaked"] = lay["leaked"]
+        for name, v in lay["counters"]:
+            m["%s.%s" % (key, name)] = v
+            per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
+    m.update(per_op)
+    return m
+
+
+def _array(values):
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return np.array(values, dtype=np.int64)
+    return np.array(values, dtype=np.float64)
+
+
+def _jsonable(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+class Point:
+    """One grid point: ``params`` (what was asked), ``info`` (what the engine
+    did: cpu mode used, model and concurrent CPUs, clock) and ``data``
+    ({metric: NumPy array over runs})."""
+
+    __slots__ = ("params", "info", "data")
+
+    def __init__(self, params, info, data):
+        self.params = params
+        self.info = info
+        self.data = data
+
+    @property
+    def runs(self):
+        return max((len(a) for a in self.data.values()), default=0)
+
+    def __getitem__(self, metric):
+        return self.data[metric]
+
+    def __eq__(self, other):
+        if not isinstance(other, Point):
+            return NotImplemented
+        if self.params != other.params or self.info != other.info:
+            return False
+        if list(self.data) != list(other.data):
+            return False
+        return all(_arrays_equal(self.data[k], other.data[k]) for k in self.data)
+
+    def __repr__(self):
+        return "Point(%r, runs=%d)" % (self.params, self.runs)
+
+    def to_dict(self):
+        return {
+            "params": self.params,
+            "info": self.info,
+            "data": {k: {"dtype": str(a.dtype), "values": [_jsonable(x) for x in a.tolist()]}
+                     for k, a in self.data.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d):
+        data = {k: np.array(v["values"], dtype=np.dtype(v["dtype"]))
+                for k, v in d["data"].items()}
+        return cls(dict(d["params"]), dict(d["info"]), data)
+
+
+def _arrays_equal(a, b):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return bool(np.array_equal(a, b))
+
+
+def _point_info(raws):
+    r = raws[0]
+    info = {
+        "cpu_mode": r["cpu_mode"],
+        "ncpu_model": r["ncpu_model"],
+        "ncpu_concurrent": r["ncpu_concurrent"],
+        "ncpu_usable": r["ncpu_usable"],
+        "threads_per_core": r["threads_per_core"],
+        "clock": "tsc" if r["clock_tsc"] else "monotonic",
+        "ticks_per_ns": r["ticks_per_ns"],
+        "seeds": [x["seed"] for x in raws],
+    }
+    if r["cpu_mode"] == "virtual":
+        info["cpu_note"] = "%d virtual CPUs, at most %d concurrent" % (
+            r["ncpu_model"], r["ncpu_concurrent"])
+    else:
+        info["cpu_note"] = "%d workers pinned to %d of %d usable CPUs" % (
+            r["ncpu_model"], r["ncpu_concurrent"], r["ncpu_usable"])
+    return info
+
+
+# ---------------------------------------------------------------- tables
+
+def _fmt(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if v == 0:
+        return "0"
+    if float(v).is_integer() and abs(v) < 1e15:
+        return "%d" % v
+    a = abs(v)
+    if a >= 9.95:
+        return "%.0f" % v
+    if a >= 0.9995:
+        return "%.1f" % v
+    return "%.3g" % v
+
+
+def _label(key, v):
+    if key == "producers":
+        return "%sp" % v
+    return str(v)
+
+
+def _uniq(vals):
+    out = []
+    for v in vals:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+class Table:
+    """A metric laid out as the seed tables are: rows × cols, one block per
+    combination of the other swept parameters (e.g. per policy).
+
+    rows, cols: the row and column values; blocks: one dict per block (the
+    swept parameters that distinguish it; empty when there is one block);
+    cube, sd_cube, n: (blocks, rows, cols) arrays of the statistic, the
+    standard deviation over runs and the run count; values, sd: 2-D
+    (rows, blocks × cols) views, blocks side by side."""
+
+    def __init__(self, title, metric, stat, row_key, col_key, rows, cols, blocks, cube, sd_cube,
+                 n):
+        self.title = title
+        self.metric = metric
+        self.stat = stat
+        self.row_key = row_key
+        self.col_key = col_key
+        self.rows = rows
+        self.cols = cols
+        self.blocks = blocks
+        self.cube = cube
+        self.sd_cube = sd_cube
+        self.n = n
+
+    @property
+    def values(self):
+        return np.concatenate(list(self.cube), axis=1) if len(self.cube) else self.cube
+
+    @property
+    def sd(self):
+        return np.concatenate(list(self.sd_cube), axis=1) if len(self.sd_cube) else self.sd_cube
+
+    def block_label(self, i):
+        b = self.blocks[i]
+        return ", ".join(str(v) if k == "policy" else "%s=%s" % (k, v) for k, v in b.items())
+
+    def to_text(self, sd=False, width=110):
+        """The table as text; sd=True adds "±sd" to each cell."""
+        nb, nr, nc = self.cube.shape
+        row_hdr = _ROW_LABELS.get(self.row_key, self.row_key or "")
+        row_labels = [_label(self.row_key, r) if self.row_key else "" for r in self.rows]
+        col_labels = [_label(self.col_key, c) if self.col_key else self.metric for c in self.cols]
+
+        def cell(b, r, c):
+            s = _fmt(float(self.cube[b, r, c]))
+            if sd and self.n[b, r, c] > 1 and not math.isnan(self.sd_cube[b, r, c]):
+                s += " ±" + _fmt(float(self.sd_cube[b, r, c]))
+            return s
+
+        cells = [[[cell(b, r, c) for c in range(nc)] for r in range(nr)] for b in range(nb)]
+        colw = max([len(s) for blk in cells for row in blk for s in row] +
+                   [len(s) for s in col_labels] + [3])
+        first_w = max([len(row_hdr)] + [len(s) for s in row_labels]) + 2
+        labels = [self.block_label(i) for i in range(nb)] if nb > 1 else []
+        block_w = nc * (colw + 1) - 1
+        if labels:
+            need = max(len(s) for s in labels)
+            if need > block_w:  # widen the columns so each label fits over its block
+                colw += -(-(need - block_w) // nc)
+                block_w = nc * (colw + 1) - 1
+        sep = "   "
+
+        def render(block_ids, with_labels):
+            out = []
+            if with_labels:
+                out.append(" " * first_w + "".join(
+                    sep + labels[b].center(block_w) for b in block_ids).rstrip())
+            out.append(("%*s" % (first_w, row_hdr)) + "".join(
+                sep + " ".join("%*s" % (colw, s) for s in col_labels) for _ in block_ids))
+            for r in range(nr):
+                out.append(("%*s" % (first_w, row_labels[r])) + "".join(
+                    sep + " ".join("%*s" % (colw, s) for s in cells[b][r]) for b in block_ids))
+            return out
+
+        lines = [self.title, ""]
+        total = first_w + nb * (len(sep) + block_w)
+        if nb <= 1 or total <= width:
+            lines += render(list(range(nb)), bool(labels))
+        else:
+            for b in range(nb):
+                lines += render([b], True)
+                lines.append("")
+            lines.pop()
+        return "\n".join(line.rstrip() for line in lines)
+
+    def __str__(self):
+        return self.to_text()
+
+    def __repr__(self):
+        return self.to_text()
+
+
+# ---------------------------------------------------------------- result
+
+class Result:
+    """Every run of every grid point of a sweep, and its metadata."""
+
+    def __init__(self, metadata, points):
+        self.metadata = metadata
+        self.points = list(points)
+
+    @classmethod
+    def from_raw(cls, metadata, point_runs):
+        """From [(point params, [raw run dicts])] as run.run_point returns."""
+        points = []
+        for params, raws in point_runs:
+            per_run = [_run_metrics(r) for r in raws]
+            names = []
+            for m in per_run:
+                for k in m:
+                    if k not in names:
+                        names.append(k)
+            data = {}
+            for k in names:
+                vals = [m.get(k, math.nan) for m in per_run]
+                data[k] = _array(vals)
+            points.append(Point(dict(params), _point_info(raws), data))
+        return cls(metadata, points)
+
+    # -- lookups --
+
+    def metrics(self):
+        """Every metric name present in any point, base metrics first."""
+        names = []
+        for p in self.points:
+            for k in p.data:
+                if k not in names:
+                    names.append(k)
+        base = [m for m in BASE_METRICS if m in names]
+        return base + [m for m in names if m not in base]
+
+    def params(self):
+        """Parameter names of the grid points, in order."""
+        keys = []
+        for p in self.points:
+            for k in p.params:
+                if k not in keys:
+                    keys.append(k)
+        return keys
+
+    def swept(self):
+        """Parameters that take more than one value across the points."""
+        return [k for k in self.params() if len(_uniq([p.params.get(k) for p in self.points])) > 1]
+
+    def select(self, **where):
+        """Points whose params match every key=value given."""
+        return [p for p in self.points if all(p.params.get(k) == v for k, v in where.items())]
+
+    def _check_metric(self, metric):
+        if metric not in self.metrics():
+            raise errors.UnknownNameError.make("metric", metric, self.metrics())
+
+    # -- tables --
+
+    def table(self, metric="alloc_ns", rows="allocs_per_cycle", cols="producers", stat="mean"):
+        """The metric as a Table: rows × cols per block of the other swept
+        parameters; ``stat`` over runs: mean, median, min or max. A rows/cols
+        parameter that is absent gives a single row/column."""
+        self._check_metric(metric)
+        stats = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max}
+        if stat not in stats:
+            raise errors.UnknownNameError.make("statistic", stat, list(stats))
+        keys = self.params()
+        row_key = rows if rows in keys else None
+        col_key = cols if cols in keys else None
+        if row_key is not None and row_key == col_key:
+            raise errors.InvalidArgument("rows and cols are both %r" % rows)
+        block_keys = [k for k in self.swept() if k not in (row_key, col_key)]
+        row_vals = _uniq([p.params.get(row_key) for p in self.points]) if row_key else [None]
+        col_vals = _uniq([p.params.get(col_key) for p in self.points]) if col_key else [None]
+        block_vals = _uniq([tuple(p.params.get(k) for k in block_keys) for p in self.points])
+        nb, nr, nc = len(block_vals), len(row_vals), len(col_vals)
+        cube = np.full((nb, nr, nc), np.nan)
+        sd = np.full((nb, nr, nc), np.nan)
+        n = np.zeros((nb, nr, nc), dtype=np.int64)
+        samples = {}
+        for p in self.points:
+            if metric not in p.data:
+                continue
+            b = block_vals.index(tuple(p.params.get(k) for k in block_keys))
+            r = row_vals.index(p.params.get(row_key)) if row_key else 0
+            c = col_vals.index(p.params.get(col_key)) if col_key else 0
+            samples.setdefault((b, r, c), []).append(np.asarray(p.data[metric], dtype=float))
+        for (b, r, c), arrs in samples.items():
+            x = np.concatenate(arrs)
+            x = x[~np.isnan(x)]
+            n[b, r, c] = len(x)
+            if len(x):
+                cube[b, r, c] = stats[stat](x)
+                sd[b, r, c] = np.std(x, ddof=1) if len(x) > 1 else np.nan
+        blocks = [dict(zip(block_keys, bv)) for bv in block_vals]
+        title = self._title(metric, stat, blocks)
+        return Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
+                     n)
+
+    def _title(self, metric, stat, blocks):
+        wl = self.points[0].params.get("workload", "") if self.points else ""
+        desc, unit, lower = METRIC_INFO.get(metric, (metric, "", None))
+        if metric.endswith("_per_op"):
+            desc, unit, lower = metric, "per op", None
+        bits = [unit] if unit else []
+        if lower is not None:
+            bits.append("lower is better" if lower else "higher is better")
+        runs = _uniq([p.runs for p in self.points])
+        bits.append("%s of %s run%s" % (stat, "/".join(map(str, runs)),
+                                        "" if runs == [1] else "s"))
+        title = "%s, %s (%s)" % (wl, desc, ", ".join(bits)) if wl else "%s (%s)" % (
+            desc, ", ".join(bits))
+        pols = _uniq([p.params.get("policy") for p in self.points])
+        if len(pols) == 1 and pols[0] is not None:
+            title += ", policy: %s" % pols[0]
+        return title
+
+    # -- tidy rows --
+
+    def rows(self):
+        """One dict per run per point: the point's params, run index, cpu mode
+        used, and every metric (None where a point lacks it)."""
+        metrics = self.metrics()
+        out = []
+        for p in self.points:
+            for i in range(p.runs):
+                row = dict(p.params)
+                row["run"] = i
+                row["cpu_mode_used"] = p.info.get("cpu_mode")
+                for m in metrics:
+                    a = p.data.get(m)
+                    row[m] = a[i].item() if a is not None and i < len(a) else None
+                out.append(row)
+        return out
+
+    def to_csv(self, path):
+        """Write rows() as CSV to a path or a text file object."""
+        rows = self.rows()
+        cols = []
+        for r in rows:
+            for k in r:
+                if k not in cols:
+                    cols.append(k)
+        if hasattr(path, "write"):
+            self._write_csv(path, cols, rows)
+        else:
+            with open(path, "w", newline="") as f:
+                self._write_csv(f, cols, rows)
+
+    @staticmethod
+    def _write_csv(f, cols, rows):
+        w = csv.DictWriter(f, fieldnames=cols, restval="")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+
+    def to_pandas(self):
+        """rows() as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Result.to_pandas() needs pandas, which is not installed: "
+                              "pip install pandas (or use rows() / to_csv())") from None
+        return pd.DataFrame(self.rows())
+
+    # -- JSON --
+
+    def to_dict(self):
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "metadata": self.metadata,
+            "points": [p.to_dict() for p in self.points],
+        }
+
+    def to_json(self, path=None, indent=None):
+        """JSON text (lossless); also written to ``path`` when given."""
+        s = json.dumps(self.to_dict(), indent=indent, allow_nan=True)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(s)
+        return s
+
+    @classmethod
+    def from_json(cls, s):
+        """A Result from to_json() text (or a path to such a file)."""
+        if not s.lstrip().startswith("{") and os.path.exists(s):
+            with open(s) as f:
+                s = f.read()
+        d = json.loads(s)
+        if d.get("format") != FORMAT:
+            raise errors.InvalidArgument("not an alloclab result (format %r)" % d.get("format"))
+        if d.get("format_version", 0) > FORMAT_VERSION:
+            raise errors.InvalidArgument(
+                "result format version %s is newer than this alloclab reads (%d)"
+                % (d.get("format_version"), FORMAT_VERSION))
+        return cls(d["metadata"], [Point.from_dict(p) for p in d["points"]])
+
+    def __eq__(self, other):
+        if not isinstance(other, Result):
+            return NotImplemented
+        return self.metadata == other.metadata and self.points == other.points
+
+    # -- text --
+
+    def summary(self):
+        """A few lines: workload, grid, runs, machine, cpu modes, clock."""
+        md = self.metadata
+        run = md.get("run", {})
+        lines = []
+        swept = self.swept()
+        lines.append("%s: %d point%s x %s run%s%s" % (
+            run.get("workload", "?"), len(self.points), "" if len(self.points) == 1 else "s",
+            run.get("runs", "?"), "" if run.get("runs") == 1 else "s",
+            (", swept: " + ", ".join(swept)) if swept else ""))
+        lines.append("policies: " + "; ".join(_uniq([str(p.params.get("policy"))
+                                                     for p in self.points])))
+        lines.append(self.machine_line())
+        lines.append(self.cpu_line())
+        return "\n".join(lines)
+
+    def machine_line(self):
+        md = self.metadata
+        return "machine: %s, %s online / %s usable CPUs, %s thread%s/core, kernel %s, %s" % (
+            md.get("cpu_model"), md.get("online_cpus"), md.get("usable_cpus"),
+            md.get("threads_per_core"), "" if md.get("threads_per_core") == 1 else "s",
+            md.get("kernel"), md.get("build_flags"))
+
+    def cpu_line(self):
+        """cpu mode(s) used, virtual CPU notes, timer overhead and clock."""
+        md = self.metadata
+        modes = _uniq([p.info.get("cpu_mode") for p in self.points])
+        notes = _uniq([p.info.get("cpu_note") for p in self.points
+                       if p.info.get("cpu_mode") == "virtual"])
+        ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in self.points
+               if "timer_overhead_ns" in p.data and len(p.data["timer_overhead_ns"])]
+        s = "cpu: %s" % "/".join(str(m) for m in modes)
+        if notes:
+            s += " (%s)" % "; ".join(notes)
+        if ovh:
+            s += ", timer overhead %s ns" % _fmt(float(np.mean(ovh)))
+        s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
+        return s
+
+    def __repr__(self):
+        return "<alloclab.Result %s>" % self.summary().splitlines()[0] if self.points else \
+            "<alloclab.Result empty>"
+
+    def __str__(self):
+        return self.summary()

@@ -1,0 +1,311 @@
+"""run(): sweep a workload over policies and parameters.
+
+Every parameter that may vary (workload parameters, producers, the policy,
+timing, cpu) accepts a list; the product of all lists is the grid. Each grid
+point is run ``runs`` times; each run is one ``lib.al_run()`` call on a fresh
+allocator stack, wholly in C (cffi releases the GIL; Python does nothing per
+operation).
+
+Everything is validated before anything runs, so a typo in the last value of
+a long sweep fails in milliseconds, not after an hour.
+"""
+
+import errno
+import itertools
+import math
+import numbers
+import sys
+import threading
+
+from . import errors, schema
+from ._ffi import cstr, error, ffi, lib
+from .policy import Policy
+from .result import Result, collect_metadata
+
+CPU_MODES = {"auto": lib.AL_CPU_AUTO, "pinned": lib.AL_CPU_PINNED,
+             "virtual": lib.AL_CPU_VIRTUAL}
+CPU_MODE_NAMES = {v: k for k, v in CPU_MODES.items()}
+TIMINGS = {"batch": lib.AL_TIMING_BATCH, "per_op_sum": lib.AL_TIMING_PER_OP_SUM}
+MAX_PRODUCERS = lib.AL_MAX_PRODUCERS
+_U64_MAX = (1 << 64) - 1
+
+
+def _as_list(v, what):
+    """Lists, tuples, ranges and 1-D arrays are sweeps; anything else one value."""
+    if isinstance(v, (list, tuple, range)) or (hasattr(v, "ndim") and getattr(v, "ndim") == 1):
+        vals = list(v)
+        if not vals:
+            raise errors.InvalidArgument("%s: an empty list sweeps nothing" % what)
+        return vals
+    return [v]
+
+
+def _is_int(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _int_in(name, v, lo, hi=None):
+    if not _is_int(v):
+        raise errors.ParameterTypeError("%s must be an int, not %r" % (name, v),
+                                        name=name, value=v)
+    v = int(v)
+    if v < lo or (hi is not None and v > hi):
+        rng = "[%d, %s]" % (lo, hi if hi is not None and hi < _U64_MAX else "2^64-1")
+        raise errors.ParameterRangeError("%s=%d is out of range %s" % (name, v, rng),
+                                         name=name, value=v, min=lo, max=hi)
+    return v
+
+
+def _choice(kind, v, table):
+    if not isinstance(v, str) or v not in table:
+        raise errors.UnknownNameError.make(kind, v, list(table))
+    return v
+
+
+def _dedupe(vals):
+    out = []
+    for v in vals:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def plan(workload, policy, runs=3, producers=1, cpu="auto", timing="batch",
+         warmup_cycles=100, cycles=None, duration=0.25, seed=1, **params):
+    """Validate a run() request and return (settings, tasks) without running.
+
+    ``tasks`` is a list of plain, picklable dicts, one per grid point, in
+    grid order; run_point(task) runs one of them.
+    """
+    wl = schema.workload(workload)
+    runs = _int_in("runs", runs, 1)
+    warmup_cycles = _int_in("warmup_cycles", warmup_cycles, 0, _U64_MAX)
+    if cycles is not None:
+        cycles = _int_in("cycles", cycles, 1, _U64_MAX)
+    if isinstance(duration, bool) or not isinstance(duration, numbers.Real):
+        raise errors.ParameterTypeError("duration must be a number of seconds, not %r"
+                                        % (duration,), name="duration", value=duration)
+    duration = float(duration)
+    if not math.isfinite(duration) or duration <= 0:
+        raise errors.ParameterRangeError(
+            "duration=%r is out of range: it must be a positive number of seconds" % duration,
+            name="duration", value=duration, min=0, max=None)
+    duration_ns = max(1, int(round(duration * 1e9)))
+    seed = _int_in("seed", seed, 0, _U64_MAX)
+
+    policies = _dedupe([Policy(p) for p in _as_list(policy, "policy")])
+    prod = _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
+                    for p in _as_list(producers, "producers")])
+    if wl.one_producer:
+        for p in prod:
+            if p != 1:
+                raise errors.ParameterRangeError(
+                    "workload %s runs exactly one producer (as the benchmark it models), "
+                    "not producers=%d" % (wl.name, p), name="producers", value=p, min=1, max=1)
+    cpus = _dedupe([_choice("cpu mode", c, CPU_MODES) for c in _as_list(cpu, "cpu")])
+    timings = _dedupe([_choice("timing", t, TIMINGS) for t in _as_list(timing, "timing")])
+    usable = lib.al_cpus_usable()
+    if "pinned" in cpus:
+        for p in prod:
+            if p > usable:
+                raise errors.ParameterRangeError(
+                    "cpu=pinned needs producers <= usable CPUs (%d), not producers=%d; "
+                    "use cpu=\"virtual\" or \"auto\"" % (usable, p),
+                    name="producers", value=p, min=1, max=usable)
+
+    # Workload parameters: by name (underscores or dashes), each maybe a list.
+    given = {}
+    for k, v in params.items():
+        name = k.replace("-", "_")
+        p = wl.param(name)  # UnknownNameError listing the valid ones
+        if name in given:
+            raise errors.InvalidArgument("parameter %s given twice" % name)
+        given[name] = _dedupe([p.parse(x) for x in _as_list(v, name)])
+    wvalues = [given.get(p.name, [p.default]) for p in wl.params]
+
+    # Size against each policy's largest request.
+    if wl.size_param is not None:
+        idx = [p.name for p in wl.params].index(wl.size_param)
+        sp = wl.params[idx]
+        for size in wvalues[idx]:
+            if size < 1:
+                raise errors.ParameterRangeError(
+                    "%s=%s is not a valid request: sizes start at 1" % (sp.name, sp.format(size)),
+                    name=sp.name, value=size, min=1, max=None)
+            for pol in policies:
+                mx = pol.max_size
+                if mx and size > mx:
+                    raise errors.ParameterRangeError(
+                        "%s=%s (%d bytes) is above the largest request policy %r accepts "
+                        "(max %s = %d bytes)" % (sp.name, sp.format(size), size, str(pol),
+                                                 schema.format_size(mx), mx),
+                        name=sp.name, value=size, min=1, max=mx)
+
+    settings = {
+        "workload": wl.name,
+        "runs": runs,
+        "warmup_cycles": warmup_cycles,
+        "cycles": cycles,
+        "duration": duration,
+        "seed": seed,
+        "sweep": {
+            "policy": [str(p) for p in policies],
+            **{p.name: [p.value(v) for v in vals] for p, vals in zip(wl.params, wvalues)},
+            "producers": prod,
+            "timing": timings,
+            "cpu": cpus,
+        },
+    }
+    tasks = []
+    for pol, *rest in itertools.product(policies, *wvalues, prod, timings, cpus):
+        wraw, (nprod, tim, cpu_mode) = rest[:len(wl.params)], rest[len(wl.params):]
+        point = {"workload": wl.name, "policy": str(pol)}
+        point.update({p.name: p.value(v) for p, v in zip(wl.params, wraw)})
+        point.update({"producers": nprod, "timing": tim, "cpu": cpu_mode})
+        tasks.append({
+            "point": point,
+            "workload": wl.name,
+            "policy": str(pol),
+            "wparams": list(wraw),
+            "producers": nprod,
+            "cpu": cpu_mode,
+            "timing": tim,
+            "warmup_cycles": warmup_cycles,
+            "cycles": cycles or 0,
+            "duration_ns": duration_ns,
+            "seed": seed,
+            "runs": runs,
+        })
+    return settings, tasks
+
+
+def run_once(task, run_index=0):
+    """One al_run() call for a task dict; returns the raw result as plain data."""
+    wl = lib.al_workload_find(task["workload"].encode())
+    if wl == ffi.NULL:  # pragma: no cover - validated in plan()
+        raise errors.UnknownNameError.make("workload", task["workload"], list(schema.workloads()))
+    cfg = ffi.new("struct al_run_config *")
+    cfg.workload = wl
+    for i, v in enumerate(task["wparams"]):
+        cfg.wparams[i] = v
+    Policy(task["policy"]).fill_spec(cfg.stack)
+    cfg.producers = task["producers"]
+    cfg.cpu_mode = CPU_MODES[task["cpu"]]
+    cfg.timing = TIMINGS[task["timing"]]
+    cfg.warmup_cycles = task["warmup_cycles"]
+    cfg.cycles = task["cycles"]
+    cfg.duration_ns = task["duration_ns"]
+    cfg.seed = (task["seed"] + run_index) & _U64_MAX
+    res = ffi.new("struct al_run_result *")
+    rc = lib.al_run(cfg, res)
+    if rc:
+        what = "run %d of %s on %r (%s)" % (
+            run_index + 1, task["workload"], task["policy"],
+            ", ".join("%s=%s" % (k, v) for k, v in task["point"].items()
+                      if k not in ("workload", "policy")))
+        detail = cstr(res.error)
+        if -rc == errno.ENOMEM:
+            raise error(rc, what, detail or "out of memory", cls=errors.AllocatorExhausted)
+        raise error(rc, what, detail, cls=errors.RunError)
+    layers = []
+    for i in range(min(res.nlayers, lib.AL_MAX_LAYERS)):
+        st = res.layers[i]
+        layers.append({
+            "layer": cstr(st.layer),
+            "bytes_held": int(st.bytes_held),
+            "leaked": int(res.leaked[i]),
+            "counters": [(cstr(st.v[j].name), int(st.v[j].value))
+                         for j in range(min(st.n, lib.AL_STATS_MAX))],
+        })
+    return {
+        "seed": int(cfg.seed),
+        "cpu_mode": CPU_MODE_NAMES.get(res.cpu_mode, str(res.cpu_mode)),
+        "ncpu_model": int(res.ncpu_model),
+        "ncpu_concurrent": int(res.ncpu_concurrent),
+        "ncpu_usable": int(res.ncpu_usable),
+        "threads_per_core": int(res.threads_per_core),
+        "clock_tsc": int(res.clock_tsc),
+        "ticks_per_ns": float(res.ticks_per_ns),
+        "timer_overhead_ns": float(res.timer_overhead_ns),
+        "cycles": int(res.cycles),
+        "alloc_ops": int(res.alloc_ops),
+        "free_ops": int(res.free_ops),
+        "cross_frees": int(res.cross_frees),
+        "alloc_ns": float(res.alloc_ns),
+        "free_ns": float(res.free_ns),
+        "elapsed_ns": float(res.elapsed_ns),
+        "steal_pct": float(res.steal_pct),
+        "layers": layers,
+    }
+
+
+def run_point(task, on_run=None):
+    """Run one grid point ``task['runs']`` times; returns (point, [raw runs])."""
+    raws = []
+    for i in range(task["runs"]):
+        raws.append(run_once(task, i))
+        if on_run is not None:
+            on_run()
+    return task["point"], raws
+
+
+class _Progress:
+    def __init__(self, total, enabled):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.lock = threading.Lock()
+
+    def step(self, n=1):
+        if not self.enabled:
+            return
+        with self.lock:
+            self.done += n
+            sys.stderr.write("\ralloclab: %d/%d runs" % (self.done, self.total))
+            sys.stderr.flush()
+
+    def close(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def run(workload, policy, runs=3, producers=1, cpu="auto", timing="batch", warmup_cycles=100,
+        cycles=None, duration=0.25, seed=1, progress=None, executor=None, **params):
+    """Run ``workload`` on ``policy`` over the product of every list given.
+
+    workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
+    or a list of them; producers, cpu ("auto"/"pinned"/"virtual"), timing
+    ("batch"/"per_op_sum") and every workload parameter (by name, e.g.
+    ``allocs_per_cycle=[16, 64]``, ``size="4K"``) may be lists. runs: runs
+    per grid point, each on a fresh allocator. cycles: measured cycles per
+    worker (else the measured phase lasts ``duration`` seconds).
+    warmup_cycles: untimed cycles first. progress=True prints a progress line
+    to stderr. executor: a concurrent.futures.Executor to run grid points in
+    parallel (default: one after the other).
+
+    Returns a Result. Raises AllocatorExhausted when a run runs out of memory
+    and RunError when a run fails otherwise.
+    """
+    settings, tasks = plan(workload, policy, runs=runs, producers=producers, cpu=cpu,
+                           timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
+                           duration=duration, seed=seed, **params)
+    prog = _Progress(len(tasks) * settings["runs"], bool(progress))
+    out = []
+    try:
+        if executor is None:
+            for t in tasks:
+                out.append(run_point(t, on_run=prog.step))
+        else:
+            futures = [executor.submit(run_point, t) for t in tasks]
+            try:
+                for f in futures:
+                    out.append(f.result())
+                    prog.step(settings["runs"])
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    finally:
+        prog.close()
+    meta = collect_metadata()
+    meta["run"] = settings
+    return Result.from_raw(meta, out)

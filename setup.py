@@ -1,0 +1,140 @@
+"""Build liballoclab.so from csrc/SOURCES, then the cffi extension that links it.
+
+Everything declarative lives in pyproject.toml. This file only adds one build
+step that runs before build_ext:
+
+  1. compile every source listed in csrc/SOURCES into one shared library,
+     liballoclab.so, placed inside the package next to the extension
+     (build_lib/alloclab/ for a normal build, python/alloclab/ as well for
+     ``build_ext --inplace`` and ``pip install -e .``);
+  2. copy the public headers to alloclab/include/alloclab/ (normal builds)
+     so that plugins can compile against the installed package;
+  3. point the cffi extension's library_dirs at the library; the extension
+     finds it at run time through rpath=$ORIGIN.
+
+Environment: CC (compiler, default from sysconfig), CFLAGS (appended),
+ALLOCLAB_WERROR=1 (warnings are errors).
+"""
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.sdist import sdist
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+LIB_NAME = "liballoclab.so"
+PKG = "alloclab"
+PKG_SRC_DIR = os.path.join(ROOT, "python", PKG)
+INCLUDE_SRC = os.path.join(ROOT, "csrc", "include", "alloclab")
+
+
+def read_version():
+    with open(os.path.join(PKG_SRC_DIR, "_version.py")) as f:
+        m = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M)
+    if not m:
+        raise RuntimeError("python/alloclab/_version.py has no __version__")
+    return m.group(1)
+
+
+def read_sources():
+    srcs = []
+    with open(os.path.join(ROOT, "csrc", "SOURCES")) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                srcs.append(line)
+    return srcs
+
+
+def c_compiler():
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shlex.split(cc)
+
+
+class build_ext_alloclab(build_ext):
+    """build_ext that first builds liballoclab.so (see the module doc)."""
+
+    def run(self):
+        inplace = bool(self.inplace or getattr(self, "editable_mode", False))
+        out_dir = os.path.join(os.path.abspath(self.build_lib), PKG)
+        lib = self.build_alloclab_library(out_dir)
+        if inplace:
+            self.copy_file(lib, os.path.join(PKG_SRC_DIR, LIB_NAME))
+        else:
+            self.copy_headers(os.path.join(out_dir, "include", "alloclab"))
+        for ext in self.extensions:
+            if ext.name == PKG + "._alloclab" and out_dir not in ext.library_dirs:
+                ext.library_dirs.append(out_dir)
+        super().run()
+
+    def build_alloclab_library(self, out_dir):
+        cc = c_compiler()
+        version = read_version()
+        cflags = [
+            "-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-fvisibility=hidden",
+            "-I" + os.path.join(ROOT, "csrc", "include"),
+            '-DAL_VERSION_STR="%s"' % version,
+            '-DAL_BUILD_FLAGS="%s -O2 -g"' % " ".join(cc),
+            "-Wall", "-Wextra",
+        ]
+        if os.environ.get("ALLOCLAB_WERROR") == "1":
+            cflags.append("-Werror")
+        cflags += shlex.split(os.environ.get("CFLAGS", ""))
+        headers = [os.path.join(INCLUDE_SRC, h) for h in os.listdir(INCLUDE_SRC)]
+        newest_header = max((os.path.getmtime(h) for h in headers), default=0)
+        obj_dir = os.path.join(os.path.abspath(self.build_temp), "liballoclab")
+
+        def compile_one(src):
+            path = os.path.join(ROOT, src)
+            obj = os.path.join(obj_dir, os.path.splitext(src)[0] + ".o")
+            if (not self.force and os.path.exists(obj)
+                    and os.path.getmtime(obj) >= max(os.path.getmtime(path), newest_header)):
+                return obj
+            os.makedirs(os.path.dirname(obj), exist_ok=True)
+            cmd = cc + cflags + ["-c", path, "-o", obj]
+            print(" ".join(shlex.quote(c) for c in cmd))
+            subprocess.check_call(cmd)
+            return obj
+
+        srcs = read_sources()
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            objs = list(pool.map(compile_one, srcs))
+
+        os.makedirs(out_dir, exist_ok=True)
+        lib = os.path.join(out_dir, LIB_NAME)
+        cmd = cc + cflags + ["-shared", "-Wl,-soname," + LIB_NAME, "-o", lib] + objs + ["-lm"]
+        print(" ".join(shlex.quote(c) for c in cmd))
+        subprocess.check_call(cmd)
+        return lib
+
+    def copy_headers(self, dest):
+        os.makedirs(dest, exist_ok=True)
+        for h in sorted(os.listdir(INCLUDE_SRC)):
+            if h.endswith(".h"):
+                shutil.copy2(os.path.join(INCLUDE_SRC, h), os.path.join(dest, h))
+
+
+class sdist_alloclab(sdist):
+    """sdist that also ships the C sources, headers and the Makefile (the
+    wheel is built from them)."""
+
+    def make_release_tree(self, base_dir, files):
+        extra = []
+        for root, _, names in os.walk(os.path.join(ROOT, "csrc")):
+            extra += [os.path.relpath(os.path.join(root, n), ROOT) for n in sorted(names)]
+        extra += [f for f in ("Makefile", "README.md") if os.path.exists(os.path.join(ROOT, f))]
+        files = list(files) + [f for f in extra if f not in files]
+        super().make_release_tree(base_dir, files)
+
+
+setup(
+    cmdclass={"build_ext": build_ext_alloclab, "sdist": sdist_alloclab},
+    cffi_modules=["python/alloclab/_build.py:ffibuilder"],
+)

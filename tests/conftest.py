@@ -1,0 +1,55 @@
+"""Shared fixtures and Hypothesis profiles.
+
+HYPOTHESIS_PROFILE picks the profile: "default" (quick, for development),
+"ci" (more examples, derandomized so CI is reproducible), "expensive" (a
+long soak before a release).
+"""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("default", max_examples=40, deadline=None)
+settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True,
+                          print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("expensive", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def _schema():
+    from alloclab import schema
+    return schema
+
+
+def bottom_layers():
+    """Names of layers that need no backend."""
+    return [n for n, s in _schema().layers().items() if not s.needs_backend]
+
+
+def validating_bottom_layers():
+    """Bottom layers whose free() rejects invalid and double frees."""
+    return [n for n, s in _schema().layers().items()
+            if not s.needs_backend and s.has("validates")]
+
+
+# Fast run settings: fixed cycles, little warmup, one run.
+FAST = dict(cycles=20, warmup_cycles=2, runs=1)
+
+
+@pytest.fixture
+def fast():
+    return dict(FAST)
+
+
+def front_layers():
+    """Names of layers that need a layer below."""
+    return [n for n, s in _schema().layers().items() if s.needs_backend]
+
+
+def stacks():
+    """A policy per variant: every bottom layer alone, and every front layer
+    over the first validating bottom layer (buddy)."""
+    base = (validating_bottom_layers() or bottom_layers())[0]
+    return bottom_layers() + ["%s > %s" % (f, base) for f in front_layers()]

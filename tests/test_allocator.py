@@ -1,0 +1,225 @@
+"""The live Allocator test hook, over every bottom layer that validates frees.
+
+Capability gaps are declared by features (DESIGN §2): tests select layers by
+feature, never by try/except.
+"""
+
+import ctypes
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import alloclab as al
+from alloclab import schema
+
+from conftest import bottom_layers, stacks, validating_bottom_layers
+
+VALIDATING = validating_bottom_layers()
+BOTTOMS = bottom_layers()
+
+
+def held(a):
+    return sum(s["bytes_held"] for s in a.stats())
+
+
+def core_stats(a):
+    """The stats a rejected free must not change (error counters may)."""
+    return [(s["layer"], s["bytes_held"], s.get("allocs"), s.get("frees")) for s in a.stats()]
+
+
+@pytest.fixture(params=VALIDATING)
+def alloc(request):
+    with al.Allocator(request.param, ncpu=4) as a:
+        yield a
+
+
+def test_there_is_a_validating_layer():
+    assert "buddy" in VALIDATING
+
+
+def test_round_trip(alloc):
+    sizes = [1, 8, 16, 17, 64, 100, 4096, alloc.max_size or 65536]
+    addrs = [alloc.alloc(s) for s in sizes]
+    assert len(set(addrs)) == len(addrs)
+    for addr, s in zip(addrs, sizes):
+        assert alloc.owns(addr)
+        if alloc.policy.features(0) and "usable" in alloc.policy.features(0):
+            assert alloc.usable_size(addr) >= s
+    assert held(alloc) > 0
+    for addr in addrs:
+        alloc.free(addr)
+    alloc.drain()
+    assert held(alloc) == 0
+    alloc.check()
+
+
+def test_cross_cpu_free(alloc):
+    a = alloc.alloc(64, cpu=1)
+    alloc.free(a, cpu=3)
+    alloc.drain(cpu=1)
+    alloc.drain()
+    assert held(alloc) == 0
+
+
+def test_zeroed_memory():
+    layer = VALIDATING[0]
+    sch = schema.layer(layer)
+    spec = "%s(fill=true)" % layer if any(p.name == "fill" for p in sch.params) else layer
+    with al.Allocator(spec) as a:
+        dirty = [a.alloc(256) for _ in range(4)]
+        for d in dirty:
+            ctypes.memset(d, 0xAB, 256)
+            a.free(d)
+        p = a.alloc(256, zero=True)
+        assert ctypes.string_at(p, 256) == bytes(256)
+        a.free(p)
+
+
+def test_invalid_free_leaves_stats_unchanged(alloc):
+    a = alloc.alloc(64)
+    before = core_stats(alloc)
+    for bad in (a + 8, a + 1):
+        with pytest.raises(al.InvalidFreeError) as ei:
+            alloc.free(bad)
+        assert "0x%x" % bad in str(ei.value)
+        assert "EINVAL" in str(ei.value)
+        assert ei.value.addr == bad
+        assert isinstance(ei.value, ValueError)
+        assert core_stats(alloc) == before
+    alloc.free(a)
+    alloc.check()
+
+
+def test_double_free_leaves_stats_unchanged(alloc):
+    a = alloc.alloc(64)
+    keep = alloc.alloc(64)  # keeps the chunk alive so the address stays in range
+    alloc.free(a)
+    before = core_stats(alloc)
+    with pytest.raises(al.InvalidFreeError, match="0x%x" % a):
+        alloc.free(a)
+    assert core_stats(alloc) == before
+    alloc.free(keep)
+    alloc.check()
+
+
+def test_foreign_pointer(alloc):
+    buf = ctypes.create_string_buffer(128)
+    addr = ctypes.addressof(buf)
+    assert not alloc.owns(addr)
+    before = core_stats(alloc)
+    with pytest.raises(al.InvalidFreeError):
+        alloc.free(addr)
+    assert core_stats(alloc) == before
+
+
+def test_bulk(alloc):
+    addrs = alloc.alloc_bulk(64, 8, cpu=2)
+    assert 1 <= len(addrs) <= 8 and len(set(addrs)) == len(addrs)
+    assert all(alloc.owns(x) for x in addrs)
+    assert alloc.free_bulk(addrs, cpu=2) == len(addrs)
+    assert alloc.alloc_bulk(64, 0) == []
+    assert alloc.free_bulk([]) == 0
+    alloc.drain()
+    assert held(alloc) == 0
+
+
+def test_bad_arguments(alloc):
+    with pytest.raises(al.InvalidArgument) as ei:
+        alloc.alloc(0)
+    assert "size 0" in str(ei.value)
+    if alloc.max_size:
+        too_big = alloc.max_size + 1
+        with pytest.raises(al.InvalidArgument) as ei:
+            alloc.alloc(too_big)
+        assert str(too_big) in str(ei.value) and str(alloc.max_size) in str(ei.value)
+    with pytest.raises(al.ParameterRangeError, match=r"cpu=4 .*\[0, 3\]"):
+        alloc.alloc(64, cpu=4)
+    with pytest.raises(al.ParameterRangeError):
+        alloc.free(0x1000, cpu=-1)
+    with pytest.raises(al.ParameterTypeError):
+        alloc.alloc(64.0)
+    with pytest.raises(al.ParameterRangeError):
+        al.Allocator(VALIDATING[0], ncpu=0)
+
+
+def test_exhaustion_then_recovery():
+    with al.Allocator("buddy(arena_limit=1M)") as a:
+        got = []
+        with pytest.raises(al.AllocatorExhausted) as ei:
+            for _ in range(10_000):
+                got.append(a.alloc(4096))
+        assert "ENOMEM" in str(ei.value)
+        assert isinstance(ei.value, MemoryError)
+        assert ei.value.code < 0
+        assert 0 < len(got) < 10_000
+        for x in got:
+            a.free(x)
+        a.drain()
+        assert held(a) == 0
+        a.check()
+        a.free(a.alloc(4096))
+
+
+def test_stats_shape(alloc):
+    st_ = alloc.stats()
+    assert [s["layer"] for s in st_] == alloc.policy.names
+    for s in st_:
+        assert isinstance(s["bytes_held"], int)
+        assert all(isinstance(v, int) for v in s.values() if v is not s["layer"])
+
+
+def test_close():
+    a = al.Allocator(VALIDATING[0])
+    x = a.alloc(64)
+    a.close()
+    a.close()
+    assert a.closed
+    with pytest.raises(al.AlloclabError, match="closed"):
+        a.free(x)
+    with pytest.raises(al.AlloclabError, match="closed"):
+        a.stats()
+
+
+@pytest.mark.parametrize("spec", stacks())
+def test_every_stack_round_trip(spec):
+    """Allocate on every CPU, free on another, drain: every layer is back to 0."""
+    with al.Allocator(spec, ncpu=4) as a:
+        sizes = [16, 64, 200, 1000, 4096]
+        got = [(a.alloc(sizes[i % len(sizes)], cpu=i % 4), i) for i in range(300)]
+        if a.policy.names[-1] != "null":  # null hands out one preallocated block by design
+            assert len({p for p, _ in got}) == len(got)
+            assert a.stats()[0]["bytes_held"] > 0
+        for p, i in got:
+            a.free(p, cpu=(i + 1) % 4)
+        assert a.stats()[0]["bytes_held"] == 0
+        a.drain()
+        assert [s["bytes_held"] for s in a.stats()] == [0] * len(a.policy)
+        a.check()
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 8192), st.integers(0, 3)),
+                max_size=200))
+def test_random_ops_keep_blocks_disjoint(ops):
+    """alloc/free in any order: live blocks never overlap, everything comes back."""
+    layer = VALIDATING[0]
+    with al.Allocator(layer, ncpu=4) as a:
+        live = {}
+        for is_alloc, size, cpu in ops:
+            if is_alloc or not live:
+                p = a.alloc(size, cpu=cpu)
+                assert p not in live
+                live[p] = max(size, a.usable_size(p))
+            else:
+                p = sorted(live)[size % len(live)]
+                del live[p]
+                a.free(p, cpu=cpu)
+        spans = sorted(live.items())
+        for (p, n), (q, _) in zip(spans, spans[1:]):
+            assert p + n <= q, "blocks at 0x%x (+%d) and 0x%x overlap" % (p, n, q)
+        a.check()
+        for p in live:
+            a.free(p)
+        a.drain()
+        assert held(a) == 0
+        a.check()

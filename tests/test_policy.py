@@ -1,0 +1,245 @@
+"""Policy specs: parsing, canonical form, round trips, and every bad input."""
+
+import pickle
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import alloclab as al
+from alloclab import schema
+
+LAYERS = schema.layers()
+
+
+# ---------------------------------------------------------------- strategies
+
+def _value_text(p):
+    """A strategy of (text or Python value) for parameter p, within range."""
+    if p.type == schema.BOOL:
+        return st.sampled_from([True, False, "true", "false", 0, 1])
+    if p.type == schema.ENUM:
+        return st.sampled_from(list(p.choices))
+    ints = st.integers(min_value=p.min, max_value=p.max)
+    if p.type in (schema.SIZE, schema.NS):
+        # Powers of two and round numbers too: cross-parameter checks
+        # (chunk_size must be a power of two) need them to be likely.
+        special = [v for v in [1 << k for k in range(63)] + [10**k for k in range(19)]
+                   if p.min <= v <= p.max]
+        if special:
+            ints = st.one_of(st.sampled_from(special), ints)
+        return st.one_of(ints, ints.map(p.format))
+    return ints
+
+
+@st.composite
+def specs(draw):
+    """(spec text, [(layer, {param: raw int})]) over the registry's layers."""
+    fronts = [s for s in LAYERS.values() if s.needs_backend]
+    bottoms = [s for s in LAYERS.values() if not s.needs_backend]
+    stack = draw(st.lists(st.sampled_from(fronts), max_size=3)) if fronts else []
+    stack.append(draw(st.sampled_from(bottoms)))
+    parts, expect = [], []
+    for sch in stack:
+        chosen = draw(st.lists(st.sampled_from(sch.params), unique_by=lambda p: p.name,
+                               max_size=len(sch.params))) if sch.params else []
+        kv, raw = [], {}
+        for p in chosen:
+            v = draw(_value_text(p))
+            text = v if isinstance(v, str) else (
+                ("true" if v else "false") if p.type == schema.BOOL else str(int(v)))
+            kv.append("%s=%s" % (p.name, text))
+            raw[p.name] = p.parse(v)
+        ws = draw(st.sampled_from(["", " "]))
+        parts.append(sch.name + ("(%s)" % (("," + ws).join(kv)) if kv else ""))
+        expect.append((sch.name, raw))
+    sep = draw(st.sampled_from([" > ", ">", "  >  "]))
+    return sep.join(parts), expect
+
+
+def _make(spec):
+    """Policy(spec), rejecting the example when only the C cross-parameter
+    check (e.g. arena_limit below chunk_size) refuses it."""
+    try:
+        return al.Policy(spec)
+    except al.ParameterRangeError:
+        raise
+    except al.InvalidArgument:
+        assume(False)
+
+
+# ---------------------------------------------------------------- round trips
+
+@given(specs())
+def test_round_trip(case):
+    spec, expect = case
+    p = _make(spec)
+    s = str(p)
+    q = al.Policy(s)
+    assert q == p
+    assert hash(q) == hash(p)
+    assert str(q) == s
+    assert al.Policy(p) == p
+    assert pickle.loads(pickle.dumps(p)) == p
+    # layers() keeps exactly the non-default parameters, params(i) all of them.
+    assert [n for n, _ in p.layers] == [n for n, _ in expect]
+    for i, (name, raw) in enumerate(expect):
+        sch = LAYERS[name]
+        full = p.raw_params(i)
+        for prm, v in zip(sch.params, full):
+            assert v == raw.get(prm.name, prm.default)
+        assert set(p.layers[i][1]) == {k for k, v in raw.items() if v != sch.param(k).default}
+        assert set(p.params(i)) == {prm.name for prm in sch.params}
+
+
+@pytest.mark.parametrize("name", [n for n, s in LAYERS.items() if not s.needs_backend])
+def test_bare_layer_is_canonical(name):
+    assert str(al.Policy(name)) == name
+    assert al.Policy(name).layers == [(name, {})]
+
+
+@pytest.mark.parametrize("name", [n for n, s in LAYERS.items() if s.needs_backend])
+def test_front_layer_over_each_bottom(name):
+    for bottom in (n for n, s in LAYERS.items() if not s.needs_backend):
+        spec = "%s > %s" % (name, bottom)
+        assert str(al.Policy(spec)) == spec
+        assert al.Policy(spec).names == [name, bottom]
+
+
+def test_canonical_form():
+    p = al.Policy("buddy( populate = true , arena_limit=2097152,lock_budget=1000000000)")
+    assert str(p) == "buddy(arena_limit=2M, lock_budget=1s, populate=true)"
+    # Defaults are dropped; params come in schema order.
+    assert str(al.Policy("buddy(chunk_size=1M, fill=false)")) == "buddy"
+    assert al.Policy("buddy(chunk_size=1M)") == al.Policy("buddy")
+    assert al.Policy("buddy(arena_limit=4M)") != al.Policy("buddy")
+
+
+def test_value_syntax():
+    p = al.Policy("buddy(arena_limit=3M, lock_budget=250ms, fill=1)")
+    assert p.params(0)["arena_limit"] == 3 << 20
+    assert p.params(0)["lock_budget"] == 250_000_000
+    assert p.params(0)["fill"] is True
+    assert str(al.Policy("buddy(lock_budget=1500us)")) == "buddy(lock_budget=1500us)"
+    assert str(al.Policy("buddy(lock_budget=1.5ms)")) == "buddy(lock_budget=1500us)"
+    assert str(al.Policy("buddy(lock_budget=0)")) == "buddy(lock_budget=0ns)"
+
+
+def test_presets():
+    assert set(al.presets) >= {"buddy", "libc", "null"}
+    for name, spec in al.presets.items():
+        assert al.Policy(name) == al.Policy(spec)
+        assert str(al.Policy(spec)) == spec  # presets are stored canonically
+
+
+def test_from_layers_and_max_size():
+    p = al.Policy.from_layers([("buddy", {"arena_limit": "8M", "fill": True})])
+    assert str(p) == "buddy(arena_limit=8M, fill=true)"
+    assert p.max_size == LAYERS["buddy"].max_size
+    assert al.Policy("libc").max_size == 0
+    assert len(p) == 1 and p.names == ["buddy"]
+
+
+def test_policies_and_workloads_describe_the_registry():
+    pols = {d["name"]: d for d in al.policies()}
+    assert {"buddy", "libc", "null"} <= set(pols)
+    b = pols["buddy"]
+    assert "validates" in b["features"] and b["max_size"] > 0 and b["doc"]
+    names = [p["name"] for p in b["params"]]
+    assert names == [p.name for p in LAYERS["buddy"].params]
+    for prm in b["params"]:
+        assert {"name", "type", "default", "min", "max", "doc"} <= set(prm)
+    wls = {d["name"]: d for d in al.workloads()}
+    assert {"malloc-free", "malloc", "calloc"} <= set(wls)
+    assert "one_producer" in wls["malloc"]["flags"]
+    assert wls["malloc-free"]["size_param"] == "size"
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_unknown_layer_lists_valid_ones():
+    with pytest.raises(al.UnknownNameError) as ei:
+        al.Policy("nosuch > buddy")
+    e = ei.value
+    assert isinstance(e, ValueError) and isinstance(e, al.AlloclabError)
+    assert "nosuch" in str(e)
+    for name in LAYERS:
+        assert name in str(e)
+        assert name in e.valid
+
+
+def test_unknown_param_lists_valid_ones():
+    with pytest.raises(al.UnknownNameError) as ei:
+        al.Policy("buddy(bogus=1)")
+    assert "bogus" in str(ei.value)
+    for p in LAYERS["buddy"].params:
+        assert p.name in str(ei.value)
+        assert p.name in ei.value.valid
+
+
+@pytest.mark.parametrize("spec, bad", [
+    ("buddy(arena_limit=lots)", "lots"),
+    ("buddy(arena_limit=1.5M)", "1.5M"),
+    ("buddy(fill=maybe)", "maybe"),
+    ("buddy(lock_budget=5 parsecs)", "5 parsecs"),
+])
+def test_wrong_type(spec, bad):
+    with pytest.raises(al.ParameterTypeError) as ei:
+        al.Policy(spec)
+    assert isinstance(ei.value, TypeError)
+    assert bad in str(ei.value)
+
+
+@pytest.mark.parametrize("spec, bad", [
+    ("buddy(arena_limit=1K)", "1K"),
+    ("buddy(arena_limit=1T)", "1T"),
+    ("buddy(chunk_size=2M)", "2M"),
+    ("buddy(lock_budget=100s)", "100s"),
+])
+def test_out_of_range_names_value_and_range(spec, bad):
+    with pytest.raises(al.ParameterRangeError) as ei:
+        al.Policy(spec)
+    msg = str(ei.value)
+    assert bad in msg
+    p = LAYERS["buddy"].param(ei.value.name)
+    assert "[%s, %s]" % (p.format(p.min), p.format(p.max)) in msg
+
+
+def test_cross_parameter_check_from_c():
+    with pytest.raises(al.InvalidArgument) as ei:
+        al.Policy("buddy(chunk_size=100K)")
+    assert "chunk_size" in str(ei.value) and "power of two" in str(ei.value)
+
+
+@pytest.mark.parametrize("spec", [
+    "", "   ", "buddy >", "> buddy", "buddy(", "buddy)", "buddy(arena_limit)",
+    "buddy(arena_limit=1M,)", "buddy(=1M)", "buddy(fill=true) x", "buddy((fill=true))",
+    "buddy(fill=true, fill=false)", "9buddy",
+])
+def test_syntax_errors(spec):
+    with pytest.raises(al.PolicySyntaxError) as ei:
+        al.Policy(spec)
+    assert isinstance(ei.value, ValueError)
+
+
+def test_stack_shape():
+    bottoms = [n for n, s in LAYERS.items() if not s.needs_backend]
+    with pytest.raises(al.InvalidArgument, match="bottom layer and must be last"):
+        al.Policy("%s > %s" % (bottoms[0], bottoms[-1]))
+    fronts = [n for n, s in LAYERS.items() if s.needs_backend]
+    for f in fronts:
+        with pytest.raises(al.InvalidArgument, match="needs a layer below"):
+            al.Policy(f)
+
+
+def test_not_a_spec():
+    with pytest.raises(al.ParameterTypeError):
+        al.Policy(42)
+
+
+def test_exceptions_pickle():
+    try:
+        al.Policy("nosuch")
+    except al.UnknownNameError as e:
+        e2 = pickle.loads(pickle.dumps(e))
+        assert type(e2) is type(e) and str(e2) == str(e) and e2.valid == e.valid

@@ -1,0 +1,386 @@
+"""run(): validation of every bad input, exact counters, results, tables, JSON."""
+
+import concurrent.futures
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+
+import alloclab as al
+from alloclab import schema
+from alloclab._ffi import lib
+
+from conftest import FAST, bottom_layers, stacks
+
+BOTTOMS = bottom_layers()
+
+
+# ---------------------------------------------------------------- bad input
+
+def _raises(exc, *args, match=(), **kw):
+    with pytest.raises(exc) as ei:
+        al.run(*args, **kw)
+    for m in match:
+        assert m in str(ei.value), "%r not in %r" % (m, str(ei.value))
+    return ei.value
+
+
+def test_unknown_workload_lists_valid():
+    e = _raises(al.UnknownNameError, "nope", "buddy", match=["nope", "malloc-free", "calloc"])
+    assert "malloc-free" in e.valid
+
+
+def test_unknown_policy_and_layer():
+    _raises(al.UnknownNameError, "malloc-free", "nosuch", match=["nosuch", "buddy", "libc"])
+    _raises(al.UnknownNameError, "malloc-free", ["buddy", "libc > nosuch"], match=["nosuch"])
+    _raises(al.UnknownNameError, "malloc-free", "buddy(nope=1)", match=["nope", "arena_limit"])
+
+
+def test_unknown_param_lists_valid():
+    e = _raises(al.UnknownNameError, "malloc-free", "buddy", bogus=3,
+                match=["bogus", "allocs_per_cycle", "size"])
+    assert set(e.valid) == {"size", "allocs_per_cycle"}
+    # nallocs belongs to malloc, not malloc-free
+    _raises(al.UnknownNameError, "malloc-free", "buddy", nallocs=3, match=["nallocs"])
+
+
+@pytest.mark.parametrize("kw, bad", [
+    (dict(allocs_per_cycle=1.5), "1.5"),
+    (dict(allocs_per_cycle=True), "True"),
+    (dict(allocs_per_cycle="16"), "'16'"),
+    (dict(size=1.0), "1.0"),
+    (dict(size="lots"), "lots"),
+    (dict(producers=1.0), "1.0"),
+    (dict(runs="3"), "'3'"),
+    (dict(cycles=2.5), "2.5"),
+    (dict(duration="1s"), "'1s'"),
+])
+def test_wrong_types(kw, bad):
+    _raises(al.ParameterTypeError, "malloc-free", "buddy", match=[bad], **kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(size=0), ["size=0", "1"]),
+    (dict(size="1M"), ["1M", "512K", "buddy"]),
+    (dict(size=[64, 1 << 20]), ["1M", "512K"]),
+    (dict(allocs_per_cycle=0), ["allocs_per_cycle=0", "[1, "]),
+    (dict(producers=0), ["producers=0", "[1, 1024]"]),
+    (dict(producers=100000), ["producers=100000", "[1, 1024]"]),
+    (dict(producers=[1, 2, 100000]), ["100000"]),
+    (dict(runs=0), ["runs=0"]),
+    (dict(cycles=0), ["cycles=0"]),
+    (dict(duration=-1), ["duration=-1"]),
+    (dict(duration=0), ["duration=0"]),
+    (dict(warmup_cycles=-1), ["warmup_cycles=-1"]),
+    (dict(seed=-1), ["seed=-1"]),
+])
+def test_out_of_range(kw, match):
+    e = _raises(al.ParameterRangeError, "malloc-free", "buddy", match=match, **kw)
+    assert isinstance(e, ValueError)
+
+
+def test_size_above_max_of_any_policy_in_the_sweep():
+    # libc takes any size, buddy does not: the sweep is refused as a whole.
+    _raises(al.ParameterRangeError, "malloc-free", ["libc", "buddy"], size="1M",
+            match=["buddy", "1M"])
+    # libc alone takes it
+    al.run("malloc-free", "libc", size="1M", allocs_per_cycle=2, **FAST)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(cpu="sideways"), ["sideways", "auto", "pinned", "virtual"]),
+    (dict(cpu=["auto", "sideways"]), ["sideways"]),
+    (dict(timing="fast"), ["fast", "batch", "per_op_sum"]),
+])
+def test_unknown_modes(kw, match):
+    _raises(al.UnknownNameError, "malloc-free", "buddy", match=match, **kw)
+
+
+@pytest.mark.parametrize("workload", ["malloc", "calloc"])
+def test_one_producer_workloads(workload):
+    _raises(al.ParameterRangeError, workload, "buddy", producers=2,
+            match=[workload, "producers=2", "one producer"])
+
+
+def test_pinned_needs_enough_cpus():
+    n = lib.al_cpus_usable()
+    _raises(al.ParameterRangeError, "malloc-free", "buddy", cpu="pinned", producers=n + 1,
+            match=["pinned", str(n + 1)])
+
+
+def test_empty_list():
+    _raises(al.InvalidArgument, "malloc-free", "buddy", producers=[])
+
+
+def test_nothing_runs_when_a_later_point_is_bad():
+    # The bad value is the last of the sweep; validation must fail first, fast.
+    _raises(al.ParameterRangeError, "malloc-free", "buddy", allocs_per_cycle=[1, 16, 0],
+            cycles=10_000_000)
+
+
+# ---------------------------------------------------------------- failures
+
+def test_exhaustion_raises_and_interpreter_survives():
+    with pytest.raises(al.AllocatorExhausted) as ei:
+        al.run("malloc-free", "buddy(arena_limit=2M)", size=4096, allocs_per_cycle=1000,
+               cycles=1, runs=1)
+    e = ei.value
+    assert "ENOMEM" in str(e)
+    assert isinstance(e, MemoryError) and isinstance(e, al.AlloclabError)
+    assert e.code < 0
+    # A run after it works.
+    res = al.run("malloc-free", "buddy(arena_limit=2M)", size=4096, allocs_per_cycle=100,
+                 **FAST)
+    assert res.points[0]["alloc_ops"][0] == 100 * FAST["cycles"]
+
+
+# ---------------------------------------------------------------- exact counters
+
+@pytest.mark.parametrize("layer", BOTTOMS)
+@pytest.mark.parametrize("producers", [1, 2])
+def test_malloc_free_counters(layer, producers):
+    apc, cycles = 16, 20
+    res = al.run("malloc-free", layer, producers=producers, allocs_per_cycle=apc,
+                 cycles=cycles, warmup_cycles=3, runs=2)
+    assert len(res.points) == 1
+    pt = res.points[0]
+    n = cycles * apc * producers
+    assert list(pt["cycles"]) == [cycles * producers] * 2
+    assert list(pt["alloc_ops"]) == [n, n]
+    assert list(pt["free_ops"]) == [n, n]
+    assert list(pt["cross_frees"]) == [0, 0]
+    assert list(pt["%s.bytes_held" % layer]) == [0, 0]
+    assert list(pt["%s.leaked" % layer]) == [0, 0]
+    for name in ("allocs", "frees"):
+        key = "%s.%s" % (layer, name)
+        if key in pt.data:
+            assert list(pt[key]) == [n, n]
+            assert np.allclose(pt[key + "_per_op"], 0.5)
+    assert np.all(pt["alloc_ns"] > 0) and np.all(pt["free_ns"] > 0)
+    assert np.all(pt["throughput"] > 0)
+    assert pt.info["cpu_mode"] in ("pinned", "virtual")
+    assert pt.params == {"workload": "malloc-free", "policy": layer, "size": 64,
+                         "allocs_per_cycle": apc, "producers": producers, "timing": "batch",
+                         "cpu": "auto"}
+
+
+@pytest.mark.parametrize("spec", stacks())
+@pytest.mark.parametrize("workload", ["malloc-free", "malloc-xfree"])
+def test_every_stack_runs_without_leaks(spec, workload):
+    if workload not in al.schema.workloads():
+        pytest.skip("no %s workload" % workload)
+    apc, cycles, producers = 40, 10, 2
+    res = al.run(workload, spec, producers=producers, allocs_per_cycle=apc, cycles=cycles,
+                 warmup_cycles=2, runs=1)
+    pt = res.points[0]
+    n = cycles * apc * producers
+    assert pt["alloc_ops"][0] == n and pt["free_ops"][0] == n
+    names = al.Policy(spec).names
+    if workload == "malloc-free":  # (xfree leaves lists in its slots until teardown)
+        assert pt["%s.bytes_held" % names[0]][0] == 0  # nothing handed out after the phase
+    for key in res.metrics():
+        if key.endswith(".leaked"):
+            assert pt[key][0] == 0, key
+
+
+@pytest.mark.parametrize("layer", BOTTOMS)
+@pytest.mark.parametrize("workload", ["malloc", "calloc"])
+def test_malloc_calloc_counters(layer, workload):
+    nallocs, cycles = 50, 4
+    res = al.run(workload, layer, nallocs=nallocs, cycles=cycles, warmup_cycles=1, runs=1)
+    pt = res.points[0]
+    n = nallocs * cycles
+    assert pt["alloc_ops"][0] == n
+    assert pt["cycles"][0] == cycles
+    assert pt["%s.leaked" % layer][0] == 0
+    key = "%s.allocs" % layer
+    if key in pt.data:
+        assert pt[key][0] == n
+        assert pt["%s.frees" % layer][0] == n  # freed by the untimed reset
+
+
+def test_buddy_lock_counters_are_explained():
+    res = al.run("malloc-free", "buddy", allocs_per_cycle=8, **FAST)
+    pt = res.points[0]
+    ops = pt["alloc_ops"][0] + pt["free_ops"][0]
+    assert pt["buddy.lock_acquired"][0] == ops  # one lock per op, single producer
+    assert pt["buddy.lock_acquired_per_op"][0] == 1.0
+
+
+def test_virtual_cpus_note():
+    n = lib.al_cpus_usable()
+    res = al.run("malloc-free", "buddy", producers=n + 2, cpu="virtual", allocs_per_cycle=4,
+                 **FAST)
+    info = res.points[0].info
+    assert info["cpu_mode"] == "virtual"
+    assert info["cpu_note"] == "%d virtual CPUs, at most %d concurrent" % (n + 2, n)
+    assert "virtual" in res.cpu_line()
+
+
+# ---------------------------------------------------------------- results
+
+@pytest.fixture(scope="module")
+def sweep():
+    return al.run("malloc-free", ["buddy", "libc"], producers=[1, 2],
+                  allocs_per_cycle=[1, 16, 64], timing="batch", **FAST)
+
+
+def test_grid_and_table_shape(sweep):
+    assert len(sweep.points) == 2 * 2 * 3
+    assert set(sweep.swept()) == {"policy", "producers", "allocs_per_cycle"}
+    t = sweep.table("alloc_ns")
+    assert t.rows == [1, 16, 64] and t.cols == [1, 2]
+    assert [b["policy"] for b in t.blocks] == ["buddy", "libc"]
+    assert t.cube.shape == (2, 3, 2)
+    assert t.values.shape == (3, 4) and t.sd.shape == (3, 4)
+    assert not np.isnan(t.values).any()
+    text = str(t)
+    assert "allocs/cycle" in text and "1p" in text and "2p" in text
+    assert "buddy" in text and "libc" in text
+    lines = text.splitlines()
+    assert lines[0].startswith("malloc-free, allocation latency")
+    header = next(line for line in lines if "allocs/cycle" in line)
+    assert header.split() == ["allocs/cycle", "1p", "2p", "1p", "2p"]
+    body = [line.split() for line in lines[lines.index(header) + 1:]]
+    assert [row[0] for row in body] == ["1", "16", "64"]
+    assert all(len(row) == 5 for row in body)
+
+
+def test_table_single_row_col_and_stats(sweep):
+    one = al.run("malloc-free", "buddy", **FAST)
+    t = one.table("alloc_ns")
+    assert t.values.shape == (1, 1) and len(t.blocks) == 1
+    assert "policy: buddy" in t.title
+    t = sweep.table("throughput", rows="producers", cols="allocs_per_cycle", stat="max")
+    assert t.values.shape == (2, 6)
+    t = sweep.table("buddy.lock_acquired_per_op")
+    assert np.isnan(t.cube[1]).all()  # libc has no such counter
+    with pytest.raises(al.UnknownNameError, match="nope"):
+        sweep.table("nope")
+    with pytest.raises(al.UnknownNameError, match="mode"):
+        sweep.table("alloc_ns", stat="mode")
+
+
+def test_metrics(sweep):
+    m = sweep.metrics()
+    for name in ("alloc_ns", "free_ns", "throughput", "cycles", "alloc_ops", "free_ops",
+                 "cross_frees", "timer_overhead_ns", "steal_pct", "buddy.allocs",
+                 "buddy.bytes_held", "buddy.allocs_per_op", "buddy.lock_acquired_per_op",
+                 "libc.allocs"):
+        assert name in m
+    assert m[0] == "alloc_ns"
+
+
+def test_json_round_trip(sweep, tmp_path):
+    s = sweep.to_json()
+    back = al.Result.from_json(s)
+    assert back == sweep
+    assert back.metadata == sweep.metadata
+    for p, q in zip(back.points, sweep.points):
+        assert p.params == q.params and p.info == q.info
+        for k in q.data:
+            assert p.data[k].dtype == q.data[k].dtype
+            np.testing.assert_array_equal(p.data[k], q.data[k])
+    assert back.to_json() == s
+    path = tmp_path / "r.json"
+    sweep.to_json(str(path))
+    assert al.Result.from_json(str(path)) == sweep
+    json.loads(s)  # plain JSON
+    with pytest.raises(al.InvalidArgument):
+        al.Result.from_json('{"format": "other"}')
+
+
+def test_json_keeps_nan():
+    res = al.run("malloc", "buddy", nallocs=10, cycles=2, warmup_cycles=0, runs=1)
+    assert math.isnan(res.points[0]["free_ns"][0])  # malloc frees nothing timed
+    assert al.Result.from_json(res.to_json()) == res
+
+
+def test_metadata(sweep):
+    md = sweep.metadata
+    for k in ("cpu_model", "online_cpus", "usable_cpus", "threads_per_core", "kernel",
+              "build_flags", "library_version", "alloclab_version", "python", "clock",
+              "ticks_per_ns", "timestamp", "run"):
+        assert k in md, k
+    assert md["alloclab_version"] == al.__version__
+    assert md["library_version"] == al.__version__
+    assert md["clock"] in ("tsc", "monotonic")
+    assert md["run"]["workload"] == "malloc-free"
+    assert md["run"]["sweep"]["producers"] == [1, 2]
+    assert md["run"]["cycles"] == FAST["cycles"]
+
+
+def test_rows_csv(sweep, tmp_path):
+    rows = sweep.rows()
+    assert len(rows) == len(sweep.points) * FAST["runs"]
+    assert {"policy", "producers", "allocs_per_cycle", "run", "alloc_ns"} <= set(rows[0])
+    assert rows[0]["libc.allocs"] is None or rows[0]["policy"] == "libc"
+    path = tmp_path / "r.csv"
+    sweep.to_csv(str(path))
+    text = path.read_text().splitlines()
+    assert len(text) == len(rows) + 1
+    buf = io.StringIO()
+    sweep.to_csv(buf)
+    assert buf.getvalue().splitlines()[0] == text[0]
+
+
+def test_to_pandas(sweep):
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pandas"):
+            sweep.to_pandas()
+    else:
+        df = sweep.to_pandas()
+        assert len(df) == len(sweep.points)
+
+
+def test_summary(sweep):
+    s = sweep.summary()
+    assert "malloc-free" in s and "12 points" in s and "buddy" in s
+
+
+def test_executor_and_progress(capsys):
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        res = al.run("malloc-free", ["buddy", "libc"], allocs_per_cycle=[2, 4], executor=ex,
+                     progress=True, **FAST)
+    assert [p.params["allocs_per_cycle"] for p in res.points] == [2, 4, 2, 4]
+    for p in res.points:
+        assert p["alloc_ops"][0] == FAST["cycles"] * p.params["allocs_per_cycle"]
+    assert "4/4 runs" in capsys.readouterr().err
+
+
+def test_lists_of_everything():
+    res = al.run("malloc-free", al.Policy("buddy"), size=["16", 4096], allocs_per_cycle=(1, 2),
+                 timing=["batch", "per_op_sum"], cpu=["auto", "virtual"], **FAST)
+    assert len(res.points) == 2 * 2 * 2 * 2
+    assert {p.params["size"] for p in res.points} == {16, 4096}
+    assert {p.params["timing"] for p in res.points} == {"batch", "per_op_sum"}
+
+
+def test_dashes_and_underscores():
+    res = al.run("malloc_free", "buddy", **{"allocs-per-cycle": 3}, **FAST)
+    assert res.points[0].params["allocs_per_cycle"] == 3
+    assert res.points[0].params["workload"] == "malloc-free"
+
+
+def test_schema_value_parsing():
+    p = schema.workload("malloc-free").param("size")
+    assert p.parse("4K") == 4096 and p.parse("1M") == 1 << 20 and p.parse(64) == 64
+    assert p.parse("64") == 64 and p.format(3 << 30) == "3G" and p.format(1536) == "1536"
+    with pytest.raises(al.ParameterTypeError):
+        p.parse(True)
+    ns = schema.layer("buddy").param("lock_budget")
+    assert ns.parse("250ms") == 250_000_000 and ns.parse("10us") == 10_000
+    assert ns.parse("500ns") == 500 and ns.parse("1s") == 10**9 and ns.parse(7) == 7
+    assert ns.format(250_000_000) == "250ms" and ns.format(1500) == "1500ns"
+    b = schema.layer("buddy").param("fill")
+    assert b.parse(True) == 1 and b.parse("false") == 0 and b.parse(1) == 1
+    with pytest.raises(al.ParameterTypeError):
+        b.parse(2)
+    i = schema.workload("malloc-free").param("allocs_per_cycle")
+    for bad in (True, 1.0, "1"):
+        with pytest.raises(al.ParameterTypeError):
+            i.parse(bad)
