@@ -345,7 +345,77 @@ def _main_parser():
     lp = sub.add_parser("list", help="layers, workloads, parameters and presets")
     lp.add_argument("--json", action="store_true", help="as JSON")
     sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
+    rp = sub.add_parser("reproduce", help="rerun a seed discussion's experiment")
+    rsub = rp.add_subparsers(dest="seed", metavar="SEED")
+    lib_p = rsub.add_parser(
+        "libarena", help="seed 000: spill vs transfer cache in front of libarena's buddy",
+        description="Seed 000: per-CPU caches in front of libarena's buddy, 'spill' vs "
+                    "'transfer cache' (plus plain buddy), on libarena-malloc-free and "
+                    "libarena-malloc-xfree, printed in the seed's layout with its summary, "
+                    "the counters that explain it and whether its conclusions hold here.")
+    lib_p.add_argument("--producers", type=_int_list("--producers"), default=[1, 2, 4, 8],
+                       help="comma-separated (default 1,2,4,8)")
+    lib_p.add_argument("--allocs-per-cycle", type=_int_list("--allocs-per-cycle"),
+                       default=[1, 4, 16, 64, 256], help="comma-separated (default 1,4,16,64,256)")
+    lib_p.add_argument("--size", type=_int_list("--size"), default=[64],
+                       help="object size in bytes (default 64)")
+    lib_p.add_argument("--runs", type=int, default=3, help="runs per cell (default 3)")
+    lib_p.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)),
+                       default=["per_op_sum", "batch"],
+                       help="per_op_sum (as the seed's bench) and/or batch (default both)")
+    lib_p.add_argument("--workloads", type=_choice_list("workload", ["malloc-free",
+                                                                     "malloc-xfree"]),
+                       default=["malloc-free", "malloc-xfree"])
+    lib_p.add_argument("--duration", type=_duration, default=0.05,
+                       help="measured phase per run (default 50ms)")
+    lib_p.add_argument("--no-baseline", action="store_true",
+                       help="leave out the plain buddy ('no cache') column")
+    lib_p.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
+    lib_p.add_argument("--plot", metavar="FILE",
+                       help="write alloc and free latency plots (PNG/PDF/SVG by extension)")
+    lib_p.add_argument("--progress", action="store_true", help="progress line on stderr")
     return p
+
+
+def cmd_reproduce(args, parser):
+    from . import reproduce
+
+    if args.seed != "libarena":
+        parser.parse_args(["reproduce", "--help"])
+        return 2
+    if len(args.size) != 1:
+        raise UsageError("--size takes one size for a reproduction, not %r" % (args.size,))
+    try:
+        rep = reproduce.libarena(producers=args.producers,
+                                 allocs_per_cycle=args.allocs_per_cycle, runs=args.runs,
+                                 size=args.size[0], timings=args.timing,
+                                 workloads=args.workloads, duration=args.duration,
+                                 baseline=not args.no_baseline, progress=args.progress)
+    except errors.AlloclabError as e:
+        if isinstance(e, (errors.AllocatorExhausted, errors.RunError)):
+            raise _RunFailed(str(e)) from None
+        raise
+    print(rep)
+    if args.json:
+        rep.to_json(args.json)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.backends.backend_pdf import PdfPages
+
+        figs = [rep.plot(m, wl) for wl in rep.results for m in ("alloc_ns", "free_ns")]
+        if args.plot.endswith(".pdf"):
+            with PdfPages(args.plot) as pdf:
+                for f in figs:
+                    pdf.savefig(f)
+        else:
+            base, dot, ext = args.plot.rpartition(".")
+            for i, f in enumerate(figs):
+                f.savefig(args.plot if i == 0 else "%s-%d.%s" % (base, i, ext))
+        for f in figs:
+            plt.close(f)
+    return 0
 
 
 def main(argv=None):
@@ -357,6 +427,8 @@ def main(argv=None):
         args = p.parse_args(argv)
         if args.cmd == "list":
             return cmd_list(args)
+        if args.cmd == "reproduce":
+            return cmd_reproduce(args, p)
         p.print_help()
         return 0 if not argv else 2
     except (UsageError, errors.AlloclabError, argparse.ArgumentError) as e:

@@ -18,11 +18,16 @@ import re
 from . import errors, schema
 from ._ffi import cstr, ffi, lib
 
-# name -> canonical spec string. Later issues add the seed variants.
+# name -> canonical spec string: the seeds' variants by their short names.
 presets = {
     "buddy": "buddy",
     "libc": "libc",
     "null": "null",
+    # seed 000: per-CPU caches in front of libarena's buddy
+    "libarena-spill": "percpu > buddy",
+    "libarena-transfer": "percpu > transfer > buddy",
+    "libarena-transfer-v1": "percpu > transfer(peek=false, full=single) > buddy",
+    "libarena-magazine": "magazine > buddy",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")

@@ -292,8 +292,15 @@ def run(workload, policy, runs=3, producers=1, cpu="auto", timing="batch", warmu
     out = []
     try:
         if executor is None:
-            for t in tasks:
-                out.append(run_point(t, on_run=prog.step))
+            # Interleave: run i of every point before run i+1 of any, so an A/B
+            # comparison never has all of A's runs in one stretch of machine
+            # noise and all of B's in another.
+            raws = [[] for _ in tasks]
+            for i in range(settings["runs"]):
+                for t, r in zip(tasks, raws):
+                    r.append(run_once(t, i))
+                    prog.step()
+            out = [(t["point"], r) for t, r in zip(tasks, raws)]
         else:
             futures = [executor.submit(run_point, t) for t in tasks]
             try:

@@ -1,0 +1,139 @@
+"""The seed-000 reproduction: the presets behave as the seed's designs (exact
+counters from empty caches), the report has the seed's layout and reads its
+claims from the data, round-trips through JSON, and the CLI runs it."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import alloclab as al
+import alloclab.reproduce as rep
+
+
+def one_cycle(policy, apc, workload="malloc-free"):
+    return al.run(workload, policy, runs=1, warmup_cycles=0, cycles=1, producers=1,
+                  allocs_per_cycle=apc).points[0]
+
+
+def test_spill_counts_one_buddy_lock_per_batch():
+    p = one_cycle("libarena-spill", 17)
+    # 17 allocations from empty caches: 3 refills of 8; 17 frees onto 7 cached: 1 spill
+    assert p["percpu.misses"][0] == 3
+    assert p["percpu.hits"][0] == 14
+    assert p["percpu.spills"][0] == 1
+    assert p["buddy.lock_acquired"][0] == 4
+    assert p["buddy.alloc_bulk_calls"][0] == 3 and p["buddy.free_bulk_calls"][0] == 1
+
+
+def test_transfer_cache_keeps_batches_from_the_buddy():
+    # second cycle: the batches spilled in the first come back from the transfer cache
+    res = al.run("malloc-free", "libarena-transfer", runs=1, warmup_cycles=1, cycles=1,
+                 allocs_per_cycle=64)
+    p = res.points[0]
+    assert p["buddy.lock_acquired"][0] == 0
+    assert p["transfer.remove_hits"][0] == 6
+    assert p["transfer.insert_hits"][0] == 6
+
+
+def test_v1_transfer_takes_two_locks_per_free():
+    p = one_cycle("libarena-transfer-v1", 1000)
+    # cache 16 + transfer 8 batches x 8 absorb 80 frees; the other 920 fail the spill
+    assert p["percpu.spill_failed"][0] == 920
+    assert p["transfer.refused"][0] == 920
+    assert p["buddy.frees"][0] - p["buddy.bulk_freed"][0] == 920
+
+
+@pytest.mark.parametrize("preset", ["libarena-spill", "libarena-transfer",
+                                    "libarena-transfer-v1", "libarena-magazine"])
+@pytest.mark.parametrize("workload", ["malloc-free", "malloc-xfree"])
+def test_presets_run_clean(preset, workload):
+    res = al.run(workload, preset, runs=1, cycles=5, producers=[1, 3], allocs_per_cycle=100)
+    for p in res.points:
+        assert p["alloc_ops"][0] == 5 * 100 * p.params["producers"]
+        for k, v in p.data.items():
+            if k.endswith(".leaked"):
+                assert v[0] == 0, k
+    xf = [p for p in res.points if p.params["producers"] == 3]
+    if workload == "malloc-xfree":
+        assert xf[0]["cross_frees"][0] > 0
+
+
+@pytest.fixture(scope="module")
+def report():
+    return rep.libarena(producers=[1, 2, 3], allocs_per_cycle=[4, 64], runs=2,
+                        timings=["batch"], duration=0.005, warmup_cycles=2)
+
+
+def test_report_layout(report):
+    t = report.table("malloc-free", "alloc_ns", "batch")
+    lines = t.splitlines()
+    assert lines[0].startswith("libarena-malloc-free, allocation latency (ns, lower is better)")
+    assert "transfer cache" in lines[2] and "spill" in lines[2] and "no cache" in lines[2]
+    assert lines[3].split() == ["allocs/cycle"] + ["1p", "2p", "3p"] * 3
+    assert [l.split()[0] for l in lines[4:]] == ["4", "64"]
+    assert all(len(l.split()) == 1 + 9 for l in lines[4:])
+
+
+def test_report_reads_claims_from_data(report):
+    s = report.savings("malloc-free", "alloc_ns", "batch")
+    t = report.mean("malloc-free", "transfer cache", "alloc_ns", "batch", 2, 64)
+    sp = report.mean("malloc-free", "spill", "alloc_ns", "batch", 2, 64)
+    assert len(s) == 2  # producers 2 and 3 at 64 allocs/cycle
+    assert s[0] == pytest.approx(100 * (1 - t / sp))
+    text = str(report)
+    assert "the transfer cache saves" in text
+    assert "Seed conclusions on this machine" in text
+    claims = report.verdicts("batch")
+    assert all(h in (True, False) for _, h, _ in claims)
+    if report.usable < 3:
+        assert "virtual CPUs" in report.cpu_note()
+        assert any("judged on counters" in c for c, _, _ in claims)
+
+
+def test_report_counters(report):
+    # no cache: every alloc and free takes the buddy lock
+    v = report.counter("malloc-free", "no cache", "buddy locks/op", "batch", 1, 64)
+    assert v == pytest.approx(1.0)
+    v = report.counter("malloc-free", "spill", "buddy locks/op", "batch", 1, 64)
+    assert v == pytest.approx(12 / 128)  # 6 refills + 6 spills of 8 per 64+64 ops
+    assert "buddy locks/op" in report.counters("batch")
+
+
+def test_report_json_round_trip(report, tmp_path):
+    path = tmp_path / "r.json"
+    report.to_json(str(path))
+    back = rep.LibarenaReport.from_json(path.read_text())
+    assert str(back) == str(report)
+
+
+def test_report_plot(report):
+    import matplotlib
+    matplotlib.use("Agg")
+    fig = report.plot("alloc_ns", "malloc-xfree")
+    assert len(fig.axes) == 2
+
+
+def test_cli_reproduce(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "alloclab", "reproduce", "libarena", "--producers", "1,2",
+         "--allocs-per-cycle", "16", "--runs", "1", "--timing", "batch", "--duration", "5ms",
+         "--workloads", "malloc-free", "--json", str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "libarena-malloc-free, allocation latency" in out.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["format"] == "alloclab-libarena-report"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--runs", "0"], "runs=0"),
+    (["--producers", "0"], "producers=0"),
+    (["--timing", "fast"], "unknown timing 'fast'"),
+    (["--workloads", "nope"], "unknown workload 'nope'"),
+])
+def test_cli_reproduce_bad_input(args, needle):
+    out = subprocess.run([sys.executable, "-m", "alloclab", "reproduce", "libarena"] + args,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert needle in out.stderr and "Traceback" not in out.stderr
