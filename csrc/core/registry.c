@@ -188,7 +188,16 @@ void al_stats_add(struct al_stats *s, const char *name, uint64_t value)
 	if (s->n < AL_STATS_MAX) {
 		s->v[s->n].name = name;
 		s->v[s->n].value = value;
+		s->v[s->n].flags = 0;
 		s->n++;
+	}
+}
+
+void al_stats_add_gauge(struct al_stats *s, const char *name, uint64_t value)
+{
+	if (s->n < AL_STATS_MAX) {
+		al_stats_add(s, name, value);
+		s->v[s->n - 1].flags = AL_STAT_GAUGE;
 	}
 }
 

@@ -13,6 +13,8 @@
  *
  * Reported counters are end minus start snapshots: they cover exactly the
  * measured phase, so "lock acquisitions per op" divides like by like.
+ * Gauges (AL_STAT_GAUGE: objects cached now) are reported as they are at
+ * the end.
  *
  * CPU model (DESIGN §3): in pinned mode worker i runs on the i-th CPU of the
  * affinity mask. In virtual mode each worker is its own model CPU; workers
@@ -232,7 +234,8 @@ static void stats_add_into(struct al_stats *acc, const struct al_stats *s)
 		}
 	}
 	for (i = 0; i < s->n && i < acc->n; i++)
-		acc->v[i].value += s->v[i].value;
+		if (!(s->v[i].flags & AL_STAT_GAUGE))
+			acc->v[i].value += s->v[i].value;
 }
 
 /* Current instance plus retired ones. */
@@ -242,7 +245,8 @@ static unsigned stats_total(struct engine *e, struct al_stats *out)
 
 	for (l = 0; l < n && l < e->nacc; l++)
 		for (i = 0; i < out[l].n && i < e->acc[l].n; i++)
-			out[l].v[i].value += e->acc[l].v[i].value;
+			if (!(out[l].v[i].flags & AL_STAT_GAUGE))
+				out[l].v[i].value += e->acc[l].v[i].value;
 	return n;
 }
 
@@ -402,7 +406,8 @@ static void diff_stats(struct al_stats *end, const struct al_stats *start, unsig
 
 	for (l = 0; l < n; l++)
 		for (i = 0; i < end[l].n && i < start[l].n; i++)
-			end[l].v[i].value -= start[l].v[i].value;
+			if (!(end[l].v[i].flags & AL_STAT_GAUGE))
+				end[l].v[i].value -= start[l].v[i].value;
 }
 
 int al_run(const struct al_run_config *cfg, struct al_run_result *res)

@@ -705,8 +705,8 @@ static void buddy_stats(struct al_allocator *a, struct al_stats *out)
 	out->bytes_held = bytes_held(b);
 	al_counters_report(&b->ctr, out);
 	al_lock_report(&b->lock, al_lock_stat_names, out);
-	al_stats_add(out, "chunks_committed", __atomic_load_n(&b->arena.commits, __ATOMIC_RELAXED));
-	al_stats_add(out, "arena_bytes_committed",
+	al_stats_add_gauge(out, "chunks_committed", __atomic_load_n(&b->arena.commits, __ATOMIC_RELAXED));
+	al_stats_add_gauge(out, "arena_bytes_committed",
 		     __atomic_load_n(&b->arena.committed, __ATOMIC_RELAXED));
 }
 

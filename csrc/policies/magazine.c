@@ -339,7 +339,7 @@ static void magazine_stats(struct al_allocator *a, struct al_stats *out)
 		full += __atomic_load_n(&mg->depots[o].nfull, __ATOMIC_RELAXED);
 	}
 	al_lock_stats_report(&locks, al_lock_stat_names, out);
-	al_stats_add(out, "depot_full_magazines", full);
+	al_stats_add_gauge(out, "depot_full_magazines", full);
 }
 
 static int magazine_check(struct al_allocator *a, char *err, size_t errlen)

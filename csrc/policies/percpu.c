@@ -288,7 +288,7 @@ static void percpu_stats(struct al_allocator *a, struct al_stats *out)
 	for (cpu = 0; cpu < a->ncpu; cpu++)
 		for (o = 0; o < pc->norders; o++)
 			cached += __atomic_load_n(&cpu_stack(pc, cpu, o)->elems, __ATOMIC_RELAXED);
-	al_stats_add(out, "objects_cached", cached);
+	al_stats_add_gauge(out, "objects_cached", cached);
 }
 
 static int percpu_check(struct al_allocator *a, char *err, size_t errlen)

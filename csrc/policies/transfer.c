@@ -260,7 +260,7 @@ static void transfer_stats(struct al_allocator *a, struct al_stats *out)
 		parked += peek_count(&tc->orders[o]);
 	}
 	al_lock_stats_report(&locks, al_lock_stat_names, out);
-	al_stats_add(out, "objects_parked", parked);
+	al_stats_add_gauge(out, "objects_parked", parked);
 }
 
 static int transfer_check(struct al_allocator *a, char *err, size_t errlen)

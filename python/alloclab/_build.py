@@ -41,9 +41,11 @@ struct al_ctx {
     ...;
 };
 
+#define AL_STAT_GAUGE ...
 struct al_stat {
     const char *name;
     uint64_t value;
+    unsigned flags;
     ...;
 };
 

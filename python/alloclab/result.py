@@ -117,9 +117,11 @@ def _run_metrics(raw):
     for key, lay in zip(_layer_keys(raw["layers"]), raw["layers"]):
         m[key + ".bytes_held"] = lay["bytes_held"]
         m[key + ".leaked"] = lay["leaked"]
+        gauges = set(lay.get("gauges", ()))
         for name, v in lay["counters"]:
             m["%s.%s" % (key, name)] = v
-            per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
+            if name not in gauges:  # a level per op means nothing
+                per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
     m.update(per_op)
     return m
 

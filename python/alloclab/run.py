@@ -216,6 +216,8 @@ def run_once(task, run_index=0):
             "leaked": int(res.leaked[i]),
             "counters": [(cstr(st.v[j].name), int(st.v[j].value))
                          for j in range(min(st.n, lib.AL_STATS_MAX))],
+            "gauges": [cstr(st.v[j].name) for j in range(min(st.n, lib.AL_STATS_MAX))
+                       if st.v[j].flags & lib.AL_STAT_GAUGE],
         })
     return {
         "seed": int(cfg.seed),

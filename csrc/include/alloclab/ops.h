@@ -66,7 +66,10 @@ struct al_allocator;
 struct al_stat {
 	const char *name; /* static string owned by the layer */
 	uint64_t value;
+	unsigned flags;   /* AL_STAT_GAUGE: a level (objects cached now), not an event count */
 };
+
+enum { AL_STAT_GAUGE = 1u << 0 };
 
 struct al_stats {
 	const char *layer;  /* layer name */
@@ -188,6 +191,8 @@ static inline void al_ctx_init(struct al_ctx *c, unsigned cpu)
 
 /* Append one named value to a stats block (silently ignores overflow of v[]). */
 AL_API void al_stats_add(struct al_stats *s, const char *name, uint64_t value);
+/* Append a gauge: runs report its value at the end, not a difference. */
+AL_API void al_stats_add_gauge(struct al_stats *s, const char *name, uint64_t value);
 
 #ifdef __cplusplus
 }
