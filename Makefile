@@ -29,19 +29,26 @@ OBJS := $(SRCS:%.c=$(BUILD)/%.o)
 TEST_SRCS := $(wildcard tests/c/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/c/%.c=$(BUILD)/tests/%)
 HDRS := $(wildcard csrc/include/alloclab/*.h)
+INTERNAL_HDRS := $(wildcard csrc/*/*.h)
 
 all: $(BUILD)/liballoclab.so
 
-$(BUILD)/%.o: %.c $(HDRS) Makefile
+# V=1 shows the full command lines.
+Q := $(if $(V),,@)
+
+$(BUILD)/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	@echo "  CC    $<  [$(if $(SAN),$(SAN),release)]"
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/liballoclab.so: $(OBJS)
-	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,liballoclab.so -o $@ $(OBJS) -lm
+	@echo "  LD    $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,liballoclab.so -o $@ $(OBJS) -lm
 
 $(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests/c -o $@ $< $(OBJS) -lm
+	@echo "  LD    $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -Itests/c -o $@ $< $(OBJS) -lm
 
 tests: $(TEST_BINS)
 
