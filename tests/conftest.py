@@ -49,7 +49,10 @@ def front_layers():
 
 
 def stacks():
-    """A policy per variant: every bottom layer alone, and every front layer
-    over the first validating bottom layer (buddy)."""
+    """A policy per variant: every bottom layer alone, every front layer over
+    the first validating bottom layer (buddy), and every preset."""
+    from alloclab import presets
+
     base = (validating_bottom_layers() or bottom_layers())[0]
-    return bottom_layers() + ["%s > %s" % (f, base) for f in front_layers()]
+    out = bottom_layers() + ["%s > %s" % (f, base) for f in front_layers()]
+    return out + [p for p in presets.values() if p not in out]
