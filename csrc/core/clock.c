@@ -15,7 +15,7 @@
 
 #include "alloclab/alloclab.h"
 
-struct al_clock al_clock = {.tsc = 0, .ticks_per_ns = 1.0, .overhead_ticks = 0};
+struct al_clock al_clock = { .tsc = 0, .ticks_per_ns = 1.0, .overhead_ticks = 0 };
 
 static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
 

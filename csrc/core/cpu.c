@@ -83,7 +83,7 @@ unsigned al_threads_per_core(void)
 int al_read_steal(uint64_t *total, uint64_t *steal)
 {
 	char buf[1024], *p;
-	uint64_t v[10] = {0};
+	uint64_t v[10] = { 0 };
 	int i;
 
 	*total = *steal = 0;

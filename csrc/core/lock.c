@@ -34,12 +34,12 @@
 
 #include "alloclab/alloclab.h"
 
-#define GRANT(t) (((uint64_t)(uint32_t)(t) << 2) | 1)
+#define GRANT(t)   (((uint64_t)(uint32_t)(t) << 2) | 1)
 #define ABANDON(t) (((uint64_t)(uint32_t)(t) << 2) | 2)
 
 const char *const al_lock_stat_names[6] = {
-	"lock_acquired", "lock_contended",   "lock_failed",
-	"lock_wait_ns",  "lock_hold_ns",     "lock_owner_switches",
+	"lock_acquired", "lock_contended", "lock_failed",
+	"lock_wait_ns",	 "lock_hold_ns",   "lock_owner_switches",
 };
 
 void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed)
@@ -206,7 +206,7 @@ void al_lock_stats_report(const struct al_lock_stats *st, const char *const name
 
 void al_lock_report(const struct al_lock *l, const char *const names[6], struct al_stats *out)
 {
-	struct al_lock_stats sum = {0};
+	struct al_lock_stats sum = { 0 };
 
 	al_lock_stats_add(l, &sum);
 	al_lock_stats_report(&sum, names, out);

@@ -44,9 +44,9 @@
 struct token {
 	pthread_mutex_t m;
 	pthread_cond_t cv;
-	unsigned turn;  /* member index whose turn it is */
-	unsigned n;     /* members */
-	unsigned left;  /* members still in the phase */
+	unsigned turn; /* member index whose turn it is */
+	unsigned n;    /* members */
+	unsigned left; /* members still in the phase */
 	unsigned char done[AL_MAX_PRODUCERS];
 };
 
@@ -107,9 +107,9 @@ struct worker_slot {
 	struct al_worker w;
 	struct engine *e;
 	pthread_t th;
-	unsigned group;  /* real CPU group */
+	unsigned group;	 /* real CPU group */
 	unsigned member; /* index within the group */
-	int pin_cpu;     /* OS CPU to pin to, or -1 */
+	int pin_cpu;	 /* OS CPU to pin to, or -1 */
 	char err[200];
 } __attribute__((aligned(AL_CACHELINE)));
 
@@ -122,7 +122,7 @@ struct engine {
 	void *shared;
 	unsigned nw;
 	unsigned ngroups;
-	bool tokens; /* virtual mode with more workers than real CPUs */
+	bool tokens;	      /* virtual mode with more workers than real CPUs */
 	struct token *tok[2]; /* per phase: [0] warmup, [1] measured */
 	struct barrier bar;
 	int stop;
@@ -278,7 +278,8 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	if (t)
 		token_release(t);
 	if (ret) {
-		engine_fail(e, ret, "worker %u: %s", s->w.id, s->err[0] ? s->err : al_strerror(ret));
+		engine_fail(e, ret, "worker %u: %s", s->w.id,
+			    s->err[0] ? s->err : al_strerror(ret));
 		return ret;
 	}
 	if (e->cfg->workload->flags & AL_WL_RESET) {
@@ -391,9 +392,10 @@ static int check_config(const struct al_run_config *cfg, struct al_run_result *r
 		int64_t size = cfg->wparams[wl->size_param];
 		max = al_spec_max_size(&cfg->stack);
 		if (size < 1 || (max && (uint64_t)size > max)) {
-			snprintf(res->error, sizeof(res->error),
-				 "size=%lld is not a valid request: the policy takes 1 to %zu bytes",
-				 (long long)size, max);
+			snprintf(
+				res->error, sizeof(res->error),
+				"size=%lld is not a valid request: the policy takes 1 to %zu bytes",
+				(long long)size, max);
 			return -EINVAL;
 		}
 	}
@@ -416,7 +418,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	struct worker_slot *ws = NULL;
 	struct al_stats *snap0 = NULL;
 	struct al_ctx main_ctx;
-	int64_t baseline[AL_MAX_LAYERS] = {0};
+	int64_t baseline[AL_MAX_LAYERS] = { 0 };
 	uint64_t st_total0, st_steal0, st_total1, st_steal1, t0, t1;
 	unsigned i, usable, started = 0, nl;
 	int ret;
@@ -444,9 +446,9 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	usable = al_cpus_usable();
 	res->ncpu_usable = usable;
 	res->threads_per_core = al_threads_per_core();
-	res->cpu_mode = cfg->cpu_mode == AL_CPU_AUTO ?
-				(e->nw <= usable ? AL_CPU_PINNED : AL_CPU_VIRTUAL) :
-				cfg->cpu_mode;
+	res->cpu_mode = cfg->cpu_mode == AL_CPU_AUTO
+				? (e->nw <= usable ? AL_CPU_PINNED : AL_CPU_VIRTUAL)
+				: cfg->cpu_mode;
 	if (res->cpu_mode == AL_CPU_PINNED && e->nw > usable) {
 		snprintf(res->error, sizeof(res->error),
 			 "cpu=pinned needs producers <= usable CPUs (%u), not %u; use cpu=virtual",
@@ -493,7 +495,8 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 		s->w.params = cfg->wparams;
 		s->w.shared = e->shared;
 		s->w.timing = cfg->timing;
-		s->w.rng = (cfg->seed + 1) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xBF58476D1CE4E5B9ull;
+		s->w.rng =
+			(cfg->seed + 1) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xBF58476D1CE4E5B9ull;
 		s->w.err = s->err;
 		s->w.errlen = sizeof(s->err);
 	}
@@ -557,11 +560,12 @@ out_teardown:
 		for (i = 0; i < nl; i++) {
 			res->leaked[i] = after[i].bytes_held - baseline[i];
 			if (res->leaked[i] && !e->status)
-				engine_fail(e, -EFAULT,
-					    "leak: layer %s holds %lld bytes more at teardown than at "
-					    "start (baseline %lld)",
-					    after[i].layer, (long long)res->leaked[i],
-					    (long long)baseline[i]);
+				engine_fail(
+					e, -EFAULT,
+					"leak: layer %s holds %lld bytes more at teardown than at "
+					"start (baseline %lld)",
+					after[i].layer, (long long)res->leaked[i],
+					(long long)baseline[i]);
 		}
 	}
 	tokens_free(e->tok[0], e->ngroups);

@@ -144,7 +144,7 @@ _Static_assert(BUDDY_HEADER_OFF + sizeof(struct buddy_header) <= BUDDY_MIN_BYTES
 #define BUDDY_CTR_ENUM(name, doc) BC_##name,
 enum { BUDDY_COUNTERS(BUDDY_CTR_ENUM) BC_NR };
 
-static const char *const buddy_counter_names[BC_NR] = {BUDDY_COUNTERS(AL_CTR_NAME)};
+static const char *const buddy_counter_names[BC_NR] = { BUDDY_COUNTERS(AL_CTR_NAME) };
 
 enum { P_CHUNK_SIZE, P_ARENA_LIMIT, P_LOCK_BUDGET, P_LOCK_TIMING, P_FILL, P_POPULATE, P_NR };
 
@@ -544,10 +544,10 @@ static al_noinline al_cold int free_reject(struct buddy *b, const struct al_ctx 
 					   enum buddy_reject why)
 {
 	static const unsigned ctr[] = {
-	    [R_OUTSIDE] = BC_free_outside,
-	    [R_MISALIGNED] = BC_free_misaligned,
-	    [R_METADATA] = BC_free_metadata,
-	    [R_NOT_START] = BC_free_not_block_start,
+		[R_OUTSIDE] = BC_free_outside,
+		[R_MISALIGNED] = BC_free_misaligned,
+		[R_METADATA] = BC_free_metadata,
+		[R_NOT_START] = BC_free_not_block_start,
 	};
 
 	if (why == R_DOUBLE) {
@@ -705,9 +705,10 @@ static void buddy_stats(struct al_allocator *a, struct al_stats *out)
 	out->bytes_held = bytes_held(b);
 	al_counters_report(&b->ctr, out);
 	al_lock_report(&b->lock, al_lock_stat_names, out);
-	al_stats_add_gauge(out, "chunks_committed", __atomic_load_n(&b->arena.commits, __ATOMIC_RELAXED));
+	al_stats_add_gauge(out, "chunks_committed",
+			   __atomic_load_n(&b->arena.commits, __ATOMIC_RELAXED));
 	al_stats_add_gauge(out, "arena_bytes_committed",
-		     __atomic_load_n(&b->arena.committed, __ATOMIC_RELAXED));
+			   __atomic_load_n(&b->arena.committed, __ATOMIC_RELAXED));
 }
 
 /* ---- check ---- */
@@ -735,7 +736,7 @@ static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *hel
 	size_t mlen = b->items / 8;
 	uint8_t *start = b->scratch, *freeb = start + mlen, *seen = freeb + mlen;
 	const uint8_t *alloc = (const uint8_t *)ch + b->alloc_off;
-	uint64_t nfree[BUDDY_MAX_ORDERS] = {0};
+	uint64_t nfree[BUDDY_MAX_ORDERS] = { 0 };
 	uint64_t *fl = freelists(b, ch);
 	uint32_t idx, prev, node, pfree = b->items;
 	unsigned o, po = 0;
@@ -813,9 +814,9 @@ static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *hel
 		}
 		if (cnt != nfree[o])
 			CHECK_FAIL(
-			    "chunk %u: list %u has %zu blocks, the chunk has %llu free of that "
-			    "order",
-			    cn, o, cnt, (unsigned long long)nfree[o]);
+				"chunk %u: list %u has %zu blocks, the chunk has %llu free of that "
+				"order",
+				cn, o, cnt, (unsigned long long)nfree[o]);
 	}
 	return 0;
 }
@@ -866,19 +867,19 @@ static void buddy_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops buddy_ops = {
-    .abi_version = AL_ABI_VERSION,
-    .ops_size = sizeof(struct al_ops),
-    .name = "buddy",
-    .alloc = buddy_alloc,
-    .free = buddy_free,
-    .alloc_bulk = buddy_alloc_bulk,
-    .free_bulk = buddy_free_bulk,
-    .owns = buddy_owns,
-    .usable_size = buddy_usable_size,
-    .drain = buddy_drain,
-    .stats = buddy_stats,
-    .destroy = buddy_destroy,
-    .check = buddy_check,
+	.abi_version = AL_ABI_VERSION,
+	.ops_size = sizeof(struct al_ops),
+	.name = "buddy",
+	.alloc = buddy_alloc,
+	.free = buddy_free,
+	.alloc_bulk = buddy_alloc_bulk,
+	.free_bulk = buddy_free_bulk,
+	.owns = buddy_owns,
+	.usable_size = buddy_usable_size,
+	.drain = buddy_drain,
+	.stats = buddy_stats,
+	.destroy = buddy_destroy,
+	.check = buddy_check,
 };
 
 static int buddy_check_params(const int64_t *params, char *err, size_t errlen)
@@ -973,18 +974,21 @@ out_free:
 
 /* name, type, default, min, max, choices, doc */
 static const struct al_param_desc buddy_params[P_NR] = {
-    [P_CHUNK_SIZE] = {"chunk_size", AL_PARAM_SIZE, 1 << 20, 64 << 10, 1 << 20, NULL,
-		      "bytes per chunk, a power of two; the largest block is half a chunk"},
-    [P_ARENA_LIMIT] = {"arena_limit", AL_PARAM_SIZE, 1ll << 30, 1 << 20, 64ll << 30, NULL,
-		       "reserved VA for chunks; allocations fail with ENOMEM once it is used"},
-    [P_LOCK_BUDGET] = {"lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
-		       "how long a waiter spins on the lock before the call fails (ETIMEDOUT)"},
-    [P_LOCK_TIMING] = {"lock_timing", AL_PARAM_BOOL, 1, 0, 1, NULL,
-		       "measure lock hold time (lock_hold_ns)"},
-    [P_FILL] = {"fill", AL_PARAM_BOOL, 0, 0, 1, NULL,
-		"debug: fill 0xD0 on alloc and 0xDF on free, as mimalloc"},
-    [P_POPULATE] = {"populate", AL_PARAM_BOOL, 0, 0, 1, NULL,
-		    "prefault chunks when they are grown, as the kernel allocates arena pages"},
+	[P_CHUNK_SIZE] = { "chunk_size", AL_PARAM_SIZE, 1 << 20, 64 << 10, 1 << 20, NULL,
+			   "bytes per chunk, a power of two; the largest block is half a chunk" },
+	[P_ARENA_LIMIT] = { "arena_limit", AL_PARAM_SIZE, 1ll << 30, 1 << 20, 64ll << 30, NULL,
+			    "reserved VA for chunks; allocations fail with ENOMEM once it is "
+			    "used" },
+	[P_LOCK_BUDGET] = { "lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
+			    "how long a waiter spins on the lock before the call fails "
+			    "(ETIMEDOUT)" },
+	[P_LOCK_TIMING] = { "lock_timing", AL_PARAM_BOOL, 1, 0, 1, NULL,
+			    "measure lock hold time (lock_hold_ns)" },
+	[P_FILL] = { "fill", AL_PARAM_BOOL, 0, 0, 1, NULL,
+		     "debug: fill 0xD0 on alloc and 0xDF on free, as mimalloc" },
+	[P_POPULATE] = { "populate", AL_PARAM_BOOL, 0, 0, 1, NULL,
+			 "prefault chunks when they are grown, as the kernel allocates arena "
+			 "pages" },
 };
 
 static size_t buddy_max_size_of(const int64_t *p)
@@ -993,17 +997,17 @@ static size_t buddy_max_size_of(const int64_t *p)
 }
 
 static const struct al_layer_desc buddy_desc = {
-    .abi_version = AL_ABI_VERSION,
-    .desc_size = sizeof(struct al_layer_desc),
-    .name = "buddy",
-    .doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
-    .features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES,
-    .max_size = BUDDY_MAX_CHUNK / 2,
-    .max_size_of = buddy_max_size_of,
-    .nparams = P_NR,
-    .params = buddy_params,
-    .check_params = buddy_check_params,
-    .create = buddy_create,
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = "buddy",
+	.doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
+	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES,
+	.max_size = BUDDY_MAX_CHUNK / 2,
+	.max_size_of = buddy_max_size_of,
+	.nparams = P_NR,
+	.params = buddy_params,
+	.check_params = buddy_check_params,
+	.create = buddy_create,
 };
 
 AL_REGISTER_LAYER(buddy_desc)

@@ -12,22 +12,22 @@
 
 #include "alloclab/alloclab.h"
 
-#define LIBC_COUNTERS(X)                                   \
-	X(allocs, "successful allocations")                \
-	X(frees, "frees")                                  \
-	X(bytes_requested, "bytes asked for")              \
-	X(bytes_allocated, "usable bytes handed out")      \
-	X(bytes_freed, "usable bytes given back")          \
+#define LIBC_COUNTERS(X)                              \
+	X(allocs, "successful allocations")           \
+	X(frees, "frees")                             \
+	X(bytes_requested, "bytes asked for")         \
+	X(bytes_allocated, "usable bytes handed out") \
+	X(bytes_freed, "usable bytes given back")     \
 	X(enomem, "allocations that returned NULL")
 
 #define X(name, doc) LC_##name,
 enum { LIBC_COUNTERS(X) LC_NR };
 #undef X
-static const char *const libc_counter_names[] = {LIBC_COUNTERS(AL_CTR_NAME)};
+static const char *const libc_counter_names[] = { LIBC_COUNTERS(AL_CTR_NAME) };
 
 struct libc_alloc {
-	struct al_allocator base;  /* must be first */
-	struct al_counters ctr;    /* LIBC_COUNTERS */
+	struct al_allocator base; /* must be first */
+	struct al_counters ctr;	  /* LIBC_COUNTERS */
 };
 
 static void *libc_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)

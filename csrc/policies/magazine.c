@@ -34,73 +34,73 @@
 enum { P_rounds, P_depot, P_orders, P_guard, P_lock_budget, P_NR };
 
 static const struct al_param_desc magazine_params[P_NR] = {
-	[P_rounds] = {"rounds", AL_PARAM_INT, 8, 1, 512, NULL,
-		      "objects per magazine (libarena BMAG_CAPACITY = 8)"},
-	[P_depot] = {"depot", AL_PARAM_INT, 16, 1, 4096, NULL,
-		     "full magazines the depot may hold per order"},
-	[P_orders] = {"orders", AL_PARAM_INT, 8, 1, 16, NULL, "orders below this are cached"},
-	[P_guard] = {"guard", AL_PARAM_ENUM, FC_GUARD_ATOMIC, 0, 1, FC_GUARD_CHOICES,
-		     "per-CPU guard: atomic cmpxchg or a local flag"},
-	[P_lock_budget] = {"lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
-			   "spin budget of the depot locks"},
+	[P_rounds] = { "rounds", AL_PARAM_INT, 8, 1, 512, NULL,
+		       "objects per magazine (libarena BMAG_CAPACITY = 8)" },
+	[P_depot] = { "depot", AL_PARAM_INT, 16, 1, 4096, NULL,
+		      "full magazines the depot may hold per order" },
+	[P_orders] = { "orders", AL_PARAM_INT, 8, 1, 16, NULL, "orders below this are cached" },
+	[P_guard] = { "guard", AL_PARAM_ENUM, FC_GUARD_ATOMIC, 0, 1, FC_GUARD_CHOICES,
+		      "per-CPU guard: atomic cmpxchg or a local flag" },
+	[P_lock_budget] = { "lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
+			    "spin budget of the depot locks" },
 };
 
-#define MAGAZINE_COUNTERS(X)                                                      \
-	X(allocs, "allocations through this layer")                               \
-	X(frees, "frees through this layer")                                      \
-	X(hits, "allocations served by cur or prev")                              \
-	X(free_hits, "frees taken by cur or prev")                                \
-	X(swaps, "cur/prev exchanges")                                            \
-	X(depot_gets, "full magazines taken from the depot")                      \
-	X(depot_puts, "full magazines put in the depot")                          \
-	X(backend_refills, "magazines filled with one backend alloc_bulk")        \
-	X(backend_flushes, "magazines emptied with one backend free_bulk")        \
-	X(refill_failed, "refills that brought nothing")                          \
-	X(lock_failures, "depot lock acquisitions that failed")                   \
-	X(guard_busy, "operations that found the guard held")                     \
-	X(uncached, "operations on orders that are not cached")                   \
-	X(bytes_allocated, "class bytes handed out")                              \
+#define MAGAZINE_COUNTERS(X)                                               \
+	X(allocs, "allocations through this layer")                        \
+	X(frees, "frees through this layer")                               \
+	X(hits, "allocations served by cur or prev")                       \
+	X(free_hits, "frees taken by cur or prev")                         \
+	X(swaps, "cur/prev exchanges")                                     \
+	X(depot_gets, "full magazines taken from the depot")               \
+	X(depot_puts, "full magazines put in the depot")                   \
+	X(backend_refills, "magazines filled with one backend alloc_bulk") \
+	X(backend_flushes, "magazines emptied with one backend free_bulk") \
+	X(refill_failed, "refills that brought nothing")                   \
+	X(lock_failures, "depot lock acquisitions that failed")            \
+	X(guard_busy, "operations that found the guard held")              \
+	X(uncached, "operations on orders that are not cached")            \
+	X(bytes_allocated, "class bytes handed out")                       \
 	X(bytes_freed, "class bytes taken back")
 
 #define X(name, doc) MG_##name,
 enum { MAGAZINE_COUNTERS(X) MG_NR };
 #undef X
-static const char *const magazine_counter_names[] = {MAGAZINE_COUNTERS(AL_CTR_NAME)};
+static const char *const magazine_counter_names[] = { MAGAZINE_COUNTERS(AL_CTR_NAME) };
 
 struct mag {
 	uint32_t rounds; /* objects held */
 	uint32_t pad;
-	void *obj[];     /* M slots */
+	void *obj[]; /* M slots */
 };
 
 struct depot {
 	struct al_lock lock; /* protects the lists */
-	unsigned nfull;      /* full magazines in full[] */
+	unsigned nfull;	     /* full magazines in full[] */
 	unsigned nempty;     /* empty magazines in empty[] */
 	struct mag **full;   /* stack, capacity `depot` */
 	struct mag **empty;  /* stack, capacity `depot` */
 };
 
 struct mg_cpu {
-	int active;            /* the guard */
+	int active; /* the guard */
 	int pad;
 	struct mag *pair[][2]; /* per order: [0] = cur, [1] = prev */
 };
 
 struct magazine {
 	struct al_allocator base; /* must be first */
-	unsigned m;               /* rounds per magazine */
-	unsigned depot_max;       /* full magazines per order in the depot */
+	unsigned m;		  /* rounds per magazine */
+	unsigned depot_max;	  /* full magazines per order in the depot */
 	unsigned norders;
 	int guard;
-	size_t mag_size;          /* bytes per magazine */
-	size_t cpu_stride;        /* bytes per mg_cpu, 64-aligned */
-	char *cpus;               /* ncpu mg_cpu blocks */
-	struct depot *depots;     /* norders */
-	char *pool;               /* every magazine and the depot stacks */
+	size_t mag_size;      /* bytes per magazine */
+	size_t cpu_stride;    /* bytes per mg_cpu, 64-aligned */
+	char *cpus;	      /* ncpu mg_cpu blocks */
+	struct depot *depots; /* norders */
+	char *pool;	      /* every magazine and the depot stacks */
 	size_t pool_len;
 	size_t cpus_len;
-	struct al_counters ctr;   /* MAGAZINE_COUNTERS */
+	struct al_counters ctr; /* MAGAZINE_COUNTERS */
 };
 
 static inline struct mg_cpu *mg_cpu(struct magazine *mg, unsigned cpu)
@@ -327,7 +327,7 @@ static void magazine_drain(struct al_allocator *a, struct al_ctx *c, unsigned sc
 static void magazine_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct magazine *mg = (struct magazine *)a;
-	struct al_lock_stats locks = {0};
+	struct al_lock_stats locks = { 0 };
 	uint64_t full = 0;
 	unsigned o;
 
@@ -414,12 +414,13 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 	mg->mag_size = (sizeof(struct mag) + mg->m * sizeof(void *) + AL_CACHELINE - 1) &
 		       ~(size_t)(AL_CACHELINE - 1);
 	mg->cpu_stride = (sizeof(struct mg_cpu) + mg->norders * 2 * sizeof(struct mag *) +
-			  AL_CACHELINE - 1) & ~(size_t)(AL_CACHELINE - 1);
+			  AL_CACHELINE - 1) &
+			 ~(size_t)(AL_CACHELINE - 1);
 	per_order = 2 * ncpu + mg->depot_max;
 	mg->cpus_len = mg->cpu_stride * ncpu;
-	mg->pool_len = (size_t)mg->norders *
-		       (per_order * mg->mag_size + 2 * mg->depot_max * sizeof(struct mag *) +
-			AL_CACHELINE);
+	mg->pool_len =
+		(size_t)mg->norders * (per_order * mg->mag_size +
+				       2 * mg->depot_max * sizeof(struct mag *) + AL_CACHELINE);
 	mg->cpus = al_meta_alloc(mg->cpus_len);
 	mg->pool = al_meta_alloc(mg->pool_len);
 	mg->depots = al_meta_alloc(sizeof(struct depot) * mg->norders);

@@ -14,8 +14,8 @@
 
 struct null_alloc {
 	struct al_allocator base; /* must be first */
-	char *blocks;             /* ncpu blocks of NULL_BLOCK bytes */
-	size_t len;               /* mapping length */
+	char *blocks;		  /* ncpu blocks of NULL_BLOCK bytes */
+	size_t len;		  /* mapping length */
 };
 
 static void *null_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)

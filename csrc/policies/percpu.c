@@ -41,56 +41,56 @@
 enum { P_capacity, P_batch, P_orders, P_guard, P_NR };
 
 static const struct al_param_desc percpu_params[P_NR] = {
-	[P_capacity] = {"capacity", AL_PARAM_INT, 16, 1, 1024, NULL,
-			"objects per CPU per order (seed: 16 = 2 x batch)"},
-	[P_batch] = {"batch", AL_PARAM_INT, 8, 1, 512, NULL,
-		     "objects per refill (alloc_bulk) and per spill (free_bulk)"},
-	[P_orders] = {"orders", AL_PARAM_INT, 8, 1, 16, NULL,
-		      "orders below this are cached (8: objects up to 2 KiB)"},
-	[P_guard] = {"guard", AL_PARAM_ENUM, FC_GUARD_ATOMIC, 0, 1, FC_GUARD_CHOICES,
-		     "per-CPU guard: atomic cmpxchg (seed) or a local flag"},
+	[P_capacity] = { "capacity", AL_PARAM_INT, 16, 1, 1024, NULL,
+			 "objects per CPU per order (seed: 16 = 2 x batch)" },
+	[P_batch] = { "batch", AL_PARAM_INT, 8, 1, 512, NULL,
+		      "objects per refill (alloc_bulk) and per spill (free_bulk)" },
+	[P_orders] = { "orders", AL_PARAM_INT, 8, 1, 16, NULL,
+		       "orders below this are cached (8: objects up to 2 KiB)" },
+	[P_guard] = { "guard", AL_PARAM_ENUM, FC_GUARD_ATOMIC, 0, 1, FC_GUARD_CHOICES,
+		      "per-CPU guard: atomic cmpxchg (seed) or a local flag" },
 };
 
-#define PERCPU_COUNTERS(X)                                                        \
-	X(allocs, "allocations through this layer")                               \
-	X(frees, "frees through this layer")                                      \
-	X(hits, "allocations served from the CPU's cache")                        \
-	X(misses, "allocations that refilled from the backend")                   \
-	X(refill_objects, "objects brought in by refills")                        \
-	X(refill_failed, "refills that brought nothing (backend NULL)")           \
-	X(free_hits, "frees pushed without a spill")                              \
-	X(spills, "full caches spilled with free_bulk")                           \
-	X(spill_objects, "objects spilled")                                       \
-	X(spill_failed, "spills the backend refused (object freed alone)")        \
-	X(guard_busy_allocs, "allocations that found the guard held")             \
-	X(guard_busy_frees, "frees that found the guard held")                    \
-	X(uncached_allocs, "allocations of orders that are not cached")           \
-	X(uncached_frees, "frees of orders that are not cached, or unknown")      \
-	X(bytes_allocated, "class bytes handed out")                              \
+#define PERCPU_COUNTERS(X)                                                   \
+	X(allocs, "allocations through this layer")                          \
+	X(frees, "frees through this layer")                                 \
+	X(hits, "allocations served from the CPU's cache")                   \
+	X(misses, "allocations that refilled from the backend")              \
+	X(refill_objects, "objects brought in by refills")                   \
+	X(refill_failed, "refills that brought nothing (backend NULL)")      \
+	X(free_hits, "frees pushed without a spill")                         \
+	X(spills, "full caches spilled with free_bulk")                      \
+	X(spill_objects, "objects spilled")                                  \
+	X(spill_failed, "spills the backend refused (object freed alone)")   \
+	X(guard_busy_allocs, "allocations that found the guard held")        \
+	X(guard_busy_frees, "frees that found the guard held")               \
+	X(uncached_allocs, "allocations of orders that are not cached")      \
+	X(uncached_frees, "frees of orders that are not cached, or unknown") \
+	X(bytes_allocated, "class bytes handed out")                         \
 	X(bytes_freed, "class bytes taken back")
 
 #define X(name, doc) PC_##name,
 enum { PERCPU_COUNTERS(X) PC_NR };
 #undef X
-static const char *const percpu_counter_names[] = {PERCPU_COUNTERS(AL_CTR_NAME)};
+static const char *const percpu_counter_names[] = { PERCPU_COUNTERS(AL_CTR_NAME) };
 
 struct pc_stack {
-	uint32_t elems;   /* objects cached */
+	uint32_t elems; /* objects cached */
 	uint32_t pad;
-	void *objects[];  /* capacity slots, LIFO */
+	void *objects[]; /* capacity slots, LIFO */
 };
 
 struct percpu {
 	struct al_allocator base; /* must be first */
-	unsigned capacity;        /* slots per stack */
-	unsigned batch;           /* objects per refill/spill */
-	unsigned norders;         /* cached orders */
-	int guard;                /* enum fc_guard */
-	size_t order_stride;      /* bytes per stack, 64-aligned */
-	size_t cpu_stride;        /* bytes per CPU block */
-	char *cpus;               /* ncpu blocks */
-	size_t cpus_len;          /* mapping length */
-	struct al_counters ctr;   /* PERCPU_COUNTERS */
+	unsigned capacity;	  /* slots per stack */
+	unsigned batch;		  /* objects per refill/spill */
+	unsigned norders;	  /* cached orders */
+	int guard;		  /* enum fc_guard */
+	size_t order_stride;	  /* bytes per stack, 64-aligned */
+	size_t cpu_stride;	  /* bytes per CPU block */
+	char *cpus;		  /* ncpu blocks */
+	size_t cpus_len;	  /* mapping length */
+	struct al_counters ctr;	  /* PERCPU_COUNTERS */
 };
 
 static inline int *cpu_active(struct percpu *pc, unsigned cpu)
@@ -104,8 +104,8 @@ static inline struct pc_stack *cpu_stack(struct percpu *pc, unsigned cpu, unsign
 				   (size_t)order * pc->order_stride);
 }
 
-static al_noinline void *percpu_alloc_slow(struct percpu *pc, struct al_ctx *c,
-					   struct pc_stack *s, unsigned order, unsigned flags)
+static al_noinline void *percpu_alloc_slow(struct percpu *pc, struct al_ctx *c, struct pc_stack *s,
+					   unsigned order, unsigned flags)
 {
 	int n = al_alloc_bulk(pc->base.below, c, fc_class_size(order), pc->batch, s->objects,
 			      flags & ~AL_ZERO);
@@ -229,9 +229,9 @@ static size_t percpu_usable_size(struct al_allocator *a, const void *p)
 	int order = fc_order_floor(usable);
 
 	/* A cached class hands out class-sized objects. */
-	return order >= 0 && order < (int)((struct percpu *)a)->norders ?
-		       fc_class_size((unsigned)order) :
-		       usable;
+	return order >= 0 && order < (int)((struct percpu *)a)->norders
+		       ? fc_class_size((unsigned)order)
+		       : usable;
 }
 
 static bool percpu_owns(struct al_allocator *a, const void *p)
@@ -309,10 +309,11 @@ static int percpu_check(struct al_allocator *a, char *err, size_t errlen)
 			for (i = 0; below->ops->usable_size && i < s->elems; i++)
 				if (fc_order_floor(below->ops->usable_size(below, s->objects[i])) !=
 				    (int)o) {
-					snprintf(err, errlen,
-						 "cpu %u order %u: cached %p is not a live order-%u "
-						 "object of the backend",
-						 cpu, o, s->objects[i], o);
+					snprintf(
+						err, errlen,
+						"cpu %u order %u: cached %p is not a live order-%u "
+						"object of the backend",
+						cpu, o, s->objects[i], o);
 					return -EFAULT;
 				}
 		}
@@ -369,8 +370,9 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->batch = (unsigned)p[P_batch];
 	pc->norders = (unsigned)p[P_orders];
 	pc->guard = (int)p[P_guard];
-	pc->order_stride = (sizeof(struct pc_stack) + pc->capacity * sizeof(void *) +
-			    AL_CACHELINE - 1) & ~(size_t)(AL_CACHELINE - 1);
+	pc->order_stride =
+		(sizeof(struct pc_stack) + pc->capacity * sizeof(void *) + AL_CACHELINE - 1) &
+		~(size_t)(AL_CACHELINE - 1);
 	pc->cpu_stride = AL_CACHELINE + pc->norders * pc->order_stride;
 	pc->cpus_len = pc->cpu_stride * ncpu;
 	pc->cpus = al_meta_alloc(pc->cpus_len);

@@ -36,55 +36,56 @@ enum { P_batches, P_batch, P_orders, P_peek, P_full, P_lock_budget, P_NR };
 enum { FULL_BULK = 0, FULL_SINGLE = 1 };
 
 static const struct al_param_desc transfer_params[P_NR] = {
-	[P_batches] = {"batches", AL_PARAM_INT, 8, 1, 1024, NULL,
-		       "capacity per order, in batches (T)"},
-	[P_batch] = {"batch", AL_PARAM_INT, 8, 1, 512, NULL, "objects per batch"},
-	[P_orders] = {"orders", AL_PARAM_INT, 8, 1, 16, NULL, "orders below this are cached"},
-	[P_peek] = {"peek", AL_PARAM_BOOL, 1, 0, 1, NULL,
-		    "peek at the count without the lock before taking it"},
-	[P_full] = {"full", AL_PARAM_ENUM, FULL_BULK, 0, 1, "bulk,single",
-		    "a full array: send the batch to the backend (bulk) or refuse it (single, v1)"},
-	[P_lock_budget] = {"lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
-			   "spin budget of the per-order locks"},
+	[P_batches] = { "batches", AL_PARAM_INT, 8, 1, 1024, NULL,
+			"capacity per order, in batches (T)" },
+	[P_batch] = { "batch", AL_PARAM_INT, 8, 1, 512, NULL, "objects per batch" },
+	[P_orders] = { "orders", AL_PARAM_INT, 8, 1, 16, NULL, "orders below this are cached" },
+	[P_peek] = { "peek", AL_PARAM_BOOL, 1, 0, 1, NULL,
+		     "peek at the count without the lock before taking it" },
+	[P_full] = { "full", AL_PARAM_ENUM, FULL_BULK, 0, 1, "bulk,single",
+		     "a full array: send the batch to the backend (bulk) or refuse it (single, "
+		     "v1)" },
+	[P_lock_budget] = { "lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
+			    "spin budget of the per-order locks" },
 };
 
-#define TRANSFER_COUNTERS(X)                                                      \
-	X(remove_hits, "refills served from the transfer cache")                  \
-	X(remove_misses, "refills passed to the backend")                         \
-	X(insert_hits, "spills parked in the transfer cache")                     \
-	X(insert_misses, "spills that found the array full")                      \
-	X(peek_skips_remove, "refills that skipped the lock: array too empty")    \
-	X(peek_skips_insert, "spills that skipped the lock: array too full")      \
-	X(refused, "spills refused (full=single)")                                \
-	X(backend_flushes, "batches sent to the backend in one free_bulk")        \
-	X(backend_refills, "refills taken from the backend in one alloc_bulk")    \
+#define TRANSFER_COUNTERS(X)                                                            \
+	X(remove_hits, "refills served from the transfer cache")                        \
+	X(remove_misses, "refills passed to the backend")                               \
+	X(insert_hits, "spills parked in the transfer cache")                           \
+	X(insert_misses, "spills that found the array full")                            \
+	X(peek_skips_remove, "refills that skipped the lock: array too empty")          \
+	X(peek_skips_insert, "spills that skipped the lock: array too full")            \
+	X(refused, "spills refused (full=single)")                                      \
+	X(backend_flushes, "batches sent to the backend in one free_bulk")              \
+	X(backend_refills, "refills taken from the backend in one alloc_bulk")          \
 	X(lock_failures, "per-order lock acquisitions that failed (treated as misses)") \
-	X(single_allocs, "single allocations passed through")                     \
-	X(single_frees, "single frees passed through")                            \
-	X(bytes_allocated, "class bytes handed out")                              \
+	X(single_allocs, "single allocations passed through")                           \
+	X(single_frees, "single frees passed through")                                  \
+	X(bytes_allocated, "class bytes handed out")                                    \
 	X(bytes_freed, "class bytes taken back")
 
 #define X(name, doc) TC_##name,
 enum { TRANSFER_COUNTERS(X) TC_NR };
 #undef X
-static const char *const transfer_counter_names[] = {TRANSFER_COUNTERS(AL_CTR_NAME)};
+static const char *const transfer_counter_names[] = { TRANSFER_COUNTERS(AL_CTR_NAME) };
 
 struct tc_order {
 	struct al_lock lock; /* protects count and objects */
-	uint32_t count;      /* objects parked; read without the lock by the peek */
-	void **objects;      /* capacity slots */
+	uint32_t count;	     /* objects parked; read without the lock by the peek */
+	void **objects;	     /* capacity slots */
 };
 
 struct transfer {
 	struct al_allocator base; /* must be first */
-	unsigned capacity;        /* objects per order (batches x batch) */
-	unsigned norders;         /* cached orders */
-	bool peek;                /* lockless peek before locking */
-	int full;                 /* FULL_BULK or FULL_SINGLE */
+	unsigned capacity;	  /* objects per order (batches x batch) */
+	unsigned norders;	  /* cached orders */
+	bool peek;		  /* lockless peek before locking */
+	int full;		  /* FULL_BULK or FULL_SINGLE */
 	struct tc_order *orders;  /* norders entries */
-	void **slots;             /* norders x capacity pointers */
+	void **slots;		  /* norders x capacity pointers */
 	size_t slots_len;
-	struct al_counters ctr;   /* TRANSFER_COUNTERS */
+	struct al_counters ctr; /* TRANSFER_COUNTERS */
 };
 
 static inline uint32_t peek_count(struct tc_order *t)
@@ -248,7 +249,7 @@ static void transfer_drain(struct al_allocator *a, struct al_ctx *c, unsigned sc
 static void transfer_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct transfer *tc = (struct transfer *)a;
-	struct al_lock_stats locks = {0};
+	struct al_lock_stats locks = { 0 };
 	uint64_t parked = 0;
 	unsigned o;
 
@@ -278,9 +279,11 @@ static int transfer_check(struct al_allocator *a, char *err, size_t errlen)
 			return -EFAULT;
 		}
 		for (i = 0; i < t->count; i++)
-			if (fc_order_floor(below->ops->usable_size(below, t->objects[i])) != (int)o) {
-				snprintf(err, errlen, "order %u: parked %p is not a live order-%u object",
-					 o, t->objects[i], o);
+			if (fc_order_floor(below->ops->usable_size(below, t->objects[i])) !=
+			    (int)o) {
+				snprintf(err, errlen,
+					 "order %u: parked %p is not a live order-%u object", o,
+					 t->objects[i], o);
 				return -EFAULT;
 			}
 	}

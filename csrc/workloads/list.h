@@ -29,8 +29,8 @@ static al_noinline al_cold int wl_alloc_failed(struct al_worker *w, unsigned don
 {
 	int err = w->ctx.err ? w->ctx.err : -ENOMEM;
 
-	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s", done + 1, n,
-		 size, al_strerror(err));
+	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s", done + 1, n, size,
+		 al_strerror(err));
 	return err;
 }
 

@@ -17,9 +17,9 @@
 enum { P_size, P_nallocs, P_NR };
 
 static const struct al_param_desc malloc_params[P_NR] = {
-	[P_size] = {"size", AL_PARAM_SIZE, 64, 1, 1ll << 30, NULL, "bytes per allocation"},
-	[P_nallocs] = {"nallocs", AL_PARAM_INT, 10000, 1, 1 << 22, NULL,
-		       "allocations per invocation (the allocator is reset between invocations)"},
+	[P_size] = { "size", AL_PARAM_SIZE, 64, 1, 1ll << 30, NULL, "bytes per allocation" },
+	[P_nallocs] = { "nallocs", AL_PARAM_INT, 10000, 1, 1 << 22, NULL,
+			"allocations per invocation (the allocator is reset between invocations)" },
 };
 
 struct malloc_worker {

@@ -21,9 +21,9 @@
 enum { P_size, P_allocs_per_cycle, P_NR };
 
 static const struct al_param_desc mf_params[P_NR] = {
-	[P_size] = {"size", AL_PARAM_SIZE, 64, 1, 1ll << 30, NULL, "bytes per allocation"},
-	[P_allocs_per_cycle] = {"allocs_per_cycle", AL_PARAM_INT, 64, 1, 1 << 20, NULL,
-				"allocations per cycle, then as many frees"},
+	[P_size] = { "size", AL_PARAM_SIZE, 64, 1, 1ll << 30, NULL, "bytes per allocation" },
+	[P_allocs_per_cycle] = { "allocs_per_cycle", AL_PARAM_INT, 64, 1, 1 << 20, NULL,
+				 "allocations per cycle, then as many frees" },
 };
 
 struct mf_worker {

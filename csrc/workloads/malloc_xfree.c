@@ -17,18 +17,18 @@
 enum { P_size, P_allocs_per_cycle, P_NR };
 
 static const struct al_param_desc xf_params[P_NR] = {
-	[P_size] = {"size", AL_PARAM_SIZE, 64, 8, 1ll << 30, NULL,
-		    "bytes per allocation (at least 8: objects are linked through them)"},
-	[P_allocs_per_cycle] = {"allocs_per_cycle", AL_PARAM_INT, 64, 1, 1 << 20, NULL,
-				"objects per published list"},
+	[P_size] = { "size", AL_PARAM_SIZE, 64, 8, 1ll << 30, NULL,
+		     "bytes per allocation (at least 8: objects are linked through them)" },
+	[P_allocs_per_cycle] = { "allocs_per_cycle", AL_PARAM_INT, 64, 1, 1 << 20, NULL,
+				 "objects per published list" },
 };
 
 #define OWNER_SHIFT 48
-#define PTR_MASK ((1ull << OWNER_SHIFT) - 1)
+#define PTR_MASK    ((1ull << OWNER_SHIFT) - 1)
 
 struct xf_shared {
 	uint64_t slot __attribute__((aligned(AL_CACHELINE))); /* owner << 48 | list head */
-	unsigned n;                                           /* objects per list */
+	unsigned n;					      /* objects per list */
 };
 
 static int xf_setup(const int64_t *params, unsigned nworkers, void **shared)

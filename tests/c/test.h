@@ -16,42 +16,41 @@
 static int t_failed_checks;
 static int t_passed, t_failed;
 
-#define CHECK(cond)                                                                     \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
+#define CHECK(cond)                                                                              \
+	do {                                                                                     \
+		if (!(cond)) {                                                                   \
 			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-			t_failed_checks++;                                              \
-		}                                                                       \
+			t_failed_checks++;                                                       \
+		}                                                                                \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                                  \
-	do {                                                                            \
-		long long _a = (long long)(a), _b = (long long)(b);                     \
-		if (_a != _b) {                                                         \
+#define CHECK_EQ(a, b)                                                                      \
+	do {                                                                                \
+		long long _a = (long long)(a), _b = (long long)(b);                         \
+		if (_a != _b) {                                                             \
 			fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n", \
-				__FILE__, __LINE__, #a, _a, #b, _b);                    \
-			t_failed_checks++;                                              \
-		}                                                                       \
+				__FILE__, __LINE__, #a, _a, #b, _b);                        \
+			t_failed_checks++;                                                  \
+		}                                                                           \
 	} while (0)
 
 #define TEST(name) static void name(void)
 
-#define RUN(name)                                                        \
-	do {                                                             \
-		int _before = t_failed_checks;                           \
-		name();                                                  \
-		if (t_failed_checks == _before) {                        \
-			t_passed++;                                      \
-			printf("ok   %s\n", #name);                      \
-		} else {                                                 \
-			t_failed++;                                      \
-			printf("FAIL %s\n", #name);                      \
-		}                                                        \
-		fflush(stdout);                                          \
+#define RUN(name)                                   \
+	do {                                        \
+		int _before = t_failed_checks;      \
+		name();                             \
+		if (t_failed_checks == _before) {   \
+			t_passed++;                 \
+			printf("ok   %s\n", #name); \
+		} else {                            \
+			t_failed++;                 \
+			printf("FAIL %s\n", #name); \
+		}                                   \
+		fflush(stdout);                     \
 	} while (0)
 
-#define TEST_SUMMARY()                                            \
-	(printf("%d passed, %d failed\n", t_passed, t_failed), t_failed ? 1 : 0)
+#define TEST_SUMMARY() (printf("%d passed, %d failed\n", t_passed, t_failed), t_failed ? 1 : 0)
 
 /* Look up a registered layer and build a one-layer (or stacked) allocator. */
 static inline struct al_allocator *t_make(const char *const *names, unsigned n,

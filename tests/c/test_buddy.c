@@ -34,7 +34,7 @@
 
 enum { P_CHUNK_SIZE, P_ARENA_LIMIT, P_LOCK_BUDGET, P_LOCK_TIMING, P_FILL, P_POPULATE };
 
-static const char *const t_buddy[] = {"buddy"};
+static const char *const t_buddy[] = { "buddy" };
 
 static void defaults(int64_t p[1][AL_MAX_PARAMS])
 {
@@ -109,8 +109,8 @@ static uint64_t rng_next(uint64_t *s)
 TEST(test_registry)
 {
 	const struct al_layer_desc *d = al_layer_find("buddy");
-	static const char *const names[] = {"chunk_size",  "arena_limit", "lock_budget",
-					    "lock_timing", "fill",	  "populate"};
+	static const char *const names[] = { "chunk_size",  "arena_limit", "lock_budget",
+					     "lock_timing", "fill",	   "populate" };
 	int64_t p[AL_MAX_PARAMS];
 	struct al_allocator *a, *below;
 	char err[256];
@@ -248,8 +248,11 @@ TEST(test_sizes)
 	static const struct {
 		size_t size, usable;
 	} t[] = {
-	    {1, 16},	{16, 16},     {17, 32},	    {64, 64},	  {65, 128},
-	    {256, 256}, {1024, 1024}, {4096, 4096}, {4097, 8192}, {512 * KIB, 512 * KIB},
+		{ 1, 16 },	{ 16, 16 },
+		{ 17, 32 },	{ 64, 64 },
+		{ 65, 128 },	{ 256, 256 },
+		{ 1024, 1024 }, { 4096, 4096 },
+		{ 4097, 8192 }, { 512 * KIB, 512 * KIB },
 	};
 	struct al_allocator *a = mk_default();
 	struct al_ctx c;
@@ -918,7 +921,7 @@ static void *stress_thread(void *arg)
 {
 	struct worker *w = arg;
 	struct al_allocator *a = w->st->a;
-	void *mine[TSLOTS] = {0}, *batch[8];
+	void *mine[TSLOTS] = { 0 }, *batch[8];
 	uint32_t seq = 0, size;
 	unsigned it, s, i, n;
 	struct al_ctx c;
@@ -1074,8 +1077,8 @@ static void backoff(struct cworker *w)
 	__atomic_add_fetch(&w->sh->waiting, 1, __ATOMIC_SEQ_CST);
 	while (lock_acquired_now(w->sh->a) == snap &&
 	       __atomic_load_n(&w->sh->waiting, __ATOMIC_SEQ_CST) +
-		       __atomic_load_n(&w->sh->done, __ATOMIC_SEQ_CST) <
-		   CTHREADS)
+			       __atomic_load_n(&w->sh->done, __ATOMIC_SEQ_CST) <
+		       CTHREADS)
 		sched_yield();
 	__atomic_sub_fetch(&w->sh->waiting, 1, __ATOMIC_SEQ_CST);
 }
@@ -1093,7 +1096,7 @@ static void c_free(struct cworker *w, struct al_ctx *c, void *p)
 static void *contend_thread(void *arg)
 {
 	struct cworker *w = arg;
-	void *mine[CSLOTS] = {0};
+	void *mine[CSLOTS] = { 0 };
 	struct al_ctx c;
 	unsigned it, s;
 	uint64_t r;

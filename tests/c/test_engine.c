@@ -47,7 +47,7 @@ TEST(test_registry)
 
 TEST(test_run_exact_counts)
 {
-	static const char *layers[] = {"libc", "null"};
+	static const char *layers[] = { "libc", "null" };
 	struct al_run_config cfg;
 	struct al_run_result res;
 	unsigned l, p;
@@ -170,13 +170,13 @@ TEST(test_lock_contended)
 {
 	pthread_t th[4];
 	struct lock_arg arg[4];
-	struct al_stats st = {0};
+	struct al_stats st = { 0 };
 	unsigned i, failed = 0;
 
 	al_lock_init(&test_lock, 1000000000ull, true);
 	shared_counter = 0;
 	for (i = 0; i < 4; i++) {
-		arg[i] = (struct lock_arg){.cpu = i, .iters = 20000};
+		arg[i] = (struct lock_arg){ .cpu = i, .iters = 20000 };
 		pthread_create(&th[i], NULL, lock_thread, &arg[i]);
 	}
 	for (i = 0; i < 4; i++) {
@@ -187,8 +187,8 @@ TEST(test_lock_contended)
 	CHECK_EQ(shared_counter, 80000);
 	al_lock_report(&test_lock, al_lock_stat_names, &st);
 	CHECK_EQ(st.v[0].value, 80000); /* acquired */
-	CHECK_EQ(st.v[2].value, 0);     /* failed */
-	CHECK(st.v[5].value <= 80000);  /* owner switches */
+	CHECK_EQ(st.v[2].value, 0);	/* failed */
+	CHECK(st.v[5].value <= 80000);	/* owner switches */
 }
 
 TEST(test_lock_budget_and_aa)

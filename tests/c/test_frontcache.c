@@ -88,7 +88,7 @@ static void teardown_empty(struct al_allocator *a)
 
 TEST(test_percpu_refill_and_spill_exact)
 {
-	static const char *const names[] = {"percpu", "buddy"};
+	static const char *const names[] = { "percpu", "buddy" };
 	struct al_allocator *a = make(names, 2, NULL, 0, 1);
 	struct al_ctx c;
 	void *v[17];
@@ -122,8 +122,8 @@ TEST(test_percpu_refill_and_spill_exact)
 /* percpu > transfer(batches=1) > buddy: 32 allocations, then 32 frees. */
 static void transfer_script(bool peek, int full, long long *locks, long long *flushes)
 {
-	static const char *const names[] = {"percpu", "transfer", "buddy"};
-	const struct edit e[] = {{1, "batches", 1}, {1, "peek", peek}, {1, "full", full}};
+	static const char *const names[] = { "percpu", "transfer", "buddy" };
+	const struct edit e[] = { { 1, "batches", 1 }, { 1, "peek", peek }, { 1, "full", full } };
 	struct al_allocator *a = make(names, 3, e, 3, 1);
 	struct al_ctx c;
 	void *v[32];
@@ -180,8 +180,8 @@ TEST(test_transfer_v1_nine_hundred_of_thousand)
 	/* The reviewer's claim: with --nallocs 1000, about 900 of the 1000 frees
 	 * take two locks. Cache 16, transfer 8 x 8: 16 + 64 frees are absorbed,
 	 * the other 920 fail the spill. */
-	static const char *const names[] = {"percpu", "transfer", "buddy"};
-	const struct edit e[] = {{1, "peek", 0}, {1, "full", 1}};
+	static const char *const names[] = { "percpu", "transfer", "buddy" };
+	const struct edit e[] = { { 1, "peek", 0 }, { 1, "full", 1 } };
 	struct al_allocator *a = make(names, 3, e, 2, 1);
 	static void *v[1000];
 	struct al_ctx c;
@@ -199,7 +199,7 @@ TEST(test_transfer_v1_nine_hundred_of_thousand)
 
 TEST(test_transfer_moves_batches_between_cpus)
 {
-	static const char *const names[] = {"percpu", "transfer", "buddy"};
+	static const char *const names[] = { "percpu", "transfer", "buddy" };
 	struct al_allocator *a = make(names, 3, NULL, 0, 2);
 	struct al_ctx c0, c1;
 	void *v[32];
@@ -223,7 +223,7 @@ TEST(test_transfer_moves_batches_between_cpus)
 
 TEST(test_cross_cpu_free_lands_in_freeing_cpu)
 {
-	static const char *const names[] = {"percpu", "buddy"};
+	static const char *const names[] = { "percpu", "buddy" };
 	struct al_allocator *a = make(names, 2, NULL, 0, 2);
 	struct al_ctx c0, c1;
 	void *v[8], *p;
@@ -335,16 +335,16 @@ static const struct al_layer_desc reenter_desc = {
 
 TEST(test_guard_fallback)
 {
-	static const char *const pc[] = {"percpu", "test-reenter", "buddy"};
-	static const char *const mg[] = {"magazine", "test-reenter", "buddy"};
-	const char *const *stacks[2] = {pc, mg};
-	const char *counter[2] = {"guard_busy_allocs", "guard_busy"};
+	static const char *const pc[] = { "percpu", "test-reenter", "buddy" };
+	static const char *const mg[] = { "magazine", "test-reenter", "buddy" };
+	const char *const *stacks[2] = { pc, mg };
+	const char *counter[2] = { "guard_busy_allocs", "guard_busy" };
 	unsigned s, guard;
 
 	CHECK(al_layer_register(&reenter_desc) == 0 || al_layer_find("test-reenter"));
 	for (s = 0; s < 2; s++)
 		for (guard = 0; guard < 2; guard++) {
-			const struct edit e[] = {{0, "guard", guard}};
+			const struct edit e[] = { { 0, "guard", guard } };
 			struct al_allocator *a = make(stacks[s], 3, e, 1, 1);
 			struct al_ctx c;
 			void *p;
@@ -358,7 +358,8 @@ TEST(test_guard_fallback)
 			reenter_obj = NULL;
 			p = al_alloc(a, &c, 64, 0);
 			CHECK(p != NULL);
-			CHECK(reenter_obj != NULL); /* the nested allocation took the backend path */
+			CHECK(reenter_obj !=
+			      NULL); /* the nested allocation took the backend path */
 			CHECK(reenter_obj != p);
 			CHECK_EQ(t_stat(a, 0, counter[s]), 1);
 			CHECK_EQ(al_free(a, &c, p), 0);
@@ -369,7 +370,7 @@ TEST(test_guard_fallback)
 
 TEST(test_magazine_exact)
 {
-	static const char *const names[] = {"magazine", "buddy"};
+	static const char *const names[] = { "magazine", "buddy" };
 	struct al_allocator *a = make(names, 2, NULL, 0, 1);
 	struct al_ctx c;
 	void *v[24];
@@ -399,8 +400,8 @@ TEST(test_magazine_exact)
 
 TEST(test_magazine_depot_full_flushes)
 {
-	static const char *const names[] = {"magazine", "buddy"};
-	const struct edit e[] = {{0, "depot", 1}};
+	static const char *const names[] = { "magazine", "buddy" };
+	const struct edit e[] = { { 0, "depot", 1 } };
 	struct al_allocator *a = make(names, 2, e, 1, 1);
 	struct al_ctx c;
 	void *v[32];
@@ -421,7 +422,7 @@ TEST(test_magazine_depot_full_flushes)
 /* ---- stress ---- */
 
 #define STRESS_THREADS 4
-#define STRESS_SLOTS 256
+#define STRESS_SLOTS   256
 #define STRESS_HANDOFF 64
 
 struct stress {
@@ -468,7 +469,7 @@ static void *stress_thread(void *arg)
 {
 	struct stress_arg *sa = arg;
 	struct stress *s = sa->s;
-	uint64_t *obj[STRESS_SLOTS] = {0};
+	uint64_t *obj[STRESS_SLOTS] = { 0 };
 	size_t sz[STRESS_SLOTS];
 	uint64_t seed = 0x9E3779B97F4A7C15ull * (sa->cpu + 1), r;
 	struct al_ctx c;
@@ -534,7 +535,7 @@ static void stress_stack(const char *const *names, unsigned n)
 	if (!s.a)
 		return;
 	for (i = 0; i < STRESS_THREADS; i++) {
-		args[i] = (struct stress_arg){.s = &s, .cpu = i};
+		args[i] = (struct stress_arg){ .s = &s, .cpu = i };
 		pthread_create(&th[i], NULL, stress_thread, &args[i]);
 	}
 	for (i = 0; i < STRESS_THREADS; i++)
@@ -542,7 +543,8 @@ static void stress_stack(const char *const *names, unsigned n)
 	al_ctx_init(&c, 0);
 	for (i = 0; i < STRESS_HANDOFF; i++)
 		if (s.handoff[i]) {
-			CHECK_EQ(verify(s.handoff[i], s.handoff_size[i], (uintptr_t)s.handoff[i]), 0);
+			CHECK_EQ(verify(s.handoff[i], s.handoff_size[i], (uintptr_t)s.handoff[i]),
+				 0);
 			CHECK_EQ(al_free(s.a, &c, s.handoff[i]), 0);
 		}
 	CHECK_EQ(s.errors, 0);
@@ -552,10 +554,10 @@ static void stress_stack(const char *const *names, unsigned n)
 
 TEST(test_stress_all_stacks)
 {
-	static const char *const s1[] = {"percpu", "buddy"};
-	static const char *const s2[] = {"percpu", "transfer", "buddy"};
-	static const char *const s3[] = {"magazine", "buddy"};
-	static const char *const s4[] = {"percpu", "transfer", "libc"};
+	static const char *const s1[] = { "percpu", "buddy" };
+	static const char *const s2[] = { "percpu", "transfer", "buddy" };
+	static const char *const s3[] = { "magazine", "buddy" };
+	static const char *const s4[] = { "percpu", "transfer", "libc" };
 
 	stress_stack(s1, 2);
 	stress_stack(s2, 3);
@@ -565,7 +567,7 @@ TEST(test_stress_all_stacks)
 
 TEST(test_run_engine_over_stacks)
 {
-	static const char *const wl[] = {"malloc-free", "malloc-xfree"};
+	static const char *const wl[] = { "malloc-free", "malloc-xfree" };
 	struct al_run_config cfg;
 	struct al_run_result res;
 	unsigned w;
@@ -581,7 +583,8 @@ TEST(test_run_engine_over_stacks)
 		cfg.stack.layer[2].desc = al_layer_find("buddy");
 		for (unsigned l = 0; l < 3; l++)
 			al_params_default(cfg.stack.layer[l].desc->params,
-					  cfg.stack.layer[l].desc->nparams, cfg.stack.layer[l].params);
+					  cfg.stack.layer[l].desc->nparams,
+					  cfg.stack.layer[l].params);
 		cfg.producers = 4;
 		cfg.cpu_mode = AL_CPU_VIRTUAL;
 		cfg.warmup_cycles = 2;

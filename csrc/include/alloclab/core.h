@@ -17,10 +17,10 @@ extern "C" {
 
 #define AL_CACHELINE 64
 
-#define al_likely(x) __builtin_expect(!!(x), 1)
+#define al_likely(x)   __builtin_expect(!!(x), 1)
 #define al_unlikely(x) __builtin_expect(!!(x), 0)
-#define al_noinline __attribute__((noinline))
-#define al_cold __attribute__((cold))
+#define al_noinline    __attribute__((noinline))
+#define al_cold	       __attribute__((cold))
 
 /* ---- registry ---- */
 
@@ -38,15 +38,15 @@ AL_API const struct al_workload_desc *al_workload_get(unsigned i);
 AL_API const struct al_workload_desc *al_workload_find(const char *name);
 
 /* Built-ins register themselves from a constructor. */
-#define AL_REGISTER_LAYER(desc)                                            \
+#define AL_REGISTER_LAYER(desc)                                           \
 	__attribute__((constructor)) static void al_register_##desc(void) \
-	{                                                                  \
-		(void)al_layer_register(&desc);                            \
+	{                                                                 \
+		(void)al_layer_register(&desc);                           \
 	}
-#define AL_REGISTER_WORKLOAD(desc)                                         \
+#define AL_REGISTER_WORKLOAD(desc)                                        \
 	__attribute__((constructor)) static void al_register_##desc(void) \
-	{                                                                  \
-		(void)al_workload_register(&desc);                         \
+	{                                                                 \
+		(void)al_workload_register(&desc);                        \
 	}
 
 /* Validate params[] against a schema: 0 or -EINVAL/-ERANGE with err filled in. */
@@ -63,13 +63,13 @@ AL_API void al_meta_free(void *p, size_t size);
 /* ---- arena: a reserved VA range committed piece by piece ---- */
 
 struct al_arena {
-	uintptr_t base;     /* first usable address, aligned to align */
-	size_t limit;       /* usable bytes in the reservation */
-	size_t align;       /* alignment of base (and of every grow of that size) */
-	size_t used;        /* bump offset, advanced by CAS */
-	void *map;          /* what mmap returned */
-	size_t map_len;     /* its length */
-	bool populate;      /* prefault committed memory (the kernel allocates eagerly) */
+	uintptr_t base;	    /* first usable address, aligned to align */
+	size_t limit;	    /* usable bytes in the reservation */
+	size_t align;	    /* alignment of base (and of every grow of that size) */
+	size_t used;	    /* bump offset, advanced by CAS */
+	void *map;	    /* what mmap returned */
+	size_t map_len;	    /* its length */
+	bool populate;	    /* prefault committed memory (the kernel allocates eagerly) */
 	uint64_t commits;   /* number of successful grows */
 	uint64_t committed; /* bytes committed */
 };
@@ -84,14 +84,14 @@ AL_API void al_arena_destroy(struct al_arena *ar);
 /* ---- clock ---- */
 
 struct al_clock {
-	int tsc;             /* 1: rdtsc (invariant TSC), 0: CLOCK_MONOTONIC ns */
-	double ticks_per_ns; /* 1.0 without TSC */
+	int tsc;	       /* 1: rdtsc (invariant TSC), 0: CLOCK_MONOTONIC ns */
+	double ticks_per_ns;   /* 1.0 without TSC */
 	double overhead_ticks; /* cost of one back-to-back al_ticks() pair */
 };
 
 AL_API extern struct al_clock al_clock;
-AL_API int al_clock_init(void);           /* calibrates once; later calls are free */
-AL_API uint64_t al_mono_ns(void);         /* CLOCK_MONOTONIC in ns */
+AL_API int al_clock_init(void);	  /* calibrates once; later calls are free */
+AL_API uint64_t al_mono_ns(void); /* CLOCK_MONOTONIC in ns */
 
 #if defined(__x86_64__) || defined(__i386__)
 static inline uint64_t al_ticks(void)
@@ -127,10 +127,10 @@ static inline void al_cpu_relax(void)
 /* ---- counters: per [cpu][context level], cache-line padded, merged on read ---- */
 
 struct al_counters {
-	unsigned n;               /* counters per block */
-	unsigned nblocks;         /* ncpu * AL_CTX_NR */
-	unsigned stride;          /* u64 per block, a multiple of 8 (64 B) */
-	uint64_t *v;              /* nblocks * stride values */
+	unsigned n;		  /* counters per block */
+	unsigned nblocks;	  /* ncpu * AL_CTX_NR */
+	unsigned stride;	  /* u64 per block, a multiple of 8 (64 B) */
+	uint64_t *v;		  /* nblocks * stride values */
 	const char *const *names; /* n names */
 };
 
@@ -165,22 +165,22 @@ static inline void al_count(struct al_counters *k, const struct al_ctx *c, unsig
 #define AL_LOCK_SLOTS 4096 /* > the most waiters at once (CPUs x levels) */
 
 struct al_lock_stats {
-	uint64_t acquired;       /* successful acquisitions */
-	uint64_t contended;      /* acquisitions that had to wait */
-	uint64_t failed;         /* budget exhausted, AA deadlock, or trylock failed */
-	uint64_t wait_ticks;     /* total time waited (contended path) */
-	uint64_t hold_ticks;     /* total time held (when timed) */
+	uint64_t acquired;	 /* successful acquisitions */
+	uint64_t contended;	 /* acquisitions that had to wait */
+	uint64_t failed;	 /* budget exhausted, AA deadlock, or trylock failed */
+	uint64_t wait_ticks;	 /* total time waited (contended path) */
+	uint64_t hold_ticks;	 /* total time held (when timed) */
 	uint64_t owner_switches; /* acquisitions by a different CPU than the last */
 };
 
 struct al_lock {
 	uint32_t next_ticket __attribute__((aligned(AL_CACHELINE))); /* ticket dispenser */
-	uint32_t head;         /* the last ticket granted: next_ticket - head <= slots */
+	uint32_t head;	       /* the last ticket granted: next_ticket - head <= slots */
 	uint32_t ticket;       /* the holder's ticket */
 	uint32_t owner_cpu;    /* last owner's CPU + 1 (0 = none), for owner switches */
 	uint32_t holder_cpu;   /* current holder's CPU + 1 (0 = free), for AA detection */
 	uint32_t holder_level; /* current holder's context level */
-	bool timed;            /* measure hold time */
+	bool timed;	       /* measure hold time */
 	uint64_t t_acquired;   /* ticks at acquisition, when timed */
 	uint64_t budget_ticks; /* spin budget; 0 = give up at the first check */
 	struct al_lock_stats st __attribute__((aligned(AL_CACHELINE)));

@@ -25,7 +25,7 @@ struct al_layer_spec {
 };
 
 struct al_stack_spec {
-	unsigned n;                                /* layers, [0] is the top */
+	unsigned n; /* layers, [0] is the top */
 	struct al_layer_spec layer[AL_MAX_LAYERS];
 };
 
@@ -56,34 +56,34 @@ AL_API int al_call_check(struct al_allocator *top, char *err, size_t errlen);
 /* ---- workloads ---- */
 
 enum al_timing {
-	AL_TIMING_BATCH = 0,     /* one clock pair around a cycle's allocs, one around its frees */
+	AL_TIMING_BATCH = 0,	 /* one clock pair around a cycle's allocs, one around its frees */
 	AL_TIMING_PER_OP_SUM = 1 /* a clock pair around every operation, summed */
 };
 
 /* Per-worker state handed to a workload. */
 struct al_worker {
-	unsigned id;              /* 0..nworkers-1 */
+	unsigned id; /* 0..nworkers-1 */
 	unsigned nworkers;
-	struct al_ctx ctx;        /* this worker's CPU */
-	struct al_allocator *a;   /* top of the stack */
-	const int64_t *params;    /* workload parameters, schema order */
-	void *shared;             /* the workload's shared state (setup) */
-	void *priv;               /* per-worker state (worker_init) */
-	int timing;               /* enum al_timing */
-	uint64_t alloc_ticks;     /* time spent in allocations */
-	uint64_t free_ticks;      /* time spent in frees */
+	struct al_ctx ctx;	/* this worker's CPU */
+	struct al_allocator *a; /* top of the stack */
+	const int64_t *params;	/* workload parameters, schema order */
+	void *shared;		/* the workload's shared state (setup) */
+	void *priv;		/* per-worker state (worker_init) */
+	int timing;		/* enum al_timing */
+	uint64_t alloc_ticks;	/* time spent in allocations */
+	uint64_t free_ticks;	/* time spent in frees */
 	uint64_t alloc_ops;
 	uint64_t free_ops;
-	uint64_t alloc_cross;     /* frees of objects allocated by another worker */
-	uint64_t cycles;          /* measured cycles done (set by the engine) */
-	uint64_t rng;             /* per-worker PRNG state */
-	char *err;                /* where a workload writes why it failed */
+	uint64_t alloc_cross; /* frees of objects allocated by another worker */
+	uint64_t cycles;      /* measured cycles done (set by the engine) */
+	uint64_t rng;	      /* per-worker PRNG state */
+	char *err;	      /* where a workload writes why it failed */
 	size_t errlen;
 };
 
 enum al_workload_flags {
-	AL_WL_RESET = 1u << 0,         /* allocator recreated (untimed) after every cycle */
-	AL_WL_ONE_PRODUCER = 1u << 1   /* exactly one producer, as the modelled bench */
+	AL_WL_RESET = 1u << 0,	     /* allocator recreated (untimed) after every cycle */
+	AL_WL_ONE_PRODUCER = 1u << 1 /* exactly one producer, as the modelled bench */
 };
 
 struct al_workload_desc {
@@ -94,7 +94,7 @@ struct al_workload_desc {
 	unsigned flags;
 	unsigned nparams;
 	const struct al_param_desc *params;
-	int size_param;       /* index of the param holding the object size, or -1 */
+	int size_param; /* index of the param holding the object size, or -1 */
 	/* Shared state; may be NULL. 0 or -errno. */
 	int (*setup)(const int64_t *params, unsigned nworkers, void **shared);
 	int (*worker_init)(struct al_worker *w);
@@ -109,9 +109,9 @@ struct al_workload_desc {
 /* ---- runs ---- */
 
 enum al_cpu_mode {
-	AL_CPU_AUTO = 0,    /* pinned when producers <= usable CPUs, else virtual */
-	AL_CPU_PINNED = 1,  /* one worker per CPU of the affinity mask */
-	AL_CPU_VIRTUAL = 2  /* each worker is its own CPU; at most one per real CPU runs a cycle */
+	AL_CPU_AUTO = 0,   /* pinned when producers <= usable CPUs, else virtual */
+	AL_CPU_PINNED = 1, /* one worker per CPU of the affinity mask */
+	AL_CPU_VIRTUAL = 2 /* each worker is its own CPU; at most one per real CPU runs a cycle */
 };
 
 #define AL_MAX_PRODUCERS 1024
@@ -121,34 +121,34 @@ struct al_run_config {
 	int64_t wparams[AL_MAX_PARAMS];
 	struct al_stack_spec stack;
 	unsigned producers;
-	int cpu_mode;          /* enum al_cpu_mode */
-	int timing;            /* enum al_timing */
+	int cpu_mode; /* enum al_cpu_mode */
+	int timing;   /* enum al_timing */
 	uint64_t warmup_cycles;
-	uint64_t cycles;       /* measured cycles per worker; 0 = bounded by duration_ns */
-	uint64_t duration_ns;  /* measured phase when cycles == 0 */
+	uint64_t cycles;      /* measured cycles per worker; 0 = bounded by duration_ns */
+	uint64_t duration_ns; /* measured phase when cycles == 0 */
 	uint64_t seed;
 };
 
 struct al_run_result {
-	int status;              /* 0 or -errno */
-	char error[256];         /* why, when status != 0 */
-	int cpu_mode;            /* the mode used (never AUTO) */
-	unsigned ncpu_model;     /* model CPUs (= producers) */
-	unsigned ncpu_concurrent;/* at most this many run a cycle at once */
-	unsigned ncpu_usable;    /* CPUs in the affinity mask */
+	int status;		  /* 0 or -errno */
+	char error[256];	  /* why, when status != 0 */
+	int cpu_mode;		  /* the mode used (never AUTO) */
+	unsigned ncpu_model;	  /* model CPUs (= producers) */
+	unsigned ncpu_concurrent; /* at most this many run a cycle at once */
+	unsigned ncpu_usable;	  /* CPUs in the affinity mask */
 	unsigned threads_per_core;
 	int clock_tsc;
 	double ticks_per_ns;
 	double timer_overhead_ns; /* one clock pair */
-	uint64_t cycles;          /* measured cycles, all workers */
+	uint64_t cycles;	  /* measured cycles, all workers */
 	uint64_t alloc_ops, free_ops, cross_frees;
-	double alloc_ns;          /* total measured alloc time, all workers */
+	double alloc_ns; /* total measured alloc time, all workers */
 	double free_ns;
-	double elapsed_ns;        /* wall time of the measured phase */
-	double steal_pct;         /* steal time during the run, % of CPU time (from /proc/stat) */
+	double elapsed_ns; /* wall time of the measured phase */
+	double steal_pct;  /* steal time during the run, % of CPU time (from /proc/stat) */
 	unsigned nlayers;
 	struct al_stats layers[AL_MAX_LAYERS]; /* after the run, before drain; top first */
-	int64_t leaked[AL_MAX_LAYERS];         /* bytes_held after drain minus baseline */
+	int64_t leaked[AL_MAX_LAYERS];	       /* bytes_held after drain minus baseline */
 };
 
 /* 0 or -errno; res->status and res->error say the same. */

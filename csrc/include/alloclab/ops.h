@@ -32,10 +32,10 @@ extern "C" {
 /* Bumped whenever struct al_ops, al_layer_desc or al_workload_desc change. */
 #define AL_ABI_VERSION 1
 
-#define AL_MAX_PARAMS 16  /* parameters per layer or workload */
-#define AL_MAX_LAYERS 8   /* layers per stack */
-#define AL_MAX_CPUS 1024  /* model CPUs (same limit as arena spinlocks) */
-#define AL_STATS_MAX 96   /* named values one layer may report */
+#define AL_MAX_PARAMS 16   /* parameters per layer or workload */
+#define AL_MAX_LAYERS 8	   /* layers per stack */
+#define AL_MAX_CPUS   1024 /* model CPUs (same limit as arena spinlocks) */
+#define AL_STATS_MAX  96   /* named values one layer may report */
 
 /* Context levels: the IRQ/NMI model. Counters are indexed by [cpu][level]. */
 enum al_ctx_level {
@@ -54,9 +54,9 @@ enum al_flags {
 
 /* The calling "CPU". One per worker thread; never shared between threads. */
 struct al_ctx {
-	unsigned cpu;   /* model CPU id, < the allocator's ncpu */
+	unsigned cpu;	/* model CPU id, < the allocator's ncpu */
 	unsigned level; /* enum al_ctx_level */
-	int err;        /* why the last allocation returned NULL (-ENOMEM, ...) */
+	int err;	/* why the last allocation returned NULL (-ENOMEM, ...) */
 	unsigned pad;
 };
 
@@ -66,7 +66,7 @@ struct al_allocator;
 struct al_stat {
 	const char *name; /* static string owned by the layer */
 	uint64_t value;
-	unsigned flags;   /* AL_STAT_GAUGE: a level (objects cached now), not an event count */
+	unsigned flags; /* AL_STAT_GAUGE: a level (objects cached now), not an event count */
 };
 
 enum { AL_STAT_GAUGE = 1u << 0 };
@@ -74,7 +74,7 @@ enum { AL_STAT_GAUGE = 1u << 0 };
 struct al_stats {
 	const char *layer;  /* layer name */
 	int64_t bytes_held; /* bytes handed out to callers and not yet freed */
-	unsigned n;         /* entries used in v[] */
+	unsigned n;	    /* entries used in v[] */
 	struct al_stat v[AL_STATS_MAX];
 };
 
@@ -93,11 +93,11 @@ struct al_ops {
 	int (*free)(struct al_allocator *a, struct al_ctx *c, void *ptr);
 	/* Returns how many objects were stored in out[] (0..n); 0 sets c->err. NULL when
 	 * the layer has no native bulk path (see al_alloc_bulk()). */
-	int (*alloc_bulk)(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n, void **out,
-			  unsigned flags);
+	int (*alloc_bulk)(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
+			  void **out, unsigned flags);
 	/* Returns how many were freed (n), or a negative errno when none were. */
 	int (*free_bulk)(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
-	bool (*owns)(struct al_allocator *a, const void *ptr); /* by address range */
+	bool (*owns)(struct al_allocator *a, const void *ptr);		/* by address range */
 	size_t (*usable_size)(struct al_allocator *a, const void *ptr); /* 0 if unknown */
 	void (*drain)(struct al_allocator *a, struct al_ctx *c, unsigned scope);
 	void (*stats)(struct al_allocator *a, struct al_stats *out);
@@ -111,8 +111,8 @@ struct al_ops {
 struct al_allocator {
 	const struct al_ops *ops;
 	const struct al_layer_desc *desc; /* how it was made */
-	struct al_allocator *below;       /* backend, or NULL for a bottom layer */
-	unsigned ncpu;                    /* model CPUs the instance was built for */
+	struct al_allocator *below;	  /* backend, or NULL for a bottom layer */
+	unsigned ncpu;			  /* model CPUs the instance was built for */
 };
 
 /* ---- parameter schemas ---- */
@@ -122,25 +122,25 @@ enum al_param_type {
 	AL_PARAM_SIZE = 1, /* byte count; Python accepts "64", "4K", "1M", "1G" */
 	AL_PARAM_BOOL = 2, /* 0 or 1 */
 	AL_PARAM_ENUM = 3, /* index into the comma-separated choices */
-	AL_PARAM_NS = 4    /* duration in nanoseconds */
+	AL_PARAM_NS = 4	   /* duration in nanoseconds */
 };
 
 struct al_param_desc {
 	const char *name;    /* identifier, [a-z_][a-z0-9_]* */
-	int type;            /* enum al_param_type */
-	int64_t def;         /* default */
-	int64_t min;         /* inclusive */
-	int64_t max;         /* inclusive */
+	int type;	     /* enum al_param_type */
+	int64_t def;	     /* default */
+	int64_t min;	     /* inclusive */
+	int64_t max;	     /* inclusive */
 	const char *choices; /* AL_PARAM_ENUM: "atomic,local"; else NULL */
 	const char *doc;     /* one line */
 };
 
 /* Layer features: what a layer above may rely on. */
 enum al_features {
-	AL_F_BULK = 1u << 0,     /* native alloc_bulk/free_bulk */
-	AL_F_OWNS = 1u << 1,     /* owns() answers by address range */
-	AL_F_BACKEND = 1u << 2,  /* needs a layer below */
-	AL_F_USABLE = 1u << 3,   /* usable_size() works */
+	AL_F_BULK = 1u << 0,	 /* native alloc_bulk/free_bulk */
+	AL_F_OWNS = 1u << 1,	 /* owns() answers by address range */
+	AL_F_BACKEND = 1u << 2,	 /* needs a layer below */
+	AL_F_USABLE = 1u << 3,	 /* usable_size() works */
 	AL_F_VALIDATES = 1u << 4 /* invalid and double frees return -EINVAL */
 };
 
@@ -148,9 +148,9 @@ struct al_layer_desc {
 	unsigned abi_version; /* AL_ABI_VERSION */
 	size_t desc_size;     /* sizeof(struct al_layer_desc) */
 	const char *name;
-	const char *doc;  /* one line */
+	const char *doc; /* one line */
 	unsigned features;
-	size_t max_size;  /* largest request over all parameters, 0 = unlimited */
+	size_t max_size; /* largest request over all parameters, 0 = unlimited */
 	/* Optional: the largest request for these parameters (e.g. chunk_size / 2). */
 	size_t (*max_size_of)(const int64_t *params);
 	unsigned nparams;
@@ -160,8 +160,8 @@ struct al_layer_desc {
 	 * is valid. */
 	int (*check_params)(const int64_t *params, char *err, size_t errlen);
 	/* params[] holds nparams values in schema order, already validated. */
-	int (*create)(const struct al_layer_desc *d, const int64_t *params, struct al_allocator *below,
-		      unsigned ncpu, struct al_allocator **out);
+	int (*create)(const struct al_layer_desc *d, const int64_t *params,
+		      struct al_allocator *below, unsigned ncpu, struct al_allocator **out);
 };
 
 /* ---- dispatch helpers (what a layer uses to call the layer below) ---- */
