@@ -31,7 +31,7 @@ def main():
     res.to_json(a.out)
     over = np.concatenate([p["timer_overhead_ns"] for p in res.points])
     print("timer overhead per clock pair: %.2f ns (clock: %s)"
-          % (over.mean(), "tsc" if res.metadata.get("clock", {}).get("tsc") else "monotonic"))
+          % (over.mean(), res.metadata.get("clock")))
     for timing in ("batch", "per_op_sum"):
         sub = res.select(timing=timing)  # points
         print("\nnull policy, %s timing, ns/op (mean ± sd over %d runs):" % (timing, a.runs))

@@ -98,7 +98,7 @@ static inline uint64_t al_ticks(void)
 {
 	if (al_likely(al_clock.tsc)) {
 		unsigned lo, hi;
-		__asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+		__asm__ __volatile__("lfence\n\trdtsc" : "=a"(lo), "=d"(hi)::"memory");
 		return ((uint64_t)hi << 32) | lo;
 	}
 	return al_mono_ns();
