@@ -69,13 +69,13 @@ static inline void lock_taken(struct al_lock *l, const struct al_ctx *c, uint32_
 		l->owner_cpu = c->cpu + 1;
 	}
 	if (l->timed)
-		l->t_acquired = al_ticks();
+		l->t_acquired = al_ticks_fast();
 }
 
 static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint32_t t)
 {
 	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
-	uint64_t start = al_ticks(), expected;
+	uint64_t start = al_ticks_fast(), expected;
 	unsigned spins = 0;
 	int ret = -ETIMEDOUT;
 
@@ -88,7 +88,7 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 		if (__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
 		    __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level)
 			ret = -EDEADLK;
-		else if (al_ticks() - start < l->budget_ticks) {
+		else if (al_ticks_fast() - start < l->budget_ticks) {
 			if (!(spins & 1023))
 				sched_yield(); /* a user-space holder can be descheduled */
 			continue;
@@ -104,7 +104,7 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 	__atomic_store_n(s, 0, __ATOMIC_RELAXED);
 	lock_taken(l, c, t);
 	stat_add(&l->st.contended, 1);
-	stat_add(&l->st.wait_ticks, al_ticks() - start);
+	stat_add(&l->st.wait_ticks, al_ticks_fast() - start);
 	return 0;
 }
 
@@ -166,7 +166,7 @@ void al_lock_release(struct al_lock *l, const struct al_ctx *c)
 
 	(void)c;
 	if (l->timed)
-		stat_add(&l->st.hold_ticks, al_ticks() - l->t_acquired);
+		stat_add(&l->st.hold_ticks, al_ticks_fast() - l->t_acquired);
 	__atomic_store_n(&l->holder_cpu, 0, __ATOMIC_RELAXED);
 	for (;; n++) {
 		uint64_t *s = &l->slot[n % AL_LOCK_SLOTS];
