@@ -19,6 +19,7 @@ from .errors import (
     InvariantError,
     ParameterRangeError,
     ParameterTypeError,
+    PeerUnavailable,
     PolicySyntaxError,
     RunError,
     UnknownNameError,
@@ -27,6 +28,7 @@ from .policy import Policy, policies, presets, workloads
 from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
+from . import peers
 
 __all__ = [
     "__version__",
@@ -50,5 +52,6 @@ __all__ = [
     "AllocatorExhausted",
     "InvalidFreeError",
     "RunError",
+    "PeerUnavailable",
     "InvariantError",
 ]

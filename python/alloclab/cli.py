@@ -128,6 +128,13 @@ def cmd_list(args):
     out.append("presets:")
     for k, v in presets.items():
         out.append("  %-20s %s" % (k, v))
+    out.append("")
+    out.append("peer allocators (system layer; run under LD_PRELOAD in a child process):")
+    from . import peers
+    for name, (ok, path, hint) in peers.status().items():
+        where = "this process's malloc" if name == peers.current() else (path or "")
+        out.append("  %-20s %s" % (name, ("available  " + where) if ok else
+                                  "unavailable: " + hint))
     print("\n".join(out))
     return 0
 

@@ -232,6 +232,9 @@ static inline unsigned al_fls64(uint64_t x) /* index of the highest set bit + 1;
 }
 
 AL_API const char *al_version(void);
+/* The malloc serving this process: index into "glibc,jemalloc,gperftools-tcmalloc,mimalloc"
+ * (the `system` layer's allocator choices). */
+AL_API int al_system_allocator(void);
 AL_API const char *al_build_flags(void); /* compiler and flags the library was built with */
 AL_API const char *al_strerror(int err); /* "ENOMEM", "EINVAL", ... */
 

@@ -104,6 +104,10 @@ struct al_workload_desc {
 	void (*worker_fini)(struct al_worker *w);
 	/* Free what the shared state still holds, then release it. */
 	void (*teardown)(void *shared, struct al_allocator *a, struct al_ctx *c);
+	/* Optional: untimed allocations by the main thread before the workers
+	 * start (larson's warm-up blocks, cache-scratch's handed-out objects). */
+	int (*prepare)(void *shared, struct al_allocator *a, struct al_ctx *c, char *err,
+		       size_t errlen);
 };
 
 /* ---- runs ---- */
