@@ -70,7 +70,7 @@ test: $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
 
 format:
-	clang-format -i $(SRCS) $(HDRS) $(INTERNAL_HDRS) tests/c/*.c tests/c/*.h
+	clang-format -i $(SRCS) csrc/preload/*.c $(HDRS) $(INTERNAL_HDRS) tests/c/*.c tests/c/*.h
 
 clean:
 	rm -rf build
