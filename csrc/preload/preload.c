@@ -58,18 +58,18 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
-#define SHIM_COUNTERS(X)                                                       \
-	X(policy_allocs, "allocations served by the policy")                   \
-	X(policy_frees, "frees of policy memory")                              \
+#define SHIM_COUNTERS(X)                                                          \
+	X(policy_allocs, "allocations served by the policy")                      \
+	X(policy_frees, "frees of policy memory")                                 \
 	X(libc_early, "allocations before the policy existed or inside the shim") \
-	X(libc_large, "allocations above the policy's max size")               \
-	X(libc_refused, "allocations the policy returned NULL for")            \
-	X(libc_aligned, "aligned allocations the policy could not align")      \
-	X(libc_threads, "allocations by threads beyond AL_MAX_CPUS")           \
-	X(libc_frees, "frees of glibc memory")                                 \
-	X(free_errors, "policy frees that returned an error")                  \
-	X(threads, "threads that took a model CPU")                            \
-	X(thread_exits, "threads whose caches were drained at exit")           \
+	X(libc_large, "allocations above the policy's max size")                  \
+	X(libc_refused, "allocations the policy returned NULL for")               \
+	X(libc_aligned, "aligned allocations the policy could not align")         \
+	X(libc_threads, "allocations by threads beyond AL_MAX_CPUS")              \
+	X(libc_frees, "frees of glibc memory")                                    \
+	X(free_errors, "policy frees that returned an error")                     \
+	X(threads, "threads that took a model CPU")                               \
+	X(thread_exits, "threads whose caches were drained at exit")              \
 	X(forks, "forks with every policy lock held")
 
 #define X(name, doc) SC_##name,
@@ -81,8 +81,8 @@ enum { ST_UNINIT, ST_INIT, ST_READY, ST_OFF };
 
 struct shim_thread {
 	struct al_ctx ctx; /* this thread's model CPU */
-	int inside;        /* reentrancy guard */
-	int live;          /* slot in use */
+	int inside;	   /* reentrancy guard */
+	int live;	   /* slot in use */
 };
 
 static int state = ST_UNINIT;
@@ -299,8 +299,8 @@ out_off:
 	/* Stay on glibc, and say why in the stats file (and once on stderr). */
 	{
 		char msg[400];
-		int n = snprintf(msg, sizeof(msg), "alloclab preload: %s; running on glibc malloc\n",
-				 policy_error);
+		int n = snprintf(msg, sizeof(msg),
+				 "alloclab preload: %s; running on glibc malloc\n", policy_error);
 
 		if (n > 0)
 			(void)!write(2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
