@@ -70,7 +70,8 @@ test: $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
 
 format:
-	clang-format -i $(SRCS) csrc/preload/*.c $(HDRS) $(INTERNAL_HDRS) tests/c/*.c tests/c/*.h
+	clang-format -i $(SRCS) csrc/preload/*.c $(HDRS) $(INTERNAL_HDRS) tests/c/*.c tests/c/*.h \
+		examples/plugins/*.c
 
 clean:
 	rm -rf build

@@ -31,6 +31,7 @@ from setuptools.command.sdist import sdist
 ROOT = os.path.dirname(os.path.abspath(__file__))
 LIB_NAME = "liballoclab.so"
 PRELOAD_NAME = "liballoclab-preload.so"  # the LD_PRELOAD shim: the library + csrc/preload
+PRELOAD_AR = "liballoclab-preload.a"  # its objects, to link plugins into a shim
 PKG = "alloclab"
 PKG_SRC_DIR = os.path.join(ROOT, "python", PKG)
 INCLUDE_SRC = os.path.join(ROOT, "csrc", "include", "alloclab")
@@ -69,6 +70,7 @@ class build_ext_alloclab(build_ext):
         if inplace:
             self.copy_file(lib, os.path.join(PKG_SRC_DIR, LIB_NAME))
             self.copy_file(preload, os.path.join(PKG_SRC_DIR, PRELOAD_NAME))
+            self.copy_file(os.path.join(out_dir, PRELOAD_AR), os.path.join(PKG_SRC_DIR, PRELOAD_AR))
         else:
             self.copy_headers(os.path.join(out_dir, "include", "alloclab"))
         for ext in self.extensions:
@@ -124,6 +126,10 @@ class build_ext_alloclab(build_ext):
                pre_objs + ["-lm", "-ldl"])
         print(" ".join(shlex.quote(c) for c in cmd))
         subprocess.check_call(cmd)
+        archive = os.path.join(out_dir, PRELOAD_AR)
+        if os.path.exists(archive):
+            os.remove(archive)
+        subprocess.check_call(["ar", "rcs", archive] + pre_objs)
         return lib, preload
 
     def copy_headers(self, dest):

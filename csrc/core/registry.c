@@ -264,3 +264,21 @@ const char *al_strerror(int err)
 	default: return "EUNKNOWN";
 	}
 }
+
+static const struct al_api api = {
+	.abi_version = AL_ABI_VERSION,
+	.size = sizeof(struct al_api),
+	.layer_register = al_layer_register,
+	.layer_find = al_layer_find,
+	.workload_register = al_workload_register,
+	.workload_find = al_workload_find,
+	.alloc_bulk = al_alloc_bulk,
+	.free_bulk = al_free_bulk,
+	.meta_alloc = al_meta_alloc,
+	.meta_free = al_meta_free,
+};
+
+const struct al_api *al_get_api(void)
+{
+	return &api;
+}

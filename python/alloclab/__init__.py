@@ -20,6 +20,8 @@ from .errors import (
     ParameterRangeError,
     ParameterTypeError,
     PeerUnavailable,
+    PluginCompileError,
+    PluginError,
     PolicySyntaxError,
     RunError,
     UnknownNameError,
@@ -28,7 +30,7 @@ from .policy import Policy, policies, presets, workloads
 from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
-from . import peers
+from . import peers, plugin
 
 __all__ = [
     "__version__",
@@ -54,5 +56,8 @@ __all__ = [
     "InvalidFreeError",
     "RunError",
     "PeerUnavailable",
+    "PluginError",
+    "PluginCompileError",
+    "plugin",
     "InvariantError",
 ]

@@ -151,6 +151,8 @@ def _run_parser(wl):
     if not wl:
         p.add_argument("workload", help="one of: " + ", ".join(schema.workloads()))
     g = p.add_argument_group("run")
+    g.add_argument("--plugin", action="append", metavar="FILE.c",
+                   help="compile and register a C plugin layer first, repeatable")
     g.add_argument("--policy", action="append", metavar="SPEC",
                    help="policy spec or preset, repeatable (default: buddy); e.g. "
                         "'buddy(arena_limit=64M)'")
@@ -274,7 +276,24 @@ def _find_workload(argv):
     return None
 
 
+def _load_plugins(argv):
+    """Compile every --plugin FILE.c in argv (before policies are validated)."""
+    from . import plugin
+
+    files = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--plugin"]
+    files += [a.split("=", 1)[1] for a in argv if a.startswith("--plugin=")]
+    for f in files:
+        if not os.path.exists(f):
+            raise UsageError("--plugin %s: no such file" % f)
+        try:
+            plugin.compile_file(f)
+        except errors.AlloclabError as e:
+            raise UsageError("--plugin %s: %s" % (f, e)) from None
+    return files
+
+
 def cmd_run(argv):
+    _load_plugins(argv)
     # Parse the workload name first, then build its flags from the schema.
     wl_name = _find_workload(argv)
     if wl_name is None:
@@ -352,6 +371,8 @@ def _main_parser():
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     lp = sub.add_parser("list", help="layers, workloads, parameters and presets")
     lp.add_argument("--json", action="store_true", help="as JSON")
+    lp.add_argument("--plugin", action="append", metavar="FILE.c",
+                    help="compile and register a C plugin layer first")
     sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
     pp = sub.add_parser(
         "preload", help="run a program with its malloc on a policy (LD_PRELOAD shim)",
@@ -361,6 +382,8 @@ def _main_parser():
         usage="alloclab preload --policy SPEC [--stats FILE] -- CMD [ARGS...]")
     pp.add_argument("--policy", default="libarena-transfer",
                     help="policy spec or preset (default libarena-transfer)")
+    pp.add_argument("--plugin", metavar="FILE.c",
+                    help="a C plugin layer to compile into the shim (and register here)")
     pp.add_argument("--stats", metavar="FILE",
                     help="write the policy's and the shim's counters as JSON at exit")
     pp.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
@@ -402,7 +425,15 @@ def cmd_preload(args):
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         raise UsageError("preload needs a command: alloclab preload --policy SPEC -- CMD ...")
-    argv, env = preload.command(args.policy, cmd, stats=args.stats)
+    shim = None
+    if args.plugin:
+        from . import plugin
+
+        try:
+            shim = plugin.preload_shim(args.plugin)
+        except errors.AlloclabError as e:
+            raise UsageError("--plugin %s: %s" % (args.plugin, e)) from None
+    argv, env = preload.command(args.policy, cmd, stats=args.stats, shim=shim)
     sys.stdout.flush()
     try:
         os.execvpe(argv[0], argv, env)
@@ -458,6 +489,9 @@ def main(argv=None):
             return cmd_run(argv[1:])
         p = _main_parser()
         args = p.parse_args(argv)
+        if args.cmd in ("list", "preload") and args.plugin:
+            for f in ([args.plugin] if isinstance(args.plugin, str) else args.plugin):
+                _load_plugins(["--plugin", f])
         if args.cmd == "list":
             return cmd_list(args)
         if args.cmd == "preload":

@@ -102,5 +102,15 @@ class PeerUnavailable(AlloclabError, LookupError):
     installed; the message says which package to install."""
 
 
+class PluginError(AlloclabError):
+    """A plugin compiled but could not be registered (name taken, bad
+    descriptor, no layer of that name)."""
+
+
+class PluginCompileError(PluginError):
+    """A plugin's C source does not compile; ``compiler_output`` holds the
+    compiler's messages (line numbers are those of the source as given)."""
+
+
 class InvariantError(AlloclabError):
     """A layer's invariant check (ops.check) found a violation."""

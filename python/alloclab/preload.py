@@ -40,12 +40,13 @@ def check(policy):
     return pol
 
 
-def command(policy, argv, stats=None, env=None):
-    """(argv, env) that run argv with its malloc on the policy."""
+def command(policy, argv, stats=None, env=None, shim=None):
+    """(argv, env) that run argv with its malloc on the policy. ``shim``: a
+    shim built with plugins in (alloclab.plugin.preload_shim), else the stock one."""
     pol = check(policy)
     if not argv:
         raise errors.InvalidArgument("preload needs a command to run")
-    shim = preload_path()
+    shim = shim or preload_path()
     if not os.path.exists(shim):
         raise errors.AlloclabError("the preload shim is not built: %s is missing" % shim)
     env = dict(os.environ if env is None else env)
@@ -59,9 +60,9 @@ def command(policy, argv, stats=None, env=None):
     return list(argv), env
 
 
-def run(policy, argv, stats=None, **kwargs):
+def run(policy, argv, stats=None, shim=None, **kwargs):
     """Run argv under the shim; returns the CompletedProcess."""
-    argv, env = command(policy, argv, stats=stats, env=kwargs.pop("env", None))
+    argv, env = command(policy, argv, stats=stats, env=kwargs.pop("env", None), shim=shim)
     return subprocess.run(argv, env=env, **kwargs)
 
 

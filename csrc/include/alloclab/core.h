@@ -49,6 +49,28 @@ AL_API const struct al_workload_desc *al_workload_find(const char *name);
 		(void)al_workload_register(&desc);                        \
 	}
 
+/*
+ * The registry as a table of function pointers, for extension modules built
+ * outside alloclab: Python hands it out as a PyCapsule named "alloclab._C_API"
+ * (alloclab.plugin.api_capsule()), as NumPy exports its C API. Check
+ * abi_version and size before use.
+ */
+struct al_api {
+	unsigned abi_version; /* AL_ABI_VERSION */
+	size_t size;	      /* sizeof(struct al_api) */
+	int (*layer_register)(const struct al_layer_desc *d);
+	const struct al_layer_desc *(*layer_find)(const char *name);
+	int (*workload_register)(const struct al_workload_desc *d);
+	const struct al_workload_desc *(*workload_find)(const char *name);
+	int (*alloc_bulk)(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
+			  void **out, unsigned flags);
+	int (*free_bulk)(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
+	void *(*meta_alloc)(size_t size);
+	void (*meta_free)(void *p, size_t size);
+};
+
+AL_API const struct al_api *al_get_api(void);
+
 /* Validate params[] against a schema: 0 or -EINVAL/-ERANGE with err filled in. */
 AL_API int al_params_check(const struct al_param_desc *p, unsigned n, const int64_t *v, char *err,
 			   size_t errlen);

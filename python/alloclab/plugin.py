@@ -1,0 +1,374 @@
+"""Policies written in C at run time: compile, register, run beside the built-ins.
+
+    import alloclab as al
+    src = r'''
+    #include <alloclab/alloclab.h>
+    static int mine_create(const struct al_layer_desc *d, const int64_t *params,
+                           struct al_allocator *below, unsigned ncpu,
+                           struct al_allocator **out) { ... }
+    '''
+    al.plugin.compile("mine", src, params=[("depth", "int", 32, 1, 1024, "slots")],
+                      features=["backend"], create="mine_create")
+    al.run("malloc-free", "mine(depth=64) > buddy")
+
+``compile`` builds the source with cffi (``set_source`` + ``compile`` into a
+cache directory, one module name per distinct source, so a rebuild of the
+same source is a cache hit) against the public headers, links it to the
+liballoclab.so this process already runs (same soname: the loader shares it,
+so the plugin registers into the same registry), imports it, and checks that
+the layer is there. Either the source registers itself
+(``AL_REGISTER_LAYER(desc)``), or ``params``/``features``/``create`` describe
+it and the descriptor is generated.
+
+Compiler errors raise PluginCompileError carrying the compiler's messages,
+with line numbers of the source as given (a ``#line`` directive maps them).
+
+Extension modules built outside alloclab reach the registry through a
+PyCapsule named "alloclab._C_API" (``api_capsule()``: a ``struct al_api``, see
+core.h), and hand layers in with ``register(desc)``, which accepts a PyCapsule
+named "alloclab.layer_desc", a cffi pointer to ``struct al_layer_desc`` (from
+any FFI), or an address.
+"""
+
+import contextlib
+import ctypes
+import hashlib
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+from . import errors, schema
+from ._ffi import cstr, ffi, include_dir, lib, lib_path
+
+TYPES = {"int": "AL_PARAM_INT", "size": "AL_PARAM_SIZE", "bool": "AL_PARAM_BOOL",
+         "enum": "AL_PARAM_ENUM", "ns": "AL_PARAM_NS"}
+FEATURES = {"bulk": "AL_F_BULK", "owns": "AL_F_OWNS", "backend": "AL_F_BACKEND",
+            "usable": "AL_F_USABLE", "validates": "AL_F_VALIDATES"}
+_NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
+_IDENT_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+_loaded = {}  # name -> Plugin
+_keep = []    # objects whose memory the registry points into: never freed
+
+
+class Plugin:
+    """A compiled and registered plugin layer."""
+
+    def __init__(self, name, digest, module_path, compile_s):
+        self.name = name
+        self.digest = digest              # hash of everything that went into the build
+        self.module_path = module_path    # the cffi extension
+        self.compile_s = compile_s        # compile + load time (0 on a cache hit)
+
+    @property
+    def schema(self):
+        return schema.layer(self.name)
+
+    def __repr__(self):
+        return "<alloclab plugin %s (%s)>" % (self.name, self.module_path)
+
+
+def cache_dir():
+    """Where built plugins are kept: $ALLOCLAB_CACHE, else ~/.cache/alloclab."""
+    base = os.environ.get("ALLOCLAB_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "alloclab")
+    path = os.path.join(base, "plugins")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _c_string(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+
+def _param_rows(params):
+    """Validate the Python-side schema; returns C initialisers."""
+    rows, seen = [], set()
+    for p in params:
+        p = tuple(p)
+        if len(p) not in (6, 7):
+            raise errors.InvalidArgument(
+                "a parameter is (name, type, default, min, max, doc[, choices]), not %r" % (p,))
+        name, typ, default, lo, hi, doc = p[:6]
+        choices = p[6] if len(p) == 7 else None
+        if not isinstance(name, str) or not _IDENT_RE.match(name):
+            raise errors.InvalidArgument(
+                "parameter name %r must match [a-z_][a-z0-9_]*" % (name,), value=name)
+        if name in seen:
+            raise errors.InvalidArgument("parameter %r declared twice" % name, value=name)
+        seen.add(name)
+        if typ not in TYPES:
+            raise errors.UnknownNameError.make("parameter type", typ, list(TYPES))
+        if typ == "enum":
+            if not choices or not all(isinstance(c, str) and c for c in choices):
+                raise errors.InvalidArgument(
+                    "enum parameter %r needs choices, e.g. ('atomic', 'local')" % name)
+            lo, hi = 0, len(choices) - 1
+            if isinstance(default, str):
+                if default not in choices:
+                    raise errors.UnknownNameError.make("choice", default, list(choices))
+                default = list(choices).index(default)
+        if typ == "bool":
+            lo, hi, default = 0, 1, int(bool(default))
+        for what, v in (("default", default), ("min", lo), ("max", hi)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise errors.ParameterTypeError(
+                    "parameter %r: %s must be an integer, not %r" % (name, what, v))
+        if not lo <= default <= hi:
+            raise errors.ParameterRangeError(
+                "parameter %r: default %d is outside [%d, %d]" % (name, default, lo, hi),
+                name=name, value=default, min=lo, max=hi)
+        rows.append("{ %s, %s, %dLL, %dLL, %dLL, %s, %s }" % (
+            _c_string(name), TYPES[typ], default, lo, hi,
+            _c_string(",".join(choices)) if choices else "NULL", _c_string(doc or name)))
+    return rows
+
+
+def _glue(name, params, features, doc, max_size, create):
+    if create is None:
+        return ""
+    if not _IDENT_RE.match(create):
+        raise errors.InvalidArgument("create=%r is not a C identifier" % (create,))
+    bad = [f for f in features if f not in FEATURES]
+    if bad:
+        raise errors.UnknownNameError.make("feature", bad[0], list(FEATURES))
+    rows = _param_rows(params or ())
+    flags = " | ".join(FEATURES[f] for f in features) or "0"
+    return """
+#line 1 "<alloclab plugin glue>"
+static const struct al_param_desc alp_params_[] = { %(rows)s };
+static const struct al_layer_desc alp_desc_ = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = %(name)s,
+	.doc = %(doc)s,
+	.features = %(flags)s,
+	.max_size = %(max)dULL,
+	.nparams = %(n)d,
+	.params = %(params)s,
+	.create = %(create)s,
+};
+static int alp_status_ = 1;
+__attribute__((constructor)) static void alp_register_(void)
+{
+	alp_status_ = al_layer_register(&alp_desc_);
+}
+int alloclab_plugin_status(void) { return alp_status_; }
+""" % dict(rows=", ".join(rows) or "{ 0 }", name=_c_string(name), doc=_c_string(doc or name),
+           flags=flags, max=max_size, n=len(rows), params="alp_params_" if rows else "NULL",
+           create=create)
+
+
+@contextlib.contextmanager
+def _capture_fd2():
+    """Collect what the compiler writes to fd 2 (cffi lets it through)."""
+    with tempfile.TemporaryFile(mode="w+b") as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        out = {}
+        try:
+            yield out
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            out["text"] = f.read().decode("utf-8", "replace")
+
+
+def compile(name, source, params=None, features=(), doc="", max_size=0, create=None,
+            extra_compile_args=(), force=False):
+    """Compile C source into a layer named ``name`` and register it.
+
+    Either ``source`` registers the layer itself (``AL_REGISTER_LAYER``), or
+    ``create`` names its constructor and ``params`` (tuples ``(name, type,
+    default, min, max, doc[, choices])``, type one of int/size/bool/enum/ns),
+    ``features`` (bulk, owns, backend, usable, validates), ``doc`` and
+    ``max_size`` describe it. Returns a Plugin. Raises PluginCompileError
+    (with the compiler's messages), PluginError (not registered, or the name
+    is taken), or the parameter errors of the schema checks."""
+    import cffi
+
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise errors.InvalidArgument("plugin name %r must match [a-z0-9_][a-z0-9_-]*" % (name,),
+                                     value=name)
+    glue = _glue(name, params, features, doc, max_size, create)
+    flags = ["-O2", "-std=gnu11", "-fvisibility=hidden"] + list(extra_compile_args)
+    digest = hashlib.sha256("\0".join([name, source, glue, " ".join(flags), lib_path(),
+                                       cstr(lib.al_version())]).encode()).hexdigest()[:16]
+    prev = _loaded.get(name)
+    if prev is not None:
+        if prev.digest == digest:
+            return prev
+        raise errors.PluginError(
+            "a plugin named %r is already registered in this process (from other source); "
+            "choose another name or restart the interpreter" % name, name=name)
+    if lib.al_layer_find(name.encode()) != ffi.NULL:
+        raise errors.PluginError("%r is already a registered layer (%s)" % (
+            name, ", ".join(schema.layers())), name=name)
+
+    modname = "_alp_%s_%s" % (re.sub(r"[^a-z0-9_]", "_", name), digest)
+    out_dir = cache_dir()
+    libdir = os.path.dirname(lib_path())
+    t0 = time.perf_counter()
+    built = [os.path.join(out_dir, f) for f in os.listdir(out_dir)
+             if f.startswith(modname + ".") and f.endswith(".so")]
+    if not built or force:
+        builder = cffi.FFI()
+        builder.cdef("int alloclab_plugin_status(void);" if glue else "")
+        builder.set_source(
+            modname,
+            '#include <alloclab/alloclab.h>\n#line 1 "%s.c"\n%s\n%s' % (name, source, glue),
+            include_dirs=[include_dir()], library_dirs=[libdir], libraries=["alloclab"],
+            extra_compile_args=flags, extra_link_args=["-Wl,-rpath," + libdir])
+        with tempfile.TemporaryDirectory(prefix="alloclab-plugin-") as tmp:
+            with _capture_fd2() as cap:
+                try:
+                    so = builder.compile(tmpdir=tmp, verbose=False)
+                except Exception as e:
+                    failure = e
+                else:
+                    failure = None
+            if failure is not None:
+                msgs = [l for l in cap["text"].splitlines()
+                        if "error" in l or "warning" in l or l.startswith(" ")]
+                raise errors.PluginCompileError(
+                    "plugin %r does not compile:\n%s" % (name, "\n".join(msgs) or str(failure)),
+                    name=name, compiler_output=cap["text"]) from None
+            dest = os.path.join(out_dir, os.path.basename(so))
+            shutil.copy2(so, dest + ".tmp")
+            os.replace(dest + ".tmp", dest)
+            built = [dest]
+    spec = importlib.util.spec_from_file_location(modname, built[0])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # its constructor registers the layer
+    compile_s = time.perf_counter() - t0
+    if glue:
+        rc = mod.lib.alloclab_plugin_status()
+        if rc:
+            raise errors.PluginError("the registry refused plugin %r: %s" % (
+                name, "name taken" if rc == -17 else "invalid descriptor (%d)" % rc), name=name)
+    if lib.al_layer_find(name.encode()) == ffi.NULL:
+        raise errors.PluginError(
+            "plugin %r compiled but registered no layer named %r: call "
+            "AL_REGISTER_LAYER(desc) with .name = \"%s\", or pass create= and params=" % (
+                name, name, name), name=name)
+    _keep.append(mod)
+    plugin = Plugin(name, digest, built[0], compile_s)
+    _loaded[name] = plugin
+    return plugin
+
+
+def compile_file(path, **kwargs):
+    """Compile a .c file that registers its own layer(s); returns the Plugins
+    of every layer it added (the CLI's --plugin)."""
+    with open(path) as f:
+        source = f.read()
+    before = set(schema.layers())
+    base = re.sub(r"[^a-z0-9_-]", "_", os.path.splitext(os.path.basename(path))[0].lower())
+    m = re.search(r'\.name\s*=\s*"([a-z0-9_-]+)"', source)
+    name = m.group(1) if m else base
+    plugin = compile(name, source, **kwargs)
+    added = [n for n in schema.layers() if n not in before]
+    return [plugin] + [Plugin(n, plugin.digest, plugin.module_path, 0) for n in added
+                       if n != name]
+
+
+# ---- the registry for extension modules built outside alloclab ----
+
+_CAPSULE_NAME = b"alloclab._C_API"
+_DESC_CAPSULE = b"alloclab.layer_desc"
+_capi = ctypes.pythonapi
+_capi.PyCapsule_New.restype = ctypes.py_object
+_capi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_capi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_capi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capi.PyCapsule_IsValid.restype = ctypes.c_int
+_capi.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def api_capsule():
+    """A PyCapsule named "alloclab._C_API" holding ``const struct al_api *``."""
+    addr = int(ffi.cast("uintptr_t", lib.al_get_api()))
+    return _capi.PyCapsule_New(addr, _CAPSULE_NAME, None)
+
+
+def register(desc):
+    """Register a layer built elsewhere: ``desc`` is a PyCapsule named
+    "alloclab.layer_desc", a cffi pointer to a ``struct al_layer_desc`` (from any
+    FFI), or its address as an int. The memory must live as long as the
+    process (the registry keeps the pointer). Returns the layer's name."""
+    if type(desc).__name__ == "PyCapsule":
+        if not _capi.PyCapsule_IsValid(desc, _DESC_CAPSULE):
+            raise errors.InvalidArgument(
+                "a capsule for register() must be named %r" % _DESC_CAPSULE.decode())
+        addr = _capi.PyCapsule_GetPointer(desc, _DESC_CAPSULE)
+    elif isinstance(desc, int) and not isinstance(desc, bool):
+        addr = desc
+    else:
+        try:
+            addr = int(ffi.cast("uintptr_t", desc))
+        except TypeError:
+            raise errors.ParameterTypeError(
+                "register() takes a PyCapsule, a cffi pointer or an address, not %r"
+                % type(desc).__name__) from None
+    if not addr:
+        raise errors.InvalidArgument("register() got a NULL descriptor")
+    d = ffi.cast("const struct al_layer_desc *", addr)
+    rc = lib.al_layer_register(d)
+    if rc == -17:  # EEXIST
+        raise errors.PluginError("a layer named %r is already registered" % cstr(d.name),
+                                 name=cstr(d.name))
+    if rc:
+        raise errors.PluginError(
+            "the registry refused the descriptor (%s): check abi_version (%d), desc_size, "
+            "name and parameter schema" % (cstr(lib.al_strerror(rc)), lib.AL_ABI_VERSION))
+    _keep.append(desc)
+    return cstr(d.name)
+
+
+# ---- plugins under the preload shim ----
+
+def preload_archive():
+    """The shim's objects as a static archive, shipped beside the library."""
+    return os.path.join(os.path.dirname(lib_path()), "liballoclab-preload.a")
+
+
+def preload_shim(path_or_source, name=None):
+    """Build (cached) a preload shim with the plugin compiled in, so that
+    ``alloclab preload --plugin FILE.c`` can run the plugin's layer under a
+    real program. Returns the path of the shim .so."""
+    if os.path.exists(str(path_or_source)):
+        with open(path_or_source) as f:
+            source = f.read()
+    else:
+        source = path_or_source
+    ar = preload_archive()
+    if not os.path.exists(ar):
+        raise errors.AlloclabError("the shim archive is not built: %s is missing" % ar)
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    digest = hashlib.sha256((source + str(os.path.getmtime(ar))).encode()).hexdigest()[:16]
+    out = os.path.join(cache_dir(), "shim-%s.so" % digest)
+    if os.path.exists(out):
+        return out
+    with tempfile.TemporaryDirectory(prefix="alloclab-shim-") as tmp:
+        src = os.path.join(tmp, "plugin.c")
+        with open(src, "w") as f:
+            f.write('#include <alloclab/alloclab.h>\n#line 1 "plugin.c"\n' + source)
+        cmd = cc + ["-shared", "-fPIC", "-O2", "-std=gnu11", "-pthread", "-fvisibility=hidden",
+                    "-DAL_PRELOAD_BUILD", "-I" + include_dir(), src, "-Wl,--whole-archive", ar,
+                    "-Wl,--no-whole-archive", "-lm", "-ldl", "-o", out + ".tmp"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise errors.PluginCompileError("the plugin does not compile into the shim:\n%s"
+                                            % proc.stderr, compiler_output=proc.stderr)
+        os.replace(out + ".tmp", out)
+    return out
