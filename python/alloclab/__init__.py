@@ -27,6 +27,11 @@ from .policy import Policy, policies, presets, workloads
 from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
+# issue 6: statistics, A/B comparison, sweeps, histograms, plots
+from . import plot, stats
+from .compare import Comparison, compare
+from .hist import Histogram
+from .sweep import sweep
 
 __all__ = [
     "__version__",
@@ -35,6 +40,12 @@ __all__ = [
     "policies",
     "workloads",
     "run",
+    "sweep",
+    "compare",
+    "Comparison",
+    "Histogram",
+    "stats",
+    "plot",
     "Result",
     "Point",
     "Table",
