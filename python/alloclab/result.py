@@ -362,11 +362,11 @@ class Table:
 
     def cell_label(self, b, r, c):
         parts = [self.block_label(b)] if len(self.blocks) > 1 else []
-        if self.row_key:
-            parts.append("%s %s" % (_label(self.row_key, self.rows[r]),
-                                    _ROW_LABELS.get(self.row_key, self.row_key)))
-        if self.col_key:
-            parts.append(_label(self.col_key, self.cols[c]))
+        for key, v in ((self.row_key, self.rows[r]), (self.col_key, self.cols[c])):
+            if key in ("policy", "producers"):
+                parts.append(_label(key, v))
+            elif key is not None:
+                parts.append("%s %s" % (v, _ROW_LABELS.get(key, key)))
         return ", ".join(parts) or self.metric
 
     @property

@@ -123,6 +123,8 @@ def norm_ppf(p):
     """The z with P(Z <= z) = p, by bisection on erfc."""
     if not 0.0 < p < 1.0:
         raise ValueError("norm_ppf needs 0 < p < 1, not %r" % (p,))
+    if p > 0.5:  # 1 - p is exact here; the lower tail is where erfc is accurate
+        return -norm_ppf(1.0 - p)
     lo, hi = -40.0, 40.0
     for _ in range(200):
         mid = 0.5 * (lo + hi)
