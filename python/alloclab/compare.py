@@ -26,7 +26,8 @@ key is every parameter both have, less those that are constant on each
 side but differ between them (typically the policy: A ran one, B another);
 ``on=[...]`` names the key instead. Within one Result, ``baseline=`` picks
 the old side by the value of ``by`` (default "policy": presets and specs
-compare canonically) and each other value of ``by`` becomes a column.
+compare canonically), each other value of ``by`` becomes a column, and the
+key is found the same way (``by`` never in it).
 """
 
 import html
@@ -197,7 +198,7 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
             raise errors.InvalidArgument("nothing to compare: every point has %s=%r" % (
                 by, base_val))
         news = [a.filter(**{by: [v]}) for v in others]
-        key = list(on) if on is not None else [k for k in a.params() if k != by]
+        key = list(on) if on is not None else [k for k in _default_key(old, news) if k != by]
         cols = names or [str(v) for v in others]
         base_name = base_name or str(base_val)
     else:
