@@ -344,7 +344,9 @@ def test_summary(sweep):
 
 
 def test_executor_and_progress(capsys):
-    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+    from alloclab.sweep import ConcurrentExecutorWarning
+    with concurrent.futures.ThreadPoolExecutor(2) as ex, \
+            pytest.warns(ConcurrentExecutorWarning, match="side by side"):
         res = al.run("malloc-free", ["buddy", "libc"], allocs_per_cycle=[2, 4], executor=ex,
                      progress=True, **FAST)
     assert [p.params["allocs_per_cycle"] for p in res.points] == [2, 4, 2, 4]

@@ -8,7 +8,9 @@
  *   create stack, drain, record each layer's bytes_held baseline
  *   start workers → worker_init → [A] warmup cycles → [B]
  *   main: snapshot counters, steal, clock  → [C] measured cycles → [D]
+ *         (meanwhile main samples memory every mem_sample_ns: mem.c)
  *   main: snapshot counters, steal, clock  → [E] worker_fini → join
+ *         (then merges the workers' per-op histograms, when asked: hist.c)
  *   teardown (shared leftovers), drain all, leak check, destroy
  *
  * Reported counters are end minus start snapshots: they cover exactly the

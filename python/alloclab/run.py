@@ -343,6 +343,9 @@ def run(workload, policy, runs=3, producers=1, cpu="auto", timing=None, warmup_c
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, **params)
+    if executor is not None:  # warns when a local pool would overlap timed runs (issue 6)
+        from .sweep import _check_executor
+        _check_executor(executor, allow_concurrent=True)
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
     out = []
     try:
