@@ -31,7 +31,7 @@ TEST_BINS := $(TEST_SRCS:tests/c/%.c=$(BUILD)/tests/%)
 HDRS := $(wildcard csrc/include/alloclab/*.h)
 INTERNAL_HDRS := $(wildcard csrc/*/*.h)
 
-all: $(BUILD)/liballoclab.so
+all: $(BUILD)/liballoclab.so $(BUILD)/liballoclab-preload.so
 
 # V=1 shows the full command lines.
 Q := $(if $(V),,@)
@@ -45,6 +45,20 @@ $(BUILD)/liballoclab.so: $(OBJS)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,liballoclab.so -o $@ $(OBJS) -lm
 
+# The LD_PRELOAD shim: the library again with its API hidden, plus csrc/preload.
+PRELOAD_OBJS := $(patsubst %.c,$(BUILD)/preload-objs/%.o,$(SRCS) csrc/preload/preload.c)
+
+$(BUILD)/preload-objs/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<  [$(if $(SAN),$(SAN),release), preload]"
+	$(Q)$(CC) $(ALL_CFLAGS) -DAL_PRELOAD_BUILD -c $< -o $@
+
+$(BUILD)/liballoclab-preload.so: $(PRELOAD_OBJS)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,liballoclab-preload.so -o $@ $(PRELOAD_OBJS) -lm -ldl
+
+preload: $(BUILD)/liballoclab-preload.so
+
 $(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(OBJS)
 	@mkdir -p $(dir $@)
 	@echo "  LD    $@"
@@ -56,9 +70,9 @@ test: $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
 
 format:
-	clang-format -i $(SRCS) $(HDRS) $(INTERNAL_HDRS) tests/c/*.c tests/c/*.h
+	clang-format -i $(SRCS) csrc/preload/*.c $(HDRS) $(INTERNAL_HDRS) tests/c/*.c tests/c/*.h
 
 clean:
 	rm -rf build
 
-.PHONY: all tests test format clean
+.PHONY: all tests test format clean preload

@@ -30,6 +30,7 @@ from setuptools.command.sdist import sdist
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 LIB_NAME = "liballoclab.so"
+PRELOAD_NAME = "liballoclab-preload.so"  # the LD_PRELOAD shim: the library + csrc/preload
 PKG = "alloclab"
 PKG_SRC_DIR = os.path.join(ROOT, "python", PKG)
 INCLUDE_SRC = os.path.join(ROOT, "csrc", "include", "alloclab")
@@ -64,9 +65,10 @@ class build_ext_alloclab(build_ext):
     def run(self):
         inplace = bool(self.inplace or getattr(self, "editable_mode", False))
         out_dir = os.path.join(os.path.abspath(self.build_lib), PKG)
-        lib = self.build_alloclab_library(out_dir)
+        lib, preload = self.build_alloclab_library(out_dir)
         if inplace:
             self.copy_file(lib, os.path.join(PKG_SRC_DIR, LIB_NAME))
+            self.copy_file(preload, os.path.join(PKG_SRC_DIR, PRELOAD_NAME))
         else:
             self.copy_headers(os.path.join(out_dir, "include", "alloclab"))
         for ext in self.extensions:
@@ -91,28 +93,38 @@ class build_ext_alloclab(build_ext):
         newest_header = max((os.path.getmtime(h) for h in headers), default=0)
         obj_dir = os.path.join(os.path.abspath(self.build_temp), "liballoclab")
 
-        def compile_one(src):
+        def compile_one(src, obj_dir=obj_dir, extra=()):
             path = os.path.join(ROOT, src)
             obj = os.path.join(obj_dir, os.path.splitext(src)[0] + ".o")
             if (not self.force and os.path.exists(obj)
                     and os.path.getmtime(obj) >= max(os.path.getmtime(path), newest_header)):
                 return obj
             os.makedirs(os.path.dirname(obj), exist_ok=True)
-            cmd = cc + cflags + ["-c", path, "-o", obj]
+            cmd = cc + cflags + list(extra) + ["-c", path, "-o", obj]
             print(" ".join(shlex.quote(c) for c in cmd))
             subprocess.check_call(cmd)
             return obj
 
         srcs = read_sources()
+        pre_dir = os.path.join(os.path.abspath(self.build_temp), "liballoclab-preload")
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             objs = list(pool.map(compile_one, srcs))
+            # The shim embeds the library with its API hidden (AL_PRELOAD_BUILD).
+            pre_objs = list(pool.map(
+                lambda src: compile_one(src, pre_dir, ["-DAL_PRELOAD_BUILD"]),
+                srcs + ["csrc/preload/preload.c"]))
 
         os.makedirs(out_dir, exist_ok=True)
         lib = os.path.join(out_dir, LIB_NAME)
         cmd = cc + cflags + ["-shared", "-Wl,-soname," + LIB_NAME, "-o", lib] + objs + ["-lm"]
         print(" ".join(shlex.quote(c) for c in cmd))
         subprocess.check_call(cmd)
-        return lib
+        preload = os.path.join(out_dir, PRELOAD_NAME)
+        cmd = (cc + cflags + ["-shared", "-Wl,-soname," + PRELOAD_NAME, "-o", preload] +
+               pre_objs + ["-lm", "-ldl"])
+        print(" ".join(shlex.quote(c) for c in cmd))
+        subprocess.check_call(cmd)
+        return lib, preload
 
     def copy_headers(self, dest):
         os.makedirs(dest, exist_ok=True)

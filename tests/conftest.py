@@ -53,6 +53,13 @@ def stacks():
     the first validating bottom layer (buddy), and every preset."""
     from alloclab import presets
 
+    peer = os.environ.get("ALLOCLAB_TEST_PEER")
+    if peer:  # tests/test_peers.py reruns the contract suite in a child under LD_PRELOAD
+        return ["system(allocator=%s)" % peer if peer != "glibc" else "system"]
     base = (validating_bottom_layers() or bottom_layers())[0]
     out = bottom_layers() + ["%s > %s" % (f, base) for f in front_layers()]
-    return out + [p for p in presets.values() if p not in out]
+    from alloclab import peers
+
+    # Peers run through LD_PRELOAD children (tests/test_peers.py); only this
+    # process's own malloc can back an in-process Allocator.
+    return out + [p for p in presets.values() if p not in out and peers.needed(p) is None]

@@ -37,6 +37,13 @@
 #define GRANT(t)   (((uint64_t)(uint32_t)(t) << 2) | 1)
 #define ABANDON(t) (((uint64_t)(uint32_t)(t) << 2) | 2)
 
+/* Waiters yield the CPU every (mask + 1) spins: rarely where the engine keeps
+ * threads <= CPUs, often under the preload shim, where a program may run many
+ * more threads than CPUs and a FIFO lock would convoy behind a preempted
+ * waiter. A power of two minus one, at least 63. */
+unsigned al_lock_yield_mask = 1023;
+int al_lock_fair = 1;
+
 const char *const al_lock_stat_names[6] = {
 	"lock_acquired", "lock_contended", "lock_failed",
 	"lock_wait_ns",	 "lock_hold_ns",   "lock_owner_switches",
@@ -48,6 +55,7 @@ void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed)
 	memset(l, 0, sizeof(*l));
 	l->budget_ticks = (uint64_t)((double)budget_ns * al_clock.ticks_per_ns);
 	l->timed = timed;
+	l->fair = al_lock_fair;
 	l->slot[0] = GRANT(0);
 }
 
@@ -85,11 +93,12 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 		al_cpu_relax();
 		if (++spins & 63)
 			continue;
+		/* every 64 spins: deadlock check, budget, maybe yield */
 		if (__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
 		    __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level)
 			ret = -EDEADLK;
 		else if (al_ticks_fast() - start < l->budget_ticks) {
-			if (!(spins & 1023))
+			if (!(spins & al_lock_yield_mask))
 				sched_yield(); /* a user-space holder can be descheduled */
 			continue;
 		}
@@ -103,6 +112,39 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 	}
 	__atomic_store_n(s, 0, __ATOMIC_RELAXED);
 	lock_taken(l, c, t);
+	stat_add(&l->st.contended, 1);
+	stat_add(&l->st.wait_ticks, al_ticks_fast() - start);
+	return 0;
+}
+
+/* Test-and-set mode: spin on the word, yield, give up at the budget. */
+static al_noinline int tas_wait(struct al_lock *l, const struct al_ctx *c)
+{
+	uint64_t start = al_ticks_fast();
+	unsigned spins = 0;
+
+	for (;;) {
+		uint32_t zero = 0;
+
+		if (!__atomic_load_n(&l->tas, __ATOMIC_RELAXED) &&
+		    __atomic_compare_exchange_n(&l->tas, &zero, 1, false, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
+			break;
+		al_cpu_relax();
+		if (++spins & 63)
+			continue;
+		if ((__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
+		     __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level) ||
+		    al_ticks_fast() - start >= l->budget_ticks) {
+			__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+			return __atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1
+				       ? -EDEADLK
+				       : -ETIMEDOUT;
+		}
+		if (!(spins & al_lock_yield_mask))
+			sched_yield();
+	}
+	lock_taken(l, c, 0);
 	stat_add(&l->st.contended, 1);
 	stat_add(&l->st.wait_ticks, al_ticks_fast() - start);
 	return 0;
@@ -129,6 +171,16 @@ int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
 	uint32_t t;
 	uint64_t *s;
 
+	if (!l->fair) {
+		uint32_t zero = 0;
+
+		if (al_likely(__atomic_compare_exchange_n(&l->tas, &zero, 1, false,
+							  __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))) {
+			lock_taken(l, c, 0);
+			return 0;
+		}
+		return tas_wait(l, c);
+	}
 	if (al_unlikely(!take_ticket(l, &t))) {
 		__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
 		return -EBUSY;
@@ -145,9 +197,18 @@ int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
 
 int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 {
-	uint32_t t = __atomic_load_n(&l->next_ticket, __ATOMIC_RELAXED);
+	uint32_t t = __atomic_load_n(&l->next_ticket, __ATOMIC_RELAXED), zero = 0;
 	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
 
+	if (!l->fair) {
+		if (!__atomic_compare_exchange_n(&l->tas, &zero, 1, false, __ATOMIC_ACQUIRE,
+						 __ATOMIC_RELAXED)) {
+			__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+			return -EBUSY;
+		}
+		lock_taken(l, c, 0);
+		return 0;
+	}
 	if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != GRANT(t) ||
 	    !__atomic_compare_exchange_n(&l->next_ticket, &t, t + 1, false, __ATOMIC_ACQUIRE,
 					 __ATOMIC_RELAXED)) {
@@ -168,6 +229,10 @@ void al_lock_release(struct al_lock *l, const struct al_ctx *c)
 	if (l->timed)
 		stat_add(&l->st.hold_ticks, al_ticks_fast() - l->t_acquired);
 	__atomic_store_n(&l->holder_cpu, 0, __ATOMIC_RELAXED);
+	if (!l->fair) {
+		__atomic_store_n(&l->tas, 0, __ATOMIC_RELEASE);
+		return;
+	}
 	for (;; n++) {
 		uint64_t *s = &l->slot[n % AL_LOCK_SLOTS];
 

@@ -573,6 +573,17 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 			goto out_destroy;
 		}
 	}
+	if (cfg->workload->prepare) {
+		char why[200] = "";
+
+		ret = cfg->workload->prepare(e->shared, e->a, &main_ctx, why, sizeof(why));
+		if (ret) {
+			/* engine_fail, so the leak check below cannot overwrite the reason */
+			engine_fail(e, ret, "%s: prepare failed: %s", cfg->workload->name,
+				    why[0] ? why : al_strerror(ret));
+			goto out_teardown;
+		}
+	}
 	for (i = 0; i < e->nw; i++) {
 		struct worker_slot *s = &ws[i];
 

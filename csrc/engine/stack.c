@@ -179,3 +179,38 @@ int al_call_check(struct al_allocator *top, char *err, size_t errlen)
 	}
 	return 0;
 }
+
+static void fork_unlock_from(struct al_allocator *top, struct al_allocator *stop, struct al_ctx *c)
+{
+	/* bottom-up: the reverse of the order they were taken in */
+	struct al_allocator *layers[AL_MAX_LAYERS], *a;
+	int n = 0;
+
+	for (a = top; a && a != stop && n < AL_MAX_LAYERS; a = a->below)
+		layers[n++] = a;
+	while (n--)
+		if (layers[n]->ops->fork_lock && layers[n]->ops->fork_unlock)
+			layers[n]->ops->fork_unlock(layers[n], c);
+}
+
+int al_stack_fork_lock(struct al_allocator *top, struct al_ctx *c)
+{
+	struct al_allocator *a;
+	int ret;
+
+	for (a = top; a; a = a->below) {
+		if (!a->ops->fork_lock)
+			continue;
+		ret = a->ops->fork_lock(a, c);
+		if (ret) {
+			fork_unlock_from(top, a, c);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+void al_stack_fork_unlock(struct al_allocator *top, struct al_ctx *c)
+{
+	fork_unlock_from(top, NULL, c);
+}

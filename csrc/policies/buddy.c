@@ -866,6 +866,16 @@ static void buddy_destroy(struct al_allocator *a)
 	al_meta_free(b, sizeof(*b));
 }
 
+static int buddy_fork_lock(struct al_allocator *a, struct al_ctx *c)
+{
+	return al_lock_acquire(&((struct buddy *)a)->lock, c);
+}
+
+static void buddy_fork_unlock(struct al_allocator *a, struct al_ctx *c)
+{
+	al_lock_release(&((struct buddy *)a)->lock, c);
+}
+
 static const struct al_ops buddy_ops = {
 	.abi_version = AL_ABI_VERSION,
 	.ops_size = sizeof(struct al_ops),
@@ -880,6 +890,8 @@ static const struct al_ops buddy_ops = {
 	.stats = buddy_stats,
 	.destroy = buddy_destroy,
 	.check = buddy_check,
+	.fork_lock = buddy_fork_lock,
+	.fork_unlock = buddy_fork_unlock,
 };
 
 static int buddy_check_params(const int64_t *params, char *err, size_t errlen)

@@ -1,11 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libc: the process's malloc/free as a bottom layer, the first point of
- * comparison. AL_ZERO uses calloc. It validates nothing (a bad free is the
- * process's problem, as with the real thing) and has no bulk path, so layers
- * above fall back to loops. bytes_held counts malloc_usable_size() bytes.
+ * libc and system: the process's malloc/free as a bottom layer.
+ *
+ * `libc` is whatever malloc the process has (glibc, unless something is
+ * preloaded). `system(allocator=...)` is the same layer pinned to a named
+ * peer: glibc, jemalloc, gperftools-tcmalloc or mimalloc. Peers cannot be
+ * dlopen'ed reliably (Debian's jemalloc needs static TLS; gperftools does not
+ * support it), so they run in a child process started with LD_PRELOAD (the
+ * Python side does that transparently); create() checks that the process's
+ * malloc really is the one asked for, by the symbols each exports, and fails
+ * with -EOPNOTSUPP otherwise, so a result can never be mislabelled.
+ *
+ * AL_ZERO uses calloc. Nothing is validated (a bad free is the process's
+ * problem, as with the real thing), and there is no bulk path, so layers above
+ * fall back to loops. bytes_held counts malloc_usable_size() bytes.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -127,3 +138,50 @@ static const struct al_layer_desc libc_desc = {
 };
 
 AL_REGISTER_LAYER(libc_desc)
+
+/* ---- system(allocator=...) ---- */
+
+enum { SYS_GLIBC, SYS_JEMALLOC, SYS_TCMALLOC, SYS_MIMALLOC };
+
+#define SYSTEM_CHOICES "glibc,jemalloc,gperftools-tcmalloc,mimalloc"
+
+static const struct al_param_desc system_params[] = {
+	{ "allocator", AL_PARAM_ENUM, SYS_GLIBC, SYS_GLIBC, SYS_MIMALLOC, SYSTEM_CHOICES,
+	  "the peer allocator; peers other than the process's own run in a child process "
+	  "under LD_PRELOAD" },
+};
+
+/* Which malloc serves this process, from the symbols only that one exports. */
+int al_system_allocator(void)
+{
+	if (dlsym(RTLD_DEFAULT, "mallctl"))
+		return SYS_JEMALLOC;
+	if (dlsym(RTLD_DEFAULT, "tc_malloc"))
+		return SYS_TCMALLOC;
+	if (dlsym(RTLD_DEFAULT, "mi_malloc"))
+		return SYS_MIMALLOC;
+	return SYS_GLIBC;
+}
+
+static int system_create(const struct al_layer_desc *d, const int64_t *params,
+			 struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	if (al_system_allocator() != params[0])
+		return -EOPNOTSUPP;
+	return libc_create(d, params, below, ncpu, out);
+}
+
+static const struct al_layer_desc system_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = "system",
+	.doc = "a real allocator (glibc, jemalloc, gperftools-tcmalloc, mimalloc) as a bottom "
+	       "layer, run under LD_PRELOAD",
+	.features = AL_F_USABLE,
+	.max_size = 0,
+	.nparams = 1,
+	.params = system_params,
+	.create = system_create,
+};
+
+AL_REGISTER_LAYER(system_desc)

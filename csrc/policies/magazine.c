@@ -381,6 +381,32 @@ static void magazine_destroy(struct al_allocator *a)
 	al_meta_free(mg, sizeof(*mg));
 }
 
+static void magazine_fork_unlock(struct al_allocator *a, struct al_ctx *c)
+{
+	struct magazine *t = (struct magazine *)a;
+	unsigned o;
+
+	for (o = t->norders; o--;)
+		al_lock_release(&t->depots[o].lock, c);
+}
+
+static int magazine_fork_lock(struct al_allocator *a, struct al_ctx *c)
+{
+	struct magazine *t = (struct magazine *)a;
+	unsigned o;
+	int ret;
+
+	for (o = 0; o < t->norders; o++) {
+		ret = al_lock_acquire(&t->depots[o].lock, c);
+		if (ret) {
+			while (o--)
+				al_lock_release(&t->depots[o].lock, c);
+			return ret;
+		}
+	}
+	return 0;
+}
+
 static const struct al_ops magazine_ops = {
 	.abi_version = AL_ABI_VERSION,
 	.ops_size = sizeof(struct al_ops),
@@ -393,6 +419,8 @@ static const struct al_ops magazine_ops = {
 	.stats = magazine_stats,
 	.destroy = magazine_destroy,
 	.check = magazine_check,
+	.fork_lock = magazine_fork_lock,
+	.fork_unlock = magazine_fork_unlock,
 };
 
 static int magazine_create(const struct al_layer_desc *d, const int64_t *p,

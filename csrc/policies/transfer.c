@@ -303,6 +303,32 @@ static void transfer_destroy(struct al_allocator *a)
 	al_meta_free(tc, sizeof(*tc));
 }
 
+static void transfer_fork_unlock(struct al_allocator *a, struct al_ctx *c)
+{
+	struct transfer *t = (struct transfer *)a;
+	unsigned o;
+
+	for (o = t->norders; o--;)
+		al_lock_release(&t->orders[o].lock, c);
+}
+
+static int transfer_fork_lock(struct al_allocator *a, struct al_ctx *c)
+{
+	struct transfer *t = (struct transfer *)a;
+	unsigned o;
+	int ret;
+
+	for (o = 0; o < t->norders; o++) {
+		ret = al_lock_acquire(&t->orders[o].lock, c);
+		if (ret) {
+			while (o--)
+				al_lock_release(&t->orders[o].lock, c);
+			return ret;
+		}
+	}
+	return 0;
+}
+
 static const struct al_ops transfer_ops = {
 	.abi_version = AL_ABI_VERSION,
 	.ops_size = sizeof(struct al_ops),
@@ -317,6 +343,8 @@ static const struct al_ops transfer_ops = {
 	.stats = transfer_stats,
 	.destroy = transfer_destroy,
 	.check = transfer_check,
+	.fork_lock = transfer_fork_lock,
+	.fork_unlock = transfer_fork_unlock,
 };
 
 static int transfer_create(const struct al_layer_desc *d, const int64_t *p,

@@ -10,7 +10,7 @@ see ``al.policies()``, ``al.workloads()`` and ``al.presets``.
 """
 
 from ._version import __version__
-from ._ffi import include_dir, lib_path
+from ._ffi import include_dir, lib_path, preload_path
 from .errors import (
     AllocatorExhausted,
     AlloclabError,
@@ -19,6 +19,7 @@ from .errors import (
     InvariantError,
     ParameterRangeError,
     ParameterTypeError,
+    PeerUnavailable,
     PolicySyntaxError,
     RunError,
     UnknownNameError,
@@ -27,6 +28,7 @@ from .policy import Policy, policies, presets, workloads
 from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
+from . import peers
 # issue 6: statistics, A/B comparison, sweeps, histograms, plots
 from . import plot, stats
 from .compare import Comparison, compare
@@ -51,6 +53,7 @@ __all__ = [
     "Table",
     "Allocator",
     "lib_path",
+    "preload_path",
     "include_dir",
     "AlloclabError",
     "UnknownNameError",
@@ -61,5 +64,6 @@ __all__ = [
     "AllocatorExhausted",
     "InvalidFreeError",
     "RunError",
+    "PeerUnavailable",
     "InvariantError",
 ]

@@ -125,6 +125,8 @@ int al_clock_init(void);
 uint64_t al_mono_ns(void);
 
 const char *al_version(void);
+/* issue 7: peers */
+int al_system_allocator(void);
 const char *al_build_flags(void);
 const char *al_strerror(int err);
 

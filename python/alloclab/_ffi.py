@@ -74,6 +74,11 @@ def lib_path():
     return os.path.join(_PKG_DIR, "liballoclab.so")
 
 
+def preload_path():
+    """Path of liballoclab-preload.so, the LD_PRELOAD shim (``alloclab preload``)."""
+    return os.path.join(_PKG_DIR, "liballoclab-preload.so")
+
+
 def include_dir():
     """Directory to add with -I to compile against alloclab's headers
     (``#include <alloclab/alloclab.h>``): the copy shipped in the package,

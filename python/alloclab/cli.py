@@ -10,6 +10,7 @@ or 1 (a run failed); never a traceback.
 
 import argparse
 import json
+import os
 import math
 import sys
 
@@ -128,6 +129,13 @@ def cmd_list(args):
     out.append("presets:")
     for k, v in presets.items():
         out.append("  %-20s %s" % (k, v))
+    out.append("")
+    out.append("peer allocators (system layer; run under LD_PRELOAD in a child process):")
+    from . import peers
+    for name, (ok, path, hint) in peers.status().items():
+        where = "this process's malloc" if name == peers.current() else (path or "")
+        out.append("  %-20s %s" % (name, ("available  " + where) if ok else
+                                  "unavailable: " + hint))
     print("\n".join(out))
     return 0
 
@@ -499,6 +507,17 @@ def _main_parser():
     lp.add_argument("--json", action="store_true", help="as JSON")
     sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
     _compare_parser(sub)
+    pp = sub.add_parser(
+        "preload", help="run a program with its malloc on a policy (LD_PRELOAD shim)",
+        description="Run CMD with malloc, free, calloc, realloc, posix_memalign, ... routed "
+                    "through a policy stack; run python3 with PYTHONMALLOC=malloc, or pymalloc "
+                    "hides most of its allocations.",
+        usage="alloclab preload --policy SPEC [--stats FILE] -- CMD [ARGS...]")
+    pp.add_argument("--policy", default="libarena-transfer",
+                    help="policy spec or preset (default libarena-transfer)")
+    pp.add_argument("--stats", metavar="FILE",
+                    help="write the policy's and the shim's counters as JSON at exit")
+    pp.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     rp = sub.add_parser("reproduce", help="rerun a seed discussion's experiment")
     rsub = rp.add_subparsers(dest="seed", metavar="SEED")
     lib_p = rsub.add_parser(
@@ -529,6 +548,20 @@ def _main_parser():
                        help="write alloc and free latency plots (PNG/PDF/SVG by extension)")
     lib_p.add_argument("--progress", action="store_true", help="progress line on stderr")
     return p
+
+
+def cmd_preload(args):
+    from . import preload
+
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        raise UsageError("preload needs a command: alloclab preload --policy SPEC -- CMD ...")
+    argv, env = preload.command(args.policy, cmd, stats=args.stats)
+    sys.stdout.flush()
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as e:
+        raise _RunFailed("cannot run %s: %s" % (argv[0], e.strerror)) from None
 
 
 def cmd_reproduce(args, parser):
@@ -581,6 +614,8 @@ def main(argv=None):
         args = p.parse_args(argv)
         if args.cmd == "list":
             return cmd_list(args)
+        if args.cmd == "preload":
+            return cmd_preload(args)
         if args.cmd == "reproduce":
             return cmd_reproduce(args, p)
         if args.cmd == "compare":

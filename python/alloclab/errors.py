@@ -97,5 +97,10 @@ class RunError(AlloclabError, RuntimeError):
     """A run or library call failed; ``code`` is the negative errno."""
 
 
+class PeerUnavailable(AlloclabError, LookupError):
+    """A peer allocator (jemalloc, gperftools-tcmalloc, mimalloc) is not
+    installed; the message says which package to install."""
+
+
 class InvariantError(AlloclabError):
     """A layer's invariant check (ops.check) found a violation."""

@@ -28,6 +28,11 @@ presets = {
     "libarena-transfer": "percpu > transfer > buddy",
     "libarena-transfer-v1": "percpu > transfer(peek=false, full=single) > buddy",
     "libarena-magazine": "magazine > buddy",
+    # peers: real allocators, run under LD_PRELOAD in a child process
+    "glibc": "system",
+    "jemalloc": "system(allocator=jemalloc)",
+    "gperftools-tcmalloc": "system(allocator=gperftools-tcmalloc)",
+    "mimalloc": "system(allocator=mimalloc)",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")

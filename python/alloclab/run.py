@@ -17,7 +17,7 @@ import numbers
 import sys
 import threading
 
-from . import errors, schema
+from . import errors, peers, schema
 from ._ffi import cstr, error, ffi, lib
 from .policy import Policy
 from .result import Result, collect_metadata
@@ -98,6 +98,8 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
     seed = _int_in("seed", seed, 0, _U64_MAX)
 
     policies = _dedupe([Policy(p) for p in _as_list(policy, "policy")])
+    for pol in policies:
+        peers.needed(pol)  # PeerUnavailable (with the apt-get line) before anything runs
     prod = _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
                     for p in _as_list(producers, "producers")])
     if wl.one_producer:
@@ -208,8 +210,13 @@ def _measure_options(histogram, mem_sample):
     return histogram, int(round(mem_sample * 1e9))
 
 
-def run_once(task, run_index=0):
-    """One al_run() call for a task dict; returns the raw result as plain data."""
+def run_once(task, run_index=0, in_child=False):
+    """One al_run() call for a task dict; returns the raw result as plain data.
+    A peer allocator's task runs in a child process under LD_PRELOAD."""
+    if not in_child:
+        peer = peers.needed(task["policy"])
+        if peer is not None:
+            return peers.run_in_child(task, run_index, peer)
     wl = lib.al_workload_find(task["workload"].encode())
     if wl == ffi.NULL:  # pragma: no cover - validated in plan()
         raise errors.UnknownNameError.make("workload", task["workload"], list(schema.workloads()))

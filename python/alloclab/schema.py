@@ -328,36 +328,31 @@ def _read_workload(d):
                           size_param=params[sp].name if 0 <= sp < len(params) else None, desc=d)
 
 
-def layers():
-    """Every registered layer: {name: LayerSchema}, registry order."""
+def _registry(kind, count, get, read):
+    """{name: schema} for one registry, re-read only when its count changed
+    (a plugin registered since)."""
     with _lock:
-        n = lib.al_layer_count()
-        count, table = _cache["layers"]
-        if count != n:
+        n = count()
+        cached_n, table = _cache[kind]
+        if cached_n != n:
             table = {}
             for i in range(n):
-                d = lib.al_layer_get(i)
+                d = get(i)
                 if d != ffi.NULL:
-                    s = _read_layer(d)
+                    s = read(d)
                     table[s.name] = s
-            _cache["layers"] = (n, table)
+            _cache[kind] = (n, table)
         return table
+
+
+def layers():
+    """Every registered layer: {name: LayerSchema}, registry order."""
+    return _registry("layers", lib.al_layer_count, lib.al_layer_get, _read_layer)
 
 
 def workloads():
     """Every registered workload: {name: WorkloadSchema}, registry order."""
-    with _lock:
-        n = lib.al_workload_count()
-        count, table = _cache["workloads"]
-        if count != n:
-            table = {}
-            for i in range(n):
-                d = lib.al_workload_get(i)
-                if d != ffi.NULL:
-                    s = _read_workload(d)
-                    table[s.name] = s
-            _cache["workloads"] = (n, table)
-        return table
+    return _registry("workloads", lib.al_workload_count, lib.al_workload_get, _read_workload)
 
 
 def layer(name):

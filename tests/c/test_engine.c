@@ -256,6 +256,48 @@ TEST(test_lock_abandon_storm)
 	CHECK_EQ(test_lock.st.acquired + test_lock.st.failed, 200000);
 }
 
+/* The preload shim's test-and-set mode: the same guarantees, no queue. */
+TEST(test_lock_tas_mode)
+{
+	pthread_t th[4];
+	struct lock_arg arg[4];
+	struct al_ctx a, b, nmi;
+	unsigned i, failed = 0;
+
+	al_lock_fair = 0;
+	al_lock_init(&test_lock, 1000000000ull, true);
+	al_lock_fair = 1;
+	CHECK(!test_lock.fair);
+	shared_counter = 0;
+	for (i = 0; i < 4; i++) {
+		arg[i] = (struct lock_arg){ .cpu = i, .iters = 20000 };
+		pthread_create(&th[i], NULL, lock_thread, &arg[i]);
+	}
+	for (i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		failed += arg[i].failed;
+	}
+	CHECK_EQ(failed, 0);
+	CHECK_EQ(shared_counter, 80000);
+	CHECK_EQ(test_lock.st.acquired, 80000);
+
+	al_lock_fair = 0;
+	al_lock_init(&test_lock, 200000, false);
+	al_lock_fair = 1;
+	al_ctx_init(&a, 0);
+	al_ctx_init(&b, 1);
+	al_ctx_init(&nmi, 0);
+	nmi.level = AL_CTX_NMI;
+	CHECK_EQ(al_lock_acquire(&test_lock, &a), 0);
+	CHECK_EQ(al_lock_tryacquire(&test_lock, &b), -EBUSY);
+	CHECK_EQ(al_lock_acquire(&test_lock, &b), -ETIMEDOUT);
+	CHECK_EQ(al_lock_acquire(&test_lock, &nmi), -EDEADLK);
+	al_lock_release(&test_lock, &a);
+	CHECK_EQ(al_lock_tryacquire(&test_lock, &b), 0);
+	al_lock_release(&test_lock, &b);
+	CHECK_EQ(test_lock.st.failed, 3);
+}
+
 TEST(test_arena_limit)
 {
 	struct al_arena ar;
@@ -288,6 +330,7 @@ int main(void)
 	RUN(test_lock_contended);
 	RUN(test_lock_budget_and_aa);
 	RUN(test_lock_abandon_storm);
+	RUN(test_lock_tas_mode);
 	RUN(test_arena_limit);
 	return TEST_SUMMARY();
 }

@@ -358,8 +358,8 @@ TEST(test_guard_fallback)
 			reenter_obj = NULL;
 			p = al_alloc(a, &c, 64, 0);
 			CHECK(p != NULL);
-			CHECK(reenter_obj !=
-			      NULL); /* the nested allocation took the backend path */
+			/* the nested allocation took the backend path */
+			CHECK(reenter_obj != NULL);
 			CHECK(reenter_obj != p);
 			CHECK_EQ(t_stat(a, 0, counter[s]), 1);
 			CHECK_EQ(al_free(a, &c, p), 0);

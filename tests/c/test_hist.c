@@ -146,6 +146,29 @@ TEST(test_run_histogram_counts)
 			}
 }
 
+/* The peer workloads time their operations their own way; each records them. */
+TEST(test_run_histogram_other_workloads)
+{
+	static const char *libc[] = { "libc" };
+	static const char *wls[] = { "xmalloc", "larson", "cache-scratch" };
+	static struct al_run_config cfg;
+	static struct al_run_result res;
+	unsigned w;
+
+	for (w = 0; w < 3; w++) {
+		if (!al_workload_find(wls[w]))
+			continue;
+		cfg_init(&cfg, wls[w], libc, 1);
+		cfg.producers = 2;
+		cfg.timing = AL_TIMING_PER_OP_SUM;
+		cfg.histogram = 1;
+		CHECK_EQ(al_run(&cfg, &res), 0);
+		CHECK(res.alloc_ops > 0);
+		CHECK(res.hist[AL_HIST_ALLOC].count == res.alloc_ops);
+		CHECK(res.hist[AL_HIST_FREE].count == res.free_ops);
+	}
+}
+
 TEST(test_run_histogram_off_and_batch)
 {
 	static const char *libc[] = { "libc" };
@@ -264,6 +287,7 @@ int main(void)
 	RUN(test_bucket_of_values);
 	RUN(test_record_merge);
 	RUN(test_run_histogram_counts);
+	RUN(test_run_histogram_other_workloads);
 	RUN(test_run_histogram_off_and_batch);
 	RUN(test_run_memory);
 	return TEST_SUMMARY();

@@ -195,6 +195,8 @@ struct al_lock_stats {
 struct al_lock {
 	uint32_t next_ticket __attribute__((aligned(AL_CACHELINE))); /* ticket dispenser */
 	uint32_t head;	       /* the last ticket granted: next_ticket - head <= slots */
+	uint32_t tas;	       /* the lock word when !fair (test-and-set mode) */
+	bool fair;	       /* queued FIFO (default) or test-and-set (al_lock_fair = 0) */
 	uint32_t ticket;       /* the holder's ticket */
 	uint32_t owner_cpu;    /* last owner's CPU + 1 (0 = none), for owner switches */
 	uint32_t holder_cpu;   /* current holder's CPU + 1 (0 = free), for AA detection */
@@ -223,6 +225,11 @@ AL_API void al_lock_stats_add(const struct al_lock *l, struct al_lock_stats *sum
 AL_API void al_lock_stats_report(const struct al_lock_stats *st, const char *const names[6],
 				 struct al_stats *out);
 AL_API extern const char *const al_lock_stat_names[6]; /* "lock_acquired", ... */
+AL_API extern unsigned al_lock_yield_mask;	       /* waiters yield every (mask + 1) spins */
+/* Locks initialised while this is 0 are test-and-set locks (unfair, no convoy
+ * behind a preempted waiter): the preload shim's mode, for programs with more
+ * threads than CPUs. The engine keeps the default, queued FIFO locks. */
+AL_API extern int al_lock_fair;
 
 /* ---- misc ---- */
 
@@ -232,6 +239,9 @@ static inline unsigned al_fls64(uint64_t x) /* index of the highest set bit + 1;
 }
 
 AL_API const char *al_version(void);
+/* The malloc serving this process: index into "glibc,jemalloc,gperftools-tcmalloc,mimalloc"
+ * (the `system` layer's allocator choices). */
+AL_API int al_system_allocator(void);
 AL_API const char *al_build_flags(void); /* compiler and flags the library was built with */
 AL_API const char *al_strerror(int err); /* "ENOMEM", "EINVAL", ... */
 

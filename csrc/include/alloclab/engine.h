@@ -41,6 +41,14 @@ AL_API size_t al_spec_max_size(const struct al_stack_spec *s);
 /* Stats of every layer, top first; returns how many were written (<= max). */
 AL_API unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max);
 
+/* Parse "percpu(capacity=16) > buddy" (the grammar Python's Policy prints) into a
+ * spec with every parameter filled in. 0, or -EINVAL/-ERANGE with err set. */
+AL_API int al_spec_parse(const char *text, struct al_stack_spec *out, char *err, size_t errlen);
+/* fork(): take every layer's locks top-down (0, or an error with none held) and
+ * release them bottom-up in parent and child. */
+AL_API int al_stack_fork_lock(struct al_allocator *top, struct al_ctx *c);
+AL_API void al_stack_fork_unlock(struct al_allocator *top, struct al_ctx *c);
+
 /* Non-inline entry points for Python and plugins (test hooks). */
 AL_API void *al_call_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags);
 AL_API int al_call_free(struct al_allocator *a, struct al_ctx *c, void *p);
@@ -117,6 +125,10 @@ struct al_workload_desc {
 	void (*worker_fini)(struct al_worker *w);
 	/* Free what the shared state still holds, then release it. */
 	void (*teardown)(void *shared, struct al_allocator *a, struct al_ctx *c);
+	/* Optional: untimed allocations by the main thread before the workers
+	 * start (larson's warm-up blocks, cache-scratch's handed-out objects). */
+	int (*prepare)(void *shared, struct al_allocator *a, struct al_ctx *c, char *err,
+		       size_t errlen);
 };
 
 /* ---- per-operation latency histograms ---- */

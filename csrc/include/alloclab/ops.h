@@ -27,7 +27,12 @@
 extern "C" {
 #endif
 
+#ifdef AL_PRELOAD_BUILD
+/* The LD_PRELOAD shim embeds the library and exports only malloc & co. */
+#define AL_API __attribute__((visibility("hidden")))
+#else
 #define AL_API __attribute__((visibility("default")))
+#endif
 
 /* Bumped whenever struct al_ops, al_layer_desc or al_workload_desc change. */
 #define AL_ABI_VERSION 1
@@ -105,6 +110,10 @@ struct al_ops {
 	/* Optional: walk every internal invariant (single-threaded, quiescent).
 	 * 0, or -EFAULT with err describing the first violation. */
 	int (*check)(struct al_allocator *a, char *err, size_t errlen);
+	/* Optional, for fork(): take every lock of the layer (0, or an error with
+	 * none held), and release them in parent and child afterwards. */
+	int (*fork_lock)(struct al_allocator *a, struct al_ctx *c);
+	void (*fork_unlock)(struct al_allocator *a, struct al_ctx *c);
 };
 
 /* Common header of every layer instance. */

@@ -1,0 +1,28 @@
+"""Child-process entry for peer allocators: read {task, run_index, peer} as
+JSON on stdin, run it in this process (whose malloc is the preloaded peer),
+print {"raw": ...} or {"error": ...} as one JSON line on stdout."""
+
+import json
+import sys
+
+
+def main():
+    req = json.loads(sys.stdin.read())
+    try:
+        from . import errors
+        from .peers import current
+        from .run import run_once
+
+        if current() != req["peer"]:
+            raise errors.RunError("the child's malloc is %s, not %s: LD_PRELOAD did not take"
+                                  % (current(), req["peer"]))
+        out = {"raw": run_once(req["task"], req["run_index"], in_child=True)}
+    except Exception as e:  # reported to the parent, which re-raises it
+        out = {"error": {"type": type(e).__name__, "message": str(e),
+                         "code": getattr(e, "code", None)}}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
