@@ -244,6 +244,7 @@ def test_grid_and_table_shape(sweep):
     header = next(line for line in lines if "allocs/cycle" in line)
     assert header.split() == ["allocs/cycle", "1p", "2p", "1p", "2p"]
     body = [line.split() for line in lines[lines.index(header) + 1:]]
+    body = body[:body.index(["warnings:"])] if ["warnings:"] in body else body
     assert [row[0] for row in body] == ["1", "16", "64"]
     assert all(len(row) == 5 for row in body)
 
@@ -343,7 +344,9 @@ def test_summary(sweep):
 
 
 def test_executor_and_progress(capsys):
-    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+    from alloclab.sweep import ConcurrentExecutorWarning
+    with concurrent.futures.ThreadPoolExecutor(2) as ex, \
+            pytest.warns(ConcurrentExecutorWarning, match="side by side"):
         res = al.run("malloc-free", ["buddy", "libc"], allocs_per_cycle=[2, 4], executor=ex,
                      progress=True, **FAST)
     assert [p.params["allocs_per_cycle"] for p in res.points] == [2, 4, 2, 4]

@@ -8,7 +8,9 @@
  *   create stack, drain, record each layer's bytes_held baseline
  *   start workers → worker_init → [A] warmup cycles → [B]
  *   main: snapshot counters, steal, clock  → [C] measured cycles → [D]
+ *         (meanwhile main samples memory every mem_sample_ns: mem.c)
  *   main: snapshot counters, steal, clock  → [E] worker_fini → join
+ *         (then merges the workers' per-op histograms, when asked: hist.c)
  *   teardown (shared leftovers), drain all, leak check, destroy
  *
  * Reported counters are end minus start snapshots: they cover exactly the
@@ -39,6 +41,7 @@
 
 #include "alloclab/alloclab.h"
 #include "../core/cpu.h"
+#include "mem.h"
 
 /* A round-robin token shared by the workers of one real CPU, for one phase. */
 struct token {
@@ -59,8 +62,13 @@ struct barrier {
 
 static void barrier_init(struct barrier *b, unsigned parties)
 {
+	pthread_condattr_t ca;
+
 	pthread_mutex_init(&b->m, NULL);
-	pthread_cond_init(&b->cv, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* for barrier_wait_sampling */
+	pthread_cond_init(&b->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	b->parties = parties;
 	b->count = b->gen = 0;
 }
@@ -129,6 +137,9 @@ struct engine {
 	int status;
 	pthread_mutex_t err_lock;
 	uint64_t duration_ticks;
+	pthread_mutex_t a_lock;		/* e->a replaced (RESET) vs read by the memory sampler */
+	struct al_mem_sampler *sampler; /* memory samples (main thread only) */
+	struct worker_slot *ws;		/* the workers, for their live bytes */
 };
 
 static void engine_fail(struct engine *e, int code, const char *fmt, ...)
@@ -254,15 +265,80 @@ static int stack_reset(struct engine *e, struct al_ctx *c, char *err, size_t err
 {
 	struct al_stats now[AL_MAX_LAYERS];
 	unsigned n, l;
+	int ret;
 
 	al_stack_drain(e->a, c, AL_DRAIN_ALL);
 	n = al_stack_stats(e->a, now, AL_MAX_LAYERS);
 	for (l = 0; l < n; l++)
 		stats_add_into(&e->acc[l], &now[l]);
 	e->nacc = n;
+	pthread_mutex_lock(&e->a_lock);
 	al_stack_destroy(e->a);
 	e->a = NULL;
-	return al_stack_create(&e->cfg->stack, e->nw, &e->a, err, errlen);
+	ret = al_stack_create(&e->cfg->stack, e->nw, &e->a, err, errlen);
+	pthread_mutex_unlock(&e->a_lock);
+	return ret;
+}
+
+/* ---- memory sampling (main thread) ---- */
+
+/* The workers' live bytes (AL_WL_LIVE workloads), or -1. */
+static int64_t live_bytes(struct engine *e)
+{
+	int64_t sum = 0;
+	unsigned i;
+
+	if (!(e->cfg->workload->flags & AL_WL_LIVE))
+		return -1;
+	for (i = 0; i < e->nw; i++)
+		sum += __atomic_load_n(&e->ws[i].w.live_bytes, __ATOMIC_RELAXED);
+	return sum > 0 ? sum : 0;
+}
+
+static void mem_sample(struct engine *e)
+{
+	pthread_mutex_lock(&e->a_lock);
+	al_mem_sample(e->sampler, e->a, live_bytes(e), false);
+	pthread_mutex_unlock(&e->a_lock);
+}
+
+/*
+ * The main thread's barrier_wait at D: instead of sleeping until the
+ * measured phase ends, it wakes every mem_sample_ns to take a memory sample
+ * (outside the barrier lock, so workers arriving are never held up).
+ */
+static void barrier_wait_sampling(struct engine *e)
+{
+	struct barrier *b = &e->bar;
+	uint64_t period = e->cfg->mem_sample_ns, ns;
+	struct timespec deadline;
+	unsigned gen;
+
+	if (!period) {
+		barrier_wait(b);
+		return;
+	}
+	pthread_mutex_lock(&b->m);
+	gen = b->gen;
+	if (++b->count >= b->parties) {
+		barrier_release_locked(b);
+		pthread_mutex_unlock(&b->m);
+		return;
+	}
+	ns = al_mono_ns() + period;
+	deadline.tv_sec = (time_t)(ns / 1000000000u);
+	deadline.tv_nsec = (long)(ns % 1000000000u);
+	while (gen == b->gen) {
+		if (pthread_cond_timedwait(&b->cv, &b->m, &deadline) != ETIMEDOUT || gen != b->gen)
+			continue;
+		pthread_mutex_unlock(&b->m);
+		mem_sample(e);
+		ns = al_mono_ns() + period;
+		deadline.tv_sec = (time_t)(ns / 1000000000u);
+		deadline.tv_nsec = (long)(ns % 1000000000u);
+		pthread_mutex_lock(&b->m);
+	}
+	pthread_mutex_unlock(&b->m);
 }
 
 /* ---- workers ---- */
@@ -325,6 +401,10 @@ static void *worker_main(void *arg)
 		token_leave(t, s->member);
 	s->w.alloc_ticks = s->w.free_ticks = 0;
 	s->w.alloc_ops = s->w.free_ops = s->w.alloc_cross = 0;
+	if (s->w.hist) {
+		al_hist_reset(&s->w.hist[AL_HIST_ALLOC]);
+		al_hist_reset(&s->w.hist[AL_HIST_FREE]);
+	}
 	barrier_wait(&e->bar); /* B: warm */
 	barrier_wait(&e->bar); /* C: main took its start snapshot */
 
@@ -379,6 +459,11 @@ static int check_config(const struct al_run_config *cfg, struct al_run_result *r
 			 cfg->cpu_mode, cfg->timing);
 		return -EINVAL;
 	}
+	if (cfg->histogram && cfg->timing != AL_TIMING_PER_OP_SUM) {
+		snprintf(res->error, sizeof(res->error),
+			 "histogram needs timing per_op_sum (a clock pair around every operation)");
+		return -EINVAL;
+	}
 	if (!cfg->cycles && !cfg->duration_ns) {
 		snprintf(res->error, sizeof(res->error),
 			 "the measured phase needs cycles > 0 or duration > 0");
@@ -417,6 +502,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	struct engine *e;
 	struct worker_slot *ws = NULL;
 	struct al_stats *snap0 = NULL;
+	struct al_mem_sampler *sampler = NULL;
 	struct al_ctx main_ctx;
 	int64_t baseline[AL_MAX_LAYERS] = { 0 };
 	uint64_t st_total0, st_steal0, st_total1, st_steal1, t0, t1;
@@ -432,15 +518,21 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	e = al_meta_alloc(sizeof(*e));
 	snap0 = al_meta_alloc(sizeof(*snap0) * AL_MAX_LAYERS);
 	ws = al_meta_alloc(sizeof(*ws) * cfg->producers);
-	if (!e || !snap0 || !ws) {
+	sampler = al_meta_alloc(sizeof(*sampler));
+	if (!e || !snap0 || !ws || !sampler) {
 		snprintf(res->error, sizeof(res->error), "out of memory for the engine");
 		ret = -ENOMEM;
 		goto out_free;
 	}
 	e->cfg = cfg;
 	e->res = res;
+	e->sampler = sampler;
+	e->ws = ws;
 	e->nw = cfg->producers;
 	pthread_mutex_init(&e->err_lock, NULL);
+	pthread_mutex_init(&e->a_lock, NULL);
+	for (i = 0; i < AL_HIST_NR; i++)
+		al_hist_reset(&res->hist[i]);
 	al_ctx_init(&main_ctx, 0);
 
 	usable = al_cpus_usable();
@@ -510,6 +602,15 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 			(cfg->seed + 1) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xBF58476D1CE4E5B9ull;
 		s->w.err = s->err;
 		s->w.errlen = sizeof(s->err);
+		if (cfg->histogram) {
+			s->w.hist = al_meta_alloc(sizeof(struct al_hist) * AL_HIST_NR);
+			if (!s->w.hist) {
+				snprintf(res->error, sizeof(res->error),
+					 "out of memory for histograms");
+				ret = -ENOMEM;
+				goto out_teardown;
+			}
+		}
 	}
 	if (e->tokens) {
 		e->tok[0] = tokens_new(e->ngroups, ws, e->nw);
@@ -535,11 +636,14 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	barrier_wait(&e->bar); /* A */
 	barrier_wait(&e->bar); /* B */
 	stats_total(e, snap0);
+	al_mem_begin(sampler, &res->mem);
+	al_mem_sample(sampler, e->a, live_bytes(e), true);
 	al_read_steal(&st_total0, &st_steal0);
 	t0 = al_ticks();
-	barrier_wait(&e->bar); /* C */
-	barrier_wait(&e->bar); /* D */
+	barrier_wait(&e->bar);	  /* C */
+	barrier_wait_sampling(e); /* D */
 	t1 = al_ticks();
+	al_mem_end(sampler, e->a, live_bytes(e));
 	al_read_steal(&st_total1, &st_steal1);
 	nl = stats_total(e, res->layers);
 	diff_stats(res->layers, snap0, nl);
@@ -557,6 +661,10 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 		res->cross_frees += ws[i].w.alloc_cross;
 		res->alloc_ns += al_ticks_to_ns((double)ws[i].w.alloc_ticks);
 		res->free_ns += al_ticks_to_ns((double)ws[i].w.free_ticks);
+		if (ws[i].w.hist) {
+			al_hist_merge(&res->hist[AL_HIST_ALLOC], &ws[i].w.hist[AL_HIST_ALLOC]);
+			al_hist_merge(&res->hist[AL_HIST_FREE], &ws[i].w.hist[AL_HIST_FREE]);
+		}
 	}
 	barrier_destroy(&e->bar);
 
@@ -586,7 +694,11 @@ out_destroy:
 	if (!ret)
 		ret = e->status;
 	pthread_mutex_destroy(&e->err_lock);
+	pthread_mutex_destroy(&e->a_lock);
 out_free:
+	for (i = 0; ws && i < cfg->producers; i++)
+		al_meta_free(ws[i].w.hist, sizeof(struct al_hist) * AL_HIST_NR);
+	al_meta_free(sampler, sizeof(*sampler));
 	al_meta_free(ws, sizeof(*ws) * cfg->producers);
 	al_meta_free(snap0, sizeof(*snap0) * AL_MAX_LAYERS);
 	al_meta_free(e, sizeof(*e));

@@ -94,7 +94,7 @@ static const struct al_layer_desc null_desc = {
 	.desc_size = sizeof(struct al_layer_desc),
 	.name = "null",
 	.doc = "no-op allocator returning a preallocated block: the harness floor",
-	.features = AL_F_USABLE,
+	.features = AL_F_USABLE | AL_F_STATS_ANYTIME,
 	.max_size = NULL_BLOCK,
 	.create = null_create,
 };

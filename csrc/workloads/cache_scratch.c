@@ -88,12 +88,17 @@ static int cs_cycle(struct al_worker *w)
 		return w->ctx.err ? w->ctx.err : -ENOMEM;
 	}
 	w->alloc_ticks += t1 - t0;
+	if (al_unlikely(w->hist != NULL)) /* histogram=1 (issue 6) */
+		al_hist_record(&w->hist[AL_HIST_ALLOC], t1 - t0);
 	for (r = 0; r < reps; r++)
 		for (size_t k = 0; k < size; k++)
 			p[k] = (char)(p[k] + 1);
 	t0 = al_ticks();
 	ret = al_free(w->a, &w->ctx, (void *)p);
-	w->free_ticks += al_ticks() - t0;
+	t1 = al_ticks();
+	w->free_ticks += t1 - t0;
+	if (al_unlikely(w->hist != NULL))
+		al_hist_record(&w->hist[AL_HIST_FREE], t1 - t0);
 	if (ret)
 		return ret;
 	w->alloc_ops++;

@@ -12,6 +12,17 @@
 
 #include "alloclab/alloclab.h"
 
+/* One per_op_sum measurement: summed, and recorded when histograms are on. */
+static inline void wl_op_ticks(struct al_worker *w, unsigned op, uint64_t dt)
+{
+	if (op == AL_HIST_ALLOC)
+		w->alloc_ticks += dt;
+	else
+		w->free_ticks += dt;
+	if (al_unlikely(w->hist != NULL))
+		al_hist_record(&w->hist[op], dt);
+}
+
 /* Free the first n objects of a list, untimed (error paths, teardown). */
 static inline void wl_free_list_untimed(struct al_allocator *a, struct al_ctx *c, void *head,
 					unsigned n)
@@ -40,6 +51,70 @@ static al_noinline al_cold int wl_free_failed(struct al_worker *w, void *p, int 
 	return err;
 }
 
+/*
+ * Histogram mode (w->hist set; timing is per_op_sum): a clock pair around
+ * every operation, summed as per_op_sum and recorded in the worker's
+ * histogram. Separate loops, chosen before any timing starts, so the batch
+ * and per_op_sum loops below are unchanged.
+ */
+static al_noinline int wl_alloc_list_hist(struct al_worker *w, size_t size, unsigned n,
+					  void **headp)
+{
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	void *(*alloc)(struct al_allocator *, struct al_ctx *, size_t, unsigned) = a->ops->alloc;
+	struct al_hist *h = &w->hist[AL_HIST_ALLOC];
+	void *head = NULL, *p;
+	uint64_t t0, dt, sum = 0;
+	unsigned i;
+
+	for (i = 0; i < n; i++) {
+		t0 = al_ticks();
+		p = alloc(a, c, size, 0);
+		dt = al_ticks() - t0;
+		sum += dt;
+		al_hist_record(h, dt);
+		if (al_unlikely(!p))
+			goto fail;
+		*(void **)p = head;
+		head = p;
+	}
+	w->alloc_ticks += sum;
+	w->alloc_ops += n;
+	*headp = head;
+	return 0;
+fail:
+	wl_free_list_untimed(a, c, head, i);
+	return wl_alloc_failed(w, i, n, size);
+}
+
+static al_noinline int wl_free_list_hist(struct al_worker *w, void *head, unsigned n)
+{
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	int (*free_fn)(struct al_allocator *, struct al_ctx *, void *) = a->ops->free;
+	struct al_hist *h = &w->hist[AL_HIST_FREE];
+	uint64_t t0, dt, sum = 0;
+	void *next;
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		next = *(void **)head;
+		t0 = al_ticks();
+		ret = free_fn(a, c, head);
+		dt = al_ticks() - t0;
+		sum += dt;
+		al_hist_record(h, dt);
+		if (al_unlikely(ret))
+			return wl_free_failed(w, head, ret);
+		head = next;
+	}
+	w->free_ticks += sum;
+	w->free_ops += n;
+	return 0;
+}
+
 /* Allocate n objects of size >= 8 into *headp, timed into w->alloc_ticks. */
 static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, void **headp)
 {
@@ -52,6 +127,8 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 	uint64_t t0, sum = 0;
 	unsigned i;
 
+	if (al_unlikely(w->hist != NULL))
+		return wl_alloc_list_hist(w, size, n, headp);
 	if (w->timing == AL_TIMING_BATCH) {
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {
@@ -93,6 +170,8 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 	unsigned i;
 	int ret;
 
+	if (al_unlikely(w->hist != NULL))
+		return wl_free_list_hist(w, head, n);
 	if (w->timing == AL_TIMING_BATCH) {
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {

@@ -84,14 +84,22 @@ static int invocation(struct al_worker *w, unsigned flags)
 		uint64_t s = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
 
 		m->obj[i] = al_alloc(w->a, &w->ctx, size, flags);
-		if (w->timing == AL_TIMING_PER_OP_SUM)
-			sum += al_ticks() - s;
+		if (w->timing == AL_TIMING_PER_OP_SUM) {
+			uint64_t dt = al_ticks() - s;
+
+			sum += dt;
+			if (al_unlikely(w->hist != NULL))
+				al_hist_record(&w->hist[AL_HIST_ALLOC], dt);
+		}
 		if (al_unlikely(!m->obj[i]))
 			goto fail;
 	}
 	w->alloc_ticks += w->timing == AL_TIMING_PER_OP_SUM ? sum : al_ticks() - t0;
 	w->alloc_ops += n;
-	return release_all(w, n);
+	al_worker_live(w, (int64_t)(size * n));
+	err = release_all(w, n);
+	al_worker_live(w, -(int64_t)(size * n));
+	return err;
 fail:
 	err = w->ctx.err ? w->ctx.err : -ENOMEM;
 	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s", i + 1, n, size,
@@ -116,7 +124,7 @@ static const struct al_workload_desc malloc_desc = {
 	.name = "malloc",
 	.doc = "libarena-malloc: nallocs timed allocations per invocation, allocator reset "
 	       "(untimed) between invocations; one producer",
-	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER,
+	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER | AL_WL_LIVE,
 	.nparams = P_NR,
 	.params = malloc_params,
 	.size_param = P_size,
@@ -130,7 +138,7 @@ static const struct al_workload_desc calloc_desc = {
 	.desc_size = sizeof(struct al_workload_desc),
 	.name = "calloc",
 	.doc = "libarena-calloc: as malloc, with zeroed memory (the zeroing is timed)",
-	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER,
+	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER | AL_WL_LIVE,
 	.nparams = P_NR,
 	.params = malloc_params,
 	.size_param = P_size,

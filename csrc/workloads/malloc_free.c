@@ -67,7 +67,13 @@ static int mf_cycle_list(struct al_worker *w)
 	void *head = NULL;
 	int ret = wl_alloc_list(w, size, n, &head);
 
-	return ret ? ret : wl_free_list(w, head, n);
+	if (ret)
+		return ret;
+	al_worker_live(w, (int64_t)(size * n));
+	ret = wl_free_list(w, head, n);
+	if (!ret)
+		al_worker_live(w, -(int64_t)(size * n));
+	return ret;
 }
 
 static int mf_cycle_array(struct al_worker *w)
@@ -86,7 +92,7 @@ static int mf_cycle_array(struct al_worker *w)
 
 		m->arr[i] = al_alloc(a, c, size, 0);
 		if (w->timing == AL_TIMING_PER_OP_SUM)
-			w->alloc_ticks += al_ticks() - s;
+			wl_op_ticks(w, AL_HIST_ALLOC, al_ticks() - s);
 		if (al_unlikely(!m->arr[i])) {
 			ret = wl_alloc_failed(w, i, n, size);
 			while (i--)
@@ -98,17 +104,20 @@ static int mf_cycle_array(struct al_worker *w)
 	t1 = al_ticks();
 	if (w->timing == AL_TIMING_BATCH)
 		w->alloc_ticks += t1 - t0;
+	al_worker_live(w, (int64_t)(size * n));
+	t1 = al_ticks();
 	for (i = 0; i < n; i++) {
 		uint64_t s = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
 
 		ret = al_free(a, c, m->arr[i]);
 		if (w->timing == AL_TIMING_PER_OP_SUM)
-			w->free_ticks += al_ticks() - s;
+			wl_op_ticks(w, AL_HIST_FREE, al_ticks() - s);
 		if (al_unlikely(ret))
 			return wl_free_failed(w, m->arr[i], ret);
 	}
 	if (w->timing == AL_TIMING_BATCH)
 		w->free_ticks += al_ticks() - t1;
+	al_worker_live(w, -(int64_t)(size * n));
 	w->alloc_ops += n;
 	w->free_ops += n;
 	return 0;
@@ -127,7 +136,7 @@ static const struct al_workload_desc malloc_free_desc = {
 	.name = "malloc-free",
 	.doc = "libarena-malloc-free: allocs_per_cycle allocations linked in a list, then free "
 	       "them all; alloc and free timed separately",
-	.flags = 0,
+	.flags = AL_WL_LIVE,
 	.nparams = P_NR,
 	.params = mf_params,
 	.size_param = P_size,

@@ -53,6 +53,7 @@ static int xf_cycle(struct al_worker *w)
 	ret = wl_alloc_list(w, (size_t)w->params[P_size], s->n, &head);
 	if (ret)
 		return ret;
+	al_worker_live(w, w->params[P_size] * s->n);
 	prev = __atomic_exchange_n(&s->slot, (uint64_t)w->id << OWNER_SHIFT | (uintptr_t)head,
 				   __ATOMIC_ACQ_REL);
 	old = (void *)(uintptr_t)(prev & PTR_MASK);
@@ -60,7 +61,10 @@ static int xf_cycle(struct al_worker *w)
 		return 0;
 	if ((prev >> OWNER_SHIFT) != w->id)
 		w->alloc_cross += s->n;
-	return wl_free_list(w, old, s->n);
+	ret = wl_free_list(w, old, s->n);
+	if (!ret)
+		al_worker_live(w, -w->params[P_size] * s->n);
+	return ret;
 }
 
 static void xf_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
@@ -82,7 +86,7 @@ static const struct al_workload_desc malloc_xfree_desc = {
 	.name = "malloc-xfree",
 	.doc = "libarena-malloc-xfree: publish each list in a shared slot and free the list left "
 	       "there, so most frees are cross-CPU",
-	.flags = 0,
+	.flags = AL_WL_LIVE,
 	.nparams = P_NR,
 	.params = xf_params,
 	.size_param = P_size,

@@ -75,6 +75,7 @@ static int xm_cycle(struct al_worker *w)
 		ret = wl_alloc_list(w, (size_t)w->params[P_size], s->n, &head);
 		if (ret)
 			return ret;
+		al_worker_live(w, w->params[P_size] * s->n);
 		pthread_mutex_lock(&s->m);
 		if (s->queued < s->max && w->nworkers > 1) {
 			*next_batch(head) = s->top;
@@ -83,7 +84,12 @@ static int xm_cycle(struct al_worker *w)
 			head = NULL;
 		}
 		pthread_mutex_unlock(&s->m);
-		return head ? wl_free_list(w, head, s->n) : 0;
+		if (!head)
+			return 0;
+		ret = wl_free_list(w, head, s->n);
+		if (!ret)
+			al_worker_live(w, -w->params[P_size] * s->n);
+		return ret;
 	}
 	pthread_mutex_lock(&s->m);
 	head = s->top;
@@ -95,7 +101,10 @@ static int xm_cycle(struct al_worker *w)
 	if (!head)
 		return 0;
 	w->alloc_cross += s->n;
-	return wl_free_list(w, head, s->n);
+	ret = wl_free_list(w, head, s->n);
+	if (!ret)
+		al_worker_live(w, -w->params[P_size] * s->n);
+	return ret;
 }
 
 static void xm_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
@@ -120,6 +129,7 @@ static const struct al_workload_desc xmalloc_desc = {
 	.name = "xmalloc",
 	.doc = "mimalloc-bench xmalloc-test: producers/2 threads only allocate, producers/2 only "
 	       "free, batches handed through a shared queue",
+	.flags = AL_WL_LIVE,
 	.nparams = P_NR,
 	.params = xm_params,
 	.size_param = P_size,

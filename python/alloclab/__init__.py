@@ -31,6 +31,11 @@ from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
 from . import peers, plugin
+# issue 6: statistics, A/B comparison, sweeps, histograms, plots
+from . import plot, stats
+from .compare import Comparison, compare
+from .hist import Histogram
+from .sweep import sweep
 
 __all__ = [
     "__version__",
@@ -39,6 +44,12 @@ __all__ = [
     "policies",
     "workloads",
     "run",
+    "sweep",
+    "compare",
+    "Comparison",
+    "Histogram",
+    "stats",
+    "plot",
     "Result",
     "Point",
     "Table",

@@ -171,6 +171,37 @@ struct al_workload_desc {
     ...;
 };
 
+/* ---- issue 6: histograms and memory (fields added to al_run_config/result below) ---- */
+#define AL_HIST_BUCKETS ...
+#define AL_HIST_SUB ...
+#define AL_F_STATS_ANYTIME ...
+#define AL_WL_LIVE ...
+enum al_hist_op { AL_HIST_ALLOC, AL_HIST_FREE, AL_HIST_NR, ... };
+struct al_hist {
+    uint64_t count;
+    uint64_t sum;
+    uint64_t min;
+    uint64_t max;
+    uint64_t b[...];
+    ...;
+};
+struct al_mem {
+    uint64_t samples;
+    uint64_t held_samples;
+    int64_t held;
+    int64_t held_peak;
+    int64_t requested;
+    int64_t requested_peak;
+    uint64_t rss_start;
+    uint64_t rss;
+    uint64_t rss_peak;
+    ...;
+};
+void al_hist_reset(struct al_hist *h);
+void al_hist_merge(struct al_hist *dst, const struct al_hist *src);
+uint64_t al_hist_bucket_lo(unsigned i);
+uint64_t al_hist_bucket_hi(unsigned i);
+
 struct al_run_config {
     const struct al_workload_desc *workload;
     int64_t wparams[...];
@@ -182,6 +213,8 @@ struct al_run_config {
     uint64_t cycles;
     uint64_t duration_ns;
     uint64_t seed;
+    int histogram;              /* issue 6 */
+    uint64_t mem_sample_ns;     /* issue 6 */
     ...;
 };
 
@@ -207,6 +240,8 @@ struct al_run_result {
     unsigned nlayers;
     struct al_stats layers[...];
     int64_t leaked[...];
+    struct al_hist hist[...];   /* issue 6 */
+    struct al_mem mem;          /* issue 6 */
     ...;
 };
 

@@ -160,8 +160,9 @@ def _run_parser(wl):
                    help="worker threads (default: 1)")
     g.add_argument("--runs", type=int, default=3, metavar="N",
                    help="runs per grid point, each on a fresh allocator (default: 3)")
-    g.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)), default=["batch"],
-                   metavar="|".join(TIMINGS), help="timing mode(s) (default: batch)")
+    g.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)), default=None,
+                   metavar="|".join(TIMINGS),
+                   help="timing mode(s) (default: batch; per_op_sum with --hist)")
     g.add_argument("--cpu", type=_choice_list("cpu mode", list(CPU_MODES)), default=["auto"],
                    metavar="|".join(CPU_MODES), help="CPU model(s) (default: auto)")
     g.add_argument("--duration", type=_duration, default=0.25, metavar="SECONDS",
@@ -183,6 +184,7 @@ def _run_parser(wl):
     o.add_argument("--json", metavar="FILE", help="write the full result as JSON")
     o.add_argument("--csv", metavar="FILE", help="write tidy rows (one per run) as CSV")
     o.add_argument("--progress", action="store_true", help="print progress to stderr")
+    _run_measure_flags(p)
     if wl and wl.params:
         w = p.add_argument_group("%s parameters (comma-separated lists are swept)" % wl.name)
         for prm in wl.params:
@@ -256,7 +258,7 @@ def _counters_text(res):
     return "\n".join(out).rstrip()
 
 
-_NO_VALUE = {"-h", "--help", "--sd", "--progress"}
+_NO_VALUE = {"-h", "--help", "--sd", "--progress", "--hist", "--ci"}
 
 
 def _find_workload(argv):
@@ -316,6 +318,8 @@ def cmd_run(argv):
     kwargs = dict(runs=args.runs, producers=args.producers, cpu=args.cpu, timing=args.timing,
                   warmup_cycles=args.warmup_cycles, cycles=args.cycles, duration=args.duration,
                   seed=args.seed, **params)
+    if args.hist:  # histograms time every operation: per_op_sum unless --timing says
+        kwargs["histogram"] = True
     pols = args.policy or ["buddy"]
     policy = [Policy(s) for s in pols]
     settings, _ = plan(wl.name, policy, **kwargs)  # all validation: exit 2 on error
@@ -336,7 +340,11 @@ def cmd_run(argv):
     cols = args.cols.replace("-", "_")
 
     try:
-        res = run(wl.name, policy, progress=args.progress, **kwargs)
+        if args.journal:
+            from .sweep import sweep
+            res = sweep(wl.name, policy, journal=args.journal, progress=args.progress, **kwargs)
+        else:
+            res = run(wl.name, policy, progress=args.progress, **kwargs)
     except errors.AlloclabError as e:
         raise _RunFailed(str(e)) from None
     known = res.metrics()
@@ -344,7 +352,10 @@ def cmd_run(argv):
         if m not in known:
             raise UsageError(str(errors.UnknownNameError.make("metric", m, known)))
     for m in metrics:
-        print(res.table(m, rows=rows, cols=cols, stat=args.stat).to_text(sd=args.sd))
+        print(res.table(m, rows=rows, cols=cols, stat=args.stat).to_text(sd=args.sd, ci=args.ci))
+        print()
+    if args.hist:
+        print(_hist_text(res))
         print()
     print(res.cpu_line())
     ctext = _counters_text(res)
@@ -355,6 +366,148 @@ def cmd_run(argv):
         res.to_json(args.json, indent=1)
     if args.csv:
         res.to_csv(args.csv)
+    if args.plot:
+        _save_run_plots(res, metrics[0], cols, args.plot, args.hist)
+    return 0
+
+
+# ------------------------------------------------------------------ issue 6: measurement
+
+def _run_measure_flags(p):
+    g = p.add_argument_group("measurement")
+    g.add_argument("--hist", action="store_true",
+                   help="per-operation latency histograms: p50/p90/p99/p99.9/max per point "
+                        "(times every operation: implies --timing per_op_sum)")
+    g.add_argument("--ci", action="store_true",
+                   help="show the 95%% confidence interval of the mean in cells (±half width)")
+    g.add_argument("--plot", metavar="FILE",
+                   help="write the first metric against the columns' parameter, a line per "
+                        "policy (PNG/PDF/SVG by extension; with --hist also FILE-1: the "
+                        "latency histograms)")
+    g.add_argument("--journal", metavar="FILE.jsonl",
+                   help="run as a resumable sweep: every finished run is appended to FILE; "
+                        "rerunning the same command skips what is there (policies interleaved "
+                        "in a seeded random order)")
+
+
+def _hist_text(res):
+    """Per point and operation: percentiles from the merged histograms."""
+    from .hist import OPS
+    swept = [k for k in res.swept() if k != "workload"]
+    lines = ["per-operation latency (histograms over all runs; each value includes one clock "
+             "pair, the timer overhead):"]
+    for p in res.points:
+        label = ", ".join(str(p.params[k]) if k == "policy" else "%s=%s" % (k, p.params[k])
+                          for k in swept) or str(p.params.get("policy"))
+        for op in OPS:
+            hs = p.hist.get(op)
+            if not hs or not sum(h.count for h in hs):
+                continue
+            h = sum(hs[1:], hs[0].copy())
+            ovh = float(np.mean(p.data["timer_overhead_ns"]))
+            lines.append("  %-40s %-5s %s" % (label, op, h.summary(ovh)))
+    return "\n".join(lines)
+
+
+def _save_run_plots(res, metric, x, path, hist):
+    import matplotlib
+    matplotlib.use("Agg")
+    from . import plot
+
+    xs = x if x in res.params() else "producers"
+    figs = [plot.latency(res, metric, x=xs, hue="policy")]
+    if hist:
+        figs.append(plot.latency_hist(res, "alloc"))
+        if any(h.count for p in res.points for h in p.hist.get("free", ())):
+            figs.append(plot.latency_hist(res, "free"))
+    plot.save(figs, path)
+
+
+def _compare_parser(sub):
+    cp = sub.add_parser(
+        "compare", help="A/B comparison of result files, (I)/(R) where significant",
+        description="Compare result files (alloclab run --json) cell by cell: the change in "
+                    "percent (positive = better), a significance test (Welch's t-test, "
+                    "Mann-Whitney U with >= 6 runs a side), Benjamini-Hochberg over the table, "
+                    "(I)/(R) only when significant and at least the threshold. The first file "
+                    "is the baseline; each other file is a column. With one file and "
+                    "--baseline, each other policy in it is compared with that one.")
+    cp.add_argument("files", nargs="+", metavar="RESULT.json")
+    cp.add_argument("--metric", action="append", metavar="NAME",
+                    help="metric to compare, repeatable (default: alloc_ns and free_ns)")
+    cp.add_argument("--baseline", metavar="VALUE",
+                    help="compare inside one file: the value of --by (a policy) to compare "
+                         "the others against")
+    cp.add_argument("--by", default="policy", metavar="PARAM",
+                    help="with --baseline: the parameter whose values are compared "
+                         "(default: policy)")
+    cp.add_argument("--on", metavar="PARAM[,PARAM...]",
+                    help="the parameters that identify a cell (default: every parameter both "
+                         "sides have, less those that differ wholesale between them)")
+    cp.add_argument("--test", default="auto", choices=["auto", "welch", "mannwhitney"],
+                    help="significance test (default: auto = Mann-Whitney U when both sides "
+                         "have >= 6 runs, else Welch's t-test)")
+    cp.add_argument("--threshold", type=_fraction("--threshold"), default=0.02,
+                    metavar="PCT", help="smallest change marked (default: 2%%)")
+    cp.add_argument("--alpha", type=_fraction("--alpha"), default=0.05,
+                    help="significance level after Benjamini-Hochberg (default: 0.05)")
+    cp.add_argument("--names", metavar="NAME[,NAME...]",
+                    help="column labels, one per compared file/value")
+    cp.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    cp.add_argument("--plot", metavar="FILE", help="write a heatmap of the changes")
+    return cp
+
+
+def _fraction(flag):
+    def conv(text):
+        t = text.strip()
+        try:
+            return float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                "%s takes a fraction (0.02) or a percentage (2%%), not %r" % (flag, text)) \
+                from None
+    return conv
+
+
+def _load_result(path):
+    from .result import Result
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise UsageError("cannot read %s: %s" % (path, e.strerror or e)) from None
+    try:
+        return Result.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError("%s is not an alloclab result file (alloclab run --json): %s"
+                         % (path, e)) from None
+
+
+def cmd_compare(args):
+    from .compare import compare
+
+    results = [_load_result(f) for f in args.files]
+    metrics = args.metric or ["alloc_ns", "free_ns"]
+    on = _split(args.on) if args.on else None
+    names = _split(args.names) if args.names else None
+    if args.baseline is not None:
+        if len(results) != 1:
+            raise UsageError("--baseline compares inside one file, not %d" % len(results))
+        cmp = compare(results[0], metric=metrics, test=args.test, threshold=args.threshold,
+                      alpha=args.alpha, on=on, baseline=args.baseline, by=args.by, names=names)
+    else:
+        if len(results) < 2:
+            raise UsageError("compare needs two or more files (the first is the baseline), "
+                             "or one file and --baseline POLICY")
+        cmp = compare(results[0], results[1:], metric=metrics, test=args.test,
+                      threshold=args.threshold, alpha=args.alpha, on=on, names=names)
+    print(cmp.to_markdown() if args.markdown else cmp.to_text())
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        from . import plot
+        plot.save([cmp.heatmap()], args.plot)
     return 0
 
 
@@ -374,6 +527,7 @@ def _main_parser():
     lp.add_argument("--plugin", action="append", metavar="FILE.c",
                     help="compile and register a C plugin layer first")
     sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
+    _compare_parser(sub)
     pp = sub.add_parser(
         "preload", help="run a program with its malloc on a policy (LD_PRELOAD shim)",
         description="Run CMD with malloc, free, calloc, realloc, posix_memalign, ... routed "
@@ -498,6 +652,8 @@ def main(argv=None):
             return cmd_preload(args)
         if args.cmd == "reproduce":
             return cmd_reproduce(args, p)
+        if args.cmd == "compare":
+            return cmd_compare(args)
         p.print_help()
         return 0 if not argv else 2
     except (UsageError, errors.AlloclabError, argparse.ArgumentError) as e:

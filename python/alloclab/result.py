@@ -12,8 +12,16 @@ computed from data, never from one number. Metrics:
   (after the measured phase) and "<layer>.leaked" (after teardown), and
   "<layer>.<counter>_per_op" = counter / (alloc_ops + free_ops)
 
+- mem_requested, mem_held, mem_rss (end of the measured phase) and their
+  *_peak (sampled), mem_fragmentation = held peak / requested peak, in
+  bytes (see the C engine's struct al_mem)
+- with histogram=True: <op>_p50_ns, _p90_ns, _p99_ns, _p999_ns, _max_ns
+  per run, from the run's merged histogram (``Point.hist``)
+
 It serialises to JSON losslessly (``to_json``/``from_json``) and to tidy rows
-(``rows``, ``to_csv``, ``to_pandas``).
+(``rows``, ``to_csv``, ``to_pandas``). Results concatenate (``a + b``,
+``Result.concat``) and filter (``filter(policy=..., producers=[1, 2])``).
+Per-cell statistics (mean, sd, CI, warnings) come from alloclab.stats.
 """
 
 import csv
@@ -25,17 +33,19 @@ import platform
 
 import numpy as np
 
-from . import errors
+from . import _measures, errors
+from . import stats as _stats
 from ._ffi import cstr, lib
 from ._version import __version__
 
 FORMAT = "alloclab-result"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-run memory metrics and histograms (Point.hist)
 
 BASE_METRICS = [
     "alloc_ns", "free_ns", "throughput", "cycles", "alloc_ops", "free_ops", "cross_frees",
     "elapsed_ns", "timer_overhead_ns", "steal_pct",
 ]
+BASE_METRICS += _measures.METRIC_NAMES  # memory and per-op percentiles (issue 6)
 _INT_BASE = {"cycles", "alloc_ops", "free_ops", "cross_frees"}
 
 # metric -> (description, unit, lower_is_better)
@@ -47,6 +57,7 @@ METRIC_INFO = {
     "timer_overhead_ns": ("timer overhead", "ns", None),
     "steal_pct": ("steal time", "%", None),
 }
+METRIC_INFO.update(_measures.METRIC_INFO)  # issue 6
 
 _ROW_LABELS = {"allocs_per_cycle": "allocs/cycle", "producers": "producers"}
 
@@ -123,6 +134,7 @@ def _run_metrics(raw):
             if name not in gauges:  # a level per op means nothing
                 per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
     m.update(per_op)
+    m.update(_measures.run_metrics(raw))
     return m
 
 
@@ -143,12 +155,13 @@ class Point:
     did: cpu mode used, model and concurrent CPUs, clock) and ``data``
     ({metric: NumPy array over runs})."""
 
-    __slots__ = ("params", "info", "data")
+    __slots__ = ("params", "info", "data", "hist")
 
-    def __init__(self, params, info, data):
+    def __init__(self, params, info, data, hist=None):
         self.params = params
         self.info = info
         self.data = data
+        self.hist = hist or {}  # {op: [Histogram per run]} with histogram=True
 
     @property
     def runs(self):
@@ -162,7 +175,7 @@ class Point:
             return NotImplemented
         if self.params != other.params or self.info != other.info:
             return False
-        if list(self.data) != list(other.data):
+        if list(self.data) != list(other.data) or self.hist != other.hist:
             return False
         return all(_arrays_equal(self.data[k], other.data[k]) for k in self.data)
 
@@ -170,18 +183,22 @@ class Point:
         return "Point(%r, runs=%d)" % (self.params, self.runs)
 
     def to_dict(self):
-        return {
+        d = {
             "params": self.params,
             "info": self.info,
             "data": {k: {"dtype": str(a.dtype), "values": [_jsonable(x) for x in a.tolist()]}
                      for k, a in self.data.items()},
         }
+        if self.hist:
+            d["hist"] = _measures.hist_to_json(self.hist)
+        return d
 
     @classmethod
     def from_dict(cls, d):
         data = {k: np.array(v["values"], dtype=np.dtype(v["dtype"]))
                 for k, v in d["data"].items()}
-        return cls(dict(d["params"]), dict(d["info"]), data)
+        return cls(dict(d["params"]), dict(d["info"]), data,
+                   _measures.hist_from_json(d.get("hist")))
 
 
 def _arrays_equal(a, b):
@@ -255,7 +272,7 @@ class Table:
     (rows, blocks × cols) views, blocks side by side."""
 
     def __init__(self, title, metric, stat, row_key, col_key, rows, cols, blocks, cube, sd_cube,
-                 n):
+                 n, cell_stats=None):
         self.title = title
         self.metric = metric
         self.stat = stat
@@ -267,6 +284,11 @@ class Table:
         self.cube = cube
         self.sd_cube = sd_cube
         self.n = n
+        # issue 6: {(block, row, col): stats.Stats}, the CI half widths and warnings
+        self.cell_stats = cell_stats or {}
+        self.ci_cube = np.full(cube.shape, np.nan)
+        for (b, r, c), st in self.cell_stats.items():
+            self.ci_cube[b, r, c] = st.ci_half
 
     @property
     def values(self):
@@ -280,8 +302,10 @@ class Table:
         b = self.blocks[i]
         return ", ".join(str(v) if k == "policy" else "%s=%s" % (k, v) for k, v in b.items())
 
-    def to_text(self, sd=False, width=110):
-        """The table as text; sd=True adds "±sd" to each cell."""
+    def to_text(self, sd=False, width=110, ci=False, warnings=True):
+        """The table as text; sd=True adds "±sd" to each cell, ci=True "±h"
+        (the half width of the 95% confidence interval of the mean);
+        warnings=True lists unstable cells under the table."""
         nb, nr, nc = self.cube.shape
         row_hdr = _ROW_LABELS.get(self.row_key, self.row_key or "")
         row_labels = [_label(self.row_key, r) if self.row_key else "" for r in self.rows]
@@ -291,6 +315,8 @@ class Table:
             s = _fmt(float(self.cube[b, r, c]))
             if sd and self.n[b, r, c] > 1 and not math.isnan(self.sd_cube[b, r, c]):
                 s += " ±" + _fmt(float(self.sd_cube[b, r, c]))
+            if ci and self.n[b, r, c] > 1 and not math.isnan(self.ci_cube[b, r, c]):
+                s += " ±" + _fmt(float(self.ci_cube[b, r, c]))
             return s
 
         cells = [[[cell(b, r, c) for c in range(nc)] for r in range(nr)] for b in range(nb)]
@@ -318,7 +344,8 @@ class Table:
                     sep + " ".join("%*s" % (colw, s) for s in cells[b][r]) for b in block_ids))
             return out
 
-        lines = [self.title, ""]
+        lines = [self.title + (" (± 95% CI of the mean)" if ci else
+                               " (± sd)" if sd else ""), ""]
         total = first_w + nb * (len(sep) + block_w)
         if nb <= 1 or total <= width:
             lines += render(list(range(nb)), bool(labels))
@@ -327,7 +354,31 @@ class Table:
                 lines += render([b], True)
                 lines.append("")
             lines.pop()
+        if warnings:
+            w = self.warning_lines()
+            if w:
+                lines += ["warnings:"] + ["  " + x for x in w]
         return "\n".join(line.rstrip() for line in lines)
+
+    def cell_label(self, b, r, c):
+        parts = [self.block_label(b)] if len(self.blocks) > 1 else []
+        for key, v in ((self.row_key, self.rows[r]), (self.col_key, self.cols[c])):
+            if key in ("policy", "producers"):
+                parts.append(_label(key, v))
+            elif key is not None:
+                parts.append("%s %s" % (v, _ROW_LABELS.get(key, key)))
+        return ", ".join(parts) or self.metric
+
+    @property
+    def warnings(self):
+        """[(cell label, stats.StatWarning)] for every cell with a warning."""
+        return [(self.cell_label(*k), w) for k, st in sorted(self.cell_stats.items())
+                for w in st.warnings]
+
+    def warning_lines(self, limit=6):
+        """The warnings, grouped by kind, a line each (for under the table)."""
+        return _stats.warning_lines(
+            [(self.cell_label(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
 
     def __str__(self):
         return self.to_text()
@@ -337,6 +388,27 @@ class Table:
 
 
 # ---------------------------------------------------------------- result
+
+def _params_key(params):
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _matcher(key, v):
+    if callable(v):
+        return v
+    vals = list(v) if isinstance(v, (list, tuple, set, frozenset, range)) else [v]
+    if key == "policy":
+        from .policy import Policy
+        canon = []
+        for x in vals:
+            canon.append(x)
+            try:
+                canon.append(str(Policy(x)))
+            except errors.AlloclabError:
+                pass
+        vals = canon
+    return lambda x: x in vals
+
 
 class Result:
     """Every run of every grid point of a sweep, and its metadata."""
@@ -360,7 +432,8 @@ class Result:
             for k in names:
                 vals = [m.get(k, math.nan) for m in per_run]
                 data[k] = _array(vals)
-            points.append(Point(dict(params), _point_info(raws), data))
+            points.append(Point(dict(params), _point_info(raws), data,
+                                _measures.point_hists(raws)))
         return cls(metadata, points)
 
     # -- lookups --
@@ -392,6 +465,79 @@ class Result:
         """Points whose params match every key=value given."""
         return [p for p in self.points if all(p.params.get(k) == v for k, v in where.items())]
 
+    # -- results as data: concatenate, filter (issue 6) --
+
+    @classmethod
+    def concat(cls, results):
+        """One Result holding every point of ``results`` (in order). Points
+        with the same parameters stay separate; tables, stats and compare
+        pool their runs. Metadata: the first result's, with every part's
+        under "parts" when they differ."""
+        results = list(results)
+        for r in results:
+            if not isinstance(r, Result):
+                raise errors.InvalidArgument("Result.concat takes Results, not %r" % (r,))
+        if not results:
+            raise errors.InvalidArgument("Result.concat needs at least one Result")
+        md = dict(results[0].metadata)
+        if any(r.metadata != results[0].metadata for r in results[1:]):
+            md["parts"] = [r.metadata for r in results]
+        return cls(md, [p for r in results for p in r.points])
+
+    def __add__(self, other):
+        if not isinstance(other, Result):
+            return NotImplemented
+        return Result.concat([self, other])
+
+    def filter(self, **where):
+        """A Result with the points whose params match every key: a value
+        (policy specs and presets compare canonically), a list/tuple/set of
+        values, or a predicate (callable)."""
+        keys = self.params()
+        conds = {}
+        for k, v in where.items():
+            if k not in keys:
+                raise errors.UnknownNameError.make("parameter", k, keys)
+            conds[k] = _matcher(k, v)
+        pts = [p for p in self.points if all(f(p.params.get(k)) for k, f in conds.items())]
+        return Result(self.metadata, pts)
+
+    def stats(self, metric, **where):
+        """[(params, stats.Stats)] per distinct parameter set (runs of equal
+        points pooled), for the points matching ``where`` (as filter)."""
+        self._check_metric(metric)
+        res = self.filter(**where) if where else self
+        groups = {}
+        for p in res.points:
+            if metric not in p.data:
+                continue
+            key = _params_key(p.params)
+            g = groups.setdefault(key, [p.params, [], []])
+            g[1].append(np.asarray(p.data[metric], dtype=float))
+            g[2].append(np.asarray(p.data.get("steal_pct", []), dtype=float))
+        return [(params, _stats.describe(np.concatenate(x), steal=np.concatenate(s)))
+                for params, x, s in groups.values()]
+
+    def histogram(self, op="alloc", **where):
+        """The per-op latency Histogram of ``op`` ("alloc" or "free"), all
+        runs of the points matching ``where`` merged (run with
+        histogram=True)."""
+        from . import hist as _hist
+        if op not in _hist.OPS:
+            raise errors.UnknownNameError.make("operation", op, list(_hist.OPS))
+        res = self.filter(**where) if where else self
+        hs = [h for p in res.points for h in p.hist.get(op, ())]
+        if not hs:
+            raise errors.InvalidArgument(
+                "no %s histogram in these points: run with histogram=True (--hist)" % op)
+        return sum(hs[1:], hs[0].copy())
+
+    def plot(self, metric="alloc_ns", x="producers", hue="policy", **kw):
+        """Latency (or any metric) against ``x``, a line per ``hue`` value:
+        alloclab.plot.latency. Returns a matplotlib Figure."""
+        from . import plot as _plot
+        return _plot.latency(self, metric=metric, x=x, hue=hue, **kw)
+
     def _check_metric(self, metric):
         if metric not in self.metrics():
             raise errors.UnknownNameError.make("metric", metric, self.metrics())
@@ -419,7 +565,7 @@ class Result:
         cube = np.full((nb, nr, nc), np.nan)
         sd = np.full((nb, nr, nc), np.nan)
         n = np.zeros((nb, nr, nc), dtype=np.int64)
-        samples = {}
+        samples, steal = {}, {}
         for p in self.points:
             if metric not in p.data:
                 continue
@@ -427,6 +573,10 @@ class Result:
             r = row_vals.index(p.params.get(row_key)) if row_key else 0
             c = col_vals.index(p.params.get(col_key)) if col_key else 0
             samples.setdefault((b, r, c), []).append(np.asarray(p.data[metric], dtype=float))
+            steal.setdefault((b, r, c), []).append(
+                np.asarray(p.data.get("steal_pct", []), dtype=float))
+        cell_stats = {k: _stats.describe(np.concatenate(v), steal=np.concatenate(steal[k]))
+                      for k, v in samples.items()}
         for (b, r, c), arrs in samples.items():
             x = np.concatenate(arrs)
             x = x[~np.isnan(x)]
@@ -437,7 +587,7 @@ class Result:
         blocks = [dict(zip(block_keys, bv)) for bv in block_vals]
         title = self._title(metric, stat, blocks)
         return Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
-                     n)
+                     n, cell_stats=cell_stats)
 
     def _title(self, metric, stat, blocks):
         wl = self.points[0].params.get("workload", "") if self.points else ""

@@ -70,14 +70,18 @@ def _dedupe(vals):
     return out
 
 
-def plan(workload, policy, runs=3, producers=1, cpu="auto", timing="batch",
-         warmup_cycles=100, cycles=None, duration=0.25, seed=1, **params):
+def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
+         warmup_cycles=100, cycles=None, duration=0.25, seed=1, histogram=False,
+         mem_sample=0.01, **params):
     """Validate a run() request and return (settings, tasks) without running.
 
     ``tasks`` is a list of plain, picklable dicts, one per grid point, in
     grid order; run_point(task) runs one of them.
     """
     wl = schema.workload(workload)
+    histogram, mem_sample_ns = _measure_options(histogram, mem_sample)
+    if timing is None:  # histograms time every operation: per_op_sum
+        timing = "per_op_sum" if histogram else "batch"
     runs = _int_in("runs", runs, 1)
     warmup_cycles = _int_in("warmup_cycles", warmup_cycles, 0, _U64_MAX)
     if cycles is not None:
@@ -106,6 +110,11 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing="batch",
                     "not producers=%d" % (wl.name, p), name="producers", value=p, min=1, max=1)
     cpus = _dedupe([_choice("cpu mode", c, CPU_MODES) for c in _as_list(cpu, "cpu")])
     timings = _dedupe([_choice("timing", t, TIMINGS) for t in _as_list(timing, "timing")])
+    if histogram and "batch" in timings:
+        raise errors.InvalidArgument(
+            "histogram=True times every operation with its own clock pair, which is "
+            "timing=\"per_op_sum\", not \"batch\": leave timing out or pass "
+            "timing=\"per_op_sum\"")
     usable = lib.al_cpus_usable()
     if "pinned" in cpus:
         for p in prod:
@@ -150,6 +159,8 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing="batch",
         "cycles": cycles,
         "duration": duration,
         "seed": seed,
+        "histogram": histogram,
+        "mem_sample": mem_sample_ns / 1e9,
         "sweep": {
             "policy": [str(p) for p in policies],
             **{p.name: [p.value(v) for v in vals] for p, vals in zip(wl.params, wvalues)},
@@ -177,8 +188,26 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing="batch",
             "duration_ns": duration_ns,
             "seed": seed,
             "runs": runs,
+            "histogram": histogram,
+            "mem_sample_ns": mem_sample_ns,
         })
     return settings, tasks
+
+
+def _measure_options(histogram, mem_sample):
+    """Validate histogram (bool) and mem_sample (seconds, 0 = the phase's ends only)."""
+    if not isinstance(histogram, bool):
+        raise errors.ParameterTypeError("histogram must be True or False, not %r" % (histogram,),
+                                        name="histogram", value=histogram)
+    if isinstance(mem_sample, bool) or not isinstance(mem_sample, numbers.Real):
+        raise errors.ParameterTypeError("mem_sample must be a number of seconds, not %r"
+                                        % (mem_sample,), name="mem_sample", value=mem_sample)
+    mem_sample = float(mem_sample)
+    if not math.isfinite(mem_sample) or mem_sample < 0 or 0 < mem_sample < 1e-4:
+        raise errors.ParameterRangeError(
+            "mem_sample=%r is out of range: 0 (sample at the phase's ends only) or at least "
+            "0.0001 seconds" % mem_sample, name="mem_sample", value=mem_sample, min=0, max=None)
+    return histogram, int(round(mem_sample * 1e9))
 
 
 def run_once(task, run_index=0, in_child=False):
@@ -203,6 +232,8 @@ def run_once(task, run_index=0, in_child=False):
     cfg.cycles = task["cycles"]
     cfg.duration_ns = task["duration_ns"]
     cfg.seed = (task["seed"] + run_index) & _U64_MAX
+    cfg.histogram = 1 if task.get("histogram") else 0
+    cfg.mem_sample_ns = task.get("mem_sample_ns", 0)
     res = ffi.new("struct al_run_result *")
     rc = lib.al_run(cfg, res)
     if rc:
@@ -245,7 +276,22 @@ def run_once(task, run_index=0, in_child=False):
         "elapsed_ns": float(res.elapsed_ns),
         "steal_pct": float(res.steal_pct),
         "layers": layers,
+        **_raw_measures(res, task),
     }
+
+
+def _raw_measures(res, task):
+    """Memory samples and, with histogram=True, the merged histograms (issue 6)."""
+    m = res.mem
+    out = {"mem": {k: int(getattr(m, k)) for k in (
+        "samples", "held_samples", "held", "held_peak", "requested", "requested_peak",
+        "rss_start", "rss", "rss_peak")}}
+    if task.get("histogram"):
+        from .hist import Histogram
+        tpn = float(res.ticks_per_ns)
+        out["hist"] = {"alloc": Histogram.from_c(res.hist[lib.AL_HIST_ALLOC], tpn).to_dict(),
+                       "free": Histogram.from_c(res.hist[lib.AL_HIST_FREE], tpn).to_dict()}
+    return out
 
 
 def run_point(task, on_run=None):
@@ -277,8 +323,9 @@ class _Progress:
             sys.stderr.flush()
 
 
-def run(workload, policy, runs=3, producers=1, cpu="auto", timing="batch", warmup_cycles=100,
-        cycles=None, duration=0.25, seed=1, progress=None, executor=None, **params):
+def run(workload, policy, runs=3, producers=1, cpu="auto", timing=None, warmup_cycles=100,
+        cycles=None, duration=0.25, seed=1, progress=None, executor=None, histogram=False,
+        mem_sample=0.01, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -291,12 +338,21 @@ def run(workload, policy, runs=3, producers=1, cpu="auto", timing="batch", warmu
     to stderr. executor: a concurrent.futures.Executor to run grid points in
     parallel (default: one after the other).
 
+    histogram=True records every operation's latency in a histogram (per-op
+    percentiles; implies timing="per_op_sum", the default then).
+    mem_sample: seconds between memory samples in the measured phase (peak
+    bytes held, requested and RSS), 0 = at the phase's ends only.
+
     Returns a Result. Raises AllocatorExhausted when a run runs out of memory
     and RunError when a run fails otherwise.
     """
     settings, tasks = plan(workload, policy, runs=runs, producers=producers, cpu=cpu,
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
-                           duration=duration, seed=seed, **params)
+                           duration=duration, seed=seed, histogram=histogram,
+                           mem_sample=mem_sample, **params)
+    if executor is not None:  # warns when a local pool would overlap timed runs (issue 6)
+        from .sweep import _check_executor
+        _check_executor(executor, allow_concurrent=True)
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
     out = []
     try:

@@ -35,10 +35,12 @@ FEATURES = [
     ("backend", lib.AL_F_BACKEND),
     ("usable", lib.AL_F_USABLE),
     ("validates", lib.AL_F_VALIDATES),
+    ("stats_anytime", lib.AL_F_STATS_ANYTIME),  # issue 6: memory sampled mid-run
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),
     ("one_producer", lib.AL_WL_ONE_PRODUCER),
+    ("live", lib.AL_WL_LIVE),  # issue 6: keeps live requested bytes
 ]
 
 _SIZE_UNITS = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)]

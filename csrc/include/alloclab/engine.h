@@ -68,6 +68,8 @@ enum al_timing {
 	AL_TIMING_PER_OP_SUM = 1 /* a clock pair around every operation, summed */
 };
 
+struct al_hist;
+
 /* Per-worker state handed to a workload. */
 struct al_worker {
 	unsigned id; /* 0..nworkers-1 */
@@ -87,12 +89,23 @@ struct al_worker {
 	uint64_t rng;	      /* per-worker PRNG state */
 	char *err;	      /* where a workload writes why it failed */
 	size_t errlen;
+	struct al_hist *hist; /* per-op latency [AL_HIST_ALLOC], [AL_HIST_FREE]; NULL = off */
+	int64_t live_bytes;   /* requested and not freed by this worker (AL_WL_LIVE; may be < 0) */
 };
 
 enum al_workload_flags {
-	AL_WL_RESET = 1u << 0,	     /* allocator recreated (untimed) after every cycle */
-	AL_WL_ONE_PRODUCER = 1u << 1 /* exactly one producer, as the modelled bench */
+	AL_WL_RESET = 1u << 0,	      /* allocator recreated (untimed) after every cycle */
+	AL_WL_ONE_PRODUCER = 1u << 1, /* exactly one producer, as the modelled bench */
+	AL_WL_LIVE = 1u << 2	      /* workers keep live_bytes (al_worker_live) */
 };
+
+/* AL_WL_LIVE workloads: the bytes requested and not yet freed changed by
+ * delta. Call outside timed regions; one writer per worker (the memory
+ * sampler reads every worker's live_bytes while the run goes on). */
+static inline void al_worker_live(struct al_worker *w, int64_t delta)
+{
+	__atomic_store_n(&w->live_bytes, w->live_bytes + delta, __ATOMIC_RELAXED);
+}
 
 struct al_workload_desc {
 	unsigned abi_version; /* AL_ABI_VERSION */
@@ -118,6 +131,89 @@ struct al_workload_desc {
 		       size_t errlen);
 };
 
+/* ---- per-operation latency histograms ---- */
+
+/*
+ * Log-linear buckets, as HdrHistogram's: values 0..15 have a bucket each;
+ * every power-of-two range [2^k, 2^(k+1)), k >= 4, is split into 16 linear
+ * sub-buckets of width 2^(k-4). A bucket is at most 1/16 as wide as its
+ * lower bound, so a percentile read from the buckets is within 6.25% of the
+ * true value. 976 buckets cover all of uint64_t; values are clock ticks.
+ * One histogram per worker per operation kind (one writer, no atomics),
+ * merged after the workers are joined. Recording costs a clock pair per
+ * operation (the workload times each one) plus a bucket increment.
+ */
+#define AL_HIST_SUB_BITS 4
+#define AL_HIST_SUB	 (1u << AL_HIST_SUB_BITS) /* linear sub-buckets per power of two */
+#define AL_HIST_BUCKETS	 ((64 - AL_HIST_SUB_BITS + 1) * AL_HIST_SUB)
+
+enum al_hist_op { AL_HIST_ALLOC = 0, AL_HIST_FREE = 1, AL_HIST_NR = 2 };
+
+struct al_hist {
+	uint64_t count;		     /* values recorded */
+	uint64_t sum;		     /* their sum */
+	uint64_t min;		     /* smallest value (UINT64_MAX when empty) */
+	uint64_t max;		     /* largest value (0 when empty) */
+	uint64_t b[AL_HIST_BUCKETS]; /* values per bucket */
+};
+
+/* The bucket of a value. */
+static inline unsigned al_hist_bucket(uint64_t v)
+{
+	unsigned shift;
+
+	if (v < AL_HIST_SUB)
+		return (unsigned)v;
+	shift = al_fls64(v) - AL_HIST_SUB_BITS - 1; /* v >> shift is in [16, 31] */
+	return (shift + 1) * AL_HIST_SUB + (unsigned)(v >> shift) - AL_HIST_SUB;
+}
+
+static inline void al_hist_record(struct al_hist *h, uint64_t v)
+{
+	h->b[al_hist_bucket(v)]++;
+	h->count++;
+	h->sum += v;
+	if (v < h->min)
+		h->min = v;
+	if (v > h->max)
+		h->max = v;
+}
+
+AL_API void al_hist_reset(struct al_hist *h); /* empty */
+AL_API void al_hist_merge(struct al_hist *dst, const struct al_hist *src);
+AL_API uint64_t al_hist_bucket_lo(unsigned i); /* smallest value of bucket i */
+AL_API uint64_t al_hist_bucket_hi(unsigned i); /* largest value of bucket i */
+
+/* ---- memory during a run ---- */
+
+/*
+ * The engine's main thread samples memory while it waits for the measured
+ * phase to end: at the start and the end of the phase (workers quiescent)
+ * and every mem_sample_ns in between. A sample reads
+ *  - requested: the sum of the workers' live_bytes (AL_WL_LIVE workloads:
+ *    bytes asked for and not yet freed, updated per batch, outside timed
+ *    regions), -1 when the workload does not keep it;
+ *  - held: the bottom layer's bytes_held (what the stack took from its
+ *    backing memory for the workload, caches above included); in between
+ *    the ends only when the bottom layer has AL_F_STATS_ANYTIME (its
+ *    stats() may run while workers operate), else at the ends only;
+ *  - rss: the resident set size (/proc/self/statm, kept open).
+ * A sample costs a few microseconds on the unpinned main thread, which
+ * sleeps between samples. Peaks are of the samples: a lower bound of the
+ * true peak, close when the peak lasts longer than a period.
+ */
+struct al_mem {
+	uint64_t samples;	/* samples taken (rss, requested) */
+	uint64_t held_samples;	/* of which held was read; 2 = only the two ends */
+	int64_t held;		/* bottom layer's bytes_held at the end of the phase */
+	int64_t held_peak;	/* the largest held sampled */
+	int64_t requested;	/* workers' live bytes at the end; -1 unknown */
+	int64_t requested_peak; /* the largest sampled; -1 unknown */
+	uint64_t rss_start;	/* resident set size (bytes) at the start of the phase */
+	uint64_t rss;		/* at the end */
+	uint64_t rss_peak;	/* the largest sampled */
+};
+
 /* ---- runs ---- */
 
 enum al_cpu_mode {
@@ -139,6 +235,8 @@ struct al_run_config {
 	uint64_t cycles;      /* measured cycles per worker; 0 = bounded by duration_ns */
 	uint64_t duration_ns; /* measured phase when cycles == 0 */
 	uint64_t seed;
+	int histogram;		/* per-op latency histograms (needs AL_TIMING_PER_OP_SUM) */
+	uint64_t mem_sample_ns; /* memory sampling period in the measured phase; 0 = ends only */
 };
 
 struct al_run_result {
@@ -161,6 +259,8 @@ struct al_run_result {
 	unsigned nlayers;
 	struct al_stats layers[AL_MAX_LAYERS]; /* after the run, before drain; top first */
 	int64_t leaked[AL_MAX_LAYERS];	       /* bytes_held after drain minus baseline */
+	struct al_hist hist[AL_HIST_NR];       /* per-op latency, ticks, all workers (histogram) */
+	struct al_mem mem;		       /* memory during the measured phase */
 };
 
 /* 0 or -errno; res->status and res->error say the same. */

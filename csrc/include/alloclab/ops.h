@@ -146,11 +146,14 @@ struct al_param_desc {
 
 /* Layer features: what a layer above may rely on. */
 enum al_features {
-	AL_F_BULK = 1u << 0,	 /* native alloc_bulk/free_bulk */
-	AL_F_OWNS = 1u << 1,	 /* owns() answers by address range */
-	AL_F_BACKEND = 1u << 2,	 /* needs a layer below */
-	AL_F_USABLE = 1u << 3,	 /* usable_size() works */
-	AL_F_VALIDATES = 1u << 4 /* invalid and double frees return -EINVAL */
+	AL_F_BULK = 1u << 0,	  /* native alloc_bulk/free_bulk */
+	AL_F_OWNS = 1u << 1,	  /* owns() answers by address range */
+	AL_F_BACKEND = 1u << 2,	  /* needs a layer below */
+	AL_F_USABLE = 1u << 3,	  /* usable_size() works */
+	AL_F_VALIDATES = 1u << 4, /* invalid and double frees return -EINVAL */
+	/* stats() may run while other threads operate (it reads relaxed atomics
+	 * only): the engine then samples this layer's bytes_held during a run */
+	AL_F_STATS_ANYTIME = 1u << 5
 };
 
 struct al_layer_desc {

@@ -1,0 +1,305 @@
+"""Plots of Results and Comparisons; each function returns a matplotlib Figure.
+
+    import alloclab as al
+    al.plot.latency(res, "alloc_ns")          # vs producers, a line per policy (seed 000)
+    al.plot.heatmap(al.compare(a, b))          # A/B changes, coloured by change
+    al.plot.latency_hist(res, "alloc")        # per-op histogram and CDF (histogram=True)
+    al.plot.counters(res)                      # counters per operation, as bars
+
+matplotlib is imported when a function is called, so ``import alloclab``
+stays fast; in a headless process select a backend first
+(``matplotlib.use("Agg")``), as the CLI does.
+"""
+
+import math
+
+import numpy as np
+
+from . import errors
+from .stats import describe
+
+_HUE_LABELS = {"producers": "producers", "allocs_per_cycle": "allocs/cycle"}
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _uniq(vals):
+    out = []
+    for v in vals:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _metric_label(metric):
+    from .result import METRIC_INFO
+    desc, unit, _ = METRIC_INFO.get(metric, (metric, "", None))
+    if metric.endswith("_per_op"):
+        desc, unit = metric[:-len("_per_op")], "per op"
+    return "%s (%s)" % (desc, unit) if unit else desc
+
+
+def _sortable(vals):
+    try:
+        return sorted(vals)
+    except TypeError:
+        return vals
+
+
+def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, error="sd",
+            logy=False, title=None, figsize=None):
+    """``metric`` against parameter ``x``, one line per value of ``hue``, one
+    panel per value of ``panel`` (default: the one other swept parameter,
+    e.g. allocs/cycle, as seed 000's tables are split). Points are means over
+    runs; error bars are one sd ("sd"), the 95% CI of the mean ("ci") or
+    none (None). Virtual-CPU points (more producers than usable CPUs) are
+    shaded when x is producers."""
+    plt = _plt()
+    res._check_metric(metric)
+    keys = res.params()
+    for k, what in ((x, "x"), (hue, "hue")):
+        if k is not None and k not in keys:
+            raise errors.UnknownNameError.make("parameter", k, keys, context=what)
+    if error not in ("sd", "ci", None):
+        raise errors.UnknownNameError.make("error bar", error, ["sd", "ci", "None"])
+    others = [k for k in res.swept() if k not in (x, hue, "workload")]
+    if panel is None:
+        panels = [None] if not others else _uniq(
+            [tuple(p.params.get(k) for k in others) for p in res.points])
+        pkeys = others
+    else:
+        if panel not in keys:
+            raise errors.UnknownNameError.make("parameter", panel, keys, context="panel")
+        pkeys = [panel]
+        panels = _uniq([(p.params.get(panel),) for p in res.points])
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=figsize or (max(4.0, 3.4 * n), 3.4), squeeze=False)
+    usable = None
+    vmode = [p for p in res.points if p.info.get("cpu_mode") == "virtual"]
+    if x == "producers" and vmode:
+        usable = min(p.info.get("ncpu_usable", 0) for p in vmode)
+    for ax, pv in zip(axes[0], panels):
+        sub = res if pv is None else res.filter(**{k: [v] for k, v in zip(pkeys, pv)})
+        hues = _uniq([p.params.get(hue) for p in sub.points]) if hue else [None]
+        for hv in hues:
+            pts = sub.filter(**{hue: [hv]}) if hue else sub
+            xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
+            ys, es = [], []
+            for xv in xs:
+                st = pts.stats(metric, **{x: [xv]})
+                vals = np.concatenate([s.values for _, s in st]) if st else np.array([])
+                s = describe(vals)
+                ys.append(s.mean)
+                e = s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan
+                es.append(0.0 if math.isnan(e) else e)
+            ax.errorbar(xs, ys, yerr=es if error else None, marker="o", capsize=3,
+                        label=str(hv) if hue else metric)
+        if pv is not None:
+            ax.set_title(", ".join("%s=%s" % (_HUE_LABELS.get(k, k), v)
+                                   for k, v in zip(pkeys, pv)), fontsize="medium")
+        ax.set_xlabel(_HUE_LABELS.get(x, x))
+        if all(isinstance(v, (int, float)) for v in _uniq([p.params.get(x) for p in sub.points])):
+            ax.set_xticks(_sortable(_uniq([p.params.get(x) for p in sub.points])))
+        if usable and any(p.params.get(x, 0) > usable for p in sub.points):
+            ax.axvspan(usable + 0.5, max(p.params.get(x) for p in sub.points) + 0.5,
+                       color="0.92", zorder=0)
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel(_metric_label(metric))
+    if hue:
+        axes[0][-1].legend(fontsize="small", title=_HUE_LABELS.get(hue, hue))
+    wl = _uniq([p.params.get("workload") for p in res.points])
+    fig.suptitle(title or "%s%s%s" % (", ".join(map(str, wl)), ": " if wl else "",
+                                       _metric_label(metric)) +
+                 ("; error bars: %s" % ("1 sd" if error == "sd" else "95% CI") if error else "") +
+                 ("; shaded: virtual CPUs" if usable else ""), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def heatmap(cmp, vmax=None, cmap="RdYlGn", title=None, figsize=None, annotate=True):
+    """A Comparison as a heatmap: rows are its result classes, columns its
+    columns, colour the change in percent (green better, red worse) on a
+    range symmetric about 0: ``vmax`` (default: the largest |change|,
+    between 5% and 100%; larger changes saturate); cells print their
+    change and mark."""
+    plt = _plt()
+    labels, cols, vals, marks = cmp.matrix()
+    finite = np.abs(vals[np.isfinite(vals)])
+    if vmax is None:
+        vmax = min(100.0, max(5.0, float(finite.max()) if finite.size else 5.0))
+    h = max(2.5, 0.32 * len(labels) + 1.6)
+    w = max(5.0, 1.6 * len(cols) + 0.07 * max(len(s) for s in labels) + 3)
+    fig, ax = plt.subplots(figsize=figsize or (w, h))
+    shown = np.where(np.isfinite(vals), vals, np.nan)
+    im = ax.imshow(shown, cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels(cols)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize="small")
+    ax.set_xlabel("against %s" % cmp.base_name)
+    if annotate:
+        for i in range(len(labels)):
+            for j in range(len(cols)):
+                v = vals[i, j]
+                if np.isnan(v):
+                    continue
+                t = ("(%s) " % marks[i][j] if marks[i][j] else "") + (
+                    "%+.1f%%" % v if np.isfinite(v) else "inf")
+                ax.text(j, i, t, ha="center", va="center", fontsize="x-small",
+                        fontweight="bold" if marks[i][j] else "normal")
+    cb = fig.colorbar(im, ax=ax)
+    cb.set_label("change %% (positive = better; marked: p_adj < %g, |change| >= %g%%)" % (
+        cmp.alpha, 100 * cmp.threshold), fontsize="small")
+    ax.set_title(title or "%s vs %s" % (", ".join(cols), cmp.base_name), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), title=None,
+                 figsize=None, **where):
+    """Per-op latency of ``op``: the histogram (fraction of operations per
+    bucket, log-scaled ns) beside its CDF, one line per value of ``by`` for a
+    Result (points filtered by ``where``), or one for a Histogram.
+    Percentiles are marked on the CDF of a single line; the timer overhead
+    (one clock pair, included in every value) as a dotted line."""
+    from .hist import Histogram
+    from .result import Result
+    plt = _plt()
+    series = []
+    overhead = None
+    if isinstance(data, Histogram):
+        series.append((op, data))
+    elif isinstance(data, Result):
+        res = data.filter(**where) if where else data
+        vals = _uniq([p.params.get(by) for p in res.points]) if by else [None]
+        for v in vals:
+            sub = res.filter(**{by: [v]}) if by else res
+            series.append((str(v) if by else op, sub.histogram(op)))
+        ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in res.points
+               if "timer_overhead_ns" in p.data]
+        overhead = float(np.mean(ovh)) if ovh else None
+    else:
+        raise errors.InvalidArgument("latency_hist takes a Result or a Histogram, not %r"
+                                     % (data,))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=figsize or (10, 3.6))
+    for label, h in series:
+        lo, hi, c = h.buckets_ns()
+        if not len(c):
+            continue
+        ax1.bar(lo, c / float(h.count), width=hi - lo, align="edge", alpha=0.6, label=label)
+        x, f = h.cdf()
+        ax2.step(x, f, where="post", label=label)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_xlabel("%s latency (ns, log scale)" % op)
+        ax.grid(True, alpha=0.3)
+        if overhead:
+            ax.axvline(overhead, color="0.5", linestyle=":", linewidth=1)
+    ax1.set_ylabel("fraction of operations")
+    ax2.set_ylabel("fraction <= latency")
+    ax2.set_ylim(0, 1.01)
+    if len(series) == 1:
+        h = series[0][1]
+        for q in percentiles:
+            v = h.percentile(q)
+            if np.isfinite(v):
+                ax2.axvline(v, color="C3", linewidth=0.8, alpha=0.6)
+                ax2.annotate("p%g" % q, (v, 0.02 + 0.9 * min(q, 99.9) / 100), fontsize="x-small",
+                             rotation=90, color="C3")
+    if len(series) > 1:
+        ax2.legend(fontsize="small", title=by)
+    fig.suptitle(title or "per-operation %s latency%s" % (
+        op, " (dotted: one clock pair, %.0f ns, included)" % overhead if overhead else ""),
+        fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def counters(res, names=None, per_op=True, limit=12, logy=False, title=None, figsize=None,
+             **where):
+    """Counters per operation as grouped bars: a group per counter
+    ("<layer>.<counter>"), a bar per point (labelled by its swept
+    parameters), means over runs. names: counters to show (default: the
+    event counts, not times or bytes, that are not zero anywhere, at most
+    ``limit``, in layer order); per_op=False shows the raw counts of the
+    measured phase."""
+    plt = _plt()
+    res = res.filter(**where) if where else res
+    if not res.points:
+        raise errors.InvalidArgument("no points to plot")
+    suffix = "_per_op" if per_op else ""
+    if names is None:
+        cand = [m for m in res.metrics() if m.endswith("_per_op") and "." in m and
+                "bytes" not in m and not m.endswith("_ns_per_op")]
+        means = {}
+        for m in cand:
+            v = [float(np.nanmean(p.data[m])) for p in res.points if m in p.data and
+                 len(p.data[m]) and not np.all(np.isnan(p.data[m]))]
+            if v and max(abs(x) for x in v) > 0:
+                means[m] = max(abs(x) for x in v)
+        top = set(sorted(means, key=lambda k: -means[k])[:limit])
+        names = [m[:-len("_per_op")] for m in cand if m in top]
+    keys = [n + suffix for n in names]
+    for k in keys:
+        res._check_metric(k)
+    swept = [k for k in res.swept() if k != "workload"]
+    labels = [", ".join("%s" % p.params.get(k) if k == "policy" else "%s=%s" % (
+        _HUE_LABELS.get(k, k), p.params.get(k)) for k in swept) or "all" for p in res.points]
+    groups = {}
+    for lab, p in zip(labels, res.points):
+        groups.setdefault(lab, []).append(p)
+    fig, ax = plt.subplots(figsize=figsize or (
+        min(16.0, max(6.0, 2 + 0.5 * len(keys) + 0.12 * len(keys) * len(groups))), 4.2))
+    width = 0.8 / max(1, len(groups))
+    xs = np.arange(len(keys))
+    for i, (lab, pts) in enumerate(groups.items()):
+        ys = []
+        for k in keys:
+            v = np.concatenate([np.asarray(p.data[k], dtype=float) for p in pts if k in p.data]
+                               or [np.array([np.nan])])
+            ys.append(float(np.nanmean(v)) if not np.all(np.isnan(v)) else 0.0)
+        ax.bar(xs + (i - (len(groups) - 1) / 2.0) * width, ys, width, label=lab)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize="small")
+    ax.set_ylabel("per operation (alloc + free)" if per_op else "count in the measured phase")
+    if logy:
+        ax.set_yscale("log")
+    ax.legend(fontsize="x-small")
+    ax.grid(True, axis="y", alpha=0.3)
+    wl = _uniq([p.params.get("workload") for p in res.points])
+    ax.set_title(title or "%s: counters %s" % (", ".join(map(str, wl)),
+                                               "per operation" if per_op else ""),
+                 fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def save(figs, path):
+    """Write figures to ``path`` (a PDF holds them all; other formats get
+    path, path-1.ext, path-2.ext, ...); returns the paths written."""
+    plt = _plt()
+    figs = list(figs)
+    out = []
+    if path.endswith(".pdf"):
+        from matplotlib.backends.backend_pdf import PdfPages
+        with PdfPages(path) as pdf:
+            for f in figs:
+                pdf.savefig(f)
+        out.append(path)
+    else:
+        base, dot, ext = path.rpartition(".")
+        if not dot:
+            base, ext = path, "png"
+        for i, f in enumerate(figs):
+            p = path if i == 0 else "%s-%d.%s" % (base, i, ext)
+            f.savefig(p)
+            out.append(p)
+    for f in figs:
+        plt.close(f)
+    return out
+

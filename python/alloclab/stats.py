@@ -1,0 +1,372 @@
+"""Statistics over runs, and the tests that compare two sets of runs.
+
+Everything here is plain Python and NumPy: the t and normal distributions
+are computed from the regularized incomplete beta function (a continued
+fraction) and ``math.erfc``, so alloclab needs no SciPy at run time (the
+test suite checks these numbers against SciPy).
+
+    s = describe([101.0, 99.5, 104.2], steal=[0.0, 0.1, 3.5])
+    s.mean, s.sd, s.ci, s.cv, s.warnings
+
+Warnings follow pyperf's habit of saying when a number should not be
+trusted: a coefficient of variation above 10%, steal time during a run
+above 2% of CPU time (a shared VM's neighbours ran on our CPUs), or fewer
+than 3 runs (no usable spread, a confidence interval wider than the mean).
+"""
+
+import functools
+import math
+import textwrap
+from collections import namedtuple
+
+import numpy as np
+
+CV_WARN = 0.10  # coefficient of variation above which a cell is unstable
+STEAL_WARN_PCT = 2.0  # steal time (% of CPU time) during any run above which to warn
+MIN_RUNS = 3  # fewer runs than this: no trustworthy spread
+
+# ---------------------------------------------------------------- distributions
+
+
+def _betacf(a, b, x):
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a, b, x):
+    """The regularized incomplete beta function I_x(a, b), a, b > 0."""
+    if not (a > 0 and b > 0):
+        raise ValueError("betainc needs a > 0 and b > 0, not a=%r, b=%r" % (a, b))
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lfront = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+              + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lfront) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lfront) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t, df):
+    """P(T > t) for Student's t with df degrees of freedom (df > 0, may be fractional)."""
+    if math.isnan(t) or not df > 0:
+        return math.nan
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))  # P(T > |t|)
+    return tail if t > 0 else 1.0 - tail
+
+
+def t_cdf(t, df):
+    """P(T <= t) for Student's t."""
+    return 1.0 - t_sf(t, df) if t > 0 else t_sf(-t, df)
+
+
+@functools.lru_cache(maxsize=1024)
+def t_ppf(p, df):
+    """The t with P(T <= t) = p (0 < p < 1): bisection to double precision."""
+    if not 0.0 < p < 1.0:
+        raise ValueError("t_ppf needs 0 < p < 1, not %r" % (p,))
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_ppf(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e300:
+            return math.inf
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def norm_cdf(z):
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
+def norm_sf(z):
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+@functools.lru_cache(maxsize=256)
+def norm_ppf(p):
+    """The z with P(Z <= z) = p, by bisection on erfc."""
+    if not 0.0 < p < 1.0:
+        raise ValueError("norm_ppf needs 0 < p < 1, not %r" % (p,))
+    if p > 0.5:  # 1 - p is exact here; the lower tail is where erfc is accurate
+        return -norm_ppf(1.0 - p)
+    lo, hi = -40.0, 40.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if norm_cdf(mid) < p:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+# ---------------------------------------------------------------- describe
+
+StatWarning = namedtuple("StatWarning", "kind message")
+
+
+class Stats:
+    """One cell's runs: n, mean, sd (sample, ddof=1), median, min, max, cv
+    (sd / |mean|), ci (lo, hi) for the mean at ``confidence`` (Student t),
+    ci_half (the half width) and ``warnings`` (StatWarning(kind, message);
+    kinds: "runs", "cv", "steal")."""
+
+    __slots__ = ("n", "mean", "sd", "median", "min", "max", "cv", "ci", "ci_half", "confidence",
+                 "steal_max", "warnings", "values")
+
+    def __init__(self, values, confidence=0.95, steal=None, cv_warn=CV_WARN,
+                 steal_warn=STEAL_WARN_PCT, min_runs=MIN_RUNS):
+        x = np.asarray(values, dtype=float).ravel()
+        x = x[~np.isnan(x)]
+        self.values = x
+        self.n = n = int(len(x))
+        self.confidence = confidence
+        nan = math.nan
+        self.mean = float(np.mean(x)) if n else nan
+        self.median = float(np.median(x)) if n else nan
+        self.min = float(np.min(x)) if n else nan
+        self.max = float(np.max(x)) if n else nan
+        self.sd = float(np.std(x, ddof=1)) if n > 1 else nan
+        if n > 1 and self.mean != 0:
+            self.cv = self.sd / abs(self.mean)
+        elif n > 1 and self.sd == 0:
+            self.cv = 0.0
+        else:
+            self.cv = nan
+        if n > 1:
+            h = t_ppf(0.5 + confidence / 2.0, n - 1) * self.sd / math.sqrt(n)
+            self.ci_half = h
+            self.ci = (self.mean - h, self.mean + h)
+        else:
+            self.ci_half = nan
+            self.ci = (nan, nan)
+        s = np.asarray(steal if steal is not None else [], dtype=float).ravel()
+        s = s[~np.isnan(s)]
+        self.steal_max = float(np.max(s)) if len(s) else nan
+        w = []
+        if n < min_runs:
+            w.append(StatWarning("runs", "%d run%s (< %d): %s" % (
+                n, "" if n == 1 else "s", min_runs,
+                "no spread, no confidence interval" if n < 2 else
+                "the spread and confidence interval are rough")))
+        if not math.isnan(self.cv) and self.cv > cv_warn:
+            w.append(StatWarning("cv", "unstable: CV %.1f%% (> %.0f%%)" % (
+                100 * self.cv, 100 * cv_warn)))
+        if not math.isnan(self.steal_max) and self.steal_max > steal_warn:
+            w.append(StatWarning("steal", "steal time %.1f%% of CPU time in a run (> %g%%)" % (
+                self.steal_max, steal_warn)))
+        self.warnings = w
+
+    @property
+    def stable(self):
+        return not self.warnings
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in ("n", "mean", "sd", "median", "min", "max", "cv",
+                                             "ci", "ci_half", "confidence", "steal_max")} | {
+            "warnings": [w.message for w in self.warnings]}
+
+    def __repr__(self):
+        s = "Stats(n=%d, mean=%.6g, sd=%.3g, ci=[%.6g, %.6g])" % (
+            self.n, self.mean, self.sd, self.ci[0], self.ci[1])
+        if self.warnings:
+            s += " warnings: " + "; ".join(w.message for w in self.warnings)
+        return s
+
+
+def describe(values, confidence=0.95, steal=None, **kw):
+    """Stats of one cell's runs (NaNs dropped); ``steal``: the runs'
+    steal_pct, for the steal warning."""
+    return Stats(values, confidence=confidence, steal=steal, **kw)
+
+
+# ---------------------------------------------------------------- tests
+
+TestResult = namedtuple("TestResult", "test statistic pvalue")
+
+
+def _clean(x):
+    x = np.asarray(x, dtype=float).ravel()
+    return x[~np.isnan(x)]
+
+
+def welch(a, b):
+    """Welch's unequal-variance t-test, two-sided: TestResult("welch", t, p).
+
+    Both sides need 2 runs or more (else p is NaN). When both variances
+    are zero (deterministic counters), p is 0 if the means differ, else 1.
+    """
+    a, b = _clean(a), _clean(b)
+    na, nb = len(a), len(b)
+    if na < 2 or nb < 2:
+        return TestResult("welch", math.nan, math.nan)
+    ma, mb = float(np.mean(a)), float(np.mean(b))
+    va, vb = float(np.var(a, ddof=1)) / na, float(np.var(b, ddof=1)) / nb
+    if va + vb == 0:
+        if ma == mb:
+            return TestResult("welch", 0.0, 1.0)
+        return TestResult("welch", math.copysign(math.inf, ma - mb), 0.0)
+    t = (ma - mb) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
+    p = min(1.0, 2.0 * t_sf(abs(t), df))
+    return TestResult("welch", t, p)
+
+
+def _rank_average(x):
+    """Ranks 1..n with ties given their average rank; and the tie group sizes."""
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    ranks = np.empty(len(x), dtype=float)
+    ties = []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
+        ties.append(j - i + 1)
+        i = j + 1
+    return ranks, np.array(ties, dtype=float)
+
+
+@functools.lru_cache(maxsize=128)
+def _mwu_counts(m, n):
+    """How many of the C(m+n, m) arrangements give U = 0..m*n: the
+    coefficients of the Gaussian binomial [m+n choose m]_q, built as
+    prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i) with exact integers."""
+    size = m * n + 1
+    c = [0] * size
+    c[0] = 1
+    for i in range(1, m + 1):
+        k = n + i  # multiply by (1 - q^k), truncated to the degree m*n
+        for d in range(size - 1, k - 1, -1):
+            c[d] -= c[d - k]
+        for d in range(i, size):  # divide by (1 - q^i): prefix sums with stride i
+            c[d] += c[d - i]
+    return tuple(c)
+
+
+def mannwhitney(a, b):
+    """Mann-Whitney U test, two-sided: TestResult("mannwhitney", U1, p).
+
+    As SciPy's ``method="auto"``: the exact distribution when there are no
+    ties and either side has at most 8 values, else the normal
+    approximation with tie and continuity corrections.
+    """
+    a, b = _clean(a), _clean(b)
+    n1, n2 = len(a), len(b)
+    if not n1 or not n2:
+        return TestResult("mannwhitney", math.nan, math.nan)
+    ranks, ties = _rank_average(np.concatenate([a, b]))
+    u1 = float(np.sum(ranks[:n1]) - n1 * (n1 + 1) / 2.0)
+    u = max(u1, n1 * n2 - u1)
+    has_ties = bool(np.any(ties > 1))
+    if (n1 <= 8 or n2 <= 8) and not has_ties:
+        counts = _mwu_counts(min(n1, n2), max(n1, n2))
+        k = int(round(u))
+        p = 2.0 * (sum(counts[k:]) / math.comb(n1 + n2, n1))
+    else:
+        n = n1 + n2
+        s = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - float(np.sum(ties ** 3 - ties)) / (n * (n - 1))))
+        if s == 0:
+            return TestResult("mannwhitney", u1, 1.0)
+        z = (u - n1 * n2 / 2.0 - 0.5) / s
+        p = 2.0 * norm_sf(z)
+    return TestResult("mannwhitney", u1, min(1.0, max(0.0, p)))
+
+
+def choose_test(test, na, nb):
+    """'auto' -> Mann-Whitney when both sides have >= 6 runs, else Welch."""
+    if test == "auto":
+        return "mannwhitney" if na >= 6 and nb >= 6 else "welch"
+    return test
+
+
+TESTS = {"welch": welch, "mannwhitney": mannwhitney}
+
+
+def bh_adjust(pvalues):
+    """Benjamini-Hochberg adjusted p-values (NaNs stay NaN and do not count)."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(~np.isnan(p))
+    m = len(ok)
+    if not m:
+        return out
+    order = ok[np.argsort(p[ok], kind="mergesort")]
+    adj = p[order] * m / np.arange(1, m + 1)
+    adj = np.minimum.accumulate(adj[::-1])[::-1]
+    out[order] = np.minimum(adj, 1.0)
+    return out
+
+
+def _names(items, limit):
+    if len(items) <= limit:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + " and %d more" % (len(items) - limit)
+
+
+def warning_lines(cells, limit=6, cv_warn=CV_WARN, steal_warn=STEAL_WARN_PCT, wrap=104):
+    """One line per kind of warning over labelled cells [(label, Stats)],
+    wrapped at ``wrap`` columns (0: not wrapped)."""
+    lines = []
+    runs = {}
+    for label, st in cells:
+        for w in st.warnings:
+            if w.kind == "runs":
+                runs.setdefault(w.message, []).append(label)
+    for msg, labels in runs.items():
+        lines.append("%s: %s" % (msg, "every cell" if len(labels) == len(cells) and
+                                 len(cells) > 1 else _names(labels, limit)))
+    cv = ["%s (%.0f%%)" % (label, 100 * st.cv) for label, st in cells
+          if any(w.kind == "cv" for w in st.warnings)]
+    if cv:
+        lines.append("unstable, CV > %.0f%%: %s" % (100 * cv_warn, _names(cv, limit)))
+    steal = ["%s (%.1f%%)" % (label, st.steal_max) for label, st in cells
+             if any(w.kind == "steal" for w in st.warnings)]
+    if steal:
+        lines.append("steal time > %g%% of CPU time during a run (a busy host): %s" % (
+            steal_warn, _names(steal, limit)))
+    if not wrap:
+        return lines
+    out = []
+    for line in lines:
+        out += textwrap.wrap(line, wrap, subsequent_indent="    ", break_on_hyphens=False)
+    return out

@@ -1,0 +1,264 @@
+"""sweep(): a run() for long experiments, resumable, interleaved and distributable.
+
+    res = alloclab.sweep("malloc-free", ["libarena-spill", "libarena-transfer"],
+                         producers=[1, 2, 4, 8], allocs_per_cycle=[16, 64, 256],
+                         runs=5, journal="spill-vs-transfer.jsonl")
+
+It validates and builds the grid with run.plan() and runs each (cell, run)
+with run.run_once(), as run() does, and adds:
+
+- order: every (cell, run) pair is a unit of work; run i of every cell
+  comes before run i+1 of any, and within a round the cells (so the
+  policies) are in a random order drawn from ``order_seed`` (default: the
+  sweep's seed), so that machine drift (thermal, a neighbour on a shared
+  host) does not favour one side of an A/B comparison;
+- a progress bar (tqdm: done/total, rate and ETA) on stderr;
+- resumability: with ``journal=PATH`` each finished unit is appended to a
+  JSON Lines file as soon as it is done (a header line with the sweep's
+  settings first). Run the same sweep again with the same journal and the
+  units already there are skipped; the Result holds all of them. A
+  different sweep on the same journal is refused. An interrupted write
+  (a last line cut short) is dropped and redone;
+- ``executor=``: any concurrent.futures.Executor runs the units, meant to
+  spread them over machines (dask: ``client.get_executor()``; alloclab
+  submits with ``pure=False`` itself, without which dask would hand back one
+  cached result for identical calls). Timed units must never run side by
+  side on the same cores, so a local Thread/ProcessPoolExecutor with more
+  than one worker is refused (``allow_concurrent=True`` runs it anyway, with
+  a warning), and a dask cluster with more than one worker thread on a host
+  is warned about.
+
+The Result's metadata["sweep"] records the order, the journal, how many
+units were resumed, and the wall time of this session beside the sum of
+its units' own run times (the sweep's overhead).
+"""
+
+import concurrent.futures as cf
+import json
+import os
+import random
+import sys
+import time
+import warnings
+
+from . import errors
+from .result import Result, collect_metadata
+from .run import plan, run_once
+
+JOURNAL_FORMAT = "alloclab-sweep-journal"
+JOURNAL_VERSION = 1
+
+
+def _run_unit(task, run_index):
+    """One unit, in whatever process the executor picked: (raw, wall seconds)."""
+    t0 = time.perf_counter()
+    raw = run_once(task, run_index)
+    return raw, time.perf_counter() - t0
+
+
+def _cell_key(point):
+    return json.dumps(point, sort_keys=True, default=str)
+
+
+def _norm(obj):
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+class ConcurrentExecutorWarning(UserWarning):
+    """Timed cells may run side by side on the same cores."""
+
+
+def _check_executor(executor, allow_concurrent):
+    """Refuse (or warn about) executors that run timed units side by side."""
+    if not isinstance(executor, cf.Executor):
+        raise errors.InvalidArgument(
+            "executor must be a concurrent.futures.Executor, not %r" % (executor,))
+    if isinstance(executor, (cf.ThreadPoolExecutor, cf.ProcessPoolExecutor)):
+        n = getattr(executor, "_max_workers", 1) or 1
+        if n > 1:
+            msg = ("%s with max_workers=%d runs timed cells side by side on this machine's "
+                   "cores, where they disturb each other's timing" % (type(executor).__name__, n))
+            if not allow_concurrent:
+                raise errors.InvalidArgument(
+                    msg + ": use max_workers=1, or an executor that spreads cells over machines "
+                    "(dask: client.get_executor()), or pass allow_concurrent=True to accept it")
+            warnings.warn(msg, ConcurrentExecutorWarning, stacklevel=3)
+    elif _is_dask(executor):
+        try:
+            info = executor._client.scheduler_info()
+            hosts = {}
+            for w in info.get("workers", {}).values():
+                h = w.get("host", "?")
+                hosts[h] = hosts.get(h, 0) + int(w.get("nthreads", 1))
+        except Exception:  # pragma: no cover - best effort
+            hosts = {}
+        crowded = {h: n for h, n in hosts.items() if n > 1}
+        if crowded:
+            warnings.warn(
+                "dask runs %s worker threads on one host: timed cells may run side by side on "
+                "the same cores; give each host one worker with one thread" % ", ".join(
+                    "%d on %s" % (n, h) for h, n in crowded.items()),
+                ConcurrentExecutorWarning, stacklevel=3)
+
+
+def _is_dask(executor):
+    return type(executor).__module__.startswith("distributed") and hasattr(executor, "_client")
+
+
+class _Journal:
+    """The JSON Lines file of a sweep: a header, then one line per finished unit."""
+
+    def __init__(self, path, settings, metadata):
+        self.path = os.fspath(path)
+        self.done = {}  # (cell key, run) -> (raw, wall_s)
+        self.metadata = metadata
+        header = {"format": JOURNAL_FORMAT, "version": JOURNAL_VERSION,
+                  "settings": _norm(settings), "metadata": metadata}
+        if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
+            self._load(settings)
+            self.f = open(self.path, "a")
+        else:
+            self.f = open(self.path, "w")
+            self._write(header)
+
+    def _load(self, settings):
+        with open(self.path, "rb") as f:
+            data = f.read()
+        if not data.endswith(b"\n"):  # a write cut short: drop the partial line
+            cut = data.rfind(b"\n") + 1
+            data = data[:cut]
+            with open(self.path, "r+b") as f:
+                f.truncate(cut)
+        lines = data.decode().splitlines()
+        try:
+            header = json.loads(lines[0]) if lines else {}
+        except ValueError:
+            header = {}
+        if header.get("format") != JOURNAL_FORMAT:
+            raise errors.InvalidArgument("%s is not an alloclab sweep journal" % self.path)
+        if header.get("version", 0) > JOURNAL_VERSION:
+            raise errors.InvalidArgument("journal %s is version %s, newer than this alloclab "
+                                         "reads (%d)" % (self.path, header.get("version"),
+                                                         JOURNAL_VERSION))
+        old, new = header.get("settings", {}), _norm(settings)
+        if old != new:
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise errors.InvalidArgument(
+                "journal %s belongs to a different sweep (it differs in: %s); use another "
+                "journal file to start this one" % (self.path, ", ".join(diff)))
+        self.metadata = header.get("metadata", self.metadata)
+        for i, line in enumerate(lines[1:], 2):
+            try:
+                d = json.loads(line)
+                self.done[(_cell_key(d["point"]), int(d["run"]))] = (d["raw"], d.get("wall_s"))
+            except (ValueError, KeyError, TypeError):
+                raise errors.InvalidArgument("journal %s: line %d is not a finished run"
+                                             % (self.path, i)) from None
+
+    def _write(self, obj):
+        self.f.write(json.dumps(obj, allow_nan=True) + "\n")
+        self.f.flush()
+
+    def add(self, point, run, raw, wall_s):
+        self.done[(_cell_key(point), run)] = (raw, wall_s)
+        self._write({"point": point, "run": run, "wall_s": wall_s, "raw": raw})
+
+    def close(self):
+        self.f.close()
+
+
+def _progress_bar(total, initial, enabled):
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return None
+    return tqdm(total=total, initial=initial, desc="alloclab sweep", unit="run",
+                dynamic_ncols=True, file=sys.stderr)
+
+
+def sweep(workload, policy, runs=3, journal=None, executor=None, progress=None, shuffle=True,
+          order_seed=None, allow_concurrent=False, **kw):
+    """Run ``workload`` on ``policy`` over the product of every list given,
+    as run() does (same arguments: producers, cpu, timing, warmup_cycles,
+    cycles, duration, seed, histogram, mem_sample and the workload's
+    parameters), with the order, progress, journal and executor described
+    in the module doc. progress: None = when stderr is a terminal.
+    shuffle=False keeps grid order within each round of runs.
+
+    Returns the Result of every cell and run, resumed ones included.
+    """
+    settings, tasks = plan(workload, policy, runs=runs, **kw)
+    if executor is not None:
+        _check_executor(executor, allow_concurrent)
+    order_seed = settings["seed"] if order_seed is None else order_seed
+    units = []
+    for r in range(settings["runs"]):
+        idx = list(range(len(tasks)))
+        if shuffle:
+            random.Random("%s/%d" % (order_seed, r)).shuffle(idx)
+        units += [(i, r) for i in idx]
+
+    meta = collect_metadata()
+    jr = _Journal(journal, settings, meta) if journal is not None else None
+    done = dict(jr.done) if jr else {}
+    resumed = sum(1 for i, r in units if (_cell_key(tasks[i]["point"]), r) in done)
+    todo = [(i, r) for i, r in units if (_cell_key(tasks[i]["point"]), r) not in done]
+    if progress is None:
+        progress = sys.stderr.isatty()
+    bar = _progress_bar(len(units), resumed, progress)
+    t_start = time.perf_counter()
+    session_run_s = 0.0
+
+    def finished(i, r, raw, wall):
+        nonlocal session_run_s
+        done[(_cell_key(tasks[i]["point"]), r)] = (raw, wall)
+        session_run_s += wall
+        if jr:
+            jr.add(tasks[i]["point"], r, raw, wall)
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        if executor is None:
+            for i, r in todo:
+                raw, wall = _run_unit(tasks[i], r)
+                finished(i, r, raw, wall)
+        else:
+            extra = {"pure": False} if _is_dask(executor) else {}
+            futs = {executor.submit(_run_unit, tasks[i], r, **extra): (i, r) for i, r in todo}
+            try:
+                for f in cf.as_completed(futs):
+                    i, r = futs[f]
+                    raw, wall = f.result()
+                    finished(i, r, raw, wall)
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+    finally:
+        if bar is not None:
+            bar.close()
+        if jr:
+            jr.close()
+    wall = time.perf_counter() - t_start
+
+    md = dict(jr.metadata if jr else meta)
+    md["run"] = settings
+    md["sweep"] = {
+        "order": "shuffled" if shuffle else "grid",
+        "order_seed": order_seed,
+        "units": len(units),
+        "resumed_units": resumed,
+        "journal": os.fspath(journal) if journal is not None else None,
+        "executor": type(executor).__name__ if executor is not None else None,
+        "session_wall_s": wall,
+        "session_run_s": session_run_s,
+        "run_s": sum(w for _, w in done.values() if w is not None),
+    }
+    out = []
+    for t in tasks:
+        key = _cell_key(t["point"])
+        out.append((t["point"], [done[(key, r)][0] for r in range(settings["runs"])]))
+    return Result.from_raw(md, out)

@@ -1,0 +1,168 @@
+"""sweep(): seeded interleaved order, resume after an interruption (and after
+a write cut short), refusal of a different sweep's journal, the executor
+path (a one-worker process pool; dask's LocalCluster when installed), the
+refusal of local executors that run timed cells side by side, progress."""
+
+import concurrent.futures as cf
+import importlib
+import json
+import warnings
+
+import pytest
+
+import alloclab as al
+
+sweep_mod = importlib.import_module("alloclab.sweep")  # al.sweep is the function
+
+GRID = dict(producers=[1, 2], allocs_per_cycle=[1, 16], runs=2, cycles=10, warmup_cycles=1,
+            mem_sample=0)
+POLICIES = ["buddy", "libc"]
+
+
+def _lines(path):
+    with open(path) as f:
+        return [json.loads(x) for x in f.read().splitlines()]
+
+
+def test_sweep_matches_run_grid_and_interleaves(tmp_path):
+    j = tmp_path / "s.jsonl"
+    res = al.sweep("malloc-free", POLICIES, journal=j, **GRID)
+    ref = al.run("malloc-free", POLICIES, **GRID)
+    assert [p.params for p in res.points] == [p.params for p in ref.points]
+    assert all(p.runs == 2 for p in res.points)
+    assert res.metadata["run"] == ref.metadata["run"]
+    sw = res.metadata["sweep"]
+    assert sw["units"] == 16 and sw["resumed_units"] == 0 and sw["order"] == "shuffled"
+    assert sw["session_wall_s"] >= sw["session_run_s"] > 0
+    lines = _lines(j)
+    assert lines[0]["format"] == "alloclab-sweep-journal"
+    units = [(json.dumps(d["point"], sort_keys=True), d["run"]) for d in lines[1:]]
+    assert len(units) == 16 and len(set(units)) == 16
+    # round by round: every cell's run 0 before any run 1
+    assert [d["run"] for d in lines[1:]] == [0] * 8 + [1] * 8
+    # policies interleaved in a seeded random order, not grid order
+    order0 = [d["point"]["policy"] for d in lines[1:9]]
+    order1 = [d["point"]["policy"] for d in lines[9:]]
+    grid = [p.params["policy"] for p in ref.points]
+    assert order0 != grid or order1 != grid
+    assert order0 != ["buddy"] * 4 + ["libc"] * 4
+    # the same seed gives the same order; another order_seed another one
+    j2 = tmp_path / "s2.jsonl"
+    al.sweep("malloc-free", POLICIES, journal=j2, **GRID)
+    assert [d["point"] for d in _lines(j2)[1:]] == [d["point"] for d in lines[1:]]
+    j3 = tmp_path / "s3.jsonl"
+    al.sweep("malloc-free", POLICIES, journal=j3, order_seed=12345, **GRID)
+    assert [d["point"] for d in _lines(j3)[1:]] != [d["point"] for d in lines[1:]]
+    j4 = tmp_path / "s4.jsonl"
+    al.sweep("malloc-free", POLICIES, journal=j4, shuffle=False, **GRID)
+    assert [d["point"]["policy"] for d in _lines(j4)[1:9]] == grid
+
+
+def test_resume_after_interruption(tmp_path, monkeypatch):
+    j = tmp_path / "s.jsonl"
+    real = sweep_mod._run_unit
+    calls = []
+
+    def interrupted(task, run_index):
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        calls.append((task["point"]["policy"], run_index))
+        return real(task, run_index)
+
+    monkeypatch.setattr(sweep_mod, "_run_unit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        al.sweep("malloc-free", POLICIES, journal=j, **GRID)
+    assert len(_lines(j)) == 1 + 5  # header + the five finished units
+
+    calls.clear()
+
+    def counting(task, run_index):
+        calls.append((json.dumps(task["point"], sort_keys=True), run_index))
+        return real(task, run_index)
+
+    monkeypatch.setattr(sweep_mod, "_run_unit", counting)
+    res = al.sweep("malloc-free", POLICIES, journal=j, **GRID)
+    assert len(calls) == 16 - 5  # only what was missing ran
+    assert res.metadata["sweep"]["resumed_units"] == 5
+    assert len(res.points) == 8 and all(p.runs == 2 for p in res.points)
+    assert len(_lines(j)) == 1 + 16
+
+    calls.clear()
+    again = al.sweep("malloc-free", POLICIES, journal=j, **GRID)
+    assert calls == [] and again.metadata["sweep"]["resumed_units"] == 16
+    assert again.points == res.points  # all from the journal, identical
+
+    # a write cut short: the partial line is dropped and that unit redone
+    text = j.read_text().splitlines(keepends=True)
+    j.write_text("".join(text[:-1]) + text[-1][: len(text[-1]) // 2])
+    calls.clear()
+    res2 = al.sweep("malloc-free", POLICIES, journal=j, **GRID)
+    assert len(calls) == 1 and len(_lines(j)) == 1 + 16
+    assert [p.params for p in res2.points] == [p.params for p in res.points]
+
+
+def test_journal_of_another_sweep_is_refused(tmp_path):
+    j = tmp_path / "s.jsonl"
+    al.sweep("malloc-free", POLICIES, journal=j, **GRID)
+    with pytest.raises(al.InvalidArgument, match="different sweep.*sweep"):
+        al.sweep("malloc-free", POLICIES, journal=j, **dict(GRID, producers=[1]))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    with pytest.raises(al.InvalidArgument, match="not an alloclab sweep journal"):
+        al.sweep("malloc-free", POLICIES, journal=bad, **GRID)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(j.read_text().splitlines()[0] + "\nnot json\n")
+    with pytest.raises(al.InvalidArgument, match="line 2"):
+        al.sweep("malloc-free", POLICIES, journal=broken, **GRID)
+
+
+def test_process_pool_of_one_worker(tmp_path):
+    j = tmp_path / "s.jsonl"
+    with cf.ProcessPoolExecutor(max_workers=1) as ex:
+        res = al.sweep("malloc-free", POLICIES, executor=ex, journal=j, **GRID)
+    assert len(res.points) == 8 and all(p.runs == 2 for p in res.points)
+    assert res.metadata["sweep"]["executor"] == "ProcessPoolExecutor"
+    assert len(_lines(j)) == 17
+    assert all(p.data["alloc_ops"].tolist() == [10 * p.params["producers"] *
+                                                p.params["allocs_per_cycle"]] * 2
+               for p in res.points)
+
+
+def test_local_executors_that_overlap_cells_are_refused():
+    with cf.ThreadPoolExecutor(max_workers=2) as ex:
+        with pytest.raises(al.InvalidArgument, match="side by side"):
+            al.sweep("malloc-free", "libc", executor=ex, **GRID)
+        with pytest.warns(sweep_mod.ConcurrentExecutorWarning, match="side by side"):
+            res = al.sweep("malloc-free", "libc", executor=ex, allow_concurrent=True, **GRID)
+    assert len(res.points) == 4
+    with cf.ThreadPoolExecutor(max_workers=1) as ex, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        al.sweep("malloc-free", "libc", executor=ex, **GRID)
+    with pytest.raises(al.InvalidArgument, match="Executor"):
+        al.sweep("malloc-free", "libc", executor=object(), **GRID)
+
+
+def test_dask_local_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client, warnings.catch_warnings():
+        warnings.simplefilter("error", sweep_mod.ConcurrentExecutorWarning)
+        res = al.sweep("malloc-free", POLICIES, executor=client.get_executor(),
+                       journal=tmp_path / "d.jsonl", **GRID)
+    assert len(res.points) == 8 and all(p.runs == 2 for p in res.points)
+    # pure=False: identical runs are run, not served from dask's cache
+    seeds = [p.info["seeds"] for p in res.points]
+    assert all(s == [1, 2] for s in seeds)
+    assert res.metadata["sweep"]["executor"] == "ClientExecutor"
+
+
+def test_progress_bar(capsys):
+    al.sweep("malloc-free", "libc", progress=True, **GRID)
+    err = capsys.readouterr().err
+    assert "alloclab sweep" in err and "8/8" in err
+
+
+def test_sweep_validates_first():
+    with pytest.raises(al.UnknownNameError, match="nosuch"):
+        al.sweep("malloc-free", "nosuch", **GRID)
