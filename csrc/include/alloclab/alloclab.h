@@ -5,4 +5,5 @@
 #include "ops.h"
 #include "core.h"
 #include "engine.h"
+#include "pages.h"
 #endif
