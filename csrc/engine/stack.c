@@ -122,6 +122,9 @@ size_t al_spec_max_size(const struct al_stack_spec *s)
 		x = d->max_size_of ? d->max_size_of(s->layer[i].params) : d->max_size;
 		if (x && (!m || x < m))
 			m = x;
+		/* The page allocator below such a layer serves pages, not requests. */
+		if (d->features & AL_F_NEEDS_PAGES)
+			break;
 	}
 	return m;
 }

@@ -6,4 +6,5 @@
 #include "core.h"
 #include "engine.h"
 #include "pages.h"
+#include "vmalloc.h"
 #endif
