@@ -19,6 +19,16 @@
  * 2 MiB pageblock, read on every free as get_pfnblock_migratetype() is) and
  * memory sections (128 MiB, with a 2 MiB subsection map) for pfn_valid().
  *
+ * The kernel's memory is always there; a fresh host mapping is not: its
+ * first touch of each page is a host page fault, which would be counted in
+ * whatever phase first wrote that page (a PCP that grows towards high_max
+ * walks through fresh memory for a long time). So the backing memory and
+ * the descriptor array are kept for the process: a destroyed instance parks
+ * them (descriptors cleared back to zero up to the highest block ever taken
+ * from the buddy, plus the boot-time heads) and the next instance of at
+ * most that size reuses them, already faulted in. Page contents are left as
+ * they were, as RAM's are; AL_GFP_ZERO zeroes what it hands out.
+ *
  * Buddy (the zone)
  * ----------------
  * free_area[order].free_list[migratetype] for orders 0..10 hold the heads of
@@ -55,7 +65,8 @@
  *    al_pages_pcp_decay()): high shrinks by at most 1/8 towards high_min and
  *    the excess is drained.
  *  - batch = zone_batchsize() (63 from 1 GiB up), high_min = the low
- *    watermark / CPUs, high_max = memory / 8 / CPUs, both at least 4 batches;
+ *    watermark / CPUs, high_max = memory / 8 / CPUs, both at least 4 batches
+ *    (CPUs: the model's, or `cpus` to model a bigger machine's share);
  *    `batch` and `high` parameters fix them instead.
  *
  * Page states (descriptor flags; exactly one at a block head)
@@ -249,7 +260,17 @@ static const char *const pcp_lock_names[6] = {
 	"pcp_lock_wait_ns",  "pcp_lock_hold_ns",   "pcp_lock_owner_switches",
 };
 
-enum { P_MEMORY, P_BATCH, P_HIGH, P_DECAY, P_FREE_HIGH_BATCH, P_LOCK_BUDGET, P_LOCK_TIMING, P_NR };
+enum {
+	P_MEMORY,
+	P_BATCH,
+	P_HIGH,
+	P_DECAY,
+	P_FREE_HIGH_BATCH,
+	P_LOCK_BUDGET,
+	P_LOCK_TIMING,
+	P_CPUS,
+	P_NR
+};
 
 /* One instance. Geometry is set at create and read-only afterwards. */
 struct pages {
@@ -267,6 +288,9 @@ struct pages {
 	size_t sections_len;	  /* bytes of sections[] */
 	uint64_t nr_sections;	  /* entries of sections[] */
 	uint64_t npages;	  /* page frames */
+	uint64_t hw;		  /* end pfn of the highest block taken from the buddy; zone lock */
+	size_t mem_map_len;	  /* bytes of the mem mapping (may exceed mem_len: reused) */
+	size_t map_map_len;	  /* bytes of the map mapping (likewise) */
 	uint64_t decay_ticks;	  /* decay interval in clock ticks; 0 = off */
 	struct al_counters ctr;	  /* PAGES_COUNTERS, per [cpu][level] */
 };
@@ -429,6 +453,8 @@ static struct page *rmqueue_smallest_locked(struct pages *pg, unsigned order, un
 			continue;
 		p = lru_page(h->next);
 		del_from_free_list(pg, p, o);
+		if (page_pfn(pg, p) + (1ull << o) > pg->hw)
+			pg->hw = page_pfn(pg, p) + (1ull << o);
 		while (o > order) {
 			o--;
 			add_to_free_list(pg, p + (1u << o), o, mt, false);
@@ -1075,6 +1101,15 @@ static int free_pages_bulk_checked(struct pages *pg, struct al_ctx *c, const uin
 	int ret = 0;
 
 	al_count(&pg->ctr, c, PC_bulk_free_calls, 1);
+	if (n == 1) {
+		/* One page: one run of one order-0 block. */
+		ret = free_block(pg, c, pfns[0], 0);
+		if (!ret) {
+			al_count(&pg->ctr, c, PC_bulk_free_runs, 1);
+			al_count(&pg->ctr, c, PC_bulk_free_blocks, 1);
+		}
+		return ret ? ret : 1;
+	}
 	/* Every page's reference first (put_page_testzero per page). */
 	for (i = 0; i < n; i++)
 		__atomic_sub_fetch(&pfn_page(pg, pfns[i])->refcount, 1, __ATOMIC_ACQ_REL);
@@ -1682,13 +1717,132 @@ out:
 
 /* ---- lifetime ---- */
 
+/* The order of the boot-time block at pfn (memblock_free_all's split). */
+static unsigned boot_order(uint64_t pfn, uint64_t npages)
+{
+	uint64_t left = npages - pfn;
+	unsigned order = pfn ? (unsigned)__builtin_ctzll(pfn) : MAX_ORDER;
+
+	if (order > al_fls64(left) - 1)
+		order = al_fls64(left) - 1;
+	return order > MAX_ORDER ? MAX_ORDER : order;
+}
+
+/* The process's spare backing memory and descriptor array (see the top). */
+static struct {
+	int lock;	  /* a spinlock: create and destroy only */
+	void *mem;	  /* backing memory, or NULL */
+	size_t mem_len;	  /* its mapping length */
+	struct page *map; /* an all-zero descriptor array, or NULL */
+	size_t map_len;	  /* its mapping length */
+} spare;
+
+static void spare_lock(void)
+{
+	while (__atomic_exchange_n(&spare.lock, 1, __ATOMIC_ACQUIRE))
+		al_cpu_relax();
+}
+
+static void spare_unlock(void)
+{
+	__atomic_store_n(&spare.lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Take the spare mapping when it is large enough, else map a new one. */
+static void *mem_get(size_t len, size_t *map_len)
+{
+	void *m = NULL;
+
+	spare_lock();
+	if (spare.mem && spare.mem_len >= len) {
+		m = spare.mem;
+		*map_len = spare.mem_len;
+		spare.mem = NULL;
+	}
+	spare_unlock();
+	if (m)
+		return m;
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+		 0);
+	*map_len = len;
+	return m == MAP_FAILED ? NULL : m;
+}
+
+static struct page *map_get(size_t len, size_t *map_len)
+{
+	struct page *m = NULL;
+
+	spare_lock();
+	if (spare.map && spare.map_len >= len) {
+		m = spare.map;
+		*map_len = spare.map_len;
+		spare.map = NULL;
+	}
+	spare_unlock();
+	if (m)
+		return m;
+	*map_len = len;
+	return al_meta_alloc(len);
+}
+
+/* Keep the larger of the spare and this one; unmap the other. */
+static void mem_put(void *m, size_t len)
+{
+	void *old = NULL;
+	size_t old_len = 0;
+
+	if (!m)
+		return;
+	spare_lock();
+	if (!spare.mem || spare.mem_len < len) {
+		old = spare.mem;
+		old_len = spare.mem_len;
+		spare.mem = m;
+		spare.mem_len = len;
+		m = NULL;
+	}
+	spare_unlock();
+	if (m)
+		munmap(m, len);
+	if (old)
+		munmap(old, old_len);
+}
+
+static void map_put(struct pages *pg)
+{
+	struct page *m = pg->map, *old = NULL;
+	size_t len = pg->map_map_len, old_len = 0;
+	uint64_t pfn;
+
+	if (!m)
+		return;
+	/* Back to all zero: everything below hw, and the boot-time heads above
+	 * it (never taken from the buddy, so nothing else there was written). */
+	memset(m, 0, pg->hw * sizeof(*m));
+	for (pfn = 0; pfn < pg->npages; pfn += 1ull << boot_order(pfn, pg->npages))
+		if (pfn >= pg->hw)
+			memset(&m[pfn], 0, sizeof(*m));
+	spare_lock();
+	if (!spare.map || spare.map_len < len) {
+		old = spare.map;
+		old_len = spare.map_len;
+		spare.map = m;
+		spare.map_len = len;
+		m = NULL;
+	}
+	spare_unlock();
+	if (m)
+		al_meta_free(m, len);
+	if (old)
+		al_meta_free(old, old_len);
+}
+
 static void pages_destroy(struct al_allocator *a)
 {
 	struct pages *pg = to_pages(a);
 
-	if (pg->mem)
-		munmap(pg->mem, pg->mem_len);
-	al_meta_free(pg->map, pg->map_len);
+	mem_put(pg->mem, pg->mem_map_len);
+	map_put(pg);
 	al_meta_free(pg->pageblock, pg->pageblock_len);
 	al_meta_free(pg->sections, pg->sections_len);
 	al_meta_free(pg->pcp, pg->pcp_len);
@@ -1786,10 +1940,9 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 			struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
 {
 	struct pages *pg;
-	uint64_t pfn, left, npb;
-	unsigned order, cpu, o, mt, i;
+	uint64_t pfn, npb;
+	unsigned order, cpu, o, mt, i, split;
 	char why[160];
-	void *m;
 	int ret = -ENOMEM, batch, high_min, high_max;
 
 	*out = NULL;
@@ -1811,13 +1964,11 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 	pg->pcp_len = ncpu * sizeof(struct pcp);
 	if (al_counters_init(&pg->ctr, PC_NR, pages_counter_names, ncpu))
 		goto out_free;
-	pg->map = al_meta_alloc(pg->map_len);
+	pg->map = map_get(pg->map_len, &pg->map_map_len);
 	pg->pageblock = al_meta_alloc(pg->pageblock_len);
 	pg->sections = al_meta_alloc(pg->sections_len);
 	pg->pcp = al_meta_alloc(pg->pcp_len);
-	m = mmap(NULL, pg->mem_len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	pg->mem = m == MAP_FAILED ? NULL : m;
+	pg->mem = mem_get(pg->mem_len, &pg->mem_map_len);
 	if (!pg->map || !pg->pageblock || !pg->sections || !pg->pcp || !pg->mem)
 		goto out_free;
 
@@ -1841,23 +1992,19 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 	set_watermarks(&pg->zone);
 	/* memblock_free_all(): aligned blocks, ascending, to the tail. */
 	for (pfn = 0; pfn < pg->npages; pfn += 1ull << order) {
-		left = pg->npages - pfn;
-		order = pfn ? (unsigned)__builtin_ctzll(pfn) : MAX_ORDER;
-		if (order > al_fls64(left) - 1)
-			order = al_fls64(left) - 1;
-		if (order > MAX_ORDER)
-			order = MAX_ORDER;
+		order = boot_order(pfn, pg->npages);
 		add_to_free_list(pg, pfn_page(pg, pfn), order, MT_UNMOVABLE, true);
 	}
 	pg->zone.free_pages = pg->npages;
 
 	/* The pcp lists: zone_set_pageset_high_and_batch(). */
 	batch = params[P_BATCH] ? (int)params[P_BATCH] : zone_batchsize(pg->zone.managed);
+	split = params[P_CPUS] ? (unsigned)params[P_CPUS] : ncpu;
 	if (params[P_HIGH]) {
 		high_min = high_max = (int)params[P_HIGH];
 	} else {
-		high_min = zone_highsize((uint64_t)pg->zone.wmark_low, batch, ncpu);
-		high_max = zone_highsize(pg->zone.managed / HIGH_FRACTION, batch, ncpu);
+		high_min = zone_highsize((uint64_t)pg->zone.wmark_low, batch, split);
+		high_max = zone_highsize(pg->zone.managed / HIGH_FRACTION, batch, split);
 	}
 	for (cpu = 0; cpu < ncpu; cpu++) {
 		struct pcp *pcp = &pg->pcp[cpu];
@@ -1901,6 +2048,9 @@ static const struct al_param_desc pages_params[P_NR] = {
 	[P_LOCK_TIMING] = { "lock_timing", AL_PARAM_BOOL, 0, 0, 1, NULL,
 			    "measure lock hold times (two clock reads per lock: off by default, "
 			    "the pcp lock is taken per page)" },
+	[P_CPUS] = { "cpus", AL_PARAM_INT, 0, 0, AL_MAX_CPUS, NULL,
+		     "the machine's CPUs the zone's pcp high is split across (zone_highsize); "
+		     "0 = the allocator's CPUs" },
 };
 
 static const struct al_layer_desc pages_desc = {

@@ -35,6 +35,8 @@ FEATURES = [
     ("backend", lib.AL_F_BACKEND),
     ("usable", lib.AL_F_USABLE),
     ("validates", lib.AL_F_VALIDATES),
+    ("pages", lib.AL_F_PAGES),  # a page allocator (alloclab/pages.h)
+    ("needs_pages", lib.AL_F_NEEDS_PAGES),  # needs one right below
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

@@ -611,6 +611,130 @@ TEST(test_two_thread_stress)
 	al_stack_destroy(vsh.a);
 }
 
+/* ---- the test_vmalloc workload ---- */
+
+enum { W_MASK, W_THREADS, W_LOOPS, W_REPEAT, W_NR_PAGES, W_USE_HUGE, W_SEQ, W_PCPU };
+
+static double metric(const struct al_run_result *r, const char *name)
+{
+	unsigned i;
+
+	for (i = 0; i < r->nmetrics; i++)
+		if (!strcmp(r->metrics[i].name, name))
+			return r->metrics[i].value;
+	return -1;
+}
+
+static int run_tv(struct al_run_result *res, int alloc, int fr, int64_t mask, int64_t nr_pages,
+		  int64_t huge, unsigned producers, int timing)
+{
+	static struct al_run_config cfg;
+	const struct al_layer_desc *v = al_layer_find("vmalloc"), *g = al_layer_find("pages");
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.workload = al_workload_find("test_vmalloc");
+	if (!cfg.workload)
+		return -ENOENT;
+	al_params_default(cfg.workload->params, cfg.workload->nparams, cfg.wparams);
+	cfg.wparams[W_MASK] = mask;
+	cfg.wparams[W_LOOPS] = 200;
+	cfg.wparams[W_REPEAT] = 2;
+	cfg.wparams[W_NR_PAGES] = nr_pages;
+	cfg.wparams[W_USE_HUGE] = huge;
+	cfg.wparams[W_PCPU] = 3000;
+	cfg.stack.n = 2;
+	cfg.stack.layer[0].desc = v;
+	cfg.stack.layer[1].desc = g;
+	al_params_default(v->params, v->nparams, cfg.stack.layer[0].params);
+	al_params_default(g->params, g->nparams, cfg.stack.layer[1].params);
+	cfg.stack.layer[0].params[V_ALLOC] = alloc;
+	cfg.stack.layer[0].params[V_FREE] = fr;
+	cfg.stack.layer[0].params[V_ARCH] = 1;
+	cfg.stack.layer[1].params[M_MEMORY] = 256 << 20;
+	cfg.producers = producers;
+	cfg.timing = timing;
+	cfg.cycles = 1;
+	cfg.warmup_cycles = 1;
+	cfg.seed = 3;
+	return al_run(&cfg, res);
+}
+
+/* Every test alone on every strategy: passes (align_shift: xfails), the
+ * metrics are there, and no page or byte is left behind (the engine's
+ * teardown leak check fails the run otherwise). */
+TEST(test_workload_each_test)
+{
+	static const char *const names[] = {
+		"fix_size_alloc_test",
+		"full_fit_alloc_test",
+		"long_busy_list_alloc_test",
+		"random_size_alloc_test",
+		"fix_align_alloc_test",
+		"random_size_align_alloc_test",
+		"align_shift_alloc_test",
+		"pcpu_alloc_test",
+		"kvfree_rcu_1_arg_vmalloc_test",
+		"kvfree_rcu_2_arg_vmalloc_test",
+		"vm_map_ram_test",
+	};
+	static struct al_run_result res;
+	char key[96];
+	int bit, s;
+
+	for (s = 0; s < 3; s++)
+		for (bit = 0; bit < 11; bit++) {
+			int ret = run_tv(&res, s, s ? F_BULK : F_PER_PAGE, 1 << bit, 3, 0, 1,
+					 AL_TIMING_BATCH);
+
+			if (ret)
+				fprintf(stderr, "%s on strategy %d: %s\n", names[bit], s,
+					res.error);
+			CHECK_EQ(ret, 0);
+			snprintf(key, sizeof(key), "%s.%s", names[bit],
+				 bit == 6 ? "xfailed" : "passed");
+			CHECK_EQ(metric(&res, key), 2);
+			snprintf(key, sizeof(key), "%s.failed", names[bit]);
+			CHECK_EQ(metric(&res, key), 0);
+			snprintf(key, sizeof(key), "%s.avg_usec", names[bit]);
+			CHECK(metric(&res, key) > 0);
+			CHECK(metric(&res, "all_tests_usec") > 0);
+			CHECK_EQ(res.leaked[0], 0);
+			CHECK_EQ(res.leaked[1], 0);
+			CHECK(res.alloc_ops > 0);
+		}
+}
+
+TEST(test_workload_all_tests_two_threads)
+{
+	static struct al_run_result res;
+	int ret;
+
+	ret = run_tv(&res, S_PCP_FIRST, F_BULK, 2047, 16, 1, 2, AL_TIMING_PER_OP_SUM);
+	if (ret)
+		fprintf(stderr, "%s\n", res.error);
+	CHECK_EQ(ret, 0);
+	CHECK_EQ(metric(&res, "fix_size_alloc_test.passed"), 4); /* 2 workers x 2 */
+	CHECK_EQ(metric(&res, "align_shift_alloc_test.xfailed"), 4);
+	CHECK_EQ(metric(&res, "vm_map_ram_test.failed"), 0);
+	CHECK(res.free_ops > 0 && res.free_ns > 0);
+	/* a policy without vmalloc on top is refused, with the reason */
+	{
+		static struct al_run_config cfg;
+		const struct al_layer_desc *g = al_layer_find("pages");
+
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.workload = al_workload_find("test_vmalloc");
+		al_params_default(cfg.workload->params, cfg.workload->nparams, cfg.wparams);
+		cfg.stack.n = 1;
+		cfg.stack.layer[0].desc = g;
+		al_params_default(g->params, g->nparams, cfg.stack.layer[0].params);
+		cfg.producers = 1;
+		cfg.cycles = 1;
+		CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+		CHECK(strstr(res.error, "vmalloc layer") != NULL);
+	}
+}
+
 int main(void)
 {
 	RUN(test_stack_shape);
@@ -628,5 +752,7 @@ int main(void)
 	RUN(test_va_exhaustion_and_recovery);
 	RUN(test_random_sequence_walkers);
 	RUN(test_two_thread_stress);
+	RUN(test_workload_each_test);
+	RUN(test_workload_all_tests_two_threads);
 	return TEST_SUMMARY();
 }
