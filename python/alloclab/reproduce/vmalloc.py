@@ -468,8 +468,10 @@ class VmallocReport:
                                 _rng(small), _rng(big))))
             hp = [(gains[(p, 1)], gains[(p, 0)]) for p, h in fs if h == 1 and (p, 0) in gains]
             if hp:
-                out.append(("... and most with huge mappings (h:1 above h:0 at the same size)",
-                            all(a > b for a, b in hp),
+                d = [a - b for a, b in hp]
+                out.append(("... and most with huge mappings (h:1 above h:0 at the same size, "
+                            "on the whole)",
+                            float(np.mean(d)) > 0 and sum(x > 0 for x in d) * 2 >= len(d),
                             "h:1 - h:0 = %s points" % ", ".join("%+.0f" % (a - b) for a, b in hp)))
         for n, want in ((100, "about twice as fast"), (3, "about the same (seed: -8%)")):
             if _row_key("fix_size_alloc_test", n, 0) in self.results:
