@@ -238,7 +238,7 @@ def run_once(task, run_index=0):
         "elapsed_ns": float(res.elapsed_ns),
         "steal_pct": float(res.steal_pct),
         "layers": layers,
-        # Workload metrics (issue 5): {name: value}, reported as "wl.<name>".
+        # Workload metrics (issue 5): [(name, value)], reported as "wl.<name>".
         "metrics": [(cstr(res.metrics[i].name), float(res.metrics[i].value))
                     for i in range(min(res.nmetrics, lib.AL_METRICS_MAX))],
     }
