@@ -50,14 +50,20 @@ def front_layers():
 
 def stacks():
     """A policy per variant: every bottom layer alone, every front layer over
-    the first validating bottom layer (buddy), and every preset."""
+    the first validating bottom layer (buddy) or, for a layer that needs a
+    page allocator, over the first page allocator (pages), and every preset."""
     from alloclab import presets
 
     peer = os.environ.get("ALLOCLAB_TEST_PEER")
     if peer:  # tests/test_peers.py reruns the contract suite in a child under LD_PRELOAD
         return ["system(allocator=%s)" % peer if peer != "glibc" else "system"]
     base = (validating_bottom_layers() or bottom_layers())[0]
-    out = bottom_layers() + ["%s > %s" % (f, base) for f in front_layers()]
+    pages = [n for n, s in _schema().layers().items() if s.has("pages")]
+
+    def below(f):
+        return pages[0] if _schema().layer(f).has("needs_pages") and pages else base
+
+    out = bottom_layers() + ["%s > %s" % (f, below(f)) for f in front_layers()]
     from alloclab import peers
 
     # Peers run through LD_PRELOAD children (tests/test_peers.py); only this

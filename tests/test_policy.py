@@ -102,6 +102,10 @@ def test_bare_layer_is_canonical(name):
 def test_front_layer_over_each_bottom(name):
     for bottom in (n for n, s in LAYERS.items() if not s.needs_backend):
         spec = "%s > %s" % (name, bottom)
+        if LAYERS[name].has("needs_pages") and not LAYERS[bottom].has("pages"):
+            with pytest.raises(al.InvalidArgument, match="page allocator"):
+                al.Policy(spec)
+            continue
         assert str(al.Policy(spec)) == spec
         assert al.Policy(spec).names == [name, bottom]
 

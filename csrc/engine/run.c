@@ -119,6 +119,7 @@ struct worker_slot {
 	unsigned member; /* index within the group */
 	int pin_cpu;	 /* OS CPU to pin to, or -1 */
 	char err[200];
+	struct al_metric metrics[AL_METRICS_MAX]; /* this worker's workload metrics */
 } __attribute__((aligned(AL_CACHELINE)));
 
 struct engine {
@@ -405,6 +406,7 @@ static void *worker_main(void *arg)
 		al_hist_reset(&s->w.hist[AL_HIST_ALLOC]);
 		al_hist_reset(&s->w.hist[AL_HIST_FREE]);
 	}
+	s->w.nmetrics = 0;     /* warmup metrics are discarded */
 	barrier_wait(&e->bar); /* B: warm */
 	barrier_wait(&e->bar); /* C: main took its start snapshot */
 
@@ -428,6 +430,70 @@ static void *worker_main(void *arg)
 	if (wl->worker_fini)
 		wl->worker_fini(&s->w);
 	return NULL;
+}
+
+/* ---- workload metrics ---- */
+
+static struct al_metric *metric_find(struct al_metric *m, unsigned *n, unsigned max,
+				     const char *name, unsigned kind)
+{
+	unsigned i;
+
+	for (i = 0; i < *n; i++)
+		if (m[i].name == name || !strcmp(m[i].name, name))
+			return &m[i];
+	if (*n >= max)
+		return NULL;
+	m[*n].name = name;
+	m[*n].value = 0;
+	m[*n].count = 0;
+	m[*n].kind = kind;
+	return &m[(*n)++];
+}
+
+static void metric_add(struct al_metric *m, double value, uint64_t count)
+{
+	if (m->kind == AL_METRIC_MAX) {
+		if (!m->count || value > m->value)
+			m->value = value;
+	} else {
+		m->value += value;
+	}
+	m->count += count;
+}
+
+void al_worker_metric(struct al_worker *w, const char *name, double value, unsigned kind)
+{
+	struct al_metric *m;
+
+	if (!w->metrics || !name)
+		return;
+	m = metric_find(w->metrics, &w->nmetrics, w->metrics_max, name, kind);
+	if (m)
+		metric_add(m, value, 1);
+}
+
+/* Fold one worker's metrics into the run's, by name. */
+static void metrics_merge(struct al_run_result *res, const struct al_worker *w)
+{
+	struct al_metric *m;
+	unsigned i;
+
+	for (i = 0; i < w->nmetrics; i++) {
+		m = metric_find(res->metrics, &res->nmetrics, AL_METRICS_MAX, w->metrics[i].name,
+				w->metrics[i].kind);
+		if (m)
+			metric_add(m, w->metrics[i].value, w->metrics[i].count);
+	}
+}
+
+static void metrics_finish(struct al_run_result *res)
+{
+	unsigned i;
+
+	for (i = 0; i < res->nmetrics; i++)
+		if (res->metrics[i].kind == AL_METRIC_MEAN && res->metrics[i].count)
+			res->metrics[i].value /= (double)res->metrics[i].count;
 }
 
 /* ---- the run ---- */
@@ -611,6 +677,8 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 				goto out_teardown;
 			}
 		}
+		s->w.metrics = s->metrics;
+		s->w.metrics_max = AL_METRICS_MAX;
 	}
 	if (e->tokens) {
 		e->tok[0] = tokens_new(e->ngroups, ws, e->nw);
@@ -665,7 +733,9 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 			al_hist_merge(&res->hist[AL_HIST_ALLOC], &ws[i].w.hist[AL_HIST_ALLOC]);
 			al_hist_merge(&res->hist[AL_HIST_FREE], &ws[i].w.hist[AL_HIST_FREE]);
 		}
+		metrics_merge(res, &ws[i].w);
 	}
+	metrics_finish(res);
 	barrier_destroy(&e->bar);
 
 out_teardown:

@@ -49,8 +49,16 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 			return -EINVAL;
 		}
 		if (last && (d->features & AL_F_BACKEND)) {
-			snprintf(err, errlen, "%s needs a layer below it (e.g. '%s > buddy')",
-				 d->name, d->name);
+			snprintf(err, errlen, "%s needs a layer below it (e.g. '%s > %s')", d->name,
+				 d->name, (d->features & AL_F_NEEDS_PAGES) ? "pages" : "buddy");
+			return -EINVAL;
+		}
+		if (!last && (d->features & AL_F_NEEDS_PAGES) && s->layer[i + 1].desc &&
+		    !(s->layer[i + 1].desc->features & AL_F_PAGES)) {
+			snprintf(err, errlen,
+				 "%s needs a page allocator right below it (e.g. '%s > pages'), "
+				 "not %s",
+				 d->name, d->name, s->layer[i + 1].desc->name);
 			return -EINVAL;
 		}
 	}
@@ -114,6 +122,9 @@ size_t al_spec_max_size(const struct al_stack_spec *s)
 		x = d->max_size_of ? d->max_size_of(s->layer[i].params) : d->max_size;
 		if (x && (!m || x < m))
 			m = x;
+		/* The page allocator below such a layer serves pages, not requests. */
+		if (d->features & AL_F_NEEDS_PAGES)
+			break;
 	}
 	return m;
 }

@@ -133,6 +133,14 @@ const char *al_build_flags(void);
 const char *al_strerror(int err);
 
 /* ---- engine.h ---- */
+struct al_metric {  /* issue 5: workload metrics */
+    const char *name;
+    double value;
+    uint64_t count;
+    unsigned kind;
+    ...;
+};
+
 struct al_layer_spec {
     const struct al_layer_desc *desc;
     int64_t params[...];
@@ -242,12 +250,68 @@ struct al_run_result {
     int64_t leaked[...];
     struct al_hist hist[...];   /* issue 6 */
     struct al_mem mem;          /* issue 6 */
+    unsigned nmetrics;                  /* issue 5 */
+    struct al_metric metrics[...];      /* issue 5 */
     ...;
 };
 
 int al_run(const struct al_run_config *cfg, struct al_run_result *res);
 unsigned al_cpus_usable(void);
 unsigned al_threads_per_core(void);
+
+/* ---- issue 5: workload metrics, page allocator and vmalloc APIs ---- */
+#define AL_METRICS_MAX ...
+#define AL_F_PAGES ...
+#define AL_F_NEEDS_PAGES ...
+enum al_metric_kind { AL_METRIC_SUM, AL_METRIC_MEAN, AL_METRIC_MAX, ... };
+
+#define AL_PAGE_SIZE ...
+#define AL_MAX_PAGE_ORDER ...
+enum al_gfp { AL_GFP_ZERO, AL_GFP_NORETRY, AL_GFP_NOPCP, AL_GFP_PCP_ONLY, ... };
+struct al_pages_info {
+    uint64_t nr_pages;
+    uint64_t free_pages;
+    uint64_t pcp_pages;
+    uint64_t nr_free[...];
+    int batch;
+    int high_min;
+    int high_max;
+    int wmark_min;
+    int wmark_low;
+    int wmark_high;
+    ...;
+};
+bool al_pages_is(const struct al_allocator *a);
+uint64_t al_pages_nr(const struct al_allocator *a);
+void *al_page_address(const struct al_allocator *a, uint64_t pfn);
+int al_page_pfn(const struct al_allocator *a, const void *addr, uint64_t *pfn);
+bool al_pfn_valid(const struct al_allocator *a, uint64_t pfn);
+bool al_pcp_allowed_order(unsigned order);
+int al_alloc_pages(struct al_allocator *a, struct al_ctx *c, unsigned order, unsigned gfp,
+                   uint64_t *pfn);
+int al_free_pages(struct al_allocator *a, struct al_ctx *c, uint64_t pfn, unsigned order);
+int al_split_page(struct al_allocator *a, struct al_ctx *c, uint64_t pfn, unsigned order);
+int al_alloc_pages_bulk(struct al_allocator *a, struct al_ctx *c, unsigned order, unsigned n,
+                        unsigned gfp, uint64_t *pfns);
+int al_free_pages_bulk(struct al_allocator *a, struct al_ctx *c, const uint64_t *pfns,
+                       unsigned n);
+int al_pages_pcp_decay(struct al_allocator *a, struct al_ctx *c);
+int al_pages_info(const struct al_allocator *a, struct al_pages_info *out, unsigned cpu,
+                  int *pcp_count, int *pcp_high, int *pcp_alloc_factor, int *pcp_free_count);
+
+enum al_vm_flags { AL_VM_ZERO, AL_VM_HUGE, ... };
+bool al_vmalloc_is(const struct al_allocator *a);
+struct al_allocator *al_vmalloc_pages(const struct al_allocator *a);
+void *al_vmalloc(struct al_allocator *a, struct al_ctx *c, size_t size, size_t align,
+                 unsigned vmflags);
+int al_vfree(struct al_allocator *a, struct al_ctx *c, const void *addr);
+void *al_vm_map_ram(struct al_allocator *a, struct al_ctx *c, const uint64_t *pfns, unsigned n);
+int al_vm_unmap_ram(struct al_allocator *a, struct al_ctx *c, const void *addr, unsigned n);
+int al_vmalloc_write(struct al_allocator *a, void *addr, const void *src, size_t len);
+int al_vmalloc_read(struct al_allocator *a, const void *addr, void *dst, size_t len);
+int al_vmalloc_memset(struct al_allocator *a, void *addr, int byte, size_t len);
+int al_vmalloc_to_pfn(struct al_allocator *a, const void *addr, uint64_t *pfn);
+int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c);
 """
 
 # Paths are relative to the project root, where setup.py runs.

@@ -258,6 +258,24 @@ def _counters_text(res):
     return "\n".join(out).rstrip()
 
 
+def _workload_metrics_text(res):
+    """The workload's own results: test_vmalloc's kernel summary lines, or
+    every wl.<name> metric (mean over runs) per grid point."""
+    if not any(k.startswith("wl.") for p in res.points for k in p.data):
+        return ""
+    if res.points[0].params.get("workload") == "test_vmalloc":
+        from .reproduce.vmalloc import summary_text
+        return summary_text(res)
+    out = ["workload metrics (mean over runs):"]
+    for p in res.points:
+        out.append("  %s" % ", ".join("%s=%s" % (k, v) for k, v in p.params.items()
+                                      if k != "workload"))
+        for k, v in p.data.items():
+            if k.startswith("wl."):
+                out.append("    %-40s %s" % (k[3:], _fmt(float(np.nanmean(v)))))
+    return "\n".join(out)
+
+
 _NO_VALUE = {"-h", "--help", "--sd", "--progress", "--hist", "--ci"}
 
 
@@ -326,11 +344,12 @@ def cmd_run(argv):
     metrics = args.metric or ["alloc_ns", "free_ns"]
     layer_names = {n for pol in policy for n in pol.names}
     for m in metrics:
-        if m not in BASE_METRICS and m.split(".", 1)[0] not in layer_names:
+        if m not in BASE_METRICS and m.split(".", 1)[0] not in layer_names and \
+                not m.startswith("wl."):
             raise UsageError(
-                "unknown metric %r; valid metrics: %s, or <layer>.<counter>[_per_op] for a "
-                "layer of the policy (%s)" % (m, ", ".join(BASE_METRICS),
-                                              ", ".join(sorted(layer_names))))
+                "unknown metric %r; valid metrics: %s, <layer>.<counter>[_per_op] for a "
+                "layer of the policy (%s), or wl.<name> for a workload metric"
+                % (m, ", ".join(BASE_METRICS), ", ".join(sorted(layer_names))))
     keys = ["policy"] + [p.name for p in wl.params] + ["producers", "timing", "cpu"]
     for flag, key in (("--rows", args.rows), ("--cols", args.cols)):
         if key is not None and key.replace("-", "_") not in keys:
@@ -358,6 +377,10 @@ def cmd_run(argv):
         print(_hist_text(res))
         print()
     print(res.cpu_line())
+    wtext = _workload_metrics_text(res)
+    if wtext:
+        print()
+        print(wtext)
     ctext = _counters_text(res)
     if ctext:
         print()
@@ -570,6 +593,7 @@ def _main_parser():
     lib_p.add_argument("--plot", metavar="FILE",
                        help="write alloc and free latency plots (PNG/PDF/SVG by extension)")
     lib_p.add_argument("--progress", action="store_true", help="progress line on stderr")
+    _vmalloc_parser(rsub)
     return p
 
 
@@ -593,11 +617,86 @@ def cmd_preload(args):
         os.execvpe(argv[0], argv, env)
     except OSError as e:
         raise _RunFailed("cannot run %s: %s" % (argv[0], e.strerror)) from None
+# ------------------------------------------------------------------ reproduce vmalloc
+
+def _vmalloc_parser(rsub):
+    """`alloclab reproduce vmalloc` (seed 004)."""
+    from .reproduce.vmalloc import TEST_BITS
+
+    p = rsub.add_parser(
+        "vmalloc", help="seed 004: vmalloc high-order allocation and bulk vfree (test_vmalloc)",
+        description="Seed 004: test_vmalloc under v6.18 (vmalloc-default), 6-19-0-rc1 "
+                    "(vmalloc-large) and vfree-high-order (vmalloc-large-bulkfree), plus the "
+                    "thread's pcp-first suggestion, normalised to v6.18 in the seed's table "
+                    "(positive = improvement, (R)/(I) where significant), then Uladzislau "
+                    "Rezki's 3- and 100-page comparison, the counters that explain it and "
+                    "whether the seed's conclusions hold here.")
+    p.add_argument("--scale", type=float, default=0.1,
+                   help="loops = the seed's loops x SCALE (default 0.1: about a minute)")
+    p.add_argument("--runs", type=int, default=5, help="runs per cell (default 5)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="test_vmalloc workers, nr_threads (default 1)")
+    p.add_argument("--arch", choices=["arm64", "x86"], default="arm64",
+                   help="page-table geometry (default arm64, the seed's machine)")
+    p.add_argument("--cpus", type=int, default=64,
+                   help="CPUs the modelled machine splits its PCP high across (default 64; "
+                        "0 = the threads)")
+    p.add_argument("--tests", type=_choice_list("test", list(TEST_BITS)), default=None,
+                   help="only these tests (comma-separated)")
+    p.add_argument("--no-pcp-first", action="store_true",
+                   help="leave out the pcp-first column")
+    p.add_argument("--no-rezki", action="store_true",
+                   help="leave out the 3- and 100-page comparison")
+    p.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
+    p.add_argument("--plot", metavar="FILE",
+                   help="write the change plot (PNG/PDF/SVG by extension; a second file "
+                        "'-sizes' holds ns per loop against nr_pages)")
+    p.add_argument("--progress", action="store_true", help="progress line on stderr")
+    return p
+
+
+def cmd_reproduce_vmalloc(args):
+    from . import reproduce
+
+    if not args.scale > 0:
+        raise UsageError("--scale=%r: a positive fraction of the seed's loops" % args.scale)
+    if args.runs < 2:
+        raise UsageError("--runs=%d: significance needs at least 2 runs per cell" % args.runs)
+    if args.threads < 1:
+        raise UsageError("--threads=%d: at least 1" % args.threads)
+    if args.cpus < 0:
+        raise UsageError("--cpus=%d: 0 or more" % args.cpus)
+    try:
+        rep = reproduce.vmalloc(scale=args.scale, runs=args.runs, threads=args.threads,
+                                arch=args.arch, cpus=args.cpus,
+                                pcp_first=not args.no_pcp_first, tests=args.tests,
+                                rezki=not args.no_rezki, progress=args.progress)
+    except errors.AlloclabError as e:
+        if isinstance(e, (errors.AllocatorExhausted, errors.RunError)):
+            raise _RunFailed(str(e)) from None
+        raise
+    print(rep)
+    if args.json:
+        rep.to_json(args.json)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        base, dot, ext = args.plot.rpartition(".")
+        for fig, path in ((rep.plot(), args.plot),
+                          (rep.plot_sizes(), "%s-sizes.%s" % (base, ext) if dot else
+                           args.plot + "-sizes")):
+            fig.savefig(path)
+            plt.close(fig)
+    return 0
 
 
 def cmd_reproduce(args, parser):
     from . import reproduce
 
+    if args.seed == "vmalloc":
+        return cmd_reproduce_vmalloc(args)
     if args.seed != "libarena":
         parser.parse_args(["reproduce", "--help"])
         return 2

@@ -33,6 +33,12 @@ presets = {
     "jemalloc": "system(allocator=jemalloc)",
     "gperftools-tcmalloc": "system(allocator=gperftools-tcmalloc)",
     "mimalloc": "system(allocator=mimalloc)",
+    # seed 004: vmalloc page population and vfree strategies over the page allocator
+    "pages": "pages",
+    "vmalloc-default": "vmalloc > pages",
+    "vmalloc-large": "vmalloc(alloc=high_order) > pages",
+    "vmalloc-large-bulkfree": "vmalloc(alloc=high_order, free=bulk) > pages",
+    "vmalloc-pcp-first": "vmalloc(alloc=pcp_first, free=bulk) > pages",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
@@ -159,6 +165,11 @@ class Policy:
                 raise errors.InvalidArgument(
                     "layer %r in policy %r is a bottom layer and must be last; found %r below it"
                     % (name, spec, self._layers[i + 1][0]))
+            if sch.has("needs_pages") and not last and \
+                    not schema.layer(self._layers[i + 1][0]).has("pages"):
+                raise errors.InvalidArgument(
+                    "layer %r in policy %r needs a page allocator right below it (e.g. "
+                    "'%s > pages'), not %r" % (name, spec, name, self._layers[i + 1][0]))
             self._check_params(sch, raw, spec)
 
     @staticmethod

@@ -11,6 +11,8 @@ computed from data, never from one number. Metrics:
 - "<layer>.<counter>" for every counter of every layer, "<layer>.bytes_held"
   (after the measured phase) and "<layer>.leaked" (after teardown), and
   "<layer>.<counter>_per_op" = counter / (alloc_ops + free_ops)
+- "wl.<name>" for every metric the workload reports (e.g. test_vmalloc's
+  "wl.fix_size_alloc_test.avg_usec")
 
 - mem_requested, mem_held, mem_rss (end of the measured phase) and their
   *_peak (sampled), mem_fragmentation = held peak / requested peak, in
@@ -135,6 +137,8 @@ def _run_metrics(raw):
                 per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
     m.update(per_op)
     m.update(_measures.run_metrics(raw))
+    for name, v in raw.get("metrics", ()):
+        m["wl." + name] = v
     return m
 
 
@@ -594,6 +598,10 @@ class Result:
         desc, unit, lower = METRIC_INFO.get(metric, (metric, "", None))
         if metric.endswith("_per_op"):
             desc, unit, lower = metric, "per op", None
+        elif metric.startswith("wl."):
+            desc, unit, lower = metric[3:], "workload metric", None
+            if metric.endswith("_usec"):
+                unit, lower = "usec", True
         bits = [unit] if unit else []
         if lower is not None:
             bits.append("lower is better" if lower else "higher is better")

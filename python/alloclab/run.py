@@ -277,6 +277,9 @@ def run_once(task, run_index=0, in_child=False):
         "steal_pct": float(res.steal_pct),
         "layers": layers,
         **_raw_measures(res, task),
+        # Workload metrics (issue 5): [(name, value)], reported as "wl.<name>".
+        "metrics": [(cstr(res.metrics[i].name), float(res.metrics[i].value))
+                    for i in range(min(res.nmetrics, lib.AL_METRICS_MAX))],
     }
 
 

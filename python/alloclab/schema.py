@@ -36,6 +36,8 @@ FEATURES = [
     ("usable", lib.AL_F_USABLE),
     ("validates", lib.AL_F_VALIDATES),
     ("stats_anytime", lib.AL_F_STATS_ANYTIME),  # issue 6: memory sampled mid-run
+    ("pages", lib.AL_F_PAGES),  # a page allocator (alloclab/pages.h)
+    ("needs_pages", lib.AL_F_NEEDS_PAGES),  # needs one right below
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

@@ -5,4 +5,6 @@
 #include "ops.h"
 #include "core.h"
 #include "engine.h"
+#include "pages.h"
+#include "vmalloc.h"
 #endif

@@ -69,6 +69,36 @@ enum al_timing {
 };
 
 struct al_hist;
+/*
+ * Workload metrics (issue 5): named results a workload reports beyond the
+ * engine's alloc/free figures (e.g. test_vmalloc's per-test "avg usec" and
+ * passed/failed counts). A worker adds values with al_worker_metric() during
+ * its cycles or in worker_fini; values added in the warmup are discarded
+ * with the rest of the warmup. al_run() merges every worker's metrics by
+ * name into al_run_result.metrics; Python reports them as "wl.<name>".
+ */
+#define AL_METRICS_MAX 128 /* named metrics per worker and per run */
+
+enum al_metric_kind {
+	AL_METRIC_SUM = 0,  /* the sum of every value added, all workers */
+	AL_METRIC_MEAN = 1, /* the mean of every value added (over cycles and workers) */
+	AL_METRIC_MAX = 2   /* the largest value added */
+};
+
+struct al_metric {
+	const char *name; /* static string owned by the workload */
+	double value;	  /* sum (SUM, and MEAN until al_run divides), or max (MAX) */
+	uint64_t count;	  /* values added */
+	unsigned kind;	  /* enum al_metric_kind */
+	unsigned pad;
+};
+
+struct al_worker;
+
+/* Add one value to the worker's metric `name` (appended on first use; names
+ * are compared as strings). Ignored when the storage is full or absent. A
+ * name keeps the kind it was first added with. */
+AL_API void al_worker_metric(struct al_worker *w, const char *name, double value, unsigned kind);
 
 /* Per-worker state handed to a workload. */
 struct al_worker {
@@ -91,6 +121,9 @@ struct al_worker {
 	size_t errlen;
 	struct al_hist *hist; /* per-op latency [AL_HIST_ALLOC], [AL_HIST_FREE]; NULL = off */
 	int64_t live_bytes;   /* requested and not freed by this worker (AL_WL_LIVE; may be < 0) */
+	struct al_metric *metrics; /* named results of this worker (al_worker_metric) */
+	unsigned nmetrics;	   /* entries used in metrics[] */
+	unsigned metrics_max;	   /* capacity of metrics[]; 0 = the worker keeps none */
 };
 
 enum al_workload_flags {
@@ -261,6 +294,10 @@ struct al_run_result {
 	int64_t leaked[AL_MAX_LAYERS];	       /* bytes_held after drain minus baseline */
 	struct al_hist hist[AL_HIST_NR];       /* per-op latency, ticks, all workers (histogram) */
 	struct al_mem mem;		       /* memory during the measured phase */
+
+	/* Workload metrics merged from the workers (MEAN already divided). */
+	unsigned nmetrics;
+	struct al_metric metrics[AL_METRICS_MAX];
 };
 
 /* 0 or -errno; res->status and res->error say the same. */

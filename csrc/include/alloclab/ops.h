@@ -153,7 +153,11 @@ enum al_features {
 	AL_F_VALIDATES = 1u << 4, /* invalid and double frees return -EINVAL */
 	/* stats() may run while other threads operate (it reads relaxed atomics
 	 * only): the engine then samples this layer's bytes_held during a run */
-	AL_F_STATS_ANYTIME = 1u << 5
+	AL_F_STATS_ANYTIME = 1u << 5,
+
+	/* Page allocators (issue 5). */
+	AL_F_PAGES = 1u << 6,	   /* a page allocator: implements alloclab/pages.h */
+	AL_F_NEEDS_PAGES = 1u << 7 /* needs a page allocator (AL_F_PAGES) right below */
 };
 
 struct al_layer_desc {

@@ -1,0 +1,1692 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * vmalloc: virtually contiguous areas over a `pages` layer (reference §6;
+ * the kernel's mm/vmalloc.c, modelled, not copied).
+ *
+ * Virtual space
+ * -------------
+ * `va_size` bytes (1 GiB aligned), kept as the kernel keeps VMALLOC_START..
+ * END: free ranges in an augmented tree (free_lock), lowest-address first
+ * fit (a request aligned beyond a page searches size + align - 1, as the
+ * kernel does); busy areas in per-node trees (nodes = CPUs, a 64 KiB
+ * address zone to a node, each with its lock); freed areas go to per-node
+ * lazy lists and return to the free tree in one purge (merging with their
+ * free neighbours, one "TLB flush") once their pages exceed lazy_max_pages
+ * (fls(CPUs) * 32 MiB, as lazy_max_pages()) or when an allocation finds no
+ * range (purge, then retry once). The purge runs in the thread that crossed
+ * the threshold (the kernel hands it to a worker); vmap pools and KASAN are
+ * not modelled. Every vmalloc area has a guard page after it.
+ *
+ * The range is ordinary host memory too (one MAP_NORESERVE mapping, touched
+ * only where written), so al_ops callers can dereference vmalloc pointers.
+ *
+ * Page table
+ * ----------
+ * A PTE per 4 KiB page and a PMD entry per 2 MiB (flat arrays, lazily
+ * mapped; PTE tables are never freed, as for the kernel's vmalloc space).
+ * Mapping writes a PTE per page after pfn_valid() (vmap_pages_pte_range), a
+ * PMD per 2 MiB for huge mappings, or on arm64 groups of 16 PTEs with the
+ * contiguous bit for order-4 blocks; unmapping reads and clears each entry.
+ * al_vmalloc_write/read walk PMD then PTE to the page's memory.
+ *
+ * Populating an area (vm_area_alloc_pages), by the `alloc` strategy:
+ *   order0      alloc_pages_bulk of at most bulk_max (100) pages a call,
+ *               stopping at a short call; then single order-0 allocations.
+ *   high_order  first the largest order <= ilog2(pages left) (at most 10),
+ *               opportunistic (AL_GFP_NORETRY); an order that fails is not
+ *               tried again; each block is split into order-0 pages; then as
+ *               order0 (Vishal Moola's "request large order pages").
+ *   pcp_first   first this CPU's page lists, high to low order, without
+ *               refill; then the buddy, high to low order, bypassing the
+ *               lists, failed orders not retried; then as order0 (the
+ *               seed's suggestion, generalised as Ryan Roberts put it).
+ * With use_huge (or AL_VM_HUGE) the mapping granule is a PMD for sizes of
+ * 2 MiB and more, and on arm64 an order-4 contiguous-PTE block from 64 KiB;
+ * the area is then populated with blocks of that order only (split), and a
+ * failure retries with small pages, under every strategy.
+ *
+ * Freeing (vfree), by the `free` strategy:
+ *   per_page    every page back through __free_page (the PCP), one at a time;
+ *   bulk        free_pages_bulk over the area's pages: physically contiguous
+ *               runs go back as naturally aligned high-order blocks.
+ *
+ * vm_map_ram of at most 64 pages comes from per-CPU vmap blocks of 1024
+ * pages (power-of-two pieces handed out in order; a block whose pieces are
+ * all unmapped is freed; one that cannot serve a request is retired with its
+ * rest counted as dirty, the model's purge_fragmented_blocks).
+ *
+ * Metadata (area records, page arrays) comes from per-CPU caches carved
+ * from al_meta_alloc chunks, never returned before destroy: the kernel's
+ * kmem_cache and kvmalloc, at a cost that does not depend on the strategy.
+ *
+ * Locks (al_lock): free_lock (the free tree), per node busy and lazy locks,
+ * purge_lock (one purge at a time). Order: purge_lock, then a lazy lock or
+ * free_lock, never two of the others at once; the pages layer's locks are
+ * taken with none of these held.
+ *
+ * Invariants (vm_check): free ranges are ordered, disjoint, non-adjacent
+ * (merged), and their subtree_max and heap order hold; free, lazy and busy
+ * areas tile the virtual range; every vmalloc area maps exactly its pages
+ * and not its guard page; free and lazy ranges below the high-water mark are
+ * unmapped; lazy_nr and bytes_held match.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "alloclab/alloclab.h"
+#include "vatree.h"
+
+#define PAGE_SHIFT	 AL_PAGE_SHIFT
+#define PAGE_SIZE	 AL_PAGE_SIZE
+#define PMD_SHIFT	 21
+#define PMD_SIZE	 (1ul << PMD_SHIFT)
+#define CONT_PTE_SHIFT	 16 /* arm64: 16 x 4 KiB */
+#define PTRS_PER_PTE	 (1u << (PMD_SHIFT - PAGE_SHIFT))
+#define VMAP_MAX_ALLOC	 64   /* BITS_PER_LONG: larger vm_map_ram use areas */
+#define VMAP_BBMAP_BITS	 1024 /* pages per vmap block */
+#define VMAP_BLOCK_SHIFT (PAGE_SHIFT + 10)
+#define VMAP_BLOCK_SIZE	 (1ul << VMAP_BLOCK_SHIFT)
+#define VMAP_ZONE_SHIFT	 (PAGE_SHIFT + 4) /* 64 KiB of addresses per node */
+#define LAZY_UNIT	 ((32ul << 20) >> PAGE_SHIFT)
+#define NR_CLASSES	 25 /* page arrays of 2^0 .. 2^24 entries */
+#define CARVE_BYTES	 (64u << 10)
+#define CHUNK_HDR	 64
+#define MAX_NODES	 64
+#define VA_BASE_ALIGN	 (1ul << 30)
+
+/* Entry bits. A PTE or huge PMD holds pfn << PAGE_SHIFT | bits. */
+#define E_PRESENT 1ull
+#define E_CONT	  2ull /* PTE: part of a contiguous-PTE group (arm64) */
+#define E_HUGE	  2ull /* PMD: maps 2 MiB itself */
+#define E_TABLE	  4ull /* PMD: its PTE table is populated */
+
+enum va_type { VA_VMALLOC = 1u << 0, VA_RAM = 1u << 1, VA_BLOCK = 1u << 2 };
+enum { ALLOC_ORDER0, ALLOC_HIGH_ORDER, ALLOC_PCP_FIRST };
+enum { FREE_PER_PAGE, FREE_BULK };
+enum { ARCH_X86, ARCH_ARM64 };
+
+/* struct vmap_area + vm_struct (+ vmap_block for VA_BLOCK). */
+struct vmap_area {
+	struct va_node node;	/* tree links and [start, end): must be first */
+	struct vmap_area *next; /* lazy list or record cache */
+	uint32_t flags;		/* VA_* */
+	uint32_t page_shift;	/* mapping granule */
+	uint32_t nr_pages;	/* pages mapped */
+	uint32_t pages_class;	/* size class of pages[] */
+	uint64_t *pages;	/* pfns (VA_VMALLOC) */
+	uint32_t vb_free;	/* VA_BLOCK: pages not handed out yet (owner CPU) */
+	uint32_t vb_dirty;	/* VA_BLOCK: pages unmapped again (atomic) */
+	size_t requested;	/* bytes asked for */
+};
+
+/* struct vmap_node, reduced: busy tree and lazy list. */
+struct vnode {
+	struct al_lock busy_lock; /* busy */
+	struct va_node *busy;	  /* busy areas starting in this node's zones */
+	struct al_lock lazy_lock; /* lazy */
+	struct vmap_area *lazy;	  /* freed areas waiting for a purge */
+} __attribute__((aligned(AL_CACHELINE)));
+
+/* Per-CPU state: caches and the vmap block queue. */
+struct vcpu {
+	struct vmap_area *cache;   /* free area records */
+	struct vmap_area *preload; /* a record kept for a split (ne_fit_preload) */
+	void *arrays[NR_CLASSES];  /* free page arrays, linked through word 0 */
+	struct vmap_area *vb;	   /* the current vmap block, or NULL */
+} __attribute__((aligned(AL_CACHELINE)));
+
+struct chunk {
+	struct chunk *next; /* all chunks, for destroy */
+	size_t len;	    /* mapping length */
+};
+
+#define VM_COUNTERS(X)                                                                        \
+	X(vmallocs, "areas allocated (vmalloc, __vmalloc_node, vmalloc_huge)")                \
+	X(vfrees, "areas freed")                                                              \
+	X(vmalloc_failed, "vmallocs that returned NULL")                                      \
+	X(map_ram, "vm_map_ram calls")                                                        \
+	X(unmap_ram, "vm_unmap_ram calls")                                                    \
+	X(vb_allocs, "vm_map_ram served by a vmap block")                                     \
+	X(vb_new, "vmap blocks created")                                                      \
+	X(vb_freed, "vmap blocks freed (all pieces unmapped)")                                \
+	X(pages_alloc, "pages obtained for areas")                                            \
+	X(pages_freed, "pages given back by vfree")                                           \
+	X(high_order_blocks, "high-order blocks obtained (high_order, pcp_first buddy step)") \
+	X(high_order_failed, "high-order attempts that failed (order not retried)")           \
+	X(pcp_first_blocks, "blocks taken from this CPU's page lists (pcp_first)")            \
+	X(bulk_calls, "alloc_pages_bulk calls (stage B)")                                     \
+	X(bulk_pages, "pages from alloc_pages_bulk")                                          \
+	X(single_allocs, "single allocations (stage C; huge blocks)")                         \
+	X(huge_areas, "areas mapped with a huge granule (PMD or contiguous PTEs)")            \
+	X(huge_fallbacks, "huge attempts that fell back to small pages")                      \
+	X(page_frees, "__free_page calls (free=per_page)")                                    \
+	X(bulk_frees, "free_pages_bulk calls (free=bulk)")                                    \
+	X(pte_writes, "PTEs written")                                                         \
+	X(pte_clears, "PTEs cleared")                                                         \
+	X(pmd_huge, "PMD entries written for huge mappings")                                  \
+	X(pte_tables, "PTE tables populated")                                                 \
+	X(cont_groups, "contiguous-PTE groups written (arm64)")                               \
+	X(va_allocs, "virtual ranges allocated (areas and vmap blocks)")                      \
+	X(va_lazy, "virtual ranges freed lazily")                                             \
+	X(purges, "lazy purges (one TLB flush each)")                                         \
+	X(purged_areas, "areas merged back into the free tree by purges")                     \
+	X(purge_retries, "allocations that purged and retried for lack of a range")           \
+	X(bytes_requested, "bytes asked for by vmallocs")                                     \
+	X(bytes_mapped, "bytes of vmalloc areas mapped")                                      \
+	X(bytes_unmapped, "bytes of vmalloc areas unmapped by vfree")                         \
+	X(invalid_frees, "vfree/vm_unmap_ram of an address that is not such an area")         \
+	X(enomem, "failures: no pages or no virtual range")                                   \
+	X(einval, "calls rejected: bad size, alignment or context")
+
+#define VM_CTR_ENUM(name, doc) VC_##name,
+enum { VM_COUNTERS(VM_CTR_ENUM) VC_NR };
+
+static const char *const vm_counter_names[VC_NR] = { VM_COUNTERS(AL_CTR_NAME) };
+
+static const char *const va_lock_names[6] = {
+	"va_lock_acquired", "va_lock_contended", "va_lock_failed",
+	"va_lock_wait_ns",  "va_lock_hold_ns",	 "va_lock_owner_switches",
+};
+
+static const char *const busy_lock_names[6] = {
+	"busy_lock_acquired", "busy_lock_contended", "busy_lock_failed",
+	"busy_lock_wait_ns",  "busy_lock_hold_ns",   "busy_lock_owner_switches",
+};
+
+enum {
+	P_ALLOC,
+	P_FREE,
+	P_USE_HUGE,
+	P_ARCH,
+	P_LAZY_MAX,
+	P_VA_SIZE,
+	P_BULK_MAX,
+	P_LOCK_BUDGET,
+	P_LOCK_TIMING,
+	P_NR
+};
+
+struct vm {
+	struct al_allocator base;    /* must be first */
+	struct al_allocator *pg;     /* the pages layer below */
+	unsigned alloc_strategy;     /* ALLOC_* */
+	unsigned free_strategy;	     /* FREE_* */
+	unsigned arch;		     /* ARCH_* */
+	bool use_huge;		     /* every vmalloc is vmalloc_huge */
+	unsigned bulk_max;	     /* pages per alloc_pages_bulk call */
+	uint64_t lazy_max;	     /* purge when lazily freed pages exceed this */
+	void *map;		     /* the host reservation */
+	size_t map_len;		     /* its length */
+	uintptr_t va_base;	     /* first address of the range, 1 GiB aligned */
+	size_t va_size;		     /* bytes of the range */
+	uintptr_t va_top;	     /* highest end ever allocated (atomic max) */
+	uint64_t *pte;		     /* one entry per page of the range */
+	size_t pte_len;		     /* bytes of pte[] */
+	uint64_t *pmd;		     /* one entry per 2 MiB */
+	size_t pmd_len;		     /* bytes of pmd[] */
+	struct vmap_area **vb_index; /* vmap block of each 4 MiB of the range */
+	size_t vb_index_len;	     /* bytes of vb_index[] */
+	struct al_lock free_lock;    /* free_vmap_area_lock */
+	struct va_node *free_root;   /* free ranges */
+	struct al_lock purge_lock;   /* vmap_purge_lock */
+	uint64_t lazy_nr;	     /* vmap_lazy_nr (atomic) */
+	struct vnode *nodes;	     /* nr_nodes */
+	unsigned nr_nodes;	     /* busy/lazy nodes */
+	size_t nodes_len;	     /* bytes of nodes[] */
+	struct vcpu *cpus;	     /* ncpu */
+	size_t cpus_len;	     /* bytes of cpus[] */
+	struct chunk *chunks;	     /* metadata chunks (lock-free stack) */
+	struct al_counters ctr;	     /* VM_COUNTERS */
+};
+
+static const struct al_ops vm_ops;
+
+static inline struct vm *to_vm(struct al_allocator *a)
+{
+	return (struct vm *)a;
+}
+
+static inline struct vm *vm_of(const struct al_allocator *a)
+{
+	return a && a->ops == &vm_ops ? (struct vm *)a : NULL;
+}
+
+static inline struct vmap_area *va_of(struct va_node *n)
+{
+	return (struct vmap_area *)n;
+}
+
+static inline uintptr_t align_up(uintptr_t x, uintptr_t a)
+{
+	return (x + a - 1) & ~(a - 1);
+}
+
+static inline unsigned ilog2_u64(uint64_t x)
+{
+	return al_fls64(x) - 1;
+}
+
+/* ---- metadata ---- */
+
+static void *chunk_new(struct vm *v, size_t bytes)
+{
+	size_t len = bytes + CHUNK_HDR;
+	struct chunk *ch = al_meta_alloc(len), *head;
+
+	if (!ch)
+		return NULL;
+	ch->len = len;
+	head = __atomic_load_n(&v->chunks, __ATOMIC_RELAXED);
+	do
+		ch->next = head;
+	while (!__atomic_compare_exchange_n(&v->chunks, &head, ch, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+	return (char *)ch + CHUNK_HDR;
+}
+
+static struct vmap_area *record_get(struct vm *v, unsigned cpu)
+{
+	struct vcpu *vc = &v->cpus[cpu];
+	struct vmap_area *va = vc->cache;
+	size_t i, n;
+
+	if (al_unlikely(!va)) {
+		va = chunk_new(v, CARVE_BYTES);
+		if (!va)
+			return NULL;
+		n = CARVE_BYTES / sizeof(*va);
+		for (i = 0; i + 1 < n; i++)
+			va[i].next = &va[i + 1];
+		va[n - 1].next = NULL;
+	}
+	vc->cache = va->next;
+	memset(va, 0, sizeof(*va));
+	va_init_prio(&va->node);
+	return va;
+}
+
+static inline void record_put(struct vm *v, unsigned cpu, struct vmap_area *va)
+{
+	struct vcpu *vc = &v->cpus[cpu];
+
+	va->next = vc->cache;
+	vc->cache = va;
+}
+
+static uint64_t *array_get(struct vm *v, unsigned cpu, unsigned n, uint32_t *cls)
+{
+	struct vcpu *vc = &v->cpus[cpu];
+	unsigned c = n <= 1 ? 0 : al_fls64(n - 1);
+	size_t bytes = sizeof(uint64_t) << c, i;
+	void **a;
+
+	if (c >= NR_CLASSES)
+		return NULL;
+	a = vc->arrays[c];
+	if (al_unlikely(!a)) {
+		if (bytes < CARVE_BYTES) {
+			char *m = chunk_new(v, CARVE_BYTES);
+
+			if (!m)
+				return NULL;
+			for (i = 0; i + bytes <= CARVE_BYTES; i += bytes)
+				*(void **)(m + i) =
+					i + 2 * bytes <= CARVE_BYTES ? m + i + bytes : NULL;
+			a = (void **)m;
+		} else {
+			a = chunk_new(v, bytes);
+			if (!a)
+				return NULL;
+			*a = NULL;
+		}
+	}
+	vc->arrays[c] = *a;
+	*cls = c;
+	return (uint64_t *)a;
+}
+
+static inline void array_put(struct vm *v, unsigned cpu, uint64_t *arr, uint32_t cls)
+{
+	struct vcpu *vc = &v->cpus[cpu];
+
+	*(void **)arr = vc->arrays[cls];
+	vc->arrays[cls] = arr;
+}
+
+/* ---- page table ---- */
+
+static inline size_t pte_index(const struct vm *v, uintptr_t addr)
+{
+	return (addr - v->va_base) >> PAGE_SHIFT;
+}
+
+static inline size_t pmd_index(const struct vm *v, uintptr_t addr)
+{
+	return (addr - v->va_base) >> PMD_SHIFT;
+}
+
+static inline uint64_t ld(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static inline void st(uint64_t *p, uint64_t x)
+{
+	__atomic_store_n(p, x, __ATOMIC_RELAXED);
+}
+
+/* Walk to the pfn an address is mapped to (the MMU's page walk). */
+static inline int translate(const struct vm *v, uintptr_t addr, uint64_t *pfn)
+{
+	uint64_t e;
+
+	if (addr - v->va_base >= v->va_size)
+		return -EFAULT;
+	e = ld(&v->pmd[pmd_index(v, addr)]);
+	if (e & E_HUGE) {
+		*pfn = (e >> PAGE_SHIFT) + ((addr >> PAGE_SHIFT) & (PTRS_PER_PTE - 1));
+		return 0;
+	}
+	if (!(e & E_TABLE))
+		return -EFAULT;
+	e = ld(&v->pte[pte_index(v, addr)]);
+	if (!(e & E_PRESENT))
+		return -EFAULT;
+	*pfn = e >> PAGE_SHIFT;
+	return 0;
+}
+
+/* vmap_pages_range(): map nr pages at addr with the given granule. 0, or
+ * -EINVAL when a pfn is not valid (the pages mapped so far stay mapped). */
+static int vmap_pages(struct vm *v, const struct al_ctx *c, uintptr_t addr, const uint64_t *pfns,
+		      unsigned nr, unsigned shift, unsigned *mapped)
+{
+	uint64_t ptes = 0, tables = 0, groups = 0, huge = 0;
+	unsigned i = 0, j;
+	int ret = 0;
+
+	while (i < nr) {
+		uintptr_t a = addr + ((uintptr_t)i << PAGE_SHIFT);
+		uint64_t *pmd = &v->pmd[pmd_index(v, a)];
+
+		if (shift == PMD_SHIFT) {
+			/* pmd_set_huge(): the 512 pages are one aligned block. */
+			st(pmd, (pfns[i] << PAGE_SHIFT) | E_HUGE | E_PRESENT);
+			huge++;
+			i += PTRS_PER_PTE;
+			continue;
+		}
+		if (!(ld(pmd) & E_TABLE)) {
+			st(pmd, E_TABLE | E_PRESENT); /* pte_alloc_kernel() */
+			tables++;
+		}
+		/* The PTEs of this PMD (vmap_pte_range). */
+		do {
+			uint64_t *pte = &v->pte[pte_index(v, addr + ((uintptr_t)i << PAGE_SHIFT))];
+
+			if (shift == CONT_PTE_SHIFT) {
+				for (j = 0; j < 16; j++) {
+					if (!al_pfn_valid(v->pg, pfns[i + j])) {
+						ret = -EINVAL;
+						goto out;
+					}
+					st(&pte[j],
+					   (pfns[i + j] << PAGE_SHIFT) | E_CONT | E_PRESENT);
+				}
+				groups++;
+				ptes += 16;
+				i += 16;
+			} else {
+				if (!al_pfn_valid(v->pg, pfns[i])) {
+					ret = -EINVAL;
+					goto out;
+				}
+				st(pte, (pfns[i] << PAGE_SHIFT) | E_PRESENT);
+				ptes++;
+				i++;
+			}
+		} while (i < nr && ((addr + ((uintptr_t)i << PAGE_SHIFT)) & (PMD_SIZE - 1)));
+	}
+out:
+	*mapped = i;
+	al_count(&v->ctr, c, VC_pte_writes, ptes);
+	if (tables)
+		al_count(&v->ctr, c, VC_pte_tables, tables);
+	if (groups)
+		al_count(&v->ctr, c, VC_cont_groups, groups);
+	if (huge)
+		al_count(&v->ctr, c, VC_pmd_huge, huge);
+	return ret;
+}
+
+/* vunmap_range_noflush(): clear the entries of nr pages at addr. */
+static void vunmap_pages(struct vm *v, const struct al_ctx *c, uintptr_t addr, unsigned nr)
+{
+	uintptr_t a = addr, end = addr + ((uintptr_t)nr << PAGE_SHIFT);
+	uint64_t cleared = 0;
+
+	while (a < end) {
+		uint64_t *pmd = &v->pmd[pmd_index(v, a)], e = ld(pmd);
+		uintptr_t next = (a & ~(PMD_SIZE - 1)) + PMD_SIZE;
+
+		if (next > end)
+			next = end;
+		if (e & E_HUGE) {
+			st(pmd, 0);
+		} else if (e & E_TABLE) {
+			uint64_t *pte = &v->pte[pte_index(v, a)];
+			size_t k, n = (next - a) >> PAGE_SHIFT;
+
+			for (k = 0; k < n; k++)
+				if (ld(&pte[k])) {
+					st(&pte[k], 0);
+					cleared++;
+				}
+		}
+		a = next;
+	}
+	al_count(&v->ctr, c, VC_pte_clears, cleared);
+}
+
+/* ---- virtual ranges ---- */
+
+static inline struct vnode *node_of(const struct vm *v, uintptr_t addr)
+{
+	return &v->nodes[(addr >> VMAP_ZONE_SHIFT) % v->nr_nodes];
+}
+
+static void merge_or_add_locked(struct vm *v, const struct al_ctx *c, struct vmap_area *va)
+{
+	struct va_node *n = &va->node, *prev, *next;
+
+	next = va_find_gt(v->free_root, n->start);
+	prev = va_find_le(v->free_root, n->start);
+	if (next && next->start == n->end) {
+		/* Grow the next range down over this one (order is kept). */
+		next->start = n->start;
+		record_put(v, c->cpu, va);
+		n = next;
+		if (prev && prev->end == n->start) {
+			prev->end = n->end;
+			v->free_root = va_erase(v->free_root, n->start);
+			record_put(v, c->cpu, va_of(n));
+			n = prev;
+		}
+		va_fix(v->free_root, n->start);
+		return;
+	}
+	if (prev && prev->end == n->start) {
+		prev->end = n->end;
+		record_put(v, c->cpu, va);
+		va_fix(v->free_root, prev->start);
+		return;
+	}
+	v->free_root = va_insert(v->free_root, n);
+}
+
+/* __purge_vmap_area_lazy(): every lazy area back to the free tree. */
+static int purge(struct vm *v, const struct al_ctx *c, bool wait)
+{
+	struct vmap_area *list = NULL, *va, *next;
+	uint64_t pages = 0, areas = 0;
+	unsigned i;
+
+	if (al_lock_tryacquire(&v->purge_lock, c)) {
+		if (!wait || al_lock_acquire(&v->purge_lock, c))
+			return 0; /* another CPU is purging */
+	}
+	for (i = 0; i < v->nr_nodes; i++) {
+		struct vnode *vn = &v->nodes[i];
+
+		if (!__atomic_load_n(&vn->lazy, __ATOMIC_RELAXED) ||
+		    al_lock_acquire(&vn->lazy_lock, c))
+			continue;
+		for (va = vn->lazy; va; va = next) {
+			next = va->next;
+			va->next = list;
+			list = va;
+		}
+		__atomic_store_n(&vn->lazy, NULL, __ATOMIC_RELAXED);
+		al_lock_release(&vn->lazy_lock, c);
+	}
+	if (!list || al_lock_acquire(&v->free_lock, c)) {
+		/* Nothing to purge, or the lock failed: put them back on node 0. */
+		if (list) {
+			struct vnode *vn = &v->nodes[0];
+
+			if (!al_lock_acquire(&vn->lazy_lock, c)) {
+				for (va = list; va; va = next) {
+					next = va->next;
+					va->next = vn->lazy;
+					__atomic_store_n(&vn->lazy, va, __ATOMIC_RELAXED);
+				}
+				al_lock_release(&vn->lazy_lock, c);
+			}
+		}
+		al_lock_release(&v->purge_lock, c);
+		return 0;
+	}
+	/* flush_tlb_kernel_range() over the purged ranges happens here. */
+	for (va = list; va; va = next) {
+		next = va->next;
+		pages += va_size(&va->node) >> PAGE_SHIFT;
+		areas++;
+		va->flags = 0;
+		merge_or_add_locked(v, c, va);
+	}
+	al_lock_release(&v->free_lock, c);
+	__atomic_sub_fetch(&v->lazy_nr, pages, __ATOMIC_RELAXED);
+	al_lock_release(&v->purge_lock, c);
+	al_count(&v->ctr, c, VC_purges, 1);
+	al_count(&v->ctr, c, VC_purged_areas, areas);
+	return (int)areas;
+}
+
+/* free_vmap_area_noflush(): to the lazy list; purge past lazy_max. */
+static void free_va_lazy(struct vm *v, const struct al_ctx *c, struct vmap_area *va)
+{
+	struct vnode *vn = node_of(v, va->node.start);
+	uint64_t nr = va_size(&va->node) >> PAGE_SHIFT, lazy;
+
+	lazy = __atomic_add_fetch(&v->lazy_nr, nr, __ATOMIC_RELAXED);
+	/* A lazy lock that fails leaves the range on node 0's list (spinning
+	 * there too can only fail with the budget: then the range is lost to
+	 * the free tree, counted as lazily freed). */
+	if (al_lock_acquire(&vn->lazy_lock, c)) {
+		vn = &v->nodes[0];
+		if (al_lock_acquire(&vn->lazy_lock, c))
+			return;
+	}
+	va->next = vn->lazy;
+	__atomic_store_n(&vn->lazy, va, __ATOMIC_RELAXED);
+	al_lock_release(&vn->lazy_lock, c);
+	al_count(&v->ctr, c, VC_va_lazy, 1);
+	if (lazy > v->lazy_max)
+		purge(v, c, false);
+}
+
+/*
+ * alloc_vmap_area(): a range of size bytes aligned to align, inserted in
+ * its node's busy tree. NULL with c->err.
+ */
+static struct vmap_area *alloc_va(struct vm *v, struct al_ctx *c, size_t size, size_t align,
+				  uint32_t type)
+{
+	struct vcpu *vc = &v->cpus[c->cpu];
+	struct vmap_area *va, *gone = NULL;
+	struct va_node *n, *r;
+	size_t len = align > PAGE_SIZE ? size + align - 1 : size;
+	uintptr_t addr = 0, top;
+	struct vnode *vn;
+	bool purged = false;
+	int ret;
+
+	if (len < size) {
+		c->err = -ENOMEM;
+		return NULL;
+	}
+	va = record_get(v, c->cpu);
+	if (!vc->preload)
+		vc->preload = record_get(v, c->cpu);
+	if (!va || !vc->preload) {
+		if (va)
+			record_put(v, c->cpu, va);
+		c->err = -ENOMEM;
+		return NULL;
+	}
+retry:
+	ret = al_lock_acquire(&v->free_lock, c);
+	if (ret) {
+		record_put(v, c->cpu, va);
+		c->err = ret;
+		return NULL;
+	}
+	n = va_lowest_fit(v->free_root, len);
+	if (n) {
+		addr = align_up(n->start, align);
+		if (addr == n->start && addr + size == n->end) {
+			v->free_root = va_erase(v->free_root, n->start); /* FL_FIT */
+			gone = va_of(n);
+		} else if (addr == n->start) {
+			n->start += size; /* LE_FIT */
+			va_fix(v->free_root, n->start);
+		} else if (addr + size == n->end) {
+			n->end = addr; /* RE_FIT */
+			va_fix(v->free_root, n->start);
+		} else {
+			r = &vc->preload->node; /* NE_FIT: split in two */
+			vc->preload = NULL;
+			r->start = addr + size;
+			r->end = n->end;
+			n->end = addr;
+			va_fix(v->free_root, n->start);
+			v->free_root = va_insert(v->free_root, r);
+		}
+	}
+	al_lock_release(&v->free_lock, c);
+	if (!n) {
+		if (!purged) {
+			purged = true;
+			al_count(&v->ctr, c, VC_purge_retries, 1);
+			purge(v, c, true);
+			goto retry;
+		}
+		record_put(v, c->cpu, va);
+		al_count(&v->ctr, c, VC_enomem, 1);
+		c->err = -ENOMEM;
+		return NULL;
+	}
+	if (gone)
+		record_put(v, c->cpu, gone);
+	if (!vc->preload)
+		vc->preload = record_get(v, c->cpu);
+	va->node.start = addr;
+	va->node.end = addr + size;
+	va->flags = type;
+	top = __atomic_load_n(&v->va_top, __ATOMIC_RELAXED);
+	while (top < addr + size &&
+	       !__atomic_compare_exchange_n(&v->va_top, &top, addr + size, true, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED))
+		;
+	vn = node_of(v, addr);
+	ret = al_lock_acquire(&vn->busy_lock, c);
+	if (ret) {
+		/* The range goes back lazily; the call fails. */
+		free_va_lazy(v, c, va);
+		c->err = ret;
+		return NULL;
+	}
+	vn->busy = va_insert(vn->busy, &va->node);
+	al_lock_release(&vn->busy_lock, c);
+	al_count(&v->ctr, c, VC_va_allocs, 1);
+	return va;
+}
+
+/* find_unlink_vmap_area(): the busy area starting at addr, of one of types. */
+static struct vmap_area *unlink_va(struct vm *v, const struct al_ctx *c, uintptr_t addr,
+				   uint32_t types)
+{
+	struct vnode *vn;
+	struct va_node *n;
+
+	if (addr - v->va_base >= v->va_size)
+		return NULL;
+	vn = node_of(v, addr);
+	if (al_lock_acquire(&vn->busy_lock, c))
+		return NULL;
+	n = va_find(vn->busy, addr);
+	if (n && (va_of(n)->flags & types))
+		vn->busy = va_erase(vn->busy, addr);
+	else
+		n = NULL;
+	al_lock_release(&vn->busy_lock, c);
+	return n ? va_of(n) : NULL;
+}
+
+/* ---- populating an area ---- */
+
+/* Store a (split) block of 2^order pages. */
+static inline void take_block(struct vm *v, struct al_ctx *c, uint64_t pfn, unsigned order,
+			      uint64_t *pages, unsigned *got)
+{
+	unsigned i;
+
+	if (order)
+		al_split_page(v->pg, c, pfn, order);
+	for (i = 0; i < (1u << order); i++)
+		pages[(*got)++] = pfn + i;
+}
+
+/* Stage A: the largest orders first, a failed order never retried. */
+static void high_order_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64_t *pages,
+			     unsigned *got, unsigned gfp)
+{
+	unsigned max_attempt = AL_MAX_PAGE_ORDER, large, blocks = 0, failed = 0;
+	uint64_t pfn;
+
+	large = ilog2_u64(nr - *got);
+	if (large > max_attempt)
+		large = max_attempt;
+	while (large > 0 && *got < nr) {
+		if (al_alloc_pages(v->pg, c, large, gfp | AL_GFP_NORETRY, &pfn)) {
+			max_attempt = --large;
+			failed++;
+			continue;
+		}
+		take_block(v, c, pfn, large, pages, got);
+		blocks++;
+		if (*got < nr) {
+			large = ilog2_u64(nr - *got);
+			if (large > max_attempt)
+				large = max_attempt;
+		}
+	}
+	if (blocks)
+		al_count(&v->ctr, c, VC_high_order_blocks, blocks);
+	if (failed)
+		al_count(&v->ctr, c, VC_high_order_failed, failed);
+}
+
+/* pcp_first step 1: this CPU's page lists, high to low order, no refill. */
+static void pcp_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64_t *pages, unsigned *got,
+		      unsigned gfp)
+{
+	uint64_t pfns[64];
+	unsigned top = ilog2_u64(nr - *got), blocks = 0, want, k;
+	int o, n;
+
+	if (top > AL_PCP_THP_ORDER)
+		top = AL_PCP_THP_ORDER;
+	for (o = (int)top; o >= 0; o--) {
+		if (!al_pcp_allowed_order((unsigned)o))
+			continue;
+		while (*got < nr && ((nr - *got) >> o)) {
+			want = (nr - *got) >> o;
+			if (want > 64)
+				want = 64;
+			n = al_alloc_pages_bulk(v->pg, c, (unsigned)o, want, gfp | AL_GFP_PCP_ONLY,
+						pfns);
+			for (k = 0; k < (unsigned)n; k++)
+				take_block(v, c, pfns[k], (unsigned)o, pages, got);
+			blocks += (unsigned)n;
+			if ((unsigned)n < want)
+				break; /* that list is empty */
+		}
+	}
+	if (blocks)
+		al_count(&v->ctr, c, VC_pcp_first_blocks, blocks);
+}
+
+/* pcp_first step 2: the buddy, high to low order, failed orders not retried. */
+static void buddy_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64_t *pages, unsigned *got,
+			unsigned gfp)
+{
+	high_order_stage(v, c, nr, pages, got, gfp | AL_GFP_NOPCP);
+}
+
+/* vm_area_alloc_pages(): how many of nr pages were obtained. */
+static unsigned area_alloc_pages(struct vm *v, struct al_ctx *c, unsigned order, unsigned nr,
+				 uint64_t *pages, unsigned gfp)
+{
+	unsigned got = 0, want;
+	uint64_t pfn;
+	int n;
+
+	if (!order) {
+		if (v->alloc_strategy == ALLOC_HIGH_ORDER) {
+			high_order_stage(v, c, nr, pages, &got, gfp);
+		} else if (v->alloc_strategy == ALLOC_PCP_FIRST) {
+			pcp_stage(v, c, nr, pages, &got, gfp);
+			if (got < nr)
+				buddy_stage(v, c, nr, pages, &got, gfp);
+		}
+		/* Stage B: bulk order-0, stopping at a short call. */
+		while (got < nr) {
+			want = nr - got < v->bulk_max ? nr - got : v->bulk_max;
+			n = al_alloc_pages_bulk(v->pg, c, 0, want, gfp, pages + got);
+			al_count(&v->ctr, c, VC_bulk_calls, 1);
+			al_count(&v->ctr, c, VC_bulk_pages, (uint64_t)n);
+			got += (unsigned)n;
+			if ((unsigned)n < want)
+				break;
+		}
+	}
+	/* Stage C: one block at a time (the only path for huge orders). */
+	while (got < nr) {
+		if (al_alloc_pages(v->pg, c, order, gfp, &pfn))
+			break;
+		take_block(v, c, pfn, order, pages, &got);
+		al_count(&v->ctr, c, VC_single_allocs, 1);
+	}
+	return got;
+}
+
+/* Free an area's pages by the free strategy. 0 or the first error. */
+static int area_free_pages(struct vm *v, struct al_ctx *c, const uint64_t *pages, unsigned nr)
+{
+	unsigned i;
+	int ret, err = 0;
+
+	if (!nr)
+		return 0;
+	if (v->free_strategy == FREE_BULK) {
+		ret = al_free_pages_bulk(v->pg, c, pages, nr);
+		al_count(&v->ctr, c, VC_bulk_frees, 1);
+		return ret < 0 ? ret : 0;
+	}
+	for (i = 0; i < nr; i++) {
+		ret = al_free_pages(v->pg, c, pages[i], 0);
+		if (ret && !err)
+			err = ret;
+	}
+	al_count(&v->ctr, c, VC_page_frees, nr);
+	return err;
+}
+
+/* ---- vmalloc / vfree ---- */
+
+static al_noinline al_cold void *vm_fail(struct vm *v, struct al_ctx *c, int err, unsigned ctr)
+{
+	c->err = err;
+	al_count(&v->ctr, c, ctr, 1);
+	al_count(&v->ctr, c, VC_vmalloc_failed, 1);
+	return NULL;
+}
+
+/* __vmalloc_node_range(). */
+static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align, unsigned vmflags)
+{
+	size_t real_size, real_align, area_size;
+	unsigned shift = PAGE_SHIFT, nr, got, mapped;
+	unsigned gfp = (vmflags & AL_VM_ZERO) ? AL_GFP_ZERO : 0;
+	struct vmap_area *va;
+	uint32_t cls;
+	uint64_t *pages;
+	int ret;
+
+	if (al_unlikely(c->level != AL_CTX_TASK))
+		return vm_fail(v, c, -EPERM, VC_einval);
+	if (al_unlikely(!size || size > v->va_size / 2 || (align & (align - 1))))
+		return vm_fail(v, c, -EINVAL, VC_einval);
+	if (align < PAGE_SIZE)
+		align = PAGE_SIZE;
+	real_size = size = align_up(size, PAGE_SIZE);
+	real_align = align;
+	if ((vmflags & AL_VM_HUGE) || v->use_huge) {
+		if (size >= PMD_SIZE)
+			shift = PMD_SHIFT;
+		else if (v->arch == ARCH_ARM64 && size >= (1ul << CONT_PTE_SHIFT))
+			shift = CONT_PTE_SHIFT;
+		if (shift > PAGE_SHIFT) {
+			if (align < (1ul << shift))
+				align = 1ul << shift;
+			size = align_up(real_size, 1ul << shift);
+		}
+	}
+again:
+	area_size = size + PAGE_SIZE; /* the guard page */
+	va = alloc_va(v, c, area_size, align, VA_VMALLOC);
+	if (!va)
+		return vm_fail(v, c, c->err, VC_enomem);
+	nr = (unsigned)(size >> PAGE_SHIFT);
+	pages = array_get(v, c->cpu, nr, &cls);
+	if (!pages) {
+		unlink_va(v, c, va->node.start, VA_VMALLOC);
+		free_va_lazy(v, c, va);
+		return vm_fail(v, c, -ENOMEM, VC_enomem);
+	}
+	got = area_alloc_pages(v, c, shift - PAGE_SHIFT, nr, pages, gfp);
+	if (got < nr) {
+		int err = c->err == -ETIMEDOUT || c->err == -EBUSY ? c->err : -ENOMEM;
+
+		area_free_pages(v, c, pages, got);
+		array_put(v, c->cpu, pages, cls);
+		unlink_va(v, c, va->node.start, VA_VMALLOC);
+		free_va_lazy(v, c, va);
+		if (shift > PAGE_SHIFT) {
+			/* The huge attempt failed: small pages, the caller's alignment. */
+			al_count(&v->ctr, c, VC_huge_fallbacks, 1);
+			shift = PAGE_SHIFT;
+			align = real_align;
+			size = real_size;
+			goto again;
+		}
+		return vm_fail(v, c, err, VC_enomem);
+	}
+	ret = vmap_pages(v, c, va->node.start, pages, nr, shift, &mapped);
+	if (al_unlikely(ret)) {
+		vunmap_pages(v, c, va->node.start, mapped);
+		area_free_pages(v, c, pages, got);
+		array_put(v, c->cpu, pages, cls);
+		unlink_va(v, c, va->node.start, VA_VMALLOC);
+		free_va_lazy(v, c, va);
+		return vm_fail(v, c, ret, VC_einval);
+	}
+	va->pages = pages;
+	va->pages_class = cls;
+	va->nr_pages = nr;
+	va->page_shift = shift;
+	va->requested = real_size;
+	al_count(&v->ctr, c, VC_vmallocs, 1);
+	al_count(&v->ctr, c, VC_pages_alloc, nr);
+	al_count(&v->ctr, c, VC_bytes_requested, real_size);
+	al_count(&v->ctr, c, VC_bytes_mapped, (uint64_t)nr << PAGE_SHIFT);
+	if (shift > PAGE_SHIFT)
+		al_count(&v->ctr, c, VC_huge_areas, 1);
+	return (void *)va->node.start;
+}
+
+static al_noinline al_cold int free_reject(struct vm *v, const struct al_ctx *c)
+{
+	al_count(&v->ctr, c, VC_invalid_frees, 1);
+	return -EINVAL;
+}
+
+/* vfree(): unmap, free the pages, free the range lazily. */
+static int vm_free(struct vm *v, struct al_ctx *c, const void *addr)
+{
+	struct vmap_area *va;
+	unsigned nr;
+	int ret;
+
+	if (!addr)
+		return 0;
+	if (al_unlikely(c->level != AL_CTX_TASK))
+		return -EPERM;
+	va = unlink_va(v, c, (uintptr_t)addr, VA_VMALLOC);
+	if (al_unlikely(!va))
+		return free_reject(v, c);
+	nr = va->nr_pages;
+	vunmap_pages(v, c, va->node.start, nr);
+	ret = area_free_pages(v, c, va->pages, nr);
+	array_put(v, c->cpu, va->pages, va->pages_class);
+	va->pages = NULL;
+	free_va_lazy(v, c, va);
+	al_count(&v->ctr, c, VC_vfrees, 1);
+	al_count(&v->ctr, c, VC_pages_freed, nr);
+	al_count(&v->ctr, c, VC_bytes_unmapped, (uint64_t)nr << PAGE_SHIFT);
+	return ret;
+}
+
+/* ---- vm_map_ram ---- */
+
+static void vb_free_block(struct vm *v, const struct al_ctx *c, struct vmap_area *vb)
+{
+	__atomic_store_n(&v->vb_index[(vb->node.start - v->va_base) >> VMAP_BLOCK_SHIFT], NULL,
+			 __ATOMIC_RELEASE);
+	if (unlink_va(v, c, vb->node.start, VA_BLOCK) == vb)
+		free_va_lazy(v, c, vb);
+	al_count(&v->ctr, c, VC_vb_freed, 1);
+}
+
+/* Retire a block: its pieces never handed out count as unmapped. */
+static void vb_retire(struct vm *v, const struct al_ctx *c, struct vmap_area *vb)
+{
+	uint32_t rest = vb->vb_free;
+
+	vb->vb_free = 0;
+	if (__atomic_add_fetch(&vb->vb_dirty, rest, __ATOMIC_ACQ_REL) == VMAP_BBMAP_BITS)
+		vb_free_block(v, c, vb);
+}
+
+static uintptr_t vb_alloc(struct vm *v, struct al_ctx *c, unsigned n)
+{
+	struct vcpu *vc = &v->cpus[c->cpu];
+	unsigned need = 1u << (n <= 1 ? 0 : al_fls64(n - 1));
+	struct vmap_area *vb = vc->vb;
+	uintptr_t addr;
+
+	if (!vb || vb->vb_free < need) {
+		if (vb) {
+			vc->vb = NULL;
+			vb_retire(v, c, vb);
+		}
+		vb = alloc_va(v, c, VMAP_BLOCK_SIZE, VMAP_BLOCK_SIZE, VA_BLOCK);
+		if (!vb)
+			return 0;
+		vb->vb_free = VMAP_BBMAP_BITS;
+		vb->vb_dirty = 0;
+		__atomic_store_n(&v->vb_index[(vb->node.start - v->va_base) >> VMAP_BLOCK_SHIFT],
+				 vb, __ATOMIC_RELEASE);
+		vc->vb = vb;
+		al_count(&v->ctr, c, VC_vb_new, 1);
+	}
+	addr = vb->node.start + ((uintptr_t)(VMAP_BBMAP_BITS - vb->vb_free) << PAGE_SHIFT);
+	vb->vb_free -= need;
+	if (!vb->vb_free)
+		vc->vb = NULL; /* full: off the queue */
+	al_count(&v->ctr, c, VC_vb_allocs, 1);
+	return addr;
+}
+
+static int vb_free(struct vm *v, struct al_ctx *c, uintptr_t addr, unsigned n)
+{
+	unsigned need = 1u << (n <= 1 ? 0 : al_fls64(n - 1));
+	struct vmap_area *vb;
+
+	if (addr - v->va_base >= v->va_size || (addr & (PAGE_SIZE - 1)))
+		return free_reject(v, c);
+	vb = __atomic_load_n(&v->vb_index[(addr - v->va_base) >> VMAP_BLOCK_SHIFT],
+			     __ATOMIC_ACQUIRE);
+	if (!vb || addr + ((uintptr_t)n << PAGE_SHIFT) > vb->node.end)
+		return free_reject(v, c);
+	vunmap_pages(v, c, addr, n);
+	if (__atomic_add_fetch(&vb->vb_dirty, need, __ATOMIC_ACQ_REL) == VMAP_BBMAP_BITS)
+		vb_free_block(v, c, vb);
+	return 0;
+}
+
+static void *vm_map_ram(struct vm *v, struct al_ctx *c, const uint64_t *pfns, unsigned n)
+{
+	struct vmap_area *va = NULL;
+	uintptr_t addr;
+	unsigned mapped;
+	int ret;
+
+	if (al_unlikely(c->level != AL_CTX_TASK || !n || !pfns ||
+			(size_t)n << PAGE_SHIFT > v->va_size / 2)) {
+		c->err = c->level != AL_CTX_TASK ? -EPERM : -EINVAL;
+		al_count(&v->ctr, c, VC_einval, 1);
+		return NULL;
+	}
+	if (n <= VMAP_MAX_ALLOC) {
+		addr = vb_alloc(v, c, n);
+	} else {
+		va = alloc_va(v, c, (size_t)n << PAGE_SHIFT, PAGE_SIZE, VA_RAM);
+		addr = va ? va->node.start : 0;
+		if (va)
+			va->nr_pages = n;
+	}
+	if (!addr)
+		return NULL;
+	ret = vmap_pages(v, c, addr, pfns, n, PAGE_SHIFT, &mapped);
+	if (ret) {
+		vunmap_pages(v, c, addr, mapped);
+		if (va) {
+			unlink_va(v, c, addr, VA_RAM);
+			free_va_lazy(v, c, va);
+		} else {
+			vb_free(v, c, addr, n);
+		}
+		c->err = ret;
+		return NULL;
+	}
+	al_count(&v->ctr, c, VC_map_ram, 1);
+	return (void *)addr;
+}
+
+static int vm_unmap_ram(struct vm *v, struct al_ctx *c, uintptr_t addr, unsigned n)
+{
+	struct vmap_area *va;
+	int ret;
+
+	if (al_unlikely(c->level != AL_CTX_TASK))
+		return -EPERM;
+	if (n <= VMAP_MAX_ALLOC) {
+		ret = vb_free(v, c, addr, n);
+	} else {
+		va = unlink_va(v, c, addr, VA_RAM);
+		if (!va || va->nr_pages != n) {
+			if (va) { /* wrong count: put it back */
+				struct vnode *vn = node_of(v, addr);
+
+				if (!al_lock_acquire(&vn->busy_lock, c)) {
+					vn->busy = va_insert(vn->busy, &va->node);
+					al_lock_release(&vn->busy_lock, c);
+				}
+			}
+			return free_reject(v, c);
+		}
+		vunmap_pages(v, c, addr, n);
+		free_va_lazy(v, c, va);
+		ret = 0;
+	}
+	if (!ret)
+		al_count(&v->ctr, c, VC_unmap_ram, 1);
+	return ret;
+}
+
+/* ---- public API (vmalloc.h) ---- */
+
+bool al_vmalloc_is(const struct al_allocator *a)
+{
+	return vm_of(a) != NULL;
+}
+
+struct al_allocator *al_vmalloc_pages(const struct al_allocator *a)
+{
+	struct vm *v = vm_of(a);
+
+	return v ? v->pg : NULL;
+}
+
+void *al_vmalloc(struct al_allocator *a, struct al_ctx *c, size_t size, size_t align,
+		 unsigned vmflags)
+{
+	struct vm *v = vm_of(a);
+
+	if (!v) {
+		c->err = -EINVAL;
+		return NULL;
+	}
+	return vm_alloc(v, c, size, align, vmflags);
+}
+
+int al_vfree(struct al_allocator *a, struct al_ctx *c, const void *addr)
+{
+	struct vm *v = vm_of(a);
+
+	return v ? vm_free(v, c, addr) : -EINVAL;
+}
+
+void *al_vm_map_ram(struct al_allocator *a, struct al_ctx *c, const uint64_t *pfns, unsigned n)
+{
+	struct vm *v = vm_of(a);
+
+	if (!v) {
+		c->err = -EINVAL;
+		return NULL;
+	}
+	return vm_map_ram(v, c, pfns, n);
+}
+
+int al_vm_unmap_ram(struct al_allocator *a, struct al_ctx *c, const void *addr, unsigned n)
+{
+	struct vm *v = vm_of(a);
+
+	return v ? vm_unmap_ram(v, c, (uintptr_t)addr, n) : -EINVAL;
+}
+
+/* Visit the page memory of [addr, addr + len) through the page table. */
+static int walk_mem(struct vm *v, uintptr_t addr, size_t len,
+		    void (*fn)(void *mem, size_t off, size_t n, void *arg), void *arg)
+{
+	size_t done = 0, n;
+	uint64_t pfn;
+
+	while (done < len) {
+		uintptr_t a = addr + done;
+
+		if (translate(v, a, &pfn))
+			return -EFAULT;
+		n = PAGE_SIZE - (a & (PAGE_SIZE - 1));
+		if (n > len - done)
+			n = len - done;
+		fn((char *)al_page_address(v->pg, pfn) + (a & (PAGE_SIZE - 1)), done, n, arg);
+		done += n;
+	}
+	return 0;
+}
+
+static void do_write(void *mem, size_t off, size_t n, void *arg)
+{
+	memcpy(mem, (const char *)arg + off, n);
+}
+
+static void do_read(void *mem, size_t off, size_t n, void *arg)
+{
+	memcpy((char *)arg + off, mem, n);
+}
+
+static void do_set(void *mem, size_t off, size_t n, void *arg)
+{
+	(void)off;
+	memset(mem, *(int *)arg, n);
+}
+
+int al_vmalloc_write(struct al_allocator *a, void *addr, const void *src, size_t len)
+{
+	struct vm *v = vm_of(a);
+	uint64_t pfn;
+
+	if (!v)
+		return -EINVAL;
+	if (len == 1) { /* the test's one byte: a single walk */
+		if (translate(v, (uintptr_t)addr, &pfn))
+			return -EFAULT;
+		*((char *)al_page_address(v->pg, pfn) + ((uintptr_t)addr & (PAGE_SIZE - 1))) =
+			*(const char *)src;
+		return 0;
+	}
+	return walk_mem(v, (uintptr_t)addr, len, do_write, (void *)(uintptr_t)src);
+}
+
+int al_vmalloc_read(struct al_allocator *a, const void *addr, void *dst, size_t len)
+{
+	struct vm *v = vm_of(a);
+
+	return v ? walk_mem(v, (uintptr_t)addr, len, do_read, dst) : -EINVAL;
+}
+
+int al_vmalloc_memset(struct al_allocator *a, void *addr, int byte, size_t len)
+{
+	struct vm *v = vm_of(a);
+
+	return v ? walk_mem(v, (uintptr_t)addr, len, do_set, &byte) : -EINVAL;
+}
+
+int al_vmalloc_to_pfn(struct al_allocator *a, const void *addr, uint64_t *pfn)
+{
+	struct vm *v = vm_of(a);
+
+	return v ? translate(v, (uintptr_t)addr, pfn) : -EINVAL;
+}
+
+int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c)
+{
+	struct vm *v = vm_of(a);
+
+	return v ? purge(v, c, true) : -EINVAL;
+}
+
+/* ---- struct al_ops ---- */
+
+static void *vmalloc_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	void *p = vm_alloc(to_vm(a), c, size, PAGE_SIZE, 0);
+
+	/* The caller reads the range itself: zero what it sees. */
+	if (p && (flags & AL_ZERO))
+		memset(p, 0, size);
+	return p;
+}
+
+static int vmalloc_free(struct al_allocator *a, struct al_ctx *c, void *ptr)
+{
+	return vm_free(to_vm(a), c, ptr);
+}
+
+static bool vmalloc_owns(struct al_allocator *a, const void *ptr)
+{
+	const struct vm *v = to_vm(a);
+
+	return (uintptr_t)ptr - v->va_base < v->va_size;
+}
+
+static size_t vmalloc_usable_size(struct al_allocator *a, const void *ptr)
+{
+	struct vm *v = to_vm(a);
+	struct vnode *vn;
+	struct va_node *n;
+	struct al_ctx c;
+	size_t sz = 0;
+
+	if ((uintptr_t)ptr - v->va_base >= v->va_size)
+		return 0;
+	al_ctx_init(&c, 0);
+	vn = node_of(v, (uintptr_t)ptr);
+	if (al_lock_acquire(&vn->busy_lock, &c))
+		return 0;
+	n = va_find(vn->busy, (uintptr_t)ptr);
+	if (n && (va_of(n)->flags & VA_VMALLOC))
+		sz = (size_t)va_of(n)->nr_pages << PAGE_SHIFT;
+	al_lock_release(&vn->busy_lock, &c);
+	return sz;
+}
+
+/* Purge the lazy areas; free vmap blocks with nothing mapped. */
+static void vmalloc_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
+{
+	struct vm *v = to_vm(a);
+	unsigned i;
+
+	for (i = 0; i < a->ncpu; i++) {
+		struct vcpu *vc = &v->cpus[i];
+		struct vmap_area *vb = vc->vb;
+
+		if ((scope != AL_DRAIN_ALL && i != c->cpu) || !vb)
+			continue;
+		if (__atomic_load_n(&vb->vb_dirty, __ATOMIC_ACQUIRE) + vb->vb_free ==
+		    VMAP_BBMAP_BITS) {
+			vc->vb = NULL;
+			vb_retire(v, c, vb);
+		}
+	}
+	purge(v, c, true);
+}
+
+static int64_t vm_held(const struct vm *v)
+{
+	return (int64_t)(al_counters_sum(&v->ctr, VC_bytes_mapped) -
+			 al_counters_sum(&v->ctr, VC_bytes_unmapped));
+}
+
+static void vmalloc_stats(struct al_allocator *a, struct al_stats *out)
+{
+	struct vm *v = to_vm(a);
+	struct al_lock_stats busy = { 0 };
+	unsigned i;
+
+	out->layer = "vmalloc";
+	out->bytes_held = vm_held(v);
+	al_counters_report(&v->ctr, out);
+	al_lock_report(&v->free_lock, va_lock_names, out);
+	for (i = 0; i < v->nr_nodes; i++)
+		al_lock_stats_add(&v->nodes[i].busy_lock, &busy);
+	al_lock_stats_report(&busy, busy_lock_names, out);
+	al_stats_add_gauge(out, "lazy_pages", __atomic_load_n(&v->lazy_nr, __ATOMIC_RELAXED));
+}
+
+/* ---- check ---- */
+
+struct range {
+	uintptr_t start, end; /* [start, end) */
+	uint32_t kind;	      /* 0 free, 1 lazy, else the busy area's flags << 1 */
+	const struct vmap_area *va;
+};
+
+static void sift(struct range *r, size_t i, size_t n)
+{
+	for (;;) {
+		size_t m = i, l = 2 * i + 1, k = l + 1;
+		struct range t;
+
+		if (l < n && r[l].start > r[m].start)
+			m = l;
+		if (k < n && r[k].start > r[m].start)
+			m = k;
+		if (m == i)
+			return;
+		t = r[i];
+		r[i] = r[m];
+		r[m] = t;
+		i = m;
+	}
+}
+
+static void sort_ranges(struct range *r, size_t n)
+{
+	size_t i;
+	struct range t;
+
+	for (i = n / 2; i-- > 0;)
+		sift(r, i, n);
+	for (i = n; i-- > 1;) {
+		t = r[0];
+		r[0] = r[i];
+		r[i] = t;
+		sift(r, 0, i);
+	}
+}
+
+#define VCHECK_FAIL(...)                                        \
+	do {                                                    \
+		snprintf(err, errlen, "vmalloc: " __VA_ARGS__); \
+		ret = -EFAULT;                                  \
+		goto out;                                       \
+	} while (0)
+
+static size_t count_nodes(const struct va_node *n)
+{
+	return n ? 1 + count_nodes(n->left) + count_nodes(n->right) : 0;
+}
+
+static void add_tree(struct range *r, size_t *k, const struct va_node *n, uint32_t kind)
+{
+	if (!n)
+		return;
+	add_tree(r, k, n->left, kind);
+	r[*k].start = n->start;
+	r[*k].end = n->end;
+	r[*k].kind = kind ? va_of((struct va_node *)n)->flags << 1 : 0;
+	r[*k].va = va_of((struct va_node *)n);
+	(*k)++;
+	add_tree(r, k, n->right, kind);
+}
+
+static int vm_check(struct al_allocator *a, char *err, size_t errlen)
+{
+	struct vm *v = to_vm(a);
+	size_t nfree = count_nodes(v->free_root), total = nfree, k = 0, i, len;
+	uint64_t lazy = 0, held = 0, pfn;
+	uintptr_t at = v->va_base, top = v->va_top;
+	const struct vmap_area *va;
+	struct range *r;
+	unsigned n, j;
+	int ret = 0;
+
+	if (va_verify(v->free_root, v->va_base, v->va_base + v->va_size, UINT32_MAX)) {
+		snprintf(err, errlen,
+			 "vmalloc: the free tree is not ordered or its subtree_max "
+			 "is wrong");
+		return -EFAULT;
+	}
+	for (n = 0; n < v->nr_nodes; n++) {
+		if (va_verify(v->nodes[n].busy, v->va_base, v->va_base + v->va_size, UINT32_MAX)) {
+			snprintf(err, errlen, "vmalloc: busy tree %u is not ordered", n);
+			return -EFAULT;
+		}
+		total += count_nodes(v->nodes[n].busy);
+		for (va = v->nodes[n].lazy; va; va = va->next)
+			total++;
+	}
+	len = (total + 1) * sizeof(*r);
+	r = al_meta_alloc(len);
+	if (!r) {
+		snprintf(err, errlen, "vmalloc: no memory for the check");
+		return -ENOMEM;
+	}
+	add_tree(r, &k, v->free_root, 0);
+	for (n = 0; n < v->nr_nodes; n++) {
+		size_t k0 = k;
+
+		add_tree(r, &k, v->nodes[n].busy, 1);
+		for (i = k0; i < k; i++)
+			if (node_of(v, r[i].start) != &v->nodes[n])
+				VCHECK_FAIL("busy area %#lx is in node %u's tree",
+					    (unsigned long)r[i].start, n);
+		for (va = v->nodes[n].lazy; va; va = va->next) {
+			r[k].start = va->node.start;
+			r[k].end = va->node.end;
+			r[k].kind = 1;
+			r[k].va = va;
+			k++;
+			lazy += va_size(&va->node) >> PAGE_SHIFT;
+		}
+	}
+	for (i = 1; i < nfree; i++)
+		if (r[i - 1].end >= r[i].start)
+			VCHECK_FAIL("free ranges [%#lx, %#lx) and [%#lx, %#lx) touch or overlap "
+				    "(not merged)",
+				    (unsigned long)r[i - 1].start, (unsigned long)r[i - 1].end,
+				    (unsigned long)r[i].start, (unsigned long)r[i].end);
+	sort_ranges(r, k);
+	for (i = 0; i < k; i++) {
+		if (r[i].start != at)
+			VCHECK_FAIL("%s at %#lx: the ranges do not tile the space (expected %#lx)",
+				    r[i].start < at ? "overlap" : "gap", (unsigned long)r[i].start,
+				    (unsigned long)at);
+		at = r[i].end;
+		va = r[i].va;
+		if (r[i].kind == VA_VMALLOC << 1) {
+			if (!va->nr_pages || !va->pages ||
+			    ((size_t)va->nr_pages + 1) << PAGE_SHIFT > va_size(&va->node))
+				VCHECK_FAIL("area %#lx: %u pages in %zu bytes",
+					    (unsigned long)r[i].start, va->nr_pages,
+					    va_size(&va->node));
+			for (j = 0; j < va->nr_pages; j++)
+				if (translate(v, r[i].start + ((uintptr_t)j << PAGE_SHIFT), &pfn) ||
+				    pfn != va->pages[j])
+					VCHECK_FAIL("area %#lx: page %u is not mapped to pfn %llu",
+						    (unsigned long)r[i].start, j,
+						    (unsigned long long)va->pages[j]);
+			if (!translate(v, r[i].start + ((uintptr_t)va->nr_pages << PAGE_SHIFT),
+				       &pfn))
+				VCHECK_FAIL("area %#lx: its guard page is mapped",
+					    (unsigned long)r[i].start);
+			held += (uint64_t)va->nr_pages << PAGE_SHIFT;
+		} else if (r[i].kind == VA_BLOCK << 1) {
+			if (v->vb_index[(r[i].start - v->va_base) >> VMAP_BLOCK_SHIFT] != va ||
+			    va->vb_free + va->vb_dirty > VMAP_BBMAP_BITS)
+				VCHECK_FAIL("vmap block %#lx: not indexed, or free %u + dirty %u > "
+					    "%u",
+					    (unsigned long)r[i].start, va->vb_free, va->vb_dirty,
+					    VMAP_BBMAP_BITS);
+		} else if (r[i].kind <= 1) {
+			uintptr_t x, end = r[i].end < top ? r[i].end : top;
+
+			for (x = r[i].start; x < end; x += PAGE_SIZE)
+				if (!translate(v, x, &pfn))
+					VCHECK_FAIL("%s range [%#lx, %#lx): %#lx is still mapped",
+						    r[i].kind ? "lazy" : "free",
+						    (unsigned long)r[i].start,
+						    (unsigned long)r[i].end, (unsigned long)x);
+		}
+	}
+	if (at != v->va_base + v->va_size)
+		VCHECK_FAIL("the ranges end at %#lx, the space at %#lx", (unsigned long)at,
+			    (unsigned long)(v->va_base + v->va_size));
+	if (lazy != __atomic_load_n(&v->lazy_nr, __ATOMIC_RELAXED))
+		VCHECK_FAIL("lazy_nr is %llu, the lazy lists hold %llu pages",
+			    (unsigned long long)v->lazy_nr, (unsigned long long)lazy);
+	if ((int64_t)held != vm_held(v))
+		VCHECK_FAIL("vmalloc areas map %llu bytes, counters say %lld",
+			    (unsigned long long)held, (long long)vm_held(v));
+out:
+	al_meta_free(r, len);
+	return ret;
+}
+
+/* ---- lifetime ---- */
+
+static void vmalloc_destroy(struct al_allocator *a)
+{
+	struct vm *v = to_vm(a);
+	struct chunk *ch, *next;
+
+	for (ch = v->chunks; ch; ch = next) {
+		next = ch->next;
+		al_meta_free(ch, ch->len);
+	}
+	if (v->map)
+		munmap(v->map, v->map_len);
+	al_meta_free(v->pte, v->pte_len);
+	al_meta_free(v->pmd, v->pmd_len);
+	al_meta_free(v->vb_index, v->vb_index_len);
+	al_meta_free(v->nodes, v->nodes_len);
+	al_meta_free(v->cpus, v->cpus_len);
+	al_counters_fini(&v->ctr);
+	al_meta_free(v, sizeof(*v));
+}
+
+static const struct al_ops vm_ops = {
+	.abi_version = AL_ABI_VERSION,
+	.ops_size = sizeof(struct al_ops),
+	.name = "vmalloc",
+	.alloc = vmalloc_alloc,
+	.free = vmalloc_free,
+	.owns = vmalloc_owns,
+	.usable_size = vmalloc_usable_size,
+	.drain = vmalloc_drain,
+	.stats = vmalloc_stats,
+	.destroy = vmalloc_destroy,
+	.check = vm_check,
+};
+
+static int vmalloc_check_params(const int64_t *params, char *err, size_t errlen)
+{
+	if (params[P_VA_SIZE] % VMAP_BLOCK_SIZE) {
+		snprintf(err, errlen, "va_size=%lld: va_size must be a multiple of 4M",
+			 (long long)params[P_VA_SIZE]);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
+			  struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct vm *v;
+	struct vmap_area *va;
+	char why[160];
+	unsigned i;
+	void *m;
+
+	*out = NULL;
+	if (!below || !al_pages_is(below) || vmalloc_check_params(params, why, sizeof(why)))
+		return -EINVAL;
+	v = al_meta_alloc(sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	v->base.ops = &vm_ops;
+	v->base.desc = d;
+	v->base.ncpu = ncpu;
+	v->pg = below;
+	v->alloc_strategy = (unsigned)params[P_ALLOC];
+	v->free_strategy = (unsigned)params[P_FREE];
+	v->use_huge = params[P_USE_HUGE];
+	v->arch = (unsigned)params[P_ARCH];
+	v->bulk_max = (unsigned)params[P_BULK_MAX];
+	v->lazy_max =
+		params[P_LAZY_MAX] ? (uint64_t)params[P_LAZY_MAX] : al_fls64(ncpu) * LAZY_UNIT;
+	v->va_size = (size_t)params[P_VA_SIZE];
+	v->pte_len = (v->va_size >> PAGE_SHIFT) * sizeof(uint64_t);
+	v->pmd_len = (v->va_size >> PMD_SHIFT) * sizeof(uint64_t);
+	v->vb_index_len = (v->va_size >> VMAP_BLOCK_SHIFT) * sizeof(void *);
+	v->nr_nodes = ncpu < MAX_NODES ? ncpu : MAX_NODES;
+	v->nodes_len = v->nr_nodes * sizeof(struct vnode);
+	v->cpus_len = ncpu * sizeof(struct vcpu);
+	if (al_counters_init(&v->ctr, VC_NR, vm_counter_names, ncpu))
+		goto fail;
+	v->pte = al_meta_alloc(v->pte_len);
+	v->pmd = al_meta_alloc(v->pmd_len);
+	v->vb_index = al_meta_alloc(v->vb_index_len);
+	v->nodes = al_meta_alloc(v->nodes_len);
+	v->cpus = al_meta_alloc(v->cpus_len);
+	v->map_len = v->va_size + VA_BASE_ALIGN;
+	m = mmap(NULL, v->map_len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	v->map = m == MAP_FAILED ? NULL : m;
+	if (!v->pte || !v->pmd || !v->vb_index || !v->nodes || !v->cpus || !v->map)
+		goto fail;
+	v->va_base = align_up((uintptr_t)v->map, VA_BASE_ALIGN);
+	al_lock_init(&v->free_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
+	al_lock_init(&v->purge_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
+	for (i = 0; i < v->nr_nodes; i++) {
+		al_lock_init(&v->nodes[i].busy_lock, (uint64_t)params[P_LOCK_BUDGET],
+			     params[P_LOCK_TIMING]);
+		al_lock_init(&v->nodes[i].lazy_lock, (uint64_t)params[P_LOCK_BUDGET],
+			     params[P_LOCK_TIMING]);
+	}
+	va = record_get(v, 0);
+	if (!va)
+		goto fail;
+	va->node.start = v->va_base;
+	va->node.end = v->va_base + v->va_size;
+	v->free_root = va_insert(NULL, &va->node);
+	*out = &v->base;
+	return 0;
+fail:
+	vmalloc_destroy(&v->base);
+	return -ENOMEM;
+}
+
+/* name, type, default, min, max, choices, doc */
+static const struct al_param_desc vmalloc_params[P_NR] = {
+	[P_ALLOC] = { "alloc", AL_PARAM_ENUM, ALLOC_ORDER0, 0, 2, "order0,high_order,pcp_first",
+		      "page population: bulk order-0 through the PCP; largest orders first "
+		      "(split); PCP lists then buddy, high to low order" },
+	[P_FREE] = { "free", AL_PARAM_ENUM, FREE_PER_PAGE, 0, 1, "per_page,bulk",
+		     "vfree: every page through the PCP, or free_pages_bulk (contiguous runs as "
+		     "aligned high-order blocks)" },
+	[P_USE_HUGE] = { "use_huge", AL_PARAM_BOOL, 0, 0, 1, NULL,
+			 "every vmalloc is vmalloc_huge (PMD from 2M; arm64: contiguous PTEs "
+			 "from 64K)" },
+	[P_ARCH] = { "arch", AL_PARAM_ENUM, ARCH_X86, 0, 1, "x86,arm64",
+		     "page-table geometry: arm64 maps order-4 blocks with contiguous PTEs" },
+	[P_LAZY_MAX] = { "lazy_max_pages", AL_PARAM_INT, 0, 0, 1ll << 30, NULL,
+			 "purge lazily freed areas past this many pages; 0 = fls(CPUs) * 32M" },
+	[P_VA_SIZE] = { "va_size", AL_PARAM_SIZE, 16ll << 30, 64 << 20, 1ll << 40, NULL,
+			"virtual range for areas (a multiple of 4M; host memory touched only "
+			"where written)" },
+	[P_BULK_MAX] = { "bulk_max", AL_PARAM_INT, 100, 1, 1 << 20, NULL,
+			 "pages per alloc_pages_bulk call (the kernel's 100)" },
+	[P_LOCK_BUDGET] = { "lock_budget", AL_PARAM_NS, 1000000000, 0, 10000000000ll, NULL,
+			    "how long a waiter spins on a vmalloc lock before the call fails" },
+	[P_LOCK_TIMING] = { "lock_timing", AL_PARAM_BOOL, 0, 0, 1, NULL,
+			    "measure lock hold times" },
+};
+
+static size_t vmalloc_max_size_of(const int64_t *p)
+{
+	return (size_t)p[P_VA_SIZE] / 2;
+}
+
+static const struct al_layer_desc vmalloc_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = "vmalloc",
+	.doc = "vmalloc/vfree over a pages layer: VA allocator, page table, order0/high_order/"
+	       "pcp_first population, per_page/bulk free",
+	.features = AL_F_BACKEND | AL_F_NEEDS_PAGES | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES,
+	.max_size = 1ull << 39,
+	.max_size_of = vmalloc_max_size_of,
+	.nparams = P_NR,
+	.params = vmalloc_params,
+	.check_params = vmalloc_check_params,
+	.create = vmalloc_create,
+};
+
+AL_REGISTER_LAYER(vmalloc_desc)

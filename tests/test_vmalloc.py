@@ -1,0 +1,344 @@
+"""Seed 004: the pages layer's page API (free_pages_bulk's aligned blocks as a
+property, exhaustion and recovery), vmalloc through the Allocator hook, the
+test_vmalloc workload (every test on every preset, nothing leaked, the
+kernel's summary lines, workload metrics in Results and JSON), the
+reproduction report and its CLI, and the significance test."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import alloclab as al
+import alloclab.reproduce as rep
+from alloclab._ffi import ffi, lib
+from alloclab.reproduce.vmalloc import (SEED_ROWS, TEST_BITS, VmallocReport, change_pct,
+                                        machine_policy, summary_text, t_sf2, welch_test)
+
+VMALLOC_PRESETS = ["vmalloc-default", "vmalloc-large", "vmalloc-large-bulkfree",
+                   "vmalloc-pcp-first"]
+
+
+def info(a, cpu=0):
+    out = ffi.new("struct al_pages_info *")
+    cnt = ffi.new("int *")
+    assert lib.al_pages_info(a, out, cpu, cnt, ffi.NULL, ffi.NULL, ffi.NULL) == 0
+    return out, cnt[0]
+
+
+# ---------------------------------------------------------------- the page API
+
+def aligned_blocks(start, n, max_order=10):
+    """The reference decomposition: order = min(ffs(pfn) - 1, ilog2(left), max)."""
+    out = []
+    pfn, left = start, n
+    while left:
+        o = min((pfn & -pfn).bit_length() - 1 if pfn else max_order,
+                left.bit_length() - 1, max_order)
+        out.append(o)
+        pfn += 1 << o
+        left -= 1 << o
+    return out
+
+
+@pytest.fixture(scope="module")
+def pages16():
+    with al.Allocator("pages(memory=16M, batch=63, decay=0ns)", ncpu=2) as a:
+        yield a
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 1023), st.integers(1, 1024))
+def test_free_pages_bulk_covers_any_run_with_aligned_blocks(pages16, off, n):
+    """Any run of pages of a split 4 MiB block goes back as exactly the
+    naturally aligned blocks that cover it, nothing more, nothing less."""
+    n = min(n, 1024 - off)
+    a, c = pages16._a(), pages16._c(1)
+    base = ffi.new("uint64_t *")
+    assert lib.al_alloc_pages(a, c, 10, lib.AL_GFP_NOPCP, base) == 0
+    base = base[0]
+    assert base % 1024 == 0
+    assert lib.al_split_page(a, c, base, 10) == 0
+    before = pages16.stats()[0]
+    freed0, pcp0 = info(a)[0].free_pages, info(a)[0].pcp_pages
+    run = ffi.new("uint64_t[]", [base + off + i for i in range(n)])
+    assert lib.al_free_pages_bulk(a, c, run, n) == n
+    after = pages16.stats()[0]
+    want = aligned_blocks(base + off, n)
+    assert sum(1 << o for o in want) == n
+    assert after["bulk_free_blocks"] - before["bulk_free_blocks"] == len(want)
+    assert after["bulk_free_runs"] - before["bulk_free_runs"] == 1
+    for o in range(11):
+        assert after["free_o%d" % o] - before["free_o%d" % o] == want.count(o), o
+    now = info(a)[0]
+    assert (now.free_pages - freed0) + (now.pcp_pages - pcp0) == n
+    pages16.check()
+    # the rest of the block, page by page; then everything merges back
+    for i in list(range(off)) + list(range(off + n, 1024)):
+        assert lib.al_free_pages(a, c, base + i, 0) == 0
+    pages16.drain()
+    pages16.check()
+    assert info(a)[0].nr_free[10] == 4
+    assert pages16.stats()[0]["bytes_held"] == 0
+
+
+def test_page_api_rejects_other_layers():
+    with al.Allocator("buddy") as b:
+        a, c = b._a(), b._c(0)
+        out = ffi.new("uint64_t *")
+        assert not lib.al_pages_is(a)
+        assert lib.al_alloc_pages(a, c, 0, 0, out) == -22
+        assert lib.al_vmalloc(a, c, 4096, 0, 0) == ffi.NULL
+        assert lib.al_vfree(a, c, ffi.NULL) == -22
+
+
+def test_pages_exhaustion_then_recovery():
+    with al.Allocator("pages(memory=4M)", ncpu=2) as a:
+        got = []
+        with pytest.raises(al.AllocatorExhausted):
+            for i in range(2000):
+                got.append(a.alloc(4096, cpu=i % 2))
+        assert len(got) == 1024
+        for i, x in enumerate(got):
+            a.free(x, cpu=(i + 1) % 2)
+        a.drain()
+        a.check()
+        assert info(a._a())[0].nr_free[10] == 1
+        a.free(a.alloc(4 << 20))
+
+
+# ---------------------------------------------------------------- vmalloc
+
+def test_policy_needs_pages_below():
+    with pytest.raises(al.InvalidArgument, match="page allocator right below"):
+        al.Policy("vmalloc > buddy")
+    assert al.Policy("vmalloc-default") == al.Policy("vmalloc > pages")
+    assert "needs_pages" in al.Policy("vmalloc > pages").features(0)
+    assert "pages" in al.Policy("pages").features(0)
+    # vmalloc's largest request is its own, not the pages layer's 4 MiB
+    assert al.Policy("vmalloc > pages").max_size == 8 << 30
+
+
+@pytest.mark.parametrize("preset", VMALLOC_PRESETS)
+def test_vmalloc_writes_reach_the_mapped_pages(preset):
+    with al.Allocator(al.presets[preset].replace("> pages", "> pages(memory=64M)")) as a:
+        top, c = a._a(), a._c(0)
+        p = lib.al_vmalloc(top, c, 37 * 4096, 0, 0)
+        assert p != ffi.NULL
+        data = bytes(range(256)) * 40
+        assert lib.al_vmalloc_write(top, p + 1000, data, len(data)) == 0
+        back = ffi.new("char[]", len(data))
+        assert lib.al_vmalloc_read(top, p + 1000, back, len(data)) == 0
+        assert ffi.buffer(back, len(data))[:] == data
+        pfn = ffi.new("uint64_t *")
+        assert lib.al_vmalloc_to_pfn(top, p + 4096, pfn) == 0
+        mem = lib.al_page_address(lib.al_vmalloc_pages(top), pfn[0])
+        assert ffi.buffer(mem, 4)[:] == data[4096 - 1000:4096 - 1000 + 4]
+        a.check()
+        assert lib.al_vfree(top, c, p) == 0
+        assert lib.al_vmalloc_write(top, p, b"x", 1) == -14  # EFAULT: unmapped
+        a.drain()
+        a.check()
+        assert [s["bytes_held"] for s in a.stats()] == [0, 0]
+
+
+def test_vmalloc_exhaustion_then_recovery():
+    with al.Allocator("vmalloc(alloc=high_order, free=bulk) > pages(memory=4M)") as a:
+        got = []
+        with pytest.raises(al.AllocatorExhausted, match="ENOMEM"):
+            for _ in range(1000):
+                got.append(a.alloc(5 * 4096))
+        assert len(got) == 1024 // 5
+        a.check()
+        for x in got:
+            a.free(x)
+        a.drain()
+        a.check()
+        assert [s["bytes_held"] for s in a.stats()] == [0, 0]
+        a.free(a.alloc(2 << 20))
+
+
+# ---------------------------------------------------------------- the workload
+
+FAST = dict(runs=1, cycles=1, warmup_cycles=0, test_loop_count=50, nr_pcpu_objects=500,
+            sequential_test_order=True)
+
+
+@pytest.mark.parametrize("preset", VMALLOC_PRESETS)
+def test_every_test_alone_passes_and_leaks_nothing(preset):
+    pol = al.presets[preset].replace("> pages", "> pages(memory=128M)")
+    for name, bit in TEST_BITS.items():
+        res = al.run("test_vmalloc", pol, run_test_mask=bit, nr_pages=3, test_repeat_count=2,
+                     **FAST)
+        p = res.points[0]
+        want = "xfailed" if name == "align_shift_alloc_test" else "passed"
+        assert p["wl.%s.%s" % (name, want)][0] == 2, name
+        assert p["wl.%s.failed" % name][0] == 0, name
+        assert p["wl.%s.avg_usec" % name][0] > 0
+        assert p["vmalloc.leaked"][0] == 0 and p["pages.leaked"][0] == 0, name
+        others = [k for k in p.data if k.startswith("wl.") and k.endswith(".avg_usec")]
+        assert others == ["wl.%s.avg_usec" % name]
+
+
+def test_all_tests_two_threads_per_op_timing():
+    res = al.run("test_vmalloc", "vmalloc-pcp-first", producers=2, run_test_mask=2047,
+                 nr_pages=20, use_huge=True, timing="per_op_sum", **FAST)
+    p = res.points[0]
+    for name in TEST_BITS:
+        assert p["wl.%s.failed" % name][0] == 0, name
+    assert p["wl.fix_size_alloc_test.passed"][0] == 2  # one per worker
+    assert p["free_ops"][0] > 0 and p["free_ns"][0] > 0 and p["alloc_ns"][0] > 0
+    text = summary_text(res)
+    assert "fix_size_alloc_test passed: 2 failed: 0 xfailed: 0 repeat: 1 loops: 50 avg:" in text
+    assert "align_shift_alloc_test passed: 0 failed: 0 xfailed: 2" in text
+
+
+def test_workload_checks_its_policy_and_threads():
+    with pytest.raises(al.RunError, match="needs a vmalloc layer"):
+        al.run("test_vmalloc", "pages", **FAST)
+    with pytest.raises(al.RunError, match="nr_threads=3"):
+        al.run("test_vmalloc", "vmalloc-default", nr_threads=3, **FAST)
+
+
+def test_batch_timing_counts_loop_iterations():
+    res = al.run("test_vmalloc", "vmalloc-default", run_test_mask=1 | 8, **FAST)
+    p = res.points[0]
+    assert p["alloc_ops"][0] == 100  # 50 loops x 2 tests
+    assert p["vmalloc.vmallocs"][0] == 100
+    us = p["wl.fix_size_alloc_test.avg_usec"][0] + p["wl.random_size_alloc_test.avg_usec"][0]
+    assert p["alloc_ns"][0] == pytest.approx(us * 1e3 / 100, rel=0.05)
+    assert math.isnan(p["free_ns"][0])
+
+
+def test_workload_metrics_survive_json():
+    res = al.run("test_vmalloc", "vmalloc-default", run_test_mask=1, **FAST)
+    back = al.Result.from_json(res.to_json())
+    assert back == res
+    assert "wl.fix_size_alloc_test.avg_usec" in back.metrics()
+    t = res.table("wl.fix_size_alloc_test.avg_usec", rows="nr_pages", cols="producers")
+    assert "usec" in t.title
+
+
+def test_cli_run_prints_summary_lines():
+    out = subprocess.run(
+        [sys.executable, "-m", "alloclab", "run", "test_vmalloc", "--policy", "vmalloc-large",
+         "--runs", "1", "--cycles", "1", "--warmup-cycles", "0", "--run-test-mask", "5",
+         "--test-loop-count", "20", "--metric", "wl.fix_size_alloc_test.avg_usec"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "fix_size_alloc_test passed: 1 failed: 0 xfailed: 0 repeat: 1 loops: 20" in out.stdout
+    assert "long_busy_list_alloc_test passed: 1" in out.stdout
+
+
+# ---------------------------------------------------------------- statistics
+
+def test_welch_test():
+    assert t_sf2(2.228, 10) == pytest.approx(0.05, abs=1e-3)
+    assert t_sf2(0.0, 5) == pytest.approx(1.0)
+    assert welch_test([10, 10.1, 9.9, 10.0], [10.05, 9.95, 10.0, 10.1])[1] == ""
+    p, mark = welch_test([10, 10.1, 9.9, 10.0], [5.0, 5.1, 4.9, 5.05])
+    assert mark == "I" and p < 1e-4
+    assert welch_test([5.0, 5.1, 4.9], [10, 10.1, 9.9])[1] == "R"
+    p, mark = welch_test([1.0], [2.0, 3.0])  # one run: no test
+    assert math.isnan(p) and mark == ""
+    # the seed's normalisation: old / new - 1
+    assert change_pct([615], [100]) == pytest.approx(515)
+
+
+def test_machine_policy():
+    assert machine_policy("vmalloc-large-bulkfree") == \
+        "vmalloc(alloc=high_order, free=bulk, arch=arm64) > pages(cpus=64)"
+    assert machine_policy("vmalloc-default", "x86", 0) == "vmalloc > pages"
+
+
+# ---------------------------------------------------------------- the reproduction
+
+@pytest.fixture(scope="module")
+def report():
+    return rep.vmalloc(scale=0.002, runs=2, tests=["fix_size_alloc_test", "vm_map_ram_test"],
+                       warm=False)
+
+
+def test_report_layout(report):
+    text = str(report)
+    lines = report.table().splitlines()
+    assert lines[1].split("|")[1].strip() == "Benchmark"
+    cols = [c.strip() for c in lines[1].split("|")[3:-1]]
+    assert cols == ["6-19-0-rc1", "vfree-high-order", "pcp-first", "seed 6-19-0-rc1",
+                    "seed vfree-high-order"]
+    body = [l for l in lines[3:-1]]
+    want = [r for r in SEED_ROWS if r[0] in ("fix_size_alloc_test", "vm_map_ram_test")]
+    assert len(body) == len(want)
+    assert "micromm/vmalloc" in body[0]
+    assert "fix_size_alloc_test: p:512, h:1, l:200 (usec)" in text
+    assert "(I) 514.75%" in text  # the seed's cell
+    assert "# Default(100 pages)" in text and "# Patch(3 pages)" in text
+    assert "Seed conclusions on this machine" in text
+    assert "zone locks/vmalloc" in report.counters()
+    for claim, holds, ev in report.verdicts():
+        assert holds in (True, False) and ev
+
+
+def test_report_reads_from_data(report):
+    old = report.samples("fix_size_alloc_test", 64, 0, "v6.18")
+    new = report.samples("fix_size_alloc_test", 64, 0, "vmalloc-large-bulkfree")
+    pct, pv, mark = report.change("fix_size_alloc_test", 64, 0, "vfree-high-order")
+    assert pct == pytest.approx((np.mean(old) / np.mean(new) - 1) * 100)
+    assert len(old) == 2
+    # bulk free returns a 64-page area as one block (the counters that explain it)
+    assert report.counter("fix_size_alloc_test", 64, 0, "vfree-high-order",
+                          "blocks freed/vmalloc") == pytest.approx(1.0)
+    assert report.counter("fix_size_alloc_test", 64, 0, "v6.18",
+                          "blocks freed/vmalloc") == pytest.approx(64.0)
+    assert report.counter("fix_size_alloc_test", 64, 0, "v6.18",
+                          "zone locks/vmalloc") < 0.1
+    assert not report.failures()
+
+
+def test_report_json_round_trip(report, tmp_path):
+    path = tmp_path / "v.json"
+    report.to_json(str(path))
+    back = VmallocReport.from_json(path.read_text())
+    assert str(back) == str(report)
+    with pytest.raises(al.InvalidArgument):
+        VmallocReport.from_json(json.dumps({"format": "nope"}))
+
+
+def test_report_plots(report):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for fig in (report.plot(), report.plot_sizes()):
+        assert fig.axes
+        plt.close(fig)
+
+
+def test_cli_reproduce_vmalloc(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "alloclab", "reproduce", "vmalloc", "--scale", "0.001",
+         "--runs", "2", "--tests", "fix_size_alloc_test", "--no-rezki", "--no-pcp-first",
+         "--json", str(tmp_path / "v.json"), "--plot", str(tmp_path / "v.png")],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "micromm/vmalloc" in out.stdout and "vfree-high-order" in out.stdout
+    assert "pcp-first" not in out.stdout
+    assert json.loads((tmp_path / "v.json").read_text())["format"] == "alloclab-vmalloc-report"
+    assert (tmp_path / "v.png").exists() and (tmp_path / "v-sizes.png").exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--runs", "1"], "--runs=1"),
+    (["--scale", "0"], "--scale=0"),
+    (["--tests", "nope"], "unknown test 'nope'"),
+    (["--arch", "mips"], "invalid choice"),
+])
+def test_cli_reproduce_vmalloc_bad_input(args, needle):
+    out = subprocess.run([sys.executable, "-m", "alloclab", "reproduce", "vmalloc"] + args,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert needle in out.stderr and "Traceback" not in out.stderr
