@@ -30,9 +30,10 @@ always is.
     print(r)            # the seed's table, Rezki's comparison, counters, verdicts
     r.plot()
 
-Significance: ``welch_test()`` below (Welch's t-test, Student-t p-value, no
-multiple-comparison correction). It is a stand-in: alloclab.compare (Welch +
-Benjamini-Hochberg) replaces it where available.
+Significance, as alloclab.compare judges it: Welch's t-test per cell
+(alloclab.stats), Benjamini-Hochberg across every cell of the table, and a
+cell is marked (R)/(I) only when significant and its change is at least
+THRESHOLD_PCT.
 """
 
 import json
@@ -44,6 +45,10 @@ from .. import run as _run
 from .._ffi import lib
 from ..policy import Policy, presets
 from ..result import Result
+from .. import stats
+
+# Changes smaller than this are never marked (R)/(I), as alloclab.compare.
+THRESHOLD_PCT = 2.0
 
 # (kernel label, preset)
 BASELINE = ("v6.18", "vmalloc-default")
@@ -93,79 +98,14 @@ REZKI_LOOPS = 1000000
 
 # ---------------------------------------------------------------- statistics
 
-def _betacf(a, b, x):
-    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        de = d * c
-        h *= de
-        if abs(de - 1.0) < 1e-14:
-            break
-    return h
-
-
-def _betainc(a, b, x):
-    """Regularised incomplete beta I_x(a, b)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-    front = math.exp(lbeta + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1 - x) / b
-
-
-def t_sf2(t, df):
-    """Two-sided p-value of Student's t with df degrees of freedom."""
-    if not math.isfinite(t):
-        return 0.0
-    if df <= 0:
-        return float("nan")
-    return _betainc(df / 2.0, 0.5, df / (df + t * t))
-
-
 def welch_test(old, new, alpha=0.05):
-    """Welch's t-test of two samples of a lower-is-better metric.
-
-    Returns (p_value, mark): mark "I" when new is significantly lower
-    (an improvement), "R" when significantly higher (a regression), ""
-    otherwise or when a sample has fewer than 2 values. The stand-in for
-    alloclab.compare's test: swap it for that at merge.
-    """
-    a = np.asarray(old, dtype=float)
-    b = np.asarray(new, dtype=float)
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    if len(a) < 2 or len(b) < 2:
-        return float("nan"), ""
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    diff = a.mean() - b.mean()
-    if va + vb == 0:
-        p = 0.0 if diff else 1.0
-    else:
-        t = diff / math.sqrt(va + vb)
-        df = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) +
-                               (vb ** 2 / (len(b) - 1) if vb else 0))
-        p = t_sf2(t, df)
-    mark = ("I" if diff > 0 else "R") if p < alpha and diff else ""
-    return p, mark
+    """Welch's t-test (alloclab.stats) of two samples of a lower-is-better
+    metric, one cell alone: (p_value, mark), mark "I" when new is significantly
+    lower, "R" when significantly higher, "" otherwise or with fewer than 2
+    runs a side. The report corrects across cells (VmallocReport.change)."""
+    r = stats.welch(old, new)
+    diff = float(np.nanmean(old)) - float(np.nanmean(new))
+    return r.pvalue, ("I" if diff > 0 else "R") if r.pvalue < alpha and diff else ""
 
 
 def change_pct(old, new):
@@ -285,14 +225,39 @@ class VmallocReport:
         res = self.results.get(_row_key(test, p, h))
         return res.points[0].params["test_loop_count"] if res else None
 
-    def change(self, test, p, h, label):
-        """(percent, p-value, mark) of a design against v6.18 on a row."""
+    def _raw_change(self, test, p, h, label):
         old = self.samples(test, p, h, BASELINE[0])
         new = self.samples(test, p, h, label)
         if old is None or new is None:
             return float("nan"), float("nan"), ""
         pv, mark = welch_test(old, new)
         return change_pct(old, new), pv, mark
+
+    def _adjusted(self):
+        """BH-adjusted p-values over every (row, design) cell of the report."""
+        if getattr(self, "_adj", None) is None:
+            keys = sorted({(t, p, h, c) for (t, p, h) in self._rows() for c in self.columns})
+            raw = [self._raw_change(*k)[1] for k in keys]
+            self._adj = dict(zip(keys, stats.bh_adjust(raw)))
+        return self._adj
+
+    def _rows(self):
+        """(test, nr_pages, use_huge) of every row run (keys made by _row_key)."""
+        out = []
+        for key in self.results:
+            test, p, h = key.split(" ")
+            out.append((test, int(p[2:]), int(h[2:])))
+        return out
+
+    def change(self, test, p, h, label, alpha=0.05):
+        """(percent, adjusted p-value, mark) of a design against v6.18 on a row:
+        marked only when significant after Benjamini-Hochberg and at least
+        THRESHOLD_PCT."""
+        pct, pv, mark = self._raw_change(test, p, h, label)
+        adj = self._adjusted().get((test, p, h, label), pv)
+        if not (adj < alpha and abs(pct) >= THRESHOLD_PCT):
+            mark = ""
+        return pct, adj, mark
 
     @property
     def columns(self):
