@@ -144,7 +144,7 @@ struct slab {
 	uint32_t next;	    /* ... NOSLAB ends a list */
 	uint32_t objects;   /* objects in this slab */
 	uint16_t cls;	    /* size class + 1; 0: the frame is not a slab */
-	uint8_t on_partial; /* on its cache's partial list (list_lock) */
+	uint8_t on_partial; /* 1: on its cache's partial list; 2: on the orphan stack */
 	uint8_t pad;	    /* unused */
 } __attribute__((aligned(16)));
 
@@ -168,6 +168,8 @@ struct kmem_cache {
 	uint64_t recip;		  /* ceil(2^32 / size): offset -> object index */
 	uint32_t partial_head;	  /* first partial slab (list_lock) */
 	uint32_t nr_partial;	  /* partial slabs (list_lock; read racily) */
+	uint32_t orphans;	  /* lock-free stack of partial slabs a trylock caller
+				   * could not list; the next list_lock holder lists them */
 	struct cpu_slab *cpu;	  /* ncpu entries */
 };
 
@@ -314,23 +316,38 @@ static int page_lock(struct slab_alloc *sa, struct al_ctx *c, unsigned flags)
 /* A free frame, or NOSLAB with c->err set. */
 static uint32_t page_alloc(struct slab_alloc *sa, struct al_ctx *c, unsigned flags)
 {
-	uint32_t f = NOSLAB, first, n, i;
+	uint32_t f = NOSLAB, first, n, i, last;
 	char *p;
 	int ret = page_lock(sa, c, flags);
 
-	if (ret) {
-		al_count(&sa->ctr, c, SC_nospin_busy, flags & AL_NOSPIN ? 1 : 0);
+	if (ret && !(flags & AL_NOSPIN)) {
 		c->err = ret;
 		return NOSLAB;
 	}
-	pending_splice_locked(sa);
-	if (sa->free_frames != NOSLAB) {
-		f = sa->free_frames;
-		sa->free_frames = frame(sa, f)->next;
+	if (ret) {
+		/* A trylock caller takes the lock-free pending frames (whole, so no
+		 * ABA), or grows: the model's page source does not fail a nolock
+		 * caller for contention (alloc_pages_nolock rarely does: PCP). */
+		al_count(&sa->ctr, c, SC_nospin_busy, 1);
+		f = __atomic_exchange_n(&sa->pending, NOSLAB, __ATOMIC_ACQUIRE);
+		if (f != NOSLAB) {
+			first = frame(sa, f)->next;
+			for (last = first; last != NOSLAB && frame(sa, last)->next != NOSLAB;)
+				last = frame(sa, last)->next;
+			if (first != NOSLAB)
+				pending_push(sa, first, last);
+			return f;
+		}
+	} else {
+		pending_splice_locked(sa);
+		if (sa->free_frames != NOSLAB) {
+			f = sa->free_frames;
+			sa->free_frames = frame(sa, f)->next;
+		}
+		al_lock_release(&sa->page_lock, c);
+		if (f != NOSLAB)
+			return f;
 	}
-	al_lock_release(&sa->page_lock, c);
-	if (f != NOSLAB)
-		return f;
 	/* Grow (lock-free): keep the first frame, the rest go to pending. */
 	p = al_arena_grow(&sa->arena, GROW_BYTES);
 	if (!p) {
@@ -376,7 +393,7 @@ static struct slab *new_slab(struct slab_alloc *sa, struct kmem_cache *s, struct
 	slab->base = base;
 	slab->objects = s->objects;
 	slab->prev = slab->next = NOSLAB;
-	slab->on_partial = 0;
+	__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->freelist, base, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->counters, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->cls, (uint16_t)(s->cls + 1), __ATOMIC_RELEASE);
@@ -402,7 +419,7 @@ static void add_partial(struct slab_alloc *sa, struct kmem_cache *s, struct slab
 	if (s->partial_head != NOSLAB)
 		frame(sa, s->partial_head)->prev = f;
 	s->partial_head = f;
-	slab->on_partial = 1;
+	__atomic_store_n(&slab->on_partial, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->nr_partial, s->nr_partial + 1, __ATOMIC_RELAXED);
 }
 
@@ -415,14 +432,39 @@ static void remove_partial(struct slab_alloc *sa, struct kmem_cache *s, struct s
 	if (slab->next != NOSLAB)
 		frame(sa, slab->next)->prev = slab->prev;
 	slab->prev = slab->next = NOSLAB;
-	slab->on_partial = 0;
+	__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->nr_partial, s->nr_partial - 1, __ATOMIC_RELAXED);
 }
 
-static int list_lock(struct kmem_cache *s, struct al_ctx *c, unsigned flags)
+/* Take list_lock (a trylock under AL_NOSPIN) and list the orphans. */
+static int list_lock(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c, unsigned flags)
 {
-	return (flags & AL_NOSPIN) ? al_lock_tryacquire(&s->list_lock, c)
-				   : al_lock_acquire(&s->list_lock, c);
+	uint32_t f, next;
+	int ret = (flags & AL_NOSPIN) ? al_lock_tryacquire(&s->list_lock, c)
+				      : al_lock_acquire(&s->list_lock, c);
+
+	if (ret)
+		return ret;
+	if (al_unlikely(__atomic_load_n(&s->orphans, __ATOMIC_RELAXED) != NOSLAB))
+		for (f = __atomic_exchange_n(&s->orphans, NOSLAB, __ATOMIC_ACQUIRE); f != NOSLAB;
+		     f = next) {
+			next = frame(sa, f)->next;
+			add_partial(sa, s, frame(sa, f));
+		}
+	return 0;
+}
+
+/* A partial slab that could not be listed (AL_NOSPIN, list_lock busy). */
+static void orphan_push(struct slab_alloc *sa, struct kmem_cache *s, struct slab *slab)
+{
+	uint32_t f = (uint32_t)(slab - sa->frames),
+		 old = __atomic_load_n(&s->orphans, __ATOMIC_RELAXED);
+
+	__atomic_store_n(&slab->on_partial, 2, __ATOMIC_RELAXED);
+	do
+		slab->next = old;
+	while (!__atomic_compare_exchange_n(&s->orphans, &old, f, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
 }
 
 #define INUSE(cn)		((uint32_t)(cn))
@@ -469,7 +511,7 @@ static int __slab_free(struct slab_alloc *sa, struct kmem_cache *s, struct al_ct
 		inuse = INUSE(cn) - cnt;
 		if (!locked && !FROZEN(cn) && (!inuse || !prior)) {
 			/* full -> partial or -> empty: the list changes */
-			ret = list_lock(s, c, flags);
+			ret = list_lock(sa, s, c, flags);
 			if (ret) {
 				al_count(&sa->ctr, c, SC_nospin_busy, 1);
 				return ret;
@@ -485,11 +527,15 @@ static int __slab_free(struct slab_alloc *sa, struct kmem_cache *s, struct al_ct
 	if (FROZEN(cn)) {
 		al_count(&sa->ctr, c, SC_free_frozen, 1);
 	} else if (locked) {
-		if (!inuse && __atomic_load_n(&s->nr_partial, __ATOMIC_RELAXED) >= s->min_partial) {
-			if (slab->on_partial)
+		uint8_t on = __atomic_load_n(&slab->on_partial, __ATOMIC_RELAXED);
+
+		if (on == 2) {
+			/* on the orphan stack: the next list_lock holder lists it */
+		} else if (!inuse && s->nr_partial >= s->min_partial) {
+			if (on)
 				remove_partial(sa, s, slab);
 			discard = true;
-		} else if (!slab->on_partial) {
+		} else if (!on) {
 			add_partial(sa, s, slab);
 		}
 	}
@@ -524,12 +570,12 @@ static bool refill_cpu_locked(struct slab_alloc *sa, struct kmem_cache *s, struc
 		al_count(&sa->ctr, c, SC_deactivations, 1);
 		cs->slab = NOSLAB;
 	}
-	if (__atomic_load_n(&s->nr_partial, __ATOMIC_RELAXED)) {
-		ret = list_lock(s, c, flags);
-		if (ret) {
+	if (__atomic_load_n(&s->nr_partial, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&s->orphans, __ATOMIC_RELAXED) != NOSLAB) {
+		ret = list_lock(sa, s, c, flags);
+		if (ret) { /* get_partial_node: a failed trylock means "no partial slab" */
 			al_count(&sa->ctr, c, SC_nospin_busy, 1);
-			c->err = ret;
-			return false;
+			goto new_slab;
 		}
 		if (s->partial_head != NOSLAB) {
 			slab = frame(sa, s->partial_head);
@@ -541,6 +587,7 @@ static bool refill_cpu_locked(struct slab_alloc *sa, struct kmem_cache *s, struc
 		if (fl)
 			goto install;
 	}
+new_slab:
 	slab = new_slab(sa, s, c, flags);
 	if (!slab)
 		return false;
@@ -599,69 +646,68 @@ static al_noinline void *alloc_slow(struct slab_alloc *sa, struct kmem_cache *s,
 
 /*
  * Take up to n objects from partial slabs, then new slabs, under list_lock
- * (refill_objects). Returns how many; 0 with c->err set.
+ * (refill_objects). Under AL_NOSPIN a busy list_lock means "no partial
+ * slab", and a new slab's leftover objects go to the orphan stack when the
+ * lock cannot be had. Returns how many; 0 with c->err set.
  */
 static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
 				   unsigned n, void **out, unsigned flags)
 {
 	unsigned got = 0, k;
 	struct slab *slab;
-	void *fl, *rest;
-	int ret;
+	bool locked;
+	void *fl, *rest, *t, *prior;
+	uint64_t cn;
 
-	ret = list_lock(s, c, flags);
-	if (ret) {
+	locked = !list_lock(sa, s, c, flags);
+	if (!locked)
 		al_count(&sa->ctr, c, SC_nospin_busy, 1);
-		c->err = ret;
-		return 0;
-	}
 	while (got < n) {
-		if (s->partial_head == NOSLAB) {
-			al_lock_release(&s->list_lock, c);
-			slab = new_slab(sa, s, c, flags);
-			if (!slab)
-				return got;
-			if (list_lock(s, c, flags)) { /* AL_NOSPIN: give the slab back */
-				discard_slab(sa, c, slab, flags);
-				al_count(&sa->ctr, c, SC_nospin_busy, 1);
-				c->err = -EBUSY;
-				return got;
-			}
-		} else {
+		slab = NULL;
+		if (locked && s->partial_head != NOSLAB) {
 			slab = frame(sa, s->partial_head);
 			remove_partial(sa, s, slab);
 			al_count(&sa->ctr, c, SC_partial_gets, 1);
+		} else {
+			if (locked)
+				al_lock_release(&s->list_lock, c);
+			locked = false;
+			slab = new_slab(sa, s, c, flags);
+			if (!slab)
+				break;
 		}
 		fl = take_freelist(sa, c, slab, 0);
-		for (k = 0; fl && got < n; k++) {
+		while (fl && got < n) {
 			out[got++] = fl;
 			fl = get_fp(fl);
 		}
-		if (fl) { /* objects left: give them back and keep the slab partial */
-			uint64_t cn;
-
-			rest = fl;
-			for (k = 0; fl; fl = get_fp(fl))
-				k++;
-			for (;;) {
-				void *prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE),
-				     *t;
-
-				cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
-				for (t = rest; get_fp(t); t = get_fp(t))
-					;
-				set_fp(t, prior);
-				if (cas2(&slab->freelist, prior, cn, rest,
-					 COUNTERS(INUSE(cn) - k, 0)))
-					break;
-				al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
-			}
-			add_partial(sa, s, slab);
-		} else if (!INUSE(__atomic_load_n(&slab->counters, __ATOMIC_RELAXED))) {
-			add_partial(sa, s, slab); /* all freed back meanwhile */
+		if (!fl)
+			continue; /* the slab is full: on no list */
+		/* Objects left: give them back and keep the slab partial. */
+		rest = fl;
+		for (k = 0, t = fl; t; t = get_fp(t))
+			k++;
+		for (;;) {
+			prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
+			cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
+			for (t = rest; get_fp(t); t = get_fp(t))
+				;
+			set_fp(t, prior);
+			if (cas2(&slab->freelist, prior, cn, rest, COUNTERS(INUSE(cn) - k, 0)))
+				break;
+			al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
 		}
+		if (!locked)
+			locked = !list_lock(sa, s, c, flags);
+		if (locked)
+			add_partial(sa, s, slab);
+		else
+			orphan_push(sa, s, slab);
 	}
-	al_lock_release(&s->list_lock, c);
+	if (locked)
+		al_lock_release(&s->list_lock, c);
+	if (!got && !c->err)
+		c->err = -ENOMEM;
 	return got;
 }
 
@@ -815,6 +861,7 @@ static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, un
 {
 	struct slab_alloc *sa = to_sa(a);
 	struct slab *slab;
+	unsigned size;
 	int ret;
 
 	if (!p)
@@ -824,10 +871,11 @@ static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, un
 		al_count(&sa->ctr, c, SC_invalid_frees, 1);
 		return -EINVAL;
 	}
+	size = sa->caches[slab->cls - 1].size; /* before: the free may discard the slab */
 	ret = free_chain(sa, c, slab, p, p, 1, flags);
 	if (!ret) {
 		al_count(&sa->ctr, c, SC_kfrees, 1);
-		al_count(&sa->ctr, c, SC_bytes_freed, sa->caches[slab->cls - 1].size);
+		al_count(&sa->ctr, c, SC_bytes_freed, size);
 	}
 	return ret;
 }
@@ -842,7 +890,7 @@ static int slab_free(struct al_allocator *a, struct al_ctx *c, void *p)
 static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
 	struct slab_alloc *sa = to_sa(a);
-	unsigned size = n, i, freed = 0;
+	unsigned size = n, i, freed = 0, osize;
 	uint64_t bytes = 0;
 
 	al_count(&sa->ctr, c, SC_bulk_frees, 1);
@@ -880,9 +928,10 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 		}
 		if (!next_size)
 			next_size = size;
+		osize = sa->caches[slab->cls - 1].size; /* before: the slab may be discarded */
 		if (free_chain(sa, c, slab, head, tail, cnt, 0) == 0) {
 			freed += cnt;
-			bytes += (uint64_t)cnt * sa->caches[slab->cls - 1].size;
+			bytes += (uint64_t)cnt * osize;
 		}
 		size = next_size;
 	}
@@ -924,7 +973,7 @@ static void flush_cpu_slab(struct slab_alloc *sa, struct kmem_cache *s, struct c
 		tail = t;
 		n++;
 	}
-	al_lock_acquire(&s->list_lock, c); /* drains may spin; the budget is generous */
+	list_lock(sa, s, c, 0); /* drains may spin; the budget is generous */
 	for (;;) {
 		prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
 		cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
@@ -1021,7 +1070,7 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 			if (++n > nf)
 				CHECK_FAIL("class %u: partial list longer than the arena (cycle?)",
 					   s->size);
-			if (slab->cls != ci + 1 || !slab->on_partial || slab->prev != prev)
+			if (slab->cls != ci + 1 || slab->on_partial != 1 || slab->prev != prev)
 				CHECK_FAIL("class %u: partial slab %u has cls %u, on_partial %u, "
 					   "prev %u (expected %u)",
 					   s->size, p, slab->cls, slab->on_partial, slab->prev,
@@ -1078,7 +1127,7 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 		if (k + INUSE(slab->counters) != slab->objects)
 			CHECK_FAIL("slab %zu: %u free + %u in use != %u objects", f, k,
 				   INUSE(slab->counters), slab->objects);
-		if (!FROZEN(slab->counters) && k && !slab->on_partial)
+		if (!FROZEN(slab->counters) && k && slab->on_partial != 1 && slab->on_partial != 2)
 			CHECK_FAIL("slab %zu has %u free objects but is on no list", f, k);
 		held += (int64_t)INUSE(slab->counters) * s->size;
 	}
@@ -1131,6 +1180,7 @@ static void init_cache(struct kmem_cache *s, unsigned ci, unsigned min_objects, 
 	lg = al_fls64(s->size) - 1; /* min_partial = clamp(ilog2(size) / 2, 5, 10) */
 	s->min_partial = lg / 2 < 5 ? 5 : lg / 2 > 10 ? 10 : lg / 2;
 	s->partial_head = NOSLAB;
+	s->orphans = NOSLAB;
 	al_lock_init(&s->list_lock, budget, timing);
 }
 

@@ -209,6 +209,11 @@ struct al_run_result {
 int al_run(const struct al_run_config *cfg, struct al_run_result *res);
 unsigned al_cpus_usable(void);
 unsigned al_threads_per_core(void);
+
+/* ---- issue 4: slab/sheaves/nolock/bpf_ma, deferred work, workload values ---- */
+static const int AL_F_TRYLOCK;
+static const int AL_NOTRACE;
+static const int AL_NOCPU;
 """
 
 # Paths are relative to the project root, where setup.py runs.

@@ -28,6 +28,11 @@ presets = {
     "libarena-transfer": "percpu > transfer > buddy",
     "libarena-transfer-v1": "percpu > transfer(peek=false, full=single) > buddy",
     "libarena-magazine": "magazine > buddy",
+    # seed 003: BPF local storage allocators (issue 4)
+    "kzalloc": "slab(zero=true)",
+    "kmalloc-sheaves": "sheaves > slab(form=sheaves)",
+    "kmalloc-nolock": "nolock > slab",
+    "bpf-ma": "bpf_ma(mode=fixed) > slab",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")

@@ -35,6 +35,7 @@ FEATURES = [
     ("backend", lib.AL_F_BACKEND),
     ("usable", lib.AL_F_USABLE),
     ("validates", lib.AL_F_VALIDATES),
+    ("trylock", lib.AL_F_TRYLOCK),  # issue 4
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

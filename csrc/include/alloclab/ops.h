@@ -147,11 +147,13 @@ struct al_param_desc {
 
 /* Layer features: what a layer above may rely on. */
 enum al_features {
-	AL_F_BULK = 1u << 0,	 /* native alloc_bulk/free_bulk */
-	AL_F_OWNS = 1u << 1,	 /* owns() answers by address range */
-	AL_F_BACKEND = 1u << 2,	 /* needs a layer below */
-	AL_F_USABLE = 1u << 3,	 /* usable_size() works */
-	AL_F_VALIDATES = 1u << 4 /* invalid and double frees return -EINVAL */
+	AL_F_BULK = 1u << 0,	  /* native alloc_bulk/free_bulk */
+	AL_F_OWNS = 1u << 1,	  /* owns() answers by address range */
+	AL_F_BACKEND = 1u << 2,	  /* needs a layer below */
+	AL_F_USABLE = 1u << 3,	  /* usable_size() works */
+	AL_F_VALIDATES = 1u << 4, /* invalid and double frees return -EINVAL */
+	AL_F_TRYLOCK = 1u << 5	  /* issue 4: takes trylocks only, so an allocation may fail
+				   * (-EBUSY) while another CPU holds a lock below */
 };
 
 struct al_layer_desc {
