@@ -181,6 +181,12 @@ struct al_run_config {
     ...;
 };
 
+struct al_value {             /* issue 4 */
+    const char *name;
+    double value;
+    ...;
+};
+
 struct al_run_result {
     int status;
     char error[...];
@@ -203,6 +209,8 @@ struct al_run_result {
     unsigned nlayers;
     struct al_stats layers[...];
     int64_t leaked[...];
+    unsigned nvalues;           /* issue 4 */
+    struct al_value values[...]; /* issue 4 */
     ...;
 };
 
@@ -214,6 +222,7 @@ unsigned al_threads_per_core(void);
 static const int AL_F_TRYLOCK;
 static const int AL_NOTRACE;
 static const int AL_NOCPU;
+#define AL_MAX_VALUES ...
 """
 
 # Paths are relative to the project root, where setup.py runs.

@@ -295,10 +295,11 @@ def cmd_run(argv):
     metrics = args.metric or ["alloc_ns", "free_ns"]
     layer_names = {n for pol in policy for n in pol.names}
     for m in metrics:
-        if m not in BASE_METRICS and m.split(".", 1)[0] not in layer_names:
+        if m not in BASE_METRICS and m.split(".", 1)[0] not in layer_names | {"wl"}:
             raise UsageError(
-                "unknown metric %r; valid metrics: %s, or <layer>.<counter>[_per_op] for a "
-                "layer of the policy (%s)" % (m, ", ".join(BASE_METRICS),
+                "unknown metric %r; valid metrics: %s, wl.<result> (the workload's own), or "
+                "<layer>.<counter>[_per_op] for a layer of the policy (%s)" % (
+                    m, ", ".join(BASE_METRICS),
                                               ", ".join(sorted(layer_names))))
     keys = ["policy"] + [p.name for p in wl.params] + ["producers", "timing", "cpu"]
     for flag, key in (("--rows", args.rows), ("--cols", args.cols)):

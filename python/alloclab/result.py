@@ -11,6 +11,8 @@ computed from data, never from one number. Metrics:
 - "<layer>.<counter>" for every counter of every layer, "<layer>.bytes_held"
   (after the measured phase) and "<layer>.leaked" (after teardown), and
   "<layer>.<counter>_per_op" = counter / (alloc_ops + free_ops)
+- "wl.<name>" for every result the workload reports itself (e.g.
+  local-storage-create's wl.creates_per_s)
 
 It serialises to JSON losslessly (``to_json``/``from_json``) and to tidy rows
 (``rows``, ``to_csv``, ``to_pandas``).
@@ -123,6 +125,8 @@ def _run_metrics(raw):
             if name not in gauges:  # a level per op means nothing
                 per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
     m.update(per_op)
+    for name, v in raw.get("values", ()):  # issue 4: workload results
+        m["wl." + name] = v
     return m
 
 

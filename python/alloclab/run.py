@@ -238,6 +238,9 @@ def run_once(task, run_index=0):
         "elapsed_ns": float(res.elapsed_ns),
         "steal_pct": float(res.steal_pct),
         "layers": layers,
+        # issue 4: the workload's own named results (metrics "wl.<name>")
+        "values": [(cstr(res.values[i].name), float(res.values[i].value))
+                   for i in range(min(res.nvalues, lib.AL_MAX_VALUES))],
     }
 
 

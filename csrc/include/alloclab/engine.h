@@ -79,7 +79,10 @@ struct al_worker {
 	uint64_t rng;	      /* per-worker PRNG state */
 	char *err;	      /* where a workload writes why it failed */
 	size_t errlen;
+	int measuring; /* issue 4: 1 from the first measured cycle on (set by the engine) */
 };
+
+struct al_run_result;
 
 enum al_workload_flags {
 	AL_WL_RESET = 1u << 0,	     /* allocator recreated (untimed) after every cycle */
@@ -104,6 +107,10 @@ struct al_workload_desc {
 	void (*worker_fini)(struct al_worker *w);
 	/* Free what the shared state still holds, then release it. */
 	void (*teardown)(void *shared, struct al_allocator *a, struct al_ctx *c);
+	/* Optional (issue 4): after the measured phase, before worker_fini, add the
+	 * workload's own results with al_result_value() (read by Python as
+	 * metrics "wl.<name>"). Runs on the main thread; workers are waiting. */
+	void (*report)(void *shared, unsigned nworkers, struct al_run_result *res);
 };
 
 /* ---- runs ---- */
@@ -129,6 +136,13 @@ struct al_run_config {
 	uint64_t seed;
 };
 
+/* A named result of a workload (issue 4). */
+#define AL_MAX_VALUES 48
+struct al_value {
+	const char *name; /* static string owned by the workload */
+	double value;	  /* NaN when undefined (e.g. a deviation of one sample) */
+};
+
 struct al_run_result {
 	int status;		  /* 0 or -errno */
 	char error[256];	  /* why, when status != 0 */
@@ -149,10 +163,15 @@ struct al_run_result {
 	unsigned nlayers;
 	struct al_stats layers[AL_MAX_LAYERS]; /* after the run, before drain; top first */
 	int64_t leaked[AL_MAX_LAYERS];	       /* bytes_held after drain minus baseline */
+	/* issue 4: named results the workload adds (al_result_value) */
+	unsigned nvalues;
+	struct al_value values[AL_MAX_VALUES];
 };
 
 /* 0 or -errno; res->status and res->error say the same. */
 AL_API int al_run(const struct al_run_config *cfg, struct al_run_result *res);
+/* Append a named workload result (issue 4); ignored when values[] is full. */
+AL_API void al_result_value(struct al_run_result *res, const char *name, double value);
 
 /* Topology helpers used by runs and recorded in results. */
 AL_API unsigned al_cpus_usable(void);
