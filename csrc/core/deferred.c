@@ -565,9 +565,9 @@ void al_defer_flush(struct al_defer *pub, struct al_ctx *c, unsigned scope)
 static void *helper_main(void *arg)
 {
 	struct defer *d = arg;
+	struct al_rcu_reader r = { .slot = -1 };
 	struct al_ctx x;
 	unsigned cpu;
-
 	bool waiting = false;
 
 	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
@@ -585,6 +585,9 @@ static void *helper_main(void *arg)
 			sem_wait(&d->wake);
 		}
 		pthread_mutex_lock(&d->run_lock);
+		/* irq_work is an RCU read-side section: no grace period ends while
+		 * the helper runs (what makes the owner's llist_del_first ABA-safe) */
+		al_rcu_online(&r);
 		waiting = false;
 		for (cpu = 0; cpu < d->ncpu; cpu++) {
 			x.cpu = cpu;
@@ -595,6 +598,7 @@ static void *helper_main(void *arg)
 			if (d->cpu[cpu].wait_head)
 				waiting = true;
 		}
+		al_rcu_offline(&r);
 		pthread_mutex_unlock(&d->run_lock);
 	}
 	return NULL;

@@ -215,9 +215,15 @@ static inline void active_dec(struct bpf_ma *ma, struct ma_cache *mc)
 			 __ATOMIC_RELAXED);
 }
 
-/* inc_active for the refill/trim paths: in thread mode wait for the CPU. */
+/* inc_active for the refill/trim paths. Inline, as the kernel, it just
+ * counts: nothing can be inside the cache (only an NMI could, and it fails
+ * fast). In thread mode the helper waits for the CPU's own operation. */
 static inline void active_enter(struct bpf_ma *ma, struct ma_cache *mc)
 {
+	if (!ma->atomic) {
+		active_inc(ma, mc);
+		return;
+	}
 	while (active_inc(ma, mc) != 1) {
 		active_dec(ma, mc);
 		al_cpu_relax();
@@ -226,12 +232,25 @@ static inline void active_enter(struct bpf_ma *ma, struct ma_cache *mc)
 
 /* ---- lock-free lists through the header word ---- */
 
+/* The link word is read racily by llist_del_first (a node may be taken
+ * and pushed elsewhere between the read and the CAS, which then fails), so
+ * every link access on these lists is a relaxed atomic (READ_ONCE). */
+static inline void *link_get(void *obj)
+{
+	return __atomic_load_n((void **)obj, __ATOMIC_RELAXED);
+}
+
+static inline void link_set(void *obj, void *next)
+{
+	__atomic_store_n((void **)obj, next, __ATOMIC_RELAXED);
+}
+
 static inline void llist_add(void **head, void *obj)
 {
 	void *old = __atomic_load_n(head, __ATOMIC_RELAXED);
 
 	do
-		*(void **)obj = old;
+		link_set(obj, old);
 	while (!__atomic_compare_exchange_n(head, &old, obj, true, __ATOMIC_RELEASE,
 					    __ATOMIC_RELAXED));
 }
@@ -240,7 +259,7 @@ static inline void *llist_del_first(void **head)
 {
 	void *old = __atomic_load_n(head, __ATOMIC_ACQUIRE);
 
-	while (old && !__atomic_compare_exchange_n(head, &old, *(void **)old, true,
+	while (old && !__atomic_compare_exchange_n(head, &old, link_get(old), true,
 						   __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
 		;
 	return old;
@@ -251,7 +270,7 @@ static inline void *llist_del_first(void **head)
 static void add_obj_to_free_list(struct bpf_ma *ma, struct ma_cache *mc, void *obj)
 {
 	active_enter(ma, mc);
-	*(void **)obj = mc->free_llist;
+	link_set(obj, mc->free_llist);
 	mc->free_llist = obj;
 	__atomic_store_n(&mc->free_cnt, mc->free_cnt + 1, __ATOMIC_RELAXED);
 	active_dec(ma, mc);
@@ -292,7 +311,7 @@ static void do_call_rcu_ttrace(struct bpf_ma *ma, struct ma_cache *c, struct al_
 		return; /* the objects wait for the next round */
 	obj = __atomic_exchange_n(&c->free_by_rcu_ttrace, NULL, __ATOMIC_ACQUIRE);
 	for (; obj; obj = next) {
-		next = *(void **)obj;
+		next = link_get(obj);
 		llist_add(&c->waiting_for_gp_ttrace, obj);
 	}
 	al_count(&ma->ctr, x, MC_ttrace_batches, 1);
@@ -307,7 +326,7 @@ static void free_ttrace(struct al_rcu_head *h, struct al_ctx *x)
 	void *obj = __atomic_exchange_n(&c->waiting_for_gp_ttrace, NULL, __ATOMIC_ACQUIRE), *next;
 
 	for (; obj; obj = next) {
-		next = *(void **)obj;
+		next = link_get(obj);
 		if (al_free_flags(ma->base.below, x, obj, ma->below_flags))
 			llist_add(&c->free_by_rcu_ttrace, obj); /* a lock failed: next round */
 		else
@@ -329,7 +348,7 @@ static void ma_free_bulk(struct bpf_ma *ma, struct ma_cache *mc, struct al_ctx *
 		active_enter(ma, mc);
 		obj = mc->free_llist;
 		if (obj) {
-			mc->free_llist = *(void **)obj;
+			mc->free_llist = link_get(obj);
 			cnt = mc->free_cnt - 1;
 			__atomic_store_n(&mc->free_cnt, cnt, __ATOMIC_RELAXED);
 		} else {
@@ -343,7 +362,7 @@ static void ma_free_bulk(struct bpf_ma *ma, struct ma_cache *mc, struct al_ctx *
 	} while (cnt > (mc->high_watermark + mc->low_watermark) / 2);
 	obj = __atomic_exchange_n(&mc->free_llist_extra, NULL, __ATOMIC_ACQUIRE);
 	for (; obj; obj = next, n++) {
-		next = *(void **)obj;
+		next = link_get(obj);
 		llist_add(&tgt->free_by_rcu_ttrace, obj);
 	}
 	al_count(&ma->ctr, x, MC_trims, 1);
@@ -448,10 +467,10 @@ static inline void *unit_alloc(struct bpf_ma *ma, struct ma_cache *mc, struct al
 		AL_INJECT("bpf_ma.active", c, NULL);
 		obj = mc->free_llist;
 		if (al_likely(obj)) {
-			mc->free_llist = *(void **)obj;
+			mc->free_llist = link_get(obj);
 			cnt = mc->free_cnt - 1;
 			__atomic_store_n(&mc->free_cnt, cnt, __ATOMIC_RELAXED);
-			*(struct ma_cache **)obj = mc;
+			link_set(obj, mc);
 		}
 	} else {
 		al_count(&ma->ctr, c, MC_reentrant_allocs, 1);
@@ -464,13 +483,13 @@ static inline void *unit_alloc(struct bpf_ma *ma, struct ma_cache *mc, struct al
 
 static inline void unit_free(struct bpf_ma *ma, struct ma_cache *mc, void *obj, struct al_ctx *c)
 {
-	struct ma_cache *owner = *(struct ma_cache **)obj;
+	struct ma_cache *owner = link_get(obj);
 	int cnt = 0;
 
 	__atomic_store_n(&mc->tgt, owner, __ATOMIC_RELAXED);
 	if (al_likely(active_inc(ma, mc) == 1)) {
 		AL_INJECT("bpf_ma.active", c, obj);
-		*(void **)obj = mc->free_llist;
+		link_set(obj, mc->free_llist);
 		mc->free_llist = obj;
 		cnt = mc->free_cnt + 1;
 		__atomic_store_n(&mc->free_cnt, cnt, __ATOMIC_RELAXED);
@@ -522,10 +541,12 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	if (al_unlikely(mc->need_prefill) && c->level == AL_CTX_TASK && !(flags & AL_NOSPIN))
 		prefill(ma, mc, c);
 	obj = unit_alloc(ma, mc, c);
-	if (al_unlikely(!obj) && (flags & AL_MAYSLEEP) && c->level == AL_CTX_TASK) {
+	if (al_likely(obj))
+		al_count(&ma->ctr, c, MC_alloc_hits, 1);
+	else if ((flags & AL_MAYSLEEP) && c->level == AL_CTX_TASK) {
 		obj = al_alloc(a->below, c, mc->unit_size, 0); /* GFP_KERNEL: direct kmalloc */
 		if (obj) {
-			*(struct ma_cache **)obj = mc;
+			link_set(obj, mc);
 			al_count(&ma->ctr, c, MC_fallback_kmallocs, 1);
 		}
 	}
@@ -557,7 +578,7 @@ static struct ma_cache *owner_of(struct bpf_ma *ma, const void *p)
 
 	if (!p || (below->ops->owns && !below->ops->owns(below, obj)))
 		return NULL;
-	owner = *(struct ma_cache *const *)obj;
+	owner = link_get((void *)obj);
 	for (i = 0; i < n; i++) {
 		const struct ma_inst *in = &ma->inst[i];
 		uintptr_t off = (uintptr_t)owner - (uintptr_t)in->caches;
@@ -609,7 +630,7 @@ static void free_list(struct bpf_ma *ma, struct al_ctx *c, void *obj)
 	void *next;
 
 	for (; obj; obj = next) {
-		next = *(void **)obj;
+		next = link_get(obj);
 		al_free(ma->base.below, c, obj);
 	}
 }

@@ -226,7 +226,8 @@ static struct sheaf *sheaf_alloc(struct sheaves *sh, unsigned ci, struct al_ctx 
 	s->next = NULL;
 	s->size = 0;
 	s->capacity = sh->cap[ci];
-	al_count(&sh->ctr, c, SH_sheaf_allocs, 1);
+	if (c) /* NULL: a main sheaf made with the cache */
+		al_count(&sh->ctr, c, SH_sheaf_allocs, 1);
 	return s;
 }
 
@@ -474,13 +475,6 @@ static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size
 		goto fallback;
 	}
 	AL_INJECT("sheaves.locked", c, (void *)(uintptr_t)km_class_size[ci]);
-	if (al_unlikely(!p->main)) {
-		p->main = sheaf_alloc(sh, (unsigned)ci, c, flags);
-		if (!p->main) {
-			pcs_unlock(p);
-			goto fallback;
-		}
-	}
 	if (al_unlikely(!p->main->size) && !replace_empty_main(sh, (unsigned)ci, p, c, flags))
 		goto fallback;
 	obj = p->main->objects[--p->main->size];
@@ -612,13 +606,6 @@ static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *pt
 		goto fallback;
 	}
 	AL_INJECT("sheaves.locked", c, (void *)(uintptr_t)km_class_size[ci]);
-	if (al_unlikely(!p->main)) {
-		p->main = sheaf_alloc(sh, (unsigned)ci, c, flags);
-		if (!p->main) {
-			pcs_unlock(p);
-			goto fallback;
-		}
-	}
 	if (al_unlikely(p->main->size == p->main->capacity) &&
 	    !replace_full_main(sh, (unsigned)ci, p, c, flags))
 		goto fallback;
@@ -850,7 +837,7 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 			  struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
 {
 	struct sheaves *sh;
-	unsigned ci;
+	unsigned ci, cpu;
 
 	*out = NULL;
 	if (!below || !below->ops->usable_size)
@@ -877,6 +864,21 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
 		al_lock_init(&sh->barns[ci].lock, (uint64_t)p[P_lock_budget], false);
 	sh->base.ops = &sheaves_ops;
+	sh->base.below = below;
+	sh->base.ncpu = ncpu;
+	/* Every CPU's main sheaf exists from the start, as the kernel allocates
+	 * them with the cache (not counted as sheaf_allocs). */
+	for (ci = 0; ci < KM_NR_CLASSES; ci++)
+		for (cpu = 0; cpu < ncpu; cpu++) {
+			struct pcs *pc = pcs_of(sh, ci, cpu);
+
+			pc->main = sheaf_alloc(sh, ci, NULL, 0);
+			if (!pc->main) {
+				sheaves_destroy(&sh->base);
+				return -ENOMEM;
+			}
+		}
+
 	sh->base.desc = d;
 	sh->base.below = below;
 	sh->base.ncpu = ncpu;

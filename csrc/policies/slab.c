@@ -199,6 +199,17 @@ static inline struct slab_alloc *to_sa(struct al_allocator *a)
 
 /* ---- double-width compare-exchange ---- */
 
+/* The asm is invisible to ThreadSanitizer: tell it that a locked exchange
+ * orders memory like an acq_rel atomic on the pair (it is a full barrier). */
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define tsan_release(p) __tsan_release(p)
+#define tsan_acquire(p) __tsan_acquire(p)
+#else
+#define tsan_release(p) ((void)(p))
+#define tsan_acquire(p) ((void)(p))
+#endif
+
 #if defined(__x86_64__)
 /* Unlocked: atomic against this thread's signal handlers only, as the
  * kernel's this_cpu_cmpxchg16b is against the CPU's interrupts. */
@@ -218,10 +229,12 @@ static inline bool cas2(void *pair, void *op, uint64_t ot, void *np, uint64_t nt
 {
 	bool ok;
 
+	tsan_release(pair);
 	__asm__ __volatile__("lock cmpxchg16b %1"
 			     : "=@ccz"(ok), "+m"(*(unsigned __int128 *)pair), "+a"(op), "+d"(ot)
 			     : "b"(np), "c"(nt)
 			     : "memory");
+	tsan_acquire(pair);
 	return ok;
 }
 #elif defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)

@@ -179,6 +179,7 @@ struct ls_worker {
 	size_t owners_len;	 /* mapping length */
 	struct ls_count n;	 /* this worker's counts */
 	int measuring;		 /* counts were reset for the measured phase */
+	int free_path;		 /* FP_* resolved for the run's policy */
 	uint64_t last_t;	 /* sampler (worker 0): last sample time */
 	uint64_t last_creates;	 /* sampler: creates_total then */
 } __attribute__((aligned(AL_CACHELINE)));
@@ -187,7 +188,7 @@ struct ls_worker {
 struct ls_map {
 	struct al_allocator *a;		/* the run's allocator */
 	struct al_defer *rcu;		/* the RCU model's domain */
-	int free_path;			/* FP_* resolved */
+	int free_path;			/* P_free_path (FP_AUTO: each worker resolves it) */
 	int storage_type;		/* ST_* */
 	int owner_work;			/* OW_* */
 	bool charge;			/* P_charge */
@@ -293,7 +294,7 @@ static int ls_free(struct al_worker *w, struct ls_map *m, void *p, struct al_rcu
 	uint64_t t0 = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
 	int ret;
 
-	switch (m->free_path) {
+	switch (m->w[w->id].free_path) {
 	case FP_REUSE_NOW:
 		ret = al_free(m->a, c, p);
 		cnt(m, c)->reuse_now++;
@@ -610,12 +611,10 @@ static int ls_worker_init(struct al_worker *w)
 		lw->owners[i].fd = -1;
 	/* Every worker resolves the same values; the allocator is the run's. */
 	__atomic_store_n(&m->a, w->a, __ATOMIC_RELAXED);
-	if (m->free_path == FP_AUTO)
-		__atomic_store_n(&m->free_path,
-				 !strcmp(top, "bpf_ma")	  ? FP_REUSE_NOW
-				 : !strcmp(top, "nolock") ? FP_CALL_RCU
-							  : FP_KFREE_RCU,
-				 __ATOMIC_RELAXED);
+	lw->free_path = m->free_path != FP_AUTO	 ? m->free_path
+			: !strcmp(top, "bpf_ma") ? FP_REUSE_NOW
+			: !strcmp(top, "nolock") ? FP_CALL_RCU
+						 : FP_KFREE_RCU;
 	w->priv = lw;
 	return 0;
 }
@@ -687,7 +686,7 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 	al_result_value(res, "call_rcu", (double)t.call_rcu);
 	al_result_value(res, "reuse_now", (double)t.reuse_now);
 	al_result_value(res, "rcu_callbacks_run", (double)t.callbacks_run);
-	al_result_value(res, "free_path", m->free_path);
+	al_result_value(res, "free_path", m->w[0].free_path);
 }
 
 static void ls_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
