@@ -12,8 +12,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 
 
+# Text each notebook's outputs must contain (its own results, not just "no error").
+EXPECTED = {
+    "libarena.ipynb": ("transfer cache", "buddy locks/op"),
+    "local_storage.ipynb": ("Socket local storage", "kmallocs/create", "deferred frees"),
+}
+
+
 def test_notebooks_exist():
-    assert any(p.endswith("libarena.ipynb") for p in NOTEBOOKS)
+    names = {os.path.basename(p) for p in NOTEBOOKS}
+    assert set(EXPECTED) <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
@@ -27,4 +35,5 @@ def test_notebook_runs(path, tmp_path):
     client.execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
-    assert "transfer cache" in text and "buddy locks/op" in text
+    for needle in EXPECTED.get(os.path.basename(path), ()):
+        assert needle in text, "%s: %r not in its outputs" % (os.path.basename(path), needle)

@@ -431,7 +431,7 @@ static int inst_init(struct bpf_ma *ma, unsigned i, unsigned nbuckets, size_t si
 }
 
 /* The fixed-size instance for requests of `size` (unit=0), made at first use. */
-static struct ma_inst *inst_for(struct bpf_ma *ma, struct al_ctx *c, size_t size)
+static struct ma_inst *inst_for(struct bpf_ma *ma, struct al_ctx *c, size_t size, unsigned flags)
 {
 	unsigned n = __atomic_load_n(&ma->ninst, __ATOMIC_ACQUIRE), i;
 	struct ma_inst *in = NULL;
@@ -439,8 +439,14 @@ static struct ma_inst *inst_for(struct bpf_ma *ma, struct al_ctx *c, size_t size
 	for (i = 0; i < n; i++)
 		if (ma->inst[i].size == size)
 			return &ma->inst[i];
-	if (c->level == AL_CTX_NMI || __atomic_exchange_n(&ma->inst_lock, 1, __ATOMIC_ACQUIRE))
-		return NULL; /* never spin: an NMI may have interrupted a creator */
+	if (c->level == AL_CTX_NMI || (flags & AL_NOSPIN)) {
+		/* never spin here: an NMI may have interrupted a creator */
+		if (__atomic_exchange_n(&ma->inst_lock, 1, __ATOMIC_ACQUIRE))
+			return NULL;
+	} else {
+		while (__atomic_exchange_n(&ma->inst_lock, 1, __ATOMIC_ACQUIRE))
+			al_cpu_relax(); /* another CPU is creating one: brief */
+	}
 	n = ma->ninst;
 	for (i = 0; i < n; i++)
 		if (ma->inst[i].size == size)
@@ -531,7 +537,7 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	} else {
 		if (al_unlikely(!size || size > MA_FIXED_MAX))
 			goto einval;
-		in = inst_for(ma, c, size);
+		in = inst_for(ma, c, size, flags);
 		if (!in) {
 			c->err = -ENOMEM;
 			return NULL;

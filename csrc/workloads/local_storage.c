@@ -46,7 +46,9 @@
  *
  * Results (al_result_value, metrics "wl.<name>"): creates, creates_per_s
  * (mean over `sample`-long samples taken by worker 0, over all workers:
- * the bench's "creates M ± S k/s"), creates_per_s_sd (n - 1), samples,
+ * the bench's "creates M ± S k/s"; a run shorter than one sample gives the
+ * rate over its whole span), creates_per_s_sd (n - 1; NaN below two
+ * samples), samples,
  * ns_per_create, create_errs, eagain, charges, uncharges, lock_fails,
  * owner_errs, owner_kmallocs (the background kmallocs the kernel's
  * tracepoint would add: an estimate per create, owner_kmallocs/1000, since
@@ -180,7 +182,9 @@ struct ls_worker {
 	struct ls_count n;	 /* this worker's counts */
 	int measuring;		 /* counts were reset for the measured phase */
 	int free_path;		 /* FP_* resolved for the run's policy */
-	uint64_t last_t;	 /* sampler (worker 0): last sample time */
+	uint64_t first_t;	 /* sampler (worker 0): first measured cycle's start */
+	uint64_t end_t;		 /* sampler: last measured cycle's end */
+	uint64_t last_t;	 /* sampler: last sample time */
 	uint64_t last_creates;	 /* sampler: creates_total then */
 } __attribute__((aligned(AL_CACHELINE)));
 
@@ -485,7 +489,7 @@ static void sample(struct ls_map *m, struct ls_worker *lw, uint64_t now)
 	uint64_t total = __atomic_load_n(&m->creates_total, __ATOMIC_RELAXED);
 
 	if (!lw->last_t) {
-		lw->last_t = now;
+		lw->first_t = lw->last_t = now;
 		lw->last_creates = total;
 		return;
 	}
@@ -530,8 +534,10 @@ static int ls_cycle(struct al_worker *w)
 		w->free_ticks += t2 - t1;
 	}
 	lw->n.cycle_ticks += t2 - t0;
-	if (lw->measuring)
+	if (lw->measuring) {
 		__atomic_fetch_add(&m->creates_total, lw->n.creates - before, __ATOMIC_RELAXED);
+		lw->end_t = t2;
+	}
 	if (fatal) {
 		snprintf(w->err, w->errlen,
 			 fatal == -EINVAL
@@ -658,7 +664,11 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 		t.callbacks_run += n->callbacks_run;
 		ticks += (double)n->cycle_ticks;
 	}
-	if (m->nsamples) {
+	if (!m->nsamples && m->w[0].end_t > m->w[0].first_t && m->w[0].first_t) {
+		/* shorter than one sample: the whole measured span is the one value */
+		mean = (double)__atomic_load_n(&m->creates_total, __ATOMIC_RELAXED) * 1e9 /
+		       al_ticks_to_ns((double)(m->w[0].end_t - m->w[0].first_t));
+	} else if (m->nsamples) {
 		for (i = 0; i < m->nsamples; i++)
 			sum += m->samples[i];
 		mean = sum / m->nsamples;
