@@ -278,21 +278,37 @@ class LocalStorageReport:
         _, s1 = self.speed(st, 1, b)
         return 100.0 * math.sqrt(s0 ** 2 + s1 ** 2) / m0 if m0 else float("nan")
 
+    # A speed claim is judged against 2 sd of the two eras' combined sample
+    # deviation: beyond it a difference counts; below PRECISION percent of
+    # 2 sd the data can decide; otherwise the verdict is None (inconclusive).
+    PRECISION = 10.0
+
+    def _judge(self, st, claim_ok, claim_broken):
+        bs = self.batch_sizes
+        d = [self.diff(st, b) for b in bs]
+        n2 = [2 * self._noise(st, b) for b in bs]
+        evidence = ", ".join("batch %d %+.1f%% (2 sd ±%.1f%%)" % (b, x, y)
+                             for b, x, y in zip(bs, d, n2))
+        if not all(np.isfinite(x) and np.isfinite(y) for x, y in zip(d, n2)):
+            return None, evidence
+        if any(claim_broken(x, y) for x, y in zip(d, n2)):
+            return False, evidence
+        if all(claim_ok(x, y) for x, y in zip(d, n2)) and max(n2) <= self.PRECISION:
+            return True, evidence
+        return None, evidence + "; noise too large to decide"
+
     def verdicts(self):
-        """The seed's claims checked on this machine: [(claim, holds, evidence)]."""
+        """The seed's claims checked on this machine: [(claim, holds, evidence)],
+        holds True, False, or None when the noise is too large to decide."""
         out = []
         bs = self.batch_sizes
         if "socket" in self.eras:
-            d = [self.diff("socket", b) for b in bs]
-            n = [self._noise("socket", b) for b in bs]
-            few = all(np.isfinite(x) and abs(x) <= 10 for x in d)
-            out.append(("socket: kmalloc_nolock is within a few percent of kzalloc "
-                        "(seed: -3.5% to -5.1%)", few,
-                        ", ".join("batch %d %+.1f%% (noise ±%.1f%%)" % (b, x, y)
-                                  for b, x, y in zip(bs, d, n))))
-            slower = all(np.isfinite(x) and x <= y for x, y in zip(d, n))
-            out.append(("socket: kmalloc_nolock is not faster than kzalloc beyond noise",
-                        slower, ", ".join("%+.1f%%" % x for x in d)))
+            holds, ev = self._judge("socket", lambda d, n: abs(d) <= 10,
+                                    lambda d, n: abs(d) > 10 + n)
+            out.append(("socket: kmalloc_nolock is within a few percent (10%) of kzalloc "
+                        "(seed: -3.5% to -5.1%)", holds, ev))
+            holds, ev = self._judge("socket", lambda d, n: d <= n, lambda d, n: d > n)
+            out.append(("socket: kmalloc_nolock is not faster than kzalloc", holds, ev))
             k0 = [self.kmallocs("socket", 0, b)[0] for b in bs]
             k1 = [self.kmallocs("socket", 1, b)[0] for b in bs]
             out.append(("socket: kzalloc's creates fire the kmalloc tracepoint, "
@@ -300,13 +316,9 @@ class LocalStorageReport:
                         all(a - b >= 1.9 for a, b in zip(k0, k1)),
                         ", ".join("%.2f against %.2f" % (a, b) for a, b in zip(k0, k1))))
         if "task" in self.eras:
-            d = [self.diff("task", b) for b in bs]
-            n = [self._noise("task", b) for b in bs]
-            holds = all(np.isfinite(x) and x >= -y for x, y in zip(d, n))
+            holds, ev = self._judge("task", lambda d, n: d >= -n, lambda d, n: d < -n)
             out.append(("task: kmalloc_nolock is at or above the BPF memory allocator "
-                        "(seed: +2.6% to +5.1%)", holds,
-                        ", ".join("batch %d %+.1f%% (noise ±%.1f%%)" % (b, x, y)
-                                  for b, x, y in zip(bs, d, n))))
+                        "(seed: +2.6% to +5.1%)", holds, ev))
             k0 = [self.kmallocs("task", 0, b)[0] for b in bs]
             k1 = [self.kmallocs("task", 1, b)[0] for b in bs]
             out.append(("task: both fire about as many kmallocs per create "
@@ -348,7 +360,8 @@ class LocalStorageReport:
         parts.append("")
         parts.append("Seed conclusions on this machine:")
         for claim, holds, ev in self.verdicts():
-            parts.append("- [%s] %s: %s" % ("holds" if holds else "does not hold", claim, ev))
+            parts.append("- [%s] %s: %s" % (
+                {True: "holds", False: "does not hold", None: "inconclusive"}[holds], claim, ev))
         return "\n".join(parts)
 
     # -- data --
