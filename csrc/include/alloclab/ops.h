@@ -152,7 +152,8 @@ enum al_features {
 	AL_F_BACKEND = 1u << 2,	  /* needs a layer below */
 	AL_F_USABLE = 1u << 3,	  /* usable_size() works */
 	AL_F_VALIDATES = 1u << 4, /* invalid and double frees return -EINVAL */
-	AL_F_TRYLOCK = 1u << 5	  /* issue 4: takes trylocks only, so an allocation may fail
+	AL_F_TRYLOCK = 1u << 6	  /* issue 4 (bit 5 is AL_F_STATS_ANYTIME on main): takes trylocks
+				   * only, so an allocation may fail
 				   * (-EBUSY) while another CPU holds a lock below */
 };
 
