@@ -73,9 +73,15 @@ class build_ext_alloclab(build_ext):
             self.copy_file(os.path.join(out_dir, PRELOAD_AR), os.path.join(PKG_SRC_DIR, PRELOAD_AR))
         else:
             self.copy_headers(os.path.join(out_dir, "include", "alloclab"))
+        headers = sorted(os.path.join(INCLUDE_SRC, h) for h in os.listdir(INCLUDE_SRC))
         for ext in self.extensions:
             if ext.name == PKG + "._alloclab" and out_dir not in ext.library_dirs:
                 ext.library_dirs.append(out_dir)
+            if ext.name == PKG + "._alloclab":
+                # The extension compiles constants from the headers (cdef "..."):
+                # rebuild it when they change, not only when the cffi source does.
+                ext.depends = list(ext.depends or []) + [h for h in headers
+                                                         if h not in (ext.depends or [])]
         super().run()
 
     def build_alloclab_library(self, out_dir):

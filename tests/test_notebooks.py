@@ -15,6 +15,7 @@ EXPECT = {
     "libarena.ipynb": ["transfer cache", "buddy locks/op"],
     "custom_policy.ipynb": ["compiled and registered", "halfspill > buddy", "buddy locks/op"],
     "vmalloc.ipynb": ["micromm/vmalloc", "zone locks/vmalloc"],
+    "local_storage.ipynb": ["Socket local storage", "kmallocs/create", "deferred frees"],
 }
 
 

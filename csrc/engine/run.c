@@ -120,6 +120,7 @@ struct worker_slot {
 	int pin_cpu;	 /* OS CPU to pin to, or -1 */
 	char err[200];
 	struct al_metric metrics[AL_METRICS_MAX]; /* this worker's workload metrics */
+	struct al_rcu_reader rcu; /* grace-period reader: online while cycling (issue 4) */
 } __attribute__((aligned(AL_CACHELINE)));
 
 struct engine {
@@ -354,6 +355,7 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	ret = e->cfg->workload->cycle(&s->w);
 	if (t)
 		token_release(t);
+	al_rcu_quiescent(&s->rcu); /* between cycles: nothing is held (issue 4) */
 	if (ret) {
 		engine_fail(e, ret, "worker %u: %s", s->w.id,
 			    s->err[0] ? s->err : al_strerror(ret));
@@ -386,6 +388,8 @@ static void *worker_main(void *arg)
 		CPU_SET(s->pin_cpu, &set);
 		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 	}
+	al_ctx_set_current(&s->w.ctx); /* for signal handlers (the NMI model) */
+	s->rcu.slot = -1;
 	if (wl->worker_init) {
 		ret = wl->worker_init(&s->w);
 		if (ret)
@@ -395,11 +399,14 @@ static void *worker_main(void *arg)
 	barrier_wait(&e->bar); /* A: everyone is ready */
 
 	t = e->tokens ? &e->tok[0][s->group] : NULL;
+	al_rcu_online(&s->rcu); /* offline (quiescent) while waiting at barriers */
 	for (i = 0; i < e->cfg->warmup_cycles && !stopped(e); i++)
 		if (run_cycle(s, t))
 			break;
+	al_rcu_offline(&s->rcu);
 	if (t)
 		token_leave(t, s->member);
+	s->w.measuring = 1;
 	s->w.alloc_ticks = s->w.free_ticks = 0;
 	s->w.alloc_ops = s->w.free_ops = s->w.alloc_cross = 0;
 	if (s->w.hist) {
@@ -411,6 +418,7 @@ static void *worker_main(void *arg)
 	barrier_wait(&e->bar); /* C: main took its start snapshot */
 
 	t = e->tokens ? &e->tok[1][s->group] : NULL;
+	al_rcu_online(&s->rcu);
 	deadline = al_ticks() + e->duration_ticks;
 	for (i = 0; !stopped(e); i++) {
 		if (e->cfg->cycles && i >= e->cfg->cycles)
@@ -423,6 +431,7 @@ static void *worker_main(void *arg)
 		}
 	}
 	s->w.cycles = i; /* read by main after the barrier */
+	al_rcu_offline(&s->rcu);
 	if (t)
 		token_leave(t, s->member);
 	barrier_wait(&e->bar); /* D: measured phase over */
@@ -561,6 +570,19 @@ static void diff_stats(struct al_stats *end, const struct al_stats *start, unsig
 		for (i = 0; i < end[l].n && i < start[l].n; i++)
 			if (!(end[l].v[i].flags & AL_STAT_GAUGE))
 				end[l].v[i].value -= start[l].v[i].value;
+}
+
+void al_result_value(struct al_run_result *res, const char *name, double value)
+{
+	/* One mechanism for workload results: the run's metrics[] (a value set
+	 * once, as a SUM of one), beside those merged from the workers. */
+	struct al_metric *m =
+		metric_find(res->metrics, &res->nmetrics, AL_METRICS_MAX, name, AL_METRIC_SUM);
+
+	if (m) {
+		m->value = value;
+		m->count = 1;
+	}
 }
 
 int al_run(const struct al_run_config *cfg, struct al_run_result *res)
@@ -715,6 +737,8 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	al_read_steal(&st_total1, &st_steal1);
 	nl = stats_total(e, res->layers);
 	diff_stats(res->layers, snap0, nl);
+	if (cfg->workload->report) /* workers wait at E: their state is stable */
+		cfg->workload->report(e->shared, started, res);
 	res->nlayers = nl;
 	res->elapsed_ns = al_ticks_to_ns((double)(t1 - t0));
 	if (st_total1 > st_total0)

@@ -312,6 +312,10 @@ int al_vmalloc_read(struct al_allocator *a, const void *addr, void *dst, size_t 
 int al_vmalloc_memset(struct al_allocator *a, void *addr, int byte, size_t len);
 int al_vmalloc_to_pfn(struct al_allocator *a, const void *addr, uint64_t *pfn);
 int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c);
+/* ---- issue 4: slab/sheaves/nolock/bpf_ma, deferred work, contexts ---- */
+static const int AL_F_TRYLOCK;
+static const int AL_NOTRACE;
+static const int AL_NOCPU;
 """
 
 # Paths are relative to the project root, where setup.py runs.

@@ -272,7 +272,9 @@ def _workload_metrics_text(res):
                                       if k != "workload"))
         for k, v in p.data.items():
             if k.startswith("wl."):
-                out.append("    %-40s %s" % (k[3:], _fmt(float(np.nanmean(v)))))
+                x = np.asarray(v, dtype=float)
+                x = x[~np.isnan(x)]
+                out.append("    %-40s %s" % (k[3:], _fmt(float(x.mean())) if len(x) else "-"))
     return "\n".join(out)
 
 
@@ -594,6 +596,7 @@ def _main_parser():
                        help="write alloc and free latency plots (PNG/PDF/SVG by extension)")
     lib_p.add_argument("--progress", action="store_true", help="progress line on stderr")
     _vmalloc_parser(rsub)
+    _local_storage_parser(rsub)
     return p
 
 
@@ -692,11 +695,86 @@ def cmd_reproduce_vmalloc(args):
     return 0
 
 
+def _local_storage_parser(rsub):
+    """`alloclab reproduce local-storage` (issue 4)."""
+    ls = rsub.add_parser(
+        "local-storage", help="seed 003: BPF local storage, kzalloc/bpf_ma vs kmalloc_nolock",
+        description="Seed 003: bench local-storage-create before and after BPF local storage "
+                    "switched to kmalloc_nolock() (socket: kzalloc vs kmalloc_nolock; task: "
+                    "the BPF memory allocator vs kmalloc_nolock), creation speed ± sd and "
+                    "kmallocs per create at each batch size, in the seed's layout next to the "
+                    "seed's numbers, with the counters that explain the differences and whether "
+                    "the seed's direction holds here.")
+    ls.add_argument("--storage-types", type=_choice_list("storage type", ["socket", "task"]),
+                    default=["socket", "task"], help="comma-separated (default socket,task)")
+    ls.add_argument("--batch-sizes", type=_int_list("--batch-sizes"), default=[16, 32, 64],
+                    help="comma-separated (default 16,32,64)")
+    ls.add_argument("--runs", type=int, default=1, help="runs per cell (default 1: the sd is "
+                    "over samples within the run, as the seed's)")
+    ls.add_argument("--duration", type=_duration, default=3.0,
+                    help="measured phase per run (default 3s)")
+    ls.add_argument("--sample", type=_duration, default=0.5,
+                    help="length of one creates/s sample (default 0.5s; the bench: 1s)")
+    ls.add_argument("--owner-work", choices=["real", "none"], default="real",
+                    help="real sockets/threads per owner as the bench (default), or none: the "
+                         "allocators alone")
+    ls.add_argument("--producers", type=int, default=1, help="producers (default 1, as -p 1)")
+    ls.add_argument("--gp-latency", type=_duration, default=0.0,
+                    help="minimum grace period (default 0: the next quiescent point)")
+    ls.add_argument("--rcu-nocb", action="store_true",
+                    help="RCU callbacks run on the next producer's CPU (needs 2+ producers)")
+    ls.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
+    ls.add_argument("--plot", metavar="FILE",
+                    help="write creation-speed and kmallocs plots (PNG/PDF/SVG by extension)")
+    ls.add_argument("--progress", action="store_true", help="progress line on stderr")
+
+
+def cmd_reproduce_local_storage(args):
+    from . import reproduce
+
+    if args.runs < 1 or args.producers < 1:
+        raise UsageError("--runs and --producers must be at least 1")
+    try:
+        rep = reproduce.local_storage(storage_types=args.storage_types,
+                                      batch_sizes=args.batch_sizes, runs=args.runs,
+                                      duration=args.duration, sample=args.sample,
+                                      owner_work=args.owner_work, producers=args.producers,
+                                      gp_latency=int(round(args.gp_latency * 1e9)),
+                                      rcu_nocb=args.rcu_nocb, progress=args.progress)
+    except errors.AlloclabError as e:
+        if isinstance(e, (errors.AllocatorExhausted, errors.RunError)):
+            raise _RunFailed(str(e)) from None
+        raise
+    print(rep)
+    if args.json:
+        rep.to_json(args.json)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.backends.backend_pdf import PdfPages
+
+        figs = [rep.plot(), rep.plot_kmallocs()]
+        if args.plot.endswith(".pdf"):
+            with PdfPages(args.plot) as pdf:
+                for f in figs:
+                    pdf.savefig(f)
+        else:
+            base, dot, ext = args.plot.rpartition(".")
+            for i, f in enumerate(figs):
+                f.savefig(args.plot if i == 0 else "%s-%d.%s" % (base, i, ext))
+        for f in figs:
+            plt.close(f)
+    return 0
+
+
 def cmd_reproduce(args, parser):
     from . import reproduce
 
     if args.seed == "vmalloc":
         return cmd_reproduce_vmalloc(args)
+    if args.seed == "local-storage":
+        return cmd_reproduce_local_storage(args)
     if args.seed != "libarena":
         parser.parse_args(["reproduce", "--help"])
         return 2

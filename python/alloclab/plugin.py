@@ -84,6 +84,16 @@ def cache_dir():
     return path
 
 
+def _headers_digest():
+    """A build against other headers (another ABI) is another build."""
+    h = hashlib.sha256()
+    hdir = os.path.join(include_dir(), "alloclab")
+    for f in sorted(os.listdir(hdir)):
+        with open(os.path.join(hdir, f), "rb") as fh:
+            h.update(f.encode() + b"\0" + fh.read())
+    return h.hexdigest()
+
+
 def _c_string(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
@@ -203,7 +213,8 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     glue = _glue(name, params, features, doc, max_size, create)
     flags = ["-O2", "-std=gnu11", "-fvisibility=hidden"] + list(extra_compile_args)
     digest = hashlib.sha256("\0".join([name, source, glue, " ".join(flags), lib_path(),
-                                       cstr(lib.al_version())]).encode()).hexdigest()[:16]
+                                       cstr(lib.al_version()), _headers_digest()]
+                                      ).encode()).hexdigest()[:16]
     prev = _loaded.get(name)
     if prev is not None:
         if prev.digest == digest:
@@ -355,7 +366,8 @@ def preload_shim(path_or_source, name=None):
     if not os.path.exists(ar):
         raise errors.AlloclabError("the shim archive is not built: %s is missing" % ar)
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
-    digest = hashlib.sha256((source + str(os.path.getmtime(ar))).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((source + str(os.path.getmtime(ar)) + _headers_digest()).encode()
+                            ).hexdigest()[:16]
     out = os.path.join(cache_dir(), "shim-%s.so" % digest)
     if os.path.exists(out):
         return out

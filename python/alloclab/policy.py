@@ -39,6 +39,11 @@ presets = {
     "vmalloc-large": "vmalloc(alloc=high_order) > pages",
     "vmalloc-large-bulkfree": "vmalloc(alloc=high_order, free=bulk) > pages",
     "vmalloc-pcp-first": "vmalloc(alloc=pcp_first, free=bulk) > pages",
+    # seed 003: BPF local storage allocators (issue 4)
+    "kzalloc": "slab(zero=true)",
+    "kmalloc-sheaves": "sheaves > slab(form=sheaves)",
+    "kmalloc-nolock": "nolock > slab",
+    "bpf-ma": "bpf_ma(mode=fixed) > slab",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")

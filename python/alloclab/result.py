@@ -12,7 +12,7 @@ computed from data, never from one number. Metrics:
   (after the measured phase) and "<layer>.leaked" (after teardown), and
   "<layer>.<counter>_per_op" = counter / (alloc_ops + free_ops)
 - "wl.<name>" for every metric the workload reports (e.g. test_vmalloc's
-  "wl.fix_size_alloc_test.avg_usec")
+  "wl.fix_size_alloc_test.avg_usec", local-storage-create's wl.creates_per_s)
 
 - mem_requested, mem_held, mem_rss (end of the measured phase) and their
   *_peak (sampled), mem_fragmentation = held peak / requested peak, in

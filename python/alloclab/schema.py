@@ -38,6 +38,7 @@ FEATURES = [
     ("stats_anytime", lib.AL_F_STATS_ANYTIME),  # issue 6: memory sampled mid-run
     ("pages", lib.AL_F_PAGES),  # a page allocator (alloclab/pages.h)
     ("needs_pages", lib.AL_F_NEEDS_PAGES),  # needs one right below
+    ("trylock", lib.AL_F_TRYLOCK),  # issue 4
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

@@ -124,7 +124,10 @@ struct al_worker {
 	struct al_metric *metrics; /* named results of this worker (al_worker_metric) */
 	unsigned nmetrics;	   /* entries used in metrics[] */
 	unsigned metrics_max;	   /* capacity of metrics[]; 0 = the worker keeps none */
+	int measuring; /* issue 4: 1 from the first measured cycle on (set by the engine) */
 };
+
+struct al_run_result;
 
 enum al_workload_flags {
 	AL_WL_RESET = 1u << 0,	      /* allocator recreated (untimed) after every cycle */
@@ -162,6 +165,10 @@ struct al_workload_desc {
 	 * start (larson's warm-up blocks, cache-scratch's handed-out objects). */
 	int (*prepare)(void *shared, struct al_allocator *a, struct al_ctx *c, char *err,
 		       size_t errlen);
+	/* Optional (issue 4): after the measured phase, before worker_fini, add the
+	 * workload's own results with al_result_value() (read by Python as
+	 * metrics "wl.<name>"). Runs on the main thread; workers are waiting. */
+	void (*report)(void *shared, unsigned nworkers, struct al_run_result *res);
 };
 
 /* ---- per-operation latency histograms ---- */
@@ -302,6 +309,10 @@ struct al_run_result {
 
 /* 0 or -errno; res->status and res->error say the same. */
 AL_API int al_run(const struct al_run_config *cfg, struct al_run_result *res);
+/* Set a named workload result from a workload's report hook (issue 4): it joins
+ * the metrics merged from the workers (al_worker_metric), as "wl.<name>" in
+ * Python; ignored when metrics[] is full. NaN is allowed (undefined). */
+AL_API void al_result_value(struct al_run_result *res, const char *name, double value);
 
 /* Topology helpers used by runs and recorded in results. */
 AL_API unsigned al_cpus_usable(void);

@@ -19,6 +19,7 @@
 #ifndef ALLOCLAB_OPS_H
 #define ALLOCLAB_OPS_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,9 +53,14 @@ enum al_ctx_level {
 
 /* Flags passed down the stack, as gfp flags are in the kernel. */
 enum al_flags {
-	AL_ZERO = 1u << 0,    /* zero the memory (kzalloc, calloc) */
-	AL_NOSPIN = 1u << 1,  /* may not spin on a lock: trylock only */
-	AL_MAYSLEEP = 1u << 2 /* may block (unused by the spin-only models) */
+	AL_ZERO = 1u << 0,     /* zero the memory (kzalloc, calloc) */
+	AL_NOSPIN = 1u << 1,   /* may not spin on a lock: trylock only */
+	AL_MAYSLEEP = 1u << 2, /* may block (unused by the spin-only models) */
+	/* issue 4 */
+	AL_NOTRACE = 1u << 3, /* part of a call already traced above, or an API without the
+			       * kmalloc tracepoint (kmalloc_nolock): not counted as traced */
+	AL_NOCPU = 1u << 4    /* do not touch the calling CPU's per-CPU caches (a helper
+			       * thread running a CPU's deferred work concurrently with it) */
 };
 
 /* The calling "CPU". One per worker thread; never shared between threads. */
@@ -114,6 +120,10 @@ struct al_ops {
 	 * none held), and release them in parent and child afterwards. */
 	int (*fork_lock)(struct al_allocator *a, struct al_ctx *c);
 	void (*fork_unlock)(struct al_allocator *a, struct al_ctx *c);
+	/* Optional (issue 4): free with flags. AL_NOSPIN: -EBUSY, object untouched,
+	 * when the free would have to spin on a lock or leave the fast path
+	 * (kfree_nolock then defers it); AL_NOCPU: bypass per-CPU caches. */
+	int (*free_flags)(struct al_allocator *a, struct al_ctx *c, void *ptr, unsigned flags);
 };
 
 /* Common header of every layer instance. */
@@ -156,8 +166,11 @@ enum al_features {
 	AL_F_STATS_ANYTIME = 1u << 5,
 
 	/* Page allocators (issue 5). */
-	AL_F_PAGES = 1u << 6,	   /* a page allocator: implements alloclab/pages.h */
-	AL_F_NEEDS_PAGES = 1u << 7 /* needs a page allocator (AL_F_PAGES) right below */
+	AL_F_PAGES = 1u << 6, /* a page allocator: implements alloclab/pages.h */
+	AL_F_NEEDS_PAGES = 1u << 7 /* needs a page allocator (AL_F_PAGES) right below */,
+	/* Trylock-only layers (issue 4): an allocation may fail (-EBUSY) while
+	 * another CPU holds a lock below. */
+	AL_F_TRYLOCK = 1u << 8
 };
 
 struct al_layer_desc {
@@ -189,6 +202,17 @@ static inline void *al_alloc(struct al_allocator *a, struct al_ctx *c, size_t si
 
 static inline int al_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
+	return a->ops->free(a, c, p);
+}
+
+/* Free with AL_NOSPIN/AL_NOCPU (issue 4): a layer without free_flags cannot
+ * promise not to spin, so AL_NOSPIN gets -EBUSY; otherwise a plain free. */
+static inline int al_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags)
+{
+	if (a->ops->free_flags)
+		return a->ops->free_flags(a, c, p, flags);
+	if (flags & AL_NOSPIN)
+		return -EBUSY;
 	return a->ops->free(a, c, p);
 }
 

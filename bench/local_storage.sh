@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The seed-003 reproduction (issue 4 figure): bench local-storage-create,
+# socket (kzalloc vs kmalloc_nolock) and task (BPF memory allocator vs
+# kmalloc_nolock) storage at batch 16/32/64, real sockets and threads per
+# owner as the bench, 5 s per cell in 1 s samples (the bench's), 3 runs per
+# cell; then the allocators alone (owner_work=none). Writes
+# bench/results/local_storage{,-alone}.{txt,json,png}. About 7 minutes.
+set -euo pipefail
+cd "$(dirname "$0")"
+mkdir -p results
+alloclab reproduce local-storage --runs 3 --duration 5 --sample 1 \
+	--json results/local_storage.json --plot results/local_storage.png "$@" |
+	tee results/local_storage.txt
+alloclab reproduce local-storage --runs 3 --duration 2 --sample 0.5 --owner-work none \
+	--json results/local_storage-alone.json --plot results/local_storage-alone.png "$@" |
+	tee results/local_storage-alone.txt

@@ -1,0 +1,709 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Deferred work (DESIGN §3): the running thread's context (the NMI model),
+ * the fault-injection hook, irq_work, and grace periods (an RCU model).
+ *
+ * Grace periods
+ * -------------
+ * Global, like the kernel's RCU. Readers (engine workers) register and
+ * report quiescent points between cycles. Three numbers, changed under a
+ * small spinlock (once per grace period or batch, never per object):
+ *   started    the last GP number started,
+ *   done       the last GP number completed (al_rcu_gp_done, read lock-free),
+ *   requested  the highest GP number a sealed batch waits for.
+ * A reader's `seen` is the value of `started` it read at its last quiescent
+ * point, so seen >= g proves it passed one after GP g began. GP g completes
+ * when every online reader has seen >= g; if more was requested, GP g + 1
+ * starts at once. A reader going offline (waiting at a barrier, finished) is
+ * in an extended quiescent state and holds nothing up; with no reader online
+ * a request completes at once, which keeps single-threaded tests
+ * deterministic.
+ *
+ * Domains
+ * -------
+ * A layer instance or workload owns a struct al_defer: per CPU, a lock-free
+ * raised list of irq_work, an open RCU batch (callbacks and kfree_rcu
+ * pointers, owner only), a lock-free stack of incoming sealed batches, a
+ * FIFO of batches waiting for their GP (executor only), and a pool of free
+ * batches (returned lock-free by whichever CPU executed them).
+ * Lock-free stacks are pushed with CAS and emptied whole with an exchange
+ * (one consumer), so there is no ABA. A batch is one 4 KiB block from
+ * al_meta_alloc, recycled, freed at destroy.
+ *
+ * Thread mode: one helper thread per domain (woken by a semaphore, which is
+ * async-signal-safe) runs every CPU's irq_work and RCU batches under
+ * run_lock; the inline poll then does nothing. In that mode call_rcu and
+ * kfree_rcu may only be called from the domain's own irq_work functions.
+ *
+ * Cost: al_defer_poll() is two loads and a branch when there is nothing to
+ * do; queueing irq_work is one CAS (plus an atomic OR); call_rcu is a few
+ * stores into the open batch; a seal is one spinlock round trip on the
+ * global GP state.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloclab/alloclab.h"
+
+/* ---- the running thread's context ---- */
+
+static __thread struct al_ctx *cur_ctx __attribute__((tls_model("initial-exec")));
+
+struct al_ctx *al_ctx_current(void)
+{
+	return cur_ctx;
+}
+
+void al_ctx_set_current(struct al_ctx *c)
+{
+	cur_ctx = c;
+}
+
+al_inject_fn al_inject_hook;
+
+/* ---- grace periods ---- */
+
+uint64_t al_rcu_gp_done;
+
+static struct {
+	uint64_t started;   /* last GP started */
+	uint64_t requested; /* highest GP some batch waits for */
+	int lock;	    /* guards started, requested, done, readers[] */
+	unsigned hwm;	    /* readers[] slots ever used */
+	struct al_rcu_reader *readers[AL_RCU_MAX_READERS];
+} gp;
+
+static void gp_lock(void)
+{
+	while (__atomic_exchange_n(&gp.lock, 1, __ATOMIC_ACQUIRE))
+		al_cpu_relax();
+}
+
+static bool gp_trylock(void)
+{
+	return !__atomic_exchange_n(&gp.lock, 1, __ATOMIC_ACQUIRE);
+}
+
+static void gp_unlock(void)
+{
+	__atomic_store_n(&gp.lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Complete the running GP if every online reader has passed it (lock held). */
+static void gp_advance_locked(void)
+{
+	for (;;) {
+		uint64_t s = gp.started;
+		unsigned i;
+
+		if (s == __atomic_load_n(&al_rcu_gp_done, __ATOMIC_RELAXED))
+			return;
+		for (i = 0; i < gp.hwm; i++) {
+			struct al_rcu_reader *r = gp.readers[i];
+
+			if (r && __atomic_load_n(&r->seen, __ATOMIC_ACQUIRE) < s)
+				return;
+		}
+		__atomic_store_n(&al_rcu_gp_done, s, __ATOMIC_RELEASE);
+		if (gp.requested <= s)
+			return;
+		__atomic_store_n(&gp.started, s + 1, __ATOMIC_RELEASE);
+	}
+}
+
+static void gp_try_advance(void)
+{
+	if (!gp_trylock())
+		return; /* whoever holds it advances */
+	gp_advance_locked();
+	gp_unlock();
+}
+
+uint64_t al_rcu_gp_request(void)
+{
+	uint64_t need;
+
+	gp_lock();
+	if (gp.started == __atomic_load_n(&al_rcu_gp_done, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&gp.started, gp.started + 1, __ATOMIC_RELEASE);
+		need = gp.started;
+	} else {
+		need = gp.started + 1; /* the running GP began before this request */
+	}
+	if (need > gp.requested)
+		gp.requested = need;
+	gp_advance_locked();
+	gp_unlock();
+	return need;
+}
+
+int al_rcu_online(struct al_rcu_reader *r)
+{
+	unsigned i;
+
+	gp_lock();
+	for (i = 0; i < gp.hwm && gp.readers[i]; i++)
+		;
+	if (i == AL_RCU_MAX_READERS) {
+		gp_unlock();
+		r->slot = -1;
+		return -ENOSPC;
+	}
+	if (i == gp.hwm)
+		gp.hwm++;
+	/* A reader coming online holds no reference from before: it has passed. */
+	__atomic_store_n(&r->seen, gp.started, __ATOMIC_RELEASE);
+	r->slot = (int)i;
+	gp.readers[i] = r;
+	gp_unlock();
+	return 0;
+}
+
+void al_rcu_offline(struct al_rcu_reader *r)
+{
+	if (r->slot < 0)
+		return;
+	gp_lock();
+	gp.readers[r->slot] = NULL;
+	r->slot = -1;
+	gp_advance_locked();
+	gp_unlock();
+}
+
+void al_rcu_quiescent(struct al_rcu_reader *r)
+{
+	uint64_t s = __atomic_load_n(&gp.started, __ATOMIC_ACQUIRE);
+
+	__atomic_store_n(&r->seen, s, __ATOMIC_RELEASE);
+	if (s != __atomic_load_n(&al_rcu_gp_done, __ATOMIC_ACQUIRE))
+		gp_try_advance();
+}
+
+/* ---- domains ---- */
+
+#define BATCH_BYTES 4096
+
+struct rcu_batch {
+	struct rcu_batch *next;	      /* incoming/wait/pool link */
+	uint64_t need;		      /* GP that must complete first */
+	uint64_t ready_at;	      /* ticks: not before (gp_latency) */
+	unsigned owner;		      /* CPU whose pool it returns to */
+	unsigned nptr;		      /* kfree_rcu pointers in ptrs[] */
+	unsigned ncb;		      /* callbacks on cb_head */
+	unsigned pad;		      /* unused */
+	struct al_allocator *kfree_a; /* allocator the pointers go back to */
+	struct al_rcu_head *cb_head;  /* callbacks, FIFO */
+	struct al_rcu_head *cb_tail;  /* last callback */
+	void *ptrs[];		      /* kfree_rcu pointers */
+};
+
+#define BATCH_PTRS ((BATCH_BYTES - offsetof(struct rcu_batch, ptrs)) / sizeof(void *))
+
+/* Private per-CPU state (one cache line each). */
+struct defer_cpu {
+	struct al_irq_work *raised;  /* lock-free stack of queued irq_work */
+	struct rcu_batch *open;	     /* batch taking callbacks (owner only) */
+	struct rcu_batch *incoming;  /* lock-free stack of sealed batches to run here */
+	struct rcu_batch *wait_head; /* sealed batches waiting for their GP (FIFO) */
+	struct rcu_batch *wait_tail; /* last of them */
+	struct rcu_batch *pool;	     /* lock-free stack of free batches, pushed by executors */
+	struct rcu_batch *pool_own;  /* free batches taken by the owner */
+	uint64_t nbatches;	     /* batches this CPU allocated (freed at destroy) */
+} __attribute__((aligned(AL_CACHELINE)));
+
+#define DEFER_COUNTERS(X)                                                       \
+	X(irq_work_queued, "irq_work queued")                                   \
+	X(irq_work_busy, "irq_work queue calls that found it already pending")  \
+	X(irq_work_runs, "irq_work functions run")                              \
+	X(rcu_callbacks, "call_rcu callbacks queued")                           \
+	X(rcu_callbacks_run, "call_rcu callbacks run after their grace period") \
+	X(kfree_rcu_objects, "objects queued by kfree_rcu")                     \
+	X(kfree_rcu_freed, "kfree_rcu objects freed after their grace period")  \
+	X(kfree_rcu_failed, "kfree_rcu frees the allocator refused")            \
+	X(rcu_batches, "RCU batches sealed (one grace-period request each)")    \
+	X(rcu_batches_remote, "batches run on another CPU (rcu_nocb)")          \
+	X(rcu_refused, "call_rcu/kfree_rcu refused (NMI level, no memory)")
+
+#define X(name, doc) DC_##name,
+enum { DEFER_COUNTERS(X) DC_NR };
+#undef X
+static const char *const defer_counter_names[] = { DEFER_COUNTERS(AL_CTR_NAME) };
+
+struct defer {
+	struct al_defer pub;	/* must be first */
+	unsigned ncpu;		/* CPUs */
+	int mode;		/* enum al_irq_work_mode */
+	bool nocb;		/* sealed batches run on the next CPU */
+	uint64_t latency_ticks; /* minimum grace-period length */
+	struct defer_cpu *cpu;	/* ncpu entries */
+	struct al_counters ctr; /* DEFER_COUNTERS */
+	/* thread mode */
+	pthread_t helper;	  /* the helper thread */
+	bool helper_started;	  /* helper is running */
+	int stop;		  /* asks the helper to exit */
+	sem_t wake;		  /* posted when work is queued */
+	pthread_mutex_t run_lock; /* held by whoever runs the domain's work */
+};
+
+static inline struct defer *to_defer(struct al_defer *d)
+{
+	return (struct defer *)d;
+}
+
+static void push_batch(struct rcu_batch **head, struct rcu_batch *b)
+{
+	struct rcu_batch *old = __atomic_load_n(head, __ATOMIC_RELAXED);
+
+	do
+		b->next = old;
+	while (!__atomic_compare_exchange_n(head, &old, b, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+}
+
+static void wake_helper(struct defer *d)
+{
+	if (d->mode == AL_IRQ_WORK_THREAD)
+		sem_post(&d->wake);
+}
+
+void al_irq_work_init(struct al_irq_work *w, unsigned cpu,
+		      void (*func)(struct al_irq_work *w, struct al_ctx *c))
+{
+	w->func = func;
+	w->next = NULL;
+	w->cpu = cpu;
+	w->pending = 0;
+}
+
+bool al_irq_work_queue(struct al_defer *pub, struct al_irq_work *w, const struct al_ctx *c)
+{
+	struct defer *d = to_defer(pub);
+	struct defer_cpu *dc = &d->cpu[w->cpu];
+	struct al_irq_work *old;
+	int zero = 0;
+
+	if (!__atomic_compare_exchange_n(&w->pending, &zero, 1, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_RELAXED)) {
+		al_count(&d->ctr, c, DC_irq_work_busy, 1);
+		return false;
+	}
+	old = __atomic_load_n(&dc->raised, __ATOMIC_RELAXED);
+	do
+		w->next = old;
+	while (!__atomic_compare_exchange_n(&dc->raised, &old, w, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+	__atomic_fetch_or(&pub->pcpu[w->cpu].todo, AL_DEFER_IRQ, __ATOMIC_RELEASE);
+	al_count(&d->ctr, c, DC_irq_work_queued, 1);
+	wake_helper(d);
+	return true;
+}
+
+/* Run the raised irq_work of x->cpu, oldest first, at x's level. */
+static void run_irq_work(struct defer *d, struct al_ctx *x)
+{
+	struct defer_cpu *dc = &d->cpu[x->cpu];
+	struct al_irq_work *w, *rev = NULL, *next;
+
+	w = __atomic_exchange_n(&dc->raised, NULL, __ATOMIC_ACQUIRE);
+	for (; w; w = next) { /* the stack is newest first */
+		next = w->next;
+		w->next = rev;
+		rev = w;
+	}
+	for (w = rev; w; w = next) {
+		next = w->next;
+		__atomic_store_n(&w->pending, 0, __ATOMIC_RELEASE); /* may be queued again */
+		al_count(&d->ctr, x, DC_irq_work_runs, 1);
+		x->err = 0;
+		w->func(w, x);
+	}
+}
+
+static struct rcu_batch *batch_get(struct defer *d, unsigned cpu)
+{
+	struct defer_cpu *dc = &d->cpu[cpu];
+	struct rcu_batch *b = dc->pool_own;
+
+	if (!b) {
+		b = __atomic_exchange_n(&dc->pool, NULL, __ATOMIC_ACQUIRE);
+		if (!b) {
+			b = al_meta_alloc(BATCH_BYTES);
+			if (!b)
+				return NULL;
+			dc->nbatches++;
+		}
+	}
+	dc->pool_own = b->next;
+	memset(b, 0, offsetof(struct rcu_batch, ptrs));
+	b->owner = cpu;
+	return b;
+}
+
+/* Seal cpu's open batch: request a GP and hand it to its executor. */
+static void seal(struct defer *d, unsigned cpu)
+{
+	struct defer_cpu *dc = &d->cpu[cpu];
+	struct rcu_batch *b = dc->open;
+	unsigned target = d->nocb && d->ncpu > 1 ? (cpu + 1) % d->ncpu : cpu;
+
+	if (!b || (!b->nptr && !b->ncb))
+		return;
+	dc->open = NULL;
+	b->need = al_rcu_gp_request();
+	b->ready_at = d->latency_ticks ? al_ticks_fast() + d->latency_ticks : 0;
+	push_batch(&d->cpu[target].incoming, b);
+	__atomic_fetch_or(&d->pub.pcpu[target].todo, AL_DEFER_RCU, __ATOMIC_RELEASE);
+	if (target != cpu)
+		wake_helper(d);
+}
+
+static struct rcu_batch *open_batch(struct defer *d, struct al_ctx *c)
+{
+	struct defer_cpu *dc = &d->cpu[c->cpu];
+
+	if (!dc->open) {
+		dc->open = batch_get(d, c->cpu);
+		if (!dc->open)
+			return NULL;
+		if (!(__atomic_load_n(&d->pub.pcpu[c->cpu].todo, __ATOMIC_RELAXED) & AL_DEFER_RCU))
+			__atomic_fetch_or(&d->pub.pcpu[c->cpu].todo, AL_DEFER_RCU,
+					  __ATOMIC_RELAXED);
+	}
+	return dc->open;
+}
+
+int al_call_rcu(struct al_defer *pub, struct al_ctx *c, struct al_rcu_head *h,
+		void (*func)(struct al_rcu_head *h, struct al_ctx *c))
+{
+	struct defer *d = to_defer(pub);
+	struct rcu_batch *b;
+
+	if (c->level == AL_CTX_NMI || !(b = open_batch(d, c))) {
+		al_count(&d->ctr, c, DC_rcu_refused, 1);
+		return c->level == AL_CTX_NMI ? -EBUSY : -ENOMEM;
+	}
+	h->func = func;
+	h->next = NULL;
+	if (b->cb_tail)
+		b->cb_tail->next = h;
+	else
+		b->cb_head = h;
+	b->cb_tail = h;
+	b->ncb++;
+	al_count(&d->ctr, c, DC_rcu_callbacks, 1);
+	return 0;
+}
+
+int al_kfree_rcu(struct al_defer *pub, struct al_ctx *c, struct al_allocator *a, void *ptr)
+{
+	struct defer *d = to_defer(pub);
+	struct rcu_batch *b;
+
+	if (c->level == AL_CTX_NMI) {
+		al_count(&d->ctr, c, DC_rcu_refused, 1);
+		return -EBUSY;
+	}
+	b = d->cpu[c->cpu].open;
+	if (b && (b->nptr == BATCH_PTRS || (b->kfree_a && b->kfree_a != a)))
+		seal(d, c->cpu); /* full, or for another allocator */
+	b = open_batch(d, c);
+	if (!b) {
+		al_count(&d->ctr, c, DC_rcu_refused, 1);
+		return -ENOMEM;
+	}
+	b->kfree_a = a;
+	b->ptrs[b->nptr++] = ptr;
+	al_count(&d->ctr, c, DC_kfree_rcu_objects, 1);
+	return 0;
+}
+
+static void run_batch(struct defer *d, struct rcu_batch *b, struct al_ctx *x)
+{
+	struct al_rcu_head *h, *next;
+	unsigned i;
+	int n;
+
+	if (b->owner != x->cpu)
+		al_count(&d->ctr, x, DC_rcu_batches_remote, 1);
+	for (h = b->cb_head; h; h = next) {
+		next = h->next;
+		x->err = 0;
+		h->func(h, x);
+	}
+	al_count(&d->ctr, x, DC_rcu_callbacks_run, b->ncb);
+	if (b->nptr) {
+		n = al_free_bulk(b->kfree_a, x, b->ptrs, b->nptr);
+		if (n < 0) /* refused as a whole (a lock failed): one by one */
+			for (i = 0, n = 0; i < b->nptr; i++)
+				n += !al_free(b->kfree_a, x, b->ptrs[i]);
+		al_count(&d->ctr, x, DC_kfree_rcu_freed, (uint64_t)n);
+		al_count(&d->ctr, x, DC_kfree_rcu_failed, b->nptr - (unsigned)n);
+	}
+	push_batch(&d->cpu[b->owner].pool, b);
+}
+
+/* Seal the open batch, collect incoming ones, run those whose GP is over
+ * (all of them when force). x: the executing CPU, at task level. */
+static void run_rcu(struct defer *d, struct al_ctx *x, bool force)
+{
+	struct defer_cpu *dc = &d->cpu[x->cpu];
+	struct rcu_batch *b, *rev = NULL, *next;
+	uint64_t now = 0;
+
+	seal(d, x->cpu);
+	b = __atomic_exchange_n(&dc->incoming, NULL, __ATOMIC_ACQUIRE);
+	for (; b; b = next) {
+		next = b->next;
+		b->next = rev;
+		rev = b;
+	}
+	for (b = rev; b; b = next) { /* oldest first onto the FIFO */
+		next = b->next;
+		b->next = NULL;
+		if (dc->wait_tail)
+			dc->wait_tail->next = b;
+		else
+			dc->wait_head = b;
+		dc->wait_tail = b;
+	}
+	while ((b = dc->wait_head)) {
+		if (!force) {
+			if (__atomic_load_n(&al_rcu_gp_done, __ATOMIC_ACQUIRE) < b->need) {
+				gp_try_advance();
+				if (__atomic_load_n(&al_rcu_gp_done, __ATOMIC_ACQUIRE) < b->need)
+					break;
+			}
+			if (b->ready_at) {
+				if (!now)
+					now = al_ticks_fast();
+				if (now < b->ready_at)
+					break;
+			}
+		}
+		dc->wait_head = b->next;
+		if (!dc->wait_head)
+			dc->wait_tail = NULL;
+		run_batch(d, b, x);
+	}
+	__atomic_store_n(&d->pub.pcpu[x->cpu].wait_need, dc->wait_head ? dc->wait_head->need : 0,
+			 __ATOMIC_RELAXED);
+}
+
+/* One CPU's deferred work; c is any context of that CPU. */
+static void run_cpu(struct defer *d, const struct al_ctx *c, bool force)
+{
+	struct al_defer_cpu *p = &d->pub.pcpu[c->cpu];
+	struct al_ctx x;
+	unsigned pass;
+
+	for (pass = 0; pass < 16; pass++) {
+		uint64_t todo = __atomic_exchange_n(&p->todo, 0, __ATOMIC_ACQUIRE);
+
+		if (todo & AL_DEFER_IRQ) {
+			al_ctx_nested(&x, c, AL_CTX_IRQ);
+			run_irq_work(d, &x);
+		}
+		/* Softirq runs with IRQs enabled: task level, so irq_work raised by a
+		 * callback runs at the end of its operation. The helper thread
+		 * stays at IRQ level: it runs beside the CPU's own worker. */
+		al_ctx_nested(&x, c, d->mode == AL_IRQ_WORK_THREAD ? AL_CTX_IRQ : AL_CTX_TASK);
+		run_rcu(d, &x, force);
+		if (!(__atomic_load_n(&p->todo, __ATOMIC_ACQUIRE) & AL_DEFER_IRQ) &&
+		    (!force || !d->cpu[c->cpu].wait_head))
+			break;
+	}
+}
+
+void al_defer_run(struct al_defer *pub, struct al_ctx *c)
+{
+	struct defer *d = to_defer(pub);
+
+	if (c->level != AL_CTX_TASK || d->mode == AL_IRQ_WORK_THREAD)
+		return;
+	run_cpu(d, c, false);
+}
+
+void al_defer_flush(struct al_defer *pub, struct al_ctx *c, unsigned scope)
+{
+	struct defer *d = to_defer(pub);
+	struct al_ctx x;
+	unsigned cpu, round;
+
+	if (d->mode == AL_IRQ_WORK_THREAD)
+		pthread_mutex_lock(&d->run_lock);
+	/* Callbacks may queue more work on any CPU (a trim queues a free): repeat
+	 * until a round finds nothing. */
+	for (round = 0; round < 64; round++) {
+		bool more = false;
+
+		for (cpu = 0; cpu < d->ncpu; cpu++) {
+			if (scope != AL_DRAIN_ALL && cpu != c->cpu)
+				continue;
+			al_ctx_init(&x, cpu);
+			run_cpu(d, &x, true);
+		}
+		for (cpu = 0; cpu < d->ncpu; cpu++)
+			if ((scope == AL_DRAIN_ALL || cpu == c->cpu) &&
+			    (__atomic_load_n(&d->pub.pcpu[cpu].todo, __ATOMIC_ACQUIRE) ||
+			     d->cpu[cpu].wait_head ||
+			     __atomic_load_n(&d->cpu[cpu].incoming, __ATOMIC_ACQUIRE) ||
+			     (d->cpu[cpu].open &&
+			      (d->cpu[cpu].open->nptr || d->cpu[cpu].open->ncb))))
+				more = true;
+		if (!more)
+			break;
+	}
+	if (d->mode == AL_IRQ_WORK_THREAD)
+		pthread_mutex_unlock(&d->run_lock);
+}
+
+static void *helper_main(void *arg)
+{
+	struct defer *d = arg;
+	struct al_rcu_reader r = { .slot = -1 };
+	struct al_ctx x;
+	unsigned cpu;
+	bool waiting = false;
+
+	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
+		if (waiting) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 1000000; /* poll waiting batches every 1 ms */
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			sem_timedwait(&d->wake, &ts);
+		} else {
+			sem_wait(&d->wake);
+		}
+		pthread_mutex_lock(&d->run_lock);
+		/* irq_work is an RCU read-side section: no grace period ends while
+		 * the helper runs (what makes the owner's llist_del_first ABA-safe) */
+		al_rcu_online(&r);
+		waiting = false;
+		for (cpu = 0; cpu < d->ncpu; cpu++) {
+			x.cpu = cpu;
+			x.level = AL_CTX_IRQ;
+			x.err = 0;
+			x.pad = 0;
+			run_cpu(d, &x, false);
+			if (d->cpu[cpu].wait_head)
+				waiting = true;
+		}
+		al_rcu_offline(&r);
+		pthread_mutex_unlock(&d->run_lock);
+	}
+	return NULL;
+}
+
+int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_defer **out)
+{
+	struct defer *d;
+
+	*out = NULL;
+	if (!ncpu || ncpu > AL_MAX_CPUS || !p || p->irq_mode < AL_IRQ_WORK_INLINE ||
+	    p->irq_mode > AL_IRQ_WORK_THREAD)
+		return -EINVAL;
+	al_clock_init();
+	d = al_meta_alloc(sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->ncpu = ncpu;
+	d->mode = p->irq_mode;
+	d->nocb = p->nocb;
+	d->latency_ticks = (uint64_t)((double)p->gp_latency_ns * al_clock.ticks_per_ns);
+	d->pub.poll_inline = d->mode == AL_IRQ_WORK_INLINE;
+	d->pub.pcpu = al_meta_alloc(sizeof(struct al_defer_cpu) * ncpu);
+	d->cpu = al_meta_alloc(sizeof(struct defer_cpu) * ncpu);
+	if (!d->pub.pcpu || !d->cpu || al_counters_init(&d->ctr, DC_NR, defer_counter_names, ncpu))
+		goto out_free;
+	pthread_mutex_init(&d->run_lock, NULL);
+	if (d->mode == AL_IRQ_WORK_THREAD) {
+		if (sem_init(&d->wake, 0, 0))
+			goto out_mutex;
+		if (pthread_create(&d->helper, NULL, helper_main, d)) {
+			sem_destroy(&d->wake);
+			goto out_mutex;
+		}
+		d->helper_started = true;
+	}
+	*out = &d->pub;
+	return 0;
+
+out_mutex:
+	pthread_mutex_destroy(&d->run_lock);
+out_free:
+	al_counters_fini(&d->ctr);
+	al_meta_free(d->cpu, sizeof(struct defer_cpu) * ncpu);
+	al_meta_free(d->pub.pcpu, sizeof(struct al_defer_cpu) * ncpu);
+	al_meta_free(d, sizeof(*d));
+	return -ENOMEM;
+}
+
+static void free_stack(struct rcu_batch *b)
+{
+	struct rcu_batch *next;
+
+	for (; b; b = next) {
+		next = b->next;
+		al_meta_free(b, BATCH_BYTES);
+	}
+}
+
+void al_defer_destroy(struct al_defer *pub)
+{
+	struct defer *d = to_defer(pub);
+	struct al_ctx c;
+	unsigned cpu;
+
+	if (!pub)
+		return;
+	if (d->helper_started) {
+		__atomic_store_n(&d->stop, 1, __ATOMIC_RELEASE);
+		sem_post(&d->wake);
+		pthread_join(d->helper, NULL);
+		sem_destroy(&d->wake);
+		d->mode = AL_IRQ_WORK_INLINE;
+	}
+	al_ctx_init(&c, 0);
+	al_defer_flush(pub, &c, AL_DRAIN_ALL);
+	for (cpu = 0; cpu < d->ncpu; cpu++) {
+		struct defer_cpu *dc = &d->cpu[cpu];
+
+		free_stack(dc->pool_own);
+		free_stack(dc->pool);
+		free_stack(dc->open);
+	}
+	pthread_mutex_destroy(&d->run_lock);
+	al_counters_fini(&d->ctr);
+	al_meta_free(d->cpu, sizeof(struct defer_cpu) * d->ncpu);
+	al_meta_free(d->pub.pcpu, sizeof(struct al_defer_cpu) * d->ncpu);
+	al_meta_free(d, sizeof(*d));
+}
+
+uint64_t al_defer_pending(struct al_defer *pub)
+{
+	struct defer *d = to_defer(pub);
+	uint64_t q = al_counters_sum(&d->ctr, DC_rcu_callbacks) +
+		     al_counters_sum(&d->ctr, DC_kfree_rcu_objects);
+	uint64_t r = al_counters_sum(&d->ctr, DC_rcu_callbacks_run) +
+		     al_counters_sum(&d->ctr, DC_kfree_rcu_freed) +
+		     al_counters_sum(&d->ctr, DC_kfree_rcu_failed);
+	uint64_t wq = al_counters_sum(&d->ctr, DC_irq_work_queued);
+	uint64_t wr = al_counters_sum(&d->ctr, DC_irq_work_runs);
+
+	return (q - r) + (wq - wr);
+}
+
+void al_defer_report(struct al_defer *pub, struct al_stats *out)
+{
+	al_counters_report(&to_defer(pub)->ctr, out);
+}

@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nolock: kmalloc_nolock() / kfree_nolock() (reference §3.8-§3.9), a front
+ * layer over `slab` (either form) or `sheaves > slab(form=sheaves)`.
+ *
+ * kmalloc_nolock(size): one call below with AL_NOSPIN (every lock is a
+ *   trylock; in NMI a cache whose local lock is held is skipped) and
+ *   AL_NOTRACE (6.18's kmalloc_nolock does not fire the kmalloc tracepoint;
+ *   `trace=true` makes it). When it fails with -EBUSY, retry ONCE with
+ *   size = class size + 1, i.e. in the next kmalloc class, whose locks are
+ *   independent; a second failure returns NULL (counted). No large kmalloc:
+ *   above 8 KiB is NULL.
+ * kfree_nolock(p): free below with AL_NOSPIN. The layer below refuses
+ *   (-EBUSY) what it cannot do without spinning: slab (cpu_slab form) when
+ *   the object's slab is not the CPU slab (6.18's defer_free), sheaves when
+ *   its trylock fails or it would need the barn lock, a flush or a new
+ *   sheaf. Refused objects are pushed on the CPU's lock-free deferred list
+ *   (a CAS push through the object's first word, NMI-safe) and the CPU's
+ *   irq_work is queued; the irq_work (free_deferred_objects) takes the whole
+ *   list with one exchange and frees each object through the slow path
+ *   (AL_NOCPU: __slab_free, never a CPU cache), where spinning is allowed.
+ * The irq_work runs at the end of this layer's next top-level operation on
+ * that CPU (irq_work=inline) or on a helper thread (irq_work=thread).
+ *
+ * Invariants: every object on a deferred list is live in the layer below
+ * (bytes_held below includes them) and is freed by the next drain; this
+ * layer's bytes_held counts objects handed out and not yet freed by the
+ * caller (a deferred free is a free).
+ * Cost: one extra call level and, per allocation, a usable_size lookup for
+ * the byte accounting (the kernel's post-alloc hooks read the slab too).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kmalloc.h"
+
+enum { P_irq_work, P_trace, P_NR };
+
+static const struct al_param_desc nolock_params[P_NR] = {
+	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_INLINE, 0, 1, AL_IRQ_WORK_CHOICES,
+			 "where the deferred-free irq_work runs: at the end of the top-level "
+			 "operation, or on a helper thread (PREEMPT_RT)" },
+	[P_trace] = { "trace", AL_PARAM_BOOL, 0, 0, 1, NULL,
+		      "kmalloc_nolock fires the kmalloc tracepoint (6.18: it does not)" },
+};
+
+#define NOLOCK_COUNTERS(X)                                                                   \
+	X(allocs, "kmalloc_nolock calls that returned memory")                               \
+	X(frees, "kfree_nolock calls")                                                       \
+	X(retries, "allocations retried in the next size class (-EBUSY)")                    \
+	X(retry_ok, "retries that returned memory")                                          \
+	X(alloc_failed, "kmalloc_nolock calls that returned NULL")                           \
+	X(frees_direct, "frees the layer below took at once")                                \
+	X(frees_deferred, "frees pushed on the deferred list (trylock or not the CPU slab)") \
+	X(deferred_freed, "deferred objects freed by the irq_work")                          \
+	X(deferred_requeued, "deferred objects the irq_work could not free yet")             \
+	X(einval, "allocations rejected: size 0 or above 8 KiB")                             \
+	X(bytes_allocated, "usable bytes handed out")                                        \
+	X(bytes_freed, "usable bytes taken back")
+
+#define X(name, doc) NC_##name,
+enum { NOLOCK_COUNTERS(X) NC_NR };
+#undef X
+static const char *const nolock_counter_names[] = { NOLOCK_COUNTERS(AL_CTR_NAME) };
+
+struct nolock;
+
+struct nolock_cpu {
+	void *deferred;		 /* lock-free list of deferred objects (first word links) */
+	struct al_irq_work work; /* free_deferred_objects for this CPU */
+	struct nolock *nl;	 /* back pointer for the irq_work */
+} __attribute__((aligned(AL_CACHELINE)));
+
+struct nolock {
+	struct al_allocator base; /* must be first */
+	struct al_defer *defer;	  /* irq_work domain */
+	struct nolock_cpu *cpus;  /* ncpu entries */
+	size_t cpus_len;	  /* bytes of cpus[] */
+	unsigned trace_flag;	  /* 0, or AL_NOTRACE */
+	struct al_counters ctr;	  /* NOLOCK_COUNTERS */
+};
+
+static inline struct nolock *to_nl(struct al_allocator *a)
+{
+	return (struct nolock *)a;
+}
+
+static inline size_t usable(struct al_allocator *below, const void *p)
+{
+	return below->ops->usable_size ? below->ops->usable_size(below, p) : 0;
+}
+
+static void *nolock_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	struct nolock *nl = to_nl(a);
+	struct al_allocator *below = a->below;
+	unsigned f = (flags & (AL_ZERO | AL_NOCPU)) | AL_NOSPIN | nl->trace_flag;
+	int ci = km_class(size);
+	void *p;
+
+	if (al_unlikely(ci < 0)) {
+		al_count(&nl->ctr, c, NC_einval, 1);
+		c->err = -EINVAL;
+		return NULL;
+	}
+	p = al_alloc(below, c, size, f);
+	if (al_unlikely(!p) && c->err == -EBUSY && ci + 1 < KM_NR_CLASSES) {
+		/* the next kmalloc bucket: its locks are independent */
+		al_count(&nl->ctr, c, NC_retries, 1);
+		c->err = 0;
+		p = al_alloc(below, c, km_class_size[ci] + 1, f);
+		if (p)
+			al_count(&nl->ctr, c, NC_retry_ok, 1);
+	}
+	if (al_unlikely(!p)) {
+		al_count(&nl->ctr, c, NC_alloc_failed, 1);
+		if (!c->err)
+			c->err = -ENOMEM;
+	} else {
+		al_count(&nl->ctr, c, NC_allocs, 1);
+		al_count(&nl->ctr, c, NC_bytes_allocated, usable(below, p));
+	}
+	al_defer_poll(nl->defer, c);
+	return p;
+}
+
+static void defer_free(struct nolock *nl, struct al_ctx *c, unsigned cpu, void *p)
+{
+	struct nolock_cpu *nc = &nl->cpus[cpu];
+	void *old = __atomic_load_n(&nc->deferred, __ATOMIC_RELAXED);
+
+	do
+		*(void **)p = old;
+	while (!__atomic_compare_exchange_n(&nc->deferred, &old, p, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+	al_irq_work_queue(nl->defer, &nc->work, c);
+}
+
+static int nolock_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	struct nolock *nl = to_nl(a);
+	struct al_allocator *below = a->below;
+	size_t n;
+	int ret;
+
+	if (!p)
+		return 0;
+	n = usable(below, p);
+	if (al_unlikely(!n))
+		return al_free(below, c, p); /* not a live object below: it says why */
+	ret = al_free_flags(below, c, p, AL_NOSPIN);
+	if (al_likely(!ret)) {
+		al_count(&nl->ctr, c, NC_frees_direct, 1);
+	} else if (ret == -EBUSY) {
+		defer_free(nl, c, c->cpu, p);
+		al_count(&nl->ctr, c, NC_frees_deferred, 1);
+	} else {
+		return ret; /* not an object of the layer below: untouched */
+	}
+	al_count(&nl->ctr, c, NC_frees, 1);
+	al_count(&nl->ctr, c, NC_bytes_freed, n);
+	al_defer_poll(nl->defer, c);
+	return 0;
+}
+
+/* free_deferred_objects: the irq_work of one CPU. */
+static void drain_deferred(struct al_irq_work *w, struct al_ctx *x)
+{
+	struct nolock_cpu *nc =
+		(struct nolock_cpu *)((char *)w - offsetof(struct nolock_cpu, work));
+	struct nolock *nl = nc->nl;
+	void *p = __atomic_exchange_n(&nc->deferred, NULL, __ATOMIC_ACQUIRE), *next;
+
+	for (; p; p = next) {
+		next = *(void **)p;
+		if (!al_free_flags(nl->base.below, x, p, AL_NOCPU)) {
+			al_count(&nl->ctr, x, NC_deferred_freed, 1);
+		} else { /* a lock failed (budget, or a helper beside its CPU): later */
+			al_count(&nl->ctr, x, NC_deferred_requeued, 1);
+			defer_free(nl, x, w->cpu, p);
+		}
+	}
+}
+
+static size_t nolock_usable_size(struct al_allocator *a, const void *p)
+{
+	return usable(a->below, p);
+}
+
+static bool nolock_owns(struct al_allocator *a, const void *p)
+{
+	return a->below->ops->owns ? a->below->ops->owns(a->below, p) : false;
+}
+
+static void nolock_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
+{
+	al_defer_flush(to_nl(a)->defer, c, scope);
+}
+
+static void nolock_stats(struct al_allocator *a, struct al_stats *out)
+{
+	struct nolock *nl = to_nl(a);
+
+	out->bytes_held = (int64_t)(al_counters_sum(&nl->ctr, NC_bytes_allocated) -
+				    al_counters_sum(&nl->ctr, NC_bytes_freed));
+	al_counters_report(&nl->ctr, out);
+	al_defer_report(nl->defer, out);
+	al_stats_add_gauge(out, "deferred_pending",
+			   al_counters_sum(&nl->ctr, NC_frees_deferred) -
+				   al_counters_sum(&nl->ctr, NC_deferred_freed));
+}
+
+static int nolock_check(struct al_allocator *a, char *err, size_t errlen)
+{
+	struct nolock *nl = to_nl(a);
+	unsigned cpu, n;
+	void *p;
+
+	for (cpu = 0; cpu < a->ncpu; cpu++)
+		for (n = 0, p = nl->cpus[cpu].deferred; p; p = *(void **)p)
+			if (++n > (1u << 30) || !usable(a->below, p)) {
+				snprintf(
+					err, errlen,
+					"cpu %u: deferred object %p is not live below (or a cycle)",
+					cpu, p);
+				return -EFAULT;
+			}
+	return 0;
+}
+
+static void nolock_destroy(struct al_allocator *a)
+{
+	struct nolock *nl = to_nl(a);
+
+	al_defer_destroy(nl->defer); /* frees what is still deferred, while below exists */
+	al_counters_fini(&nl->ctr);
+	al_meta_free(nl->cpus, nl->cpus_len);
+	al_meta_free(nl, sizeof(*nl));
+}
+
+static const struct al_ops nolock_ops = {
+	.abi_version = AL_ABI_VERSION,
+	.ops_size = sizeof(struct al_ops),
+	.name = "nolock",
+	.alloc = nolock_alloc,
+	.free = nolock_free,
+	.owns = nolock_owns,
+	.usable_size = nolock_usable_size,
+	.drain = nolock_drain,
+	.stats = nolock_stats,
+	.destroy = nolock_destroy,
+	.check = nolock_check,
+};
+
+static int nolock_create(const struct al_layer_desc *d, const int64_t *p,
+			 struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct al_defer_params dp = { .irq_mode = (int)p[P_irq_work] };
+	struct nolock *nl;
+	unsigned cpu;
+	int ret;
+
+	*out = NULL;
+	if (!below)
+		return -EINVAL;
+	nl = al_meta_alloc(sizeof(*nl));
+	if (!nl)
+		return -ENOMEM;
+	nl->trace_flag = p[P_trace] ? 0 : AL_NOTRACE;
+	nl->cpus_len = sizeof(struct nolock_cpu) * ncpu;
+	nl->cpus = al_meta_alloc(nl->cpus_len);
+	ret = -ENOMEM;
+	if (!nl->cpus || al_counters_init(&nl->ctr, NC_NR, nolock_counter_names, ncpu))
+		goto out_free;
+	ret = al_defer_create(ncpu, &dp, &nl->defer);
+	if (ret)
+		goto out_counters;
+	for (cpu = 0; cpu < ncpu; cpu++) {
+		nl->cpus[cpu].nl = nl;
+		al_irq_work_init(&nl->cpus[cpu].work, cpu, drain_deferred);
+	}
+	nl->base.ops = &nolock_ops;
+	nl->base.desc = d;
+	nl->base.below = below;
+	nl->base.ncpu = ncpu;
+	*out = &nl->base;
+	return 0;
+
+out_counters:
+	al_counters_fini(&nl->ctr);
+out_free:
+	al_meta_free(nl->cpus, nl->cpus_len);
+	al_meta_free(nl, sizeof(*nl));
+	return ret;
+}
+
+static const struct al_layer_desc nolock_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = "nolock",
+	.doc = "kmalloc_nolock/kfree_nolock: trylocks only, one retry in the next size class, "
+	       "refused frees deferred to a per-CPU lock-free list drained by irq_work",
+	.features = AL_F_BACKEND | AL_F_OWNS | AL_F_USABLE | AL_F_TRYLOCK,
+	.max_size = KM_MAX_SIZE,
+	.nparams = P_NR,
+	.params = nolock_params,
+	.create = nolock_create,
+};
+
+AL_REGISTER_LAYER(nolock_desc)

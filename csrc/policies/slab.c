@@ -1,0 +1,1275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * slab: kmalloc / kzalloc over SLUB-like slabs (reference §3), a bottom layer.
+ *
+ * How it works
+ * ------------
+ * Thirteen kmalloc caches, one per size class (8 ... 8192 with 96 and 192,
+ * kmalloc.h). A slab is a run of pages (4 to 32 KiB: the smallest power of
+ * two holding min_objects objects) carved into objects; a free object keeps
+ * the next free object's address in its first word (the in-object free
+ * list). Slabs come from an internal page source: 32 KiB frames of one
+ * al_arena, committed 1 MiB at a time, recycled through a free-frame stack
+ * under `page_lock` (the zone lock); a frame's metadata (the kernel's
+ * struct slab) lives in a side array indexed by frame number, so
+ * virt_to_slab() is a shift.
+ *
+ * Per slab, {freelist, counters} is one 16-byte pair updated with a locked
+ * double-width compare-exchange (cmpxchg16b): counters = inuse | frozen<<32.
+ * A frozen slab belongs to a CPU; others are full (on no list) or partial
+ * (on the node's partial list under `list_lock`, an al_lock). Objects on a
+ * CPU's freelist count as in use.
+ *
+ * form=cpu_slab (v6.18, the kernel the seed ran): per CPU per cache a
+ * kmem_cache_cpu {freelist, tid} pair, a CPU slab and a local lock.
+ *  alloc fast path: read tid, freelist, slab; pop with an unlocked
+ *    cmpxchg16b on (freelist, tid) -> (next, tid + TID_STEP), as
+ *    this_cpu_cmpxchg_double (atomic against the CPU's own interrupts and
+ *    NMIs, which is all that touches per-CPU data); retry on failure.
+ *  slow path (___slab_alloc) under the local lock: take the CPU slab's
+ *    remote frees (get_freelist: one cmpxchg16b takes the slab freelist, or
+ *    unfreezes a full slab); else a partial slab under list_lock (frozen);
+ *    else a new slab from the page source.
+ *  free fast path: if the object's slab is the CPU slab, push with the same
+ *    cmpxchg16b; else __slab_free: push onto the slab's freelist with the
+ *    locked cmpxchg16b, taking list_lock only on state changes (full ->
+ *    partial, empty -> discarded when min_partial slabs are already kept).
+ *  kmalloc_nolock (AL_NOSPIN): every lock is a trylock (-EBUSY); in NMI, a
+ *    cache whose local lock is held is skipped at once (-EBUSY, the
+ *    interrupted slow path is mid-update), as 6.18 does.
+ *  kfree_nolock (free_flags AL_NOSPIN): -EBUSY (the caller defers) when the
+ *    slab is not the CPU slab or the local lock is held: 6.18's defer_free.
+ * form=sheaves (sheaves-for-all kernels, which removed kmem_cache_cpu): no
+ *    CPU slab; a single allocation takes one object from a partial slab
+ *    under list_lock, alloc_bulk (refill_objects) takes many under one
+ *    acquisition; frees are __slab_free. Meant to sit under `sheaves`.
+ * AL_NOCPU (a helper thread running a CPU's deferred work): the sheaves-form
+ *    paths, never the CPU's freelist.
+ *
+ * Invariants (slab_check): per slab, free objects on its freelist + inuse =
+ * objects; a slab is frozen iff it is some CPU's slab; the partial list holds
+ * exactly the non-frozen slabs with free objects (and empty ones kept up to
+ * min_partial), nr_partial counts them; bytes_held = objects in use outside
+ * CPU freelists, times the class size.
+ *
+ * Lock order: local lock (per CPU per cache) -> list_lock -> page_lock. All
+ * are leaves with respect to other layers.
+ *
+ * Cost: a fast-path alloc or free is ~3 loads and one unlocked cmpxchg16b.
+ * A remote free is a locked cmpxchg16b, plus list_lock on a state change.
+ * A CPU slab refill is one list_lock round trip per slab (objects per slab:
+ * 4 KiB / size, at least min_objects).
+ * Not modelled: per-CPU partial lists (CONFIG_SLUB_CPU_PARTIAL), NUMA nodes,
+ * debugging, large kmalloc above 8 KiB (-EINVAL), double-free detection.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kmalloc.h"
+
+#define FRAME_SHIFT 15 /* 32 KiB frames: the largest slab (order 3) */
+#define FRAME_SIZE  (1u << FRAME_SHIFT)
+#define GROW_BYTES  (1u << 20) /* frames are committed 1 MiB at a time */
+#define NOSLAB	    UINT32_MAX /* no CPU slab / end of a frame list */
+
+enum { F_CPU_SLAB = 0, F_SHEAVES = 1 };
+#define FORM_CHOICES "cpu_slab,sheaves"
+
+enum { P_form, P_zero, P_min_objects, P_arena_limit, P_lock_budget, P_lock_timing, P_NR };
+
+static const struct al_param_desc slab_params[P_NR] = {
+	[P_form] = { "form", AL_PARAM_ENUM, F_CPU_SLAB, 0, 1, FORM_CHOICES,
+		     "cpu_slab: per-CPU slab with a cmpxchg16b freelist (v6.18); sheaves: no "
+		     "CPU slab, for use under the sheaves layer (newer kernels)" },
+	[P_zero] = { "zero", AL_PARAM_BOOL, 0, 0, 1, NULL, "zero every allocation (kzalloc)" },
+	[P_min_objects] = { "min_objects", AL_PARAM_INT, 16, 1, 512, NULL,
+			    "objects per slab at least (slabs are 4 to 32 KiB)" },
+	[P_arena_limit] = { "arena_limit", AL_PARAM_SIZE, 4ll << 30, 1 << 20, 64ll << 30, NULL,
+			    "reserved VA for slabs; new slabs fail with ENOMEM beyond it" },
+	[P_lock_budget] = { "lock_budget", AL_PARAM_NS, 1000000000, 0, 10000000000ll, NULL,
+			    "how long list_lock and page_lock waiters spin before failing" },
+	[P_lock_timing] = { "lock_timing", AL_PARAM_BOOL, 1, 0, 1, NULL,
+			    "measure lock hold time (list_lock_hold_ns)" },
+};
+
+#define SLAB_COUNTERS(X)                                                                       \
+	X(kmallocs, "objects handed out (alloc and alloc_bulk)")                               \
+	X(traced_kmallocs, "allocations the kmalloc tracepoint sees (not AL_NOTRACE)")         \
+	X(kfrees, "objects freed (free, free_bulk, free_flags)")                               \
+	X(alloc_fastpath, "allocations popped from the CPU freelist by cmpxchg16b")            \
+	X(alloc_slowpath, "allocations through ___slab_alloc (CPU slab refill)")               \
+	X(alloc_partial, "allocations from a partial slab under list_lock (sheaves form)")     \
+	X(free_fastpath, "frees pushed onto the CPU freelist by cmpxchg16b")                   \
+	X(free_slowpath, "__slab_free calls (object not in the CPU slab)")                     \
+	X(free_frozen, "__slab_free into another CPU's (frozen) slab")                         \
+	X(bulk_allocs, "alloc_bulk calls")                                                     \
+	X(bulk_frees, "free_bulk calls")                                                       \
+	X(cmpxchg_retries, "failed cmpxchg16b on a CPU freelist (interrupted), retried")       \
+	X(slab_cmpxchg_retries, "failed cmpxchg16b on a slab freelist (remote race), retried") \
+	X(slab_allocs, "new slabs from the page source")                                       \
+	X(slab_frees, "empty slabs discarded to the page source")                              \
+	X(partial_gets, "slabs taken from the partial list")                                   \
+	X(get_freelist, "CPU slab refills from its own remote frees")                          \
+	X(deactivations, "CPU slabs given up (full or flushed)")                               \
+	X(nospin_busy, "AL_NOSPIN calls that found a lock held (-EBUSY)")                      \
+	X(nmi_deadlock, "spinning calls in NMI that found the local lock held (-EDEADLK)")     \
+	X(page_grows, "arena grows (1 MiB each)")                                              \
+	X(einval, "allocations rejected: size 0 or above 8 KiB")                               \
+	X(enomem, "allocations failed: no memory for a new slab")                              \
+	X(invalid_frees, "frees rejected: not an object of this allocator")                    \
+	X(bytes_allocated, "class bytes handed out")                                           \
+	X(bytes_freed, "class bytes freed")
+
+#define X(name, doc) SC_##name,
+enum { SLAB_COUNTERS(X) SC_NR };
+#undef X
+static const char *const slab_counter_names[] = { SLAB_COUNTERS(AL_CTR_NAME) };
+
+static const char *const list_lock_names[6] = {
+	"list_lock_acquired", "list_lock_contended", "list_lock_failed",
+	"list_lock_wait_ns",  "list_lock_hold_ns",   "list_lock_owner_switches",
+};
+static const char *const page_lock_names[6] = {
+	"page_lock_acquired", "page_lock_contended", "page_lock_failed",
+	"page_lock_wait_ns",  "page_lock_hold_ns",   "page_lock_owner_switches",
+};
+
+/* The kernel's struct slab, one per frame. */
+struct slab {
+	void *freelist;	    /* free objects (in-object links); pair with counters */
+	uint64_t counters;  /* inuse (low 32 bits) | frozen << 32 */
+	char *base;	    /* first object (the frame's address) */
+	uint32_t prev;	    /* partial list / free-frame list links (frame numbers) */
+	uint32_t next;	    /* ... NOSLAB ends a list */
+	uint32_t objects;   /* objects in this slab */
+	uint16_t cls;	    /* size class + 1; 0: the frame is not a slab */
+	uint8_t on_partial; /* 1: on its cache's partial list; 2: on the orphan stack */
+	uint8_t pad;	    /* unused */
+} __attribute__((aligned(16)));
+
+_Static_assert(offsetof(struct slab, counters) == 8, "freelist+counters must be one 16-B pair");
+
+/* kmem_cache_cpu: one per CPU per cache. */
+struct cpu_slab {
+	void *freelist; /* lockless per-CPU freelist; pair with tid */
+	uint64_t tid;	/* transaction id, += TID_STEP per change */
+	uint32_t slab;	/* frame of the CPU slab, NOSLAB if none */
+	int locked;	/* local lock: holder's level + 1, 0 = free */
+} __attribute__((aligned(AL_CACHELINE)));
+
+/* One kmalloc cache. */
+struct kmem_cache {
+	struct al_lock list_lock; /* n->list_lock: partial list, slab state changes */
+	unsigned size;		  /* object size: the class size */
+	unsigned objects;	  /* objects per slab */
+	unsigned min_partial;	  /* empty slabs kept on the partial list */
+	unsigned cls;		  /* class index */
+	uint64_t recip;		  /* ceil(2^32 / size): offset -> object index */
+	uint32_t partial_head;	  /* first partial slab (list_lock) */
+	uint32_t nr_partial;	  /* partial slabs (list_lock; read racily) */
+	uint32_t orphans;	  /* lock-free stack of partial slabs a trylock caller
+				   * could not list; the next list_lock holder lists them */
+	struct cpu_slab *cpu;	  /* ncpu entries */
+};
+
+struct slab_alloc {
+	struct al_allocator base;  /* must be first */
+	struct al_lock page_lock;  /* the page source ("zone lock") */
+	uint32_t free_frames;	   /* stack of free frames via slab.next (page_lock) */
+	uint32_t pending;	   /* frames freed or grown without page_lock, lock-free */
+	int form;		   /* F_CPU_SLAB / F_SHEAVES */
+	bool zero;		   /* kzalloc */
+	uint64_t tid_step;	   /* roundup_pow_of_two(ncpu) */
+	struct al_arena arena;	   /* reserved VA for frames */
+	struct slab *frames;	   /* metadata of every frame */
+	size_t nframes;		   /* frames in the arena */
+	size_t frames_len;	   /* bytes of frames[] */
+	struct kmem_cache *caches; /* KM_NR_CLASSES */
+	size_t caches_len;	   /* bytes of caches[] */
+	struct cpu_slab *cpus;	   /* KM_NR_CLASSES * ncpu */
+	size_t cpus_len;	   /* bytes of cpus[] */
+	struct al_counters ctr;	   /* SLAB_COUNTERS */
+};
+
+static inline struct slab_alloc *to_sa(struct al_allocator *a)
+{
+	return (struct slab_alloc *)a;
+}
+
+/* ---- double-width compare-exchange ---- */
+
+/* The asm is invisible to ThreadSanitizer: tell it that a locked exchange
+ * orders memory like an acq_rel atomic on the pair (it is a full barrier). */
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define tsan_release(p) __tsan_release(p)
+#define tsan_acquire(p) __tsan_acquire(p)
+#else
+#define tsan_release(p) ((void)(p))
+#define tsan_acquire(p) ((void)(p))
+#endif
+
+#if defined(__x86_64__)
+/* Unlocked: atomic against this thread's signal handlers only, as the
+ * kernel's this_cpu_cmpxchg16b is against the CPU's interrupts. */
+static inline bool cas2_local(void *pair, void *op, uint64_t ot, void *np, uint64_t nt)
+{
+	bool ok;
+
+	__asm__ __volatile__("cmpxchg16b %1"
+			     : "=@ccz"(ok), "+m"(*(unsigned __int128 *)pair), "+a"(op), "+d"(ot)
+			     : "b"(np), "c"(nt)
+			     : "memory");
+	return ok;
+}
+
+/* Locked: atomic against every CPU (slab freelist + counters). */
+static inline bool cas2(void *pair, void *op, uint64_t ot, void *np, uint64_t nt)
+{
+	bool ok;
+
+	tsan_release(pair);
+	__asm__ __volatile__("lock cmpxchg16b %1"
+			     : "=@ccz"(ok), "+m"(*(unsigned __int128 *)pair), "+a"(op), "+d"(ot)
+			     : "b"(np), "c"(nt)
+			     : "memory");
+	tsan_acquire(pair);
+	return ok;
+}
+#elif defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
+static inline bool cas2(void *pair, void *op, uint64_t ot, void *np, uint64_t nt)
+{
+	unsigned __int128 o = (unsigned __int128)ot << 64 | (uintptr_t)op;
+	unsigned __int128 n = (unsigned __int128)nt << 64 | (uintptr_t)np;
+
+	return __sync_bool_compare_and_swap((unsigned __int128 *)pair, o, n);
+}
+#define cas2_local cas2
+#else
+#error "slab needs a 16-byte compare-exchange (x86-64 cmpxchg16b, or -mcx16-like support)"
+#endif
+
+/* ---- geometry and lookup ---- */
+
+static inline uint32_t frame_of(const struct slab_alloc *sa, const void *p)
+{
+	return (uint32_t)(((uintptr_t)p - sa->arena.base) >> FRAME_SHIFT);
+}
+
+static inline void *get_fp(const void *obj)
+{
+	return *(void *const *)obj;
+}
+
+static inline void set_fp(void *obj, void *fp)
+{
+	*(void **)obj = fp;
+}
+
+/* The slab of a live object, or NULL when p is not an object start of ours. */
+static struct slab *lookup(struct slab_alloc *sa, const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	struct slab *slab;
+	uint32_t off, idx;
+	const struct kmem_cache *s;
+	unsigned cls;
+
+	if (!al_arena_contains(&sa->arena, p))
+		return NULL;
+	slab = &sa->frames[frame_of(sa, p)];
+	cls = __atomic_load_n(&slab->cls, __ATOMIC_ACQUIRE);
+	if (!cls)
+		return NULL;
+	s = &sa->caches[cls - 1];
+	off = (uint32_t)(a & (FRAME_SIZE - 1));
+	idx = (uint32_t)(((uint64_t)off * s->recip) >> 32);
+	if (idx >= s->objects || idx * s->size != off)
+		return NULL;
+	return slab;
+}
+
+static inline struct slab *frame(struct slab_alloc *sa, uint32_t f)
+{
+	return &sa->frames[f];
+}
+
+/* ---- the page source ---- */
+
+/* Push a chain first..last (linked by .next) on the lock-free pending stack. */
+static void pending_push(struct slab_alloc *sa, uint32_t first, uint32_t last)
+{
+	uint32_t old = __atomic_load_n(&sa->pending, __ATOMIC_RELAXED);
+
+	do
+		frame(sa, last)->next = old;
+	while (!__atomic_compare_exchange_n(&sa->pending, &old, first, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+}
+
+/* page_lock held: move pending frames onto the free stack. */
+static void pending_splice_locked(struct slab_alloc *sa)
+{
+	uint32_t f = __atomic_exchange_n(&sa->pending, NOSLAB, __ATOMIC_ACQUIRE), next;
+
+	for (; f != NOSLAB; f = next) {
+		next = frame(sa, f)->next;
+		frame(sa, f)->next = sa->free_frames;
+		sa->free_frames = f;
+	}
+}
+
+static int page_lock(struct slab_alloc *sa, struct al_ctx *c, unsigned flags)
+{
+	return (flags & AL_NOSPIN) ? al_lock_tryacquire(&sa->page_lock, c)
+				   : al_lock_acquire(&sa->page_lock, c);
+}
+
+/* A free frame, or NOSLAB with c->err set. */
+static uint32_t page_alloc(struct slab_alloc *sa, struct al_ctx *c, unsigned flags)
+{
+	uint32_t f = NOSLAB, first, n, i, last;
+	char *p;
+	int ret = page_lock(sa, c, flags);
+
+	if (ret && !(flags & AL_NOSPIN)) {
+		c->err = ret;
+		return NOSLAB;
+	}
+	if (ret) {
+		/* A trylock caller takes the lock-free pending frames (whole, so no
+		 * ABA), or grows: the model's page source does not fail a nolock
+		 * caller for contention (alloc_pages_nolock rarely does: PCP). */
+		al_count(&sa->ctr, c, SC_nospin_busy, 1);
+		f = __atomic_exchange_n(&sa->pending, NOSLAB, __ATOMIC_ACQUIRE);
+		if (f != NOSLAB) {
+			first = frame(sa, f)->next;
+			for (last = first; last != NOSLAB && frame(sa, last)->next != NOSLAB;)
+				last = frame(sa, last)->next;
+			if (first != NOSLAB)
+				pending_push(sa, first, last);
+			return f;
+		}
+	} else {
+		pending_splice_locked(sa);
+		if (sa->free_frames != NOSLAB) {
+			f = sa->free_frames;
+			sa->free_frames = frame(sa, f)->next;
+		}
+		al_lock_release(&sa->page_lock, c);
+		if (f != NOSLAB)
+			return f;
+	}
+	/* Grow (lock-free): keep the first frame, the rest go to pending. */
+	p = al_arena_grow(&sa->arena, GROW_BYTES);
+	if (!p) {
+		c->err = -ENOMEM;
+		return NOSLAB;
+	}
+	al_count(&sa->ctr, c, SC_page_grows, 1);
+	first = frame_of(sa, p);
+	n = GROW_BYTES / FRAME_SIZE;
+	for (i = 1; i + 1 < n; i++)
+		frame(sa, first + i)->next = first + i + 1;
+	if (n > 1)
+		pending_push(sa, first + 1, first + n - 1);
+	return first;
+}
+
+static void page_free(struct slab_alloc *sa, struct al_ctx *c, uint32_t f, unsigned flags)
+{
+	if (page_lock(sa, c, flags)) {
+		pending_push(sa, f, f); /* linked by the next page_alloc: nothing is lost */
+		return;
+	}
+	frame(sa, f)->next = sa->free_frames;
+	sa->free_frames = f;
+	al_lock_release(&sa->page_lock, c);
+}
+
+/* A new slab of cache s: frozen (for a CPU) or not; all objects on its freelist. */
+static struct slab *new_slab(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
+			     unsigned flags)
+{
+	uint32_t f = page_alloc(sa, c, flags), i;
+	struct slab *slab;
+	char *base;
+
+	if (f == NOSLAB)
+		return NULL;
+	slab = frame(sa, f);
+	base = (char *)(sa->arena.base + ((uintptr_t)f << FRAME_SHIFT));
+	for (i = 0; i + 1 < s->objects; i++)
+		set_fp(base + (size_t)i * s->size, base + (size_t)(i + 1) * s->size);
+	set_fp(base + (size_t)(s->objects - 1) * s->size, NULL);
+	slab->base = base;
+	slab->objects = s->objects;
+	slab->prev = slab->next = NOSLAB;
+	__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&slab->freelist, base, __ATOMIC_RELAXED);
+	__atomic_store_n(&slab->counters, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&slab->cls, (uint16_t)(s->cls + 1), __ATOMIC_RELEASE);
+	al_count(&sa->ctr, c, SC_slab_allocs, 1);
+	return slab;
+}
+
+static void discard_slab(struct slab_alloc *sa, struct al_ctx *c, struct slab *slab, unsigned flags)
+{
+	__atomic_store_n(&slab->cls, 0, __ATOMIC_RELEASE);
+	al_count(&sa->ctr, c, SC_slab_frees, 1);
+	page_free(sa, c, (uint32_t)(slab - sa->frames), flags);
+}
+
+/* ---- partial lists (list_lock held) ---- */
+
+static void add_partial(struct slab_alloc *sa, struct kmem_cache *s, struct slab *slab)
+{
+	uint32_t f = (uint32_t)(slab - sa->frames);
+
+	slab->prev = NOSLAB;
+	slab->next = s->partial_head;
+	if (s->partial_head != NOSLAB)
+		frame(sa, s->partial_head)->prev = f;
+	s->partial_head = f;
+	__atomic_store_n(&slab->on_partial, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->nr_partial, s->nr_partial + 1, __ATOMIC_RELAXED);
+}
+
+static void remove_partial(struct slab_alloc *sa, struct kmem_cache *s, struct slab *slab)
+{
+	if (slab->prev != NOSLAB)
+		frame(sa, slab->prev)->next = slab->next;
+	else
+		s->partial_head = slab->next;
+	if (slab->next != NOSLAB)
+		frame(sa, slab->next)->prev = slab->prev;
+	slab->prev = slab->next = NOSLAB;
+	__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->nr_partial, s->nr_partial - 1, __ATOMIC_RELAXED);
+}
+
+/* Take list_lock (a trylock under AL_NOSPIN) and list the orphans. */
+static int list_lock(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c, unsigned flags)
+{
+	uint32_t f, next;
+	int ret = (flags & AL_NOSPIN) ? al_lock_tryacquire(&s->list_lock, c)
+				      : al_lock_acquire(&s->list_lock, c);
+
+	if (ret)
+		return ret;
+	if (al_unlikely(__atomic_load_n(&s->orphans, __ATOMIC_RELAXED) != NOSLAB))
+		for (f = __atomic_exchange_n(&s->orphans, NOSLAB, __ATOMIC_ACQUIRE); f != NOSLAB;
+		     f = next) {
+			next = frame(sa, f)->next;
+			add_partial(sa, s, frame(sa, f));
+		}
+	return 0;
+}
+
+/* A partial slab that could not be listed (AL_NOSPIN, list_lock busy). */
+static void orphan_push(struct slab_alloc *sa, struct kmem_cache *s, struct slab *slab)
+{
+	uint32_t f = (uint32_t)(slab - sa->frames),
+		 old = __atomic_load_n(&s->orphans, __ATOMIC_RELAXED);
+
+	__atomic_store_n(&slab->on_partial, 2, __ATOMIC_RELAXED);
+	do
+		slab->next = old;
+	while (!__atomic_compare_exchange_n(&s->orphans, &old, f, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+}
+
+#define INUSE(cn)		((uint32_t)(cn))
+#define FROZEN(cn)		((uint32_t)((cn) >> 32) & 1)
+#define COUNTERS(inuse, frozen) ((uint64_t)(inuse) | (uint64_t)(frozen) << 32)
+
+/*
+ * Take a slab's whole freelist; inuse becomes objects. frozen: the new frozen
+ * state, or -1 to freeze only if objects were taken (get_freelist: a CPU
+ * slab with nothing left is unfrozen in the same exchange).
+ */
+static void *take_freelist(struct slab_alloc *sa, struct al_ctx *c, struct slab *slab, int frozen)
+{
+	void *fl;
+	uint64_t cn;
+
+	for (;;) {
+		fl = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
+		cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
+		if (cas2(&slab->freelist, fl, cn, NULL,
+			 COUNTERS(slab->objects, frozen < 0 ? fl != NULL : frozen)))
+			return fl;
+		al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
+	}
+}
+
+/*
+ * __slab_free: return a chain head..tail of cnt objects to a slab that is not
+ * this CPU's. 0, or -EBUSY (AL_NOSPIN and list_lock busy: nothing freed).
+ */
+static int __slab_free(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
+		       struct slab *slab, void *head, void *tail, unsigned cnt, unsigned flags)
+{
+	bool locked = false, discard = false;
+	uint32_t inuse;
+	uint64_t cn;
+	void *prior;
+	int ret;
+
+	al_count(&sa->ctr, c, SC_free_slowpath, 1);
+	for (;;) {
+		prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
+		cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
+		inuse = INUSE(cn) - cnt;
+		if (!locked && !FROZEN(cn) && (!inuse || !prior)) {
+			/* full -> partial or -> empty: the list changes */
+			ret = list_lock(sa, s, c, flags);
+			if (ret) {
+				al_count(&sa->ctr, c, SC_nospin_busy, 1);
+				return ret;
+			}
+			locked = true;
+			continue;
+		}
+		set_fp(tail, prior);
+		if (cas2(&slab->freelist, prior, cn, head, COUNTERS(inuse, FROZEN(cn))))
+			break;
+		al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
+	}
+	if (FROZEN(cn)) {
+		al_count(&sa->ctr, c, SC_free_frozen, 1);
+	} else if (locked) {
+		uint8_t on = __atomic_load_n(&slab->on_partial, __ATOMIC_RELAXED);
+
+		if (on == 2) {
+			/* on the orphan stack: the next list_lock holder lists it */
+		} else if (!inuse && s->nr_partial >= s->min_partial) {
+			if (on)
+				remove_partial(sa, s, slab);
+			discard = true;
+		} else if (!on) {
+			add_partial(sa, s, slab);
+		}
+	}
+	if (locked)
+		al_lock_release(&s->list_lock, c);
+	if (discard)
+		discard_slab(sa, c, slab, flags);
+	return 0;
+}
+
+/* ---- form=cpu_slab: ___slab_alloc ---- */
+
+/*
+ * Local lock held: make cs->freelist non-empty. false with c->err set when
+ * no object can be had (trylock failed under AL_NOSPIN, or no memory).
+ */
+static bool refill_cpu_locked(struct slab_alloc *sa, struct kmem_cache *s, struct cpu_slab *cs,
+			      struct al_ctx *c, unsigned flags)
+{
+	struct slab *slab;
+	void *fl = NULL;
+	int ret;
+
+	if (cs->slab != NOSLAB) {
+		slab = frame(sa, cs->slab);
+		fl = take_freelist(sa, c, slab, -1);
+		if (fl) {
+			al_count(&sa->ctr, c, SC_get_freelist, 1);
+			goto load;
+		}
+		/* The slab is full and now unfrozen (on no list): deactivate it. */
+		al_count(&sa->ctr, c, SC_deactivations, 1);
+		cs->slab = NOSLAB;
+	}
+	if (__atomic_load_n(&s->nr_partial, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&s->orphans, __ATOMIC_RELAXED) != NOSLAB) {
+		ret = list_lock(sa, s, c, flags);
+		if (ret) { /* get_partial_node: a failed trylock means "no partial slab" */
+			al_count(&sa->ctr, c, SC_nospin_busy, 1);
+			goto new_slab;
+		}
+		if (s->partial_head != NOSLAB) {
+			slab = frame(sa, s->partial_head);
+			remove_partial(sa, s, slab);
+			fl = take_freelist(sa, c, slab, 1);
+			al_count(&sa->ctr, c, SC_partial_gets, 1);
+		}
+		al_lock_release(&s->list_lock, c);
+		if (fl)
+			goto install;
+	}
+new_slab:
+	slab = new_slab(sa, s, c, flags);
+	if (!slab)
+		return false;
+	fl = take_freelist(sa, c, slab, 1);
+install:
+	cs->slab = (uint32_t)(slab - sa->frames);
+load:
+	cs->freelist = fl;
+	cs->tid += sa->tid_step;
+	return true;
+}
+
+static bool local_lock(struct slab_alloc *sa, struct cpu_slab *cs, struct al_ctx *c, unsigned flags)
+{
+	if (al_unlikely(__atomic_load_n(&cs->locked, __ATOMIC_RELAXED))) {
+		/* an interrupted lower level holds it on this CPU */
+		if (flags & AL_NOSPIN) {
+			al_count(&sa->ctr, c, SC_nospin_busy, 1);
+			c->err = -EBUSY;
+		} else {
+			al_count(&sa->ctr, c, SC_nmi_deadlock, 1);
+			c->err = -EDEADLK;
+		}
+		return false;
+	}
+	__atomic_store_n(&cs->locked, (int)c->level + 1, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	return true;
+}
+
+static void local_unlock(struct cpu_slab *cs)
+{
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	__atomic_store_n(&cs->locked, 0, __ATOMIC_RELAXED);
+}
+
+static al_noinline void *alloc_slow(struct slab_alloc *sa, struct kmem_cache *s,
+				    struct cpu_slab *cs, struct al_ctx *c, unsigned flags)
+{
+	void *obj = NULL;
+
+	if (!local_lock(sa, cs, c, flags))
+		return NULL;
+	AL_INJECT("slab.cpu_locked", c, (void *)(uintptr_t)s->size);
+	al_count(&sa->ctr, c, SC_alloc_slowpath, 1);
+	if (cs->freelist || refill_cpu_locked(sa, s, cs, c, flags)) {
+		obj = cs->freelist;
+		cs->freelist = get_fp(obj);
+		cs->tid += sa->tid_step;
+	}
+	local_unlock(cs);
+	return obj;
+}
+
+/* ---- form=sheaves (and AL_NOCPU): objects straight from partial slabs ---- */
+
+/*
+ * Take up to n objects from partial slabs, then new slabs, under list_lock
+ * (refill_objects). Under AL_NOSPIN a busy list_lock means "no partial
+ * slab", and a new slab's leftover objects go to the orphan stack when the
+ * lock cannot be had. Returns how many; 0 with c->err set.
+ */
+static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
+				   unsigned n, void **out, unsigned flags)
+{
+	unsigned got = 0, k;
+	struct slab *slab;
+	bool locked;
+	void *fl, *rest, *t, *prior;
+	uint64_t cn;
+
+	locked = !list_lock(sa, s, c, flags);
+	if (!locked)
+		al_count(&sa->ctr, c, SC_nospin_busy, 1);
+	while (got < n) {
+		slab = NULL;
+		if (locked && s->partial_head != NOSLAB) {
+			slab = frame(sa, s->partial_head);
+			remove_partial(sa, s, slab);
+			al_count(&sa->ctr, c, SC_partial_gets, 1);
+		} else {
+			if (locked)
+				al_lock_release(&s->list_lock, c);
+			locked = false;
+			slab = new_slab(sa, s, c, flags);
+			if (!slab)
+				break;
+		}
+		fl = take_freelist(sa, c, slab, 0);
+		while (fl && got < n) {
+			out[got++] = fl;
+			fl = get_fp(fl);
+		}
+		if (!fl)
+			continue; /* the slab is full: on no list */
+		/* Objects left: give them back and keep the slab partial. */
+		rest = fl;
+		for (k = 0, t = fl; t; t = get_fp(t))
+			k++;
+		for (;;) {
+			prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
+			cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
+			for (t = rest; get_fp(t); t = get_fp(t))
+				;
+			set_fp(t, prior);
+			if (cas2(&slab->freelist, prior, cn, rest, COUNTERS(INUSE(cn) - k, 0)))
+				break;
+			al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
+		}
+		if (!locked)
+			locked = !list_lock(sa, s, c, flags);
+		if (locked)
+			add_partial(sa, s, slab);
+		else
+			orphan_push(sa, s, slab);
+	}
+	if (locked)
+		al_lock_release(&s->list_lock, c);
+	if (!got && !c->err)
+		c->err = -ENOMEM;
+	return got;
+}
+
+/* ---- entry points ---- */
+
+static al_noinline al_cold void *bad_size(struct slab_alloc *sa, struct al_ctx *c)
+{
+	al_count(&sa->ctr, c, SC_einval, 1);
+	c->err = -EINVAL;
+	return NULL;
+}
+
+static inline void *alloc_done(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
+			       void *obj, unsigned flags)
+{
+	if (al_unlikely(!obj)) {
+		if (!c->err)
+			c->err = -ENOMEM;
+		if (c->err == -ENOMEM)
+			al_count(&sa->ctr, c, SC_enomem, 1);
+		return NULL;
+	}
+	al_count(&sa->ctr, c, SC_kmallocs, 1);
+	if (!(flags & AL_NOTRACE))
+		al_count(&sa->ctr, c, SC_traced_kmallocs, 1);
+	al_count(&sa->ctr, c, SC_bytes_allocated, s->size);
+	if (sa->zero || (flags & AL_ZERO))
+		memset(obj, 0, s->size);
+	return obj;
+}
+
+static void *slab_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	struct slab_alloc *sa = to_sa(a);
+	int ci = km_class(size);
+	struct kmem_cache *s;
+	struct cpu_slab *cs;
+	uint64_t tid;
+	void *obj, *next;
+
+	if (al_unlikely(ci < 0))
+		return bad_size(sa, c);
+	s = &sa->caches[ci];
+	if (al_unlikely(sa->form != F_CPU_SLAB || (flags & AL_NOCPU))) {
+		obj = alloc_from_partial(sa, s, c, 1, &obj, flags) ? obj : NULL;
+		if (obj)
+			al_count(&sa->ctr, c, SC_alloc_partial, 1);
+		return alloc_done(sa, s, c, obj, flags);
+	}
+	cs = &s->cpu[c->cpu];
+	if (al_unlikely(c->level == AL_CTX_NMI && __atomic_load_n(&cs->locked, __ATOMIC_RELAXED)))
+		return alloc_done(sa, s, c, alloc_slow(sa, s, cs, c, flags), flags); /* fails */
+redo:
+	tid = __atomic_load_n(&cs->tid, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	obj = __atomic_load_n(&cs->freelist, __ATOMIC_RELAXED);
+	if (al_unlikely(!obj || __atomic_load_n(&cs->slab, __ATOMIC_RELAXED) == NOSLAB))
+		return alloc_done(sa, s, c, alloc_slow(sa, s, cs, c, flags), flags);
+	next = get_fp(obj);
+	if (al_unlikely(!cas2_local(cs, obj, tid, next, tid + sa->tid_step))) {
+		al_count(&sa->ctr, c, SC_cmpxchg_retries, 1);
+		goto redo;
+	}
+	al_count(&sa->ctr, c, SC_alloc_fastpath, 1);
+	return alloc_done(sa, s, c, obj, flags);
+}
+
+static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
+			   void **out, unsigned flags)
+{
+	struct slab_alloc *sa = to_sa(a);
+	int ci = km_class(size);
+	struct kmem_cache *s;
+	struct cpu_slab *cs;
+	unsigned got = 0, i;
+
+	if (al_unlikely(ci < 0)) {
+		bad_size(sa, c);
+		return 0;
+	}
+	s = &sa->caches[ci];
+	al_count(&sa->ctr, c, SC_bulk_allocs, 1);
+	if (!n)
+		return 0;
+	if (sa->form != F_CPU_SLAB || (flags & AL_NOCPU)) {
+		got = alloc_from_partial(sa, s, c, n, out, flags);
+		al_count(&sa->ctr, c, SC_alloc_partial, got);
+	} else {
+		/* __kmem_cache_alloc_bulk: pop under the local lock, refilling as needed. */
+		cs = &s->cpu[c->cpu];
+		if (!local_lock(sa, cs, c, flags))
+			return 0;
+		while (got < n) {
+			if (!cs->freelist && !refill_cpu_locked(sa, s, cs, c, flags))
+				break;
+			out[got] = cs->freelist;
+			cs->freelist = get_fp(out[got]);
+			got++;
+		}
+		cs->tid += sa->tid_step;
+		local_unlock(cs);
+	}
+	if (!got) {
+		if (!c->err)
+			c->err = -ENOMEM;
+		return 0;
+	}
+	al_count(&sa->ctr, c, SC_kmallocs, got);
+	al_count(&sa->ctr, c, SC_bytes_allocated, (uint64_t)got * s->size);
+	if (sa->zero || (flags & AL_ZERO))
+		for (i = 0; i < got; i++)
+			memset(out[i], 0, s->size);
+	return (int)got;
+}
+
+/* Free a chain head..tail of cnt objects of one slab. 0 or -EBUSY (NOSPIN). */
+static int free_chain(struct slab_alloc *sa, struct al_ctx *c, struct slab *slab, void *head,
+		      void *tail, unsigned cnt, unsigned flags)
+{
+	struct kmem_cache *s = &sa->caches[slab->cls - 1];
+	uint32_t f = (uint32_t)(slab - sa->frames);
+	struct cpu_slab *cs;
+	uint64_t tid;
+	void *fl;
+
+	if (sa->form != F_CPU_SLAB || (flags & AL_NOCPU))
+		return __slab_free(sa, s, c, slab, head, tail, cnt, flags);
+	cs = &s->cpu[c->cpu];
+redo:
+	tid = __atomic_load_n(&cs->tid, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&cs->slab, __ATOMIC_RELAXED) != f ||
+	    (c->level != AL_CTX_TASK && __atomic_load_n(&cs->locked, __ATOMIC_RELAXED))) {
+		if (flags & AL_NOSPIN) { /* kfree_nolock: 6.18 defers these */
+			al_count(&sa->ctr, c, SC_nospin_busy, 1);
+			return -EBUSY;
+		}
+		return __slab_free(sa, s, c, slab, head, tail, cnt, flags);
+	}
+	fl = __atomic_load_n(&cs->freelist, __ATOMIC_RELAXED);
+	set_fp(tail, fl);
+	if (al_unlikely(!cas2_local(cs, fl, tid, head, tid + sa->tid_step))) {
+		al_count(&sa->ctr, c, SC_cmpxchg_retries, 1);
+		goto redo;
+	}
+	al_count(&sa->ctr, c, SC_free_fastpath, 1);
+	return 0;
+}
+
+static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags)
+{
+	struct slab_alloc *sa = to_sa(a);
+	struct slab *slab;
+	unsigned size;
+	int ret;
+
+	if (!p)
+		return 0;
+	slab = lookup(sa, p);
+	if (al_unlikely(!slab)) {
+		al_count(&sa->ctr, c, SC_invalid_frees, 1);
+		return -EINVAL;
+	}
+	size = sa->caches[slab->cls - 1].size; /* before: the free may discard the slab */
+	ret = free_chain(sa, c, slab, p, p, 1, flags);
+	if (!ret) {
+		al_count(&sa->ctr, c, SC_kfrees, 1);
+		al_count(&sa->ctr, c, SC_bytes_freed, size);
+	}
+	return ret;
+}
+
+static int slab_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	return slab_free_flags(a, c, p, 0);
+}
+
+/* kmem_cache_free_bulk: detached freelists of objects of one slab, with a
+ * look-ahead of 3, as build_detached_freelist() (clobbers ptrs[]). */
+static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
+{
+	struct slab_alloc *sa = to_sa(a);
+	unsigned size = n, i, freed = 0, osize;
+	uint64_t bytes = 0;
+
+	al_count(&sa->ctr, c, SC_bulk_frees, 1);
+	for (i = 0; i < n; i++)
+		if (ptrs[i] && !lookup(sa, ptrs[i])) {
+			al_count(&sa->ctr, c, SC_invalid_frees, 1);
+			return -EINVAL;
+		}
+	while (size) {
+		unsigned lookahead = 3, cnt = 1, next_size = 0;
+		struct slab *slab;
+		void *head, *tail, *obj;
+
+		obj = ptrs[--size];
+		if (!obj)
+			continue;
+		slab = lookup(sa, obj);
+		head = tail = obj;
+		ptrs[size] = NULL;
+		while (size) {
+			obj = ptrs[--size];
+			if (!obj)
+				continue;
+			if (lookup(sa, obj) == slab) {
+				set_fp(obj, head);
+				head = obj;
+				cnt++;
+				ptrs[size] = NULL;
+				continue;
+			}
+			if (!--lookahead)
+				break;
+			if (!next_size)
+				next_size = size + 1;
+		}
+		if (!next_size)
+			next_size = size;
+		osize = sa->caches[slab->cls - 1].size; /* before: the slab may be discarded */
+		if (free_chain(sa, c, slab, head, tail, cnt, 0) == 0) {
+			freed += cnt;
+			bytes += (uint64_t)cnt * osize;
+		}
+		size = next_size;
+	}
+	al_count(&sa->ctr, c, SC_kfrees, freed);
+	al_count(&sa->ctr, c, SC_bytes_freed, bytes);
+	return (int)freed;
+}
+
+static size_t slab_usable_size(struct al_allocator *a, const void *p)
+{
+	struct slab *slab = lookup(to_sa(a), p);
+
+	return slab ? to_sa(a)->caches[slab->cls - 1].size : 0;
+}
+
+static bool slab_owns(struct al_allocator *a, const void *p)
+{
+	return lookup(to_sa(a), p) != NULL;
+}
+
+/* deactivate_slab: give the CPU slab (and its freelist) back. */
+static void flush_cpu_slab(struct slab_alloc *sa, struct kmem_cache *s, struct cpu_slab *cs,
+			   struct al_ctx *c)
+{
+	struct slab *slab;
+	void *head = cs->freelist, *tail = NULL, *t, *prior;
+	unsigned n = 0;
+	uint32_t inuse;
+	uint64_t cn;
+	bool discard = false;
+
+	if (cs->slab == NOSLAB)
+		return;
+	slab = frame(sa, cs->slab);
+	cs->slab = NOSLAB;
+	cs->freelist = NULL;
+	cs->tid += sa->tid_step;
+	for (t = head; t; t = get_fp(t)) {
+		tail = t;
+		n++;
+	}
+	list_lock(sa, s, c, 0); /* drains may spin; the budget is generous */
+	for (;;) {
+		prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
+		cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
+		inuse = INUSE(cn) - n;
+		if (tail)
+			set_fp(tail, prior);
+		if (cas2(&slab->freelist, prior, cn, tail ? head : prior, COUNTERS(inuse, 0)))
+			break;
+		al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
+	}
+	al_count(&sa->ctr, c, SC_deactivations, 1);
+	if (!inuse && s->nr_partial >= s->min_partial)
+		discard = true;
+	else if (inuse < slab->objects)
+		add_partial(sa, s, slab);
+	al_lock_release(&s->list_lock, c);
+	if (discard)
+		discard_slab(sa, c, slab, 0);
+}
+
+static void slab_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
+{
+	struct slab_alloc *sa = to_sa(a);
+	unsigned ci, cpu;
+
+	if (sa->form != F_CPU_SLAB)
+		return;
+	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+		struct kmem_cache *s = &sa->caches[ci];
+
+		for (cpu = 0; cpu < a->ncpu; cpu++) {
+			struct cpu_slab *cs = &s->cpu[cpu];
+
+			if (scope != AL_DRAIN_ALL && cpu != c->cpu)
+				continue;
+			if (scope != AL_DRAIN_ALL && !local_lock(sa, cs, c, AL_NOSPIN))
+				continue;
+			flush_cpu_slab(sa, s, cs, c);
+			if (scope != AL_DRAIN_ALL)
+				local_unlock(cs);
+		}
+	}
+}
+
+static int64_t bytes_held(struct slab_alloc *sa)
+{
+	return (int64_t)(al_counters_sum(&sa->ctr, SC_bytes_allocated) -
+			 al_counters_sum(&sa->ctr, SC_bytes_freed));
+}
+
+static void slab_stats(struct al_allocator *a, struct al_stats *out)
+{
+	struct slab_alloc *sa = to_sa(a);
+	struct al_lock_stats ll = { 0 };
+	uint64_t partial = 0, slabs;
+	unsigned ci;
+
+	out->bytes_held = bytes_held(sa);
+	al_counters_report(&sa->ctr, out);
+	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+		al_lock_stats_add(&sa->caches[ci].list_lock, &ll);
+		partial += __atomic_load_n(&sa->caches[ci].nr_partial, __ATOMIC_RELAXED);
+	}
+	al_lock_stats_report(&ll, list_lock_names, out);
+	al_lock_report(&sa->page_lock, page_lock_names, out);
+	slabs = al_counters_sum(&sa->ctr, SC_slab_allocs) -
+		al_counters_sum(&sa->ctr, SC_slab_frees);
+	al_stats_add_gauge(out, "slabs", slabs);
+	al_stats_add_gauge(out, "partial_slabs", partial);
+	al_stats_add_gauge(out, "bytes_committed",
+			   __atomic_load_n(&sa->arena.committed, __ATOMIC_RELAXED));
+}
+
+#define CHECK_FAIL(...)                             \
+	do {                                        \
+		snprintf(err, errlen, __VA_ARGS__); \
+		return -EFAULT;                     \
+	} while (0)
+
+static int slab_check(struct al_allocator *a, char *err, size_t errlen)
+{
+	struct slab_alloc *sa = to_sa(a);
+	size_t nf = __atomic_load_n(&sa->arena.used, __ATOMIC_RELAXED) >> FRAME_SHIFT, f;
+	int64_t held = 0;
+	unsigned ci, cpu;
+
+	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+		struct kmem_cache *s = &sa->caches[ci];
+		uint32_t n = 0, p, prev = NOSLAB;
+
+		for (p = s->partial_head; p != NOSLAB; prev = p, p = frame(sa, p)->next) {
+			struct slab *slab = frame(sa, p);
+
+			if (++n > nf)
+				CHECK_FAIL("class %u: partial list longer than the arena (cycle?)",
+					   s->size);
+			if (slab->cls != ci + 1 || slab->on_partial != 1 || slab->prev != prev)
+				CHECK_FAIL("class %u: partial slab %u has cls %u, on_partial %u, "
+					   "prev %u (expected %u)",
+					   s->size, p, slab->cls, slab->on_partial, slab->prev,
+					   prev);
+			if (FROZEN(slab->counters))
+				CHECK_FAIL("class %u: partial slab %u is frozen", s->size, p);
+		}
+		if (n != s->nr_partial)
+			CHECK_FAIL("class %u: %u slabs on the partial list, nr_partial %u", s->size,
+				   n, s->nr_partial);
+		for (cpu = 0; cpu < a->ncpu; cpu++) {
+			struct cpu_slab *cs = &s->cpu[cpu];
+			struct slab *slab;
+			uint32_t k = 0;
+			void *o;
+
+			if (cs->locked)
+				CHECK_FAIL("class %u cpu %u: local lock held", s->size, cpu);
+			if (cs->slab == NOSLAB) {
+				if (cs->freelist)
+					CHECK_FAIL("class %u cpu %u: freelist without a slab",
+						   s->size, cpu);
+				continue;
+			}
+			slab = frame(sa, cs->slab);
+			if (slab->cls != ci + 1 || !FROZEN(slab->counters))
+				CHECK_FAIL("class %u cpu %u: CPU slab %u is not a frozen slab of "
+					   "the class",
+					   s->size, cpu, cs->slab);
+			for (o = cs->freelist; o; o = get_fp(o)) {
+				if (lookup(sa, o) != slab || ++k > slab->objects)
+					CHECK_FAIL("class %u cpu %u: CPU freelist has %p, not an "
+						   "object of slab %u (or a cycle)",
+						   s->size, cpu, o, cs->slab);
+			}
+			held -= (int64_t)k * s->size;
+		}
+	}
+	for (f = 0; f < nf; f++) {
+		struct slab *slab = frame(sa, (uint32_t)f);
+		struct kmem_cache *s;
+		uint32_t k = 0;
+		void *o;
+
+		if (!slab->cls)
+			continue;
+		s = &sa->caches[slab->cls - 1];
+		for (o = slab->freelist; o; o = get_fp(o))
+			if (lookup(sa, o) != slab || ++k > slab->objects)
+				CHECK_FAIL(
+					"slab %zu: freelist has %p, not one of its objects (or a "
+					"cycle)",
+					f, o);
+		if (k + INUSE(slab->counters) != slab->objects)
+			CHECK_FAIL("slab %zu: %u free + %u in use != %u objects", f, k,
+				   INUSE(slab->counters), slab->objects);
+		if (!FROZEN(slab->counters) && k && slab->on_partial != 1 && slab->on_partial != 2)
+			CHECK_FAIL("slab %zu has %u free objects but is on no list", f, k);
+		held += (int64_t)INUSE(slab->counters) * s->size;
+	}
+	if (held != bytes_held(sa))
+		CHECK_FAIL("slabs hold %lld bytes in use, counters say bytes_held %lld",
+			   (long long)held, (long long)bytes_held(sa));
+	return 0;
+}
+
+static void slab_destroy(struct al_allocator *a)
+{
+	struct slab_alloc *sa = to_sa(a);
+
+	al_arena_destroy(&sa->arena);
+	al_counters_fini(&sa->ctr);
+	al_meta_free(sa->cpus, sa->cpus_len);
+	al_meta_free(sa->caches, sa->caches_len);
+	al_meta_free(sa->frames, sa->frames_len);
+	al_meta_free(sa, sizeof(*sa));
+}
+
+static const struct al_ops slab_ops = {
+	.abi_version = AL_ABI_VERSION,
+	.ops_size = sizeof(struct al_ops),
+	.name = "slab",
+	.alloc = slab_alloc,
+	.free = slab_free,
+	.alloc_bulk = slab_alloc_bulk,
+	.free_bulk = slab_free_bulk,
+	.owns = slab_owns,
+	.usable_size = slab_usable_size,
+	.drain = slab_drain,
+	.stats = slab_stats,
+	.destroy = slab_destroy,
+	.check = slab_check,
+	.free_flags = slab_free_flags,
+};
+
+static void init_cache(struct kmem_cache *s, unsigned ci, unsigned min_objects, uint64_t budget,
+		       bool timing)
+{
+	unsigned bytes = 4096, lg;
+
+	s->size = km_class_size[ci];
+	s->cls = ci;
+	while (bytes < FRAME_SIZE && bytes / s->size < min_objects)
+		bytes <<= 1;
+	s->objects = bytes / s->size;
+	s->recip = ((1ull << 32) + s->size - 1) / s->size;
+	lg = al_fls64(s->size) - 1; /* min_partial = clamp(ilog2(size) / 2, 5, 10) */
+	s->min_partial = lg / 2 < 5 ? 5 : lg / 2 > 10 ? 10 : lg / 2;
+	s->partial_head = NOSLAB;
+	s->orphans = NOSLAB;
+	al_lock_init(&s->list_lock, budget, timing);
+}
+
+static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct al_allocator *below,
+		       unsigned ncpu, struct al_allocator **out)
+{
+	struct slab_alloc *sa;
+	unsigned ci, cpu;
+	int ret = -ENOMEM;
+
+	*out = NULL;
+	if (below)
+		return -EINVAL;
+	sa = al_meta_alloc(sizeof(*sa));
+	if (!sa)
+		return -ENOMEM;
+	sa->form = (int)p[P_form];
+	sa->zero = p[P_zero];
+	sa->tid_step = 1;
+	while (sa->tid_step < ncpu)
+		sa->tid_step <<= 1;
+	sa->free_frames = sa->pending = NOSLAB;
+	al_lock_init(&sa->page_lock, (uint64_t)p[P_lock_budget], p[P_lock_timing]);
+	sa->nframes = (size_t)p[P_arena_limit] >> FRAME_SHIFT;
+	sa->frames_len = sa->nframes * sizeof(struct slab);
+	sa->caches_len = sizeof(struct kmem_cache) * KM_NR_CLASSES;
+	sa->cpus_len = sizeof(struct cpu_slab) * KM_NR_CLASSES * ncpu;
+	sa->frames = al_meta_alloc(sa->frames_len);
+	sa->caches = al_meta_alloc(sa->caches_len);
+	sa->cpus = al_meta_alloc(sa->cpus_len);
+	if (!sa->frames || !sa->caches || !sa->cpus)
+		goto out_free;
+	if (al_counters_init(&sa->ctr, SC_NR, slab_counter_names, ncpu))
+		goto out_free;
+	ret = al_arena_init(&sa->arena, sa->nframes << FRAME_SHIFT, FRAME_SIZE, false);
+	if (ret)
+		goto out_counters;
+	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+		struct kmem_cache *s = &sa->caches[ci];
+
+		init_cache(s, ci, (unsigned)p[P_min_objects], (uint64_t)p[P_lock_budget],
+			   p[P_lock_timing]);
+		s->cpu = &sa->cpus[(size_t)ci * ncpu];
+		for (cpu = 0; cpu < ncpu; cpu++) {
+			s->cpu[cpu].slab = NOSLAB;
+			s->cpu[cpu].tid = cpu;
+		}
+	}
+	sa->base.ops = &slab_ops;
+	sa->base.desc = d;
+	sa->base.ncpu = ncpu;
+	*out = &sa->base;
+	return 0;
+
+out_counters:
+	al_counters_fini(&sa->ctr);
+out_free:
+	al_meta_free(sa->cpus, sa->cpus_len);
+	al_meta_free(sa->caches, sa->caches_len);
+	al_meta_free(sa->frames, sa->frames_len);
+	al_meta_free(sa, sizeof(*sa));
+	return ret;
+}
+
+static const struct al_layer_desc slab_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc),
+	.name = "slab",
+	.doc = "kmalloc/kzalloc over SLUB-like slabs: 13 size classes, per-CPU slab with a "
+	       "cmpxchg16b freelist (v6.18) or none (sheaves form), partial lists under "
+	       "list_lock",
+	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE,
+	.max_size = KM_MAX_SIZE,
+	.nparams = P_NR,
+	.params = slab_params,
+	.create = slab_create,
+};
+
+AL_REGISTER_LAYER(slab_desc)

@@ -1,0 +1,735 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * local-storage-create: models bench local-storage-create (reference §4.4)
+ * and the storage paths of kernel/bpf/bpf_local_storage.c (§4.2-§4.3).
+ *
+ * One cycle = create `batch_size` owners, then destroy them, as the bench
+ * creates a batch of sockets (or threads) and then closes (joins) them all.
+ *
+ * Create (bpf_local_storage_update with F_CREATE, the owner's first element):
+ *   - owner_work=real: a real AF_INET6 datagram socket (storage_type=socket)
+ *     or a real thread that returns at once (task), as the bench; the BPF
+ *     program runs inside that creation in the kernel, so the model creates
+ *     the storage right after it. owner_work=none: the allocators alone.
+ *   - charge the element (socket: sk_omem_charge, an atomic add and a check
+ *     against optmem_max on the owner; task storage has no charge callback);
+ *   - allocate the selem (elem_size = 72 + value_size: the kernel's
+ *     struct bpf_local_storage_elem with its data on the second cache line),
+ *     zeroed;
+ *   - charge and allocate the storage struct (176 bytes), zeroed;
+ *   - link the element into the storage and into a map bucket under that
+ *     bucket's lock (an al_lock, rqspinlock-like: it can fail, counted);
+ *   - publish the storage with a compare-exchange on the owner's pointer;
+ *     losing the race unlinks, uncharges and frees both: -EAGAIN, counted
+ *     (the bench never races; the C tests provoke it through the
+ *     "local_storage.publish" injection point).
+ * Destroy (bpf_local_storage_destroy, reuse_now): under the storage's lock
+ * unlink every element (and from its bucket under the bucket lock),
+ * uncharge, free it; then free the storage; then close the socket / join the
+ * thread.
+ *
+ * The free path of each era (free_path=auto picks it from the policy's top
+ * layer; each can be forced):
+ *   kfree_rcu  (kzalloc era, socket storage): both objects go to the RCU
+ *              model's kvfree_rcu batches, freed with one free_bulk per batch
+ *              after a grace period;
+ *   reuse_now  (bpf_ma era, task storage): freed at once (bpf_mem_cache_free);
+ *   call_rcu   (kmalloc_nolock era): one RCU callback per object, which
+ *              calls kfree_nolock after the grace period.
+ * Grace periods end when every worker has passed a quiescent point (between
+ * cycles) and gp_latency has elapsed; callbacks run at the end of the
+ * queuing worker's cycle, or with rcu_nocb at the end of the next worker's
+ * (remote frees; with one producer there is no other CPU and they stay
+ * local). Allocations pass AL_MAYSLEEP for socket storage (the bench's
+ * sleepable LSM program: GFP_KERNEL, so bpf_ma may kmalloc directly when its
+ * cache is empty) and not for task storage (a tracepoint program).
+ *
+ * Results (al_result_value, metrics "wl.<name>"): creates, creates_per_s
+ * (mean over `sample`-long samples taken by worker 0, over all workers:
+ * the bench's "creates M ± S k/s"; a run shorter than one sample gives the
+ * rate over its whole span), creates_per_s_sd (n - 1; NaN below two
+ * samples), samples,
+ * ns_per_create, create_errs, eagain, charges, uncharges, lock_fails,
+ * owner_errs, owner_kmallocs (the background kmallocs the kernel's
+ * tracepoint would add: an estimate per create, owner_kmallocs/1000, since
+ * the real socket's or thread's own kmallocs happen in the real kernel), and
+ * the free-path counts. Timing: batch = the create phase per allocation and
+ * the destroy phase (plus callbacks) per free; per_op_sum = the allocator
+ * calls alone.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "alloclab/alloclab.h"
+
+#define LS_STORAGE_SIZE	 176	   /* sizeof(struct bpf_local_storage) */
+#define LS_ELEM_HDR	 72	   /* offsetof(struct bpf_local_storage_elem, sdata.data) */
+#define LS_OPTMEM_MAX	 131072	   /* net.core.optmem_max */
+#define LS_MAX_SAMPLES	 4096	   /* samples kept per run */
+#define LS_CACHE_IDX	 0	   /* the map's slot in storage->cache[] */
+#define LS_BUCKET_BUDGET 250000000 /* rqspinlock timeout: a quarter second */
+
+enum { ST_SOCKET, ST_TASK };
+enum { OW_NONE, OW_REAL };
+enum { FP_AUTO, FP_KFREE_RCU, FP_REUSE_NOW, FP_CALL_RCU };
+
+enum {
+	P_storage_type,
+	P_batch_size,
+	P_value_size,
+	P_owner_work,
+	P_free_path,
+	P_gp_latency,
+	P_rcu_nocb,
+	P_charge,
+	P_owner_kmallocs,
+	P_sample,
+	P_NR
+};
+
+static const struct al_param_desc ls_params[P_NR] = {
+	[P_storage_type] = { "storage_type", AL_PARAM_ENUM, ST_SOCKET, 0, 1, "socket,task",
+			     "socket (sk_storage, sleepable LSM program) or task storage "
+			     "(task_storage, tracepoint program)" },
+	[P_batch_size] = { "batch_size", AL_PARAM_INT, 32, 1, 4096, NULL,
+			   "owners created, then destroyed, per cycle (the bench's --batch-size)" },
+	[P_value_size] = { "value_size", AL_PARAM_SIZE, 64, 1, 4096, NULL,
+			   "map value bytes: the element is 72 + value_size bytes" },
+	[P_owner_work] = { "owner_work", AL_PARAM_ENUM, OW_NONE, 0, 1, "none,real",
+			   "real: open and close a real AF_INET6 UDP socket (or create and "
+			   "join a real thread) per owner, as the bench; none: allocators alone" },
+	[P_free_path] = { "free_path", AL_PARAM_ENUM, FP_AUTO, 0, 3,
+			  "auto,kfree_rcu,reuse_now,call_rcu",
+			  "auto: by the policy's top layer (bpf_ma: reuse_now, nolock: call_rcu "
+			  "+ kfree_nolock, else kfree_rcu)" },
+	[P_gp_latency] = { "gp_latency", AL_PARAM_NS, 0, 0, 10000000000ll, NULL,
+			   "a grace period lasts at least this long (and until every worker "
+			   "passed a quiescent point)" },
+	[P_rcu_nocb] = { "rcu_nocb", AL_PARAM_BOOL, 0, 0, 1, NULL,
+			 "RCU callbacks run on the next worker's CPU (remote frees)" },
+	[P_charge] = { "charge", AL_PARAM_BOOL, 1, 0, 1, NULL,
+		       "charge and uncharge socket memory (sk_omem_charge against optmem_max)" },
+	[P_owner_kmallocs] = { "owner_kmallocs", AL_PARAM_INT, -1, -1, 1000000, NULL,
+			       "kmallocs x1000 the tracepoint sees per create from the owner's "
+			       "own creation; -1: 1130 (socket) / 2510 (task) with owner_work=real "
+			       "(the seed's kmalloc_nolock rows), 0 with none" },
+	[P_sample] = { "sample", AL_PARAM_NS, 1000000000, 1000000, 60000000000ll, NULL,
+		       "length of one creates/s sample (the bench: 1 s)" },
+};
+
+struct ls_owner;
+struct ls_storage;
+
+/* struct bpf_local_storage_elem */
+struct ls_selem {
+	struct ls_selem *map_next;	  /* map_node: bucket list */
+	struct ls_selem **map_pprev;	  /* ... */
+	struct ls_selem *snode_next;	  /* snode: storage list */
+	struct ls_selem **snode_pprev;	  /* ... */
+	struct ls_storage *local_storage; /* the owner's storage */
+	struct al_rcu_head rcu;		  /* call_rcu */
+	uint64_t hole;			  /* the kernel's 8-byte hole */
+	struct ls_map *smap;		  /* sdata.smap, on the second cache line */
+	unsigned char data[];		  /* sdata.data: the value */
+};
+
+_Static_assert(offsetof(struct ls_selem, data) == LS_ELEM_HDR, "selem layout");
+
+/* struct bpf_local_storage */
+struct ls_storage {
+	void *cache[16];	/* per-map lookup cache */
+	struct ls_map *smap;	/* the map that created it */
+	struct ls_selem *list;	/* elements (hlist head) */
+	struct ls_owner *owner; /* the socket or task */
+	struct al_rcu_head rcu; /* call_rcu */
+	int lock;		/* raw spinlock */
+	int pad;		/* unused */
+};
+
+_Static_assert(sizeof(struct ls_storage) == LS_STORAGE_SIZE, "storage layout");
+
+struct ls_owner {
+	struct ls_storage *storage; /* *owner_storage(): published by cmpxchg */
+	int64_t omem;		    /* sk_omem_alloc */
+	int fd;			    /* the real socket, or -1 */
+	int thread_ok;		    /* a real thread to join */
+	pthread_t th;		    /* the real thread */
+};
+
+struct ls_bucket {
+	struct al_lock lock;   /* the bucket lock (can fail) */
+	struct ls_selem *head; /* elements */
+};
+
+/* Per-worker results, reset when the measured phase starts. */
+struct ls_count {
+	uint64_t creates, create_errs, eagain, charges, uncharges, charge_fails, lock_fails;
+	uint64_t owner_errs, kfree_rcu, call_rcu, reuse_now, callbacks_run;
+	uint64_t cycle_ticks; /* measured cycles' time */
+};
+
+struct ls_worker {
+	struct ls_owner *owners; /* batch_size */
+	size_t owners_len;	 /* mapping length */
+	struct ls_count n;	 /* this worker's counts */
+	int measuring;		 /* counts were reset for the measured phase */
+	int free_path;		 /* FP_* resolved for the run's policy */
+	uint64_t first_t;	 /* sampler (worker 0): first measured cycle's start */
+	uint64_t end_t;		 /* sampler: last measured cycle's end */
+	uint64_t last_t;	 /* sampler: last sample time */
+	uint64_t last_creates;	 /* sampler: creates_total then */
+} __attribute__((aligned(AL_CACHELINE)));
+
+/* struct bpf_local_storage_map plus the run's shared state. */
+struct ls_map {
+	struct al_allocator *a;		/* the run's allocator */
+	struct al_defer *rcu;		/* the RCU model's domain */
+	int free_path;			/* P_free_path (FP_AUTO: each worker resolves it) */
+	int storage_type;		/* ST_* */
+	int owner_work;			/* OW_* */
+	bool charge;			/* P_charge */
+	unsigned batch;			/* P_batch_size */
+	size_t elem_size;		/* 72 + value_size */
+	unsigned flags;			/* AL_ZERO, plus AL_MAYSLEEP for sockets */
+	int64_t owner_kmallocs;		/* resolved, x1000 */
+	uint64_t sample_ticks;		/* P_sample */
+	unsigned nworkers;		/* workers */
+	unsigned nbuckets;		/* power of two, >= 2 */
+	struct ls_bucket *buckets;	/* nbuckets */
+	size_t buckets_len;		/* bytes */
+	struct ls_worker *w;		/* per worker */
+	size_t w_len;			/* bytes */
+	uint64_t creates_total;		/* creates by all workers (atomic, measured) */
+	unsigned nsamples;		/* samples taken */
+	double samples[LS_MAX_SAMPLES]; /* creates/s */
+};
+
+static inline struct ls_count *cnt(struct ls_map *m, const struct al_ctx *c)
+{
+	return &m->w[c->cpu].n;
+}
+
+static inline struct ls_bucket *select_bucket(struct ls_map *m, const struct ls_selem *s)
+{
+	uint64_t h = (uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull;
+
+	return &m->buckets[(h >> 32) & (m->nbuckets - 1)];
+}
+
+static inline void raw_lock(int *l)
+{
+	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+		al_cpu_relax();
+}
+
+static inline void raw_unlock(int *l)
+{
+	__atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
+/* ---- charging ---- */
+
+static int mem_charge(struct ls_map *m, struct al_ctx *c, struct ls_owner *o, size_t size)
+{
+	if (!m->charge || m->storage_type != ST_SOCKET)
+		return 0; /* task storage has no charge callback */
+	if (__atomic_load_n(&o->omem, __ATOMIC_RELAXED) + (int64_t)size >= LS_OPTMEM_MAX) {
+		cnt(m, c)->charge_fails++;
+		return -ENOMEM;
+	}
+	__atomic_fetch_add(&o->omem, (int64_t)size, __ATOMIC_RELAXED);
+	cnt(m, c)->charges++;
+	return 0;
+}
+
+static void mem_uncharge(struct ls_map *m, struct al_ctx *c, struct ls_owner *o, size_t size)
+{
+	if (!m->charge || m->storage_type != ST_SOCKET)
+		return;
+	__atomic_fetch_sub(&o->omem, (int64_t)size, __ATOMIC_RELAXED);
+	cnt(m, c)->uncharges++;
+}
+
+/* ---- allocation and the three free paths ---- */
+
+static inline void *ls_alloc(struct al_worker *w, struct ls_map *m, size_t size)
+{
+	uint64_t t0 = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
+	void *p = al_alloc(m->a, &w->ctx, size, m->flags);
+
+	if (w->timing == AL_TIMING_PER_OP_SUM)
+		w->alloc_ticks += al_ticks() - t0;
+	w->alloc_ops++;
+	return p;
+}
+
+static void selem_free_cb(struct al_rcu_head *h, struct al_ctx *x)
+{
+	struct ls_selem *s = (struct ls_selem *)((char *)h - offsetof(struct ls_selem, rcu));
+	struct ls_map *m = s->smap;
+	struct ls_count *n = cnt(m, x);
+
+	n->callbacks_run++;
+	al_free(m->a, x, s); /* kfree_nolock */
+}
+
+static void storage_free_cb(struct al_rcu_head *h, struct al_ctx *x)
+{
+	struct ls_storage *st = (struct ls_storage *)((char *)h - offsetof(struct ls_storage, rcu));
+	struct ls_map *m = st->smap;
+
+	cnt(m, x)->callbacks_run++;
+	al_free(m->a, x, st);
+}
+
+/* Free an object by the era's path. 0 or the allocator's error. */
+static int ls_free(struct al_worker *w, struct ls_map *m, void *p, struct al_rcu_head *h,
+		   void (*cb)(struct al_rcu_head *, struct al_ctx *))
+{
+	struct al_ctx *c = &w->ctx;
+	uint64_t t0 = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
+	int ret;
+
+	switch (m->w[w->id].free_path) {
+	case FP_REUSE_NOW:
+		ret = al_free(m->a, c, p);
+		cnt(m, c)->reuse_now++;
+		break;
+	case FP_CALL_RCU:
+		ret = al_call_rcu(m->rcu, c, h, cb);
+		cnt(m, c)->call_rcu++;
+		break;
+	default:
+		ret = al_kfree_rcu(m->rcu, c, m->a, p);
+		cnt(m, c)->kfree_rcu++;
+		break;
+	}
+	if (w->timing == AL_TIMING_PER_OP_SUM)
+		w->free_ticks += al_ticks() - t0;
+	w->free_ops++;
+	return ret;
+}
+
+/* ---- owners ---- */
+
+static void *noop_thread(void *arg)
+{
+	return arg;
+}
+
+static int owner_open(struct ls_map *m, struct al_worker *w, struct ls_owner *o)
+{
+	o->fd = -1;
+	o->thread_ok = 0;
+	if (m->owner_work != OW_REAL)
+		return 0;
+	if (m->storage_type == ST_SOCKET) {
+		o->fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (o->fd < 0)
+			o->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0); /* no IPv6 here */
+		if (o->fd >= 0)
+			return 0;
+	} else if (!pthread_create(&o->th, NULL, noop_thread, NULL)) {
+		o->thread_ok = 1;
+		return 0;
+	}
+	cnt(m, &w->ctx)->owner_errs++;
+	return -EAGAIN;
+}
+
+static void owner_close(struct ls_owner *o)
+{
+	if (o->fd >= 0)
+		close(o->fd);
+	if (o->thread_ok)
+		pthread_join(o->th, NULL);
+	o->fd = -1;
+	o->thread_ok = 0;
+}
+
+/* Link s into its bucket (0, or the lock's error). */
+static int bucket_link(struct ls_map *m, struct al_ctx *c, struct ls_selem *s)
+{
+	struct ls_bucket *b = select_bucket(m, s);
+	int ret = al_lock_acquire(&b->lock, c);
+
+	if (ret) {
+		cnt(m, c)->lock_fails++;
+		return ret;
+	}
+	s->map_next = b->head;
+	if (b->head)
+		b->head->map_pprev = &s->map_next;
+	s->map_pprev = &b->head;
+	b->head = s;
+	al_lock_release(&b->lock, c);
+	return 0;
+}
+
+static void bucket_unlink(struct ls_map *m, struct al_ctx *c, struct ls_selem *s)
+{
+	struct ls_bucket *b = select_bucket(m, s);
+
+	while (al_lock_acquire(&b->lock, c)) /* unlinking cannot give up: retry */
+		cnt(m, c)->lock_fails++;
+	*s->map_pprev = s->map_next;
+	if (s->map_next)
+		s->map_next->map_pprev = s->map_pprev;
+	al_lock_release(&b->lock, c);
+}
+
+/* The first element for a new owner. 0, or an error (counted). */
+static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
+{
+	struct al_ctx *c = &w->ctx;
+	struct ls_count *n = cnt(m, c);
+	struct ls_storage *st, *expected = NULL;
+	struct ls_selem *s;
+	int ret;
+
+	o->storage = NULL;
+	o->omem = 0;
+	if (owner_open(m, w, o))
+		return -EAGAIN;
+	ret = mem_charge(m, c, o, m->elem_size);
+	if (ret)
+		goto out_err;
+	s = ls_alloc(w, m, m->elem_size);
+	if (!s) {
+		ret = c->err ? c->err : -ENOMEM;
+		mem_uncharge(m, c, o, m->elem_size);
+		goto out_err;
+	}
+	s->smap = m;
+	ret = mem_charge(m, c, o, LS_STORAGE_SIZE);
+	if (ret)
+		goto out_selem;
+	st = ls_alloc(w, m, LS_STORAGE_SIZE);
+	if (!st) {
+		ret = c->err ? c->err : -ENOMEM;
+		mem_uncharge(m, c, o, LS_STORAGE_SIZE);
+		goto out_selem;
+	}
+	st->smap = m;
+	st->owner = o;
+	st->list = s; /* hlist_add_head_rcu(&selem->snode, &storage->list) */
+	s->snode_next = NULL;
+	s->snode_pprev = &st->list;
+	s->local_storage = st;
+	ret = bucket_link(m, c, s);
+	if (ret)
+		goto out_storage;
+	AL_INJECT("local_storage.publish", c, &o->storage);
+	if (!__atomic_compare_exchange_n(&o->storage, &expected, st, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		/* another CPU's storage won: undo everything (-EAGAIN) */
+		bucket_unlink(m, c, s);
+		n->eagain++;
+		ret = -EAGAIN;
+		goto out_storage;
+	}
+	st->cache[LS_CACHE_IDX] = &s->smap; /* SDATA(selem) */
+	n->creates++;
+	return 0;
+
+out_storage:
+	mem_uncharge(m, c, o, LS_STORAGE_SIZE);
+	ls_free(w, m, st, &st->rcu, storage_free_cb);
+out_selem:
+	mem_uncharge(m, c, o, m->elem_size);
+	ls_free(w, m, s, &s->rcu, selem_free_cb);
+out_err:
+	if (ret != -EAGAIN)
+		n->create_errs++;
+	owner_close(o);
+	return ret;
+}
+
+/* bpf_local_storage_destroy(reuse_now), then close the owner. */
+static int destroy(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
+{
+	struct al_ctx *c = &w->ctx;
+	struct ls_storage *st = o->storage;
+	struct ls_selem *s, *next;
+	int ret = 0, r;
+
+	if (st && st->owner == o) { /* a failed publish may have left another storage */
+		raw_lock(&st->lock);
+		for (s = st->list; s; s = next) {
+			next = s->snode_next;
+			bucket_unlink(m, c, s);
+			mem_uncharge(m, c, o, m->elem_size);
+			r = ls_free(w, m, s, &s->rcu, selem_free_cb);
+			ret = ret ? ret : r;
+		}
+		st->list = NULL;
+		raw_unlock(&st->lock);
+		o->storage = NULL;
+		mem_uncharge(m, c, o, LS_STORAGE_SIZE);
+		r = ls_free(w, m, st, &st->rcu, storage_free_cb);
+		ret = ret ? ret : r;
+	}
+	o->storage = NULL;
+	owner_close(o);
+	return ret;
+}
+
+/* ---- the cycle ---- */
+
+static void sample(struct ls_map *m, struct ls_worker *lw, uint64_t now)
+{
+	uint64_t total = __atomic_load_n(&m->creates_total, __ATOMIC_RELAXED);
+
+	if (!lw->last_t) {
+		lw->first_t = lw->last_t = now;
+		lw->last_creates = total;
+		return;
+	}
+	if (now - lw->last_t < m->sample_ticks)
+		return;
+	if (m->nsamples < LS_MAX_SAMPLES)
+		m->samples[m->nsamples++] = (double)(total - lw->last_creates) * 1e9 /
+					    al_ticks_to_ns((double)(now - lw->last_t));
+	lw->last_t = now;
+	lw->last_creates = total;
+}
+
+static int ls_cycle(struct al_worker *w)
+{
+	struct ls_map *m = w->shared;
+	struct ls_worker *lw = &m->w[w->id];
+	uint64_t t0, t1, t2, before;
+	unsigned i;
+	int ret, fatal = 0;
+
+	if (w->measuring && !lw->measuring) { /* the measured phase starts */
+		memset(&lw->n, 0, sizeof(lw->n));
+		lw->measuring = 1;
+	}
+	before = lw->n.creates;
+	t0 = al_ticks();
+	if (w->id == 0 && lw->measuring)
+		sample(m, lw, t0);
+	for (i = 0; i < m->batch; i++) {
+		ret = create(w, m, &lw->owners[i]);
+		if (ret == -EINVAL && !fatal) /* misconfigured (a size the policy refuses) */
+			fatal = ret;
+	}
+	t1 = al_ticks();
+	for (i = 0; i < m->batch; i++)
+		if (destroy(w, m, &lw->owners[i]) && !fatal)
+			fatal = -EFAULT;
+	al_defer_poll(m->rcu, &w->ctx); /* this CPU's due RCU callbacks */
+	t2 = al_ticks();
+	if (w->timing == AL_TIMING_BATCH) {
+		w->alloc_ticks += t1 - t0;
+		w->free_ticks += t2 - t1;
+	}
+	lw->n.cycle_ticks += t2 - t0;
+	if (lw->measuring) {
+		__atomic_fetch_add(&m->creates_total, lw->n.creates - before, __ATOMIC_RELAXED);
+		lw->end_t = t2;
+	}
+	if (fatal) {
+		snprintf(w->err, w->errlen,
+			 fatal == -EINVAL
+				 ? "allocation of a %zu-byte element or a %d-byte storage "
+				   "refused (EINVAL): value_size too large for the policy"
+				 : "a free was refused (%zu/%d): not an object of the policy",
+			 m->elem_size, LS_STORAGE_SIZE);
+		return fatal;
+	}
+	return 0;
+}
+
+/* ---- setup and teardown ---- */
+
+static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
+{
+	struct al_defer_params dp = { .irq_mode = AL_IRQ_WORK_INLINE,
+				      .gp_latency_ns = (uint64_t)p[P_gp_latency],
+				      .nocb = p[P_rcu_nocb] };
+	struct ls_map *m = al_meta_alloc(sizeof(*m));
+	unsigned i;
+	int ret;
+
+	if (!m)
+		return -ENOMEM;
+	m->storage_type = (int)p[P_storage_type];
+	m->owner_work = (int)p[P_owner_work];
+	m->free_path = (int)p[P_free_path];
+	m->charge = p[P_charge];
+	m->batch = (unsigned)p[P_batch_size];
+	m->elem_size = LS_ELEM_HDR + (size_t)p[P_value_size];
+	m->flags = AL_ZERO | (m->storage_type == ST_SOCKET ? AL_MAYSLEEP : 0);
+	m->owner_kmallocs = p[P_owner_kmallocs];
+	if (m->owner_kmallocs < 0)
+		m->owner_kmallocs = m->owner_work != OW_REAL	   ? 0
+				    : m->storage_type == ST_SOCKET ? 1130
+								   : 2510;
+	al_clock_init();
+	m->sample_ticks = (uint64_t)((double)p[P_sample] * al_clock.ticks_per_ns);
+	m->nworkers = nworkers;
+	for (m->nbuckets = 2; m->nbuckets < nworkers; m->nbuckets <<= 1)
+		;
+	m->buckets_len = sizeof(struct ls_bucket) * m->nbuckets;
+	m->w_len = sizeof(struct ls_worker) * nworkers;
+	m->buckets = al_meta_alloc(m->buckets_len);
+	m->w = al_meta_alloc(m->w_len);
+	ret = -ENOMEM;
+	if (!m->buckets || !m->w)
+		goto out_free;
+	for (i = 0; i < m->nbuckets; i++)
+		al_lock_init(&m->buckets[i].lock, LS_BUCKET_BUDGET, false);
+	ret = al_defer_create(nworkers, &dp, &m->rcu);
+	if (ret)
+		goto out_free;
+	*shared = m;
+	return 0;
+
+out_free:
+	al_meta_free(m->w, m->w_len);
+	al_meta_free(m->buckets, m->buckets_len);
+	al_meta_free(m, sizeof(*m));
+	return ret;
+}
+
+static int ls_worker_init(struct al_worker *w)
+{
+	struct ls_map *m = w->shared;
+	struct ls_worker *lw = &m->w[w->id];
+	const char *top = w->a->desc ? w->a->desc->name : w->a->ops->name;
+	unsigned i;
+
+	lw->owners_len = sizeof(struct ls_owner) * m->batch;
+	lw->owners = al_meta_alloc(lw->owners_len);
+	if (!lw->owners)
+		return -ENOMEM;
+	for (i = 0; i < m->batch; i++)
+		lw->owners[i].fd = -1;
+	/* Every worker resolves the same values; the allocator is the run's. */
+	__atomic_store_n(&m->a, w->a, __ATOMIC_RELAXED);
+	lw->free_path = m->free_path != FP_AUTO	 ? m->free_path
+			: !strcmp(top, "bpf_ma") ? FP_REUSE_NOW
+			: !strcmp(top, "nolock") ? FP_CALL_RCU
+						 : FP_KFREE_RCU;
+	w->priv = lw;
+	return 0;
+}
+
+static void ls_worker_fini(struct al_worker *w)
+{
+	struct ls_map *m = w->shared;
+	struct ls_worker *lw = w->priv;
+	unsigned i;
+
+	if (!lw)
+		return;
+	for (i = 0; i < m->batch; i++) /* a failed cycle may leave owners */
+		destroy(w, m, &lw->owners[i]);
+	al_meta_free(lw->owners, lw->owners_len);
+	lw->owners = NULL;
+	w->priv = NULL;
+}
+
+static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res)
+{
+	struct ls_map *m = shared;
+	struct ls_count t = { 0 };
+	double mean = NAN, sd = NAN, ticks = 0, sum = 0;
+	unsigned i;
+
+	for (i = 0; i < nworkers; i++) {
+		const struct ls_count *n = &m->w[i].n;
+
+		t.creates += n->creates;
+		t.create_errs += n->create_errs;
+		t.eagain += n->eagain;
+		t.charges += n->charges;
+		t.uncharges += n->uncharges;
+		t.charge_fails += n->charge_fails;
+		t.lock_fails += n->lock_fails;
+		t.owner_errs += n->owner_errs;
+		t.kfree_rcu += n->kfree_rcu;
+		t.call_rcu += n->call_rcu;
+		t.reuse_now += n->reuse_now;
+		t.callbacks_run += n->callbacks_run;
+		ticks += (double)n->cycle_ticks;
+	}
+	if (!m->nsamples && m->w[0].end_t > m->w[0].first_t && m->w[0].first_t) {
+		/* shorter than one sample: the whole measured span is the one value */
+		mean = (double)__atomic_load_n(&m->creates_total, __ATOMIC_RELAXED) * 1e9 /
+		       al_ticks_to_ns((double)(m->w[0].end_t - m->w[0].first_t));
+	} else if (m->nsamples) {
+		for (i = 0; i < m->nsamples; i++)
+			sum += m->samples[i];
+		mean = sum / m->nsamples;
+		if (m->nsamples > 1) {
+			for (sd = 0, i = 0; i < m->nsamples; i++)
+				sd += (m->samples[i] - mean) * (m->samples[i] - mean);
+			sd = sqrt(sd / (m->nsamples - 1));
+		}
+	}
+	al_result_value(res, "creates", (double)t.creates);
+	al_result_value(res, "creates_per_s", mean);
+	al_result_value(res, "creates_per_s_sd", sd);
+	al_result_value(res, "samples", m->nsamples);
+	al_result_value(res, "ns_per_create",
+			t.creates ? al_ticks_to_ns(ticks) / (double)t.creates : NAN);
+	al_result_value(res, "create_errs", (double)t.create_errs);
+	al_result_value(res, "eagain", (double)t.eagain);
+	al_result_value(res, "charges", (double)t.charges);
+	al_result_value(res, "uncharges", (double)t.uncharges);
+	al_result_value(res, "charge_fails", (double)t.charge_fails);
+	al_result_value(res, "lock_fails", (double)t.lock_fails);
+	al_result_value(res, "owner_errs", (double)t.owner_errs);
+	al_result_value(res, "owner_kmallocs", (double)t.creates * (double)m->owner_kmallocs / 1e3);
+	al_result_value(res, "kfree_rcu", (double)t.kfree_rcu);
+	al_result_value(res, "call_rcu", (double)t.call_rcu);
+	al_result_value(res, "reuse_now", (double)t.reuse_now);
+	al_result_value(res, "rcu_callbacks_run", (double)t.callbacks_run);
+	al_result_value(res, "free_path", m->w[0].free_path);
+}
+
+static void ls_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
+{
+	struct ls_map *m = shared;
+
+	(void)a;
+	if (!m)
+		return;
+	al_defer_destroy(m->rcu); /* runs every callback left: nothing is lost */
+	al_meta_free(m->w, m->w_len);
+	al_meta_free(m->buckets, m->buckets_len);
+	al_meta_free(m, sizeof(*m));
+	(void)c;
+}
+
+static const struct al_workload_desc local_storage_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_workload_desc),
+	.name = "local-storage-create",
+	.doc = "bench local-storage-create: create batch_size owners (element + storage "
+	       "allocation, bucket lock, publish by cmpxchg), then destroy them through the "
+	       "era's free path (kfree_rcu, reuse_now, call_rcu + kfree_nolock)",
+	.flags = 0,
+	.nparams = P_NR,
+	.params = ls_params,
+	.size_param = -1,
+	.setup = ls_setup,
+	.worker_init = ls_worker_init,
+	.cycle = ls_cycle,
+	.worker_fini = ls_worker_fini,
+	.teardown = ls_teardown,
+	.report = ls_report,
+};
+
+AL_REGISTER_WORKLOAD(local_storage_desc)

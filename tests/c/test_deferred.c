@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The deferred-work core: irq_work queued once and run at the end of a
+ * task-level operation (never at IRQ or NMI level, never on another CPU),
+ * grace periods that wait for every online reader, gp_latency, rcu_nocb
+ * running batches on the next CPU, kfree_rcu batching into one free_bulk,
+ * NMI refusal, the helper thread, and the running thread's context as seen
+ * from a signal handler.
+ */
+#include <errno.h>
+#include <signal.h>
+
+#include "t_spec.h"
+
+static int runs[4];	    /* irq_work runs per CPU */
+static unsigned last_level; /* level the last function ran at */
+static struct al_defer *requeue_d;
+static int requeue_left;
+
+static void count_fn(struct al_irq_work *w, struct al_ctx *c)
+{
+	runs[c->cpu]++;
+	last_level = c->level;
+	if (requeue_left > 0) {
+		requeue_left--;
+		al_irq_work_queue(requeue_d, w, c);
+	}
+}
+
+static struct al_defer *mk(unsigned ncpu, int mode, uint64_t latency, bool nocb)
+{
+	struct al_defer_params p = { .irq_mode = mode, .gp_latency_ns = latency, .nocb = nocb };
+	struct al_defer *d = NULL;
+
+	CHECK_EQ(al_defer_create(ncpu, &p, &d), 0);
+	return d;
+}
+
+TEST(test_irq_work_once_and_at_task_level)
+{
+	struct al_defer *d = mk(2, AL_IRQ_WORK_INLINE, 0, false);
+	struct al_irq_work w;
+	struct al_ctx c0, c1, irq, nmi;
+
+	if (!d)
+		return;
+	memset(runs, 0, sizeof(runs));
+	al_ctx_init(&c0, 0);
+	al_ctx_init(&c1, 1);
+	al_ctx_nested(&irq, &c1, AL_CTX_IRQ);
+	al_ctx_nested(&nmi, &c1, AL_CTX_NMI);
+	al_irq_work_init(&w, 1, count_fn);
+	CHECK(al_irq_work_queue(d, &w, &nmi)); /* NMI-safe */
+	CHECK(!al_irq_work_queue(d, &w, &c1)); /* already pending */
+	al_defer_poll(d, &irq);
+	al_defer_poll(d, &nmi);
+	al_defer_poll(d, &c0); /* another CPU */
+	CHECK_EQ(runs[1], 0);
+	al_defer_poll(d, &c1);
+	CHECK_EQ(runs[1], 1);
+	CHECK_EQ(last_level, AL_CTX_IRQ); /* irq_work runs in (modelled) hardirq */
+	CHECK_EQ(runs[0], 0);
+	CHECK(al_irq_work_queue(d, &w, &c1)); /* not pending any more */
+	requeue_d = d;
+	requeue_left = 1; /* the function queues itself again: run twice */
+	al_defer_poll(d, &c1);
+	CHECK_EQ(runs[1], 3);
+	CHECK_EQ(al_defer_pending(d), 0);
+	al_defer_destroy(d);
+}
+
+static int cb_runs[4];
+static unsigned cb_level;
+
+static void cb(struct al_rcu_head *h, struct al_ctx *c)
+{
+	(void)h;
+	cb_runs[c->cpu]++;
+	cb_level = c->level;
+}
+
+TEST(test_grace_period_waits_for_every_reader)
+{
+	struct al_defer *d = mk(2, AL_IRQ_WORK_INLINE, 0, false);
+	struct al_rcu_reader r1, r2;
+	struct al_rcu_head h[3];
+	struct al_ctx c;
+
+	if (!d)
+		return;
+	memset(cb_runs, 0, sizeof(cb_runs));
+	al_ctx_init(&c, 0);
+	CHECK_EQ(al_rcu_online(&r1), 0);
+	CHECK_EQ(al_rcu_online(&r2), 0);
+	CHECK_EQ(al_call_rcu(d, &c, &h[0], cb), 0);
+	CHECK_EQ(al_call_rcu(d, &c, &h[1], cb), 0);
+	al_defer_poll(d, &c); /* seals the batch: a grace period is requested */
+	CHECK_EQ(cb_runs[0], 0);
+	al_rcu_quiescent(&r1);
+	al_defer_poll(d, &c);
+	CHECK_EQ(cb_runs[0], 0); /* r2 has not passed a quiescent point */
+	al_rcu_quiescent(&r2);
+	al_defer_poll(d, &c);
+	CHECK_EQ(cb_runs[0], 2);
+	CHECK_EQ(cb_level, AL_CTX_TASK); /* softirq runs with IRQs enabled */
+	/* An offline reader holds nothing up. */
+	CHECK_EQ(al_call_rcu(d, &c, &h[2], cb), 0);
+	al_defer_poll(d, &c);
+	CHECK_EQ(cb_runs[0], 2);
+	al_rcu_offline(&r2);
+	al_rcu_quiescent(&r1);
+	al_defer_poll(d, &c);
+	CHECK_EQ(cb_runs[0], 3);
+	al_rcu_offline(&r1);
+	al_defer_destroy(d);
+}
+
+TEST(test_no_reader_completes_at_once_and_nmi_refused)
+{
+	struct al_defer *d = mk(1, AL_IRQ_WORK_INLINE, 0, false);
+	struct al_rcu_head h;
+	struct al_ctx c, nmi;
+
+	if (!d)
+		return;
+	memset(cb_runs, 0, sizeof(cb_runs));
+	al_ctx_init(&c, 0);
+	al_ctx_nested(&nmi, &c, AL_CTX_NMI);
+	CHECK_EQ(al_call_rcu(d, &nmi, &h, cb), -EBUSY);
+	CHECK_EQ(al_kfree_rcu(d, &nmi, NULL, &h), -EBUSY);
+	CHECK_EQ(al_call_rcu(d, &c, &h, cb), 0);
+	al_defer_poll(d, &c);
+	CHECK_EQ(cb_runs[0], 1);
+	al_defer_destroy(d);
+}
+
+TEST(test_gp_latency_and_flush)
+{
+	struct al_defer *d = mk(1, AL_IRQ_WORK_INLINE, 10000000000ull, false); /* 10 s */
+	struct al_rcu_head h;
+	struct al_ctx c;
+
+	if (!d)
+		return;
+	memset(cb_runs, 0, sizeof(cb_runs));
+	al_ctx_init(&c, 0);
+	CHECK_EQ(al_call_rcu(d, &c, &h, cb), 0);
+	al_defer_poll(d, &c);
+	al_defer_poll(d, &c);
+	CHECK_EQ(cb_runs[0], 0); /* the GP is over, its latency is not */
+	CHECK_EQ(al_defer_pending(d), 1);
+	al_defer_flush(d, &c, AL_DRAIN_ALL); /* teardown: everything now */
+	CHECK_EQ(cb_runs[0], 1);
+	CHECK_EQ(al_defer_pending(d), 0);
+	al_defer_destroy(d);
+}
+
+TEST(test_nocb_runs_on_next_cpu)
+{
+	struct al_defer *d = mk(2, AL_IRQ_WORK_INLINE, 0, true);
+	struct al_rcu_head h;
+	struct al_ctx c0, c1;
+
+	if (!d)
+		return;
+	memset(cb_runs, 0, sizeof(cb_runs));
+	al_ctx_init(&c0, 0);
+	al_ctx_init(&c1, 1);
+	CHECK_EQ(al_call_rcu(d, &c0, &h, cb), 0);
+	al_defer_poll(d, &c0); /* sealed and handed to CPU 1 */
+	CHECK_EQ(cb_runs[0] + cb_runs[1], 0);
+	al_defer_poll(d, &c1);
+	CHECK_EQ(cb_runs[1], 1);
+	CHECK_EQ(cb_runs[0], 0);
+	al_defer_destroy(d);
+}
+
+TEST(test_kfree_rcu_batches_into_free_bulk)
+{
+	struct al_allocator *a = t_spec("slab", 1);
+	struct al_defer *d = mk(1, AL_IRQ_WORK_INLINE, 0, false);
+	struct al_ctx c;
+	static void *v[700];
+	unsigned i;
+
+	if (!a || !d)
+		return;
+	al_ctx_init(&c, 0);
+	for (i = 0; i < 700; i++)
+		v[i] = al_alloc(a, &c, 64, 0);
+	for (i = 0; i < 100; i++)
+		CHECK_EQ(al_kfree_rcu(d, &c, a, v[i]), 0);
+	CHECK_EQ(t_stat(a, 0, "kfrees"), 0);
+	al_defer_poll(d, &c);
+	CHECK_EQ(t_stat(a, 0, "kfrees"), 100);
+	CHECK_EQ(t_stat(a, 0, "bulk_frees"), 1); /* one kfree_bulk for the batch */
+	for (i = 100; i < 700; i++)		 /* more than a batch (504) holds: two batches */
+		CHECK_EQ(al_kfree_rcu(d, &c, a, v[i]), 0);
+	al_defer_poll(d, &c);
+	CHECK_EQ(t_stat(a, 0, "kfrees"), 700);
+	CHECK_EQ(t_stat(a, 0, "bulk_frees"), 3);
+	al_defer_destroy(d);
+	t_teardown(a);
+}
+
+TEST(test_thread_mode_helper)
+{
+	struct al_defer *d = mk(2, AL_IRQ_WORK_THREAD, 0, false);
+	struct al_irq_work w;
+	struct al_ctx c;
+
+	if (!d)
+		return;
+	memset(runs, 0, sizeof(runs));
+	al_ctx_init(&c, 1);
+	al_irq_work_init(&w, 1, count_fn);
+	CHECK(al_irq_work_queue(d, &w, &c));
+	al_defer_poll(d, &c);		     /* inline polls do nothing in thread mode */
+	al_defer_flush(d, &c, AL_DRAIN_ALL); /* waits for the helper, runs what is left */
+	CHECK_EQ(__atomic_load_n(&runs[1], __ATOMIC_RELAXED), 1);
+	al_defer_destroy(d);
+}
+
+static struct al_ctx handler_ctx;
+static int handler_saw;
+
+static void on_signal(int sig)
+{
+	struct al_ctx *cur = al_ctx_current();
+
+	(void)sig;
+	if (cur) {
+		al_ctx_nested(&handler_ctx, cur, AL_CTX_NMI);
+		handler_saw = 1;
+	}
+}
+
+TEST(test_ctx_current_in_signal_handler)
+{
+	struct al_ctx c;
+
+	al_ctx_init(&c, 3);
+	al_ctx_set_current(&c);
+	signal(SIGUSR2, on_signal);
+	raise(SIGUSR2); /* delivered before raise returns */
+	signal(SIGUSR2, SIG_DFL);
+	al_ctx_set_current(NULL);
+	CHECK_EQ(handler_saw, 1);
+	CHECK_EQ(handler_ctx.cpu, 3);
+	CHECK_EQ(handler_ctx.level, AL_CTX_NMI);
+	CHECK(al_ctx_current() == NULL);
+}
+
+int main(void)
+{
+	RUN(test_irq_work_once_and_at_task_level);
+	RUN(test_grace_period_waits_for_every_reader);
+	RUN(test_no_reader_completes_at_once_and_nmi_refused);
+	RUN(test_gp_latency_and_flush);
+	RUN(test_nocb_runs_on_next_cpu);
+	RUN(test_kfree_rcu_batches_into_free_bulk);
+	RUN(test_thread_mode_helper);
+	RUN(test_ctx_current_in_signal_handler);
+	return TEST_SUMMARY();
+}

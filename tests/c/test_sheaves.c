@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sheaves: exact counters for a scripted sequence with capacity 4 and a barn
+ * of one full and one empty sheaf (refills, sheaf swaps with the barn, the
+ * flush when the barn is full, a spare swap), capacity by object size,
+ * kfree_nolock meeting a held per-CPU lock (deferred, then freed by the
+ * irq_work), and a multi-thread stress with NMI-level allocations.
+ */
+#include <errno.h>
+#include <pthread.h>
+
+#include "t_spec.h"
+
+#define S(a, l, name) t_stat((a), (l), (name))
+
+TEST(test_capacity_by_size)
+{
+	struct al_allocator *a = t_spec("sheaves > slab(form=sheaves)", 1);
+	static const size_t size[] = { 64, 256, 1024, 4096 };
+	static const long long cap[] = { 60, 28, 12, 4 }; /* 26 raised to fill kmalloc-256 */
+	struct al_ctx c;
+	unsigned i;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	for (i = 0; i < 4; i++) {
+		long long before = S(a, 0, "refill_objects");
+		void *p = al_alloc(a, &c, size[i], 0);
+
+		CHECK(p != NULL);
+		CHECK_EQ(S(a, 0, "refill_objects") - before, cap[i]);
+		CHECK_EQ(al_free(a, &c, p), 0);
+	}
+	t_teardown(a);
+}
+
+TEST(test_sheaves_script)
+{
+	struct al_allocator *a =
+		t_spec("sheaves(capacity=4, barn_full=1, barn_empty=1) > slab(form=sheaves)", 1);
+	struct al_ctx c;
+	void *v[13];
+	unsigned i;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	/* 13 allocations: each empty main is swapped for a refilled sheaf; the
+	 * empty one waits in the barn and is refilled next time. */
+	for (i = 0; i < 13; i++)
+		v[i] = al_alloc(a, &c, 64, 0);
+	CHECK_EQ(S(a, 0, "refills"), 4);
+	CHECK_EQ(S(a, 0, "refill_objects"), 16);
+	CHECK_EQ(S(a, 0, "sheaf_allocs"), 1); /* each CPU's main exists from the start */
+	CHECK_EQ(S(a, 0, "barn_get_fail"), 4);
+	CHECK_EQ(S(a, 0, "barn_empty_get"), 3);
+	CHECK_EQ(S(a, 0, "objects_cached"), 3);
+	CHECK_EQ(S(a, 0, "barn_empty"), 1);
+	CHECK_EQ(S(a, 1, "bulk_allocs"), 4);
+	/* 13 frees: main fills (f1), the barn's empty sheaf becomes main (f2),
+	 * main and spare full: main goes to the barn for a new empty (f6), the
+	 * barn is full: the full spare is flushed to the slab and reused (f10). */
+	CHECK_EQ(al_free(a, &c, v[0]), 0);
+	CHECK_EQ(al_free(a, &c, v[1]), 0);
+	CHECK_EQ(S(a, 0, "barn_empty_get"), 4);
+	CHECK_EQ(S(a, 0, "barn_empty"), 0);
+	for (i = 2; i < 6; i++)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(S(a, 0, "barn_put"), 1);
+	CHECK_EQ(S(a, 0, "barn_full"), 1);
+	CHECK_EQ(S(a, 0, "sheaf_allocs"), 2);
+	for (i = 6; i < 10; i++)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(S(a, 0, "barn_put_fail"), 1);
+	CHECK_EQ(S(a, 0, "flushes"), 1);
+	CHECK_EQ(S(a, 0, "flush_objects"), 4);
+	CHECK_EQ(S(a, 1, "kfrees"), 4);
+	for (i = 10; i < 13; i++)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(S(a, 0, "free_fastpath"), 13);
+	CHECK_EQ(S(a, 0, "objects_cached"), 12); /* main 4, spare 4, barn 4 */
+	CHECK_EQ(S(a, 1, "bytes_held"), 12 * 64);
+	CHECK_EQ(S(a, 0, "bytes_held"), 0);
+	t_check(a);
+	/* 9 allocations: main empties, the full spare is swapped in, then the
+	 * empty main is exchanged for the barn's full sheaf. */
+	for (i = 0; i < 9; i++)
+		v[i] = al_alloc(a, &c, 64, 0);
+	CHECK_EQ(S(a, 0, "spare_swaps"), 1);
+	CHECK_EQ(S(a, 0, "barn_get"), 1);
+	CHECK_EQ(S(a, 0, "refills"), 4); /* nothing new from the slab */
+	CHECK_EQ(S(a, 0, "objects_cached"), 3);
+	for (i = 0; i < 9; i++)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	t_check(a);
+	t_teardown(a);
+}
+
+/* kfree_nolock in an NMI that interrupts a free holding the per-CPU lock. */
+static struct al_allocator *nested_a;
+static void *nested_obj;
+static int nested_ret;
+
+static void nested_free_nmi(struct al_ctx *c, void *arg)
+{
+	struct al_ctx nmi;
+
+	(void)arg;
+	al_ctx_nested(&nmi, c, AL_CTX_NMI);
+	nested_ret = al_free(nested_a, &nmi, nested_obj);
+}
+
+TEST(test_kfree_nolock_trylock_failure_defers)
+{
+	struct al_allocator *a = t_spec("nolock > sheaves > slab(form=sheaves)", 1);
+	struct al_ctx c;
+	void *p, *q;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	p = al_alloc(a, &c, 64, 0);
+	q = al_alloc(a, &c, 64, 0);
+	nested_a = a;
+	nested_obj = q;
+	t_inject_arm("sheaves.locked", nested_free_nmi);
+	CHECK_EQ(al_free(a, &c, p), 0);
+	t_inject_off();
+	CHECK_EQ(t_inject_fired, 1);
+	CHECK_EQ(nested_ret, 0);
+	CHECK_EQ(S(a, 1, "lock_busy_frees"), 1);
+	CHECK_EQ(S(a, 1, "nospin_fail"), 1);
+	CHECK_EQ(S(a, 0, "frees_deferred"), 1);
+	/* the outer free's end ran the irq_work: the slow path took it */
+	CHECK_EQ(S(a, 0, "deferred_freed"), 1);
+	CHECK_EQ(S(a, 0, "deferred_pending"), 0);
+	CHECK_EQ(S(a, 1, "free_fallback"), 1);
+	CHECK_EQ(S(a, 0, "bytes_held"), 0);
+	t_teardown(a);
+}
+
+/* ---- stress ---- */
+
+#define NTHREADS 4
+#define NOPS	 20000
+
+static struct al_allocator *sa;
+static int serrors;
+static void *slots[64];
+
+static void *worker(void *arg)
+{
+	unsigned id = (unsigned)(uintptr_t)arg, i, k;
+	uint64_t rng = 0xD1B54A32D192ED03ull * (id + 1);
+	struct al_ctx c, nmi;
+	void *p, *o;
+
+	al_ctx_init(&c, id);
+	al_ctx_nested(&nmi, &c, AL_CTX_NMI);
+	for (i = 0; i < NOPS; i++) {
+		rng ^= rng << 13;
+		rng ^= rng >> 7;
+		rng ^= rng << 17;
+		k = (unsigned)(rng >> 33);
+		p = al_alloc(sa, (k & 7) ? &c : &nmi, 1 + k % 2048, 0);
+		if (!p) {
+			if (c.err != -EBUSY && nmi.err != -EBUSY)
+				__atomic_fetch_add(&serrors, 1, __ATOMIC_RELAXED);
+			continue;
+		}
+		memset(p, (int)k, 1 + k % 2048 < 8 ? 1 + k % 2048 : 8);
+		o = __atomic_exchange_n(&slots[k % 64], p, __ATOMIC_ACQ_REL);
+		if (o && al_free(sa, (k & 8) ? &c : &nmi, o))
+			__atomic_fetch_add(&serrors, 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+TEST(test_stress_nolock_sheaves)
+{
+	pthread_t th[NTHREADS];
+	struct al_ctx c;
+	unsigned i;
+
+	sa = t_spec("nolock > sheaves(barn_full=2, barn_empty=2) > slab(form=sheaves)", NTHREADS);
+	CHECK(sa != NULL);
+	if (!sa)
+		return;
+	for (i = 0; i < NTHREADS; i++)
+		pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)i);
+	for (i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+	al_ctx_init(&c, 0);
+	for (i = 0; i < 64; i++)
+		if (slots[i])
+			CHECK_EQ(al_free(sa, &c, slots[i]), 0);
+	CHECK_EQ(serrors, 0);
+	t_teardown(sa);
+}
+
+int main(void)
+{
+	RUN(test_capacity_by_size);
+	RUN(test_sheaves_script);
+	RUN(test_kfree_nolock_trylock_failure_defers);
+	RUN(test_stress_nolock_sheaves);
+	return TEST_SUMMARY();
+}

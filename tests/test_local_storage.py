@@ -1,0 +1,212 @@
+"""Seed 003 (issue 4): the local-storage-create workload, its eras' exact
+counts per create, the workload results (metrics "wl.<name>"), the new
+layers and presets, and the reproduction's report, JSON and CLI."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import alloclab as al
+import alloclab.reproduce as rep
+from alloclab import schema
+
+WL = "local-storage-create"
+
+
+def one(policy, cycles=10, batch_size=16, **kw):
+    kw.setdefault("warmup_cycles", 2)
+    res = al.run(WL, policy, runs=1, cycles=cycles, batch_size=batch_size, **kw)
+    return res.points[0]
+
+
+def leaks(p):
+    return {k: v[0] for k, v in p.data.items() if k.endswith(".leaked") and v[0]}
+
+
+def test_schema():
+    w = schema.workload(WL)
+    names = [p.name for p in w.params]
+    for n in ("storage_type", "batch_size", "value_size", "owner_work", "free_path",
+              "gp_latency", "rcu_nocb", "charge", "owner_kmallocs", "sample"):
+        assert n in names
+    assert w.param("storage_type").choices == ("socket", "task")
+    for layer in ("slab", "sheaves", "nolock", "bpf_ma"):
+        assert layer in schema.layers()
+    assert "trylock" in schema.layer("nolock").features
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("kzalloc", "slab(zero=true)"),
+    ("kmalloc-sheaves", "sheaves > slab(form=sheaves)"),
+    ("kmalloc-nolock", "nolock > slab"),
+    ("bpf-ma", "bpf_ma(mode=fixed) > slab"),
+])
+def test_presets_are_canonical(name, spec):
+    assert al.presets[name] == spec
+    assert str(al.Policy(spec)) == spec
+
+
+def test_kzalloc_socket_exact():
+    p = one("kzalloc", storage_type="socket")
+    n = 10 * 16
+    assert p["wl.creates"][0] == n
+    assert p["wl.create_errs"][0] == 0 and p["wl.eagain"][0] == 0
+    assert p["slab.kmallocs"][0] == 2 * n           # selem + storage
+    assert p["slab.traced_kmallocs"][0] == 2 * n    # kzalloc fires the tracepoint
+    assert p["wl.kfree_rcu"][0] == 2 * n
+    assert p["wl.charges"][0] == 2 * n == p["wl.uncharges"][0]
+    assert p["wl.owner_kmallocs"][0] == 0           # owner_work=none
+    assert p["alloc_ops"][0] == 2 * n and p["free_ops"][0] == 2 * n
+    assert not leaks(p)
+
+
+def test_nolock_socket_call_rcu_and_deferred_frees():
+    p = one("kmalloc-nolock", storage_type="socket")
+    n = 10 * 16
+    assert p["wl.call_rcu"][0] == 2 * n
+    assert p["slab.traced_kmallocs"][0] == 0        # kmalloc_nolock: no tracepoint
+    assert p["slab.kmallocs"][0] == 2 * n
+    # every deferred free was freed by the irq_work
+    assert p["nolock.frees_deferred"][0] == p["nolock.deferred_freed"][0]
+    assert p["nolock.frees_deferred"][0] > 0
+    assert not leaks(p)
+
+
+def test_bpf_ma_task_reuse_now():
+    p = one("bpf-ma", storage_type="task")
+    n = 10 * 16
+    assert p["wl.reuse_now"][0] == 2 * n
+    assert p["wl.charges"][0] == 0                  # task storage: no charge callback
+    assert p["bpf_ma.frees"][0] == 2 * n
+    assert p["bpf_ma.alloc_hits"][0] == 2 * n       # every object from the per-CPU lists
+    assert p["slab.kmallocs"][0] == 0               # steady state: no refill needed
+    assert not leaks(p)
+
+
+def test_free_path_override_and_value_size():
+    p = one("kmalloc-nolock", free_path="kfree_rcu", value_size=512)
+    assert p["wl.kfree_rcu"][0] == 2 * 10 * 16 and p["wl.call_rcu"][0] == 0
+    assert not leaks(p)
+    with pytest.raises(al.RunError, match="value_size too large"):
+        one("bpf_ma > slab", value_size=4096)     # any-size bpf_ma takes 4088 at most
+
+
+@pytest.mark.parametrize("policy", ["kzalloc", "kmalloc-nolock", "bpf-ma", "kmalloc-sheaves",
+                                    "nolock > sheaves > slab(form=sheaves)",
+                                    "nolock(irq_work=thread) > slab",
+                                    "bpf_ma(mode=fixed, irq_work=thread) > slab"])
+def test_every_era_with_producers_and_grace_periods(policy):
+    res = al.run(WL, policy, runs=1, cycles=8, warmup_cycles=1, producers=2,
+                 storage_type=["socket", "task"], rcu_nocb=[False, True], gp_latency=[0, 100000],
+                 batch_size=8)
+    for p in res.points:
+        assert p["wl.creates"][0] + p["wl.create_errs"][0] == 2 * 8 * 8
+        assert not leaks(p), p.params
+
+
+def test_samples_and_json_round_trip():
+    res = al.run(WL, "kmalloc-nolock", runs=1, duration=0.2, warmup_cycles=2,
+                 sample=40_000_000)
+    p = res.points[0]
+    assert p["wl.samples"][0] >= 2
+    assert p["wl.creates_per_s"][0] > 0 and p["wl.creates_per_s_sd"][0] >= 0
+    assert p["wl.ns_per_create"][0] > 0
+    back = al.Result.from_json(res.to_json())
+    assert back == res
+    assert "wl.creates_per_s" in res.metrics()
+    t = res.table("wl.creates_per_s", rows="storage_type", cols="producers")
+    assert t.values.shape == (1, 1)
+
+
+def test_short_run_rate_without_deviation():
+    p = one("kzalloc", cycles=3, sample=60_000_000_000)
+    assert p["wl.samples"][0] == 0
+    assert p["wl.creates_per_s"][0] > 0  # over the whole measured span
+    assert math.isnan(p["wl.creates_per_s_sd"][0])
+
+
+def test_owner_work_real():
+    for st, bg in (("socket", 1.13), ("task", 2.51)):
+        p = one("kmalloc-nolock", cycles=2, batch_size=4, storage_type=st, owner_work="real")
+        assert p["wl.owner_errs"][0] == 0
+        assert p["wl.creates"][0] == 8
+        assert p["wl.owner_kmallocs"][0] == pytest.approx(8 * bg)
+        assert not leaks(p)
+
+
+# ---------------------------------------------------------------- reproduction
+
+@pytest.fixture(scope="module")
+def report():
+    return rep.local_storage(batch_sizes=[16, 32], duration=0.15, sample=0.05,
+                             owner_work="none", warmup_cycles=5)
+
+
+def test_report_tables(report):
+    text = str(report)
+    for needle in ("Socket local storage (this machine)", "Task local storage (the seed)",
+                   "kzalloc", "kmalloc_nolock", "BPF memory allocator", "104.217 ± 0.974",
+                   "Counters per create", "deferred frees", "Seed conclusions"):
+        assert needle in text
+    m, s = report.speed("socket", 0, 16)
+    assert m > 0 and s >= 0
+    tr, sl = report.kmallocs("socket", 0, 16)
+    assert tr == pytest.approx(2.0) and sl == pytest.approx(2.0)   # kzalloc
+    tr, sl = report.kmallocs("socket", 1, 16)
+    assert tr == pytest.approx(0.0) and sl == pytest.approx(2.0)   # kmalloc_nolock
+    assert report.kmallocs("task", 0, 32)[1] == pytest.approx(0.0)  # bpf_ma: no slab
+    d = report.diff("socket", 16)
+    assert d == pytest.approx(100 * (report.speed("socket", 1, 16)[0] /
+                                     report.speed("socket", 0, 16)[0] - 1))
+    v = report.verdicts()
+    assert len(v) == 5 and all(h in (True, False, None) for _, h, _ in v)
+    # the tracepoint claims are counts, never inconclusive: they hold exactly
+    assert v[2][1] is True and v[4][1] is True
+
+
+def test_report_json_round_trip(report, tmp_path):
+    path = tmp_path / "ls.json"
+    report.to_json(str(path))
+    back = rep.LocalStorageReport.from_json(str(path))
+    assert str(back) == str(report)
+
+
+def test_report_plots(report):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for fig in (report.plot(), report.plot_kmallocs()):
+        assert len(fig.axes) >= 2
+        plt.close(fig)
+
+
+def test_report_rejects_unknown_storage_type():
+    with pytest.raises(al.UnknownNameError, match="inode"):
+        rep.local_storage(storage_types=["inode"])
+
+
+def test_cli_reproduce_local_storage(tmp_path):
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "alloclab", "reproduce", "local-storage",
+                        "--storage-types", "socket", "--batch-sizes", "16",
+                        "--duration", "0.1", "--sample", "0.05", "--owner-work", "none",
+                        "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "Socket local storage (this machine)" in r.stdout
+    assert "Task local storage" not in r.stdout
+    assert json.loads(out.read_text())["format"] == "alloclab-local-storage-report"
+    r = subprocess.run([sys.executable, "-m", "alloclab", "reproduce", "local-storage",
+                        "--storage-types", "inode"], capture_output=True, text=True)
+    assert r.returncode == 2 and "inode" in r.stderr
+
+
+def test_cli_run_workload_metric():
+    r = subprocess.run([sys.executable, "-m", "alloclab", "run", WL, "--policy", "kzalloc",
+                        "--metric", "wl.creates_per_s", "--cycles", "5", "--runs", "1",
+                        "--sample", "1ms"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "creates_per_s (workload metric" in r.stdout
