@@ -16,6 +16,7 @@ EXPECT = {
     "custom_policy.ipynb": ["compiled and registered", "halfspill > buddy", "buddy locks/op"],
     "vmalloc.ipynb": ["micromm/vmalloc", "zone locks/vmalloc"],
     "local_storage.ipynb": ["Socket local storage", "kmallocs/create", "deferred frees"],
+    "tutorial.ipynb": ["presets:", "buddy locks/op", "refused:"],
 }
 
 
