@@ -304,7 +304,8 @@ class VmallocReport:
         pols = "; ".join("%s = %s" % (k, spec) for k, _, spec in self.designs)
         return ("Seed 004 on this machine: test_vmalloc, %d thread%s, loops = seed x %g, mean of "
                 "%d runs per cell, interleaved.\nPolicies: %s.\nNormalised to %s: positive = "
-                "improvement (old/new - 1); (R)/(I) = Welch's t-test p < 0.05." % (
+                "improvement (old/new - 1); (R)/(I) = Welch's t-test, p < 0.05 after "
+                "Benjamini-Hochberg over the report, and at least 2%%." % (
                     s["threads"], "" if s["threads"] == 1 else "s", s["scale"], s["runs"], pols,
                     BASELINE[0]))
 
