@@ -31,7 +31,7 @@ def table(res, title, metric, rows, cols, row_key, col_key, fixed):
     head = "  %-22s" % (row_key + "/" + col_key)
     for r in rows:
         for c in cols:
-            head += "%16s" % ("%s/%s" % (r, c))
+            head += "%22s" % ("%s/%s" % (r, c))
     print(head)
     for name in names:
         spec = str(al.Policy(al.presets[name]))
@@ -41,7 +41,7 @@ def table(res, title, metric, rows, cols, row_key, col_key, fixed):
                 where = dict(fixed, policy=spec, **{row_key: r, col_key: c})
                 v = mean(res, metric, **where)
                 ref = mean(res, metric, **dict(where, policy=str(al.Policy("mimalloc"))))
-                line += "%16s" % ("%.1f [%.2f]" % (v, v / ref) if ref == ref else "%.1f" % v)
+                line += "%22s" % ("%.1f [%.2f]" % (v, v / ref) if ref == ref else "%.1f" % v)
         print(line)
 
 
