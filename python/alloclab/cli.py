@@ -622,6 +622,43 @@ def cmd_preload(args):
         raise _RunFailed("cannot run %s: %s" % (argv[0], e.strerror)) from None
 # ------------------------------------------------------------------ reproduce vmalloc
 
+def _save_figures(figs, path):
+    """Write a report's figures: one PDF with a page each, or one file per
+    figure (the first at PATH, the others at PATH-<suffix>.<ext>)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    if path.endswith(".pdf"):
+        with PdfPages(path) as pdf:
+            for f, _ in figs:
+                pdf.savefig(f)
+    else:
+        base, dot, ext = path.rpartition(".")
+        for f, suffix in figs:
+            f.savefig(path if not suffix else ("%s-%s.%s" % (base, suffix, ext) if dot
+                                               else "%s-%s" % (path, suffix)))
+    for f, _ in figs:
+        plt.close(f)
+
+
+def _emit_report(make, args, figures):
+    """Run a reproduction, print it, and write --json and --plot."""
+    try:
+        rep = make()
+    except errors.AlloclabError as e:
+        if isinstance(e, (errors.AllocatorExhausted, errors.RunError)):
+            raise _RunFailed(str(e)) from None
+        raise
+    print(rep)
+    if args.json:
+        rep.to_json(args.json)
+    if args.plot:
+        _save_figures(figures(rep), args.plot)
+    return 0
+
+
 def _vmalloc_parser(rsub):
     """`alloclab reproduce vmalloc` (seed 004)."""
     from .reproduce.vmalloc import TEST_BITS
@@ -669,30 +706,12 @@ def cmd_reproduce_vmalloc(args):
         raise UsageError("--threads=%d: at least 1" % args.threads)
     if args.cpus < 0:
         raise UsageError("--cpus=%d: 0 or more" % args.cpus)
-    try:
-        rep = reproduce.vmalloc(scale=args.scale, runs=args.runs, threads=args.threads,
+    return _emit_report(
+        lambda: reproduce.vmalloc(scale=args.scale, runs=args.runs, threads=args.threads,
                                 arch=args.arch, cpus=args.cpus,
                                 pcp_first=not args.no_pcp_first, tests=args.tests,
-                                rezki=not args.no_rezki, progress=args.progress)
-    except errors.AlloclabError as e:
-        if isinstance(e, (errors.AllocatorExhausted, errors.RunError)):
-            raise _RunFailed(str(e)) from None
-        raise
-    print(rep)
-    if args.json:
-        rep.to_json(args.json)
-    if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        base, dot, ext = args.plot.rpartition(".")
-        for fig, path in ((rep.plot(), args.plot),
-                          (rep.plot_sizes(), "%s-sizes.%s" % (base, ext) if dot else
-                           args.plot + "-sizes")):
-            fig.savefig(path)
-            plt.close(fig)
-    return 0
+                                rezki=not args.no_rezki, progress=args.progress),
+        args, lambda rep: [(rep.plot(), ""), (rep.plot_sizes(), "sizes")])
 
 
 def _local_storage_parser(rsub):
@@ -734,38 +753,14 @@ def cmd_reproduce_local_storage(args):
 
     if args.runs < 1 or args.producers < 1:
         raise UsageError("--runs and --producers must be at least 1")
-    try:
-        rep = reproduce.local_storage(storage_types=args.storage_types,
+    return _emit_report(
+        lambda: reproduce.local_storage(storage_types=args.storage_types,
                                       batch_sizes=args.batch_sizes, runs=args.runs,
                                       duration=args.duration, sample=args.sample,
                                       owner_work=args.owner_work, producers=args.producers,
                                       gp_latency=int(round(args.gp_latency * 1e9)),
-                                      rcu_nocb=args.rcu_nocb, progress=args.progress)
-    except errors.AlloclabError as e:
-        if isinstance(e, (errors.AllocatorExhausted, errors.RunError)):
-            raise _RunFailed(str(e)) from None
-        raise
-    print(rep)
-    if args.json:
-        rep.to_json(args.json)
-    if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.backends.backend_pdf import PdfPages
-
-        figs = [rep.plot(), rep.plot_kmallocs()]
-        if args.plot.endswith(".pdf"):
-            with PdfPages(args.plot) as pdf:
-                for f in figs:
-                    pdf.savefig(f)
-        else:
-            base, dot, ext = args.plot.rpartition(".")
-            for i, f in enumerate(figs):
-                f.savefig(args.plot if i == 0 else "%s-%d.%s" % (base, i, ext))
-        for f in figs:
-            plt.close(f)
-    return 0
+                                      rcu_nocb=args.rcu_nocb, progress=args.progress),
+        args, lambda rep: [(rep.plot(), ""), (rep.plot_kmallocs(), "1")])
 
 
 def cmd_reproduce(args, parser):
@@ -780,37 +775,13 @@ def cmd_reproduce(args, parser):
         return 2
     if len(args.size) != 1:
         raise UsageError("--size takes one size for a reproduction, not %r" % (args.size,))
-    try:
-        rep = reproduce.libarena(producers=args.producers,
+    return _emit_report(
+        lambda: reproduce.libarena(producers=args.producers,
                                  allocs_per_cycle=args.allocs_per_cycle, runs=args.runs,
                                  size=args.size[0], timings=args.timing,
                                  workloads=args.workloads, duration=args.duration,
-                                 baseline=not args.no_baseline, progress=args.progress)
-    except errors.AlloclabError as e:
-        if isinstance(e, (errors.AllocatorExhausted, errors.RunError)):
-            raise _RunFailed(str(e)) from None
-        raise
-    print(rep)
-    if args.json:
-        rep.to_json(args.json)
-    if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.backends.backend_pdf import PdfPages
-
-        figs = [rep.plot(m, wl) for wl in rep.results for m in ("alloc_ns", "free_ns")]
-        if args.plot.endswith(".pdf"):
-            with PdfPages(args.plot) as pdf:
-                for f in figs:
-                    pdf.savefig(f)
-        else:
-            base, dot, ext = args.plot.rpartition(".")
-            for i, f in enumerate(figs):
-                f.savefig(args.plot if i == 0 else "%s-%d.%s" % (base, i, ext))
-        for f in figs:
-            plt.close(f)
-    return 0
+                                 baseline=not args.no_baseline, progress=args.progress),
+        args, lambda rep: [(rep.plot(m, wl), "" if n == 0 else str(n)) for n, (wl, m) in enumerate((wl, m) for wl in rep.results for m in ("alloc_ns", "free_ns"))])
 
 
 def main(argv=None):
