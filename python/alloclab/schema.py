@@ -230,9 +230,23 @@ def _read_params(descs, n, owner):
     return tuple(out)
 
 
+class _HasParams:
+    """param(name) for a schema with .name, .params and a _kind."""
+
+    def param(self, name):
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise errors.UnknownNameError.make(
+            "parameter", name, [p.name for p in self.params],
+            context="%s %s" % (self._kind, self.name))
+
+
 @dataclass(frozen=True)
-class LayerSchema:
+class LayerSchema(_HasParams):
     """A layer of the registry: name, doc, features, max_size, params."""
+
+    _kind = "layer"
 
     name: str
     doc: str
@@ -252,13 +266,6 @@ class LayerSchema:
     def has(self, feature):
         return feature in self.features
 
-    def param(self, name):
-        for p in self.params:
-            if p.name == name:
-                return p
-        raise errors.UnknownNameError.make(
-            "parameter", name, [p.name for p in self.params], context="layer %s" % self.name)
-
     def defaults(self):
         return [p.default for p in self.params]
 
@@ -273,8 +280,10 @@ class LayerSchema:
 
 
 @dataclass(frozen=True)
-class WorkloadSchema:
+class WorkloadSchema(_HasParams):
     """A workload of the registry: name, doc, flags, params, size param."""
+
+    _kind = "workload"
 
     name: str
     doc: str
@@ -291,13 +300,6 @@ class WorkloadSchema:
     def one_producer(self):
         return bool(self.flags_mask & lib.AL_WL_ONE_PRODUCER)
 
-    def param(self, name):
-        for p in self.params:
-            if p.name == name:
-                return p
-        raise errors.UnknownNameError.make(
-            "parameter", name, [p.name for p in self.params],
-            context="workload %s" % self.name)
 
     def defaults(self):
         return [p.default for p in self.params]
