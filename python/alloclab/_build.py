@@ -316,6 +316,8 @@ int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c);
 static const int AL_F_TRYLOCK;
 static const int AL_NOTRACE;
 static const int AL_NOCPU;
+/* ---- issue 8: reliability (NMI-safe layers) ---- */
+static const int AL_F_NMI_SAFE;
 """
 
 # Paths are relative to the project root, where setup.py runs.
