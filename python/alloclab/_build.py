@@ -223,6 +223,7 @@ struct al_run_config {
     uint64_t seed;
     int histogram;              /* issue 6 */
     uint64_t mem_sample_ns;     /* issue 6 */
+    uint64_t watchdog_ns;       /* issue 8 */
     ...;
 };
 
