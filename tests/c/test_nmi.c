@@ -189,7 +189,7 @@ static void *race_thread(void *arg)
 
 	al_ctx_init(&task, r->cpu);
 	al_ctx_nested(&nmi, &task, AL_CTX_NMI);
-	for (i = 0; i < 2000; i++) {
+	for (i = 0; i < 500; i++) {
 		for (j = 0; j < 16; j++) {
 			p[j] = al_alloc(r->a, &task, 16u << (j % 5), 0);
 			if (!p[j])
@@ -223,11 +223,64 @@ TEST(test_nmi_race)
 	}
 	al_ctx_init(&c, 0);
 	al_stack_drain(a, &c, AL_DRAIN_ALL);
-	CHECK_EQ(ctr(a, "nmi_frees_deferred"), 4 * 2000 * 8);
-	CHECK_EQ(ctr(a, "deferred_drained"), 4 * 2000 * 8);
+	CHECK_EQ(ctr(a, "nmi_frees_deferred"), 4 * 500 * 8);
+	CHECK_EQ(ctr(a, "deferred_drained"), 4 * 500 * 8);
 	CHECK_EQ(held(a), 0);
 	ck(a);
 	al_stack_destroy(a);
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define T_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define T_TSAN 1
+#endif
+#endif
+
+static void nmi_run(const char *const *names, unsigned n, int expect, unsigned producers)
+{
+	struct al_run_config cfg;
+	static struct al_run_result res;
+	unsigned i;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.workload = al_workload_find("nmi");
+	al_params_default(cfg.workload->params, cfg.workload->nparams, cfg.wparams);
+	cfg.wparams[2] = 50000; /* rate */
+	cfg.stack.n = n;
+	for (i = 0; i < n; i++) {
+		cfg.stack.layer[i].desc = al_layer_find(names[i]);
+		al_params_default(cfg.stack.layer[i].desc->params, cfg.stack.layer[i].desc->nparams,
+				  cfg.stack.layer[i].params);
+	}
+	cfg.producers = producers;
+	cfg.cpu_mode = AL_CPU_VIRTUAL;
+	cfg.warmup_cycles = 10;
+	cfg.cycles = 300;
+	cfg.watchdog_ns = 60000000000ull;
+	CHECK_EQ(al_run(&cfg, &res), expect);
+	if (res.status != expect)
+		fprintf(stderr, "nmi run: %s\n", res.error);
+	if (expect)
+		CHECK(strstr(res.error, "is not NMI-safe") != NULL);
+}
+
+/* Real timer signals (not under TSan, which delays asynchronous signals). */
+TEST(test_nmi_workload)
+{
+	static const char *const transfer[] = { "percpu", "transfer", "buddy" };
+
+	nmi_run(transfer, 3, -EOPNOTSUPP, 1);
+#ifndef T_TSAN
+	static const char *const buddy[] = { "buddy" };
+	static const char *const spill[] = { "percpu", "buddy" };
+	static const char *const nolock[] = { "nolock", "slab" };
+
+	nmi_run(buddy, 1, 0, 2);
+	nmi_run(spill, 2, 0, 2);
+	nmi_run(nolock, 2, 0, 2);
+#endif
 }
 
 int main(void)
@@ -238,5 +291,6 @@ int main(void)
 	RUN(test_nmi_free_bulk_and_drain);
 	RUN(test_nmi_while_locked);
 	RUN(test_nmi_race);
+	RUN(test_nmi_workload);
 	return TEST_SUMMARY();
 }
