@@ -9,15 +9,20 @@
    slowdown per 10k signals/s against the rate=0 run.
 2. Long stress: the stress workload on every preset for --stress seconds
    each, 2 workers: errors (must be 0), checked bytes, handoffs.
+3. Fuzzing: `make fuzz`, then each libFuzzer target for --fuzz seconds from
+   the seed corpus: executions per second and in total (needs clang).
 
 Writes bench/results/reliability.{txt,json}.
 
-    python bench/reliability.py [--duration 2] [--runs 3] [--stress 10]
+    python bench/reliability.py [--duration 2] [--runs 3] [--stress 10] [--fuzz 60]
 """
 import argparse
 import json
 import os
+import re
+import subprocess
 import sys
+import tempfile
 
 import alloclab as al
 from alloclab import errors, schema
@@ -58,6 +63,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--stress", type=float, default=10.0)
     ap.add_argument("--rates", default="0,10000,50000")
+    ap.add_argument("--fuzz", type=float, default=60.0, help="seconds per fuzz target, 0 = skip")
     a = ap.parse_args()
     rates = [int(x) for x in a.rates.split(",")]
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
@@ -83,7 +89,7 @@ def main():
                 continue
             p = r.points[0]
             ms = r.metrics()
-            ops = mean(p, "ops_per_sec") if "ops_per_sec" in ms else float("nan")
+            ops = mean(p, "throughput")
             el = mean(p, "elapsed_ns") / 1e9 if "elapsed_ns" in ms else a.duration
             runs = mean(p, "wl.nmi_handler_runs")
             served, refused = mean(p, "wl.nmi_served"), mean(p, "wl.nmi_refused")
@@ -106,8 +112,8 @@ def main():
     say("")
     say("== Long stress: stress workload, 2 workers, %.0f s per preset" % a.stress)
     for name, spec in al.presets.items():
-        if al.peers.needed(spec) is not None:
-            continue
+        if al.peers.needed(spec) is not None or spec == "null":
+            continue  # peers run in children; null hands out one block per CPU
         try:
             r = al.run("stress", spec, runs=1, producers=2, cpu="virtual",
                        duration=a.stress, warmup_cycles=1)
@@ -122,6 +128,27 @@ def main():
             name, d["stress_errors"], d["checked_bytes"], d["handoffs"], d["bulk_calls"],
             d["busy_retries"]))
         data["stress"][name] = d
+
+    if a.fuzz > 0:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        say("")
+        say("== Fuzzing: libFuzzer + ASan/UBSan, %.0f s per target" % a.fuzz)
+        subprocess.run(["make", "-s", "-j2", "fuzz"], cwd=root, check=True)
+        data["fuzz"] = {}
+        for fam in ("buddy", "front", "slab", "pages"):
+            with tempfile.TemporaryDirectory() as d:
+                p = subprocess.run(
+                    [os.path.join(root, "build", "fuzz", "fuzz_" + fam),
+                     "-max_total_time=%d" % a.fuzz, "-print_final_stats=1",
+                     "-artifact_prefix=%s/build/fuzz/crash-%s-" % (root, fam), d,
+                     os.path.join(root, "tests", "fuzz", "corpus", fam)],
+                    capture_output=True, text=True)
+            st = dict(re.findall(r"^stat::(\w+):\s+(\d+)", p.stderr, re.M))
+            ok = p.returncode == 0
+            say("fuzz_%-6s %s  %s executions, %s per second" % (
+                fam, "ok     " if ok else "CRASHED", st.get("number_of_executed_units", "?"),
+                st.get("average_exec_per_sec", "?")))
+            data["fuzz"][fam] = dict(ok=ok, **{k: int(v) for k, v in st.items()})
 
     out = os.path.join(os.path.dirname(__file__), "results", "reliability")
     with open(out + ".txt", "w") as f:
