@@ -346,6 +346,22 @@ def test_nmi_workload_refuses_unsafe_policies(spec):
         al.run("nmi", spec, runs=1, cycles=2, warmup_cycles=0)
 
 
+def test_nmi_xfree_mode():
+    """malloc-xfree: every batch is freed by the next worker (cross-CPU frees)
+    while the handlers run; nothing is lost (the engine's leak check)."""
+    r = al.run("nmi", ["buddy", "percpu > buddy", "nolock > slab"], runs=1, warmup_cycles=2,
+               cycles=200, producers=3, cpu="virtual", rate=20000, mode="malloc-xfree")
+    for p in r.points:
+        assert p["cross_frees"][0] > 0
+        assert p["wl.nmi_handler_runs"][0] >= 0
+
+
+def test_cli_watchdog_flag():
+    from alloclab.cli import main
+    assert main(["run", "malloc-free", "--policy", "buddy", "--runs", "1", "--cycles", "3",
+                 "--watchdog", "5"]) == 0
+
+
 def test_nmi_buddy_refuses_and_defers_exactly():
     """Through Python, nested contexts by hand: the buddy's NMI path."""
     from alloclab._ffi import ffi, lib

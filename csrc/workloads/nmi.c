@@ -2,13 +2,13 @@
 /*
  * nmi: allocation under real interruption (issue 8). Each worker runs
  * malloc-free cycles (allocs_per_cycle objects of `size`, each touched, then
- * freed) while a per-thread POSIX timer (timer_create with SIGEV_THREAD_ID,
- * `rate` signals per second per thread, CLOCK_MONOTONIC) interrupts it. The
- * signal handler is the NMI model: it derives an AL_CTX_NMI context from
- * al_ctx_current() (same CPU as the worker it interrupted, wherever that
- * worker was, inside the allocator included) and allocates `handler_objs`
- * objects through the same policy; it frees them before returning, or with
- * keep=1 leaves them for the next handler run to free.
+ * freed; with mode=malloc-xfree each batch is handed to the next worker,
+ * which frees it, as malloc-xfree does) while a per-thread POSIX timer (timer_create with
+ * SIGEV_THREAD_ID, `rate` signals per second per thread, CLOCK_MONOTONIC) interrupts it. The signal
+ * handler is the NMI model: it derives an AL_CTX_NMI context from al_ctx_current() (same CPU as the
+ * worker it interrupted, wherever that worker was, inside the allocator included) and allocates
+ * `handler_objs` objects through the same policy; it frees them before returning, or with keep=1
+ * leaves them for the next handler run to free.
  *
  * Reported (workload metrics, wl.<name>): handler runs, objects served and
  * refused (NULL: -EBUSY, guard busy, empty cache), frees that failed (the
@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -47,7 +48,8 @@
 #define NMI_MAX_OBJS 64		    /* handler_objs limit */
 #define NMI_RETRY    4096	    /* objects whose NMI free failed, freed later */
 
-enum { P_size, P_allocs_per_cycle, P_rate, P_handler_objs, P_keep, P_NR };
+enum { P_size, P_allocs_per_cycle, P_rate, P_handler_objs, P_keep, P_mode, P_NR };
+enum { M_FREE, M_XFREE };
 
 static const struct al_param_desc nmi_params[P_NR] = {
 	[P_size] = { "size", AL_PARAM_SIZE, 64, 1, 1ll << 30, NULL,
@@ -60,12 +62,30 @@ static const struct al_param_desc nmi_params[P_NR] = {
 			     "objects each handler run allocates" },
 	[P_keep] = { "keep", AL_PARAM_BOOL, 0, 0, 1, NULL,
 		     "leave a handler's objects for the next handler run to free" },
+	[P_mode] = { "mode", AL_PARAM_ENUM, M_FREE, 0, 1, "malloc-free,malloc-xfree",
+		     "workers free their own objects, or hand each batch to the next worker, "
+		     "which frees it (cross-CPU frees)" },
+};
+
+/* malloc-xfree: worker i hands its batch to worker i + 1 through box i + 1. */
+struct nmi_box {
+	pthread_mutex_t m; /* guards the box */
+	unsigned n;	   /* objects in it, 0 = empty */
+	void **objs;	   /* allocs_per_cycle slots */
+};
+
+struct nmi_shared {
+	unsigned nworkers;   /* boxes */
+	unsigned per;	     /* slots per box */
+	struct nmi_box *box; /* one per worker */
+	void **slots;	     /* nworkers * per pointers */
 };
 
 /* One worker. Handler-written fields are written only by this thread. */
 struct nmi_worker {
 	struct al_allocator *a;	  /* the stack */
 	void **arr;		  /* the cycle's objects */
+	void **in;		  /* malloc-xfree: the batch taken from this worker's box */
 	size_t arr_len;		  /* mapping length of arr */
 	size_t size;		  /* bytes per object */
 	unsigned objs;		  /* handler_objs */
@@ -141,16 +161,50 @@ static void nmi_handler(int sig, siginfo_t *si, void *uc)
 
 static int nmi_setup(const int64_t *params, unsigned nworkers, void **shared)
 {
+	struct nmi_shared *sh;
 	struct sigaction sa;
+	unsigned i;
 
-	(void)params;
-	(void)nworkers;
-	*shared = NULL;
+	sh = al_meta_alloc(sizeof(*sh));
+	if (!sh)
+		return -ENOMEM;
+	sh->nworkers = nworkers;
+	sh->per = (unsigned)params[P_allocs_per_cycle];
+	sh->box = al_meta_alloc(sizeof(*sh->box) * nworkers);
+	sh->slots = al_meta_alloc(sizeof(void *) * sh->per * nworkers);
+	if (!sh->box || !sh->slots) {
+		al_meta_free(sh->box, sizeof(*sh->box) * nworkers);
+		al_meta_free(sh, sizeof(*sh));
+		return -ENOMEM;
+	}
+	for (i = 0; i < nworkers; i++) {
+		pthread_mutex_init(&sh->box[i].m, NULL);
+		sh->box[i].objs = sh->slots + (size_t)i * sh->per;
+	}
+	*shared = sh;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = nmi_handler;
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigemptyset(&sa.sa_mask);
 	return sigaction(NMI_SIG, &sa, NULL) ? -errno : 0;
+}
+
+/* Free what is still in the boxes, then the shared state. */
+static void nmi_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
+{
+	struct nmi_shared *sh = shared;
+	unsigned i, j;
+
+	if (!sh)
+		return;
+	for (i = 0; i < sh->nworkers; i++) {
+		for (j = 0; j < sh->box[i].n; j++)
+			al_free(a, c, sh->box[i].objs[j]);
+		pthread_mutex_destroy(&sh->box[i].m);
+	}
+	al_meta_free(sh->slots, sizeof(void *) * sh->per * sh->nworkers);
+	al_meta_free(sh->box, sizeof(*sh->box) * sh->nworkers);
+	al_meta_free(sh, sizeof(*sh));
 }
 
 /* Refuse stacks that could deadlock in a handler. */
@@ -193,7 +247,8 @@ static int nmi_worker_init(struct al_worker *w)
 	m->keep = w->params[P_keep];
 	m->arr_len = (size_t)w->params[P_allocs_per_cycle] * sizeof(void *);
 	m->arr = al_meta_alloc(m->arr_len);
-	if (!m->arr)
+	m->in = al_meta_alloc(m->arr_len);
+	if (!m->arr || !m->in)
 		return -ENOMEM;
 	if (!rate)
 		return 0;
@@ -239,6 +294,60 @@ static void nmi_reset_counters(struct nmi_worker *m)
 	m->busy_retries = 0;
 }
 
+/* Free n objects of arr (timed); -errno with w->err on a failed free. */
+static int nmi_free_batch(struct al_worker *w, struct nmi_worker *m, void **arr, unsigned n)
+{
+	uint64_t t1 = al_ticks();
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		uint64_t t_end = 0;
+
+		while ((ret = al_free(w->a, &w->ctx, arr[i])) == -ETIMEDOUT && retry_ok(&t_end))
+			m->busy_retries++;
+		if (al_unlikely(ret)) {
+			snprintf(w->err, w->errlen, "free(%p) failed: %s", arr[i],
+				 al_strerror(ret));
+			return ret;
+		}
+	}
+	w->free_ticks += al_ticks() - t1;
+	w->free_ops += n;
+	return 0;
+}
+
+/* malloc-xfree: give this batch to the next worker's box (or free it here
+ * when the box is still full), then free the batch in this worker's box. */
+static int nmi_xfree(struct al_worker *w, struct nmi_worker *m, unsigned n)
+{
+	struct nmi_shared *sh = w->shared;
+	struct nmi_box *next = &sh->box[(w->id + 1) % sh->nworkers], *own = &sh->box[w->id];
+	unsigned got = 0;
+	bool given = false;
+	int ret;
+
+	w->alloc_ops += n;
+	pthread_mutex_lock(&next->m);
+	if (!next->n) {
+		memcpy(next->objs, m->arr, n * sizeof(void *));
+		next->n = n;
+		given = true;
+	}
+	pthread_mutex_unlock(&next->m);
+	if (!given && (ret = nmi_free_batch(w, m, m->arr, n)))
+		return ret;
+	pthread_mutex_lock(&own->m);
+	got = own->n;
+	memcpy(m->in, own->objs, got * sizeof(void *));
+	own->n = 0;
+	pthread_mutex_unlock(&own->m);
+	ret = nmi_free_batch(w, m, m->in, got);
+	if (!ret && sh->nworkers > 1)
+		w->alloc_cross += got;
+	return ret;
+}
+
 static int nmi_cycle(struct al_worker *w)
 {
 	struct nmi_worker *m = w->priv;
@@ -273,6 +382,8 @@ static int nmi_cycle(struct al_worker *w)
 	}
 	t1 = al_ticks();
 	w->alloc_ticks += t1 - t0;
+	if (w->params[P_mode] == M_XFREE)
+		return nmi_xfree(w, m, n);
 	for (i = 0; i < n; i++) {
 		uint64_t t_end = 0;
 
@@ -327,6 +438,7 @@ static void nmi_worker_fini(struct al_worker *w)
 	al_worker_metric(w, "nmi_handler_ns", al_ticks_to_ns((double)m->handler_ticks),
 			 AL_METRIC_SUM);
 	al_meta_free(m->arr, m->arr_len);
+	al_meta_free(m->in, m->arr_len);
 	al_meta_free(m, sizeof(*m));
 	w->priv = NULL;
 }
@@ -345,6 +457,7 @@ static const struct al_workload_desc nmi_desc = {
 	.cycle = nmi_cycle,
 	.worker_fini = nmi_worker_fini,
 	.prepare = nmi_prepare,
+	.teardown = nmi_teardown,
 };
 
 AL_REGISTER_WORKLOAD(nmi_desc)
