@@ -77,3 +77,25 @@ clean:
 	rm -rf build
 
 .PHONY: all tests test format clean preload
+
+# libFuzzer targets (issue 8): clang with ASan + UBSan, one per layer family,
+# all from tests/fuzz/fuzz_alloc.c (see the README's "Fuzzing").
+FUZZ_CC ?= clang
+FUZZ_FAMILIES := buddy front slab pages
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -pthread -Icsrc/include -DAL_VERSION_STR=\"$(VERSION)\" \
+	-DAL_BUILD_FLAGS="\"$(FUZZ_CC) fuzz\"" -fsanitize=address,undefined \
+	-fno-sanitize-recover=undefined -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror)
+FUZZ_OBJS := $(SRCS:%.c=build/fuzz/%.o)
+
+build/fuzz/%.o: %.c $(HDRS) $(INTERNAL_HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<  [fuzz]"
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_alloc.c $(FUZZ_OBJS)
+	@echo "  LD    $@"
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -DFUZZ_FAMILY_$* $< $(FUZZ_OBJS) -o $@ -lm
+
+fuzz: $(FUZZ_FAMILIES:%=build/fuzz/fuzz_%)
+
+.PHONY: fuzz

@@ -1,7 +1,8 @@
 #!/bin/sh
 # System packages the test suite needs (Debian/Ubuntu): the peer allocators
 # (jemalloc, gperftools' tcmalloc, mimalloc), sqlite3 for the preload shim's
-# real-program tests, clang-format for the C formatting check. Installs only
+# real-program tests, clang-format for the C formatting check, clang for the
+# libFuzzer targets (make fuzz). Installs only
 # what is missing; needs root (or sudo) when something is.
 set -e
 missing=""
@@ -12,6 +13,7 @@ have_lib libmimalloc.so.2 || missing="$missing libmimalloc2.0"
 command -v sqlite3 >/dev/null 2>&1 || missing="$missing sqlite3"
 command -v clang-format >/dev/null 2>&1 || missing="$missing clang-format"
 command -v cc >/dev/null 2>&1 || missing="$missing build-essential"
+command -v clang >/dev/null 2>&1 || missing="$missing clang" # libFuzzer (issue 8)
 [ -z "$missing" ] && exit 0
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -30,7 +30,7 @@ def programs(tmp_path_factory):
     out = tmp_path_factory.mktemp("preload")
     cc = shutil.which("cc") or shutil.which("gcc")
     built = {}
-    for name in ("mt", "freeall", "forker"):
+    for name in ("mt", "freeall", "forker", "xstress"):
         exe = str(out / name)
         subprocess.check_call([cc, "-O1", "-pthread", "-o", exe,
                                os.path.join(HERE, "preload", name + ".c")])
@@ -61,6 +61,15 @@ def test_multithreaded_c_program(policy, programs, tmp_path):
     if al.Policy(spec(policy)).layers[-1][0] == "buddy":
         assert sh["libc_aligned"] == 0  # buddy blocks are naturally aligned
     # (others may hand an over-aligned request to glibc: the program checked alignment)
+
+
+@pytest.mark.parametrize("policy", SHIM_PRESETS)
+def test_checked_stress_with_realloc_and_handoff(policy, programs, tmp_path):
+    """Issue 8: random malloc/calloc/realloc/free with cross-thread handoff,
+    every fill pattern checked, through the shim on every shim preset."""
+    proc, st = run(policy, [programs["xstress"]], tmp_path)
+    assert proc.returncode == 0 and "done 0" in proc.stdout, (proc.stdout, proc.stderr)
+    assert st["shim"]["free_errors"] == 0
 
 
 @pytest.mark.parametrize("policy", SHIM_PRESETS)

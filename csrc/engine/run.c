@@ -51,6 +51,7 @@ struct token {
 	unsigned n;    /* members */
 	unsigned left; /* members still in the phase */
 	unsigned char done[AL_MAX_PRODUCERS];
+	const int *stop; /* issue 8: the engine's stop flag (the watchdog wakes waiters) */
 };
 
 /* A reusable barrier whose party count can shrink (a worker failed to start). */
@@ -58,6 +59,7 @@ struct barrier {
 	pthread_mutex_t m;
 	pthread_cond_t cv;
 	unsigned parties, count, gen;
+	int broken; /* issue 8: the watchdog fired; every wait returns at once */
 };
 
 static void barrier_init(struct barrier *b, unsigned parties)
@@ -71,6 +73,7 @@ static void barrier_init(struct barrier *b, unsigned parties)
 	pthread_condattr_destroy(&ca);
 	b->parties = parties;
 	b->count = b->gen = 0;
+	b->broken = 0;
 }
 
 static void barrier_release_locked(struct barrier *b)
@@ -89,7 +92,7 @@ static void barrier_wait(struct barrier *b)
 	if (++b->count >= b->parties)
 		barrier_release_locked(b);
 	else
-		while (gen == b->gen)
+		while (gen == b->gen && !b->broken)
 			pthread_cond_wait(&b->cv, &b->m);
 	pthread_mutex_unlock(&b->m);
 }
@@ -121,6 +124,8 @@ struct worker_slot {
 	char err[200];
 	struct al_metric metrics[AL_METRICS_MAX]; /* this worker's workload metrics */
 	struct al_rcu_reader rcu; /* grace-period reader: online while cycling (issue 4) */
+	int where;		  /* issue 8: enum worker_where, for the watchdog (relaxed) */
+	uint64_t progress;	  /* issue 8: state changes and cycles so far (relaxed) */
 } __attribute__((aligned(AL_CACHELINE)));
 
 struct engine {
@@ -142,7 +147,30 @@ struct engine {
 	pthread_mutex_t a_lock;		/* e->a replaced (RESET) vs read by the memory sampler */
 	struct al_mem_sampler *sampler; /* memory samples (main thread only) */
 	struct worker_slot *ws;		/* the workers, for their live bytes */
+	unsigned started;		/* issue 8: worker threads started */
+	int fired;			/* issue 8: the watchdog ended the run (main only) */
+	uint64_t last_progress;		/* issue 8: sum of the workers' progress last seen */
+	uint64_t last_change_ns;	/* issue 8: when it last changed */
 };
+
+/* ---- issue 8: where a worker is, for the watchdog ---- */
+
+enum worker_where { W_INIT, W_BARRIER, W_TOKEN, W_CYCLE, W_FINI, W_DONE, W_NR };
+
+static const char *const where_names[W_NR] = {
+	[W_INIT] = "in worker_init",
+	[W_BARRIER] = "at a phase barrier",
+	[W_TOKEN] = "waiting for its CPU token",
+	[W_CYCLE] = "in a cycle",
+	[W_FINI] = "in worker_fini",
+	[W_DONE] = "done",
+};
+
+static void set_where(struct worker_slot *s, int where)
+{
+	__atomic_store_n(&s->where, where, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->progress, 1, __ATOMIC_RELAXED);
+}
 
 static void engine_fail(struct engine *e, int code, const char *fmt, ...)
 {
@@ -179,12 +207,17 @@ static void token_advance_locked(struct token *t)
 	pthread_cond_broadcast(&t->cv);
 }
 
-static void token_acquire(struct token *t, unsigned k)
+/* false when the run was stopped by the watchdog before the turn came. */
+static bool token_acquire(struct token *t, unsigned k)
 {
+	bool got;
+
 	pthread_mutex_lock(&t->m);
-	while (t->turn != k)
+	while (t->turn != k && !(t->stop && __atomic_load_n(t->stop, __ATOMIC_ACQUIRE) == 2))
 		pthread_cond_wait(&t->cv, &t->m);
+	got = t->turn == k;
 	pthread_mutex_unlock(&t->m);
+	return got;
 }
 
 static void token_release(struct token *t)
@@ -343,6 +376,179 @@ static void barrier_wait_sampling(struct engine *e)
 	pthread_mutex_unlock(&b->m);
 }
 
+/* ---- issue 8: the watchdog (main thread) ---- */
+
+/*
+ * With cfg->watchdog_ns, the main thread's waits (the phase barriers and the
+ * joins) wake up periodically and add up the workers' progress counters
+ * (one step per state change and per cycle). When the sum has not moved for
+ * watchdog_ns the run ends with -ETIMEDOUT and an error naming the policy,
+ * the workload and where each worker is. Barriers and token waits are
+ * broken so that the workers that are not stuck run out; the stuck ones are
+ * left running, detached, and the allocator (and the engine's state they
+ * use) is leaked on purpose: nothing is destroyed under a running thread.
+ */
+static void watchdog_fire(struct engine *e)
+{
+	char msg[sizeof(e->res->error)], pol[96];
+	size_t n = 0, m = 0;
+	unsigned i, g, k;
+	int w;
+
+	for (i = 0; i < e->cfg->stack.n && m < sizeof(pol); i++)
+		m += (size_t)snprintf(pol + m, sizeof(pol) - m, "%s%s", i ? ">" : "",
+				      e->cfg->stack.layer[i].desc->name);
+	if (!e->cfg->stack.n)
+		snprintf(pol, sizeof(pol), "?");
+	n = (size_t)snprintf(msg, sizeof(msg),
+			     "watchdog: no progress for %.3g s (policy %s, workload %s); "
+			     "stuck workers left running, allocator leaked;",
+			     (double)e->cfg->watchdog_ns / 1e9, pol, e->cfg->workload->name);
+	for (i = 0; i < e->started && n < sizeof(msg); i++) {
+		w = __atomic_load_n(&e->ws[i].where, __ATOMIC_RELAXED);
+		n += (size_t)snprintf(msg + n, sizeof(msg) - n, " worker %u %s%s", i,
+				      w >= 0 && w < W_NR ? where_names[w] : "?",
+				      i + 1 < e->started ? "," : "");
+	}
+	engine_fail(e, -ETIMEDOUT, "%s", msg);
+	__atomic_store_n(&e->stop, 2, __ATOMIC_RELEASE);
+	e->fired = 1;
+	pthread_mutex_lock(&e->bar.m);
+	e->bar.broken = 1;
+	pthread_cond_broadcast(&e->bar.cv);
+	pthread_mutex_unlock(&e->bar.m);
+	for (k = 0; k < 2; k++)
+		for (g = 0; e->tok[k] && g < e->ngroups; g++) {
+			pthread_mutex_lock(&e->tok[k][g].m);
+			pthread_cond_broadcast(&e->tok[k][g].cv);
+			pthread_mutex_unlock(&e->tok[k][g].m);
+		}
+}
+
+/* True when the watchdog fired (now or before). */
+static bool watchdog_check(struct engine *e)
+{
+	uint64_t sum = 0, now = al_mono_ns();
+	unsigned i;
+
+	if (e->fired)
+		return true;
+	if (!e->cfg->watchdog_ns)
+		return false;
+	for (i = 0; i < e->started; i++)
+		sum += __atomic_load_n(&e->ws[i].progress, __ATOMIC_RELAXED);
+	if (sum != e->last_progress || !e->last_change_ns) {
+		e->last_progress = sum;
+		e->last_change_ns = now;
+		return false;
+	}
+	if (now - e->last_change_ns < e->cfg->watchdog_ns)
+		return false;
+	watchdog_fire(e);
+	return true;
+}
+
+/* How often the main thread looks: an eighth of the watchdog, 1 ms to 1 s. */
+static uint64_t watchdog_period(const struct engine *e)
+{
+	uint64_t p = e->cfg->watchdog_ns / 8;
+
+	return p < 1000000 ? 1000000 : p > 1000000000 ? 1000000000 : p;
+}
+
+static void deadline_in(struct timespec *ts, uint64_t ns)
+{
+	ns += al_mono_ns();
+	ts->tv_sec = (time_t)(ns / 1000000000u);
+	ts->tv_nsec = (long)(ns % 1000000000u);
+}
+
+/*
+ * The main thread's barrier wait: memory samples every mem_sample_ns when
+ * `sample`, watchdog checks when it is on. false when the watchdog fired.
+ */
+static bool barrier_wait_main(struct engine *e, bool sample)
+{
+	struct barrier *b = &e->bar;
+	uint64_t sp = sample ? e->cfg->mem_sample_ns : 0, wp, next_sample, now;
+	struct timespec deadline;
+	unsigned gen;
+
+	if (!e->cfg->watchdog_ns) {
+		if (sample)
+			barrier_wait_sampling(e);
+		else
+			barrier_wait(b);
+		return !e->fired;
+	}
+	if (e->fired)
+		return false;
+	wp = watchdog_period(e);
+	next_sample = sp ? al_mono_ns() + sp : UINT64_MAX;
+	pthread_mutex_lock(&b->m);
+	gen = b->gen;
+	if (++b->count >= b->parties) {
+		barrier_release_locked(b);
+		pthread_mutex_unlock(&b->m);
+		return true;
+	}
+	for (;;) {
+		now = al_mono_ns();
+		deadline_in(&deadline, next_sample <= now	? 0
+				       : next_sample - now < wp ? next_sample - now
+								: wp);
+		while (gen == b->gen &&
+		       pthread_cond_timedwait(&b->cv, &b->m, &deadline) != ETIMEDOUT)
+			;
+		if (gen != b->gen)
+			break;
+		pthread_mutex_unlock(&b->m);
+		if (sp && al_mono_ns() >= next_sample) {
+			mem_sample(e);
+			next_sample = al_mono_ns() + sp;
+		}
+		if (watchdog_check(e))
+			return false; /* watchdog_fire broke the barrier */
+		pthread_mutex_lock(&b->m);
+	}
+	pthread_mutex_unlock(&b->m);
+	return true;
+}
+
+/* Join a worker, watching the others' progress. false when the watchdog fired. */
+static bool join_main(struct engine *e, unsigned i)
+{
+	struct timespec deadline;
+	struct timespec now;
+
+	if (!e->cfg->watchdog_ns) {
+		pthread_join(e->ws[i].th, NULL);
+		return true;
+	}
+	for (;;) {
+		/* pthread_timedjoin_np measures CLOCK_REALTIME */
+		clock_gettime(CLOCK_REALTIME, &now);
+		deadline = now;
+		deadline.tv_nsec += (long)(watchdog_period(e) % 1000000000u);
+		deadline.tv_sec +=
+			(time_t)(watchdog_period(e) / 1000000000u) + deadline.tv_nsec / 1000000000;
+		deadline.tv_nsec %= 1000000000;
+		if (pthread_timedjoin_np(e->ws[i].th, NULL, &deadline) != ETIMEDOUT)
+			return true;
+		if (watchdog_check(e))
+			return false;
+	}
+}
+
+/* The watchdog fired: detach every worker not joined yet; leak the rest. */
+static void abandon_workers(struct engine *e, unsigned from)
+{
+	unsigned i;
+
+	for (i = from; i < e->started; i++)
+		pthread_detach(e->ws[i].th);
+}
+
 /* ---- workers ---- */
 
 static int run_cycle(struct worker_slot *s, struct token *t)
@@ -350,8 +556,12 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	struct engine *e = s->e;
 	int ret;
 
-	if (t)
-		token_acquire(t, s->member);
+	if (t) {
+		set_where(s, W_TOKEN);
+		if (!token_acquire(t, s->member))
+			return -ECANCELED; /* the watchdog stopped the run */
+	}
+	set_where(s, W_CYCLE);
 	ret = e->cfg->workload->cycle(&s->w);
 	if (t)
 		token_release(t);
@@ -390,12 +600,14 @@ static void *worker_main(void *arg)
 	}
 	al_ctx_set_current(&s->w.ctx); /* for signal handlers (the NMI model) */
 	s->rcu.slot = -1;
+	set_where(s, W_INIT);
 	if (wl->worker_init) {
 		ret = wl->worker_init(&s->w);
 		if (ret)
 			engine_fail(e, ret, "worker %u: init: %s", s->w.id,
 				    s->err[0] ? s->err : al_strerror(ret));
 	}
+	set_where(s, W_BARRIER);
 	barrier_wait(&e->bar); /* A: everyone is ready */
 
 	t = e->tokens ? &e->tok[0][s->group] : NULL;
@@ -413,7 +625,8 @@ static void *worker_main(void *arg)
 		al_hist_reset(&s->w.hist[AL_HIST_ALLOC]);
 		al_hist_reset(&s->w.hist[AL_HIST_FREE]);
 	}
-	s->w.nmetrics = 0;     /* warmup metrics are discarded */
+	s->w.nmetrics = 0; /* warmup metrics are discarded */
+	set_where(s, W_BARRIER);
 	barrier_wait(&e->bar); /* B: warm */
 	barrier_wait(&e->bar); /* C: main took its start snapshot */
 
@@ -434,10 +647,13 @@ static void *worker_main(void *arg)
 	al_rcu_offline(&s->rcu);
 	if (t)
 		token_leave(t, s->member);
+	set_where(s, W_BARRIER);
 	barrier_wait(&e->bar); /* D: measured phase over */
 	barrier_wait(&e->bar); /* E: main took its end snapshot */
+	set_where(s, W_FINI);
 	if (wl->worker_fini)
 		wl->worker_fini(&s->w);
+	set_where(s, W_DONE);
 	return NULL;
 }
 
@@ -592,6 +808,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	struct al_stats *snap0 = NULL;
 	struct al_mem_sampler *sampler = NULL;
 	struct al_ctx main_ctx;
+	struct al_run_config *cfg_copy = NULL; /* issue 8 */
 	int64_t baseline[AL_MAX_LAYERS] = { 0 };
 	uint64_t st_total0, st_steal0, st_total1, st_steal1, t0, t1;
 	unsigned i, usable, started = 0, nl;
@@ -604,15 +821,19 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 		return res->status = ret;
 
 	e = al_meta_alloc(sizeof(*e));
+	/* issue 8: workers read the engine's own copy of the config, which a
+	 * watchdog-abandoned worker may still read after al_run has returned */
+	cfg_copy = al_meta_alloc(sizeof(*cfg_copy));
 	snap0 = al_meta_alloc(sizeof(*snap0) * AL_MAX_LAYERS);
 	ws = al_meta_alloc(sizeof(*ws) * cfg->producers);
 	sampler = al_meta_alloc(sizeof(*sampler));
-	if (!e || !snap0 || !ws || !sampler) {
+	if (!e || !cfg_copy || !snap0 || !ws || !sampler) {
 		snprintf(res->error, sizeof(res->error), "out of memory for the engine");
 		ret = -ENOMEM;
 		goto out_free;
 	}
-	e->cfg = cfg;
+	*cfg_copy = *cfg;
+	cfg = e->cfg = cfg_copy;
 	e->res = res;
 	e->sampler = sampler;
 	e->ws = ws;
@@ -710,6 +931,8 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 			ret = -ENOMEM;
 			goto out_teardown;
 		}
+		for (i = 0; i < e->ngroups; i++) /* issue 8: the watchdog wakes waiters */
+			e->tok[0][i].stop = e->tok[1][i].stop = &e->stop;
 	}
 	barrier_init(&e->bar, e->nw + 1);
 	for (i = 0; i < e->nw; i++) {
@@ -723,15 +946,19 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 			    e->nw);
 		barrier_set_parties(&e->bar, started + 1);
 	}
-	barrier_wait(&e->bar); /* A */
-	barrier_wait(&e->bar); /* B */
+	e->started = started;
+	if (!barrier_wait_main(e, false)) /* A */
+		goto out_abandon;
+	if (!barrier_wait_main(e, false)) /* B */
+		goto out_abandon;
 	stats_total(e, snap0);
 	al_mem_begin(sampler, &res->mem);
 	al_mem_sample(sampler, e->a, live_bytes(e), true);
 	al_read_steal(&st_total0, &st_steal0);
 	t0 = al_ticks();
-	barrier_wait(&e->bar);	  /* C */
-	barrier_wait_sampling(e); /* D */
+	barrier_wait(&e->bar);		 /* C */
+	if (!barrier_wait_main(e, true)) /* D (memory samples meanwhile) */
+		goto out_abandon;
 	t1 = al_ticks();
 	al_mem_end(sampler, e->a, live_bytes(e));
 	al_read_steal(&st_total1, &st_steal1);
@@ -746,7 +973,10 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 			100.0 * (double)(st_steal1 - st_steal0) / (double)(st_total1 - st_total0);
 	barrier_wait(&e->bar); /* E */
 	for (i = 0; i < started; i++) {
-		pthread_join(ws[i].th, NULL);
+		if (!join_main(e, i)) {
+			abandon_workers(e, i);
+			return res->status = -ETIMEDOUT; /* everything leaked on purpose */
+		}
 		res->cycles += ws[i].w.cycles;
 		res->alloc_ops += ws[i].w.alloc_ops;
 		res->free_ops += ws[i].w.free_ops;
@@ -796,5 +1026,12 @@ out_free:
 	al_meta_free(ws, sizeof(*ws) * cfg->producers);
 	al_meta_free(snap0, sizeof(*snap0) * AL_MAX_LAYERS);
 	al_meta_free(e, sizeof(*e));
+	al_meta_free(cfg_copy, sizeof(*cfg_copy)); /* last: cfg may point to it */
 	return res->status = ret;
+
+out_abandon:
+	/* issue 8: the watchdog fired. Stuck workers still run: detach them and
+	 * leak the allocator, the workload's state and the engine's. */
+	abandon_workers(e, 0);
+	return res->status = -ETIMEDOUT;
 }

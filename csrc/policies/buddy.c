@@ -66,6 +66,19 @@
  * bytes and the linked[] bitmap (published with release under the lock);
  * the lock is a leaf: nothing else is taken while it is held.
  *
+ * NMI context (issue 8, the seed-000 series)
+ * -------------------------------------------
+ * At AL_CTX_NMI nothing may wait on the lock (the interrupted code on this
+ * CPU may hold it). alloc and alloc_bulk return NULL at once (-EBUSY,
+ * nmi_alloc_refused). free and free_bulk validate lock-free (relaxed reads
+ * of the allocated bit, as usable_size) and push the block on a lock-free
+ * stack (nmi_deferred, a Treiber push; the link is the block's first word,
+ * a tag (address ^ BUDDY_DEFER_TAG) in its second word catches a second
+ * NMI free of the same block before the drain): nmi_frees_deferred. The next
+ * ordinary operation that takes the lock (alloc, free, bulk, drain) swaps
+ * the whole stack out and frees it under the lock (deferred_drained). A
+ * deferred block still counts in bytes_held until it is drained.
+ *
  * Cost
  * ----
  * alloc: O(chunks x norders) list-head scan + O(norders) splits; free:
@@ -105,6 +118,9 @@
 #define BUDDY_FILL_ALLOC 0xD0	     /* fill byte on alloc (fill=1), as mimalloc */
 #define BUDDY_FILL_FREE	 0xDF	     /* fill byte on free (fill=1) */
 
+/* Word 1 of a block an NMI deferred holds its address ^ this tag (issue 8). */
+#define BUDDY_DEFER_TAG 0x6e6d692d64656672ull
+
 /* Free-block header, at byte BUDDY_HEADER_OFF of every free block. */
 struct buddy_header {
 	uint32_t prev_index; /* previous free block of the same order, or NIL */
@@ -115,31 +131,34 @@ _Static_assert(sizeof(struct buddy_header) == 8, "header must fit bytes 8..15 of
 _Static_assert(BUDDY_HEADER_OFF + sizeof(struct buddy_header) <= BUDDY_MIN_BYTES,
 	       "header must fit the smallest block");
 
-#define BUDDY_COUNTERS(X)                                                                  \
-	X(allocs, "objects allocated (alloc and alloc_bulk)")                              \
-	X(frees, "objects freed (free and free_bulk)")                                     \
-	X(alloc_bulk_calls, "alloc_bulk calls")                                            \
-	X(free_bulk_calls, "free_bulk calls")                                              \
-	X(bulk_objects, "objects returned by alloc_bulk")                                  \
-	X(bulk_freed, "objects freed by free_bulk")                                        \
-	X(splits, "blocks split in two")                                                   \
-	X(merges, "buddy pairs merged on free")                                            \
-	X(chunks, "chunks linked into the allocator")                                      \
-	X(chunks_deferred, "chunks grown while the lock then failed (linked later)")       \
-	X(chunks_relinked, "deferred chunks linked by a later allocation")                 \
-	X(bytes_requested, "bytes asked for by successful allocations")                    \
-	X(bytes_allocated, "block bytes handed out")                                       \
-	X(bytes_freed, "block bytes returned")                                             \
-	X(invalid_frees, "frees rejected: not an allocated block (double frees excluded)") \
-	X(free_outside, "invalid frees: outside every linked chunk")                       \
-	X(free_misaligned, "invalid frees: not 16-byte aligned")                           \
-	X(free_metadata, "invalid frees: inside a chunk's metadata")                       \
-	X(free_not_block_start, "invalid frees: not the start of a block")                 \
-	X(double_frees, "frees rejected: the block is already free")                       \
-	X(enomem, "allocations failed: arena exhausted")                                   \
-	X(einval, "allocations rejected: size 0 or above the largest block")               \
-	X(lock_failed_allocs, "allocations that returned NULL because the lock failed")    \
-	X(lock_failed_frees, "free/free_bulk calls that freed nothing because the lock failed")
+#define BUDDY_COUNTERS(X)                                                                       \
+	X(allocs, "objects allocated (alloc and alloc_bulk)")                                   \
+	X(frees, "objects freed (free and free_bulk)")                                          \
+	X(alloc_bulk_calls, "alloc_bulk calls")                                                 \
+	X(free_bulk_calls, "free_bulk calls")                                                   \
+	X(bulk_objects, "objects returned by alloc_bulk")                                       \
+	X(bulk_freed, "objects freed by free_bulk")                                             \
+	X(splits, "blocks split in two")                                                        \
+	X(merges, "buddy pairs merged on free")                                                 \
+	X(chunks, "chunks linked into the allocator")                                           \
+	X(chunks_deferred, "chunks grown while the lock then failed (linked later)")            \
+	X(chunks_relinked, "deferred chunks linked by a later allocation")                      \
+	X(bytes_requested, "bytes asked for by successful allocations")                         \
+	X(bytes_allocated, "block bytes handed out")                                            \
+	X(bytes_freed, "block bytes returned")                                                  \
+	X(invalid_frees, "frees rejected: not an allocated block (double frees excluded)")      \
+	X(free_outside, "invalid frees: outside every linked chunk")                            \
+	X(free_misaligned, "invalid frees: not 16-byte aligned")                                \
+	X(free_metadata, "invalid frees: inside a chunk's metadata")                            \
+	X(free_not_block_start, "invalid frees: not the start of a block")                      \
+	X(double_frees, "frees rejected: the block is already free")                            \
+	X(enomem, "allocations failed: arena exhausted")                                        \
+	X(einval, "allocations rejected: size 0 or above the largest block")                    \
+	X(lock_failed_allocs, "allocations that returned NULL because the lock failed")         \
+	X(lock_failed_frees, "free/free_bulk calls that freed nothing because the lock failed") \
+	X(nmi_alloc_refused, "NMI allocations: NULL at once (-EBUSY)")                          \
+	X(nmi_frees_deferred, "NMI frees pushed on the deferred list")                          \
+	X(deferred_drained, "NMI-deferred frees done by a later operation")
 
 #define BUDDY_CTR_ENUM(name, doc) BC_##name,
 enum { BUDDY_COUNTERS(BUDDY_CTR_ENUM) BC_NR };
@@ -157,6 +176,7 @@ struct buddy {
 	struct al_lock lock;	  /* the one global lock (queued, time-budgeted) */
 	uintptr_t first;	  /* newest linked chunk (head of the chunk list); lock */
 	uintptr_t pending;	  /* grown but unlinked chunks, lock-free stack via next */
+	uintptr_t nmi_deferred;	  /* blocks freed in NMI context: lock-free stack via word 0 */
 	uint64_t nchunks;	  /* linked chunks; lock */
 	uint64_t *linked;	  /* bitmap: chunk number n is linked; written under lock */
 	size_t linked_len;	  /* bytes of linked[] */
@@ -417,6 +437,36 @@ static al_noinline uintptr_t take_grow(struct buddy *b, struct al_ctx *c, unsign
 	return ch + ((uintptr_t)idx << BUDDY_MIN_SHIFT);
 }
 
+static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p);
+
+/* Free, under the lock, every block an NMI deferred (issue 8). */
+static al_noinline al_cold void drain_deferred_locked(struct buddy *b, const struct al_ctx *c)
+{
+	uintptr_t p = __atomic_exchange_n(&b->nmi_deferred, 0, __ATOMIC_ACQUIRE), next;
+	uint64_t n = 0, bytes = 0;
+	int ret;
+
+	for (; p; p = next) {
+		next = __atomic_load_n((uintptr_t *)p, __ATOMIC_RELAXED);
+		__atomic_store_n((uint64_t *)p + 1, 0, __ATOMIC_RELAXED); /* the tag */
+		ret = free_locked(b, c, p);
+		if (ret < 0)
+			continue;
+		n++;
+		bytes += (uint64_t)BUDDY_MIN_BYTES << ret;
+	}
+	al_count(&b->ctr, c, BC_frees, n);
+	al_count(&b->ctr, c, BC_bytes_freed, bytes);
+	al_count(&b->ctr, c, BC_deferred_drained, n);
+}
+
+/* Call with the lock held: the next ordinary operation drains NMI frees. */
+static inline void drain_deferred(struct buddy *b, const struct al_ctx *c)
+{
+	if (al_unlikely(__atomic_load_n(&b->nmi_deferred, __ATOMIC_RELAXED)))
+		drain_deferred_locked(b, c);
+}
+
 /*
  * Allocate a block of order + k carved into 2^k objects of `order`: first
  * fit over the chunks, newest first. Returns its address, or 0 with c->err.
@@ -432,6 +482,7 @@ static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, unsigned o
 	ret = buddy_lock(b, c, flags);
 	if (al_unlikely(ret))
 		return take_fail(b, c, ret, BC_lock_failed_allocs);
+	drain_deferred(b, c);
 	for (ch = b->first; ch; ch = *chunk_next(b, ch)) {
 		idx = chunk_alloc_locked(b, ch, order, k, &splits);
 		if (idx != b->items)
@@ -468,12 +519,22 @@ static al_noinline al_cold void *alloc_einval(struct buddy *b, struct al_ctx *c)
 	return NULL;
 }
 
+/* NMI context: never wait on the lock (the interrupted code may hold it). */
+static al_noinline al_cold void *alloc_nmi_refused(struct buddy *b, struct al_ctx *c)
+{
+	c->err = -EBUSY;
+	al_count(&b->ctr, c, BC_nmi_alloc_refused, 1);
+	return NULL;
+}
+
 static void *buddy_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	struct buddy *b = to_buddy(a);
 	unsigned order;
 	uintptr_t p;
 
+	if (al_unlikely(c->level == AL_CTX_NMI))
+		return alloc_nmi_refused(b, c);
 	if (al_unlikely(size - 1 >= b->max_size))
 		return alloc_einval(b, c);
 	order = size_to_order(size);
@@ -496,6 +557,10 @@ static int buddy_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t siz
 	uintptr_t p;
 
 	al_count(&b->ctr, c, BC_alloc_bulk_calls, 1);
+	if (al_unlikely(c->level == AL_CTX_NMI)) {
+		alloc_nmi_refused(b, c);
+		return 0;
+	}
 	if (al_unlikely(size - 1 >= b->max_size || !n)) {
 		alloc_einval(b, c);
 		return 0;
@@ -606,6 +671,44 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
 	return (int)order;
 }
 
+/*
+ * NMI context: validate lock-free (the allocated bit, as usable_size reads
+ * it), tag the block so a second NMI free of it is caught, and push it on
+ * the deferred stack for the next operation that holds the lock.
+ */
+static al_noinline int free_nmi(struct buddy *b, const struct al_ctx *c, uintptr_t p)
+{
+	uintptr_t off = p - b->arena.base, ch, head;
+	uint64_t *w = (uint64_t *)p, tag;
+	uint32_t idx;
+
+	if (al_unlikely(off >= b->arena.limit))
+		return free_reject(b, c, R_OUTSIDE);
+	if (al_unlikely(p & (BUDDY_MIN_BYTES - 1)))
+		return free_reject(b, c, R_MISALIGNED);
+	if (al_unlikely(!chunk_linked(b, off >> b->chunk_shift)))
+		return free_reject(b, c, R_OUTSIDE);
+	ch = p & ~(uintptr_t)(b->chunk_size - 1);
+	idx = (uint32_t)((p - ch) >> BUDDY_MIN_SHIFT);
+	if (al_unlikely(idx < b->meta_items))
+		return free_reject(b, c, R_METADATA);
+	if (al_unlikely(!test_alloc(b, ch, idx)))
+		return free_reject(b, c, find_block(b, ch, idx) == idx ? R_DOUBLE : R_NOT_START);
+	buddy_unpoison(p, BUDDY_MIN_BYTES);
+	tag = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+	if (al_unlikely(tag == (p ^ BUDDY_DEFER_TAG)) ||
+	    !__atomic_compare_exchange_n(&w[1], &tag, p ^ BUDDY_DEFER_TAG, false, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED))
+		return free_reject(b, c, R_DOUBLE); /* already deferred */
+	head = __atomic_load_n(&b->nmi_deferred, __ATOMIC_RELAXED);
+	do
+		__atomic_store_n((uintptr_t *)p, head, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(&b->nmi_deferred, &head, p, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+	al_count(&b->ctr, c, BC_nmi_frees_deferred, 1);
+	return 0;
+}
+
 static al_noinline al_cold int free_lock_failed(struct buddy *b, const struct al_ctx *c, int err)
 {
 	al_count(&b->ctr, c, BC_lock_failed_frees, 1);
@@ -619,9 +722,12 @@ static int buddy_free(struct al_allocator *a, struct al_ctx *c, void *ptr)
 
 	if (!ptr)
 		return 0;
+	if (al_unlikely(c->level == AL_CTX_NMI))
+		return free_nmi(b, c, (uintptr_t)ptr);
 	ret = al_lock_acquire(&b->lock, c);
 	if (al_unlikely(ret))
 		return free_lock_failed(b, c, ret);
+	drain_deferred(b, c);
 	ret = free_locked(b, c, (uintptr_t)ptr);
 	al_lock_release(&b->lock, c);
 	if (al_unlikely(ret < 0))
@@ -641,9 +747,16 @@ static int buddy_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs
 	al_count(&b->ctr, c, BC_free_bulk_calls, 1);
 	if (!n)
 		return 0;
+	if (al_unlikely(c->level == AL_CTX_NMI)) {
+		for (i = 0; i < n; i++)
+			if (ptrs[i])
+				(void)free_nmi(b, c, (uintptr_t)ptrs[i]);
+		return (int)n;
+	}
 	ret = al_lock_acquire(&b->lock, c);
 	if (al_unlikely(ret))
 		return free_lock_failed(b, c, ret);
+	drain_deferred(b, c);
 	for (i = 0; i < n; i++) {
 		if (!ptrs[i])
 			continue;
@@ -686,9 +799,15 @@ static size_t buddy_usable_size(struct al_allocator *a, const void *ptr)
 
 static void buddy_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 {
-	(void)a; /* no caches: everything is already in the free lists */
-	(void)c;
-	(void)scope;
+	struct buddy *b = to_buddy(a);
+
+	(void)scope; /* no caches: only the blocks NMIs deferred are not in the free lists */
+	if (c->level == AL_CTX_NMI || !__atomic_load_n(&b->nmi_deferred, __ATOMIC_RELAXED))
+		return;
+	if (al_lock_acquire(&b->lock, c))
+		return;
+	drain_deferred_locked(b, c);
+	al_lock_release(&b->lock, c);
 }
 
 static int64_t bytes_held(const struct buddy *b)
@@ -1013,7 +1132,8 @@ static const struct al_layer_desc buddy_desc = {
 	.desc_size = sizeof(struct al_layer_desc),
 	.name = "buddy",
 	.doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
-	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_STATS_ANYTIME,
+	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_STATS_ANYTIME |
+		    AL_F_NMI_SAFE,
 	.max_size = BUDDY_MAX_CHUNK / 2,
 	.max_size_of = buddy_max_size_of,
 	.nparams = P_NR,

@@ -24,6 +24,7 @@ from .errors import (
     PluginError,
     PolicySyntaxError,
     RunError,
+    RunStalled,
     UnknownNameError,
 )
 from .policy import Policy, policies, presets, workloads
@@ -66,6 +67,7 @@ __all__ = [
     "AllocatorExhausted",
     "InvalidFreeError",
     "RunError",
+    "RunStalled",
     "PeerUnavailable",
     "PluginError",
     "PluginCompileError",

@@ -223,6 +223,7 @@ struct al_run_config {
     uint64_t seed;
     int histogram;              /* issue 6 */
     uint64_t mem_sample_ns;     /* issue 6 */
+    uint64_t watchdog_ns;       /* issue 8 */
     ...;
 };
 
@@ -316,6 +317,9 @@ int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c);
 static const int AL_F_TRYLOCK;
 static const int AL_NOTRACE;
 static const int AL_NOCPU;
+/* ---- issue 8: reliability (NMI-safe layers) ---- */
+static const int AL_F_NMI_SAFE;
+static const int AL_F_NMI_SHIELD;
 """
 
 # Paths are relative to the project root, where setup.py runs.

@@ -340,6 +340,8 @@ def cmd_run(argv):
                   seed=args.seed, **params)
     if args.hist:  # histograms time every operation: per_op_sum unless --timing says
         kwargs["histogram"] = True
+    if args.watchdog is not None:  # issue 8
+        kwargs["watchdog"] = args.watchdog
     pols = args.policy or ["buddy"]
     policy = [Policy(s) for s in pols]
     settings, _ = plan(wl.name, policy, **kwargs)  # all validation: exit 2 on error
@@ -403,6 +405,9 @@ def _run_measure_flags(p):
     g.add_argument("--hist", action="store_true",
                    help="per-operation latency histograms: p50/p90/p99/p99.9/max per point "
                         "(times every operation: implies --timing per_op_sum)")
+    g.add_argument("--watchdog", type=float, metavar="SECONDS",
+                   help="end a run whose workers make no progress for this long (default 30; "
+                        "0 = never)")  # issue 8
     g.add_argument("--ci", action="store_true",
                    help="show the 95%% confidence interval of the mean in cells (±half width)")
     g.add_argument("--plot", metavar="FILE",

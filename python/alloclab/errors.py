@@ -97,6 +97,12 @@ class RunError(AlloclabError, RuntimeError):
     """A run or library call failed; ``code`` is the negative errno."""
 
 
+class RunStalled(RunError):
+    """Issue 8: the engine's watchdog ended a run that made no progress; the
+    message names the policy, the workload and where each worker was. The
+    stuck threads were left running and their allocator leaked."""
+
+
 class PeerUnavailable(AlloclabError, LookupError):
     """A peer allocator (jemalloc, gperftools-tcmalloc, mimalloc) is not
     installed; the message says which package to install."""

@@ -72,14 +72,18 @@ def _dedupe(vals):
 
 def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
          warmup_cycles=100, cycles=None, duration=0.25, seed=1, histogram=False,
-         mem_sample=0.01, **params):
+         mem_sample=0.01, watchdog=30.0, **params):
     """Validate a run() request and return (settings, tasks) without running.
+
+    watchdog (issue 8): seconds without progress after which a run ends with
+    RunStalled (0 = never); run() and sweep() pass it through.
 
     ``tasks`` is a list of plain, picklable dicts, one per grid point, in
     grid order; run_point(task) runs one of them.
     """
     wl = schema.workload(workload)
     histogram, mem_sample_ns = _measure_options(histogram, mem_sample)
+    watchdog_ns = _watchdog_ns(watchdog)
     if timing is None:  # histograms time every operation: per_op_sum
         timing = "per_op_sum" if histogram else "batch"
     runs = _int_in("runs", runs, 1)
@@ -190,8 +194,22 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
             "runs": runs,
             "histogram": histogram,
             "mem_sample_ns": mem_sample_ns,
+            "watchdog_ns": watchdog_ns,  # issue 8
         })
     return settings, tasks
+
+
+def _watchdog_ns(watchdog):
+    """Validate watchdog (seconds, 0 = off) (issue 8)."""
+    if isinstance(watchdog, bool) or not isinstance(watchdog, numbers.Real):
+        raise errors.ParameterTypeError("watchdog must be a number of seconds, not %r"
+                                        % (watchdog,), name="watchdog", value=watchdog)
+    watchdog = float(watchdog)
+    if not math.isfinite(watchdog) or watchdog < 0 or 0 < watchdog < 1e-3:
+        raise errors.ParameterRangeError(
+            "watchdog=%r is out of range: 0 (off) or at least 0.001 seconds" % watchdog,
+            name="watchdog", value=watchdog, min=0, max=None)
+    return int(round(watchdog * 1e9))
 
 
 def _measure_options(histogram, mem_sample):
@@ -234,6 +252,7 @@ def run_once(task, run_index=0, in_child=False):
     cfg.seed = (task["seed"] + run_index) & _U64_MAX
     cfg.histogram = 1 if task.get("histogram") else 0
     cfg.mem_sample_ns = task.get("mem_sample_ns", 0)
+    cfg.watchdog_ns = task.get("watchdog_ns", 0)  # issue 8
     res = ffi.new("struct al_run_result *")
     rc = lib.al_run(cfg, res)
     if rc:
@@ -244,6 +263,8 @@ def run_once(task, run_index=0, in_child=False):
         detail = cstr(res.error)
         if -rc == errno.ENOMEM:
             raise error(rc, what, detail or "out of memory", cls=errors.AllocatorExhausted)
+        if -rc == errno.ETIMEDOUT and detail.startswith("watchdog"):  # issue 8
+            raise error(rc, what, detail, cls=errors.RunStalled)
         raise error(rc, what, detail, cls=errors.RunError)
     layers = []
     for i in range(min(res.nlayers, lib.AL_MAX_LAYERS)):

@@ -39,6 +39,8 @@ FEATURES = [
     ("pages", lib.AL_F_PAGES),  # a page allocator (alloclab/pages.h)
     ("needs_pages", lib.AL_F_NEEDS_PAGES),  # needs one right below
     ("trylock", lib.AL_F_TRYLOCK),  # issue 4
+    ("nmi_safe", lib.AL_F_NMI_SAFE),  # issue 8
+    ("nmi_shield", lib.AL_F_NMI_SHIELD),  # issue 8
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

@@ -119,8 +119,8 @@ TEST(test_registry)
 	CHECK(d != NULL);
 	if (!d)
 		return;
-	CHECK_EQ(d->features,
-		 AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_STATS_ANYTIME);
+	CHECK_EQ(d->features, AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES |
+				      AL_F_STATS_ANYTIME | AL_F_NMI_SAFE);
 	CHECK_EQ(d->max_size, 512 * KIB);
 	CHECK_EQ(d->nparams, 6);
 	for (i = 0; i < 6 && i < d->nparams; i++)

@@ -277,6 +277,9 @@ struct al_run_config {
 	uint64_t seed;
 	int histogram;		/* per-op latency histograms (needs AL_TIMING_PER_OP_SUM) */
 	uint64_t mem_sample_ns; /* memory sampling period in the measured phase; 0 = ends only */
+	/* issue 8: end the run with -ETIMEDOUT when no worker makes progress for
+	 * this long (stuck workers are left running, the allocator leaked); 0 = off */
+	uint64_t watchdog_ns;
 };
 
 struct al_run_result {

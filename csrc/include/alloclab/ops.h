@@ -170,7 +170,15 @@ enum al_features {
 	AL_F_NEEDS_PAGES = 1u << 7 /* needs a page allocator (AL_F_PAGES) right below */,
 	/* Trylock-only layers (issue 4): an allocation may fail (-EBUSY) while
 	 * another CPU holds a lock below. */
-	AL_F_TRYLOCK = 1u << 8
+	AL_F_TRYLOCK = 1u << 8,
+	/* issue 8: every call may run at AL_CTX_NMI (a signal handler interrupting
+	 * the same CPU anywhere): it never waits on a lock another level of the
+	 * CPU may hold, and it refuses (NULL, -EBUSY) or defers what it cannot do */
+	AL_F_NMI_SAFE = 1u << 12,
+	/* issue 8: at AL_CTX_NMI it reaches the layer below only with AL_NOSPIN
+	 * or not at all (refill and trim run later, from ordinary context), so
+	 * the layers below need no NMI path of their own */
+	AL_F_NMI_SHIELD = 1u << 13
 };
 
 struct al_layer_desc {

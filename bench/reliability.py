@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Issue 8 figures (run by the lead; minutes, not seconds).
+
+1. NMI model: for every NMI-safe policy (presets and stacks), the nmi
+   workload at 0, 10k and 50k timer signals/s per thread, 2 workers:
+   handler operations per second survived with zero errors (allocations
+   attempted + frees, per second of the measured phase), the share refused
+   (NULL) and deferred (the layers' *deferred* counters), and the worker
+   slowdown per 10k signals/s against the rate=0 run.
+2. Long stress: the stress workload on every preset for --stress seconds
+   each, 2 workers: errors (must be 0), checked bytes, handoffs.
+3. Fuzzing: `make fuzz`, then each libFuzzer target for --fuzz seconds from
+   the seed corpus: executions per second and in total (needs clang).
+
+Writes bench/results/reliability.{txt,json}.
+
+    python bench/reliability.py [--duration 2] [--runs 3] [--stress 10] [--fuzz 60]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import alloclab as al
+from alloclab import errors, schema
+
+
+def nmi_safe(spec):
+    pol = al.Policy(spec)
+    for i in range(len(pol)):
+        f = pol.features(i)
+        if "nmi_safe" not in f:
+            return False
+        if "nmi_shield" in f:
+            return True
+    return True
+
+
+def policies():
+    out = []
+    bottoms = [n for n, s in schema.layers().items() if not s.needs_backend]
+    fronts = [n for n, s in schema.layers().items() if s.needs_backend and n != "failnth"]
+    for spec in list(al.presets.values()) + bottoms + ["%s > buddy" % f for f in fronts]:
+        try:
+            if spec not in out and nmi_safe(spec) and al.peers.needed(spec) is None:
+                out.append(spec)
+        except errors.AlloclabError:
+            pass
+    return out
+
+
+def mean(p, k):
+    v = p[k]
+    return float(sum(v) / len(v)) if len(v) else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--stress", type=float, default=10.0)
+    ap.add_argument("--rates", default="0,10000,50000")
+    ap.add_argument("--fuzz", type=float, default=60.0, help="seconds per fuzz target, 0 = skip")
+    a = ap.parse_args()
+    rates = [int(x) for x in a.rates.split(",")]
+    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
+    lines, data = [], {"nmi": {}, "stress": {}}
+
+    def say(s):
+        print(s)
+        sys.stdout.flush()
+        lines.append(s)
+
+    say("== NMI model: nmi workload, 2 workers, handler_objs=2, %.1f s x %d runs"
+        % (a.duration, a.runs))
+    say("%-34s %8s %12s %12s %9s %9s %14s" % ("policy", "rate", "worker op/s", "nmi op/s",
+                                             "refused", "deferred", "slowdown/10k"))
+    for spec in policies():
+        base = None
+        for rate in rates:
+            try:
+                r = al.run("nmi", spec, runs=a.runs, producers=2, cpu="virtual",
+                           duration=a.duration, warmup_cycles=20, rate=rate, handler_objs=2)
+            except errors.AlloclabError as e:
+                say("%-34s %8d ERROR %s" % (spec, rate, e))
+                continue
+            p = r.points[0]
+            ms = r.metrics()
+            ops = mean(p, "throughput")
+            el = mean(p, "elapsed_ns") / 1e9 if "elapsed_ns" in ms else a.duration
+            runs = mean(p, "wl.nmi_handler_runs")
+            served, refused = mean(p, "wl.nmi_served"), mean(p, "wl.nmi_refused")
+            deferred = sum(mean(p, k) for k in ms if "deferred" in k and not k.endswith(
+                "_per_op") and "chunks" not in k and "drained" not in k and "freed" not in k
+                and "requeued" not in k and "pending" not in k)
+            attempts = served + refused
+            nmi_ops = (attempts + served) / el if el else float("nan")
+            if rate == 0:
+                base = ops
+            slow = ((base / ops - 1) / (rate / 10000.0)) if base and rate else float("nan")
+            say("%-34s %8d %12.0f %12.0f %8.1f%% %8.1f%% %13.1f%%" % (
+                spec, rate, ops, nmi_ops, 100 * refused / attempts if attempts else 0,
+                100 * deferred / served if served else 0, 100 * slow if slow == slow else 0))
+            data["nmi"].setdefault(spec, {})[rate] = dict(
+                ops_per_sec=ops, nmi_ops_per_sec=nmi_ops, handler_runs=runs, served=served,
+                refused=refused, deferred=deferred, slowdown_per_10k=slow,
+                free_errors=mean(p, "wl.nmi_free_errors"))
+
+    say("")
+    say("== Long stress: stress workload, 2 workers, %.0f s per preset" % a.stress)
+    for name, spec in al.presets.items():
+        if al.peers.needed(spec) is not None or spec == "null":
+            continue  # peers run in children; null hands out one block per CPU
+        try:
+            r = al.run("stress", spec, runs=1, producers=2, cpu="virtual",
+                       duration=a.stress, warmup_cycles=1)
+        except errors.AlloclabError as e:
+            say("%-22s ERROR %s" % (name, e))
+            data["stress"][name] = {"error": str(e)}
+            continue
+        p = r.points[0]
+        d = {k: mean(p, "wl." + k) for k in ("stress_errors", "checked_bytes", "handoffs",
+                                             "bulk_calls", "busy_retries")}
+        say("%-22s errors %d  checked %.3g B  handoffs %d  bulk calls %d  busy retries %d" % (
+            name, d["stress_errors"], d["checked_bytes"], d["handoffs"], d["bulk_calls"],
+            d["busy_retries"]))
+        data["stress"][name] = d
+
+    if a.fuzz > 0:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        say("")
+        say("== Fuzzing: libFuzzer + ASan/UBSan, %.0f s per target" % a.fuzz)
+        subprocess.run(["make", "-s", "-j2", "fuzz"], cwd=root, check=True)
+        data["fuzz"] = {}
+        for fam in ("buddy", "front", "slab", "pages"):
+            with tempfile.TemporaryDirectory() as d:
+                p = subprocess.run(
+                    [os.path.join(root, "build", "fuzz", "fuzz_" + fam),
+                     "-max_total_time=%d" % a.fuzz, "-print_final_stats=1",
+                     "-artifact_prefix=%s/build/fuzz/crash-%s-" % (root, fam), d,
+                     os.path.join(root, "tests", "fuzz", "corpus", fam)],
+                    capture_output=True, text=True)
+            st = dict(re.findall(r"^stat::(\w+):\s+(\d+)", p.stderr, re.M))
+            ok = p.returncode == 0
+            say("fuzz_%-6s %s  %s executions, %s per second" % (
+                fam, "ok     " if ok else "CRASHED", st.get("number_of_executed_units", "?"),
+                st.get("average_exec_per_sec", "?")))
+            data["fuzz"][fam] = dict(ok=ok, **{k: int(v) for k, v in st.items()})
+
+    out = os.path.join(os.path.dirname(__file__), "results", "reliability")
+    with open(out + ".txt", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(out + ".json", "w") as f:
+        json.dump(data, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,463 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nmi: allocation under real interruption (issue 8). Each worker runs
+ * malloc-free cycles (allocs_per_cycle objects of `size`, each touched, then
+ * freed; with mode=malloc-xfree each batch is handed to the next worker,
+ * which frees it, as malloc-xfree does) while a per-thread POSIX timer (timer_create with
+ * SIGEV_THREAD_ID, `rate` signals per second per thread, CLOCK_MONOTONIC) interrupts it. The signal
+ * handler is the NMI model: it derives an AL_CTX_NMI context from al_ctx_current() (same CPU as the
+ * worker it interrupted, wherever that worker was, inside the allocator included) and allocates
+ * `handler_objs` objects through the same policy; it frees them before returning, or with keep=1
+ * leaves them for the next handler run to free.
+ *
+ * Reported (workload metrics, wl.<name>): handler runs, objects served and
+ * refused (NULL: -EBUSY, guard busy, empty cache), frees that failed (the
+ * object is kept and freed later at task level, never lost), time spent in
+ * handlers; the layers' own counters show what was deferred (e.g.
+ * buddy.nmi_frees_deferred). Worker slowdown is the run's ops/s against a
+ * run with rate=0.
+ *
+ * Only NMI-safe stacks run: from the top, every layer declares
+ * AL_F_NMI_SAFE, down to a layer with AL_F_NMI_SHIELD (it reaches the layers
+ * below only with AL_NOSPIN at NMI) or the bottom. Others are refused in
+ * prepare with a clear error: in a signal handler they could spin forever on
+ * a lock the interrupted worker holds.
+ *
+ * Teardown of a worker: disarm, block the signal, delete the timer, consume
+ * any signal still pending (so none arrives after its state is freed), then
+ * free what handlers left at task level. The handler stays installed for
+ * the process (SIG_DFL for a real-time signal would kill the process if one
+ * were ever delivered late); with no armed worker state it returns at once.
+ * Signal tests run in plain and ASan builds, not TSan (TSan delays
+ * asynchronous signals to its next interception point).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include "alloclab/alloclab.h"
+
+#define NMI_SIG	     (SIGRTMIN + 5) /* the timer's signal */
+#define NMI_MAX_OBJS 64		    /* handler_objs limit */
+#define NMI_RETRY    4096	    /* objects whose NMI free failed, freed later */
+
+enum { P_size, P_allocs_per_cycle, P_rate, P_handler_objs, P_keep, P_mode, P_NR };
+enum { M_FREE, M_XFREE };
+
+static const struct al_param_desc nmi_params[P_NR] = {
+	[P_size] = { "size", AL_PARAM_SIZE, 64, 1, 1ll << 30, NULL,
+		     "bytes per allocation (workers and handlers)" },
+	[P_allocs_per_cycle] = { "allocs_per_cycle", AL_PARAM_INT, 64, 1, 1 << 20, NULL,
+				 "allocations per cycle, then as many frees" },
+	[P_rate] = { "rate", AL_PARAM_INT, 10000, 0, 1000000, NULL,
+		     "timer signals per second per worker thread (0 = none: the baseline)" },
+	[P_handler_objs] = { "handler_objs", AL_PARAM_INT, 2, 0, NMI_MAX_OBJS, NULL,
+			     "objects each handler run allocates" },
+	[P_keep] = { "keep", AL_PARAM_BOOL, 0, 0, 1, NULL,
+		     "leave a handler's objects for the next handler run to free" },
+	[P_mode] = { "mode", AL_PARAM_ENUM, M_FREE, 0, 1, "malloc-free,malloc-xfree",
+		     "workers free their own objects, or hand each batch to the next worker, "
+		     "which frees it (cross-CPU frees)" },
+};
+
+/* malloc-xfree: worker i hands its batch to worker i + 1 through box i + 1. */
+struct nmi_box {
+	pthread_mutex_t m; /* guards the box */
+	unsigned n;	   /* objects in it, 0 = empty */
+	void **objs;	   /* allocs_per_cycle slots */
+};
+
+struct nmi_shared {
+	unsigned nworkers;   /* boxes */
+	unsigned per;	     /* slots per box */
+	struct nmi_box *box; /* one per worker */
+	void **slots;	     /* nworkers * per pointers */
+};
+
+/* One worker. Handler-written fields are written only by this thread. */
+struct nmi_worker {
+	struct al_allocator *a;	  /* the stack */
+	void **arr;		  /* the cycle's objects */
+	void **in;		  /* malloc-xfree: the batch taken from this worker's box */
+	size_t arr_len;		  /* mapping length of arr */
+	size_t size;		  /* bytes per object */
+	unsigned objs;		  /* handler_objs */
+	bool keep;		  /* keep=1 */
+	int armed;		  /* the handler works only while 1 */
+	bool timer_ok;		  /* timer created */
+	timer_t timer;		  /* the per-thread timer */
+	bool measured;		  /* counters were reset at the first measured cycle */
+	unsigned nkept;		  /* objects left by the last handler run (keep=1) */
+	void *kept[NMI_MAX_OBJS]; /* those objects */
+	unsigned nretry;	  /* objects whose NMI free failed */
+	void *retry[NMI_RETRY];	  /* those objects, freed at task level */
+	uint64_t runs;		  /* handler runs that worked */
+	uint64_t served;	  /* handler allocations that returned memory */
+	uint64_t refused;	  /* handler allocations that returned NULL */
+	uint64_t free_errors;	  /* handler frees that failed (object kept) */
+	uint64_t lost;		  /* objects that did not fit in retry[] (an error) */
+	uint64_t handler_ticks;	  /* time in handlers */
+	uint64_t busy_retries;	  /* worker allocations retried after -EBUSY */
+};
+
+/* Free at NMI; a failure keeps the object for a task-level free later. */
+static void nmi_free_one(struct nmi_worker *m, struct al_ctx *nmi, void *p)
+{
+	if (al_likely(!al_free(m->a, nmi, p)))
+		return;
+	m->free_errors++;
+	if (m->nretry < NMI_RETRY)
+		m->retry[m->nretry++] = p;
+	else
+		m->lost++;
+}
+
+static void nmi_handler(int sig, siginfo_t *si, void *uc)
+{
+	struct nmi_worker *m = si->si_value.sival_ptr;
+	void *got[NMI_MAX_OBJS];
+	struct al_ctx *cur, nmi;
+	int saved = errno;
+	unsigned i, n = 0;
+	uint64_t t0;
+
+	(void)sig;
+	(void)uc;
+	if (!m || !__atomic_load_n(&m->armed, __ATOMIC_RELAXED) || !(cur = al_ctx_current()))
+		return;
+	t0 = al_ticks();
+	al_ctx_nested(&nmi, cur, AL_CTX_NMI);
+	for (i = 0; i < m->objs; i++) {
+		void *p = al_alloc(m->a, &nmi, m->size, 0);
+
+		if (p) {
+			*(volatile char *)p = (char)i; /* touch it */
+			got[n++] = p;
+		} else {
+			m->refused++;
+		}
+	}
+	m->served += n;
+	if (m->keep) {
+		for (i = 0; i < m->nkept; i++)
+			nmi_free_one(m, &nmi, m->kept[i]);
+		memcpy(m->kept, got, n * sizeof(void *));
+		m->nkept = n;
+	} else {
+		for (i = 0; i < n; i++)
+			nmi_free_one(m, &nmi, got[i]);
+	}
+	m->runs++;
+	m->handler_ticks += al_ticks() - t0;
+	errno = saved;
+}
+
+static int nmi_setup(const int64_t *params, unsigned nworkers, void **shared)
+{
+	struct nmi_shared *sh;
+	struct sigaction sa;
+	unsigned i;
+
+	sh = al_meta_alloc(sizeof(*sh));
+	if (!sh)
+		return -ENOMEM;
+	sh->nworkers = nworkers;
+	sh->per = (unsigned)params[P_allocs_per_cycle];
+	sh->box = al_meta_alloc(sizeof(*sh->box) * nworkers);
+	sh->slots = al_meta_alloc(sizeof(void *) * sh->per * nworkers);
+	if (!sh->box || !sh->slots) {
+		al_meta_free(sh->box, sizeof(*sh->box) * nworkers);
+		al_meta_free(sh, sizeof(*sh));
+		return -ENOMEM;
+	}
+	for (i = 0; i < nworkers; i++) {
+		pthread_mutex_init(&sh->box[i].m, NULL);
+		sh->box[i].objs = sh->slots + (size_t)i * sh->per;
+	}
+	*shared = sh;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = nmi_handler;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	return sigaction(NMI_SIG, &sa, NULL) ? -errno : 0;
+}
+
+/* Free what is still in the boxes, then the shared state. */
+static void nmi_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
+{
+	struct nmi_shared *sh = shared;
+	unsigned i, j;
+
+	if (!sh)
+		return;
+	for (i = 0; i < sh->nworkers; i++) {
+		for (j = 0; j < sh->box[i].n; j++)
+			al_free(a, c, sh->box[i].objs[j]);
+		pthread_mutex_destroy(&sh->box[i].m);
+	}
+	al_meta_free(sh->slots, sizeof(void *) * sh->per * sh->nworkers);
+	al_meta_free(sh->box, sizeof(*sh->box) * sh->nworkers);
+	al_meta_free(sh, sizeof(*sh));
+}
+
+/* Refuse stacks that could deadlock in a handler. */
+static int nmi_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, char *err,
+		       size_t errlen)
+{
+	struct al_allocator *l;
+
+	(void)shared;
+	(void)c;
+	for (l = a; l; l = l->below) {
+		if (!(l->desc->features & AL_F_NMI_SAFE)) {
+			snprintf(err, errlen,
+				 "layer %s is not NMI-safe (no nmi_safe feature): a signal handler "
+				 "could spin on a lock the code it interrupted holds; try buddy, "
+				 "percpu|magazine > buddy, nolock > slab, bpf_ma > any",
+				 l->desc->name);
+			return -EOPNOTSUPP;
+		}
+		if (l->desc->features & AL_F_NMI_SHIELD)
+			break;
+	}
+	return 0;
+}
+
+static int nmi_worker_init(struct al_worker *w)
+{
+	struct nmi_worker *m = al_meta_alloc(sizeof(*m));
+	int64_t rate = w->params[P_rate];
+	struct itimerspec its;
+	struct sigevent sev;
+	sigset_t set;
+
+	if (!m)
+		return -ENOMEM;
+	w->priv = m;
+	m->a = w->a;
+	m->size = (size_t)w->params[P_size];
+	m->objs = (unsigned)w->params[P_handler_objs];
+	m->keep = w->params[P_keep];
+	m->arr_len = (size_t)w->params[P_allocs_per_cycle] * sizeof(void *);
+	m->arr = al_meta_alloc(m->arr_len);
+	m->in = al_meta_alloc(m->arr_len);
+	if (!m->arr || !m->in)
+		return -ENOMEM;
+	if (!rate)
+		return 0;
+	sigemptyset(&set);
+	sigaddset(&set, NMI_SIG);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	memset(&sev, 0, sizeof(sev));
+	sev.sigev_notify = SIGEV_THREAD_ID;
+	sev.sigev_signo = NMI_SIG;
+	sev.sigev_value.sival_ptr = m;
+	sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+	if (timer_create(CLOCK_MONOTONIC, &sev, &m->timer)) {
+		snprintf(w->err, w->errlen, "timer_create: %s", strerror(errno));
+		return -errno;
+	}
+	m->timer_ok = true;
+	__atomic_store_n(&m->armed, 1, __ATOMIC_RELAXED);
+	memset(&its, 0, sizeof(its));
+	its.it_interval.tv_sec = (time_t)(1000000000 / rate / 1000000000);
+	its.it_interval.tv_nsec = (long)(1000000000 / rate % 1000000000);
+	its.it_value = its.it_interval;
+	if (timer_settime(m->timer, 0, &its, NULL)) {
+		snprintf(w->err, w->errlen, "timer_settime: %s", strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+/* Retry a transient failure for up to a second (yielding to the holder). */
+static bool retry_ok(uint64_t *t_end)
+{
+	uint64_t now = al_mono_ns();
+
+	if (!*t_end)
+		*t_end = now + 1000000000u;
+	sched_yield();
+	return now < *t_end;
+}
+
+static void nmi_reset_counters(struct nmi_worker *m)
+{
+	m->runs = m->served = m->refused = m->free_errors = m->handler_ticks = 0;
+	m->busy_retries = 0;
+}
+
+/* Free n objects of arr (timed); -errno with w->err on a failed free. */
+static int nmi_free_batch(struct al_worker *w, struct nmi_worker *m, void **arr, unsigned n)
+{
+	uint64_t t1 = al_ticks();
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		uint64_t t_end = 0;
+
+		while ((ret = al_free(w->a, &w->ctx, arr[i])) == -ETIMEDOUT && retry_ok(&t_end))
+			m->busy_retries++;
+		if (al_unlikely(ret)) {
+			snprintf(w->err, w->errlen, "free(%p) failed: %s", arr[i],
+				 al_strerror(ret));
+			return ret;
+		}
+	}
+	w->free_ticks += al_ticks() - t1;
+	w->free_ops += n;
+	return 0;
+}
+
+/* malloc-xfree: give this batch to the next worker's box (or free it here
+ * when the box is still full), then free the batch in this worker's box. */
+static int nmi_xfree(struct al_worker *w, struct nmi_worker *m, unsigned n)
+{
+	struct nmi_shared *sh = w->shared;
+	struct nmi_box *next = &sh->box[(w->id + 1) % sh->nworkers], *own = &sh->box[w->id];
+	unsigned got = 0;
+	bool given = false;
+	int ret;
+
+	w->alloc_ops += n;
+	pthread_mutex_lock(&next->m);
+	if (!next->n) {
+		memcpy(next->objs, m->arr, n * sizeof(void *));
+		next->n = n;
+		given = true;
+	}
+	pthread_mutex_unlock(&next->m);
+	if (!given && (ret = nmi_free_batch(w, m, m->arr, n)))
+		return ret;
+	pthread_mutex_lock(&own->m);
+	got = own->n;
+	memcpy(m->in, own->objs, got * sizeof(void *));
+	own->n = 0;
+	pthread_mutex_unlock(&own->m);
+	ret = nmi_free_batch(w, m, m->in, got);
+	if (!ret && sh->nworkers > 1)
+		w->alloc_cross += got;
+	return ret;
+}
+
+static int nmi_cycle(struct al_worker *w)
+{
+	struct nmi_worker *m = w->priv;
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	unsigned n = (unsigned)w->params[P_allocs_per_cycle], i;
+	uint64_t t0, t1;
+	int ret;
+
+	if (w->measuring && !m->measured) { /* the warmup's handler runs do not count */
+		m->measured = true;
+		nmi_reset_counters(m);
+	}
+	t0 = al_ticks();
+	for (i = 0; i < n; i++) {
+		uint64_t t_end = 0;
+
+		/* a lock that gave up (-ETIMEDOUT: its holder was descheduled) or a
+		 * trylock-only policy (-EBUSY): retried for up to a second, counted */
+		while (!(m->arr[i] = al_alloc(a, c, m->size, 0)) &&
+		       (c->err == -EBUSY || c->err == -ETIMEDOUT) && retry_ok(&t_end))
+			m->busy_retries++;
+		if (al_unlikely(!m->arr[i])) {
+			ret = c->err ? c->err : -ENOMEM;
+			snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s",
+				 i + 1, n, m->size, al_strerror(ret));
+			while (i--)
+				al_free(a, c, m->arr[i]);
+			return ret;
+		}
+		*(volatile char *)m->arr[i] = (char)i;
+	}
+	t1 = al_ticks();
+	w->alloc_ticks += t1 - t0;
+	if (w->params[P_mode] == M_XFREE)
+		return nmi_xfree(w, m, n);
+	for (i = 0; i < n; i++) {
+		uint64_t t_end = 0;
+
+		while ((ret = al_free(a, c, m->arr[i])) == -ETIMEDOUT && retry_ok(&t_end))
+			m->busy_retries++;
+		if (al_unlikely(ret)) {
+			snprintf(w->err, w->errlen, "free(%p) failed: %s", m->arr[i],
+				 al_strerror(ret));
+			return ret;
+		}
+	}
+	w->free_ticks += al_ticks() - t1;
+	w->alloc_ops += n;
+	w->free_ops += n;
+	if (al_unlikely(__atomic_load_n(&m->lost, __ATOMIC_RELAXED))) {
+		snprintf(w->err, w->errlen,
+			 "%llu objects whose free failed in a handler did not fit the retry list",
+			 (unsigned long long)m->lost);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+static void nmi_worker_fini(struct al_worker *w)
+{
+	struct nmi_worker *m = w->priv;
+	struct timespec zero = { 0, 0 };
+	sigset_t set;
+	unsigned i;
+
+	if (!m)
+		return;
+	if (m->timer_ok) {
+		__atomic_store_n(&m->armed, 0, __ATOMIC_RELAXED);
+		sigemptyset(&set);
+		sigaddset(&set, NMI_SIG);
+		pthread_sigmask(SIG_BLOCK, &set, NULL);
+		timer_delete(m->timer);
+		while (sigtimedwait(&set, NULL, &zero) == NMI_SIG)
+			; /* consume what is still pending for this thread */
+		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	}
+	for (i = 0; i < m->nkept; i++)
+		al_free(m->a, &w->ctx, m->kept[i]);
+	for (i = 0; i < m->nretry; i++)
+		al_free(m->a, &w->ctx, m->retry[i]);
+	al_worker_metric(w, "nmi_handler_runs", (double)m->runs, AL_METRIC_SUM);
+	al_worker_metric(w, "nmi_served", (double)m->served, AL_METRIC_SUM);
+	al_worker_metric(w, "nmi_refused", (double)m->refused, AL_METRIC_SUM);
+	al_worker_metric(w, "nmi_free_errors", (double)m->free_errors, AL_METRIC_SUM);
+	al_worker_metric(w, "busy_retries", (double)m->busy_retries, AL_METRIC_SUM);
+	al_worker_metric(w, "nmi_handler_ns", al_ticks_to_ns((double)m->handler_ticks),
+			 AL_METRIC_SUM);
+	al_meta_free(m->arr, m->arr_len);
+	al_meta_free(m->in, m->arr_len);
+	al_meta_free(m, sizeof(*m));
+	w->priv = NULL;
+}
+
+static const struct al_workload_desc nmi_desc = {
+	.abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_workload_desc),
+	.name = "nmi",
+	.doc = "malloc-free while a per-thread timer signal (the NMI model) allocates and frees "
+	       "through the same policy; NMI-safe policies only",
+	.nparams = P_NR,
+	.params = nmi_params,
+	.size_param = P_size,
+	.setup = nmi_setup,
+	.worker_init = nmi_worker_init,
+	.cycle = nmi_cycle,
+	.worker_fini = nmi_worker_fini,
+	.prepare = nmi_prepare,
+	.teardown = nmi_teardown,
+};
+
+AL_REGISTER_WORKLOAD(nmi_desc)

@@ -1,0 +1,409 @@
+"""Issue 8: reliability. The engine's watchdog (a stuck run ends with
+RunStalled naming the policy, the workload and each worker's state)."""
+import ctypes
+import errno
+import os
+
+import pytest
+
+import alloclab as al
+from alloclab import errors
+from alloclab.run import plan
+
+from conftest import stacks
+
+STUCK_SOURCE = r"""
+/* A front layer whose allocations block while armed, until released. */
+static int armed, released, blocked, returned;
+
+__attribute__((visibility("default"))) void t_stuck_arm(void)
+{
+	__atomic_store_n(&released, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&returned, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&blocked, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&armed, 1, __ATOMIC_RELEASE);
+}
+__attribute__((visibility("default"))) void t_stuck_release(void)
+{
+	__atomic_store_n(&armed, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&released, 1, __ATOMIC_RELEASE);
+}
+/* 1 when no allocation is (still) blocked */
+__attribute__((visibility("default"))) int t_stuck_idle(void)
+{
+	return !__atomic_load_n(&blocked, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&returned, __ATOMIC_ACQUIRE);
+}
+
+static void *st_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	if (__atomic_exchange_n(&armed, 0, __ATOMIC_ACQ_REL)) {
+		__atomic_store_n(&blocked, 1, __ATOMIC_RELEASE);
+		while (!__atomic_load_n(&released, __ATOMIC_ACQUIRE))
+			sched_yield();
+		__atomic_store_n(&returned, 1, __ATOMIC_RELEASE);
+	}
+	return al_alloc(a->below, c, size, flags);
+}
+static int st_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	return al_free(a->below, c, p);
+}
+static size_t st_usable(struct al_allocator *a, const void *p)
+{
+	return a->below->ops->usable_size ? a->below->ops->usable_size(a->below, p) : 0;
+}
+static void st_stats(struct al_allocator *a, struct al_stats *out)
+{
+	(void)a;
+	out->layer = "t_stuck";
+	out->bytes_held = 0;
+}
+static void st_destroy(struct al_allocator *a)
+{
+	al_meta_free(a, sizeof(*a));
+}
+static const struct al_ops st_ops = {
+	.abi_version = AL_ABI_VERSION, .ops_size = sizeof(struct al_ops), .name = "t_stuck",
+	.alloc = st_alloc, .free = st_free, .usable_size = st_usable, .stats = st_stats,
+	.destroy = st_destroy,
+};
+int st_create(const struct al_layer_desc *d, const int64_t *params,
+	      struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct al_allocator *a = al_meta_alloc(sizeof(*a));
+
+	(void)params;
+	if (!a)
+		return -ENOMEM;
+	a->ops = &st_ops;
+	a->desc = d;
+	a->below = below;
+	a->ncpu = ncpu;
+	*out = a;
+	return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def stuck():
+    p = al.plugin.compile("t_stuck", "#include <sched.h>\n" + STUCK_SOURCE, create="st_create",
+                          params=[], features=["backend", "usable"], doc="test: blocks")
+    so = ctypes.CDLL(p.module_path)
+    so.t_stuck_idle.restype = ctypes.c_int
+    return so
+
+
+def _release(so):
+    so.t_stuck_release()
+    while not so.t_stuck_idle():  # the stuck allocation returns: wait for it
+        os.sched_yield()
+
+
+def test_watchdog_ends_a_stuck_run(stuck):
+    stuck.t_stuck_arm()
+    try:
+        with pytest.raises(al.RunStalled) as ei:
+            al.run("malloc-free", "t_stuck > buddy", runs=1, warmup_cycles=1, cycles=5,
+                   watchdog=0.2)
+    finally:
+        _release(stuck)
+    msg = str(ei.value)
+    assert isinstance(ei.value, errors.RunError)
+    assert ei.value.code == -110  # ETIMEDOUT
+    assert "watchdog: no progress for 0.2 s" in msg
+    assert "policy t_stuck>buddy" in msg and "workload malloc-free" in msg
+    assert "worker 0 in a cycle" in msg
+    assert "allocator leaked" in msg
+
+
+def test_watchdog_names_every_worker(stuck):
+    stuck.t_stuck_arm()
+    try:
+        with pytest.raises(al.RunStalled) as ei:
+            al.run("malloc-free", "t_stuck > buddy", runs=1, producers=3, cpu="virtual",
+                   warmup_cycles=1, cycles=5, watchdog=0.1)
+    finally:
+        _release(stuck)
+    msg = str(ei.value)
+    for w in range(3):
+        assert "worker %d " % w in msg
+    assert "in a cycle" in msg
+
+
+def test_watchdog_quiet_run(stuck):
+    al.run("malloc-free", "t_stuck > buddy", runs=1, warmup_cycles=1, cycles=5, watchdog=5)
+
+
+def test_watchdog_parameter():
+    assert plan("malloc-free", "buddy")[1][0]["watchdog_ns"] == 30 * 10**9
+    assert plan("malloc-free", "buddy", watchdog=0)[1][0]["watchdog_ns"] == 0
+    with pytest.raises(errors.ParameterRangeError, match="watchdog=-1.0 is out of range"):
+        plan("malloc-free", "buddy", watchdog=-1)
+    with pytest.raises(errors.ParameterTypeError, match="watchdog must be a number"):
+        plan("malloc-free", "buddy", watchdog="30")
+
+
+# ---- exhaustion and fault injection (item 4) ----
+
+# The smallest arena each bottom layer accepts, so exhaustion comes quickly.
+LIMITS = {"buddy": {"arena_limit": "1M"}, "slab": {"arena_limit": "1M"},
+          "pages": {"memory": "4M"}}
+
+
+def _limited(spec):
+    layers = al.Policy(spec).layers
+    name, params = layers[-1]
+    if name not in LIMITS:
+        return None
+    layers[-1] = (name, dict(params, **LIMITS[name]))
+    return al.Policy.from_layers(layers)
+
+
+def _check(a):
+    """a.check(), tolerating one known false report: sheaves' check compares
+    the usable size of cached objects with its class, which only holds when
+    the layer right below is slab (over buddy a 96-byte object has a 128-byte
+    block). Reported with issue 8; not this issue's to fix."""
+    try:
+        a.check()
+    except errors.InvariantError as e:
+        names = a.policy.names
+        i = names.index("sheaves") if "sheaves" in names else -1
+        if not (i >= 0 and names[i + 1] != "slab"
+                and "is not a live object of the class below" in str(e)):
+            raise
+
+
+def _held(a):
+    return [(s["layer"], s["bytes_held"]) for s in a.stats()]
+
+
+def _free_all(a, live, tries=20):
+    """Free (addr, cpu) pairs; a free that fails with a transient error (a
+    lock that gave up, an injected failure) is retried, never dropped."""
+    for addr, cpu in live:
+        for t in range(tries):
+            try:
+                a.free(addr, cpu=cpu)
+                break
+            except errors.InvalidFreeError:
+                raise
+            except errors.RunError as e:
+                if e.code not in (-errno.ETIMEDOUT, -errno.EBUSY) or t == tries - 1:
+                    raise
+    live.clear()
+
+
+def _drain_until_stable(a, base, rounds=20):
+    for _ in range(rounds):
+        a.drain()
+        if _held(a) == base:
+            break
+
+
+@pytest.mark.parametrize("spec", stacks())
+def test_exhaustion(spec):
+    """Allocate until the arena limit, then free everything: a clean
+    AllocatorExhausted (ENOMEM, counted), the policy keeps serving after
+    frees, invariants hold, and bytes held return to the baseline."""
+    pol = _limited(spec)
+    if pol is None:
+        pytest.skip("%s has no arena limit (memory comes from the process's malloc "
+                    "or is fixed)" % spec)
+    with al.Allocator(pol, ncpu=2) as a:
+        a.drain()
+        base = _held(a)
+        size = min(a.max_size or 4096, 4096)
+        live = []
+        for i in range(200000):
+            try:
+                live.append((a.alloc(size, cpu=i % 2), i % 2))
+            except errors.AllocatorExhausted as e:
+                assert e.code == -errno.ENOMEM
+                break
+        else:
+            pytest.fail("%s never ran out with %s" % (spec, pol))
+        _check(a)
+        assert sum(s.get("enomem", 0) for s in a.stats()) >= 1  # counted
+        half = live[: len(live) // 2]
+        _free_all(a, half)
+        live = live[len(live) // 2:]
+        for i in range(8):  # keeps serving after frees
+            live.append((a.alloc(size, cpu=0), 0))
+        _free_all(a, live)
+        _drain_until_stable(a, base)
+        _check(a)
+        assert _held(a) == base
+
+
+def _over_failnth(spec, fparams):
+    """spec with failnth(fparams) right above its bottom layer, or None."""
+    layers = al.Policy(spec).layers
+    if len(layers) < 2 or al.Policy(spec).features(len(layers) - 2).count("needs_pages"):
+        return None
+    return al.Policy.from_layers(layers[:-1] + [("failnth", fparams)] + layers[-1:])
+
+
+def _fronts():
+    return [s for s in stacks() if len(al.Policy(s).layers) >= 2
+            and "failnth" not in al.Policy(s).names]
+
+
+@pytest.mark.parametrize("op", ["alloc", "alloc_bulk", "free", "free_bulk", "any"])
+@pytest.mark.parametrize("spec", _fronts())
+def test_layers_over_failnth(spec, op):
+    """Every layer over a backend that fails every 3rd call of a kind: the
+    calls fail cleanly (NULL/ENOMEM or a transient error), nothing is lost,
+    invariants hold, and bytes held return to the baseline."""
+    pol = _over_failnth(spec, {"op": op, "nth": 3, "every": True})
+    if pol is None:
+        pytest.skip("%s needs a page allocator right below its front layer" % spec)
+    with al.Allocator(pol, ncpu=2) as a:
+        a.drain()
+        base = _held(a)
+        mx = a.max_size or 4096
+        sizes = [s for s in (8, 16, 64, 100, 256, 1024, 4096) if s <= mx]
+        live, failed = [], 0
+        for i in range(400):
+            try:
+                live.append((a.alloc(sizes[i % len(sizes)], cpu=i % 2), i % 2))
+            except (errors.AllocatorExhausted, errors.RunError) as e:
+                assert e.code in (-errno.ENOMEM, -errno.EBUSY, -errno.ETIMEDOUT), e
+                failed += 1
+            if i % 7 == 6 and live:  # interleave frees, from the other CPU too
+                _free_all(a, [(live.pop(0)[0], (i // 7) % 2)])
+        _check(a)
+        _free_all(a, live)
+        _drain_until_stable(a, base)
+        _check(a)
+        st = {s["layer"]: s for s in a.stats()}
+        calls = sum(v for k, v in st["failnth"].items() if k.startswith("calls_"))
+        injected = sum(v for k, v in st["failnth"].items() if k.startswith("failed_"))
+        assert calls == 0 or injected >= 1 or op != "any"
+        known = _known_loss(al.Policy(spec).names, op)
+        if _held(a) != base and known:
+            pytest.xfail(known)
+        assert _held(a) == base, (str(pol), failed, st["failnth"])
+
+
+def _known_loss(names, op):
+    """Losses found by these tests in other issues' layers, reported, not
+    fixed here: the test still runs everything else and xfails on them."""
+    if "sheaves" in names and names[names.index("sheaves") + 1] != "slab":
+        return ("sheaves over a layer other than slab: bytes_held goes negative (class "
+                "sizes vs the backend's block sizes)")
+    if "bpf_ma" in names and op in ("free", "any"):
+        return "bpf_ma drops objects when the backend's free fails (-ETIMEDOUT)"
+    if "sheaves" in names and op == "any":
+        return "sheaves loses objects when the backend fails both allocs and frees"
+    return None
+
+
+# ---- the nmi workload (item 1) ----
+
+def _nmi_safe(spec):
+    """What the nmi workload accepts: from the top, every layer nmi_safe down
+    to one with nmi_shield (or the bottom)."""
+    pol = al.Policy(spec)
+    for i in range(len(pol)):
+        f = pol.features(i)
+        if "nmi_safe" not in f:
+            return False
+        if "nmi_shield" in f:
+            return True
+    return True
+
+
+NMI_SAFE = [s for s in stacks() if _nmi_safe(s)]
+NMI_UNSAFE = [s for s in stacks() if not _nmi_safe(s)]
+
+
+def test_nmi_safe_set():
+    assert {"buddy", "percpu > buddy", "magazine > buddy", "nolock > slab",
+            "bpf_ma > buddy", "bpf_ma(mode=fixed) > slab"} <= set(NMI_SAFE)
+    assert {"libc", "transfer > buddy", "slab", "sheaves > buddy"} <= set(NMI_UNSAFE)
+
+
+@pytest.mark.parametrize("spec", NMI_SAFE)
+def test_nmi_workload_survives(spec):
+    """Real timer signals interrupt the workers anywhere; the handler
+    allocates and frees at AL_CTX_NMI: no error, no leak (the engine's leak
+    check), every handler allocation either served or refused."""
+    r = al.run("nmi", spec, runs=1, warmup_cycles=5, cycles=300, producers=2, cpu="virtual",
+               rate=50000, handler_objs=2, keep=[False, True])
+    for p in r.points:
+        runs, served, refused = p["wl.nmi_handler_runs"][0], p["wl.nmi_served"][0], \
+            p["wl.nmi_refused"][0]
+        assert served + refused == 2 * runs
+        assert p["wl.nmi_free_errors"][0] >= 0
+
+
+@pytest.mark.parametrize("spec", NMI_UNSAFE)
+def test_nmi_workload_refuses_unsafe_policies(spec):
+    with pytest.raises(errors.RunError, match="is not NMI-safe"):
+        al.run("nmi", spec, runs=1, cycles=2, warmup_cycles=0)
+
+
+def test_nmi_xfree_mode():
+    """malloc-xfree: every batch is freed by the next worker (cross-CPU frees)
+    while the handlers run; nothing is lost (the engine's leak check)."""
+    r = al.run("nmi", ["buddy", "percpu > buddy", "nolock > slab"], runs=1, warmup_cycles=2,
+               cycles=200, producers=3, cpu="virtual", rate=20000, mode="malloc-xfree")
+    for p in r.points:
+        assert p["cross_frees"][0] > 0
+        assert p["wl.nmi_handler_runs"][0] >= 0
+
+
+def test_cli_watchdog_flag():
+    from alloclab.cli import main
+    assert main(["run", "malloc-free", "--policy", "buddy", "--runs", "1", "--cycles", "3",
+                 "--watchdog", "5"]) == 0
+
+
+def test_nmi_buddy_refuses_and_defers_exactly():
+    """Through Python, nested contexts by hand: the buddy's NMI path."""
+    from alloclab._ffi import ffi, lib
+    with al.Allocator("buddy") as a:
+        p = a.alloc(64)
+        top = a._a()
+        c = ffi.new("struct al_ctx *")
+        c.cpu, c.level = 0, lib.AL_CTX_NMI
+        assert lib.al_call_alloc(top, c, 64, 0) == ffi.NULL and c.err == -errno.EBUSY
+        assert lib.al_call_free(top, c, ffi.cast("void *", p)) == 0
+        st = a.stats()[0]
+        assert (st["nmi_alloc_refused"], st["nmi_frees_deferred"], st["bytes_held"]) == \
+            (1, 1, 64)
+        a.alloc(16)  # the next ordinary operation drains
+        st = a.stats()[0]
+        assert (st["deferred_drained"], st["bytes_held"]) == (1, 16)
+
+
+# ---- the stress workload (item 5) ----
+
+@pytest.mark.parametrize("spec", stacks())
+def test_stress_every_policy(spec):
+    """Short stress on every policy: random alloc/free/bulk/handoff with every
+    fill pattern checked before its free; no error, no leak."""
+    pol = al.Policy(spec)
+    if pol.names[-1] == "null":
+        pytest.skip("null hands out one block per CPU by design: patterns overlap")
+    size_max = min(pol.max_size or 2048, 2048)
+    known = _stress_known(pol.names)
+    if known:
+        pytest.xfail(known)
+    r = al.run("stress", spec, runs=1, producers=2, cpu="virtual", warmup_cycles=1, cycles=5,
+               ops_per_cycle=300, size_max=size_max, slots=64)
+    p = r.points[0]
+    assert p["wl.stress_errors"][0] == 0
+    assert p["wl.checked_bytes"][0] > 0
+
+
+def _stress_known(names):
+    if names[0] == "transfer":
+        return ("transfer as the top layer: free_bulk assumes every pointer is of one order "
+                "(it is the per-CPU front's spill), so mixed-size free_bulk corrupts it")
+    if "sheaves" in names and names[names.index("sheaves") + 1] != "slab":
+        return "sheaves over a layer other than slab: bytes_held goes negative"
+    return None
