@@ -401,9 +401,6 @@ def test_stress_every_policy(spec):
 
 
 def _stress_known(names):
-    if names[0] == "transfer":
-        return ("transfer as the top layer: free_bulk assumes every pointer is of one order "
-                "(it is the per-CPU front's spill), so mixed-size free_bulk corrupts it")
     if "sheaves" in names and names[names.index("sheaves") + 1] != "slab":
         return "sheaves over a layer other than slab: bytes_held goes negative"
     return None

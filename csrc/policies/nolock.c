@@ -125,11 +125,21 @@ static void *nolock_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	return p;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+/* The list link lives in the object's first word: a backend may keep bytes
+ * past a small request poisoned (buddy unpoisons exactly the request). */
+#define link_unpoison(p) ASAN_UNPOISON_MEMORY_REGION((p), sizeof(void *))
+#else
+#define link_unpoison(p) ((void)0)
+#endif
+
 static void defer_free(struct nolock *nl, struct al_ctx *c, unsigned cpu, void *p)
 {
 	struct nolock_cpu *nc = &nl->cpus[cpu];
 	void *old = __atomic_load_n(&nc->deferred, __ATOMIC_RELAXED);
 
+	link_unpoison(p);
 	do
 		*(void **)p = old;
 	while (!__atomic_compare_exchange_n(&nc->deferred, &old, p, true, __ATOMIC_RELEASE,

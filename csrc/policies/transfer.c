@@ -137,18 +137,41 @@ out_zero:
 	return got;
 }
 
+static int transfer_free(struct al_allocator *a, struct al_ctx *c, void *p);
+
+/* The cached order of a batch whose objects are all of one order (what a
+ * per-CPU front spills), or -1 for a mixed or uncached batch. */
+static int batch_order(struct transfer *tc, struct al_allocator *below, void **ptrs, unsigned n)
+{
+	int order = ptrs[0] ? fc_order_floor(below->ops->usable_size(below, ptrs[0])) : -1;
+	unsigned i;
+
+	for (i = 1; i < n && order >= 0; i++)
+		if (!ptrs[i] || fc_order_floor(below->ops->usable_size(below, ptrs[i])) != order)
+			order = -1;
+	return order < (int)tc->norders ? order : -1;
+}
+
 static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
 	struct transfer *tc = (struct transfer *)a;
 	struct al_allocator *below = a->below;
-	int order, ret;
+	int order, ret, first = 0;
 	struct tc_order *t;
+	unsigned i;
 
 	if (!n)
 		return 0;
-	order = fc_order_floor(below->ops->usable_size(below, ptrs[0]));
-	if (order < 0 || order >= (int)tc->norders)
-		return al_free_bulk(below, c, ptrs, n);
+	order = batch_order(tc, below, ptrs, n);
+	if (order < 0) {
+		/* Mixed sizes (a caller other than a per-CPU front): one by one. */
+		for (i = 0; i < n; i++) {
+			ret = transfer_free(a, c, ptrs[i]);
+			if (ret && !first)
+				first = ret;
+		}
+		return first && first != -EINVAL ? first : (int)n;
+	}
 	if (n > tc->capacity)
 		goto flush; /* can never fit: straight to the backend */
 	t = &tc->orders[order];

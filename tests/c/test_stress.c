@@ -11,11 +11,8 @@
 
 /* The presets of python/alloclab/policy.py (peers and null excluded: peers
  * run in preloaded children, null hands out one block per CPU), and the
- * front layers over buddy. transfer is left out as a top layer: its
- * free_bulk assumes one order per call (the per-CPU front's spill); so is
- * nolock over buddy: its deferred free links an object through its first
- * word, which the buddy leaves poisoned under ASan for requests below 8
- * bytes (both reported with issue 8). */
+ * front layers over buddy, transfer and nolock included (their mixed-size
+ * free_bulk and small-object deferred link were found here and fixed). */
 static const char *const specs[] = {
 	"buddy",
 	"libc",
@@ -34,6 +31,8 @@ static const char *const specs[] = {
 	"bpf_ma(mode=fixed) > slab",
 	"bpf_ma > buddy",
 	"failnth(op=alloc, nth=7, every=true) > buddy",
+	"transfer > buddy",
+	"nolock > buddy",
 };
 
 static void stress_run(const char *spec)
