@@ -116,6 +116,7 @@ static const struct al_param_desc bpf_ma_params[P_NR] = {
 	X(trim_objects, "objects trimmed toward the slab (incl. the extra list)")       \
 	X(ttrace_batches, "grace periods requested for trimmed objects")                \
 	X(ttrace_freed, "trimmed objects kfree'd to the layer below after the GP")      \
+	X(drain_free_retries, "drain frees the layer below failed and were retried")    \
 	X(prefills, "caches prefilled")                                                 \
 	X(prefill_objects, "objects added by prefills")                                 \
 	X(instances, "fixed-size instances created")                                    \
@@ -634,10 +635,14 @@ static bool bpf_ma_owns(struct al_allocator *a, const void *p)
 static void free_list(struct bpf_ma *ma, struct al_ctx *c, void *obj)
 {
 	void *next;
+	int tries;
 
 	for (; obj; obj = next) {
 		next = link_get(obj);
-		al_free(ma->base.below, c, obj);
+		/* A backend free can fail transiently (a lock budget, an injected
+		 * fault): retry rather than lose the object. */
+		for (tries = 0; tries < 4 && al_free(ma->base.below, c, obj); tries++)
+			al_count(&ma->ctr, c, MC_drain_free_retries, 1);
 	}
 }
 
