@@ -362,9 +362,12 @@ static void sheaf_flush(struct sheaves *sh, struct sheaf *s, struct al_ctx *c)
 	while (s->size) {
 		n = s->size < PCS_BATCH_MAX ? s->size : PCS_BATCH_MAX;
 		ret = al_free_bulk(below, c, &s->objects[s->size - n], n);
-		if (ret < 0) /* refused as a whole (a lock failed): one by one */
+		if (ret < 0) /* refused as a whole (a lock failed): one by one, each
+			      * retried a few times rather than lost */
 			for (i = 0; i < n; i++)
-				al_free(below, c, s->objects[s->size - n + i]);
+				for (int t = 0;
+				     t < 4 && al_free(below, c, s->objects[s->size - n + i]); t++)
+					;
 		s->size -= n;
 	}
 }
