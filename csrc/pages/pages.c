@@ -1748,18 +1748,47 @@ static void spare_unlock(void)
 	__atomic_store_n(&spare.lock, 0, __ATOMIC_RELEASE);
 }
 
-/* Take the spare mapping when it is large enough, else map a new one. */
-static void *mem_get(size_t len, size_t *map_len)
+/* Take a spare mapping of at least len bytes out of its slot, or NULL. */
+static void *spare_take(void **slot, size_t *slot_len, size_t len, size_t *map_len)
 {
 	void *m = NULL;
 
 	spare_lock();
-	if (spare.mem && spare.mem_len >= len) {
-		m = spare.mem;
-		*map_len = spare.mem_len;
-		spare.mem = NULL;
+	if (*slot && *slot_len >= len) {
+		m = *slot;
+		*map_len = *slot_len;
+		*slot = NULL;
 	}
 	spare_unlock();
+	return m;
+}
+
+/* Keep the larger of the slot's mapping and this one; unmap the other. */
+static void spare_keep(void **slot, size_t *slot_len, void *m, size_t len)
+{
+	void *old = NULL;
+	size_t old_len = 0;
+
+	spare_lock();
+	if (!*slot || *slot_len < len) {
+		old = *slot;
+		old_len = *slot_len;
+		*slot = m;
+		*slot_len = len;
+		m = NULL;
+	}
+	spare_unlock();
+	if (m)
+		munmap(m, len);
+	if (old)
+		munmap(old, old_len);
+}
+
+/* Take the spare mapping when it is large enough, else map a new one. */
+static void *mem_get(size_t len, size_t *map_len)
+{
+	void *m = spare_take(&spare.mem, &spare.mem_len, len, map_len);
+
 	if (m)
 		return m;
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
@@ -1770,48 +1799,23 @@ static void *mem_get(size_t len, size_t *map_len)
 
 static struct page *map_get(size_t len, size_t *map_len)
 {
-	struct page *m = NULL;
+	struct page *m = spare_take((void **)&spare.map, &spare.map_len, len, map_len);
 
-	spare_lock();
-	if (spare.map && spare.map_len >= len) {
-		m = spare.map;
-		*map_len = spare.map_len;
-		spare.map = NULL;
-	}
-	spare_unlock();
 	if (m)
 		return m;
 	*map_len = len;
 	return al_meta_alloc(len);
 }
 
-/* Keep the larger of the spare and this one; unmap the other. */
 static void mem_put(void *m, size_t len)
 {
-	void *old = NULL;
-	size_t old_len = 0;
-
-	if (!m)
-		return;
-	spare_lock();
-	if (!spare.mem || spare.mem_len < len) {
-		old = spare.mem;
-		old_len = spare.mem_len;
-		spare.mem = m;
-		spare.mem_len = len;
-		m = NULL;
-	}
-	spare_unlock();
 	if (m)
-		munmap(m, len);
-	if (old)
-		munmap(old, old_len);
+		spare_keep(&spare.mem, &spare.mem_len, m, len);
 }
 
 static void map_put(struct pages *pg)
 {
-	struct page *m = pg->map, *old = NULL;
-	size_t len = pg->map_map_len, old_len = 0;
+	struct page *m = pg->map;
 	uint64_t pfn;
 
 	if (!m)
@@ -1822,19 +1826,7 @@ static void map_put(struct pages *pg)
 	for (pfn = 0; pfn < pg->npages; pfn += 1ull << boot_order(pfn, pg->npages))
 		if (pfn >= pg->hw)
 			memset(&m[pfn], 0, sizeof(*m));
-	spare_lock();
-	if (!spare.map || spare.map_len < len) {
-		old = spare.map;
-		old_len = spare.map_len;
-		spare.map = m;
-		spare.map_len = len;
-		m = NULL;
-	}
-	spare_unlock();
-	if (m)
-		al_meta_free(m, len);
-	if (old)
-		al_meta_free(old, old_len);
+	spare_keep((void **)&spare.map, &spare.map_len, m, pg->map_map_len);
 }
 
 static void pages_destroy(struct al_allocator *a)
