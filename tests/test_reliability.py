@@ -162,18 +162,7 @@ def _limited(spec):
 
 
 def _check(a):
-    """a.check(), tolerating one known false report: sheaves' check compares
-    the usable size of cached objects with its class, which only holds when
-    the layer right below is slab (over buddy a 96-byte object has a 128-byte
-    block). Reported with issue 8; not this issue's to fix."""
-    try:
-        a.check()
-    except errors.InvariantError as e:
-        names = a.policy.names
-        i = names.index("sheaves") if "sheaves" in names else -1
-        if not (i >= 0 and names[i + 1] != "slab"
-                and "is not a live object of the class below" in str(e)):
-            raise
+    a.check()
 
 
 def _held(a):
@@ -282,19 +271,7 @@ def test_layers_over_failnth(spec, op):
         calls = sum(v for k, v in st["failnth"].items() if k.startswith("calls_"))
         injected = sum(v for k, v in st["failnth"].items() if k.startswith("failed_"))
         assert calls == 0 or injected >= 1 or op != "any"
-        known = _known_loss(al.Policy(spec).names, op)
-        if _held(a) != base and known:
-            pytest.xfail(known)
         assert _held(a) == base, (str(pol), failed, st["failnth"])
-
-
-def _known_loss(names, op):
-    """Losses found by these tests in other issues' layers, reported, not
-    fixed here: the test still runs everything else and xfails on them."""
-    if "sheaves" in names and names[names.index("sheaves") + 1] != "slab":
-        return ("sheaves over a layer other than slab: bytes_held goes negative (class "
-                "sizes vs the backend's block sizes)")
-    return None
 
 
 # ---- the nmi workload (item 1) ----
@@ -386,9 +363,6 @@ def test_stress_every_policy(spec):
     if pol.names[-1] == "null":
         pytest.skip("null hands out one block per CPU by design: patterns overlap")
     size_max = min(pol.max_size or 2048, 2048)
-    known = _stress_known(pol.names)
-    if known:
-        pytest.xfail(known)
     r = al.run("stress", spec, runs=1, producers=2, cpu="virtual", warmup_cycles=1, cycles=5,
                ops_per_cycle=300, size_max=size_max, slots=64)
     p = r.points[0]
@@ -396,7 +370,3 @@ def test_stress_every_policy(spec):
     assert p["wl.checked_bytes"][0] > 0
 
 
-def _stress_known(names):
-    if "sheaves" in names and names[names.index("sheaves") + 1] != "slab":
-        return "sheaves over a layer other than slab: bytes_held goes negative"
-    return None

@@ -32,6 +32,15 @@
  *   failure, a flush or a sheaf allocation all count as failure: -EBUSY, and
  *   the caller defers the object.
  *
+ * Other backends: objects are cached by the class of what the layer below
+ * returns, km_class_floor(usable_size), so that a free finds the same sheaf
+ * and counts the same bytes as the allocation. Over slab (AL_F_KM_CLASSES)
+ * that is the requested class. Over anything else (buddy's powers of two,
+ * libc's chunks) the first allocation of each class goes below and learns
+ * the class it really gets (96 -> 128 over buddy), and later requests of the
+ * class are served from that class's sheaves; a class that the layer below
+ * rounds beyond 8 KiB is passed through uncached, counted by usable size.
+ *
  * Invariants (sheaves_check): 0 <= size <= capacity for every sheaf; barn
  * lists have nr_full full and nr_empty empty sheaves; every cached object is
  * a live object of the layer below (so its bytes_held includes the caches,
@@ -92,6 +101,8 @@ static const struct al_param_desc sheaves_params[P_NR] = {
 	X(nospin_fail, "kfree_nolock frees that could not proceed without spinning")   \
 	X(traced_kmallocs, "allocations the kmalloc tracepoint sees (not AL_NOTRACE)") \
 	X(einval, "allocations rejected: size 0 or above 8 KiB")                       \
+	X(class_probes, "first allocations of a class, which learn the class below")   \
+	X(uncached, "allocations below rounds beyond 8 KiB, passed through uncached")  \
 	X(bytes_allocated, "class bytes handed out")                                   \
 	X(bytes_freed, "class bytes taken back")
 
@@ -145,7 +156,13 @@ struct sheaves {
 	int pool_lock;		      /* guards barns[].pool and chunks */
 	struct pool_chunk *chunks;    /* sheaf memory */
 	struct al_counters ctr;	      /* SHEAVES_COUNTERS */
+	/* kmalloc class -> the class of the objects the layer below returns for
+	 * it (see "Other backends"); -1 until learnt, AL_KM_UNCACHED when below
+	 * rounds it beyond KM_MAX_SIZE */
+	int8_t alias[KM_NR_CLASSES];
 };
+
+#define AL_KM_UNCACHED (-2)
 
 static inline struct sheaves *to_sh(struct al_allocator *a)
 {
@@ -458,10 +475,53 @@ static bool replace_empty_main(struct sheaves *sh, unsigned ci, struct pcs *p, s
 	return false;
 }
 
+/*
+ * A class whose objects below are not yet known (or not cacheable): one
+ * object straight from below; its usable size says which class it is, and
+ * so which sheaves later requests of the class use.
+ */
+static void *sheaves_alloc_below(struct sheaves *sh, struct al_ctx *c, unsigned ci, unsigned flags)
+{
+	struct al_allocator *below = sh->base.below;
+	int8_t want = -1;
+	size_t usable, bytes;
+	void *obj;
+	int k;
+
+	obj = al_alloc(below, c, km_class_size[ci], (flags | AL_NOTRACE) & ~AL_ZERO);
+	if (!obj)
+		return NULL;
+	usable = below->ops->usable_size(below, obj);
+	k = km_class_floor(usable);
+	if (k < (int)ci || usable > KM_MAX_SIZE) { /* beyond the classes (or short) */
+		k = AL_KM_UNCACHED;
+		bytes = usable;
+		al_count(&sh->ctr, c, SH_uncached, 1);
+	} else {
+		bytes = km_class_size[k];
+	}
+	if (__atomic_compare_exchange_n(&sh->alias[ci], &want, (int8_t)k, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED)) {
+		al_count(&sh->ctr, c, SH_class_probes, 1);
+		want = -1;
+		if (k >= 0 && k != (int)ci) /* the learnt class is its own */
+			__atomic_compare_exchange_n(&sh->alias[k], &want, (int8_t)k, false,
+						    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	}
+	al_count(&sh->ctr, c, SH_alloc_fallback, 1);
+	al_count(&sh->ctr, c, SH_allocs, 1);
+	if (!(flags & AL_NOTRACE))
+		al_count(&sh->ctr, c, SH_traced_kmallocs, 1);
+	al_count(&sh->ctr, c, SH_bytes_allocated, bytes);
+	if (flags & AL_ZERO)
+		memset(obj, 0, bytes);
+	return obj;
+}
+
 static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	struct sheaves *sh = to_sh(a);
-	int ci = km_class(size);
+	int ci = km_class(size), k;
 	struct pcs *p;
 	void *obj;
 
@@ -470,6 +530,10 @@ static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size
 		c->err = -EINVAL;
 		return NULL;
 	}
+	k = __atomic_load_n(&sh->alias[ci], __ATOMIC_RELAXED);
+	if (al_unlikely(k < 0)) /* not learnt yet, or not cacheable */
+		return sheaves_alloc_below(sh, c, (unsigned)ci, flags);
+	ci = k;
 	if (al_unlikely(flags & AL_NOCPU))
 		goto fallback;
 	p = pcs_of(sh, (unsigned)ci, c->cpu);
@@ -587,6 +651,20 @@ got_empty:
 	return true;
 }
 
+/* What no sheaf caches: below decides (a bogus pointer's error is its). */
+static int sheaves_free_uncached(struct sheaves *sh, struct al_ctx *c, void *ptr, size_t usable,
+				 unsigned flags)
+{
+	int ret = al_free_flags(sh->base.below, c, ptr, flags);
+
+	if (ret || !usable)
+		return ret;
+	al_count(&sh->ctr, c, SH_free_fallback, 1);
+	al_count(&sh->ctr, c, SH_frees, 1);
+	al_count(&sh->ctr, c, SH_bytes_freed, usable);
+	return 0;
+}
+
 static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *ptr, unsigned flags)
 {
 	struct sheaves *sh = to_sh(a);
@@ -600,7 +678,7 @@ static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *pt
 	usable = below->ops->usable_size ? below->ops->usable_size(below, ptr) : 0;
 	ci = km_class_floor(usable);
 	if (al_unlikely(ci < 0 || usable > KM_MAX_SIZE))
-		return al_free_flags(below, c, ptr, flags); /* not ours to cache: below decides */
+		return sheaves_free_uncached(sh, c, ptr, usable, flags);
 	if (al_unlikely(flags & AL_NOCPU))
 		goto fallback;
 	p = pcs_of(sh, (unsigned)ci, c->cpu);
@@ -749,7 +827,13 @@ static int sheaves_check(struct al_allocator *a, char *err, size_t errlen)
 
 	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
 		struct barn *b = &sh->barns[ci];
+		int k = sh->alias[ci];
 
+		if (k != -1 && k != AL_KM_UNCACHED && (k < (int)ci || sh->alias[k] != k)) {
+			snprintf(err, errlen, "class %u: learnt class %d is not a class of its own",
+				 km_class_size[ci], k);
+			return -EFAULT;
+		}
 		for (cpu = 0; cpu < a->ncpu; cpu++) {
 			struct pcs *p = pcs_of(sh, ci, cpu);
 
@@ -866,6 +950,9 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 	}
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
 		al_lock_init(&sh->barns[ci].lock, (uint64_t)p[P_lock_budget], false);
+	for (ci = 0; ci < KM_NR_CLASSES; ci++)
+		sh->alias[ci] =
+			below->desc && (below->desc->features & AL_F_KM_CLASSES) ? (int8_t)ci : -1;
 	sh->base.ops = &sheaves_ops;
 	sh->base.below = below;
 	sh->base.ncpu = ncpu;

@@ -1265,7 +1265,7 @@ static const struct al_layer_desc slab_desc = {
 	.doc = "kmalloc/kzalloc over SLUB-like slabs: 13 size classes, per-CPU slab with a "
 	       "cmpxchg16b freelist (v6.18) or none (sheaves form), partial lists under "
 	       "list_lock",
-	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE,
+	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_KM_CLASSES,
 	.max_size = KM_MAX_SIZE,
 	.nparams = P_NR,
 	.params = slab_params,

@@ -320,6 +320,7 @@ static const int AL_NOCPU;
 /* ---- issue 8: reliability (NMI-safe layers) ---- */
 static const int AL_F_NMI_SAFE;
 static const int AL_F_NMI_SHIELD;
+static const int AL_F_KM_CLASSES;
 """
 
 # Paths are relative to the project root, where setup.py runs.

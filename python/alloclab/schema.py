@@ -41,6 +41,7 @@ FEATURES = [
     ("trylock", lib.AL_F_TRYLOCK),  # issue 4
     ("nmi_safe", lib.AL_F_NMI_SAFE),  # issue 8
     ("nmi_shield", lib.AL_F_NMI_SHIELD),  # issue 8
+    ("km_classes", lib.AL_F_KM_CLASSES),  # usable size of a kmalloc class is the class
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

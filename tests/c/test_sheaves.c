@@ -202,11 +202,76 @@ TEST(test_stress_nolock_sheaves)
 	t_teardown(sa);
 }
 
+/*
+ * Over buddy a kmalloc-96 request gets a 128-byte block: the first one goes
+ * below and learns it; later 96-byte requests use the 128 sheaves, and every
+ * free counts the bytes its allocation counted (found by issue 8's tests:
+ * bytes_held went negative).
+ */
+TEST(test_class_learnt_over_buddy)
+{
+	struct al_allocator *a = t_spec("sheaves(capacity=4) > buddy", 1);
+	struct al_ctx c;
+	void *v[6];
+	unsigned i;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	for (i = 0; i < 6; i++)
+		v[i] = al_alloc(a, &c, 96, 0);
+	CHECK_EQ(S(a, 0, "class_probes"), 1);
+	CHECK_EQ(S(a, 0, "alloc_fallback"), 1);
+	CHECK_EQ(S(a, 0, "refills"), 2); /* 4 + 4 objects of class 128 */
+	CHECK_EQ(S(a, 0, "bytes_held"), 6 * 128);
+	CHECK_EQ((long long)al_call_usable_size(a, v[0]), 128);
+	t_check(a);
+	for (i = 0; i < 6; i++)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(S(a, 0, "bytes_held"), 0);
+	v[0] = al_alloc(a, &c, 128, 0); /* class 128 is its own: no second probe */
+	CHECK_EQ(S(a, 0, "class_probes"), 1);
+	CHECK_EQ(S(a, 0, "bytes_held"), 128);
+	CHECK_EQ(al_free(a, &c, v[0]), 0);
+	t_check(a);
+	t_teardown(a);
+}
+
+/* Over libc an 8 KiB request gets a chunk beyond the classes: uncached,
+ * counted by its usable size both ways. */
+TEST(test_uncached_over_libc)
+{
+	struct al_allocator *a = t_spec("sheaves > libc", 1);
+	struct al_ctx c;
+	long long usable;
+	void *p, *q;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	p = al_alloc(a, &c, 8192, 0);
+	q = al_alloc(a, &c, 8000, 0);
+	CHECK(p != NULL && q != NULL);
+	usable = (long long)al_call_usable_size(a, p);
+	CHECK(usable > 8192);
+	CHECK_EQ(S(a, 0, "uncached"), 2);
+	CHECK_EQ(S(a, 0, "bytes_held"), usable + (long long)al_call_usable_size(a, q));
+	CHECK_EQ(al_free(a, &c, p), 0);
+	CHECK_EQ(al_free(a, &c, q), 0);
+	CHECK_EQ(S(a, 0, "bytes_held"), 0);
+	CHECK_EQ(S(a, 0, "objects_cached"), 0);
+	t_teardown(a);
+}
+
 int main(void)
 {
 	RUN(test_capacity_by_size);
 	RUN(test_sheaves_script);
 	RUN(test_kfree_nolock_trylock_failure_defers);
 	RUN(test_stress_nolock_sheaves);
+	RUN(test_class_learnt_over_buddy);
+	RUN(test_uncached_over_libc);
 	return TEST_SUMMARY();
 }

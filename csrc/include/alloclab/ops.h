@@ -178,7 +178,10 @@ enum al_features {
 	/* issue 8: at AL_CTX_NMI it reaches the layer below only with AL_NOSPIN
 	 * or not at all (refill and trim run later, from ordinary context), so
 	 * the layers below need no NMI path of their own */
-	AL_F_NMI_SHIELD = 1u << 13
+	AL_F_NMI_SHIELD = 1u << 13,
+	/* usable_size() of an allocation of a kmalloc class size is exactly that
+	 * size (slab): a kmalloc-class cache above it needs no class learning */
+	AL_F_KM_CLASSES = 1u << 14
 };
 
 struct al_layer_desc {
