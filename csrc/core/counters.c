@@ -41,6 +41,16 @@ uint64_t al_counters_sum(const struct al_counters *k, unsigned idx)
 	return s;
 }
 
+uint64_t al_counters_sum_level(const struct al_counters *k, unsigned idx, unsigned level)
+{
+	uint64_t s = 0;
+	unsigned b;
+
+	for (b = level; b < k->nblocks; b += AL_CTX_NR)
+		s += __atomic_load_n(&k->v[(size_t)b * k->stride + idx], __ATOMIC_RELAXED);
+	return s;
+}
+
 void al_counters_report(const struct al_counters *k, struct al_stats *out)
 {
 	unsigned i;

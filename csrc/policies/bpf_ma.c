@@ -693,6 +693,9 @@ static void bpf_ma_stats(struct al_allocator *a, struct al_stats *out)
 	out->bytes_held = (int64_t)(al_counters_sum(&ma->ctr, MC_bytes_allocated) -
 				    al_counters_sum(&ma->ctr, MC_bytes_freed));
 	al_counters_report(&ma->ctr, out);
+	/* NMI frees that found `active` held: to the extra list, freed later */
+	al_stats_add(out, "nmi_frees_deferred",
+		     al_counters_sum_level(&ma->ctr, MC_reentrant_frees, AL_CTX_NMI));
 	al_defer_report(ma->defer, out);
 	for (i = 0; i < n; i++)
 		for (k = 0; k < ma->inst[i].nbuckets * a->ncpu; k++)

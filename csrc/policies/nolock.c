@@ -215,6 +215,9 @@ static void nolock_stats(struct al_allocator *a, struct al_stats *out)
 	out->bytes_held = (int64_t)(al_counters_sum(&nl->ctr, NC_bytes_allocated) -
 				    al_counters_sum(&nl->ctr, NC_bytes_freed));
 	al_counters_report(&nl->ctr, out);
+	/* the share of NMI frees deferred, as the nmi workload reports it */
+	al_stats_add(out, "nmi_frees_deferred",
+		     al_counters_sum_level(&nl->ctr, NC_frees_deferred, AL_CTX_NMI));
 	al_defer_report(nl->defer, out);
 	al_stats_add_gauge(out, "deferred_pending",
 			   al_counters_sum(&nl->ctr, NC_frees_deferred) -

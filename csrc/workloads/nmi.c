@@ -8,7 +8,14 @@
  * handler is the NMI model: it derives an AL_CTX_NMI context from al_ctx_current() (same CPU as the
  * worker it interrupted, wherever that worker was, inside the allocator included) and allocates
  * `handler_objs` objects through the same policy; it frees them before returning, or with keep=1
- * leaves them for the next handler run to free.
+ * leaves them for the next handler run to free. With handler_frees=N the worker also allocates N
+ * objects at task level whenever its handler has taken the last ones, and the handler frees them
+ * at NMI: a BPF program freeing, in NMI, map elements allocated elsewhere (the path that reaches
+ * a layer's deferred NMI free even where every NMI allocation is refused, as in the buddy).
+ *
+ * The handler works only while its worker runs a cycle (signals between
+ * cycles, at the engine's barriers, return at once), so its counts and the
+ * layers' counters cover the same measured window.
  *
  * Reported (workload metrics, wl.<name>): handler runs, objects served and
  * refused (NULL: -EBUSY, guard busy, empty cache), frees that failed (the
@@ -48,7 +55,7 @@
 #define NMI_MAX_OBJS 64		    /* handler_objs limit */
 #define NMI_RETRY    4096	    /* objects whose NMI free failed, freed later */
 
-enum { P_size, P_allocs_per_cycle, P_rate, P_handler_objs, P_keep, P_mode, P_NR };
+enum { P_size, P_allocs_per_cycle, P_rate, P_handler_objs, P_keep, P_mode, P_handler_frees, P_NR };
 enum { M_FREE, M_XFREE };
 
 static const struct al_param_desc nmi_params[P_NR] = {
@@ -65,6 +72,9 @@ static const struct al_param_desc nmi_params[P_NR] = {
 	[P_mode] = { "mode", AL_PARAM_ENUM, M_FREE, 0, 1, "malloc-free,malloc-xfree",
 		     "workers free their own objects, or hand each batch to the next worker, "
 		     "which frees it (cross-CPU frees)" },
+	[P_handler_frees] = { "handler_frees", AL_PARAM_INT, 0, 0, NMI_MAX_OBJS, NULL,
+			      "objects the worker allocates for its handler to free at NMI "
+			      "(refilled when the handler has taken them)" },
 };
 
 /* malloc-xfree: worker i hands its batch to worker i + 1 through box i + 1. */
@@ -91,11 +101,15 @@ struct nmi_worker {
 	unsigned objs;		  /* handler_objs */
 	bool keep;		  /* keep=1 */
 	int armed;		  /* the handler works only while 1 */
+	int in_cycle;		  /* ... and the worker runs a cycle */
 	bool timer_ok;		  /* timer created */
 	timer_t timer;		  /* the per-thread timer */
 	bool measured;		  /* counters were reset at the first measured cycle */
 	unsigned nkept;		  /* objects left by the last handler run (keep=1) */
 	void *kept[NMI_MAX_OBJS]; /* those objects */
+	unsigned hand_objs;	  /* handler_frees */
+	unsigned nhand;		  /* objects handed to the handler (0: it took them) */
+	void *hand[NMI_MAX_OBJS]; /* those objects, allocated at task level */
 	unsigned nretry;	  /* objects whose NMI free failed */
 	void *retry[NMI_RETRY];	  /* those objects, freed at task level */
 	uint64_t runs;		  /* handler runs that worked */
@@ -105,18 +119,21 @@ struct nmi_worker {
 	uint64_t lost;		  /* objects that did not fit in retry[] (an error) */
 	uint64_t handler_ticks;	  /* time in handlers */
 	uint64_t busy_retries;	  /* worker allocations retried after -EBUSY */
+	uint64_t handed;	  /* objects handed to the handler */
+	uint64_t handed_freed;	  /* of those, freed at NMI (the others: free_errors) */
 };
 
 /* Free at NMI; a failure keeps the object for a task-level free later. */
-static void nmi_free_one(struct nmi_worker *m, struct al_ctx *nmi, void *p)
+static bool nmi_free_one(struct nmi_worker *m, struct al_ctx *nmi, void *p)
 {
 	if (al_likely(!al_free(m->a, nmi, p)))
-		return;
+		return true;
 	m->free_errors++;
 	if (m->nretry < NMI_RETRY)
 		m->retry[m->nretry++] = p;
 	else
 		m->lost++;
+	return false;
 }
 
 static void nmi_handler(int sig, siginfo_t *si, void *uc)
@@ -130,7 +147,8 @@ static void nmi_handler(int sig, siginfo_t *si, void *uc)
 
 	(void)sig;
 	(void)uc;
-	if (!m || !__atomic_load_n(&m->armed, __ATOMIC_RELAXED) || !(cur = al_ctx_current()))
+	if (!m || !__atomic_load_n(&m->armed, __ATOMIC_RELAXED) ||
+	    !__atomic_load_n(&m->in_cycle, __ATOMIC_RELAXED) || !(cur = al_ctx_current()))
 		return;
 	t0 = al_ticks();
 	al_ctx_nested(&nmi, cur, AL_CTX_NMI);
@@ -154,6 +172,12 @@ static void nmi_handler(int sig, siginfo_t *si, void *uc)
 		for (i = 0; i < n; i++)
 			nmi_free_one(m, &nmi, got[i]);
 	}
+	n = __atomic_load_n(&m->nhand, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_ACQUIRE); /* the worker is this thread */
+	for (i = 0; i < n; i++)
+		m->handed_freed += nmi_free_one(m, &nmi, m->hand[i]);
+	if (n)
+		__atomic_store_n(&m->nhand, 0, __ATOMIC_RELAXED);
 	m->runs++;
 	m->handler_ticks += al_ticks() - t0;
 	errno = saved;
@@ -245,6 +269,7 @@ static int nmi_worker_init(struct al_worker *w)
 	m->size = (size_t)w->params[P_size];
 	m->objs = (unsigned)w->params[P_handler_objs];
 	m->keep = w->params[P_keep];
+	m->hand_objs = (unsigned)w->params[P_handler_frees];
 	m->arr_len = (size_t)w->params[P_allocs_per_cycle] * sizeof(void *);
 	m->arr = al_meta_alloc(m->arr_len);
 	m->in = al_meta_alloc(m->arr_len);
@@ -291,7 +316,26 @@ static bool retry_ok(uint64_t *t_end)
 static void nmi_reset_counters(struct nmi_worker *m)
 {
 	m->runs = m->served = m->refused = m->free_errors = m->handler_ticks = 0;
-	m->busy_retries = 0;
+	m->busy_retries = m->handed = m->handed_freed = 0;
+}
+
+/*
+ * handler_frees: when the handler has taken the last objects, allocate the
+ * next ones at task level (untimed) and publish them. The handler interrupts
+ * this thread only, so a signal fence orders the slots before the count; a
+ * handler that runs before the count is stored sees none.
+ */
+static void nmi_hand_over(struct al_worker *w, struct nmi_worker *m)
+{
+	unsigned n = 0;
+
+	if (!m->hand_objs || __atomic_load_n(&m->nhand, __ATOMIC_RELAXED))
+		return;
+	while (n < m->hand_objs && (m->hand[n] = al_alloc(m->a, &w->ctx, m->size, 0)))
+		*(volatile char *)m->hand[n++] = 1; /* a refusal: fewer this time */
+	m->handed += n;
+	__atomic_signal_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&m->nhand, n, __ATOMIC_RELAXED);
 }
 
 /* Free n objects of arr (timed); -errno with w->err on a failed free. */
@@ -348,7 +392,7 @@ static int nmi_xfree(struct al_worker *w, struct nmi_worker *m, unsigned n)
 	return ret;
 }
 
-static int nmi_cycle(struct al_worker *w)
+static int nmi_cycle_body(struct al_worker *w)
 {
 	struct nmi_worker *m = w->priv;
 	struct al_allocator *a = w->a;
@@ -357,10 +401,7 @@ static int nmi_cycle(struct al_worker *w)
 	uint64_t t0, t1;
 	int ret;
 
-	if (w->measuring && !m->measured) { /* the warmup's handler runs do not count */
-		m->measured = true;
-		nmi_reset_counters(m);
-	}
+	nmi_hand_over(w, m);
 	t0 = al_ticks();
 	for (i = 0; i < n; i++) {
 		uint64_t t_end = 0;
@@ -407,6 +448,30 @@ static int nmi_cycle(struct al_worker *w)
 	return 0;
 }
 
+/*
+ * The handler works only inside cycles, so that what it does falls in the
+ * engine's measured window exactly (the layers' counters are snapshotted
+ * at barriers between cycles) and the workload's counts match theirs.
+ */
+static int nmi_cycle(struct al_worker *w)
+{
+	struct nmi_worker *m = w->priv;
+	int ret;
+
+	if (w->measuring && !m->measured) { /* the warmup's handler runs do not count */
+		m->measured = true;
+		nmi_reset_counters(m);
+	}
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	__atomic_store_n(&m->in_cycle, 1, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	ret = nmi_cycle_body(w);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	__atomic_store_n(&m->in_cycle, 0, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	return ret;
+}
+
 static void nmi_worker_fini(struct al_worker *w)
 {
 	struct nmi_worker *m = w->priv;
@@ -428,12 +493,16 @@ static void nmi_worker_fini(struct al_worker *w)
 	}
 	for (i = 0; i < m->nkept; i++)
 		al_free(m->a, &w->ctx, m->kept[i]);
+	for (i = 0; i < m->nhand; i++)
+		al_free(m->a, &w->ctx, m->hand[i]);
 	for (i = 0; i < m->nretry; i++)
 		al_free(m->a, &w->ctx, m->retry[i]);
 	al_worker_metric(w, "nmi_handler_runs", (double)m->runs, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_served", (double)m->served, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_refused", (double)m->refused, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_free_errors", (double)m->free_errors, AL_METRIC_SUM);
+	al_worker_metric(w, "nmi_handed", (double)m->handed, AL_METRIC_SUM);
+	al_worker_metric(w, "nmi_handed_freed", (double)m->handed_freed, AL_METRIC_SUM);
 	al_worker_metric(w, "busy_retries", (double)m->busy_retries, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_handler_ns", al_ticks_to_ns((double)m->handler_ticks),
 			 AL_METRIC_SUM);

@@ -182,6 +182,8 @@ AL_API int al_counters_init(struct al_counters *k, unsigned n, const char *const
 			    unsigned ncpu);
 AL_API void al_counters_fini(struct al_counters *k);
 AL_API uint64_t al_counters_sum(const struct al_counters *k, unsigned idx);
+/* the sum over CPUs at one context level (AL_CTX_*): what happened in NMI */
+AL_API uint64_t al_counters_sum_level(const struct al_counters *k, unsigned idx, unsigned level);
 AL_API void al_counters_report(const struct al_counters *k, struct al_stats *out);
 
 /*
