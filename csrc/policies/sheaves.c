@@ -37,7 +37,9 @@
  * and counts the same bytes as the allocation. Over slab (AL_F_KM_CLASSES)
  * that is the requested class. Over anything else (buddy's powers of two,
  * libc's chunks) the first allocation of each class goes below and learns
- * the class it really gets (96 -> 128 over buddy), and later requests of the
+ * the class it really gets (96 -> 128 over buddy; that first object is then
+ * swapped for one asked at the whole class size, as below may expose only
+ * what was asked), and later requests of the
  * class are served from that class's sheaves; a class that the layer below
  * rounds beyond 8 KiB is passed through uncached, counted by usable size.
  *
@@ -499,6 +501,14 @@ static void *sheaves_alloc_below(struct sheaves *sh, struct al_ctx *c, unsigned 
 		al_count(&sh->ctr, c, SH_uncached, 1);
 	} else {
 		bytes = km_class_size[k];
+	}
+	if (k > (int)ci && !al_free(below, c, obj)) {
+		/* Ask again for the whole class: below may expose only what was
+		 * asked (the buddy under ASan), and the object will be reused as
+		 * one of class k. A refused free keeps the first one. */
+		obj = al_alloc(below, c, km_class_size[k], (flags | AL_NOTRACE) & ~AL_ZERO);
+		if (!obj)
+			return NULL;
 	}
 	if (__atomic_compare_exchange_n(&sh->alias[ci], &want, (int8_t)k, false, __ATOMIC_RELAXED,
 					__ATOMIC_RELAXED)) {

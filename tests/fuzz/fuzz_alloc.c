@@ -3,7 +3,7 @@
  * libFuzzer targets (issue 8), one per layer family, from this one source:
  *   FUZZ_FAMILY_buddy   buddy
  *   FUZZ_FAMILY_front   percpu, transfer (under percpu), magazine over buddy
- *   FUZZ_FAMILY_slab    slab, sheaves, nolock, bpf_ma over slab
+ *   FUZZ_FAMILY_slab    slab, sheaves, nolock, bpf_ma over slab; sheaves over buddy
  *   FUZZ_FAMILY_pages   pages, vmalloc over pages
  * The input's first byte picks a stack of the family; the rest decodes into
  * operations: allocations of any size (each object filled with its own
@@ -39,6 +39,8 @@ static const char *const specs[] = {
 	"sheaves > slab(form=sheaves, arena_limit=1M)",
 	"nolock > slab(arena_limit=1M)",
 	"bpf_ma > slab(arena_limit=1M)",
+	/* sheaves over powers of two: the class learning (96 -> 128) */
+	"sheaves(capacity=4, barn_full=1, barn_empty=1) > buddy(chunk_size=64K, arena_limit=1M)",
 };
 #elif defined(FUZZ_FAMILY_pages)
 static const char *const specs[] = { "pages(memory=4M)", "vmalloc > pages(memory=4M)" };
