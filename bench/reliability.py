@@ -16,7 +16,8 @@
 
 Writes bench/results/reliability.{txt,json}.
 
-    python bench/reliability.py [--duration 2] [--runs 3] [--stress 10] [--fuzz 60]
+    python bench/reliability.py [--duration 1] [--runs 5] [--stress 10] [--fuzz 60]
+               [--rates 0,1000,10000,50000]
 """
 import argparse
 import json
@@ -27,7 +28,7 @@ import sys
 import tempfile
 
 import alloclab as al
-from alloclab import errors, schema
+from alloclab import errors, schema, stats
 
 
 def nmi_safe(spec):
@@ -61,8 +62,8 @@ def mean(p, k):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--duration", type=float, default=2.0)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=1.0)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--stress", type=float, default=10.0)
     ap.add_argument("--rates", default="0,1000,10000,50000")
     ap.add_argument("--fuzz", type=float, default=60.0, help="seconds per fuzz target, 0 = skip")
@@ -77,42 +78,50 @@ def main():
         lines.append(s)
 
     say("== NMI model: nmi workload, 2 workers, handler_objs=2, handler_frees=2, "
-        "%.1f s x %d runs" % (a.duration, a.runs))
-    say("%-34s %8s %12s %12s %9s %9s %8s %14s" % (
-        "policy", "rate", "worker op/s", "nmi op/s", "refused", "deferred", "errors",
-        "slowdown/10k"))
+        "%.1f s x %d runs, rates interleaved run by run" % (a.duration, a.runs))
+    say("   delivered: handler runs per second per worker; slowdown: worker op/s at rate 0 over "
+        "op/s at the rate, minus 1 (Welch p)")
+    say("%-26s %6s %11s %10s %10s %8s %8s %6s %16s %10s" % (
+        "policy", "rate", "worker op/s", "delivered", "nmi op/s", "refused", "deferred",
+        "errors", "slowdown (p)", "per 10k/s"))
     for spec in policies():
-        base = None
+        try:
+            r = al.run("nmi", spec, runs=a.runs, producers=2, cpu="virtual",
+                       duration=a.duration, warmup_cycles=20, rate=rates, handler_objs=2,
+                       handler_frees=2)
+        except errors.AlloclabError as e:
+            say("%-26s ERROR %s" % (spec, e))
+            continue
+        ms = r.metrics()
+        by_rate = {p.params["rate"]: p for p in r.points}
+        base = by_rate.get(0)
         for rate in rates:
-            try:
-                r = al.run("nmi", spec, runs=a.runs, producers=2, cpu="virtual",
-                           duration=a.duration, warmup_cycles=20, rate=rate, handler_objs=2,
-                           handler_frees=2)
-            except errors.AlloclabError as e:
-                say("%-34s %8d ERROR %s" % (spec, rate, e))
-                continue
-            p = r.points[0]
-            ms = r.metrics()
+            p = by_rate[rate]
             ops = mean(p, "throughput")
             el = mean(p, "elapsed_ns") / 1e9 if "elapsed_ns" in ms else a.duration
             runs = mean(p, "wl.nmi_handler_runs")
             served, refused = mean(p, "wl.nmi_served"), mean(p, "wl.nmi_refused")
             handed = mean(p, "wl.nmi_handed_freed")
-            errs = mean(p, "wl.nmi_free_errors")
+            errs = float(sum(p["wl.nmi_free_errors"]))
             deferred = sum(mean(p, k) for k in ms if k.endswith(".nmi_frees_deferred"))
             attempts, frees = served + refused, served + handed
             nmi_ops = (attempts + frees) / el if el else float("nan")
-            if rate == 0:
-                base = ops
-            slow = ((base / ops - 1) / (rate / 10000.0)) if base and rate else float("nan")
-            say("%-34s %8d %12.0f %12.0f %8.1f%% %8.1f%% %8d %13.1f%%" % (
-                spec, rate, ops, nmi_ops, 100 * refused / attempts if attempts else 0,
+            slow = pv = float("nan")
+            if base is not None and rate:
+                slow = mean(base, "throughput") / ops - 1
+                pv = stats.welch(base["throughput"], p["throughput"]).pvalue
+            say("%-26s %6d %11.3g %10.0f %10.0f %7.1f%% %7.1f%% %6d %16s %10s" % (
+                spec, rate, ops, runs / el / 2 if el else 0, nmi_ops,
+                100 * refused / attempts if attempts else 0,
                 100 * deferred / frees if frees else 0, errs,
-                100 * slow if slow == slow else 0))
+                "%+.1f%% (%.2g)" % (100 * slow, pv) if slow == slow else "-",
+                "%+.1f%%" % (100 * slow * 10000 / rate) if slow == slow else "-"))
             data["nmi"].setdefault(spec, {})[rate] = dict(
-                ops_per_sec=ops, nmi_ops_per_sec=nmi_ops, handler_runs=runs, served=served,
-                refused=refused, handed_freed=handed, deferred=deferred,
-                slowdown_per_10k=slow, free_errors=errs)
+                ops_per_sec=ops, nmi_ops_per_sec=nmi_ops, handler_runs=runs,
+                delivered_per_worker=runs / el / 2 if el else None, served=served,
+                refused=refused, handed_freed=handed, deferred=deferred, slowdown=slow,
+                slowdown_p=pv, slowdown_per_10k=slow * 10000 / rate if rate else None,
+                free_errors=errs)
 
     say("")
     say("== Long stress: stress workload, 2 workers, %.0f s per preset" % a.stress)

@@ -12,7 +12,8 @@
 /* The presets of python/alloclab/policy.py (peers and null excluded: peers
  * run in preloaded children, null hands out one block per CPU), and the
  * front layers over buddy, transfer and nolock included (their mixed-size
- * free_bulk and small-object deferred link were found here and fixed). */
+ * free_bulk and small-object deferred link were found here and fixed), and
+ * sheaves over buddy (its class accounting, found by the exhaustion tests). */
 static const char *const specs[] = {
 	"buddy",
 	"libc",
@@ -33,6 +34,7 @@ static const char *const specs[] = {
 	"failnth(op=alloc, nth=7, every=true) > buddy",
 	"transfer > buddy",
 	"nolock > buddy",
+	"sheaves(capacity=4, barn_full=1, barn_empty=1) > buddy", /* class learning */
 };
 
 static void stress_run(const char *spec)
