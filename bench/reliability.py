@@ -131,7 +131,8 @@ def main():
             data["nmi"].setdefault(label, {})["%dp/%d" % (nw, rate)] = dict(
                 producers=nw, rate=rate, ops_per_sec=ops, nmi_ops_per_sec=nmi_ops,
                 handler_runs=runs, delivered_per_worker=delivered, served=served,
-                refused=refused, handed_freed=handed, deferred=deferred, time_lost=lost,
+                refused=refused, refused_busy=mean(p, "wl.nmi_refused_busy"),
+                refused_nomem=mean(p, "wl.nmi_refused_nomem"), handed_freed=handed, deferred=deferred, time_lost=lost,
                 time_lost_p=pv, time_lost_per_10k=per10k, us_per_signal=us, free_errors=errs)
 
     say("")

@@ -311,6 +311,7 @@ def test_nmi_workload_survives(spec):
         runs, served, refused = p["wl.nmi_handler_runs"][0], p["wl.nmi_served"][0], \
             p["wl.nmi_refused"][0]
         assert served + refused == 2 * runs
+        assert p["wl.nmi_refused_busy"][0] + p["wl.nmi_refused_nomem"][0] == refused
         assert p["wl.nmi_free_errors"][0] == 0
         # each worker's handler may free one batch handed in the warmup and
         # leave the last one for the teardown
@@ -331,7 +332,8 @@ def test_nmi_buddy_defers_every_handed_free():
     handed = p["wl.nmi_handed_freed"][0]
     assert handed > 0 and p["wl.nmi_served"][0] == 0
     assert p["buddy.nmi_frees_deferred"][0] == handed
-    assert p["buddy.nmi_alloc_refused"][0] == p["wl.nmi_refused"][0]
+    assert p["buddy.nmi_alloc_refused"][0] == p["wl.nmi_refused"][0] == \
+        p["wl.nmi_refused_busy"][0]
     assert p["buddy.deferred_drained"][0] >= handed - 2 * 2  # the last ones: at teardown
 
 

@@ -27,11 +27,10 @@
  * cache while allocated; callers get obj + 8.
  *
  * unit_alloc: if ++active == 1, pop and store the cache in the header; else
- *   NULL (reentrancy). --active. If the count left is below low, queue the
- *   refill irq_work (a failed reentrant attempt counts 0, so it queues one
- *   too). No synchronous refill: an empty cache returns NULL, except for an
- *   AL_MAYSLEEP caller (bpf_mem_cache_alloc_flags(GFP_KERNEL)), which gets a
- *   direct kmalloc from the layer below.
+ *   NULL (reentrancy: -EBUSY; an empty cache: -ENOMEM). --active. If the count left is below low,
+ * queue the refill irq_work (a failed reentrant attempt counts 0, so it queues one too). No
+ * synchronous refill: an empty cache returns NULL, except for an AL_MAYSLEEP caller
+ * (bpf_mem_cache_alloc_flags(GFP_KERNEL)), which gets a direct kmalloc from the layer below.
  * unit_free: into the CURRENT CPU's cache of the same bucket; tgt = owner;
  *   if ++active == 1 push and count, else push on the atomic extra list; if
  *   the count is above high, queue the irq_work.
@@ -465,7 +464,7 @@ static struct ma_inst *inst_for(struct bpf_ma *ma, struct al_ctx *c, size_t size
 
 /* ---- fast paths ---- */
 
-static inline void *unit_alloc(struct bpf_ma *ma, struct ma_cache *mc, struct al_ctx *c)
+static inline void *unit_alloc(struct bpf_ma *ma, struct ma_cache *mc, struct al_ctx *c, bool *busy)
 {
 	void *obj = NULL;
 	int cnt = 0;
@@ -481,6 +480,7 @@ static inline void *unit_alloc(struct bpf_ma *ma, struct ma_cache *mc, struct al
 		}
 	} else {
 		al_count(&ma->ctr, c, MC_reentrant_allocs, 1);
+		*busy = true;
 	}
 	active_dec(ma, mc);
 	if (cnt < mc->low_watermark)
@@ -523,6 +523,7 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	struct bpf_ma *ma = to_ma(a);
 	struct ma_inst *in;
 	struct ma_cache *mc;
+	bool busy = false;
 	unsigned b = 0;
 	void *obj;
 
@@ -547,7 +548,7 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	mc = &in->caches[c->cpu * in->nbuckets + b];
 	if (al_unlikely(mc->need_prefill) && c->level == AL_CTX_TASK && !(flags & AL_NOSPIN))
 		prefill(ma, mc, c);
-	obj = unit_alloc(ma, mc, c);
+	obj = unit_alloc(ma, mc, c, &busy);
 	if (al_likely(obj))
 		al_count(&ma->ctr, c, MC_alloc_hits, 1);
 	else if ((flags & AL_MAYSLEEP) && c->level == AL_CTX_TASK) {
@@ -559,6 +560,10 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	}
 	al_defer_poll(ma->defer, c); /* IRQs back on: the refill runs now */
 	if (al_unlikely(!obj)) {
+		if (busy) { /* the guard: this CPU's cache is in use below us */
+			c->err = -EBUSY;
+			return NULL;
+		}
 		al_count(&ma->ctr, c, MC_alloc_empty, 1);
 		c->err = -ENOMEM;
 		return NULL;

@@ -18,7 +18,9 @@
  * layers' counters cover the same measured window.
  *
  * Reported (workload metrics, wl.<name>): handler runs, objects served and
- * refused (NULL: -EBUSY, guard busy, empty cache), frees that failed (the
+ * refused (NULL), split by reason: -EBUSY (a lock or a guard held by the code
+ * it interrupted: buddy, percpu's guard, bpf_ma's active) and -ENOMEM
+ * (nothing cached and no refill at NMI), frees that failed (the
  * object is kept and freed later at task level, never lost), time spent in
  * handlers; the layers' own counters show what was deferred (e.g.
  * buddy.nmi_frees_deferred). Worker slowdown is the run's ops/s against a
@@ -115,6 +117,8 @@ struct nmi_worker {
 	uint64_t runs;		  /* handler runs that worked */
 	uint64_t served;	  /* handler allocations that returned memory */
 	uint64_t refused;	  /* handler allocations that returned NULL */
+	uint64_t refused_busy;	  /* ... with -EBUSY: a lock or guard held below */
+	uint64_t refused_nomem;	  /* ... with -ENOMEM: nothing cached, no refill at NMI */
 	uint64_t free_errors;	  /* handler frees that failed (object kept) */
 	uint64_t lost;		  /* objects that did not fit in retry[] (an error) */
 	uint64_t handler_ticks;	  /* time in handlers */
@@ -153,13 +157,18 @@ static void nmi_handler(int sig, siginfo_t *si, void *uc)
 	t0 = al_ticks();
 	al_ctx_nested(&nmi, cur, AL_CTX_NMI);
 	for (i = 0; i < m->objs; i++) {
-		void *p = al_alloc(m->a, &nmi, m->size, 0);
+		void *p;
+
+		nmi.err = 0;
+		p = al_alloc(m->a, &nmi, m->size, 0);
 
 		if (p) {
 			*(volatile char *)p = (char)i; /* touch it */
 			got[n++] = p;
 		} else {
 			m->refused++;
+			m->refused_busy += nmi.err == -EBUSY;
+			m->refused_nomem += nmi.err == -ENOMEM;
 		}
 	}
 	m->served += n;
@@ -316,6 +325,7 @@ static bool retry_ok(uint64_t *t_end)
 static void nmi_reset_counters(struct nmi_worker *m)
 {
 	m->runs = m->served = m->refused = m->free_errors = m->handler_ticks = 0;
+	m->refused_busy = m->refused_nomem = 0;
 	m->busy_retries = m->handed = m->handed_freed = 0;
 }
 
@@ -500,6 +510,8 @@ static void nmi_worker_fini(struct al_worker *w)
 	al_worker_metric(w, "nmi_handler_runs", (double)m->runs, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_served", (double)m->served, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_refused", (double)m->refused, AL_METRIC_SUM);
+	al_worker_metric(w, "nmi_refused_busy", (double)m->refused_busy, AL_METRIC_SUM);
+	al_worker_metric(w, "nmi_refused_nomem", (double)m->refused_nomem, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_free_errors", (double)m->free_errors, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_handed", (double)m->handed, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_handed_freed", (double)m->handed_freed, AL_METRIC_SUM);

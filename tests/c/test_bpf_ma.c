@@ -174,8 +174,9 @@ TEST(test_nested_alloc_returns_null_and_queues_refill)
 	CHECK(q != NULL);
 	CHECK_EQ(t_inject_fired, 1);
 	CHECK(nested_p == NULL);
-	CHECK_EQ(nested_err, -ENOMEM);
+	CHECK_EQ(nested_err, -EBUSY); /* the guard, not an empty cache */
 	CHECK_EQ(S(a, 0, "reentrant_allocs"), 1);
+	CHECK_EQ(S(a, 0, "alloc_empty"), 0);
 	CHECK_EQ(S(a, 0, "irq_work_queued"), queued + 1); /* cnt 0 < low: refill queued */
 	CHECK_EQ(S(a, 0, "irq_work_runs"), queued + 1);	  /* ran at the outer end */
 	CHECK_EQ(S(a, 0, "refills"), 1);		  /* it found 50 >= low: nothing to do */
