@@ -10,10 +10,10 @@
    the share of allocations refused (NULL), the share of NMI frees deferred
    (the layers' nmi_frees_deferred), and the worker time the signals took
    (1 - op/s over op/s without signals: linear in the rate, unlike the op/s
-   ratio), per 10k signals/s and per signal. (16, not 64, allocations per
-   cycle: with 64, exactly bpf_ma's high - low watermark gap, the two objects
-   a rate-0 worker holds for its handler flip bpf_ma into a refill and a trim
-   every cycle, and the baseline, not the signals, decides the figure.)
+   ratio), per 10k signals/s and per signal. 16 allocations per cycle:
+   at 64, exactly bpf_ma's high - low watermark gap, the one or two objects
+   a handler holds or frees flip bpf_ma into a refill and a trim every
+   cycle (a 1.5x swing that is the policy's, not the signal's).
 2. Long stress: the stress workload on every preset for --stress seconds
    each, 2 workers: errors (must be 0), checked bytes, handoffs.
 3. Fuzzing: `make fuzz`, then each libFuzzer target for --fuzz seconds from

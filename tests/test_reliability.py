@@ -321,6 +321,15 @@ def test_nmi_workload_survives(spec):
         assert deferred <= served + freed + 2 * 2  # keep: a warmup run's objects
 
 
+def test_nmi_rate_zero_hands_nothing():
+    """Without signals no handler would free them: the baseline worker holds
+    no objects the runs with signals do not."""
+    r = al.run("nmi", "percpu > buddy", runs=1, warmup_cycles=2, cycles=50, rate=0,
+               handler_frees=4)
+    p = r.points[0]
+    assert (p["wl.nmi_handed"][0], p["wl.nmi_handler_runs"][0]) == (0, 0)
+
+
 def test_nmi_buddy_defers_every_handed_free():
     """The buddy alone refuses every NMI allocation, so only handler_frees
     reaches its deferred free: every one of them is deferred, and drained.
