@@ -305,7 +305,7 @@ def test_nmi_workload_survives(spec):
     allocates and frees at AL_CTX_NMI, and frees what its worker handed it:
     no error, no leak (the engine's leak check), every handler allocation
     either served or refused, every NMI free done or deferred, never failed."""
-    r = al.run("nmi", spec, runs=1, warmup_cycles=5, cycles=300, producers=2, cpu="virtual",
+    r = al.run("nmi", spec, runs=1, warmup_cycles=5, duration=0.05, producers=2, cpu="virtual",
                rate=50000, handler_objs=2, keep=[False, True], handler_frees=3)
     for p in r.points:
         runs, served, refused = p["wl.nmi_handler_runs"][0], p["wl.nmi_served"][0], \
@@ -335,7 +335,7 @@ def test_nmi_buddy_defers_every_handed_free():
     reaches its deferred free: every one of them is deferred, and drained.
     The handler works only inside cycles, so the workload's counts and the
     layer's cover the same window: exact."""
-    r = al.run("nmi", "buddy", runs=1, warmup_cycles=5, cycles=2000, producers=2,
+    r = al.run("nmi", "buddy", runs=1, warmup_cycles=5, duration=0.05, producers=2,
                cpu="virtual", rate=20000, handler_objs=1, handler_frees=2)
     p = r.points[0]
     handed = p["wl.nmi_handed_freed"][0]
