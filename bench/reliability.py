@@ -10,10 +10,14 @@
    the share of allocations refused (NULL), the share of NMI frees deferred
    (the layers' nmi_frees_deferred), and the worker time the signals took
    (1 - op/s over op/s without signals: linear in the rate, unlike the op/s
-   ratio), per 10k signals/s and per signal. 16 allocations per cycle:
-   at 64, exactly bpf_ma's high - low watermark gap, the one or two objects
-   a handler holds or frees flip bpf_ma into a refill and a trim every
-   cycle (a 1.5x swing that is the policy's, not the signal's).
+   ratio), per 10k signals/s and per signal. 4 allocations per cycle (on
+   the seed's grid): at 16 (percpu's capacity) and 64 (bpf_ma's high - low
+   watermark gap) the one or two objects a handler takes or leaves move a
+   cache's fill level off the one value where a cycle neither refills nor
+   spills, and every cycle then does both (percpu > buddy, 2 workers, 16
+   allocs/cycle: -56% at 1k signals/s, buddy locks/op 0 -> 0.012-0.026).
+   That is the policy's cliff at that cycle size, not the signal's cost;
+   `--allocs-per-cycle 16` shows it.
 2. Long stress: the stress workload on every preset for --stress seconds
    each, 2 workers: errors (must be 0), checked bytes, handoffs.
 3. Fuzzing: `make fuzz`, then each libFuzzer target for --fuzz seconds from
@@ -22,7 +26,7 @@
 Writes bench/results/reliability.{txt,json}.
 
     python bench/reliability.py [--duration 0.5] [--runs 5] [--stress 10] [--fuzz 60]
-               [--rates 0,1000,10000,50000]
+               [--rates 0,1000,10000,50000] [--allocs-per-cycle 4]
 """
 import argparse
 import json
@@ -71,6 +75,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--stress", type=float, default=10.0)
     ap.add_argument("--rates", default="0,1000,10000,50000")
+    ap.add_argument("--allocs-per-cycle", type=int, default=4)
     ap.add_argument("--fuzz", type=float, default=60.0, help="seconds per fuzz target, 0 = skip")
     a = ap.parse_args()
     rates = [int(x) for x in a.rates.split(",")]
@@ -82,8 +87,9 @@ def main():
         sys.stdout.flush()
         lines.append(s)
 
-    say("== NMI model: nmi workload, 1 and 2 workers, 16 allocs/cycle, handler_objs=2, "
-        "handler_frees=2, %.1f s x %d runs, cells interleaved run by run" % (a.duration, a.runs))
+    say("== NMI model: nmi workload, 1 and 2 workers, %d allocs/cycle, handler_objs=2, "
+        "handler_frees=2, %.1f s x %d runs, cells interleaved run by run"
+        % (a.allocs_per_cycle, a.duration, a.runs))
     say("   delivered: handler runs per second per worker; lost: the share of worker time "
         "the signals took, 1 - op/s / op/s at rate 0 (Welch p); per 10k/s: lost x 10k / rate; "
         "us/signal: lost / delivered")
@@ -97,7 +103,7 @@ def main():
         try:
             r = al.run("nmi", spec, runs=a.runs, producers=[1, 2], cpu="virtual",
                        duration=a.duration, warmup_cycles=20, rate=rates,
-                       allocs_per_cycle=16, **kw)
+                       allocs_per_cycle=a.allocs_per_cycle, **kw)
         except errors.AlloclabError as e:
             say("%-26s ERROR %s" % (label, e))
             continue
