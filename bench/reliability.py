@@ -40,24 +40,13 @@ import alloclab as al
 from alloclab import errors, schema, stats
 
 
-def nmi_safe(spec):
-    pol = al.Policy(spec)
-    for i in range(len(pol)):
-        f = pol.features(i)
-        if "nmi_safe" not in f:
-            return False
-        if "nmi_shield" in f:
-            return True
-    return True
-
-
 def policies():
     out = []
     bottoms = [n for n, s in schema.layers().items() if not s.needs_backend]
     fronts = [n for n, s in schema.layers().items() if s.needs_backend and n != "failnth"]
     for spec in list(al.presets.values()) + bottoms + ["%s > buddy" % f for f in fronts]:
         try:
-            if spec not in out and nmi_safe(spec) and al.peers.needed(spec) is None:
+            if spec not in out and al.Policy(spec).nmi_safe and al.peers.needed(spec) is None:
                 out.append(spec)
         except errors.AlloclabError:
             pass

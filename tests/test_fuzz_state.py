@@ -35,16 +35,6 @@ NCPU = 2
 TRANSIENT = (-errno.ENOMEM, -errno.EBUSY, -errno.ETIMEDOUT, -errno.EAGAIN)
 
 
-def _nmi_safe(pol):
-    for i in range(len(pol)):
-        f = pol.features(i)
-        if "nmi_safe" not in f:
-            return False
-        if "nmi_shield" in f:
-            return True
-    return True
-
-
 class Machine(RuleBasedStateMachine):
     spec = None
 
@@ -54,7 +44,7 @@ class Machine(RuleBasedStateMachine):
         self.pol = self.a.policy
         self.maxsz = min(self.a.max_size or 8192, 8192)
         self.validates = "validates" in self.pol.features(0)
-        self.nmi = _nmi_safe(self.pol)
+        self.nmi = self.pol.nmi_safe
         self.a.drain()
         self.base = [s["bytes_held"] for s in self.a.stats()]
         self.live = {}  # addr -> (size, tag)

@@ -276,21 +276,8 @@ def test_layers_over_failnth(spec, op):
 
 # ---- the nmi workload (item 1) ----
 
-def _nmi_safe(spec):
-    """What the nmi workload accepts: from the top, every layer nmi_safe down
-    to one with nmi_shield (or the bottom)."""
-    pol = al.Policy(spec)
-    for i in range(len(pol)):
-        f = pol.features(i)
-        if "nmi_safe" not in f:
-            return False
-        if "nmi_shield" in f:
-            return True
-    return True
-
-
-NMI_SAFE = [s for s in stacks() if _nmi_safe(s)]
-NMI_UNSAFE = [s for s in stacks() if not _nmi_safe(s)]
+NMI_SAFE = [s for s in stacks() if al.Policy(s).nmi_safe]
+NMI_UNSAFE = [s for s in stacks() if not al.Policy(s).nmi_safe]
 
 
 def test_nmi_safe_set():

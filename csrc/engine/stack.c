@@ -109,6 +109,17 @@ void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope)
 			top->ops->drain(top, c, scope);
 }
 
+const struct al_allocator *al_stack_nmi_unsafe(const struct al_allocator *top)
+{
+	for (; top; top = top->below) {
+		if (!(top->desc->features & AL_F_NMI_SAFE))
+			return top;
+		if (top->desc->features & AL_F_NMI_SHIELD)
+			return NULL;
+	}
+	return NULL;
+}
+
 size_t al_spec_max_size(const struct al_stack_spec *s)
 {
 	size_t m = 0, x;

@@ -477,6 +477,19 @@ static bool replace_empty_main(struct sheaves *sh, unsigned ci, struct pcs *p, s
 	return false;
 }
 
+/* Every allocation that returns memory ends here: counted, zeroed for kzalloc. */
+static inline void *alloc_done(struct sheaves *sh, struct al_ctx *c, void *obj, size_t bytes,
+			       unsigned flags)
+{
+	al_count(&sh->ctr, c, SH_allocs, 1);
+	if (!(flags & AL_NOTRACE))
+		al_count(&sh->ctr, c, SH_traced_kmallocs, 1);
+	al_count(&sh->ctr, c, SH_bytes_allocated, bytes);
+	if (flags & AL_ZERO)
+		memset(obj, 0, bytes);
+	return obj;
+}
+
 /*
  * A class whose objects below are not yet known (or not cacheable): one
  * object straight from below; its usable size says which class it is, and
@@ -519,13 +532,7 @@ static void *sheaves_alloc_below(struct sheaves *sh, struct al_ctx *c, unsigned 
 						    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 	}
 	al_count(&sh->ctr, c, SH_alloc_fallback, 1);
-	al_count(&sh->ctr, c, SH_allocs, 1);
-	if (!(flags & AL_NOTRACE))
-		al_count(&sh->ctr, c, SH_traced_kmallocs, 1);
-	al_count(&sh->ctr, c, SH_bytes_allocated, bytes);
-	if (flags & AL_ZERO)
-		memset(obj, 0, bytes);
-	return obj;
+	return alloc_done(sh, c, obj, bytes, flags);
 }
 
 static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
@@ -564,13 +571,7 @@ fallback:
 		return NULL;
 	al_count(&sh->ctr, c, SH_alloc_fallback, 1);
 done:
-	al_count(&sh->ctr, c, SH_allocs, 1);
-	if (!(flags & AL_NOTRACE))
-		al_count(&sh->ctr, c, SH_traced_kmallocs, 1);
-	al_count(&sh->ctr, c, SH_bytes_allocated, km_class_size[ci]);
-	if (flags & AL_ZERO)
-		memset(obj, 0, km_class_size[ci]);
-	return obj;
+	return alloc_done(sh, c, obj, km_class_size[ci], flags);
 }
 
 /* ---- free ---- */

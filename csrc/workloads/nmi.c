@@ -43,7 +43,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -52,6 +51,8 @@
 #include <sys/syscall.h>
 
 #include "alloclab/alloclab.h"
+#include "list.h"
+#include "retry.h"
 
 #define NMI_SIG	     (SIGRTMIN + 5) /* the timer's signal */
 #define NMI_MAX_OBJS 64		    /* handler_objs limit */
@@ -244,21 +245,17 @@ static void nmi_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 static int nmi_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, char *err,
 		       size_t errlen)
 {
-	struct al_allocator *l;
+	const struct al_allocator *l = al_stack_nmi_unsafe(a);
 
 	(void)shared;
 	(void)c;
-	for (l = a; l; l = l->below) {
-		if (!(l->desc->features & AL_F_NMI_SAFE)) {
-			snprintf(err, errlen,
-				 "layer %s is not NMI-safe (no nmi_safe feature): a signal handler "
-				 "could spin on a lock the code it interrupted holds; try buddy, "
-				 "percpu|magazine > buddy, nolock > slab, bpf_ma > any",
-				 l->desc->name);
-			return -EOPNOTSUPP;
-		}
-		if (l->desc->features & AL_F_NMI_SHIELD)
-			break;
+	if (l) {
+		snprintf(err, errlen,
+			 "layer %s is not NMI-safe (no nmi_safe feature): a signal handler could "
+			 "spin on a lock the code it interrupted holds; try buddy, "
+			 "percpu|magazine > buddy, nolock > slab, bpf_ma > any",
+			 l->desc->name);
+		return -EOPNOTSUPP;
 	}
 	return 0;
 }
@@ -311,17 +308,6 @@ static int nmi_worker_init(struct al_worker *w)
 	return 0;
 }
 
-/* Retry a transient failure for up to a second (yielding to the holder). */
-static bool retry_ok(uint64_t *t_end)
-{
-	uint64_t now = al_mono_ns();
-
-	if (!*t_end)
-		*t_end = now + 1000000000u;
-	sched_yield();
-	return now < *t_end;
-}
-
 static void nmi_reset_counters(struct nmi_worker *m)
 {
 	m->runs = m->served = m->refused = m->free_errors = m->handler_ticks = 0;
@@ -360,15 +346,9 @@ static int nmi_free_batch(struct al_worker *w, struct nmi_worker *m, void **arr,
 	int ret;
 
 	for (i = 0; i < n; i++) {
-		uint64_t t_end = 0;
-
-		while ((ret = al_free(w->a, &w->ctx, arr[i])) == -ETIMEDOUT && retry_ok(&t_end))
-			m->busy_retries++;
-		if (al_unlikely(ret)) {
-			snprintf(w->err, w->errlen, "free(%p) failed: %s", arr[i],
-				 al_strerror(ret));
-			return ret;
-		}
+		ret = wl_free_retry(w, arr[i], &m->busy_retries);
+		if (al_unlikely(ret))
+			return wl_free_failed(w, arr[i], ret);
 	}
 	w->free_ticks += al_ticks() - t1;
 	w->free_ops += n;
@@ -409,50 +389,29 @@ static int nmi_xfree(struct al_worker *w, struct nmi_worker *m, unsigned n)
 static int nmi_cycle_body(struct al_worker *w)
 {
 	struct nmi_worker *m = w->priv;
-	struct al_allocator *a = w->a;
-	struct al_ctx *c = &w->ctx;
 	unsigned n = (unsigned)w->params[P_allocs_per_cycle], i;
-	uint64_t t0, t1;
+	uint64_t t0;
 	int ret;
 
 	nmi_hand_over(w, m);
 	t0 = al_ticks();
 	for (i = 0; i < n; i++) {
-		uint64_t t_end = 0;
-
-		/* a lock that gave up (-ETIMEDOUT: its holder was descheduled) or a
-		 * trylock-only policy (-EBUSY): retried for up to a second, counted */
-		while (!(m->arr[i] = al_alloc(a, c, m->size, 0)) &&
-		       (c->err == -EBUSY || c->err == -ETIMEDOUT) && retry_ok(&t_end))
-			m->busy_retries++;
+		m->arr[i] = wl_alloc_retry(w, m->size, &m->busy_retries);
 		if (al_unlikely(!m->arr[i])) {
-			ret = c->err ? c->err : -ENOMEM;
-			snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s",
-				 i + 1, n, m->size, al_strerror(ret));
+			ret = wl_alloc_failed(w, i, n, m->size);
 			while (i--)
-				al_free(a, c, m->arr[i]);
+				al_free(w->a, &w->ctx, m->arr[i]);
 			return ret;
 		}
 		*(volatile char *)m->arr[i] = (char)i;
 	}
-	t1 = al_ticks();
-	w->alloc_ticks += t1 - t0;
+	w->alloc_ticks += al_ticks() - t0;
 	if (w->params[P_mode] == M_XFREE)
 		return nmi_xfree(w, m, n);
-	for (i = 0; i < n; i++) {
-		uint64_t t_end = 0;
-
-		while ((ret = al_free(a, c, m->arr[i])) == -ETIMEDOUT && retry_ok(&t_end))
-			m->busy_retries++;
-		if (al_unlikely(ret)) {
-			snprintf(w->err, w->errlen, "free(%p) failed: %s", m->arr[i],
-				 al_strerror(ret));
-			return ret;
-		}
-	}
-	w->free_ticks += al_ticks() - t1;
 	w->alloc_ops += n;
-	w->free_ops += n;
+	ret = nmi_free_batch(w, m, m->arr, n);
+	if (ret)
+		return ret;
 	if (al_unlikely(__atomic_load_n(&m->lost, __ATOMIC_RELAXED))) {
 		snprintf(w->err, w->errlen,
 			 "%llu objects whose free failed in a handler did not fit the retry list",

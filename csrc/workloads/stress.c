@@ -24,12 +24,12 @@
  * cycle, so before the barrier that precedes worker_fini).
  */
 #include <errno.h>
-#include <sched.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "alloclab/alloclab.h"
+#include "retry.h"
 
 #define STRESS_INBOX 1024 /* objects per inbox */
 #define STRESS_BULK  64	  /* `bulk` limit */
@@ -151,38 +151,13 @@ static int verify(struct al_worker *w, struct stress_worker *m, const struct slo
 	return 0;
 }
 
-/* Retry a transient failure for up to a second (yielding to the holder). */
-static bool retry_ok(uint64_t *t_end)
-{
-	uint64_t now = al_mono_ns();
-
-	if (!*t_end)
-		*t_end = now + 1000000000u;
-	sched_yield();
-	return now < *t_end;
-}
-
-/* A lock that gave up (-ETIMEDOUT) or a trylock-only policy (-EBUSY): retried. */
-static void *alloc_retry(struct al_worker *w, struct stress_worker *m, size_t len)
-{
-	uint64_t t_end = 0;
-	void *p;
-
-	while (!(p = al_alloc(w->a, &w->ctx, len, 0)) &&
-	       (w->ctx.err == -EBUSY || w->ctx.err == -ETIMEDOUT) && retry_ok(&t_end))
-		m->busy++;
-	return p;
-}
-
 static int do_free(struct al_worker *w, struct stress_worker *m, struct slot *s)
 {
-	uint64_t t_end = 0;
 	int ret = verify(w, m, s);
 
 	if (ret)
 		return ret;
-	while ((ret = al_free(w->a, &w->ctx, s->p)) == -ETIMEDOUT && retry_ok(&t_end))
-		m->busy++;
+	ret = wl_free_retry(w, s->p, &m->busy);
 	if (ret)
 		return FAIL(ret, "free(%p) of a live object of %u bytes failed: %s", s->p, s->len,
 			    al_strerror(ret));
@@ -278,7 +253,7 @@ static int stress_cycle(struct al_worker *w)
 
 		r = rnd(w) % 16;
 		if (!s->p && r < 10) { /* alloc */
-			void *p = alloc_retry(w, m, len);
+			void *p = wl_alloc_retry(w, len, &m->busy);
 
 			if (p) /* a clean NULL (exhaustion) is counted, not an error */
 				fill(s, p, len, (uint8_t)rnd(w));

@@ -230,6 +230,19 @@ class Policy:
         """Feature names of layer i (top by default)."""
         return schema.layer(self._layers[i][0]).features
 
+    @property
+    def nmi_safe(self):
+        """Whether every call may run at NMI (what the nmi workload accepts):
+        from the top, every layer nmi_safe down to one with nmi_shield (or the
+        bottom), as the C side's al_stack_nmi_unsafe."""
+        for i in range(len(self)):
+            f = self.features(i)
+            if "nmi_safe" not in f:
+                return False
+            if "nmi_shield" in f:
+                return True
+        return True
+
     def __len__(self):
         return len(self._layers)
 

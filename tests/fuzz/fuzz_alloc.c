@@ -153,17 +153,6 @@ static void inject(const char *point, struct al_ctx *c, void *arg)
 	nmi_op(c, 64);
 }
 
-static bool stack_nmi_safe(struct al_allocator *a)
-{
-	for (; a; a = a->below) {
-		if (!(a->desc->features & AL_F_NMI_SAFE))
-			return false;
-		if (a->desc->features & AL_F_NMI_SHIELD)
-			return true;
-	}
-	return true;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct al_stack_spec spec;
@@ -184,7 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	maxsz = al_spec_max_size(&spec);
 	if (!maxsz || maxsz > MAXBYTES)
 		maxsz = MAXBYTES;
-	nmi_safe = stack_nmi_safe(top);
+	nmi_safe = !al_stack_nmi_unsafe(top);
 	validates = top->desc->features & AL_F_VALIDATES;
 	for (j = 0; j < NCPU; j++)
 		al_ctx_init(&ctx[j], j);

@@ -33,6 +33,10 @@ struct al_stack_spec {
 AL_API int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
 			   char *err, size_t errlen);
 AL_API void al_stack_destroy(struct al_allocator *top);
+/* Whether every call on the stack may run at AL_CTX_NMI: from the top, every
+ * layer AL_F_NMI_SAFE down to one with AL_F_NMI_SHIELD (or the bottom). NULL
+ * if so, else the first layer that is not. */
+AL_API const struct al_allocator *al_stack_nmi_unsafe(const struct al_allocator *top);
 /* Drain every layer, top-down. */
 AL_API void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope);
 /* Largest request a stack spec accepts (the smallest max_size over its layers,
