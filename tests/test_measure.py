@@ -155,8 +155,13 @@ def test_concat_and_filter():
     assert (a + a).metadata == a.metadata and len((a + a).points) == 8
     # equal points pool their runs in tables and stats
     assert (a + a).table("alloc_ns").n.max() == 2
-    f = c.filter(policy="libarena-spill")  # a preset matches its canonical spec
-    assert [p.params["policy"] for p in f.points] == [str(al.Policy("libarena-spill"))] * 2
+    f = c.filter(policy="libarena-spill")
+    assert [p.params["policy"] for p in f.points] == ["libarena-spill"] * 2  # the name given
+    assert [p.info["policy_spec"] for p in f.points] == ["percpu > buddy"] * 2
+    # a preset's spec selects it too, in filter and select alike
+    assert c.filter(policy="percpu > buddy").points == f.points
+    assert c.select(policy="percpu>buddy") == f.points == c.select(policy="libarena-spill")
+    assert c.select(policy="libarena-transfer") == []
     assert len(c.filter(policy=["buddy", "libc"], producers=2).points) == 2
     assert len(c.filter(producers=lambda n: n > 1).points) == 3
     assert c.filter(producers=7).points == []

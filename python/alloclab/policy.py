@@ -11,8 +11,14 @@ a bottom layer is last).
 ``str(policy)`` is canonical: params in schema order, only those that differ
 from their default, values in their canonical text ("4K", "250ms", "true").
 ``Policy(str(p)) == p`` always holds.
+
+``policy.name`` is what the user called it: the preset name when the policy
+was made from one (``Policy("libarena-spill").name == "libarena-spill"``),
+else the canonical spec. Results, tables and plots label policies by name;
+the expanded spec stays beside it (``Point.info["policy_spec"]``).
 """
 
+import functools
 import re
 
 from . import errors, schema
@@ -107,16 +113,18 @@ class Policy:
     """An allocator stack: ``Policy("percpu > buddy")``, ``Policy(other)``, or a
     preset name. Hashable, comparable, and printed canonically."""
 
-    __slots__ = ("_layers", "_str")
+    __slots__ = ("_layers", "_str", "_name")
 
     def __init__(self, spec):
         if isinstance(spec, Policy):
             self._layers = spec._layers
             self._str = spec._str
+            self._name = spec._name
             return
         if not isinstance(spec, str):
             raise errors.ParameterTypeError(
                 "a policy is a spec string, a preset name or a Policy, not %r" % (spec,))
+        preset = spec.strip() if spec.strip() in presets else None
         text = presets.get(spec.strip(), spec)
         layers = []
         for part, _ in _split_top(text):
@@ -140,6 +148,7 @@ class Policy:
         self._layers = tuple(layers)
         self._validate(spec)
         self._str = self._canonical()
+        self._name = preset or self._str
 
     @classmethod
     def from_layers(cls, layers):
@@ -207,7 +216,18 @@ class Policy:
 
     @property
     def names(self):
+        """The layers' names, top first."""
         return [name for name, _ in self._layers]
+
+    @property
+    def name(self):
+        """The preset name this policy was made from, else its canonical spec."""
+        return self._name
+
+    @property
+    def spec(self):
+        """The canonical spec (the same as ``str(policy)``)."""
+        return self._str
 
     def params(self, i):
         """Every parameter of layer i (defaults included), as Python values."""
@@ -250,6 +270,8 @@ class Policy:
         return self._str
 
     def __repr__(self):
+        if self._name != self._str:  # a preset: its name, then what it expands to
+            return "Policy(%r)  # %s" % (self._name, self._str)
         return "Policy(%r)" % self._str
 
     def __eq__(self, other):
@@ -265,7 +287,7 @@ class Policy:
         return hash(self._layers)
 
     def __reduce__(self):
-        return (Policy, (self._str,))
+        return (Policy, (self._name,))
 
     # -- C side --
 
@@ -284,6 +306,24 @@ class Policy:
     def stack_spec(self):
         """A new ``struct al_stack_spec *`` for this policy."""
         return self.fill_spec(ffi.new("struct al_stack_spec *"))
+
+
+@functools.lru_cache(maxsize=512)
+def canonical(spec):
+    """The canonical spec of a spec or preset name, or None when it is not a
+    valid policy (for matching labels against specs)."""
+    try:
+        return str(Policy(spec))
+    except (errors.AlloclabError, TypeError):
+        return None
+
+
+def same_policy(a, b):
+    """Whether two policy labels (preset names or specs) name the same stack."""
+    if a == b:
+        return True
+    ca = canonical(a) if isinstance(a, str) else None
+    return ca is not None and ca == (canonical(b) if isinstance(b, str) else None)
 
 
 def _format_layer(sch, raw):

@@ -401,16 +401,9 @@ def _matcher(key, v):
     if callable(v):
         return v
     vals = list(v) if isinstance(v, (list, tuple, set, frozenset, range)) else [v]
-    if key == "policy":
-        from .policy import Policy
-        canon = []
-        for x in vals:
-            canon.append(x)
-            try:
-                canon.append(str(Policy(x)))
-            except errors.AlloclabError:
-                pass
-        vals = canon
+    if key == "policy":  # a preset name and its spec name the same policy
+        from .policy import same_policy
+        return lambda x: any(same_policy(x, q) for q in vals)
     return lambda x: x in vals
 
 
@@ -436,8 +429,11 @@ class Result:
             for k in names:
                 vals = [m.get(k, math.nan) for m in per_run]
                 data[k] = _array(vals)
-            points.append(Point(dict(params), _point_info(raws), data,
-                                _measures.point_hists(raws)))
+            info = _point_info(raws)
+            if "policy" in params:  # the label the user gave, and what it expands to
+                from .policy import canonical
+                info["policy_spec"] = canonical(params["policy"]) or params["policy"]
+            points.append(Point(dict(params), info, data, _measures.point_hists(raws)))
         return cls(metadata, points)
 
     # -- lookups --
@@ -466,8 +462,11 @@ class Result:
         return [k for k in self.params() if len(_uniq([p.params.get(k) for p in self.points])) > 1]
 
     def select(self, **where):
-        """Points whose params match every key=value given."""
-        return [p for p in self.points if all(p.params.get(k) == v for k, v in where.items())]
+        """Points whose params match every key=value given (a policy by its
+        preset name or its spec alike)."""
+        conds = {k: _matcher(k, [v]) for k, v in where.items()}
+        return [p for p in self.points if all(k in p.params and f(p.params[k])
+                                              for k, f in conds.items())]
 
     # -- results as data: concatenate, filter (issue 6) --
 
@@ -626,6 +625,8 @@ class Result:
             for i in range(p.runs):
                 row = dict(p.params)
                 row["run"] = i
+                if "policy_spec" in p.info:
+                    row["policy_spec"] = p.info["policy_spec"]
                 row["cpu_mode_used"] = p.info.get("cpu_mode")
                 for m in metrics:
                     a = p.data.get(m)

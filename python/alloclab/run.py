@@ -166,7 +166,7 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
         "histogram": histogram,
         "mem_sample": mem_sample_ns / 1e9,
         "sweep": {
-            "policy": [str(p) for p in policies],
+            "policy": [p.name for p in policies],
             **{p.name: [p.value(v) for v in vals] for p, vals in zip(wl.params, wvalues)},
             "producers": prod,
             "timing": timings,
@@ -176,13 +176,13 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
     tasks = []
     for pol, *rest in itertools.product(policies, *wvalues, prod, timings, cpus):
         wraw, (nprod, tim, cpu_mode) = rest[:len(wl.params)], rest[len(wl.params):]
-        point = {"workload": wl.name, "policy": str(pol)}
+        point = {"workload": wl.name, "policy": pol.name}
         point.update({p.name: p.value(v) for p, v in zip(wl.params, wraw)})
         point.update({"producers": nprod, "timing": tim, "cpu": cpu_mode})
         tasks.append({
             "point": point,
             "workload": wl.name,
-            "policy": str(pol),
+            "policy": pol.name,
             "wparams": list(wraw),
             "producers": nprod,
             "cpu": cpu_mode,
