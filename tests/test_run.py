@@ -389,3 +389,70 @@ def test_schema_value_parsing():
     for bad in (True, 1.0, "1"):
         with pytest.raises(al.ParameterTypeError):
             i.parse(bad)
+
+
+# ---------------------------------------------------------------- how much to measure
+
+def test_effort_sets_what_is_not_given():
+    from alloclab.run import EFFORT, plan
+    s, _ = plan("malloc-free", "buddy")
+    assert (s["runs"], s["duration"], s["warmup_cycles"]) == (5, 0.25, 100)
+    s, _ = plan("malloc-free", "buddy", effort="quick")
+    assert (s["runs"], s["duration"], s["warmup_cycles"]) == (3, 0.1, 50)
+    s, _ = plan("malloc-free", "buddy", effort="rigorous", runs=4)
+    assert (s["runs"], s["duration"]) == (4, EFFORT["rigorous"]["duration"])
+    with pytest.raises(al.UnknownNameError, match="'fast'.*quick, normal, rigorous"):
+        plan("malloc-free", "buddy", effort="fast")
+
+
+def test_round_order_pairs_policies_abba():
+    from alloclab.run import round_order
+    # plan() is policy-major: tasks 0-2 are policy A's cells, 3-5 policy B's
+    assert round_order(6, 2, 0) == [0, 3, 1, 4, 2, 5]
+    assert round_order(6, 2, 1) == [3, 0, 4, 1, 5, 2]
+    assert sorted(round_order(6, 3, 1)) == list(range(6))
+
+
+def test_interleaved_runs_record_when_they_started():
+    res = al.run("malloc-free", ["buddy", "libarena-spill"], runs=3, cycles=2,
+                 warmup_cycles=0)
+    a, b = res.points
+    sa, sb = a.info["run_starts"], b.info["run_starts"]
+    # run i of both policies before run i+1 of either
+    for i in range(2):
+        assert max(sa[i], sb[i]) < min(sa[i + 1], sb[i + 1])
+    from alloclab.verdict import Side, paired
+    assert paired(Side.from_points([a], "alloc_ns"), Side.from_points([b], "alloc_ns"))
+
+
+def test_processes_runs_each_run_in_a_fresh_process():
+    import os
+    res = al.run("malloc-free", "buddy", runs=2, cycles=2, warmup_cycles=0, processes=True)
+    pids = res.points[0].info["pids"]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert res.metadata["run"]["processes"] is True
+    res = al.run("malloc-free", "buddy", runs=2, cycles=2, warmup_cycles=0)
+    assert res.points[0].info["pids"] == [os.getpid()] * 2
+
+
+def test_adaptive_runs_add_rounds_to_wide_cells_and_keep_pairs(monkeypatch):
+    # a target no cell can meet: rounds are added until the budget is spent
+    res = al.run("malloc-free", ["buddy", "libarena-spill"], runs=2, cycles=1,
+                 warmup_cycles=0, allocs_per_cycle=[1, 64], target_ci=1e-9, budget=0.3)
+    ad = res.metadata["run"]["adaptive"]
+    assert ad["added_runs"] > 0 and ad["target_ci"] == 1e-9
+    by_cell = {}
+    for p in res.points:
+        by_cell.setdefault(p.params["allocs_per_cycle"], []).append(p.runs)
+    for runs in by_cell.values():
+        assert runs[0] == runs[1] >= 2  # both policies of a cell: as many runs
+    # cells already narrower than the target: nothing is added
+    import alloclab.run as run_mod
+    monkeypatch.setattr(run_mod, "_rel_ci", lambda raws: 0.01)
+    res = al.run("malloc-free", ["buddy"], runs=2, cycles=1, warmup_cycles=0,
+                 target_ci=0.02, budget=5)
+    assert res.metadata["run"]["adaptive"]["added_runs"] == 0
+    with pytest.raises(al.ParameterRangeError, match="target_ci=2"):
+        al.run("malloc-free", "buddy", target_ci=2)
+    with pytest.raises(al.ParameterRangeError, match="budget=0"):
+        al.run("malloc-free", "buddy", target_ci=0.1, budget=0)

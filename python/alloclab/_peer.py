@@ -1,6 +1,7 @@
-"""Child-process entry for peer allocators: read {task, run_index, peer} as
-JSON on stdin, run it in this process (whose malloc is the preloaded peer),
-print {"raw": ...} or {"error": ...} as one JSON line on stdout."""
+"""Child-process entry for one run: read {task, run_index, peer} as JSON on
+stdin, run it in this process (whose malloc is the preloaded peer, or its
+own when peer is null: a fresh process per run), print {"raw": ...} or
+{"error": ...} as one JSON line on stdout."""
 
 import json
 import sys
@@ -13,7 +14,7 @@ def main():
         from .peers import current
         from .run import run_once
 
-        if current() != req["peer"]:
+        if req["peer"] is not None and current() != req["peer"]:
             raise errors.RunError("the child's malloc is %s, not %s: LD_PRELOAD did not take"
                                   % (current(), req["peer"]))
         out = {"raw": run_once(req["task"], req["run_index"], in_child=True)}

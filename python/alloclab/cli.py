@@ -142,6 +142,15 @@ def cmd_list(args):
 
 # ------------------------------------------------------------------ run
 
+def _effort_flags(g):
+    """--quick / --rigorous (pyperf's --fast / --rigorous): how much to measure."""
+    e = g.add_mutually_exclusive_group()
+    e.add_argument("--quick", dest="effort", action="store_const", const="quick",
+                   default="normal", help="fewer and shorter runs: a rough answer fast")
+    e.add_argument("--rigorous", dest="effort", action="store_const", const="rigorous",
+                   help="more and longer runs: tighter intervals, more verdicts decided")
+
+
 def _run_parser(wl):
     name = wl.name if wl else "WORKLOAD"
     desc = wl.doc if wl else "Run a workload; `alloclab run WORKLOAD --help` lists its flags."
@@ -158,19 +167,29 @@ def _run_parser(wl):
                         "'buddy(arena_limit=64M)'")
     g.add_argument("--producers", type=_int_list("producers"), default=[1], metavar="N[,N...]",
                    help="worker threads (default: 1)")
-    g.add_argument("--runs", type=int, default=3, metavar="N",
-                   help="runs per grid point, each on a fresh allocator (default: 3)")
+    g.add_argument("--runs", type=int, default=None, metavar="N",
+                   help="runs per grid point, each on a fresh allocator (default: 5; --quick "
+                        "3, --rigorous 10)")
     g.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)), default=None,
                    metavar="|".join(TIMINGS),
                    help="timing mode(s) (default: batch; per_op_sum with --hist)")
     g.add_argument("--cpu", type=_choice_list("cpu mode", list(CPU_MODES)), default=["auto"],
                    metavar="|".join(CPU_MODES), help="CPU model(s) (default: auto)")
-    g.add_argument("--duration", type=_duration, default=0.25, metavar="SECONDS",
-                   help="measured phase per run when --cycles is not given (default: 0.25)")
+    g.add_argument("--duration", type=_duration, default=None, metavar="SECONDS",
+                   help="measured phase per run when --cycles is not given (default: 0.25; "
+                        "--quick 0.1, --rigorous 0.5)")
     g.add_argument("--cycles", type=int, default=None, metavar="N",
                    help="measured cycles per worker (instead of --duration)")
-    g.add_argument("--warmup-cycles", type=int, default=100, metavar="N",
-                   help="untimed cycles first (default: 100)")
+    g.add_argument("--warmup-cycles", type=int, default=None, metavar="N",
+                   help="untimed cycles first (default: 100; --quick 50, --rigorous 200)")
+    _effort_flags(g)
+    g.add_argument("--processes", action="store_true",
+                   help="run every run in a fresh process (its own heap and memory layout)")
+    g.add_argument("--target-ci", type=float, default=None, metavar="FRACTION",
+                   help="adaptive: add runs to cells whose 95%% CI is wider than this fraction "
+                        "of the mean (e.g. 0.02), until --budget is spent")
+    g.add_argument("--budget", type=_duration, default=60.0, metavar="SECONDS",
+                   help="time budget of --target-ci (default: 60)")
     g.add_argument("--seed", type=int, default=1, metavar="N", help="PRNG seed (default: 1)")
     o = p.add_argument_group("output")
     o.add_argument("--metric", action="append", metavar="NAME",
@@ -337,7 +356,7 @@ def cmd_run(argv):
             params[prm.name] = v
     kwargs = dict(runs=args.runs, producers=args.producers, cpu=args.cpu, timing=args.timing,
                   warmup_cycles=args.warmup_cycles, cycles=args.cycles, duration=args.duration,
-                  seed=args.seed, **params)
+                  seed=args.seed, effort=args.effort, processes=args.processes, **params)
     if args.hist:  # histograms time every operation: per_op_sum unless --timing says
         kwargs["histogram"] = True
     if args.watchdog is not None:  # issue 8
@@ -362,11 +381,16 @@ def cmd_run(argv):
     rows = args.rows.replace("-", "_") if args.rows else _default_rows(wl, settings["sweep"])
     cols = args.cols.replace("-", "_")
 
+    if args.journal and args.target_ci is not None:
+        raise UsageError("--target-ci adds runs as it goes and --journal resumes a fixed "
+                         "grid: use one or the other")
     try:
         if args.journal:
             from .sweep import sweep
             res = sweep(wl.name, policy, journal=args.journal, progress=args.progress, **kwargs)
         else:
+            if args.target_ci is not None:
+                kwargs.update(target_ci=args.target_ci, budget=args.budget)
             res = run(wl.name, policy, progress=args.progress, **kwargs)
     except errors.AlloclabError as e:
         raise _RunFailed(str(e)) from None

@@ -97,19 +97,21 @@ def _child_env(peer):
     return env
 
 
-def run_in_child(task, run_index, peer):
-    """One run of a task in a child process with the peer preloaded; returns
-    the raw result dict, or raises what the child raised."""
+def run_in_child(task, run_index, peer=None):
+    """One run of a task in a fresh child process, with the peer preloaded
+    (peer=None: this process's own malloc); returns the raw result dict, or
+    raises what the child raised."""
     proc = subprocess.run(
         [sys.executable, "-m", "alloclab._peer"],
         input=json.dumps({"task": task, "run_index": run_index, "peer": peer}),
-        capture_output=True, text=True, env=_child_env(peer))
+        capture_output=True, text=True,
+        env=_child_env(peer) if peer is not None else None)
     try:
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise errors.RunError(
             "the %s child process failed (exit %d): %s"
-            % (peer, proc.returncode, (proc.stderr or proc.stdout).strip()[-2000:]),
+            % (peer or "run", proc.returncode, (proc.stderr or proc.stdout).strip()[-2000:]),
             code=None) from None
     if "error" in out:
         e = out["error"]

@@ -225,6 +225,10 @@ def _point_info(raws):
         "ticks_per_ns": r["ticks_per_ns"],
         "seeds": [x["seed"] for x in raws],
     }
+    if all("t_start" in x for x in raws):  # when each run began (pairs interleaved runs)
+        info["run_starts"] = [x["t_start"] for x in raws]
+    if all("pid" in x for x in raws):  # which process ran each run (processes=True)
+        info["pids"] = [x["pid"] for x in raws]
     if r["cpu_mode"] == "virtual":
         info["cpu_note"] = "%d virtual CPUs, at most %d concurrent" % (
             r["ncpu_model"], r["ncpu_concurrent"])

@@ -14,8 +14,10 @@ import errno
 import itertools
 import math
 import numbers
+import os
 import sys
 import threading
+import time
 
 from . import errors, peers, schema
 from ._ffi import cstr, error, ffi, lib
@@ -70,17 +72,47 @@ def _dedupe(vals):
     return out
 
 
-def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
-         warmup_cycles=100, cycles=None, duration=0.25, seed=1, histogram=False,
-         mem_sample=0.01, watchdog=30.0, **params):
+# How much to measure, as pyperf's --fast / default / --rigorous: runs per
+# cell, seconds in each run's measured phase, untimed cycles before it.
+# 5 runs is what a paired t interval needs to see a 1.3x effect at 5% CV in
+# every try (3 runs miss it about one time in five); 100 ms is pyperf's
+# minimum for one value.
+EFFORT = {
+    "quick": {"runs": 3, "duration": 0.1, "warmup_cycles": 50},
+    "normal": {"runs": 5, "duration": 0.25, "warmup_cycles": 100},
+    "rigorous": {"runs": 10, "duration": 0.5, "warmup_cycles": 200},
+}
+MIN_PHASE_S = 0.1  # a measured phase shorter than this is flagged under tables
+
+
+def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
+    """(runs, duration, warmup_cycles): the values given, else the effort's."""
+    if effort not in EFFORT:
+        raise errors.UnknownNameError.make("effort", effort, list(EFFORT))
+    e = EFFORT[effort]
+    return (e["runs"] if runs is None else runs,
+            e["duration"] if duration is None else duration,
+            e["warmup_cycles"] if warmup_cycles is None else warmup_cycles)
+
+
+def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
+         warmup_cycles=None, cycles=None, duration=None, seed=1, histogram=False,
+         mem_sample=0.01, watchdog=30.0, effort="normal", processes=False, **params):
     """Validate a run() request and return (settings, tasks) without running.
 
-    watchdog (issue 8): seconds without progress after which a run ends with
-    RunStalled (0 = never); run() and sweep() pass it through.
+    effort: "quick", "normal" or "rigorous" sets runs, duration and
+    warmup_cycles where they are not given (EFFORT). processes=True runs
+    every run in a fresh child process (its own heap and memory layout, as
+    pyperf's worker processes). watchdog: seconds without progress after
+    which a run ends with RunStalled (0 = never).
 
     ``tasks`` is a list of plain, picklable dicts, one per grid point, in
     grid order; run_point(task) runs one of them.
     """
+    runs, duration, warmup_cycles = effort_defaults(effort, runs, duration, warmup_cycles)
+    if not isinstance(processes, bool):
+        raise errors.ParameterTypeError("processes must be True or False, not %r"
+                                        % (processes,), name="processes", value=processes)
     wl = schema.workload(workload)
     histogram, mem_sample_ns = _measure_options(histogram, mem_sample)
     watchdog_ns = _watchdog_ns(watchdog)
@@ -158,6 +190,8 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
 
     settings = {
         "workload": wl.name,
+        "effort": effort,
+        "processes": processes,
         "runs": runs,
         "warmup_cycles": warmup_cycles,
         "cycles": cycles,
@@ -194,13 +228,14 @@ def plan(workload, policy, runs=3, producers=1, cpu="auto", timing=None,
             "runs": runs,
             "histogram": histogram,
             "mem_sample_ns": mem_sample_ns,
-            "watchdog_ns": watchdog_ns,  # issue 8
+            "watchdog_ns": watchdog_ns,
+            "processes": processes,
         })
     return settings, tasks
 
 
 def _watchdog_ns(watchdog):
-    """Validate watchdog (seconds, 0 = off) (issue 8)."""
+    """Validate watchdog (seconds, 0 = off)."""
     if isinstance(watchdog, bool) or not isinstance(watchdog, numbers.Real):
         raise errors.ParameterTypeError("watchdog must be a number of seconds, not %r"
                                         % (watchdog,), name="watchdog", value=watchdog)
@@ -231,10 +266,13 @@ def _measure_options(histogram, mem_sample):
 def run_once(task, run_index=0, in_child=False):
     """One al_run() call for a task dict; returns the raw result as plain data.
     A peer allocator's task runs in a child process under LD_PRELOAD."""
+    t_start = time.time()  # wall clock: pairs the interleaved runs of an A/B comparison
     if not in_child:
         peer = peers.needed(task["policy"])
-        if peer is not None:
-            return peers.run_in_child(task, run_index, peer)
+        if peer is not None or task.get("processes"):
+            raw = peers.run_in_child(task, run_index, peer)
+            raw["t_start"] = t_start
+            return raw
     wl = lib.al_workload_find(task["workload"].encode())
     if wl == ffi.NULL:  # pragma: no cover - validated in plan()
         raise errors.UnknownNameError.make("workload", task["workload"], list(schema.workloads()))
@@ -252,7 +290,7 @@ def run_once(task, run_index=0, in_child=False):
     cfg.seed = (task["seed"] + run_index) & _U64_MAX
     cfg.histogram = 1 if task.get("histogram") else 0
     cfg.mem_sample_ns = task.get("mem_sample_ns", 0)
-    cfg.watchdog_ns = task.get("watchdog_ns", 0)  # issue 8
+    cfg.watchdog_ns = task.get("watchdog_ns", 0)
     res = ffi.new("struct al_run_result *")
     rc = lib.al_run(cfg, res)
     if rc:
@@ -263,7 +301,7 @@ def run_once(task, run_index=0, in_child=False):
         detail = cstr(res.error)
         if -rc == errno.ENOMEM:
             raise error(rc, what, detail or "out of memory", cls=errors.AllocatorExhausted)
-        if -rc == errno.ETIMEDOUT and detail.startswith("watchdog"):  # issue 8
+        if -rc == errno.ETIMEDOUT and detail.startswith("watchdog"):
             raise error(rc, what, detail, cls=errors.RunStalled)
         raise error(rc, what, detail, cls=errors.RunError)
     layers = []
@@ -279,6 +317,8 @@ def run_once(task, run_index=0, in_child=False):
                        if st.v[j].flags & lib.AL_STAT_GAUGE],
         })
     return {
+        "t_start": t_start,
+        "pid": os.getpid(),
         "seed": int(cfg.seed),
         "cpu_mode": CPU_MODE_NAMES.get(res.cpu_mode, str(res.cpu_mode)),
         "ncpu_model": int(res.ncpu_model),
@@ -318,6 +358,14 @@ def _raw_measures(res, task):
     return out
 
 
+def round_order(ntasks, npolicies, round_index):
+    """The order of plan()'s tasks (policy-major) within round ``round_index``:
+    cell by cell, a cell's policies back to back, reversed every other round."""
+    per = ntasks // npolicies if npolicies else ntasks
+    pols = list(range(npolicies)) if round_index % 2 == 0 else list(range(npolicies))[::-1]
+    return [pi * per + c for c in range(per) for pi in pols]
+
+
 def run_point(task, on_run=None):
     """Run one grid point ``task['runs']`` times; returns (point, [raw runs])."""
     raws = []
@@ -347,9 +395,10 @@ class _Progress:
             sys.stderr.flush()
 
 
-def run(workload, policy, runs=3, producers=1, cpu="auto", timing=None, warmup_cycles=100,
-        cycles=None, duration=0.25, seed=1, progress=None, executor=None, histogram=False,
-        mem_sample=0.01, **params):
+def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
+        warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
+        histogram=False, mem_sample=0.01, effort="normal", processes=False, target_ci=None,
+        budget=60.0, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -358,9 +407,19 @@ def run(workload, policy, runs=3, producers=1, cpu="auto", timing=None, warmup_c
     ``allocs_per_cycle=[16, 64]``, ``size="4K"``) may be lists. runs: runs
     per grid point, each on a fresh allocator. cycles: measured cycles per
     worker (else the measured phase lasts ``duration`` seconds).
-    warmup_cycles: untimed cycles first. progress=True prints a progress line
-    to stderr. executor: a concurrent.futures.Executor to run grid points in
-    parallel (default: one after the other).
+    warmup_cycles: untimed cycles first. effort: "quick", "normal" or
+    "rigorous" sets runs, duration and warmup_cycles where they are not
+    given (pyperf's --fast / --rigorous; see EFFORT). progress=True prints a
+    progress line to stderr. executor: a concurrent.futures.Executor to run
+    grid points in parallel (default: one after the other). processes=True
+    runs every run in a fresh child process.
+
+    target_ci: adaptive runs: after the first ``runs`` rounds, cells whose
+    95% confidence interval of the mean (alloc_ns and free_ns, or throughput)
+    is wider than ``target_ci`` (a fraction of the mean: 0.02 = +-2%) get
+    another round, all policies of the cell together so that their runs
+    stay paired, until no cell is wider or ``budget`` seconds are spent. It
+    stops on the interval's width, never on a p-value.
 
     histogram=True records every operation's latency in a histogram (per-op
     percentiles; implies timing="per_op_sum", the default then).
@@ -373,22 +432,32 @@ def run(workload, policy, runs=3, producers=1, cpu="auto", timing=None, warmup_c
     settings, tasks = plan(workload, policy, runs=runs, producers=producers, cpu=cpu,
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
                            duration=duration, seed=seed, histogram=histogram,
-                           mem_sample=mem_sample, **params)
-    if executor is not None:  # warns when a local pool would overlap timed runs (issue 6)
+                           mem_sample=mem_sample, effort=effort, processes=processes, **params)
+    adaptive = _adaptive_options(target_ci, budget)
+    if executor is not None:  # warns when a local pool would overlap timed runs
         from .sweep import _check_executor
         _check_executor(executor, allow_concurrent=True)
+        if adaptive:
+            raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
+                                         "other: it does not take an executor")
+    npol = len(settings["sweep"]["policy"])
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
     out = []
+    t0 = time.monotonic()
     try:
         if executor is None:
             # Interleave: run i of every point before run i+1 of any, so an A/B
             # comparison never has all of A's runs in one stretch of machine
-            # noise and all of B's in another.
+            # noise and all of B's in another; within a round the policies of
+            # a cell run back to back, in alternating order (ABBA), so that
+            # their runs pair up (alloclab.verdict judges per-pair ratios).
             raws = [[] for _ in tasks]
             for i in range(settings["runs"]):
-                for t, r in zip(tasks, raws):
-                    r.append(run_once(t, i))
+                for j in round_order(len(tasks), npol, i):
+                    raws[j].append(run_once(tasks[j], i))
                     prog.step()
+            if adaptive:
+                settings["adaptive"] = _adapt(tasks, raws, npol, adaptive, t0, prog)
             out = [(t["point"], r) for t, r in zip(tasks, raws)]
         else:
             futures = [executor.submit(run_point, t) for t in tasks]
@@ -405,3 +474,66 @@ def run(workload, policy, runs=3, producers=1, cpu="auto", timing=None, warmup_c
     meta = collect_metadata()
     meta["run"] = settings
     return Result.from_raw(meta, out)
+
+
+MAX_ADAPTIVE_RUNS = 100  # runs per cell at most, whatever the budget
+
+
+def _adaptive_options(target_ci, budget):
+    if target_ci is None:
+        return None
+    if isinstance(target_ci, bool) or not isinstance(target_ci, numbers.Real) or \
+            not 0 < target_ci < 1:
+        raise errors.ParameterRangeError(
+            "target_ci=%r is out of range: a fraction of the mean, 0 < target_ci < 1 (0.02 = "
+            "+-2%%)" % (target_ci,), name="target_ci", value=target_ci, min=0, max=1)
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or \
+            not (math.isfinite(budget) and budget > 0):
+        raise errors.ParameterRangeError(
+            "budget=%r is out of range: seconds > 0" % (budget,), name="budget", value=budget,
+            min=0, max=None)
+    return {"target_ci": float(target_ci), "budget": float(budget)}
+
+
+def _rel_ci(raws):
+    """The widest relative 95% CI half width over a cell's timing metrics."""
+    from .result import _run_metrics
+    from .stats import describe
+
+    ms = [_run_metrics(r) for r in raws]
+    widest = 0.0
+    for names in (("alloc_ns", "free_ns"), ("throughput",)):
+        found = False
+        for k in names:
+            st = describe([m.get(k, math.nan) for m in ms])
+            if st.n >= 2 and st.mean:
+                widest = max(widest, st.ci_half / abs(st.mean))
+                found = True
+        if found:
+            break
+    return widest
+
+
+def _adapt(tasks, raws, npol, opts, t0, prog):
+    """Add rounds to the cells whose interval is wider than the target
+    (every policy of a cell together, ABBA order) until the budget is spent."""
+    per = len(tasks) // npol if npol else len(tasks)
+    added = 0
+    wide = []
+    while True:
+        wide = [c for c in range(per)
+                if max(_rel_ci(raws[pi * per + c]) for pi in range(npol)) > opts["target_ci"]
+                and len(raws[c]) < MAX_ADAPTIVE_RUNS]
+        if not wide or time.monotonic() - t0 >= opts["budget"]:
+            break
+        for c in wide:
+            if time.monotonic() - t0 >= opts["budget"]:
+                break
+            r = len(raws[c])
+            pols = range(npol) if r % 2 == 0 else reversed(range(npol))
+            for pi in pols:
+                raws[pi * per + c].append(run_once(tasks[pi * per + c], r))
+                added += 1
+                prog.step()
+    return dict(opts, added_runs=added, cells_wider_than_target=len(wide),
+                spent_s=round(time.monotonic() - t0, 3))

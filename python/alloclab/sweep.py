@@ -178,11 +178,11 @@ def _progress_bar(total, initial, enabled):
                 dynamic_ncols=True, file=sys.stderr)
 
 
-def sweep(workload, policy, runs=3, journal=None, executor=None, progress=None, shuffle=True,
+def sweep(workload, policy, runs=None, journal=None, executor=None, progress=None, shuffle=True,
           order_seed=None, allow_concurrent=False, **kw):
     """Run ``workload`` on ``policy`` over the product of every list given,
     as run() does (same arguments: producers, cpu, timing, warmup_cycles,
-    cycles, duration, seed, histogram, mem_sample and the workload's
+    cycles, duration, seed, histogram, mem_sample, effort, processes and the workload's
     parameters), with the order, progress, journal and executor described
     in the module doc. progress: None = when stderr is a terminal.
     shuffle=False keeps grid order within each round of runs.

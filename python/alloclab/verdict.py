@@ -1,0 +1,747 @@
+"""Claims and verdicts: one engine judges every claim alloclab prints.
+
+A claim names its cells, its metric, the two sides it compares (a "new"
+and an "old" value of one parameter, usually two policies, or one side
+against a stated value), the direction it expects and optionally a size:
+
+    c = al.claim(res, "libarena-transfer", "libarena-spill", metric="alloc_ns",
+                 expect="faster", by=1.3, where={"producers": 2,
+                                                 "allocs_per_cycle": [64, 256]})
+    print(c.judge())          # [holds] ... 1.41x faster (95% CI 1.32x-1.50x faster) ...
+    al.judge([c1, c2])        # several claims judged together (one BH family)
+
+Per cell the effect is estimated on the log scale, so that it is a ratio
+(new / old, of geometric means) with a confidence interval:
+
+- runs taken in interleaved rounds (run i of both sides before run i+1 of
+  either: al.run() and al.sweep() do this) are paired, and the cell is
+  judged on the per-pair log-ratios (a paired t interval, n - 1 degrees of
+  freedom), which cancels the drift a shared machine adds to both sides;
+- other runs are judged on Welch's t interval of the difference of the
+  log means;
+- counters that can be zero are judged on the difference of the means
+  (the claimed factor is taken against the old side's mean).
+
+The rule (an intersection-union test, so no correction is needed for
+"holds"):
+
+- *holds*: in every cell the claim names, the 95% confidence interval of
+  the ratio lies beyond the claimed size (``by``, default 1: any change in
+  the claimed direction). A claim that two sides are the same
+  (``expect="same"``, margin = the practical threshold) or within a range
+  (``within=(lo, hi)``) holds when in every cell the equivalence test
+  (TOST at ``alpha``: the 90% interval) lies inside the margin; "not
+  significant" never makes two things the same.
+- *does not hold*: some cell contradicts the claim significantly: the
+  one-sided test that the cell lies on the wrong side of the claimed size
+  (or outside the range) gives a p-value below ``alpha`` after
+  Benjamini-Hochberg across every cell judged together (a report judges
+  all its claims together).
+- otherwise *inconclusive*, with the reason: noise (the interval straddles
+  the claimed size), too few runs (fewer than 3 a side), bimodal runs (two
+  groups of runs, each of at least 2, at least 25% apart), an unstable
+  machine (steal time in a run above stats.STEAL_WARN_PCT), latencies
+  measured on virtual CPUs (which never decide; counters may), or
+  truncated runs (runs without a value for the metric).
+
+Nothing here reads a seed's figure: a claim compares what was measured,
+and a claim against a stated value (``value=``) says where the value comes
+from in its text.
+"""
+
+import json
+import math
+
+import numpy as np
+
+from . import errors
+from . import stats as _stats
+
+HOLDS = "holds"
+FAILS = "does not hold"
+OPEN = "inconclusive"
+
+ALPHA = 0.05
+CONFIDENCE = 0.95  # of the interval that must lie beyond a claimed size
+THRESHOLD = 0.02  # the practical threshold: equivalence margin by default
+MIN_RUNS = _stats.MIN_RUNS  # runs a side (pairs when paired) needed to decide
+BIMODAL_GAP = math.log(1.25)  # two groups of runs at least 25% apart ...
+BIMODAL_STAT = 4.0  # ... with a gap of 4 pooled within-group sd or more
+
+# expect= words -> "lower" / "higher" / "same", for a lower-is-better metric
+_EXPECT_LOWER_BETTER = {"faster": "lower", "slower": "higher", "better": "lower",
+                        "worse": "higher", "fewer": "lower", "more": "higher",
+                        "lower": "lower", "higher": "higher", "same": "same"}
+_EXPECT_HIGHER_BETTER = dict(_EXPECT_LOWER_BETTER, faster="higher", slower="lower",
+                             better="higher", worse="lower")
+EXPECT = sorted(_EXPECT_LOWER_BETTER)
+
+
+# ---------------------------------------------------------------- metric kinds
+
+def is_timing(metric):
+    """Whether a metric is a time or a rate (decided by the clock and the
+    scheduler, so never by virtual CPUs) rather than a count."""
+    from .result import METRIC_INFO
+    info = METRIC_INFO.get(metric)
+    if info is not None and info[1] in ("ns", "ops/s", "usec", "us", "s"):
+        return True
+    return metric.endswith(("_ns", "_usec", "_per_s", "throughput")) and \
+        not metric.endswith("_per_op")
+
+
+def _lower_is_better(metric):
+    """True, False, or None when alloclab cannot tell (as compare.direction)."""
+    from .compare import direction
+    return direction(metric)
+
+
+# ---------------------------------------------------------------- samples
+
+class Side:
+    """The runs of one side of a cell: values, per-run start times (for
+    pairing), per-run steal, the CPU mode; or a stated value."""
+
+    __slots__ = ("values", "starts", "steal", "cpu_mode", "label", "stated")
+
+    def __init__(self, values, starts=None, steal=None, cpu_mode=None, label="", stated=False):
+        self.values = np.asarray(values, dtype=float).ravel()
+        self.starts = None if starts is None else np.asarray(starts, dtype=float).ravel()
+        self.steal = np.asarray(steal if steal is not None else [], dtype=float).ravel()
+        self.cpu_mode = cpu_mode
+        self.label = label
+        self.stated = stated
+
+    @classmethod
+    def from_points(cls, points, metric, label=""):
+        """The runs of ``metric`` over Points (runs of equal points pooled)."""
+        vals, starts, steal, modes = [], [], [], set()
+        for p in points:
+            if metric not in p.data:
+                continue
+            v = np.asarray(p.data[metric], dtype=float)
+            vals.append(v)
+            st = p.info.get("run_starts")
+            starts.append(np.asarray(st, dtype=float) if st is not None and len(st) == len(v)
+                          else np.full(len(v), np.nan))
+            steal.append(np.asarray(p.data.get("steal_pct", []), dtype=float))
+            modes.add(p.info.get("cpu_mode"))
+        if not vals:
+            return None
+        s = np.concatenate(starts)
+        return cls(np.concatenate(vals), None if np.isnan(s).any() else s,
+                   np.concatenate(steal), "virtual" if "virtual" in modes else
+                   (modes.pop() if len(modes) == 1 else None), label)
+
+    @classmethod
+    def value(cls, v, label=""):
+        return cls([v], label=label, stated=True)
+
+
+def paired(a, b):
+    """Whether two sides' runs were taken in interleaved rounds: as many runs,
+    and run i of each before run i+1 of either (by their start times)."""
+    if a.stated or b.stated or a.starts is None or b.starts is None:
+        return False
+    if len(a.starts) != len(b.starts) or len(a.starts) < 2:
+        return False
+    oa, ob = np.argsort(a.starts), np.argsort(b.starts)
+    if not (np.array_equal(oa, np.arange(len(oa))) and np.array_equal(ob, np.arange(len(ob)))):
+        return False
+    hi = np.maximum(a.starts, b.starts)
+    lo = np.minimum(a.starts, b.starts)
+    return bool(np.all(hi[:-1] < lo[1:]))
+
+
+def bimodal(values):
+    """(k, n, factor) when the runs fall in two groups, each of at least 2
+    runs, at least 25% apart and separated by 4 pooled within-group sd or
+    more (k runs in the upper group, which is ``factor`` times the lower);
+    else None. Values must be positive."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x) & (x > 0)]
+    n = len(x)
+    if n < 4:
+        return None
+    lx = np.sort(np.log(x))
+    best = None
+    for k in range(2, n - 1):
+        a, b = lx[:k], lx[k:]
+        gap = lx[k] - lx[k - 1]
+        if gap < BIMODAL_GAP:
+            continue
+        ss = float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
+        sw = math.sqrt(ss / (n - 2))
+        stat = gap / sw if sw > 0 else math.inf
+        if stat >= BIMODAL_STAT and (best is None or stat > best[0]):
+            best = (stat, n - k, float(math.exp(b.mean() - a.mean())))
+    return None if best is None else (best[1], n, best[2])
+
+
+# ---------------------------------------------------------------- estimates
+
+class Estimate:
+    """An effect with its uncertainty: theta (log ratio new/old, or the
+    difference new - old), se, df, the scale ("ratio"/"difference"), the old
+    side's mean (to turn a factor into a difference), the test used, and n."""
+
+    __slots__ = ("theta", "se", "df", "scale", "ref", "test", "n")
+
+    def __init__(self, theta, se, df, scale, ref, test, n):
+        self.theta, self.se, self.df = theta, se, df
+        self.scale, self.ref, self.test, self.n = scale, ref, test, n
+
+    def interval(self, confidence=CONFIDENCE):
+        if self.se == 0:
+            return self.theta, self.theta
+        if not (self.se > 0 and self.df > 0):
+            return -math.inf, math.inf
+        h = _stats.t_ppf(0.5 + confidence / 2.0, self.df) * self.se
+        return self.theta - h, self.theta + h
+
+    def p_above(self, bound):
+        """One-sided p-value for "theta > bound" (small when clearly above)."""
+        return self._p(self.theta - bound)
+
+    def p_below(self, bound):
+        """One-sided p-value for "theta < bound"."""
+        return self._p(bound - self.theta)
+
+    def _p(self, d):
+        if math.isnan(d):
+            return math.nan
+        if self.se == 0:
+            return 0.0 if d > 0 else 1.0
+        if not (self.se > 0 and self.df > 0):
+            return 1.0
+        return _stats.t_sf(d / self.se, self.df)
+
+    def bound(self, factor):
+        """A claimed factor (new/old) on this estimate's scale."""
+        if self.scale == "ratio":
+            return math.log(factor)
+        return self.ref * (factor - 1.0)
+
+    def factor(self, theta):
+        """theta as a factor new/old (NaN on the difference scale with no reference)."""
+        if self.scale == "ratio":
+            return math.exp(theta)
+        return 1.0 + theta / self.ref if self.ref else math.nan
+
+    def minus(self, other):
+        """The contrast self - other of independent estimates (Welch-
+        Satterthwaite degrees of freedom)."""
+        if self.scale != other.scale:
+            raise errors.InvalidArgument("a contrast needs both cells on one scale")
+        se = math.hypot(self.se, other.se)
+        if self.se == 0 and other.se == 0:
+            df = math.inf
+        else:
+            num = (self.se ** 2 + other.se ** 2) ** 2
+            den = sum(s ** 4 / d for s, d in ((self.se, self.df), (other.se, other.df))
+                      if s > 0 and d > 0)
+            df = num / den if den > 0 else math.nan
+        return Estimate(self.theta - other.theta, se, df, self.scale, self.ref,
+                        "contrast of %s" % self.test, min(self.n, other.n))
+
+
+def estimate(old, new, scale="auto"):
+    """The effect of new against old (Side each) and how it was tested.
+
+    scale: "ratio" (log scale), "difference", or "auto" (ratio unless a
+    value is zero or negative). Returns (Estimate, problems) where problems
+    are [(kind, text)] of what keeps the cell from deciding."""
+    problems = []
+    a, b = old.values, new.values
+    pair = paired(old, new)
+    if pair:
+        keep = np.isfinite(a) & np.isfinite(b)
+        lost = int(len(a) - keep.sum())
+        a, b = a[keep], b[keep]
+    else:
+        lost = int((~np.isfinite(a)).sum() + (~np.isfinite(b)).sum())
+        a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if lost:
+        problems.append(("truncated", "%d run%s without a value" % (lost, "" if lost == 1
+                                                                   else "s")))
+    if scale == "auto":
+        scale = "ratio" if (a > 0).all() and (b > 0).all() else "difference"
+    if scale == "ratio" and not ((a > 0).all() and (b > 0).all()):
+        scale = "difference"
+    ref = float(np.mean(a)) if len(a) else math.nan
+    f = np.log if scale == "ratio" else (lambda x: x)
+    nmin = min(len(a), len(b)) if not old.stated else len(b)
+    if nmin < MIN_RUNS:
+        problems.append(("runs", "%d run%s%s (< %d)" % (nmin, "" if nmin == 1 else "s",
+                                                       " a side" if not old.stated else "",
+                                                       MIN_RUNS)))
+    nan = math.nan
+    if not len(b) or not len(a):
+        return Estimate(nan, nan, nan, scale, ref, "none", 0), problems
+    if old.stated:
+        x = f(b)
+        n = len(x)
+        sd = float(np.std(x, ddof=1)) if n > 1 else nan
+        est = Estimate(float(np.mean(x)) - float(f(np.array([a[0]]))[0]),
+                       sd / math.sqrt(n) if n > 1 else nan, n - 1, scale, ref,
+                       "one-sample t against the stated value", n)
+    elif pair:
+        d = f(b) - f(a)
+        n = len(d)
+        sd = float(np.std(d, ddof=1)) if n > 1 else nan
+        est = Estimate(float(np.mean(d)), sd / math.sqrt(n) if n > 1 else nan, n - 1, scale,
+                       ref, "paired t on %d %s" % (n, "log-ratios" if scale == "ratio"
+                                                    else "differences"), n)
+    else:
+        xa, xb = f(a), f(b)
+        na, nb = len(xa), len(xb)
+        va = float(np.var(xa, ddof=1)) / na if na > 1 else nan
+        vb = float(np.var(xb, ddof=1)) / nb if nb > 1 else nan
+        se = math.sqrt(va + vb) if na > 1 and nb > 1 else nan
+        if na > 1 and nb > 1 and va + vb > 0:
+            df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
+        else:
+            df = math.inf if se == 0 else nan
+        est = Estimate(float(np.mean(xb) - np.mean(xa)), se, df, scale, ref,
+                       "Welch t on %s (%d/%d runs)" % ("log values" if scale == "ratio"
+                                                       else "values", na, nb),
+                       min(na, nb))
+    for side in (old, new):
+        if side.stated:
+            continue
+        bi = bimodal(side.values)
+        if bi:
+            problems.append(("bimodal", "bimodal runs of %s: %d of %d at %.1fx the others"
+                             % (side.label or "a side", bi[0], bi[1], bi[2])))
+        if len(side.steal) and np.nanmax(side.steal) > _stats.STEAL_WARN_PCT:
+            problems.append(("steal", "steal time %.1f%% of CPU time in a run of %s (> %g%%)"
+                             % (float(np.nanmax(side.steal)), side.label or "a side",
+                                _stats.STEAL_WARN_PCT)))
+    return est, problems
+
+
+# ---------------------------------------------------------------- claims
+
+class Cell:
+    """One cell of a claim: a label, the metric, and its estimate (a contrast
+    of two comparisons, or one comparison of two sides)."""
+
+    __slots__ = ("label", "metric", "est", "problems", "holds", "p", "p_adj", "status")
+
+    def __init__(self, label, metric, est, problems):
+        self.label, self.metric, self.est, self.problems = label, metric, est, list(problems)
+        self.holds = False
+        self.p = self.p_adj = math.nan
+        self.status = OPEN
+
+    @property
+    def decides(self):
+        return not self.problems
+
+    def interval(self, confidence=CONFIDENCE):
+        return self.est.interval(confidence)
+
+
+class Claim:
+    """A statement about cells: each cell a comparison (or a contrast of two
+    comparisons) of one metric, expected lower, higher, the same, or within
+    a range. Build with alloclab.claim() (from a Result), or Claim(...) with
+    cells made by Claim.compare()/Claim.contrast() (reports do)."""
+
+    def __init__(self, text, cells, expect, by=None, margin=None, within=None, metric=None,
+                 lower=None, words=None, note=""):
+        if expect not in ("lower", "higher", "same"):
+            raise errors.UnknownNameError.make("expectation", expect,
+                                               ["lower", "higher", "same"])
+        if by is not None and not (isinstance(by, (int, float)) and by > 0):
+            raise errors.ParameterRangeError(
+                "by=%r: a factor > 0 (1.3 = at least 30%% apart)" % (by,), name="by", value=by,
+                min=0, max=None)
+        self.text = text
+        self.cells = list(cells)
+        if not self.cells:
+            raise errors.InvalidArgument("the claim %r names no cells" % text)
+        self.expect = expect
+        self.by = by
+        self.margin = THRESHOLD if margin is None else margin
+        self.within = within
+        self.metric = metric or self.cells[0].metric
+        self.lower = lower  # lower is better for the metric (None: unknown, a count)
+        self.words = words  # (word when new/old < 1, word when > 1), e.g. ("faster", "slower")
+        self.note = note
+
+    # -- building cells --
+
+    @staticmethod
+    def compare(label, metric, old, new, scale="auto", cpu_decides=None):
+        """A cell comparing Side ``new`` against Side ``old``. Latencies on
+        virtual CPUs never decide (cpu_decides=None: by the metric's kind)."""
+        est, problems = estimate(old, new, scale)
+        timing = is_timing(metric)
+        if not timing:  # a count does not depend on who else ran on the CPU
+            problems = [x for x in problems if x[0] != "steal"]
+        if cpu_decides is None:
+            cpu_decides = not timing
+        if not cpu_decides and "virtual" in (old.cpu_mode, new.cpu_mode):
+            problems.append(("virtual", "latency on virtual CPUs"))
+        return Cell(label, metric, est, problems)
+
+    @staticmethod
+    def contrast(label, a, b):
+        """A cell whose effect is a's minus b's (each a comparison Cell)."""
+        return Cell(label, a.metric, a.est.minus(b.est), a.problems + b.problems)
+
+    # -- judging --
+
+    def _bounds(self):
+        """(lo, hi): the factors new/old the effect must lie beyond (None: open).
+        expect "lower" by s: new/old <= 1/s (s < 1 allows a little higher:
+        "at most 1/s higher"); "higher" by s: new/old >= s."""
+        if self.expect == "lower":
+            return None, 1.0 / (self.by or 1.0)
+        if self.expect == "higher":
+            return (self.by or 1.0), None
+        if self.within is not None:
+            return self.within
+        return 1.0 / (1.0 + self.margin), 1.0 + self.margin
+
+    def _test(self, cell, alpha):
+        """(holds, p of the contradiction) for one cell."""
+        lo, hi = self._bounds()
+        est = cell.est
+        if math.isnan(est.theta):
+            return False, math.nan
+        blo = est.bound(lo) if lo is not None else None
+        bhi = est.bound(hi) if hi is not None else None
+        if self.expect in ("lower", "higher"):
+            ilo, ihi = est.interval(CONFIDENCE)
+            if self.expect == "lower":
+                return ihi < bhi, est.p_above(bhi)
+            return ilo > blo, est.p_below(blo)
+        # equivalence (TOST at alpha) and its contradiction (outside, either side)
+        p_in = max(est.p_above(blo), est.p_below(bhi))
+        p_out = min(1.0, 2 * min(est.p_below(blo), est.p_above(bhi)))
+        return p_in < alpha, p_out
+
+    def judge(self, alpha=ALPHA):
+        """This claim alone (its cells are the BH family): a Verdict."""
+        return judge([self], alpha=alpha)[0]
+
+
+class Verdict:
+    """A claim's outcome (HOLDS, FAILS, OPEN), the reason, and its cells."""
+
+    def __init__(self, claim, outcome, reason, alpha):
+        self.claim, self.outcome, self.reason, self.alpha = claim, outcome, reason, alpha
+
+    @property
+    def holds(self):
+        """True, False, or None (inconclusive)."""
+        return {HOLDS: True, FAILS: False, OPEN: None}[self.outcome]
+
+    @property
+    def cells(self):
+        return self.claim.cells
+
+    def decided_by(self):
+        """'counters' or 'latency' (what the cells measure)."""
+        return "latency" if any(is_timing(c.metric) for c in self.cells) else "counters"
+
+    def evidence(self):
+        """The numbers behind the outcome, as words."""
+        c = self.claim
+        cells = c.cells
+        parts = []
+        ests = [(x, x.est.factor(x.est.theta)) for x in cells]
+        fin = [f for _, f in ests if np.isfinite(f)]
+        if fin:
+            parts.append("%s %s" % (describe_range(min(fin), max(fin), c.words),
+                                    "in %d cell%s" % (len(cells), "" if len(cells) == 1
+                                                      else "s")
+                                    if len(cells) > 1 else ""))
+        if self.outcome == FAILS:
+            bad = [x for x in cells if x.status == FAILS]
+            parts.append("contradicted in %s" % _cells_text(bad, c.words, self.alpha))
+        elif self.outcome == HOLDS:
+            conf = 1 - 2 * self.alpha if c.expect == "same" else CONFIDENCE  # TOST: 90%
+            lo = min(x.est.factor(x.interval(conf)[0]) for x in cells)
+            hi = max(x.est.factor(x.interval(conf)[1]) for x in cells)
+            parts.append("%d%% CI within %s" % (round(100 * conf),
+                                                describe_range(lo, hi, c.words)))
+        else:
+            parts.append(self.reason)
+        tests = sorted({x.est.test.split(" on ")[0].split(" (")[0] for x in cells})
+        parts.append("; ".join(tests))
+        return "; ".join(p.strip() for p in parts if p.strip())
+
+    def text(self):
+        return "[%s] %s: %s" % (self.outcome, self.claim.text, self.evidence())
+
+    def __str__(self):
+        return self.text()
+
+    __repr__ = __str__
+
+    def to_dict(self):
+        c = self.claim
+        return {"claim": c.text, "outcome": self.outcome, "reason": self.reason,
+                "expect": c.expect, "by": c.by, "within": c.within, "margin": c.margin,
+                "metric": c.metric, "decided_by": self.decided_by(), "cells": [{
+                    "label": x.label, "metric": x.metric, "scale": x.est.scale,
+                    "factor": x.est.factor(x.est.theta),
+                    "ci": [x.est.factor(v) for v in x.interval()], "test": x.est.test,
+                    "p_contradiction": x.p, "p_adj": x.p_adj, "status": x.status,
+                    "problems": [t for _, t in x.problems]} for x in c.cells]}
+
+
+def judge(claims, alpha=ALPHA):
+    """Judge claims together: the contradiction p-values of all their cells
+    form one Benjamini-Hochberg family. Returns a Verdict per claim."""
+    claims = list(claims)
+    flat = []
+    for c in claims:
+        for cell in c.cells:
+            cell.holds, cell.p = c._test(cell, alpha)
+            flat.append(cell)
+    adj = _stats.bh_adjust([x.p for x in flat])
+    for cell, pa in zip(flat, adj):
+        cell.p_adj = float(pa)
+    out = []
+    for c in claims:
+        for cell in c.cells:
+            if not cell.decides:
+                cell.status = OPEN
+            elif cell.p_adj < alpha:
+                cell.status = FAILS
+            elif cell.holds:
+                cell.status = HOLDS
+            else:
+                cell.status = OPEN
+        bad = [x for x in c.cells if x.status == FAILS]
+        if bad:
+            out.append(Verdict(c, FAILS, "", alpha))
+        elif all(x.status == HOLDS for x in c.cells):
+            out.append(Verdict(c, HOLDS, "", alpha))
+        else:
+            out.append(Verdict(c, OPEN, _open_reason(c, alpha), alpha))
+    return out
+
+
+def _open_reason(claim, alpha):
+    """Why an undecided claim is undecided, by kind, with the cells."""
+    kinds = {}
+    for x in claim.cells:
+        if x.status == HOLDS:
+            continue
+        if x.problems:
+            for kind, text in x.problems:
+                kinds.setdefault(kind, []).append((x, text))
+        else:
+            kinds.setdefault("noise", []).append((x, None))
+    order = ("virtual", "runs", "truncated", "bimodal", "steal", "noise")
+    names = {"virtual": "latency on virtual CPUs never decides",
+             "runs": "too few runs", "truncated": "truncated runs",
+             "bimodal": "bimodal runs", "steal": "an unstable machine",
+             "noise": "noise: the interval straddles the claimed %s" % (
+                 "margin" if claim.expect == "same" else "size")}
+    parts = []
+    n = len(claim.cells)
+    for k in order:
+        if k not in kinds:
+            continue
+        cells = kinds[k]
+        labels = _uniq([x.label for x, _ in cells])
+        what = names[k]
+        if k == "noise":
+            what += " in %s" % _cells_text([x for x, _ in cells], claim.words, alpha,
+                                           ci=True, expect=claim.expect)
+        elif k in ("bimodal", "steal", "truncated"):
+            what += " (%s)" % "; ".join(_uniq(["%s: %s" % (x.label, t) for x, t in cells])[:3])
+        else:
+            what += " (%d of %d cells%s)" % (len(labels), n, (": " + ", ".join(labels[:4]))
+                                             if len(labels) < n else "")
+        parts.append(what)
+    return "inconclusive: " + "; ".join(parts) if parts else "inconclusive"
+
+
+def _uniq(xs):
+    out = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _cells_text(cells, words, alpha, ci=False, expect=None, limit=3):
+    out = []
+    for x in cells[:limit]:
+        f = x.est.factor(x.est.theta)
+        conf = 1 - 2 * alpha if expect == "same" else CONFIDENCE
+        lo, hi = (x.est.factor(v) for v in x.interval(conf))
+        s = "%s (%s" % (x.label, factor_words(f, words))
+        if ci:
+            s += ", %d%% CI %s" % (round(100 * conf), describe_range(lo, hi, words))
+        elif not math.isnan(x.p_adj):
+            s += ", p_adj %.2g" % x.p_adj
+        out.append(s + ")")
+    more = len(cells) - limit
+    return ", ".join(out) + (" and %d more" % more if more > 0 else "")
+
+
+# ---------------------------------------------------------------- words
+
+def _fx(x):
+    if not np.isfinite(x):
+        return "inf"
+    if x < 9.995:
+        return "%.2fx" % x
+    if x < 99.95:
+        return "%.1fx" % x
+    return "%.0fx" % x
+
+
+def factor_words(f, words=None):
+    """A ratio new/old as words: "1.50x slower", "2.00x fewer", "the same
+    (1.00x)". ``words``: (word for new < old, word for new > old); default
+    ("lower", "higher")."""
+    lo_w, hi_w = words or ("lower", "higher")
+    if f is None or (isinstance(f, float) and math.isnan(f)):
+        return "n/a"
+    if f <= 0:
+        return "none left (0)" if f == 0 else "n/a"
+    if abs(math.log(f)) < 0.005:
+        return "the same (1.00x)"
+    return "%s %s" % (_fx(1.0 / f), lo_w) if f < 1 else "%s %s" % (_fx(f), hi_w)
+
+
+def describe_range(lo, hi, words=None):
+    """A range of ratios as words: "1.20x-1.50x faster", "1.10x slower to
+    1.30x faster"."""
+    lo_w, hi_w = words or ("lower", "higher")
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        if np.isfinite(lo) or np.isfinite(hi):
+            v = lo if np.isfinite(lo) else hi
+            return "unbounded (%s)" % factor_words(v, words)
+        return "n/a"
+    if abs(math.log(max(hi, 1e-300) / max(lo, 1e-300))) < 0.005 or lo == hi:
+        return factor_words(lo, words)
+    if hi <= 1:
+        return "%s-%s %s" % (_fx(1.0 / hi), _fx(1.0 / lo), lo_w) if lo > 0 else \
+            "%s %s to none left" % (_fx(1.0 / hi), lo_w)
+    if lo >= 1:
+        return "%s-%s %s" % (_fx(lo), _fx(hi), hi_w)
+    return "%s to %s" % (factor_words(lo, words), factor_words(hi, words))
+
+
+def metric_words(metric, lower=None):
+    """(word for a ratio below 1, above 1) for a metric: latencies and rates
+    are faster/slower, counts fewer/more."""
+    if lower is None:
+        lower = _lower_is_better(metric)
+    if is_timing(metric):
+        return ("faster", "slower") if lower is not False else ("slower", "faster")
+    return ("fewer", "more")
+
+
+# ---------------------------------------------------------------- from a Result
+
+def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margin=None,
+          within=None, where=None, param="policy", value=None, value_source=None, name=None,
+          lower_is_better=None, scale="auto"):
+    """A claim about a Result: ``new`` against ``old`` (values of ``param``,
+    default the policy; presets and specs alike), or ``new`` against a stated
+    ``value`` (with ``value_source`` saying where it comes from), in every
+    cell selected by ``where`` ({param: value or list}) and told apart by the
+    parameters that vary there; ``metric`` a name or a list.
+
+    expect: "faster"/"slower"/"better"/"worse" (by the metric's direction),
+    "lower"/"higher"/"fewer"/"more", or "same" (within ``margin``, default
+    2%); ``within=(lo, hi)``: the ratio new/old lies in [lo, hi]. by: the
+    least factor claimed (1.3: at least 30% faster), default any.
+    Returns a Claim; claim.judge() or alloclab.judge([...]) gives Verdicts.
+    """
+    from .policy import same_policy
+    from .result import Result
+
+    if not isinstance(res, Result):
+        raise errors.InvalidArgument("claim takes a Result, not %r" % (res,))
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    known = res.metrics()
+    for m in metrics:
+        if m not in known:
+            raise errors.UnknownNameError.make("metric", m, known)
+    if param not in res.params():
+        raise errors.UnknownNameError.make("parameter", param, res.params())
+    if within is not None:
+        if not (isinstance(within, (tuple, list)) and len(within) == 2 and
+                0 < within[0] < within[1]):
+            raise errors.InvalidArgument("within=%r: a pair of factors (lo, hi), 0 < lo < hi"
+                                         % (within,))
+        expect = "same"
+    lower = lower_is_better if lower_is_better is not None else _lower_is_better(metrics[0])
+    table = _EXPECT_HIGHER_BETTER if lower is False else _EXPECT_LOWER_BETTER
+    if expect not in table:
+        raise errors.UnknownNameError.make("expectation", expect, EXPECT)
+    if expect in ("faster", "slower", "better", "worse") and lower is None:
+        raise errors.InvalidArgument(
+            "alloclab does not know whether lower or higher is better for %r: say "
+            "expect='lower' or 'higher', or pass lower_is_better=" % metrics[0])
+    direction = table[expect]
+    if old is None and value is None:
+        raise errors.InvalidArgument("a claim compares new with old=... or with value=...")
+    sub = res.filter(**(where or {})) if where else res
+    same = same_policy if param == "policy" else (lambda a, b: a == b)
+    news = [p for p in sub.points if same(p.params.get(param), new)]
+    if not news:
+        vals = _uniq([str(p.params.get(param)) for p in sub.points])
+        raise errors.UnknownNameError.make(param, new, vals, context="claim (new)")
+    olds = []
+    if old is not None:
+        olds = [p for p in sub.points if same(p.params.get(param), old)]
+        if not olds:
+            vals = _uniq([str(p.params.get(param)) for p in sub.points])
+            raise errors.UnknownNameError.make(param, old, vals, context="claim (old)")
+    key = [k for k in sub.swept() if k != param]
+
+    def kk(p):
+        return json.dumps([p.params.get(k) for k in key], default=str)
+
+    groups = {}
+    for p in news:
+        groups.setdefault(kk(p), [p.params, [], []])[1].append(p)
+    for p in olds:
+        if kk(p) in groups:
+            groups[kk(p)][2].append(p)
+    words = metric_words(metrics[0], lower)
+    cells = []
+    for params, np_, op_ in groups.values():
+        if old is not None and not op_:
+            raise errors.InvalidArgument(
+                "the claim names a cell that %s=%s lacks: %s" % (
+                    param, old, ", ".join("%s=%s" % (k, params.get(k)) for k in key)))
+        for m in metrics:
+            label = ", ".join("%s=%s" % (k, params.get(k)) for k in key) or "all"
+            if len(metrics) > 1:
+                label += " %s" % m
+            sn = Side.from_points(np_, m, str(new))
+            so = Side.from_points(op_, m, str(old)) if old is not None else \
+                Side.value(value, value_source or "the stated value")
+            if sn is None or so is None:
+                continue
+            cells.append(Claim.compare(label, m, so, sn, scale=scale))
+    if by is not None and by < 1:
+        raise errors.InvalidArgument("by=%r: a factor >= 1 (1.3: at least 1.3x)" % (by,))
+    if name:
+        text = name
+    else:
+        against = old if old is not None else "%s (%s)" % (value, value_source or "stated")
+        if within is not None:
+            rel = "within %s-%s of" % (_fx(within[0]), _fx(within[1]))
+        elif direction == "same":
+            rel = "the same (within %g%%) as" % (100 * (THRESHOLD if margin is None else margin))
+        else:
+            w = words[0] if direction == "lower" else words[1]
+            rel = "%s%s than" % ("at least %s " % _fx(by) if by else "", w)
+        text = "%s %s %s: %s" % (new, rel, against, "/".join(metrics))
+    return Claim(text, cells, direction, by=by, margin=margin, within=within,
+                 metric=metrics[0], lower=lower, words=words)
