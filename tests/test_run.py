@@ -447,8 +447,8 @@ def test_adaptive_runs_add_rounds_to_wide_cells_and_keep_pairs(monkeypatch):
     for runs in by_cell.values():
         assert runs[0] == runs[1] >= 2  # both policies of a cell: as many runs
     # cells already narrower than the target: nothing is added
-    import alloclab.run as run_mod
-    monkeypatch.setattr(run_mod, "_rel_ci", lambda raws: 0.01)
+    import sys
+    monkeypatch.setattr(sys.modules["alloclab.run"], "_rel_ci", lambda raws: 0.01)
     res = al.run("malloc-free", ["buddy"], runs=2, cycles=1, warmup_cycles=0,
                  target_ci=0.02, budget=5)
     assert res.metadata["run"]["adaptive"]["added_runs"] == 0
