@@ -62,7 +62,7 @@ def test_presets_run_clean(preset, workload):
 
 @pytest.fixture(scope="module")
 def report():
-    return rep.libarena(producers=[1, 2, 3], allocs_per_cycle=[4, 64], runs=2,
+    return rep.libarena(producers=[1, 2, 3], allocs_per_cycle=[4, 64], runs=3,
                         timings=["batch"], duration=0.005, warmup_cycles=2)
 
 
@@ -76,20 +76,50 @@ def test_report_layout(report):
     assert all(len(l.split()) == 1 + 9 for l in lines[4:])
 
 
-def test_report_reads_claims_from_data(report):
-    s = report.savings("malloc-free", "alloc_ns", "batch")
-    t = report.mean("malloc-free", "transfer cache", "alloc_ns", "batch", 2, 64)
-    sp = report.mean("malloc-free", "spill", "alloc_ns", "batch", 2, 64)
-    assert len(s) == 2  # producers 2 and 3 at 64 allocs/cycle
-    assert s[0] == pytest.approx(100 * (1 - t / sp))
+def test_report_verdicts_come_from_the_engine(report):
+    from alloclab import verdict as V
     text = str(report)
-    assert "the transfer cache saves" in text
     assert "Seed conclusions on this machine" in text
-    claims = report.verdicts("batch")
-    assert all(h in (True, False) for _, h, _ in claims)
+    vs = report.verdicts()
+    assert vs and all(v.outcome in (V.HOLDS, V.FAILS, V.OPEN) for _, v, _ in vs)
+    for _, v, ctx in vs:
+        assert v.text() in text  # the text printed is the verdict's own
+        if v.outcome == V.OPEN:
+            assert v.reason.startswith("inconclusive")
+    # the no-saving-as-negative-percent wording is gone: factors only
+    assert "saves -" not in text and "-0%" not in text
+    # at 3 producers on a 2-CPU machine the claims about them are made on counters
     if report.usable < 3:
         assert "virtual CPUs" in report.cpu_note()
-        assert any("judged on counters" in c for c, _, _ in claims)
+        virt = [v for _, v, _ in vs if "virtual CPUs: judged on counters" in v.claim.text]
+        assert virt and all(v.decided_by() == "counters" for v in virt)
+        # and no latency claim names a virtual-CPU cell that decided anything
+        for _, v, _ in vs:
+            for c in v.cells:
+                if any(k == "virtual" for k, _ in c.problems):
+                    assert c.status == V.OPEN
+
+
+def test_report_verdict_flips_when_the_data_flips(report):
+    """Swap the two designs' data: a claim that held no longer can."""
+    from alloclab import verdict as V
+    import copy
+    flipped = copy.deepcopy(report.results)
+    for res in flipped.values():
+        for p in res.points:
+            if p.params["policy"] == "libarena-transfer":
+                p.params["policy"] = "libarena-spill"
+            elif p.params["policy"] == "libarena-spill":
+                p.params["policy"] = "libarena-transfer"
+    back = rep.LibarenaReport(flipped, report.settings)
+    flips = 0
+    for (s, a, _), (_, b, _) in zip(report.verdicts(), back.verdicts()):
+        # the claims between the two designs (not those against no cache)
+        if s.startswith("libarena-") and a.claim.expect != "same" and a.outcome == V.HOLDS:
+            assert b.outcome == V.FAILS, (a, b)
+            flips += 1
+    if report.usable < 3:
+        assert flips  # at least the counter claims at 3 virtual producers held
 
 
 def test_report_counters(report):
@@ -118,12 +148,25 @@ def test_report_plot(report):
 def test_cli_reproduce(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "alloclab", "reproduce", "libarena", "--producers", "1,2",
-         "--allocs-per-cycle", "16", "--runs", "1", "--timing", "batch", "--duration", "5ms",
-         "--workloads", "malloc-free", "--json", str(tmp_path / "r.json")],
+         "--allocs-per-cycle", "16", "--runs", "3", "--timing", "batch", "--duration", "5ms",
+         "--workloads", "malloc-free", "--json", str(tmp_path / "r.json"),
+         "--plot", str(tmp_path / "r.png")],
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "libarena-malloc-free, allocation latency" in out.stdout
-    assert json.loads((tmp_path / "r.json").read_text())["format"] == "alloclab-libarena-report"
+    assert "claims decided" in out.stdout
+    # 5 ms phases are below the 100 ms minimum: the warnings say so
+    assert "warnings:" in out.stdout
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert d["format"] == "alloclab-libarena-report" and d["verdicts"]
+    assert "wrote %s" % (tmp_path / "r.json") in out.stderr
+    assert (tmp_path / "r.png").exists() and "wrote %s" % (tmp_path / "r.png") in out.stderr
+
+
+def test_cli_reproduce_quick_and_rigorous_are_exclusive():
+    out = subprocess.run([sys.executable, "-m", "alloclab", "reproduce", "libarena", "--quick",
+                          "--rigorous"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "not allowed with" in out.stderr
 
 
 @pytest.mark.parametrize("args,needle", [

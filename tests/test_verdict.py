@@ -5,7 +5,6 @@ claimed size; does not hold when a cell contradicts it significantly after
 Benjamini-Hochberg; otherwise inconclusive, with the reason. Each test
 builds data where the answer is known and checks the verdict flips with it.
 """
-import inspect
 import math
 
 import numpy as np
@@ -15,8 +14,9 @@ from hypothesis import given, settings, strategies as st
 import alloclab as al
 from alloclab import verdict as V
 from alloclab.result import Point, Result
+from alloclab.run import EFFORT
 
-DEFAULT_RUNS = inspect.signature(al.run).parameters["runs"].default
+DEFAULT_RUNS = EFFORT["normal"]["runs"]  # what al.run() does when runs is not given
 
 
 def result(cells, paired=True, cpu_mode="pinned", steal=0.0, metric="alloc_ns"):
@@ -238,7 +238,7 @@ def _consistent(v):
         assert text.startswith("[inconclusive]") and v.reason.startswith("inconclusive")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(factor=st.floats(0.3, 3.0), cv=st.floats(0.001, 0.5), n=st.integers(2, 8),
        expect=st.sampled_from(["faster", "slower", "same"]), seed=st.integers(0, 2 ** 31))
 def test_no_verdict_text_contradicts_its_numbers(factor, cv, n, expect, seed):
@@ -256,3 +256,19 @@ def test_factor_words():
     assert V.describe_range(0.5, 0.8, ("faster", "slower")) == "1.25x-2.00x faster"
     assert V.describe_range(0.9, 1.2, ("faster", "slower")) == "1.11x faster to 1.20x slower"
     assert V.describe_range(1.2, 1.5, ("fewer", "more")) == "1.20x-1.50x more"
+
+
+def test_absolute_claims_on_counts_near_zero():
+    cells = {("bpf-ma", 1): [0.03, 0.031, 0.029, 0.03], ("kmalloc-nolock", 1): [0.0] * 4}
+    res = result(cells, metric="traced_per_create")
+    a = V.Side.from_points(res.select(policy="kmalloc-nolock"), "traced_per_create")
+    b = V.Side.from_points(res.select(policy="bpf-ma"), "traced_per_create")
+    cell = V.Claim.compare("batch 16", "traced_per_create", a, b, scale="difference")
+    near = V.Claim("about as many", [cell], "same", margin=0.1, absolute=True,
+                   unit="per create")
+    assert near.judge().outcome == V.HOLDS and "per create" in near.judge().text()
+    far = V.Claim("3 more", [cell], "same", within=(2.9, 3.1), absolute=True)
+    assert far.judge().outcome == V.FAILS
+    with pytest.raises(al.InvalidArgument, match="scale='difference'"):
+        V.Claim("x", [V.Claim.compare("c", "m", V.Side([1.0, 1, 1]), V.Side([2.0, 2, 2]),
+                                      scale="ratio")], "same", absolute=True)

@@ -50,10 +50,11 @@
  * rate over its whole span), creates_per_s_sd (n - 1; NaN below two
  * samples), samples,
  * ns_per_create, create_errs, eagain, charges, uncharges, lock_fails,
- * owner_errs, owner_kmallocs (the background kmallocs the kernel's
- * tracepoint would add: an estimate per create, owner_kmallocs/1000, since
- * the real socket's or thread's own kmallocs happen in the real kernel), and
- * the free-path counts. Timing: batch = the create phase per allocation and
+ * owner_errs, and the free-path counts. The model counts only the
+ * allocations it makes (slab.traced_kmallocs: those the kernel's kmalloc
+ * tracepoint would see); the kmallocs a real socket's or thread's creation
+ * makes inside the real kernel are not the model's to count, and no figure
+ * measured in a seed stands in for them here. Timing: batch = the create phase per allocation and
  * the destroy phase (plus callbacks) per free; per_op_sum = the allocator
  * calls alone.
  */
@@ -90,7 +91,6 @@ enum {
 	P_gp_latency,
 	P_rcu_nocb,
 	P_charge,
-	P_owner_kmallocs,
 	P_sample,
 	P_NR
 };
@@ -117,10 +117,6 @@ static const struct al_param_desc ls_params[P_NR] = {
 			 "RCU callbacks run on the next worker's CPU (remote frees)" },
 	[P_charge] = { "charge", AL_PARAM_BOOL, 1, 0, 1, NULL,
 		       "charge and uncharge socket memory (sk_omem_charge against optmem_max)" },
-	[P_owner_kmallocs] = { "owner_kmallocs", AL_PARAM_INT, -1, -1, 1000000, NULL,
-			       "kmallocs x1000 the tracepoint sees per create from the owner's "
-			       "own creation; -1: 1130 (socket) / 2510 (task) with owner_work=real "
-			       "(the seed's kmalloc_nolock rows), 0 with none" },
 	[P_sample] = { "sample", AL_PARAM_NS, 1000000000, 1000000, 60000000000ll, NULL,
 		       "length of one creates/s sample (the bench: 1 s)" },
 };
@@ -199,7 +195,6 @@ struct ls_map {
 	unsigned batch;			/* P_batch_size */
 	size_t elem_size;		/* 72 + value_size */
 	unsigned flags;			/* AL_ZERO, plus AL_MAYSLEEP for sockets */
-	int64_t owner_kmallocs;		/* resolved, x1000 */
 	uint64_t sample_ticks;		/* P_sample */
 	unsigned nworkers;		/* workers */
 	unsigned nbuckets;		/* power of two, >= 2 */
@@ -570,11 +565,6 @@ static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 	m->batch = (unsigned)p[P_batch_size];
 	m->elem_size = LS_ELEM_HDR + (size_t)p[P_value_size];
 	m->flags = AL_ZERO | (m->storage_type == ST_SOCKET ? AL_MAYSLEEP : 0);
-	m->owner_kmallocs = p[P_owner_kmallocs];
-	if (m->owner_kmallocs < 0)
-		m->owner_kmallocs = m->owner_work != OW_REAL	   ? 0
-				    : m->storage_type == ST_SOCKET ? 1130
-								   : 2510;
 	al_clock_init();
 	m->sample_ticks = (uint64_t)((double)p[P_sample] * al_clock.ticks_per_ns);
 	m->nworkers = nworkers;
@@ -691,7 +681,6 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 	al_result_value(res, "charge_fails", (double)t.charge_fails);
 	al_result_value(res, "lock_fails", (double)t.lock_fails);
 	al_result_value(res, "owner_errs", (double)t.owner_errs);
-	al_result_value(res, "owner_kmallocs", (double)t.creates * (double)m->owner_kmallocs / 1e3);
 	al_result_value(res, "kfree_rcu", (double)t.kfree_rcu);
 	al_result_value(res, "call_rcu", (double)t.call_rcu);
 	al_result_value(res, "reuse_now", (double)t.reuse_now);

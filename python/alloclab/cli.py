@@ -601,23 +601,29 @@ def _main_parser():
         "libarena", help="seed 000: spill vs transfer cache in front of libarena's buddy",
         description="Seed 000: per-CPU caches in front of libarena's buddy, 'spill' vs "
                     "'transfer cache' (plus plain buddy), on libarena-malloc-free and "
-                    "libarena-malloc-xfree, printed in the seed's layout with its summary, "
-                    "the counters that explain it and whether its conclusions hold here.")
+                    "libarena-malloc-xfree, printed in the seed's layout with the counters "
+                    "that explain it and the seed's conclusions judged on this data "
+                    "(holds / does not hold / inconclusive, with the reason).")
     lib_p.add_argument("--producers", type=_int_list("--producers"), default=[1, 2, 4, 8],
                        help="comma-separated (default 1,2,4,8)")
     lib_p.add_argument("--allocs-per-cycle", type=_int_list("--allocs-per-cycle"),
-                       default=[1, 4, 16, 64, 256], help="comma-separated (default 1,4,16,64,256)")
+                       default=None, help="comma-separated (default 1,4,16,64,256; --quick "
+                                          "4,64,256)")
     lib_p.add_argument("--size", type=_int_list("--size"), default=[64],
                        help="object size in bytes (default 64)")
-    lib_p.add_argument("--runs", type=int, default=3, help="runs per cell (default 3)")
+    lib_p.add_argument("--runs", type=int, default=None,
+                       help="runs per cell (default 5, --quick 3, --rigorous 10; virtual-CPU "
+                            "cells, judged on counters, at most half, at least 3)")
     lib_p.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)),
-                       default=["per_op_sum", "batch"],
-                       help="per_op_sum (as the seed's bench) and/or batch (default both)")
+                       default=["per_op_sum"],
+                       help="per_op_sum (as the seed's bench, the default) and/or batch")
     lib_p.add_argument("--workloads", type=_choice_list("workload", ["malloc-free",
                                                                      "malloc-xfree"]),
                        default=["malloc-free", "malloc-xfree"])
-    lib_p.add_argument("--duration", type=_duration, default=0.05,
-                       help="measured phase per run (default 50ms)")
+    lib_p.add_argument("--duration", type=_duration, default=None,
+                       help="measured phase per run (default 0.1 s, --quick 0.05 s, "
+                            "--rigorous 0.5 s)")
+    _effort_flags(lib_p)
     lib_p.add_argument("--no-baseline", action="store_true",
                        help="leave out the plain buddy ('no cache') column")
     lib_p.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
@@ -651,29 +657,9 @@ def cmd_preload(args):
         raise _RunFailed("cannot run %s: %s" % (argv[0], e.strerror)) from None
 # ------------------------------------------------------------------ reproduce vmalloc
 
-def _save_figures(figs, path):
-    """Write a report's figures: one PDF with a page each, or one file per
-    figure (the first at PATH, the others at PATH-<suffix>.<ext>)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.backends.backend_pdf import PdfPages
-
-    if path.endswith(".pdf"):
-        with PdfPages(path) as pdf:
-            for f, _ in figs:
-                pdf.savefig(f)
-    else:
-        base, dot, ext = path.rpartition(".")
-        for f, suffix in figs:
-            f.savefig(path if not suffix else ("%s-%s.%s" % (base, suffix, ext) if dot
-                                               else "%s-%s" % (path, suffix)))
-    for f, _ in figs:
-        plt.close(f)
-
-
-def _emit_report(make, args, figures):
-    """Run a reproduction, print it, and write --json and --plot."""
+def _emit_report(make, args):
+    """Run a reproduction, print it, and write --json and --plot (each file
+    written is announced on stderr)."""
     try:
         rep = make()
     except errors.AlloclabError as e:
@@ -683,9 +669,15 @@ def _emit_report(make, args, figures):
     print(rep)
     if args.json:
         rep.to_json(args.json)
+        _wrote(args.json)
     if args.plot:
-        _save_figures(figures(rep), args.plot)
+        for path in rep.save_figures(args.plot):
+            _wrote(path)
     return 0
+
+
+def _wrote(path):
+    sys.stderr.write("%s: wrote %s\n" % (PROG, path))
 
 
 def _vmalloc_parser(rsub):
@@ -699,10 +691,16 @@ def _vmalloc_parser(rsub):
                     "thread's pcp-first suggestion, normalised to v6.18 in the seed's table "
                     "(positive = improvement, (R)/(I) where significant), then Uladzislau "
                     "Rezki's 3- and 100-page comparison, the counters that explain it and "
-                    "whether the seed's conclusions hold here.")
-    p.add_argument("--scale", type=float, default=0.1,
-                   help="loops = the seed's loops x SCALE (default 0.1: about a minute)")
-    p.add_argument("--runs", type=int, default=5, help="runs per cell (default 5)")
+                    "the seed's conclusions judged on this data.")
+    p.add_argument("--scale", type=float, default=None,
+                   help="loops = the seed's loops x SCALE (default: calibrated per row so "
+                        "that each run lasts --min-time)")
+    p.add_argument("--min-time", type=_duration, default=None, metavar="SECONDS",
+                   help="each run's measured phase at least (default 0.1 s, --quick 0.05 s, "
+                        "--rigorous 0.25 s)")
+    p.add_argument("--runs", type=int, default=None,
+                   help="runs per cell (default 5, --quick 3, --rigorous 10)")
+    _effort_flags(p)
     p.add_argument("--threads", type=int, default=1,
                    help="test_vmalloc workers, nr_threads (default 1)")
     p.add_argument("--arch", choices=["arm64", "x86"], default="arm64",
@@ -727,9 +725,9 @@ def _vmalloc_parser(rsub):
 def cmd_reproduce_vmalloc(args):
     from . import reproduce
 
-    if not args.scale > 0:
+    if args.scale is not None and not args.scale > 0:
         raise UsageError("--scale=%r: a positive fraction of the seed's loops" % args.scale)
-    if args.runs < 2:
+    if args.runs is not None and args.runs < 2:
         raise UsageError("--runs=%d: significance needs at least 2 runs per cell" % args.runs)
     if args.threads < 1:
         raise UsageError("--threads=%d: at least 1" % args.threads)
@@ -738,13 +736,14 @@ def cmd_reproduce_vmalloc(args):
     return _emit_report(
         lambda: reproduce.vmalloc(scale=args.scale, runs=args.runs, threads=args.threads,
                                 arch=args.arch, cpus=args.cpus,
-                                pcp_first=not args.no_pcp_first, tests=args.tests,
-                                rezki=not args.no_rezki, progress=args.progress),
-        args, lambda rep: [(rep.plot(), ""), (rep.plot_sizes(), "sizes")])
+                                  pcp_first=not args.no_pcp_first, tests=args.tests,
+                                  rezki=not args.no_rezki, effort=args.effort,
+                                  min_time=args.min_time, progress=args.progress),
+        args)
 
 
 def _local_storage_parser(rsub):
-    """`alloclab reproduce local-storage` (issue 4)."""
+    """`alloclab reproduce local-storage` (seed 003)."""
     ls = rsub.add_parser(
         "local-storage", help="seed 003: BPF local storage, kzalloc/bpf_ma vs kmalloc_nolock",
         description="Seed 003: bench local-storage-create before and after BPF local storage "
@@ -757,12 +756,14 @@ def _local_storage_parser(rsub):
                     default=["socket", "task"], help="comma-separated (default socket,task)")
     ls.add_argument("--batch-sizes", type=_int_list("--batch-sizes"), default=[16, 32, 64],
                     help="comma-separated (default 16,32,64)")
-    ls.add_argument("--runs", type=int, default=1, help="runs per cell (default 1: the sd is "
-                    "over samples within the run, as the seed's)")
-    ls.add_argument("--duration", type=_duration, default=3.0,
-                    help="measured phase per run (default 3s)")
-    ls.add_argument("--sample", type=_duration, default=0.5,
-                    help="length of one creates/s sample (default 0.5s; the bench: 1s)")
+    ls.add_argument("--runs", type=int, default=None,
+                    help="runs per cell (default 5, --quick 3, --rigorous 10); the sd in the "
+                         "table is over samples, as the seed's")
+    ls.add_argument("--duration", type=_duration, default=None,
+                    help="measured phase per run (default 0.5 s, --quick 0.2 s, --rigorous 1 s)")
+    ls.add_argument("--sample", type=_duration, default=0.1,
+                    help="length of one creates/s sample (default 0.1 s; the bench: 1 s)")
+    _effort_flags(ls)
     ls.add_argument("--owner-work", choices=["real", "none"], default="real",
                     help="real sockets/threads per owner as the bench (default), or none: the "
                          "allocators alone")
@@ -780,7 +781,7 @@ def _local_storage_parser(rsub):
 def cmd_reproduce_local_storage(args):
     from . import reproduce
 
-    if args.runs < 1 or args.producers < 1:
+    if (args.runs is not None and args.runs < 1) or args.producers < 1:
         raise UsageError("--runs and --producers must be at least 1")
     return _emit_report(
         lambda: reproduce.local_storage(storage_types=args.storage_types,
@@ -788,8 +789,9 @@ def cmd_reproduce_local_storage(args):
                                       duration=args.duration, sample=args.sample,
                                       owner_work=args.owner_work, producers=args.producers,
                                       gp_latency=int(round(args.gp_latency * 1e9)),
-                                      rcu_nocb=args.rcu_nocb, progress=args.progress),
-        args, lambda rep: [(rep.plot(), ""), (rep.plot_kmallocs(), "1")])
+                                        rcu_nocb=args.rcu_nocb, effort=args.effort,
+                                        progress=args.progress),
+        args)
 
 
 def cmd_reproduce(args, parser):
@@ -809,8 +811,9 @@ def cmd_reproduce(args, parser):
                                  allocs_per_cycle=args.allocs_per_cycle, runs=args.runs,
                                  size=args.size[0], timings=args.timing,
                                  workloads=args.workloads, duration=args.duration,
-                                 baseline=not args.no_baseline, progress=args.progress),
-        args, lambda rep: [(rep.plot(m, wl), "" if n == 0 else str(n)) for n, (wl, m) in enumerate((wl, m) for wl in rep.results for m in ("alloc_ns", "free_ns"))])
+                                   baseline=not args.no_baseline, effort=args.effort,
+                                   progress=args.progress),
+        args)
 
 
 def main(argv=None):

@@ -692,9 +692,14 @@ class Result:
         if not s.lstrip().startswith("{") and os.path.exists(s):
             with open(s) as f:
                 s = f.read()
-        d = json.loads(s)
-        if d.get("format") != FORMAT:
-            raise errors.InvalidArgument("not an alloclab result (format %r)" % d.get("format"))
+        return cls.from_dict(json.loads(s))
+
+    @classmethod
+    def from_dict(cls, d):
+        """A Result from to_dict()'s output."""
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise errors.InvalidArgument("not an alloclab result (format %r)" % (
+                d.get("format") if isinstance(d, dict) else type(d).__name__))
         if d.get("format_version", 0) > FORMAT_VERSION:
             raise errors.InvalidArgument(
                 "result format version %s is newer than this alloclab reads (%d)"

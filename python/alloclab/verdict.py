@@ -349,7 +349,7 @@ class Claim:
     cells made by Claim.compare()/Claim.contrast() (reports do)."""
 
     def __init__(self, text, cells, expect, by=None, margin=None, within=None, metric=None,
-                 lower=None, words=None, note=""):
+                 lower=None, words=None, note="", absolute=False, unit=""):
         if expect not in ("lower", "higher", "same"):
             raise errors.UnknownNameError.make("expectation", expect,
                                                ["lower", "higher", "same"])
@@ -369,6 +369,13 @@ class Claim:
         self.lower = lower  # lower is better for the metric (None: unknown, a count)
         self.words = words  # (word when new/old < 1, word when > 1), e.g. ("faster", "slower")
         self.note = note
+        # absolute: by, margin and within are differences new - old in the metric's
+        # unit (for counts near zero), and every cell is on the difference scale
+        self.absolute = absolute
+        self.unit = unit
+        if absolute and any(c.est.scale != "difference" for c in self.cells):
+            raise errors.InvalidArgument("an absolute claim needs cells made with "
+                                         "scale='difference'")
 
     # -- building cells --
 
@@ -396,7 +403,14 @@ class Claim:
     def _bounds(self):
         """(lo, hi): the factors new/old the effect must lie beyond (None: open).
         expect "lower" by s: new/old <= 1/s (s < 1 allows a little higher:
-        "at most 1/s higher"); "higher" by s: new/old >= s."""
+        "at most 1/s higher"); "higher" by s: new/old >= s. Absolute claims:
+        the differences new - old instead."""
+        if self.absolute:
+            if self.expect == "lower":
+                return None, -(self.by or 0.0)
+            if self.expect == "higher":
+                return (self.by or 0.0), None
+            return self.within if self.within is not None else (-self.margin, self.margin)
         if self.expect == "lower":
             return None, 1.0 / (self.by or 1.0)
         if self.expect == "higher":
@@ -411,8 +425,9 @@ class Claim:
         est = cell.est
         if math.isnan(est.theta):
             return False, math.nan
-        blo = est.bound(lo) if lo is not None else None
-        bhi = est.bound(hi) if hi is not None else None
+        conv = (lambda v: v) if self.absolute else est.bound
+        blo = conv(lo) if lo is not None else None
+        bhi = conv(hi) if hi is not None else None
         if self.expect in ("lower", "higher"):
             ilo, ihi = est.interval(CONFIDENCE)
             if self.expect == "lower":
@@ -426,6 +441,27 @@ class Claim:
     def judge(self, alpha=ALPHA):
         """This claim alone (its cells are the BH family): a Verdict."""
         return judge([self], alpha=alpha)[0]
+
+    # -- words --
+
+    def value(self, cell, theta):
+        """theta as what the claim speaks of: a factor new/old, or a difference."""
+        return theta if self.absolute else cell.est.factor(theta)
+
+    def one_words(self, v):
+        if self.absolute:
+            return "%+.3g%s" % (v, " " + self.unit if self.unit else "") \
+                if np.isfinite(v) else "n/a"
+        return factor_words(v, self.words)
+
+    def range_words(self, lo, hi):
+        if self.absolute:
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                return "unbounded"
+            if abs(hi - lo) < 5e-4 * max(1.0, abs(lo)):
+                return self.one_words(lo)
+            return "%+.3g to %+.3g%s" % (lo, hi, " " + self.unit if self.unit else "")
+        return describe_range(lo, hi, self.words)
 
 
 class Verdict:
@@ -452,22 +488,20 @@ class Verdict:
         c = self.claim
         cells = c.cells
         parts = []
-        ests = [(x, x.est.factor(x.est.theta)) for x in cells]
-        fin = [f for _, f in ests if np.isfinite(f)]
+        fin = [f for f in (c.value(x, x.est.theta) for x in cells) if np.isfinite(f)]
         if fin:
-            parts.append("%s %s" % (describe_range(min(fin), max(fin), c.words),
+            parts.append("%s %s" % (c.range_words(min(fin), max(fin)),
                                     "in %d cell%s" % (len(cells), "" if len(cells) == 1
                                                       else "s")
                                     if len(cells) > 1 else ""))
         if self.outcome == FAILS:
             bad = [x for x in cells if x.status == FAILS]
-            parts.append("contradicted in %s" % _cells_text(bad, c.words, self.alpha))
+            parts.append("contradicted in %s" % _cells_text(c, bad, self.alpha))
         elif self.outcome == HOLDS:
             conf = 1 - 2 * self.alpha if c.expect == "same" else CONFIDENCE  # TOST: 90%
-            lo = min(x.est.factor(x.interval(conf)[0]) for x in cells)
-            hi = max(x.est.factor(x.interval(conf)[1]) for x in cells)
-            parts.append("%d%% CI within %s" % (round(100 * conf),
-                                                describe_range(lo, hi, c.words)))
+            lo = min(c.value(x, x.interval(conf)[0]) for x in cells)
+            hi = max(c.value(x, x.interval(conf)[1]) for x in cells)
+            parts.append("%d%% CI within %s" % (round(100 * conf), c.range_words(lo, hi)))
         else:
             parts.append(self.reason)
         tests = sorted({x.est.test.split(" on ")[0].split(" (")[0] for x in cells})
@@ -553,8 +587,7 @@ def _open_reason(claim, alpha):
         labels = _uniq([x.label for x, _ in cells])
         what = names[k]
         if k == "noise":
-            what += " in %s" % _cells_text([x for x, _ in cells], claim.words, alpha,
-                                           ci=True, expect=claim.expect)
+            what += " in %s" % _cells_text(claim, [x for x, _ in cells], alpha, ci=True)
         elif k in ("bimodal", "steal", "truncated"):
             what += " (%s)" % "; ".join(_uniq(["%s: %s" % (x.label, t) for x, t in cells])[:3])
         else:
@@ -572,15 +605,14 @@ def _uniq(xs):
     return out
 
 
-def _cells_text(cells, words, alpha, ci=False, expect=None, limit=3):
+def _cells_text(claim, cells, alpha, ci=False, limit=3):
     out = []
     for x in cells[:limit]:
-        f = x.est.factor(x.est.theta)
-        conf = 1 - 2 * alpha if expect == "same" else CONFIDENCE
-        lo, hi = (x.est.factor(v) for v in x.interval(conf))
-        s = "%s (%s" % (x.label, factor_words(f, words))
+        conf = 1 - 2 * alpha if claim.expect == "same" else CONFIDENCE
+        lo, hi = (claim.value(x, v) for v in x.interval(conf))
+        s = "%s (%s" % (x.label, claim.one_words(claim.value(x, x.est.theta)))
         if ci:
-            s += ", %d%% CI %s" % (round(100 * conf), describe_range(lo, hi, words))
+            s += ", %d%% CI %s" % (round(100 * conf), claim.range_words(lo, hi))
         elif not math.isnan(x.p_adj):
             s += ", p_adj %.2g" % x.p_adj
         out.append(s + ")")

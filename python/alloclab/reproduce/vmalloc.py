@@ -30,22 +30,31 @@ always is.
     print(r)            # the seed's table, Rezki's comparison, counters, verdicts
     r.plot()
 
-Significance, as alloclab.compare judges it: Welch's t-test per cell
-(alloclab.stats), Benjamini-Hochberg across every cell of the table, and a
-cell is marked (R)/(I) only when significant and its change is at least
-THRESHOLD_PCT.
+Loops are calibrated per row so that every run's measured phase lasts at
+least ``min_time`` (100 ms by default, pyperf's minimum): one untimed
+calibration run of each policy with a few loops (which also brings the
+process's simulated memory in), then loops = min_time / the fastest
+policy's time per loop, at most the seed's. ``scale=`` fixes loops to the
+seed's times scale instead.
+
+Significance comes from alloclab.verdict, as every report's: per cell the
+paired t interval of the per-run log-ratios (the policies of a row run back
+to back in each round), Benjamini-Hochberg across the table, and a cell is
+marked (R)/(I) only when significant and its change is at least
+THRESHOLD_PCT. The seed's conclusions are claims judged by the same engine.
 """
 
-import json
 import math
 
 import numpy as np
 
 from .. import run as _run
+from .. import stats
+from .. import verdict as V
 from .._ffi import lib
 from ..policy import Policy, presets
-from ..result import Result
-from .. import stats
+from ..run import effort_defaults
+from ._report import Report, side
 
 # Changes smaller than this are never marked (R)/(I), as alloclab.compare.
 THRESHOLD_PCT = 2.0
@@ -98,16 +107,6 @@ REZKI_LOOPS = 1000000
 
 # ---------------------------------------------------------------- statistics
 
-def welch_test(old, new, alpha=0.05):
-    """Welch's t-test (alloclab.stats) of two samples of a lower-is-better
-    metric, one cell alone: (p_value, mark), mark "I" when new is significantly
-    lower, "R" when significantly higher, "" otherwise or with fewer than 2
-    runs a side. The report corrects across cells (VmallocReport.change)."""
-    r = stats.welch(old, new)
-    diff = float(np.nanmean(old)) - float(np.nanmean(new))
-    return r.pvalue, ("I" if diff > 0 else "R") if r.pvalue < alpha and diff else ""
-
-
 def change_pct(old, new):
     """The seed's normalisation for times: old / new - 1, in percent
     (positive = improvement)."""
@@ -137,51 +136,84 @@ def _row_key(test, p, h):
 
 # ---------------------------------------------------------------- running
 
-def vmalloc(scale=0.04, runs=5, threads=1, arch="arm64", cpus=64, pcp_first=True, tests=None,
-            rezki=True, warm=True, nr_pcpu_objects=35000, seed=1, progress=False):
+MIN_TIME = {"quick": 0.05, "normal": 0.1, "rigorous": 0.25}  # seconds per run, per effort
+CALIBRATION_LOOPS = 0.001  # the calibration run's loops: the seed's times this
+
+
+def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=True, tests=None,
+            rezki=True, warm=True, nr_pcpu_objects=35000, seed=1, effort="normal",
+            min_time=None, progress=False):
     """Run the seed's rows and return a VmallocReport.
 
-    scale: loops = the seed's loops x scale (at least 1); runs: runs per
-    policy per row (fresh allocator each, interleaved); threads: workers
+    runs: runs per policy per row (fresh allocator each, the policies of a
+    row back to back); effort ("quick", "normal", "rigorous") sets runs and
+    min_time where they are not given. min_time: seconds each run's measured
+    phase lasts at least: loops are calibrated per row. scale: fix loops to
+    the seed's loops x scale instead (no calibration). threads: workers
     (test_vmalloc's nr_threads); tests: only these test names; rezki: also
-    fix_size_alloc_test at 3 and 100 pages; warm: one untimed pass first.
+    fix_size_alloc_test at 3 and 100 pages; warm: one untimed pass first
+    (when loops are calibrated the calibration run is that pass).
     """
-    if not (isinstance(scale, (int, float)) and scale > 0):
+    runs, _, _ = effort_defaults(effort, runs, None, 0)
+    if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
         raise ValueError("scale=%r: a positive fraction of the seed's loops" % (scale,))
+    if min_time is None:
+        min_time = MIN_TIME[effort]
+    if not (isinstance(min_time, (int, float)) and min_time > 0):
+        raise ValueError("min_time=%r: a positive number of seconds" % (min_time,))
+    unknown = [t for t in (tests or ()) if t not in TEST_BITS]
+    if unknown:
+        from ..errors import UnknownNameError
+        raise UnknownNameError.make("test", unknown[0], list(TEST_BITS))
     designs = [BASELINE] + list(DESIGNS) + ([EXTRA] if pcp_first else [])
     specs = [machine_policy(p, arch, cpus) for _, p in designs]
     rows = [(t, p, h, l) for t, p, h, l, _, _ in SEED_ROWS if not tests or t in tests]
     if rezki:
         rows += [("fix_size_alloc_test", n, 0, REZKI_LOOPS) for n in sorted(SEED_REZKI)]
-    unknown = [t for t in (tests or ()) if t not in TEST_BITS]
-    if unknown:
-        from ..errors import UnknownNameError
-        raise UnknownNameError.make("test", unknown[0], list(TEST_BITS))
 
-    def one(test, p, h, l, nruns):
+    def one(test, p, h, loops, nruns):
         return _run("test_vmalloc", specs, runs=nruns, producers=threads, cycles=1,
                     warmup_cycles=1, run_test_mask=TEST_BITS[test], nr_pages=p,
-                    use_huge=bool(h), test_loop_count=max(1, int(round(l * scale))),
+                    use_huge=bool(h), test_loop_count=loops,
                     sequential_test_order=True, nr_pcpu_objects=nr_pcpu_objects, seed=seed)
 
-    results = {}
+    results, loops_used, ns_per_loop = {}, {}, {}
     todo = list(dict.fromkeys(rows))
-    if warm:
-        for i, (t, p, h, l) in enumerate(todo):
-            one(t, p, h, l, 1)
-            if progress:
-                _progress("warming", i + 1, len(todo))
     for i, (t, p, h, l) in enumerate(todo):
-        results[_row_key(t, p, h)] = one(t, p, h, l, runs)
+        key = _row_key(t, p, h)
+        if scale is not None:
+            loops = max(1, int(round(l * scale)))
+            if warm:
+                one(t, p, h, loops, 1)
+        else:
+            # two short untimed runs of every policy: the first brings memory in,
+            # the second times a loop of each; the fastest sets the loops
+            l0 = max(1, int(round(l * CALIBRATION_LOOPS)))
+            cal = one(t, p, h, l0, 2)
+            ns_per_loop[key] = min(float(pt.data["elapsed_ns"][-1]) for pt in cal.points) / l0
+            loops = calibrated_loops(min_time, ns_per_loop[key], l)
+        loops_used[key] = loops
+        results[_row_key(t, p, h)] = one(t, p, h, loops, runs)
         if progress:
             _progress("measuring", i + 1, len(todo))
     if progress:
         import sys
         sys.stderr.write("\n")
-    settings = {"scale": scale, "runs": runs, "threads": threads, "arch": arch, "cpus": cpus,
+    settings = {"scale": scale, "min_time": None if scale is not None else min_time,
+                "runs": runs, "effort": effort, "threads": threads, "arch": arch, "cpus": cpus,
                 "designs": [[k, p, s] for (k, p), s in zip(designs, specs)],
-                "rows": [list(r) for r in todo], "nr_pcpu_objects": nr_pcpu_objects}
+                "rows": [list(r) for r in todo], "loops": loops_used,
+                "calibration_ns_per_loop": ns_per_loop,
+                "nr_pcpu_objects": nr_pcpu_objects}
     return VmallocReport(results, settings)
+
+
+def calibrated_loops(min_time, ns_per_loop, seed_loops):
+    """Loops for a measured phase of at least min_time seconds at ns_per_loop,
+    at most the seed's own loop count."""
+    if not ns_per_loop > 0:
+        return seed_loops
+    return max(1, min(seed_loops, int(math.ceil(min_time * 1e9 / ns_per_loop))))
 
 
 def _progress(what, i, n):
@@ -192,13 +224,18 @@ def _progress(what, i, n):
 
 # ---------------------------------------------------------------- the report
 
-class VmallocReport:
+class VmallocReport(Report):
     """The seed-004 experiment: a Result per row, and their reading."""
 
+    FORMAT = "alloclab-vmalloc-report"
+    TITLE = ("Seed 004: vmalloc with high-order pages and bulk vfree (lib/test_vmalloc), "
+             "kernels as policies over one page allocator")
+    WARN_METRICS = ()  # each row's own avg_usec metric: see warning_lines
+
     def __init__(self, results, settings):
-        self.results = results
-        self.settings = settings
+        super().__init__(results, settings)
         self.designs = [(k, p, s) for k, p, s in settings["designs"]]
+        self._marks = None
 
     # -- access --
 
@@ -208,38 +245,21 @@ class VmallocReport:
                 return s
         raise KeyError(label)
 
+    def _points(self, test, p, h, label):
+        res = self.results.get(_row_key(test, p, h))
+        if res is None:
+            return []
+        return res.select(policy=self.spec(label))
+
     def samples(self, test, p, h, label, metric=None):
         """The runs of a row's metric (default: the test's avg_usec) for a
         design (kernel label or preset)."""
-        res = self.results.get(_row_key(test, p, h))
-        if res is None:
-            return None
-        spec = self.spec(label)
-        metric = metric or "wl.%s.avg_usec" % test
-        for pt in res.points:
-            if pt.params["policy"] == spec:
-                return pt.data.get(metric)
-        return None
+        s = side(self._points(test, p, h, label), metric or "wl.%s.avg_usec" % test)
+        return None if s is None else s.values
 
     def loops(self, test, p, h):
         res = self.results.get(_row_key(test, p, h))
         return res.points[0].params["test_loop_count"] if res else None
-
-    def _raw_change(self, test, p, h, label):
-        old = self.samples(test, p, h, BASELINE[0])
-        new = self.samples(test, p, h, label)
-        if old is None or new is None:
-            return float("nan"), float("nan"), ""
-        pv, mark = welch_test(old, new)
-        return change_pct(old, new), pv, mark
-
-    def _adjusted(self):
-        """BH-adjusted p-values over every (row, design) cell of the report."""
-        if getattr(self, "_adj", None) is None:
-            keys = sorted({(t, p, h, c) for (t, p, h) in self._rows() for c in self.columns})
-            raw = [self._raw_change(*k)[1] for k in keys]
-            self._adj = dict(zip(keys, stats.bh_adjust(raw)))
-        return self._adj
 
     def _rows(self):
         """(test, nr_pages, use_huge) of every row run (keys made by _row_key)."""
@@ -249,14 +269,42 @@ class VmallocReport:
             out.append((test, int(p[2:]), int(h[2:])))
         return out
 
+    def _cell(self, test, p, h, label):
+        """A verdict cell: the design against v6.18 on a row's avg_usec."""
+        m = "wl.%s.avg_usec" % test
+        old = side(self._points(test, p, h, BASELINE[0]), m, BASELINE[0])
+        new = side(self._points(test, p, h, label), m, label)
+        if old is None or new is None:
+            return None
+        return V.Claim.compare("%s p:%d h:%d" % (_short(test), p, h), m, old, new)
+
+    def _table_marks(self, alpha=0.05):
+        """{(test, p, h, column): (p_adj, mark)}: a two-sided test per cell from
+        the verdict engine's estimate, Benjamini-Hochberg over the table."""
+        if self._marks is None:
+            keys, ps = [], []
+            for t, p, h in self._rows():
+                for c in self.columns:
+                    cell = self._cell(t, p, h, c)
+                    if cell is None:
+                        continue
+                    e = cell.est
+                    keys.append((t, p, h, c))
+                    ps.append(min(1.0, 2 * min(e.p_above(0.0), e.p_below(0.0))))
+            self._marks = dict(zip(keys, stats.bh_adjust(ps)))
+        return self._marks
+
     def change(self, test, p, h, label, alpha=0.05):
         """(percent, adjusted p-value, mark) of a design against v6.18 on a row:
         marked only when significant after Benjamini-Hochberg and at least
         THRESHOLD_PCT."""
-        pct, pv, mark = self._raw_change(test, p, h, label)
-        adj = self._adjusted().get((test, p, h, label), pv)
-        if not (adj < alpha and abs(pct) >= THRESHOLD_PCT):
-            mark = ""
+        old = self.samples(test, p, h, BASELINE[0])
+        new = self.samples(test, p, h, label)
+        if old is None or new is None:
+            return float("nan"), float("nan"), ""
+        pct = change_pct(old, new)
+        adj = float(self._table_marks().get((test, p, h, label), float("nan")))
+        mark = ("I" if pct > 0 else "R") if adj < alpha and abs(pct) >= THRESHOLD_PCT else ""
         return pct, adj, mark
 
     @property
@@ -270,8 +318,8 @@ class VmallocReport:
 
     def table(self):
         """The seed's table: each design against v6.18 (positive =
-        improvement; (R)/(I) where Welch's test says p < 0.05), then the
-        seed's own two columns."""
+        improvement; (R)/(I) where significant after Benjamini-Hochberg and at
+        least 2%), then the seed's own two columns."""
         cols = self.columns + ["seed " + k for k, _ in DESIGNS]
         rows = []
         for t, p, h, _l, s1, s2 in self.seed_rows():
@@ -302,23 +350,21 @@ class VmallocReport:
     def header(self):
         s = self.settings
         pols = "; ".join("%s = %s" % (k, spec) for k, _, spec in self.designs)
-        return ("Seed 004 on this machine: test_vmalloc, %d thread%s, loops = seed x %g, mean of "
-                "%d runs per cell, interleaved.\nPolicies: %s.\nNormalised to %s: positive = "
-                "improvement (old/new - 1); (R)/(I) = Welch's t-test, p < 0.05 after "
-                "Benjamini-Hochberg over the report, and at least 2%%." % (
-                    s["threads"], "" if s["threads"] == 1 else "s", s["scale"], s["runs"], pols,
-                    BASELINE[0]))
+        loops = ("loops = seed x %g" % s["scale"] if s.get("scale") else
+                 "loops calibrated per row to >= %g ms per run" % (1e3 * s["min_time"]))
+        return ("test_vmalloc, %d thread%s, %s, %d runs per cell, the policies of a row back "
+                "to back.\nPolicies: %s.\nNormalised to %s: positive = improvement (old/new "
+                "- 1); (R)/(I) = significant (paired t on per-run log-ratios, p < 0.05 after "
+                "Benjamini-Hochberg over the table) and at least %g%%." % (
+                    s["threads"], "" if s["threads"] == 1 else "s", loops, s["runs"], pols,
+                    BASELINE[0], THRESHOLD_PCT))
 
     # -- the kernel's summary lines --
 
     def summary_lines(self, test, p, h, label):
         """The kernel's "Summary:" line for each run of a row and design."""
-        res = self.results.get(_row_key(test, p, h))
-        spec = self.spec(label)
         out = []
-        for pt in res.points if res else ():
-            if pt.params["policy"] != spec:
-                continue
+        for pt in self._points(test, p, h, label):
             for i in range(pt.runs):
                 g = lambda k: pt.data["wl.%s.%s" % (test, k)][i]
                 out.append("%s passed: %d failed: %d xfailed: %d repeat: %d loops: %d avg: %d usec"
@@ -338,11 +384,13 @@ class VmallocReport:
             for label, title in ((BASELINE[0], "Default"), (patch, "Patch")):
                 out.append("# %s(%d pages)" % (title, n))
                 out += self.summary_lines("fix_size_alloc_test", n, 0, label)
-            pct, pv, mark = self.change("fix_size_alloc_test", n, 0, patch)
+            pct, _, mark = self.change("fix_size_alloc_test", n, 0, patch)
             old, new = SEED_REZKI[n]
-            out.append("=> %d pages: %s %s (seed: %+.0f%%, %.2fx)" % (
-                n, _cell(pct, mark).strip(), "(%.2fx)" % (1 + pct / 100) if np.isfinite(pct)
-                else "", (np.mean(old) / np.mean(new) - 1) * 100, np.mean(old) / np.mean(new)))
+            f = 1.0 / (1.0 + pct / 100.0) if np.isfinite(pct) else float("nan")
+            sf = np.mean(new) / np.mean(old)
+            out.append("=> %d pages: %s, %s (seed: %s)" % (
+                n, _cell(pct, mark).strip(), V.factor_words(f, ("faster", "slower")),
+                V.factor_words(sf, ("faster", "slower"))))
             out.append("")
         return "\n".join(out).rstrip()
 
@@ -394,74 +442,81 @@ class VmallocReport:
                                    for v in vals))
         return "\n".join(out)
 
-    # -- verdicts --
+    # -- claims --
 
-    def verdicts(self):
-        """The seed's conclusions checked on this data: [(claim, holds, evidence)]."""
-        out = []
+    def claims(self):
         large, bulk = DESIGNS[0][0], DESIGNS[1][0]
+        words = ("faster", "slower")
+        out = []
+        sec = "the seed's table (against v6.18)"
         reg = [(t, p, h) for t, p, h, _l, s1, _s2 in self.seed_rows() if s1[1] == "R"]
-        if reg:
-            got = [(t, p, h, self.change(t, p, h, large)) for t, p, h in reg]
-            neg = [g for g in got if g[3][0] < 0]
-            out.append((
-                "high-order allocation with per-page free (%s) regresses where the seed "
-                "marks (R)" % large,
-                len(neg) >= 0.75 * len(got),
-                "slower in %d of %d rows (%d significant)%s" % (
-                    len(neg), len(got), sum(1 for g in neg if g[3][2] == "R"),
-                    "" if len(neg) == len(got) else "; not in " + ", ".join(
-                        "%s p:%d h:%d (%+.0f%%)" % (g[0].replace("_alloc_test", ""), g[1], g[2],
-                                                     g[3][0]) for g in got if g[3][0] >= 0))))
+        cells = [c for c in (self._cell(t, p, h, large) for t, p, h in reg) if c]
+        if cells:
+            out.append((sec, V.Claim(
+                "high-order allocation with per-page free (%s) is slower in the rows the seed "
+                "marks (R)" % large, cells, "higher", words=words),
+                "(R) in %d rows, -22.7%% to -45.8%%" % len(cells)))
         imp = [(t, p, h) for t, p, h, _l, _s1, s2 in self.seed_rows() if s2[1] == "I"]
-        if imp:
-            got = [(t, p, h, self.change(t, p, h, bulk)) for t, p, h in imp]
-            pos = [g for g in got if g[3][0] > 0]
-            out.append((
-                "with bulk free (%s) the same rows improve" % bulk,
-                len(pos) >= 0.75 * len(got),
-                "faster in %d of %d rows (%d significant)" % (
-                    len(pos), len(got), sum(1 for g in pos if g[3][2] == "I"))))
-        fs = [(p, h) for t, p, h, *_ in self.seed_rows() if t == "fix_size_alloc_test"]
-        if len(fs) >= 4:
-            gains = {(p, h): self.change("fix_size_alloc_test", p, h, bulk)[0] for p, h in fs}
-            small = [gains[k] for k in gains if k[0] <= 4]
-            big = [gains[k] for k in gains if k[0] >= 64]
-            if small and big:
-                out.append(("bulk free gains most at large sizes",
-                            np.nanmin(big) > np.nanmax(small),
-                            "fix_size gains %s at <= 4 pages, %s at >= 64" % (
-                                _rng(small), _rng(big))))
-            hp = [(gains[(p, 1)], gains[(p, 0)]) for p, h in fs if h == 1 and (p, 0) in gains]
-            if hp:
-                d = [a - b for a, b in hp]
-                out.append(("... and most with huge mappings (h:1 above h:0 at the same size, "
-                            "on the whole)",
-                            float(np.mean(d)) > 0 and sum(x > 0 for x in d) * 2 >= len(d),
-                            "h:1 - h:0 = %s points" % ", ".join("%+.0f" % (a - b) for a, b in hp)))
-        for n, want in ((100, "about twice as fast"), (3, "about the same (seed: -8%)")):
-            if _row_key("fix_size_alloc_test", n, 0) in self.results:
-                pct = self.change("fix_size_alloc_test", n, 0, bulk)[0]
-                holds = 60 <= pct <= 250 if n == 100 else -25 <= pct <= 25
-                out.append(("fix_size_alloc_test at %d pages with high orders + bulk free: %s"
-                            % (n, want), bool(holds), "%+.0f%% (%.2fx)" % (pct, 1 + pct / 100)))
+        cells = [c for c in (self._cell(t, p, h, bulk) for t, p, h in imp) if c]
+        if cells:
+            out.append((sec, V.Claim(
+                "with bulk free (%s) the rows the seed marks (I) are faster" % bulk, cells,
+                "lower", words=words), "(I) in %d rows, +4.0%% to +514.8%%" % len(cells)))
+        fs = {(p, h): self._cell("fix_size_alloc_test", p, h, bulk)
+              for t, p, h, *_ in self.seed_rows() if t == "fix_size_alloc_test"}
+        fs = {k: v for k, v in fs.items() if v is not None}
+        small = sorted(k for k in fs if k[0] <= 4)
+        big = sorted(k for k in fs if k[0] >= 64)
+        if small and big:
+            cells = [V.Claim.contrast("p:%d h:%d against p:%d h:%d" % (b + s), fs[b], fs[s])
+                     for b in big for s in small]
+            out.append((sec, V.Claim(
+                "bulk free gains more at >= 64 pages than at <= 4 (each large row's "
+                "new/old ratio below each small row's)", cells, "lower", words=words),
+                "+99% to +515% at >= 64 pages, -1.5% and +11.6% at <= 4"))
+        hp = sorted(p for p, h in fs if h == 1 and (p, 0) in fs)
+        if hp:
+            cells = [V.Claim.contrast("p:%d h:1 against h:0" % p, fs[(p, 1)], fs[(p, 0)])
+                     for p in hp]
+            out.append((sec, V.Claim(
+                "... and more with huge mappings (h:1 above h:0 at every size)", cells,
+                "lower", words=words), "h:1 above h:0 by 59-383 points"))
+        sec = "Uladzislau Rezki's comparison (v6.18 against high orders + bulk free)"
+        c = self._cell("fix_size_alloc_test", 100, 0, bulk)
+        if c is not None:
+            out.append((sec, V.Claim(
+                "at 100 pages the patch is at least 1.5x faster", [c], "lower", by=1.5,
+                words=words), "2.18x faster"))
+        c = self._cell("fix_size_alloc_test", 3, 0, bulk)
+        if c is not None:
+            out.append((sec, V.Claim("at 3 pages the patch is slower", [c], "higher",
+                                     words=words), "1.09x slower"))
         return out
 
     # -- text --
 
-    def __str__(self):
-        parts = [self.header(), "", self.table()]
+    def body(self):
+        parts = [self.header(), self.table()]
         rz = self.rezki()
         if rz:
-            parts += ["", "Uladzislau Rezki's comparison (fix_size_alloc_test, v6.18 vs "
-                          "high orders + bulk free):", "", rz]
-        parts += ["", self.counters(), "", "Seed conclusions on this machine:"]
-        for claim, holds, ev in self.verdicts():
-            parts.append("  [%s] %s: %s" % ("holds" if holds else "does not hold", claim, ev))
+            parts.append("Uladzislau Rezki's comparison (fix_size_alloc_test, v6.18 vs high "
+                         "orders + bulk free):\n\n" + rz)
+        parts.append(self.counters())
         failed = self.failures()
         if failed:
-            parts += ["", "Test failures (kernel 'failed' counts): " + ", ".join(failed)]
-        return "\n".join(parts)
+            parts.append("Test failures (kernel 'failed' counts): " + ", ".join(failed))
+        return parts
+
+    def settings_line(self):
+        return "Setup: effort %s." % self.settings.get("effort", "normal")
+
+    def warning_lines(self, wrap=104):
+        cells = []
+        for key, res in self.results.items():
+            test = key.split(" ")[0]
+            for params, st in res.stats("wl.%s.avg_usec" % test):
+                cells.append(("%s %s" % (key, params.get("policy")), st))
+        return stats.warning_lines(cells, wrap=wrap) + self.machine_lines()
 
     def failures(self):
         out = []
@@ -471,6 +526,9 @@ class VmallocReport:
                     if k.endswith(".failed") and np.nansum(v):
                         out.append("%s on %s: %d" % (key, pt.params["policy"], np.nansum(v)))
         return out
+
+    def figures(self):
+        return [(self.plot(), ""), (self.plot_sizes(), "sizes")]
 
     # -- plots --
 
@@ -494,8 +552,8 @@ class VmallocReport:
             vals = [r[4 + j][0] for r in rows]
             ax.plot(vals, y + i * hgt, "k" + "dx"[j], label="seed %s" % k)
         ax.set_yticks(y + hgt * (len(self.columns) - 1) / 2)
-        ax.set_yticklabels(["%s p:%d h:%d" % (t.replace("_alloc_test", "").replace(
-            "_vmalloc_test", ""), p, h) for t, p, h, *_ in rows], fontsize=8)
+        ax.set_yticklabels(["%s p:%d h:%d" % (_short(t), p, h) for t, p, h, *_ in rows],
+                           fontsize=8)
         ax.invert_yaxis()
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xscale("symlog", linthresh=20)
@@ -530,27 +588,9 @@ class VmallocReport:
         fig.tight_layout()
         return fig
 
-    # -- JSON --
 
-    def to_dict(self):
-        return {"format": "alloclab-vmalloc-report", "version": 1, "settings": self.settings,
-                "results": {k: r.to_dict() for k, r in self.results.items()}}
-
-    def to_json(self, path=None):
-        s = json.dumps(self.to_dict(), allow_nan=True)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(s)
-        return s
-
-    @classmethod
-    def from_json(cls, s):
-        d = json.loads(s)
-        if d.get("format") != "alloclab-vmalloc-report":
-            from ..errors import InvalidArgument
-            raise InvalidArgument("not an alloclab vmalloc report (format %r)" % d.get("format"))
-        return cls({k: Result.from_json(json.dumps(v)) for k, v in d["results"].items()},
-                   d["settings"])
+def _short(test):
+    return test.replace("_alloc_test", "").replace("_vmalloc_test", "")
 
 
 def summary_text(res):
@@ -585,10 +625,3 @@ def _cell(pct, mark):
     if not np.isfinite(pct):
         return "-"
     return "%s%.2f%%" % ("(%s) " % mark if mark else "", pct)
-
-
-def _rng(vals):
-    vals = [v for v in vals if np.isfinite(v)]
-    if not vals:
-        return "n/a"
-    return "%+.0f%%" % vals[0] if len(vals) == 1 else "%+.0f..%+.0f%%" % (min(vals), max(vals))
