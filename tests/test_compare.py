@@ -192,3 +192,109 @@ def test_one_run_a_side_is_never_marked():
     c = cmp.cell()
     assert math.isnan(c.p) and c.mark == "" and c.change == pytest.approx(9.0)
     assert "1 run" in cmp.to_text()
+
+
+# -- what a cell pools: never different cells, unless asked --
+
+def two_policy_sides():
+    old = result(point("buddy", 1, noisy(100)), point("libarena-spill", 1, noisy(90)),
+                 point("buddy", 2, noisy(100)), point("libarena-spill", 2, noisy(90)))
+    new = result(point("libc", 1, noisy(80)), point("libarena-magazine", 1, noisy(70)),
+                 point("libc", 2, noisy(80)), point("libarena-magazine", 2, noisy(70)))
+    return old, new
+
+
+def test_two_policies_on_a_side_are_not_pooled():
+    old, new = two_policy_sides()
+    with pytest.raises(al.PoolingError) as e:
+        al.compare(old, new, on=["producers"])
+    msg = str(e.value)
+    assert isinstance(e.value, al.InvalidArgument)
+    assert "side A holds 2 values of policy (buddy; libarena-spill)" in msg
+    assert "side B holds 2 values of policy (libc; libarena-magazine)" in msg
+    assert "add policy to on" in msg and "pool=True" in msg and "--pool" in msg
+    assert ("A", "policy", ["buddy", "libarena-spill"]) in e.value.pooled
+    # one side pooling is enough to refuse
+    with pytest.raises(al.PoolingError, match=r"side A holds 2 values of policy") as e:
+        al.compare(old, new.filter(policy="libc"), on=["producers"])
+    assert "side libc" not in str(e.value)
+
+
+def test_pool_true_pools_and_says_what():
+    old, new = two_policy_sides()
+    cmp = al.compare(old, new, on=["producers"], pool=True)
+    assert len(cmp.cells) == 2
+    c = cmp.cell(producers=1)
+    assert c.old.n == 10 and c.new.n == 10  # both policies' runs in one sample
+    assert c.old.mean == pytest.approx(np.mean(np.concatenate(
+        [p.data["alloc_ns"] for p in old.points if p.params["producers"] == 1])))
+    assert cmp.pooled == [("A", "policy", ["buddy", "libarena-spill"]),
+                          ("B", "policy", ["libc", "libarena-magazine"])]
+    text = cmp.to_text()
+    assert "Pooled on request (pool=True)" in text
+    assert "A: 2 values of policy (buddy; libarena-spill)" in text
+    assert "B: 2 values of policy (libc; libarena-magazine)" in text
+    assert "Pooled on request" not in al.compare(old.filter(policy="buddy"),
+                                                 new.filter(policy="libc")).to_text()
+
+
+def test_a_side_varying_size_outside_on_is_refused():
+    old = result(point("A", 1, noisy(100), size=64), point("A", 1, noisy(100), size=128),
+                 point("A", 2, noisy(100), size=64), point("A", 2, noisy(100), size=128))
+    new = result(point("B", 1, noisy(100), size=64), point("B", 2, noisy(100), size=64))
+    with pytest.raises(al.PoolingError, match=r"side A holds 2 values of size \(64; 128\)"):
+        al.compare(old, new, on=["producers"])
+    # the default key separates what varies on each side: size is in it, no pooling
+    cmp = al.compare(old, new)
+    assert "size" in cmp.key and len(cmp.cells) == 2 and cmp.unmatched == 2
+    assert al.compare(old, new, on=["producers"], pool=True).cell(producers=1).old.n == 10
+
+
+def test_parameters_a_side_has_in_part_count_as_values():
+    old = result(point("A", 1, noisy(100), timing="batch"), point("A", 1, noisy(100)))
+    new = result(point("B", 1, noisy(100)))
+    with pytest.raises(al.PoolingError, match=r"2 values of timing \(batch; \(unset\)\)"):
+        al.compare(old, new, on=["producers"])
+
+
+def test_duplicate_cells_are_not_pooling():
+    # Result.concat of two runs of the same cell: equal params, their runs pooled as before
+    a1 = result(point("A", 1, noisy(100)), point("A", 2, noisy(100)))
+    a2 = result(point("A", 1, noisy(100)), point("A", 2, noisy(100)))
+    new = result(point("B", 1, noisy(50)), point("B", 2, noisy(50)))
+    cmp = al.compare(a1 + a2, new)
+    assert cmp.cell(producers=1).old.n == 10 and not cmp.pooled
+    assert "Pooled" not in cmp.to_text()
+    cmp = al.compare(a1 + a2, new, on=["producers"])
+    assert cmp.cell(producers=1).old.n == 10
+
+
+def test_different_workloads_are_never_compared():
+    mf = result(point("buddy", 1, noisy(100)), point("buddy", 2, noisy(100)))
+    larson = result(point("libc", 1, noisy(100)), point("libc", 2, noisy(100)))
+    for p in larson.points:
+        p.params["workload"] = "larson"
+    for kw in ({}, {"pool": True}, {"on": ["producers"]}, {"on": ["producers"], "pool": True}):
+        with pytest.raises(al.IncomparableError) as e:
+            al.compare(mf, larson, **kw)
+        assert "malloc-free" in str(e.value) and "larson" in str(e.value), kw
+    # inside one Result: the baseline's workload against another's
+    both = mf + result(*larson.points)
+    with pytest.raises(al.IncomparableError, match="workload"):
+        al.compare(both, baseline="malloc-free", by="workload")
+    with pytest.raises(al.IncomparableError, match=r"malloc-free.*larson"):
+        al.compare(both, baseline="buddy")
+    # a workload on both sides is matched with itself; the other one is left out
+    cmp = al.compare(both, result(point("B", 1, noisy(50))), on=["producers"])
+    assert cmp.key == ["workload", "producers"] and len(cmp.cells) == 1 and cmp.unmatched == 3
+
+
+def test_baseline_inside_one_result_refuses_pooling_too():
+    res = result(point("buddy", 1, noisy(100), size=64), point("buddy", 1, noisy(100), size=128),
+                 point("libc", 1, noisy(50), size=64), point("libc", 1, noisy(50), size=128))
+    with pytest.raises(al.PoolingError, match=r"side buddy holds 2 values of size"):
+        al.compare(res, baseline="buddy", on=["producers"])
+    cmp = al.compare(res, baseline="buddy", on=["producers"], pool=True)
+    assert cmp.cell("libc").new.n == 10 and "libc: 2 values of size (64; 128)" in cmp.to_text()
+    # by's own values are what is compared, never "pooled"
+    assert len(al.compare(res, baseline="buddy").cells) == 2

@@ -483,6 +483,10 @@ def _compare_parser(sub):
                     help="significance level after Benjamini-Hochberg (default: 0.05)")
     cp.add_argument("--names", metavar="NAME[,NAME...]",
                     help="column labels, one per compared file/value")
+    cp.add_argument("--pool", action="store_true",
+                    help="pool the runs of cells that differ in a parameter --on leaves out "
+                         "(e.g. two policies on one side); refused without it. The legend says "
+                         "what was pooled. Different workloads are never compared.")
     cp.add_argument("--markdown", action="store_true", help="print a Markdown table")
     cp.add_argument("--plot", metavar="FILE", help="write a heatmap of the changes")
     return cp
@@ -525,13 +529,15 @@ def cmd_compare(args):
         if len(results) != 1:
             raise UsageError("--baseline compares inside one file, not %d" % len(results))
         cmp = compare(results[0], metric=metrics, test=args.test, threshold=args.threshold,
-                      alpha=args.alpha, on=on, baseline=args.baseline, by=args.by, names=names)
+                      alpha=args.alpha, on=on, baseline=args.baseline, by=args.by, names=names,
+                      pool=args.pool)
     else:
         if len(results) < 2:
             raise UsageError("compare needs two or more files (the first is the baseline), "
                              "or one file and --baseline POLICY")
         cmp = compare(results[0], results[1:], metric=metrics, test=args.test,
-                      threshold=args.threshold, alpha=args.alpha, on=on, names=names)
+                      threshold=args.threshold, alpha=args.alpha, on=on, names=names,
+                      pool=args.pool)
     print(cmp.to_markdown() if args.markdown else cmp.to_text())
     if args.plot:
         import matplotlib

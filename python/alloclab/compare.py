@@ -140,6 +140,72 @@ def _pool(points, metric):
     return _stats.describe(np.concatenate(x), steal=np.concatenate(s))
 
 
+_UNSET = object()  # the value of a parameter a point does not have
+
+
+def _value(p, k):
+    return p.params[k] if k in p.params else _UNSET
+
+
+def _value_id(v):
+    return "\0unset" if v is _UNSET else json.dumps(v, sort_keys=True, default=str)
+
+
+def _show(v):
+    return "(unset)" if v is _UNSET else str(v)
+
+
+def _pooled(groups, key, skip):
+    """[(parameter, [values])] that some cell of one side holds more than
+    one value of: the parameters whose runs compare() would pool. Points
+    with equal parameters (one cell run twice, concatenated) pool nothing."""
+    params = []
+    for pts in groups.values():
+        for p in pts:
+            for k in p.params:
+                if k not in params and k not in key and k not in skip:
+                    params.append(k)
+    out = []
+    for k in params:
+        vals, seen = [], set()
+        for pts in groups.values():
+            if len({_value_id(_value(p, k)) for p in pts}) < 2:
+                continue
+            for p in pts:
+                v = _value(p, k)
+                if _value_id(v) not in seen:
+                    seen.add(_value_id(v))
+                    vals.append(v)
+        if vals:
+            out.append((k, vals))
+    return out
+
+
+def _pooling_error(found, key):
+    parts = []
+    for side, k, vals in found:
+        parts.append("side %s holds %d values of %s (%s)" % (
+            side, len(vals), k, "; ".join(_show(v) for v in vals)))
+    names = []
+    for _, k, _ in found:
+        if k not in names:
+            names.append(k)
+    return errors.PoolingError(
+        "%s that the cell key (on=/--on: %s) does not separate: add %s to on (--on), "
+        "compare one value at a time (Result.filter), or pass pool=True (--pool) to pool "
+        "their runs" % ("; ".join(parts), ", ".join(key) or "nothing", ", ".join(names)),
+        pooled=[(side, k, [_show(v) for v in vals]) for side, k, vals in found])
+
+
+def _workloads(res):
+    out = []
+    for p in res.points:
+        w = p.params.get("workload")
+        if "workload" in p.params and w not in out:
+            out.append(w)
+    return out
+
+
 def _label(r, i, n, default):
     pols = sorted({str(p.params.get("policy")) for p in r.points})
     if len(pols) == 1:
@@ -148,7 +214,8 @@ def _label(r, i, n, default):
 
 
 def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.05, on=None,
-            baseline=None, by="policy", names=None, base_name=None, lower_is_better=None):
+            baseline=None, by="policy", names=None, base_name=None, lower_is_better=None,
+            pool=False):
     """Compare Results cell by cell; returns a Comparison (see the module doc).
 
     a: the old side (or the one Result with ``baseline``); b: a Result or a
@@ -180,6 +247,10 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
                 "compare(res, baseline=...) compares inside one Result: give no second Result")
         if by not in a.params():
             raise errors.UnknownNameError.make("parameter", by, a.params())
+        if by == "workload":
+            raise errors.IncomparableError(
+                "compare(by=\"workload\") would set different workloads side by side: "
+                "their numbers measure different things; compare policies within a workload")
         old = a.filter(**{by: baseline})
         if not old.points:
             vals = []
@@ -216,6 +287,17 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     for k in key:
         if k not in old.params():
             raise errors.UnknownNameError.make("parameter", k, old.params(), context="on")
+    if "workload" not in key and "workload" in old.params():
+        key.insert(0, "workload")  # a cell is always one workload's: never compare across
+    wl_old = _workloads(old)
+    for col, new in zip(cols, news):
+        wl_new = _workloads(new)
+        if wl_old and wl_new and not set(map(str, wl_old)) & set(map(str, wl_new)):
+            raise errors.IncomparableError(
+                "side %s ran %s and side %s ran %s: different workloads measure different things and "
+                "are never compared (pool=True does not change that); compare results of one "
+                "workload" % (base_name, " and ".join(map(str, wl_old)), col,
+                              " and ".join(map(str, wl_new))))
 
     directions = {}
     for m in metrics:
@@ -229,10 +311,20 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
             raise errors.UnknownNameError.make("metric", m, sorted(known))
         directions[m] = bool(lower)
 
+    skip = {by} if baseline is not None else set()
     go = _group(old, key)
+    gns = [_group(new, key) for new in news]
+    matched_old = {kk for kk in go if any(kk in gn for gn in gns)}
+    found = [(base_name, k, v) for k, v in _pooled({kk: go[kk] for kk in matched_old}, key,
+                                                   skip)]
+    for col, gn in zip(cols, gns):
+        found += [(col, k, v) for k, v in _pooled({kk: gn[kk] for kk in gn if kk in go}, key,
+                                                  skip)]
+    if found and not pool:
+        raise _pooling_error(found, key)
+    pooled = [(side, k, [_show(v) for v in vals]) for side, k, vals in found]
     cells, unmatched = [], 0
-    for col, new in zip(cols, news):
-        gn = _group(new, key)
+    for col, new, gn in zip(cols, news, gns):
         unmatched += len(set(go) ^ set(gn))
         for kk, opts in go.items():
             if kk not in gn:
@@ -263,7 +355,7 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
         if len(vals) > 1:
             differ.append(k)
     return Comparison(cells, cols, base_name, key, metrics, directions, test, threshold, alpha,
-                      unmatched, differ)
+                      unmatched, differ, pooled)
 
 
 class Comparison:
@@ -271,7 +363,7 @@ class Comparison:
     heatmap, rows)."""
 
     def __init__(self, cells, columns, base_name, key, metrics, directions, test, threshold,
-                 alpha, unmatched=0, differ=()):
+                 alpha, unmatched=0, differ=(), pooled=()):
         self.cells = cells
         self.columns = list(columns)
         self.base_name = base_name
@@ -283,6 +375,7 @@ class Comparison:
         self.alpha = alpha
         self.unmatched = unmatched
         self.differ = list(differ)  # parameters that tell the sides apart
+        self.pooled = list(pooled)  # [(side, parameter, [values])] pooled with pool=True
 
     # -- access --
 
@@ -357,6 +450,10 @@ class Comparison:
         runs = sorted({c.old.n for c in self.cells} | {c.new.n for c in self.cells})
         lines.append("Runs per cell: %s.%s" % ("/".join(map(str, runs)), (
             " The sides differ in: %s." % ", ".join(self.differ)) if self.differ else ""))
+        if self.pooled:
+            lines.append("Pooled on request (pool=True), each cell's runs taken together: %s." % (
+                "; ".join("%s: %d values of %s (%s)" % (side, len(vals), k, "; ".join(vals))
+                          for side, k, vals in self.pooled)))
         if self.unmatched:
             lines.append("%d cell%s had no counterpart on the other side and are left out." % (
                 self.unmatched, "" if self.unmatched == 1 else "s"))
