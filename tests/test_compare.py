@@ -298,3 +298,69 @@ def test_baseline_inside_one_result_refuses_pooling_too():
     assert cmp.cell("libc").new.n == 10 and "libc: 2 values of size (64; 128)" in cmp.to_text()
     # by's own values are what is compared, never "pooled"
     assert len(al.compare(res, baseline="buddy").cells) == 2
+
+
+# -- the smallest p a test can give, against the p the correction needs --
+
+def test_mannwhitney_min_p():
+    assert st.mannwhitney_min_p(6, 6) == pytest.approx(2 / 924)
+    assert st.mannwhitney_min_p(5, 5) == pytest.approx(2 / math.comb(10, 5))
+    assert st.mannwhitney_min_p(1, 1) == 1.0 and math.isnan(st.mannwhitney_min_p(0, 4))
+    # it is what mannwhitney() gives for fully separated sides, exact or approximated
+    for n1, n2 in ((6, 6), (3, 9), (9, 9), (12, 20)):
+        lo, hi = np.arange(n1, dtype=float), np.arange(n1, n1 + n2, dtype=float)
+        assert st.mannwhitney(lo, hi).pvalue == pytest.approx(st.mannwhitney_min_p(n1, n2))
+        assert st.mannwhitney(lo[::-1] + 0.5, hi).pvalue >= st.mannwhitney_min_p(n1, n2)
+
+
+def table_of(ncells, differ, runs=6, sd=1.0, seed=7):
+    """ncells cells of `runs` runs a side; the first `differ` cells 10% slower on B."""
+    rng = np.random.default_rng(seed)
+    a = [point("A", p, 100 + rng.normal(0, sd, runs)) for p in range(ncells)]
+    b = [point("B", p, (110 if p < differ else 100) + rng.normal(0, sd, runs))
+         for p in range(ncells)]
+    return result(*a), result(*b)
+
+
+def test_auto_takes_welch_where_mannwhitney_cannot_reach_the_corrected_p():
+    old, new = table_of(60, 1)
+    cmp = al.compare(old, new)
+    assert {c.test for c in cmp.cells} == {"welch"}
+    assert cmp.lone_bar == pytest.approx(0.05 / 60)
+    text = cmp.to_text()
+    assert 'Test (test="auto"): Welch\'s t-test rather than Mann-Whitney U' in text
+    assert "at 6 vs 6 runs Mann-Whitney's smallest possible p is 0.0022 (2/924)" in text
+    assert "0.00083 = 0.05/60" in text
+    assert cmp.cell(producers=0).mark == "R"  # Welch finds the one clear difference
+    # with 2 cells the bar is 0.025: Mann-Whitney can reach it and auto keeps it
+    old, new = table_of(2, 1)
+    cmp = al.compare(old, new)
+    assert {c.test for c in cmp.cells} == {"mannwhitney"}
+    assert 'Test (test="auto"): Mann-Whitney U (>= 6 runs a side).' in cmp.to_text()
+    assert "cannot give" not in cmp.to_text() and cmp.cell(producers=0).mark == "R"
+    # fewer than 6 runs: Welch, and the legend says why
+    old, new = table_of(2, 1, runs=5)
+    assert "Welch's t-test (fewer than 6 runs a side)" in al.compare(old, new).to_text()
+
+
+def test_mannwhitney_asked_for_says_it_cannot_mark_a_lone_difference():
+    old, new = table_of(60, 1)
+    cmp = al.compare(old, new, test="mannwhitney")
+    c = cmp.cell(producers=0)
+    assert c.p == pytest.approx(2 / 924) and c.p_adj >= 0.05 and c.mark == ""
+    text = cmp.to_text()
+    assert 'Test: Mann-Whitney U (test="mannwhitney").' in text
+    assert ("Mann-Whitney U at 6 vs 6 runs cannot give p below 0.0022 (2/924), and "
+            "Benjamini-Hochberg over 60 cells needs p < 0.00083 (0.05/60)") in text
+    assert "at least 3 cells differ" in text and 'test="welch"' in text
+    assert "at least 7 runs a side" in text
+    assert st.mannwhitney_min_p(7, 7) < 0.05 / 60 < st.mannwhitney_min_p(6, 6)
+    # what the legend says holds: 2 fully separated cells stay unmarked, 3 are marked
+    for differ, marked in ((2, 0), (3, 3)):
+        cmp = al.compare(*table_of(60, differ), test="mannwhitney")
+        assert len(cmp.regressions) == marked, differ
+    # 3 runs a side: never below 0.1, so no cell can ever be marked
+    cmp = al.compare(*table_of(4, 4, runs=3), test="mannwhitney")
+    assert "no cell can ever be marked" in cmp.to_text() and not cmp.regressions
+    # Welch has no floor: nothing to say
+    assert "cannot give" not in al.compare(*table_of(60, 1), test="welch").to_text()

@@ -41,6 +41,7 @@ from . import stats as _stats
 from .result import METRIC_INFO, Result
 
 TESTS = ("auto", "welch", "mannwhitney")
+TEST_NAMES = {"welch": "Welch's t-test", "mannwhitney": "Mann-Whitney U"}
 SHORT = {"producers": "p", "allocs_per_cycle": "allocs/cycle"}
 
 
@@ -213,6 +214,23 @@ def _label(r, i, n, default):
     return default if n == 1 else "%s%d" % (default, i + 1)
 
 
+def _choose_test(test, n1, n2, bar):
+    """stats.choose_test, and for "auto" Welch's t-test where Mann-Whitney U
+    cannot give a p-value below ``bar`` at n1 vs n2 runs."""
+    t = _stats.choose_test(test, n1, n2)
+    if test == "auto" and t == "mannwhitney" and _stats.mannwhitney_min_p(n1, n2) >= bar:
+        return "welch"
+    return t
+
+
+def _runs_needed(bar):
+    """The fewest runs a side (equal sides) at which Mann-Whitney U can give p < bar."""
+    for n in range(2, 1000):
+        if _stats.mannwhitney_min_p(n, n) < bar:
+            return n
+    return None
+
+
 def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.05, on=None,
             baseline=None, by="policy", names=None, base_name=None, lower_is_better=None,
             pool=False):
@@ -323,7 +341,7 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     if found and not pool:
         raise _pooling_error(found, key)
     pooled = [(side, k, [_show(v) for v in vals]) for side, k, vals in found]
-    cells, unmatched = [], 0
+    pairs, unmatched = [], 0
     for col, new, gn in zip(cols, news, gns):
         unmatched += len(set(go) ^ set(gn))
         for kk, opts in go.items():
@@ -332,16 +350,21 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
             params = {k: opts[0].params[k] for k in key}
             for m in metrics:
                 so, sn = _pool(opts, m), _pool(gn[kk], m)
-                if so is None or sn is None:
-                    continue
-                t = _stats.choose_test(test, so.n, sn.n)
-                p = _stats.TESTS[t](so.values, sn.values).pvalue
-                cells.append(Cell(params, m, col, so, sn, change(so.mean, sn.mean,
-                                                                 directions[m]), t, p))
-    if not cells:
+                if so is not None and sn is not None:
+                    pairs.append((params, m, col, so, sn))
+    if not pairs:
         raise errors.InvalidArgument(
             "no cells match: the two sides share no values of %s; pass on=[...] with the "
             "parameters that identify a cell" % (", ".join(key) or "(no common parameters)"))
+    # The p-value Benjamini-Hochberg needs to mark a lone difference among the
+    # cells a test can judge (2 runs or more a side): test="auto" takes
+    # Mann-Whitney U only where its smallest attainable p is below it.
+    bar = alpha / max(1, sum(1 for _, _, _, so, sn in pairs if so.n >= 2 and sn.n >= 2))
+    cells = []
+    for params, m, col, so, sn in pairs:
+        t = _choose_test(test, so.n, sn.n, bar)
+        p = _stats.TESTS[t](so.values, sn.values).pvalue
+        cells.append(Cell(params, m, col, so, sn, change(so.mean, sn.mean, directions[m]), t, p))
     adj = _stats.bh_adjust([c.p for c in cells])
     for c, pa in zip(cells, adj):
         c.p_adj = float(pa)
@@ -437,16 +460,14 @@ class Comparison:
     # -- text --
 
     def legend(self):
-        n = sum(1 for c in self.cells if not math.isnan(c.p))
-        tests = sorted({c.test for c in self.cells})
+        tested = [c for c in self.cells if not math.isnan(c.p)]
         lines = [
-            "(R)/(I): statistically significant regression/improvement against %s: %s, "
-            "p < %g after Benjamini-Hochberg over %d cells, and |change| >= %g%%." % (
-                self.base_name, " or ".join(
-                    {"welch": "Welch's t-test", "mannwhitney": "Mann-Whitney U"}[t]
-                    for t in tests), self.alpha, n, 100 * self.threshold),
+            "(R)/(I): statistically significant regression/improvement against %s: p < %g "
+            "after Benjamini-Hochberg over %d cells, and |change| >= %g%%." % (
+                self.base_name, self.alpha, len(tested), 100 * self.threshold),
             "Results are normalised so that less than zero is a regression and greater than "
             "zero an improvement (lower is better: old/new - 1; higher is better: new/old - 1)."]
+        lines += self.test_lines()
         runs = sorted({c.old.n for c in self.cells} | {c.new.n for c in self.cells})
         lines.append("Runs per cell: %s.%s" % ("/".join(map(str, runs)), (
             " The sides differ in: %s." % ", ".join(self.differ)) if self.differ else ""))
@@ -458,6 +479,62 @@ class Comparison:
             lines.append("%d cell%s had no counterpart on the other side and are left out." % (
                 self.unmatched, "" if self.unmatched == 1 else "s"))
         return lines
+
+    @property
+    def lone_bar(self):
+        """alpha / m: the p-value Benjamini-Hochberg over the m tested cells
+        needs to mark a difference that is the only one in the table."""
+        m = sum(1 for c in self.cells if not math.isnan(c.p))
+        return self.alpha / m if m else math.nan
+
+    def test_lines(self):
+        """Which test judged the cells, why (test="auto"), and whether it can
+        reach the corrected threshold at all."""
+        tested = [c for c in self.cells if not math.isnan(c.p)]
+        if not tested:
+            return ["Test: none (a side has a single run in every cell)."]
+        m, bar = len(tested), self.lone_bar
+        used = [t for t in ("welch", "mannwhitney") if any(c.test == t for c in tested)]
+        out = []
+        if self.test != "auto":
+            out.append("Test: %s (test=\"%s\")." % (TEST_NAMES[self.test], self.test))
+        else:
+            why = []
+            mwu = [c for c in tested if c.test == "mannwhitney"]
+            few = [c for c in tested if c.test == "welch" and min(c.old.n, c.new.n) < 6]
+            swapped = [c for c in tested if c.test == "welch" and min(c.old.n, c.new.n) >= 6]
+            if mwu:
+                why.append("Mann-Whitney U%s (>= 6 runs a side)" % (
+                    " in %d cells" % len(mwu) if len(used) > 1 else ""))
+            if few:
+                why.append("Welch's t-test%s (fewer than 6 runs a side)" % (
+                    " in %d cells" % len(few) if len(used) > 1 else ""))
+            if swapped:
+                n1, n2 = _worst(swapped)
+                why.append("Welch's t-test%s rather than Mann-Whitney U: at %d vs %d runs "
+                           "Mann-Whitney's smallest possible p is %s, not below %.2g = %g/%d, "
+                           "the p Benjamini-Hochberg over %d cells needs to mark a lone "
+                           "difference" % (" in %d cells" % len(swapped) if len(used) > 1 or few
+                                           else "", n1, n2, _min_p_text(n1, n2), bar,
+                                           self.alpha, m, m))
+            out.append("Test (test=\"auto\"): %s." % "; ".join(why))
+        stuck = [c for c in tested if c.test == "mannwhitney" and
+                 _stats.mannwhitney_min_p(c.old.n, c.new.n) >= bar]
+        if stuck:
+            n1, n2 = _worst(stuck)
+            pmin = _stats.mannwhitney_min_p(n1, n2)
+            need = math.floor(pmin * m / self.alpha) + 1  # BH: k cells at pmin pass pmin*m/k
+            runs = _runs_needed(bar)
+            out.append(
+                "Mann-Whitney U at %d vs %d runs cannot give p below %s, and Benjamini-Hochberg "
+                "over %d cells needs p < %.2g (%g/%d) to mark a lone difference: %s. Use "
+                "test=\"welch\" (--test welch)%s." % (
+                    n1, n2, _min_p_text(n1, n2), m, bar, self.alpha, m,
+                    "no cell can ever be marked" if need > m else
+                    "a cell is marked only when at least %d cells differ with no overlap between "
+                    "the sides" % need,
+                    " or at least %d runs a side" % runs if runs else ""))
+        return out
 
     def warning_lines(self, wrap=104):
         labelled = []
@@ -584,6 +661,19 @@ class Comparison:
         """A heatmap of the changes (matplotlib Figure): alloclab.plot.heatmap."""
         from . import plot
         return plot.heatmap(self, **kw)
+
+
+def _worst(cells):
+    """The (n1, n2) among cells whose Mann-Whitney floor is highest."""
+    return max(((c.old.n, c.new.n) for c in cells),
+               key=lambda n: _stats.mannwhitney_min_p(*n))
+
+
+def _min_p_text(n1, n2):
+    p = _stats.mannwhitney_min_p(n1, n2)
+    if n1 <= 8 or n2 <= 8:
+        return "%.2g (2/%d)" % (p, math.comb(n1 + n2, n1))
+    return "%.2g" % p
 
 
 def _md_cell(c):
