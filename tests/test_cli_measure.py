@@ -46,7 +46,10 @@ def test_compare_files(tmp_path):
     p = cli("compare", str(a), str(b), check=0)
     lines = p.stdout.splitlines()
     assert lines[0].startswith("+---") and "| Benchmark" in lines[1] and "libc" in lines[1]
-    assert sum(1 for x in lines if x.startswith("| ")) == 1 + 4  # header + 2 metrics x 2
+    # header + 2 metrics x 2 producers + a geometric-mean row per metric
+    assert sum(1 for x in lines if x.startswith("| ")) == 1 + 4 + 2
+    assert sum(1 for x in lines if "geometric mean" in x and x.startswith("| ")) == 2
+    assert sum(1 for x in lines if " ns -> " in x) == 4
     assert "Benjamini-Hochberg" in p.stdout
     p = cli("compare", str(a), str(b), "--markdown", "--metric", "alloc_ns", "--names", "new",
             "--threshold", "5%", check=0)

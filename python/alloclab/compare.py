@@ -66,33 +66,206 @@ def change(old_mean, new_mean, lower):
     return num / den - 1.0
 
 
+def unit(metric):
+    """The unit a metric's values are printed with: METRIC_INFO's ("ns",
+    "ops/s", "bytes", "%"), "usec" for a workload's *_usec; none for counts,
+    per-op counters and ratios."""
+    if metric.endswith("_per_op"):
+        return ""
+    info = METRIC_INFO.get(metric)
+    if info is not None:
+        return "" if info[1] in ("ratio",) else info[1]
+    if metric.startswith("wl.") and metric.endswith("_usec"):
+        return "usec"
+    return ""
+
+
+# The reading aid's words, by what a metric measures, for (new above old,
+# new below old). Times and rates say "slower"/"faster" as pyperf does, so a
+# higher rate is "faster"; every other metric (counters, per-op counts, bytes)
+# says "more"/"fewer" of it. The words follow the values; whether that is
+# better is the change's sign and mark.
+AID_WORDS = {"time": ("slower", "faster"), "rate": ("faster", "slower"),
+             "count": ("more", "fewer")}
+
+
+def kind(metric):
+    """"time", "rate" or "count": which words the reading aid uses."""
+    u = unit(metric)
+    if u in ("ns", "usec") or metric.endswith("_ns") or metric.endswith("_usec"):
+        return "time"
+    if u == "ops/s" or metric == "throughput" or metric.endswith("_per_s"):
+        return "rate"
+    return "count"
+
+
+def reading_aid(old_mean, new_mean, what="time"):
+    """pyperf compare_to's reading aid: how many times the new mean is above
+    or below the old one, in words (AID_WORDS[what]): "1.50x slower",
+    "1.25x faster", "1.30x fewer"; "no change" when equal, "" when the
+    means cannot be compared (NaN, or of opposite signs)."""
+    if math.isnan(old_mean) or math.isnan(new_mean) or old_mean * new_mean < 0:
+        return ""
+    if old_mean == new_mean:
+        return "no change"
+    up, down = AID_WORDS[what]
+    hi, lo = max(abs(old_mean), abs(new_mean)), min(abs(old_mean), abs(new_mean))
+    factor = "%.2fx" % (hi / lo) if lo > 0 else "\u221ex"
+    return "%s %s" % (factor, up if abs(new_mean) > abs(old_mean) else down)
+
+
+def _layout(*stats):
+    """(prefix, scale, decimals) that print these sides' means alike: k/M/G
+    above 100000, at least 3 significant digits, and the first digit of the
+    smallest CI half width (at most 2 decimals beyond the mean's)."""
+    means = [abs(st.mean) for st in stats if math.isfinite(st.mean)]
+    a = max(means, default=0.0)
+    prefix, scale = "", 1.0
+    if a >= 1e5:
+        for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if a >= scale:
+                break
+    d = 0
+    for st in stats:
+        x, h = abs(st.mean) / scale, st.ci_half / scale
+        dm = max(0, 2 - math.floor(math.log10(x))) if x > 0 and math.isfinite(x) else 0
+        dh = max(0, -math.floor(math.log10(h))) if h > 0 and math.isfinite(h) else 0
+        d = max(d, min(max(dm, dh), dm + 2, 6))
+    return prefix, scale, d
+
+
+def value_text(st, unit="", layout=None):
+    """A side's mean with the half width of its 95% confidence interval and
+    the unit: "24.1 ±0.3 ns" (see _layout; ``layout`` shares one between
+    the two sides of a cell)."""
+    if math.isnan(st.mean):
+        return "-"
+    prefix, scale, d = layout or _layout(st)
+    x, h = st.mean / scale, st.ci_half / scale
+    if x != 0 and abs(x) < 1e-3:  # tiny values: significant digits, not decimals
+        s = "%.3g%s" % (x, prefix) + ("" if math.isnan(h) else " \u00b1%.2g%s" % (h, prefix))
+    else:
+        s = "%.*f%s" % (d, x, prefix)
+        if not math.isnan(h):
+            s += " \u00b1" + ("0" if h == 0 else "%.*f%s" % (d, h, prefix))
+    return s + (" " + unit if unit else "")
+
+
+def _pct_text(ch):
+    if math.isnan(ch):
+        return "-"
+    if math.isinf(ch):
+        return "inf" if ch > 0 else "-inf"
+    return ("%+.2f%%" % (100.0 * ch)).lstrip("+")
+
+
 class Cell:
     """One compared cell: key (params), metric, column, old/new Stats,
-    change (fraction, positive = better), test, p, p_adj, mark ("I", "R", "")."""
+    change (fraction, positive = better), test, p, p_adj, mark ("I", "R",
+    ""), significant (p_adj < alpha; None when untested), lower (lower is
+    better), unit."""
 
     __slots__ = ("key", "metric", "column", "old", "new", "change", "test", "p", "p_adj",
-                 "mark")
+                 "mark", "significant", "lower", "unit", "threshold")
 
-    def __init__(self, key, metric, column, old, new, change, test, p):
+    def __init__(self, key, metric, column, old, new, change, test, p, lower=True):
         self.key, self.metric, self.column = key, metric, column
         self.old, self.new, self.change, self.test, self.p = old, new, change, test, p
         self.p_adj = math.nan
         self.mark = ""
+        self.significant = None
+        self.lower = lower
+        self.unit = unit(metric)
+        self.threshold = 0.02
 
     @property
     def change_pct(self):
         return 100.0 * self.change
 
+    @property
+    def ratio(self):
+        """new mean / old mean, as measured (not normalised)."""
+        o, n = self.old.mean, self.new.mean
+        if o == 0:
+            return math.nan if n == 0 else math.copysign(math.inf, n)
+        return n / o
+
+    def change_text(self):
+        """The change in percent, positive = better: "-22.26%"."""
+        return _pct_text(self.change)
+
+    def verdict(self):
+        """"(I)"/"(R)" when marked, "not significant" when p_adj >= alpha,
+        "significant, < 2%" when significant but under the threshold, "not
+        tested" when no test could judge the cell (a single run)."""
+        if self.mark:
+            return "(%s)" % self.mark
+        if self.significant is None:
+            return "not tested"
+        if not self.significant:
+            return "not significant"
+        return "significant, < %g%%" % (100 * self.threshold)
+
+    def aid(self):
+        """The reading aid: "1.29x slower" (see reading_aid)."""
+        return reading_aid(self.old.mean, self.new.mean, kind(self.metric))
+
+    def parts(self):
+        """(old value, new value, change, verdict, aid), the pieces text() joins."""
+        lay = _layout(self.old, self.new)
+        return (value_text(self.old, self.unit, lay), value_text(self.new, self.unit, lay),
+                self.change_text(), self.verdict(), self.aid())
+
     def text(self):
-        if math.isnan(self.change):
-            return "-"
-        s = "%+.2f%%" % self.change_pct if not math.isinf(self.change) else "inf"
-        s = s.lstrip("+")
-        return "(%s) %s" % (self.mark, s) if self.mark else s
+        """"24.1 ±0.3 ns -> 31.0 ±0.5 ns  -22.26% (R)  1.29x slower"."""
+        o, n, ch, v, aid = self.parts()
+        return ("%s -> %s  %s %s  %s" % (o, n, ch, v, aid)).rstrip()
 
     def __repr__(self):
         return "Cell(%s %s %s: %s, p=%.3g, p_adj=%.3g)" % (
             self.column, self.metric, self.key, self.text(), self.p, self.p_adj)
+
+
+class GeoMean:
+    """One column's geometric mean over one metric's cells: ``ratio`` is the
+    geometric mean of the normalised ratios (old/new when lower is better,
+    new/old when higher is), so > 1 is better; ``n`` of ``total`` cells
+    entered it (a zero or infinite ratio cannot)."""
+
+    __slots__ = ("column", "metric", "ratio", "n", "total", "lower")
+
+    def __init__(self, column, metric, cells, lower):
+        self.column, self.metric, self.lower = column, metric, lower
+        r = [1.0 + c.change for c in cells if math.isfinite(c.change) and 1.0 + c.change > 0]
+        self.n, self.total = len(r), len(cells)
+        self.ratio = math.exp(sum(math.log(x) for x in r) / len(r)) if r else math.nan
+
+    @property
+    def change(self):
+        return self.ratio - 1.0
+
+    @property
+    def change_pct(self):
+        return 100.0 * self.change
+
+    def aid(self):
+        """The reading aid of the geometric mean, in the words of the metric's cells."""
+        if math.isnan(self.ratio):
+            return ""
+        raw = 1.0 / self.ratio if self.lower else self.ratio  # new/old as measured
+        return reading_aid(1.0, raw, kind(self.metric))
+
+    def label(self):
+        s = "%s: geometric mean" % self.metric
+        return s + (" (%d of %d cells)" % (self.n, self.total) if self.n < self.total else "")
+
+    def text(self):
+        """"+12.34%  1.12x faster"."""
+        return ("%s  %s" % (_pct_text(self.change), self.aid())).rstrip()
+
+    def __repr__(self):
+        return "GeoMean(%s %s: %s over %d cells)" % (self.column, self.metric, self.text(),
+                                                     self.n)
 
 
 def _as_results(b):
@@ -364,10 +537,13 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     for params, m, col, so, sn in pairs:
         t = _choose_test(test, so.n, sn.n, bar)
         p = _stats.TESTS[t](so.values, sn.values).pvalue
-        cells.append(Cell(params, m, col, so, sn, change(so.mean, sn.mean, directions[m]), t, p))
+        cells.append(Cell(params, m, col, so, sn, change(so.mean, sn.mean, directions[m]), t, p,
+                          lower=directions[m]))
     adj = _stats.bh_adjust([c.p for c in cells])
     for c, pa in zip(cells, adj):
         c.p_adj = float(pa)
+        c.threshold = threshold
+        c.significant = None if math.isnan(pa) else bool(pa < alpha)
         if pa < alpha and abs(c.change) >= threshold:
             c.mark = "I" if c.change > 0 else "R"
     differ = []
@@ -466,7 +642,8 @@ class Comparison:
             "after Benjamini-Hochberg over %d cells, and |change| >= %g%%." % (
                 self.base_name, self.alpha, len(tested), 100 * self.threshold),
             "Results are normalised so that less than zero is a regression and greater than "
-            "zero an improvement (lower is better: old/new - 1; higher is better: new/old - 1)."]
+            "zero an improvement (lower is better: old/new - 1; higher is better: new/old - 1).",
+            self.aid_line()]
         lines += self.test_lines()
         runs = sorted({c.old.n for c in self.cells} | {c.new.n for c in self.cells})
         lines.append("Runs per cell: %s.%s" % ("/".join(map(str, runs)), (
@@ -549,27 +726,96 @@ class Comparison:
                 uniq.append((lab, st))
         return _stats.warning_lines(uniq, wrap=wrap)
 
+    def geomeans(self):
+        """[GeoMean] per metric and column, in table order: pyperf's
+        "Geometric mean" row."""
+        out = []
+        for m in self.metrics:
+            for col in self.columns:
+                cells = [c for c in self.cells if c.metric == m and c.column == col]
+                if cells:
+                    out.append(GeoMean(col, m, cells, self.directions[m]))
+        return out
+
+    def geomean(self, column=None, metric=None):
+        """The one GeoMean of ``column`` and ``metric`` (either may be left
+        out when there is only one)."""
+        found = [g for g in self.geomeans() if (column is None or g.column == column) and
+                 (metric is None or g.metric == metric)]
+        if len(found) != 1:
+            raise errors.InvalidArgument("%d geometric means match %r" % (
+                len(found), dict(column=column, metric=metric)))
+        return found[0]
+
+    def geo_rows(self):
+        """[(label, {column: GeoMean})], a row per metric."""
+        rows = []
+        for m in self.metrics:
+            gs = {g.column: g for g in self.geomeans() if g.metric == m}
+            if gs:
+                n = {(g.n, g.total) for g in gs.values()}
+                label = next(iter(gs.values())).label() if len(n) == 1 else \
+                    "%s: geometric mean" % m
+                rows.append((label, gs))
+        return rows
+
+    def aid_line(self):
+        kinds = []
+        for m in self.metrics:
+            if kind(m) not in kinds:
+                kinds.append(kind(m))
+        words = {"time": "Nx slower/faster for times", "rate": "Nx faster/slower for rates "
+                 "(faster = higher)", "count": "Nx more/fewer for counts"}
+        return ("Each cell: old mean ±95%% CI -> new mean ±95%% CI, the change, its mark or "
+                "\"not significant\" (p_adj >= %g) or \"significant, < %g%%\", and the ratio "
+                "of the means (%s). Geometric mean: of the normalised ratios over a column's "
+                "cells, as a change and a ratio." % (
+                    self.alpha, 100 * self.threshold, "; ".join(words[k] for k in kinds)))
+
     def to_text(self, warnings=True):
-        """Seed 004's layout: a box table, Benchmark | Result Class | a column each."""
-        rows = self.grid()
+        """Seed 004's layout: a box table, Benchmark | Result Class | a column
+        each; each cell old -> new (mean ±95% CI), change, mark or verdict,
+        reading aid, aligned within its column; a geometric-mean row per
+        metric under the cells."""
         head = ["Benchmark", "Result Class"] + self.columns
-        body = []
+        blank = ("", "", "", "", "")
+        parts = []  # per body row: [bench, label, parts per column]
         last = None
-        for bench, label, cells in rows:
-            body.append([bench if bench != last else "", label] +
-                        [cells[c].text() if c in cells else "" for c in self.columns])
+        for bench, label, cells in self.grid():
+            parts.append([bench if bench != last else "", label] +
+                         [cells[c].parts() if c in cells else blank for c in self.columns])
             last = bench
-        w = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+        geo = [["", label] + [("", "", g[c].text().split("  ")[0], "", g[c].aid())
+                              if c in g else blank for c in self.columns]
+               for label, g in self.geo_rows()]
+        nc = len(self.columns)
+        sub = [[max([len(r[2 + j][i]) for r in parts + geo] + [0]) for i in range(5)]
+               for j in range(nc)]
+
+        def cell(j, pt):
+            w = sub[j]
+            if not any(pt):
+                return ""
+            vals = (pt[0].rjust(w[0]) + " -> " + pt[1].rjust(w[1])) if pt[0] else \
+                " " * (w[0] + 4 + w[1])
+            return "%s  %s %s  %s" % (vals, pt[2].rjust(w[2]), pt[3].ljust(w[3]),
+                                      pt[4].ljust(w[4]))
+
+        body = [r[:2] + [cell(j, pt) for j, pt in enumerate(r[2:])] for r in parts]
+        foot = [r[:2] + [cell(j, pt) for j, pt in enumerate(r[2:])] for r in geo]
+        w = [max(len(r[i]) for r in [head] + body + foot) for i in range(len(head))]
 
         def line(ch="-"):
             return "+" + "+".join(ch * (x + 2) for x in w) + "+"
 
         def fmt(r):
             cells = [r[0].ljust(w[0]), r[1].ljust(w[1])] + [
-                r[i].rjust(w[i]) for i in range(2, len(r))]
+                r[i].ljust(w[i]) for i in range(2, len(r))]
             return "| " + " | ".join(cells) + " |"
 
         out = [line(), fmt(head), line("=")] + [fmt(r) for r in body] + [line()]
+        if foot:
+            out += [fmt(r) for r in foot] + [line()]
         out += self.legend()
         if warnings:
             wl = self.warning_lines()
@@ -578,7 +824,8 @@ class Comparison:
         return "\n".join(out)
 
     def to_markdown(self, warnings=True):
-        """The table as GitHub Markdown, with the legend below."""
+        """The table as GitHub Markdown (marked changes in bold), a
+        geometric-mean row per metric, the legend below."""
         head = ["Benchmark", "Result Class"] + self.columns
         out = ["| " + " | ".join(head) + " |",
                "|" + "|".join(["---", "---"] + ["---:"] * len(self.columns)) + "|"]
@@ -588,6 +835,10 @@ class Comparison:
                 _md_cell(cells[c]) if c in cells else "" for c in self.columns]
             out.append("| " + " | ".join(r.replace("|", "\\|") for r in row) + " |")
             last = bench
+        for label, g in self.geo_rows():
+            row = ["", "*%s*" % label] + ["*%s*" % g[c].text() if c in g else ""
+                                          for c in self.columns]
+            out.append("| " + " | ".join(r.replace("|", "\\|") for r in row) + " |")
         out.append("")
         out += self.legend()
         if warnings:
@@ -597,7 +848,8 @@ class Comparison:
         return "\n".join(out)
 
     def _repr_html_(self):
-        """In a notebook: the table with cells coloured by change (a heatmap)."""
+        """In a notebook: the table with cells coloured by change (a heatmap),
+        the geometric means under it, the legend below."""
         head = ["Benchmark", "Result Class"] + self.columns
         h = ["<table>", "<tr>" + "".join("<th>%s</th>" % html.escape(x) for x in head) + "</tr>"]
         for bench, label, cells in self.grid():
@@ -607,11 +859,23 @@ class Comparison:
                 if c is None:
                     tds.append("<td></td>")
                     continue
+                o, n, ch, v, aid = c.parts()
+                change_html = html.escape("%s %s" % (ch, v))
                 tds.append('<td style="background-color:%s;text-align:right" title="p=%.3g, '
-                           'p_adj=%.3g, %s, n=%d/%d">%s</td>' % (
+                           'p_adj=%.3g, %s, n=%d/%d">%s -&gt; %s<br>%s %s</td>' % (
                                _colour(c.change), c.p, c.p_adj, c.test, c.old.n, c.new.n,
-                               ("<b>%s</b>" if c.mark else "%s") % html.escape(c.text())))
+                               html.escape(o), html.escape(n),
+                               ("<b>%s</b>" if c.mark else "%s") % change_html,
+                               html.escape(aid)))
             h.append("<tr>" + "".join(tds) + "</tr>")
+        for label, g in self.geo_rows():
+            tds = ["<td></td>", "<td><i>%s</i></td>" % html.escape(label)]
+            for col in self.columns:
+                x = g.get(col)
+                tds.append("<td></td>" if x is None else
+                           '<td style="background-color:%s;text-align:right"><i>%s</i></td>' % (
+                               _colour(x.change), html.escape(x.text())))
+            h.append('<tr style="border-top:2px solid #888">' + "".join(tds) + "</tr>")
         h.append("</table>")
         h.append("<p><small>%s</small></p>" % html.escape(" ".join(self.legend())))
         return "\n".join(h)
@@ -625,15 +889,22 @@ class Comparison:
     # -- data --
 
     def rows(self):
-        """Tidy rows, one per cell."""
+        """Tidy rows, one per cell: its key, metric, column, unit, old/new
+        mean, 95% CI half width (old_ci, new_ci), sd and n, ratio (new/old
+        mean), change_pct (positive = better), aid ("1.29x slower"), test,
+        p, p_adj, significant (p_adj < alpha; None untested), mark and
+        verdict (the cell's "(R)", "not significant", ...)."""
         out = []
         for c in self.cells:
             r = dict(c.key)
             r.update({"metric": c.metric, "column": c.column, "baseline": self.base_name,
-                      "old_mean": c.old.mean, "new_mean": c.new.mean, "old_sd": c.old.sd,
+                      "unit": c.unit, "old_mean": c.old.mean, "new_mean": c.new.mean,
+                      "old_ci": c.old.ci_half, "new_ci": c.new.ci_half, "old_sd": c.old.sd,
                       "new_sd": c.new.sd, "old_n": c.old.n, "new_n": c.new.n,
-                      "change_pct": c.change_pct, "test": c.test, "p": c.p, "p_adj": c.p_adj,
-                      "mark": c.mark})
+                      "ratio": c.ratio, "change_pct": c.change_pct, "aid": c.aid(),
+                      "test": c.test, "p": c.p, "p_adj": c.p_adj,
+                      "significant": c.significant, "mark": c.mark,
+                      "verdict": c.verdict()})
             out.append(r)
         return out
 
@@ -677,8 +948,9 @@ def _min_p_text(n1, n2):
 
 
 def _md_cell(c):
-    t = c.text()
-    return "**%s**" % t if c.mark else t
+    o, n, ch, v, aid = c.parts()
+    change_s = "%s %s" % (ch, v)
+    return ("%s -> %s %s %s" % (o, n, "**%s**" % change_s if c.mark else change_s, aid)).rstrip()
 
 
 def _colour(ch):
