@@ -7,19 +7,41 @@
 
 Per cell (a metric at one set of parameters), over the runs of each side:
 
+- the old and new mean, each with the half width of its 95% confidence
+  interval and the metric's unit: ``24.1 ±0.3 ns -> 31.0 ±0.5 ns``;
 - change, normalised so that positive is better: ``old/new - 1`` for a
   lower-is-better metric (latency: 2x faster is +100%, and seed 004's
   +514.75% only fits this formula), ``new/old - 1`` for a higher-is-better
   one (throughput); computed from the means;
-- a two-sided test of "same distribution": Welch's t-test by default,
-  Mann-Whitney U when both sides have at least 6 runs (test="auto"), or
-  the one named;
+- a two-sided test of "same distribution": Welch's t-test, or Mann-Whitney
+  U when both sides have at least 6 runs and it can reach the corrected
+  threshold below (test="auto"), or the one named;
 - Benjamini-Hochberg correction over every cell of the table (all metrics
   and columns), so that a table of 40 cells does not find 2 differences by
   chance;
 - a mark, "(I)" improvement or "(R)" regression, only when the corrected
-  p-value is below ``alpha`` AND |change| >= ``threshold`` (default 2%):
-  significant but tiny differences are not worth a reader's attention.
+  p-value is below ``alpha`` AND |change| >= ``threshold`` (default 2%);
+  otherwise the cell says "not significant" (p_adj >= alpha) or
+  "significant, < 2%" (a real but tiny difference), and keeps its change;
+- pyperf compare_to's reading aid, the ratio of the means in words:
+  "1.29x slower" / "1.25x faster" for times and rates (a higher rate is
+  faster), "1.30x more" / "1.30x fewer" for every other metric (counters,
+  per-op counts, bytes). The words say which way the values moved; whether
+  that is better is the change's sign and mark.
+
+    24.1 ±0.3 ns -> 31.0 ±0.5 ns  -22.26% (R)  1.29x slower
+
+Under the cells, a geometric-mean row per metric and column: the geometric
+mean of the normalised ratios (old/new when lower is better) over the
+column's cells, as a change and a reading aid (pyperf's "Geometric mean").
+
+Smallest attainable p: Mann-Whitney U has a floor, 2/C(n1+n2, n1)
+(stats.mannwhitney_min_p: 0.0022 at 6 vs 6 runs), while Benjamini-Hochberg
+over m cells needs p < alpha/m to mark a lone difference (0.00083 for 60
+cells). test="auto" takes Welch's t-test (continuous, no floor) wherever
+Mann-Whitney could not reach that, and the legend says which test judged
+the cells and why; with test="mannwhitney" the legend says when it cannot
+reach it, how many cells must differ for any mark, and the runs needed.
 
 Cells are matched by their parameters. Between two Results, the default
 key is every parameter both have, less those that are constant on each
@@ -27,7 +49,17 @@ side but differ between them (typically the policy: A ran one, B another);
 ``on=[...]`` names the key instead. Within one Result, ``baseline=`` picks
 the old side by the value of ``by`` (default "policy": presets and specs
 compare canonically), each other value of ``by`` becomes a column, and the
-key is found the same way (``by`` never in it).
+key is found the same way (``by`` never in it). The workload is always in
+the key, and sides that ran different workloads are refused
+(IncomparableError).
+
+A cell never silently pools different cells: when a side holds several
+values of a parameter outside the key (two policies on side A with
+``on=["producers"]``; a size, timing or cpu mode) compare() raises
+PoolingError naming the parameter and its values, unless ``pool=True``,
+which pools their runs and says in the legend what was pooled. Points with
+equal parameters (one cell run twice, Result.concat) are one cell and pool
+as before.
 """
 
 import html
