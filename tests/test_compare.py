@@ -173,6 +173,7 @@ def test_matching_on_and_errors():
     cmp = al.compare(old, new)  # policy and size differ wholesale: matched on producers
     assert cmp.key == ["workload", "producers"] and set(cmp.differ) == {"policy", "size"}
     assert "differ in: policy, size" in cmp.to_text()
+    assert al.compare(old, new, on="producers").key == ["workload", "producers"]  # one name
     with pytest.raises(al.InvalidArgument, match="no cells match"):
         al.compare(old, new, on=["size"])
     with pytest.raises(al.UnknownNameError, match="nope"):

@@ -448,7 +448,11 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     Benjamini-Hochberg; on: the parameters that identify a cell; baseline /
     by: compare the values of parameter ``by`` inside ``a`` against
     ``baseline``; names / base_name: column labels; lower_is_better: for
-    a metric whose direction alloclab does not know.
+    a metric whose direction alloclab does not know; pool: pool the runs of
+    a side's cells that differ in a parameter outside the key (refused by
+    default with PoolingError; the legend then names what was pooled).
+
+    Raises IncomparableError when the sides ran different workloads.
     """
     if not isinstance(a, Result):
         raise errors.InvalidArgument("compare takes Results, not %r" % (a,))
@@ -461,6 +465,8 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
                 name, v, "a fraction >= 0, e.g. 0.02 for 2%" if name == "threshold" else
                 "0 < alpha < 1"), name=name, value=v, min=lo, max=hi)
     metrics = [metric] if isinstance(metric, str) else list(metric)
+    if isinstance(on, str):
+        on = [on]
     if not metrics:
         raise errors.InvalidArgument("compare needs at least one metric")
 
@@ -517,10 +523,11 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
         wl_new = _workloads(new)
         if wl_old and wl_new and not set(map(str, wl_old)) & set(map(str, wl_new)):
             raise errors.IncomparableError(
-                "side %s ran %s and side %s ran %s: different workloads measure different things and "
-                "are never compared (pool=True does not change that); compare results of one "
-                "workload" % (base_name, " and ".join(map(str, wl_old)), col,
-                              " and ".join(map(str, wl_new))))
+                "side %s ran %s and side %s ran %s: different workloads measure different "
+                "things and are never compared (pool=True does not change that); compare "
+                "results of one workload" % (
+                    base_name, " and ".join(map(str, wl_old)), col,
+                    " and ".join(map(str, wl_new))))
 
     directions = {}
     for m in metrics:
