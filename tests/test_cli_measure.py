@@ -46,7 +46,10 @@ def test_compare_files(tmp_path):
     p = cli("compare", str(a), str(b), check=0)
     lines = p.stdout.splitlines()
     assert lines[0].startswith("+---") and "| Benchmark" in lines[1] and "libc" in lines[1]
-    assert sum(1 for x in lines if x.startswith("| ")) == 1 + 4  # header + 2 metrics x 2
+    # header + 2 metrics x 2 producers + a geometric-mean row per metric
+    assert sum(1 for x in lines if x.startswith("| ")) == 1 + 4 + 2
+    assert sum(1 for x in lines if "geometric mean" in x and x.startswith("| ")) == 2
+    assert sum(1 for x in lines if " ns -> " in x) == 4
     assert "Benjamini-Hochberg" in p.stdout
     p = cli("compare", str(a), str(b), "--markdown", "--metric", "alloc_ns", "--names", "new",
             "--threshold", "5%", check=0)
@@ -82,3 +85,46 @@ def test_compare_errors(tmp_path):
     assert "libc" in p.stderr and "buddy" in p.stderr
     p = cli("compare", str(a), str(a), "--threshold", "lots", check=2)
     assert "percentage" in p.stderr
+
+
+def _synthetic(path, policies, workload="malloc-free", mean=100.0, runs=5, seed=0):
+    """A result file as `alloclab run --json` writes it, with known numbers."""
+    import numpy as np
+    import alloclab as al
+    rng = np.random.default_rng(seed)
+    pts = []
+    for pol in policies:
+        for prod in (1, 2):
+            data = {"alloc_ns": mean + rng.normal(0, 1, runs),
+                    "free_ns": mean + rng.normal(0, 1, runs), "steal_pct": np.zeros(runs)}
+            pts.append(al.Point({"workload": workload, "policy": pol, "size": 64,
+                                 "allocs_per_cycle": 16, "producers": prod}, {}, data))
+    al.Result({"cpu_model": "synthetic"}, pts).to_json(str(path))
+
+
+def test_compare_refuses_to_pool_two_policies(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _synthetic(a, ["buddy", "libarena-spill"], mean=100)
+    _synthetic(b, ["libc", "libarena-magazine"], mean=80, seed=1)
+    p = cli("compare", str(a), str(b), "--on", "producers,allocs_per_cycle", check=2)
+    assert p.stdout == ""
+    err = p.stderr.splitlines()
+    assert len(err) == 1 and err[0].startswith("alloclab: error: ")
+    assert "side A holds 2 values of policy (buddy; libarena-spill)" in err[0]
+    assert "--pool" in err[0] and "Traceback" not in p.stderr
+    p = cli("compare", str(a), str(b), "--on", "producers,allocs_per_cycle", "--pool", check=0)
+    assert "Pooled on request" in p.stdout
+    assert "A: 2 values of policy (buddy; libarena-spill)" in p.stdout
+    assert "Runs per cell: 10." in p.stdout
+    assert "--pool" in cli("compare", "--help", check=0).stdout
+
+
+def test_compare_refuses_different_workloads(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _synthetic(a, ["buddy"])
+    _synthetic(b, ["buddy"], workload="larson")
+    for extra in ([], ["--pool"]):
+        p = cli("compare", str(a), str(b), *extra, check=2)
+        err = p.stderr.splitlines()
+        assert len(err) == 1 and err[0].startswith("alloclab: error: ")
+        assert "malloc-free" in err[0] and "larson" in err[0]

@@ -64,13 +64,24 @@ def test_heatmap_colour_range_and_labels(res):
     assert lo == -hi and 5 <= hi <= 100  # symmetric about "no change"
     assert im.get_cmap().name == "RdYlGn"
     labels, cols, vals, marks = cmp.matrix()
-    assert [t.get_text() for t in ax.get_yticklabels()] == labels
+    geo = [label for label, _ in cmp.geo_rows()]
+    assert geo == ["alloc_ns: geometric mean", "free_ns: geometric mean"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == labels + geo
     assert [t.get_text() for t in ax.get_xticklabels()] == cols
-    assert im.get_array().shape == (len(labels), 2) == (8, 2)
+    assert im.get_array().shape == (len(labels) + 2, 2) == (10, 2)
+    assert np.allclose(im.get_array()[8, :], [cmp.geomean(c, "alloc_ns").change_pct for c in cols])
     assert ax.get_xlabel() == "against buddy"
     texts = [t.get_text() for t in ax.texts]
-    assert len(texts) == 16 and all(t.endswith("%") for t in texts)
+    assert len(texts) == 20
+    # each cell: its change (with mark, n.s. or <2%), then the reading aid
+    for t in texts:
+        first, aid = t.split("\n")
+        assert first.split()[-1].endswith("%") or first.split()[-1] in ("n.s.", "<2%")
+        assert aid.endswith(("slower", "faster")) or aid == "no change"
+    c = cmp.cells[0]
+    assert any(t.endswith("\n" + c.aid()) and ("%+.1f%%" % c.change_pct) in t for t in texts)
     assert "positive = better" in fig.axes[1].get_ylabel()  # the colour bar
+    assert len(al.plot.heatmap(cmp, geomean=False).axes[0].texts) == 16
     fig = cmp.heatmap(vmax=30)
     assert fig.axes[0].get_images()[0].get_clim() == (-30, 30)
 

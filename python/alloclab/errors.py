@@ -14,6 +14,8 @@ __all__ = [
     "ParameterTypeError",
     "InvalidArgument",
     "ParameterRangeError",
+    "IncomparableError",
+    "PoolingError",
     "PolicySyntaxError",
     "AllocatorExhausted",
     "InvalidFreeError",
@@ -78,6 +80,18 @@ class InvalidArgument(AlloclabError, ValueError):
 class ParameterRangeError(InvalidArgument):
     """A parameter value outside its schema range. The message names the
     value and [min, max]; ``value``, ``min`` and ``max`` hold them."""
+
+
+class IncomparableError(InvalidArgument):
+    """compare() was asked to set results side by side that measure
+    different things (different workloads); the message names both."""
+
+
+class PoolingError(InvalidArgument):
+    """compare() would pool the runs of different cells: a side holds
+    several values of a parameter that the cell key does not separate.
+    ``pooled`` holds [(side, parameter, [values])]; the message names them
+    and how to proceed (add the parameter to ``on``, filter, or pool=True)."""
 
 
 class PolicySyntaxError(AlloclabError, ValueError):

@@ -121,19 +121,52 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
     return fig
 
 
-def heatmap(cmp, vmax=None, cmap="RdYlGn", title=None, figsize=None, annotate=True):
+def _heat_note(pct, verdict, aid):
+    v = {"not significant": "n.s.", "not tested": "untested"}.get(verdict, verdict)
+    if v.startswith("significant, "):
+        v = v[len("significant, "):].replace(" ", "")
+    head = ("%s " % v if v.startswith("(") else "") + (
+        "%+.1f%%" % pct if np.isfinite(pct) else "inf") + (
+        " %s" % v if v and not v.startswith("(") else "")
+    return head + ("\n" + aid if aid else "")
+
+
+def heatmap(cmp, vmax=None, cmap="RdYlGn", title=None, figsize=None, annotate=True,
+            geomean=True):
     """A Comparison as a heatmap: rows are its result classes, columns its
     columns, colour the change in percent (green better, red worse) on a
     range symmetric about 0: ``vmax`` (default: the largest |change|,
     between 5% and 100%; larger changes saturate); cells print their
-    change and mark."""
+    change with its mark (or n.s. = not significant, <2% = significant but
+    under the threshold) and the reading aid ("1.29x slower"); with
+    ``geomean`` a geometric-mean row per metric under a line."""
     plt = _plt()
     labels, cols, vals, marks = cmp.matrix()
+    notes = [["" for _ in cols] for _ in labels]
+    for i, (_, _, cells) in enumerate(cmp.grid()):
+        for j, col in enumerate(cols):
+            c = cells.get(col)
+            if c is not None:
+                notes[i][j] = _heat_note(c.change_pct, c.verdict(), c.aid())
+    ncell = len(labels)
+    if geomean:
+        for label, gs in cmp.geo_rows():
+            labels = labels + [label]
+            row = np.full((1, len(cols)), np.nan)
+            note = ["" for _ in cols]
+            for j, col in enumerate(cols):
+                g = gs.get(col)
+                if g is not None:
+                    row[0, j] = g.change_pct
+                    note[j] = _heat_note(g.change_pct, "", g.aid())
+            vals = np.vstack([vals, row])
+            marks = marks + [["" for _ in cols]]
+            notes.append(note)
     finite = np.abs(vals[np.isfinite(vals)])
     if vmax is None:
         vmax = min(100.0, max(5.0, float(finite.max()) if finite.size else 5.0))
-    h = max(2.5, 0.32 * len(labels) + 1.6)
-    w = max(5.0, 1.6 * len(cols) + 0.07 * max(len(s) for s in labels) + 3)
+    h = max(2.5, 0.45 * len(labels) + 1.6)
+    w = max(5.0, 1.9 * len(cols) + 0.07 * max(len(s) for s in labels) + 3)
     fig, ax = plt.subplots(figsize=figsize or (w, h))
     shown = np.where(np.isfinite(vals), vals, np.nan)
     im = ax.imshow(shown, cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto")
@@ -142,16 +175,16 @@ def heatmap(cmp, vmax=None, cmap="RdYlGn", title=None, figsize=None, annotate=Tr
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize="small")
     ax.set_xlabel("against %s" % cmp.base_name)
+    if len(labels) > ncell:
+        ax.axhline(ncell - 0.5, color="black", linewidth=1.5)
     if annotate:
         for i in range(len(labels)):
             for j in range(len(cols)):
-                v = vals[i, j]
-                if np.isnan(v):
+                if not notes[i][j]:
                     continue
-                t = ("(%s) " % marks[i][j] if marks[i][j] else "") + (
-                    "%+.1f%%" % v if np.isfinite(v) else "inf")
-                ax.text(j, i, t, ha="center", va="center", fontsize="x-small",
-                        fontweight="bold" if marks[i][j] else "normal")
+                ax.text(j, i, notes[i][j], ha="center", va="center", fontsize="x-small",
+                        fontweight="bold" if marks[i][j] else "normal",
+                        fontstyle="italic" if i >= ncell else "normal")
     cb = fig.colorbar(im, ax=ax)
     cb.set_label("change %% (positive = better; marked: p_adj < %g, |change| >= %g%%)" % (
         cmp.alpha, 100 * cmp.threshold), fontsize="small")

@@ -337,6 +337,28 @@ def bh_adjust(pvalues):
     return out
 
 
+def mannwhitney_min_p(n1, n2):
+    """The smallest two-sided p-value mannwhitney() can return for n1 vs n2
+    runs without ties: both sides fully separated (U = 0 or n1*n2).
+
+    Where mannwhitney() uses the exact distribution (either side has at
+    most 8 runs) that is 2 / C(n1 + n2, n1): 2/924 = 0.0022 at 6 vs 6, so
+    no p-value below it exists however large the difference. Beyond, it is
+    the normal approximation's p at full separation. Welch's t-test has no
+    such floor (its p is continuous). Ties (e.g. equal counters) make
+    mannwhitney() use the tie-corrected normal approximation, which can go
+    lower. NaN when a side is empty.
+    """
+    n1, n2 = int(n1), int(n2)
+    if n1 < 1 or n2 < 1:
+        return math.nan
+    if n1 <= 8 or n2 <= 8:
+        return min(1.0, 2.0 / math.comb(n1 + n2, n1))
+    n = n1 + n2
+    z = (n1 * n2 / 2.0 - 0.5) / math.sqrt(n1 * n2 / 12.0 * (n + 1))
+    return min(1.0, 2.0 * norm_sf(z))
+
+
 def _names(items, limit):
     if len(items) <= limit:
         return ", ".join(items)
