@@ -14,6 +14,10 @@ computed from data, never from one number. Metrics:
 - "wl.<name>" for every metric the workload reports (e.g. test_vmalloc's
   "wl.fix_size_alloc_test.avg_usec", local-storage-create's wl.creates_per_s)
 
+- worker_invol_ctxsw (and _per_s: per worker per second of the measured
+  phase), worker_vol_ctxsw, engine_wakeups, engine_on_worker_cpus: how the
+  run was scheduled (alloclab.machine); metadata["machine_state"] and
+  "load_before"/"load_after" record the machine (``machine_warnings()``)
 - mem_requested, mem_held, mem_rss (end of the measured phase) and their
   *_peak (sampled), mem_fragmentation = held peak / requested peak, in
   bytes (see the C engine's struct al_mem)
@@ -35,7 +39,7 @@ import platform
 
 import numpy as np
 
-from . import _measures, errors
+from . import _measures, errors, machine
 from . import stats as _stats
 from ._ffi import cstr, lib
 from ._version import __version__
@@ -48,6 +52,7 @@ BASE_METRICS = [
     "elapsed_ns", "timer_overhead_ns", "steal_pct",
 ]
 BASE_METRICS += _measures.METRIC_NAMES  # memory and per-op percentiles (issue 6)
+BASE_METRICS += machine.METRIC_NAMES  # scheduling in the measured phase
 _INT_BASE = {"cycles", "alloc_ops", "free_ops", "cross_frees"}
 
 # metric -> (description, unit, lower_is_better)
@@ -60,6 +65,7 @@ METRIC_INFO = {
     "steal_pct": ("steal time", "%", None),
 }
 METRIC_INFO.update(_measures.METRIC_INFO)  # issue 6
+METRIC_INFO.update(machine.METRIC_INFO)  # scheduling, no direction
 
 _ROW_LABELS = {"allocs_per_cycle": "allocs/cycle", "producers": "producers"}
 
@@ -96,6 +102,7 @@ def collect_metadata():
         "clock": "tsc" if clock.tsc else "monotonic",
         "ticks_per_ns": float(clock.ticks_per_ns),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine_state": machine.state(),  # governor, turbo, SMT, isolation, load, ...
     }
 
 
@@ -137,6 +144,7 @@ def _run_metrics(raw):
                 per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
     m.update(per_op)
     m.update(_measures.run_metrics(raw))
+    m.update(machine.run_metrics(raw))  # workers preempted, engine wake-ups
     for name, v in raw.get("metrics", ()):
         m["wl." + name] = v
     return m
@@ -224,6 +232,7 @@ def _point_info(raws):
         "clock": "tsc" if r["clock_tsc"] else "monotonic",
         "ticks_per_ns": r["ticks_per_ns"],
         "seeds": [x["seed"] for x in raws],
+        **machine.point_info(raws),  # the CPUs the engine's main thread woke up on
     }
     if r["cpu_mode"] == "virtual":
         info["cpu_note"] = "%d virtual CPUs, at most %d concurrent" % (
@@ -741,6 +750,12 @@ class Result:
             s += ", timer overhead %s ns" % _fmt(float(np.mean(ovh)))
         s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
         return s
+
+    def machine_warnings(self):
+        """Short lines naming what was bad in the recorded machine state (load
+        before/after the run, governor, turbo, SMT, a hypervisor ...):
+        machine.warnings(self.metadata)."""
+        return machine.warnings(self.metadata)
 
     def __repr__(self):
         return "<alloclab.Result %s>" % self.summary().splitlines()[0] if self.points else \
