@@ -1,6 +1,6 @@
 """Machine state: state() over fake /sys and /proc trees, advice, the warnings
-a Result's metadata gives, the per-run scheduling metrics and `alloclab
-check`."""
+a Result's metadata gives, the per-run scheduling metrics, the "preempted"
+cell warning and `alloclab check`."""
 
 import json
 import math
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import alloclab as al
-from alloclab import cli, machine
+from alloclab import cli, machine, stats
 from alloclab.result import BASE_METRICS, METRIC_INFO, Result
 
 
@@ -286,6 +286,42 @@ def test_run_metrics_from_synthetic_raw():
     raw["sched"]["engine_wakeups"] = raw["sched"]["engine_wakeups_on_worker_cpus"] = 0
     assert math.isnan(machine.run_metrics(raw)["engine_on_worker_cpus"])
     assert machine.run_metrics({"ncpu_model": 1, "elapsed_ns": 1.0}) == {}  # older raw runs
+
+
+# ---------------------------------------------------------------- the "preempted" warning
+
+def test_preempted_warning_above_the_threshold_only():
+    t = stats.PREEMPT_WARN_PER_S
+    above = stats.describe([100.0, 101.0, 99.0], preempt=[0.0, t + 1, 3.0])
+    below = stats.describe([100.0, 101.0, 99.0], preempt=[0.0, t - 1, 3.0])
+    assert [w.kind for w in above.warnings] == ["preempted"]
+    assert above.preempt_max == t + 1 and "%.0f/s" % (t + 1) in above.warnings[0].message
+    assert below.warnings == [] and below.preempt_max == t - 1
+    assert stats.describe([1.0, 1.0, 1.0]).warnings == []  # nothing measured: no warning
+
+
+def test_preempted_warning_flows_through_tables_and_stats():
+    usable = len(os.sched_getaffinity(0))
+    res = al.run("malloc-free", "buddy", producers=[1, 2] if usable >= 2 else [1], runs=3,
+                 cycles=5, warmup_cycles=1, mem_sample=0)
+    t = stats.PREEMPT_WARN_PER_S
+    for p in res.points:  # pin the measured values: the test is about the flow
+        p.data["alloc_ns"] = np.array([100.0, 100.5, 99.5])
+        p.data["worker_preempted_per_s"] = np.array([0.0, 1.0, t - 1])
+    tab = res.table("alloc_ns")
+    assert not any(w.kind == "preempted" for _, w in tab.warnings)
+    assert "preempted" not in tab.to_text()
+    hot = res.points[-1]
+    hot.data["worker_preempted_per_s"] = np.array([0.0, t * 3, 2.0])
+    tab = res.table("alloc_ns")
+    flagged = [(label, w) for label, w in tab.warnings if w.kind == "preempted"]
+    assert len(flagged) == 1
+    text = tab.to_text()
+    assert "workers preempted by other tasks > %g/s" % t in text
+    assert "(%.0f/s)" % (t * 3) in text
+    kinds = {p["producers"]: [w.kind for w in s.warnings] for p, s in res.stats("alloc_ns")}
+    assert kinds[hot.params["producers"]] == ["preempted"]
+    assert all(k == [] for prod, k in kinds.items() if prod != hot.params["producers"])
 
 
 # ---------------------------------------------------------------- the command line

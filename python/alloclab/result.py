@@ -525,11 +525,13 @@ class Result:
             if metric not in p.data:
                 continue
             key = _params_key(p.params)
-            g = groups.setdefault(key, [p.params, [], []])
+            g = groups.setdefault(key, [p.params, [], [], []])
             g[1].append(np.asarray(p.data[metric], dtype=float))
             g[2].append(np.asarray(p.data.get("steal_pct", []), dtype=float))
-        return [(params, _stats.describe(np.concatenate(x), steal=np.concatenate(s)))
-                for params, x, s in groups.values()]
+            g[3].append(np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float))
+        return [(params, _stats.describe(np.concatenate(x), steal=np.concatenate(s),
+                                         preempt=np.concatenate(pr)))
+                for params, x, s, pr in groups.values()]
 
     def histogram(self, op="alloc", **where):
         """The per-op latency Histogram of ``op`` ("alloc" or "free"), all
@@ -578,7 +580,7 @@ class Result:
         cube = np.full((nb, nr, nc), np.nan)
         sd = np.full((nb, nr, nc), np.nan)
         n = np.zeros((nb, nr, nc), dtype=np.int64)
-        samples, steal = {}, {}
+        samples, steal, preempt = {}, {}, {}
         for p in self.points:
             if metric not in p.data:
                 continue
@@ -588,7 +590,10 @@ class Result:
             samples.setdefault((b, r, c), []).append(np.asarray(p.data[metric], dtype=float))
             steal.setdefault((b, r, c), []).append(
                 np.asarray(p.data.get("steal_pct", []), dtype=float))
-        cell_stats = {k: _stats.describe(np.concatenate(v), steal=np.concatenate(steal[k]))
+            preempt.setdefault((b, r, c), []).append(
+                np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float))
+        cell_stats = {k: _stats.describe(np.concatenate(v), steal=np.concatenate(steal[k]),
+                                         preempt=np.concatenate(preempt[k]))
                       for k, v in samples.items()}
         for (b, r, c), arrs in samples.items():
             x = np.concatenate(arrs)
