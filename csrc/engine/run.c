@@ -18,6 +18,13 @@
  * Gauges (AL_STAT_GAUGE: objects cached now) are reported as they are at
  * the end.
  *
+ * Scheduling noise is recorded beside the numbers it disturbs: each worker
+ * reads its own context switches (getrusage(RUSAGE_THREAD)) after barrier C
+ * and after its last measured cycle, outside every timed region, so the
+ * waits at the barriers are not counted; the main thread notes the CPU it
+ * woke up on (sched_getcpu, a vDSO call) at each timed wake-up in the
+ * measured phase, to show when it runs on a worker's CPU.
+ *
  * CPU model (DESIGN §3): in pinned mode worker i runs on the i-th CPU of the
  * affinity mask. In virtual mode each worker is its own model CPU; workers
  * are grouped per real CPU and a token passed round-robin at cycle
@@ -38,6 +45,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "alloclab/alloclab.h"
 #include "../core/cpu.h"
@@ -126,6 +134,8 @@ struct worker_slot {
 	struct al_rcu_reader rcu; /* grace-period reader: online while cycling (issue 4) */
 	int where;		  /* issue 8: enum worker_where, for the watchdog (relaxed) */
 	uint64_t progress;	  /* issue 8: state changes and cycles so far (relaxed) */
+	uint64_t nvcsw;		  /* voluntary context switches in the measured phase */
+	uint64_t nivcsw;	  /* involuntary context switches (preempted) in it */
 } __attribute__((aligned(AL_CACHELINE)));
 
 struct engine {
@@ -151,6 +161,7 @@ struct engine {
 	int fired;			/* issue 8: the watchdog ended the run (main only) */
 	uint64_t last_progress;		/* issue 8: sum of the workers' progress last seen */
 	uint64_t last_change_ns;	/* issue 8: when it last changed */
+	cpu_set_t worker_cpus;		/* CPUs the workers are pinned to */
 };
 
 /* ---- issue 8: where a worker is, for the watchdog ---- */
@@ -315,6 +326,36 @@ static int stack_reset(struct engine *e, struct al_ctx *c, char *err, size_t err
 	return ret;
 }
 
+/* ---- scheduling noise ---- */
+
+/* This thread's context switches so far; zeros when getrusage fails. */
+static void ctxsw_read(uint64_t *nvcsw, uint64_t *nivcsw)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru)) {
+		*nvcsw = *nivcsw = 0;
+		return;
+	}
+	*nvcsw = (uint64_t)ru.ru_nvcsw;
+	*nivcsw = (uint64_t)ru.ru_nivcsw;
+}
+
+/* The main thread woke up in the measured phase: note on which CPU. */
+static void engine_woke(struct engine *e)
+{
+	struct al_run_result *res = e->res;
+	int cpu = sched_getcpu();
+
+	res->engine_wakeups++;
+	if (cpu < 0)
+		return;
+	if (cpu < 64)
+		res->engine_cpus |= 1ull << cpu;
+	if (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &e->worker_cpus))
+		res->engine_wakeups_on_worker_cpus++;
+}
+
 /* ---- memory sampling (main thread) ---- */
 
 /* The workers' live bytes (AL_WL_LIVE workloads), or -1. */
@@ -367,6 +408,7 @@ static void barrier_wait_sampling(struct engine *e)
 		if (pthread_cond_timedwait(&b->cv, &b->m, &deadline) != ETIMEDOUT || gen != b->gen)
 			continue;
 		pthread_mutex_unlock(&b->m);
+		engine_woke(e);
 		mem_sample(e);
 		ns = al_mono_ns() + period;
 		deadline.tv_sec = (time_t)(ns / 1000000000u);
@@ -503,6 +545,8 @@ static bool barrier_wait_main(struct engine *e, bool sample)
 		if (gen != b->gen)
 			break;
 		pthread_mutex_unlock(&b->m);
+		if (sample)
+			engine_woke(e);
 		if (sp && al_mono_ns() >= next_sample) {
 			mem_sample(e);
 			next_sample = al_mono_ns() + sp;
@@ -588,7 +632,7 @@ static void *worker_main(void *arg)
 	struct engine *e = s->e;
 	const struct al_workload_desc *wl = e->cfg->workload;
 	struct token *t;
-	uint64_t i, deadline;
+	uint64_t i, deadline, nvcsw0, nivcsw0, nvcsw1, nivcsw1;
 	int ret;
 
 	if (s->pin_cpu >= 0) {
@@ -629,6 +673,7 @@ static void *worker_main(void *arg)
 	set_where(s, W_BARRIER);
 	barrier_wait(&e->bar); /* B: warm */
 	barrier_wait(&e->bar); /* C: main took its start snapshot */
+	ctxsw_read(&nvcsw0, &nivcsw0);
 
 	t = e->tokens ? &e->tok[1][s->group] : NULL;
 	al_rcu_online(&s->rcu);
@@ -644,6 +689,9 @@ static void *worker_main(void *arg)
 		}
 	}
 	s->w.cycles = i; /* read by main after the barrier */
+	ctxsw_read(&nvcsw1, &nivcsw1);
+	s->nvcsw = nvcsw1 - nvcsw0;
+	s->nivcsw = nivcsw1 - nivcsw0;
 	al_rcu_offline(&s->rcu);
 	if (t)
 		token_leave(t, s->member);
@@ -900,6 +948,8 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 		s->group = i % e->ngroups;
 		s->member = i / e->ngroups;
 		s->pin_cpu = al_cpu_nth(s->group);
+		if (s->pin_cpu >= 0 && s->pin_cpu < CPU_SETSIZE)
+			CPU_SET(s->pin_cpu, &e->worker_cpus);
 		s->w.id = i;
 		s->w.nworkers = e->nw;
 		al_ctx_init(&s->w.ctx, i);
@@ -981,6 +1031,8 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 		res->alloc_ops += ws[i].w.alloc_ops;
 		res->free_ops += ws[i].w.free_ops;
 		res->cross_frees += ws[i].w.alloc_cross;
+		res->worker_nvcsw += ws[i].nvcsw;
+		res->worker_nivcsw += ws[i].nivcsw;
 		res->alloc_ns += al_ticks_to_ns((double)ws[i].w.alloc_ticks);
 		res->free_ns += al_ticks_to_ns((double)ws[i].w.free_ticks);
 		if (ws[i].w.hist) {

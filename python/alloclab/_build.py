@@ -251,6 +251,11 @@ struct al_run_result {
     int64_t leaked[...];
     struct al_hist hist[...];   /* issue 6 */
     struct al_mem mem;          /* issue 6 */
+    uint64_t worker_nvcsw;      /* scheduling in the measured phase */
+    uint64_t worker_nivcsw;
+    uint64_t engine_wakeups;
+    uint64_t engine_wakeups_on_worker_cpus;
+    uint64_t engine_cpus;
     unsigned nmetrics;                  /* issue 5 */
     struct al_metric metrics[...];      /* issue 5 */
     ...;

@@ -1,4 +1,5 @@
-"""The alloclab command line: ``alloclab list``, ``alloclab run WORKLOAD ...``.
+"""The alloclab command line: ``alloclab list``, ``alloclab run WORKLOAD ...``,
+``alloclab check`` (the machine state that makes numbers noisy).
 
 The flags of ``alloclab run WORKLOAD`` are built from that workload's C
 schema: every parameter becomes ``--dashed-name`` taking a comma-separated
@@ -405,6 +406,10 @@ def cmd_run(argv):
         print(_hist_text(res))
         print()
     print(res.cpu_line())
+    mw = res.machine_warnings()  # what was bad in the machine state around the run
+    if mw:
+        print("machine:")
+        print("\n".join("  " + x for x in mw))
     wtext = _workload_metrics_text(res)
     if wtext:
         print()
@@ -580,6 +585,13 @@ def cmd_compare(args):
     return 0
 
 
+def cmd_check(args):
+    from . import machine
+
+    print(machine.check_json() if args.json else machine.check_text())
+    return 0
+
+
 class _RunFailed(Exception):
     """A run failed (exit 1)."""
 
@@ -597,6 +609,12 @@ def _main_parser():
                     help="compile and register a C plugin layer first")
     sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
     _compare_parser(sub)
+    ck = sub.add_parser(
+        "check", help="the machine state that makes numbers noisy, and what to change",
+        description="Print what /sys and /proc say about the CPU frequency governor, turbo "
+                    "boost, SMT, isolated CPUs, ASLR, the load average, a hypervisor and more, "
+                    "and for each problem what to change (as pyperf's `system show`).")
+    ck.add_argument("--json", action="store_true", help="the state and advice as JSON")
     pp = sub.add_parser(
         "preload", help="run a program with its malloc on a policy (LD_PRELOAD shim)",
         description="Run CMD with malloc, free, calloc, realloc, posix_memalign, ... routed "
@@ -849,6 +867,8 @@ def main(argv=None):
             return cmd_reproduce(args, p)
         if args.cmd == "compare":
             return cmd_compare(args)
+        if args.cmd == "check":
+            return cmd_check(args)
         p.print_help()
         return 0 if not argv else 2
     except (UsageError, errors.AlloclabError, argparse.ArgumentError) as e:

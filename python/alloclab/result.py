@@ -14,6 +14,10 @@ computed from data, never from one number. Metrics:
 - "wl.<name>" for every metric the workload reports (e.g. test_vmalloc's
   "wl.fix_size_alloc_test.avg_usec", local-storage-create's wl.creates_per_s)
 
+- worker_invol_ctxsw (and _per_s: per worker per second of the measured
+  phase), worker_vol_ctxsw, engine_wakeups, engine_on_worker_cpus: how the
+  run was scheduled (alloclab.machine); metadata["machine_state"] and
+  "load_before"/"load_after" record the machine (``machine_warnings()``)
 - mem_requested, mem_held, mem_rss (end of the measured phase) and their
   *_peak (sampled), mem_fragmentation = held peak / requested peak, in
   bytes (see the C engine's struct al_mem)
@@ -35,7 +39,7 @@ import platform
 
 import numpy as np
 
-from . import _measures, errors
+from . import _measures, errors, machine
 from . import stats as _stats
 from ._ffi import cstr, lib
 from ._version import __version__
@@ -48,6 +52,7 @@ BASE_METRICS = [
     "elapsed_ns", "timer_overhead_ns", "steal_pct",
 ]
 BASE_METRICS += _measures.METRIC_NAMES  # memory and per-op percentiles (issue 6)
+BASE_METRICS += machine.METRIC_NAMES  # scheduling in the measured phase
 _INT_BASE = {"cycles", "alloc_ops", "free_ops", "cross_frees"}
 
 # metric -> (description, unit, lower_is_better)
@@ -60,6 +65,7 @@ METRIC_INFO = {
     "steal_pct": ("steal time", "%", None),
 }
 METRIC_INFO.update(_measures.METRIC_INFO)  # issue 6
+METRIC_INFO.update(machine.METRIC_INFO)  # scheduling, no direction
 
 _ROW_LABELS = {"allocs_per_cycle": "allocs/cycle", "producers": "producers"}
 
@@ -96,6 +102,7 @@ def collect_metadata():
         "clock": "tsc" if clock.tsc else "monotonic",
         "ticks_per_ns": float(clock.ticks_per_ns),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine_state": machine.state(),  # governor, turbo, SMT, isolation, load, ...
     }
 
 
@@ -137,6 +144,7 @@ def _run_metrics(raw):
                 per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
     m.update(per_op)
     m.update(_measures.run_metrics(raw))
+    m.update(machine.run_metrics(raw))  # workers preempted, engine wake-ups
     for name, v in raw.get("metrics", ()):
         m["wl." + name] = v
     return m
@@ -224,6 +232,7 @@ def _point_info(raws):
         "clock": "tsc" if r["clock_tsc"] else "monotonic",
         "ticks_per_ns": r["ticks_per_ns"],
         "seeds": [x["seed"] for x in raws],
+        **machine.point_info(raws),  # the CPUs the engine's main thread woke up on
     }
     if all("t_start" in x for x in raws):  # when each run began (pairs interleaved runs)
         info["run_starts"] = [x["t_start"] for x in raws]
@@ -519,11 +528,13 @@ class Result:
             if metric not in p.data:
                 continue
             key = _params_key(p.params)
-            g = groups.setdefault(key, [p.params, [], []])
+            g = groups.setdefault(key, [p.params, [], [], []])
             g[1].append(np.asarray(p.data[metric], dtype=float))
             g[2].append(np.asarray(p.data.get("steal_pct", []), dtype=float))
-        return [(params, _stats.describe(np.concatenate(x), steal=np.concatenate(s)))
-                for params, x, s in groups.values()]
+            g[3].append(np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float))
+        return [(params, _stats.describe(np.concatenate(x), steal=np.concatenate(s),
+                                         preempt=np.concatenate(pr)))
+                for params, x, s, pr in groups.values()]
 
     def histogram(self, op="alloc", **where):
         """The per-op latency Histogram of ``op`` ("alloc" or "free"), all
@@ -572,7 +583,7 @@ class Result:
         cube = np.full((nb, nr, nc), np.nan)
         sd = np.full((nb, nr, nc), np.nan)
         n = np.zeros((nb, nr, nc), dtype=np.int64)
-        samples, steal = {}, {}
+        samples, steal, preempt = {}, {}, {}
         for p in self.points:
             if metric not in p.data:
                 continue
@@ -582,7 +593,10 @@ class Result:
             samples.setdefault((b, r, c), []).append(np.asarray(p.data[metric], dtype=float))
             steal.setdefault((b, r, c), []).append(
                 np.asarray(p.data.get("steal_pct", []), dtype=float))
-        cell_stats = {k: _stats.describe(np.concatenate(v), steal=np.concatenate(steal[k]))
+            preempt.setdefault((b, r, c), []).append(
+                np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float))
+        cell_stats = {k: _stats.describe(np.concatenate(v), steal=np.concatenate(steal[k]),
+                                         preempt=np.concatenate(preempt[k]))
                       for k, v in samples.items()}
         for (b, r, c), arrs in samples.items():
             x = np.concatenate(arrs)
@@ -751,6 +765,12 @@ class Result:
             s += ", timer overhead %s ns" % _fmt(float(np.mean(ovh)))
         s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
         return s
+
+    def machine_warnings(self):
+        """Short lines naming what was bad in the recorded machine state (load
+        before/after the run, governor, turbo, SMT, a hypervisor ...):
+        machine.warnings(self.metadata)."""
+        return machine.warnings(self.metadata)
 
     def __repr__(self):
         return "<alloclab.Result %s>" % self.summary().splitlines()[0] if self.points else \

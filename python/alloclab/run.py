@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from . import errors, peers, schema
+from . import errors, machine, peers, schema
 from ._ffi import cstr, error, ffi, lib
 from .policy import Policy
 from .result import Result, collect_metadata
@@ -338,6 +338,14 @@ def run_once(task, run_index=0, in_child=False):
         "steal_pct": float(res.steal_pct),
         "layers": layers,
         **_raw_measures(res, task),
+        # Scheduling in the measured phase (machine.run_metrics reads it).
+        "sched": {
+            "worker_nvcsw": int(res.worker_nvcsw),
+            "worker_nivcsw": int(res.worker_nivcsw),
+            "engine_wakeups": int(res.engine_wakeups),
+            "engine_wakeups_on_worker_cpus": int(res.engine_wakeups_on_worker_cpus),
+            "engine_cpus": [c for c in range(64) if res.engine_cpus >> c & 1],
+        },
         # Workload metrics (issue 5): [(name, value)], reported as "wl.<name>".
         "metrics": [(cstr(res.metrics[i].name), float(res.metrics[i].value))
                     for i in range(min(res.nmetrics, lib.AL_METRICS_MAX))],
@@ -442,6 +450,7 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
                                          "other: it does not take an executor")
     npol = len(settings["sweep"]["policy"])
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
+    load_before = machine.loadavg()  # machine state: the load around the whole run
     out = []
     t0 = time.monotonic()
     try:
@@ -473,6 +482,7 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         prog.close()
     meta = collect_metadata()
     meta["run"] = settings
+    meta["load_before"], meta["load_after"] = load_before, machine.loadavg()
     return Result.from_raw(meta, out)
 
 

@@ -10,7 +10,8 @@ test suite checks these numbers against SciPy).
 
 Warnings follow pyperf's habit of saying when a number should not be
 trusted: a coefficient of variation above 10%, steal time during a run
-above 2% of CPU time (a shared VM's neighbours ran on our CPUs), or fewer
+above 2% of CPU time (a shared VM's neighbours ran on our CPUs), workers
+preempted often during a run (other tasks ran on their CPUs), or fewer
 than 3 runs (no usable spread, a confidence interval wider than the mean).
 """
 
@@ -24,6 +25,17 @@ import numpy as np
 CV_WARN = 0.10  # coefficient of variation above which a cell is unstable
 STEAL_WARN_PCT = 2.0  # steal time (% of CPU time) during any run above which to warn
 MIN_RUNS = 3  # fewer runs than this: no trustworthy spread
+# Preemptions of the workers by other tasks, per worker per second of the
+# measured phase (the metric worker_preempted_per_s: involuntary context
+# switches less the engine's own wake-ups on the workers' CPUs), above which
+# a run was disturbed; a cell warns on its largest run. Measured on a 2-vCPU
+# VM, malloc-free on buddy, 1 and 2 pinned producers, 5 runs of 0.25 s per
+# cell: idle, cells at most 16/s (1p) and 24/s (2p), alloc_ns CV 3-7%; one
+# `yes` loop, 2p cells 83-111/s (CV 21-61%), 1p cells 40-44/s where the loop
+# stayed off the worker's CPU (CV 2-12%) and 213/s where it did not (CV 18%);
+# two loops, cells 64-144/s (CV 18-64%). A worker sharing its CPU with a busy
+# task is preempted about once per scheduler slice, 100/s and more.
+PREEMPT_WARN_PER_S = 50.0
 
 # ---------------------------------------------------------------- distributions
 
@@ -146,13 +158,14 @@ class Stats:
     """One cell's runs: n, mean, sd (sample, ddof=1), median, min, max, cv
     (sd / |mean|), ci (lo, hi) for the mean at ``confidence`` (Student t),
     ci_half (the half width) and ``warnings`` (StatWarning(kind, message);
-    kinds: "runs", "cv", "steal")."""
+    kinds: "runs", "cv", "steal", "preempted")."""
 
     __slots__ = ("n", "mean", "sd", "median", "min", "max", "cv", "ci", "ci_half", "confidence",
-                 "steal_max", "warnings", "values")
+                 "steal_max", "preempt_max", "warnings", "values")
 
     def __init__(self, values, confidence=0.95, steal=None, cv_warn=CV_WARN,
-                 steal_warn=STEAL_WARN_PCT, min_runs=MIN_RUNS):
+                 steal_warn=STEAL_WARN_PCT, min_runs=MIN_RUNS, preempt=None,
+                 preempt_warn=PREEMPT_WARN_PER_S):
         x = np.asarray(values, dtype=float).ravel()
         x = x[~np.isnan(x)]
         self.values = x
@@ -180,6 +193,9 @@ class Stats:
         s = np.asarray(steal if steal is not None else [], dtype=float).ravel()
         s = s[~np.isnan(s)]
         self.steal_max = float(np.max(s)) if len(s) else nan
+        pr = np.asarray(preempt if preempt is not None else [], dtype=float).ravel()
+        pr = pr[~np.isnan(pr)]
+        self.preempt_max = float(np.max(pr)) if len(pr) else nan
         w = []
         if n < min_runs:
             w.append(StatWarning("runs", "%d run%s (< %d): %s" % (
@@ -192,6 +208,9 @@ class Stats:
         if not math.isnan(self.steal_max) and self.steal_max > steal_warn:
             w.append(StatWarning("steal", "steal time %.1f%% of CPU time in a run (> %g%%)" % (
                 self.steal_max, steal_warn)))
+        if not math.isnan(self.preempt_max) and self.preempt_max > preempt_warn:
+            w.append(StatWarning("preempted", "workers preempted by other tasks %.0f/s per "
+                                 "worker in a run (> %g/s)" % (self.preempt_max, preempt_warn)))
         self.warnings = w
 
     @property
@@ -200,7 +219,8 @@ class Stats:
 
     def as_dict(self):
         return {k: getattr(self, k) for k in ("n", "mean", "sd", "median", "min", "max", "cv",
-                                             "ci", "ci_half", "confidence", "steal_max")} | {
+                                             "ci", "ci_half", "confidence", "steal_max",
+                                             "preempt_max")} | {
             "warnings": [w.message for w in self.warnings]}
 
     def __repr__(self):
@@ -211,10 +231,11 @@ class Stats:
         return s
 
 
-def describe(values, confidence=0.95, steal=None, **kw):
+def describe(values, confidence=0.95, steal=None, preempt=None, **kw):
     """Stats of one cell's runs (NaNs dropped); ``steal``: the runs'
-    steal_pct, for the steal warning."""
-    return Stats(values, confidence=confidence, steal=steal, **kw)
+    steal_pct, for the steal warning; ``preempt``: their
+    worker_preempted_per_s, for the preempted warning."""
+    return Stats(values, confidence=confidence, steal=steal, preempt=preempt, **kw)
 
 
 # ---------------------------------------------------------------- tests
@@ -365,7 +386,8 @@ def _names(items, limit):
     return ", ".join(items[:limit]) + " and %d more" % (len(items) - limit)
 
 
-def warning_lines(cells, limit=6, cv_warn=CV_WARN, steal_warn=STEAL_WARN_PCT, wrap=104):
+def warning_lines(cells, limit=6, cv_warn=CV_WARN, steal_warn=STEAL_WARN_PCT, wrap=104,
+                  preempt_warn=PREEMPT_WARN_PER_S):
     """One line per kind of warning over labelled cells [(label, Stats)],
     wrapped at ``wrap`` columns (0: not wrapped)."""
     lines = []
@@ -386,6 +408,11 @@ def warning_lines(cells, limit=6, cv_warn=CV_WARN, steal_warn=STEAL_WARN_PCT, wr
     if steal:
         lines.append("steal time > %g%% of CPU time during a run (a busy host): %s" % (
             steal_warn, _names(steal, limit)))
+    preempted = ["%s (%.0f/s)" % (label, st.preempt_max) for label, st in cells
+                 if any(w.kind == "preempted" for w in st.warnings)]
+    if preempted:
+        lines.append("workers preempted by other tasks > %g/s per worker during a run: %s"
+                     % (preempt_warn, _names(preempted, limit)))
     if not wrap:
         return lines
     out = []

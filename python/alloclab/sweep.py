@@ -41,7 +41,7 @@ import sys
 import time
 import warnings
 
-from . import errors
+from . import errors, machine
 from .result import Result, collect_metadata
 from .run import plan, run_once
 
@@ -210,6 +210,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
     bar = _progress_bar(len(units), resumed, progress)
     t_start = time.perf_counter()
     session_run_s = 0.0
+    load_before = machine.loadavg()  # machine state: the load around this session's runs
 
     def finished(i, r, raw, wall):
         nonlocal session_run_s
@@ -246,6 +247,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
 
     md = dict(jr.metadata if jr else meta)
     md["run"] = settings
+    md["load_before"], md["load_after"] = load_before, machine.loadavg()
     md["sweep"] = {
         "order": "shuffled" if shuffle else "grid",
         "order_seed": order_seed,

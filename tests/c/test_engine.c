@@ -2,10 +2,13 @@
 /*
  * Engine tests: stacks, runs on every bottom layer, exact op counts for fixed
  * cycles, counters covering the measured phase only, the virtual CPU token,
- * bad configurations, and the lock under contention (FIFO, failure, AA).
+ * the scheduling noise recorded per run, bad configurations, and the lock
+ * under contention (FIFO, failure, AA).
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 
 #include "test.h"
 
@@ -92,6 +95,72 @@ TEST(test_run_virtual_tokens)
 	CHECK_EQ(al_run(&cfg, &res), 0);
 	CHECK(res.cycles >= 8);
 	CHECK_EQ(res.alloc_ops, res.cycles * 64);
+}
+
+/* The main thread's wake-ups land only on CPUs of the affinity mask. */
+static uint64_t affinity_mask64(void)
+{
+	cpu_set_t set;
+	uint64_t m = 0;
+	int c;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return ~0ull;
+	for (c = 0; c < 64; c++)
+		if (CPU_ISSET(c, &set))
+			m |= 1ull << c;
+	return m;
+}
+
+/* A context-switch count read as a difference of two getrusage calls: a
+ * wrapped (negative) difference shows up as a huge value. */
+#define SANE_CTXSW(x) ((x) < (1ull << 40))
+
+TEST(test_run_sched_noise)
+{
+	struct al_run_config cfg;
+	struct al_run_result res;
+	unsigned usable = al_cpus_usable(), k;
+
+	/* Pinned: as many workers as usable CPUs (at most 4), so that with every
+	 * usable CPU taken the main thread can only wake up on a worker's. */
+	for (k = 0; k < 2; k++) {
+		cfg_init(&cfg, "malloc-free", "libc");
+		cfg.producers = usable <= 4 ? usable : 2;
+		cfg.cpu_mode = AL_CPU_PINNED;
+		cfg.cycles = 0;
+		cfg.duration_ns = 100000000; /* the phase outlasts many sampling periods */
+		cfg.mem_sample_ns = 1000000;
+		cfg.watchdog_ns = k ? 10000000000ull : 0; /* both of the main thread's waits */
+		CHECK_EQ(al_run(&cfg, &res), 0);
+		CHECK(SANE_CTXSW(res.worker_nvcsw));
+		CHECK(SANE_CTXSW(res.worker_nivcsw));
+		CHECK(res.engine_wakeups > 0);
+		CHECK(res.engine_wakeups_on_worker_cpus <= res.engine_wakeups);
+		CHECK(res.engine_cpus != 0);
+		CHECK((res.engine_cpus & ~affinity_mask64()) == 0);
+		if (cfg.producers == usable && usable <= 64)
+			CHECK_EQ(res.engine_wakeups_on_worker_cpus, res.engine_wakeups);
+	}
+
+	/* No sampling and no watchdog: the main thread sleeps through the phase. */
+	cfg.mem_sample_ns = 0;
+	cfg.watchdog_ns = 0;
+	cfg.duration_ns = 2000000;
+	CHECK_EQ(al_run(&cfg, &res), 0);
+	CHECK_EQ(res.engine_wakeups, 0);
+	CHECK_EQ(res.engine_cpus, 0);
+
+	/* Virtual CPUs, two workers per real CPU: a worker waiting for its CPU
+	 * token sleeps, a voluntary context switch counted in the phase. */
+	cfg_init(&cfg, "malloc-free", "libc");
+	cfg.producers = 2 * usable;
+	cfg.cpu_mode = AL_CPU_VIRTUAL;
+	cfg.cycles = 50;
+	CHECK_EQ(al_run(&cfg, &res), 0);
+	CHECK(res.worker_nvcsw > 0);
+	CHECK(SANE_CTXSW(res.worker_nvcsw));
+	CHECK(SANE_CTXSW(res.worker_nivcsw));
 }
 
 TEST(test_run_reset_workloads)
@@ -325,6 +394,7 @@ int main(void)
 	RUN(test_registry);
 	RUN(test_run_exact_counts);
 	RUN(test_run_virtual_tokens);
+	RUN(test_run_sched_noise);
 	RUN(test_run_reset_workloads);
 	RUN(test_run_bad_config);
 	RUN(test_lock_contended);

@@ -309,6 +309,13 @@ struct al_run_result {
 	struct al_hist hist[AL_HIST_NR];       /* per-op latency, ticks, all workers (histogram) */
 	struct al_mem mem;		       /* memory during the measured phase */
 
+	/* Scheduling during the measured phase: what makes the numbers noisy. */
+	uint64_t worker_nvcsw;	 /* workers' voluntary context switches (they blocked), summed */
+	uint64_t worker_nivcsw;	 /* workers' involuntary context switches (preempted), summed */
+	uint64_t engine_wakeups; /* main thread's timed wake-ups (memory samples, watchdog) */
+	uint64_t engine_wakeups_on_worker_cpus; /* of which on a CPU a worker is pinned to */
+	uint64_t engine_cpus; /* CPUs the main thread woke up on: bit i = CPU i (CPUs 0-63) */
+
 	/* Workload metrics merged from the workers (MEAN already divided). */
 	unsigned nmetrics;
 	struct al_metric metrics[AL_METRICS_MAX];
