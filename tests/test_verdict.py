@@ -144,6 +144,14 @@ def test_too_few_runs_steal_and_truncated_runs_are_named():
     rng = np.random.default_rng(7)
     v = V.claim(result(ab(rng, 0.5, 0.01, 5), steal=5.0), "libc", "buddy").judge()
     assert v.outcome == V.OPEN and "unstable machine" in v.reason and "steal" in v.reason
+    busy = result(ab(rng, 0.5, 0.01, 5))
+    for p in busy.points:
+        p.data["worker_preempted_per_s"] = np.full(5, 200.0)
+    v = V.claim(busy, "libc", "buddy").judge()
+    assert v.outcome == V.OPEN and "preempted by other tasks" in v.reason
+    for p in busy.points:
+        p.data["worker_preempted_per_s"] = np.full(5, 5.0)
+    assert V.claim(busy, "libc", "buddy").judge().outcome == V.HOLDS
     cells = {("buddy", 1): [100.0, 101, 99, 100, 100], ("libc", 1): [50.0, 50, math.nan, 51, 49]}
     v = V.claim(result(cells), "libc", "buddy").judge()
     assert v.outcome == V.OPEN and "truncated" in v.reason

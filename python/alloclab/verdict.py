@@ -40,7 +40,8 @@ The rule (an intersection-union test, so no correction is needed for
 - otherwise *inconclusive*, with the reason: noise (the interval straddles
   the claimed size), too few runs (fewer than 3 a side), bimodal runs (two
   groups of runs, each of at least 2, at least 25% apart), an unstable
-  machine (steal time in a run above stats.STEAL_WARN_PCT), latencies
+  machine (steal time in a run above stats.STEAL_WARN_PCT, or workers
+  preempted by other tasks above stats.PREEMPT_WARN_PER_S), latencies
   measured on virtual CPUs (which never decide; counters may), or
   truncated runs (runs without a value for the metric).
 
@@ -102,12 +103,14 @@ class Side:
     """The runs of one side of a cell: values, per-run start times (for
     pairing), per-run steal, the CPU mode; or a stated value."""
 
-    __slots__ = ("values", "starts", "steal", "cpu_mode", "label", "stated")
+    __slots__ = ("values", "starts", "steal", "preempt", "cpu_mode", "label", "stated")
 
-    def __init__(self, values, starts=None, steal=None, cpu_mode=None, label="", stated=False):
+    def __init__(self, values, starts=None, steal=None, cpu_mode=None, label="", stated=False,
+                 preempt=None):
         self.values = np.asarray(values, dtype=float).ravel()
         self.starts = None if starts is None else np.asarray(starts, dtype=float).ravel()
         self.steal = np.asarray(steal if steal is not None else [], dtype=float).ravel()
+        self.preempt = np.asarray(preempt if preempt is not None else [], dtype=float).ravel()
         self.cpu_mode = cpu_mode
         self.label = label
         self.stated = stated
@@ -115,7 +118,7 @@ class Side:
     @classmethod
     def from_points(cls, points, metric, label=""):
         """The runs of ``metric`` over Points (runs of equal points pooled)."""
-        vals, starts, steal, modes = [], [], [], set()
+        vals, starts, steal, preempt, modes = [], [], [], [], set()
         for p in points:
             if metric not in p.data:
                 continue
@@ -125,13 +128,15 @@ class Side:
             starts.append(np.asarray(st, dtype=float) if st is not None and len(st) == len(v)
                           else np.full(len(v), np.nan))
             steal.append(np.asarray(p.data.get("steal_pct", []), dtype=float))
+            preempt.append(np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float))
             modes.add(p.info.get("cpu_mode"))
         if not vals:
             return None
         s = np.concatenate(starts)
         return cls(np.concatenate(vals), None if np.isnan(s).any() else s,
                    np.concatenate(steal), "virtual" if "virtual" in modes else
-                   (modes.pop() if len(modes) == 1 else None), label)
+                   (modes.pop() if len(modes) == 1 else None), label,
+                   preempt=np.concatenate(preempt))
 
     @classmethod
     def value(cls, v, label=""):
@@ -317,6 +322,11 @@ def estimate(old, new, scale="auto"):
             problems.append(("steal", "steal time %.1f%% of CPU time in a run of %s (> %g%%)"
                              % (float(np.nanmax(side.steal)), side.label or "a side",
                                 _stats.STEAL_WARN_PCT)))
+        pr = side.preempt[np.isfinite(side.preempt)] if len(side.preempt) else side.preempt
+        if len(pr) and np.max(pr) > _stats.PREEMPT_WARN_PER_S:
+            problems.append(("steal", "workers of %s preempted by other tasks %.0f/s in a run "
+                             "(> %g/s)" % (side.label or "a side", float(np.max(pr)),
+                                           _stats.PREEMPT_WARN_PER_S)))
     return est, problems
 
 
