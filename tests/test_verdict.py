@@ -142,16 +142,21 @@ def test_too_few_runs_steal_and_truncated_runs_are_named():
     v = V.claim(result(cells), "libc", "buddy").judge()
     assert v.outcome == V.OPEN and "too few runs" in v.reason
     rng = np.random.default_rng(7)
+    # every run disturbed by steal time: an unstable machine, nothing left to judge
     v = V.claim(result(ab(rng, 0.5, 0.01, 5), steal=5.0), "libc", "buddy").judge()
     assert v.outcome == V.OPEN and "unstable machine" in v.reason and "steal" in v.reason
-    busy = result(ab(rng, 0.5, 0.01, 5))
-    for p in busy.points:
-        p.data["worker_preempted_per_s"] = np.full(5, 200.0)
-    v = V.claim(busy, "libc", "buddy").judge()
-    assert v.outcome == V.OPEN and "preempted by other tasks" in v.reason
-    for p in busy.points:
-        p.data["worker_preempted_per_s"] = np.full(5, 5.0)
-    assert V.claim(busy, "libc", "buddy").judge().outcome == V.HOLDS
+    # one disturbed pair of six is left out, and the evidence says so
+    some = result(ab(rng, 0.5, 0.01, 6))
+    for p in some.points:
+        p.data["steal_pct"] = np.array([0, 0, 6.0, 0, 0, 0])
+        p.data["alloc_ns"][2] *= 3  # what steal does to that run
+    v = V.claim(some, "libc", "buddy").judge()
+    # one pair in each of the two cells
+    assert v.outcome == V.HOLDS and "2 pairs of runs with steal time > 2% left out" in v.text(), v
+    assert [c.est.n for c in v.cells] == [5, 5] and [c.est.dropped for c in v.cells] == [1, 1]
+    # counts do not depend on steal: nothing is left out
+    v = V.claim(some, "libc", "buddy", metric="alloc_ns", expect="lower",
+                lower_is_better=True).judge()
     cells = {("buddy", 1): [100.0, 101, 99, 100, 100], ("libc", 1): [50.0, 50, math.nan, 51, 49]}
     v = V.claim(result(cells), "libc", "buddy").judge()
     assert v.outcome == V.OPEN and "truncated" in v.reason

@@ -34,8 +34,12 @@ MIN_RUNS = 3  # fewer runs than this: no trustworthy spread
 # `yes` loop, 2p cells 83-111/s (CV 21-61%), 1p cells 40-44/s where the loop
 # stayed off the worker's CPU (CV 2-12%) and 213/s where it did not (CV 18%);
 # two loops, cells 64-144/s (CV 18-64%). A worker sharing its CPU with a busy
-# task is preempted about once per scheduler slice, 100/s and more.
-PREEMPT_WARN_PER_S = 50.0
+# task is preempted about once per scheduler slice, 100/s and more. Without
+# memory sampling (mem_sample=0, as the reproductions run), 2 workers pinned
+# on the idle 2-vCPU VM see 55-60/s from the VM's own kernel threads: the
+# count separates idle from busy poorly at 2 producers, so the warning is set
+# where a busy task sharing a worker's CPU puts it, and no verdict rests on it.
+PREEMPT_WARN_PER_S = 100.0
 
 # ---------------------------------------------------------------- distributions
 

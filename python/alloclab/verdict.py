@@ -40,10 +40,12 @@ The rule (an intersection-union test, so no correction is needed for
 - otherwise *inconclusive*, with the reason: noise (the interval straddles
   the claimed size), too few runs (fewer than 3 a side), bimodal runs (two
   groups of runs, each of at least 2, at least 25% apart), an unstable
-  machine (steal time in a run above stats.STEAL_WARN_PCT, or workers
-  preempted by other tasks above stats.PREEMPT_WARN_PER_S), latencies
+  machine (too many runs with steal time, see below), latencies
   measured on virtual CPUs (which never decide; counters may), or
-  truncated runs (runs without a value for the metric).
+  truncated runs (runs without a value for the metric). Runs in which the
+  host stole more than stats.STEAL_WARN_PCT of the CPU time are left out
+  of a timing cell's estimate (with their pair); a cell left with fewer than
+  3 runs is undecided for that reason.
 
 Nothing here reads a seed's figure: a claim compares what was measured,
 and a claim against a stated value (``value=``) says where the value comes
@@ -158,6 +160,15 @@ def paired(a, b):
     return bool(np.all(hi[:-1] < lo[1:]))
 
 
+def _disturbed(side, n):
+    """Per run: whether the host stole more than STEAL_WARN_PCT of its CPU time
+    (such runs are left out of the estimate; steal is not the allocator's)."""
+    st = side.steal
+    if side.stated or len(st) != n:
+        return np.zeros(n, dtype=bool)
+    return np.nan_to_num(st, nan=0.0) > _stats.STEAL_WARN_PCT
+
+
 def bimodal(values):
     """(k, n, factor) when the runs fall in two groups, each of at least 2
     runs, at least 25% apart and separated by 4 pooled within-group sd or
@@ -190,11 +201,12 @@ class Estimate:
     difference new - old), se, df, the scale ("ratio"/"difference"), the old
     side's mean (to turn a factor into a difference), the test used, and n."""
 
-    __slots__ = ("theta", "se", "df", "scale", "ref", "test", "n")
+    __slots__ = ("theta", "se", "df", "scale", "ref", "test", "n", "dropped")
 
-    def __init__(self, theta, se, df, scale, ref, test, n):
+    def __init__(self, theta, se, df, scale, ref, test, n, dropped=0):
         self.theta, self.se, self.df = theta, se, df
         self.scale, self.ref, self.test, self.n = scale, ref, test, n
+        self.dropped = dropped  # runs (pairs when paired) left out for steal time
 
     def interval(self, confidence=CONFIDENCE):
         if self.se == 0:
@@ -250,22 +262,29 @@ class Estimate:
                         "contrast of %s" % self.test, min(self.n, other.n))
 
 
-def estimate(old, new, scale="auto"):
+def estimate(old, new, scale="auto", drop_disturbed=True):
     """The effect of new against old (Side each) and how it was tested.
 
     scale: "ratio" (log scale), "difference", or "auto" (ratio unless a
-    value is zero or negative). Returns (Estimate, problems) where problems
+    value is zero or negative). drop_disturbed: leave out runs with steal
+    time (timings; a count does not depend on who else ran). Returns (Estimate, problems) where problems
     are [(kind, text)] of what keeps the cell from deciding."""
     problems = []
     a, b = old.values, new.values
     pair = paired(old, new)
+    da, db = _disturbed(old, len(a)), _disturbed(new, len(b))
+    if not drop_disturbed:
+        da, db = np.zeros(len(a), dtype=bool), np.zeros(len(b), dtype=bool)
     if pair:
         keep = np.isfinite(a) & np.isfinite(b)
         lost = int(len(a) - keep.sum())
-        a, b = a[keep], b[keep]
+        calm = keep & ~da & ~db
+        dropped = int(keep.sum() - calm.sum())
+        a, b = a[calm], b[calm]
     else:
         lost = int((~np.isfinite(a)).sum() + (~np.isfinite(b)).sum())
-        a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+        dropped = int((np.isfinite(a) & da).sum() + (np.isfinite(b) & db).sum())
+        a, b = a[np.isfinite(a) & ~da], b[np.isfinite(b) & ~db]
     if lost:
         problems.append(("truncated", "%d run%s without a value" % (lost, "" if lost == 1
                                                                    else "s")))
@@ -276,7 +295,11 @@ def estimate(old, new, scale="auto"):
     ref = float(np.mean(a)) if len(a) else math.nan
     f = np.log if scale == "ratio" else (lambda x: x)
     nmin = min(len(a), len(b)) if not old.stated else len(b)
-    if nmin < MIN_RUNS:
+    if nmin < MIN_RUNS and dropped:
+        problems.append(("steal", "%d run%s disturbed by steal time above %g%% of CPU time, "
+                         "%d left (< %d)" % (dropped, "" if dropped == 1 else "s",
+                                             _stats.STEAL_WARN_PCT, nmin, MIN_RUNS)))
+    elif nmin < MIN_RUNS:
         problems.append(("runs", "%d run%s%s (< %d)" % (nmin, "" if nmin == 1 else "s",
                                                        " a side" if not old.stated else "",
                                                        MIN_RUNS)))
@@ -311,6 +334,7 @@ def estimate(old, new, scale="auto"):
                        "Welch t on %s (%d/%d runs)" % ("log values" if scale == "ratio"
                                                        else "values", na, nb),
                        min(na, nb))
+    est.dropped = dropped
     for side in (old, new):
         if side.stated:
             continue
@@ -318,15 +342,6 @@ def estimate(old, new, scale="auto"):
         if bi:
             problems.append(("bimodal", "bimodal runs of %s: %d of %d at %.1fx the others"
                              % (side.label or "a side", bi[0], bi[1], bi[2])))
-        if len(side.steal) and np.nanmax(side.steal) > _stats.STEAL_WARN_PCT:
-            problems.append(("steal", "steal time %.1f%% of CPU time in a run of %s (> %g%%)"
-                             % (float(np.nanmax(side.steal)), side.label or "a side",
-                                _stats.STEAL_WARN_PCT)))
-        pr = side.preempt[np.isfinite(side.preempt)] if len(side.preempt) else side.preempt
-        if len(pr) and np.max(pr) > _stats.PREEMPT_WARN_PER_S:
-            problems.append(("steal", "workers of %s preempted by other tasks %.0f/s in a run "
-                             "(> %g/s)" % (side.label or "a side", float(np.max(pr)),
-                                           _stats.PREEMPT_WARN_PER_S)))
     return est, problems
 
 
@@ -393,10 +408,8 @@ class Claim:
     def compare(label, metric, old, new, scale="auto", cpu_decides=None):
         """A cell comparing Side ``new`` against Side ``old``. Latencies on
         virtual CPUs never decide (cpu_decides=None: by the metric's kind)."""
-        est, problems = estimate(old, new, scale)
-        timing = is_timing(metric)
-        if not timing:  # a count does not depend on who else ran on the CPU
-            problems = [x for x in problems if x[0] != "steal"]
+        timing = is_timing(metric)  # a count does not depend on who else ran on the CPU
+        est, problems = estimate(old, new, scale, drop_disturbed=timing)
         if cpu_decides is None:
             cpu_decides = not timing
         if not cpu_decides and "virtual" in (old.cpu_mode, new.cpu_mode):
@@ -516,6 +529,12 @@ class Verdict:
             parts.append(self.reason)
         tests = sorted({x.est.test.split(" on ")[0].split(" (")[0] for x in cells})
         parts.append("; ".join(tests))
+        dropped = sum(x.est.dropped for x in cells)
+        if dropped:
+            paired_ = any(x.est.test.startswith("paired") for x in cells)
+            parts.append("%d %s with steal time > %g%% left out" % (
+                dropped, ("pair of runs" if dropped == 1 else "pairs of runs") if paired_ else
+                ("run" if dropped == 1 else "runs"), _stats.STEAL_WARN_PCT))
         return "; ".join(p.strip() for p in parts if p.strip())
 
     def text(self):

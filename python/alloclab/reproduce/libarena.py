@@ -72,7 +72,9 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     effort ("quick", "normal", "rigorous") sets runs and duration where they
     are not given; cells at producers above the usable CPUs (virtual CPUs,
     judged on counters) get at most half the runs, at least 3. threshold:
-    the margin of "the same" (the seed's "within noise").
+    the margin of "the same" (the seed's "within noise"). Memory is read at
+    the ends of the measured phase only: the engine's sampler, reading the
+    counters the workers write, would add its own noise to their latency.
     """
     runs, _, _ = effort_defaults(effort, runs, None, 0)
     duration = DURATION[effort] if duration is None else duration
@@ -92,7 +94,8 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
                 parts.append(_run(wl, [spec for _, spec in designs], runs=n, producers=prods,
                                   allocs_per_cycle=allocs_per_cycle, size=size,
                                   timing=list(timings), duration=duration,
-                                  warmup_cycles=warmup_cycles, progress=progress))
+                                  warmup_cycles=warmup_cycles, mem_sample=0,
+                                  progress=progress))
         results[wl] = Result.concat(parts) if len(parts) > 1 else parts[0]
     settings = {"designs": [list(d) for d in designs], "effort": effort, "runs": runs,
                 "virtual_runs": vruns if virt else None, "duration": duration, "size": size,

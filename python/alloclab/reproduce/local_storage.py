@@ -124,7 +124,8 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
                              timing=timing, warmup_cycles=warmup_cycles,
                              duration=duration, storage_type=st, batch_size=b,
                              owner_work=owner_work, gp_latency=gp_latency,
-                             rcu_nocb=rcu_nocb, sample=int(sample * 1e9), **params)
+                             rcu_nocb=rcu_nocb, sample=int(sample * 1e9), mem_sample=0,
+                             **params)
                 pair += t
             pairs.append(pair)
     tasks = [t for pair in pairs for t in pair]

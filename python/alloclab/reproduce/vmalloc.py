@@ -175,7 +175,8 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=T
         return _run("test_vmalloc", specs, runs=nruns, producers=threads, cycles=1,
                     warmup_cycles=1, run_test_mask=TEST_BITS[test], nr_pages=p,
                     use_huge=bool(h), test_loop_count=loops,
-                    sequential_test_order=True, nr_pcpu_objects=nr_pcpu_objects, seed=seed)
+                    sequential_test_order=True, nr_pcpu_objects=nr_pcpu_objects, seed=seed,
+                    mem_sample=0)
 
     results, loops_used, ns_per_loop = {}, {}, {}
     todo = list(dict.fromkeys(rows))
