@@ -720,8 +720,9 @@ def _vmalloc_parser(rsub):
     p = rsub.add_parser(
         "vmalloc", help="seed 004: vmalloc high-order allocation and bulk vfree (test_vmalloc)",
         description="Seed 004: test_vmalloc under v6.18 (vmalloc-default), 6-19-0-rc1 "
-                    "(vmalloc-large) and vfree-high-order (vmalloc-large-bulkfree), plus the "
-                    "thread's pcp-first suggestion, normalised to v6.18 in the seed's table "
+                    "(vmalloc-large) and vfree-high-order (vmalloc-large-bulkfree) (with "
+                    "--pcp-first also the thread's pcp-first suggestion), normalised to v6.18 "
+                    "in the seed's table "
                     "(positive = improvement, (R)/(I) where significant), then Uladzislau "
                     "Rezki's 3- and 100-page comparison, the counters that explain it and "
                     "the seed's conclusions judged on this data.")
@@ -743,8 +744,12 @@ def _vmalloc_parser(rsub):
                         "0 = the threads)")
     p.add_argument("--tests", type=_choice_list("test", list(TEST_BITS)), default=None,
                    help="only these tests (comma-separated)")
-    p.add_argument("--no-pcp-first", action="store_true",
-                   help="leave out the pcp-first column")
+    pc = p.add_mutually_exclusive_group()
+    pc.add_argument("--pcp-first", dest="pcp_first", action="store_true", default=False,
+                    help="add the thread's pcp-first suggestion as a column (not in the seed's "
+                         "table; about a third more time)")
+    pc.add_argument("--no-pcp-first", dest="pcp_first", action="store_false",
+                    help="leave out the pcp-first column (the default)")
     p.add_argument("--no-rezki", action="store_true",
                    help="leave out the 3- and 100-page comparison")
     p.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
@@ -769,7 +774,7 @@ def cmd_reproduce_vmalloc(args):
     return _emit_report(
         lambda: reproduce.vmalloc(scale=args.scale, runs=args.runs, threads=args.threads,
                                 arch=args.arch, cpus=args.cpus,
-                                  pcp_first=not args.no_pcp_first, tests=args.tests,
+                                  pcp_first=args.pcp_first, tests=args.tests,
                                   rezki=not args.no_rezki, effort=args.effort,
                                   min_time=args.min_time, progress=args.progress),
         args)

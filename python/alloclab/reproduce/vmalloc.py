@@ -13,7 +13,8 @@ Here the three kernels are policies over the same page allocator:
     v6.18             vmalloc-default         order-0 bulk allocation, per-page free
     6-19-0-rc1        vmalloc-large           high orders first, per-page free
     vfree-high-order  vmalloc-large-bulkfree  high orders first, free_pages_bulk
-    pcp-first         vmalloc-pcp-first       the thread's suggestion (extra column)
+    pcp-first         vmalloc-pcp-first       the thread's suggestion (an extra column
+                                              with pcp_first=True: not in the seed's table)
 
 each with arch=arm64 (the seed's h:1 rows at 16-256 pages differ from h:0
 only where vmalloc_huge maps order-4 blocks with contiguous PTEs) and the
@@ -31,11 +32,14 @@ always is.
     r.plot()
 
 Loops are calibrated per row so that every run's measured phase lasts at
-least ``min_time`` (100 ms by default, pyperf's minimum): one untimed
-calibration run of each policy with a few loops (which also brings the
-process's simulated memory in), then loops = min_time / the fastest
-policy's time per loop, at most the seed's. ``scale=`` fixes loops to the
-seed's times scale instead.
+least ``min_time`` (100 ms by default, pyperf's minimum), as pyperf
+calibrates: untimed runs of each policy with a few loops (the first also
+brings the process's simulated memory in), growing the loops until the
+fastest policy's phase lasts min_time, at most the seed's loops. ``scale=``
+fixes loops to the seed's times scale instead. Measured runs have no
+warmup cycle: a test_vmalloc cycle is the whole test, and the per-CPU
+lists' fill-up at the start of a run is a few batches against thousands of
+loops.
 
 Significance comes from alloclab.verdict, as every report's: per cell the
 paired t interval of the per-run log-ratios (the policies of a row run back
@@ -140,7 +144,7 @@ MIN_TIME = {"quick": 0.05, "normal": 0.1, "rigorous": 0.25}  # seconds per run, 
 CALIBRATION_LOOPS = 0.001  # the calibration run's loops: the seed's times this
 
 
-def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=True, tests=None,
+def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=False, tests=None,
             rezki=True, warm=True, nr_pcpu_objects=35000, seed=1, effort="normal",
             min_time=None, progress=False):
     """Run the seed's rows and return a VmallocReport.
@@ -171,9 +175,9 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=T
     if rezki:
         rows += [("fix_size_alloc_test", n, 0, REZKI_LOOPS) for n in sorted(SEED_REZKI)]
 
-    def one(test, p, h, loops, nruns):
+    def one(test, p, h, loops, nruns, warmup=0):
         return _run("test_vmalloc", specs, runs=nruns, producers=threads, cycles=1,
-                    warmup_cycles=1, run_test_mask=TEST_BITS[test], nr_pages=p,
+                    warmup_cycles=warmup, run_test_mask=TEST_BITS[test], nr_pages=p,
                     use_huge=bool(h), test_loop_count=loops,
                     sequential_test_order=True, nr_pcpu_objects=nr_pcpu_objects, seed=seed,
                     mem_sample=0)
@@ -187,12 +191,18 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=T
             if warm:
                 one(t, p, h, loops, 1)
         else:
-            # two short untimed runs of every policy: the first brings memory in,
-            # the second times a loop of each; the fastest sets the loops
-            l0 = max(1, int(round(l * CALIBRATION_LOOPS)))
-            cal = one(t, p, h, l0, 2)
-            ns_per_loop[key] = min(float(pt.data["elapsed_ns"][-1]) for pt in cal.points) / l0
-            loops = calibrated_loops(min_time, ns_per_loop[key], l)
+            # untimed runs of every policy, as pyperf calibrates its loops: the first
+            # brings memory in; then loops grow (at most 10x a step) until the
+            # fastest policy's phase lasts min_time, or the seed's loop count
+            loops = max(1, int(round(l * CALIBRATION_LOOPS)))
+            one(t, p, h, loops, 1, warmup=1 if warm else 0)
+            while True:
+                cal = one(t, p, h, loops, 1)
+                fastest = min(float(pt.data["elapsed_ns"][-1]) for pt in cal.points)
+                ns_per_loop[key] = fastest / loops
+                if fastest >= min_time * 1e9 or loops >= l:
+                    break
+                loops = min(10 * loops, calibrated_loops(min_time, ns_per_loop[key], l))
         loops_used[key] = loops
         results[_row_key(t, p, h)] = one(t, p, h, loops, runs)
         if progress:
@@ -210,11 +220,11 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=T
 
 
 def calibrated_loops(min_time, ns_per_loop, seed_loops):
-    """Loops for a measured phase of at least min_time seconds at ns_per_loop,
-    at most the seed's own loop count."""
+    """Loops for a measured phase of at least min_time seconds at ns_per_loop
+    (with 10% to spare), at most the seed's own loop count."""
     if not ns_per_loop > 0:
         return seed_loops
-    return max(1, min(seed_loops, int(math.ceil(min_time * 1e9 / ns_per_loop))))
+    return max(1, min(seed_loops, int(math.ceil(1.1 * min_time * 1e9 / ns_per_loop))))
 
 
 def _progress(what, i, n):
