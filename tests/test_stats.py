@@ -211,3 +211,21 @@ def test_result_stats_pools_equal_points():
     params, s = out[0]
     assert params["policy"] == "a" and s.n == 3 and s.mean == 2.0
     assert [s.n for _, s in r.stats("alloc_ns", policy="b")] == [2]
+
+
+def test_short_phase_warning():
+    from alloclab import stats
+    st = stats.describe([1.0, 1.01, 0.99], phase=[0.2, 0.05, 0.3])
+    assert [w.kind for w in st.warnings] == ["short"] and "50 ms (< 100 ms)" in \
+        st.warnings[0].message
+    assert stats.describe([1.0, 1.01, 0.99], phase=[0.1, 0.2, 0.3]).warnings == []
+    lines = stats.warning_lines([("a", st), ("b", stats.describe([1.0, 1.0, 1.0],
+                                                                  phase=[0.2] * 3))])
+    assert any("shorter than 100 ms" in l and "the shortest 50 ms" in l and ": a" in l
+               for l in lines)
+
+
+def test_tables_flag_short_phases():
+    import alloclab as al
+    res = al.run("malloc-free", "buddy", runs=3, duration=0.01, warmup_cycles=1)
+    assert "measured phases shorter than 100 ms" in res.table("alloc_ns").to_text()

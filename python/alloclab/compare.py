@@ -339,13 +339,11 @@ def _group(res, key):
 
 
 def _pool(points, metric):
-    x = [np.asarray(p.data[metric], dtype=float) for p in points if metric in p.data]
-    s = [np.asarray(p.data.get("steal_pct", []), dtype=float) for p in points if metric in p.data]
-    pr = [np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float)
-          for p in points if metric in p.data]
-    if not x:
+    points = [p for p in points if metric in p.data]
+    if not points:
         return None
-    return _stats.describe(np.concatenate(x), steal=np.concatenate(s), preempt=np.concatenate(pr))
+    return _stats.describe(np.concatenate([np.asarray(p.data[metric], dtype=float)
+                                           for p in points]), **_stats.run_context(points))
 
 
 _UNSET = object()  # the value of a parameter a point does not have

@@ -527,14 +527,10 @@ class Result:
         for p in res.points:
             if metric not in p.data:
                 continue
-            key = _params_key(p.params)
-            g = groups.setdefault(key, [p.params, [], [], []])
-            g[1].append(np.asarray(p.data[metric], dtype=float))
-            g[2].append(np.asarray(p.data.get("steal_pct", []), dtype=float))
-            g[3].append(np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float))
-        return [(params, _stats.describe(np.concatenate(x), steal=np.concatenate(s),
-                                         preempt=np.concatenate(pr)))
-                for params, x, s, pr in groups.values()]
+            groups.setdefault(_params_key(p.params), [p.params, []])[1].append(p)
+        return [(params, _stats.describe(
+            np.concatenate([np.asarray(p.data[metric], dtype=float) for p in pts]),
+            **_stats.run_context(pts))) for params, pts in groups.values()]
 
     def histogram(self, op="alloc", **where):
         """The per-op latency Histogram of ``op`` ("alloc" or "free"), all
@@ -583,7 +579,7 @@ class Result:
         cube = np.full((nb, nr, nc), np.nan)
         sd = np.full((nb, nr, nc), np.nan)
         n = np.zeros((nb, nr, nc), dtype=np.int64)
-        samples, steal, preempt = {}, {}, {}
+        samples, pts = {}, {}
         for p in self.points:
             if metric not in p.data:
                 continue
@@ -591,12 +587,8 @@ class Result:
             r = row_vals.index(p.params.get(row_key)) if row_key else 0
             c = col_vals.index(p.params.get(col_key)) if col_key else 0
             samples.setdefault((b, r, c), []).append(np.asarray(p.data[metric], dtype=float))
-            steal.setdefault((b, r, c), []).append(
-                np.asarray(p.data.get("steal_pct", []), dtype=float))
-            preempt.setdefault((b, r, c), []).append(
-                np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float))
-        cell_stats = {k: _stats.describe(np.concatenate(v), steal=np.concatenate(steal[k]),
-                                         preempt=np.concatenate(preempt[k]))
+            pts.setdefault((b, r, c), []).append(p)
+        cell_stats = {k: _stats.describe(np.concatenate(v), **_stats.run_context(pts[k]))
                       for k, v in samples.items()}
         for (b, r, c), arrs in samples.items():
             x = np.concatenate(arrs)

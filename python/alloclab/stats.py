@@ -40,6 +40,7 @@ MIN_RUNS = 3  # fewer runs than this: no trustworthy spread
 # count separates idle from busy poorly at 2 producers, so the warning is set
 # where a busy task sharing a worker's CPU puts it, and no verdict rests on it.
 PREEMPT_WARN_PER_S = 100.0
+MIN_PHASE_S = 0.1  # a run's measured phase shorter than this warns (pyperf's minimum)
 
 # ---------------------------------------------------------------- distributions
 
@@ -162,14 +163,14 @@ class Stats:
     """One cell's runs: n, mean, sd (sample, ddof=1), median, min, max, cv
     (sd / |mean|), ci (lo, hi) for the mean at ``confidence`` (Student t),
     ci_half (the half width) and ``warnings`` (StatWarning(kind, message);
-    kinds: "runs", "cv", "steal", "preempted")."""
+    kinds: "runs", "cv", "steal", "preempted", "short")."""
 
     __slots__ = ("n", "mean", "sd", "median", "min", "max", "cv", "ci", "ci_half", "confidence",
-                 "steal_max", "preempt_max", "warnings", "values")
+                 "steal_max", "preempt_max", "phase_min", "warnings", "values")
 
     def __init__(self, values, confidence=0.95, steal=None, cv_warn=CV_WARN,
                  steal_warn=STEAL_WARN_PCT, min_runs=MIN_RUNS, preempt=None,
-                 preempt_warn=PREEMPT_WARN_PER_S):
+                 preempt_warn=PREEMPT_WARN_PER_S, phase=None, min_phase=MIN_PHASE_S):
         x = np.asarray(values, dtype=float).ravel()
         x = x[~np.isnan(x)]
         self.values = x
@@ -200,6 +201,9 @@ class Stats:
         pr = np.asarray(preempt if preempt is not None else [], dtype=float).ravel()
         pr = pr[~np.isnan(pr)]
         self.preempt_max = float(np.max(pr)) if len(pr) else nan
+        ph = np.asarray(phase if phase is not None else [], dtype=float).ravel()
+        ph = ph[~np.isnan(ph)]
+        self.phase_min = float(np.min(ph)) if len(ph) else nan
         w = []
         if n < min_runs:
             w.append(StatWarning("runs", "%d run%s (< %d): %s" % (
@@ -215,6 +219,9 @@ class Stats:
         if not math.isnan(self.preempt_max) and self.preempt_max > preempt_warn:
             w.append(StatWarning("preempted", "workers preempted by other tasks %.0f/s per "
                                  "worker in a run (> %g/s)" % (self.preempt_max, preempt_warn)))
+        if not math.isnan(self.phase_min) and self.phase_min < min_phase:
+            w.append(StatWarning("short", "a measured phase of %.0f ms (< %.0f ms)" % (
+                1e3 * self.phase_min, 1e3 * min_phase)))
         self.warnings = w
 
     @property
@@ -224,7 +231,7 @@ class Stats:
     def as_dict(self):
         return {k: getattr(self, k) for k in ("n", "mean", "sd", "median", "min", "max", "cv",
                                              "ci", "ci_half", "confidence", "steal_max",
-                                             "preempt_max")} | {
+                                             "preempt_max", "phase_min")} | {
             "warnings": [w.message for w in self.warnings]}
 
     def __repr__(self):
@@ -235,11 +242,23 @@ class Stats:
         return s
 
 
-def describe(values, confidence=0.95, steal=None, preempt=None, **kw):
+def describe(values, confidence=0.95, steal=None, preempt=None, phase=None, **kw):
     """Stats of one cell's runs (NaNs dropped); ``steal``: the runs'
     steal_pct, for the steal warning; ``preempt``: their
-    worker_preempted_per_s, for the preempted warning."""
-    return Stats(values, confidence=confidence, steal=steal, preempt=preempt, **kw)
+    worker_preempted_per_s, for the preempted warning; ``phase``: their
+    measured phase in seconds, for the short-phase warning."""
+    return Stats(values, confidence=confidence, steal=steal, preempt=preempt, phase=phase, **kw)
+
+
+def run_context(points):
+    """The per-run values behind a cell's warnings, over Points (in run
+    order, as their metric's values are pooled): describe()'s keyword
+    arguments steal, preempt and phase."""
+    def cat(metric, scale=1.0):
+        arrs = [np.asarray(p.data.get(metric, []), dtype=float) * scale for p in points]
+        return np.concatenate(arrs) if arrs else np.array([])
+    return {"steal": cat("steal_pct"), "preempt": cat("worker_preempted_per_s"),
+            "phase": cat("elapsed_ns", 1e-9)}
 
 
 # ---------------------------------------------------------------- tests
@@ -417,6 +436,13 @@ def warning_lines(cells, limit=6, cv_warn=CV_WARN, steal_warn=STEAL_WARN_PCT, wr
     if preempted:
         lines.append("workers preempted by other tasks > %g/s per worker during a run: %s"
                      % (preempt_warn, _names(preempted, limit)))
+    short = [label for label, st in cells if any(w.kind == "short" for w in st.warnings)]
+    if short:
+        shortest = min(st.phase_min for label, st in cells
+                       if any(w.kind == "short" for w in st.warnings))
+        lines.append("measured phases shorter than %.0f ms (pyperf's minimum; the shortest "
+                     "%.0f ms): %s" % (1e3 * MIN_PHASE_S, 1e3 * shortest, "every cell" if len(
+                         short) == len(cells) and len(cells) > 1 else _names(short, limit)))
     if not wrap:
         return lines
     out = []
