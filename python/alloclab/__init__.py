@@ -34,11 +34,12 @@ from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
 from . import peers, plugin
-# issue 6: statistics, A/B comparison, sweeps, histograms, plots
 from . import plot, stats
 from .compare import Comparison, compare
 from .hist import Histogram
 from .sweep import sweep
+from . import machine, verdict
+from .verdict import Claim, Verdict, claim, judge
 
 __all__ = [
     "__version__",
@@ -50,6 +51,12 @@ __all__ = [
     "sweep",
     "compare",
     "Comparison",
+    "claim",
+    "judge",
+    "Claim",
+    "Verdict",
+    "verdict",
+    "machine",
     "Histogram",
     "stats",
     "plot",

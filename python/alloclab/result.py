@@ -404,6 +404,32 @@ class Table:
         return self.to_text()
 
 
+# ---------------------------------------------------------------- JSON
+
+def dump_json(d, path=None, indent=None):
+    """JSON text of d (NaN kept, NumPy scalars as numbers); also written to
+    ``path`` when given."""
+    s = json.dumps(d, indent=indent, allow_nan=True, default=_json_default)
+    if path is not None:
+        with open(path, "w") as f:
+            f.write(s)
+    return s
+
+
+def load_json(s):
+    """Parsed JSON from text, or from a path to a file holding it."""
+    if not s.lstrip().startswith("{") and os.path.exists(s):
+        with open(s) as f:
+            s = f.read()
+    return json.loads(s)
+
+
+def _json_default(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError("not JSON serialisable: %r" % (v,))
+
+
 # ---------------------------------------------------------------- result
 
 def _params_key(params):
@@ -686,19 +712,12 @@ class Result:
 
     def to_json(self, path=None, indent=None):
         """JSON text (lossless); also written to ``path`` when given."""
-        s = json.dumps(self.to_dict(), indent=indent, allow_nan=True)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(s)
-        return s
+        return dump_json(self.to_dict(), path, indent=indent)
 
     @classmethod
     def from_json(cls, s):
         """A Result from to_json() text (or a path to such a file)."""
-        if not s.lstrip().startswith("{") and os.path.exists(s):
-            with open(s) as f:
-                s = f.read()
-        return cls.from_dict(json.loads(s))
+        return cls.from_dict(load_json(s))
 
     @classmethod
     def from_dict(cls, d):

@@ -59,6 +59,7 @@ import numpy as np
 
 from . import errors
 from . import stats as _stats
+from .result import _uniq
 
 HOLDS = "holds"
 FAILS = "does not hold"
@@ -624,14 +625,6 @@ def _open_reason(claim, alpha):
                                              if len(labels) < n else "")
         parts.append(what)
     return "inconclusive: " + "; ".join(parts) if parts else "inconclusive"
-
-
-def _uniq(xs):
-    out = []
-    for x in xs:
-        if x not in out:
-            out.append(x)
-    return out
 
 
 def _cells_text(claim, cells, alpha, ci=False, limit=3):

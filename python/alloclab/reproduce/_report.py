@@ -10,15 +10,10 @@ not to trust, and reads and writes the same JSON for all three:
      "results": {key: Result.to_dict(), ...}}
 """
 
-import json
-import os
-
-import numpy as np
-
 from .. import errors
 from .. import stats as _stats
 from .. import verdict as V
-from ..result import Result
+from ..result import Result, dump_json, load_json
 
 REPORT_VERSION = 2
 
@@ -164,19 +159,12 @@ class Report:
                              for s, v, ctx in self.verdicts()]}
 
     def to_json(self, path=None):
-        s = json.dumps(self.to_dict(), allow_nan=True, default=_jsonable)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(s)
-        return s
+        return dump_json(self.to_dict(), path)
 
     @classmethod
     def from_json(cls, s):
         """A report from to_json() text, or a path to such a file."""
-        if not s.lstrip().startswith("{") and os.path.exists(s):
-            with open(s) as f:
-                s = f.read()
-        d = json.loads(s)
+        d = load_json(s)
         if d.get("format") != cls.FORMAT:
             raise errors.InvalidArgument("not an %s (format %r)" % (cls.FORMAT, d.get("format")))
         if d.get("version") != REPORT_VERSION:
@@ -211,12 +199,6 @@ class Report:
         for f, _ in figs:
             plt.close(f)
         return written
-
-
-def _jsonable(v):
-    if isinstance(v, np.generic):
-        return v.item()
-    raise TypeError("not JSON serialisable: %r" % (v,))
 
 
 def side(points, metric, label=""):
