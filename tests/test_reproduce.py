@@ -116,7 +116,9 @@ def test_report_verdict_flips_when_the_data_flips(report):
     for (s, a, _), (_, b, _) in zip(report.verdicts(), back.verdicts()):
         # the claims between the two designs (not those against no cache)
         if s.startswith("libarena-") and a.claim.expect != "same" and a.outcome == V.HOLDS:
-            assert b.outcome == V.FAILS, (a, b)
+            assert b.outcome != V.HOLDS, (a, b)
+            if a.decided_by() == "counters":  # far beyond the noise: refuted outright
+                assert b.outcome == V.FAILS, (a, b)
             flips += 1
     if report.usable < 3:
         assert flips  # at least the counter claims at 3 virtual producers held

@@ -87,7 +87,7 @@ class Report:
                 "'the same'); does not hold = a cell contradicts it, p < %g after "
                 "Benjamini-Hochberg over the report's %d cells; latency on virtual CPUs never "
                 "decides" % (self.alpha, self.alpha,
-                             sum(len(c.cells) for _, c, _ in self.claims())))
+                             sum(len(v.cells) for _, v, _ in self.verdicts())))
 
     def decided_share(self, real_only=True):
         """(decided, total) over the claims; real_only: those that latency

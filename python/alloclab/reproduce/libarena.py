@@ -371,9 +371,8 @@ class LibarenaReport(Report):
             for d, _ in self.designs:
                 ys, es = [], []
                 for p in self.producers:
-                    st = stats.describe(self.cell(workload, d, metric, timing, p, a)
-                                        if self.cell(workload, d, metric, timing, p, a)
-                                        is not None else [])
+                    v = self.cell(workload, d, metric, timing, p, a)
+                    st = stats.describe(v if v is not None else [])
                     ys.append(st.mean)
                     es.append(st.ci_half if np.isfinite(st.ci_half) else 0)
                 ax.errorbar(self.producers, ys, yerr=es, marker="o", capsize=3, label=d)
