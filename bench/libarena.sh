@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 mkdir -p results
-alloclab reproduce libarena --runs 3 --duration 0.05 --json results/libarena.json \
+alloclab reproduce libarena --json results/libarena.json \
 	--plot results/libarena.png "$@" | tee results/libarena.txt

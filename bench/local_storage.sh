@@ -8,9 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 mkdir -p results
-alloclab reproduce local-storage --runs 3 --duration 5 --sample 1 \
+alloclab reproduce local-storage \
 	--json results/local_storage.json --plot results/local_storage.png "$@" |
 	tee results/local_storage.txt
-alloclab reproduce local-storage --runs 3 --duration 2 --sample 0.5 --owner-work none \
+alloclab reproduce local-storage --owner-work none \
 	--json results/local_storage-alone.json --plot results/local_storage-alone.png "$@" |
 	tee results/local_storage-alone.txt
