@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The seed-003 reproduction (issue 4 figure): bench local-storage-create,
-# socket (kzalloc vs kmalloc_nolock) and task (BPF memory allocator vs
-# kmalloc_nolock) storage at batch 16/32/64, real sockets and threads per
-# owner as the bench, 5 s per cell in 1 s samples (the bench's), 3 runs per
-# cell; then the allocators alone (owner_work=none). Writes
-# bench/results/local_storage{,-alone}.{txt,json,png}. About 7 minutes.
+# The seed-003 reproduction: bench local-storage-create, socket (kzalloc vs
+# kmalloc_nolock) and task (BPF memory allocator vs kmalloc_nolock) storage at
+# batch 16/32/64, real sockets and threads per owner as the bench, with the
+# reproduction's defaults (5 runs of 0.5 s per cell, 0.1 s samples); then the
+# allocators alone (owner_work=none). Writes
+# bench/results/local_storage{,-alone}.{txt,json,png}. About a minute.
 set -euo pipefail
 cd "$(dirname "$0")"
 mkdir -p results

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seed-004 reproduction (issue 5 figure): test_vmalloc under v6.18
+# The seed-004 reproduction: test_vmalloc under v6.18
 # (vmalloc-default), 6-19-0-rc1 (vmalloc-large), vfree-high-order
 # (vmalloc-large-bulkfree) and pcp-first, every row of the seed's table plus
 # Rezki's 3/100-page comparison, at 1 and 2 threads. Loops are calibrated per
