@@ -91,6 +91,16 @@ def test_bimodal_runs_are_inconclusive():
     base = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
     cells = {("buddy", 1): base, ("libc", 1): [60.0, 61.0, 59.5, 140.0, 141.0, 139.0]}
     v = V.claim(result(cells), "libc", "buddy").judge()
+    assert v.outcome == V.OPEN and "bimodal ratios" in v.reason, v
+    v = V.claim(result(cells, paired=False), "libc", "buddy").judge()
+    assert v.outcome == V.OPEN and "bimodal runs of libc" in v.reason, v
+    # the host in two states over the rounds, both sides alike: paired, the ratio is steady
+    drift = np.array([1.0, 1.0, 1.5, 1.5, 1.0, 1.5])
+    cells = {("buddy", 1): np.array(base) * drift,
+             ("libc", 1): np.array([80.0, 80.5, 79.8, 80.2, 80.1, 79.9]) * drift}
+    v = V.claim(result(cells), "libc", "buddy").judge()
+    assert v.outcome == V.HOLDS, v
+    v = V.claim(result(cells, paired=False), "libc", "buddy").judge()
     assert v.outcome == V.OPEN and "bimodal" in v.reason, v
     assert V.bimodal([7.5, 7.4, 7.6, 62.8, 47.3]) == (2, 5, pytest.approx(7.3, rel=0.05))
     assert V.bimodal(base) is None

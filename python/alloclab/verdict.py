@@ -39,7 +39,8 @@ The rule (an intersection-union test, so no correction is needed for
   all its claims together).
 - otherwise *inconclusive*, with the reason: noise (the interval straddles
   the claimed size), too few runs (fewer than 3 a side), bimodal runs (two
-  groups of runs, each of at least 2, at least 25% apart), an unstable
+  groups of runs, each of at least 2, at least 25% apart; of paired runs,
+  the per-pair ratios: a drift both sides share cancels there), an unstable
   machine (too many runs with steal time, see below), latencies
   measured on virtual CPUs (which never decide; counters may), or
   truncated runs (runs without a value for the metric). Runs in which the
@@ -336,6 +337,15 @@ def estimate(old, new, scale="auto", drop_disturbed=True):
                                                        else "values", na, nb),
                        min(na, nb))
     est.dropped = dropped
+    if pair and scale == "ratio":
+        # paired runs: what must not split in two is the per-pair ratio; both
+        # sides moving together between rounds (the host's drift) cancels in it
+        bi = bimodal(np.exp(f(b) - f(a)))
+        if bi:
+            problems.append(("bimodal", "bimodal ratios of %s to %s: %d of %d pairs at %.1fx "
+                             "the others" % (new.label or "new", old.label or "old", bi[0],
+                                             bi[1], bi[2])))
+        return est, problems
     for side in (old, new):
         if side.stated:
             continue

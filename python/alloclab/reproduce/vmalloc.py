@@ -202,7 +202,9 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
                 ns_per_loop[key] = fastest / loops
                 if fastest >= min_time * 1e9 or loops >= l:
                     break
-                loops = min(10 * loops, calibrated_loops(min_time, ns_per_loop[key], l))
+                # a phase of a few ms times a loop well enough to go straight there
+                grow = calibrated_loops(min_time, ns_per_loop[key], l)
+                loops = grow if fastest >= 2e6 else min(10 * loops, grow)
         loops_used[key] = loops
         results[_row_key(t, p, h)] = one(t, p, h, loops, runs)
         if progress:
