@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import alloclab as al
 import alloclab.reproduce as rep
+from alloclab import verdict as V
 from alloclab._ffi import ffi, lib
 from alloclab.reproduce.vmalloc import (SEED_ROWS, TEST_BITS, VmallocReport, change_pct,
                                         machine_policy, summary_text)
@@ -334,13 +335,26 @@ def test_calibrated_loops_reach_the_minimum_time():
                     min_time=0.02)
     assert r.settings["scale"] is None and r.settings["min_time"] == 0.02
     seed = {_key(t, p, h): l for t, p, h, l, *_ in SEED_ROWS}
+    specs = {k: spec for k, _, spec in r.designs}
     for key, res in r.results.items():
-        loops = r.settings["loops"][key]
-        # the last calibration step timed `loops` loops of the fastest policy at min_time
-        # or more, unless the seed's own loop count capped them
-        assert loops == seed[key] or \
-            r.settings["calibration_ns_per_loop"][key] * loops >= 0.02e9
-        assert all(p.params["test_loop_count"] == loops for p in res.points)
+        for label, loops in r.settings["loops"][key].items():
+            pts = res.select(policy=specs[label])
+            assert pts and all(p.params["test_loop_count"] == loops for p in pts)
+            # the last calibration step timed `loops` loops of this policy at min_time or
+            # more, unless the seed's own loop count capped them
+            assert loops == seed[key] or \
+                r.settings["calibration_ns_per_loop"][key][specs[label]] * loops >= 0.02e9
+        # the policies ran back to back in each round: their runs pair up
+        a, b = res.points[:2]
+        assert V.paired(V.Side.from_points([a], "elapsed_ns"), V.Side.from_points([b], "elapsed_ns"))
+    # where the policies' loops differ the table speaks of ns per loop, else of usec
+    table = r.table()
+    for key in r.results:
+        t, p, h = key.split(" ")
+        shared = r.loops(t, int(p[2:]), int(h[2:]))
+        want = "%s: p:%s, h:%s, l:%s" % (t, p[2:], h[2:], shared if shared else
+                                          "calibrated (ns/loop)")
+        assert want in table
 
 
 def _key(t, p, h):

@@ -10,7 +10,7 @@ not to trust, and reads and writes the same JSON for all three:
      "results": {key: Result.to_dict(), ...}}
 """
 
-from .. import errors
+from .. import errors, machine
 from .. import stats as _stats
 from .. import verdict as V
 from ..result import Result, dump_json, load_json
@@ -120,14 +120,16 @@ class Report:
             k, params[k]) for k in keep])
 
     def machine_lines(self):
-        """Machine-level warnings recorded in the Results (one copy each)."""
-        out = []
-        for res in self.results.values():
-            w = getattr(res, "machine_warnings", None)
-            for line in (w() if w else []):
-                if line not in out:
-                    out.append(line)
-        return out
+        """What was bad in the machine's state: as recorded with the first
+        Result, with the load average before and after the whole reproduction
+        (the settings' load_before/load_after, else the Results')."""
+        if not self.results:
+            return []
+        res = list(self.results.values())
+        md = dict(res[0].metadata)
+        md["load_before"] = self.settings.get("load_before", md.get("load_before"))
+        md["load_after"] = self.settings.get("load_after", res[-1].metadata.get("load_after"))
+        return machine.warnings(md)
 
     def settings_line(self):
         s = self.settings

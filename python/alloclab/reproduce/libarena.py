@@ -19,6 +19,7 @@ on counters (buddy locks per operation), which 3 runs fix to well under 1%.
 
 import numpy as np
 
+from .. import machine
 from .. import verdict as V
 from .._ffi import lib
 from ..result import Result
@@ -81,6 +82,7 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     if effort == "quick":
         allocs_per_cycle = allocs_per_cycle or QUICK_ALLOCS_PER_CYCLE
     allocs_per_cycle = list(allocs_per_cycle or ALLOCS_PER_CYCLE)
+    load_before = machine.loadavg()
     designs = list(DESIGNS) + ([BASELINE] if baseline else [])
     usable = int(lib.al_cpus_usable())
     real = [p for p in producers if p <= usable]
@@ -100,6 +102,7 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     settings = {"designs": [list(d) for d in designs], "effort": effort, "runs": runs,
                 "virtual_runs": vruns if virt else None, "duration": duration, "size": size,
                 "threshold": threshold, "usable_cpus": usable}
+    settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LibarenaReport(results, settings)
 
 

@@ -39,6 +39,7 @@ import math
 
 import numpy as np
 
+from .. import machine
 from .. import verdict as V
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
@@ -115,6 +116,7 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     duration = DURATION[effort] if duration is None else duration
     eras = {st: [(lab, (policies or {}).get(st, (None, None))[i] or spec)
                  for i, (lab, spec) in enumerate(ERAS[st])] for st in storage_types}
+    load_before = machine.loadavg()
     pairs = []
     for st in storage_types:
         for b in batch_sizes:
@@ -150,6 +152,7 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     settings = {"eras": eras, "effort": effort, "runs": runs, "duration": duration,
                 "sample": sample, "owner_work": owner_work, "producers": producers,
                 "seed_background": dict(SEED_BACKGROUND, source=SEED_BACKGROUND_SOURCE)}
+    settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LocalStorageReport({"all": res}, settings)
 
 

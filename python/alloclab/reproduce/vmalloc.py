@@ -52,12 +52,12 @@ import math
 
 import numpy as np
 
-from .. import run as _run
-from .. import stats
+from .. import machine, stats
 from .. import verdict as V
 from .._ffi import lib
 from ..policy import Policy, presets
-from ..run import effort_defaults
+from ..result import Result, collect_metadata
+from ..run import effort_defaults, plan as _plan, run_once as _run_once
 from ._report import Report, side
 
 # Changes smaller than this are never marked (R)/(I), as alloclab.compare.
@@ -175,38 +175,56 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
     if rezki:
         rows += [("fix_size_alloc_test", n, 0, REZKI_LOOPS) for n in sorted(SEED_REZKI)]
 
-    def one(test, p, h, loops, nruns, warmup=0):
-        return _run("test_vmalloc", specs, runs=nruns, producers=threads, cycles=1,
-                    warmup_cycles=warmup, run_test_mask=TEST_BITS[test], nr_pages=p,
-                    use_huge=bool(h), test_loop_count=loops,
-                    sequential_test_order=True, nr_pcpu_objects=nr_pcpu_objects, seed=seed,
-                    mem_sample=0)
+    def task(spec, test, p, h, loops, nruns, warmup=0):
+        return _plan("test_vmalloc", spec, runs=nruns, producers=threads, cycles=1,
+                     warmup_cycles=warmup, run_test_mask=TEST_BITS[test], nr_pages=p,
+                     use_huge=bool(h), test_loop_count=loops, sequential_test_order=True,
+                     nr_pcpu_objects=nr_pcpu_objects, seed=seed, mem_sample=0)[1][0]
 
+    def rounds(tasks, nruns):
+        """Runs of each task, round by round, the policies back to back (ABBA)."""
+        raws = [[] for _ in tasks]
+        for i in range(nruns):
+            for j in (range(len(tasks)) if i % 2 == 0 else reversed(range(len(tasks)))):
+                raws[j].append(_run_once(tasks[j], i))
+        return raws
+
+    load_before = machine.loadavg()
     results, loops_used, ns_per_loop = {}, {}, {}
     todo = list(dict.fromkeys(rows))
     for i, (t, p, h, l) in enumerate(todo):
         key = _row_key(t, p, h)
         if scale is not None:
-            loops = max(1, int(round(l * scale)))
+            loops = {s: max(1, int(round(l * scale))) for s in specs}
             if warm:
-                one(t, p, h, loops, 1)
+                rounds([task(s, t, p, h, loops[s], 1) for s in specs], 1)
         else:
-            # untimed runs of every policy, as pyperf calibrates its loops: the first
-            # brings memory in; then loops grow (at most 10x a step) until the
-            # fastest policy's phase lasts min_time, or the seed's loop count
-            loops = max(1, int(round(l * CALIBRATION_LOOPS)))
-            one(t, p, h, loops, 1, warmup=1 if warm else 0)
-            while True:
-                cal = one(t, p, h, loops, 1)
-                fastest = min(float(pt.data["elapsed_ns"][-1]) for pt in cal.points)
-                ns_per_loop[key] = fastest / loops
-                if fastest >= min_time * 1e9 or loops >= l:
-                    break
-                # a phase of a few ms times a loop well enough to go straight there
-                grow = calibrated_loops(min_time, ns_per_loop[key], l)
-                loops = grow if fastest >= 2e6 else min(10 * loops, grow)
-        loops_used[key] = loops
-        results[_row_key(t, p, h)] = one(t, p, h, loops, runs)
+            # untimed runs, as pyperf calibrates its loops, each policy on its own
+            # (their speeds differ up to 5x): the first brings memory in; then a
+            # policy's loops grow (at most 10x a step while a phase is under a
+            # few ms) until its phase lasts min_time, or the seed's loop count
+            loops = {s: max(1, int(round(l * CALIBRATION_LOOPS))) for s in specs}
+            rounds([task(s, t, p, h, loops[s], 1, warmup=1 if warm else 0) for s in specs], 1)
+            ns_per_loop[key] = {}
+            pending = list(specs)
+            while pending:
+                raws = rounds([task(s, t, p, h, loops[s], 1) for s in pending], 1)
+                left = []
+                for s, r in zip(pending, raws):
+                    took = float(r[0]["elapsed_ns"])
+                    ns_per_loop[key][s] = took / loops[s]
+                    if took >= min_time * 1e9 or loops[s] >= l:
+                        continue
+                    grow = calibrated_loops(min_time, ns_per_loop[key][s], l)
+                    loops[s] = grow if took >= 2e6 else min(10 * loops[s], grow)
+                    left.append(s)
+                pending = left
+        loops_used[key] = {k: loops[s] for (k, _), s in zip(designs, specs)}
+        tasks = [task(s, t, p, h, loops[s], runs) for s in specs]
+        raws = rounds(tasks, runs)
+        meta = collect_metadata()
+        meta["run"] = {"workload": "test_vmalloc", "runs": runs, "row": key}
+        results[key] = Result.from_raw(meta, [(tk["point"], r) for tk, r in zip(tasks, raws)])
         if progress:
             _progress("measuring", i + 1, len(todo))
     if progress:
@@ -217,7 +235,8 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
                 "designs": [[k, p, s] for (k, p), s in zip(designs, specs)],
                 "rows": [list(r) for r in todo], "loops": loops_used,
                 "calibration_ns_per_loop": ns_per_loop,
-                "nr_pcpu_objects": nr_pcpu_objects}
+                "nr_pcpu_objects": nr_pcpu_objects,
+                "load_before": load_before, "load_after": machine.loadavg()}
     return VmallocReport(results, settings)
 
 
@@ -264,15 +283,39 @@ class VmallocReport(Report):
             return []
         return res.select(policy=self.spec(label))
 
+    def _side(self, test, p, h, label):
+        """verdict.Side of a design's ns per loop on a row (the test's avg usec
+        over its loops: each design's loops are calibrated on its own)."""
+        pts = self._points(test, p, h, label)
+        vals, starts, steal = [], [], []
+        for pt in pts:
+            usec = pt.data.get("wl.%s.avg_usec" % test)
+            if usec is None:
+                continue
+            vals.append(np.asarray(usec, float) * 1e3 / pt.params["test_loop_count"])
+            starts += list(pt.info.get("run_starts", []))
+            steal.append(np.asarray(pt.data.get("steal_pct", []), float))
+        if not vals:
+            return None
+        v = np.concatenate(vals)
+        return V.Side(v, starts if len(starts) == len(v) else None,
+                      np.concatenate(steal), pts[0].info.get("cpu_mode"), label)
+
     def samples(self, test, p, h, label, metric=None):
-        """The runs of a row's metric (default: the test's avg_usec) for a
-        design (kernel label or preset)."""
-        s = side(self._points(test, p, h, label), metric or "wl.%s.avg_usec" % test)
+        """The runs of a row's metric for a design (kernel label or preset);
+        default: ns per loop (the test's avg usec over its loops)."""
+        if metric is None:
+            s = self._side(test, p, h, label)
+        else:
+            s = side(self._points(test, p, h, label), metric)
         return None if s is None else s.values
 
-    def loops(self, test, p, h):
-        res = self.results.get(_row_key(test, p, h))
-        return res.points[0].params["test_loop_count"] if res else None
+    def loops(self, test, p, h, label=None):
+        """The loops of a row (of one design, or the one they share), or None."""
+        pts = self._points(test, p, h, label) if label else \
+            (self.results.get(_row_key(test, p, h)) or Result({}, [])).points
+        ls = {pt.params["test_loop_count"] for pt in pts}
+        return ls.pop() if len(ls) == 1 else None
 
     def _rows(self):
         """(test, nr_pages, use_huge) of every row run (keys made by _row_key)."""
@@ -283,13 +326,13 @@ class VmallocReport(Report):
         return out
 
     def _cell(self, test, p, h, label):
-        """A verdict cell: the design against v6.18 on a row's avg_usec."""
-        m = "wl.%s.avg_usec" % test
-        old = side(self._points(test, p, h, BASELINE[0]), m, BASELINE[0])
-        new = side(self._points(test, p, h, label), m, label)
+        """A verdict cell: the design against v6.18 on a row's ns per loop."""
+        old = self._side(test, p, h, BASELINE[0])
+        new = self._side(test, p, h, label)
         if old is None or new is None:
             return None
-        return V.Claim.compare("%s p:%d h:%d" % (_short(test), p, h), m, old, new)
+        return V.Claim.compare("%s p:%d h:%d" % (_short(test), p, h),
+                               "wl.%s.loop_ns" % test, old, new)
 
     def _table_marks(self, alpha=0.05):
         """{(test, p, h, column): (p_adj, mark)}: a two-sided test per cell from
@@ -336,7 +379,9 @@ class VmallocReport(Report):
         cols = self.columns + ["seed " + k for k, _ in DESIGNS]
         rows = []
         for t, p, h, _l, s1, s2 in self.seed_rows():
-            label = "%s: p:%d, h:%d, l:%d (usec)" % (t, p, h, self.loops(t, p, h))
+            lp = self.loops(t, p, h)
+            label = "%s: p:%d, h:%d, l:%s (%s)" % (t, p, h, lp if lp else "calibrated",
+                                                    "usec" if lp else "ns/loop")
             cells = []
             for c in self.columns:
                 pct, _, mark = self.change(t, p, h, c)
@@ -364,7 +409,8 @@ class VmallocReport(Report):
         s = self.settings
         pols = "; ".join("%s = %s" % (k, spec) for k, _, spec in self.designs)
         loops = ("loops = seed x %g" % s["scale"] if s.get("scale") else
-                 "loops calibrated per row to >= %g ms per run" % (1e3 * s["min_time"]))
+                 "loops calibrated per row and policy to >= %g ms per run, times in ns per "
+                 "loop" % (1e3 * s["min_time"]))
         return ("test_vmalloc, %d thread%s, %s, %d runs per cell, the policies of a row back "
                 "to back.\nPolicies: %s.\nNormalised to %s: positive = improvement (old/new "
                 "- 1); (R)/(I) = significant (paired t on per-run log-ratios, p < 0.05 after "
@@ -527,8 +573,10 @@ class VmallocReport(Report):
         cells = []
         for key, res in self.results.items():
             test = key.split(" ")[0]
+            names = {spec: k for k, _, spec in self.designs}
             for params, st in res.stats("wl.%s.avg_usec" % test):
-                cells.append(("%s %s" % (key, params.get("policy")), st))
+                cells.append(("%s %s" % (key, names.get(params.get("policy"),
+                                                         params.get("policy"))), st))
         return stats.warning_lines(cells, wrap=wrap) + self.machine_lines()
 
     def failures(self):
@@ -588,8 +636,8 @@ class VmallocReport(Report):
         fs = sorted({(p, h) for t, p, h, *_ in self.seed_rows() if t == "fix_size_alloc_test"})
         for i, (k, _, _) in enumerate(self.designs):
             for h, style in ((0, "-o"), (1, "--s")):
-                pts = [(p, np.nanmean(self.samples("fix_size_alloc_test", p, hh, k)) * 1e3 /
-                        self.loops("fix_size_alloc_test", p, hh)) for p, hh in fs if hh == h]
+                pts = [(p, np.nanmean(self.samples("fix_size_alloc_test", p, hh, k)))
+                       for p, hh in fs if hh == h]
                 if pts:
                     ax.plot(*zip(*pts), style, color="C%d" % i, label="%s h:%d" % (k, h))
         ax.set_xscale("log", base=2)
