@@ -239,6 +239,8 @@ def test_bad_claims_raise_naming_the_bad_value():
         V.claim(res, "libc", "buddy", within=(2, 1))
     with pytest.raises(al.InvalidArgument, match="by=0.5"):
         V.claim(res, "libc", "buddy", by=0.5)
+    with pytest.raises(al.UnknownNameError, match="'log'.*auto, ratio, difference"):
+        V.claim(res, "libc", "buddy", scale="log")
 
 
 def _consistent(v):

@@ -80,6 +80,7 @@ _EXPECT_LOWER_BETTER = {"faster": "lower", "slower": "higher", "better": "lower"
 _EXPECT_HIGHER_BETTER = dict(_EXPECT_LOWER_BETTER, faster="higher", slower="lower",
                              better="higher", worse="lower")
 EXPECT = sorted(_EXPECT_LOWER_BETTER)
+SCALES = ("auto", "ratio", "difference")
 
 
 # ---------------------------------------------------------------- metric kinds
@@ -736,6 +737,10 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
             raise errors.UnknownNameError.make("metric", m, known)
     if param not in res.params():
         raise errors.UnknownNameError.make("parameter", param, res.params())
+    if by is not None and (isinstance(by, bool) or not isinstance(by, (int, float)) or by < 1):
+        raise errors.InvalidArgument("by=%r: a factor >= 1 (1.3: at least 1.3x)" % (by,))
+    if scale not in SCALES:
+        raise errors.UnknownNameError.make("scale", scale, list(SCALES))
     if within is not None:
         if not (isinstance(within, (tuple, list)) and len(within) == 2 and
                 0 < within[0] < within[1]):
@@ -793,8 +798,6 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
             if sn is None or so is None:
                 continue
             cells.append(Claim.compare(label, m, so, sn, scale=scale))
-    if by is not None and by < 1:
-        raise errors.InvalidArgument("by=%r: a factor >= 1 (1.3: at least 1.3x)" % (by,))
     if name:
         text = name
     else:
