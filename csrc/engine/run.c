@@ -59,7 +59,7 @@ struct token {
 	unsigned n;    /* members */
 	unsigned left; /* members still in the phase */
 	unsigned char done[AL_MAX_PRODUCERS];
-	const int *stop; /* issue 8: the engine's stop flag (the watchdog wakes waiters) */
+	const int *stop; /* the engine's stop flag (the watchdog wakes waiters) */
 };
 
 /* A reusable barrier whose party count can shrink (a worker failed to start). */
@@ -67,7 +67,7 @@ struct barrier {
 	pthread_mutex_t m;
 	pthread_cond_t cv;
 	unsigned parties, count, gen;
-	int broken; /* issue 8: the watchdog fired; every wait returns at once */
+	int broken; /* the watchdog fired; every wait returns at once */
 };
 
 static void barrier_init(struct barrier *b, unsigned parties)
@@ -131,11 +131,11 @@ struct worker_slot {
 	int pin_cpu;	 /* OS CPU to pin to, or -1 */
 	char err[200];
 	struct al_metric metrics[AL_METRICS_MAX]; /* this worker's workload metrics */
-	struct al_rcu_reader rcu; /* grace-period reader: online while cycling (issue 4) */
-	int where;		  /* issue 8: enum worker_where, for the watchdog (relaxed) */
-	uint64_t progress;	  /* issue 8: state changes and cycles so far (relaxed) */
-	uint64_t nvcsw;		  /* voluntary context switches in the measured phase */
-	uint64_t nivcsw;	  /* involuntary context switches (preempted) in it */
+	struct al_rcu_reader rcu;		  /* grace-period reader: online while cycling */
+	int where;	   /* enum worker_where, for the watchdog (relaxed) */
+	uint64_t progress; /* state changes and cycles so far (relaxed) */
+	uint64_t nvcsw;	   /* voluntary context switches in the measured phase */
+	uint64_t nivcsw;   /* involuntary context switches (preempted) in it */
 } __attribute__((aligned(AL_CACHELINE)));
 
 struct engine {
@@ -157,14 +157,14 @@ struct engine {
 	pthread_mutex_t a_lock;		/* e->a replaced (RESET) vs read by the memory sampler */
 	struct al_mem_sampler *sampler; /* memory samples (main thread only) */
 	struct worker_slot *ws;		/* the workers, for their live bytes */
-	unsigned started;		/* issue 8: worker threads started */
-	int fired;			/* issue 8: the watchdog ended the run (main only) */
-	uint64_t last_progress;		/* issue 8: sum of the workers' progress last seen */
-	uint64_t last_change_ns;	/* issue 8: when it last changed */
+	unsigned started;		/* worker threads started */
+	int fired;			/* the watchdog ended the run (main only) */
+	uint64_t last_progress;		/* sum of the workers' progress last seen */
+	uint64_t last_change_ns;	/* when it last changed */
 	cpu_set_t worker_cpus;		/* CPUs the workers are pinned to */
 };
 
-/* ---- issue 8: where a worker is, for the watchdog ---- */
+/* ---- where a worker is, for the watchdog ---- */
 
 enum worker_where { W_INIT, W_BARRIER, W_TOKEN, W_CYCLE, W_FINI, W_DONE, W_NR };
 
@@ -418,7 +418,7 @@ static void barrier_wait_sampling(struct engine *e)
 	pthread_mutex_unlock(&b->m);
 }
 
-/* ---- issue 8: the watchdog (main thread) ---- */
+/* ---- the watchdog (main thread) ---- */
 
 /*
  * With cfg->watchdog_ns, the main thread's waits (the phase barriers and the
@@ -609,7 +609,7 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	ret = e->cfg->workload->cycle(&s->w);
 	if (t)
 		token_release(t);
-	al_rcu_quiescent(&s->rcu); /* between cycles: nothing is held (issue 4) */
+	al_rcu_quiescent(&s->rcu); /* between cycles: nothing is held */
 	if (ret) {
 		engine_fail(e, ret, "worker %u: %s", s->w.id,
 			    s->err[0] ? s->err : al_strerror(ret));
@@ -856,7 +856,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	struct al_stats *snap0 = NULL;
 	struct al_mem_sampler *sampler = NULL;
 	struct al_ctx main_ctx;
-	struct al_run_config *cfg_copy = NULL; /* issue 8 */
+	struct al_run_config *cfg_copy = NULL;
 	int64_t baseline[AL_MAX_LAYERS] = { 0 };
 	uint64_t st_total0, st_steal0, st_total1, st_steal1, t0, t1;
 	unsigned i, usable, started = 0, nl;
@@ -869,7 +869,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 		return res->status = ret;
 
 	e = al_meta_alloc(sizeof(*e));
-	/* issue 8: workers read the engine's own copy of the config, which a
+	/* Workers read the engine's own copy of the config, which a
 	 * watchdog-abandoned worker may still read after al_run has returned */
 	cfg_copy = al_meta_alloc(sizeof(*cfg_copy));
 	snap0 = al_meta_alloc(sizeof(*snap0) * AL_MAX_LAYERS);
@@ -981,7 +981,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 			ret = -ENOMEM;
 			goto out_teardown;
 		}
-		for (i = 0; i < e->ngroups; i++) /* issue 8: the watchdog wakes waiters */
+		for (i = 0; i < e->ngroups; i++) /* the watchdog wakes waiters */
 			e->tok[0][i].stop = e->tok[1][i].stop = &e->stop;
 	}
 	barrier_init(&e->bar, e->nw + 1);
@@ -1082,7 +1082,7 @@ out_free:
 	return res->status = ret;
 
 out_abandon:
-	/* issue 8: the watchdog fired. Stuck workers still run: detach them and
+	/* The watchdog fired. Stuck workers still run: detach them and
 	 * leak the allocator, the workload's state and the engine's. */
 	abandon_workers(e, 0);
 	return res->status = -ETIMEDOUT;

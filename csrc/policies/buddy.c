@@ -66,7 +66,7 @@
  * bytes and the linked[] bitmap (published with release under the lock);
  * the lock is a leaf: nothing else is taken while it is held.
  *
- * NMI context (issue 8, the seed-000 series)
+ * NMI context (the seed-000 series)
  * -------------------------------------------
  * At AL_CTX_NMI nothing may wait on the lock (the interrupted code on this
  * CPU may hold it). alloc and alloc_bulk return NULL at once (-EBUSY,
@@ -118,7 +118,7 @@
 #define BUDDY_FILL_ALLOC 0xD0	     /* fill byte on alloc (fill=1), as mimalloc */
 #define BUDDY_FILL_FREE	 0xDF	     /* fill byte on free (fill=1) */
 
-/* Word 1 of a block an NMI deferred holds its address ^ this tag (issue 8). */
+/* Word 1 of a block an NMI deferred holds its address ^ this tag. */
 #define BUDDY_DEFER_TAG 0x6e6d692d64656672ull
 
 /* Free-block header, at byte BUDDY_HEADER_OFF of every free block. */
@@ -439,7 +439,7 @@ static al_noinline uintptr_t take_grow(struct buddy *b, struct al_ctx *c, unsign
 
 static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p);
 
-/* Free, under the lock, every block an NMI deferred (issue 8). */
+/* Free, under the lock, every block an NMI deferred. */
 static al_noinline al_cold void drain_deferred_locked(struct buddy *b, const struct al_ctx *c)
 {
 	uintptr_t p = __atomic_exchange_n(&b->nmi_deferred, 0, __ATOMIC_ACQUIRE), next;

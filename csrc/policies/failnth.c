@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * failnth: fault injection (issue 8). A pass-through layer that makes the
+ * failnth: fault injection. A pass-through layer that makes the
  * layer below "fail" its Nth call, or every Nth call, of one kind (alloc,
  * alloc_bulk, free, free_bulk) or of any kind. Put it under the layer whose
  * error paths you want to exercise: "percpu > failnth(op=alloc_bulk,nth=3,

@@ -88,7 +88,7 @@ static int cs_cycle(struct al_worker *w)
 		return w->ctx.err ? w->ctx.err : -ENOMEM;
 	}
 	w->alloc_ticks += t1 - t0;
-	if (al_unlikely(w->hist != NULL)) /* histogram=1 (issue 6) */
+	if (al_unlikely(w->hist != NULL)) /* histogram=1 */
 		al_hist_record(&w->hist[AL_HIST_ALLOC], t1 - t0);
 	for (r = 0; r < reps; r++)
 		for (size_t k = 0; k < size; k++)

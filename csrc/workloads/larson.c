@@ -178,7 +178,7 @@ static int la_cycle(struct al_worker *w)
 		lw->mine->slot[k] = p;
 		w->free_ticks += t1 - t0;
 		w->alloc_ticks += t2 - t1;
-		if (al_unlikely(w->hist != NULL)) { /* histogram=1 (issue 6) */
+		if (al_unlikely(w->hist != NULL)) { /* histogram=1 */
 			al_hist_record(&w->hist[AL_HIST_FREE], t1 - t0);
 			al_hist_record(&w->hist[AL_HIST_ALLOC], t2 - t1);
 		}

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * nmi: allocation under real interruption (issue 8). Each worker runs
+ * nmi: allocation under real interruption. Each worker runs
  * malloc-free cycles (allocs_per_cycle objects of `size`, each touched, then
  * freed; with mode=malloc-xfree each batch is handed to the next worker,
  * which frees it, as malloc-xfree does) while a per-thread POSIX timer (timer_create with

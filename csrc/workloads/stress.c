@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stress: a long, checked, multi-thread stress (issue 8). Each worker keeps
+ * stress: a long, checked, multi-thread stress. Each worker keeps
  * `slots` objects and, per cycle, runs ops_per_cycle random operations:
  *   alloc       a random size in [1, size_max] into an empty slot, filled
  *               with a per-object byte pattern;

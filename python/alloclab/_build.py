@@ -125,15 +125,15 @@ int al_clock_init(void);
 uint64_t al_mono_ns(void);
 
 const char *al_version(void);
-/* issue 9: plugins */
+/* plugins */
 const void *al_get_api(void);
-/* issue 7: peers */
+/* peers */
 int al_system_allocator(void);
 const char *al_build_flags(void);
 const char *al_strerror(int err);
 
 /* ---- engine.h ---- */
-struct al_metric {  /* issue 5: workload metrics */
+struct al_metric {  /* workload metrics */
     const char *name;
     double value;
     uint64_t count;
@@ -179,7 +179,7 @@ struct al_workload_desc {
     ...;
 };
 
-/* ---- issue 6: histograms and memory (fields added to al_run_config/result below) ---- */
+/* ---- histograms and memory (fields added to al_run_config/result below) ---- */
 #define AL_HIST_BUCKETS ...
 #define AL_HIST_SUB ...
 #define AL_F_STATS_ANYTIME ...
@@ -221,9 +221,9 @@ struct al_run_config {
     uint64_t cycles;
     uint64_t duration_ns;
     uint64_t seed;
-    int histogram;              /* issue 6 */
-    uint64_t mem_sample_ns;     /* issue 6 */
-    uint64_t watchdog_ns;       /* issue 8 */
+    int histogram;
+    uint64_t mem_sample_ns;
+    uint64_t watchdog_ns;
     ...;
 };
 
@@ -249,15 +249,15 @@ struct al_run_result {
     unsigned nlayers;
     struct al_stats layers[...];
     int64_t leaked[...];
-    struct al_hist hist[...];   /* issue 6 */
-    struct al_mem mem;          /* issue 6 */
+    struct al_hist hist[...];
+    struct al_mem mem;
     uint64_t worker_nvcsw;      /* scheduling in the measured phase */
     uint64_t worker_nivcsw;
     uint64_t engine_wakeups;
     uint64_t engine_wakeups_on_worker_cpus;
     uint64_t engine_cpus;
-    unsigned nmetrics;                  /* issue 5 */
-    struct al_metric metrics[...];      /* issue 5 */
+    unsigned nmetrics;
+    struct al_metric metrics[...];
     ...;
 };
 
@@ -265,7 +265,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res);
 unsigned al_cpus_usable(void);
 unsigned al_threads_per_core(void);
 
-/* ---- issue 5: workload metrics, page allocator and vmalloc APIs ---- */
+/* ---- workload metrics, page allocator and vmalloc APIs ---- */
 #define AL_METRICS_MAX ...
 #define AL_F_PAGES ...
 #define AL_F_NEEDS_PAGES ...
@@ -318,11 +318,11 @@ int al_vmalloc_read(struct al_allocator *a, const void *addr, void *dst, size_t 
 int al_vmalloc_memset(struct al_allocator *a, void *addr, int byte, size_t len);
 int al_vmalloc_to_pfn(struct al_allocator *a, const void *addr, uint64_t *pfn);
 int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c);
-/* ---- issue 4: slab/sheaves/nolock/bpf_ma, deferred work, contexts ---- */
+/* ---- slab/sheaves/nolock/bpf_ma, deferred work, contexts ---- */
 static const int AL_F_TRYLOCK;
 static const int AL_NOTRACE;
 static const int AL_NOCPU;
-/* ---- issue 8: reliability (NMI-safe layers) ---- */
+/* ---- reliability (NMI-safe layers) ---- */
 static const int AL_F_NMI_SAFE;
 static const int AL_F_NMI_SHIELD;
 static const int AL_F_KM_CLASSES;

@@ -360,7 +360,7 @@ def cmd_run(argv):
                   seed=args.seed, effort=args.effort, processes=args.processes, **params)
     if args.hist:  # histograms time every operation: per_op_sum unless --timing says
         kwargs["histogram"] = True
-    if args.watchdog is not None:  # issue 8
+    if args.watchdog is not None:
         kwargs["watchdog"] = args.watchdog
     pols = args.policy or ["buddy"]
     policy = [Policy(s) for s in pols]
@@ -427,7 +427,7 @@ def cmd_run(argv):
     return 0
 
 
-# ------------------------------------------------------------------ issue 6: measurement
+# ------------------------------------------------------------------ measurement
 
 def _run_measure_flags(p):
     g = p.add_argument_group("measurement")
@@ -436,7 +436,7 @@ def _run_measure_flags(p):
                         "(times every operation: implies --timing per_op_sum)")
     g.add_argument("--watchdog", type=float, metavar="SECONDS",
                    help="end a run whose workers make no progress for this long (default 30; "
-                        "0 = never)")  # issue 8
+                        "0 = never)")
     g.add_argument("--ci", action="store_true",
                    help="show the 95%% confidence interval of the mean in cells (±half width)")
     g.add_argument("--plot", metavar="FILE",

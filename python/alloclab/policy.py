@@ -45,7 +45,7 @@ presets = {
     "vmalloc-large": "vmalloc(alloc=high_order) > pages",
     "vmalloc-large-bulkfree": "vmalloc(alloc=high_order, free=bulk) > pages",
     "vmalloc-pcp-first": "vmalloc(alloc=pcp_first, free=bulk) > pages",
-    # seed 003: BPF local storage allocators (issue 4)
+    # seed 003: BPF local storage allocators
     "kzalloc": "slab(zero=true)",
     "kmalloc-sheaves": "sheaves > slab(form=sheaves)",
     "kmalloc-nolock": "nolock > slab",

@@ -51,7 +51,7 @@ BASE_METRICS = [
     "alloc_ns", "free_ns", "throughput", "cycles", "alloc_ops", "free_ops", "cross_frees",
     "elapsed_ns", "timer_overhead_ns", "steal_pct",
 ]
-BASE_METRICS += _measures.METRIC_NAMES  # memory and per-op percentiles (issue 6)
+BASE_METRICS += _measures.METRIC_NAMES  # memory and per-op percentiles
 BASE_METRICS += machine.METRIC_NAMES  # scheduling in the measured phase
 _INT_BASE = {"cycles", "alloc_ops", "free_ops", "cross_frees"}
 
@@ -64,7 +64,7 @@ METRIC_INFO = {
     "timer_overhead_ns": ("timer overhead", "ns", None),
     "steal_pct": ("steal time", "%", None),
 }
-METRIC_INFO.update(_measures.METRIC_INFO)  # issue 6
+METRIC_INFO.update(_measures.METRIC_INFO)
 METRIC_INFO.update(machine.METRIC_INFO)  # scheduling, no direction
 
 _ROW_LABELS = {"allocs_per_cycle": "allocs/cycle", "producers": "producers"}
@@ -301,7 +301,7 @@ class Table:
         self.cube = cube
         self.sd_cube = sd_cube
         self.n = n
-        # issue 6: {(block, row, col): stats.Stats}, the CI half widths and warnings
+        # {(block, row, col): stats.Stats}, the CI half widths and warnings
         self.cell_stats = cell_stats or {}
         self.ci_cube = np.full(cube.shape, np.nan)
         for (b, r, c), st in self.cell_stats.items():
@@ -507,7 +507,7 @@ class Result:
         return [p for p in self.points if all(k in p.params and f(p.params[k])
                                               for k, f in conds.items())]
 
-    # -- results as data: concatenate, filter (issue 6) --
+    # -- results as data: concatenate, filter --
 
     @classmethod
     def concat(cls, results):

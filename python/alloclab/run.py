@@ -346,14 +346,14 @@ def run_once(task, run_index=0, in_child=False):
             "engine_wakeups_on_worker_cpus": int(res.engine_wakeups_on_worker_cpus),
             "engine_cpus": [c for c in range(64) if res.engine_cpus >> c & 1],
         },
-        # Workload metrics (issue 5): [(name, value)], reported as "wl.<name>".
+        # Workload metrics: [(name, value)], reported as "wl.<name>".
         "metrics": [(cstr(res.metrics[i].name), float(res.metrics[i].value))
                     for i in range(min(res.nmetrics, lib.AL_METRICS_MAX))],
     }
 
 
 def _raw_measures(res, task):
-    """Memory samples and, with histogram=True, the merged histograms (issue 6)."""
+    """Memory samples and, with histogram=True, the merged histograms."""
     m = res.mem
     out = {"mem": {k: int(getattr(m, k)) for k in (
         "samples", "held_samples", "held", "held_peak", "requested", "requested_peak",

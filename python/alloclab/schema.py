@@ -35,18 +35,18 @@ FEATURES = [
     ("backend", lib.AL_F_BACKEND),
     ("usable", lib.AL_F_USABLE),
     ("validates", lib.AL_F_VALIDATES),
-    ("stats_anytime", lib.AL_F_STATS_ANYTIME),  # issue 6: memory sampled mid-run
+    ("stats_anytime", lib.AL_F_STATS_ANYTIME),  # memory sampled mid-run
     ("pages", lib.AL_F_PAGES),  # a page allocator (alloclab/pages.h)
     ("needs_pages", lib.AL_F_NEEDS_PAGES),  # needs one right below
-    ("trylock", lib.AL_F_TRYLOCK),  # issue 4
-    ("nmi_safe", lib.AL_F_NMI_SAFE),  # issue 8
-    ("nmi_shield", lib.AL_F_NMI_SHIELD),  # issue 8
+    ("trylock", lib.AL_F_TRYLOCK),
+    ("nmi_safe", lib.AL_F_NMI_SAFE),
+    ("nmi_shield", lib.AL_F_NMI_SHIELD),
     ("km_classes", lib.AL_F_KM_CLASSES),  # usable size of a kmalloc class is the class
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),
     ("one_producer", lib.AL_WL_ONE_PRODUCER),
-    ("live", lib.AL_WL_LIVE),  # issue 6: keeps live requested bytes
+    ("live", lib.AL_WL_LIVE),  # keeps live requested bytes
 ]
 
 _SIZE_UNITS = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)]

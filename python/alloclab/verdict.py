@@ -108,14 +108,12 @@ class Side:
     """The runs of one side of a cell: values, per-run start times (for
     pairing), per-run steal, the CPU mode; or a stated value."""
 
-    __slots__ = ("values", "starts", "steal", "preempt", "cpu_mode", "label", "stated")
+    __slots__ = ("values", "starts", "steal", "cpu_mode", "label", "stated")
 
-    def __init__(self, values, starts=None, steal=None, cpu_mode=None, label="", stated=False,
-                 preempt=None):
+    def __init__(self, values, starts=None, steal=None, cpu_mode=None, label="", stated=False):
         self.values = np.asarray(values, dtype=float).ravel()
         self.starts = None if starts is None else np.asarray(starts, dtype=float).ravel()
         self.steal = np.asarray(steal if steal is not None else [], dtype=float).ravel()
-        self.preempt = np.asarray(preempt if preempt is not None else [], dtype=float).ravel()
         self.cpu_mode = cpu_mode
         self.label = label
         self.stated = stated
@@ -123,7 +121,7 @@ class Side:
     @classmethod
     def from_points(cls, points, metric, label=""):
         """The runs of ``metric`` over Points (runs of equal points pooled)."""
-        vals, starts, steal, preempt, modes = [], [], [], [], set()
+        vals, starts, steal, modes = [], [], [], set()
         for p in points:
             if metric not in p.data:
                 continue
@@ -133,15 +131,13 @@ class Side:
             starts.append(np.asarray(st, dtype=float) if st is not None and len(st) == len(v)
                           else np.full(len(v), np.nan))
             steal.append(np.asarray(p.data.get("steal_pct", []), dtype=float))
-            preempt.append(np.asarray(p.data.get("worker_preempted_per_s", []), dtype=float))
             modes.add(p.info.get("cpu_mode"))
         if not vals:
             return None
         s = np.concatenate(starts)
         return cls(np.concatenate(vals), None if np.isnan(s).any() else s,
                    np.concatenate(steal), "virtual" if "virtual" in modes else
-                   (modes.pop() if len(modes) == 1 else None), label,
-                   preempt=np.concatenate(preempt))
+                   (modes.pop() if len(modes) == 1 else None), label)
 
     @classmethod
     def value(cls, v, label=""):

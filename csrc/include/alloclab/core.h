@@ -269,7 +269,7 @@ AL_API int al_system_allocator(void);
 AL_API const char *al_build_flags(void); /* compiler and flags the library was built with */
 AL_API const char *al_strerror(int err); /* "ENOMEM", "EINVAL", ... */
 
-/* ---- issue 4: the running thread's context, fault injection, deferred work ---- */
+/* ---- the running thread's context, fault injection, deferred work ---- */
 
 /*
  * The context of the worker running on this thread, so that a signal handler

@@ -74,7 +74,7 @@ enum al_timing {
 
 struct al_hist;
 /*
- * Workload metrics (issue 5): named results a workload reports beyond the
+ * Workload metrics: named results a workload reports beyond the
  * engine's alloc/free figures (e.g. test_vmalloc's per-test "avg usec" and
  * passed/failed counts). A worker adds values with al_worker_metric() during
  * its cycles or in worker_fini; values added in the warmup are discarded
@@ -128,7 +128,7 @@ struct al_worker {
 	struct al_metric *metrics; /* named results of this worker (al_worker_metric) */
 	unsigned nmetrics;	   /* entries used in metrics[] */
 	unsigned metrics_max;	   /* capacity of metrics[]; 0 = the worker keeps none */
-	int measuring; /* issue 4: 1 from the first measured cycle on (set by the engine) */
+	int measuring;		   /* 1 from the first measured cycle on (set by the engine) */
 };
 
 struct al_run_result;
@@ -169,7 +169,7 @@ struct al_workload_desc {
 	 * start (larson's warm-up blocks, cache-scratch's handed-out objects). */
 	int (*prepare)(void *shared, struct al_allocator *a, struct al_ctx *c, char *err,
 		       size_t errlen);
-	/* Optional (issue 4): after the measured phase, before worker_fini, add the
+	/* Optional: after the measured phase, before worker_fini, add the
 	 * workload's own results with al_result_value() (read by Python as
 	 * metrics "wl.<name>"). Runs on the main thread; workers are waiting. */
 	void (*report)(void *shared, unsigned nworkers, struct al_run_result *res);
@@ -281,7 +281,7 @@ struct al_run_config {
 	uint64_t seed;
 	int histogram;		/* per-op latency histograms (needs AL_TIMING_PER_OP_SUM) */
 	uint64_t mem_sample_ns; /* memory sampling period in the measured phase; 0 = ends only */
-	/* issue 8: end the run with -ETIMEDOUT when no worker makes progress for
+	/* End the run with -ETIMEDOUT when no worker makes progress for
 	 * this long (stuck workers are left running, the allocator leaked); 0 = off */
 	uint64_t watchdog_ns;
 };
@@ -323,7 +323,7 @@ struct al_run_result {
 
 /* 0 or -errno; res->status and res->error say the same. */
 AL_API int al_run(const struct al_run_config *cfg, struct al_run_result *res);
-/* Set a named workload result from a workload's report hook (issue 4): it joins
+/* Set a named workload result from a workload's report hook: it joins
  * the metrics merged from the workers (al_worker_metric), as "wl.<name>" in
  * Python; ignored when metrics[] is full. NaN is allowed (undefined). */
 AL_API void al_result_value(struct al_run_result *res, const char *name, double value);

@@ -56,11 +56,10 @@ enum al_flags {
 	AL_ZERO = 1u << 0,     /* zero the memory (kzalloc, calloc) */
 	AL_NOSPIN = 1u << 1,   /* may not spin on a lock: trylock only */
 	AL_MAYSLEEP = 1u << 2, /* may block (unused by the spin-only models) */
-	/* issue 4 */
-	AL_NOTRACE = 1u << 3, /* part of a call already traced above, or an API without the
-			       * kmalloc tracepoint (kmalloc_nolock): not counted as traced */
-	AL_NOCPU = 1u << 4    /* do not touch the calling CPU's per-CPU caches (a helper
-			       * thread running a CPU's deferred work concurrently with it) */
+	AL_NOTRACE = 1u << 3,  /* part of a call already traced above, or an API without the
+				* kmalloc tracepoint (kmalloc_nolock): not counted as traced */
+	AL_NOCPU = 1u << 4     /* do not touch the calling CPU's per-CPU caches (a helper
+				* thread running a CPU's deferred work concurrently with it) */
 };
 
 /* The calling "CPU". One per worker thread; never shared between threads. */
@@ -120,7 +119,7 @@ struct al_ops {
 	 * none held), and release them in parent and child afterwards. */
 	int (*fork_lock)(struct al_allocator *a, struct al_ctx *c);
 	void (*fork_unlock)(struct al_allocator *a, struct al_ctx *c);
-	/* Optional (issue 4): free with flags. AL_NOSPIN: -EBUSY, object untouched,
+	/* Optional: free with flags. AL_NOSPIN: -EBUSY, object untouched,
 	 * when the free would have to spin on a lock or leave the fast path
 	 * (kfree_nolock then defers it); AL_NOCPU: bypass per-CPU caches. */
 	int (*free_flags)(struct al_allocator *a, struct al_ctx *c, void *ptr, unsigned flags);
@@ -165,17 +164,17 @@ enum al_features {
 	 * only): the engine then samples this layer's bytes_held during a run */
 	AL_F_STATS_ANYTIME = 1u << 5,
 
-	/* Page allocators (issue 5). */
+	/* Page allocators. */
 	AL_F_PAGES = 1u << 6, /* a page allocator: implements alloclab/pages.h */
 	AL_F_NEEDS_PAGES = 1u << 7 /* needs a page allocator (AL_F_PAGES) right below */,
-	/* Trylock-only layers (issue 4): an allocation may fail (-EBUSY) while
+	/* Trylock-only layers: an allocation may fail (-EBUSY) while
 	 * another CPU holds a lock below. */
 	AL_F_TRYLOCK = 1u << 8,
-	/* issue 8: every call may run at AL_CTX_NMI (a signal handler interrupting
+	/* Every call may run at AL_CTX_NMI (a signal handler interrupting
 	 * the same CPU anywhere): it never waits on a lock another level of the
 	 * CPU may hold, and it refuses (NULL, -EBUSY) or defers what it cannot do */
 	AL_F_NMI_SAFE = 1u << 12,
-	/* issue 8: at AL_CTX_NMI it reaches the layer below only with AL_NOSPIN
+	/* At AL_CTX_NMI it reaches the layer below only with AL_NOSPIN
 	 * or not at all (refill and trim run later, from ordinary context), so
 	 * the layers below need no NMI path of their own */
 	AL_F_NMI_SHIELD = 1u << 13,
@@ -216,7 +215,7 @@ static inline int al_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	return a->ops->free(a, c, p);
 }
 
-/* Free with AL_NOSPIN/AL_NOCPU (issue 4): a layer without free_flags cannot
+/* Free with AL_NOSPIN/AL_NOCPU: a layer without free_flags cannot
  * promise not to spin, so AL_NOSPIN gets -EBUSY; otherwise a plain free. */
 static inline int al_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags)
 {

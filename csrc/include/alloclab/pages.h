@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * alloclab: the page-allocator API of a `pages` layer (issue 5; reference §5).
+ * alloclab: the page-allocator API of a `pages` layer (reference §5).
  *
  * A `pages` layer simulates physical memory: N page frames of 4 KiB, numbered
  * by pfn 0..N-1, each with a 64-byte descriptor, managed by a zone buddy

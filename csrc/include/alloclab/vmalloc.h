@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * alloclab: the vmalloc API of a `vmalloc` layer (issue 5; reference §6).
+ * alloclab: the vmalloc API of a `vmalloc` layer (reference §6).
  *
  * A `vmalloc` layer sits right above a `pages` layer. Its struct al_ops are
  * alloc(size) = vmalloc(size) and free(p) = vfree(p); the functions below
