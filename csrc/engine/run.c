@@ -808,6 +808,13 @@ static int check_config(const struct al_run_config *cfg, struct al_run_result *r
 			 "the measured phase needs cycles > 0 or duration > 0");
 		return -EINVAL;
 	}
+	if ((wl->flags & AL_WL_DISTINCT) && al_spec_shared_layer(&cfg->stack)) {
+		snprintf(res->error, sizeof(res->error),
+			 "%s needs distinct objects, but layer %s hands out one block per CPU; "
+			 "use a real allocator (e.g. buddy or slab)",
+			 wl->name, al_spec_shared_layer(&cfg->stack)->name);
+		return -EINVAL;
+	}
 	if (al_params_check(wl->params, wl->nparams, cfg->wparams, why, sizeof(why))) {
 		snprintf(res->error, sizeof(res->error), "%s: %s", wl->name, why);
 		return -EINVAL;

@@ -11,6 +11,45 @@
 
 #include "alloclab/alloclab.h"
 
+const struct al_layer_desc *al_spec_shared_layer(const struct al_stack_spec *s)
+{
+	unsigned i;
+
+	for (i = 0; s && i < s->n && i < AL_MAX_LAYERS; i++)
+		if (s->layer[i].desc && (s->layer[i].desc->features & AL_F_SHARED_BLOCKS))
+			return s->layer[i].desc;
+	return NULL;
+}
+
+/* A cache that keeps freed objects (in lists through their memory, or in
+ * arrays handed out again) over a layer that returns one block per CPU would
+ * hold the same memory twice, link it to itself, and hand it to two owners:
+ * refused, naming both layers. */
+static int check_distinct(const struct al_stack_spec *s, char *err, size_t errlen)
+{
+	unsigned i, j;
+
+	for (i = 0; i < s->n; i++) {
+		const struct al_layer_desc *d = s->layer[i].desc;
+
+		if (!(d->features & AL_F_NEEDS_DISTINCT))
+			continue;
+		for (j = i + 1; j < s->n; j++) {
+			const struct al_layer_desc *b = s->layer[j].desc;
+
+			if (!(b->features & AL_F_SHARED_BLOCKS))
+				continue;
+			snprintf(err, errlen,
+				 "%s cannot stack over %s: %s caches the objects freed to it and "
+				 "needs distinct objects, but %s hands out one block per CPU; "
+				 "use a real backend below it (e.g. '%s > buddy')",
+				 d->name, b->name, d->name, b->name, d->name);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
 		    char *err, size_t errlen)
 {
@@ -62,6 +101,9 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 			return -EINVAL;
 		}
 	}
+	ret = check_distinct(s, err, errlen);
+	if (ret)
+		return ret;
 	for (i = (int)s->n - 1; i >= 0; i--) {
 		const struct al_layer_desc *d = s->layer[i].desc;
 

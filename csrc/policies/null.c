@@ -5,6 +5,11 @@
  * cache lines), and free does nothing. No counters, no checks: whatever a
  * run measures on it is the cost of the engine, the workload loop and the
  * indirect calls, to subtract from every other policy's numbers.
+ *
+ * Two live allocations on one CPU are the same memory, so it declares
+ * AL_F_SHARED_BLOCKS: caches that keep freed objects refuse to stack over
+ * it, and workloads that link, check or share objects (AL_WL_DISTINCT)
+ * refuse it; it serves workloads that only touch what they allocate.
  */
 #include <errno.h>
 
@@ -94,7 +99,7 @@ static const struct al_layer_desc null_desc = {
 	.desc_size = sizeof(struct al_layer_desc),
 	.name = "null",
 	.doc = "no-op allocator returning a preallocated block: the harness floor",
-	.features = AL_F_USABLE | AL_F_STATS_ANYTIME,
+	.features = AL_F_USABLE | AL_F_STATS_ANYTIME | AL_F_SHARED_BLOCKS,
 	.max_size = NULL_BLOCK,
 	.create = null_create,
 };

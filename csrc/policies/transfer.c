@@ -413,7 +413,7 @@ static const struct al_layer_desc transfer_desc = {
 	.name = "transfer",
 	.doc = "per-order transfer caches of whole batches shared between CPUs, under per-order "
 	       "locks (seed 000 'transfer cache')",
-	.features = AL_F_BACKEND | AL_F_BULK | AL_F_OWNS | AL_F_USABLE,
+	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS | AL_F_USABLE,
 	.max_size = 0,
 	.nparams = P_NR,
 	.params = transfer_params,

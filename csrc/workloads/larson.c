@@ -223,6 +223,7 @@ static const struct al_workload_desc larson_desc = {
 	.name = "larson",
 	.doc = "mimalloc-bench larson: random free+alloc over a per-thread array of live chunks, "
 	       "arrays handed between threads (server bleeding)",
+	.flags = AL_WL_DISTINCT, /* objects stay live and move between workers */
 	.nparams = P_NR,
 	.params = la_params,
 	.size_param = P_max_size,

@@ -709,7 +709,7 @@ static const struct al_workload_desc local_storage_desc = {
 	.doc = "bench local-storage-create: create batch_size owners (element + storage "
 	       "allocation, bucket lock, publish by cmpxchg), then destroy them through the "
 	       "era's free path (kfree_rcu, reuse_now, call_rcu + kfree_nolock)",
-	.flags = 0,
+	.flags = AL_WL_DISTINCT, /* elements and storages are linked */
 	.nparams = P_NR,
 	.params = ls_params,
 	.size_param = -1,

@@ -86,7 +86,7 @@ static const struct al_workload_desc malloc_xfree_desc = {
 	.name = "malloc-xfree",
 	.doc = "libarena-malloc-xfree: publish each list in a shared slot and free the list left "
 	       "there, so most frees are cross-CPU",
-	.flags = AL_WL_LIVE,
+	.flags = AL_WL_LIVE | AL_WL_DISTINCT, /* lists linked through the objects */
 	.nparams = P_NR,
 	.params = xf_params,
 	.size_param = P_size,

@@ -335,6 +335,7 @@ static const struct al_workload_desc stress_desc = {
 	.name = "stress",
 	.doc = "random alloc/free/bulk/handoff between workers, every object's fill pattern "
 	       "checked before it is freed; reports errors",
+	.flags = AL_WL_DISTINCT, /* every object's fill pattern is checked */
 	.nparams = P_NR,
 	.params = stress_params,
 	.size_param = P_size_max,

@@ -129,7 +129,7 @@ static const struct al_workload_desc xmalloc_desc = {
 	.name = "xmalloc",
 	.doc = "mimalloc-bench xmalloc-test: producers/2 threads only allocate, producers/2 only "
 	       "free, batches handed through a shared queue",
-	.flags = AL_WL_LIVE,
+	.flags = AL_WL_LIVE | AL_WL_DISTINCT, /* lists linked through the objects */
 	.nparams = P_NR,
 	.params = xm_params,
 	.size_param = P_size,

@@ -326,6 +326,10 @@ static const int AL_NOCPU;
 static const int AL_F_NMI_SAFE;
 static const int AL_F_NMI_SHIELD;
 static const int AL_F_KM_CLASSES;
+/* ---- distinct objects ---- */
+static const int AL_F_SHARED_BLOCKS;
+static const int AL_F_NEEDS_DISTINCT;
+static const int AL_WL_DISTINCT;
 """
 
 # Paths are relative to the project root, where setup.py runs.

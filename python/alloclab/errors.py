@@ -19,6 +19,7 @@ __all__ = [
     "PolicySyntaxError",
     "AllocatorExhausted",
     "InvalidFreeError",
+    "UnsupportedCombination",
     "RunError",
     "InvariantError",
 ]
@@ -105,6 +106,16 @@ class AllocatorExhausted(AlloclabError, MemoryError):
 class InvalidFreeError(InvalidArgument):
     """free() of an address that is not an allocated block: never allocated,
     misaligned, not a block start, or already freed. ``addr`` holds it."""
+
+
+class UnsupportedCombination(InvalidArgument):
+    """A policy stack, or a workload on a policy, that cannot work (e.g. a
+    cache over ``null``, which hands out one block per CPU). The message names
+    the layer or workload, the reason and what to use instead; ``layer`` and
+    ``workload`` hold the names involved (None when not)."""
+
+    layer = None
+    workload = None
 
 
 class RunError(AlloclabError, RuntimeError):

@@ -185,6 +185,53 @@ class Policy:
                     "layer %r in policy %r needs a page allocator right below it (e.g. "
                     "'%s > pages'), not %r" % (name, spec, name, self._layers[i + 1][0]))
             self._check_params(sch, raw, spec)
+        self._check_distinct(spec)
+
+    def _check_distinct(self, spec):
+        """A cache that keeps the objects freed to it (needs_distinct) over a
+        layer that hands out one block per CPU (shared_blocks) would link one
+        block to itself and hand it to two owners: refused, as
+        al_stack_create refuses it."""
+        for i, (name, _) in enumerate(self._layers):
+            if not schema.layer(name).has("needs_distinct"):
+                continue
+            for below, _ in self._layers[i + 1:]:
+                if schema.layer(below).has("shared_blocks"):
+                    raise errors.UnsupportedCombination(
+                        "layer %r in policy %r cannot stack over %r: %s caches the objects "
+                        "freed to it and needs distinct objects, but %s hands out one block "
+                        "per CPU; use a real backend below it (e.g. '%s > buddy')"
+                        % (name, spec, below, name, below, name), layer=below)
+
+    @property
+    def distinct_objects(self):
+        """Whether every live allocation is distinct memory: False when a
+        layer hands out one block per CPU (shared_blocks, e.g. null)."""
+        return self.shared_layer is None
+
+    @property
+    def shared_layer(self):
+        """The first layer that hands out one block per CPU, or None."""
+        for name, _ in self._layers:
+            if schema.layer(name).has("shared_blocks"):
+                return name
+        return None
+
+    def check_workload(self, workload):
+        """Refuse, before anything runs, a workload this policy cannot serve:
+        one that needs distinct objects on a policy with a shared_blocks layer.
+        ``workload`` is a name or a WorkloadSchema."""
+        wl = workload if isinstance(workload, schema.WorkloadSchema) else \
+            schema.workload(workload)
+        layer = self.shared_layer
+        if wl.needs_distinct and layer is not None:
+            raise errors.UnsupportedCombination(
+                "workload %s needs distinct objects (it links objects through their memory, "
+                "checks their contents or keeps them live while other workers write "
+                "theirs), but layer %r of policy %r hands out one block per CPU; run it on "
+                "a real allocator (e.g. 'buddy', 'slab' or 'libc'); %s serves only workloads "
+                "that never keep objects (e.g. malloc-free)"
+                % (wl.name, layer, self.name, layer), layer=layer, workload=wl.name)
 
     @staticmethod
     def _check_params(sch, raw, spec):

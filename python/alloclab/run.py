@@ -136,6 +136,7 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     policies = _dedupe([Policy(p) for p in _as_list(policy, "policy")])
     for pol in policies:
         peers.needed(pol)  # PeerUnavailable (with the apt-get line) before anything runs
+        pol.check_workload(wl)  # e.g. a workload that links objects on null
     prod = _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
                     for p in _as_list(producers, "producers")])
     if wl.one_producer:

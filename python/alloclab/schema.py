@@ -42,11 +42,14 @@ FEATURES = [
     ("nmi_safe", lib.AL_F_NMI_SAFE),
     ("nmi_shield", lib.AL_F_NMI_SHIELD),
     ("km_classes", lib.AL_F_KM_CLASSES),  # usable size of a kmalloc class is the class
+    ("shared_blocks", lib.AL_F_SHARED_BLOCKS),  # one block per CPU, not distinct objects
+    ("needs_distinct", lib.AL_F_NEEDS_DISTINCT),  # caches freed objects: not over shared_blocks
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),
     ("one_producer", lib.AL_WL_ONE_PRODUCER),
     ("live", lib.AL_WL_LIVE),  # keeps live requested bytes
+    ("distinct", lib.AL_WL_DISTINCT),  # links, checks or shares objects: not on shared_blocks
 ]
 
 _SIZE_UNITS = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)]
@@ -302,6 +305,13 @@ class WorkloadSchema(_HasParams):
     @property
     def one_producer(self):
         return bool(self.flags_mask & lib.AL_WL_ONE_PRODUCER)
+
+    @property
+    def needs_distinct(self):
+        """Whether it needs distinct objects (it links objects through their
+        memory, checks their contents, or keeps them live while other workers
+        write theirs): a policy with a shared_blocks layer (null) is refused."""
+        return bool(self.flags_mask & lib.AL_WL_DISTINCT)
 
 
     def defaults(self):

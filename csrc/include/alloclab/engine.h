@@ -39,6 +39,9 @@ AL_API void al_stack_destroy(struct al_allocator *top);
 AL_API const struct al_allocator *al_stack_nmi_unsafe(const struct al_allocator *top);
 /* Drain every layer, top-down. */
 AL_API void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope);
+/* The first layer of a stack spec that hands out shared blocks rather than
+ * distinct objects (AL_F_SHARED_BLOCKS), or NULL. */
+AL_API const struct al_layer_desc *al_spec_shared_layer(const struct al_stack_spec *s);
 /* Largest request a stack spec accepts (the smallest max_size over its layers,
  * for their parameters), 0 = any. */
 AL_API size_t al_spec_max_size(const struct al_stack_spec *s);
@@ -136,7 +139,11 @@ struct al_run_result;
 enum al_workload_flags {
 	AL_WL_RESET = 1u << 0,	      /* allocator recreated (untimed) after every cycle */
 	AL_WL_ONE_PRODUCER = 1u << 1, /* exactly one producer, as the modelled bench */
-	AL_WL_LIVE = 1u << 2	      /* workers keep live_bytes (al_worker_live) */
+	AL_WL_LIVE = 1u << 2,	      /* workers keep live_bytes (al_worker_live) */
+	/* Needs distinct objects: it links objects through their memory, checks
+	 * their contents, or keeps them live while other workers write theirs;
+	 * a stack with an AL_F_SHARED_BLOCKS layer (null) is refused */
+	AL_WL_DISTINCT = 1u << 3
 };
 
 /* AL_WL_LIVE workloads: the bytes requested and not yet freed changed by

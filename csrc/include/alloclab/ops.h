@@ -180,7 +180,15 @@ enum al_features {
 	AL_F_NMI_SHIELD = 1u << 13,
 	/* usable_size() of an allocation of a kmalloc class size is exactly that
 	 * size (slab): a kmalloc-class cache above it needs no class learning */
-	AL_F_KM_CLASSES = 1u << 14
+	AL_F_KM_CLASSES = 1u << 14,
+	/* Hands out one block per CPU, not distinct objects: two live
+	 * allocations on a CPU are the same memory (null, the harness floor).
+	 * Usable only where objects are never linked, kept or checked. */
+	AL_F_SHARED_BLOCKS = 1u << 18,
+	/* Needs distinct objects from the layers below: it caches the objects
+	 * freed to it (links them, keeps them in arrays), so two live ones that
+	 * are the same memory corrupt it. Refused over AL_F_SHARED_BLOCKS. */
+	AL_F_NEEDS_DISTINCT = 1u << 19
 };
 
 struct al_layer_desc {
