@@ -33,6 +33,68 @@ static inline size_t fc_class_size(unsigned order)
 	return (size_t)1 << (order + FC_MIN_SHIFT);
 }
 
+/* The class a front cache files a live object of `below` under: the floor
+ * order of its usable size, or -1 when it is not cached (usable size unknown
+ * or under 16 bytes, or an order of norders and above). Frees know only the
+ * object, so allocations count by the object too, never by the request: a
+ * backend whose objects are larger than asked (a page allocator hands out
+ * whole pages) is then counted alike both ways. */
+static inline int fc_class_of(struct al_allocator *below, const void *p, unsigned norders)
+{
+	int o;
+
+	if (!p || !below->ops->usable_size)
+		return -1;
+	o = fc_order_floor(below->ops->usable_size(below, p));
+	return o < (int)norders ? o : -1;
+}
+
+/* Where the requests of each order are served from: the order itself until
+ * a refill shows that the backend hands out objects of another class for
+ * that size (pages for 16 bytes), then that class, or FC_UNCACHED (straight
+ * to the backend) when the objects are of no cached class. Learnt once per
+ * order; the fast path never reads it (a stack that gets no frees of its
+ * class stays empty and misses). */
+#define FC_UNCACHED 0xffu
+#define FC_ORDERS   16 /* the largest `orders` parameter */
+
+static inline void fc_route_init(uint8_t *route)
+{
+	unsigned o;
+
+	for (o = 0; o < FC_ORDERS; o++)
+		route[o] = (uint8_t)o;
+}
+
+static inline unsigned fc_route_get(const uint8_t *route, unsigned order)
+{
+	return __atomic_load_n(&route[order], __ATOMIC_RELAXED);
+}
+
+/* A refill of class `order` brought objects of class `got` (-1: none cached). */
+static inline void fc_route_set(uint8_t *route, unsigned order, int got)
+{
+	__atomic_store_n(&route[order], got < 0 ? (uint8_t)FC_UNCACHED : (uint8_t)got,
+			 __ATOMIC_RELAXED);
+}
+
+/* Give objects back to the backend: in one free_bulk, or one by one when it
+ * refuses the batch (a transient failure, a full transfer array). Returns
+ * how many are left (0 unless single frees failed too; those stay in ptrs[]
+ * from index 0). */
+static inline unsigned fc_give_back(struct al_allocator *below, struct al_ctx *c, void **ptrs,
+				    unsigned n)
+{
+	unsigned left = 0, i;
+
+	if (!n || al_free_bulk(below, c, ptrs, n) >= 0)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (al_free(below, c, ptrs[i]))
+			ptrs[left++] = ptrs[i];
+	return left;
+}
+
 enum fc_guard {
 	FC_GUARD_ATOMIC = 0, /* cmpxchg on the CPU's `active` word (faithful to the seed) */
 	FC_GUARD_LOCAL = 1   /* plain flag: enough when one thread owns each model CPU */

@@ -20,6 +20,10 @@
  *        free_bulk and reused.
  * Guard: the same per-CPU `active` guard as percpu; a nested operation takes
  *        the backend path (counted).
+ * Classes: as percpu's: an object is counted and cached under the class of
+ *        its usable size, on alloc as on free; an order the backend serves
+ *        with another class (pages) is routed to that class's magazines, or
+ *        to the backend directly when that class is not cached.
  * Lock order: depot lock -> backend only in drain (teardown).
  * Cost: hits touch two pointers; a depot exchange moves one pointer under a
  * per-order lock, whatever M is (Bonwick's point: the depot moves magazines,
@@ -100,7 +104,8 @@ struct magazine {
 	char *pool;	      /* every magazine and the depot stacks */
 	size_t pool_len;
 	size_t cpus_len;
-	struct al_counters ctr; /* MAGAZINE_COUNTERS */
+	uint8_t route[FC_ORDERS]; /* the class each order is served from (fc_route_get) */
+	struct al_counters ctr;	  /* MAGAZINE_COUNTERS */
 };
 
 static inline struct mg_cpu *mg_cpu(struct magazine *mg, unsigned cpu)
@@ -116,14 +121,17 @@ static inline void swap_pair(struct mag **pair)
 	pair[1] = t;
 }
 
-/* cur and prev are both empty. */
+/* cur and prev are both empty. *got: the class of what the backend handed
+ * out when it refilled cur (-1: none cached); objects of a class other than
+ * `order` go straight back, and the caller routes the order there. */
 static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, struct mag **pair,
-				       unsigned order)
+				       unsigned order, int *got)
 {
 	struct depot *d = &mg->depots[order];
 	struct mag *cur = pair[0];
 	int n;
 
+	*got = (int)order;
 	if (!al_lock_acquire(&d->lock, c)) {
 		if (d->nfull) {
 			d->empty[d->nempty++] = pair[1];
@@ -144,27 +152,93 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 			c->err = -ENOMEM;
 		return NULL;
 	}
+	*got = fc_class_of(mg->base.below, cur->obj[n - 1], mg->norders);
+	if (al_unlikely(*got != (int)order)) {
+		/* What the backend will not take back stays counted as handed
+		 * out, for the leak check to name. */
+		unsigned left = fc_give_back(mg->base.below, c, cur->obj, (unsigned)n);
+
+		al_count(&mg->ctr, c, MG_bytes_allocated, (uint64_t)left * fc_class_size(order));
+		return NULL;
+	}
 	al_count(&mg->ctr, c, MG_backend_refills, 1);
 	cur->rounds = (uint32_t)n - 1;
 	return cur->obj[n - 1];
+}
+
+/* Pop from the CPU's pair of class `order`: cur, prev, the depot, a refill. */
+static void *mg_pop(struct magazine *mg, struct al_ctx *c, struct mag **pair, unsigned order,
+		    int *got)
+{
+	*got = (int)order;
+	if (pair[0]->rounds || pair[1]->rounds) {
+		if (!pair[0]->rounds) {
+			swap_pair(pair);
+			al_count(&mg->ctr, c, MG_swaps, 1);
+		}
+		al_count(&mg->ctr, c, MG_hits, 1);
+		return pair[0]->obj[--pair[0]->rounds];
+	}
+	return mg_alloc_slow(mg, c, pair, order, got);
+}
+
+/* The pair of the requested order is empty, or the order is served from
+ * another class (see fc_route_get). Returns the object and in *cls the
+ * class it is counted under (-1: the backend's own, not cached). */
+static al_noinline void *mg_alloc_miss(struct magazine *mg, struct al_ctx *c, struct mg_cpu *pc,
+				       unsigned order, size_t size, int *cls)
+{
+	unsigned route = fc_route_get(mg->route, order);
+	void *p;
+	int got;
+
+	if (route == order) {
+		p = mg_alloc_slow(mg, c, pc->pair[order], order, &got);
+		*cls = (int)order;
+		if (al_likely(got == (int)order))
+			return p;
+		fc_route_set(mg->route, order, got);
+		route = got < 0 ? FC_UNCACHED : (unsigned)got;
+	}
+	if (route != FC_UNCACHED) {
+		p = mg_pop(mg, c, pc->pair[route], route, &got);
+		*cls = (int)route;
+		if (al_likely(got == (int)route))
+			return p;
+		fc_route_set(mg->route, order, -1); /* no stable class: uncached from now on */
+	}
+	p = al_alloc(mg->base.below, c, size, 0);
+	*cls = fc_class_of(mg->base.below, p, mg->norders);
+	if (p && *cls < 0)
+		al_count(&mg->ctr, c, MG_uncached, 1);
+	return p;
 }
 
 static void *magazine_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	struct magazine *mg = (struct magazine *)a;
 	unsigned order = fc_order(size);
+	int cls = (int)order;
 	struct mg_cpu *pc;
 	struct mag **pair;
 	void *p;
 
 	if (al_unlikely(order >= mg->norders || !size)) {
-		al_count(&mg->ctr, c, MG_uncached, 1);
-		return al_alloc(a->below, c, size, flags);
+		p = al_alloc(a->below, c, size, flags);
+		/* The backend may round it into a cached class: the free will
+		 * file it there, so count it alike. */
+		cls = fc_class_of(a->below, p, mg->norders);
+		if (p && cls < 0) {
+			al_count(&mg->ctr, c, MG_uncached, 1);
+			return p;
+		}
+		goto out_count;
 	}
 	pc = mg_cpu(mg, c->cpu);
 	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard))) {
 		al_count(&mg->ctr, c, MG_guard_busy, 1);
 		p = al_alloc(a->below, c, fc_class_size(order), 0);
+		cls = fc_class_of(a->below, p, mg->norders);
 		goto out;
 	}
 	pair = pc->pair[order];
@@ -177,16 +251,19 @@ static void *magazine_alloc(struct al_allocator *a, struct al_ctx *c, size_t siz
 		al_count(&mg->ctr, c, MG_swaps, 1);
 		al_count(&mg->ctr, c, MG_hits, 1);
 	} else {
-		p = mg_alloc_slow(mg, c, pair, order);
+		p = mg_alloc_miss(mg, c, pc, order, size, &cls);
 	}
 	fc_guard_exit(&pc->active, mg->guard);
 out:
 	if (al_unlikely(!p))
 		return NULL;
-	al_count(&mg->ctr, c, MG_allocs, 1);
-	al_count(&mg->ctr, c, MG_bytes_allocated, fc_class_size(order));
 	if (flags & AL_ZERO)
 		memset(p, 0, size);
+out_count:
+	if (al_unlikely(!p || cls < 0))
+		return p;
+	al_count(&mg->ctr, c, MG_allocs, 1);
+	al_count(&mg->ctr, c, MG_bytes_allocated, fc_class_size((unsigned)cls));
 	return p;
 }
 
@@ -274,10 +351,12 @@ static bool magazine_owns(struct al_allocator *a, const void *p)
 	return a->below->ops->owns ? a->below->ops->owns(a->below, p) : false;
 }
 
+/* Empty a magazine into the backend. A batch it refuses (a transient
+ * failure) goes one by one, so one failed free_bulk does not leave the
+ * magazine's objects behind at teardown; what still fails stays in it. */
 static void flush(struct magazine *mg, struct al_ctx *c, struct mag *m)
 {
-	if (m->rounds && al_free_bulk(mg->base.below, c, m->obj, m->rounds) >= 0)
-		m->rounds = 0;
+	m->rounds = fc_give_back(mg->base.below, c, m->obj, m->rounds);
 }
 
 static void drain_cpu(struct magazine *mg, struct al_ctx *c, unsigned cpu)
@@ -439,6 +518,7 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 	mg->depot_max = (unsigned)p[P_depot];
 	mg->norders = (unsigned)p[P_orders];
 	mg->guard = (int)p[P_guard];
+	fc_route_init(mg->route);
 	mg->mag_size = (sizeof(struct mag) + mg->m * sizeof(void *) + AL_CACHELINE - 1) &
 		       ~(size_t)(AL_CACHELINE - 1);
 	mg->cpu_stride = (sizeof(struct mg_cpu) + mg->norders * 2 * sizeof(struct mag *) +

@@ -23,6 +23,13 @@
  *               reviewer describes, which the counters make visible.
  * Guard busy:   a nested operation on the same CPU (signal handler = NMI
  *               model) takes the backend path directly; counted.
+ * Classes:      a stack holds objects whose usable size is of its class, and
+ *               every object is counted under that class, on alloc as on
+ *               free. A backend that hands out another class for a class
+ *               size (pages: a 4 KiB page for 16 bytes) is found at the
+ *               first refill: the objects go back, and that order is served
+ *               from the stack of the class it gets (orders=9 caches pages),
+ *               or straight from the backend when that class is not cached.
  *
  * Invariants: 0 <= elems <= capacity; every cached object is allocated from
  * the backend's point of view (so backend bytes_held includes the caches,
@@ -90,6 +97,7 @@ struct percpu {
 	size_t cpu_stride;	  /* bytes per CPU block */
 	char *cpus;		  /* ncpu blocks */
 	size_t cpus_len;	  /* mapping length */
+	uint8_t route[FC_ORDERS]; /* the class each order is served from (fc_route_get) */
 	struct al_counters ctr;	  /* PERCPU_COUNTERS */
 };
 
@@ -104,12 +112,18 @@ static inline struct pc_stack *cpu_stack(struct percpu *pc, unsigned cpu, unsign
 				   (size_t)order * pc->order_stride);
 }
 
-static al_noinline void *percpu_alloc_slow(struct percpu *pc, struct al_ctx *c, struct pc_stack *s,
-					   unsigned order, unsigned flags)
+/* Refill the CPU's stack of class `cls` with requests of that class size and
+ * pop one. The objects must be of class `cls` themselves (a free files each
+ * under its own class): when the backend hands out another class for the
+ * size, they go straight back and *got says which class it was (-1: none
+ * cached), for the caller to route the order there. */
+static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsigned flags, int *got)
 {
-	int n = al_alloc_bulk(pc->base.below, c, fc_class_size(order), pc->batch, s->objects,
+	struct pc_stack *s = cpu_stack(pc, c->cpu, cls);
+	int n = al_alloc_bulk(pc->base.below, c, fc_class_size(cls), pc->batch, s->objects,
 			      flags & ~AL_ZERO);
 
+	*got = (int)cls;
 	al_count(&pc->ctr, c, PC_misses, 1);
 	if (n <= 0) {
 		al_count(&pc->ctr, c, PC_refill_failed, 1);
@@ -117,44 +131,109 @@ static al_noinline void *percpu_alloc_slow(struct percpu *pc, struct al_ctx *c, 
 			c->err = -ENOMEM;
 		return NULL;
 	}
+	*got = fc_class_of(pc->base.below, s->objects[n - 1], pc->norders);
+	if (al_unlikely(*got != (int)cls)) {
+		/* Objects of the wrong class cannot sit in this stack; one that the
+		 * backend will not take back stays counted as handed out, so the
+		 * leak check names it rather than losing it silently. */
+		unsigned left = fc_give_back(pc->base.below, c, s->objects, (unsigned)n);
+
+		al_count(&pc->ctr, c, PC_bytes_allocated, (uint64_t)left * fc_class_size(cls));
+		return NULL;
+	}
 	al_count(&pc->ctr, c, PC_refill_objects, (uint64_t)n);
 	s->elems = (uint32_t)n - 1;
 	return s->objects[n - 1];
+}
+
+/* The CPU's stack of the requested order is empty (or the order is served
+ * from another class). Returns the object and in *cls the class it is
+ * counted under (-1: not a cached class, the backend's own). */
+static al_noinline void *percpu_alloc_slow(struct percpu *pc, struct al_ctx *c, unsigned order,
+					   size_t size, unsigned flags, int *cls)
+{
+	unsigned route = fc_route_get(pc->route, order);
+	struct pc_stack *s;
+	void *p;
+	int got;
+
+	if (route == order || route == FC_UNCACHED) {
+		if (route == order) {
+			p = refill_pop(pc, c, order, flags, &got);
+			*cls = (int)order;
+			if (al_likely(got == (int)order))
+				return p;
+			fc_route_set(pc->route, order, got);
+			if (got < 0)
+				goto direct;
+			route = (unsigned)got;
+		} else {
+			goto direct;
+		}
+	}
+	/* Requests of this order get objects of class `route` from the backend. */
+	s = cpu_stack(pc, c->cpu, route);
+	*cls = (int)route;
+	if (s->elems) {
+		al_count(&pc->ctr, c, PC_hits, 1);
+		return s->objects[--s->elems];
+	}
+	p = refill_pop(pc, c, route, flags, &got);
+	if (al_likely(got == (int)route))
+		return p;
+	fc_route_set(pc->route, order, -1); /* no stable class: uncached from now on */
+direct:
+	p = al_alloc(pc->base.below, c, size, flags & ~AL_ZERO);
+	*cls = fc_class_of(pc->base.below, p, pc->norders);
+	if (p && *cls < 0)
+		al_count(&pc->ctr, c, PC_uncached_allocs, 1);
+	return p;
 }
 
 static void *percpu_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	struct percpu *pc = (struct percpu *)a;
 	unsigned order = fc_order(size);
-	int *active;
+	int *active, cls = (int)order;
 	struct pc_stack *s;
 	void *p;
 
 	if (al_unlikely(order >= pc->norders || !size)) {
-		al_count(&pc->ctr, c, PC_uncached_allocs, 1);
-		return al_alloc(a->below, c, size, flags);
+		p = al_alloc(a->below, c, size, flags);
+		/* The backend may round it into a cached class (libc: 2049 bytes
+		 * are 2056 usable): the free will file it there, so count it. */
+		cls = fc_class_of(a->below, p, pc->norders);
+		if (p && cls < 0) {
+			al_count(&pc->ctr, c, PC_uncached_allocs, 1);
+			return p;
+		}
+		goto out_count;
 	}
 	active = cpu_active(pc, c->cpu);
 	if (al_unlikely(!fc_guard_enter(active, pc->guard))) {
 		al_count(&pc->ctr, c, PC_guard_busy_allocs, 1);
 		p = al_alloc(a->below, c, fc_class_size(order), flags & ~AL_ZERO);
-		goto out_count;
+		cls = fc_class_of(a->below, p, pc->norders);
+		goto out_zero;
 	}
 	s = cpu_stack(pc, c->cpu, order);
 	if (al_likely(s->elems)) {
 		p = s->objects[--s->elems];
 		al_count(&pc->ctr, c, PC_hits, 1);
 	} else {
-		p = percpu_alloc_slow(pc, c, s, order, flags);
+		p = percpu_alloc_slow(pc, c, order, size, flags, &cls);
 	}
 	fc_guard_exit(active, pc->guard);
-out_count:
+out_zero:
 	if (al_unlikely(!p))
 		return NULL;
-	al_count(&pc->ctr, c, PC_allocs, 1);
-	al_count(&pc->ctr, c, PC_bytes_allocated, fc_class_size(order));
 	if (flags & AL_ZERO)
 		memset(p, 0, size);
+out_count:
+	if (al_unlikely(!p || cls < 0))
+		return p;
+	al_count(&pc->ctr, c, PC_allocs, 1);
+	al_count(&pc->ctr, c, PC_bytes_allocated, fc_class_size((unsigned)cls));
 	return p;
 }
 
@@ -246,15 +325,9 @@ static void drain_cpu(struct percpu *pc, struct al_ctx *c, unsigned cpu)
 	for (o = 0; o < pc->norders; o++) {
 		struct pc_stack *s = cpu_stack(pc, cpu, o);
 
-		if (!s->elems)
-			continue;
-		if (al_free_bulk(pc->base.below, c, s->objects, s->elems) >= 0) {
-			s->elems = 0;
-			continue;
-		}
-		/* Refused (a full transfer array with full=single): one by one. */
-		while (s->elems && !al_free(pc->base.below, c, s->objects[s->elems - 1]))
-			s->elems--;
+		/* Refused (a full transfer array with full=single, a transient
+		 * failure): one by one; what still fails stays cached. */
+		s->elems = fc_give_back(pc->base.below, c, s->objects, s->elems);
 	}
 }
 
@@ -370,6 +443,7 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->batch = (unsigned)p[P_batch];
 	pc->norders = (unsigned)p[P_orders];
 	pc->guard = (int)p[P_guard];
+	fc_route_init(pc->route);
 	pc->order_stride =
 		(sizeof(struct pc_stack) + pc->capacity * sizeof(void *) + AL_CACHELINE - 1) &
 		~(size_t)(AL_CACHELINE - 1);

@@ -99,7 +99,7 @@ static int transfer_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t 
 	struct transfer *tc = (struct transfer *)a;
 	unsigned order = fc_order(size);
 	struct tc_order *t;
-	int got;
+	int got, cls;
 
 	if (order >= tc->norders || n > tc->capacity)
 		return al_alloc_bulk(a->below, c, size, n, out, flags);
@@ -129,8 +129,15 @@ miss:
 	if (got <= 0)
 		return got;
 	al_count(&tc->ctr, c, TC_backend_refills, 1);
+	/* Counted under the class the objects are of, as their frees will be
+	 * (a page allocator hands out pages of no cached class for any size). */
+	cls = fc_class_of(a->below, out[0], tc->norders);
+	if (cls < 0)
+		goto zero;
+	order = (unsigned)cls;
 out_zero:
 	al_count(&tc->ctr, c, TC_bytes_allocated, (uint64_t)got * fc_class_size(order));
+zero:
 	if (flags & AL_ZERO)
 		for (int i = 0; i < got; i++)
 			memset(out[i], 0, size);
@@ -213,13 +220,13 @@ static void *transfer_alloc(struct al_allocator *a, struct al_ctx *c, size_t siz
 	struct transfer *tc = (struct transfer *)a;
 	unsigned order = fc_order(size);
 	void *p;
+	int cls;
 
 	al_count(&tc->ctr, c, TC_single_allocs, 1);
-	if (order >= tc->norders)
-		return al_alloc(a->below, c, size, flags);
-	p = al_alloc(a->below, c, fc_class_size(order), flags);
-	if (p)
-		al_count(&tc->ctr, c, TC_bytes_allocated, fc_class_size(order));
+	p = al_alloc(a->below, c, order >= tc->norders ? size : fc_class_size(order), flags);
+	cls = fc_class_of(a->below, p, tc->norders); /* as transfer_free will count it */
+	if (cls >= 0)
+		al_count(&tc->ctr, c, TC_bytes_allocated, fc_class_size((unsigned)cls));
 	return p;
 }
 
@@ -263,8 +270,10 @@ static void transfer_drain(struct al_allocator *a, struct al_ctx *c, unsigned sc
 
 		if (!peek_count(t) || al_lock_acquire(&t->lock, c))
 			continue;
-		if (al_free_bulk(a->below, c, t->objects, t->count) >= 0)
-			__atomic_store_n(&t->count, 0, __ATOMIC_RELAXED);
+		/* A batch the backend refuses (a transient failure) goes one by
+		 * one; only what still fails stays parked. */
+		__atomic_store_n(&t->count, fc_give_back(a->below, c, t->objects, t->count),
+				 __ATOMIC_RELAXED);
 		al_lock_release(&t->lock, c);
 	}
 }
