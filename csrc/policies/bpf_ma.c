@@ -27,9 +27,12 @@
  * cache while allocated; callers get obj + 8.
  *
  * unit_alloc: if ++active == 1, pop and store the cache in the header; else
- *   NULL (reentrancy: -EBUSY; an empty cache: -ENOMEM). --active. If the count left is below low,
- * queue the refill irq_work (a failed reentrant attempt counts 0, so it queues one too). No
- * synchronous refill: an empty cache returns NULL, except for an AL_MAYSLEEP caller
+ *   NULL (reentrancy: -EBUSY). An empty cache returns NULL with -EAGAIN: a
+ *   refusal by design, the refill is queued and a retry will find objects;
+ *   -ENOMEM only when the cache's last refill got nothing from the layer
+ *   below (exhaustion). No instance left for a size (unit=0): -ENOSPC. --active. If the count left
+ * is below low, queue the refill irq_work (a failed reentrant attempt counts 0, so it queues one
+ * too). No synchronous refill: an empty cache returns NULL, except for an AL_MAYSLEEP caller
  * (bpf_mem_cache_alloc_flags(GFP_KERNEL)), which gets a direct kmalloc from the layer below.
  * unit_free: into the CURRENT CPU's cache of the same bucket; tgt = owner;
  *   if ++active == 1 push and count, else push on the atomic extra list; if
@@ -145,6 +148,7 @@ struct ma_cache {
 	unsigned cpu;			/* owning CPU */
 	unsigned bucket;		/* index in the instance */
 	bool need_prefill;		/* prefill at the next allocation */
+	int refill_err;			/* 0, or why the last refill got nothing (-ENOMEM) */
 	struct ma_cache *tgt;		/* owner of the last freed object: trim target */
 	struct ma_inst *inst;		/* the instance */
 	struct al_irq_work refill_work; /* bpf_mem_refill */
@@ -379,7 +383,12 @@ static void refill_fn(struct al_irq_work *w, struct al_ctx *x)
 	int cnt = __atomic_load_n(&mc->free_cnt, __ATOMIC_RELAXED), n;
 
 	if (cnt < mc->low_watermark) {
+		x->err = 0;
 		n = ma_alloc_bulk(ma, mc, mc->batch, x, ma->below_flags);
+		/* An empty cache answers -ENOMEM (exhausted) rather than -EAGAIN
+		 * (refill pending) only once a refill found nothing below. */
+		__atomic_store_n(&mc->refill_err, n > 0 ? 0 : (x->err ? x->err : -ENOMEM),
+				 __ATOMIC_RELAXED);
 		al_count(&ma->ctr, x, MC_refills, 1);
 		al_count(&ma->ctr, x, MC_refill_objects, (uint64_t)n);
 	} else if (cnt > mc->high_watermark) {
@@ -430,7 +439,10 @@ static int inst_init(struct bpf_ma *ma, unsigned i, unsigned nbuckets, size_t si
 	return 0;
 }
 
-/* The fixed-size instance for requests of `size` (unit=0), made at first use. */
+/* The fixed-size instance for requests of `size` (unit=0), made at first use.
+ * NULL with c->err: -ENOSPC (MA_MAX_INST instances exist, none of this size),
+ * -EBUSY (another CPU is creating one and this context may not wait),
+ * -ENOMEM (no memory for a new one). */
 static struct ma_inst *inst_for(struct bpf_ma *ma, struct al_ctx *c, size_t size, unsigned flags)
 {
 	unsigned n = __atomic_load_n(&ma->ninst, __ATOMIC_ACQUIRE), i;
@@ -441,8 +453,10 @@ static struct ma_inst *inst_for(struct bpf_ma *ma, struct al_ctx *c, size_t size
 			return &ma->inst[i];
 	if (c->level == AL_CTX_NMI || (flags & AL_NOSPIN)) {
 		/* never spin here: an NMI may have interrupted a creator */
-		if (__atomic_exchange_n(&ma->inst_lock, 1, __ATOMIC_ACQUIRE))
+		if (__atomic_exchange_n(&ma->inst_lock, 1, __ATOMIC_ACQUIRE)) {
+			c->err = -EBUSY;
 			return NULL;
+		}
 	} else {
 		while (__atomic_exchange_n(&ma->inst_lock, 1, __ATOMIC_ACQUIRE))
 			al_cpu_relax(); /* another CPU is creating one: brief */
@@ -457,8 +471,12 @@ static struct ma_inst *inst_for(struct bpf_ma *ma, struct al_ctx *c, size_t size
 		al_count(&ma->ctr, c, MC_instances, 1);
 	}
 	__atomic_store_n(&ma->inst_lock, 0, __ATOMIC_RELEASE);
-	if (!in && n >= MA_MAX_INST)
+	if (!in && n >= MA_MAX_INST) {
 		al_count(&ma->ctr, c, MC_no_instance, 1);
+		c->err = -ENOSPC;
+	} else if (!in) {
+		c->err = -ENOMEM;
+	}
 	return in;
 }
 
@@ -540,10 +558,8 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 		if (al_unlikely(!size || size > MA_FIXED_MAX))
 			goto einval;
 		in = inst_for(ma, c, size, flags);
-		if (!in) {
-			c->err = -ENOMEM;
-			return NULL;
-		}
+		if (!in)
+			return NULL; /* c->err says why */
 	}
 	mc = &in->caches[c->cpu * in->nbuckets + b];
 	if (al_unlikely(mc->need_prefill) && c->level == AL_CTX_TASK && !(flags & AL_NOSPIN))
@@ -565,7 +581,8 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 			return NULL;
 		}
 		al_count(&ma->ctr, c, MC_alloc_empty, 1);
-		c->err = -ENOMEM;
+		c->err = __atomic_load_n(&mc->refill_err, __ATOMIC_RELAXED) == -ENOMEM ? -ENOMEM
+										       : -EAGAIN;
 		return NULL;
 	}
 	al_count(&ma->ctr, c, MC_allocs, 1);

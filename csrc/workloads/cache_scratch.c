@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "alloclab/alloclab.h"
+#include "retry.h"
 
 enum { P_size, P_repetitions, P_NR };
 
@@ -53,9 +54,12 @@ static int cs_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, ch
 
 	for (i = 0; i < s->nworkers; i++) {
 		s->handed[i] = al_alloc(a, c, s->size, 0);
+		if (!s->handed[i])
+			s->handed[i] = wl_alloc_again_untimed(a, c, s->size, 0);
 		if (!s->handed[i]) {
-			snprintf(err, errlen, "handing out object %u failed: %s", i,
-				 al_strerror(c->err ? c->err : -ENOMEM));
+			snprintf(err, errlen, "handing out object %u failed: %s: %s", i,
+				 al_strerror(c->err ? c->err : -ENOMEM),
+				 wl_alloc_why(c->err ? c->err : -ENOMEM));
 			return c->err ? c->err : -ENOMEM;
 		}
 	}
@@ -81,10 +85,13 @@ static int cs_cycle(struct al_worker *w)
 	}
 	t0 = al_ticks();
 	p = al_alloc(w->a, &w->ctx, size, 0);
+	if (al_unlikely(!p))
+		p = wl_alloc_again(w, size, 0);
 	t1 = al_ticks();
 	if (!p) {
-		snprintf(w->err, w->errlen, "allocation of %zu bytes failed: %s", size,
-			 al_strerror(w->ctx.err ? w->ctx.err : -ENOMEM));
+		snprintf(w->err, w->errlen, "allocation of %zu bytes failed: %s: %s", size,
+			 al_strerror(w->ctx.err ? w->ctx.err : -ENOMEM),
+			 wl_alloc_why(w->ctx.err ? w->ctx.err : -ENOMEM));
 		return w->ctx.err ? w->ctx.err : -ENOMEM;
 	}
 	w->alloc_ticks += t1 - t0;

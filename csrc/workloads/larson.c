@@ -113,10 +113,15 @@ static int la_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, ch
 			size_t size = s->min_size + rnd(&seed) % (s->max_size - s->min_size + 1);
 
 			s->pool[i]->slot[k] = al_alloc(a, c, size, 0);
+			if (!s->pool[i]->slot[k])
+				s->pool[i]->slot[k] = wl_alloc_again_untimed(a, c, size, 0);
 			if (!s->pool[i]->slot[k]) {
-				snprintf(err, errlen, "warm-up allocation %u of %u failed: %s",
-					 k + 1, s->chunks, al_strerror(c->err ? c->err : -ENOMEM));
-				return c->err ? c->err : -ENOMEM;
+				int e = c->err ? c->err : -ENOMEM;
+
+				snprintf(err, errlen,
+					 "warm-up allocation %u of %u (%zu bytes) failed: %s: %s",
+					 k + 1, s->chunks, size, al_strerror(e), wl_alloc_why(e));
+				return e;
 			}
 		}
 	}
@@ -169,6 +174,8 @@ static int la_cycle(struct al_worker *w)
 		if (al_unlikely(ret))
 			return wl_free_failed(w, p, ret);
 		p = al_alloc(a, c, size, 0);
+		if (al_unlikely(!p))
+			p = wl_alloc_again(w, size, 0);
 		t2 = al_ticks_fast();
 		if (al_unlikely(!p)) {
 			lw->mine->slot[k] = NULL;

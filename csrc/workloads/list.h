@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "alloclab/alloclab.h"
+#include "retry.h"
 
 /* One per_op_sum measurement: summed, and recorded when histograms are on. */
 static inline void wl_op_ticks(struct al_worker *w, unsigned op, uint64_t dt)
@@ -40,8 +41,8 @@ static al_noinline al_cold int wl_alloc_failed(struct al_worker *w, unsigned don
 {
 	int err = w->ctx.err ? w->ctx.err : -ENOMEM;
 
-	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s", done + 1, n, size,
-		 al_strerror(err));
+	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s: %s", done + 1, n,
+		 size, al_strerror(err), wl_alloc_why(err));
 	return err;
 }
 
@@ -74,7 +75,7 @@ static al_noinline int wl_alloc_list_hist(struct al_worker *w, size_t size, unsi
 		dt = al_ticks() - t0;
 		sum += dt;
 		al_hist_record(h, dt);
-		if (al_unlikely(!p))
+		if (al_unlikely(!p) && !(p = wl_alloc_again(w, size, 0)))
 			goto fail;
 		*(void **)p = head;
 		head = p;
@@ -133,7 +134,7 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {
 			p = alloc(a, c, size, 0);
-			if (al_unlikely(!p))
+			if (al_unlikely(!p) && !(p = wl_alloc_again(w, size, 0)))
 				goto fail;
 			*(void **)p = head;
 			head = p;
@@ -143,6 +144,8 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 		for (i = 0; i < n; i++) {
 			t0 = al_ticks();
 			p = alloc(a, c, size, 0);
+			if (al_unlikely(!p))
+				p = wl_alloc_again(w, size, 0);
 			sum += al_ticks() - t0;
 			if (al_unlikely(!p))
 				goto fail;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "alloclab/alloclab.h"
+#include "retry.h"
 
 enum { P_size, P_nallocs, P_NR };
 
@@ -84,6 +85,8 @@ static int invocation(struct al_worker *w, unsigned flags)
 		uint64_t s = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
 
 		m->obj[i] = al_alloc(w->a, &w->ctx, size, flags);
+		if (al_unlikely(!m->obj[i]))
+			m->obj[i] = wl_alloc_again(w, size, flags);
 		if (w->timing == AL_TIMING_PER_OP_SUM) {
 			uint64_t dt = al_ticks() - s;
 
@@ -102,8 +105,8 @@ static int invocation(struct al_worker *w, unsigned flags)
 	return err;
 fail:
 	err = w->ctx.err ? w->ctx.err : -ENOMEM;
-	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s", i + 1, n, size,
-		 al_strerror(err));
+	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s: %s", i + 1, n,
+		 size, al_strerror(err), wl_alloc_why(err));
 	release_all(w, i);
 	return err;
 }

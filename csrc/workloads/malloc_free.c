@@ -91,6 +91,8 @@ static int mf_cycle_array(struct al_worker *w)
 		uint64_t s = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
 
 		m->arr[i] = al_alloc(a, c, size, 0);
+		if (al_unlikely(!m->arr[i]))
+			m->arr[i] = wl_alloc_again(w, size, 0);
 		if (w->timing == AL_TIMING_PER_OP_SUM)
 			wl_op_ticks(w, AL_HIST_ALLOC, al_ticks() - s);
 		if (al_unlikely(!m->arr[i])) {

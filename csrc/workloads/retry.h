@@ -48,4 +48,88 @@ static inline int wl_free_retry(struct al_worker *w, void *p, uint64_t *retries)
 	return ret;
 }
 
+/*
+ * Allocations a policy refuses by design rather than for lack of memory:
+ * the CPU's cache is empty with its refill queued (-EAGAIN: bpf_ma refills
+ * after the operation, or on a helper thread with irq_work=thread), a lock
+ * or reentrancy guard was held (-EBUSY), a lock gave up (-ETIMEDOUT). The
+ * metric that counts each refusal of that mechanism, or NULL for the
+ * failures a workload cannot go on from (-ENOMEM exhaustion, -ENOSPC no
+ * instance for the size, -EINVAL).
+ */
+static inline const char *wl_refusal_metric(int err)
+{
+	switch (err) {
+	case -EAGAIN: return "alloc_refused_empty";
+	case -EBUSY: return "alloc_refused_busy";
+	case -ETIMEDOUT: return "alloc_refused_timedout";
+	default: return NULL;
+	}
+}
+
+/* What an allocation error means and which parameter changes it: the text
+ * after "failed: ENAME: " in a workload's error. */
+static inline const char *wl_alloc_why(int err)
+{
+	switch (err) {
+	case -ENOMEM: return "the allocator is out of memory";
+	case -EAGAIN:
+		return "refused for a second: the CPU's cache stayed empty with its refill "
+		       "pending (bpf_ma with irq_work=thread refills on a helper thread; "
+		       "irq_work=inline refills after each operation)";
+	case -EBUSY:
+	case -ETIMEDOUT:
+		return "refused for a second: a lock or the CPU's reentrancy guard stayed held";
+	case -ENOSPC:
+		return "no allocator instance serves this size: bpf_ma(mode=fixed) with unit=0 "
+		       "makes one instance per distinct request size, at most 8; set unit to "
+		       "the largest size (bpf_ma(mode=fixed, unit=N)) or use mode=any";
+	case -EINVAL: return "the policy does not serve this size";
+	default: return "the allocation failed";
+	}
+}
+
+/*
+ * The worker's allocation of `size` just returned NULL. A refusal by design
+ * is retried for up to a second, each refusal counted in the worker's
+ * metric for its mechanism (wl.alloc_refused_empty, ...): the workload goes
+ * on and the run reports how often the policy said "not now". NULL, with
+ * ctx.err, for anything else or when refusals last a second.
+ */
+static inline al_noinline al_cold void *wl_alloc_again(struct al_worker *w, size_t size,
+						       unsigned flags)
+{
+	uint64_t t_end = 0;
+	const char *metric;
+	void *p = NULL;
+
+	while ((metric = wl_refusal_metric(w->ctx.err))) {
+		al_worker_metric(w, metric, 1, AL_METRIC_SUM);
+		if (!wl_retry_ok(&t_end))
+			break;
+		w->ctx.err = 0;
+		p = al_alloc(w->a, &w->ctx, size, flags);
+		if (p)
+			break;
+	}
+	return p;
+}
+
+/* The same for untimed allocations outside a worker (prepare): retried,
+ * not counted. */
+static inline al_noinline al_cold void *
+wl_alloc_again_untimed(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	uint64_t t_end = 0;
+	void *p = NULL;
+
+	while (wl_refusal_metric(c->err) && wl_retry_ok(&t_end)) {
+		c->err = 0;
+		p = al_alloc(a, c, size, flags);
+		if (p)
+			break;
+	}
+	return p;
+}
+
 #endif
