@@ -78,6 +78,38 @@ static inline void fc_route_set(uint8_t *route, unsigned order, int got)
 			 __ATOMIC_RELAXED);
 }
 
+static inline unsigned fc_give_back(struct al_allocator *below, struct al_ctx *c, void **ptrs,
+				    unsigned n);
+
+/* A refill of class `cls` brought objs[0..n-1]: keep those of that class
+ * at the front and give the others back (a backend may serve one size with
+ * objects of different usable sizes: glibc reuses a larger free chunk).
+ * Returns how many were kept; *other is the class of one that was not
+ * (-1: of no cached class; `cls` when all were kept), *stuck how many the
+ * backend would not take back (left after the kept ones). */
+static inline unsigned fc_keep_class(struct al_allocator *below, struct al_ctx *c, void **objs,
+				     unsigned n, unsigned cls, unsigned norders, int *other,
+				     unsigned *stuck)
+{
+	unsigned keep = 0, i;
+	void *t;
+
+	*other = (int)cls;
+	for (i = 0; i < n; i++) {
+		int k = fc_class_of(below, objs[i], norders);
+
+		if (k != (int)cls) {
+			*other = k;
+			continue;
+		}
+		t = objs[keep];
+		objs[keep++] = objs[i];
+		objs[i] = t;
+	}
+	*stuck = keep < n ? fc_give_back(below, c, objs + keep, n - keep) : 0;
+	return keep;
+}
+
 /* Give objects back to the backend: in one free_bulk, or one by one when it
  * refuses the batch (a transient failure, a full transfer array). Returns
  * how many are left (0 unless single frees failed too; those stay in ptrs[]

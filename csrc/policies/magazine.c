@@ -129,6 +129,7 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 {
 	struct depot *d = &mg->depots[order];
 	struct mag *cur = pair[0];
+	unsigned keep, stuck;
 	int n;
 
 	*got = (int)order;
@@ -152,18 +153,18 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 			c->err = -ENOMEM;
 		return NULL;
 	}
-	*got = fc_class_of(mg->base.below, cur->obj[n - 1], mg->norders);
-	if (al_unlikely(*got != (int)order)) {
-		/* What the backend will not take back stays counted as handed
-		 * out, for the leak check to name. */
-		unsigned left = fc_give_back(mg->base.below, c, cur->obj, (unsigned)n);
-
-		al_count(&mg->ctr, c, MG_bytes_allocated, (uint64_t)left * fc_class_size(order));
-		return NULL;
-	}
+	/* Objects of another class go back; what the backend will not take
+	 * back stays counted as handed out, for the leak check to name. */
+	keep = fc_keep_class(mg->base.below, c, cur->obj, (unsigned)n, order, mg->norders, got,
+			     &stuck);
+	if (al_unlikely(stuck))
+		al_count(&mg->ctr, c, MG_bytes_allocated, (uint64_t)stuck * fc_class_size(order));
+	if (al_unlikely(!keep))
+		return NULL; /* *got: the class the backend hands out instead */
+	*got = (int)order;
 	al_count(&mg->ctr, c, MG_backend_refills, 1);
-	cur->rounds = (uint32_t)n - 1;
-	return cur->obj[n - 1];
+	cur->rounds = keep - 1;
+	return cur->obj[keep - 1];
 }
 
 /* Pop from the CPU's pair of class `order`: cur, prev, the depot, a refill. */

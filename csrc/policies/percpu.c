@@ -122,6 +122,7 @@ static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsig
 	struct pc_stack *s = cpu_stack(pc, c->cpu, cls);
 	int n = al_alloc_bulk(pc->base.below, c, fc_class_size(cls), pc->batch, s->objects,
 			      flags & ~AL_ZERO);
+	unsigned keep, stuck;
 
 	*got = (int)cls;
 	al_count(&pc->ctr, c, PC_misses, 1);
@@ -131,19 +132,19 @@ static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsig
 			c->err = -ENOMEM;
 		return NULL;
 	}
-	*got = fc_class_of(pc->base.below, s->objects[n - 1], pc->norders);
-	if (al_unlikely(*got != (int)cls)) {
-		/* Objects of the wrong class cannot sit in this stack; one that the
-		 * backend will not take back stays counted as handed out, so the
-		 * leak check names it rather than losing it silently. */
-		unsigned left = fc_give_back(pc->base.below, c, s->objects, (unsigned)n);
-
-		al_count(&pc->ctr, c, PC_bytes_allocated, (uint64_t)left * fc_class_size(cls));
-		return NULL;
-	}
-	al_count(&pc->ctr, c, PC_refill_objects, (uint64_t)n);
-	s->elems = (uint32_t)n - 1;
-	return s->objects[n - 1];
+	/* Objects of another class cannot sit in this stack; one that the
+	 * backend will not take back stays counted as handed out, so the leak
+	 * check names it rather than losing it silently. */
+	keep = fc_keep_class(pc->base.below, c, s->objects, (unsigned)n, cls, pc->norders, got,
+			     &stuck);
+	if (al_unlikely(stuck))
+		al_count(&pc->ctr, c, PC_bytes_allocated, (uint64_t)stuck * fc_class_size(cls));
+	if (al_unlikely(!keep))
+		return NULL; /* *got: the class the backend hands out instead */
+	*got = (int)cls;
+	al_count(&pc->ctr, c, PC_refill_objects, keep);
+	s->elems = keep - 1;
+	return s->objects[keep - 1];
 }
 
 /* The CPU's stack of the requested order is empty (or the order is served

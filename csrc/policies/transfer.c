@@ -129,12 +129,14 @@ miss:
 	if (got <= 0)
 		return got;
 	al_count(&tc->ctr, c, TC_backend_refills, 1);
-	/* Counted under the class the objects are of, as their frees will be
-	 * (a page allocator hands out pages of no cached class for any size). */
-	cls = fc_class_of(a->below, out[0], tc->norders);
-	if (cls < 0)
-		goto zero;
-	order = (unsigned)cls;
+	/* Each counted under the class it is of, as its free will be (a page
+	 * allocator hands out pages of no cached class for any size). */
+	for (int i = 0; i < got; i++) {
+		cls = fc_class_of(a->below, out[i], tc->norders);
+		if (cls >= 0)
+			al_count(&tc->ctr, c, TC_bytes_allocated, fc_class_size((unsigned)cls));
+	}
+	goto zero;
 out_zero:
 	al_count(&tc->ctr, c, TC_bytes_allocated, (uint64_t)got * fc_class_size(order));
 zero:

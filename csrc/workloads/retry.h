@@ -96,8 +96,8 @@ static inline const char *wl_alloc_why(int err)
  * on and the run reports how often the policy said "not now". NULL, with
  * ctx.err, for anything else or when refusals last a second.
  */
-static inline al_noinline al_cold void *wl_alloc_again(struct al_worker *w, size_t size,
-						       unsigned flags)
+static __attribute__((unused)) al_noinline al_cold void *wl_alloc_again(struct al_worker *w,
+									size_t size, unsigned flags)
 {
 	uint64_t t_end = 0;
 	const char *metric;
@@ -117,7 +117,7 @@ static inline al_noinline al_cold void *wl_alloc_again(struct al_worker *w, size
 
 /* The same for untimed allocations outside a worker (prepare): retried,
  * not counted. */
-static inline al_noinline al_cold void *
+static __attribute__((unused)) al_noinline al_cold void *
 wl_alloc_again_untimed(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	uint64_t t_end = 0;
