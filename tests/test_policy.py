@@ -106,6 +106,10 @@ def test_front_layer_over_each_bottom(name):
             with pytest.raises(al.InvalidArgument, match="page allocator"):
                 al.Policy(spec)
             continue
+        if LAYERS[name].has("needs_distinct") and LAYERS[bottom].has("shared_blocks"):
+            with pytest.raises(al.UnsupportedCombination, match="one block per CPU"):
+                al.Policy(spec)
+            continue
         assert str(al.Policy(spec)) == spec
         assert al.Policy(spec).names == [name, bottom]
 

@@ -174,6 +174,10 @@ def test_every_stack_runs_without_leaks(spec, workload):
     apc, cycles, producers = 40, 10, 2
     if "trylock" in al.Policy(spec).features(0):
         producers = 1  # trylock-only allocations may fail (-EBUSY) under contention
+    if al.schema.workload(workload).needs_distinct and not al.Policy(spec).distinct_objects:
+        with pytest.raises(al.UnsupportedCombination, match="needs distinct objects"):
+            al.run(workload, spec, producers=producers, cycles=cycles, runs=1)
+        return
     res = al.run(workload, spec, producers=producers, allocs_per_cycle=apc, cycles=cycles,
                  warmup_cycles=2, runs=1)
     pt = res.points[0]
