@@ -1,6 +1,7 @@
 """run(): validation of every bad input, exact counters, results, tables, JSON."""
 
 import concurrent.futures
+import errno
 import io
 import json
 import math
@@ -460,3 +461,181 @@ def test_adaptive_runs_add_rounds_to_wide_cells_and_keep_pairs(monkeypatch):
         al.run("malloc-free", "buddy", target_ci=2)
     with pytest.raises(al.ParameterRangeError, match="budget=0"):
         al.run("malloc-free", "buddy", target_ci=0.1, budget=0)
+
+
+# ------------------------------------------ stacks and workloads that cannot work
+
+# The workloads that link objects through their memory, check their contents or
+# keep them live while other workers write theirs (docs/workloads.md lists them).
+DISTINCT_WORKLOADS = {"malloc-xfree", "xmalloc", "larson", "stress", "local-storage-create"}
+SHARED_POLICIES = ["null", "failnth > null"]
+
+
+def test_distinct_workloads_declared():
+    assert {n for n, w in schema.workloads().items() if w.needs_distinct} == DISTINCT_WORKLOADS
+    assert all("distinct" in w["flags"] for w in al.workloads()
+               if w["name"] in DISTINCT_WORKLOADS)
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """Fail the test if any run starts."""
+    import importlib
+    run_mod = importlib.import_module("alloclab.run")
+
+    def started(*a, **k):
+        raise AssertionError("a run started")
+    monkeypatch.setattr(run_mod, "run_once", started)
+
+
+@pytest.mark.parametrize("spec", SHARED_POLICIES)
+@pytest.mark.parametrize("workload", sorted(DISTINCT_WORKLOADS))
+def test_distinct_workload_refused_on_shared_blocks(workload, spec, no_run):
+    """Refused before any run starts (xmalloc on null with 2 producers used to
+    segfault or hang), naming the workload, the layer and what to use."""
+    e = _raises(al.UnsupportedCombination, workload, ["buddy", spec], producers=2,
+                match=[workload, "'null'", "one block per CPU", "distinct objects", "buddy"])
+    assert (e.workload, e.layer) == (workload, "null")
+    assert isinstance(e, al.InvalidArgument)
+
+
+@pytest.mark.parametrize("workload", ["malloc-free", "malloc", "calloc", "cache-scratch"])
+def test_null_stays_the_floor(workload):
+    producers = 1 if schema.workload(workload).one_producer else 2
+    r = al.run(workload, "null", runs=1, cycles=20, warmup_cycles=1, producers=producers)
+    assert r.points[0]["alloc_ops"][0] > 0
+
+
+def test_cli_refuses_distinct_workload_on_null(capsys):
+    from alloclab.cli import main
+
+    assert main(["run", "xmalloc", "--policy", "null", "--producers", "2",
+                 "--cycles", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("alloclab: error: ") and "xmalloc" in err and "null" in err
+
+
+FRONTS = ["percpu", "magazine", "percpu > transfer", "transfer", "percpu(orders=9)",
+          "magazine(orders=9)", "percpu(orders=9) > transfer(orders=9)"]
+
+
+@pytest.mark.parametrize("backend", ["pages", "libc", "buddy"])
+@pytest.mark.parametrize("front", FRONTS)
+@pytest.mark.parametrize("workload", ["malloc-xfree", "larson"])
+def test_front_caches_balance_over_any_backend(front, backend, workload):
+    """A front cache counts each object under the class of its usable size
+    both ways: over pages (a whole page for any size) and libc (24 usable
+    bytes for 16) every run ends with nothing leaked."""
+    spec = "%s > %s" % (front, backend)
+    r = al.run(workload, spec, runs=1, producers=2, cycles=50, warmup_cycles=2,
+               **({"chunks": 200, "max_size": 3000} if workload == "larson" else {}))
+    p = r.points[0]
+    for key in r.metrics():
+        if key.endswith(".leaked"):
+            assert p[key][0] == 0, key
+
+
+@pytest.mark.parametrize("front", ["percpu", "magazine"])
+def test_front_over_pages_counts_frees(front):
+    with al.Allocator("%s > pages" % front, ncpu=2) as a:
+        ptrs = [a.alloc(s, cpu=0) for s in (16, 64, 100, 2048) * 8]
+        for p in ptrs:
+            a.free(p, cpu=1)
+        a.check()
+        st = a.stats()[0]
+        assert st["bytes_held"] == 0
+        # pages are of no cached class (orders=8 caches up to 2 KiB): every
+        # object passes through, counted as uncached both ways
+        assert st["allocs"] == st["frees"] == 0
+        if front == "percpu":
+            assert st["uncached_allocs"] == st["uncached_frees"] == len(ptrs)
+        else:
+            assert st["uncached"] == 2 * len(ptrs)  # allocations and frees
+    with al.Allocator("%s(orders=9) > pages" % front, ncpu=1) as a:
+        ptrs = [a.alloc(16) for _ in range(8)]
+        for p in ptrs:
+            a.free(p)
+        a.check()
+        st = a.stats()[0]
+        assert st["allocs"] == st["frees"] == 8 and st["bytes_held"] == 0
+        assert st["bytes_allocated"] == 8 * 4096  # counted as the pages they are
+
+
+def _fronts_over_failnth():
+    return ["%s > failnth(op=free_bulk, nth=1) > buddy" % f
+            for f in ("magazine", "percpu", "percpu > transfer", "transfer", "sheaves")]
+
+
+@pytest.mark.parametrize("spec", _fronts_over_failnth())
+@pytest.mark.parametrize("workload", ["malloc-free", "malloc-xfree"])
+def test_drain_retries_a_failed_free_bulk(spec, workload):
+    """One transient free_bulk failure below is not a leak: drains retry."""
+    r = al.run(workload, spec, runs=2, producers=2, cycles=30, warmup_cycles=1)
+    for p in r.points:
+        for key in r.metrics():
+            if key.endswith(".leaked"):
+                assert list(p[key]) == [0, 0], key
+
+
+@pytest.mark.parametrize("front", ["magazine", "percpu", "percpu > transfer"])
+def test_drain_retries_one_by_one(front):
+    """The drain's first free_bulk fails: its objects go back one by one."""
+    with al.Allocator("%s > failnth(op=free_bulk, nth=1) > buddy" % front, ncpu=1) as a:
+        ptrs = [a.alloc(64) for _ in range(64)]
+        for p in ptrs:
+            a.free(p)
+        a.drain()
+        a.check()
+        st = {s["layer"]: s for s in a.stats()}
+        assert st["failnth"]["failed_free_bulk"] == 1
+        assert all(s["bytes_held"] == 0 for s in st.values()), st
+
+
+BPF_MA_THREAD = "bpf_ma(irq_work=thread) > slab"
+
+
+@pytest.mark.parametrize("workload", ["malloc-free", "malloc-xfree", "malloc", "xmalloc",
+                                      "larson"])
+def test_bpf_ma_refusals_are_not_exhaustion(workload):
+    """An empty cache with its refill pending is a refusal by design: the
+    workload retries, and counts each refusal exactly as the layer does."""
+    producers = 1 if schema.workload(workload).one_producer else 2
+    extra = {"min_size": 64, "max_size": 64} if workload == "larson" else {}
+    r = al.run(workload, BPF_MA_THREAD, runs=3, producers=producers, cycles=100,
+               warmup_cycles=2, **extra)
+    p = r.points[0]
+
+    def counted(metric, like):  # a metric no worker added in a run is NaN there
+        return list(np.nan_to_num(p[metric])) if metric in p.data else [0] * len(like)
+    for layer, wl in (("alloc_empty", "alloc_refused_empty"),
+                      ("reentrant_allocs", "alloc_refused_busy")):
+        assert counted("wl." + wl, p["bpf_ma." + layer]) == list(p["bpf_ma." + layer]), wl
+    assert list(p["bpf_ma.no_instance"]) == [0] * 3
+
+
+def test_bpf_ma_no_instance_names_mechanism_and_parameter():
+    """preset bpf-ma (fixed size, unit=0: at most 8 instances) cannot serve
+    larson's random sizes: not "out of memory", but the mechanism and the
+    parameters that change it."""
+    with pytest.raises(al.RunError) as ei:
+        al.run("larson", "bpf-ma", runs=1, cycles=5, chunks=100)
+    e = ei.value
+    assert not isinstance(e, al.AllocatorExhausted)
+    assert e.code == -errno.ENOSPC
+    for m in ("ENOSPC", "instance", "unit", "mode=any", "at most 8"):
+        assert m in str(e), m
+    # one size, or the parameters it names, run
+    al.run("larson", "bpf-ma", runs=1, cycles=5, chunks=100, min_size=64, max_size=64)
+    al.run("larson", "bpf_ma(mode=fixed, unit=1000) > slab", runs=1, cycles=5, chunks=100)
+    al.run("larson", "bpf_ma > slab", runs=1, cycles=5, chunks=100)
+
+
+def test_bpf_ma_live_allocator_errnos():
+    with al.Allocator("bpf-ma", ncpu=1) as a:
+        ptrs = [a.alloc(16 + 8 * k) for k in range(8)]
+        with pytest.raises(al.RunError) as ei:
+            a.alloc(200)
+        assert ei.value.code == -errno.ENOSPC and not isinstance(ei.value, MemoryError)
+        assert a.stats()[0]["no_instance"] == 1
+        for p in ptrs:
+            a.free(p)

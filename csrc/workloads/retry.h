@@ -72,20 +72,17 @@ static inline const char *wl_refusal_metric(int err)
 static inline const char *wl_alloc_why(int err)
 {
 	switch (err) {
-	case -ENOMEM: return "the allocator is out of memory";
+	case -ENOMEM: return "out of memory";
 	case -EAGAIN:
-		return "refused for a second: the CPU's cache stayed empty with its refill "
-		       "pending (bpf_ma with irq_work=thread refills on a helper thread; "
-		       "irq_work=inline refills after each operation)";
+		return "refused for 1 s: the CPU's cache stayed empty, its refill pending "
+		       "(bpf_ma irq_work=thread: the helper fell behind; irq_work=inline)";
 	case -EBUSY:
-	case -ETIMEDOUT:
-		return "refused for a second: a lock or the CPU's reentrancy guard stayed held";
+	case -ETIMEDOUT: return "refused for 1 s: a lock or the CPU's reentrancy guard stayed held";
 	case -ENOSPC:
-		return "no allocator instance serves this size: bpf_ma(mode=fixed) with unit=0 "
-		       "makes one instance per distinct request size, at most 8; set unit to "
-		       "the largest size (bpf_ma(mode=fixed, unit=N)) or use mode=any";
+		return "no instance for this size: bpf_ma unit=0 makes one per distinct size, "
+		       "at most 8; set unit=<largest size> or mode=any";
 	case -EINVAL: return "the policy does not serve this size";
-	default: return "the allocation failed";
+	default: return "failed";
 	}
 }
 
