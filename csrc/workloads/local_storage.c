@@ -70,6 +70,7 @@
 #include <unistd.h>
 
 #include "alloclab/alloclab.h"
+#include "retry.h"
 
 #define LS_STORAGE_SIZE	 176	   /* sizeof(struct bpf_local_storage) */
 #define LS_ELEM_HDR	 72	   /* offsetof(struct bpf_local_storage_elem, sdata.data) */
@@ -381,6 +382,21 @@ static void bucket_unlink(struct ls_map *m, struct al_ctx *c, struct ls_selem *s
 	al_lock_release(&b->lock, c);
 }
 
+/* An allocation of a create failed: the create fails, as the kernel's
+ * does (-ENOMEM to the program); a refusal by design (an empty bpf_ma
+ * cache, a held guard) is also counted under its mechanism
+ * (wl.alloc_refused_empty, ...). */
+static int ls_alloc_failed(struct al_worker *w, bool *failed)
+{
+	int err = w->ctx.err ? w->ctx.err : -ENOMEM;
+	const char *metric = wl_refusal_metric(err);
+
+	if (metric)
+		al_worker_metric(w, metric, 1, AL_METRIC_SUM);
+	*failed = true;
+	return err;
+}
+
 /* The first element for a new owner. 0, or an error (counted). */
 static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
 {
@@ -388,6 +404,7 @@ static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
 	struct ls_count *n = cnt(m, c);
 	struct ls_storage *st, *expected = NULL;
 	struct ls_selem *s;
+	bool alloc_failed = false; /* its -EAGAIN is a refusal, not a lost race */
 	int ret;
 
 	o->storage = NULL;
@@ -399,7 +416,7 @@ static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
 		goto out_err;
 	s = ls_alloc(w, m, m->elem_size);
 	if (!s) {
-		ret = c->err ? c->err : -ENOMEM;
+		ret = ls_alloc_failed(w, &alloc_failed);
 		mem_uncharge(m, c, o, m->elem_size);
 		goto out_err;
 	}
@@ -409,7 +426,7 @@ static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
 		goto out_selem;
 	st = ls_alloc(w, m, LS_STORAGE_SIZE);
 	if (!st) {
-		ret = c->err ? c->err : -ENOMEM;
+		ret = ls_alloc_failed(w, &alloc_failed);
 		mem_uncharge(m, c, o, LS_STORAGE_SIZE);
 		goto out_selem;
 	}
@@ -442,7 +459,7 @@ out_selem:
 	mem_uncharge(m, c, o, m->elem_size);
 	ls_free(w, m, s, &s->rcu, selem_free_cb);
 out_err:
-	if (ret != -EAGAIN)
+	if (ret != -EAGAIN || alloc_failed)
 		n->create_errs++;
 	owner_close(o);
 	return ret;
