@@ -251,3 +251,41 @@ def test_exceptions_pickle():
     except al.UnknownNameError as e:
         e2 = pickle.loads(pickle.dumps(e))
         assert type(e2) is type(e) and str(e2) == str(e) and e2.valid == e.valid
+
+
+# ---- layers that need distinct objects over a layer of shared blocks ----
+
+CACHES = sorted(n for n, s in LAYERS.items() if s.has("needs_distinct"))
+SHARED = sorted(n for n, s in LAYERS.items() if s.has("shared_blocks"))
+
+
+def test_distinct_features_declared():
+    # every layer that keeps the objects freed to it, and the floor
+    assert set(CACHES) >= {"percpu", "transfer", "magazine", "sheaves", "nolock", "bpf_ma"}
+    assert SHARED == ["null"]
+    assert not LAYERS["failnth"].has("needs_distinct")  # a pass-through
+
+
+@pytest.mark.parametrize("middle", ["", "failnth > ", "failnth(op=free, nth=2) > "])
+@pytest.mark.parametrize("cache", CACHES)
+def test_cache_over_shared_blocks_refused(cache, middle):
+    spec = "%s > %s%s" % (cache, middle, "null")
+    with pytest.raises(al.UnsupportedCombination) as ei:
+        al.Policy(spec)
+    e = ei.value
+    assert isinstance(e, al.InvalidArgument) and e.layer == "null"
+    for word in (cache, "'null'", "one block per CPU", "distinct objects", "%s > buddy" % cache):
+        assert word in str(e), word
+    with pytest.raises(al.UnsupportedCombination):
+        al.Allocator(spec)
+
+
+@pytest.mark.parametrize("spec", ["null", "failnth > null", "percpu > buddy", "bpf-ma"])
+def test_shared_layer(spec):
+    p = al.Policy(spec)
+    shared = "null" if "null" in spec else None
+    assert p.shared_layer == shared and p.distinct_objects is (shared is None)
+    if shared:
+        with pytest.raises(al.UnsupportedCombination, match="xmalloc needs distinct"):
+            p.check_workload("xmalloc")
+    p.check_workload("malloc-free")  # never refused
