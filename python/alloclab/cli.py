@@ -336,10 +336,14 @@ def _load_plugins(argv):
     for f in files:
         if not os.path.exists(f):
             raise UsageError("--plugin %s: no such file" % f)
+        if not os.path.isfile(f):
+            raise UsageError("--plugin %s: not a C source file (a directory or a device)" % f)
         try:
             plugin.compile_file(f)
         except errors.AlloclabError as e:
             raise UsageError("--plugin %s: %s" % (f, e)) from None
+        except OSError as e:
+            raise UsageError("--plugin %s: cannot read it: %s" % (f, e.strerror or e)) from None
     return files
 
 
@@ -398,7 +402,8 @@ def cmd_run(argv):
         from .run import _adaptive_options
         _adaptive_options(args.target_ci, args.budget)
     _check_outputs(("--json", args.json, "file"), ("--csv", args.csv, "file"),
-                   ("--plot", args.plot, "plot"), ("--journal", args.journal, "journal"))
+                   ("--plot", args.plot, "plot"), ("--journal", args.journal, "journal"),
+                   *[("--plot", p, "plot") for p in _more_plots(args.plot, args.hist)])
     if args.journal:  # a file that is not this sweep's journal is refused unwritten
         from .sweep import check_journal
         check_journal(args.journal, settings)
@@ -466,11 +471,10 @@ def _check_output(flag, path, plot=False):
         raise UsageError("%s %s: directory %s does not exist" % (flag, path, d))
     if not os.path.isdir(d):
         raise UsageError("%s %s: %s is not a directory" % (flag, path, d))
-    if os.path.exists(path):
-        if not os.access(path, os.W_OK):
-            raise UsageError("%s %s is not writable" % (flag, path))
-    elif not os.access(d, os.W_OK | os.X_OK):
-        raise UsageError("%s %s: directory %s is not writable" % (flag, path, d))
+    from .sweep import writable
+    why = writable(path)
+    if why:
+        raise UsageError("%s %s cannot be written: %s" % (flag, path, why))
     if plot:
         ext = os.path.splitext(os.path.basename(path))[1][1:].lower()
         if ext:  # no extension: matplotlib writes PNG
@@ -546,6 +550,17 @@ def _hist_text(res):
             ovh = float(np.mean(p.data["timer_overhead_ns"]))
             lines.append("  %-40s %-5s %s" % (label, op, h.summary(ovh)))
     return "\n".join(lines)
+
+
+def _more_plots(path, hist):
+    """The other files --plot writes with --hist (plot.save names them
+    FILE-1.ext, FILE-2.ext), or none. A PDF holds every figure."""
+    if not path or not hist or path.endswith(".pdf"):
+        return []
+    base, dot, ext = path.rpartition(".")
+    if not dot:
+        base, ext = path, "png"
+    return ["%s-%d.%s" % (base, i, ext) for i in (1, 2)]
 
 
 def _save_run_plots(res, metric, x, path, hist):

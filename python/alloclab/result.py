@@ -36,6 +36,7 @@ import json
 import math
 import os
 import platform
+import stat
 
 import numpy as np
 
@@ -432,6 +433,10 @@ def load_json(s):
             % type(s).__name__, value=s)
     where = "JSON text"
     if path is not None:
+        mode = os.stat(path).st_mode if os.path.exists(path) else 0
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero would be read for ever
+            raise errors.FileFormatError("%s is a device, not an alloclab JSON file" % path,
+                                         path=path)
         with open(path, "rb") as f:
             s = f.read()
         where = path

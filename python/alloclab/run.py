@@ -87,6 +87,7 @@ MIN_PHASE_S = 0.1  # a measured phase shorter than this is flagged under tables
 # years): the engine adds them to a nanosecond clock in 64 bits, and a
 # larger value would wrap its deadline, ending the phase at once.
 MAX_SECONDS = 1e9
+MAX_RUNS = 1000000  # runs per cell: each builds an allocator, a larger count never ends
 
 
 def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
@@ -122,7 +123,7 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     watchdog_ns = _watchdog_ns(watchdog)
     if timing is None:  # histograms time every operation: per_op_sum
         timing = "per_op_sum" if histogram else "batch"
-    runs = _int_in("runs", runs, 1)
+    runs = _int_in("runs", runs, 1, MAX_RUNS)
     warmup_cycles = _int_in("warmup_cycles", warmup_cycles, 0, _U64_MAX)
     if cycles is not None:
         cycles = _int_in("cycles", cycles, 1, _U64_MAX)

@@ -164,10 +164,13 @@ def _read_journal(path, settings):
     if os.path.isdir(path):
         raise errors.InvalidArgument("journal %s is a directory, not a file" % path,
                                      name="journal", value=path)
+    if os.path.exists(path) and not os.path.isfile(path):  # /dev/zero never ends, a FIFO blocks
+        raise errors.InvalidArgument("journal %s is not a regular file (a device or a pipe)"
+                                     % path, name="journal", value=path)
     try:
         with open(path, "rb") as f:
             data = f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no journal yet; _check_writable says why
         return None
     except OSError as e:
         raise errors.InvalidArgument("journal %s cannot be read: %s" % (path, e.strerror or e),
@@ -201,14 +204,14 @@ def _read_journal(path, settings):
                                      "reads (%d)" % (path, version, JOURNAL_VERSION), path=path)
     for k in ("settings", "metadata"):
         if not isinstance(header.get(k, {}), dict):
-            raise errors.FileFormatError("journal %s: its header's %s is a %s, not an object"
-                                         % (path, k, type(header[k]).__name__), path=path)
+            from .result import _json_kind
+            raise errors.FileFormatError("journal %s: its header's %s is a JSON %s, not an "
+                                         "object" % (path, k, _json_kind(header[k])), path=path)
     old, new = header.get("settings", {}), _norm(settings)
     if old != new:
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         raise errors.InvalidArgument(
             "journal %s belongs to a different sweep (it differs in: %s); use another "
-            "journal file to start this one" % (path, ", ".join(diff)),
+            "journal file to start this one" % (path, "; ".join(_differences(old, new))),
             name="journal", value=path)
     done = {}
     for n, line in enumerate(lines[1:], 2):
@@ -217,21 +220,50 @@ def _read_journal(path, settings):
     return header.get("metadata"), done, keep
 
 
+def _differences(old, new, prefix=""):
+    """'key: journal value here value' for each setting that differs, one
+    level into nested settings (the grid under "sweep")."""
+    out = []
+    for k in sorted(set(old) | set(new), key=str):
+        a, b = old.get(k), new.get(k)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict) and not prefix:
+            out += _differences(a, b, "%s." % k)
+        else:
+            out.append("%s%s %s in the journal, %s here" % (
+                prefix, k, json.dumps(a), json.dumps(b)))
+    return out
+
+
 def _check_writable(path):
     """Refuse a journal that could not be written, before anything runs."""
-    if os.path.exists(path):
-        if not os.access(path, os.W_OK):
-            raise errors.InvalidArgument("journal %s is not writable" % path,
-                                         name="journal", value=path)
-        return
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         raise errors.InvalidArgument(
             "journal %s: directory %s does not exist" % (path, d) if not os.path.exists(d)
             else "journal %s: %s is not a directory" % (path, d), name="journal", value=path)
-    if not os.access(d, os.W_OK | os.X_OK):
-        raise errors.InvalidArgument("journal %s: directory %s is not writable" % (path, d),
+    why = writable(path)
+    if why:
+        raise errors.InvalidArgument("journal %s cannot be written: %s" % (path, why),
                                      name="journal", value=path)
+
+
+def writable(path):
+    """None when ``path`` can be written, else why not (strerror). Tried
+    without changing a byte: an existing file is opened for appending and
+    closed; a new one is created and removed again. This is what the
+    kernel will say (a read-only file system, /proc, permissions as root
+    sees them), which os.access does not always tell."""
+    try:
+        if os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.unlink(path)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def check_journal(journal, settings):
