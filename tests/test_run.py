@@ -683,3 +683,37 @@ def test_from_json_round_trips_a_path(tmp_path):
     res.to_json(str(f))
     assert Result.from_json(f) == res == Result.from_json(str(f)) == Result.from_json(
         f.read_bytes())
+
+
+@pytest.mark.parametrize("text, words", _BAD_RESULTS[:5])
+def test_compare_loads_paths_strictly(tmp_path, text, words):
+    f = tmp_path / "bad.json"
+    f.write_text(text)
+    res = al.run("malloc-free", "buddy", **dict(FAST, runs=2))
+    for a, b in ((f, res), (res, f), (res, [res, str(f)])):
+        with pytest.raises(al.FileFormatError) as ei:
+            al.compare(a, b)
+        assert words in str(ei.value) and str(f) in str(ei.value)
+    assert f.read_text() == text
+
+
+@pytest.mark.parametrize("bad", [None, 5, [5], {"a": 1}])
+def test_compare_takes_results_or_paths(bad):
+    res = al.run("malloc-free", "buddy", **dict(FAST, runs=2))
+    with pytest.raises(al.ParameterTypeError):
+        al.compare(res, bad) if bad is not None else al.compare(bad, res)
+
+
+def test_compare_reads_result_files(tmp_path):
+    res = al.run("malloc-free", "buddy", **dict(FAST, runs=2))
+    f = tmp_path / "r.json"
+    res.to_json(str(f))
+    assert al.compare(f, str(f)).to_text() == al.compare(res, res).to_text()
+
+
+def test_report_from_json_refuses_other_files(tmp_path):
+    from alloclab.reproduce._report import Report
+    for text in ("[1]", "null", '{"format": "%s", "version": 2, "results": [], "settings": 1}'
+                 % Report.FORMAT):
+        with pytest.raises(al.FileFormatError):
+            Report.from_json(text)
