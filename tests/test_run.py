@@ -644,6 +644,11 @@ _BAD_RESULTS = [
      '"data": {"a": [1]}}]}', "points[0].data.a is a JSON list"),
     ('{"format": "alloclab-result", "format_version": 99, "metadata": {}, "points": []}',
      "newer"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": [{"params": {}, "info": {}, '
+     '"data": {}, "hist": {"alloc": [{"buckets": [[99999, 1]]}]}}]}',
+     "points[0].hist.alloc[0].buckets holds [99999, 1]"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": [{"params": {}, "info": {}, '
+     '"data": {}, "hist": {"alloc": [{"buckets": [[-1, 1]]}]}}]}', "holds [-1, 1]"),
 ]
 
 

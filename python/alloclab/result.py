@@ -503,7 +503,16 @@ def _check_result_dict(d):
             for op, hs in h.items():
                 need(hs, (list,), "%s.hist.%s" % (at, op), "a list")
                 for j, x in enumerate(hs):
-                    need(x, (dict,), "%s.hist.%s[%d]" % (at, op, j), "an object")
+                    w = "%s.hist.%s[%d]" % (at, op, j)
+                    need(x, (dict,), w, "an object")
+                    need(x.get("buckets", []), (list,), w + ".buckets", "a list")
+                    for b in x.get("buckets", []):
+                        if not (isinstance(b, list) and len(b) == 2 and all(
+                                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                for v in b) and b[0] < lib.AL_HIST_BUCKETS):
+                            raise errors.FileFormatError(
+                                "not an alloclab result: %s.buckets holds %r, not a [bucket, "
+                                "count] pair (bucket < %d)" % (w, b, lib.AL_HIST_BUCKETS))
 
 
 def _json_default(v):

@@ -270,17 +270,10 @@ def _presets():
 
 def _incompatible(wl, pol):
     """Why ``wl`` cannot run on ``pol`` (one reason), or None."""
-    if wl.flags_mask & lib.AL_WL_NMI:
-        # As al_stack_nmi_unsafe: from the top, every layer nmi_safe down to
-        # one that shields the layers below (nmi_shield) or the bottom.
-        for i, name in enumerate(pol.names):
-            feats = pol.features(i)
-            if "nmi_safe" not in feats:
-                return ("it calls the policy at NMI (a signal handler), and layer %s is not "
-                        "NMI-safe: the handler could spin on a lock the code it interrupted "
-                        "holds" % name)
-            if "nmi_shield" in feats:
-                break
+    if wl.flags_mask & lib.AL_WL_NMI and pol.nmi_unsafe is not None:
+        return ("it calls the policy at NMI (a signal handler), and layer %s is not "
+                "NMI-safe: the handler could spin on a lock the code it interrupted "
+                "holds" % pol.nmi_unsafe)
     if wl.flags_mask & lib.AL_WL_VMALLOC and pol.names[0] != "vmalloc":
         return ("it drives vmalloc's own API and needs a vmalloc layer at the top of the "
                 "policy (e.g. 'vmalloc > pages'), not %s" % pol.names[0])
