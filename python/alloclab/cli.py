@@ -25,7 +25,6 @@ from .result import BASE_METRICS, _fmt
 from .run import CPU_MODES, MAX_SECONDS, TIMINGS, plan, run
 
 PROG = "alloclab"
-REPRODUCE_SEEDS = ("libarena", "vmalloc", "local-storage")  # `alloclab reproduce SEED`
 
 
 class UsageError(Exception):
@@ -461,7 +460,8 @@ def _plot_formats():
 def _check_output(flag, path, plot=False):
     """Refuse, before anything runs, an output file that could not be
     written: a directory, a missing or unwritable directory, a plot
-    extension matplotlib has no writer for. Nothing is created."""
+    extension matplotlib has no writer for. Nothing is left behind: an
+    existing file is not changed, a new one is created and removed again."""
     if not path:
         raise UsageError("%s needs a file name" % flag)
     if os.path.isdir(path):
@@ -723,7 +723,6 @@ def _main_parser():
     pp.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     rp = sub.add_parser("reproduce", help="rerun a seed discussion's experiment")
     rsub = rp.add_subparsers(dest="seed", metavar="SEED")
-    rp.set_defaults(seed=None)
     lib_p = rsub.add_parser(
         "libarena", help="seed 000: spill vs transfer cache in front of libarena's buddy",
         description="Seed 000: per-CPU caches in front of libarena's buddy, 'spill' vs "
@@ -759,6 +758,7 @@ def _main_parser():
     lib_p.add_argument("--progress", action="store_true", help="progress line on stderr")
     _vmalloc_parser(rsub)
     _local_storage_parser(rsub)
+    rp.set_defaults(seed=None, seeds=tuple(rsub.choices))  # named when none is given
     return p
 
 
@@ -944,7 +944,7 @@ def cmd_reproduce(args, parser):
     if args.seed != "libarena":  # argparse refuses an unknown seed; this is none given
         raise UsageError("reproduce needs a seed: alloclab reproduce SEED [flags]; seeds: %s "
                          "(`alloclab reproduce SEED --help` describes one)"
-                         % ", ".join(REPRODUCE_SEEDS))
+                         % ", ".join(args.seeds))
     if len(args.size) != 1:
         raise UsageError("--size takes one size for a reproduction, not %r" % (args.size,))
     return _emit_report(

@@ -425,7 +425,7 @@ def load_json(s):
     path = None
     if isinstance(s, os.PathLike):
         path = os.fspath(s)
-    elif isinstance(s, str) and not s.lstrip().startswith(("{", "[")) and os.path.exists(s):
+    elif isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.exists(s):
         path = s
     elif not isinstance(s, (str, bytes, bytearray)):
         raise errors.ParameterTypeError(
