@@ -16,9 +16,13 @@ with run.run_once(), as run() does, and adds:
 - resumability: with ``journal=PATH`` each finished unit is appended to a
   JSON Lines file as soon as it is done (a header line with the sweep's
   settings first). Run the same sweep again with the same journal and the
-  units already there are skipped; the Result holds all of them. A
-  different sweep on the same journal is refused. An interrupted write
-  (a last line cut short) is dropped and redone;
+  units already there are skipped; the Result holds all of them. The file
+  is read and checked whole before anything is written to it: another
+  sweep's journal, or a file that is not a journal (a header or a line of
+  the wrong shape, not UTF-8), is refused with the file left as it was,
+  and so is a journal that could not be written (check_journal() does
+  the same checks alone). An interrupted write (a last line cut short) is
+  dropped and redone;
 - ``executor=``: any concurrent.futures.Executor runs the units, meant to
   spread them over machines (dask: ``client.get_executor()``; alloclab
   submits with ``pure=False`` itself, without which dask would hand back one
