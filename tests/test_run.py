@@ -607,8 +607,10 @@ def test_create_enomem_names_the_parameter_that_fixes_it():
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
 
+    import os
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS stacks
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, preexec_fn=limit)
+                       timeout=120, preexec_fn=limit, env=env)
     out = p.stdout.splitlines()
     assert p.returncode == 0, p.stderr
     assert out[0] == ("creating allocator 'slab': ENOMEM: slab: create failed: ENOMEM: could "
