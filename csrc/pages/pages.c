@@ -74,6 +74,8 @@
  *   PG_BUDDY  free, on a zone free list        (zone lock)
  *   PG_PCP    free, on some CPU's page list    (that pcp lock)
  *   PG_ALLOC  allocated, refcount 1            (its owner)
+ *   PG_BULK   with PG_ALLOC, only inside one free_bulk call: collected for
+ *             its chunk, so a repeat of the page in the same call is refused
  * split_page() makes every page of an allocated block an allocated order-0
  * page. Frees are validated from the descriptor (an allocated head of that
  * order), so invalid and double frees return -EINVAL and change nothing.

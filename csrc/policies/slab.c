@@ -696,7 +696,7 @@ static al_noinline void *alloc_slow(struct slab_alloc *sa, struct kmem_cache *s,
 static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
 				   unsigned n, void **out, unsigned flags)
 {
-	unsigned got = 0, k;
+	unsigned got = 0, first, k;
 	struct slab *slab;
 	bool locked;
 	void *fl, *rest, *t, *tail, *prior;
@@ -720,6 +720,7 @@ static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, 
 				break;
 		}
 		fl = take_freelist(sa, c, slab, 0);
+		first = got;
 		for (k = 0; fl && got < n; k++) {
 			if (al_unlikely(k == slab->objects || get_fp(fl) == fl))
 				goto corrupt;
@@ -753,10 +754,10 @@ static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, 
 			orphan_push(sa, s, slab);
 		continue;
 	corrupt:
-		/* A cyclic freelist: the slab stays full, on no list, its free
-		 * objects leaked; what was taken before the cycle was found is
-		 * handed out (distinct: the walk stops at the first repeat it
-		 * can see cheaply, a self-link, or at the slab's size). */
+		/* A cyclic freelist: the slab stays full, on no list, and every
+		 * object taken from it in this call is dropped (a cycle repeats
+		 * them): leaked, never handed out twice. */
+		got = first;
 		corrupt(sa, c);
 		break;
 	}
