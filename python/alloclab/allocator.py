@@ -44,14 +44,15 @@ def _peer_refusal(pol):
     if want == have:
         return None
     how = ("measure it with alloclab.run(workload, policy=%r) or `alloclab run WORKLOAD "
-           "--policy %s`, which start a child process with the peer preloaded"
-           % (str(pol), str(pol)))
+           "--policy %s`, which run it in a child process with the peer preloaded"
+           % (pol.name, pol.name))
     if want != "glibc" and not peers.available(want):
         how += "; %s is not installed here: %s" % (want, peers.install_hint(want))
+    shown = str(pol) if pol.name == str(pol) else "%s (%s)" % (pol.name, pol)
     return errors.InvalidArgument(
-        "policy %r runs peer allocator %s, but this process's malloc is %s: a peer other "
-        "than the process's own runs only in a child process under LD_PRELOAD, so it cannot "
-        "back an in-process Allocator; %s" % (str(pol), want, have, how),
+        "policy %s runs the peer allocator %s, but this process's malloc is %s: peers run "
+        "only in child processes (started under LD_PRELOAD), so an in-process Allocator "
+        "cannot use one; %s" % (shown, want, have, how),
         code=-errno.EOPNOTSUPP, peer=want)
 
 
