@@ -164,7 +164,7 @@ class Allocator:
             raise errors.InvariantError(
                 "%s: policy %r handed out %s while still allocated (a block handed out "
                 "twice: the allocator is corrupt)"
-                % (what, str(self.policy), ", ".join("0x%x" % x for x in dup)),
+                % (what, str(self.policy), _hexes(dup)),
                 code=-errno.EFAULT, addrs=dup)
 
     def _take(self, addr):
@@ -297,10 +297,10 @@ class Allocator:
             if bad:
                 parts.append("%d not a live block of this allocator (never allocated by it, "
                              "not a block start, or already freed): %s"
-                             % (len(bad), ", ".join("0x%x" % x for x in bad)))
+                             % (len(bad), _hexes(bad)))
             if repeated:
                 parts.append("%d repeated in the list: %s"
-                             % (len(repeated), ", ".join("0x%x" % x for x in repeated)))
+                             % (len(repeated), _hexes(repeated)))
             raise error(-errno.EINVAL, what,
                         "refused %s; the other %d were freed once each (nothing lost, nothing "
                         "freed twice)" % ("; ".join(parts), freed),
@@ -392,6 +392,14 @@ class Allocator:
     def __repr__(self):
         return "Allocator(%r, ncpu=%d%s)" % (str(self.policy), self.ncpu,
                                              ", closed" if self.closed else "")
+
+
+def _hexes(addrs, limit=16):
+    """Addresses for a message: the first ``limit``, then how many more."""
+    s = ", ".join("0x%x" % x for x in addrs[:limit])
+    if len(addrs) > limit:
+        s += " and %d more" % (len(addrs) - limit)
+    return s
 
 
 class _AllLocks:
