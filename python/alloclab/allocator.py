@@ -49,11 +49,11 @@ def _peer_refusal(pol):
     if want != "glibc" and not peers.available(want):
         how += "; %s is not installed here: %s" % (want, peers.install_hint(want))
     shown = str(pol) if pol.name == str(pol) else "%s (%s)" % (pol.name, pol)
-    return errors.InvalidArgument(
-        "policy %s runs the peer allocator %s, but this process's malloc is %s: peers run "
-        "only in child processes (started under LD_PRELOAD), so an in-process Allocator "
-        "cannot use one; %s" % (shown, want, have, how),
-        code=-errno.EOPNOTSUPP, peer=want)
+    return error(-errno.EOPNOTSUPP, "creating allocator %s" % shown,
+                 "it runs the peer allocator %s, but this process's malloc is %s: peers run "
+                 "only in child processes (started under LD_PRELOAD), so an in-process "
+                 "Allocator cannot use one; %s" % (want, have, how),
+                 cls=errors.InvalidArgument, peer=want)
 
 
 class Allocator:
