@@ -182,8 +182,8 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
           order_seed=None, allow_concurrent=False, **kw):
     """Run ``workload`` on ``policy`` over the product of every list given,
     as run() does (same arguments: producers, cpu, timing, warmup_cycles,
-    cycles, duration, seed, histogram, mem_sample, effort, processes and the workload's
-    parameters), with the order, progress, journal and executor described
+    cycles, duration, seed, histogram, mem_sample, effort, processes, isolate,
+    check and the workload's parameters), with the order, progress, journal and executor described
     in the module doc. progress: None = when stderr is a terminal.
     shuffle=False keeps grid order within each round of runs.
 
@@ -201,7 +201,10 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
         units += [(i, r) for i in idx]
 
     meta = collect_metadata()
-    jr = _Journal(journal, settings, meta) if journal is not None else None
+    # Where a run ran and whether its pointers were checked change no result:
+    # a journal resumes whatever isolate and check say this time.
+    jsettings = {k: v for k, v in settings.items() if k not in ("isolate", "check")}
+    jr = _Journal(journal, jsettings, meta) if journal is not None else None
     done = dict(jr.done) if jr else {}
     resumed = sum(1 for i, r in units if (_cell_key(tasks[i]["point"]), r) in done)
     todo = [(i, r) for i, r in units if (_cell_key(tasks[i]["point"]), r) not in done]
