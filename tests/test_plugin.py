@@ -531,3 +531,44 @@ AL_REGISTER_LAYER(desc)
     assert out.returncode == 0, out.stderr
     res = al.Result.from_json(str(tmp_path / "r.json"))
     assert res.metadata["run"]["isolate"] is True
+
+
+def _children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_ctrl_c_ends_the_isolated_child(tmp_path):
+    """SIGINT to the parent alone (a notebook's interrupt) ends the run and
+    its child process at once: no orphan keeps running the 30 s run."""
+    import signal
+    import time
+
+    script = ("import alloclab as al\n"
+              "try:\n"
+              "    al.run('malloc-free', 'buddy', isolate=True, runs=1, warmup_cycles=0,\n"
+              "           duration=30, watchdog=0)\n"
+              "except KeyboardInterrupt:\n"
+              "    print('interrupted', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        kids = []
+        while not kids and time.monotonic() < deadline and proc.poll() is None:
+            kids = _children(proc.pid)  # the run's child process, once spawned
+            time.sleep(0.02)
+        assert kids, "no child process appeared"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=20)
+        assert time.monotonic() - t0 < 10
+        assert "interrupted" in out
+        for k in kids:  # reaped by the parent, not left to init
+            assert not os.path.exists("/proc/%d" % k), "child %d outlived the run" % k
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

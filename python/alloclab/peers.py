@@ -124,19 +124,27 @@ def run_in_child(task, run_index, peer=None):
     """One run of a task in a fresh child process, with the peer preloaded
     (peer=None: this process's own malloc); returns the raw result dict, or
     raises what the child raised."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "alloclab._peer"],
-        input=json.dumps({"task": task, "run_index": run_index, "peer": peer}),
-        capture_output=True, text=True,
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alloclab._peer"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=_child_env(peer) if peer is not None else None)
-    if proc.returncode < 0:
-        raise _killed(task, run_index, peer, -proc.returncode, proc.stderr)
     try:
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        stdout, stderr = proc.communicate(
+            json.dumps({"task": task, "run_index": run_index, "peer": peer}))
+    except BaseException:
+        # Ctrl-C (or any error) here ends the child and reaps it before the
+        # exception goes on: no orphan keeps running the run.
+        proc.kill()
+        proc.wait()
+        raise
+    if proc.returncode < 0:
+        raise _killed(task, run_index, peer, -proc.returncode, stderr)
+    try:
+        out = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise errors.RunError(
             "the %s child process failed (exit %d): %s"
-            % (peer or "run", proc.returncode, (proc.stderr or proc.stdout).strip()[-2000:]),
+            % (peer or "run", proc.returncode, (stderr or stdout).strip()[-2000:]),
             code=None) from None
     if "error" in out:
         e = out["error"]
