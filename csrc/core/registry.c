@@ -103,8 +103,10 @@ static const char *workload_name(const void *d)
 
 int al_layer_register(const struct al_layer_desc *d)
 {
-	if (!d || d->abi_version != AL_ABI_VERSION || d->desc_size != sizeof(*d) || !d->create ||
-	    !valid_ident(d->name, true) || !valid_schema(d->params, d->nparams))
+	if (!d || d->abi_version != AL_ABI_VERSION ||
+	    (d->desc_size != sizeof(*d) && d->desc_size != AL_LAYER_DESC_SIZE_V1) || !d->create ||
+	    (al_layer_min_align(d) & (al_layer_min_align(d) - 1)) || !valid_ident(d->name, true) ||
+	    !valid_schema(d->params, d->nparams))
 		return -EINVAL;
 	return reg_add((const void **)layers, &nlayers, d, d->name, layer_name);
 }

@@ -91,6 +91,7 @@ struct al_layer_desc {
     int (*check_params)(const int64_t *params, char *err, size_t errlen);
     int (*create)(const struct al_layer_desc *d, const int64_t *params,
                   struct al_allocator *below, unsigned ncpu, struct al_allocator **out);
+    size_t min_align;
     ...;
 };
 
@@ -164,6 +165,8 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 void al_stack_destroy(struct al_allocator *top);
 void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope);
 size_t al_spec_max_size(const struct al_stack_spec *s);
+size_t al_spec_min_align(const struct al_stack_spec *s);
+size_t al_layer_min_align(const struct al_layer_desc *d);
 unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max);
 
 void *al_call_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags);
