@@ -427,7 +427,8 @@ def test_plugin_policies_run_isolated_by_default(halfspill):
 
 @pytest.mark.parametrize("liar,needle", [
     ("misaligned", r"layer misaligned returned 0x[0-9a-f]+ for a \d+-byte request "
-                   r"\(allocation 31\): aligned to 4 bytes, below its declared alignment of 8"),
+                   r"\(allocation 31\): aligned to 4 bytes, below 16 \(the min_align of buddy "
+                   r"below it, which it inherits\)"),
     ("duplicate", r"layer duplicate returned 0x[0-9a-f]+ for a \d+-byte request "
                   r"\(allocation 31\) while it was still live: the same object handed out "
                   r"twice"),

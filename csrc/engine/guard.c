@@ -34,16 +34,14 @@
 
 #define GUARD_MAGIC	0x616c2d6775617264ull /* "al-guard" */
 #define GUARD_MIN_SLOTS 1024
-/* A layer that declares no alignment is held to what a C caller may assume
- * of any allocation of 8 bytes or more. */
-#define GUARD_DEFAULT_ALIGN 8
 
 struct guard {
 	struct al_ops ops; /* first: the instance's a->ops points here */
 	const struct al_ops *orig;
 	uint64_t magic;
 	const char *name;
-	size_t align;
+	size_t align;	    /* every object is aligned to this */
+	char align_why[96]; /* where align comes from, for the report */
 	pthread_mutex_t lock;
 	void **slots; /* live objects; NULL = empty */
 	size_t nslots, used;
@@ -192,9 +190,10 @@ static bool guard_take(struct guard *g, void *p, size_t size, bool locked)
 	if ((uintptr_t)p & (g->align - 1)) {
 		guard_violation(g,
 				"layer %s returned %p for a %zu-byte request (allocation %llu): "
-				"aligned to %zu bytes, below its declared alignment of %zu",
+				"aligned to %zu bytes, below %zu (%s)",
 				g->name, p, size, (unsigned long long)n,
-				(size_t)1 << __builtin_ctzll((uint64_t)(uintptr_t)p), g->align);
+				(size_t)1 << __builtin_ctzll((uint64_t)(uintptr_t)p), g->align,
+				g->align_why);
 		return false;
 	}
 	if (!locked || !guard_tracking(g))
@@ -410,10 +409,27 @@ static void guard_destroy(struct al_allocator *a)
 	al_meta_free(g, sizeof(*g));
 }
 
-static size_t guard_align(const struct al_layer_desc *d)
+/* The alignment a layer promises: its own min_align, else (0: a cache of
+ * the layer below's objects) that of the first layer below that declares
+ * one, else a pointer's; why says which. */
+static size_t guard_align(const struct al_allocator *a, char *why, size_t len)
 {
-	(void)d;
-	return GUARD_DEFAULT_ALIGN;
+	const struct al_allocator *x;
+
+	for (x = a; x; x = x->below) {
+		size_t align = al_layer_min_align(x->desc);
+
+		if (!align)
+			continue;
+		if (x == a)
+			snprintf(why, len, "its min_align");
+		else
+			snprintf(why, len, "the min_align of %s below it, which it inherits",
+				 x->desc->name);
+		return align;
+	}
+	snprintf(why, len, "a pointer's: no layer of the stack declares min_align");
+	return sizeof(void *);
 }
 
 int al_guard_wrap(struct al_allocator *a)
@@ -432,7 +448,7 @@ int al_guard_wrap(struct al_allocator *a)
 	g->orig = a->ops;
 	g->magic = GUARD_MAGIC;
 	g->name = a->desc ? a->desc->name : a->ops->name;
-	g->align = guard_align(a->desc);
+	g->align = guard_align(a, g->align_why, sizeof(g->align_why));
 	pthread_mutex_init(&g->lock, NULL);
 	g->ops.alloc = guard_alloc;
 	g->ops.free = guard_free;

@@ -443,11 +443,13 @@ def _check_descriptor(addr, where):
             % (where, addr, size), value=addr)
     buf = ffi.new("char[]", raw)
     d = ffi.cast("const struct al_layer_desc *", buf)  # the copy: nothing else is read yet
-    if d.abi_version != lib.AL_ABI_VERSION or d.desc_size != size:
+    sizes = (size, ffi.offsetof("struct al_layer_desc", "min_align"))  # with, without it
+    if d.abi_version != lib.AL_ABI_VERSION or d.desc_size not in sizes:
         raise errors.PluginError(
             "%s: not a descriptor of this alloclab: abi_version %d and desc_size %d, expected "
-            "%d and %d (rebuild it against these headers)"
-            % (where, d.abi_version, d.desc_size, lib.AL_ABI_VERSION, size), value=addr)
+            "%d and %s (rebuild it against these headers)"
+            % (where, d.abi_version, d.desc_size, lib.AL_ABI_VERSION,
+               " or ".join(map(str, sizes))), value=addr)
     name = _read_cstring(int(ffi.cast("uintptr_t", d.name)), 64) if d.name else None
     if name is None or not _NAME_RE.match(name.decode("latin-1")):
         raise errors.PluginError(
