@@ -571,6 +571,11 @@ def source(name, why="a child process"):
             "%s cannot load it: build it with alloclab.plugin.compile()/compile_file() or into "
             "a .so and register it from there, or pass isolate=False to run it in this process "
             "(a crash in it then ends this process)" % (name, why), name=name)
+    if not os.path.isfile(src["path"]):
+        raise errors.PluginError(
+            "plugin layer %r was loaded from %s, which is gone, so %s cannot load it: compile "
+            "it again, or pass isolate=False to run it in this process"
+            % (name, src["path"], why), name=name)
     return {"name": name, "path": src["path"], "offset": src["offset"]}
 
 
