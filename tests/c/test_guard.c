@@ -30,12 +30,13 @@ static void *liar_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 	unsigned long n = __atomic_add_fetch(&l->n, 1, __ATOMIC_RELAXED);
 	void *p;
 
-	if (n > (unsigned long)l->after && l->mode == 2 && l->last)
-		return l->last;
+	p = __atomic_load_n(&l->last, __ATOMIC_RELAXED); /* workers share it */
+	if (n > (unsigned long)l->after && l->mode == 2 && p)
+		return p;
 	p = al_alloc(a->below, c, size, flags);
 	if (p && n > (unsigned long)l->after && l->mode == 1)
 		return (char *)p + 4;
-	l->last = p;
+	__atomic_store_n(&l->last, p, __ATOMIC_RELAXED);
 	return p;
 }
 
@@ -163,13 +164,24 @@ TEST(test_misaligned_object_fails_the_run)
 TEST(test_duplicate_object_fails_the_run)
 {
 	static struct al_run_result res;
+	struct al_stack_spec s;
+	struct al_allocator *a = NULL, *plain = NULL;
+	char err[256];
 
 	CHECK_EQ(run_spec("t_liar(mode=2, after=30) > buddy", 1, 1, &res), -EFAULT);
 	CHECK(strstr(res.error, "layer t_liar returned 0x") != NULL);
 	CHECK(strstr(res.error, "(allocation 31) while it was still live") != NULL);
-	/* the bit selects the layer: buddy checked, the liar not */
-	CHECK(run_spec("t_liar(mode=2, after=30) > buddy", 2, 1, &res) != -EFAULT ||
-	      strstr(res.error, "t_liar returned") == NULL);
+	/* bit i selects layer i: here buddy, not the liar */
+	CHECK_EQ(t_spec_fill("t_liar > buddy", &s), 0);
+	s.check = 2;
+	CHECK_EQ(al_stack_create(&s, 1, &a, err, sizeof(err)), 0);
+	CHECK(a->ops == &liar_ops);
+	CHECK_EQ(t_spec_fill("buddy", &s), 0);
+	CHECK_EQ(al_stack_create(&s, 1, &plain, err, sizeof(err)), 0);
+	CHECK(a->below->ops != plain->ops); /* a checking copy of buddy's table */
+	CHECK(a->below->ops->usable_size == plain->ops->usable_size);
+	al_stack_destroy(plain);
+	al_stack_destroy(a);
 }
 
 TEST(test_direct_calls)
