@@ -442,6 +442,19 @@ def test_lying_plugin_is_reported_naming_the_layer(liars, liar, needle, isolate)
     assert not isinstance(ei.value, al.AllocatorExhausted)
 
 
+def test_declared_alignment_is_checked():
+    # honest, but it declares more than buddy's 64-byte blocks have
+    plugin.compile("overclaims", LIAR.replace("NAME", "overclaims").replace("MODE", "3"),
+                   params=[("after", "int", 0, 0, 1, "unused")], features=["backend", "usable"],
+                   create="liar_create", min_align=4096)
+    with pytest.raises(al.RunError, match=r"layer overclaims returned 0x[0-9a-f]+ for a 64-byte "
+                                          r"request \(allocation \d+\): aligned to \d+ bytes, "
+                                          r"below 4096 \(its min_align\)"):
+        al.run("malloc-free", "overclaims > buddy", runs=1, cycles=2, warmup_cycles=0)
+    with pytest.raises(al.InvalidArgument, match="min_align=24 must be 0"):
+        plugin.compile("badalign", COUNTING, create="counting_create", min_align=24)
+
+
 def test_lying_plugin_honest_until_the_end_passes_the_checks(liars):
     for liar in ("misaligned", "duplicate"):
         res = al.run("malloc-free", "%s(after=100000) > buddy" % liar, runs=1, cycles=20,

@@ -112,6 +112,8 @@ def _killed(task, run_index, peer, signum, stderr):
         where = "in one of its plugin layers (%s)" % ", ".join(layers)
     else:
         where = "under %s" % peer if peer else "(no plugin layer in it)"
+    if sig == "SIGKILL":
+        where += " (or by the kernel's out-of-memory killer)"
     tail = (stderr or "").strip()[-500:]
     return errors.RunError(
         "run %d of %s on policy %r was killed by %s %s: the child process running it died, "

@@ -141,11 +141,16 @@ def _param_rows(params):
     return rows
 
 
-def _glue(name, params, features, doc, max_size, create):
+def _glue(name, params, features, doc, max_size, create, min_align=0):
     if create is None:
         return ""
     if not _IDENT_RE.match(create):
         raise errors.InvalidArgument("create=%r is not a C identifier" % (create,))
+    if isinstance(min_align, bool) or not isinstance(min_align, int) or min_align < 0 or \
+            min_align & (min_align - 1):
+        raise errors.InvalidArgument(
+            "min_align=%r must be 0 (that of the layer below) or a power of two" % (min_align,),
+            value=min_align)
     bad = [f for f in features if f not in FEATURES]
     if bad:
         raise errors.UnknownNameError.make("feature", bad[0], list(FEATURES))
@@ -164,6 +169,7 @@ static const struct al_layer_desc alp_desc_ = {
 	.nparams = %(n)d,
 	.params = %(params)s,
 	.create = %(create)s,
+	.min_align = %(align)d,
 };
 static int alp_status_ = 1;
 __attribute__((constructor)) static void alp_register_(void)
@@ -173,7 +179,7 @@ __attribute__((constructor)) static void alp_register_(void)
 int alloclab_plugin_status(void) { return alp_status_; }
 """ % dict(rows=", ".join(rows) or "{ 0 }", name=_c_string(name), doc=_c_string(doc or name),
            flags=flags, max=max_size, n=len(rows), params="alp_params_" if rows else "NULL",
-           create=create)
+           create=create, align=min_align)
 
 
 @contextlib.contextmanager
@@ -195,14 +201,15 @@ def _capture_fd2():
 
 
 def compile(name, source, params=None, features=(), doc="", max_size=0, create=None,
-            extra_compile_args=(), force=False):
+            extra_compile_args=(), force=False, min_align=0):
     """Compile C source into a layer named ``name`` and register it.
 
     Either ``source`` registers the layer itself (``AL_REGISTER_LAYER``), or
     ``create`` names its constructor and ``params`` (tuples ``(name, type,
     default, min, max, doc[, choices])``, type one of int/size/bool/enum/ns),
-    ``features`` (bulk, owns, backend, usable, validates), ``doc`` and
-    ``max_size`` describe it. Returns a Plugin. Raises PluginCompileError
+    ``features`` (bulk, owns, backend, usable, validates), ``doc``,
+    ``max_size`` and ``min_align`` (the alignment of every object it hands
+    out; 0, the default: that of the layer below) describe it. Returns a Plugin. Raises PluginCompileError
     (with the compiler's messages), PluginError (not registered, or the name
     is taken), or the parameter errors of the schema checks."""
     import cffi
@@ -210,7 +217,7 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise errors.InvalidArgument("plugin name %r must match [a-z0-9_][a-z0-9_-]*" % (name,),
                                      value=name)
-    glue = _glue(name, params, features, doc, max_size, create)
+    glue = _glue(name, params, features, doc, max_size, create, min_align)
     flags = ["-O2", "-std=gnu11", "-fvisibility=hidden"] + list(extra_compile_args)
     digest = hashlib.sha256("\0".join([name, source, glue, " ".join(flags), lib_path(),
                                        cstr(lib.al_version()), _headers_digest()]
@@ -534,16 +541,22 @@ def _object_of(addr):
     return {"path": path, "offset": None if bias is None else addr - bias}
 
 
+_builtin = set()  # layers whose descriptor lives in liballoclab.so
+
+
 def is_plugin(name):
     """Whether layer ``name`` was added at run time (its descriptor does not
     live in liballoclab.so)."""
     if name in _sources:
         return True
+    if name in _builtin:
+        return False
     d = lib.al_layer_find(name.encode())
     if d == ffi.NULL:
         return False
     src = _object_of(int(ffi.cast("uintptr_t", d)))
     if src["path"] == os.path.realpath(lib_path()):
+        _builtin.add(name)
         return False
     _sources[name] = src  # registered through the C API capsule: found by address
     return True
