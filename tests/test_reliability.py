@@ -337,7 +337,7 @@ def test_nmi_buddy_defers_every_handed_free():
 
 @pytest.mark.parametrize("spec", NMI_UNSAFE)
 def test_nmi_workload_refuses_unsafe_policies(spec):
-    with pytest.raises(errors.RunError, match="is not NMI-safe"):
+    with pytest.raises(errors.IncompatiblePolicyError, match="is not NMI-safe"):  # by plan()
         al.run("nmi", spec, runs=1, cycles=2, warmup_cycles=0)
 
 

@@ -808,7 +808,9 @@ static int check_config(const struct al_run_config *cfg, struct al_run_result *r
 			 "the measured phase needs cycles > 0 or duration > 0");
 		return -EINVAL;
 	}
-	if (al_params_check(wl->params, wl->nparams, cfg->wparams, why, sizeof(why))) {
+	if (al_params_check(wl->params, wl->nparams, cfg->wparams, why, sizeof(why)) ||
+	    (wl->check_params &&
+	     wl->check_params(cfg->wparams, cfg->producers, why, sizeof(why)))) {
 		snprintf(res->error, sizeof(res->error), "%s: %s", wl->name, why);
 		return -EINVAL;
 	}

@@ -185,6 +185,7 @@ struct al_workload_desc {
     unsigned nparams;
     const struct al_param_desc *params;
     int size_param;
+    int (*check_params)(const int64_t *params, unsigned nworkers, char *err, size_t errlen);
     ...;
 };
 
@@ -193,6 +194,8 @@ struct al_workload_desc {
 #define AL_HIST_SUB ...
 #define AL_F_STATS_ANYTIME ...
 #define AL_WL_LIVE ...
+#define AL_WL_NMI ...
+#define AL_WL_VMALLOC ...
 enum al_hist_op { AL_HIST_ALLOC, AL_HIST_FREE, AL_HIST_NR, ... };
 struct al_hist {
     uint64_t count;

@@ -83,6 +83,11 @@ EFFORT = {
     "rigorous": {"runs": 10, "duration": 0.5, "warmup_cycles": 200},
 }
 MIN_PHASE_S = 0.1  # a measured phase shorter than this is flagged under tables
+# The longest duration, watchdog or sampling interval in seconds (about 31
+# years): the engine adds them to a nanosecond clock in 64 bits, and a
+# larger value would wrap its deadline, ending the phase at once.
+MAX_SECONDS = 1e9
+MAX_RUNS = 1000000  # runs per cell: each builds an allocator, a larger count never ends
 
 
 def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
@@ -130,7 +135,7 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     watchdog_ns = _watchdog_ns(watchdog)
     if timing is None:  # histograms time every operation: per_op_sum
         timing = "per_op_sum" if histogram else "batch"
-    runs = _int_in("runs", runs, 1)
+    runs = _int_in("runs", runs, 1, MAX_RUNS)
     warmup_cycles = _int_in("warmup_cycles", warmup_cycles, 0, _U64_MAX)
     if cycles is not None:
         cycles = _int_in("cycles", cycles, 1, _U64_MAX)
@@ -138,16 +143,18 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         raise errors.ParameterTypeError("duration must be a number of seconds, not %r"
                                         % (duration,), name="duration", value=duration)
     duration = float(duration)
-    if not math.isfinite(duration) or duration <= 0:
+    if not math.isfinite(duration) or duration <= 0 or duration > MAX_SECONDS:
         raise errors.ParameterRangeError(
-            "duration=%r is out of range: it must be a positive number of seconds" % duration,
-            name="duration", value=duration, min=0, max=None)
+            "duration=%r is out of range: it must be a positive number of seconds, at most "
+            "%g" % (duration, MAX_SECONDS), name="duration", value=duration, min=0,
+            max=MAX_SECONDS)
     duration_ns = max(1, int(round(duration * 1e9)))
     seed = _int_in("seed", seed, 0, _U64_MAX)
 
     policies = _dedupe([Policy(p) for p in _as_list(policy, "policy")])
     for pol in policies:
         peers.needed(pol)  # PeerUnavailable (with the apt-get line) before anything runs
+        check_compatible(wl, pol)
     isolate, check, plugins = _isolation(policies, processes, isolate, check)
     prod = _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
                     for p in _as_list(producers, "producers")])
@@ -182,6 +189,9 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
             raise errors.InvalidArgument("parameter %s given twice" % name)
         given[name] = _dedupe([p.parse(x) for x in _as_list(v, name)])
     wvalues = [given.get(p.name, [p.default]) for p in wl.params]
+    for wraw in itertools.product(*wvalues):  # cross-parameter checks of every cell
+        for nprod in prod:
+            _check_workload_params(wl, wraw, nprod)
 
     # Size against each policy's largest request.
     if wl.size_param is not None:
@@ -278,16 +288,66 @@ def _isolation(policies, processes, isolate, check):
     return isolate, check, out
 
 
+def check_compatible(workload, policy):
+    """Raise IncompatiblePolicyError when ``workload`` cannot run on
+    ``policy`` whatever its parameters: what the workload's descriptor
+    declares it needs of a policy (its flags), checked on the policy's
+    layers and features before anything is built. plan() calls it for every
+    policy of a sweep, so a sweep refuses a bad cell before its first run."""
+    wl = workload if isinstance(workload, schema.WorkloadSchema) else schema.workload(workload)
+    pol = policy if isinstance(policy, Policy) else Policy(policy)
+    why = _incompatible(wl, pol)
+    if why is None:
+        return
+    valid = [name for name, spec in _presets().items() if _incompatible(wl, Policy(spec)) is None]
+    label = repr(pol.name) if pol.name == str(pol) else "%r (%s)" % (pol.name, str(pol))
+    raise errors.IncompatiblePolicyError(
+        "workload %s cannot run on policy %s: %s; presets it runs on: %s"
+        % (wl.name, label, why, ", ".join(valid) or "(none)"),
+        workload=wl.name, policy=str(pol), valid=valid)
+
+
+def _presets():
+    from .policy import presets
+    return presets
+
+
+def _incompatible(wl, pol):
+    """Why ``wl`` cannot run on ``pol`` (one reason), or None."""
+    if wl.flags_mask & lib.AL_WL_NMI and pol.nmi_unsafe is not None:
+        return ("it calls the policy at NMI (a signal handler), and layer %s is not "
+                "NMI-safe: the handler could spin on a lock the code it interrupted "
+                "holds" % pol.nmi_unsafe)
+    if wl.flags_mask & lib.AL_WL_VMALLOC and pol.names[0] != "vmalloc":
+        return ("it drives vmalloc's own API and needs a vmalloc layer at the top of the "
+                "policy (e.g. 'vmalloc > pages'), not %s" % pol.names[0])
+    return None
+
+
+def _check_workload_params(wl, wraw, producers):
+    """The workload's own cross-parameter check (its descriptor's
+    check_params, as al_run calls it) for one cell."""
+    d = wl.desc
+    if d is None or d.check_params == ffi.NULL:
+        return
+    arr = ffi.new("int64_t[]", [int(v) for v in wraw] or [0])
+    err = ffi.new("char[]", 256)
+    if d.check_params(arr, producers, err, 256):
+        msg = cstr(err) or "its parameters do not go together"
+        raise errors.InvalidArgument("workload %s: %s" % (wl.name, msg))
+
+
 def _watchdog_ns(watchdog):
     """Validate watchdog (seconds, 0 = off)."""
     if isinstance(watchdog, bool) or not isinstance(watchdog, numbers.Real):
         raise errors.ParameterTypeError("watchdog must be a number of seconds, not %r"
                                         % (watchdog,), name="watchdog", value=watchdog)
     watchdog = float(watchdog)
-    if not math.isfinite(watchdog) or watchdog < 0 or 0 < watchdog < 1e-3:
+    if not math.isfinite(watchdog) or watchdog < 0 or 0 < watchdog < 1e-3 or \
+            watchdog > MAX_SECONDS:
         raise errors.ParameterRangeError(
-            "watchdog=%r is out of range: 0 (off) or at least 0.001 seconds" % watchdog,
-            name="watchdog", value=watchdog, min=0, max=None)
+            "watchdog=%r is out of range: 0 (off) or 0.001 to %g seconds"
+            % (watchdog, MAX_SECONDS), name="watchdog", value=watchdog, min=0, max=MAX_SECONDS)
     return int(round(watchdog * 1e9))
 
 
@@ -300,10 +360,12 @@ def _measure_options(histogram, mem_sample):
         raise errors.ParameterTypeError("mem_sample must be a number of seconds, not %r"
                                         % (mem_sample,), name="mem_sample", value=mem_sample)
     mem_sample = float(mem_sample)
-    if not math.isfinite(mem_sample) or mem_sample < 0 or 0 < mem_sample < 1e-4:
+    if not math.isfinite(mem_sample) or mem_sample < 0 or 0 < mem_sample < 1e-4 or \
+            mem_sample > MAX_SECONDS:
         raise errors.ParameterRangeError(
-            "mem_sample=%r is out of range: 0 (sample at the phase's ends only) or at least "
-            "0.0001 seconds" % mem_sample, name="mem_sample", value=mem_sample, min=0, max=None)
+            "mem_sample=%r is out of range: 0 (sample at the phase's ends only) or 0.0001 to "
+            "%g seconds" % (mem_sample, MAX_SECONDS), name="mem_sample", value=mem_sample,
+            min=0, max=MAX_SECONDS)
     return histogram, int(round(mem_sample * 1e9))
 
 

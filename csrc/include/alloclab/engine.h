@@ -152,7 +152,11 @@ struct al_run_result;
 enum al_workload_flags {
 	AL_WL_RESET = 1u << 0,	      /* allocator recreated (untimed) after every cycle */
 	AL_WL_ONE_PRODUCER = 1u << 1, /* exactly one producer, as the modelled bench */
-	AL_WL_LIVE = 1u << 2	      /* workers keep live_bytes (al_worker_live) */
+	AL_WL_LIVE = 1u << 2,	      /* workers keep live_bytes (al_worker_live) */
+	/* What a policy must be, known before a run (Python checks it when it
+	 * plans; the workload refuses others again when it starts): */
+	AL_WL_NMI = 1u << 8, /* calls the policy at NMI: an NMI-safe stack (al_stack_nmi_unsafe) */
+	AL_WL_VMALLOC = 1u << 9 /* drives vmalloc's own API: a vmalloc layer on top */
 };
 
 /* AL_WL_LIVE workloads: the bytes requested and not yet freed changed by
@@ -189,6 +193,11 @@ struct al_workload_desc {
 	 * workload's own results with al_result_value() (read by Python as
 	 * metrics "wl.<name>"). Runs on the main thread; workers are waiting. */
 	void (*report)(void *shared, unsigned nworkers, struct al_run_result *res);
+	/* Optional: what the schema's per-parameter ranges cannot say (larson:
+	 * min_size <= max_size; a thread count that must match the workers),
+	 * for nworkers workers. 0, or -EINVAL with err filled in naming the
+	 * values. al_run calls it before building anything. */
+	int (*check_params)(const int64_t *params, unsigned nworkers, char *err, size_t errlen);
 };
 
 /* ---- per-operation latency histograms ---- */
