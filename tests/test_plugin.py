@@ -586,3 +586,14 @@ def test_ctrl_c_ends_the_isolated_child(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_journal_resumes_whatever_isolate_says(tmp_path):
+    from alloclab.sweep import sweep
+
+    j = tmp_path / "j.jsonl"
+    kw = dict(runs=1, cycles=3, warmup_cycles=0, journal=j)
+    first = sweep("malloc-free", "buddy", isolate=False, **kw)
+    again = sweep("malloc-free", "buddy", isolate=True, check=True, **kw)
+    assert again.metadata["sweep"]["resumed_units"] == 1
+    assert again.select()[0]["alloc_ops"][0] == first.select()[0]["alloc_ops"][0]

@@ -211,7 +211,7 @@ def _read_journal(path, settings):
             from .result import _json_kind
             raise errors.FileFormatError("journal %s: its header's %s is a JSON %s, not an "
                                          "object" % (path, k, _json_kind(header[k])), path=path)
-    old, new = header.get("settings", {}), _norm(settings)
+    old, new = _resumable(header.get("settings", {})), _resumable(_norm(settings))
     if old != new:
         raise errors.InvalidArgument(
             "journal %s belongs to a different sweep (it differs in: %s); use another "
@@ -222,6 +222,13 @@ def _read_journal(path, settings):
         key, run, raw, wall = _check_unit(path, n, line)
         done[(key, run)] = (raw, wall)
     return header.get("metadata"), done, keep
+
+
+def _resumable(settings):
+    """The settings a journal must match to be resumed. Where a run ran
+    (isolate) and whether its objects were checked (check) change no
+    result: a journal resumes whatever they say this time."""
+    return {k: v for k, v in settings.items() if k not in ("isolate", "check")}
 
 
 def _differences(old, new, prefix=""):
@@ -353,10 +360,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
         units += [(i, r) for i in idx]
 
     meta = collect_metadata()
-    # Where a run ran and whether its pointers were checked change no result:
-    # a journal resumes whatever isolate and check say this time.
-    jsettings = {k: v for k, v in settings.items() if k not in ("isolate", "check")}
-    jr = _Journal(journal, jsettings, meta) if journal is not None else None
+    jr = _Journal(journal, settings, meta) if journal is not None else None
     done = dict(jr.done) if jr else {}
     resumed = sum(1 for i, r in units if (_cell_key(tasks[i]["point"]), r) in done)
     todo = [(i, r) for i, r in units if (_cell_key(tasks[i]["point"]), r) not in done]
