@@ -159,6 +159,12 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 		a->desc = d;
 		a->below = below;
 		a->ncpu = ncpu;
+		if ((s->check >> i & 1) && (ret = al_guard_wrap(a))) {
+			snprintf(err, errlen, "%s: no memory for its pointer checks", d->name);
+			a->ops->destroy(a);
+			al_stack_destroy(below);
+			return ret;
+		}
 		below = a;
 	}
 	*out = below;

@@ -77,15 +77,20 @@ struct al_param_desc {
     ...;
 };
 
+struct al_allocator;
 struct al_layer_desc {
     unsigned abi_version;
+    size_t desc_size;
     const char *name;
     const char *doc;
     unsigned features;
     size_t max_size;
     unsigned nparams;
     const struct al_param_desc *params;
+    size_t (*max_size_of)(const int64_t *params);
     int (*check_params)(const int64_t *params, char *err, size_t errlen);
+    int (*create)(const struct al_layer_desc *d, const int64_t *params,
+                  struct al_allocator *below, unsigned ncpu, struct al_allocator **out);
     size_t min_align;
     ...;
 };
@@ -151,6 +156,7 @@ struct al_layer_spec {
 struct al_stack_spec {
     unsigned n;
     struct al_layer_spec layer[...];
+    unsigned check;
     ...;
 };
 

@@ -195,6 +195,14 @@ def _run_parser(wl):
     _effort_flags(g)
     g.add_argument("--processes", action="store_true",
                    help="run every run in a fresh process (its own heap and memory layout)")
+    g.add_argument("--isolate", action="store_const", const=True, default=None,
+                   help="run every run in a fresh child process that loads the plugins by path, "
+                        "with the engine's pointer checks on their layers: a crashing plugin "
+                        "fails its run, naming the layer and the signal (default when a policy "
+                        "has a plugin layer)")
+    g.add_argument("--no-isolate", dest="isolate", action="store_const", const=False,
+                   help="run plugin layers in this process, unchecked (full speed; a crash in "
+                        "a plugin ends alloclab)")
     g.add_argument("--target-ci", type=float, default=None, metavar="FRACTION",
                    help="adaptive: add runs to cells whose 95%% CI is wider than this fraction "
                         "of the mean (e.g. 0.02), until --budget is spent")
@@ -370,7 +378,8 @@ def cmd_run(argv):
             params[prm.name] = v
     kwargs = dict(runs=args.runs, producers=args.producers, cpu=args.cpu, timing=args.timing,
                   warmup_cycles=args.warmup_cycles, cycles=args.cycles, duration=args.duration,
-                  seed=args.seed, effort=args.effort, processes=args.processes, **params)
+                  seed=args.seed, effort=args.effort, processes=args.processes,
+                  isolate=args.isolate, **params)
     if args.hist:  # histograms time every operation: per_op_sum unless --timing says
         kwargs["histogram"] = True
     if args.watchdog is not None:

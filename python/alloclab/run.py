@@ -102,7 +102,8 @@ def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
 
 def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
          warmup_cycles=None, cycles=None, duration=None, seed=1, histogram=False,
-         mem_sample=0.01, watchdog=30.0, effort="normal", processes=False, **params):
+         mem_sample=0.01, watchdog=30.0, effort="normal", processes=False, isolate=None,
+         check=None, **params):
     """Validate a run() request and return (settings, tasks) without running.
 
     effort: "quick", "normal" or "rigorous" sets runs, duration and
@@ -110,6 +111,17 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     every run in a fresh child process (its own heap and memory layout, as
     pyperf's worker processes). watchdog: seconds without progress after
     which a run ends with RunStalled (0 = never).
+
+    isolate=True runs every run in a freshly spawned child process that loads
+    the plugin layers by path, so that a plugin that crashes ends the child,
+    not this process: the run raises RunError naming the policy, the plugin
+    layer(s) and the signal. None (the default) isolates every run when any
+    policy has a plugin layer; False runs in this process. Isolation changes
+    no result. check=True wraps each plugin layer in the engine's pointer
+    checks (every object it hands out aligned to its declared alignment and
+    not live already; a violation fails the run naming the layer); None
+    (the default) checks whenever runs are isolated. The checks take a lock
+    per operation of a plugin layer: pass check=False for timing figures.
 
     ``tasks`` is a list of plain, picklable dicts, one per grid point, in
     grid order; run_point(task) runs one of them.
@@ -143,6 +155,7 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     for pol in policies:
         peers.needed(pol)  # PeerUnavailable (with the apt-get line) before anything runs
         check_compatible(wl, pol)
+    isolate, check, plugins = _isolation(policies, processes, isolate, check)
     prod = _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
                     for p in _as_list(producers, "producers")])
     if wl.one_producer:
@@ -202,6 +215,8 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         "workload": wl.name,
         "effort": effort,
         "processes": processes,
+        "isolate": isolate,
+        "check": check,
         "runs": runs,
         "warmup_cycles": warmup_cycles,
         "cycles": cycles,
@@ -240,8 +255,37 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
             "mem_sample_ns": mem_sample_ns,
             "watchdog_ns": watchdog_ns,
             "processes": processes,
+            "isolate": isolate,
+            # layers whose objects the engine checks (bit i: layer i, top first)
+            "check_mask": sum(1 << i for i, n in enumerate(pol.names)
+                              if check and n in plugins[pol.name]),
+            "plugins": [src for n, src in plugins[pol.name].items()],
         })
     return settings, tasks
+
+
+def _isolation(policies, processes, isolate, check):
+    """Validate isolate and check; returns (isolate, check, {policy name:
+    {plugin layer: what a child loads}}). A child process must be able to
+    load every plugin layer it runs by path."""
+    from . import plugin
+
+    for name, v in (("isolate", isolate), ("check", check)):
+        if v is not None and not isinstance(v, bool):
+            raise errors.ParameterTypeError("%s must be True, False or None (the default), "
+                                            "not %r" % (name, v), name=name, value=v)
+    layers = {pol.name: plugin.plugin_layers(pol) for pol in policies}
+    if isolate is None:
+        isolate = any(layers.values())
+    if check is None:
+        check = isolate
+    out = {}
+    for pol in policies:
+        in_child = isolate or processes or peers.needed(pol) is not None
+        why = ("an isolated run's child process" if isolate else "a run's child process")
+        out[pol.name] = {n: (plugin.source(n, why) if in_child else {"name": n})
+                         for n in layers[pol.name]}
+    return isolate, check, out
 
 
 def check_compatible(workload, policy):
@@ -331,7 +375,7 @@ def run_once(task, run_index=0, in_child=False):
     t_start = time.time()  # wall clock: pairs the interleaved runs of an A/B comparison
     if not in_child:
         peer = peers.needed(task["policy"])
-        if peer is not None or task.get("processes"):
+        if peer is not None or task.get("processes") or task.get("isolate"):
             raw = peers.run_in_child(task, run_index, peer)
             raw["t_start"] = t_start
             return raw
@@ -343,6 +387,7 @@ def run_once(task, run_index=0, in_child=False):
     for i, v in enumerate(task["wparams"]):
         cfg.wparams[i] = v
     Policy(task["policy"]).fill_spec(cfg.stack)
+    cfg.stack.check = task.get("check_mask", 0)
     cfg.producers = task["producers"]
     cfg.cpu_mode = CPU_MODES[task["cpu"]]
     cfg.timing = TIMINGS[task["timing"]]
@@ -467,8 +512,8 @@ class _Progress:
 
 def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
-        histogram=False, mem_sample=0.01, effort="normal", processes=False, target_ci=None,
-        budget=60.0, **params):
+        histogram=False, mem_sample=0.01, effort="normal", processes=False, isolate=None,
+        check=None, target_ci=None, budget=60.0, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -482,7 +527,9 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     given (pyperf's --fast / --rigorous; see EFFORT). progress=True prints a
     progress line to stderr. executor: a concurrent.futures.Executor to run
     grid points in parallel (default: one after the other). processes=True
-    runs every run in a fresh child process.
+    runs every run in a fresh child process. isolate and check: see plan()
+    (by default a policy with a plugin layer runs isolated and checked, so a
+    crashing plugin raises RunError instead of ending this process).
 
     target_ci: adaptive runs: after the first ``runs`` rounds, cells whose
     95% confidence interval of the mean (alloc_ns and free_ns, or throughput)
@@ -502,7 +549,8 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     settings, tasks = plan(workload, policy, runs=runs, producers=producers, cpu=cpu,
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
                            duration=duration, seed=seed, histogram=histogram,
-                           mem_sample=mem_sample, effort=effort, processes=processes, **params)
+                           mem_sample=mem_sample, effort=effort, processes=processes,
+                           isolate=isolate, check=check, **params)
     adaptive = _adaptive_options(target_ci, budget)
     if executor is not None:  # warns when a local pool would overlap timed runs
         from .sweep import _check_executor

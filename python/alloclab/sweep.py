@@ -211,7 +211,7 @@ def _read_journal(path, settings):
             from .result import _json_kind
             raise errors.FileFormatError("journal %s: its header's %s is a JSON %s, not an "
                                          "object" % (path, k, _json_kind(header[k])), path=path)
-    old, new = header.get("settings", {}), _norm(settings)
+    old, new = _resumable(header.get("settings", {})), _resumable(_norm(settings))
     if old != new:
         raise errors.InvalidArgument(
             "journal %s belongs to a different sweep (it differs in: %s); use another "
@@ -222,6 +222,13 @@ def _read_journal(path, settings):
         key, run, raw, wall = _check_unit(path, n, line)
         done[(key, run)] = (raw, wall)
     return header.get("metadata"), done, keep
+
+
+def _resumable(settings):
+    """The settings a journal must match to be resumed. Where a run ran
+    (isolate) and whether its objects were checked (check) change no
+    result: a journal resumes whatever they say this time."""
+    return {k: v for k, v in settings.items() if k not in ("isolate", "check")}
 
 
 def _differences(old, new, prefix=""):
@@ -334,8 +341,8 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
           order_seed=None, allow_concurrent=False, **kw):
     """Run ``workload`` on ``policy`` over the product of every list given,
     as run() does (same arguments: producers, cpu, timing, warmup_cycles,
-    cycles, duration, seed, histogram, mem_sample, effort, processes and the workload's
-    parameters), with the order, progress, journal and executor described
+    cycles, duration, seed, histogram, mem_sample, effort, processes, isolate,
+    check and the workload's parameters), with the order, progress, journal and executor described
     in the module doc. progress: None = when stderr is a terminal.
     shuffle=False keeps grid order within each round of runs.
 
