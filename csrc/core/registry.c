@@ -158,7 +158,9 @@ static const char *workload_name(const void *d)
 
 static bool layer_valid(const struct al_layer_desc *d)
 {
-	return d && d->abi_version == AL_ABI_VERSION && d->desc_size == sizeof(*d) && d->create &&
+	return d && d->abi_version == AL_ABI_VERSION &&
+	       (d->desc_size == sizeof(*d) || d->desc_size == AL_LAYER_DESC_SIZE_V1) && d->create &&
+	       !(al_layer_min_align(d) & (al_layer_min_align(d) - 1)) &&
 	       valid_ident(d->name, true) && valid_schema(d->params, d->nparams);
 }
 

@@ -140,6 +140,24 @@ size_t al_spec_max_size(const struct al_stack_spec *s)
 	return m;
 }
 
+size_t al_layer_min_align(const struct al_layer_desc *d)
+{
+	return d && d->desc_size >= sizeof(*d) ? d->min_align : 0;
+}
+
+size_t al_spec_min_align(const struct al_stack_spec *s)
+{
+	unsigned i;
+
+	for (i = 0; i < s->n && i < AL_MAX_LAYERS; i++) {
+		size_t a = al_layer_min_align(s->layer[i].desc);
+
+		if (a)
+			return a;
+	}
+	return sizeof(void *);
+}
+
 unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max)
 {
 	unsigned n = 0;

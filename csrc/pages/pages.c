@@ -2048,6 +2048,7 @@ static const struct al_param_desc pages_params[P_NR] = {
 static const struct al_layer_desc pages_desc = {
 	.abi_version = AL_ABI_VERSION,
 	.desc_size = sizeof(struct al_layer_desc),
+	.min_align = 4096,
 	.name = "pages",
 	.doc = "zone buddy page allocator with per-CPU page lists (orders 0-10, PCP batch 63)",
 	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_PAGES,

@@ -1677,6 +1677,7 @@ static size_t vmalloc_max_size_of(const int64_t *p)
 static const struct al_layer_desc vmalloc_desc = {
 	.abi_version = AL_ABI_VERSION,
 	.desc_size = sizeof(struct al_layer_desc),
+	.min_align = 4096,
 	.name = "vmalloc",
 	.doc = "vmalloc/vfree over a pages layer: VA allocator, page table, order0/high_order/"
 	       "pcp_first population, per_page/bulk free",

@@ -842,6 +842,7 @@ out_free:
 static const struct al_layer_desc bpf_ma_desc = {
 	.abi_version = AL_ABI_VERSION,
 	.desc_size = sizeof(struct al_layer_desc),
+	.min_align = 8,
 	.name = "bpf_ma",
 	.doc = "bpf_mem_alloc: per-CPU free lists with low/high watermarks refilled and trimmed "
 	       "by irq_work, `active` reentrancy guard, 8-byte owner header, return to slab "

@@ -1130,6 +1130,7 @@ static size_t buddy_max_size_of(const int64_t *p)
 static const struct al_layer_desc buddy_desc = {
 	.abi_version = AL_ABI_VERSION,
 	.desc_size = sizeof(struct al_layer_desc),
+	.min_align = 16,
 	.name = "buddy",
 	.doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
 	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_STATS_ANYTIME |

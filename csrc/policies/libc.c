@@ -128,6 +128,7 @@ static int libc_create(const struct al_layer_desc *d, const int64_t *params,
 static const struct al_layer_desc libc_desc = {
 	.abi_version = AL_ABI_VERSION,
 	.desc_size = sizeof(struct al_layer_desc),
+	.min_align = 16,
 	.name = "libc",
 	.doc = "the process's malloc/free (glibc unless preloaded otherwise)",
 	.features = AL_F_USABLE | AL_F_STATS_ANYTIME,
@@ -174,6 +175,7 @@ static int system_create(const struct al_layer_desc *d, const int64_t *params,
 static const struct al_layer_desc system_desc = {
 	.abi_version = AL_ABI_VERSION,
 	.desc_size = sizeof(struct al_layer_desc),
+	.min_align = 16,
 	.name = "system",
 	.doc = "a real allocator (glibc, jemalloc, gperftools-tcmalloc, mimalloc) as a bottom "
 	       "layer, run under LD_PRELOAD",

@@ -92,6 +92,7 @@ static int null_create(const struct al_layer_desc *d, const int64_t *params,
 static const struct al_layer_desc null_desc = {
 	.abi_version = AL_ABI_VERSION,
 	.desc_size = sizeof(struct al_layer_desc),
+	.min_align = 4096,
 	.name = "null",
 	.doc = "no-op allocator returning a preallocated block: the harness floor",
 	.features = AL_F_USABLE | AL_F_STATS_ANYTIME,

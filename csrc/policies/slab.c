@@ -1261,6 +1261,7 @@ out_free:
 static const struct al_layer_desc slab_desc = {
 	.abi_version = AL_ABI_VERSION,
 	.desc_size = sizeof(struct al_layer_desc),
+	.min_align = 8,
 	.name = "slab",
 	.doc = "kmalloc/kzalloc over SLUB-like slabs: 13 size classes, per-CPU slab with a "
 	       "cmpxchg16b freelist (v6.18) or none (sheaves form), partial lists under "

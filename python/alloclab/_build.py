@@ -86,6 +86,7 @@ struct al_layer_desc {
     unsigned nparams;
     const struct al_param_desc *params;
     int (*check_params)(const int64_t *params, char *err, size_t errlen);
+    size_t min_align;
     ...;
 };
 
@@ -158,6 +159,8 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 void al_stack_destroy(struct al_allocator *top);
 void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope);
 size_t al_spec_max_size(const struct al_stack_spec *s);
+size_t al_spec_min_align(const struct al_stack_spec *s);
+size_t al_layer_min_align(const struct al_layer_desc *d);
 unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max);
 
 void *al_call_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags);

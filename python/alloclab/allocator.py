@@ -44,6 +44,7 @@ class Allocator:
             self._ctx[i].level = lib.AL_CTX_TASK
             self._ctx[i].err = 0
         self.max_size = self.policy.max_size
+        self.min_align = self.policy.min_align
 
     # -- plumbing --
 

@@ -116,8 +116,9 @@ def cmd_list(args):
         feats = ", ".join(s.features) or "-"
         mx = schema.format_size(s.max_size) if s.max_size else "any"
         out.append("  %s: %s" % (s.name, s.doc))
-        out.append("    features: %s; max size: %s%s" % (
-            feats, mx, "; needs a layer below" if s.needs_backend else ""))
+        al_txt = ("%d bytes" % s.min_align) if s.min_align else "that of the layer below"
+        out.append("    features: %s; max size: %s; alignment: %s%s" % (
+            feats, mx, al_txt, "; needs a layer below" if s.needs_backend else ""))
         out += [_param_line(p) for p in s.params]
     out.append("")
     out.append("workloads (parameters are --dashed-name flags of `alloclab run WORKLOAD`):")

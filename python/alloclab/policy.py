@@ -246,6 +246,14 @@ class Policy:
         chunk_size / 2), 0 = any."""
         return int(lib.al_spec_max_size(self.stack_spec()))
 
+    @property
+    def min_align(self):
+        """Alignment every object of the stack has, whatever its size: the
+        declared min_align of the topmost layer that declares one (a cache
+        hands out the objects of the layer below), e.g. 8 over slab (its
+        kmalloc-8 class) and under bpf_ma (its 8-byte list node in front)."""
+        return int(lib.al_spec_min_align(self.stack_spec()))
+
     def features(self, i=0):
         """Feature names of layer i (top by default)."""
         return schema.layer(self._layers[i][0]).features

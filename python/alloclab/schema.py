@@ -247,7 +247,7 @@ class _HasParams:
 
 @dataclass(frozen=True)
 class LayerSchema(_HasParams):
-    """A layer of the registry: name, doc, features, max_size, params."""
+    """A layer of the registry: name, doc, features, max_size, params, min_align."""
 
     _kind = "layer"
 
@@ -257,6 +257,7 @@ class LayerSchema(_HasParams):
     max_size: int  # 0 = unlimited
     params: Tuple[Param, ...]
     desc: object = field(repr=False, compare=False, hash=False, default=None)
+    min_align: int = 0  # 0 = that of the layer below
 
     @property
     def features(self):
@@ -278,6 +279,7 @@ class LayerSchema(_HasParams):
             "doc": self.doc,
             "features": self.features,
             "max_size": self.max_size,
+            "min_align": self.min_align,
             "params": [p.to_dict() for p in self.params],
         }
 
@@ -325,7 +327,8 @@ def _read_layer(d):
     name = cstr(d.name)
     return LayerSchema(name=name, doc=cstr(d.doc), features_mask=d.features,
                        max_size=int(d.max_size),
-                       params=_read_params(d.params, d.nparams, "layer %s" % name), desc=d)
+                       params=_read_params(d.params, d.nparams, "layer %s" % name), desc=d,
+                       min_align=int(lib.al_layer_min_align(d)))
 
 
 def _read_workload(d):

@@ -201,7 +201,17 @@ struct al_layer_desc {
 	/* params[] holds nparams values in schema order, already validated. */
 	int (*create)(const struct al_layer_desc *d, const int64_t *params,
 		      struct al_allocator *below, unsigned ncpu, struct al_allocator **out);
+	/* Alignment every object this layer hands out has, for every size and
+	 * every parameter (a power of two), as the kernel design it models gives
+	 * it: slab's kmalloc-8 objects are 8-aligned, bpf_mem_alloc's objects sit
+	 * 8 bytes into their unit. 0: whatever the layer below gives (a cache
+	 * that hands out objects of the layer below). A descriptor built before
+	 * this field existed (desc_size without it) reads as 0. */
+	size_t min_align;
 };
+
+/* desc_size of a descriptor without min_align, still accepted. */
+#define AL_LAYER_DESC_SIZE_V1 offsetof(struct al_layer_desc, min_align)
 
 /* ---- dispatch helpers (what a layer uses to call the layer below) ---- */
 
