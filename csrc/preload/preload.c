@@ -90,6 +90,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -730,6 +731,25 @@ SHIM_API void *malloc(size_t size)
 	return policy_alloc(size, 0, 0);
 }
 
+/*
+ * A thread may sleep in free(): a lock the policy gave up on after its time
+ * budget (-ETIMEDOUT, a holder preempted while threads outnumber CPUs) or a
+ * full waiter ring (-EBUSY) is tried again after yielding, since a failed
+ * free would leak the block. Bounded, so that a lock that never comes back
+ * turns into a counted free error, not a hang.
+ */
+static int free_retry(struct al_ctx *c, void *p)
+{
+	int ret, tries = 0;
+
+	while ((ret = top->ops->free(top, c, p)) == -ETIMEDOUT || ret == -EBUSY) {
+		if (++tries == 1000)
+			break;
+		sched_yield();
+	}
+	return ret;
+}
+
 SHIM_API void free(void *p)
 {
 	struct shim_thread *t;
@@ -756,7 +776,7 @@ SHIM_API void free(void *p)
 			count(NULL, SC_free_errors);
 		return;
 	}
-	if (top->ops->free(top, &t->ctx, p))
+	if (free_retry(&t->ctx, p))
 		count(t, SC_free_errors);
 	else
 		count(t, SC_policy_frees);
