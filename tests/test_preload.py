@@ -25,6 +25,9 @@ SHIM_PRESETS = [name for name, spec in al.presets.items()
 # The presets the real programs run under: a cache over buddy, two levels of
 # caches, and kmalloc (slab: requests rounded up to 16 bytes); bpf_ma in any
 # mode pads every object by 8 bytes to reach 16.
+# The multi-threaded program on one vmalloc preset only: the others differ in
+# how vmalloc takes pages, which the engine's tests cover, and each takes 15 s.
+MT_PRESETS = [p for p in SHIM_PRESETS if not p.startswith("vmalloc-") or p == "vmalloc-default"]
 REAL_PRESETS = ["libarena-transfer", "kzalloc", "libarena-spill", "bpf_ma > slab"]
 CLI = [sys.executable, "-m", "alloclab", "preload"]
 
@@ -77,7 +80,7 @@ def assert_on_policy(st, min_procs=1):
     assert st["on_glibc"] == [] and st["ok"]
 
 
-@pytest.mark.parametrize("policy", SHIM_PRESETS)
+@pytest.mark.parametrize("policy", MT_PRESETS)
 def test_multithreaded_c_program(policy, programs, tmp_path):
     proc, st = run(policy, [programs["mt"]], tmp_path, text=True)
     assert proc.returncode == 0 and "done 0" in proc.stdout, proc.stderr
@@ -110,7 +113,7 @@ def test_malloc_is_16_aligned_and_memalign_honoured(policy, programs, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "misaligned 0", proc.stdout
     (p,) = st["processes"]
     assert p["state"] == "ready" and p["shim"]["free_errors"] == 0
-    assert p["shim"]["policy_allocs"] > 3 * 4200  # malloc, calloc, realloc
+    assert p["shim"]["policy_allocs"] > 2 * 4200  # malloc, calloc (realloc may stay)
     lowest = al.Policy(spec(policy)).min_align
     assert p["min_align"] == lowest
     expected = "none" if lowest >= 16 else \
@@ -317,9 +320,12 @@ def test_every_process_writes_its_own_record(tmp_path):
     root = [p for p in st["processes"] if p["pid"] == sh_pid]
     assert root[0]["argv0"] == "sh" and root[0]["ppid"] == os.getpid()
     ls = [p for p in st["processes"] if p["argv0"] == "ls"][0]
-    # ls was exec'd by a child of the shell; that child's image ends in exec
+    # ls was exec'd by a child of the shell (forked, or vforked: a vfork child
+    # shares its parent's memory and writes nothing before it execs)
     assert ls["ppid"] == sh_pid
-    assert any(p["pid"] == ls["pid"] and p["end"] == "exec" and p["argv0"] == "sh"
+    sed = [p for p in st["processes"] if p["argv0"] == "sed"][0]
+    # the pipeline's children are forked: their images before exec end in exec
+    assert any(p["pid"] == sed["pid"] and p["end"] == "exec" and p["argv0"] == "sh"
                for p in st["processes"])
     assert st["shim"]["policy_allocs"] == sum(p["shim"]["policy_allocs"]
                                               for p in st["processes"])
