@@ -191,6 +191,9 @@ def collect(stats, policy=None, allow_glibc=False, min_share=MIN_SHARE, root_ppi
     roots = [r for r in recs if root_ppid is None or r.get("ppid") == root_ppid] or recs
     root = max(roots, key=lambda r: (-r["pid"], r["generation"])) if roots else {}
     bad = problems(recs, min_share)
+    if not recs:
+        bad = ["no process loaded the shim (a statically linked or setuid program ignores "
+               "LD_PRELOAD)"]
     return {
         "policy": str(Policy(policy)) if policy else (recs[0]["policy"] if recs else None),
         "allow_glibc": bool(allow_glibc),
@@ -226,8 +229,12 @@ def summary(st):
 
 def glibc_error(st, returncode=None):
     """The one-line message for a run where processes ran on glibc."""
-    msg = "%d of %d process(es) did not run on %s: %s" % (
-        len(st["on_glibc"]), len(st["processes"]), st["policy"], "; ".join(st["on_glibc"]))
+    if st["processes"]:
+        msg = "%d of %d process(es) did not run on %s: %s" % (
+            len(st["on_glibc"]), len(st["processes"]), st["policy"],
+            "; ".join(st["on_glibc"]))
+    else:
+        msg = "nothing ran on %s: %s" % (st["policy"], st["on_glibc"][0])
     if returncode:
         msg += " (the program exited %d)" % returncode
     return msg + "; --allow-glibc (allow_glibc=True) accepts such a run"
