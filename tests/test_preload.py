@@ -446,3 +446,21 @@ def test_cli_preload_runs_command(programs, tmp_path):
     out = subprocess.run(CLI + ["--", "sh", "-c", "exit 7"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 7 and out.stderr == ""
+
+
+def test_ctrl_c_stops_the_program_and_reports_its_status():
+    """Ctrl-C (SIGINT to the foreground process group) reaches the program;
+    alloclab preload waits for it and exits as it did (128 + SIGINT)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(CLI + ["--policy", "libarena-spill", "--", "sh", "-c",
+                                   "echo ready; exec sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"  # the program runs under the shim
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    assert time.monotonic() - t0 < 5
+    assert proc.stderr.read() == ""

@@ -705,8 +705,10 @@ def cmd_preload(args):
         preload.check_stats_path(args.stats)
     sys.stdout.flush()
     # CMD owns the terminal's signals, as it would if it ran alone: Ctrl-C
-    # reaches it, and this process reports its status once it is gone.
-    old = [signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)]
+    # reaches it, and this process reports its status once it is gone. A
+    # handler that does nothing rather than SIG_IGN: an ignored signal would
+    # stay ignored in CMD across exec, a caught one is reset to the default.
+    old = [signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGQUIT)]
     try:
         proc = preload.run(args.policy, cmd, stats=args.stats, allow_glibc=True, shim=shim,
                            verbose=args.verbose)
