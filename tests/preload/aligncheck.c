@@ -3,9 +3,10 @@
  * is aligned to alignof(max_align_t), and posix_memalign, aligned_alloc,
  * memalign, valloc and pvalloc honour their alignment, for sizes 0..4200
  * and alignments up to a page. malloc_usable_size is at least the size
- * asked, and a block keeps its bytes across realloc. An SSE store (movaps)
- * into every malloc'ed block of 16 bytes or more would fault on a
- * misaligned one. Prints "misaligned N" and exits 1 when N > 0.
+ * asked, and a block keeps its bytes across realloc. Every block of 16 bytes
+ * or more also takes an aligned SSE store (movdqa), which faults on a
+ * misaligned address as ordinary vectorised code does. Prints
+ * "misaligned N" and exits 1 when N > 0 (or dies of SIGSEGV).
  */
 #include <malloc.h>
 #include <stdalign.h>
@@ -31,6 +32,14 @@ static void check(void *p, size_t align, size_t size, const char *what)
 			       malloc_usable_size(p));
 		bad++;
 	}
+	fflush(stdout);
+#ifdef __x86_64__
+	if (size >= 16) /* an aligned SSE store: SIGSEGV on a misaligned block */
+		__asm__ volatile("pxor %%xmm0, %%xmm0\n\tmovdqa %%xmm0, (%0)"
+				 :
+				 : "r"(p)
+				 : "xmm0", "memory");
+#endif
 	memset(p, 0x5a, size);
 }
 
