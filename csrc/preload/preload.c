@@ -173,9 +173,10 @@ static pid_t record_pid;
 static pid_t my_pid;
 static int record_lock;
 
-/* The one thread-local: static TLS, so touching it never allocates. */
+/* Thread-locals in static TLS, so touching them never allocates. */
 static __thread struct shim_thread *self __attribute__((tls_model("initial-exec")));
 static __thread int bootstrapping __attribute__((tls_model("initial-exec")));
+static __thread int writing_record __attribute__((tls_model("initial-exec")));
 
 /* Counters of threads without a model CPU go to CPU 0's IRQ-level block, a
  * level no model CPU uses here, with atomics. */
@@ -399,8 +400,9 @@ static void record_write(const char *end)
 	if (!stats_prefix[0])
 		return;
 	pid = getpid();
-	if (pid != my_pid)
-		return;
+	if (pid != my_pid || writing_record)
+		return; /* a signal handler's _exit while this thread writes: that record stands */
+	writing_record = 1;
 	while (__atomic_exchange_n(&record_lock, 1, __ATOMIC_ACQUIRE))
 		al_cpu_relax();
 	if (record_pid != pid)
@@ -408,6 +410,7 @@ static void record_write(const char *end)
 	if (record_path[0])
 		record_write_locked(end);
 	__atomic_store_n(&record_lock, 0, __ATOMIC_RELEASE);
+	writing_record = 0;
 }
 
 static void say(const char *fmt, ...)
