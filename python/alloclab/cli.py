@@ -718,18 +718,31 @@ def _main_parser():
                     "boost, SMT, isolated CPUs, ASLR, the load average, a hypervisor and more, "
                     "and for each problem what to change (as pyperf's `system show`).")
     ck.add_argument("--json", action="store_true", help="the state and advice as JSON")
+    from .preload import EXIT_ON_GLIBC, MIN_SHARE
+
     pp = sub.add_parser(
         "preload", help="run a program with its malloc on a policy (LD_PRELOAD shim)",
         description="Run CMD with malloc, free, calloc, realloc, posix_memalign, ... routed "
-                    "through a policy stack; run python3 with PYTHONMALLOC=malloc, or pymalloc "
-                    "hides most of its allocations.",
-        usage="alloclab preload --policy SPEC [--stats FILE] -- CMD [ARGS...]")
+                    "through a policy stack, in CMD and every process it starts; run python3 "
+                    "with PYTHONMALLOC=malloc, or pymalloc hides most of its allocations. "
+                    "Exits with CMD's status, or %d when a process ran on glibc: the policy "
+                    "was not built there, or it served less than %g%% of the allocations "
+                    "(fallbacks by design, such as requests above its max size, excepted)."
+                    % (EXIT_ON_GLIBC, 100 * MIN_SHARE),
+        usage="alloclab preload --policy SPEC [--stats FILE] [--allow-glibc] [--verbose] "
+              "-- CMD [ARGS...]")
     pp.add_argument("--policy", default="libarena-transfer",
                     help="policy spec or preset (default libarena-transfer)")
     pp.add_argument("--plugin", metavar="FILE.c",
                     help="a C plugin layer to compile into the shim (and register here)")
     pp.add_argument("--stats", metavar="FILE",
-                    help="write the policy's and the shim's counters as JSON at exit")
+                    help="write every process's counters (the policy's and the shim's) and "
+                         "their sum as JSON when CMD ends")
+    pp.add_argument("--allow-glibc", action="store_true",
+                    help="exit with CMD's status even when processes ran on glibc (the "
+                         "stats say so)")
+    pp.add_argument("--verbose", action="store_true",
+                    help="the shim reports on stderr in each process, and a summary follows")
     pp.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     rp = sub.add_parser("reproduce", help="rerun a seed discussion's experiment")
     rsub = rp.add_subparsers(dest="seed", metavar="SEED")
@@ -773,6 +786,8 @@ def _main_parser():
 
 
 def cmd_preload(args):
+    import signal
+
     from . import preload
 
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -786,12 +801,37 @@ def cmd_preload(args):
             shim = plugin.preload_shim(args.plugin)
         except errors.AlloclabError as e:
             raise UsageError("--plugin %s: %s" % (args.plugin, e)) from None
-    argv, env = preload.command(args.policy, cmd, stats=args.stats, shim=shim)
+    # Everything that can be wrong is found before CMD starts: the spec, the
+    # stack, the shim, the stats file.
+    preload.command(args.policy, cmd, shim=shim)
+    if args.stats:
+        preload.check_stats_path(args.stats)
     sys.stdout.flush()
+    # CMD owns the terminal's signals, as it would if it ran alone: Ctrl-C
+    # reaches it, and this process reports its status once it is gone. A
+    # handler that does nothing rather than SIG_IGN: an ignored signal would
+    # stay ignored in CMD across exec, a caught one is reset to the default.
+    old = [signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGQUIT)]
     try:
-        os.execvpe(argv[0], argv, env)
-    except OSError as e:
-        raise _RunFailed("cannot run %s: %s" % (argv[0], e.strerror)) from None
+        proc = preload.run(args.policy, cmd, stats=args.stats, allow_glibc=True, shim=shim,
+                           verbose=args.verbose)
+    except FileNotFoundError as e:
+        raise _RunFailed("cannot run %s: %s" % (cmd[0], e.strerror)) from None
+    except PermissionError as e:
+        raise _RunFailed("cannot run %s: %s" % (cmd[0], e.strerror)) from None
+    finally:
+        signal.signal(signal.SIGINT, old[0])
+        signal.signal(signal.SIGQUIT, old[1])
+    st = proc.stats
+    if args.verbose:
+        sys.stderr.write("%s: %s\n" % (PROG, preload.summary(st)))
+    if st["on_glibc"] and not args.allow_glibc:
+        _err(preload.glibc_error(st, proc.returncode))
+        return preload.EXIT_ON_GLIBC
+    rc = proc.returncode
+    return 128 - rc if rc < 0 else rc
+
+
 # ------------------------------------------------------------------ reproduce vmalloc
 
 def _emit_report(make, args):
