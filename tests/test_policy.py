@@ -286,6 +286,6 @@ def test_shared_layer(spec):
     shared = "null" if "null" in spec else None
     assert p.shared_layer == shared and p.distinct_objects is (shared is None)
     if shared:
-        with pytest.raises(al.UnsupportedCombination, match="xmalloc needs distinct"):
+        with pytest.raises(al.IncompatiblePolicyError, match="xmalloc cannot run"):
             p.check_workload("xmalloc")
     p.check_workload("malloc-free")  # never refused

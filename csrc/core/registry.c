@@ -3,7 +3,12 @@
  * Registry of layers and workloads, parameter schemas, and small shared
  * helpers (stats, errno names, version).
  *
- * Built-ins register from constructors (AL_REGISTER_LAYER), plugins at run
+ * Built-ins are found in the al_layers / al_workloads ELF sections that
+ * AL_REGISTER_LAYER / AL_REGISTER_WORKLOAD fill (the linker collects them
+ * and defines __start_/__stop_ bounds): the first call into the registry
+ * adds them, in link order, before anything else. No constructor has to have
+ * run, so the preload shim finds its layers even when the program's first
+ * malloc comes from another library's constructor. Plugins register at run
  * time. The tables are fixed arrays published with a release store of the
  * count, so readers never take a lock and registration never allocates.
  * Registration itself is serialised by a spinlock (rare, never on a hot path).
@@ -28,6 +33,19 @@ static unsigned nlayers;
 static const struct al_workload_desc *workloads[AL_MAX_REGISTERED];
 static unsigned nworkloads;
 static int reg_lock;
+static int builtins_added;
+
+/* Bounds of the sections, defined by the linker when at least one entry
+ * exists (weak: a program linking the registry without any is valid);
+ * hidden, so that each shared object sees its own sections. */
+extern const struct al_layer_desc *const __start_al_layers[]
+	__attribute__((weak, visibility("hidden")));
+extern const struct al_layer_desc *const __stop_al_layers[]
+	__attribute__((weak, visibility("hidden")));
+extern const struct al_workload_desc *const __start_al_workloads[]
+	__attribute__((weak, visibility("hidden")));
+extern const struct al_workload_desc *const __stop_al_workloads[]
+	__attribute__((weak, visibility("hidden")));
 
 static void reg_enter(void)
 {
@@ -67,26 +85,63 @@ static bool valid_schema(const struct al_param_desc *p, unsigned n)
 	return true;
 }
 
+static int reg_add_locked(const void **table, unsigned *count, const void *d, const char *name,
+			  const char *(*name_of)(const void *))
+{
+	unsigned i, n = __atomic_load_n(count, __ATOMIC_RELAXED);
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(name_of(table[i]), name))
+			return -EEXIST;
+	if (n == AL_MAX_REGISTERED)
+		return -ENOSPC;
+	table[n] = d;
+	__atomic_store_n(count, n + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static const char *layer_name(const void *d);
+static const char *workload_name(const void *d);
+static bool layer_valid(const struct al_layer_desc *d);
+static bool workload_valid(const struct al_workload_desc *d);
+
+/*
+ * Add the descriptors of the sections once, before any other registration
+ * or lookup: idempotent, safe from any thread (the first caller adds them
+ * under the lock; the others wait on it), and it never allocates. Invalid or
+ * duplicate entries are skipped as their constructor's registration would
+ * have refused them.
+ */
+static void add_builtins(void)
+{
+	const struct al_layer_desc *const *l;
+	const struct al_workload_desc *const *w;
+
+	if (al_likely(__atomic_load_n(&builtins_added, __ATOMIC_ACQUIRE)))
+		return;
+	reg_enter();
+	if (!builtins_added) {
+		for (l = __start_al_layers; l && l < __stop_al_layers; l++)
+			if (*l && layer_valid(*l))
+				(void)reg_add_locked((const void **)layers, &nlayers, *l,
+						     (*l)->name, layer_name);
+		for (w = __start_al_workloads; w && w < __stop_al_workloads; w++)
+			if (*w && workload_valid(*w))
+				(void)reg_add_locked((const void **)workloads, &nworkloads, *w,
+						     (*w)->name, workload_name);
+		__atomic_store_n(&builtins_added, 1, __ATOMIC_RELEASE);
+	}
+	reg_exit();
+}
+
 static int reg_add(const void **table, unsigned *count, const void *d, const char *name,
 		   const char *(*name_of)(const void *))
 {
-	unsigned i, n;
-	int ret = 0;
+	int ret;
 
+	add_builtins();
 	reg_enter();
-	n = __atomic_load_n(count, __ATOMIC_RELAXED);
-	for (i = 0; i < n; i++)
-		if (!strcmp(name_of(table[i]), name)) {
-			ret = -EEXIST;
-			goto out_unlock;
-		}
-	if (n == AL_MAX_REGISTERED) {
-		ret = -ENOSPC;
-		goto out_unlock;
-	}
-	table[n] = d;
-	__atomic_store_n(count, n + 1, __ATOMIC_RELEASE);
-out_unlock:
+	ret = reg_add_locked(table, count, d, name, name_of);
 	reg_exit();
 	return ret;
 }
@@ -101,18 +156,24 @@ static const char *workload_name(const void *d)
 	return ((const struct al_workload_desc *)d)->name;
 }
 
+static bool layer_valid(const struct al_layer_desc *d)
+{
+	return d && d->abi_version == AL_ABI_VERSION &&
+	       (d->desc_size == sizeof(*d) || d->desc_size == AL_LAYER_DESC_SIZE_V1) && d->create &&
+	       !(al_layer_min_align(d) & (al_layer_min_align(d) - 1)) &&
+	       valid_ident(d->name, true) && valid_schema(d->params, d->nparams);
+}
+
 int al_layer_register(const struct al_layer_desc *d)
 {
-	if (!d || d->abi_version != AL_ABI_VERSION ||
-	    (d->desc_size != sizeof(*d) && d->desc_size != AL_LAYER_DESC_SIZE_V1) || !d->create ||
-	    (al_layer_min_align(d) & (al_layer_min_align(d) - 1)) || !valid_ident(d->name, true) ||
-	    !valid_schema(d->params, d->nparams))
+	if (!layer_valid(d))
 		return -EINVAL;
 	return reg_add((const void **)layers, &nlayers, d, d->name, layer_name);
 }
 
 unsigned al_layer_count(void)
 {
+	add_builtins();
 	return __atomic_load_n(&nlayers, __ATOMIC_ACQUIRE);
 }
 
@@ -131,17 +192,23 @@ const struct al_layer_desc *al_layer_find(const char *name)
 	return NULL;
 }
 
+static bool workload_valid(const struct al_workload_desc *d)
+{
+	return d && d->abi_version == AL_ABI_VERSION && d->desc_size == sizeof(*d) && d->cycle &&
+	       valid_ident(d->name, true) && valid_schema(d->params, d->nparams) &&
+	       d->size_param < (int)d->nparams;
+}
+
 int al_workload_register(const struct al_workload_desc *d)
 {
-	if (!d || d->abi_version != AL_ABI_VERSION || d->desc_size != sizeof(*d) || !d->cycle ||
-	    !valid_ident(d->name, true) || !valid_schema(d->params, d->nparams) ||
-	    d->size_param >= (int)d->nparams)
+	if (!workload_valid(d))
 		return -EINVAL;
 	return reg_add((const void **)workloads, &nworkloads, d, d->name, workload_name);
 }
 
 unsigned al_workload_count(void)
 {
+	add_builtins();
 	return __atomic_load_n(&nworkloads, __ATOMIC_ACQUIRE);
 }
 
@@ -218,21 +285,43 @@ int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigne
 	return (int)i;
 }
 
+/*
+ * The loop behind a layer without a native bulk free, with the native
+ * paths' contract: every entry is tried once; entries the layer refuses
+ * (-EINVAL: not an allocated block, or repeated in ptrs) are skipped and
+ * reported through c->err; the return is how many entries were freed (NULL
+ * entries count, as free(NULL)). A transient failure (a lock budget) of the
+ * first entry, before anything was freed, fails the whole call so the caller
+ * may retry it; later ones are retried a few times, then reported in c->err
+ * and not counted.
+ */
 int al_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
-	unsigned i;
-	int ret, first_err = 0;
+	unsigned i, done = 0, tries;
+	int ret, err = 0;
 
 	if (a->ops->free_bulk)
 		return a->ops->free_bulk(a, c, ptrs, n);
 	for (i = 0; i < n; i++) {
-		if (!ptrs[i])
+		if (!ptrs[i]) {
+			done++;
 			continue;
-		ret = a->ops->free(a, c, ptrs[i]);
-		if (ret && !first_err)
-			first_err = ret;
+		}
+		for (tries = 0;; tries++) {
+			ret = a->ops->free(a, c, ptrs[i]);
+			if (!ret || ret == -EINVAL || tries == 3)
+				break;
+			if (!done && !err)
+				return ret; /* nothing freed: the caller may retry the batch */
+		}
+		if (!ret)
+			done++;
+		else if (!err || err == -EINVAL)
+			err = ret;
 	}
-	return first_err && first_err != -EINVAL ? first_err : (int)n;
+	if (err)
+		c->err = err;
+	return (int)done;
 }
 
 const char *al_version(void)

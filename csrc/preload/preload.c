@@ -6,9 +6,19 @@
  *   (or: alloclab preload --policy libarena-transfer -- cmd)
  *
  * The shim embeds the whole library (built with AL_PRELOAD_BUILD: nothing but
- * the malloc family is exported) and routes malloc, free, calloc, realloc,
- * reallocarray, posix_memalign, aligned_alloc, memalign, valloc, pvalloc and
- * malloc_usable_size through the policy stack.
+ * the malloc family and the exec family is exported) and routes malloc, free,
+ * calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign,
+ * valloc, pvalloc and malloc_usable_size through the policy stack.
+ *
+ * Start-up: the policy is built once per process image, by the shim's
+ * constructor or by the first malloc if that comes earlier (from another
+ * library's constructor): the registry finds the built-in layers in their
+ * ELF section, so it never depends on which constructor ran first. On the
+ * main thread, init also makes glibc initialise its own malloc: glibc sets up
+ * its main arena lazily, on its first call, for the calling thread; if that
+ * first call came from two worker threads falling back at once, both would
+ * adopt the main arena with one reference between them, and glibc aborts at
+ * the second one's exit ("a->attached_threads > 0").
  *
  * CPU model: every thread is a model CPU (an id from a bitmap, taken at the
  * thread's first allocation and given back at its exit, when its per-CPU
@@ -16,23 +26,62 @@
  * writer, as in the engine's virtual mode. Past AL_MAX_CPUS live threads,
  * the extra threads use glibc.
  *
- * Fallbacks (counted, and reported in the stats file):
+ * Alignment: malloc, calloc and realloc return at least alignof(max_align_t)
+ * (16 on x86-64), as C requires, whatever the policy. Per stack, from the
+ * min_align the layers declare: 16 or more, nothing to do; bpf_ma on top
+ * (its object sits 8 bytes into a unit whose start is 16-aligned, as in the
+ * kernel), every request is padded by 8 and the caller gets object + 8,
+ * which free, realloc and malloc_usable_size undo; any other stack below 16
+ * (slab's kmalloc-8 class), requests are rounded up to a multiple of 16,
+ * which such layers serve from 16-aligned classes. Every pointer is still
+ * checked, and one that is not aligned goes back to the policy and the
+ * request to glibc (counted). posix_memalign, aligned_alloc, memalign,
+ * valloc and pvalloc ask the policy for max(size, alignment), which a stack
+ * of naturally aligned power-of-two blocks (buddy, pages) serves; otherwise
+ * glibc serves them (counted).
+ *
+ * Fallbacks to glibc (each counted, and reported in the stats):
  *  - before the policy exists, while it is being built, and on a thread that
- *    is already inside the shim (glibc calls malloc from dlsym, from the first
- *    TLS touch, from pthread_create): glibc's own __libc_malloc & co, so the
- *    shim never recurses;
- *  - requests the policy cannot serve: larger than its max size, an alignment
- *    it does not give, or an allocation it refuses (NULL): __libc_*;
+ *    is already inside the shim (glibc calls malloc from dlsym, from
+ *    pthread_setspecific): glibc's own __libc_malloc & co, so the shim never
+ *    recurses (libc_early);
+ *  - by design: requests larger than the policy's max size (libc_large), and
+ *    threads beyond AL_MAX_CPUS live ones (libc_threads);
+ *  - refusals: the policy returned NULL (libc_refused), or could not give
+ *    the alignment (libc_aligned). These are the ones that make a run's
+ *    figures glibc's rather than the policy's; `alloclab preload` fails a run
+ *    where they exceed 1% of a process's allocations.
  *  - free, realloc and malloc_usable_size find the owner by address range
  *    (ops.owns), never by a header: a pointer the policy does not own is
  *    glibc's.
+ * When the policy cannot be built (a bad spec, a refused stack), the process
+ * runs on glibc, and the shim then costs one load and branch per call: it
+ * counts nothing. It says why in its stats record, and on stderr only when
+ * ALLOCLAB_VERBOSE=1: nothing is written into the program's own output.
+ * Allocations are served as from a sleepable context (AL_MAYSLEEP, the
+ * kernel's GFP_KERNEL): bpf_ma answers an empty cache with a direct kmalloc
+ * from the layer below, as bpf_mem_cache_alloc_flags(GFP_KERNEL) does.
+ *
  * fork(): pthread_atfork takes every policy lock before the fork and releases
  *    them in parent and child (ops.fork_lock), so the child never inherits a
- *    lock held by a thread that does not exist there.
+ *    lock held by a thread that does not exist there; the child zeroes its
+ *    counters and writes a stats record of its own.
  * guard=local is refused (a signal handler calling malloc would share the
  *    interrupted thread's cache unguarded): the shim then stays on glibc.
- * ALLOCLAB_STATS=FILE writes the policy's counters and the shim's as JSON at
- *    exit (with raw write(2): no stdio, no malloc).
+ *
+ * Stats: ALLOCLAB_STATS=PREFIX (or an existing directory DIR, meaning
+ * DIR/alloclab) makes every process image write its own record,
+ * PREFIX.<pid> (PREFIX.<pid>.<n> when taken: an image after exec, a reused
+ * pid), as one JSON object: pid, ppid, argv0, exe, policy, state ("ready" or
+ * "off"), error (why off), end ("running" until it ends; "exit", or "exec"
+ * when the image was replaced: the exec family is wrapped for that), the
+ * alignment fix-up, the shim's counters and every layer's stats. The record
+ * is written when the image starts (so a process that never exits normally
+ * still shows whether it had the policy), then again at exit or exec, to a
+ * temporary name renamed over it, with raw syscalls: no stdio, no malloc;
+ * _exit and _Exit are wrapped as well, since shells and forked children end
+ * that way.
+ * `alloclab preload` gives the program a private PREFIX and merges them.
  * Nothing here calls libc malloc or starts threads; the library reaches the
  * OS through mmap only.
  */
@@ -41,15 +90,22 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "alloclab/alloclab.h"
 
 #define SHIM_API __attribute__((visibility("default")))
+
+/* What C requires of malloc: suitable for any fundamental type. */
+#define SHIM_ALIGN _Alignof(max_align_t)
 
 /* glibc's allocator, always there under these names. */
 extern void *__libc_malloc(size_t);
@@ -57,6 +113,7 @@ extern void __libc_free(void *);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
+extern char **environ;
 
 #define SHIM_COUNTERS(X)                                                          \
 	X(policy_allocs, "allocations served by the policy")                      \
@@ -64,7 +121,7 @@ extern void *__libc_memalign(size_t, size_t);
 	X(libc_early, "allocations before the policy existed or inside the shim") \
 	X(libc_large, "allocations above the policy's max size")                  \
 	X(libc_refused, "allocations the policy returned NULL for")               \
-	X(libc_aligned, "aligned allocations the policy could not align")         \
+	X(libc_aligned, "allocations the policy could not align")                 \
 	X(libc_threads, "allocations by threads beyond AL_MAX_CPUS")              \
 	X(libc_frees, "frees of glibc memory")                                    \
 	X(free_errors, "policy frees that returned an error")                     \
@@ -79,6 +136,10 @@ static const char *const shim_counter_names[] = { SHIM_COUNTERS(AL_CTR_NAME) };
 
 enum { ST_UNINIT, ST_INIT, ST_READY, ST_OFF };
 
+/* How malloc's results reach SHIM_ALIGN on this stack (see the header). */
+enum { ALIGN_NONE, ALIGN_ROUND, ALIGN_PAD };
+static const char *const align_names[] = { "none", "round", "pad" };
+
 struct shim_thread {
 	struct al_ctx ctx; /* this thread's model CPU */
 	int inside;	   /* reentrancy guard */
@@ -88,19 +149,34 @@ struct shim_thread {
 static int state = ST_UNINIT;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct al_allocator *top;
-static size_t max_size;
+static size_t max_size;	 /* largest request the caller may make, 0 = any */
+static size_t min_align; /* what the stack declares */
+static int align_mode;
+static size_t pad; /* ALIGN_PAD: bytes between the policy's object and the caller's */
 static unsigned ncpu = AL_MAX_CPUS;
 static struct al_counters ctr;
 static struct shim_thread threads[AL_MAX_CPUS];
 static pthread_key_t exit_key;
-static char stats_path[512];
 static char policy_text[1024];
 static char policy_error[256];
+static int verbose;
 static size_t (*libc_usable_size)(void *);
 
-/* The one thread-local: static TLS, so touching it never allocates. */
+/* Stats records: the prefix, the file this image claimed, and the pid that
+ * claimed it (a forked child claims its own). my_pid is the pid the shim's
+ * state belongs to: init's, or a fork child's (set by the atfork handler).
+ * A vfork or clone child runs in its parent's memory without that handler:
+ * there getpid() differs, and the shim writes nothing. */
+static char stats_prefix[512];
+static char record_path[640];
+static pid_t record_pid;
+static pid_t my_pid;
+static int record_lock;
+
+/* Thread-locals in static TLS, so touching them never allocates. */
 static __thread struct shim_thread *self __attribute__((tls_model("initial-exec")));
 static __thread int bootstrapping __attribute__((tls_model("initial-exec")));
+static __thread int writing_record __attribute__((tls_model("initial-exec")));
 
 /* Counters of threads without a model CPU go to CPU 0's IRQ-level block, a
  * level no model CPU uses here, with atomics. */
@@ -152,9 +228,51 @@ static struct shim_thread *thread_self(void)
 	return NULL;
 }
 
-static void json_write(int fd, const char *fmt, ...)
+/* ---- stats records: JSON through a small stack buffer and write(2) ---- */
+
+struct jw {
+	int fd;
+	size_t n;
+	char buf[2048];
+};
+
+static void jw_flush(struct jw *w)
 {
-	char buf[512];
+	size_t off = 0;
+
+	while (off < w->n) {
+		ssize_t r = write(w->fd, w->buf + off, w->n - off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		off += (size_t)r;
+	}
+	w->n = 0;
+}
+
+static void jw_put(struct jw *w, const char *s, size_t len)
+{
+	while (len) {
+		size_t k = sizeof(w->buf) - w->n;
+
+		if (!k) {
+			jw_flush(w);
+			continue;
+		}
+		if (k > len)
+			k = len;
+		memcpy(w->buf + w->n, s, k);
+		w->n += k;
+		s += k;
+		len -= k;
+	}
+}
+
+static void jw_fmt(struct jw *w, const char *fmt, ...)
+{
+	char buf[256];
 	va_list ap;
 	int n;
 
@@ -162,50 +280,164 @@ static void json_write(int fd, const char *fmt, ...)
 	n = vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	if (n > 0)
-		(void)!write(fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+		jw_put(w, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
-static void write_stats(void)
+/* A JSON string: quotes, backslashes and control bytes escaped; bytes that
+ * are not ASCII become \u00XX (Latin-1), so the record is always valid JSON
+ * whatever argv[0] holds. */
+static void jw_str(struct jw *w, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	jw_put(w, "\"", 1);
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\') {
+			char e[2] = { '\\', (char)c };
+
+			jw_put(w, e, 2);
+		} else if (c < 0x20 || c >= 0x7f) {
+			char e[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+
+			jw_put(w, e, 6);
+		} else {
+			jw_put(w, (const char *)&c, 1);
+		}
+	}
+	jw_put(w, "\"", 1);
+}
+
+/* Claim a record name for this pid: PREFIX.<pid>, or PREFIX.<pid>.<n> when an
+ * earlier image of the same pid (before an exec) or an earlier process with
+ * the same pid already holds it. O_EXCL makes the claim atomic. */
+static void record_claim(pid_t pid)
+{
+	unsigned k;
+
+	record_path[0] = 0;
+	record_pid = pid;
+	for (k = 0; k < 1000; k++) {
+		int fd, n;
+
+		if (k)
+			n = snprintf(record_path, sizeof(record_path), "%s.%d.%u", stats_prefix,
+				     (int)pid, k);
+		else
+			n = snprintf(record_path, sizeof(record_path), "%s.%d", stats_prefix,
+				     (int)pid);
+		if (n <= 0 || (size_t)n >= sizeof(record_path) - 8)
+			break;
+		fd = open(record_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		if (errno != EEXIST)
+			break;
+	}
+	record_path[0] = 0;
+}
+
+static void record_write_locked(const char *end)
 {
 	static struct al_stats st[AL_MAX_LAYERS];
+	char tmp[sizeof(record_path) + 8], exe[512];
 	unsigned n = 0, l, i;
-	int fd;
+	struct jw w;
+	ssize_t len;
 
-	if (!stats_path[0])
+	snprintf(tmp, sizeof(tmp), "%s.tmp", record_path);
+	w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	w.n = 0;
+	if (w.fd < 0)
 		return;
-	fd = open(stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return;
-	json_write(fd, "{\"policy\": \"%s\", \"state\": \"%s\", \"error\": \"%s\", \"shim\": {",
-		   policy_text, state == ST_READY ? "ready" : "off", policy_error);
+	len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[len > 0 ? len : 0] = 0;
+	jw_fmt(&w, "{\"pid\": %d, \"ppid\": %d, \"argv0\": ", (int)getpid(), (int)getppid());
+	jw_str(&w, program_invocation_name);
+	jw_put(&w, ", \"exe\": ", 9);
+	jw_str(&w, exe);
+	jw_put(&w, ", \"policy\": ", 12);
+	jw_str(&w, policy_text);
+	jw_fmt(&w, ", \"state\": \"%s\", \"error\": ", state == ST_READY ? "ready" : "off");
+	jw_str(&w, policy_error);
+	jw_fmt(&w,
+	       ", \"end\": \"%s\", \"align\": \"%s\", \"align_pad\": %zu, \"min_align\": %zu, "
+	       "\"max_size\": %zu, \"shim\": {",
+	       end, align_names[align_mode], pad, min_align, max_size);
 	for (i = 0; i < SC_NR; i++)
-		json_write(fd, "%s\"%s\": %llu", i ? ", " : "", shim_counter_names[i],
-			   (unsigned long long)(ctr.v ? al_counters_sum(&ctr, i) : 0));
-	json_write(fd, "}, \"layers\": [");
+		jw_fmt(&w, "%s\"%s\": %llu", i ? ", " : "", shim_counter_names[i],
+		       (unsigned long long)(ctr.v ? al_counters_sum(&ctr, i) : 0));
+	jw_put(&w, "}, \"layers\": [", 14);
 	if (state == ST_READY)
 		n = al_stack_stats(top, st, AL_MAX_LAYERS);
 	for (l = 0; l < n; l++) {
-		json_write(fd, "%s{\"layer\": \"%s\", \"bytes_held\": %lld", l ? ", " : "",
-			   st[l].layer, (long long)st[l].bytes_held);
-		for (i = 0; i < st[l].n; i++)
-			json_write(fd, ", \"%s\": %llu", st[l].v[i].name,
-				   (unsigned long long)st[l].v[i].value);
-		json_write(fd, "}");
+		jw_put(&w, l ? ", {\"layer\": " : "{\"layer\": ", l ? 12 : 10);
+		jw_str(&w, st[l].layer);
+		jw_fmt(&w, ", \"bytes_held\": %lld", (long long)st[l].bytes_held);
+		for (i = 0; i < st[l].n; i++) {
+			jw_put(&w, ", ", 2);
+			jw_str(&w, st[l].v[i].name);
+			jw_fmt(&w, ": %llu", (unsigned long long)st[l].v[i].value);
+		}
+		jw_put(&w, "}", 1);
 	}
-	json_write(fd, "]}\n");
-	close(fd);
+	jw_put(&w, "]}\n", 3);
+	jw_flush(&w);
+	close(w.fd);
+	if (rename(tmp, record_path))
+		unlink(tmp);
+}
+
+/* Write (or rewrite) this image's record; claims one first in a new process.
+ * Does nothing without ALLOCLAB_STATS, and in a vfork/clone child. */
+static void record_write(const char *end)
+{
+	pid_t pid;
+
+	if (!stats_prefix[0])
+		return;
+	pid = getpid();
+	if (pid != my_pid || writing_record)
+		return; /* a signal handler's _exit while this thread writes: that record stands */
+	writing_record = 1;
+	while (__atomic_exchange_n(&record_lock, 1, __ATOMIC_ACQUIRE))
+		al_cpu_relax();
+	if (record_pid != pid)
+		record_claim(pid);
+	if (record_path[0])
+		record_write_locked(end);
+	__atomic_store_n(&record_lock, 0, __ATOMIC_RELEASE);
+	writing_record = 0;
+}
+
+static void say(const char *fmt, ...)
+{
+	char msg[600];
+	va_list ap;
+	int n;
+
+	if (!verbose)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		(void)!write(2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
 }
 
 static void atexit_stats(void)
 {
 	struct shim_thread *t = self;
 
-	if (state == ST_READY && t) { /* the exiting thread's caches count as freed */
+	if (state == ST_READY && t && !t->inside) { /* its caches count as freed */
 		t->inside = 1;
 		al_stack_drain(top, &t->ctx, AL_DRAIN_CPU);
 		t->inside = 0;
 	}
-	write_stats();
+	record_write("exit");
 }
 
 static struct al_ctx fork_ctx;
@@ -221,12 +453,25 @@ static void fork_prepare(void)
 		count(self, SC_forks);
 }
 
-static void fork_release(void)
+static void fork_parent(void)
 {
 	if (fork_locked) {
 		fork_locked = 0;
 		al_stack_fork_unlock(top, &fork_ctx);
 	}
+}
+
+/* The child is a process of its own: its counters start at zero, and it
+ * claims its own record when it first writes one. */
+static void fork_child(void)
+{
+	fork_parent();
+	my_pid = getpid();
+	record_pid = 0;
+	record_path[0] = 0;
+	record_lock = 0;
+	if (ctr.v)
+		memset(ctr.v, 0, (size_t)ctr.nblocks * ctr.stride * sizeof(uint64_t));
 }
 
 static bool spec_has_local_guard(const struct al_stack_spec *s)
@@ -244,6 +489,58 @@ static bool spec_has_local_guard(const struct al_stack_spec *s)
 	return false;
 }
 
+/* The topmost layer that declares an alignment: the one whose objects the
+ * stack hands out. */
+static const struct al_layer_desc *object_layer(const struct al_stack_spec *s)
+{
+	unsigned i;
+
+	for (i = 0; i < s->n; i++)
+		if (al_layer_min_align(s->layer[i].desc))
+			return s->layer[i].desc;
+	return s->layer[s->n - 1].desc;
+}
+
+/* Choose how malloc reaches SHIM_ALIGN on this stack (see the header). */
+static void choose_alignment(const struct al_stack_spec *s)
+{
+	min_align = al_spec_min_align(s);
+	max_size = al_spec_max_size(s);
+	if (min_align >= SHIM_ALIGN) {
+		align_mode = ALIGN_NONE;
+	} else if (!strcmp(object_layer(s)->name, "bpf_ma") && min_align == 8) {
+		/* bpf_mem_alloc's 8-byte list node sits in front of every object
+		 * in a unit of 16 bytes or more, each from a layer that aligns
+		 * such units to 16: every object is 8 mod 16. */
+		align_mode = ALIGN_PAD;
+		pad = SHIM_ALIGN - min_align;
+	} else {
+		align_mode = ALIGN_ROUND;
+	}
+	if (max_size) /* what the caller may ask for, once padded or rounded */
+		max_size = align_mode == ALIGN_PAD     ? max_size - pad
+			   : align_mode == ALIGN_ROUND ? max_size & ~(SHIM_ALIGN - 1)
+						       : max_size;
+}
+
+static void set_stats_prefix(const char *env)
+{
+	struct stat sb;
+	char cwd[256];
+	const char *sep = "";
+
+	if (!env || !*env)
+		return;
+	if (env[0] != '/' && getcwd(cwd, sizeof(cwd)))
+		sep = "/";
+	else
+		cwd[0] = 0;
+	if (!stat(env, &sb) && S_ISDIR(sb.st_mode))
+		snprintf(stats_prefix, sizeof(stats_prefix), "%s%s%s/alloclab", cwd, sep, env);
+	else
+		snprintf(stats_prefix, sizeof(stats_prefix), "%s%s%s", cwd, sep, env);
+}
+
 static al_noinline al_cold void shim_init(void)
 {
 	static struct al_stack_spec spec;
@@ -255,10 +552,15 @@ static al_noinline al_cold void shim_init(void)
 	if (state != ST_UNINIT)
 		goto out_unlock;
 	state = ST_INIT;
+	my_pid = getpid();
+	/* glibc initialises its malloc on the main thread, not in two worker
+	 * threads falling back at once (see the header). */
+	if (syscall(SYS_gettid) == my_pid)
+		__libc_free(__libc_malloc(1));
 	libc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-	env = getenv("ALLOCLAB_STATS");
-	if (env)
-		snprintf(stats_path, sizeof(stats_path), "%s", env);
+	env = getenv("ALLOCLAB_VERBOSE");
+	verbose = env && *env && strcmp(env, "0");
+	set_stats_prefix(getenv("ALLOCLAB_STATS"));
 	env = getenv("ALLOCLAB_POLICY");
 	snprintf(policy_text, sizeof(policy_text), "%s", env ? env : "percpu > transfer > buddy");
 	ncpu = AL_MAX_CPUS;
@@ -266,6 +568,8 @@ static al_noinline al_cold void shim_init(void)
 	 * locks (no FIFO convoy behind a preempted waiter) that yield early. */
 	al_lock_yield_mask = 63;
 	al_lock_fair = 0;
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	atexit(atexit_stats);
 	if (al_counters_init(&ctr, SC_NR, shim_counter_names, ncpu) ||
 	    pthread_key_create(&exit_key, thread_exit)) {
 		snprintf(policy_error, sizeof(policy_error), "out of memory for the shim");
@@ -290,26 +594,63 @@ static al_noinline al_cold void shim_init(void)
 	ret = al_stack_create(&spec, ncpu, &top, policy_error, sizeof(policy_error));
 	if (ret)
 		goto out_off;
-	max_size = al_spec_max_size(&spec);
-	pthread_atfork(fork_prepare, fork_release, fork_release);
-	atexit(atexit_stats);
+	if (!top->ops->usable_size || !top->ops->owns) {
+		snprintf(policy_error, sizeof(policy_error),
+			 "the top layer %s cannot tell an object's size or owner (usable_size, "
+			 "owns): realloc and free need both",
+			 spec.layer[0].desc->name);
+		al_stack_destroy(top);
+		top = NULL;
+		goto out_off;
+	}
+	choose_alignment(&spec);
 	__atomic_store_n(&state, ST_READY, __ATOMIC_RELEASE);
+	say("alloclab preload: pid %d: malloc on %s (alignment: %s)\n", (int)my_pid, policy_text,
+	    align_names[align_mode]);
+	record_write("running");
 	goto out_unlock;
 out_off:
-	/* Stay on glibc, and say why in the stats file (and once on stderr). */
-	{
-		char msg[400];
-		int n = snprintf(msg, sizeof(msg),
-				 "alloclab preload: %s; running on glibc malloc\n", policy_error);
-
-		if (n > 0)
-			(void)!write(2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
-	}
-	atexit(write_stats);
+	/* Stay on glibc, costing nothing per call; say why in the stats record
+	 * (and on stderr only when asked). */
 	__atomic_store_n(&state, ST_OFF, __ATOMIC_RELEASE);
+	say("alloclab preload: pid %d: %s; running on glibc malloc\n", (int)my_pid, policy_error);
+	record_write("running");
 out_unlock:
 	pthread_mutex_unlock(&init_lock);
 	bootstrapping = 0;
+}
+
+/* The policy is built before main() even when nothing allocates earlier. */
+__attribute__((constructor)) static void shim_ctor(void)
+{
+	if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == ST_UNINIT && !bootstrapping)
+		shim_init();
+}
+
+static void *libc_alloc(size_t size, unsigned flags, size_t align)
+{
+	if (align > SHIM_ALIGN)
+		return __libc_memalign(align, size);
+	return (flags & AL_ZERO) ? __libc_calloc(1, size) : __libc_malloc(size);
+}
+
+static void *policy_alloc(size_t size, unsigned flags, size_t align);
+
+/* Not ready: build the policy on the first call, else glibc (counted only
+ * while the policy is being built: an off shim counts nothing). */
+static al_noinline void *alloc_slow(size_t size, unsigned flags, size_t align)
+{
+	int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+
+	if (s == ST_UNINIT && !bootstrapping) {
+		shim_init();
+		s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+	}
+	if (s == ST_READY && !bootstrapping)
+		return policy_alloc(size, flags, align);
+	if (s != ST_OFF)
+		count(NULL, SC_libc_early);
+	return libc_alloc(size, flags, align);
 }
 
 /* The thread to serve from the policy, or NULL for glibc (counting why). */
@@ -317,14 +658,6 @@ static inline struct shim_thread *enter(void)
 {
 	struct shim_thread *t;
 
-	if (al_unlikely(__atomic_load_n(&state, __ATOMIC_ACQUIRE) != ST_READY)) {
-		if (bootstrapping || state == ST_INIT)
-			return NULL;
-		if (state == ST_UNINIT)
-			shim_init();
-		if (state != ST_READY)
-			return NULL;
-	}
 	if (al_unlikely(bootstrapping))
 		return NULL;
 	t = thread_self();
@@ -345,53 +678,79 @@ static inline void leave(struct shim_thread *t)
 	t->inside = 0;
 }
 
+/* Whether p (a pointer the caller got) is policy memory. */
 static inline bool ours(const void *p)
 {
-	return p && state == ST_READY && top->ops->owns && top->ops->owns(top, p);
+	return p && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == ST_READY &&
+	       top->ops->owns(top, (const char *)p - pad);
 }
 
 static void *policy_alloc(size_t size, unsigned flags, size_t align)
 {
-	struct shim_thread *t = enter();
-	size_t req = size > align ? size : align;
-	void *p;
+	struct shim_thread *t;
+	size_t req;
+	char *p;
 
-	if (!t) {
-		if (state == ST_READY)
-			; /* counted in enter() */
-		else if (ctr.v)
-			count(NULL, SC_libc_early);
+	if (al_unlikely(__atomic_load_n(&state, __ATOMIC_ACQUIRE) != ST_READY))
+		return alloc_slow(size, flags, align);
+	t = enter();
+	if (!t)
 		goto out_libc;
+	if (al_unlikely(align > SHIM_ALIGN && pad)) {
+		count(t, SC_libc_aligned); /* no power-of-two block under a pad */
+		goto out_leave;
 	}
-	if (al_unlikely(!req || (max_size && req > max_size))) {
+	/* malloc(0) is a unique pointer: the smallest object. */
+	req = size > align ? size : align ? align : 1;
+	if (align_mode == ALIGN_ROUND)
+		req = (req + SHIM_ALIGN - 1) & ~(SHIM_ALIGN - 1);
+	if (al_unlikely(req < size || (max_size && req > max_size))) {
 		count(t, SC_libc_large);
-		leave(t);
-		goto out_libc;
+		goto out_leave;
 	}
-	p = top->ops->alloc(top, &t->ctx, req, flags);
+	p = top->ops->alloc(top, &t->ctx, req + pad, flags | AL_MAYSLEEP);
 	if (al_unlikely(!p)) {
 		count(t, SC_libc_refused);
-		leave(t);
-		goto out_libc;
+		goto out_leave;
 	}
-	if (al_unlikely(align > 16 && ((uintptr_t)p & (align - 1)))) {
-		top->ops->free(top, &t->ctx, p);
+	p += pad;
+	if (al_unlikely((uintptr_t)p & ((align > SHIM_ALIGN ? align : SHIM_ALIGN) - 1))) {
+		if (top->ops->free(top, &t->ctx, p - pad))
+			count(t, SC_free_errors);
 		count(t, SC_libc_aligned);
-		leave(t);
-		goto out_libc;
+		goto out_leave;
 	}
 	count(t, SC_policy_allocs);
 	leave(t);
 	return p;
+out_leave:
+	leave(t);
 out_libc:
-	if (align > 16)
-		return __libc_memalign(align, size);
-	return (flags & AL_ZERO) ? __libc_calloc(1, size) : __libc_malloc(size);
+	return libc_alloc(size, flags, align);
 }
 
 SHIM_API void *malloc(size_t size)
 {
 	return policy_alloc(size, 0, 0);
+}
+
+/*
+ * A thread may sleep in free(): a lock the policy gave up on after its time
+ * budget (-ETIMEDOUT, a holder preempted while threads outnumber CPUs) or a
+ * full waiter ring (-EBUSY) is tried again after yielding, since a failed
+ * free would leak the block. Bounded, so that a lock that never comes back
+ * turns into a counted free error, not a hang.
+ */
+static int free_retry(struct al_ctx *c, void *p)
+{
+	int ret, tries = 0;
+
+	while ((ret = top->ops->free(top, c, p)) == -ETIMEDOUT || ret == -EBUSY) {
+		if (++tries == 1000)
+			break;
+		sched_yield();
+	}
+	return ret;
 }
 
 SHIM_API void free(void *p)
@@ -401,17 +760,17 @@ SHIM_API void free(void *p)
 	if (!p)
 		return;
 	if (!ours(p)) {
-		if (state == ST_READY && self)
+		if (self && state == ST_READY)
 			count(self, SC_libc_frees);
 		__libc_free(p);
 		return;
 	}
+	p = (char *)p - pad;
 	t = enter();
 	if (!t) {
-		/* Inside the shim or without a model CPU: CPU-free path of the
-		 * bottom layer is not available, so borrow a fresh context on the
-		 * thread's own slot only when it has one. Otherwise leak is worse
-		 * than a slow path: take CPU 0's IRQ level, which no thread uses. */
+		/* Inside the shim or without a model CPU: this thread has no
+		 * context of its own, and leaking is worse than a slow path, so
+		 * free at CPU 0's IRQ level, which no thread uses. */
 		struct al_ctx c;
 
 		al_ctx_init(&c, 0);
@@ -420,7 +779,7 @@ SHIM_API void free(void *p)
 			count(NULL, SC_free_errors);
 		return;
 	}
-	if (top->ops->free(top, &t->ctx, p))
+	if (free_retry(&t->ctx, p))
 		count(t, SC_free_errors);
 	else
 		count(t, SC_policy_frees);
@@ -441,7 +800,7 @@ SHIM_API void *calloc(size_t n, size_t size)
 static size_t usable(void *p)
 {
 	if (ours(p))
-		return top->ops->usable_size ? top->ops->usable_size(top, p) : 0;
+		return top->ops->usable_size(top, (char *)p - pad) - pad;
 	return libc_usable_size ? libc_usable_size(p) : 0;
 }
 
@@ -531,4 +890,167 @@ SHIM_API void *pvalloc(size_t size)
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 
 	return policy_alloc((size + page - 1) & ~(page - 1), 0, page);
+}
+
+/*
+ * The exec family: an image about to be replaced writes its record first
+ * (atexit handlers do not run across exec), so `sh -c`, a compiler driver or
+ * git that execs leaves the counters of the image it was. glibc's exec
+ * functions call its internal execve directly, so each public one is
+ * wrapped here and reaches the kernel through the next execve / execvpe /
+ * fexecve. A failed exec leaves the process running; its record is
+ * rewritten at exit.
+ */
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+
+static void *next_sym(const char *name)
+{
+	void *f;
+
+	bootstrapping = 1; /* dlsym may allocate */
+	f = dlsym(RTLD_NEXT, name);
+	bootstrapping = 0;
+	return f;
+}
+
+static int next_execve(const char *path, char *const argv[], char *const envp[])
+{
+	static execve_fn f;
+
+	if (!f)
+		f = (execve_fn)next_sym("execve");
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return f(path, argv, envp);
+}
+
+static int next_execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	static execve_fn f;
+
+	if (!f)
+		f = (execve_fn)next_sym("execvpe");
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return f(file, argv, envp);
+}
+
+static void before_exec(void)
+{
+	int saved = errno;
+
+	record_write("exec");
+	errno = saved;
+}
+
+SHIM_API int execve(const char *path, char *const argv[], char *const envp[])
+{
+	before_exec();
+	return next_execve(path, argv, envp);
+}
+
+SHIM_API int execv(const char *path, char *const argv[])
+{
+	before_exec();
+	return next_execve(path, argv, environ);
+}
+
+SHIM_API int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	before_exec();
+	return next_execvpe(file, argv, envp);
+}
+
+SHIM_API int execvp(const char *file, char *const argv[])
+{
+	before_exec();
+	return next_execvpe(file, argv, environ);
+}
+
+SHIM_API int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	static fexecve_fn f;
+
+	before_exec();
+	if (!f)
+		f = (fexecve_fn)next_sym("fexecve");
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return f(fd, argv, envp);
+}
+
+/* execl, execlp, execle: the variadic arguments as an argv on the stack. */
+#define VA_ARGV(first, last, argv, extra)                           \
+	do {                                                        \
+		va_list ap_;                                        \
+		size_t n_ = 1;                                      \
+                                                                    \
+		va_start(ap_, last);                                \
+		while (va_arg(ap_, char *))                         \
+			n_++;                                       \
+		va_end(ap_);                                        \
+		argv = __builtin_alloca((n_ + 1) * sizeof(char *)); \
+		argv[0] = (char *)(first);                          \
+		va_start(ap_, last);                                \
+		for (size_t i_ = 1; i_ <= n_; i_++)                 \
+			argv[i_] = va_arg(ap_, char *);             \
+		extra;                                              \
+		va_end(ap_);                                        \
+	} while (0)
+
+SHIM_API int execl(const char *path, const char *arg, ...)
+{
+	char **argv;
+
+	VA_ARGV(arg, arg, argv, (void)0);
+	before_exec();
+	return next_execve(path, argv, environ);
+}
+
+SHIM_API int execlp(const char *file, const char *arg, ...)
+{
+	char **argv;
+
+	VA_ARGV(arg, arg, argv, (void)0);
+	before_exec();
+	return next_execvpe(file, argv, environ);
+}
+
+SHIM_API int execle(const char *path, const char *arg, ...)
+{
+	char **argv, **envp;
+
+	VA_ARGV(arg, arg, argv, envp = va_arg(ap_, char **));
+	before_exec();
+	return next_execve(path, argv, envp);
+}
+
+/*
+ * _exit and _Exit skip atexit handlers (shells end that way, and so do
+ * forked children): the record is written here, then the process ends as
+ * glibc's own would. exit() reaches glibc's internal _exit, not this one.
+ */
+static __attribute__((noreturn)) void exit_now(int status)
+{
+	for (;;)
+		syscall(SYS_exit_group, status);
+}
+
+SHIM_API void _exit(int status)
+{
+	record_write("exit");
+	exit_now(status);
+}
+
+SHIM_API void _Exit(int status)
+{
+	record_write("exit");
+	exit_now(status);
 }

@@ -218,20 +218,12 @@ class Policy:
         return None
 
     def check_workload(self, workload):
-        """Refuse, before anything runs, a workload this policy cannot serve:
-        one that needs distinct objects on a policy with a shared_blocks layer.
-        ``workload`` is a name or a WorkloadSchema."""
-        wl = workload if isinstance(workload, schema.WorkloadSchema) else \
-            schema.workload(workload)
-        layer = self.shared_layer
-        if wl.needs_distinct and layer is not None:
-            raise errors.UnsupportedCombination(
-                "workload %s needs distinct objects (it links objects through their memory, "
-                "checks their contents or keeps them live while other workers write "
-                "theirs), but layer %r of policy %r hands out one block per CPU; run it on "
-                "a real allocator (e.g. 'buddy', 'slab' or 'libc'); %s serves only workloads "
-                "that never keep objects (e.g. malloc-free)"
-                % (wl.name, layer, self.name, layer), layer=layer, workload=wl.name)
+        """Refuse, before anything runs, a workload this policy cannot serve
+        (IncompatiblePolicyError, as run() does): e.g. one that needs distinct
+        objects on a policy with a shared_blocks layer. ``workload`` is a
+        name or a WorkloadSchema."""
+        from .run import check_compatible
+        check_compatible(workload, self)
 
     @staticmethod
     def _check_params(sch, raw, spec):
@@ -310,13 +302,19 @@ class Policy:
         """Whether every call may run at NMI (what the nmi workload accepts):
         from the top, every layer nmi_safe down to one with nmi_shield (or the
         bottom), as the C side's al_stack_nmi_unsafe."""
+        return self.nmi_unsafe is None
+
+    @property
+    def nmi_unsafe(self):
+        """The name of the layer that makes the stack not NMI-safe (the first
+        one from the top without nmi_safe, above any nmi_shield), or None."""
         for i in range(len(self)):
             f = self.features(i)
             if "nmi_safe" not in f:
-                return False
+                return self._layers[i][0]
             if "nmi_shield" in f:
-                return True
-        return True
+                return None
+        return None
 
     def __len__(self):
         return len(self._layers)

@@ -2,22 +2,53 @@
 
     alloclab preload --policy libarena-transfer --stats out.json -- python3 script.py
 
-``command(policy, argv, stats=None)`` returns (argv, env) to run; ``run()``
-runs it and returns the CompletedProcess; ``read_stats(path)`` reads what the
-shim wrote at exit. The shim refuses what it cannot serve safely: a bottom
-layer that does not own its memory by address range (libc, system, null: the
-shim could not tell its frees from glibc's, and libc would call malloc, that
-is the shim itself), and guard=local (a signal handler that allocates would
-share the interrupted thread's cache unguarded).
+``run(policy, argv, stats=None)`` runs argv under the shim and returns the
+CompletedProcess with the merged stats as ``.stats``; it raises RunError when
+a process ran without the policy, or the policy refused more than 1% of a
+process's allocations (glibc served them), unless ``allow_glibc=True``.
+``command(policy, argv, stats=DIR)`` returns (argv, env) to run yourself;
+``collect(DIR, policy)`` then merges the records each process wrote.
+``read_stats(path)`` reads a merged stats file.
+
+Every process image under the shim (the program, what it forks, what it or
+they exec: a compiler driver's cc1/as/ld, git's children, ``sh -c``'s
+commands) writes its own record: pid, ppid, argv0, whether the policy was
+built and why not, how its fix-up reaches malloc's 16-byte alignment, the
+shim's counters and every layer's stats. ``served`` in each record is the
+share of its allocations the policy served, of those it was asked for and
+could have served: requests larger than the policy's max size, allocations
+before the policy existed (while it is built), and threads beyond the model
+CPUs are glibc's by design, counted apart (``by_design``).
+
+The shim refuses what it cannot serve safely: a bottom layer that does not
+own its memory by address range (libc, system, null: the shim could not tell
+its frees from glibc's, and libc would call malloc, that is the shim itself),
+a top layer that cannot tell an object's size (realloc needs it), and
+guard=local (a signal handler that allocates would share the interrupted
+thread's cache unguarded). ``check()`` says so before anything runs.
 """
 
+import glob
 import json
 import os
+import re
+import shutil
 import subprocess
+import tempfile
 
 from . import errors, schema
 from ._ffi import preload_path
 from .policy import Policy
+
+MIN_SHARE = 0.99
+"""The share of a process's allocations the policy must serve (refusals and
+alignments it could not give go to glibc; fallbacks by design are not
+counted against it)."""
+
+BY_DESIGN = ("libc_early", "libc_large", "libc_threads")
+REFUSED = ("libc_refused", "libc_aligned")
+EXIT_ON_GLIBC = 125
+"""The exit status of ``alloclab preload`` when a process ran on glibc."""
 
 
 def check(policy):
@@ -31,6 +62,12 @@ def check(policy):
             "policy %r cannot back a program's malloc: its bottom layer %s does not own its "
             "memory by address range (libc and system are malloc itself); use e.g. %s"
             % (str(pol), bottom, ", ".join(ok)), value=str(pol))
+    top = pol.layers[0][0]
+    if not (schema.layer(top).has("usable") and schema.layer(top).has("owns")):
+        raise errors.InvalidArgument(
+            "policy %r cannot back a program's malloc: its top layer %s cannot tell an "
+            "object's size or owner (features usable and owns), which realloc and free need"
+            % (str(pol), top), value=str(pol))
     for i, (name, _) in enumerate(pol.layers):
         if pol.params(i).get("guard") == "local":
             raise errors.InvalidArgument(
@@ -40,9 +77,30 @@ def check(policy):
     return pol
 
 
-def command(policy, argv, stats=None, env=None, shim=None):
-    """(argv, env) that run argv with its malloc on the policy. ``shim``: a
-    shim built with plugins in (alloclab.plugin.preload_shim), else the stock one."""
+def check_stats_path(path):
+    """Raise InvalidArgument unless a stats file can be written at path (it
+    is checked before the program starts, and left as it was)."""
+    if os.path.isdir(path):
+        raise errors.InvalidArgument("cannot write the stats file %s: it is a directory"
+                                     % path, value=path)
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise errors.InvalidArgument("cannot write the stats file %s: %s"
+                                     % (path, e.strerror), value=path) from None
+    if not existed:
+        os.unlink(path)
+
+
+def command(policy, argv, stats=None, env=None, shim=None, verbose=False):
+    """(argv, env) that run argv with its malloc on the policy. ``stats``: a
+    directory (created if missing) where every process writes its record
+    (merge them with ``collect``). ``shim``: a shim built with plugins in
+    (alloclab.plugin.preload_shim), else the stock one. ``verbose``: the shim
+    says on stderr what it does in each process (otherwise it writes nothing
+    there)."""
     pol = check(policy)
     if not argv:
         raise errors.InvalidArgument("preload needs a command to run")
@@ -54,19 +112,163 @@ def command(policy, argv, stats=None, env=None, shim=None):
     env["LD_PRELOAD"] = " ".join([shim] + pre)
     env["ALLOCLAB_POLICY"] = str(pol)
     if stats:
+        os.makedirs(stats, exist_ok=True)
         env["ALLOCLAB_STATS"] = os.path.abspath(stats)
     else:
         env.pop("ALLOCLAB_STATS", None)
+    if verbose:
+        env["ALLOCLAB_VERBOSE"] = "1"
+    else:
+        env.pop("ALLOCLAB_VERBOSE", None)
     return list(argv), env
 
 
-def run(policy, argv, stats=None, shim=None, **kwargs):
-    """Run argv under the shim; returns the CompletedProcess."""
-    argv, env = command(policy, argv, stats=stats, env=kwargs.pop("env", None), shim=shim)
-    return subprocess.run(argv, env=env, **kwargs)
+_RECORD = re.compile(r"\.(\d+)(?:\.(\d+))?$")
+
+
+def _served(rec):
+    sh = rec.get("shim", {})
+    asked = sh.get("policy_allocs", 0) + sum(sh.get(k, 0) for k in REFUSED)
+    return sh.get("policy_allocs", 0) / asked if asked else None
+
+
+def records(stats):
+    """The records of a stats directory (or prefix), in pid order, each with
+    ``served`` (the policy's share, None when it saw no allocation) and
+    ``by_design`` (allocations glibc served by design) added."""
+    prefix = os.path.join(stats, "alloclab") if os.path.isdir(stats) else stats
+    out = []
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        m = _RECORD.search(path[len(prefix):])
+        if not m or path.endswith(".tmp"):
+            continue
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            continue  # claimed but never written: a process killed at start
+        rec["generation"] = int(m.group(2) or 0)
+        rec["served"] = _served(rec)
+        rec["by_design"] = sum(rec.get("shim", {}).get(k, 0) for k in BY_DESIGN)
+        out.append(rec)
+    out.sort(key=lambda r: (r["pid"], r["generation"]))
+    return out
+
+
+def _name(rec):
+    return "pid %d (%s)" % (rec["pid"], os.path.basename(rec.get("argv0") or "?"))
+
+
+def problems(recs, min_share=MIN_SHARE):
+    """One line per process that ran on glibc: the policy was not built, or
+    it served less than min_share of what it was asked."""
+    out = []
+    for r in recs:
+        if r.get("state") != "ready":
+            out.append("%s: no policy (%s)" % (_name(r), r.get("error") or "not built"))
+        elif r.get("end") != "running" and r["served"] is not None and \
+                r["served"] < min_share:
+            sh = r["shim"]
+            out.append("%s: the policy served %.1f%% (%d of %d allocations refused, %d not "
+                       "aligned)" % (_name(r), 100 * r["served"], sh["libc_refused"],
+                                     sh["policy_allocs"] + sh["libc_refused"]
+                                     + sh["libc_aligned"], sh["libc_aligned"]))
+    return out
+
+
+def collect(stats, policy=None, allow_glibc=False, min_share=MIN_SHARE, root_ppid=None):
+    """Merge the records of a stats directory into one dict: ``processes``
+    (every record), ``shim`` (counters summed), ``served`` (the policy's
+    share over all processes), ``on_glibc`` (problems()), ``ok``, and, for
+    the first process (the one whose parent is root_ppid, after its execs),
+    its ``state`` and ``layers``."""
+    recs = records(stats)
+    tot = {}
+    for r in recs:
+        for k, v in r.get("shim", {}).items():
+            tot[k] = tot.get(k, 0) + v
+    asked = tot.get("policy_allocs", 0) + sum(tot.get(k, 0) for k in REFUSED)
+    roots = [r for r in recs if root_ppid is None or r.get("ppid") == root_ppid] or recs
+    root = max(roots, key=lambda r: (-r["pid"], r["generation"])) if roots else {}
+    bad = problems(recs, min_share)
+    if not recs:
+        bad = ["no process loaded the shim (a statically linked or setuid program ignores "
+               "LD_PRELOAD)"]
+    return {
+        "policy": str(Policy(policy)) if policy else (recs[0]["policy"] if recs else None),
+        "allow_glibc": bool(allow_glibc),
+        "min_share": min_share,
+        "processes": recs,
+        "shim": tot,
+        "served": tot.get("policy_allocs", 0) / asked if asked else None,
+        "on_glibc": bad,
+        "ok": not bad,
+        "note": ("ran with --allow-glibc: %d process(es) partly or wholly on glibc, whose "
+                 "figures are not the policy's" % len(bad)) if bad and allow_glibc else "",
+        "state": "ready" if recs and all(r.get("state") == "ready" for r in recs) else "off",
+        "layers": root.get("layers", []),
+        "root": root.get("pid"),
+    }
+
+
+def summary(st):
+    """One line: processes, the policy's share, what ran on glibc."""
+    n = len(st["processes"])
+    share = "-" if st["served"] is None else "%.2f%%" % (100 * st["served"])
+    sh = st["shim"]
+    line = ("%d process%s on %s: the policy served %s of %d allocations; by design on "
+            "glibc: %d larger than its max size, %d before it was built, %d on threads past "
+            "the model CPUs" % (n, "" if n == 1 else "es", st["policy"], share,
+                                sh.get("policy_allocs", 0) + sum(sh.get(k, 0) for k in REFUSED),
+                                sh.get("libc_large", 0), sh.get("libc_early", 0),
+                                sh.get("libc_threads", 0)))
+    if st["on_glibc"]:
+        line += "; on glibc: " + "; ".join(st["on_glibc"])
+    return line
+
+
+def glibc_error(st, returncode=None):
+    """The one-line message for a run where processes ran on glibc."""
+    if st["processes"]:
+        msg = "%d of %d process(es) did not run on %s: %s" % (
+            len(st["on_glibc"]), len(st["processes"]), st["policy"],
+            "; ".join(st["on_glibc"]))
+    else:
+        msg = "nothing ran on %s: %s" % (st["policy"], st["on_glibc"][0])
+    if returncode:
+        msg += " (the program exited %d)" % returncode
+    return msg + "; --allow-glibc (allow_glibc=True) accepts such a run"
+
+
+def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=None,
+        verbose=False, **kwargs):
+    """Run argv under the shim; returns the CompletedProcess with the merged
+    stats as ``.stats`` (written to the file ``stats`` as JSON when given).
+    Raises RunError (with ``.proc`` and ``.stats``) when a process ran
+    without the policy or it served less than min_share of a process's
+    allocations, unless allow_glibc (then ``.stats["note"]`` says so)."""
+    if stats:
+        check_stats_path(stats)
+    tmp = tempfile.mkdtemp(prefix="alloclab-preload-")
+    try:
+        argv, env = command(policy, argv, stats=tmp, env=kwargs.pop("env", None),
+                            shim=shim, verbose=verbose)
+        proc = subprocess.run(argv, env=env, **kwargs)
+        st = collect(tmp, policy, allow_glibc, min_share, root_ppid=os.getpid())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    st["returncode"] = proc.returncode
+    if stats:
+        with open(stats, "w") as f:
+            json.dump(st, f, indent=1)
+            f.write("\n")
+    proc.stats = st
+    if st["on_glibc"] and not allow_glibc:
+        raise errors.RunError(glibc_error(st, proc.returncode), proc=proc, stats=st)
+    return proc
 
 
 def read_stats(path):
-    """The JSON the shim wrote at exit: policy, state, shim counters, layers."""
+    """The merged stats a run wrote (see collect())."""
     with open(path) as f:
         return json.load(f)

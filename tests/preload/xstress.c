@@ -1,5 +1,5 @@
 /*
- * Issue 8: a checked stress under the preload shim. 4 threads run random
+ * A checked stress under the preload shim. 4 threads run random
  * malloc / realloc / free / calloc and hand objects to each other through a
  * shared queue (the receiver frees them: cross-thread frees). Every object
  * carries a fill pattern (its own byte) checked before every realloc and

@@ -37,16 +37,33 @@ AL_API unsigned al_workload_count(void);
 AL_API const struct al_workload_desc *al_workload_get(unsigned i);
 AL_API const struct al_workload_desc *al_workload_find(const char *name);
 
-/* Built-ins register themselves from a constructor. */
-#define AL_REGISTER_LAYER(desc)                                           \
-	__attribute__((constructor)) static void al_register_##desc(void) \
-	{                                                                 \
-		(void)al_layer_register(&desc);                           \
+/*
+ * Registration of a layer or workload descriptor defined in this source.
+ *
+ * Each use leaves a pointer to the descriptor in a dedicated ELF section
+ * (al_layers / al_workloads). The registry walks the sections of the object
+ * it is linked into (liballoclab.so, the preload shim, a shim with plugins
+ * linked in) on its first use, so built-in layers are found from the very
+ * first call, even by a malloc that runs in another library's constructor
+ * before ours have run: nothing depends on constructor order.
+ *
+ * A plugin built as its own shared object has its own sections, which the
+ * library cannot see; the constructor emitted alongside registers it when it
+ * is loaded (for descriptors already found in the section it is a no-op).
+ */
+#define AL_REGISTER_LAYER(desc)                                                               \
+	static const struct al_layer_desc *const al_layer_entry_##desc                        \
+		__attribute__((used, section("al_layers"), aligned(sizeof(void *)))) = &desc; \
+	__attribute__((constructor)) static void al_register_##desc(void)                     \
+	{                                                                                     \
+		(void)al_layer_register(&desc);                                               \
 	}
-#define AL_REGISTER_WORKLOAD(desc)                                        \
-	__attribute__((constructor)) static void al_register_##desc(void) \
-	{                                                                 \
-		(void)al_workload_register(&desc);                        \
+#define AL_REGISTER_WORKLOAD(desc)                                                               \
+	static const struct al_workload_desc *const al_workload_entry_##desc                     \
+		__attribute__((used, section("al_workloads"), aligned(sizeof(void *)))) = &desc; \
+	__attribute__((constructor)) static void al_register_##desc(void)                        \
+	{                                                                                        \
+		(void)al_workload_register(&desc);                                               \
 	}
 
 /*
