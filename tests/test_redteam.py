@@ -9,6 +9,7 @@ signal, and the suite goes on with a fresh worker. ``pytest`` runs a seeded
 ALLOCLAB_REDTEAM=full) every cell, as .ci/run does. docs/redteam.md.
 """
 import atexit
+import json
 import os
 import time
 
@@ -41,6 +42,10 @@ def redteam(request):
     yield runner
     runner.close()
     request.config.stash[REPORT] = (runner, time.monotonic() - t0)
+    path = os.environ.get("ALLOCLAB_REDTEAM_REPORT")
+    if path:  # every outcome, for comparing two runs of the matrix
+        with open(path, "w") as f:
+            json.dump([o.__dict__ for o in runner.results.values()], f, indent=1)
 
 
 REPORT = pytest.StashKey()
