@@ -103,9 +103,20 @@ def _needs_distinct(wl):
     return False if declared else wl.name in NEEDS_DISTINCT
 
 
+# Valid cells that may still end with a specific error by design: the
+# workload cannot go on with the policy's defaults, and the error names the
+# mechanism and the parameter that changes it. bpf_ma(mode=fixed) keeps one
+# instance per distinct request size, at most 8; larson asks for ~1000.
+MAY_FAIL = {
+    ("larson", "bpf-ma"): ((errors.RunError, errors.InvalidArgument),
+                           ["bpf_ma", "instance", "unit"]),
+}
+
+
 def run_expectation(workload, preset, producers):
-    """What a run cell must do: ("ok", None) or ("refuse", (classes, [words]))
-    where the message must contain every word (case-insensitive)."""
+    """What a run cell must do: ("ok", None), ("refuse", (classes, [words]))
+    where the message must contain every word (case-insensitive), or
+    ("ok_or_fail", (classes, [words])): complete, or raise as described."""
     wl = schema.workload(workload)
     pol = al.Policy(preset)
     if wl.one_producer and producers != 1:
@@ -116,6 +127,8 @@ def run_expectation(workload, preset, producers):
         return "refuse", ((errors.InvalidArgument,), ["nmi"])
     if pol.names[-1] == "null" and _needs_distinct(wl):
         return "refuse", ((errors.InvalidArgument,), ["null"])
+    if (workload, preset) in MAY_FAIL:
+        return "ok_or_fail", MAY_FAIL[(workload, preset)]
     return "ok", None
 
 
@@ -192,7 +205,8 @@ def expect(cls, words, fn, *args, **kw):
         if missing:
             raise CellFailed("%s raised %s whose message does not name %s: %r" % (
                 what, type(e).__name__, ", ".join(map(str, missing)), str(e)),
-                cause="%s does not name the bad value" % type(e).__name__)
+                cause="%s does not name %s" % (type(e).__name__, ", ".join(
+                    "the address" if str(w).startswith("0x") else repr(w) for w in missing)))
         return e
     want = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
     raise CellFailed("%s was accepted (returned %s), expected %s" % (what, _short(ret), want),
@@ -320,13 +334,14 @@ def double_free_other_cpu(preset):
 
 @abuse
 def double_free_not_at_head(preset):
-    """A double free of a block that is no longer the last one freed."""
+    """A double free of a block that is no longer the last one freed (on
+    null, whose three blocks are one, the fourth free of it)."""
     with fresh(preset) as a:
         p, q, r = a.alloc(64), a.alloc(64), a.alloc(64)
         a.free(p)
         a.free(q)
-        expect(errors.InvalidFreeError, [_hex(p)], a.free, p)
         a.free(r)
+        expect(errors.InvalidFreeError, [_hex(p)], a.free, p)
         distinct_after(a, p)
         sane(a)
 
@@ -712,7 +727,8 @@ def drain_check_after_abuse(preset):
         live = [a.alloc(64, cpu=i % 2) for i in range(16)]
         p = live.pop()
         a.free(p)
-        expect(errors.InvalidFreeError, [_hex(p)], a.free, p)
+        if p not in live:  # on null the same block may still be out on this CPU
+            expect(errors.InvalidFreeError, [_hex(p)], a.free, p)
         expect(errors.InvalidFreeError, [_hex(WILD)], a.free, WILD)
         expect(errors.InvalidFreeError, [_hex(live[0] + 16)], a.free, live[0] + 16)
         expect(errors.InvalidArgument, ["size 0"], a.alloc, 0)
@@ -772,12 +788,22 @@ def run_cell(cell):
         return "refused: %s" % type(e).__name__
     try:
         res = run()
+    except errors.RunStalled as e:
+        raise CellFailed("run raised RunStalled: %s" % e, cause="raised RunStalled")
     except Exception as e:  # noqa: BLE001
+        if want == "ok_or_fail":
+            classes, words = refuse
+            expect(classes, words, _reraise, e)
+            return "failed by design: %s" % type(e).__name__
         raise CellFailed("run raised %s: %s" % (type(e).__name__, e))
     n = len(res.points) if hasattr(res, "points") else None
     if n is not None and n != 1:
         raise CellFailed("run returned %d points, expected 1" % n)
     return "completed"
+
+
+def _reraise(e):
+    raise e
 
 
 def _selftest(what):
