@@ -86,9 +86,18 @@ class CellFailed(Exception):
 # ---------------------------------------------------------------- the cells
 
 
+def _peer(preset):
+    """The peer a preset runs in a child process, or None (in-process); a
+    peer that is not installed is still a peer."""
+    try:
+        return peers.needed(preset)
+    except errors.PeerUnavailable as e:
+        return getattr(e, "peer", None) or preset
+
+
 def in_process_presets():
     """Presets whose allocator runs in this process (peers run in children)."""
-    return [n for n, spec in al.presets.items() if peers.needed(spec) is None]
+    return [n for n in al.presets if _peer(n) is None]
 
 
 def peer_presets():
@@ -119,6 +128,9 @@ def run_expectation(workload, preset, producers):
     ("ok_or_fail", (classes, [words])): complete, or raise as described."""
     wl = schema.workload(workload)
     pol = al.Policy(preset)
+    peer = _peer(preset)
+    if peer is not None and peer != "glibc" and not peers.available(peer):
+        return "refuse", ((errors.PeerUnavailable,), [peer, "install"])
     if wl.one_producer and producers != 1:
         return "refuse", ((errors.ParameterRangeError,), ["producers"])
     if workload == "test_vmalloc" and "vmalloc" not in pol.names:
