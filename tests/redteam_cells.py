@@ -574,7 +574,8 @@ def no_usable_size(a, addr):
                          % (_hex(addr), type(e).__name__, e))
     if u != 0:
         raise CellFailed("usable_size(%s) of an address that is not a live block returned "
-                         "%d, expected InvalidArgument or 0" % (_hex(addr), u))
+                         "%d, expected InvalidArgument or 0" % (_hex(addr), u),
+                         cause="returned a size, expected InvalidArgument or 0")
 
 
 @abuse
@@ -767,7 +768,9 @@ def peer_in_process(preset):
                 or "child process" not in str(e).lower():
             raise CellFailed("Allocator(%r) raised %s: %s (expected a specific alloclab "
                              "error saying that peers run in child processes)"
-                             % (preset, type(e).__name__, e))
+                             % (preset, type(e).__name__, e),
+                             cause="raised %s without saying that peers run in child "
+                                   "processes" % type(e).__name__)
         return
     a.close()
     raise CellFailed("Allocator(%r) was built in-process" % preset)
