@@ -223,3 +223,203 @@ def test_random_ops_keep_blocks_disjoint(ops):
         a.drain()
         assert held(a) == 0
         a.check()
+
+
+# -- misuse: the live set refuses what the allocator did not hand out --
+
+STACKS = stacks()
+DISTINCT = [s for s in STACKS if al.Policy(s).names[-1] != "null"]
+WILD = 0xDEADBEEF000
+
+
+def top_frees(a):
+    """Frees the top layer counted, under whichever name it uses."""
+    st_ = a.stats()[0]
+    for name in ("frees", "kfrees", "vfrees"):
+        if name in st_:
+            return st_[name]
+    return None
+
+
+def small(a):
+    return min(64, a.max_size or 64)
+
+
+@pytest.mark.parametrize("spec", STACKS)
+def test_double_free_raises_and_allocator_stays_usable(spec):
+    with al.Allocator(spec, ncpu=2) as a:
+        size = small(a)
+        p = a.alloc(size)
+        keep = a.alloc(size, cpu=1)
+        a.free(p)
+        before = core_stats(a)
+        for cpu in (0, 1):
+            with pytest.raises(al.InvalidFreeError) as ei:
+                a.free(p, cpu=cpu)
+            assert ei.value.addr == p and "0x%x" % p in str(ei.value)
+            assert "already freed" in str(ei.value)
+        assert core_stats(a) == before
+        a.drain()
+        a.check()
+        # the block is not handed out twice: a burst of allocations is distinct
+        # (the Allocator raises InvariantError if a live block came back)
+        got = [a.alloc(size, cpu=i % 2) for i in range(64)]
+        if spec in DISTINCT:
+            assert len(set(got + [keep])) == len(got) + 1
+        for i, x in enumerate(got + [keep]):
+            a.free(x, cpu=(i + 1) % 2)
+        assert a.live() == []
+        a.drain()
+        assert [s["bytes_held"] for s in a.stats()] == [0] * len(a.policy)
+        a.check()
+
+
+@pytest.mark.parametrize("spec", DISTINCT)
+def test_free_bulk_refuses_wild_and_repeated_frees_the_rest_once(spec):
+    with al.Allocator(spec, ncpu=1) as a:
+        size = small(a)
+        v = [a.alloc(size) for _ in range(3)]
+        frees0, held0 = top_frees(a), a.stats()[0]["bytes_held"]
+        batch = [v[0], WILD, v[1], v[0], 0, v[2], v[1], v[2] + 8]
+        with pytest.raises(al.InvalidFreeError) as ei:
+            a.free_bulk(batch)
+        e = ei.value
+        assert isinstance(e, ValueError)
+        assert sorted(e.addrs) == sorted([WILD, v[2] + 8, v[0], v[1]])
+        assert e.freed == 3
+        for x in e.addrs:
+            assert "0x%x" % x in str(e)
+        assert "repeated" in str(e) and "nothing freed twice" in str(e)
+        # exactly the three live blocks were freed, once each
+        assert a.live() == []
+        if frees0 is not None:
+            assert top_frees(a) - frees0 == 3
+        if held0:
+            assert a.stats()[0]["bytes_held"] == 0
+        for x in v:
+            with pytest.raises(al.InvalidFreeError):
+                a.free(x)
+        a.drain()
+        assert [s["bytes_held"] for s in a.stats()] == [0] * len(a.policy)
+        a.check()
+        again = a.alloc_bulk(size, 8)
+        assert len(set(again)) == len(again)
+        assert a.free_bulk(again) == len(again)
+        a.drain()
+        a.check()
+
+
+@pytest.mark.parametrize("spec", DISTINCT)
+def test_free_bulk_of_an_already_freed_block(spec):
+    with al.Allocator(spec) as a:
+        size = small(a)
+        p, q = a.alloc(size), a.alloc(size)
+        a.free(p)
+        with pytest.raises(al.InvalidFreeError, match="0x%x" % p) as ei:
+            a.free_bulk([p, q])
+        assert ei.value.freed == 1 and ei.value.addrs == [p]
+        assert a.live() == []
+        assert a.free_bulk([0, 0]) == 0
+        a.free(0)  # free(NULL)
+        a.drain()
+        a.check()
+
+
+@pytest.mark.parametrize("spec", ["libc", "system"])
+def test_libc_never_sees_a_pointer_it_did_not_hand_out(spec):
+    buf = ctypes.create_string_buffer(64)
+    with al.Allocator(spec) as a:
+        p = a.alloc(32)
+        for bad in (ctypes.addressof(buf), WILD, 0x10, p + 16):
+            with pytest.raises(al.InvalidFreeError, match="0x%x" % bad):
+                a.free(bad)
+            with pytest.raises(al.InvalidFreeError, match="0x%x" % bad):
+                a.usable_size(bad)
+        assert a.usable_size(p) >= 32
+        a.free(p)
+        with pytest.raises(al.InvalidFreeError):
+            a.free(p)  # glibc would abort on this double free
+        with pytest.raises(al.InvalidFreeError):
+            a.usable_size(p)
+        assert a.stats()[0]["bytes_held"] == 0
+
+
+@pytest.mark.parametrize("spec", ["libc", "buddy", "kzalloc"])
+def test_sizes_beyond_size_t_raise_the_library_error(spec):
+    with al.Allocator(spec) as a:
+        for size in (2**64, 2**64 + 1, 2**200):
+            with pytest.raises(al.InvalidArgument, match=str(size)) as ei:
+                a.alloc(size)
+            assert not isinstance(ei.value, OverflowError)
+            with pytest.raises(al.InvalidArgument):
+                a.alloc_bulk(size, 2)
+        with pytest.raises(al.InvalidArgument, match="n must be"):
+            a.alloc_bulk(64, 2**40)
+        a.check()
+
+
+def test_peer_allocator_refused_with_how_to_run_it():
+    from alloclab import peers
+
+    others = [n for n in peers.NAMES if n != peers.current()]
+    assert others
+    for name in others:
+        with pytest.raises(al.InvalidArgument) as ei:
+            al.Allocator(name)
+        msg = str(ei.value)
+        assert "child process" in msg and "alloclab.run(" in msg, msg
+        assert "policy=%r" % name in msg and "--policy %s" % name in msg
+        assert "create failed" not in msg
+        assert ei.value.peer == name
+
+
+@pytest.mark.parametrize("spec", STACKS)
+def test_two_threads_on_one_cpu_take_turns(spec):
+    """Two Python threads hammer cpu=0 (and a third reads stats): the
+    Allocator serialises each model CPU, so nothing crashes or hangs and the
+    stack ends clean."""
+    import threading
+
+    n = 300
+    with al.Allocator(spec, ncpu=2) as a:
+        size = min(256, a.max_size or 256)
+        start = threading.Barrier(3)
+        errors_seen = []
+
+        def worker(seed):
+            try:
+                start.wait()
+                mine = []
+                for i in range(n):
+                    if i % 3 == 2 and mine:
+                        a.free(mine.pop(0), cpu=0)
+                    else:
+                        mine.append(a.alloc(size, cpu=0))
+                    if i % 50 == 49:
+                        a.free_bulk(mine, cpu=0)
+                        mine = []
+                a.free_bulk(mine, cpu=0)
+            except Exception as exc:  # reported by the main thread
+                errors_seen.append(exc)
+
+        def reader():
+            try:
+                start.wait()
+                for _ in range(20):
+                    a.stats()
+                    a.drain(cpu=0)
+            except Exception as exc:
+                errors_seen.append(exc)
+
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+        ts.append(threading.Thread(target=reader))
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in ts), "a thread hung"
+        assert errors_seen == []
+        assert a.live() == []
+        a.drain()
+        assert [s["bytes_held"] for s in a.stats()] == [0] * len(a.policy)
+        a.check()

@@ -109,3 +109,181 @@ def test_version():
     import alloclab
     p = cli("--version", check=0)
     assert alloclab.__version__ in p.stdout
+
+
+# ---------------------------------------------------------------- hostile input
+#
+# Every refusal: exit 2 and exactly one line, `alloclab: error: ...`, naming
+# the bad value and the valid ones, before anything runs. The runs asked for
+# would take far longer than cli()'s timeout, so a refusal that came after
+# running (or never) fails the test.
+
+LONG = ["--duration", "1000", "--runs", "1"]
+
+
+def one_error_line(p, *words):
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("alloclab: error: "), p.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert p.stdout == ""
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--duration", "1e30"], ["'1e30'", "seconds from 0 to 1e+09"]),
+    (["--duration", "nan"], ["'nan'", "seconds from 0 to"]),
+    (["--duration", "inf"], ["'inf'", "seconds from 0 to"]),
+    (["--duration", "-1"], ["'-1'", "seconds from 0 to"]),
+    (["--duration", "0"], ["duration=0.0", "positive"]),
+    (["--duration", "1e10"], ["'1e10'"]),
+    (["--watchdog", "1e30"], ["watchdog=1e+30", "0.001 to 1e+09"]),
+    (["--watchdog", "nan"], ["watchdog=nan"]),
+    (["--runs", "0"], ["runs=0", "[1, 1000000]"]),
+    (["--runs", "99999999999999999999999"], ["runs=99999999999999999999999", "[1, 1000000]"]),
+    (["--producers", "10000"], ["producers=10000", "[1, 1024]"]),
+    (["--producers", "1,,2"], ["'1,,2'"]),
+    (["--target-ci", "5"], ["target_ci=5.0", "0 < target_ci < 1"]),
+    (["--target-ci", "0.1", "--budget", "nan"], ["'nan'"]),
+    (["--plugin", "."], ["--plugin .", "not a C source file"]),
+])
+def test_bad_numbers_are_one_error_line(args, words):
+    one_error_line(cli("run", "malloc-free", *LONG, *args), *words)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["larson", "--min-size", "1000", "--max-size", "8"],
+     ["min_size=1000 is above max_size=8"]),
+    (["larson", "--min-size", "8,1000", "--max-size", "512"],
+     ["min_size=1000 is above max_size=512"]),
+    (["test_vmalloc", "--policy", "buddy"],
+     ["test_vmalloc", "'buddy'", "vmalloc layer at the top", "vmalloc-default"]),
+    (["test_vmalloc", "--policy", "vmalloc-default", "--nr-threads", "4"],
+     ["nr_threads=4 with producers=1", "producers=4"]),
+    (["nmi", "--policy", "buddy", "--policy", "kzalloc"],
+     ["'kzalloc'", "slab is not NMI-safe", "presets it runs on: buddy"]),
+    (["nmi", "--policy", "percpu > slab"], ["'percpu > slab'", "slab is not NMI-safe"]),
+])
+def test_incompatible_plans_exit_2_before_any_run(args, words):
+    one_error_line(cli("run", *args, *LONG), *words)
+
+
+def test_larson_with_equal_sizes_runs():
+    cli("run", "larson", "--min-size", "64", "--max-size", "64", "--cycles", "5", "--runs", "1",
+        check=0)
+
+
+@pytest.mark.parametrize("flag, path, words", [
+    ("--json", "missing/r.json", ["missing", "does not exist"]),
+    ("--csv", "missing/r.csv", ["missing", "does not exist"]),
+    ("--plot", "missing/r.png", ["missing", "does not exist"]),
+    ("--json", ".", ["is a directory"]),
+    ("--json", "file/r.json", ["is not a directory"]),
+    ("--plot", "x.bogusext", ["'bogusext'", "valid extensions: ", "png", "svg"]),
+    ("--json", "/proc/r.json", ["/proc/r.json cannot be written"]),
+    ("--json", "", ["--json needs a file name"]),
+    ("--journal", "missing/j.jsonl", ["journal", "does not exist"]),
+    ("--journal", ".", ["is a directory"]),
+    ("--journal", "/dev/full", ["not a regular file"]),
+])
+def test_output_paths_are_checked_before_the_run(tmp_path, flag, path, words):
+    (tmp_path / "file").write_text("x")
+    p = subprocess.run([sys.executable, "-m", "alloclab", "run", "malloc-free", *LONG, flag,
+                        path], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    one_error_line(p, *words)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["file"]  # nothing created
+
+
+def test_two_outputs_naming_one_file_are_refused(tmp_path):
+    f = str(tmp_path / "r")
+    one_error_line(cli("run", "malloc-free", *LONG, "--json", f, "--csv", f),
+                   "--json and --csv both name")
+    one_error_line(cli("run", "malloc-free", *LONG, "--journal", f, "--json", f),
+                   "--json and --journal both name")
+    one_error_line(cli("run", "malloc-free", *LONG, "--hist", "--plot", f + ".png", "--json",
+                       f + "-1.png"), "both name " + f + "-1.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_write_that_fails_after_the_run_is_one_line():
+    p = cli("run", "malloc-free", "--cycles", "5", "--runs", "1", "--json", "/dev/full")
+    assert p.returncode == 1
+    assert p.stderr == "alloclab: error: --json /dev/full: cannot write: No space left on " \
+                       "device\n"
+    assert "allocation latency" in p.stdout  # the results were printed first
+
+
+JOURNAL_NOT_MINE = [
+    b'{"format": "alloclab-result", "points": []}\n{"metadata": {}}',  # a result, no final \n
+    b"my notes\nthe last line, not ended",
+    b"\xff\xfe binary \x00\x01\n\x02",
+    b"[1, 2]\n",
+    b"null\n",
+]
+
+
+@pytest.mark.parametrize("data", JOURNAL_NOT_MINE)
+def test_journal_that_is_not_a_journal_is_left_byte_identical(tmp_path, data):
+    j = tmp_path / "notes.jsonl"
+    j.write_bytes(data)
+    one_error_line(cli("run", "malloc-free", *LONG, "--journal", str(j)),
+                   str(j), "not an alloclab sweep journal")
+    assert j.read_bytes() == data
+
+
+def test_journal_of_the_wrong_shape_is_one_line_and_unchanged(tmp_path):
+    j = tmp_path / "s.jsonl"
+    args = ["run", "malloc-free", "--cycles", "5", "--warmup-cycles", "1", "--runs", "1",
+            "--journal", str(j)]
+    cli(*args, check=0)
+    header = j.read_bytes().split(b"\n")[0]
+    d = json.loads(header)
+    cases = [header + b'\n{"point": 1, "run": 0, "raw": {}}\n',
+             header + b"\n\xff\xfe\n",
+             json.dumps(dict(d, version="1")).encode() + b"\n",
+             json.dumps(dict(d, settings=[])).encode() + b"\n"]
+    for data in cases:
+        j.write_bytes(data)
+        p = cli(*args)
+        one_error_line(p, str(j))
+        assert "Traceback" not in p.stderr and j.read_bytes() == data
+    j.write_bytes(header + b"\n")  # another sweep's journal
+    one_error_line(cli(*args[:-2], "--producers", "2", "--journal", str(j)),
+                   "different sweep", "sweep.producers [1] in the journal, [2] here")
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"[1, 2]", ["holds a JSON list"]),
+    (b"null", ["holds a JSON null"]),
+    (bytes(range(256)), ["not UTF-8"]),
+    (b"", ["is not JSON"]),
+    (b'{"format": "alloclab-result", "metadata": {}, "points": [7]}', ["points[0]"]),
+])
+def test_compare_refuses_files_that_are_not_results(tmp_path, content, words):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    one_error_line(cli("compare", str(bad), str(bad)), str(bad), *words)
+    assert bad.read_bytes() == content
+
+
+def test_compare_refuses_devices_and_directories(tmp_path):
+    one_error_line(cli("compare", "/dev/zero", "/dev/zero"), "/dev/zero is a device")
+    one_error_line(cli("compare", str(tmp_path), str(tmp_path)), "cannot read", "directory")
+    one_error_line(cli("compare", "x.json", "x.json", "--plot", "h.bogus"), "'bogus'")
+
+
+def test_reproduce_without_a_seed_lists_the_seeds():
+    one_error_line(cli("reproduce"), "needs a seed", "libarena, vmalloc, local-storage")
+    one_error_line(cli("reproduce", "nosuch"), "'nosuch'", "libarena")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["libarena", "--json", "missing/r.json"], ["missing", "does not exist"]),
+    (["libarena", "--plot", "r.bogus"], ["'bogus'"]),
+    (["vmalloc", "--min-time", "1e30"], ["'1e30'"]),
+    (["vmalloc", "--min-time", "0"], ["--min-time=0.0"]),
+    (["local-storage", "--sample", "0"], ["--sample=0.0"]),
+    (["local-storage", "--duration", "nan"], ["'nan'"]),
+])
+def test_reproduce_checks_before_running(args, words):
+    one_error_line(cli("reproduce", *args), *words)

@@ -168,7 +168,9 @@ class Machine(RuleBasedStateMachine):
             return
         addr = int(ffi.cast("uintptr_t", p))
         self._fill(addr, size)
-        if not keep:
+        if keep:  # handed out behind the Allocator's back: enter it in its live set
+            self.a._track([addr], "NMI alloc")
+        else:
             del self.live[addr]
             assert lib.al_call_free(self.a._a(), c, p) in (0,) + TRANSIENT or \
                 pytest.fail("NMI free failed")

@@ -4,6 +4,7 @@ mimalloc-bench workloads (xmalloc, larson, cache-scratch).
 Peers run in child processes under LD_PRELOAD; .ci/run installs the Debian
 packages, so none of these tests is skipped there.
 """
+import importlib
 import os
 import subprocess
 import sys
@@ -47,9 +48,18 @@ def test_missing_peer_names_the_package(monkeypatch):
 
 
 def test_peer_errors_come_back_as_exceptions():
-    # a failure inside the child (the workload rejects its sizes) is re-raised here
-    with pytest.raises(al.RunError, match="EINVAL"):
+    # plan() refuses larson's sizes before any child starts ...
+    with pytest.raises(al.InvalidArgument, match="min_size=100 is above max_size=10"):
         al.run("larson", "jemalloc", runs=1, cycles=1, min_size=100, max_size=10)
+    # ... so the planned task is altered: al_run refuses it inside the child, and that
+    # failure is re-raised here
+    run_mod = importlib.import_module("alloclab.run")  # al.run is the function
+    task = run_mod.plan("larson", "jemalloc", runs=1, cycles=1)[1][0]
+    names = [p.name for p in al.schema.workload("larson").params]
+    task["wparams"][names.index("min_size")] = 100
+    task["wparams"][names.index("max_size")] = 10
+    with pytest.raises(al.RunError, match="EINVAL.*min_size=100 is above max_size=10"):
+        run_mod.run_once(task)
 
 
 @pytest.mark.parametrize("peer", PEERS)
@@ -99,8 +109,10 @@ def test_larson_counts(policy):
 
 
 def test_larson_bad_sizes():
-    with pytest.raises(al.RunError, match="EINVAL"):
+    # refused by plan(), before any run: not a failed run
+    with pytest.raises(al.InvalidArgument, match="min_size=100 is above max_size=10") as ei:
         al.run("larson", "libc", runs=1, cycles=1, min_size=100, max_size=10)
+    assert not isinstance(ei.value, al.RunError)
 
 
 def test_cache_scratch_counts():

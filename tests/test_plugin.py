@@ -242,3 +242,358 @@ def test_plugin_under_the_preload_shim(tmp_path):
     st = preload.read_stats(str(stats))
     assert st["state"] == "ready" and st["layers"][0]["layer"] == "halfspill"
     assert st["layers"][0]["hits"] > 0 and st["layers"][0]["bytes_held"] == 0
+
+
+# ---- misuse of register(), crashing and lying plugins, isolated runs ----
+
+@pytest.mark.parametrize("value,exc,needle", [
+    (12345, al.InvalidArgument, r"register\(12345\).*0x3039 is not aligned"),
+    (12344, al.InvalidArgument, r"register\(12344\).*0x3038 is not readable"),
+    (-1, al.InvalidArgument, r"register\(-1\): -1 is not an address"),
+    (2**64, al.InvalidArgument, r"is not an address"),
+    (0, al.InvalidArgument, "NULL descriptor"),
+    (None, al.ParameterTypeError, r"register\(None\).*not NoneType"),
+    ("x", al.ParameterTypeError, r"register\('x'\).*not str"),
+    (1.5, al.ParameterTypeError, r"register\(1.5\).*not float"),
+    (True, al.ParameterTypeError, r"register\(True\).*not bool"),
+])
+def test_register_refuses_what_is_not_a_descriptor(value, exc, needle):
+    before = al.plugin.schema.layers()
+    with pytest.raises(exc, match=needle):
+        plugin.register(value)
+    assert al.plugin.schema.layers() == before
+
+
+def test_register_refuses_readable_memory_that_is_no_descriptor():
+    from alloclab._ffi import ffi, lib
+
+    junk = ctypes.create_string_buffer(256)  # zeros: abi_version 0
+    with pytest.raises(al.PluginError, match="abi_version 0 and desc_size 0, expected 1"):
+        plugin.register(ctypes.addressof(junk))
+    # a descriptor of this ABI whose name points nowhere
+    d = ffi.new("struct al_layer_desc *")
+    d.abi_version, d.desc_size = lib.AL_ABI_VERSION, ffi.sizeof("struct al_layer_desc")
+    d.name = ffi.cast("const char *", 0x10)
+    with pytest.raises(al.PluginError, match="name is NULL or unreadable"):
+        plugin.register(d)
+    name = ffi.new("char[]", b"no-create")
+    d.name = name
+    with pytest.raises(al.PluginError, match="'no-create' has no create function"):
+        plugin.register(d)
+    d.create = ffi.cast("void *", ctypes.addressof(junk))  # data, not code
+    with pytest.raises(al.PluginError, match="create .* does not point into executable"):
+        plugin.register(d)
+
+
+# A front layer that passes everything to the layer below, except that it
+# misbehaves once it has served FAULT_AFTER allocations: `crash` dereferences
+# NULL, `misalign` hands out the object 4 bytes in, `duplicate` hands out the
+# previous object again while it is live.
+LIAR = r"""
+#include <errno.h>
+#include <stdint.h>
+struct liar { struct al_allocator base; unsigned long n; void *last; int mode; int after; };
+static void *l_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	struct liar *l = (struct liar *)a;
+	unsigned long n = __atomic_add_fetch(&l->n, 1, __ATOMIC_RELAXED);
+	void *p;
+
+	if (n > (unsigned long)l->after && l->mode == 0)
+		*(volatile int *)(uintptr_t)(n & 0) = 1;
+	if (n > (unsigned long)l->after && l->mode == 2 && l->last)
+		return l->last;
+	p = al_alloc(a->below, c, size + 8, flags);
+	if (p && n > (unsigned long)l->after && l->mode == 1)
+		return (char *)p + 4;
+	l->last = p;
+	return p;
+}
+static int l_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	return al_free(a->below, c, p);
+}
+static size_t l_usable(struct al_allocator *a, const void *p)
+{
+	return a->below->ops->usable_size(a->below, p);
+}
+static void l_stats(struct al_allocator *a, struct al_stats *out) { (void)a; (void)out; }
+static void l_destroy(struct al_allocator *a) { al_meta_free(a, sizeof(struct liar)); }
+static const struct al_ops ops = { .abi_version = AL_ABI_VERSION,
+	.ops_size = sizeof(struct al_ops), .name = "NAME", .alloc = l_alloc, .free = l_free,
+	.usable_size = l_usable, .stats = l_stats, .destroy = l_destroy };
+static int liar_create(const struct al_layer_desc *d, const int64_t *params,
+		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct liar *l = al_meta_alloc(sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->mode = MODE;
+	l->after = (int)params[0];
+	l->base.ops = &ops;
+	*out = &l->base;
+	(void)d; (void)ncpu; (void)below;
+	return 0;
+}
+"""
+LIAR_MODES = {"crashy": 0, "misaligned": 1, "duplicate": 2}
+
+
+@pytest.fixture(scope="module")
+def liars():
+    return {name: plugin.compile(
+        name, LIAR.replace("NAME", name).replace("MODE", str(mode)),
+        params=[("after", "int", 40, 0, 1 << 30, "allocations served honestly first")],
+        features=["backend", "usable"], create="liar_create")
+        for name, mode in LIAR_MODES.items()}
+
+
+def _crash_run(**kw):
+    return al.run("malloc-free", "crashy(after=30) > buddy", runs=1, cycles=20,
+                  warmup_cycles=0, allocs_per_cycle=16, **kw)
+
+
+def test_crashing_plugin_fails_its_run_not_the_interpreter(liars):
+    with pytest.raises(al.RunError) as ei:
+        _crash_run()  # a plugin in the policy: isolated by default
+    msg = str(ei.value)
+    assert "'crashy(after=30) > buddy'" in msg and "plugin layer crashy" in msg
+    assert "SIGSEGV" in msg and ei.value.signal == "SIGSEGV"
+    assert ei.value.layers == ["crashy"]
+    # the interpreter carries on: the same plugin, honest for the whole run, runs here
+    res = al.run("malloc-free", "crashy(after=1000000) > buddy", runs=1, cycles=20,
+                 warmup_cycles=0, allocs_per_cycle=16)
+    assert res.select()[0]["buddy.allocs"][0] == 20 * 16
+
+
+def test_crash_in_a_stack_of_two_plugins_names_both(liars, counting):
+    with pytest.raises(al.RunError, match=r"SIGSEGV in one of its plugin layers "
+                                          r"\(counting, crashy\)"):
+        al.run("malloc-free", "counting > crashy(after=3) > buddy", runs=1, cycles=5,
+               warmup_cycles=0, allocs_per_cycle=16, isolate=True)
+
+
+def test_crash_in_a_sweep_keeps_the_journal(liars, tmp_path):
+    from alloclab.sweep import sweep
+
+    journal = tmp_path / "j.jsonl"
+    with pytest.raises(al.RunError, match="SIGSEGV"):
+        sweep("malloc-free", ["buddy", "crashy(after=30) > buddy"], runs=1, cycles=20,
+              warmup_cycles=0, allocs_per_cycle=16, journal=journal, shuffle=False)
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 2 and '"policy": "buddy"' in lines[1]  # header + buddy's run
+
+
+@pytest.mark.parametrize("spec,workload,kw", [
+    ("halfspill > buddy", "malloc-free", dict(allocs_per_cycle=17)),
+    ("halfspill(capacity=4, batch=2) > buddy", "malloc-free", dict(allocs_per_cycle=64)),
+    ("percpu > counting(bias=7) > buddy", "malloc-free", dict(allocs_per_cycle=33)),
+    ("counting > halfspill > buddy", "malloc", dict()),
+])
+def test_isolated_run_gives_the_counters_of_an_in_process_run(halfspill, counting, spec,
+                                                              workload, kw):
+    common = dict(runs=2, cycles=50, warmup_cycles=5, seed=7, **kw)
+    here = al.run(workload, spec, isolate=False, **common)
+    there = al.run(workload, spec, isolate=True, **common)
+    assert here.metadata["run"]["isolate"] is False
+    assert there.metadata["run"]["isolate"] is True and there.metadata["run"]["check"] is True
+    a, b = here.select()[0].data, there.select()[0].data
+    assert sorted(a) == sorted(b)  # the same metrics
+    # every layer counter but the lock timings (nanoseconds) is deterministic
+    counters = [m for m in a if "." in m and not m.startswith("wl.")
+                and not m.endswith("_per_op") and not m.endswith("_ns")]
+    assert len(counters) > 20
+    for m in counters + ["alloc_ops", "free_ops", "cycles"]:
+        assert list(a[m]) == list(b[m]), m
+    assert here.select()[0].info["pids"] == [os.getpid()] * 2
+    assert os.getpid() not in there.select()[0].info["pids"]
+    # the same info, but where and when each run ran (and the clock, calibrated per process)
+    skip = ("pids", "run_starts", "ticks_per_ns", "engine_cpus")
+    assert {k: v for k, v in here.select()[0].info.items() if k not in skip} == \
+        {k: v for k, v in there.select()[0].info.items() if k not in skip}
+
+
+def test_plugin_policies_run_isolated_by_default(halfspill):
+    res = al.run("malloc-free", ["halfspill > buddy", "buddy"], runs=1, cycles=2,
+                 warmup_cycles=0)
+    assert res.metadata["run"]["isolate"] is True
+    assert all(os.getpid() not in p.info["pids"] for p in res.select())
+    res = al.run("malloc-free", "buddy", runs=1, cycles=2, warmup_cycles=0)
+    assert res.metadata["run"]["isolate"] is False and res.metadata["run"]["check"] is False
+    assert res.select()[0].info["pids"] == [os.getpid()]
+    with pytest.raises(al.ParameterTypeError, match="isolate must be True, False or None"):
+        al.run("malloc-free", "buddy", isolate="yes")
+
+
+@pytest.mark.parametrize("liar,needle", [
+    ("misaligned", r"layer misaligned returned 0x[0-9a-f]+ for a \d+-byte request "
+                   r"\(allocation 31\): aligned to 4 bytes, below 16 \(the min_align of buddy "
+                   r"below it, which it inherits\)"),
+    ("duplicate", r"layer duplicate returned 0x[0-9a-f]+ for a \d+-byte request "
+                  r"\(allocation 31\) while it was still live: the same object handed out "
+                  r"twice"),
+])
+@pytest.mark.parametrize("isolate", [True, False])
+def test_lying_plugin_is_reported_naming_the_layer(liars, liar, needle, isolate):
+    with pytest.raises(al.RunError, match=needle) as ei:
+        al.run("malloc-free", "%s(after=30) > buddy" % liar, runs=1, cycles=20,
+               warmup_cycles=0, allocs_per_cycle=16, isolate=isolate, check=True)
+    assert ei.value.code == -14  # EFAULT: not out of memory, not a leak
+    assert not isinstance(ei.value, al.AllocatorExhausted)
+
+
+def test_declared_alignment_is_checked():
+    # honest, but it declares more than buddy's 64-byte blocks have
+    plugin.compile("overclaims", LIAR.replace("NAME", "overclaims").replace("MODE", "3"),
+                   params=[("after", "int", 0, 0, 1, "unused")], features=["backend", "usable"],
+                   create="liar_create", min_align=4096)
+    with pytest.raises(al.RunError, match=r"layer overclaims returned 0x[0-9a-f]+ for a 64-byte "
+                                          r"request \(allocation \d+\): aligned to \d+ bytes, "
+                                          r"below 4096 \(its min_align\)"):
+        al.run("malloc-free", "overclaims > buddy", runs=1, cycles=2, warmup_cycles=0)
+    with pytest.raises(al.InvalidArgument, match="min_align=24 must be 0"):
+        plugin.compile("badalign", COUNTING, create="counting_create", min_align=24)
+
+
+def test_lying_plugin_honest_until_the_end_passes_the_checks(liars):
+    for liar in ("misaligned", "duplicate"):
+        res = al.run("malloc-free", "%s(after=100000) > buddy" % liar, runs=1, cycles=20,
+                     warmup_cycles=0, allocs_per_cycle=16, producers=[1, 3])
+        assert [r["buddy.allocs"][0] for r in res.select()] == [320, 960]
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_unchecked_the_lie_surfaces_later_as_someone_elses_error(liars, isolate):
+    # without the checks the duplicate reaches the workload, which frees it
+    # twice: buddy refuses the second free, and nothing names the plugin
+    with pytest.raises(al.RunError, match=r"worker 0: free\(0x[0-9a-f]+\) failed: EINVAL") as ei:
+        al.run("malloc-free", "duplicate(after=30) > buddy", runs=1, cycles=20,
+               warmup_cycles=0, allocs_per_cycle=16, isolate=isolate, check=False)
+    assert "duplicate returned" not in str(ei.value)
+
+
+def test_plugin_without_a_path_cannot_run_isolated(tmp_path):
+    from alloclab._ffi import ffi, lib
+
+    # a descriptor built in memory, reusing a compiled plugin's create function
+    donor = plugin.compile("donor", COUNTING, params=COUNTING_PARAMS,
+                           features=["backend", "usable", "owns"], create="counting_create")
+    src = lib.al_layer_find(donor.name.encode())
+    d = ffi.new("struct al_layer_desc *")
+    name = ffi.new("char[]", b"inmemory")
+    d.abi_version, d.desc_size, d.name = src.abi_version, src.desc_size, name
+    d.features, d.nparams, d.params, d.create = src.features, src.nparams, src.params, src.create
+    plugin._keep.append((d, name))
+    assert plugin.register(d) == "inmemory"
+    with pytest.raises(al.PluginError, match="'inmemory' was registered from memory that "
+                                             "belongs to no shared object.*isolate=False"):
+        al.run("malloc-free", "inmemory > buddy", runs=1, cycles=2, warmup_cycles=0)
+    res = al.run("malloc-free", "inmemory > buddy", runs=1, cycles=2, warmup_cycles=0,
+                 allocs_per_cycle=16, isolate=False)
+    assert res.select()[0]["inmemory.passed_allocs"][0] == 32
+    with pytest.raises(al.PluginError, match="'inmemory'"):
+        al.run("malloc-free", "inmemory > buddy", processes=True)
+
+
+def test_foreign_shared_object_runs_isolated(tmp_path):
+    """A descriptor registered by address from a .so without a constructor:
+    the child loads the .so and registers the descriptor at the same offset."""
+    src = tmp_path / "ext2.c"
+    src.write_text(COUNTING.replace("counting_create", "ext_create") + r"""
+static const struct al_layer_desc d1 = { .abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc), .name = "ext-offset", .doc = "external",
+	.features = AL_F_BACKEND | AL_F_USABLE | AL_F_OWNS, .nparams = 0, .create = ext_create };
+__attribute__((visibility("default"))) const void *desc1(void) { return &d1; }
+""".replace("k->bias = params[0];", "k->bias = 0; (void)params;"))
+    so = tmp_path / "libext2.so"
+    libdir = os.path.dirname(al.lib_path())
+    subprocess.check_call([shutil.which("cc"), "-shared", "-fPIC", "-O1", "-include",
+                           "alloclab/alloclab.h", "-I" + al.include_dir(), str(src), "-L" + libdir,
+                           "-lalloclab", "-Wl,-rpath," + libdir, "-o", str(so)])
+    ext = ctypes.CDLL(str(so))
+    ext.desc1.restype = ctypes.c_void_p
+    assert plugin.register(ext.desc1()) == "ext-offset"
+    common = dict(runs=1, cycles=3, warmup_cycles=0, allocs_per_cycle=16)
+    there = al.run("malloc-free", "ext-offset > buddy", **common)
+    here = al.run("malloc-free", "ext-offset > buddy", isolate=False, **common)
+    assert there.select()[0].info["pids"] != [os.getpid()]
+    assert there.select()[0]["ext-offset.passed_allocs"][0] == \
+        here.select()[0]["ext-offset.passed_allocs"][0] == 48
+
+
+def test_cli_isolate(tmp_path, liars):
+    env = dict(os.environ, ALLOCLAB_CACHE=str(tmp_path))
+    crashy = tmp_path / "crashy.c"
+    crashy.write_text(LIAR.replace("NAME", "clicrash").replace("MODE", "0").replace(
+        "(int)params[0]", "40").replace("liar_create", "clicrash_create") + r"""
+static const struct al_layer_desc desc = { .abi_version = AL_ABI_VERSION,
+	.desc_size = sizeof(struct al_layer_desc), .name = "clicrash", .doc = "crashes",
+	.features = AL_F_BACKEND | AL_F_USABLE, .create = clicrash_create };
+AL_REGISTER_LAYER(desc)
+""")
+    base = [sys.executable, "-m", "alloclab", "run", "malloc-free", "--plugin", str(crashy),
+            "--cycles", "20", "--warmup-cycles", "0", "--runs", "1"]
+    for extra in ([], ["--isolate"]):
+        out = subprocess.run(base + ["--policy", "clicrash > buddy"] + extra,
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 1, out.stderr
+        assert "SIGSEGV in plugin layer clicrash" in out.stderr
+        assert "Traceback" not in out.stderr
+    out = subprocess.run(base + ["--policy", "buddy", "--isolate", "--json",
+                                 str(tmp_path / "r.json")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = al.Result.from_json(str(tmp_path / "r.json"))
+    assert res.metadata["run"]["isolate"] is True
+
+
+def _children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_ctrl_c_ends_the_isolated_child(tmp_path):
+    """SIGINT to the parent alone (a notebook's interrupt) ends the run and
+    its child process at once: no orphan keeps running the 30 s run."""
+    import signal
+    import time
+
+    script = ("import alloclab as al\n"
+              "try:\n"
+              "    al.run('malloc-free', 'buddy', isolate=True, runs=1, warmup_cycles=0,\n"
+              "           duration=30, watchdog=0)\n"
+              "except KeyboardInterrupt:\n"
+              "    print('interrupted', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        kids = []
+        while not kids and time.monotonic() < deadline and proc.poll() is None:
+            kids = _children(proc.pid)  # the run's child process, once spawned
+            time.sleep(0.02)
+        assert kids, "no child process appeared"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=20)
+        assert time.monotonic() - t0 < 10
+        assert "interrupted" in out
+        for k in kids:  # reaped by the parent, not left to init
+            assert not os.path.exists("/proc/%d" % k), "child %d outlived the run" % k
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_journal_resumes_whatever_isolate_says(tmp_path):
+    from alloclab.sweep import sweep
+
+    j = tmp_path / "j.jsonl"
+    kw = dict(runs=1, cycles=3, warmup_cycles=0, journal=j)
+    first = sweep("malloc-free", "buddy", isolate=False, **kw)
+    again = sweep("malloc-free", "buddy", isolate=True, check=True, **kw)
+    assert again.metadata["sweep"]["resumed_units"] == 1
+    assert again.select()[0]["alloc_ops"][0] == first.select()[0]["alloc_ops"][0]

@@ -105,8 +105,9 @@ def test_watchdog_ends_a_stuck_run(stuck):
     stuck.t_stuck_arm()
     try:
         with pytest.raises(al.RunStalled) as ei:
-            al.run("malloc-free", "t_stuck > buddy", runs=1, warmup_cycles=1, cycles=5,
-                   watchdog=0.2)
+            # in this process: the test arms the plugin's own state here
+            al.run("malloc-free", "t_stuck > buddy", isolate=False, runs=1, warmup_cycles=1,
+                   cycles=5, watchdog=0.2)
     finally:
         _release(stuck)
     msg = str(ei.value)
@@ -122,8 +123,8 @@ def test_watchdog_names_every_worker(stuck):
     stuck.t_stuck_arm()
     try:
         with pytest.raises(al.RunStalled) as ei:
-            al.run("malloc-free", "t_stuck > buddy", runs=1, producers=3, cpu="virtual",
-                   warmup_cycles=1, cycles=5, watchdog=0.1)
+            al.run("malloc-free", "t_stuck > buddy", isolate=False, runs=1, producers=3,
+                   cpu="virtual", warmup_cycles=1, cycles=5, watchdog=0.1)
     finally:
         _release(stuck)
     msg = str(ei.value)
@@ -133,7 +134,8 @@ def test_watchdog_names_every_worker(stuck):
 
 
 def test_watchdog_quiet_run(stuck):
-    al.run("malloc-free", "t_stuck > buddy", runs=1, warmup_cycles=1, cycles=5, watchdog=5)
+    al.run("malloc-free", "t_stuck > buddy", isolate=False, runs=1, warmup_cycles=1, cycles=5,
+           watchdog=5)
 
 
 def test_watchdog_parameter():
@@ -335,7 +337,7 @@ def test_nmi_buddy_defers_every_handed_free():
 
 @pytest.mark.parametrize("spec", NMI_UNSAFE)
 def test_nmi_workload_refuses_unsafe_policies(spec):
-    with pytest.raises(errors.RunError, match="is not NMI-safe"):
+    with pytest.raises(errors.IncompatiblePolicyError, match="is not NMI-safe"):  # by plan()
         al.run("nmi", spec, runs=1, cycles=2, warmup_cycles=0)
 
 

@@ -456,3 +456,271 @@ def test_adaptive_runs_add_rounds_to_wide_cells_and_keep_pairs(monkeypatch):
         al.run("malloc-free", "buddy", target_ci=2)
     with pytest.raises(al.ParameterRangeError, match="budget=0"):
         al.run("malloc-free", "buddy", target_ci=0.1, budget=0)
+
+
+# ---------------------------------------------------------------- the plan refuses before any run
+#
+# Everything known before running is checked by plan(), for every cell of the
+# grid, so nothing runs when any cell is bad: run_once is replaced by a
+# function that fails the test if it is ever called.
+
+import importlib  # noqa: E402
+
+run_mod = importlib.import_module("alloclab.run")  # al.run is the function
+from alloclab.policy import presets  # noqa: E402
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    def boom(*a, **k):  # pragma: no cover - reached only when validation misses
+        raise AssertionError("a run started before the plan was refused")
+    monkeypatch.setattr(run_mod, "run_once", boom)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("duration", 1e10), ("duration", 1e30), ("duration", float("inf")),
+    ("duration", float("nan")), ("duration", -1.0), ("duration", 0),
+    ("watchdog", 1e30), ("watchdog", float("nan")), ("watchdog", -1),
+    ("mem_sample", 1e30), ("mem_sample", float("inf")),
+])
+def test_seconds_out_of_range_are_refused(no_run, key, value):
+    e = _raises(al.ParameterRangeError, "malloc-free", "buddy", **{key: value})
+    assert e.name == key and key in str(e) and "1e+09" in str(e)
+
+
+def test_the_longest_duration_is_accepted_by_plan():
+    settings, tasks = run_mod.plan("malloc-free", "buddy", duration=1e9)
+    assert tasks[0]["duration_ns"] == 10**18 < 2**63
+
+
+@pytest.mark.parametrize("runs", [0, 10**6 + 1, 2**64, 10**30])
+def test_runs_out_of_range_are_refused(no_run, runs):
+    e = _raises(al.ParameterRangeError, "malloc-free", "buddy", runs=runs)
+    assert "[1, 1000000]" in str(e)
+
+
+def _nmi_safe_by_rule(spec):
+    """The rule the nmi workload states, from the registry's features."""
+    pol = al.Policy(spec)
+    for i in range(len(pol)):
+        if "nmi_safe" not in pol.features(i):
+            return False
+        if "nmi_shield" in pol.features(i):
+            return True
+    return True
+
+
+@pytest.mark.parametrize("preset", sorted(presets))
+def test_nmi_needs_an_nmi_safe_policy(preset):
+    if _nmi_safe_by_rule(preset):
+        run_mod.check_compatible("nmi", preset)  # accepted
+        return
+    with pytest.raises(al.IncompatiblePolicyError) as ei:
+        run_mod.check_compatible("nmi", preset)
+    e = ei.value
+    assert "NMI-safe" in str(e) and preset in str(e)
+    assert e.workload == "nmi" and "buddy" in e.valid and preset not in e.valid
+    assert "presets it runs on: " + ", ".join(e.valid) in str(e)
+
+
+@pytest.mark.parametrize("preset", sorted(presets))
+def test_test_vmalloc_needs_vmalloc_on_top(preset):
+    if al.Policy(preset).names[0] == "vmalloc":
+        run_mod.check_compatible("test_vmalloc", preset)
+        return
+    with pytest.raises(al.IncompatiblePolicyError) as ei:
+        run_mod.check_compatible("test_vmalloc", preset)
+    assert "vmalloc layer at the top" in str(ei.value) and "vmalloc-default" in ei.value.valid
+
+
+def test_a_sweep_with_one_incompatible_policy_runs_nothing(no_run):
+    """The compatible policy comes first in the sweep: it must not run."""
+    _raises(al.IncompatiblePolicyError, "nmi", ["buddy", "kzalloc"], cycles=10,
+            match=("'kzalloc' (slab(zero=true))", "layer slab is not NMI-safe"))
+    _raises(al.IncompatiblePolicyError, "test_vmalloc", ["vmalloc-default", "buddy"],
+            cycles=1, match=("'buddy'", "vmalloc layer at the top"))
+    with pytest.raises(al.IncompatiblePolicyError):
+        al.sweep("nmi", ["buddy", "kzalloc"], cycles=10)
+
+
+def test_check_compatible_takes_names_schemas_and_policies():
+    run_mod.check_compatible(schema.workload("nmi"), al.Policy("buddy"))
+    run_mod.check_compatible("malloc-free", "kzalloc")  # no requirement
+    with pytest.raises(al.IncompatiblePolicyError):
+        run_mod.check_compatible(schema.workload("nmi"), al.Policy("percpu > slab"))
+
+
+def test_workload_flags_are_read_from_c():
+    assert schema.workload("nmi").flags_mask & lib.AL_WL_NMI
+    assert schema.workload("test_vmalloc").flags_mask & lib.AL_WL_VMALLOC
+    assert not schema.workload("malloc-free").flags_mask & (lib.AL_WL_NMI | lib.AL_WL_VMALLOC)
+
+
+def test_larson_min_size_above_max_size_is_refused_before_running(no_run):
+    e = _raises(al.InvalidArgument, "larson", "buddy", min_size=1000, max_size=8,
+                match=("min_size=1000", "max_size=8"))
+    assert not isinstance(e, al.RunError)
+    # the bad cell is the last of a sweep: still nothing runs
+    _raises(al.InvalidArgument, "larson", "buddy", min_size=[8, 1000], max_size=[512, 8],
+            match=("min_size=1000", "max_size=512"))
+
+
+def test_larson_equal_sizes_run():
+    res = al.run("larson", "buddy", min_size=64, max_size=64, **FAST)
+    assert res.points[0]["alloc_ops"][0] > 0
+
+
+def test_c_refuses_larson_sizes_too():
+    """al_run itself checks what plan() checks (C users get the same error)."""
+    task = run_mod.plan("larson", "buddy", **FAST)[1][0]
+    names = [p.name for p in schema.workload("larson").params]
+    task["wparams"][names.index("min_size")] = 1000
+    task["wparams"][names.index("max_size")] = 8
+    with pytest.raises(al.RunError) as ei:
+        run_mod.run_once(task)
+    assert ei.value.code == -22  # -EINVAL, from al_run's validation, before any setup
+    assert "larson: min_size=1000 is above max_size=8" in str(ei.value)
+
+
+def test_test_vmalloc_threads_must_match_producers(no_run):
+    _raises(al.InvalidArgument, "test_vmalloc", "vmalloc-default", nr_threads=2,
+            producers=[2, 1], cycles=1, match=("nr_threads=2", "producers=1"))
+
+
+def test_create_enomem_names_the_parameter_that_fixes_it():
+    """Under an address-space limit (ulimit -v) a layer that reserves its
+    arena up front fails with a message that names the parameter to lower and
+    a value that fits, and the value it names does fit."""
+    import subprocess
+    import sys
+    code = ("import alloclab as al\n"
+            "for spec in ('slab', 'pages', 'buddy(arena_limit=8G)'):\n"
+            "    try:\n"
+            "        al.Allocator(spec)\n"
+            "        print('built', spec)\n"
+            "    except al.AllocatorExhausted as e:\n"
+            "        print(e)\n"
+            "al.Allocator('slab(arena_limit=256M)').close()\n"
+            "print('fits')\n")
+
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
+
+    import os
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS stacks
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit, env=env)
+    out = p.stdout.splitlines()
+    assert p.returncode == 0, p.stderr
+    assert out[0] == ("creating allocator 'slab': ENOMEM: slab: create failed: ENOMEM: could "
+                      "not reserve arena_limit=4G of address space under this process's "
+                      "limit of 1536M (ulimit -v); a smaller arena_limit fixes it, e.g. "
+                      "'slab(arena_limit=256M)'")
+    assert "could not reserve memory=4G" in out[1] and "'pages(memory=256M)'" in out[1]
+    assert "could not reserve arena_limit=8G" in out[2] and "'buddy(arena_limit=256M)'" in out[2]
+    assert out[3] == "fits"
+
+
+# ---------------------------------------------------------------- result files
+
+from alloclab.result import Result, load_json  # noqa: E402
+
+_BAD_RESULTS = [
+    ("[1, 2]", "JSON list"),
+    ("null", "JSON null"),
+    ('"text"', "JSON string"),
+    ("3", "JSON number"),
+    ("{nope", "not JSON"),
+    ('{"hello": 1}', "not an alloclab result"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": "x"}', "points is a JSON string"),
+    ('{"format": "alloclab-result", "metadata": [], "points": []}', "metadata is a JSON list"),
+    ('{"format": "alloclab-result", "format_version": "2", "metadata": {}, "points": []}',
+     "format_version is a JSON string"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": [1]}', "points[0] is a JSON number"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": [{"params": {}, "info": {}, '
+     '"data": {"a": {"dtype": "float64", "values": ["x"]}}}]}', "points[0].data.a.values[0]"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": [{"params": {}, "info": {}, '
+     '"data": {"a": {"dtype": "nosuch", "values": [1]}}}]}', "'nosuch' is not a NumPy type"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": [{"params": {}, "info": {}, '
+     '"data": {"a": [1]}}]}', "points[0].data.a is a JSON list"),
+    ('{"format": "alloclab-result", "format_version": 99, "metadata": {}, "points": []}',
+     "newer"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": [{"params": {}, "info": {}, '
+     '"data": {}, "hist": {"alloc": [{"buckets": [[99999, 1]]}]}}]}',
+     "points[0].hist.alloc[0].buckets holds [99999, 1]"),
+    ('{"format": "alloclab-result", "metadata": {}, "points": [{"params": {}, "info": {}, '
+     '"data": {}, "hist": {"alloc": [{"buckets": [[-1, 1]]}]}}]}', "holds [-1, 1]"),
+]
+
+
+@pytest.mark.parametrize("text, words", _BAD_RESULTS)
+def test_from_json_refuses_what_is_not_a_result(tmp_path, text, words):
+    with pytest.raises(al.FileFormatError, match=None) as ei:
+        Result.from_json(text)
+    assert words in str(ei.value)
+    f = tmp_path / "r.json"
+    f.write_text(text)
+    with pytest.raises(al.FileFormatError) as ei:
+        Result.from_json(str(f))
+    assert words in str(ei.value) and str(f) in str(ei.value) and ei.value.path == str(f)
+    assert f.read_text() == text
+
+
+def test_from_json_refuses_binary_and_devices(tmp_path):
+    b = tmp_path / "b.json"
+    b.write_bytes(bytes(range(256)))
+    with pytest.raises(al.FileFormatError, match="not UTF-8"):
+        Result.from_json(str(b))
+    with pytest.raises(al.FileFormatError, match="not UTF-8"):
+        Result.from_json(b)  # a pathlib.Path
+    with pytest.raises(al.FileFormatError, match="not UTF-8"):
+        Result.from_json(b"\xff\xfe{}")
+    with pytest.raises(al.FileFormatError, match="a device"):
+        load_json("/dev/zero")
+    with pytest.raises(IsADirectoryError):
+        load_json(tmp_path)
+    with pytest.raises(al.ParameterTypeError):
+        load_json(42)
+
+
+def test_from_json_round_trips_a_path(tmp_path):
+    res = al.run("malloc-free", "buddy", **FAST)
+    f = tmp_path / "r.json"
+    res.to_json(str(f))
+    assert Result.from_json(f) == res == Result.from_json(str(f)) == Result.from_json(
+        f.read_bytes())
+
+
+@pytest.mark.parametrize("text, words", _BAD_RESULTS[:5])
+def test_compare_loads_paths_strictly(tmp_path, text, words):
+    f = tmp_path / "bad.json"
+    f.write_text(text)
+    res = al.run("malloc-free", "buddy", **dict(FAST, runs=2))
+    for a, b in ((f, res), (res, f), (res, [res, str(f)])):
+        with pytest.raises(al.FileFormatError) as ei:
+            al.compare(a, b)
+        assert words in str(ei.value) and str(f) in str(ei.value)
+    assert f.read_text() == text
+
+
+@pytest.mark.parametrize("bad", [None, 5, [5], {"a": 1}])
+def test_compare_takes_results_or_paths(bad):
+    res = al.run("malloc-free", "buddy", **dict(FAST, runs=2))
+    with pytest.raises(al.ParameterTypeError):
+        al.compare(res, bad) if bad is not None else al.compare(bad, res)
+
+
+def test_compare_reads_result_files(tmp_path):
+    res = al.run("malloc-free", "buddy", **dict(FAST, runs=2))
+    f = tmp_path / "r.json"
+    res.to_json(str(f))
+    assert al.compare(f, str(f)).to_text() == al.compare(res, res).to_text()
+
+
+def test_report_from_json_refuses_other_files(tmp_path):
+    from alloclab.reproduce._report import Report
+    for text in ("[1]", "null", '{"format": "%s", "version": 2, "results": [], "settings": 1}'
+                 % Report.FORMAT):
+        with pytest.raises(al.FileFormatError):
+            Report.from_json(text)

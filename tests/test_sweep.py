@@ -166,3 +166,135 @@ def test_progress_bar(capsys):
 def test_sweep_validates_first():
     with pytest.raises(al.UnknownNameError, match="nosuch"):
         al.sweep("malloc-free", "nosuch", **GRID)
+
+
+# ---------------------------------------------------------------- journals refused unwritten
+#
+# A journal is read and checked whole before anything is written to it: a
+# file that is refused is byte for byte what it was, and nothing has run.
+
+SMALL = dict(runs=1, cycles=5, warmup_cycles=1, mem_sample=0)
+
+
+@pytest.fixture
+def no_unit(monkeypatch):
+    def boom(*a, **k):  # pragma: no cover - reached only when validation misses
+        raise AssertionError("a unit ran before the journal was refused")
+    monkeypatch.setattr(sweep_mod, "_run_unit", boom)
+
+
+@pytest.fixture(scope="module")
+def header(tmp_path_factory):
+    """A real journal of the SMALL sweep on buddy: (header line, unit line)."""
+    j = tmp_path_factory.mktemp("j") / "s.jsonl"
+    al.sweep("malloc-free", "buddy", journal=j, **SMALL)
+    lines = j.read_bytes().split(b"\n")
+    return lines[0], lines[1]
+
+
+def _hdr(header, **change):
+    d = json.loads(header)
+    d.update(change)
+    return json.dumps(d).encode()
+
+
+def _bad_journals(h, u):
+    unit = json.loads(u)
+    return [
+        # not a journal at all (the reported cases: a result file, a notes file)
+        (b'{"format": "alloclab-result", "points": []}\n{"a": 1}', "not an alloclab sweep journal"),
+        (b"my notes\nthe last line", "not an alloclab sweep journal"),
+        (b"a single line without an end", "no complete line"),
+        (bytes(range(256)), "not an alloclab sweep journal"),
+        (b"\xff\xfe\xfd\n", "not an alloclab sweep journal"),
+        (b"[1, 2]\n", "not an alloclab sweep journal"),
+        (b"null\n", "not an alloclab sweep journal"),
+        (b"\n\n", "not an alloclab sweep journal"),
+        (h[: len(h) // 2], "header line was cut short"),
+        # a header of the wrong types
+        (_hdr(h, version="1") + b"\n", "version is '1', not an integer"),
+        (_hdr(h, version=True) + b"\n", "version is True"),
+        (_hdr(h, version=99) + b"\n", "newer than this alloclab"),
+        (_hdr(h, settings=[1]) + b"\n", "settings is a JSON list"),
+        (_hdr(h, metadata="x") + b"\n", "metadata is a JSON string"),
+        # unit lines of the wrong shape (valid JSON), not UTF-8, cut in the middle
+        (h + b"\n[1, 2]\n", "line 2 is not a finished run (not a JSON object)"),
+        (h + b'\n{"point": {}, "run": 0}\n', "line 2 is not a finished run (no raw)"),
+        (h + b'\n' + json.dumps(dict(unit, run="0")).encode() + b"\n", "run='0'"),
+        (h + b'\n' + json.dumps(dict(unit, run=-1)).encode() + b"\n", "run=-1"),
+        (h + b'\n' + json.dumps(dict(unit, point=[1])).encode() + b"\n", "point is not an"),
+        (h + b'\n' + json.dumps(dict(unit, wall_s="1")).encode() + b"\n", "wall_s='1'"),
+        (h + b'\n' + json.dumps(dict(unit, raw={"alloc_ops": 1})).encode() + b"\n",
+         "its raw run lacks"),
+        (h + b'\n' + json.dumps(dict(unit, raw=[])).encode() + b"\n", "raw is not an object"),
+        (h + b"\n\xff\xfe\n", "line 2 is not a finished run (not UTF-8 text)"),
+        (h + b"\n" + u[: len(u) // 2] + b"\n" + u + b"\n", "line 2 is not a finished run (not "
+         "JSON)"),
+        (h + b"\n\n" + u + b"\n", "line 2 is not a finished run (not JSON)"),
+    ]
+
+
+def test_bad_journals_are_refused_byte_identical(tmp_path, header, no_unit):
+    for i, (data, words) in enumerate(_bad_journals(*header)):
+        j = tmp_path / ("bad%d.jsonl" % i)
+        j.write_bytes(data)
+        with pytest.raises(al.FileFormatError) as ei:
+            al.sweep("malloc-free", "buddy", journal=j, **SMALL)
+        assert words in str(ei.value), (data[:80], str(ei.value))
+        assert ei.value.path == str(j)
+        assert j.read_bytes() == data, "refused journal %d was changed" % i
+        with pytest.raises(al.FileFormatError):  # the CLI's check, the same verdict
+            sweep_mod.check_journal(j, sweep_mod.plan("malloc-free", "buddy", **SMALL)[0])
+        assert j.read_bytes() == data
+
+
+def test_another_sweeps_journal_is_refused_byte_identical(tmp_path, header, no_unit):
+    j = tmp_path / "s.jsonl"
+    data = header[0] + b"\n" + header[1] + b"\n"
+    j.write_bytes(data)
+    with pytest.raises(al.InvalidArgument, match="different sweep.*producers"):
+        al.sweep("malloc-free", "buddy", journal=j, **dict(SMALL, producers=2))
+    assert j.read_bytes() == data
+
+
+@pytest.mark.parametrize("where, words", [
+    ("missing/s.jsonl", "does not exist"),
+    ("file/s.jsonl", "is not a directory"),
+    ("dir", "is a directory"),
+    ("/dev/full", "not a regular file"),
+    ("/dev/null", "not a regular file"),
+    ("/proc/alloclab.jsonl", "cannot be written"),
+])
+def test_journals_that_cannot_be_written_are_refused_first(tmp_path, no_unit, where, words):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    path = where if where.startswith("/") else str(tmp_path / where)
+    with pytest.raises(al.InvalidArgument, match=words):
+        al.sweep("malloc-free", "buddy", journal=path, **SMALL)
+    assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.parametrize("bad", [12, True, b"", "", None.__class__])
+def test_journal_must_be_a_path(bad, no_unit):
+    with pytest.raises((al.ParameterTypeError, al.InvalidArgument)):
+        al.sweep("malloc-free", "buddy", journal=bad, **SMALL)
+
+
+def test_check_journal_counts_finished_runs_and_writes_nothing(tmp_path, header):
+    settings = sweep_mod.plan("malloc-free", "buddy", **SMALL)[0]
+    j = tmp_path / "new.jsonl"
+    assert sweep_mod.check_journal(j, settings) == 0 and not j.exists()
+    data = header[0] + b"\n" + header[1] + b"\n" + header[1][:20]  # a last line cut short
+    j.write_bytes(data)
+    assert sweep_mod.check_journal(j, settings) == 1 and j.read_bytes() == data
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert sweep_mod.check_journal(empty, settings) == 0
+
+
+def test_a_header_cut_short_alone_is_refused_not_rewritten(tmp_path, header, no_unit):
+    j = tmp_path / "s.jsonl"
+    j.write_bytes(header[0][:40])
+    with pytest.raises(al.FileFormatError, match="remove the file"):
+        al.sweep("malloc-free", "buddy", journal=j, **SMALL)
+    assert j.read_bytes() == header[0][:40]

@@ -200,9 +200,10 @@ def test_all_tests_two_threads_per_op_timing():
 
 
 def test_workload_checks_its_policy_and_threads():
-    with pytest.raises(al.RunError, match="needs a vmalloc layer"):
+    # Both known before running: refused by the plan, not by a failed run.
+    with pytest.raises(al.IncompatiblePolicyError, match="needs a vmalloc layer"):
         al.run("test_vmalloc", "pages", **FAST)
-    with pytest.raises(al.RunError, match="nr_threads=3"):
+    with pytest.raises(al.InvalidArgument, match="nr_threads=3"):
         al.run("test_vmalloc", "vmalloc-default", nr_threads=3, **FAST)
 
 

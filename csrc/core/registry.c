@@ -218,21 +218,43 @@ int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigne
 	return (int)i;
 }
 
+/*
+ * The loop behind a layer without a native bulk free, with the native
+ * paths' contract: every entry is tried once; entries the layer refuses
+ * (-EINVAL: not an allocated block, or repeated in ptrs) are skipped and
+ * reported through c->err; the return is how many entries were freed (NULL
+ * entries count, as free(NULL)). A transient failure (a lock budget) of the
+ * first entry, before anything was freed, fails the whole call so the caller
+ * may retry it; later ones are retried a few times, then reported in c->err
+ * and not counted.
+ */
 int al_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
-	unsigned i;
-	int ret, first_err = 0;
+	unsigned i, done = 0, tries;
+	int ret, err = 0;
 
 	if (a->ops->free_bulk)
 		return a->ops->free_bulk(a, c, ptrs, n);
 	for (i = 0; i < n; i++) {
-		if (!ptrs[i])
+		if (!ptrs[i]) {
+			done++;
 			continue;
-		ret = a->ops->free(a, c, ptrs[i]);
-		if (ret && !first_err)
-			first_err = ret;
+		}
+		for (tries = 0;; tries++) {
+			ret = a->ops->free(a, c, ptrs[i]);
+			if (!ret || ret == -EINVAL || tries == 3)
+				break;
+			if (!done && !err)
+				return ret; /* nothing freed: the caller may retry the batch */
+		}
+		if (!ret)
+			done++;
+		else if (!err || err == -EINVAL)
+			err = ret;
 	}
-	return first_err && first_err != -EINVAL ? first_err : (int)n;
+	if (err)
+		c->err = err;
+	return (int)done;
 }
 
 const char *al_version(void)

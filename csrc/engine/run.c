@@ -808,7 +808,9 @@ static int check_config(const struct al_run_config *cfg, struct al_run_result *r
 			 "the measured phase needs cycles > 0 or duration > 0");
 		return -EINVAL;
 	}
-	if (al_params_check(wl->params, wl->nparams, cfg->wparams, why, sizeof(why))) {
+	if (al_params_check(wl->params, wl->nparams, cfg->wparams, why, sizeof(why)) ||
+	    (wl->check_params &&
+	     wl->check_params(cfg->wparams, cfg->producers, why, sizeof(why)))) {
 		snprintf(res->error, sizeof(res->error), "%s: %s", wl->name, why);
 		return -EINVAL;
 	}
@@ -847,6 +849,22 @@ void al_result_value(struct al_run_result *res, const char *name, double value)
 		m->value = value;
 		m->count = 1;
 	}
+}
+
+/* A checked layer that handed out a bad object is the cause of whatever the
+ * workload then saw (a refused allocation) and of the leak that follows: its
+ * report replaces the run's error. */
+static bool guard_report(struct engine *e)
+{
+	char why[sizeof(e->res->error)];
+
+	if (!e->cfg->stack.check || !al_stack_guard_error(e->a, why, sizeof(why)))
+		return false;
+	pthread_mutex_lock(&e->err_lock);
+	e->status = -EFAULT;
+	snprintf(e->res->error, sizeof(e->res->error), "%s", why);
+	pthread_mutex_unlock(&e->err_lock);
+	return true;
 }
 
 int al_run(const struct al_run_config *cfg, struct al_run_result *res)
@@ -1051,6 +1069,8 @@ out_teardown:
 		struct al_stats *after = snap0; /* reuse */
 
 		al_stack_drain(e->a, &main_ctx, AL_DRAIN_ALL);
+		if (guard_report(e))
+			ret = -EFAULT;
 		nl = al_stack_stats(e->a, after, AL_MAX_LAYERS);
 		for (i = 0; i < nl; i++) {
 			res->leaked[i] = after[i].bytes_held - baseline[i];

@@ -8,8 +8,78 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "alloclab/alloclab.h"
+
+/* Bytes with the largest exact G/M/K suffix, as a spec writes them. */
+static void fmt_size(char *b, size_t n, uint64_t v)
+{
+	if (v && !(v & ((1ull << 30) - 1)))
+		snprintf(b, n, "%lluG", (unsigned long long)(v >> 30));
+	else if (v && !(v & ((1ull << 20) - 1)))
+		snprintf(b, n, "%lluM", (unsigned long long)(v >> 20));
+	else if (v && !(v & ((1ull << 10) - 1)))
+		snprintf(b, n, "%lluK", (unsigned long long)(v >> 10));
+	else
+		snprintf(b, n, "%llu", (unsigned long long)v);
+}
+
+/*
+ * Why a create failed with -ENOMEM. A layer's largest size parameter sizes
+ * the address space it reserves up front (buddy's and slab's arena_limit,
+ * pages' memory, vmalloc's va_size); the reservation is what an
+ * address-space limit (ulimit -v) or strict overcommit refuses, so name that
+ * parameter, the limit, and a value that fits: a power of two at most a
+ * quarter of the limit, as large as the parameter's minimum.
+ */
+static void enomem_why(const struct al_layer_desc *d, const int64_t *params, char *err,
+		       size_t errlen)
+{
+	char have[32], lim[32], fit[32];
+	uint64_t want = 0, room;
+	struct rlimit rl;
+	int best = -1;
+	unsigned i;
+
+	for (i = 0; i < d->nparams; i++)
+		if (d->params[i].type == AL_PARAM_SIZE && (best < 0 || params[i] > params[best]))
+			best = (int)i;
+	if (best < 0) {
+		snprintf(err, errlen, "%s: create failed: ENOMEM (out of memory)", d->name);
+		return;
+	}
+	fmt_size(have, sizeof(have), (uint64_t)params[best]);
+	if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) {
+		snprintf(err, errlen,
+			 "%s: create failed: ENOMEM: could not reserve %s=%s (memory or address "
+			 "space refused); a smaller %s fixes it",
+			 d->name, d->params[best].name, have, d->params[best].name);
+		return;
+	}
+	room = (uint64_t)rl.rlim_cur / 4;
+	for (want = 1ull << 62; want > room; want >>= 1)
+		;
+	if (want < (uint64_t)d->params[best].min)
+		want = (uint64_t)d->params[best].min;
+	if ((uint64_t)rl.rlim_cur >= (1ull << 20)) /* ulimit -v counts KiB: say MiB */
+		snprintf(lim, sizeof(lim), "%lluM", (unsigned long long)(rl.rlim_cur >> 20));
+	else
+		fmt_size(lim, sizeof(lim), (uint64_t)rl.rlim_cur);
+	fmt_size(fit, sizeof(fit), want);
+	if (want < (uint64_t)params[best])
+		snprintf(err, errlen,
+			 "%s: create failed: ENOMEM: could not reserve %s=%s of address space "
+			 "under this process's limit of %s (ulimit -v); a smaller %s fixes it, "
+			 "e.g. '%s(%s=%s)'",
+			 d->name, d->params[best].name, have, lim, d->params[best].name, d->name,
+			 d->params[best].name, fit);
+	else
+		snprintf(err, errlen,
+			 "%s: create failed: ENOMEM: could not reserve %s=%s of address space "
+			 "under this process's limit of %s (ulimit -v); raise the limit",
+			 d->name, d->params[best].name, have, lim);
+}
 
 int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
 		    char *err, size_t errlen)
@@ -67,9 +137,12 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 
 		a = NULL;
 		ret = d->create(d, s->layer[i].params, below, ncpu, &a);
-		if (ret || !a) {
+		if (ret == -ENOMEM)
+			enomem_why(d, s->layer[i].params, err, errlen);
+		else if (ret || !a)
 			snprintf(err, errlen, "%s: create failed: %s", d->name,
 				 al_strerror(ret ? ret : -EINVAL));
+		if (ret || !a) {
 			al_stack_destroy(below);
 			return ret ? ret : -EINVAL;
 		}
@@ -86,6 +159,12 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 		a->desc = d;
 		a->below = below;
 		a->ncpu = ncpu;
+		if ((s->check >> i & 1) && (ret = al_guard_wrap(a))) {
+			snprintf(err, errlen, "%s: no memory for its pointer checks", d->name);
+			a->ops->destroy(a);
+			al_stack_destroy(below);
+			return ret;
+		}
 		below = a;
 	}
 	*out = below;

@@ -74,6 +74,8 @@
  *   PG_BUDDY  free, on a zone free list        (zone lock)
  *   PG_PCP    free, on some CPU's page list    (that pcp lock)
  *   PG_ALLOC  allocated, refcount 1            (its owner)
+ *   PG_BULK   with PG_ALLOC, only inside one free_bulk call: collected for
+ *             its chunk, so a repeat of the page in the same call is refused
  * split_page() makes every page of an allocated block an allocated order-0
  * page. Frees are validated from the descriptor (an allocated head of that
  * order), so invalid and double frees return -EINVAL and change nothing.
@@ -129,7 +131,7 @@
 #define DECAY_EVERY	     256 /* pcp operations between clock checks for decay */
 #define FREE_CHUNK	     256 /* pfns per free_bulk chunk (stack array) */
 
-enum { PG_BUDDY = 1u << 0, PG_PCP = 1u << 1, PG_ALLOC = 1u << 2 };
+enum { PG_BUDDY = 1u << 0, PG_PCP = 1u << 1, PG_ALLOC = 1u << 2, PG_BULK = 1u << 3 };
 
 struct plist {
 	struct plist *next; /* next entry, or the head */
@@ -1420,29 +1422,37 @@ static int pages_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t siz
 /*
  * free_bulk: the order-0 pages among ptrs go through free_pages_bulk (in
  * chunks of FREE_CHUNK entries, in the given order); higher-order blocks are
- * freed one by one; invalid entries are rejected (counted) and skipped.
+ * freed one by one; invalid entries are rejected (counted) and skipped. An
+ * order-0 page collected for the chunk is marked PG_BULK until the chunk is
+ * freed, so the same page repeated in ptrs fails valid_block() like a
+ * double free instead of entering the chunk twice.
  */
 static int pages_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
 	struct pages *pg = to_pages(a);
 	uint64_t pfns[FREE_CHUNK], pfn;
-	unsigned i = 0, k, freed = 0, order;
+	unsigned i = 0, j, k, done = 0, refused = 0, order;
 	int ret, err = 0;
 
 	while (i < n) {
 		for (k = 0; i < n && k < FREE_CHUNK; i++) {
-			if (!ptrs[i])
+			if (!ptrs[i]) {
+				done++;
 				continue;
+			}
 			if (!ptr_pfn(pg, ptrs[i], &pfn)) {
 				reject(pg, c, PC_invalid_frees);
+				refused++;
 				continue;
 			}
 			order = pfn_page(pg, pfn)->order;
 			if (!valid_block(pg, pfn, order)) {
 				reject(pg, c, PC_invalid_frees);
+				refused++;
 				continue;
 			}
 			if (!order) {
+				set_pflags(pfn_page(pg, pfn), PG_ALLOC | PG_BULK);
 				pfns[k++] = pfn;
 				continue;
 			}
@@ -1450,17 +1460,23 @@ static int pages_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs
 			if (ret)
 				err = ret;
 			else
-				freed++;
+				done++;
 		}
 		if (!k)
 			continue;
+		for (j = 0; j < k; j++)
+			set_pflags(pfn_page(pg, pfns[j]), PG_ALLOC);
 		ret = free_pages_bulk_checked(pg, c, pfns, k);
 		if (ret < 0)
 			err = ret;
 		else
-			freed += k;
+			done += k;
 	}
-	return freed || !err ? (int)n : err;
+	if (al_unlikely(err && !done && !refused))
+		return err; /* nothing freed: the caller may retry */
+	if (al_unlikely(err || refused))
+		c->err = err ? err : -EINVAL;
+	return (int)done;
 }
 
 static bool pages_owns(struct al_allocator *a, const void *ptr)

@@ -737,11 +737,14 @@ static int buddy_free(struct al_allocator *a, struct al_ctx *c, void *ptr)
 	return 0;
 }
 
+/* Every entry is validated as free() does, in order, under one lock hold:
+ * a repeated entry is already free when it is reached, so it is refused
+ * like any invalid one (counted, untouched) and the rest are freed. */
 static int buddy_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
 	struct buddy *b = to_buddy(a);
 	uint64_t freed = 0, bytes = 0;
-	unsigned i;
+	unsigned i, refused = 0;
 	int ret;
 
 	al_count(&b->ctr, c, BC_free_bulk_calls, 1);
@@ -749,9 +752,9 @@ static int buddy_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs
 		return 0;
 	if (al_unlikely(c->level == AL_CTX_NMI)) {
 		for (i = 0; i < n; i++)
-			if (ptrs[i])
-				(void)free_nmi(b, c, (uintptr_t)ptrs[i]);
-		return (int)n;
+			if (ptrs[i] && free_nmi(b, c, (uintptr_t)ptrs[i]))
+				refused++;
+		goto out;
 	}
 	ret = al_lock_acquire(&b->lock, c);
 	if (al_unlikely(ret))
@@ -761,8 +764,10 @@ static int buddy_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs
 		if (!ptrs[i])
 			continue;
 		ret = free_locked(b, c, (uintptr_t)ptrs[i]);
-		if (ret < 0)
+		if (ret < 0) {
+			refused++;
 			continue;
+		}
 		freed++;
 		bytes += (uint64_t)BUDDY_MIN_BYTES << ret;
 	}
@@ -770,7 +775,10 @@ static int buddy_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs
 	al_count(&b->ctr, c, BC_frees, freed);
 	al_count(&b->ctr, c, BC_bulk_freed, freed);
 	al_count(&b->ctr, c, BC_bytes_freed, bytes);
-	return (int)n;
+out:
+	if (al_unlikely(refused))
+		c->err = -EINVAL;
+	return (int)(n - refused);
 }
 
 /* ---- queries ---- */

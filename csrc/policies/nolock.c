@@ -37,6 +37,8 @@
 
 enum { P_irq_work, P_trace, P_NR };
 
+#define DEFER_WALK_CHEAP 4096 /* deferred-list steps before the cycle bound is read */
+
 static const struct al_param_desc nolock_params[P_NR] = {
 	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_INLINE, 0, 1, AL_IRQ_WORK_CHOICES,
 			 "where the deferred-free irq_work runs: at the end of the top-level "
@@ -55,6 +57,9 @@ static const struct al_param_desc nolock_params[P_NR] = {
 	X(frees_deferred, "frees pushed on the deferred list (trylock or not the CPU slab)") \
 	X(deferred_freed, "deferred objects freed by the irq_work")                          \
 	X(deferred_requeued, "deferred objects the irq_work could not free yet")             \
+	X(deferred_refused, "deferred objects the layer below refused (freed twice)")        \
+	X(double_frees, "frees refused: the object is already the deferred list's head")     \
+	X(corrupt_lists, "deferred lists found cyclic (a double free): the rest leaked")     \
 	X(einval, "allocations rejected: size 0 or above 8 KiB")                             \
 	X(bytes_allocated, "usable bytes handed out")                                        \
 	X(bytes_freed, "usable bytes taken back")
@@ -134,17 +139,22 @@ static void *nolock_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 #define link_unpoison(p) ((void)0)
 #endif
 
-static void defer_free(struct nolock *nl, struct al_ctx *c, unsigned cpu, void *p)
+/* Push p on a CPU's deferred list; -EINVAL, nothing written, when p is
+ * already its head (the same object deferred twice in a row). */
+static int defer_free(struct nolock *nl, struct al_ctx *c, unsigned cpu, void *p)
 {
 	struct nolock_cpu *nc = &nl->cpus[cpu];
 	void *old = __atomic_load_n(&nc->deferred, __ATOMIC_RELAXED);
 
 	link_unpoison(p);
-	do
+	do {
+		if (al_unlikely(old == p))
+			return -EINVAL;
 		*(void **)p = old;
-	while (!__atomic_compare_exchange_n(&nc->deferred, &old, p, true, __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED));
+	} while (!__atomic_compare_exchange_n(&nc->deferred, &old, p, true, __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
 	al_irq_work_queue(nl->defer, &nc->work, c);
+	return 0;
 }
 
 static int nolock_free(struct al_allocator *a, struct al_ctx *c, void *p)
@@ -163,7 +173,10 @@ static int nolock_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	if (al_likely(!ret)) {
 		al_count(&nl->ctr, c, NC_frees_direct, 1);
 	} else if (ret == -EBUSY) {
-		defer_free(nl, c, c->cpu, p);
+		if (al_unlikely(defer_free(nl, c, c->cpu, p))) {
+			al_count(&nl->ctr, c, NC_double_frees, 1);
+			return -EINVAL;
+		}
 		al_count(&nl->ctr, c, NC_frees_deferred, 1);
 	} else {
 		return ret; /* not an object of the layer below: untouched */
@@ -181,14 +194,31 @@ static void drain_deferred(struct al_irq_work *w, struct al_ctx *x)
 		(struct nolock_cpu *)((char *)w - offsetof(struct nolock_cpu, work));
 	struct nolock *nl = nc->nl;
 	void *p = __atomic_exchange_n(&nc->deferred, NULL, __ATOMIC_ACQUIRE), *next;
+	uint64_t steps = 0, bound = 0;
+	int ret;
 
 	for (; p; p = next) {
+		/* Every deferred object was handed out by this layer, so a list
+		 * longer than its allocations so far is cyclic: the bound is read
+		 * only once the walk is long, so a short list costs nothing. */
+		if (al_unlikely(++steps > DEFER_WALK_CHEAP)) {
+			if (!bound)
+				bound = al_counters_sum(&nl->ctr, NC_allocs) + DEFER_WALK_CHEAP;
+			if (steps > bound) {
+				al_count(&nl->ctr, x, NC_corrupt_lists, 1);
+				return;
+			}
+		}
 		next = *(void **)p;
-		if (!al_free_flags(nl->base.below, x, p, AL_NOCPU)) {
+		ret = al_free_flags(nl->base.below, x, p, AL_NOCPU);
+		if (!ret) {
 			al_count(&nl->ctr, x, NC_deferred_freed, 1);
+		} else if (ret == -EINVAL) { /* already free below: drop it */
+			al_count(&nl->ctr, x, NC_deferred_refused, 1);
 		} else { /* a lock failed (budget, or a helper beside its CPU): later */
 			al_count(&nl->ctr, x, NC_deferred_requeued, 1);
-			defer_free(nl, x, w->cpu, p);
+			if (defer_free(nl, x, w->cpu, p))
+				al_count(&nl->ctr, x, NC_deferred_refused, 1);
 		}
 	}
 }
@@ -221,18 +251,26 @@ static void nolock_stats(struct al_allocator *a, struct al_stats *out)
 	al_defer_report(nl->defer, out);
 	al_stats_add_gauge(out, "deferred_pending",
 			   al_counters_sum(&nl->ctr, NC_frees_deferred) -
-				   al_counters_sum(&nl->ctr, NC_deferred_freed));
+				   al_counters_sum(&nl->ctr, NC_deferred_freed) -
+				   al_counters_sum(&nl->ctr, NC_deferred_refused));
 }
 
 static int nolock_check(struct al_allocator *a, char *err, size_t errlen)
 {
 	struct nolock *nl = to_nl(a);
-	unsigned cpu, n;
+	uint64_t n, bound = al_counters_sum(&nl->ctr, NC_allocs),
+		    bad = al_counters_sum(&nl->ctr, NC_corrupt_lists);
+	unsigned cpu;
 	void *p;
 
+	if (bad) {
+		snprintf(err, errlen, "%llu deferred lists were found cyclic (a double free)",
+			 (unsigned long long)bad);
+		return -EFAULT;
+	}
 	for (cpu = 0; cpu < a->ncpu; cpu++)
 		for (n = 0, p = nl->cpus[cpu].deferred; p; p = *(void **)p)
-			if (++n > (1u << 30) || !usable(a->below, p)) {
+			if (++n > bound || !usable(a->below, p)) {
 				snprintf(
 					err, errlen,
 					"cpu %u: deferred object %p is not live below (or a cycle)",

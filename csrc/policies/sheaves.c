@@ -101,6 +101,7 @@ static const struct al_param_desc sheaves_params[P_NR] = {
 	X(sheaf_allocs, "sheaves allocated")                                           \
 	X(sheaf_frees, "sheaves freed (barn had barn_empty empty ones)")               \
 	X(nospin_fail, "kfree_nolock frees that could not proceed without spinning")   \
+	X(double_frees, "frees refused: the object is already on top of main")         \
 	X(traced_kmallocs, "allocations the kmalloc tracepoint sees (not AL_NOTRACE)") \
 	X(einval, "allocations rejected: size 0 or above 8 KiB")                       \
 	X(class_probes, "first allocations of a class, which learn the class below")   \
@@ -698,6 +699,13 @@ static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *pt
 		goto fallback;
 	}
 	AL_INJECT("sheaves.locked", c, (void *)(uintptr_t)km_class_size[ci]);
+	if (al_unlikely(p->main->size && p->main->objects[p->main->size - 1] == ptr)) {
+		/* the object freed last on this CPU, freed again: refuse it
+		 * before it is cached twice (a compare of a line already hot) */
+		pcs_unlock(p);
+		al_count(&sh->ctr, c, SH_double_frees, 1);
+		return -EINVAL;
+	}
 	if (al_unlikely(p->main->size == p->main->capacity) &&
 	    !replace_full_main(sh, (unsigned)ci, p, c, flags))
 		goto fallback;

@@ -59,8 +59,18 @@
  * A remote free is a locked cmpxchg16b, plus list_lock on a state change.
  * A CPU slab refill is one list_lock round trip per slab (objects per slab:
  * 4 KiB / size, at least min_objects).
+ * Misuse: as SLUB's hardened freelist, a free of the object already at the
+ * head of the freelist it joins (the CPU freelist or the slab's) is a double
+ * free, refused with -EINVAL before anything is written: one compare of a
+ * value the free loads anyway. free_bulk also refuses an object repeated in
+ * its batch. A double free that slips past (the object deeper in a list)
+ * can make a freelist cyclic: every walk of a freelist is bounded by the
+ * objects its slab holds, and a longer one is counted as corrupt
+ * (corrupt_freelists; check() fails, an allocation that meets it fails with
+ * -EFAULT) and its objects leaked rather than walked forever.
+ *
  * Not modelled: per-CPU partial lists (CONFIG_SLUB_CPU_PARTIAL), NUMA nodes,
- * debugging, large kmalloc above 8 KiB (-EINVAL), double-free detection.
+ * debugging, large kmalloc above 8 KiB (-EINVAL), full double-free detection.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -118,6 +128,8 @@ static const struct al_param_desc slab_params[P_NR] = {
 	X(einval, "allocations rejected: size 0 or above 8 KiB")                               \
 	X(enomem, "allocations failed: no memory for a new slab")                              \
 	X(invalid_frees, "frees rejected: not an object of this allocator")                    \
+	X(double_frees, "frees rejected: the object is already at the freelist head")          \
+	X(corrupt_freelists, "freelists found longer than their slab (a cycle): leaked")       \
 	X(bytes_allocated, "class bytes handed out")                                           \
 	X(bytes_freed, "class bytes freed")
 
@@ -504,9 +516,22 @@ static void *take_freelist(struct slab_alloc *sa, struct al_ctx *c, struct slab 
 	}
 }
 
+static al_noinline al_cold int double_free(struct slab_alloc *sa, const struct al_ctx *c)
+{
+	al_count(&sa->ctr, c, SC_double_frees, 1);
+	return -EINVAL;
+}
+
+static al_noinline al_cold void corrupt(struct slab_alloc *sa, struct al_ctx *c)
+{
+	al_count(&sa->ctr, c, SC_corrupt_freelists, 1);
+	c->err = -EFAULT;
+}
+
 /*
  * __slab_free: return a chain head..tail of cnt objects to a slab that is not
- * this CPU's. 0, or -EBUSY (AL_NOSPIN and list_lock busy: nothing freed).
+ * this CPU's. 0, -EBUSY (AL_NOSPIN and list_lock busy: nothing freed), or
+ * -EINVAL (tail is already the slab's freelist head: a double free).
  */
 static int __slab_free(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
 		       struct slab *slab, void *head, void *tail, unsigned cnt, unsigned flags)
@@ -521,6 +546,11 @@ static int __slab_free(struct slab_alloc *sa, struct kmem_cache *s, struct al_ct
 	for (;;) {
 		prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
 		cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
+		if (al_unlikely(prior == tail)) { /* already free: refuse before writing */
+			if (locked)
+				al_lock_release(&s->list_lock, c);
+			return double_free(sa, c);
+		}
 		inuse = INUSE(cn) - cnt;
 		if (!locked && !FROZEN(cn) && (!inuse || !prior)) {
 			/* full -> partial or -> empty: the list changes */
@@ -666,10 +696,10 @@ static al_noinline void *alloc_slow(struct slab_alloc *sa, struct kmem_cache *s,
 static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
 				   unsigned n, void **out, unsigned flags)
 {
-	unsigned got = 0, k;
+	unsigned got = 0, first, k;
 	struct slab *slab;
 	bool locked;
-	void *fl, *rest, *t, *prior;
+	void *fl, *rest, *t, *tail, *prior;
 	uint64_t cn;
 
 	locked = !list_lock(sa, s, c, flags);
@@ -690,22 +720,28 @@ static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, 
 				break;
 		}
 		fl = take_freelist(sa, c, slab, 0);
-		while (fl && got < n) {
+		first = got;
+		for (k = 0; fl && got < n; k++) {
+			if (al_unlikely(k == slab->objects || get_fp(fl) == fl))
+				goto corrupt;
 			out[got++] = fl;
 			fl = get_fp(fl);
 		}
 		if (!fl)
 			continue; /* the slab is full: on no list */
-		/* Objects left: give them back and keep the slab partial. */
+		/* Objects left: give them back and keep the slab partial. The
+		 * walk to the tail is bounded by what the slab holds. */
 		rest = fl;
-		for (k = 0, t = fl; t; t = get_fp(t))
+		for (tail = fl; get_fp(tail); tail = get_fp(tail))
+			if (al_unlikely(++k >= slab->objects))
+				goto corrupt;
+		k = 1;
+		for (t = rest; t != tail; t = get_fp(t))
 			k++;
 		for (;;) {
 			prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
 			cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
-			for (t = rest; get_fp(t); t = get_fp(t))
-				;
-			set_fp(t, prior);
+			set_fp(tail, prior);
 			if (cas2(&slab->freelist, prior, cn, rest, COUNTERS(INUSE(cn) - k, 0)))
 				break;
 			al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
@@ -716,6 +752,14 @@ static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, 
 			add_partial(sa, s, slab);
 		else
 			orphan_push(sa, s, slab);
+		continue;
+	corrupt:
+		/* A cyclic freelist: the slab stays full, on no list, and every
+		 * object taken from it in this call is dropped (a cycle repeats
+		 * them): leaked, never handed out twice. */
+		got = first;
+		corrupt(sa, c);
+		break;
 	}
 	if (locked)
 		al_lock_release(&s->list_lock, c);
@@ -836,7 +880,8 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 	return (int)got;
 }
 
-/* Free a chain head..tail of cnt objects of one slab. 0 or -EBUSY (NOSPIN). */
+/* Free a chain head..tail of cnt objects of one slab. 0, -EBUSY (NOSPIN), or
+ * -EINVAL when tail is already the head of the freelist it would join. */
 static int free_chain(struct slab_alloc *sa, struct al_ctx *c, struct slab *slab, void *head,
 		      void *tail, unsigned cnt, unsigned flags)
 {
@@ -861,6 +906,8 @@ redo:
 		return __slab_free(sa, s, c, slab, head, tail, cnt, flags);
 	}
 	fl = __atomic_load_n(&cs->freelist, __ATOMIC_RELAXED);
+	if (al_unlikely(fl == tail)) /* already free: refuse before writing */
+		return double_free(sa, c);
 	set_fp(tail, fl);
 	if (al_unlikely(!cas2_local(cs, fl, tid, head, tid + sa->tid_step))) {
 		al_count(&sa->ctr, c, SC_cmpxchg_retries, 1);
@@ -898,20 +945,57 @@ static int slab_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	return slab_free_flags(a, c, p, 0);
 }
 
+/* Whether p is the head of its slab's freelist or of this CPU's freelist
+ * (already free: writing its first word would corrupt the list). */
+static inline bool at_freelist_head(struct slab_alloc *sa, const struct al_ctx *c,
+				    struct slab *slab, const void *p)
+{
+	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
+
+	return __atomic_load_n(&slab->freelist, __ATOMIC_RELAXED) == p ||
+	       (sa->form == F_CPU_SLAB &&
+		__atomic_load_n(&s->cpu[c->cpu].freelist, __ATOMIC_RELAXED) == p);
+}
+
+/* A mark a batch writes into the first word of each object it takes, to
+ * find an object repeated in the batch; non-canonical, so never a pointer. */
+static inline uintptr_t batch_mark(void *const *ptrs)
+{
+	return (uintptr_t)ptrs ^ 0xa5a5000000000000ull;
+}
+
 /* kmem_cache_free_bulk: detached freelists of objects of one slab, with a
- * look-ahead of 3, as build_detached_freelist() (clobbers ptrs[]). */
+ * look-ahead of 3, as build_detached_freelist() (clobbers ptrs[]). Entries
+ * that are not objects of ours, or repeat an earlier entry, are refused
+ * (-EINVAL in c->err) and the rest freed: objects being freed are dead, so
+ * a first pass marks each one's first word and a repeat finds its mark. */
 static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
 	struct slab_alloc *sa = to_sa(a);
-	unsigned size = n, i, freed = 0, osize;
+	unsigned size = n, i, freed = 0, refused = 0, osize;
+	uintptr_t mark = batch_mark(ptrs);
 	uint64_t bytes = 0;
+	int ret;
 
 	al_count(&sa->ctr, c, SC_bulk_frees, 1);
-	for (i = 0; i < n; i++)
-		if (ptrs[i] && !lookup(sa, ptrs[i])) {
+	for (i = 0; i < n; i++) {
+		struct slab *slab;
+
+		if (!ptrs[i])
+			continue;
+		slab = lookup(sa, ptrs[i]);
+		if (al_unlikely(!slab)) {
 			al_count(&sa->ctr, c, SC_invalid_frees, 1);
-			return -EINVAL;
+		} else if (al_unlikely((uintptr_t)get_fp(ptrs[i]) == mark ||
+				       at_freelist_head(sa, c, slab, ptrs[i]))) {
+			al_count(&sa->ctr, c, SC_double_frees, 1);
+		} else {
+			set_fp(ptrs[i], (void *)mark);
+			continue;
 		}
+		ptrs[i] = NULL;
+		refused++;
+	}
 	while (size) {
 		unsigned lookahead = 3, cnt = 1, next_size = 0;
 		struct slab *slab;
@@ -942,7 +1026,18 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 		if (!next_size)
 			next_size = size;
 		osize = sa->caches[slab->cls - 1].size; /* before: the slab may be discarded */
-		if (free_chain(sa, c, slab, head, tail, cnt, 0) == 0) {
+		ret = free_chain(sa, c, slab, head, tail, cnt, 0);
+		while (al_unlikely(ret == -EINVAL)) {
+			/* tail became a freelist head meanwhile (a double free
+			 * racing this one): refuse it alone, free the others */
+			refused++;
+			if (!--cnt)
+				break;
+			for (tail = head, i = 1; i < cnt; i++)
+				tail = get_fp(tail);
+			ret = free_chain(sa, c, slab, head, tail, cnt, 0);
+		}
+		if (!ret && cnt) {
 			freed += cnt;
 			bytes += (uint64_t)cnt * osize;
 		}
@@ -950,7 +1045,9 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 	}
 	al_count(&sa->ctr, c, SC_kfrees, freed);
 	al_count(&sa->ctr, c, SC_bytes_freed, bytes);
-	return (int)freed;
+	if (al_unlikely(refused))
+		c->err = -EINVAL;
+	return (int)(n - refused);
 }
 
 static size_t slab_usable_size(struct al_allocator *a, const void *p)
@@ -983,6 +1080,14 @@ static void flush_cpu_slab(struct slab_alloc *sa, struct kmem_cache *s, struct c
 	cs->freelist = NULL;
 	cs->tid += sa->tid_step;
 	for (t = head; t; t = get_fp(t)) {
+		if (al_unlikely(n == slab->objects)) {
+			/* Longer than the slab: a cycle. Leak the CPU freelist
+			 * (its objects stay counted in use) rather than walk it. */
+			corrupt(sa, c);
+			head = tail = NULL;
+			n = 0;
+			break;
+		}
 		tail = t;
 		n++;
 	}
@@ -1072,7 +1177,12 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 	size_t nf = __atomic_load_n(&sa->arena.used, __ATOMIC_RELAXED) >> FRAME_SHIFT, f;
 	int64_t held = 0;
 	unsigned ci, cpu;
+	uint64_t bad = al_counters_sum(&sa->ctr, SC_corrupt_freelists);
 
+	if (bad)
+		CHECK_FAIL("%llu freelists were found cyclic (a double free of an object not at "
+			   "the freelist head) and leaked",
+			   (unsigned long long)bad);
 	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 		uint32_t n = 0, p, prev = NOSLAB;

@@ -69,13 +69,27 @@ static size_t rnd_size(struct al_worker *w, uint64_t r)
 	return hi > lo ? lo + r % (hi - lo + 1) : lo;
 }
 
+/* Sizes are drawn from [min_size, max_size]: an empty range is refused. */
+static int la_check_params(const int64_t *params, unsigned nworkers, char *err, size_t errlen)
+{
+	(void)nworkers;
+	if (params[P_min_size] > params[P_max_size]) {
+		snprintf(err, errlen,
+			 "min_size=%lld is above max_size=%lld: sizes are drawn from "
+			 "[min_size, max_size], so min_size must be at most max_size",
+			 (long long)params[P_min_size], (long long)params[P_max_size]);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int la_setup(const int64_t *params, unsigned nworkers, void **shared)
 {
 	size_t len = sizeof(struct la_shared) + (nworkers + 1) * sizeof(struct la_array *);
 	struct la_shared *s;
 	unsigned i;
 
-	if (params[P_min_size] > params[P_max_size])
+	if (la_check_params(params, nworkers, NULL, 0)) /* al_run has said why */
 		return -EINVAL;
 	s = al_meta_alloc(len);
 	if (!s)
@@ -226,6 +240,7 @@ static const struct al_workload_desc larson_desc = {
 	.nparams = P_NR,
 	.params = la_params,
 	.size_param = P_max_size,
+	.check_params = la_check_params,
 	.setup = la_setup,
 	.prepare = la_prepare,
 	.worker_init = la_worker_init,

@@ -493,6 +493,7 @@ static const struct al_workload_desc nmi_desc = {
 	.name = "nmi",
 	.doc = "malloc-free while a per-thread timer signal (the NMI model) allocates and frees "
 	       "through the same policy; NMI-safe policies only",
+	.flags = AL_WL_NMI,
 	.nparams = P_NR,
 	.params = nmi_params,
 	.size_param = P_size,

@@ -293,9 +293,12 @@ static int stress_cycle(struct al_worker *w)
 			if (!ret && n) {
 				k = (unsigned)al_free_bulk(w->a, &w->ctx, out, n);
 				m->bulk_calls++;
-				if (k != n)
-					ret = FAIL(-EFAULT, "free_bulk(%p, %u) returned %d", out[0],
-						   n, (int)k);
+				if ((int)k < 0)
+					ret = FAIL(-EFAULT, "free_bulk(%p, %u) failed: %s", out[0],
+						   n, al_strerror((int)k));
+				else if (k != n)
+					ret = FAIL(-EFAULT, "free_bulk(%p, %u) freed %u of them",
+						   out[0], n, k);
 				w->free_ops += n;
 			}
 		} else if (s->p && w->params[P_handoff] && handoff(w, s)) {

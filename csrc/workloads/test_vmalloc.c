@@ -660,6 +660,19 @@ static void tv_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 
 static void tv_worker_fini(struct al_worker *w);
 
+/* nr_threads is the module's thread count: here one worker per producer. */
+static int tv_check_params(const int64_t *p, unsigned nworkers, char *err, size_t errlen)
+{
+	if (p[P_nr_threads] && p[P_nr_threads] != nworkers) {
+		snprintf(err, errlen,
+			 "nr_threads=%lld with producers=%u: the engine runs one worker per "
+			 "producer; use producers=%lld (or nr_threads=0)",
+			 (long long)p[P_nr_threads], nworkers, (long long)p[P_nr_threads]);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int tv_worker_init(struct al_worker *w)
 {
 	const int64_t *p = w->params;
@@ -670,13 +683,6 @@ static int tv_worker_init(struct al_worker *w)
 			 "test_vmalloc needs a vmalloc layer at the top of the policy (e.g. "
 			 "vmalloc-default = 'vmalloc > pages'), not '%s'",
 			 w->a->ops->name);
-		return -EINVAL;
-	}
-	if (p[P_nr_threads] && p[P_nr_threads] != w->nworkers) {
-		snprintf(w->err, w->errlen,
-			 "nr_threads=%lld: the engine runs one worker per producer; use "
-			 "producers=%lld (or nr_threads=0)",
-			 (long long)p[P_nr_threads], (long long)p[P_nr_threads]);
 		return -EINVAL;
 	}
 	t = al_meta_alloc(sizeof(*t));
@@ -784,10 +790,11 @@ static const struct al_workload_desc test_vmalloc_desc = {
 	.doc = "lib/test_vmalloc.c: the kernel's vmalloc tests by name, bit and parameter on a "
 	       "'vmalloc > pages' policy; one cycle = one run of every selected test; reports "
 	       "<test>.avg_usec and passed/failed/xfailed",
-	.flags = 0,
+	.flags = AL_WL_VMALLOC,
 	.nparams = P_NR,
 	.params = tv_params,
 	.size_param = -1,
+	.check_params = tv_check_params,
 	.setup = tv_setup,
 	.worker_init = tv_worker_init,
 	.cycle = tv_cycle,

@@ -77,15 +77,20 @@ struct al_param_desc {
     ...;
 };
 
+struct al_allocator;
 struct al_layer_desc {
     unsigned abi_version;
+    size_t desc_size;
     const char *name;
     const char *doc;
     unsigned features;
     size_t max_size;
     unsigned nparams;
     const struct al_param_desc *params;
+    size_t (*max_size_of)(const int64_t *params);
     int (*check_params)(const int64_t *params, char *err, size_t errlen);
+    int (*create)(const struct al_layer_desc *d, const int64_t *params,
+                  struct al_allocator *below, unsigned ncpu, struct al_allocator **out);
     size_t min_align;
     ...;
 };
@@ -151,6 +156,7 @@ struct al_layer_spec {
 struct al_stack_spec {
     unsigned n;
     struct al_layer_spec layer[...];
+    unsigned check;
     ...;
 };
 
@@ -179,6 +185,7 @@ struct al_workload_desc {
     unsigned nparams;
     const struct al_param_desc *params;
     int size_param;
+    int (*check_params)(const int64_t *params, unsigned nworkers, char *err, size_t errlen);
     ...;
 };
 
@@ -187,6 +194,8 @@ struct al_workload_desc {
 #define AL_HIST_SUB ...
 #define AL_F_STATS_ANYTIME ...
 #define AL_WL_LIVE ...
+#define AL_WL_NMI ...
+#define AL_WL_VMALLOC ...
 enum al_hist_op { AL_HIST_ALLOC, AL_HIST_FREE, AL_HIST_NR, ... };
 struct al_hist {
     uint64_t count;

@@ -29,18 +29,15 @@ _EXC = {
 
 
 def strerror(rc):
-    """The library's name for an error code (either sign): "ENOMEM", ..."""
+    """The name of an error code (either sign): "ENOMEM", ... as the library
+    spells it (al_strerror), else as the errno module does ("ENOSYS"); never
+    a bare number where a name exists."""
     if rc == 0:
         return "OK"
-    s = lib.al_strerror(rc)
+    s = lib.al_strerror(-abs(rc))
     name = ffi.string(s).decode("utf-8", "replace") if s != ffi.NULL else ""
-    if not name.startswith("E"):
-        s = lib.al_strerror(-rc)
-        other = ffi.string(s).decode("utf-8", "replace") if s != ffi.NULL else ""
-        if other.startswith("E"):
-            name = other
-    if not name:
-        name = errno.errorcode.get(abs(rc), "error %d" % rc)
+    if not name.startswith("E") or name == "EUNKNOWN":  # a code the library does not name
+        name = errno.errorcode.get(abs(rc), "error %d" % -abs(rc))
     return name
 
 

@@ -11,8 +11,9 @@ or 1 (a run failed); never a traceback.
 
 import argparse
 import json
-import os
 import math
+import os
+import pathlib
 import sys
 
 import numpy as np
@@ -21,7 +22,7 @@ from . import errors, schema
 from ._version import __version__
 from .policy import Policy, presets
 from .result import BASE_METRICS, _fmt
-from .run import CPU_MODES, TIMINGS, plan, run
+from .run import CPU_MODES, MAX_SECONDS, TIMINGS, plan, run
 
 PROG = "alloclab"
 
@@ -69,13 +70,20 @@ def _choice_list(name, choices):
 
 
 def _duration(text):
+    """Seconds (0.25, 1e-3) or a duration with a unit (250ms, 1s): a finite
+    number from 0 to run.MAX_SECONDS (a command refuses 0 where it needs more)."""
     s = text.strip()
     try:
-        return float(s)
+        v = float(s)
     except ValueError:
-        pass
-    p = schema.Param(name="duration", type=schema.NS, default=0, min=1, max=1 << 62,
-                     choices=None, doc="")
+        v = None
+    if v is not None:
+        if not (math.isfinite(v) and 0 <= v <= MAX_SECONDS):
+            raise argparse.ArgumentTypeError(
+                "%r is not a duration: seconds from 0 to %g" % (text, MAX_SECONDS))
+        return v
+    p = schema.Param(name="duration", type=schema.NS, default=0, min=0,
+                     max=int(MAX_SECONDS * 1e9), choices=None, doc="")
     try:
         return p.parse_text(s) / 1e9
     except errors.AlloclabError:
@@ -187,6 +195,14 @@ def _run_parser(wl):
     _effort_flags(g)
     g.add_argument("--processes", action="store_true",
                    help="run every run in a fresh process (its own heap and memory layout)")
+    g.add_argument("--isolate", action="store_const", const=True, default=None,
+                   help="run every run in a fresh child process that loads the plugins by path, "
+                        "with the engine's pointer checks on their layers: a crashing plugin "
+                        "fails its run, naming the layer and the signal (default when a policy "
+                        "has a plugin layer)")
+    g.add_argument("--no-isolate", dest="isolate", action="store_const", const=False,
+                   help="run plugin layers in this process, unchecked (full speed; a crash in "
+                        "a plugin ends alloclab)")
     g.add_argument("--target-ci", type=float, default=None, metavar="FRACTION",
                    help="adaptive: add runs to cells whose 95%% CI is wider than this fraction "
                         "of the mean (e.g. 0.02), until --budget is spent")
@@ -328,10 +344,14 @@ def _load_plugins(argv):
     for f in files:
         if not os.path.exists(f):
             raise UsageError("--plugin %s: no such file" % f)
+        if not os.path.isfile(f):
+            raise UsageError("--plugin %s: not a C source file (a directory or a device)" % f)
         try:
             plugin.compile_file(f)
         except errors.AlloclabError as e:
             raise UsageError("--plugin %s: %s" % (f, e)) from None
+        except OSError as e:
+            raise UsageError("--plugin %s: cannot read it: %s" % (f, e.strerror or e)) from None
     return files
 
 
@@ -358,7 +378,8 @@ def cmd_run(argv):
             params[prm.name] = v
     kwargs = dict(runs=args.runs, producers=args.producers, cpu=args.cpu, timing=args.timing,
                   warmup_cycles=args.warmup_cycles, cycles=args.cycles, duration=args.duration,
-                  seed=args.seed, effort=args.effort, processes=args.processes, **params)
+                  seed=args.seed, effort=args.effort, processes=args.processes,
+                  isolate=args.isolate, **params)
     if args.hist:  # histograms time every operation: per_op_sum unless --timing says
         kwargs["histogram"] = True
     if args.watchdog is not None:
@@ -386,6 +407,15 @@ def cmd_run(argv):
     if args.journal and args.target_ci is not None:
         raise UsageError("--target-ci adds runs as it goes and --journal resumes a fixed "
                          "grid: use one or the other")
+    if args.target_ci is not None:
+        from .run import _adaptive_options
+        _adaptive_options(args.target_ci, args.budget)
+    _check_outputs(("--json", args.json, "file"), ("--csv", args.csv, "file"),
+                   ("--plot", args.plot, "plot"), ("--journal", args.journal, "journal"),
+                   *[("--plot", p, "plot") for p in _more_plots(args.plot, args.hist)])
+    if args.journal:  # a file that is not this sweep's journal is refused unwritten
+        from .sweep import check_journal
+        check_journal(args.journal, settings)
     try:
         if args.journal:
             from .sweep import sweep
@@ -420,12 +450,75 @@ def cmd_run(argv):
         print()
         print(ctext)
     if args.json:
-        res.to_json(args.json, indent=1)
+        _write_output("--json", args.json, lambda: res.to_json(args.json, indent=1))
     if args.csv:
-        res.to_csv(args.csv)
+        _write_output("--csv", args.csv, lambda: res.to_csv(args.csv))
     if args.plot:
-        _save_run_plots(res, metrics[0], cols, args.plot, args.hist)
+        _write_output("--plot", args.plot,
+                      lambda: _save_run_plots(res, metrics[0], cols, args.plot, args.hist))
     return 0
+
+
+# ------------------------------------------------------------------ output files
+
+def _plot_formats():
+    """File extensions matplotlib writes (png, pdf, svg, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def _check_output(flag, path, plot=False):
+    """Refuse, before anything runs, an output file that could not be
+    written: a directory, a missing or unwritable directory, a plot
+    extension matplotlib has no writer for. Nothing is left behind: an
+    existing file is not changed, a new one is created and removed again."""
+    if not path:
+        raise UsageError("%s needs a file name" % flag)
+    if os.path.isdir(path):
+        raise UsageError("%s %s is a directory; give a file name" % (flag, path))
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(d):
+        raise UsageError("%s %s: directory %s does not exist" % (flag, path, d))
+    if not os.path.isdir(d):
+        raise UsageError("%s %s: %s is not a directory" % (flag, path, d))
+    from .sweep import writable
+    why = writable(path)
+    if why:
+        raise UsageError("%s %s cannot be written: %s" % (flag, path, why))
+    if plot:
+        ext = os.path.splitext(os.path.basename(path))[1][1:].lower()
+        if ext:  # no extension: matplotlib writes PNG
+            fmts = _plot_formats()
+            if ext not in fmts:
+                raise UsageError("%s %s: unknown plot format %r; valid extensions: %s"
+                                 % (flag, path, ext, ", ".join(fmts)))
+
+
+def _check_outputs(*outputs):
+    """(flag, path or None, "file"|"plot"|"journal") for every file a command
+    writes: each checked as _check_output does (a journal by sweep's own
+    check), and no two naming the same file, which one would overwrite."""
+    seen = {}
+    for flag, path, kind in outputs:
+        if path is None:
+            continue
+        if kind != "journal":
+            _check_output(flag, path, plot=kind == "plot")
+        real = os.path.realpath(path)
+        if real in seen:
+            raise UsageError("%s and %s both name %s: one would overwrite the other"
+                             % (seen[real], flag, path))
+        seen[real] = flag
+
+
+def _write_output(flag, path, write):
+    """Write an output file after the run; a failure (a full disk, /dev/full)
+    is one error line naming the flag and the file."""
+    try:
+        write()
+    except OSError as e:
+        raise _RunFailed("%s %s: cannot write: %s" % (
+            flag, path, e.strerror or e)) from None
 
 
 # ------------------------------------------------------------------ measurement
@@ -467,6 +560,17 @@ def _hist_text(res):
             ovh = float(np.mean(p.data["timer_overhead_ns"]))
             lines.append("  %-40s %-5s %s" % (label, op, h.summary(ovh)))
     return "\n".join(lines)
+
+
+def _more_plots(path, hist):
+    """The other files --plot writes with --hist (plot.save names them
+    FILE-1.ext, FILE-2.ext), or none. A PDF holds every figure."""
+    if not path or not hist or path.endswith(".pdf"):
+        return []
+    base, dot, ext = path.rpartition(".")
+    if not dot:
+        base, ext = path, "png"
+    return ["%s-%d.%s" % (base, i, ext) for i in (1, 2)]
 
 
 def _save_run_plots(res, metric, x, path, hist):
@@ -546,20 +650,18 @@ def _fraction(flag):
 def _load_result(path):
     from .result import Result
     try:
-        with open(path) as f:
-            text = f.read()
+        return Result.from_json(pathlib.Path(path))  # a path, whatever its text
     except OSError as e:
         raise UsageError("cannot read %s: %s" % (path, e.strerror or e)) from None
-    try:
-        return Result.from_json(text)
-    except (ValueError, KeyError, TypeError) as e:
-        raise UsageError("%s is not an alloclab result file (alloclab run --json): %s"
-                         % (path, e)) from None
+    except errors.FileFormatError as e:  # the message names the file and what is wrong
+        raise UsageError("%s (compare reads the files alloclab run --json writes)" % e) \
+            from None
 
 
 def cmd_compare(args):
     from .compare import compare
 
+    _check_outputs(("--plot", args.plot, "plot"))
     results = [_load_result(f) for f in args.files]
     metrics = args.metric or ["alloc_ns", "free_ns"]
     on = _split(args.on) if args.on else None
@@ -582,7 +684,7 @@ def cmd_compare(args):
         import matplotlib
         matplotlib.use("Agg")
         from . import plot
-        plot.save([cmp.heatmap()], args.plot)
+        _write_output("--plot", args.plot, lambda: plot.save([cmp.heatmap()], args.plot))
     return 0
 
 
@@ -666,6 +768,7 @@ def _main_parser():
     lib_p.add_argument("--progress", action="store_true", help="progress line on stderr")
     _vmalloc_parser(rsub)
     _local_storage_parser(rsub)
+    rp.set_defaults(seed=None, seeds=tuple(rsub.choices))  # named when none is given
     return p
 
 
@@ -693,7 +796,8 @@ def cmd_preload(args):
 
 def _emit_report(make, args):
     """Run a reproduction, print it, and write --json and --plot (each file
-    written is announced on stderr)."""
+    written is announced on stderr); both are checked before it runs."""
+    _check_outputs(("--json", args.json, "file"), ("--plot", args.plot, "plot"))
     try:
         rep = make()
     except errors.AlloclabError as e:
@@ -702,10 +806,12 @@ def _emit_report(make, args):
         raise
     print(rep)
     if args.json:
-        rep.to_json(args.json)
+        _write_output("--json", args.json, lambda: rep.to_json(args.json))
         _wrote(args.json)
     if args.plot:
-        for path in rep.save_figures(args.plot):
+        written = []
+        _write_output("--plot", args.plot, lambda: written.extend(rep.save_figures(args.plot)))
+        for path in written:
             _wrote(path)
     return 0
 
@@ -772,6 +878,8 @@ def cmd_reproduce_vmalloc(args):
         raise UsageError("--threads=%d: at least 1" % args.threads)
     if args.cpus < 0:
         raise UsageError("--cpus=%d: 0 or more" % args.cpus)
+    if args.min_time is not None and not args.min_time > 0:
+        raise UsageError("--min-time=%r: a positive number of seconds" % args.min_time)
     return _emit_report(
         lambda: reproduce.vmalloc(scale=args.scale, runs=args.runs, threads=args.threads,
                                 arch=args.arch, cpus=args.cpus,
@@ -822,6 +930,9 @@ def cmd_reproduce_local_storage(args):
 
     if (args.runs is not None and args.runs < 1) or args.producers < 1:
         raise UsageError("--runs and --producers must be at least 1")
+    for flag, v in (("--duration", args.duration), ("--sample", args.sample)):
+        if v is not None and not v > 0:
+            raise UsageError("%s=%r: a positive number of seconds" % (flag, v))
     return _emit_report(
         lambda: reproduce.local_storage(storage_types=args.storage_types,
                                       batch_sizes=args.batch_sizes, runs=args.runs,
@@ -840,9 +951,10 @@ def cmd_reproduce(args, parser):
         return cmd_reproduce_vmalloc(args)
     if args.seed == "local-storage":
         return cmd_reproduce_local_storage(args)
-    if args.seed != "libarena":
-        parser.parse_args(["reproduce", "--help"])
-        return 2
+    if args.seed != "libarena":  # argparse refuses an unknown seed; this is none given
+        raise UsageError("reproduce needs a seed: alloclab reproduce SEED [flags]; seeds: %s "
+                         "(`alloclab reproduce SEED --help` describes one)"
+                         % ", ".join(args.seeds))
     if len(args.size) != 1:
         raise UsageError("--size takes one size for a reproduction, not %r" % (args.size,))
     return _emit_report(

@@ -65,6 +65,8 @@ as before.
 import html
 import json
 import math
+import os
+import pathlib
 
 import numpy as np
 
@@ -300,13 +302,24 @@ class GeoMean:
                                                      self.n)
 
 
+def _as_result(r):
+    """A Result, or the result file a path (str or os.PathLike) names
+    (Result.from_json: FileFormatError when it is not one)."""
+    if isinstance(r, Result):
+        return r
+    if isinstance(r, (str, os.PathLike)):
+        return Result.from_json(pathlib.Path(r))
+    raise errors.ParameterTypeError("compare takes Results or paths of result files, not %r"
+                                    % (r,), value=r)
+
+
 def _as_results(b):
-    if isinstance(b, Result):
-        return [b]
-    out = list(b)
-    for r in out:
-        if not isinstance(r, Result):
-            raise errors.InvalidArgument("compare takes Results, not %r" % (r,))
+    if isinstance(b, (Result, str, os.PathLike)):
+        return [_as_result(b)]
+    if not isinstance(b, (list, tuple)):
+        raise errors.ParameterTypeError("compare takes a Result, a path of a result file or a "
+                                        "list of them, not %r" % (b,), value=b)
+    out = [_as_result(r) for r in b]
     if not out:
         raise errors.InvalidArgument("compare needs at least one Result to compare against")
     return out
@@ -442,7 +455,8 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     """Compare Results cell by cell; returns a Comparison (see the module doc).
 
     a: the old side (or the one Result with ``baseline``); b: a Result or a
-    list of Results (a column each); metric: a name or a list of names;
+    list of Results (a column each); a Result may be given as the path of
+    its file (``alloclab run --json``); metric: a name or a list of names;
     test: "auto", "welch" or "mannwhitney"; threshold: the smallest |change|
     (a fraction) that is marked; alpha: significance after
     Benjamini-Hochberg; on: the parameters that identify a cell; baseline /
@@ -454,8 +468,7 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
 
     Raises IncomparableError when the sides ran different workloads.
     """
-    if not isinstance(a, Result):
-        raise errors.InvalidArgument("compare takes Results, not %r" % (a,))
+    a = _as_result(a)
     if test not in TESTS:
         raise errors.UnknownNameError.make("test", test, list(TESTS))
     for name, v, lo, hi in (("threshold", threshold, 0, math.inf), ("alpha", alpha, 0, 1)):

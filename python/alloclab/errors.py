@@ -13,8 +13,10 @@ __all__ = [
     "UnknownNameError",
     "ParameterTypeError",
     "InvalidArgument",
+    "FileFormatError",
     "ParameterRangeError",
     "IncomparableError",
+    "IncompatiblePolicyError",
     "PoolingError",
     "PolicySyntaxError",
     "AllocatorExhausted",
@@ -77,6 +79,15 @@ class InvalidArgument(AlloclabError, ValueError):
     """A value the library rejects (-EINVAL)."""
 
 
+class FileFormatError(InvalidArgument):
+    """A file (or JSON text) that is not what it should be: a result file
+    that is not an alloclab result, a sweep journal whose header or a line is
+    not what a journal holds, text that is not UTF-8 or not JSON. ``path``
+    names the file (None for text); the file is left as it was."""
+
+    path = None
+
+
 class ParameterRangeError(InvalidArgument):
     """A parameter value outside its schema range. The message names the
     value and [min, max]; ``value``, ``min`` and ``max`` hold them."""
@@ -85,6 +96,13 @@ class ParameterRangeError(InvalidArgument):
 class IncomparableError(InvalidArgument):
     """compare() was asked to set results side by side that measure
     different things (different workloads); the message names both."""
+
+
+class IncompatiblePolicyError(InvalidArgument):
+    """A workload that cannot run on a policy, known before running (nmi
+    needs an NMI-safe stack, test_vmalloc a vmalloc layer on top).
+    ``workload`` and ``policy`` name them; ``valid`` lists the presets the
+    workload runs on (also in the message)."""
 
 
 class PoolingError(InvalidArgument):

@@ -13,6 +13,7 @@ format as an in-process run, so Results do not care where a cell ran.
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -97,21 +98,55 @@ def _child_env(peer):
     return env
 
 
+def _killed(task, run_index, peer, signum, stderr):
+    """RunError for a child that a signal ended (a fault in a layer, most
+    likely in a plugin: the built-in layers are tested, plugins are not)."""
+    try:
+        sig = signal.Signals(signum).name
+    except ValueError:
+        sig = "signal %d" % signum
+    layers = [p["name"] for p in task.get("plugins") or ()]
+    if len(layers) == 1:
+        where = "in plugin layer %s (the stack's only plugin)" % layers[0]
+    elif layers:
+        where = "in one of its plugin layers (%s)" % ", ".join(layers)
+    else:
+        where = "under %s" % peer if peer else "(no plugin layer in it)"
+    if sig == "SIGKILL":
+        where += " (or by the kernel's out-of-memory killer)"
+    tail = (stderr or "").strip()[-500:]
+    return errors.RunError(
+        "run %d of %s on policy %r was killed by %s %s: the child process running it died, "
+        "this one carries on%s" % (run_index + 1, task["workload"], task["policy"], sig, where,
+                                   "; its stderr: " + tail if tail else ""),
+        code=None, signal=sig, policy=task["policy"], layers=layers)
+
+
 def run_in_child(task, run_index, peer=None):
     """One run of a task in a fresh child process, with the peer preloaded
     (peer=None: this process's own malloc); returns the raw result dict, or
     raises what the child raised."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "alloclab._peer"],
-        input=json.dumps({"task": task, "run_index": run_index, "peer": peer}),
-        capture_output=True, text=True,
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alloclab._peer"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=_child_env(peer) if peer is not None else None)
     try:
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        stdout, stderr = proc.communicate(
+            json.dumps({"task": task, "run_index": run_index, "peer": peer}))
+    except BaseException:
+        # Ctrl-C (or any error) here ends the child and reaps it before the
+        # exception goes on: no orphan keeps running the run.
+        proc.kill()
+        proc.wait()
+        raise
+    if proc.returncode < 0:
+        raise _killed(task, run_index, peer, -proc.returncode, stderr)
+    try:
+        out = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise errors.RunError(
             "the %s child process failed (exit %d): %s"
-            % (peer or "run", proc.returncode, (proc.stderr or proc.stdout).strip()[-2000:]),
+            % (peer or "run", proc.returncode, (stderr or stdout).strip()[-2000:]),
             code=None) from None
     if "error" in out:
         e = out["error"]

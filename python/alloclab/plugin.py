@@ -141,11 +141,16 @@ def _param_rows(params):
     return rows
 
 
-def _glue(name, params, features, doc, max_size, create):
+def _glue(name, params, features, doc, max_size, create, min_align=0):
     if create is None:
         return ""
     if not _IDENT_RE.match(create):
         raise errors.InvalidArgument("create=%r is not a C identifier" % (create,))
+    if isinstance(min_align, bool) or not isinstance(min_align, int) or min_align < 0 or \
+            min_align & (min_align - 1):
+        raise errors.InvalidArgument(
+            "min_align=%r must be 0 (that of the layer below) or a power of two" % (min_align,),
+            value=min_align)
     bad = [f for f in features if f not in FEATURES]
     if bad:
         raise errors.UnknownNameError.make("feature", bad[0], list(FEATURES))
@@ -164,6 +169,7 @@ static const struct al_layer_desc alp_desc_ = {
 	.nparams = %(n)d,
 	.params = %(params)s,
 	.create = %(create)s,
+	.min_align = %(align)d,
 };
 static int alp_status_ = 1;
 __attribute__((constructor)) static void alp_register_(void)
@@ -173,7 +179,7 @@ __attribute__((constructor)) static void alp_register_(void)
 int alloclab_plugin_status(void) { return alp_status_; }
 """ % dict(rows=", ".join(rows) or "{ 0 }", name=_c_string(name), doc=_c_string(doc or name),
            flags=flags, max=max_size, n=len(rows), params="alp_params_" if rows else "NULL",
-           create=create)
+           create=create, align=min_align)
 
 
 @contextlib.contextmanager
@@ -195,14 +201,15 @@ def _capture_fd2():
 
 
 def compile(name, source, params=None, features=(), doc="", max_size=0, create=None,
-            extra_compile_args=(), force=False):
+            extra_compile_args=(), force=False, min_align=0):
     """Compile C source into a layer named ``name`` and register it.
 
     Either ``source`` registers the layer itself (``AL_REGISTER_LAYER``), or
     ``create`` names its constructor and ``params`` (tuples ``(name, type,
     default, min, max, doc[, choices])``, type one of int/size/bool/enum/ns),
-    ``features`` (bulk, owns, backend, usable, validates), ``doc`` and
-    ``max_size`` describe it. Returns a Plugin. Raises PluginCompileError
+    ``features`` (bulk, owns, backend, usable, validates), ``doc``,
+    ``max_size`` and ``min_align`` (the alignment of every object it hands
+    out; 0, the default: that of the layer below) describe it. Returns a Plugin. Raises PluginCompileError
     (with the compiler's messages), PluginError (not registered, or the name
     is taken), or the parameter errors of the schema checks."""
     import cffi
@@ -210,7 +217,7 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise errors.InvalidArgument("plugin name %r must match [a-z0-9_][a-z0-9_-]*" % (name,),
                                      value=name)
-    glue = _glue(name, params, features, doc, max_size, create)
+    glue = _glue(name, params, features, doc, max_size, create, min_align)
     flags = ["-O2", "-std=gnu11", "-fvisibility=hidden"] + list(extra_compile_args)
     digest = hashlib.sha256("\0".join([name, source, glue, " ".join(flags), lib_path(),
                                        cstr(lib.al_version()), _headers_digest()]
@@ -273,6 +280,7 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
             "AL_REGISTER_LAYER(desc) with .name = \"%s\", or pass create= and params=" % (
                 name, name, name), name=name)
     _keep.append(mod)
+    _sources[name] = {"path": os.path.realpath(built[0]), "offset": None}
     plugin = Plugin(name, digest, built[0], compile_s)
     _loaded[name] = plugin
     return plugin
@@ -289,6 +297,8 @@ def compile_file(path, **kwargs):
     name = m.group(1) if m else base
     plugin = compile(name, source, **kwargs)
     added = [n for n in schema.layers() if n not in before]
+    for n in added:
+        _sources.setdefault(n, {"path": os.path.realpath(plugin.module_path), "offset": None})
     return [plugin] + [Plugin(n, plugin.digest, plugin.module_path, 0) for n in added
                        if n != name]
 
@@ -316,34 +326,294 @@ def register(desc):
     """Register a layer built elsewhere: ``desc`` is a PyCapsule named
     "alloclab.layer_desc", a cffi pointer to a ``struct al_layer_desc`` (from any
     FFI), or its address as an int. The memory must live as long as the
-    process (the registry keeps the pointer). Returns the layer's name."""
+    process (the registry keeps the pointer). Returns the layer's name.
+
+    Before the registry reads it, the descriptor is checked from Python
+    without dereferencing anything: the address is aligned and readable, its
+    strings are readable, its functions lie in executable memory. A bad value
+    raises InvalidArgument (not a descriptor: not an address, unreadable) or
+    PluginError (a descriptor the registry refuses), naming it; a wrong type
+    raises ParameterTypeError."""
+    kinds = "a PyCapsule named %r, a cffi pointer to struct al_layer_desc or its address " \
+            "as an int" % _DESC_CAPSULE.decode()
     if type(desc).__name__ == "PyCapsule":
         if not _capi.PyCapsule_IsValid(desc, _DESC_CAPSULE):
             raise errors.InvalidArgument(
-                "a capsule for register() must be named %r" % _DESC_CAPSULE.decode())
-        addr = _capi.PyCapsule_GetPointer(desc, _DESC_CAPSULE)
+                "a capsule for register() must be named %r" % _DESC_CAPSULE.decode(),
+                value=desc)
+        addr = _capi.PyCapsule_GetPointer(desc, _DESC_CAPSULE) or 0
     elif isinstance(desc, int) and not isinstance(desc, bool):
         addr = desc
+    elif isinstance(desc, ffi.CData) and ffi.typeof(desc).kind in ("pointer", "array"):
+        addr = int(ffi.cast("uintptr_t", desc))  # any FFI: they share one backend
     else:
-        try:
-            addr = int(ffi.cast("uintptr_t", desc))
-        except TypeError:
-            raise errors.ParameterTypeError(
-                "register() takes a PyCapsule, a cffi pointer or an address, not %r"
-                % type(desc).__name__) from None
-    if not addr:
-        raise errors.InvalidArgument("register() got a NULL descriptor")
+        raise errors.ParameterTypeError("register(%s): takes %s, not %s"
+                                        % (_show(desc), kinds, type(desc).__name__), value=desc)
+    where = "register(%s)" % (_show(desc),)
+    _check_descriptor(addr, where)
     d = ffi.cast("const struct al_layer_desc *", addr)
     rc = lib.al_layer_register(d)
     if rc == -17:  # EEXIST
-        raise errors.PluginError("a layer named %r is already registered" % cstr(d.name),
-                                 name=cstr(d.name))
+        raise errors.PluginError("%s: a layer named %r is already registered"
+                                 % (where, cstr(d.name)), name=cstr(d.name))
     if rc:
         raise errors.PluginError(
-            "the registry refused the descriptor (%s): check abi_version (%d), desc_size, "
-            "name and parameter schema" % (cstr(lib.al_strerror(rc)), lib.AL_ABI_VERSION))
+            "%s: the registry refused the descriptor of %r (%s): check its parameter schema "
+            "(names [a-z_][a-z0-9_]*, min <= default <= max, choices for an enum)"
+            % (where, cstr(d.name), cstr(lib.al_strerror(rc))), name=cstr(d.name), code=rc)
     _keep.append(desc)
-    return cstr(d.name)
+    name = cstr(d.name)
+    _sources[name] = _object_of(addr)
+    return name
+
+
+def _show(v):
+    if isinstance(v, int) and not isinstance(v, bool):
+        return "%d" % v
+    return repr(v) if len(repr(v)) < 80 else type(v).__name__
+
+
+# ---- reading memory that may not be there, without touching it ----
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.write.restype = ctypes.c_ssize_t
+_libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _read(addr, n):
+    """n bytes at addr, or None when any of them is not readable: the
+    kernel copies them into a pipe (EFAULT instead of a fault)."""
+    if addr <= 0 or addr + n > 1 << 64:
+        return None
+    r, w = os.pipe()
+    try:
+        out = b""
+        while len(out) < n:
+            k = min(n - len(out), 4096)
+            got = _libc.write(w, addr + len(out), k)
+            if got <= 0:
+                return None
+            out += os.read(r, got)
+        return out
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _read_cstring(addr, limit=4096):
+    """The NUL-terminated string at addr (bytes), or None when unreadable or
+    longer than limit."""
+    out = b""
+    while len(out) < limit:
+        chunk = _read(addr + len(out), min(_PAGE - (addr + len(out)) % _PAGE, limit - len(out)))
+        if chunk is None:
+            return None
+        nul = chunk.find(b"\0")
+        if nul >= 0:
+            return out + chunk[:nul]
+        out += chunk
+    return None
+
+
+def _executable(addr):
+    """Whether addr lies in an executable mapping of this process."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                rng, perms = line.split()[:2]
+                lo, hi = (int(x, 16) for x in rng.split("-"))
+                if lo <= addr < hi:
+                    return "x" in perms
+    except OSError:  # pragma: no cover - /proc is there on Linux
+        return True
+    return False
+
+
+def _check_descriptor(addr, where):
+    """Everything the registry and the schema reader will dereference."""
+    if addr == 0:
+        raise errors.InvalidArgument("%s: a NULL descriptor" % where, value=addr)
+    if not 0 < addr < 1 << 64:
+        raise errors.InvalidArgument(
+            "%s: %d is not an address (addresses are 1 to 2**64-1)" % (where, addr), value=addr)
+    align = ffi.alignof("struct al_layer_desc")
+    if addr % align:
+        raise errors.InvalidArgument(
+            "%s: 0x%x is not aligned to %d bytes: no struct al_layer_desc there"
+            % (where, addr, align), value=addr)
+    size = ffi.sizeof("struct al_layer_desc")
+    raw = _read(addr, size)
+    if raw is None:
+        raise errors.InvalidArgument(
+            "%s: address 0x%x is not readable memory (%d bytes): no struct al_layer_desc there"
+            % (where, addr, size), value=addr)
+    buf = ffi.new("char[]", raw)
+    d = ffi.cast("const struct al_layer_desc *", buf)  # the copy: nothing else is read yet
+    sizes = (size, ffi.offsetof("struct al_layer_desc", "min_align"))  # with, without it
+    if d.abi_version != lib.AL_ABI_VERSION or d.desc_size not in sizes:
+        raise errors.PluginError(
+            "%s: not a descriptor of this alloclab: abi_version %d and desc_size %d, expected "
+            "%d and %s (rebuild it against these headers)"
+            % (where, d.abi_version, d.desc_size, lib.AL_ABI_VERSION,
+               " or ".join(map(str, sizes))), value=addr)
+    name = _read_cstring(int(ffi.cast("uintptr_t", d.name)), 64) if d.name else None
+    if name is None or not _NAME_RE.match(name.decode("latin-1")):
+        raise errors.PluginError(
+            "%s: the descriptor's name %s is not a layer name ([a-z0-9_][a-z0-9_-]*, at most "
+            "63 characters)" % (where, repr(name.decode("latin-1")) if name is not None
+                                else "is NULL or unreadable"), value=addr)
+    name = name.decode()
+    for field in ("create", "max_size_of", "check_params"):
+        fn = int(ffi.cast("uintptr_t", getattr(d, field)))
+        if field == "create" and not fn:
+            raise errors.PluginError("%s: layer %r has no create function" % (where, name),
+                                     name=name)
+        if fn and not _executable(fn):
+            raise errors.PluginError(
+                "%s: layer %r: %s (0x%x) does not point into executable memory"
+                % (where, name, field, fn), name=name)
+    for field in ("doc",):
+        p = int(ffi.cast("uintptr_t", getattr(d, field)))
+        if p and _read_cstring(p) is None:
+            raise errors.PluginError("%s: layer %r: its %s string is not readable"
+                                     % (where, name, field), name=name)
+    if d.nparams > lib.AL_MAX_PARAMS:
+        raise errors.PluginError("%s: layer %r declares %d parameters, at most %d"
+                                 % (where, name, d.nparams, lib.AL_MAX_PARAMS), name=name)
+    if d.nparams:
+        psize = ffi.sizeof("struct al_param_desc")
+        praw = _read(int(ffi.cast("uintptr_t", d.params)), psize * d.nparams) \
+            if d.params else None
+        if praw is None:
+            raise errors.PluginError("%s: layer %r: its %d parameter descriptions are not "
+                                     "readable" % (where, name, d.nparams), name=name)
+        pbuf = ffi.new("char[]", praw)
+        ps = ffi.cast("const struct al_param_desc *", pbuf)
+        for i in range(d.nparams):
+            for field in ("name", "choices", "doc"):
+                p = int(ffi.cast("uintptr_t", getattr(ps[i], field)))
+                if (p or field == "name") and _read_cstring(p) is None:
+                    raise errors.PluginError(
+                        "%s: layer %r: parameter %d's %s string is not readable"
+                        % (where, name, i, field), name=name)
+
+
+# ---- where a plugin layer comes from: what a child process loads ----
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+_libc.dladdr.restype = ctypes.c_int
+_libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+_libc.dlinfo.restype = ctypes.c_int
+_libc.dlinfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+_RTLD_DI_LINKMAP = 2
+_RTLD_NOLOAD = 4
+
+_sources = {}  # layer name -> {"path": shared object or None, "offset": descriptor offset}
+
+
+def _load_bias(handle):
+    """The load bias (link_map.l_addr) of a dlopen handle."""
+    lm = ctypes.c_void_p()
+    if _libc.dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(lm)) or not lm.value:
+        return None
+    return ctypes.c_size_t.from_address(lm.value).value
+
+
+def _object_of(addr):
+    """{"path", "offset"} of the shared object holding addr (path None when
+    the memory belongs to none: a descriptor built at run time)."""
+    info = _DlInfo()
+    if not _libc.dladdr(addr, ctypes.byref(info)) or not info.dli_fname:
+        return {"path": None, "offset": None}
+    path = os.path.realpath(os.fsdecode(info.dli_fname))
+    if not os.path.isfile(path) or path == os.path.realpath(sys.executable):
+        return {"path": None, "offset": None}
+    try:
+        h = ctypes.CDLL(path, mode=_RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return {"path": None, "offset": None}
+    bias = _load_bias(h._handle)
+    return {"path": path, "offset": None if bias is None else addr - bias}
+
+
+_builtin = set()  # layers whose descriptor lives in liballoclab.so
+
+
+def is_plugin(name):
+    """Whether layer ``name`` was added at run time (its descriptor does not
+    live in liballoclab.so)."""
+    if name in _sources:
+        return True
+    if name in _builtin:
+        return False
+    d = lib.al_layer_find(name.encode())
+    if d == ffi.NULL:
+        return False
+    src = _object_of(int(ffi.cast("uintptr_t", d)))
+    if src["path"] == os.path.realpath(lib_path()):
+        _builtin.add(name)
+        return False
+    _sources[name] = src  # registered through the C API capsule: found by address
+    return True
+
+
+def plugin_layers(policy):
+    """The plugin layers of a policy, top first (each once)."""
+    from .policy import Policy
+
+    out = []
+    for n in Policy(policy).names:
+        if n not in out and is_plugin(n):
+            out.append(n)
+    return out
+
+
+def source(name, why="a child process"):
+    """What a child process loads to get layer ``name``: {"name", "path",
+    "offset"}. Raises PluginError when the layer lives in no shared object."""
+    is_plugin(name)
+    src = _sources.get(name) or {"path": None, "offset": None}
+    if not src["path"]:
+        raise errors.PluginError(
+            "plugin layer %r was registered from memory that belongs to no shared object, so "
+            "%s cannot load it: build it with alloclab.plugin.compile()/compile_file() or into "
+            "a .so and register it from there, or pass isolate=False to run it in this process "
+            "(a crash in it then ends this process)" % (name, why), name=name)
+    if not os.path.isfile(src["path"]):
+        raise errors.PluginError(
+            "plugin layer %r was loaded from %s, which is gone, so %s cannot load it: compile "
+            "it again, or pass isolate=False to run it in this process"
+            % (name, src["path"], why), name=name)
+    return {"name": name, "path": src["path"], "offset": src["offset"]}
+
+
+def load(sources):
+    """In a child process: load the shared objects that hold these plugin
+    layers (their constructors register them; a descriptor registered by
+    address in the parent is registered at the same offset here)."""
+    for s in sources:
+        if lib.al_layer_find(s["name"].encode()) != ffi.NULL:
+            continue
+        try:
+            h = ctypes.CDLL(s["path"])
+        except OSError as e:
+            raise errors.PluginError("cannot load plugin layer %r from %s: %s"
+                                     % (s["name"], s["path"], e), name=s["name"]) from None
+        _keep.append(h)
+        if lib.al_layer_find(s["name"].encode()) == ffi.NULL and s["offset"] is not None:
+            bias = _load_bias(h._handle)
+            if bias is not None:
+                lib.al_layer_register(ffi.cast("const struct al_layer_desc *",
+                                               bias + s["offset"]))
+        if lib.al_layer_find(s["name"].encode()) == ffi.NULL:
+            raise errors.PluginError("%s holds no layer %r in this process"
+                                     % (s["path"], s["name"]), name=s["name"])
+        _sources[s["name"]] = {"path": s["path"], "offset": s["offset"]}
 
 
 # ---- plugins under the preload shim ----

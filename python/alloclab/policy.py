@@ -263,13 +263,19 @@ class Policy:
         """Whether every call may run at NMI (what the nmi workload accepts):
         from the top, every layer nmi_safe down to one with nmi_shield (or the
         bottom), as the C side's al_stack_nmi_unsafe."""
+        return self.nmi_unsafe is None
+
+    @property
+    def nmi_unsafe(self):
+        """The name of the layer that makes the stack not NMI-safe (the first
+        one from the top without nmi_safe, above any nmi_shield), or None."""
         for i in range(len(self)):
             f = self.features(i)
             if "nmi_safe" not in f:
-                return False
+                return self._layers[i][0]
             if "nmi_shield" in f:
-                return True
-        return True
+                return None
+        return None
 
     def __len__(self):
         return len(self._layers)

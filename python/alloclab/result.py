@@ -36,6 +36,7 @@ import json
 import math
 import os
 import platform
+import stat
 
 import numpy as np
 
@@ -417,11 +418,101 @@ def dump_json(d, path=None, indent=None):
 
 
 def load_json(s):
-    """Parsed JSON from text, or from a path to a file holding it."""
-    if not s.lstrip().startswith("{") and os.path.exists(s):
-        with open(s) as f:
+    """The JSON object in text (str or bytes), or in the file at a path (str
+    or os.PathLike). Raises FileFormatError when the bytes are not UTF-8, the
+    text is not JSON, or the JSON is not an object (every alloclab file is
+    one); FileNotFoundError, IsADirectoryError, ... when a path cannot be read."""
+    path = None
+    if isinstance(s, os.PathLike):
+        path = os.fspath(s)
+    elif isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.exists(s):
+        path = s
+    elif not isinstance(s, (str, bytes, bytearray)):
+        raise errors.ParameterTypeError(
+            "load_json takes JSON text or a path to a file holding it, not %s"
+            % type(s).__name__, value=s)
+    where = "JSON text"
+    if path is not None:
+        mode = os.stat(path).st_mode if os.path.exists(path) else 0
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero would be read for ever
+            raise errors.FileFormatError("%s is a device, not an alloclab JSON file" % path,
+                                         path=path)
+        with open(path, "rb") as f:
             s = f.read()
-    return json.loads(s)
+        where = path
+    if isinstance(s, (bytes, bytearray)):
+        try:
+            s = bytes(s).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise errors.FileFormatError(
+                "%s is not UTF-8 text (byte %d): not an alloclab JSON file"
+                % (where, e.start), path=path) from None
+    try:
+        d = json.loads(s)
+    except ValueError as e:
+        hint = ""
+        if path is None and "\n" not in s and len(s) < 4096 and not s.lstrip().startswith(
+                ("{", "[")):
+            hint = " (and no file of that name exists)"
+        raise errors.FileFormatError("%s is not JSON%s: %s" % (
+            where if path is not None else "%.60r" % s, hint, e), path=path) from None
+    if not isinstance(d, dict):
+        raise errors.FileFormatError(
+            "%s holds a JSON %s, not the object an alloclab file holds"
+            % (where, _json_kind(d)), path=path)
+    return d
+
+
+def _json_kind(v):
+    return {dict: "object", list: "list", str: "string", bool: "boolean",
+            type(None): "null", int: "number", float: "number"}.get(type(v), type(v).__name__)
+
+
+def _check_result_dict(d):
+    """Every field Result.from_dict reads, of the type it reads: a
+    FileFormatError naming the first one that is not (path, expected type)."""
+    def need(v, types, where, what):
+        if not isinstance(v, types) or isinstance(v, bool) and bool not in types:
+            raise errors.FileFormatError(
+                "not an alloclab result: %s is a JSON %s, not %s" % (where, _json_kind(v), what))
+
+    ver = d.get("format_version", 0)
+    need(ver, (int,), "format_version", "an integer")
+    need(d.get("metadata"), (dict,), "metadata", "an object")
+    need(d.get("points"), (list,), "points", "a list")
+    for i, p in enumerate(d["points"]):
+        at = "points[%d]" % i
+        need(p, (dict,), at, "an object")
+        for k in ("params", "info", "data"):
+            need(p.get(k), (dict,), "%s.%s" % (at, k), "an object")
+        for k, v in p["data"].items():
+            w = "%s.data.%s" % (at, k)
+            need(v, (dict,), w, "an object")
+            need(v.get("dtype"), (str,), w + ".dtype", "a NumPy type name")
+            need(v.get("values"), (list,), w + ".values", "a list")
+            try:
+                np.dtype(v["dtype"])
+            except TypeError:
+                raise errors.FileFormatError("not an alloclab result: %s.dtype %r is not a "
+                                             "NumPy type" % (w, v["dtype"])) from None
+            for j, x in enumerate(v["values"]):
+                need(x, (int, float, type(None)), "%s.values[%d]" % (w, j), "a number")
+        h = p.get("hist")
+        if h is not None:
+            need(h, (dict,), at + ".hist", "an object")
+            for op, hs in h.items():
+                need(hs, (list,), "%s.hist.%s" % (at, op), "a list")
+                for j, x in enumerate(hs):
+                    w = "%s.hist.%s[%d]" % (at, op, j)
+                    need(x, (dict,), w, "an object")
+                    need(x.get("buckets", []), (list,), w + ".buckets", "a list")
+                    for b in x.get("buckets", []):
+                        if not (isinstance(b, list) and len(b) == 2 and all(
+                                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                for v in b) and b[0] < lib.AL_HIST_BUCKETS):
+                            raise errors.FileFormatError(
+                                "not an alloclab result: %s.buckets holds %r, not a [bucket, "
+                                "count] pair (bucket < %d)" % (w, b, lib.AL_HIST_BUCKETS))
 
 
 def _json_default(v):
@@ -716,20 +807,37 @@ class Result:
 
     @classmethod
     def from_json(cls, s):
-        """A Result from to_json() text (or a path to such a file)."""
-        return cls.from_dict(load_json(s))
+        """A Result from to_json() text (or a path to such a file). Raises
+        FileFormatError for anything else, naming what is wrong."""
+        d = load_json(s)
+        try:
+            return cls.from_dict(d)
+        except errors.FileFormatError as e:
+            if isinstance(s, (str, os.PathLike)) and not str(s).lstrip().startswith("{") and \
+                    e.path is None:
+                raise errors.FileFormatError("%s: %s" % (os.fspath(s), e),
+                                             path=os.fspath(s)) from None
+            raise
 
     @classmethod
     def from_dict(cls, d):
         """A Result from to_dict()'s output."""
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise errors.InvalidArgument("not an alloclab result (format %r)" % (
-                d.get("format") if isinstance(d, dict) else type(d).__name__))
+        if not isinstance(d, dict):
+            raise errors.FileFormatError("not an alloclab result: a JSON %s, not an object"
+                                         % _json_kind(d))
+        if d.get("format") != FORMAT:
+            raise errors.FileFormatError("not an alloclab result (format %r, not %r)"
+                                         % (d.get("format"), FORMAT))
+        _check_result_dict(d)
         if d.get("format_version", 0) > FORMAT_VERSION:
-            raise errors.InvalidArgument(
+            raise errors.FileFormatError(
                 "result format version %s is newer than this alloclab reads (%d)"
                 % (d.get("format_version"), FORMAT_VERSION))
-        return cls(d["metadata"], [Point.from_dict(p) for p in d["points"]])
+        try:
+            return cls(d["metadata"], [Point.from_dict(p) for p in d["points"]])
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise errors.FileFormatError("not an alloclab result: %s: %s"
+                                         % (type(e).__name__, e)) from None
 
     def __eq__(self, other):
         if not isinstance(other, Result):

@@ -83,6 +83,11 @@ EFFORT = {
     "rigorous": {"runs": 10, "duration": 0.5, "warmup_cycles": 200},
 }
 MIN_PHASE_S = 0.1  # a measured phase shorter than this is flagged under tables
+# The longest duration, watchdog or sampling interval in seconds (about 31
+# years): the engine adds them to a nanosecond clock in 64 bits, and a
+# larger value would wrap its deadline, ending the phase at once.
+MAX_SECONDS = 1e9
+MAX_RUNS = 1000000  # runs per cell: each builds an allocator, a larger count never ends
 
 
 def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
@@ -97,7 +102,8 @@ def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
 
 def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
          warmup_cycles=None, cycles=None, duration=None, seed=1, histogram=False,
-         mem_sample=0.01, watchdog=30.0, effort="normal", processes=False, **params):
+         mem_sample=0.01, watchdog=30.0, effort="normal", processes=False, isolate=None,
+         check=None, **params):
     """Validate a run() request and return (settings, tasks) without running.
 
     effort: "quick", "normal" or "rigorous" sets runs, duration and
@@ -105,6 +111,17 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     every run in a fresh child process (its own heap and memory layout, as
     pyperf's worker processes). watchdog: seconds without progress after
     which a run ends with RunStalled (0 = never).
+
+    isolate=True runs every run in a freshly spawned child process that loads
+    the plugin layers by path, so that a plugin that crashes ends the child,
+    not this process: the run raises RunError naming the policy, the plugin
+    layer(s) and the signal. None (the default) isolates every run when any
+    policy has a plugin layer; False runs in this process. Isolation changes
+    no result. check=True wraps each plugin layer in the engine's pointer
+    checks (every object it hands out aligned to its declared alignment and
+    not live already; a violation fails the run naming the layer); None
+    (the default) checks whenever runs are isolated. The checks take a lock
+    per operation of a plugin layer: pass check=False for timing figures.
 
     ``tasks`` is a list of plain, picklable dicts, one per grid point, in
     grid order; run_point(task) runs one of them.
@@ -118,7 +135,7 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     watchdog_ns = _watchdog_ns(watchdog)
     if timing is None:  # histograms time every operation: per_op_sum
         timing = "per_op_sum" if histogram else "batch"
-    runs = _int_in("runs", runs, 1)
+    runs = _int_in("runs", runs, 1, MAX_RUNS)
     warmup_cycles = _int_in("warmup_cycles", warmup_cycles, 0, _U64_MAX)
     if cycles is not None:
         cycles = _int_in("cycles", cycles, 1, _U64_MAX)
@@ -126,16 +143,19 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         raise errors.ParameterTypeError("duration must be a number of seconds, not %r"
                                         % (duration,), name="duration", value=duration)
     duration = float(duration)
-    if not math.isfinite(duration) or duration <= 0:
+    if not math.isfinite(duration) or duration <= 0 or duration > MAX_SECONDS:
         raise errors.ParameterRangeError(
-            "duration=%r is out of range: it must be a positive number of seconds" % duration,
-            name="duration", value=duration, min=0, max=None)
+            "duration=%r is out of range: it must be a positive number of seconds, at most "
+            "%g" % (duration, MAX_SECONDS), name="duration", value=duration, min=0,
+            max=MAX_SECONDS)
     duration_ns = max(1, int(round(duration * 1e9)))
     seed = _int_in("seed", seed, 0, _U64_MAX)
 
     policies = _dedupe([Policy(p) for p in _as_list(policy, "policy")])
     for pol in policies:
         peers.needed(pol)  # PeerUnavailable (with the apt-get line) before anything runs
+        check_compatible(wl, pol)
+    isolate, check, plugins = _isolation(policies, processes, isolate, check)
     prod = _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
                     for p in _as_list(producers, "producers")])
     if wl.one_producer:
@@ -169,6 +189,9 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
             raise errors.InvalidArgument("parameter %s given twice" % name)
         given[name] = _dedupe([p.parse(x) for x in _as_list(v, name)])
     wvalues = [given.get(p.name, [p.default]) for p in wl.params]
+    for wraw in itertools.product(*wvalues):  # cross-parameter checks of every cell
+        for nprod in prod:
+            _check_workload_params(wl, wraw, nprod)
 
     # Size against each policy's largest request.
     if wl.size_param is not None:
@@ -192,6 +215,8 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         "workload": wl.name,
         "effort": effort,
         "processes": processes,
+        "isolate": isolate,
+        "check": check,
         "runs": runs,
         "warmup_cycles": warmup_cycles,
         "cycles": cycles,
@@ -230,8 +255,86 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
             "mem_sample_ns": mem_sample_ns,
             "watchdog_ns": watchdog_ns,
             "processes": processes,
+            "isolate": isolate,
+            # layers whose objects the engine checks (bit i: layer i, top first)
+            "check_mask": sum(1 << i for i, n in enumerate(pol.names)
+                              if check and n in plugins[pol.name]),
+            "plugins": [src for n, src in plugins[pol.name].items()],
         })
     return settings, tasks
+
+
+def _isolation(policies, processes, isolate, check):
+    """Validate isolate and check; returns (isolate, check, {policy name:
+    {plugin layer: what a child loads}}). A child process must be able to
+    load every plugin layer it runs by path."""
+    from . import plugin
+
+    for name, v in (("isolate", isolate), ("check", check)):
+        if v is not None and not isinstance(v, bool):
+            raise errors.ParameterTypeError("%s must be True, False or None (the default), "
+                                            "not %r" % (name, v), name=name, value=v)
+    layers = {pol.name: plugin.plugin_layers(pol) for pol in policies}
+    if isolate is None:
+        isolate = any(layers.values())
+    if check is None:
+        check = isolate
+    out = {}
+    for pol in policies:
+        in_child = isolate or processes or peers.needed(pol) is not None
+        why = ("an isolated run's child process" if isolate else "a run's child process")
+        out[pol.name] = {n: (plugin.source(n, why) if in_child else {"name": n})
+                         for n in layers[pol.name]}
+    return isolate, check, out
+
+
+def check_compatible(workload, policy):
+    """Raise IncompatiblePolicyError when ``workload`` cannot run on
+    ``policy`` whatever its parameters: what the workload's descriptor
+    declares it needs of a policy (its flags), checked on the policy's
+    layers and features before anything is built. plan() calls it for every
+    policy of a sweep, so a sweep refuses a bad cell before its first run."""
+    wl = workload if isinstance(workload, schema.WorkloadSchema) else schema.workload(workload)
+    pol = policy if isinstance(policy, Policy) else Policy(policy)
+    why = _incompatible(wl, pol)
+    if why is None:
+        return
+    valid = [name for name, spec in _presets().items() if _incompatible(wl, Policy(spec)) is None]
+    label = repr(pol.name) if pol.name == str(pol) else "%r (%s)" % (pol.name, str(pol))
+    raise errors.IncompatiblePolicyError(
+        "workload %s cannot run on policy %s: %s; presets it runs on: %s"
+        % (wl.name, label, why, ", ".join(valid) or "(none)"),
+        workload=wl.name, policy=str(pol), valid=valid)
+
+
+def _presets():
+    from .policy import presets
+    return presets
+
+
+def _incompatible(wl, pol):
+    """Why ``wl`` cannot run on ``pol`` (one reason), or None."""
+    if wl.flags_mask & lib.AL_WL_NMI and pol.nmi_unsafe is not None:
+        return ("it calls the policy at NMI (a signal handler), and layer %s is not "
+                "NMI-safe: the handler could spin on a lock the code it interrupted "
+                "holds" % pol.nmi_unsafe)
+    if wl.flags_mask & lib.AL_WL_VMALLOC and pol.names[0] != "vmalloc":
+        return ("it drives vmalloc's own API and needs a vmalloc layer at the top of the "
+                "policy (e.g. 'vmalloc > pages'), not %s" % pol.names[0])
+    return None
+
+
+def _check_workload_params(wl, wraw, producers):
+    """The workload's own cross-parameter check (its descriptor's
+    check_params, as al_run calls it) for one cell."""
+    d = wl.desc
+    if d is None or d.check_params == ffi.NULL:
+        return
+    arr = ffi.new("int64_t[]", [int(v) for v in wraw] or [0])
+    err = ffi.new("char[]", 256)
+    if d.check_params(arr, producers, err, 256):
+        msg = cstr(err) or "its parameters do not go together"
+        raise errors.InvalidArgument("workload %s: %s" % (wl.name, msg))
 
 
 def _watchdog_ns(watchdog):
@@ -240,10 +343,11 @@ def _watchdog_ns(watchdog):
         raise errors.ParameterTypeError("watchdog must be a number of seconds, not %r"
                                         % (watchdog,), name="watchdog", value=watchdog)
     watchdog = float(watchdog)
-    if not math.isfinite(watchdog) or watchdog < 0 or 0 < watchdog < 1e-3:
+    if not math.isfinite(watchdog) or watchdog < 0 or 0 < watchdog < 1e-3 or \
+            watchdog > MAX_SECONDS:
         raise errors.ParameterRangeError(
-            "watchdog=%r is out of range: 0 (off) or at least 0.001 seconds" % watchdog,
-            name="watchdog", value=watchdog, min=0, max=None)
+            "watchdog=%r is out of range: 0 (off) or 0.001 to %g seconds"
+            % (watchdog, MAX_SECONDS), name="watchdog", value=watchdog, min=0, max=MAX_SECONDS)
     return int(round(watchdog * 1e9))
 
 
@@ -256,10 +360,12 @@ def _measure_options(histogram, mem_sample):
         raise errors.ParameterTypeError("mem_sample must be a number of seconds, not %r"
                                         % (mem_sample,), name="mem_sample", value=mem_sample)
     mem_sample = float(mem_sample)
-    if not math.isfinite(mem_sample) or mem_sample < 0 or 0 < mem_sample < 1e-4:
+    if not math.isfinite(mem_sample) or mem_sample < 0 or 0 < mem_sample < 1e-4 or \
+            mem_sample > MAX_SECONDS:
         raise errors.ParameterRangeError(
-            "mem_sample=%r is out of range: 0 (sample at the phase's ends only) or at least "
-            "0.0001 seconds" % mem_sample, name="mem_sample", value=mem_sample, min=0, max=None)
+            "mem_sample=%r is out of range: 0 (sample at the phase's ends only) or 0.0001 to "
+            "%g seconds" % (mem_sample, MAX_SECONDS), name="mem_sample", value=mem_sample,
+            min=0, max=MAX_SECONDS)
     return histogram, int(round(mem_sample * 1e9))
 
 
@@ -269,7 +375,7 @@ def run_once(task, run_index=0, in_child=False):
     t_start = time.time()  # wall clock: pairs the interleaved runs of an A/B comparison
     if not in_child:
         peer = peers.needed(task["policy"])
-        if peer is not None or task.get("processes"):
+        if peer is not None or task.get("processes") or task.get("isolate"):
             raw = peers.run_in_child(task, run_index, peer)
             raw["t_start"] = t_start
             return raw
@@ -281,6 +387,7 @@ def run_once(task, run_index=0, in_child=False):
     for i, v in enumerate(task["wparams"]):
         cfg.wparams[i] = v
     Policy(task["policy"]).fill_spec(cfg.stack)
+    cfg.stack.check = task.get("check_mask", 0)
     cfg.producers = task["producers"]
     cfg.cpu_mode = CPU_MODES[task["cpu"]]
     cfg.timing = TIMINGS[task["timing"]]
@@ -405,8 +512,8 @@ class _Progress:
 
 def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
-        histogram=False, mem_sample=0.01, effort="normal", processes=False, target_ci=None,
-        budget=60.0, **params):
+        histogram=False, mem_sample=0.01, effort="normal", processes=False, isolate=None,
+        check=None, target_ci=None, budget=60.0, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -420,7 +527,9 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     given (pyperf's --fast / --rigorous; see EFFORT). progress=True prints a
     progress line to stderr. executor: a concurrent.futures.Executor to run
     grid points in parallel (default: one after the other). processes=True
-    runs every run in a fresh child process.
+    runs every run in a fresh child process. isolate and check: see plan()
+    (by default a policy with a plugin layer runs isolated and checked, so a
+    crashing plugin raises RunError instead of ending this process).
 
     target_ci: adaptive runs: after the first ``runs`` rounds, cells whose
     95% confidence interval of the mean (alloc_ns and free_ns, or throughput)
@@ -440,7 +549,8 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     settings, tasks = plan(workload, policy, runs=runs, producers=producers, cpu=cpu,
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
                            duration=duration, seed=seed, histogram=histogram,
-                           mem_sample=mem_sample, effort=effort, processes=processes, **params)
+                           mem_sample=mem_sample, effort=effort, processes=processes,
+                           isolate=isolate, check=check, **params)
     adaptive = _adaptive_options(target_ci, budget)
     if executor is not None:  # warns when a local pool would overlap timed runs
         from .sweep import _check_executor

@@ -16,9 +16,13 @@ with run.run_once(), as run() does, and adds:
 - resumability: with ``journal=PATH`` each finished unit is appended to a
   JSON Lines file as soon as it is done (a header line with the sweep's
   settings first). Run the same sweep again with the same journal and the
-  units already there are skipped; the Result holds all of them. A
-  different sweep on the same journal is refused. An interrupted write
-  (a last line cut short) is dropped and redone;
+  units already there are skipped; the Result holds all of them. The file
+  is read and checked whole before anything is written to it: another
+  sweep's journal, or a file that is not a journal (a header or a line of
+  the wrong shape, not UTF-8), is refused with the file left as it was,
+  and so is a journal that could not be written (check_journal() does
+  the same checks alone). An interrupted write (a last line cut short) is
+  dropped and redone;
 - ``executor=``: any concurrent.futures.Executor runs the units, meant to
   spread them over machines (dask: ``client.get_executor()``; alloclab
   submits with ``pure=False`` itself, without which dask would hand back one
@@ -105,55 +109,210 @@ def _is_dask(executor):
     return type(executor).__module__.startswith("distributed") and hasattr(executor, "_client")
 
 
+def _journal_path(path):
+    if isinstance(path, bool) or not isinstance(path, (str, bytes, os.PathLike)):
+        raise errors.ParameterTypeError("journal must be a path (str or os.PathLike), not %r"
+                                        % (path,), name="journal", value=path)
+    p = os.fsdecode(os.fspath(path))
+    if not p:
+        raise errors.InvalidArgument("journal must be a path, not ''", name="journal", value=p)
+    return p
+
+
+def _bad_line(path, n, why):
+    return errors.FileFormatError("journal %s: line %d is not a finished run (%s); a journal "
+                                  "holds only what alloclab wrote to it" % (path, n, why),
+                                  path=path)
+
+
+def _check_unit(path, n, line):
+    """A unit line parsed and checked: (cell key, run, raw, wall_s)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _bad_line(path, n, "not UTF-8 text") from None
+    try:
+        d = json.loads(text)
+    except ValueError:
+        raise _bad_line(path, n, "not JSON") from None
+    if not isinstance(d, dict):
+        raise _bad_line(path, n, "not a JSON object")
+    missing = [k for k in ("point", "run", "raw") if k not in d]
+    if missing:
+        raise _bad_line(path, n, "no %s" % ", ".join(missing))
+    run, wall, raw = d["run"], d.get("wall_s"), d["raw"]
+    if not isinstance(d["point"], dict):
+        raise _bad_line(path, n, "point is not an object")
+    if isinstance(run, bool) or not isinstance(run, int) or run < 0:
+        raise _bad_line(path, n, "run=%r is not a run index" % (run,))
+    if wall is not None and (isinstance(wall, bool) or not isinstance(wall, (int, float))):
+        raise _bad_line(path, n, "wall_s=%r is not a number of seconds" % (wall,))
+    if not isinstance(raw, dict):
+        raise _bad_line(path, n, "raw is not an object")
+    from .result import _point_info, _run_metrics
+
+    try:  # what the Result is built from, read now rather than after the runs
+        _run_metrics(raw)
+        _point_info([raw])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+            ZeroDivisionError) as e:
+        raise _bad_line(path, n, "its raw run lacks or garbles %s" % e) from None
+    return _cell_key(d["point"]), run, raw, wall
+
+
+def _read_journal(path, settings):
+    """Read and check the journal at ``path`` against a sweep's settings,
+    writing nothing. None when there is no journal yet (no file, or an empty
+    one); else (metadata, {(cell key, run): (raw, wall_s)}, length to keep:
+    the bytes before a last line cut short by an interrupted write)."""
+    if os.path.isdir(path):
+        raise errors.InvalidArgument("journal %s is a directory, not a file" % path,
+                                     name="journal", value=path)
+    if os.path.exists(path) and not os.path.isfile(path):  # /dev/zero never ends, a FIFO blocks
+        raise errors.InvalidArgument("journal %s is not a regular file (a device or a pipe)"
+                                     % path, name="journal", value=path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, NotADirectoryError):  # no journal yet; _check_writable says why
+        return None
+    except OSError as e:
+        raise errors.InvalidArgument("journal %s cannot be read: %s" % (path, e.strerror or e),
+                                     name="journal", value=path) from None
+    if not data:
+        return None
+    keep = data.rfind(b"\n") + 1
+    lines = data[:keep].split(b"\n")[:-1]
+    if not lines:
+        if data.startswith(b'{"format": "%s"' % JOURNAL_FORMAT.encode()):
+            raise errors.FileFormatError(
+                "journal %s: its header line was cut short (the sweep that started it was "
+                "stopped while writing it); remove the file to start the sweep again" % path,
+                path=path)
+        raise errors.FileFormatError("%s is not an alloclab sweep journal (it holds no "
+                                     "complete line); it was left as it is" % path, path=path)
+    try:
+        header = json.loads(lines[0].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        header = None
+    if not isinstance(header, dict) or header.get("format") != JOURNAL_FORMAT:
+        raise errors.FileFormatError("%s is not an alloclab sweep journal (its first line is "
+                                     "not a journal header); it was left as it is" % path,
+                                     path=path)
+    version = header.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise errors.FileFormatError("journal %s: its header's version is %r, not an integer"
+                                     % (path, version), path=path)
+    if version > JOURNAL_VERSION:
+        raise errors.FileFormatError("journal %s is version %s, newer than this alloclab "
+                                     "reads (%d)" % (path, version, JOURNAL_VERSION), path=path)
+    for k in ("settings", "metadata"):
+        if not isinstance(header.get(k, {}), dict):
+            from .result import _json_kind
+            raise errors.FileFormatError("journal %s: its header's %s is a JSON %s, not an "
+                                         "object" % (path, k, _json_kind(header[k])), path=path)
+    old, new = _resumable(header.get("settings", {})), _resumable(_norm(settings))
+    if old != new:
+        raise errors.InvalidArgument(
+            "journal %s belongs to a different sweep (it differs in: %s); use another "
+            "journal file to start this one" % (path, "; ".join(_differences(old, new))),
+            name="journal", value=path)
+    done = {}
+    for n, line in enumerate(lines[1:], 2):
+        key, run, raw, wall = _check_unit(path, n, line)
+        done[(key, run)] = (raw, wall)
+    return header.get("metadata"), done, keep
+
+
+def _resumable(settings):
+    """The settings a journal must match to be resumed. Where a run ran
+    (isolate) and whether its objects were checked (check) change no
+    result: a journal resumes whatever they say this time."""
+    return {k: v for k, v in settings.items() if k not in ("isolate", "check")}
+
+
+def _differences(old, new, prefix=""):
+    """'key: journal value here value' for each setting that differs, one
+    level into nested settings (the grid under "sweep")."""
+    out = []
+    for k in sorted(set(old) | set(new), key=str):
+        a, b = old.get(k), new.get(k)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict) and not prefix:
+            out += _differences(a, b, "%s." % k)
+        else:
+            out.append("%s%s %s in the journal, %s here" % (
+                prefix, k, json.dumps(a), json.dumps(b)))
+    return out
+
+
+def _check_writable(path):
+    """Refuse a journal that could not be written, before anything runs."""
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise errors.InvalidArgument(
+            "journal %s: directory %s does not exist" % (path, d) if not os.path.exists(d)
+            else "journal %s: %s is not a directory" % (path, d), name="journal", value=path)
+    why = writable(path)
+    if why:
+        raise errors.InvalidArgument("journal %s cannot be written: %s" % (path, why),
+                                     name="journal", value=path)
+
+
+def writable(path):
+    """None when ``path`` can be written, else why not (strerror). Tried
+    without changing a byte: an existing file is opened for appending and
+    closed; a new one is created and removed again. This is what the
+    kernel will say (a read-only file system, /proc, permissions as root
+    sees them), which os.access does not always tell."""
+    try:
+        if os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.unlink(path)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def check_journal(journal, settings):
+    """Check, writing nothing, that ``journal`` can hold the sweep whose
+    settings plan() returned: a new file in a writable directory, or a
+    writable journal of this very sweep. Returns the number of runs already
+    in it. Raises InvalidArgument (a directory, unwritable, another sweep's
+    journal) or FileFormatError (not a journal, a line that is not a run)."""
+    path = _journal_path(journal)
+    state = _read_journal(path, settings)
+    _check_writable(path)
+    return len(state[1]) if state else 0
+
+
 class _Journal:
-    """The JSON Lines file of a sweep: a header, then one line per finished unit."""
+    """The JSON Lines file of a sweep: a header, then one line per finished unit.
+    An existing file is read and checked whole before anything is written to
+    it; one that is refused is left byte for byte as it was."""
 
     def __init__(self, path, settings, metadata):
-        self.path = os.fspath(path)
+        self.path = _journal_path(path)
         self.done = {}  # (cell key, run) -> (raw, wall_s)
         self.metadata = metadata
         header = {"format": JOURNAL_FORMAT, "version": JOURNAL_VERSION,
                   "settings": _norm(settings), "metadata": metadata}
-        if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
-            self._load(settings)
-            self.f = open(self.path, "a")
-        else:
+        state = _read_journal(self.path, settings)
+        _check_writable(self.path)
+        if state is None:
             self.f = open(self.path, "w")
             self._write(header)
-
-    def _load(self, settings):
-        with open(self.path, "rb") as f:
-            data = f.read()
-        if not data.endswith(b"\n"):  # a write cut short: drop the partial line
-            cut = data.rfind(b"\n") + 1
-            data = data[:cut]
+            return
+        md, self.done, keep = state
+        if md is not None:
+            self.metadata = md
+        if keep < os.path.getsize(self.path):  # a write cut short: drop the partial line
             with open(self.path, "r+b") as f:
-                f.truncate(cut)
-        lines = data.decode().splitlines()
-        try:
-            header = json.loads(lines[0]) if lines else {}
-        except ValueError:
-            header = {}
-        if header.get("format") != JOURNAL_FORMAT:
-            raise errors.InvalidArgument("%s is not an alloclab sweep journal" % self.path)
-        if header.get("version", 0) > JOURNAL_VERSION:
-            raise errors.InvalidArgument("journal %s is version %s, newer than this alloclab "
-                                         "reads (%d)" % (self.path, header.get("version"),
-                                                         JOURNAL_VERSION))
-        old, new = header.get("settings", {}), _norm(settings)
-        if old != new:
-            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-            raise errors.InvalidArgument(
-                "journal %s belongs to a different sweep (it differs in: %s); use another "
-                "journal file to start this one" % (self.path, ", ".join(diff)))
-        self.metadata = header.get("metadata", self.metadata)
-        for i, line in enumerate(lines[1:], 2):
-            try:
-                d = json.loads(line)
-                self.done[(_cell_key(d["point"]), int(d["run"]))] = (d["raw"], d.get("wall_s"))
-            except (ValueError, KeyError, TypeError):
-                raise errors.InvalidArgument("journal %s: line %d is not a finished run"
-                                             % (self.path, i)) from None
+                f.truncate(keep)
+        self.f = open(self.path, "a")
 
     def _write(self, obj):
         self.f.write(json.dumps(obj, allow_nan=True) + "\n")
@@ -182,8 +341,8 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
           order_seed=None, allow_concurrent=False, **kw):
     """Run ``workload`` on ``policy`` over the product of every list given,
     as run() does (same arguments: producers, cpu, timing, warmup_cycles,
-    cycles, duration, seed, histogram, mem_sample, effort, processes and the workload's
-    parameters), with the order, progress, journal and executor described
+    cycles, duration, seed, histogram, mem_sample, effort, processes, isolate,
+    check and the workload's parameters), with the order, progress, journal and executor described
     in the module doc. progress: None = when stderr is a terminal.
     shuffle=False keeps grid order within each round of runs.
 

@@ -648,7 +648,8 @@ TEST(test_validation)
 	CHECK_EQ(ctr(a, "invalid_frees"), 10);
 	CHECK_EQ(ctr(a, "frees"), 1);
 
-	/* free_bulk counts and skips the bad ones, frees the good ones, returns n. */
+	/* free_bulk counts and skips the bad ones, frees the good ones, and returns how
+	 * many entries were freed (the NULL one counts) with -EINVAL in c->err. */
 	v[0] = al_alloc(a, &c, 32, 0);
 	v[1] = al_alloc(a, &c, 32, 0);
 	v[2] = al_alloc(a, &c, 32, 0);
@@ -657,7 +658,9 @@ TEST(test_validation)
 	bulk[2] = NULL;
 	bulk[3] = v[2];
 	bulk[4] = v[0]; /* double free within the batch */
-	CHECK_EQ(al_free_bulk(a, &c, bulk, 5), 5);
+	c.err = 0;
+	CHECK_EQ(al_free_bulk(a, &c, bulk, 5), 3);
+	CHECK_EQ(c.err, -EINVAL);
 	CHECK_EQ(ctr(a, "invalid_frees"), 11);
 	CHECK_EQ(ctr(a, "double_frees"), 4);
 	CHECK_EQ(ctr(a, "bulk_freed"), 2);

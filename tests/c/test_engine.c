@@ -206,6 +206,43 @@ TEST(test_run_bad_config)
 	CHECK(strstr(res.error, "pinned") != NULL);
 }
 
+/* Cross-parameter checks of a workload (its check_params) refuse the run
+ * before anything is built, with the values named. */
+TEST(test_run_workload_check_params)
+{
+	const struct al_workload_desc *wl;
+	struct al_run_config cfg;
+	struct al_run_result res;
+	unsigned i, lo = 0, hi = 0, nt = 0;
+
+	cfg_init(&cfg, "larson", "libc");
+	wl = cfg.workload;
+	CHECK(wl->check_params != NULL);
+	for (i = 0; i < wl->nparams; i++) {
+		if (!strcmp(wl->params[i].name, "min_size"))
+			lo = i;
+		if (!strcmp(wl->params[i].name, "max_size"))
+			hi = i;
+	}
+	cfg.wparams[lo] = 1000;
+	cfg.wparams[hi] = 8;
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	CHECK(strstr(res.error, "larson: min_size=1000 is above max_size=8") != NULL);
+	cfg.wparams[lo] = 8;
+	CHECK_EQ(al_run(&cfg, &res), 0);
+
+	cfg_init(&cfg, "test_vmalloc", "libc");
+	wl = cfg.workload;
+	CHECK(wl->flags & AL_WL_VMALLOC);
+	CHECK(al_workload_find("nmi")->flags & AL_WL_NMI);
+	for (i = 0; i < wl->nparams; i++)
+		if (!strcmp(wl->params[i].name, "nr_threads"))
+			nt = i;
+	cfg.wparams[nt] = 2;
+	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
+	CHECK(strstr(res.error, "nr_threads=2 with producers=1") != NULL);
+}
+
 /* ---- lock ---- */
 
 static struct al_lock test_lock;
@@ -397,6 +434,7 @@ int main(void)
 	RUN(test_run_sched_noise);
 	RUN(test_run_reset_workloads);
 	RUN(test_run_bad_config);
+	RUN(test_run_workload_check_params);
 	RUN(test_lock_contended);
 	RUN(test_lock_budget_and_aa);
 	RUN(test_lock_abandon_storm);

@@ -27,6 +27,9 @@ struct al_layer_spec {
 struct al_stack_spec {
 	unsigned n; /* layers, [0] is the top */
 	struct al_layer_spec layer[AL_MAX_LAYERS];
+	/* Bit i: check the objects layer i hands out (aligned to its declared
+	 * alignment, not live already); see al_guard_wrap. 0 = no checks. */
+	unsigned check;
 };
 
 /* Builds bottom-up. 0, or -EINVAL (bad spec, err says why) / -ENOMEM. */
@@ -66,6 +69,14 @@ AL_API int al_call_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t s
 AL_API int al_call_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
 AL_API size_t al_call_usable_size(struct al_allocator *a, const void *p);
 AL_API bool al_call_owns(struct al_allocator *a, const void *p);
+/* Check every object layer a hands out from now on: aligned to the layer's
+ * declared alignment and not live already. The first violation withholds the
+ * object (the allocation fails with -EFAULT, as does every later one) and is
+ * reported by al_stack_guard_error and the layer's ops.check. 0 or -ENOMEM. */
+AL_API int al_guard_wrap(struct al_allocator *a);
+/* -EFAULT with err naming the layer and the violation when a checked layer
+ * of the stack handed out a bad object, else 0. */
+AL_API int al_stack_guard_error(struct al_allocator *top, char *err, size_t errlen);
 /* Run ops.check on every layer that has one, top first: 0 or the first error,
  * with err naming the layer and the violation. */
 AL_API int al_call_check(struct al_allocator *top, char *err, size_t errlen);
@@ -141,7 +152,11 @@ struct al_run_result;
 enum al_workload_flags {
 	AL_WL_RESET = 1u << 0,	      /* allocator recreated (untimed) after every cycle */
 	AL_WL_ONE_PRODUCER = 1u << 1, /* exactly one producer, as the modelled bench */
-	AL_WL_LIVE = 1u << 2	      /* workers keep live_bytes (al_worker_live) */
+	AL_WL_LIVE = 1u << 2,	      /* workers keep live_bytes (al_worker_live) */
+	/* What a policy must be, known before a run (Python checks it when it
+	 * plans; the workload refuses others again when it starts): */
+	AL_WL_NMI = 1u << 8, /* calls the policy at NMI: an NMI-safe stack (al_stack_nmi_unsafe) */
+	AL_WL_VMALLOC = 1u << 9 /* drives vmalloc's own API: a vmalloc layer on top */
 };
 
 /* AL_WL_LIVE workloads: the bytes requested and not yet freed changed by
@@ -178,6 +193,11 @@ struct al_workload_desc {
 	 * workload's own results with al_result_value() (read by Python as
 	 * metrics "wl.<name>"). Runs on the main thread; workers are waiting. */
 	void (*report)(void *shared, unsigned nworkers, struct al_run_result *res);
+	/* Optional: what the schema's per-parameter ranges cannot say (larson:
+	 * min_size <= max_size; a thread count that must match the workers),
+	 * for nworkers workers. 0, or -EINVAL with err filled in naming the
+	 * values. al_run calls it before building anything. */
+	int (*check_params)(const int64_t *params, unsigned nworkers, char *err, size_t errlen);
 };
 
 /* ---- per-operation latency histograms ---- */

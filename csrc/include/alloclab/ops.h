@@ -105,7 +105,11 @@ struct al_ops {
 	 * the layer has no native bulk path (see al_alloc_bulk()). */
 	int (*alloc_bulk)(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
 			  void **out, unsigned flags);
-	/* Returns how many were freed (n), or a negative errno when none were. */
+	/* Returns how many entries were freed (NULL entries count): n, or fewer
+	 * when some were refused (not allocated blocks, or repeated in ptrs:
+	 * -EINVAL in c->err, those entries untouched, every other one freed);
+	 * a negative errno when the call failed as a whole and freed nothing (a
+	 * lock budget), so the caller may retry the batch. */
 	int (*free_bulk)(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
 	bool (*owns)(struct al_allocator *a, const void *ptr);		/* by address range */
 	size_t (*usable_size)(struct al_allocator *a, const void *ptr); /* 0 if unknown */

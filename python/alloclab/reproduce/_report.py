@@ -168,11 +168,14 @@ class Report:
         """A report from to_json() text, or a path to such a file."""
         d = load_json(s)
         if d.get("format") != cls.FORMAT:
-            raise errors.InvalidArgument("not an %s (format %r)" % (cls.FORMAT, d.get("format")))
+            raise errors.FileFormatError("not an %s (format %r)" % (cls.FORMAT, d.get("format")))
         if d.get("version") != REPORT_VERSION:
             raise errors.InvalidArgument(
                 "%s version %r: this alloclab reads version %d; rerun the reproduction"
                 % (cls.FORMAT, d.get("version"), REPORT_VERSION))
+        if not isinstance(d.get("results"), dict) or not isinstance(d.get("settings"), dict):
+            raise errors.FileFormatError("not an %s: results and settings must be objects"
+                                         % cls.FORMAT)
         return cls({k: Result.from_dict(v) for k, v in d["results"].items()}, d["settings"])
 
     def save_figures(self, path):
