@@ -24,6 +24,7 @@ import os
 import random
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -1080,9 +1081,12 @@ class Runner:
         self._finish(w, CRASH, what + ("; stderr:\n" + tail if tail else ""))
 
     def close(self):
+        """Kill every worker and remove their logs (each failure already
+        carries the end of its worker's stderr). Idempotent."""
         for w in self.workers:
             w.kill()
         self.workers = []
+        shutil.rmtree(self.logdir, ignore_errors=True)
 
     def summary(self):
         by = {}
@@ -1162,9 +1166,9 @@ def main(argv):
         runner.close()
     wall = time.monotonic() - t0
     by = runner.summary()
-    print("red-team matrix (%s, seed %d): %d cells, %s, %.1f s wall on %d workers" % (
-        args.mode, args.seed, len(cells), ", ".join("%d %s" % (v, k) for k, v in sorted(by.items())),
-        wall, runner.nworkers))
+    counts = ", ".join("%d %s" % (by.get(k, 0), k) for k in (PASS, FAIL, CRASH, HANG))
+    print("red-team matrix (%s, seed %d): %d cells, %s; %.1f s wall on %d workers"
+          % (args.mode, args.seed, len(cells), counts, wall, runner.nworkers))
     for line in format_groups(group_failures(outs)):
         print(line)
     if args.json:
