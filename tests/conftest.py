@@ -69,3 +69,46 @@ def stacks():
     # Peers run through LD_PRELOAD children (tests/test_peers.py); only this
     # process's own malloc can back an in-process Allocator.
     return out + [p for p in presets.values() if p not in out and peers.needed(p) is None]
+
+
+# The red-team matrix (tests/test_redteam.py): "sample" (the default) runs a
+# seeded 10% of its cells, "full" every cell (.ci/run), "off" none.
+def pytest_addoption(parser):
+    group = parser.getgroup("alloclab")
+    group.addoption("--redteam", choices=["sample", "full", "off"],
+                    default=os.environ.get("ALLOCLAB_REDTEAM", "sample"),
+                    help="red-team matrix cells to run: a seeded 10%% sample (default), "
+                         "every cell, or none (env ALLOCLAB_REDTEAM)")
+    group.addoption("--redteam-seed", type=int,
+                    default=int(os.environ.get("ALLOCLAB_REDTEAM_SEED", "14")),
+                    help="seed of the red-team sample (env ALLOCLAB_REDTEAM_SEED, default 14)")
+
+
+def pytest_report_header(config):
+    mode = config.getoption("--redteam")
+    if mode == "sample":
+        return "red-team matrix: seeded 10%% sample, seed %d (--redteam=full for every cell)" \
+            % config.getoption("--redteam-seed")
+    return "red-team matrix: %s" % mode
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The red-team matrix's totals, wall time and failing cells by cause."""
+    import sys
+
+    mod = sys.modules.get("test_redteam")
+    rep = mod and config.stash.get(mod.REPORT, None)
+    if not rep:
+        return
+    runner, wall = rep
+    rt = sys.modules["redteam_cells"]
+    outs = list(runner.results.values())
+    by = runner.summary()
+    tw = terminalreporter
+    tw.section("red-team matrix")
+    tw.write_line("%s, seed %d: %d cells, %s; %.1f s wall on %d workers" % (
+        config.getoption("--redteam"), config.getoption("--redteam-seed"), len(outs),
+        ", ".join("%d %s" % (by.get(k, 0), k) for k in (rt.PASS, rt.FAIL, rt.CRASH, rt.HANG)),
+        wall, runner.nworkers))
+    for line in rt.format_groups(rt.group_failures(outs)):
+        tw.write_line(line)

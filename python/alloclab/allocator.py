@@ -314,13 +314,14 @@ class Allocator:
         say). InvalidFreeError for an address that is not a live block of
         this allocator (the layer is never asked about it)."""
         p = self._ptr(addr)
+        top = self._a()  # a closed allocator says so before anything else
         with self._live_lock:
             live = addr in self._live
         if not live:
             raise error(-errno.EINVAL, "usable_size(0x%x)" % addr,
                         "0x%x is not a live block of this allocator" % addr,
                         cls=errors.InvalidFreeError, addr=addr)
-        return int(lib.al_call_usable_size(self._a(), p))
+        return int(lib.al_call_usable_size(top, p))
 
     def owns(self, addr):
         """Whether ``addr`` lies in memory this stack manages."""
