@@ -272,6 +272,7 @@ int al_run_wait(struct al_run *r, uint64_t timeout_ns);
 void al_run_stop(struct al_run *r);
 int al_run_phase(struct al_run *r, uint64_t *progress);
 void al_run_free(struct al_run *r);
+double al_nmi_max_rate(double *signal_ns);
 unsigned al_cpus_usable(void);
 unsigned al_threads_per_core(void);
 
