@@ -213,8 +213,9 @@ static void nmi_handler(int sig, siginfo_t *si, void *uc)
  * the victim, preemption by other processes does not count; interrupt time
  * the kernel does not charge to the thread is missed, so the estimate errs
  * towards allowing a rate. The victim's lost share of its CPU time divided
- * by the signals it received is the cost of one; the highest rate is the
- * one at which signals take half of a worker's time: 1 / (2 * cost).
+ * by the signals it received is the cost of one. At 1 / cost a worker
+ * would do nothing else; the highest rate allowed leaves it a fifth of its
+ * time: 0.8 / cost (a margin for the estimate's noise on a busy machine).
  */
 #define NMI_CAL_RATE  500000 /* signals per second while measuring */
 #define NMI_SAFE_RATE 20000  /* below this (50 us apart) no measurement is needed */
@@ -341,7 +342,7 @@ static void nmi_calibrate(void)
 		nmi_signal_ns = (1 - left) * (double)best_ns / (double)hits;
 		if (nmi_signal_ns < 50) /* below what any kernel takes: noise */
 			nmi_signal_ns = 50;
-		nmi_rate_max = 1e9 / (2 * nmi_signal_ns);
+		nmi_rate_max = 0.8e9 / nmi_signal_ns;
 	}
 out:
 	__atomic_store_n(&cal.stop, 1, __ATOMIC_RELEASE);
@@ -380,8 +381,8 @@ static int nmi_rate_check(int64_t rate, char *err, size_t errlen)
 		return 0; /* not measurable here: run, the watchdog still watches */
 	snprintf(err, errlen,
 		 "rate=%lld is more timer signals than this machine delivers: one costs ~%.2g us "
-		 "of CPU here, so at most %lld/s per worker (signals then take half its time); "
-		 "use rate <= %lld",
+		 "of CPU here, so at most %lld/s per worker (then signals take 80%% of its "
+		 "time); use rate <= %lld",
 		 (long long)rate, cost / 1e3, (long long)max, (long long)max);
 	return -ERANGE;
 }

@@ -262,7 +262,7 @@ def _check_nmi_rates(rates):
         if r > mx:
             raise errors.ParameterRangeError(
                 "rate=%d is more timer signals than this machine delivers: one costs ~%.2g us "
-                "of CPU here, so at most %d/s per worker (signals then take half of its "
+                "of CPU here, so at most %d/s per worker (then signals take 80%% of its "
                 "time); use rate <= %d" % (r, cost[0] / 1e3, int(mx), int(mx)),
                 name="rate", value=r, min=0, max=int(mx))
 

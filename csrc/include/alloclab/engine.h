@@ -198,8 +198,8 @@ struct al_workload_desc {
 };
 
 /* The nmi workload: the highest timer-signal rate per worker this machine
- * delivers while leaving a worker half of its time (measured once per
- * process, ~30 ms), and the CPU cost of one signal in ns; 0 when it could
+ * delivers while leaving a worker a fifth of its time (measured once per
+ * process, ~0.1 s), and the CPU cost of one signal in ns; 0 when it could
  * not be measured. Higher rates are refused (-ERANGE) before a run. */
 AL_API double al_nmi_max_rate(double *signal_ns);
 
