@@ -34,6 +34,18 @@
  * worker leaving a phase gives its turn away, so no one waits on a worker
  * that has finished.
  *
+ * A run executes on an engine thread of its own (al_run_start), so that
+ * the caller waits in slices (al_run_wait) and can stop it (al_run_stop):
+ * the stop flag ends the workers' loops at cycle boundaries, wakes those
+ * waiting for a CPU token, and wakes the main thread, which then gives the
+ * workers AL_RUN_STOP_GRACE_NS without progress before leaving them running
+ * and leaking the allocator, as the watchdog does. duration_ns bounds the
+ * warmup and the measured phase (also with cycles); a worker whose phase it
+ * cut short (fewer cycles than asked, or a fixed loop ended early through
+ * al_worker_stopping) is counted in res->truncated. The steps the engine
+ * thread does itself (creating the stack, the workload's setup, prepare and
+ * teardown, draining, destroying) are watched by al_run_wait.
+ *
  * Workloads with AL_WL_RESET (one producer) get a new allocator after every
  * cycle (untimed), as the libarena bench resets its buddy; the counters of
  * each retired instance are accumulated so snapshots still add up.
