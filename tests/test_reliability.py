@@ -603,3 +603,12 @@ def test_nmi_rate_above_what_is_delivered_is_refused_or_runs():
     res = al.run("nmi", "buddy", rate=rate, runs=1, duration=0.05, watchdog=10)
     assert res.points[0]["cycles"][0] > 0
     assert time.monotonic() - t0 < 60
+
+
+def test_duration_cuts_a_long_cache_scratch_cycle():
+    # 2^30 passes over 256 KiB in one cycle: ended by the duration, truncated
+    t0 = time.monotonic()
+    res = al.run("cache-scratch", "buddy", repetitions=2 ** 30, size="256K", duration=0.05,
+                 runs=1, warmup_cycles=1)
+    assert time.monotonic() - t0 < 60
+    assert res.points[0].info["truncated"] == [1]
