@@ -2,12 +2,20 @@
 RunStalled naming the policy, the workload and each worker's state)."""
 import ctypes
 import errno
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 
+import numpy as np
 import pytest
 
 import alloclab as al
 from alloclab import errors
+from alloclab._ffi import lib
 from alloclab.run import plan
 
 from conftest import stacks
@@ -394,3 +402,217 @@ def test_stress_every_policy(spec):
     assert p["wl.checked_bytes"][0] > 0
 
 
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+STOP_LIMIT_S = 10.0  # generous: the bound is about a second, tests never time tightly
+
+
+def _cli(args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "alloclab"] + args, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+
+
+def _read_until(proc, marker, limit=120.0):
+    """stderr of proc up to (and including) marker; fails if it exits first."""
+    buf = b""
+    end = time.monotonic() + limit
+    while marker not in buf:
+        assert time.monotonic() < end, "no %r on stderr: %r" % (marker, buf[-500:])
+        chunk = proc.stderr.read1(4096)
+        assert chunk, "exited before %r: %r" % (marker, buf[-2000:])
+        buf += chunk
+    return buf
+
+
+def _interrupt(proc):
+    """SIGINT to proc; (exit status, stderr rest, seconds until it exited)."""
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=STOP_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("still running %.0f s after SIGINT" % STOP_LIMIT_S)
+    return proc.returncode, err, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("bound", [["--duration", "30"], ["--cycles", "100000000000"]],
+                         ids=["duration", "huge-cycles"])
+def test_ctrl_c_stops_a_cli_run(bound):
+    proc = _cli(["run", "malloc-free", "--progress"] + bound)
+    _read_until(proc, b"measuring")  # the run is in its measured phase
+    rc, err, took = _interrupt(proc)
+    assert rc == 130, err
+    assert err.endswith(b"alloclab: interrupted\n"), err
+    assert b"Traceback" not in err
+    assert took < STOP_LIMIT_S
+
+
+def _marked(mark):
+    """pids of the processes whose environment holds mark."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if mark in f.read():
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def test_ctrl_c_stops_processes_runs_without_orphans():
+    mark = "ALLOCLAB_TEST_MARK=%s" % uuid.uuid4().hex
+    env = dict(os.environ, ALLOCLAB_TEST_MARK=mark.split("=", 1)[1])
+    proc = _cli(["run", "malloc-free", "--processes", "--cycles", "100000000000"], env=env)
+    end = time.monotonic() + 120
+    child = None
+    while child is None:  # a child process running the run: its engine and worker threads
+        assert time.monotonic() < end and proc.poll() is None, "no child process ran"
+        for pid in _marked(mark.encode()):
+            if pid != proc.pid:
+                try:
+                    if len(os.listdir("/proc/%d/task" % pid)) >= 3:
+                        child = pid
+                except OSError:
+                    pass
+        time.sleep(0.01)  # polling /proc for the child, not waiting on a thread
+    rc, err, _ = _interrupt(proc)
+    assert rc == 130, err
+    end = time.monotonic() + STOP_LIMIT_S
+    while _marked(mark.encode()):
+        assert time.monotonic() < end, "orphans left: %s" % _marked(mark.encode())
+        time.sleep(0.01)
+
+
+def test_ctrl_c_keeps_a_sweep_journal_whole(tmp_path):
+    journal = tmp_path / "j.jsonl"
+    args = ["run", "malloc-free", "--policy", "buddy", "--policy", "libc", "--runs", "3",
+            "--duration", "0.3", "--warmup-cycles", "1", "--journal", str(journal)]
+    proc = _cli(args)
+    end = time.monotonic() + 120
+    while not (journal.exists() and journal.read_bytes().count(b"\n") >= 2):
+        assert time.monotonic() < end and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.01)  # polling the journal: the first unit is done
+    rc, err, _ = _interrupt(proc)
+    assert rc == 130, err
+    data = journal.read_bytes()
+    assert data.endswith(b"\n")
+    lines = data.decode().splitlines()
+    assert 2 <= len(lines) <= 7
+    for line in lines:
+        json.loads(line)  # every line whole
+    done = subprocess.run([sys.executable, "-m", "alloclab"] + args, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert len(journal.read_text().splitlines()) == 1 + 6  # header + every unit once
+
+
+def test_keyboard_interrupt_propagates_from_a_run():
+    from alloclab.run import run_once
+    _, tasks = plan("malloc-free", "buddy", cycles=10 ** 11, runs=1)
+
+    def on_phase(phase):
+        if phase == lib.AL_RUN_MEASURED:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_once(tasks[0], on_phase=on_phase)
+    assert time.monotonic() - t0 < 60
+    # the run was torn down: the next one works
+    raw = run_once(plan("malloc-free", "buddy", cycles=5, runs=1)[1][0])
+    assert raw["cycles"] == 5 and raw["truncated"] == 0
+
+
+# ---------------------------------------------------------------- duration bounds
+
+def test_duration_bounds_cycles_only_when_given():
+    _, t = plan("malloc-free", "buddy", cycles=100)
+    assert t[0]["cycles"] == 100 and t[0]["duration_ns"] == 0
+    settings, t = plan("malloc-free", "buddy", cycles=100, duration=0.5)
+    assert t[0]["duration_ns"] == 500000000 and settings["duration"] == 0.5
+    _, t = plan("malloc-free", "buddy")
+    assert t[0]["cycles"] == 0 and t[0]["duration_ns"] == 250000000
+
+
+def test_duration_cuts_a_fixed_cycles_run():
+    t0 = time.monotonic()
+    res = al.run("malloc-free", "buddy", cycles=10 ** 11, warmup_cycles=10 ** 11, duration=0.05,
+                 runs=2)
+    assert time.monotonic() - t0 < 60
+    assert res.points[0].info["truncated"] == [1, 1]
+    assert res.truncated() == [(res.points[0].params, [0, 1])]
+
+
+def test_truncated_runs_marked_shown_and_left_out_of_verdicts():
+    res = al.run("test_vmalloc", ["vmalloc-default", "vmalloc-large"], producers=2,
+                 test_loop_count=10 ** 8, duration=0.05, runs=3, warmup_cycles=0)
+    for p in res.points:
+        assert p.info["truncated"] == [2, 2, 2]  # both workers cut, every run
+    text = res.table("alloc_ns", rows=None, cols="policy").to_text()
+    assert "truncated: the duration cut the run's loop short" in text
+    assert "(3 of 3 runs)" in text
+    again = al.Result.from_json(res.to_json())
+    assert again.truncated() == res.truncated()
+    v = al.verdict.claim(res, new="vmalloc-large", old="vmalloc-default").judge()
+    assert v.outcome == al.verdict.OPEN
+    assert "truncated" in v.reason and "3 runs cut short by the duration" in v.reason
+
+    whole = al.run("test_vmalloc", "vmalloc-default", test_loop_count=10, cycles=2, runs=1,
+                   warmup_cycles=0)
+    assert "truncated" not in whole.points[0].info and whole.truncated() == []
+
+
+def test_verdict_leaves_truncated_pairs_out():
+    from alloclab.verdict import Side, estimate
+    starts_a = np.arange(6) * 10.0
+    a = Side([100, 101, 99, 100, 1, 102], starts=starts_a,
+             truncated=[0, 0, 0, 0, 1, 0])
+    b = Side([80, 81, 79, 80, 80, 82], starts=starts_a + 5,
+             truncated=[0, 0, 0, 1, 0, 0])
+    est, problems = estimate(a, b)
+    assert est.cut == 2 and est.n == 4  # pairs 3 and 4 out; the 1 ns outlier gone
+    assert est.test.startswith("paired")
+    assert 0.78 < est.factor(est.theta) < 0.82
+    assert not problems
+
+
+# ---------------------------------------------------------------- nmi rate
+
+def test_nmi_rate_above_what_is_delivered_is_refused_or_runs():
+    from alloclab._ffi import ffi
+    cost = ffi.new("double *")
+    mx = lib.al_nmi_max_rate(cost)
+    t0 = time.monotonic()
+    if mx and mx < 1000000:
+        with pytest.raises(errors.ParameterRangeError, match=r"rate=1000000 .*use rate <= %d"
+                           % int(mx)) as ei:
+            al.run("nmi", "buddy", rate=1000000, runs=1, duration=0.05)
+        assert ei.value.max == int(mx)
+        # the C side refuses it too (callers that skip plan())
+        _, tasks = plan("nmi", "buddy", rate=10000, runs=1, duration=0.05, watchdog=5)
+        tasks[0]["wparams"][[p.name for p in al.schema.workload("nmi").params].index("rate")] \
+            = 1000000
+        from alloclab.run import run_once
+        with pytest.raises(errors.RunError, match="rate=1000000 is more timer signals"):
+            run_once(tasks[0])
+        rate = max(1, int(mx) // 2)
+    else:  # this machine delivers the schema's maximum: it must run
+        rate = 1000000
+    res = al.run("nmi", "buddy", rate=rate, runs=1, duration=0.05, watchdog=10)
+    assert res.points[0]["cycles"][0] > 0
+    assert time.monotonic() - t0 < 60
+
+
+def test_duration_cuts_a_long_cache_scratch_cycle():
+    # 2^30 passes over 256 KiB in one cycle: ended by the duration, truncated
+    t0 = time.monotonic()
+    res = al.run("cache-scratch", "buddy", repetitions=2 ** 30, size="256K", duration=0.05,
+                 runs=1, warmup_cycles=1)
+    assert time.monotonic() - t0 < 60
+    assert res.points[0].info["truncated"] == [1]

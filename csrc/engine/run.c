@@ -34,6 +34,18 @@
  * worker leaving a phase gives its turn away, so no one waits on a worker
  * that has finished.
  *
+ * A run executes on an engine thread of its own (al_run_start), so that
+ * the caller waits in slices (al_run_wait) and can stop it (al_run_stop):
+ * the stop flag ends the workers' loops at cycle boundaries, wakes those
+ * waiting for a CPU token, and wakes the main thread, which then gives the
+ * workers AL_RUN_STOP_GRACE_NS without progress before leaving them running
+ * and leaking the allocator, as the watchdog does. duration_ns bounds the
+ * warmup and the measured phase (also with cycles); a worker whose phase it
+ * cut short (fewer cycles than asked, or a fixed loop ended early through
+ * al_worker_stopping) is counted in res->truncated. The steps the engine
+ * thread does itself (creating the stack, the workload's setup, prepare and
+ * teardown, draining, destroying) are watched by al_run_wait.
+ *
  * Workloads with AL_WL_RESET (one producer) get a new allocator after every
  * cycle (untimed), as the libarena bench resets its buddy; the counters of
  * each retired instance are accumulated so snapshots still add up.
@@ -42,6 +54,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,7 +72,8 @@ struct token {
 	unsigned n;    /* members */
 	unsigned left; /* members still in the phase */
 	unsigned char done[AL_MAX_PRODUCERS];
-	const int *stop; /* the engine's stop flag (the watchdog wakes waiters) */
+	const int *stop; /* the engine's stop flag (waiters are woken when it is set) */
+	const int *over; /* this phase's duration is over (waiters are woken) */
 };
 
 /* A reusable barrier whose party count can shrink (a worker failed to start). */
@@ -136,6 +150,7 @@ struct worker_slot {
 	uint64_t progress; /* state changes and cycles so far (relaxed) */
 	uint64_t nvcsw;	   /* voluntary context switches in the measured phase */
 	uint64_t nivcsw;   /* involuntary context switches (preempted) in it */
+	int truncated;	   /* the measured phase was cut short by the duration */
 } __attribute__((aligned(AL_CACHELINE)));
 
 struct engine {
@@ -162,6 +177,27 @@ struct engine {
 	uint64_t last_progress;		/* sum of the workers' progress last seen */
 	uint64_t last_change_ns;	/* when it last changed */
 	cpu_set_t worker_cpus;		/* CPUs the workers are pinned to */
+	struct al_run *h;		/* the run's handle: stop requests, phase */
+	int over[2];			/* [0] warmup, [1] measured: the duration is over */
+	uint64_t stop_seen_ns;		/* when the main thread saw a stop request */
+};
+
+/* The handle of a run in the background (al_run_start). */
+struct al_run {
+	pthread_mutex_t m;
+	pthread_cond_t cv;	   /* CLOCK_MONOTONIC; done, stop, step changes */
+	struct al_run_config cfg;  /* the caller's, copied */
+	struct al_run_result *res; /* the engine writes here (owned by the handle) */
+	struct al_run_result *out; /* the caller's, filled in when the run ends */
+	struct engine *e;	   /* while workers run: al_run_stop reaches them */
+	const char *step;	   /* what the engine thread does itself, or NULL */
+	uint64_t step_ns;	   /* when that step began */
+	uint64_t stop_ns;	   /* when a stop was asked; 0 = not asked */
+	int stop_req;		   /* a stop was asked (atomic: read by the engine) */
+	int phase;		   /* enum al_run_phase (atomic) */
+	int done;		   /* the engine thread has finished */
+	int ended;		   /* the end was reported (done, or abandoned) */
+	int freed;		   /* al_run_free was called: the engine thread frees */
 };
 
 /* ---- where a worker is, for the watchdog ---- */
@@ -203,6 +239,102 @@ static bool stopped(struct engine *e)
 	return __atomic_load_n(&e->stop, __ATOMIC_ACQUIRE);
 }
 
+static void tokens_wake(struct token *t, unsigned ngroups)
+{
+	unsigned g;
+
+	for (g = 0; t && g < ngroups; g++) {
+		pthread_mutex_lock(&t[g].m);
+		pthread_cond_broadcast(&t[g].cv);
+		pthread_mutex_unlock(&t[g].m);
+	}
+}
+
+/*
+ * Stop the run (al_run_stop): workers see the flag at their next cycle
+ * boundary or in al_worker_stopping, token waiters give up their turn, and
+ * the main thread wakes up to watch them stop. Called with the handle's
+ * lock held, from any thread.
+ */
+static void engine_stop(struct engine *e)
+{
+	int zero = 0;
+
+	__atomic_compare_exchange_n(&e->stop, &zero, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	tokens_wake(e->tok[0], e->ngroups);
+	tokens_wake(e->tok[1], e->ngroups);
+	pthread_mutex_lock(&e->bar.m);
+	pthread_cond_broadcast(&e->bar.cv);
+	pthread_mutex_unlock(&e->bar.m);
+}
+
+/* Phase k's duration is over: workers waiting for a token leave the phase. */
+static void phase_over(struct engine *e, int k)
+{
+	__atomic_store_n(&e->over[k], 1, __ATOMIC_RELEASE);
+	tokens_wake(e->tok[k], e->ngroups);
+}
+
+static bool stop_requested(const struct engine *e)
+{
+	return e->h && __atomic_load_n(&e->h->stop_req, __ATOMIC_ACQUIRE);
+}
+
+static void set_phase(struct engine *e, int phase)
+{
+	if (e->h)
+		__atomic_store_n(&e->h->phase, phase, __ATOMIC_RELAXED);
+}
+
+/* What the engine thread does itself now (NULL: it waits for workers,
+ * watched by its own watchdog): al_run_wait watches the named steps. */
+static void run_step(struct al_run *h, const char *step)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->m);
+	h->step = step;
+	h->step_ns = al_mono_ns();
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->m);
+}
+
+/* Workers run: a stop request reaches them through the engine. */
+static void run_publish(struct engine *e)
+{
+	if (!e->h)
+		return;
+	pthread_mutex_lock(&e->h->m);
+	e->h->e = e;
+	if (e->h->stop_ns)
+		engine_stop(e);
+	pthread_mutex_unlock(&e->h->m);
+}
+
+static void run_unpublish(struct engine *e)
+{
+	if (!e->h)
+		return;
+	pthread_mutex_lock(&e->h->m);
+	e->h->e = NULL;
+	pthread_mutex_unlock(&e->h->m);
+}
+
+/* "a>b>c": the policy, for messages. */
+static void policy_name(const struct al_run_config *cfg, char *pol, size_t len)
+{
+	size_t m = 0;
+	unsigned i;
+
+	pol[0] = 0;
+	for (i = 0; i < cfg->stack.n && m < len; i++)
+		m += (size_t)snprintf(pol + m, len - m, "%s%s", i ? ">" : "",
+				      cfg->stack.layer[i].desc ? cfg->stack.layer[i].desc->name
+							       : "?");
+	if (!cfg->stack.n)
+		snprintf(pol, len, "?");
+}
+
 /* ---- tokens ---- */
 
 static void token_advance_locked(struct token *t)
@@ -218,15 +350,22 @@ static void token_advance_locked(struct token *t)
 	pthread_cond_broadcast(&t->cv);
 }
 
-/* false when the run was stopped by the watchdog before the turn came. */
+static bool token_cancelled(const struct token *t)
+{
+	return (t->stop && __atomic_load_n(t->stop, __ATOMIC_ACQUIRE)) ||
+	       (t->over && __atomic_load_n(t->over, __ATOMIC_ACQUIRE));
+}
+
+/* false when the run is stopping, or the phase's duration is over, before
+ * (or when) the turn comes: the worker leaves the phase without a cycle. */
 static bool token_acquire(struct token *t, unsigned k)
 {
 	bool got;
 
 	pthread_mutex_lock(&t->m);
-	while (t->turn != k && !(t->stop && __atomic_load_n(t->stop, __ATOMIC_ACQUIRE) == 2))
+	while (t->turn != k && !token_cancelled(t))
 		pthread_cond_wait(&t->cv, &t->m);
-	got = t->turn == k;
+	got = t->turn == k && !token_cancelled(t);
 	pthread_mutex_unlock(&t->m);
 	return got;
 }
@@ -378,46 +517,6 @@ static void mem_sample(struct engine *e)
 	pthread_mutex_unlock(&e->a_lock);
 }
 
-/*
- * The main thread's barrier_wait at D: instead of sleeping until the
- * measured phase ends, it wakes every mem_sample_ns to take a memory sample
- * (outside the barrier lock, so workers arriving are never held up).
- */
-static void barrier_wait_sampling(struct engine *e)
-{
-	struct barrier *b = &e->bar;
-	uint64_t period = e->cfg->mem_sample_ns, ns;
-	struct timespec deadline;
-	unsigned gen;
-
-	if (!period) {
-		barrier_wait(b);
-		return;
-	}
-	pthread_mutex_lock(&b->m);
-	gen = b->gen;
-	if (++b->count >= b->parties) {
-		barrier_release_locked(b);
-		pthread_mutex_unlock(&b->m);
-		return;
-	}
-	ns = al_mono_ns() + period;
-	deadline.tv_sec = (time_t)(ns / 1000000000u);
-	deadline.tv_nsec = (long)(ns % 1000000000u);
-	while (gen == b->gen) {
-		if (pthread_cond_timedwait(&b->cv, &b->m, &deadline) != ETIMEDOUT || gen != b->gen)
-			continue;
-		pthread_mutex_unlock(&b->m);
-		engine_woke(e);
-		mem_sample(e);
-		ns = al_mono_ns() + period;
-		deadline.tv_sec = (time_t)(ns / 1000000000u);
-		deadline.tv_nsec = (long)(ns % 1000000000u);
-		pthread_mutex_lock(&b->m);
-	}
-	pthread_mutex_unlock(&b->m);
-}
-
 /* ---- the watchdog (main thread) ---- */
 
 /*
@@ -430,52 +529,61 @@ static void barrier_wait_sampling(struct engine *e)
  * left running, detached, and the allocator (and the engine's state they
  * use) is leaked on purpose: nothing is destroyed under a running thread.
  */
-static void watchdog_fire(struct engine *e)
+static void watchdog_fire(struct engine *e, uint64_t limit)
 {
 	char msg[sizeof(e->res->error)], pol[96];
-	size_t n = 0, m = 0;
-	unsigned i, g, k;
+	size_t n = 0;
+	unsigned i;
 	int w;
 
-	for (i = 0; i < e->cfg->stack.n && m < sizeof(pol); i++)
-		m += (size_t)snprintf(pol + m, sizeof(pol) - m, "%s%s", i ? ">" : "",
-				      e->cfg->stack.layer[i].desc->name);
-	if (!e->cfg->stack.n)
-		snprintf(pol, sizeof(pol), "?");
-	n = (size_t)snprintf(msg, sizeof(msg),
-			     "watchdog: no progress for %.3g s (policy %s, workload %s); "
-			     "stuck workers left running, allocator leaked;",
-			     (double)e->cfg->watchdog_ns / 1e9, pol, e->cfg->workload->name);
+	policy_name(e->cfg, pol, sizeof(pol));
+	if (e->stop_seen_ns)
+		n = (size_t)snprintf(msg, sizeof(msg),
+				     "stopped on request, but workers made no progress for %.3g s "
+				     "after it (policy %s, workload %s); stuck workers left "
+				     "running, allocator leaked;",
+				     (double)limit / 1e9, pol, e->cfg->workload->name);
+	else
+		n = (size_t)snprintf(msg, sizeof(msg),
+				     "watchdog: no progress for %.3g s (policy %s, workload %s); "
+				     "stuck workers left running, allocator leaked;",
+				     (double)limit / 1e9, pol, e->cfg->workload->name);
 	for (i = 0; i < e->started && n < sizeof(msg); i++) {
 		w = __atomic_load_n(&e->ws[i].where, __ATOMIC_RELAXED);
 		n += (size_t)snprintf(msg + n, sizeof(msg) - n, " worker %u %s%s", i,
 				      w >= 0 && w < W_NR ? where_names[w] : "?",
 				      i + 1 < e->started ? "," : "");
 	}
-	engine_fail(e, -ETIMEDOUT, "%s", msg);
+	engine_fail(e, e->stop_seen_ns ? -ECANCELED : -ETIMEDOUT, "%s", msg);
 	__atomic_store_n(&e->stop, 2, __ATOMIC_RELEASE);
 	e->fired = 1;
 	pthread_mutex_lock(&e->bar.m);
 	e->bar.broken = 1;
 	pthread_cond_broadcast(&e->bar.cv);
 	pthread_mutex_unlock(&e->bar.m);
-	for (k = 0; k < 2; k++)
-		for (g = 0; e->tok[k] && g < e->ngroups; g++) {
-			pthread_mutex_lock(&e->tok[k][g].m);
-			pthread_cond_broadcast(&e->tok[k][g].cv);
-			pthread_mutex_unlock(&e->tok[k][g].m);
-		}
+	tokens_wake(e->tok[0], e->ngroups);
+	tokens_wake(e->tok[1], e->ngroups);
 }
 
-/* True when the watchdog fired (now or before). */
+/*
+ * True when the watchdog fired (now or before). After a stop request the
+ * workers get AL_RUN_STOP_GRACE_NS without progress (or the watchdog's
+ * time, when shorter) before they are given up on.
+ */
 static bool watchdog_check(struct engine *e)
 {
-	uint64_t sum = 0, now = al_mono_ns();
+	uint64_t sum = 0, now = al_mono_ns(), limit = e->cfg->watchdog_ns;
 	unsigned i;
 
 	if (e->fired)
 		return true;
-	if (!e->cfg->watchdog_ns)
+	if (!e->stop_seen_ns && stop_requested(e)) {
+		e->stop_seen_ns = now;
+		e->last_change_ns = 0; /* the grace counts from the request */
+	}
+	if (e->stop_seen_ns && (!limit || limit > AL_RUN_STOP_GRACE_NS))
+		limit = AL_RUN_STOP_GRACE_NS;
+	if (!limit)
 		return false;
 	for (i = 0; i < e->started; i++)
 		sum += __atomic_load_n(&e->ws[i].progress, __ATOMIC_RELAXED);
@@ -484,9 +592,9 @@ static bool watchdog_check(struct engine *e)
 		e->last_change_ns = now;
 		return false;
 	}
-	if (now - e->last_change_ns < e->cfg->watchdog_ns)
+	if (now - e->last_change_ns < limit)
 		return false;
-	watchdog_fire(e);
+	watchdog_fire(e, limit);
 	return true;
 }
 
@@ -498,35 +606,52 @@ static uint64_t watchdog_period(const struct engine *e)
 	return p < 1000000 ? 1000000 : p > 1000000000 ? 1000000000 : p;
 }
 
-static void deadline_in(struct timespec *ts, uint64_t ns)
+/* How long the main thread may sleep with nothing to sample: the
+ * watchdog's period, shorter once a stop was asked (the grace is watched),
+ * else an hour (a stop request wakes it). */
+static uint64_t main_period(const struct engine *e)
 {
-	ns += al_mono_ns();
+	uint64_t p = e->cfg->watchdog_ns ? watchdog_period(e) : 3600000000000ull;
+
+	if (e->stop_seen_ns && p > AL_RUN_STOP_GRACE_NS / 8)
+		p = AL_RUN_STOP_GRACE_NS / 8;
+	return p;
+}
+
+static void deadline_at(struct timespec *ts, uint64_t ns)
+{
 	ts->tv_sec = (time_t)(ns / 1000000000u);
 	ts->tv_nsec = (long)(ns % 1000000000u);
 }
 
+/* A stop request the main thread has not acted on yet. */
+static bool stop_news(const struct engine *e)
+{
+	return !e->stop_seen_ns && stop_requested(e);
+}
+
 /*
- * The main thread's barrier wait: memory samples every mem_sample_ns when
- * `sample`, watchdog checks when it is on. false when the watchdog fired.
+ * The main thread's barrier wait. It wakes up to take memory samples every
+ * mem_sample_ns when `sample`, to check the watchdog when it is on, when a
+ * stop is asked (then it watches the stop's grace), and, for phase k (0
+ * warmup, 1 measured, -1 none) in virtual mode, when the phase's duration
+ * is over, so that workers still waiting for a CPU token leave at once
+ * instead of passing every turn round. false when the watchdog fired.
  */
-static bool barrier_wait_main(struct engine *e, bool sample)
+static bool barrier_wait_main(struct engine *e, bool sample, int k)
 {
 	struct barrier *b = &e->bar;
-	uint64_t sp = sample ? e->cfg->mem_sample_ns : 0, wp, next_sample, now;
+	uint64_t sp = sample ? e->cfg->mem_sample_ns : 0, next_sample, now, wake, end = UINT64_MAX;
 	struct timespec deadline;
 	unsigned gen;
+	int rc;
 
-	if (!e->cfg->watchdog_ns) {
-		if (sample)
-			barrier_wait_sampling(e);
-		else
-			barrier_wait(b);
-		return !e->fired;
-	}
 	if (e->fired)
 		return false;
-	wp = watchdog_period(e);
-	next_sample = sp ? al_mono_ns() + sp : UINT64_MAX;
+	now = al_mono_ns();
+	if (k >= 0 && e->tokens && e->cfg->duration_ns)
+		end = now + e->cfg->duration_ns;
+	next_sample = sp ? now + sp : UINT64_MAX;
 	pthread_mutex_lock(&b->m);
 	gen = b->gen;
 	if (++b->count >= b->parties) {
@@ -536,21 +661,27 @@ static bool barrier_wait_main(struct engine *e, bool sample)
 	}
 	for (;;) {
 		now = al_mono_ns();
-		deadline_in(&deadline, next_sample <= now	? 0
-				       : next_sample - now < wp ? next_sample - now
-								: wp);
-		while (gen == b->gen &&
-		       pthread_cond_timedwait(&b->cv, &b->m, &deadline) != ETIMEDOUT)
-			;
+		wake = now + main_period(e);
+		if (next_sample < wake)
+			wake = next_sample;
+		if (end < wake && !e->over[k])
+			wake = end;
+		deadline_at(&deadline, wake);
+		rc = 0;
+		while (gen == b->gen && rc != ETIMEDOUT && !stop_news(e))
+			rc = pthread_cond_timedwait(&b->cv, &b->m, &deadline);
 		if (gen != b->gen)
 			break;
 		pthread_mutex_unlock(&b->m);
-		if (sample)
+		now = al_mono_ns();
+		if (sample && rc == ETIMEDOUT)
 			engine_woke(e);
-		if (sp && al_mono_ns() >= next_sample) {
+		if (sp && now >= next_sample) {
 			mem_sample(e);
 			next_sample = al_mono_ns() + sp;
 		}
+		if (k >= 0 && now >= end && !e->over[k])
+			phase_over(e, k);
 		if (watchdog_check(e))
 			return false; /* watchdog_fire broke the barrier */
 		pthread_mutex_lock(&b->m);
@@ -564,18 +695,18 @@ static bool join_main(struct engine *e, unsigned i)
 {
 	struct timespec deadline;
 	struct timespec now;
+	uint64_t p;
 
-	if (!e->cfg->watchdog_ns) {
-		pthread_join(e->ws[i].th, NULL);
-		return true;
-	}
 	for (;;) {
+		/* a tenth of a second at most: a stop request does not wake a join */
+		p = main_period(e);
+		if (p > 100000000)
+			p = 100000000;
 		/* pthread_timedjoin_np measures CLOCK_REALTIME */
 		clock_gettime(CLOCK_REALTIME, &now);
 		deadline = now;
-		deadline.tv_nsec += (long)(watchdog_period(e) % 1000000000u);
-		deadline.tv_sec +=
-			(time_t)(watchdog_period(e) / 1000000000u) + deadline.tv_nsec / 1000000000;
+		deadline.tv_nsec += (long)(p % 1000000000u);
+		deadline.tv_sec += (time_t)(p / 1000000000u) + deadline.tv_nsec / 1000000000;
 		deadline.tv_nsec %= 1000000000;
 		if (pthread_timedjoin_np(e->ws[i].th, NULL, &deadline) != ETIMEDOUT)
 			return true;
@@ -603,7 +734,7 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	if (t) {
 		set_where(s, W_TOKEN);
 		if (!token_acquire(t, s->member))
-			return -ECANCELED; /* the watchdog stopped the run */
+			return -ECANCELED; /* stopping, or the phase's time is over */
 	}
 	set_where(s, W_CYCLE);
 	ret = e->cfg->workload->cycle(&s->w);
@@ -643,6 +774,7 @@ static void *worker_main(void *arg)
 		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 	}
 	al_ctx_set_current(&s->w.ctx); /* for signal handlers (the NMI model) */
+	s->w.stop = &e->stop;
 	s->rcu.slot = -1;
 	set_where(s, W_INIT);
 	if (wl->worker_init) {
@@ -655,10 +787,16 @@ static void *worker_main(void *arg)
 	barrier_wait(&e->bar); /* A: everyone is ready */
 
 	t = e->tokens ? &e->tok[0][s->group] : NULL;
+	/* The warmup is bounded by the duration too: a run takes at most about
+	 * twice its duration, whatever warmup_cycles asks. */
+	s->w.deadline = e->duration_ticks ? al_ticks() + e->duration_ticks : 0;
 	al_rcu_online(&s->rcu); /* offline (quiescent) while waiting at barriers */
-	for (i = 0; i < e->cfg->warmup_cycles && !stopped(e); i++)
+	for (i = 0; i < e->cfg->warmup_cycles && !stopped(e); i++) {
+		if (i && s->w.deadline && al_ticks() >= s->w.deadline)
+			break;
 		if (run_cycle(s, t))
 			break;
+	}
 	al_rcu_offline(&s->rcu);
 	if (t)
 		token_leave(t, s->member);
@@ -677,18 +815,23 @@ static void *worker_main(void *arg)
 
 	t = e->tokens ? &e->tok[1][s->group] : NULL;
 	al_rcu_online(&s->rcu);
-	deadline = al_ticks() + e->duration_ticks;
+	/* duration_ns bounds the phase, also when cycles are given: every
+	 * worker starts at least one cycle, and none after the deadline. */
+	deadline = e->duration_ticks ? al_ticks() + e->duration_ticks : 0;
+	s->w.deadline = deadline;
+	s->w.cut = 0;
 	for (i = 0; !stopped(e); i++) {
 		if (e->cfg->cycles && i >= e->cfg->cycles)
 			break;
+		if (i && deadline && al_ticks() >= deadline)
+			break;
 		if (run_cycle(s, t))
 			break;
-		if (!e->cfg->cycles && al_ticks() >= deadline) {
-			i++;
-			break;
-		}
 	}
 	s->w.cycles = i; /* read by main after the barrier */
+	s->truncated = s->w.cut ||
+		       (e->cfg->cycles && i < e->cfg->cycles && deadline && al_ticks() >= deadline);
+	s->w.deadline = 0;
 	ctxsw_read(&nvcsw1, &nivcsw1);
 	s->nvcsw = nvcsw1 - nvcsw0;
 	s->nivcsw = nivcsw1 - nivcsw0;
@@ -874,8 +1017,11 @@ static bool guard_report(struct engine *e)
 	return true;
 }
 
-int al_run(const struct al_run_config *cfg, struct al_run_result *res)
+/* The run, on the engine thread: h->cfg into h->res. */
+static int engine_run(struct al_run *h)
 {
+	const struct al_run_config *cfg = &h->cfg;
+	struct al_run_result *res = h->res;
 	struct engine *e;
 	struct worker_slot *ws = NULL;
 	struct al_stats *snap0 = NULL;
@@ -908,6 +1054,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	*cfg_copy = *cfg;
 	cfg = e->cfg = cfg_copy;
 	e->res = res;
+	e->h = h;
 	e->sampler = sampler;
 	e->ws = ws;
 	e->nw = cfg->producers;
@@ -939,15 +1086,18 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	res->timer_overhead_ns = al_ticks_to_ns(al_clock.overhead_ticks);
 	e->duration_ticks = (uint64_t)((double)cfg->duration_ns * al_clock.ticks_per_ns);
 
+	run_step(h, "creating the stack");
 	ret = al_stack_create(&cfg->stack, e->nw, &e->a, res->error, sizeof(res->error));
 	if (ret)
 		goto out_free;
+	run_step(h, "draining the new stack");
 	al_stack_drain(e->a, &main_ctx, AL_DRAIN_ALL);
 	nl = al_stack_stats(e->a, res->layers, AL_MAX_LAYERS);
 	for (i = 0; i < nl; i++)
 		baseline[i] = res->layers[i].bytes_held;
 
 	if (cfg->workload->setup) {
+		run_step(h, "the workload's setup");
 		ret = cfg->workload->setup(cfg->wparams, e->nw, &e->shared);
 		if (ret) {
 			snprintf(res->error, sizeof(res->error), "%s: setup failed: %s",
@@ -958,6 +1108,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	if (cfg->workload->prepare) {
 		char why[200] = "";
 
+		run_step(h, "the workload's prepare");
 		ret = cfg->workload->prepare(e->shared, e->a, &main_ctx, why, sizeof(why));
 		if (ret) {
 			/* engine_fail, so the leak check below cannot overwrite the reason */
@@ -1006,10 +1157,15 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 			ret = -ENOMEM;
 			goto out_teardown;
 		}
-		for (i = 0; i < e->ngroups; i++) /* the watchdog wakes waiters */
+		for (i = 0; i < e->ngroups; i++) { /* waiters are woken when these are set */
 			e->tok[0][i].stop = e->tok[1][i].stop = &e->stop;
+			e->tok[0][i].over = &e->over[0];
+			e->tok[1][i].over = &e->over[1];
+		}
 	}
 	barrier_init(&e->bar, e->nw + 1);
+	run_publish(e);
+	run_step(h, NULL); /* the engine's own watchdog watches the workers */
 	for (i = 0; i < e->nw; i++) {
 		if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]))
 			break;
@@ -1022,18 +1178,21 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 		barrier_set_parties(&e->bar, started + 1);
 	}
 	e->started = started;
-	if (!barrier_wait_main(e, false)) /* A */
+	if (!barrier_wait_main(e, false, -1)) /* A */
 		goto out_abandon;
-	if (!barrier_wait_main(e, false)) /* B */
+	set_phase(e, AL_RUN_WARMUP);
+	if (!barrier_wait_main(e, false, 0)) /* B */
 		goto out_abandon;
 	stats_total(e, snap0);
 	al_mem_begin(sampler, &res->mem);
 	al_mem_sample(sampler, e->a, live_bytes(e), true);
 	al_read_steal(&st_total0, &st_steal0);
 	t0 = al_ticks();
-	barrier_wait(&e->bar);		 /* C */
-	if (!barrier_wait_main(e, true)) /* D (memory samples meanwhile) */
+	barrier_wait(&e->bar); /* C */
+	set_phase(e, AL_RUN_MEASURED);
+	if (!barrier_wait_main(e, true, 1)) /* D (memory samples meanwhile) */
 		goto out_abandon;
+	set_phase(e, AL_RUN_FINISH);
 	t1 = al_ticks();
 	al_mem_end(sampler, e->a, live_bytes(e));
 	al_read_steal(&st_total1, &st_steal1);
@@ -1050,9 +1209,11 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 	for (i = 0; i < started; i++) {
 		if (!join_main(e, i)) {
 			abandon_workers(e, i);
-			return res->status = -ETIMEDOUT; /* everything leaked on purpose */
+			run_unpublish(e);
+			return res->status = e->status; /* everything leaked on purpose */
 		}
 		res->cycles += ws[i].w.cycles;
+		res->truncated += ws[i].truncated != 0;
 		res->alloc_ops += ws[i].w.alloc_ops;
 		res->free_ops += ws[i].w.free_ops;
 		res->cross_frees += ws[i].w.alloc_cross;
@@ -1067,14 +1228,18 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res)
 		metrics_merge(res, &ws[i].w);
 	}
 	metrics_finish(res);
+	run_unpublish(e);
 	barrier_destroy(&e->bar);
 
 out_teardown:
-	if (cfg->workload->teardown)
+	if (cfg->workload->teardown) {
+		run_step(h, "the workload's teardown");
 		cfg->workload->teardown(e->shared, e->a, &main_ctx);
+	}
 	if (e->a) {
 		struct al_stats *after = snap0; /* reuse */
 
+		run_step(h, "draining at teardown");
 		al_stack_drain(e->a, &main_ctx, AL_DRAIN_ALL);
 		if (guard_report(e))
 			ret = -EFAULT;
@@ -1093,9 +1258,17 @@ out_teardown:
 	tokens_free(e->tok[0], e->ngroups);
 	tokens_free(e->tok[1], e->ngroups);
 out_destroy:
+	run_step(h, "destroying the stack");
 	al_stack_destroy(e->a);
+	run_step(h, NULL);
 	if (!ret)
 		ret = e->status;
+	if (!ret && stop_requested(e)) {
+		snprintf(res->error, sizeof(res->error),
+			 "stopped on request after %llu measured cycles",
+			 (unsigned long long)res->cycles);
+		ret = -ECANCELED;
+	}
 	pthread_mutex_destroy(&e->err_lock);
 	pthread_mutex_destroy(&e->a_lock);
 out_free:
@@ -1112,5 +1285,235 @@ out_abandon:
 	/* The watchdog fired. Stuck workers still run: detach them and
 	 * leak the allocator, the workload's state and the engine's. */
 	abandon_workers(e, 0);
-	return res->status = -ETIMEDOUT;
+	run_unpublish(e);
+	return res->status = e->status;
+}
+
+/* ---- runs in the background ---- */
+
+static void handle_free(struct al_run *h)
+{
+	pthread_mutex_destroy(&h->m);
+	pthread_cond_destroy(&h->cv);
+	al_meta_free(h->res, sizeof(*h->res));
+	al_meta_free(h, sizeof(*h));
+}
+
+static void *engine_thread(void *arg)
+{
+	struct al_run *h = arg;
+	bool free_it;
+
+	engine_run(h);
+	pthread_mutex_lock(&h->m);
+	__atomic_store_n(&h->phase, AL_RUN_DONE, __ATOMIC_RELAXED);
+	h->done = 1;
+	free_it = h->freed; /* the caller gave up on it: nobody else will free */
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->m);
+	if (free_it)
+		handle_free(h);
+	return NULL;
+}
+
+int al_run_start(const struct al_run_config *cfg, struct al_run_result *res, struct al_run **out)
+{
+	struct al_run *h;
+	pthread_condattr_t ca;
+	pthread_attr_t attr;
+	sigset_t block, old;
+	pthread_t th;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	*out = NULL;
+	al_clock_init();
+	h = al_meta_alloc(sizeof(*h));
+	if (h)
+		h->res = al_meta_alloc(sizeof(*h->res));
+	if (!h || !h->res) {
+		al_meta_free(h, sizeof(*h));
+		snprintf(res->error, sizeof(res->error), "out of memory for the run");
+		return res->status = -ENOMEM;
+	}
+	h->cfg = *cfg;
+	h->out = res;
+	h->step = "starting the engine thread";
+	h->step_ns = al_mono_ns();
+	pthread_mutex_init(&h->m, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&h->cv, &ca);
+	pthread_condattr_destroy(&ca);
+
+	/* Asynchronous signals go to the caller's threads, never to the engine's
+	 * (which inherit this mask): a Python program's SIGINT handler then runs
+	 * on its main thread, which waits in al_run_wait slices. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGHUP);
+	sigaddset(&block, SIGQUIT);
+	sigaddset(&block, SIGALRM);
+	sigaddset(&block, SIGCHLD);
+	sigaddset(&block, SIGUSR1);
+	sigaddset(&block, SIGUSR2);
+	sigaddset(&block, SIGWINCH);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	ret = pthread_create(&th, &attr, engine_thread, h);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (ret) {
+		handle_free(h);
+		snprintf(res->error, sizeof(res->error), "could not start the engine thread: %s",
+			 strerror(ret));
+		return res->status = -ret;
+	}
+	*out = h;
+	return 0;
+}
+
+/*
+ * The engine thread works on a step itself (h->step): give up on it when
+ * the step has lasted watchdog_ns, or the stop grace since a stop request.
+ * The engine thread is left running with everything it holds; it frees the
+ * handle if it ever finishes after al_run_free. Called with h->m held;
+ * returns when to look again.
+ */
+static uint64_t run_watch(struct al_run *h, uint64_t now)
+{
+	uint64_t limit = h->cfg.watchdog_ns, base = h->step_ns;
+	char pol[96];
+
+	if (!h->step)
+		return UINT64_MAX;
+	if (h->stop_ns) {
+		if (!limit || limit > AL_RUN_STOP_GRACE_NS)
+			limit = AL_RUN_STOP_GRACE_NS;
+		if (h->stop_ns > base)
+			base = h->stop_ns;
+	}
+	if (!limit)
+		return UINT64_MAX;
+	if (now - base < limit)
+		return base + limit;
+	policy_name(&h->cfg, pol, sizeof(pol));
+	if (h->stop_ns) {
+		h->out->status = -ECANCELED;
+		snprintf(h->out->error, sizeof(h->out->error),
+			 "stopped on request, but %s did not finish within %.3g s (policy %s, "
+			 "workload %s); engine thread left running, allocator leaked",
+			 h->step, (double)limit / 1e9, pol,
+			 h->cfg.workload ? h->cfg.workload->name : "?");
+	} else {
+		h->out->status = -ETIMEDOUT;
+		snprintf(h->out->error, sizeof(h->out->error),
+			 "watchdog: no progress for %.3g s in %s (policy %s, workload %s); engine "
+			 "thread left running, allocator leaked",
+			 (double)limit / 1e9, h->step, pol,
+			 h->cfg.workload ? h->cfg.workload->name : "?");
+	}
+	h->ended = 1;
+	return UINT64_MAX;
+}
+
+int al_run_wait(struct al_run *h, uint64_t timeout_ns)
+{
+	uint64_t now = al_mono_ns(), end, next;
+	struct timespec ts;
+	int ret;
+
+	end = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+	pthread_mutex_lock(&h->m);
+	for (;;) {
+		if (h->done && !h->ended) {
+			memcpy(h->out, h->res, sizeof(*h->out));
+			h->ended = 1;
+		}
+		if (h->ended) {
+			ret = h->out->status;
+			break;
+		}
+		next = run_watch(h, now);
+		if (h->ended)
+			continue;
+		if (now >= end) {
+			ret = -EINPROGRESS;
+			break;
+		}
+		if (next > end)
+			next = end;
+		if (next - now > 3600000000000ull) /* the end or the engine wakes us */
+			next = now + 3600000000000ull;
+		deadline_at(&ts, next);
+		pthread_cond_timedwait(&h->cv, &h->m, &ts);
+		now = al_mono_ns();
+	}
+	pthread_mutex_unlock(&h->m);
+	return ret;
+}
+
+void al_run_stop(struct al_run *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->m);
+	if (!h->stop_ns) {
+		h->stop_ns = al_mono_ns();
+		__atomic_store_n(&h->stop_req, 1, __ATOMIC_RELEASE);
+		if (h->e)
+			engine_stop(h->e);
+		pthread_cond_broadcast(&h->cv);
+	}
+	pthread_mutex_unlock(&h->m);
+}
+
+int al_run_phase(struct al_run *h, uint64_t *progress)
+{
+	uint64_t sum = 0;
+	unsigned i;
+
+	pthread_mutex_lock(&h->m);
+	if (h->e)
+		for (i = 0; i < h->e->nw; i++)
+			sum += __atomic_load_n(&h->e->ws[i].progress, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&h->m);
+	if (progress)
+		*progress = sum;
+	return __atomic_load_n(&h->phase, __ATOMIC_RELAXED);
+}
+
+void al_run_free(struct al_run *h)
+{
+	bool going, free_it;
+
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->m);
+	going = !h->done && !h->ended;
+	pthread_mutex_unlock(&h->m);
+	if (going) {
+		al_run_stop(h);
+		al_run_wait(h, UINT64_MAX);
+	}
+	pthread_mutex_lock(&h->m);
+	h->freed = 1;
+	free_it = h->done;
+	pthread_mutex_unlock(&h->m);
+	if (free_it)
+		handle_free(h);
+}
+
+int al_run(const struct al_run_config *cfg, struct al_run_result *res)
+{
+	struct al_run *h;
+	int ret = al_run_start(cfg, res, &h);
+
+	if (ret)
+		return ret;
+	ret = al_run_wait(h, UINT64_MAX);
+	al_run_free(h);
+	return ret;
 }

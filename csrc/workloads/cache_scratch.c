@@ -97,9 +97,14 @@ static int cs_cycle(struct al_worker *w)
 	w->alloc_ticks += t1 - t0;
 	if (al_unlikely(w->hist != NULL)) /* histogram=1 */
 		al_hist_record(&w->hist[AL_HIST_ALLOC], t1 - t0);
-	for (r = 0; r < reps; r++)
+	/* up to 2^30 passes over up to 1 MiB: ask now and then (untimed) whether
+	 * the run is stopping or its duration is over */
+	for (r = 0; r < reps; r++) {
+		if (!(r & (size >= 4096 ? 0 : 1023)) && al_worker_stopping(w))
+			break;
 		for (size_t k = 0; k < size; k++)
 			p[k] = (char)(p[k] + 1);
+	}
 	t0 = al_ticks();
 	ret = al_free(w->a, &w->ctx, (void *)p);
 	t1 = al_ticks();

@@ -43,6 +43,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +89,7 @@ struct nmi_box {
 };
 
 struct nmi_shared {
+	int64_t rate;	     /* signals per second per worker */
 	unsigned nworkers;   /* boxes */
 	unsigned per;	     /* slots per box */
 	struct nmi_box *box; /* one per worker */
@@ -126,6 +128,7 @@ struct nmi_worker {
 	uint64_t busy_retries;	  /* worker allocations retried after -EBUSY */
 	uint64_t handed;	  /* objects handed to the handler */
 	uint64_t handed_freed;	  /* of those, freed at NMI (the others: free_errors) */
+	uint64_t hits;		  /* signals received, working or not (calibration) */
 };
 
 /* Free at NMI; a failure keeps the object for a task-level free later. */
@@ -152,6 +155,8 @@ static void nmi_handler(int sig, siginfo_t *si, void *uc)
 
 	(void)sig;
 	(void)uc;
+	if (m) /* only this thread writes it; the calibration reads it */
+		__atomic_fetch_add(&m->hits, 1, __ATOMIC_RELAXED);
 	if (!m || !__atomic_load_n(&m->armed, __ATOMIC_RELAXED) ||
 	    !__atomic_load_n(&m->in_cycle, __ATOMIC_RELAXED) || !(cur = al_ctx_current()))
 		return;
@@ -193,6 +198,213 @@ static void nmi_handler(int sig, siginfo_t *si, void *uc)
 	errno = saved;
 }
 
+/*
+ * The highest rate a timer signal can be delivered at here. A signal costs
+ * its delivery (the timer interrupt, the kernel's frame setup, sigreturn)
+ * before the handler does any work. When the timer fires again before that
+ * is done, the next signal is pending at sigreturn and delivered at once:
+ * the thread never runs its own code again (no cycle ends, the watchdog
+ * fires after 30 s). Measured once per process: a victim thread counts
+ * iterations of a fixed piece of work; a controlling thread reads the count
+ * and the victim's CPU time over 10 ms windows alone and 20 ms windows
+ * under a timer at NMI_CAL_RATE aimed at the victim (the controller disarms
+ * it, so the measurement ends even when the victim is livelocked), three
+ * times each, keeping the fastest window of each kind. Per CPU second of
+ * the victim, preemption by other processes does not count; interrupt time
+ * the kernel does not charge to the thread is missed, so the estimate errs
+ * towards allowing a rate. The victim's lost share of its CPU time divided
+ * by the signals it received is the cost of one. At 1 / cost a worker
+ * would do nothing else; the highest rate allowed leaves it a fifth of its
+ * time: 0.8 / cost (a margin for the estimate's noise on a busy machine).
+ */
+#define NMI_CAL_RATE  500000 /* signals per second while measuring */
+#define NMI_SAFE_RATE 20000  /* below this (50 us apart) no measurement is needed */
+
+static double nmi_rate_max;  /* signals/s per worker; 0 = not measured */
+static double nmi_signal_ns; /* ns per signal */
+static pthread_once_t nmi_cal_once = PTHREAD_ONCE_INIT;
+
+struct nmi_cal {
+	struct nmi_worker m; /* armed = 0: the handler only counts hits */
+	pid_t tid;	     /* the victim's, once it runs */
+	int stop;	     /* set by the controller */
+	uint64_t iters;	     /* the victim's work so far */
+};
+
+static void *nmi_cal_victim(void *arg)
+{
+	struct nmi_cal *cal = arg;
+	uint64_t x = 88172645463325252ull, n = 0;
+	struct timespec zero = { 0, 0 };
+	volatile uint64_t sink;
+	sigset_t set;
+	unsigned j;
+
+	sigemptyset(&set);
+	sigaddset(&set, NMI_SIG);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	__atomic_store_n(&cal->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&cal->stop, __ATOMIC_ACQUIRE)) {
+		for (j = 0; j < 64; j++) { /* xorshift: no memory, no syscalls */
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+		}
+		__atomic_store_n(&cal->iters, ++n, __ATOMIC_RELAXED);
+	}
+	sink = x;
+	(void)sink;
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	while (sigtimedwait(&set, NULL, &zero) == NMI_SIG)
+		;
+	return NULL;
+}
+
+static uint64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	if (clock_gettime(id, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The victim's iterations per ns of its CPU time over a window of `ns`;
+ * *cpu_ns: the CPU time it had in the window. */
+static double nmi_cal_window(struct nmi_cal *cal, clockid_t victim, uint64_t ns, uint64_t *cpu_ns)
+{
+	struct timespec d = { 0, (long)ns };
+	uint64_t i0, i1, c0, c1;
+
+	i0 = __atomic_load_n(&cal->iters, __ATOMIC_RELAXED);
+	c0 = clock_ns(victim);
+	nanosleep(&d, NULL); /* the measuring window, not a wait for the thread */
+	i1 = __atomic_load_n(&cal->iters, __ATOMIC_RELAXED);
+	c1 = clock_ns(victim);
+	*cpu_ns = c1 - c0;
+	return c1 > c0 ? (double)(i1 - i0) / (double)(c1 - c0) : 0;
+}
+
+static void nmi_calibrate(void)
+{
+	static struct nmi_cal cal;
+	struct itimerspec on, off;
+	double base = 0, loaded = 0, v, left;
+	uint64_t hits = 0, h0, cpu, best_ns = 1;
+	clockid_t victim;
+	struct sigevent sev;
+	struct sigaction sa;
+	pthread_t th;
+	timer_t timer;
+	int k;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = nmi_handler;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(NMI_SIG, &sa, NULL) || pthread_create(&th, NULL, nmi_cal_victim, &cal))
+		return;
+	while (!__atomic_load_n(&cal.tid, __ATOMIC_ACQUIRE)) /* the victim's handshake */
+		sched_yield();
+	if (pthread_getcpuclockid(th, &victim))
+		goto out;
+	memset(&sev, 0, sizeof(sev));
+	sev.sigev_notify = SIGEV_THREAD_ID;
+	sev.sigev_signo = NMI_SIG;
+	sev.sigev_value.sival_ptr = &cal.m;
+	sev._sigev_un._tid = cal.tid;
+	if (timer_create(CLOCK_MONOTONIC, &sev, &timer))
+		goto out;
+	memset(&on, 0, sizeof(on));
+	memset(&off, 0, sizeof(off));
+	on.it_interval.tv_nsec = 1000000000 / NMI_CAL_RATE;
+	on.it_value = on.it_interval;
+	for (k = 0; k < 3; k++) {
+		v = nmi_cal_window(&cal, victim, 10000000, &cpu);
+		if (v > base)
+			base = v;
+		h0 = __atomic_load_n(&cal.m.hits, __ATOMIC_RELAXED);
+		if (timer_settime(timer, 0, &on, NULL))
+			break;
+		v = nmi_cal_window(&cal, victim, 20000000, &cpu);
+		timer_settime(timer, 0, &off, NULL);
+		if (v >= loaded && cpu) {
+			loaded = v;
+			hits = __atomic_load_n(&cal.m.hits, __ATOMIC_RELAXED) - h0;
+			best_ns = cpu;
+		}
+	}
+	timer_delete(timer);
+	if (base > 0 && hits) {
+		left = loaded / base; /* the share of its time the victim kept */
+		if (left > 1)
+			left = 1;
+		nmi_signal_ns = (1 - left) * (double)best_ns / (double)hits;
+		if (nmi_signal_ns < 50) /* below what any kernel takes: noise */
+			nmi_signal_ns = 50;
+		nmi_rate_max = 0.8e9 / nmi_signal_ns;
+	}
+out:
+	__atomic_store_n(&cal.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+}
+
+static void nmi_calibrate_once(void)
+{
+	sigset_t all, old;
+
+	/* every signal blocked in the threads it starts (and so in the calling
+	 * thread meanwhile), so that only the victim receives the timer's */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	nmi_calibrate();
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define NMI_NO_CAL 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define NMI_NO_CAL 1
+#endif
+#endif
+
+double al_nmi_max_rate(double *signal_ns)
+{
+#ifdef NMI_NO_CAL
+	/* TSan delays asynchronous signals to its next interception point: a
+	 * measurement would mean nothing. Not measured: every rate runs. */
+	(void)nmi_cal_once;
+	(void)nmi_calibrate_once;
+	if (signal_ns)
+		*signal_ns = 0;
+	return 0;
+#else
+	pthread_once(&nmi_cal_once, nmi_calibrate_once);
+	if (signal_ns)
+		*signal_ns = nmi_signal_ns;
+	return nmi_rate_max;
+#endif
+}
+
+/* 0 when `rate` can be delivered, else -ERANGE with why. */
+static int nmi_rate_check(int64_t rate, char *err, size_t errlen)
+{
+	double cost, max;
+
+	if (rate <= NMI_SAFE_RATE)
+		return 0;
+	max = al_nmi_max_rate(&cost);
+	if (max <= 0 || (double)rate <= max)
+		return 0; /* not measurable here: run, the watchdog still watches */
+	snprintf(err, errlen,
+		 "rate=%lld is more timer signals than this machine delivers: one costs ~%.2g us "
+		 "of CPU here, so at most %lld/s per worker (then signals take 80%% of its "
+		 "time); use rate <= %lld",
+		 (long long)rate, cost / 1e3, (long long)max, (long long)max);
+	return -ERANGE;
+}
+
 static int nmi_setup(const int64_t *params, unsigned nworkers, void **shared)
 {
 	struct nmi_shared *sh;
@@ -203,6 +415,7 @@ static int nmi_setup(const int64_t *params, unsigned nworkers, void **shared)
 	if (!sh)
 		return -ENOMEM;
 	sh->nworkers = nworkers;
+	sh->rate = params[P_rate];
 	sh->per = (unsigned)params[P_allocs_per_cycle];
 	sh->box = al_meta_alloc(sizeof(*sh->box) * nworkers);
 	sh->slots = al_meta_alloc(sizeof(void *) * sh->per * nworkers);
@@ -246,8 +459,8 @@ static int nmi_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, c
 		       size_t errlen)
 {
 	const struct al_allocator *l = al_stack_nmi_unsafe(a);
+	struct nmi_shared *sh = shared;
 
-	(void)shared;
 	(void)c;
 	if (l) {
 		snprintf(err, errlen,
@@ -257,6 +470,8 @@ static int nmi_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, c
 			 l->desc->name);
 		return -EOPNOTSUPP;
 	}
+	if (sh && nmi_rate_check(sh->rate, err, errlen))
+		return -ERANGE;
 	return 0;
 }
 

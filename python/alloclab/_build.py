@@ -270,10 +270,21 @@ struct al_run_result {
     uint64_t engine_cpus;
     unsigned nmetrics;
     struct al_metric metrics[...];
+    unsigned truncated;
     ...;
 };
 
 int al_run(const struct al_run_config *cfg, struct al_run_result *res);
+struct al_run;
+enum al_run_phase { AL_RUN_SETUP, AL_RUN_WARMUP, AL_RUN_MEASURED, AL_RUN_FINISH, AL_RUN_DONE,
+                    ... };
+int al_run_start(const struct al_run_config *cfg, struct al_run_result *res,
+                 struct al_run **out);
+int al_run_wait(struct al_run *r, uint64_t timeout_ns);
+void al_run_stop(struct al_run *r);
+int al_run_phase(struct al_run *r, uint64_t *progress);
+void al_run_free(struct al_run *r);
+double al_nmi_max_rate(double *signal_ns);
 unsigned al_cpus_usable(void);
 unsigned al_threads_per_core(void);
 

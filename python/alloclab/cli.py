@@ -1035,8 +1035,9 @@ def main(argv=None):
     except _RunFailed as e:
         _err(str(e))
         return 1
-    except KeyboardInterrupt:
-        _err("interrupted")
+    except KeyboardInterrupt:  # the run in progress was stopped and torn down
+        sys.stderr.write("%s: interrupted\n" % PROG)
+        sys.stderr.flush()
         return 130
     except BrokenPipeError:
         return 1

@@ -239,6 +239,10 @@ def _point_info(raws):
         info["run_starts"] = [x["t_start"] for x in raws]
     if all("pid" in x for x in raws):  # which process ran each run (processes=True)
         info["pids"] = [x["pid"] for x in raws]
+    if any(x.get("truncated") for x in raws):
+        # per run: workers whose measured phase the duration cut short (a
+        # fixed loop that did not finish); verdicts leave such runs out
+        info["truncated"] = [int(x.get("truncated", 0)) for x in raws]
     if r["cpu_mode"] == "virtual":
         info["cpu_note"] = "%d virtual CPUs, at most %d concurrent" % (
             r["ncpu_model"], r["ncpu_concurrent"])
@@ -279,6 +283,14 @@ def _uniq(vals):
     return out
 
 
+def truncated_line(labels, limit=6):
+    """The warning under a table for cells with truncated runs."""
+    more = len(labels) - limit
+    names = ", ".join(labels[:limit]) + (" and %d more" % more if more > 0 else "")
+    return ("truncated: the duration cut the run's loop short, its figures are partial "
+            "(left out of verdicts; give a longer duration): %s" % names)
+
+
 class Table:
     """A metric laid out as the seed tables are: rows × cols, one block per
     combination of the other swept parameters (e.g. per policy).
@@ -290,7 +302,7 @@ class Table:
     (rows, blocks × cols) views, blocks side by side."""
 
     def __init__(self, title, metric, stat, row_key, col_key, rows, cols, blocks, cube, sd_cube,
-                 n, cell_stats=None):
+                 n, cell_stats=None, truncated=None):
         self.title = title
         self.metric = metric
         self.stat = stat
@@ -307,6 +319,8 @@ class Table:
         self.ci_cube = np.full(cube.shape, np.nan)
         for (b, r, c), st in self.cell_stats.items():
             self.ci_cube[b, r, c] = st.ci_half
+        # {(block, row, col): (truncated runs, runs)} for cells with any
+        self.truncated = truncated or {}
 
     @property
     def values(self):
@@ -395,8 +409,13 @@ class Table:
 
     def warning_lines(self, limit=6):
         """The warnings, grouped by kind, a line each (for under the table)."""
-        return _stats.warning_lines(
+        lines = _stats.warning_lines(
             [(self.cell_label(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
+        if self.truncated:
+            lines.append(truncated_line(
+                ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
+                 for k, (cut, n) in sorted(self.truncated.items())], limit))
+        return lines
 
     def __str__(self):
         return self.to_text()
@@ -707,6 +726,11 @@ class Result:
             pts.setdefault((b, r, c), []).append(p)
         cell_stats = {k: _stats.describe(np.concatenate(v), **_stats.run_context(pts[k]))
                       for k, v in samples.items()}
+        truncated = {}
+        for k, ps in pts.items():
+            cut = sum(sum(1 for t in p.info.get("truncated", ()) if t) for p in ps)
+            if cut:
+                truncated[k] = (cut, sum(p.runs for p in ps))
         for (b, r, c), arrs in samples.items():
             x = np.concatenate(arrs)
             x = x[~np.isnan(x)]
@@ -717,7 +741,7 @@ class Result:
         blocks = [dict(zip(block_keys, bv)) for bv in block_vals]
         title = self._title(metric, stat, blocks)
         return Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
-                     n, cell_stats=cell_stats)
+                     n, cell_stats=cell_stats, truncated=truncated)
 
     def _title(self, metric, stat, blocks):
         wl = self.points[0].params.get("workload", "") if self.points else ""
@@ -884,6 +908,12 @@ class Result:
             s += ", timer overhead %s ns" % _fmt(float(np.mean(ovh)))
         s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
         return s
+
+    def truncated(self):
+        """[(point params, [run indexes])] of the runs the duration cut short
+        (a fixed loop that did not finish: figures of a partial loop)."""
+        return [(dict(p.params), [i for i, t in enumerate(p.info["truncated"]) if t])
+                for p in self.points if any(p.info.get("truncated", ()))]
 
     def machine_warnings(self):
         """Short lines naming what was bad in the recorded machine state (load

@@ -125,7 +125,13 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
 
     ``tasks`` is a list of plain, picklable dicts, one per grid point, in
     grid order; run_point(task) runs one of them.
+
+    duration bounds every run's warmup and measured phase (seconds each),
+    also with ``cycles``: a run it cuts short is marked truncated (its
+    figures are not those of the loop asked for; verdicts leave it out).
+    With cycles and no duration, the cycles alone end the phase.
     """
+    duration_given = duration is not None
     runs, duration, warmup_cycles = effort_defaults(effort, runs, duration, warmup_cycles)
     if not isinstance(processes, bool):
         raise errors.ParameterTypeError("processes must be True or False, not %r"
@@ -149,6 +155,8 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
             "%g" % (duration, MAX_SECONDS), name="duration", value=duration, min=0,
             max=MAX_SECONDS)
     duration_ns = max(1, int(round(duration * 1e9)))
+    if cycles is not None and not duration_given:
+        duration, duration_ns = None, 0  # the cycles alone end the phase
     seed = _int_in("seed", seed, 0, _U64_MAX)
 
     policies = _dedupe([Policy(p) for p in _as_list(policy, "policy")])
@@ -192,6 +200,8 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     for wraw in itertools.product(*wvalues):  # cross-parameter checks of every cell
         for nprod in prod:
             _check_workload_params(wl, wraw, nprod)
+    if wl.name == "nmi":
+        _check_nmi_rates(given.get("rate", ()))
 
     # Size against each policy's largest request.
     if wl.size_param is not None:
@@ -343,6 +353,29 @@ def _check_workload_params(wl, wraw, producers):
         raise errors.InvalidArgument("workload %s: %s" % (wl.name, msg))
 
 
+# nmi: rates up to this many signals per second need no measurement
+_NMI_SAFE_RATE = 20000
+
+
+def _check_nmi_rates(rates):
+    """Refuse nmi timer rates this machine cannot deliver (the workers would
+    handle signals and nothing else until the watchdog fired)."""
+    high = [r for r in rates if r > _NMI_SAFE_RATE]
+    if not high:
+        return
+    cost = ffi.new("double *")
+    mx = lib.al_nmi_max_rate(cost)  # measured once per process (~0.1 s)
+    if mx <= 0:
+        return
+    for r in high:
+        if r > mx:
+            raise errors.ParameterRangeError(
+                "rate=%d is more timer signals than this machine delivers: one costs ~%.2g us "
+                "of CPU here, so at most %d/s per worker (then signals take 80%% of its "
+                "time); use rate <= %d" % (r, cost[0] / 1e3, int(mx), int(mx)),
+                name="rate", value=r, min=0, max=int(mx))
+
+
 def _watchdog_ns(watchdog):
     """Validate watchdog (seconds, 0 = off)."""
     if isinstance(watchdog, bool) or not isinstance(watchdog, numbers.Real):
@@ -375,9 +408,58 @@ def _measure_options(histogram, mem_sample):
     return histogram, int(round(mem_sample * 1e9))
 
 
-def run_once(task, run_index=0, in_child=False):
+# How long the waiting thread stays in C at a time: Python runs its signal
+# handlers (Ctrl-C: KeyboardInterrupt) between slices.
+_WAIT_SLICE_NS = 50 * 1000 * 1000
+
+
+def _wait_stopped(h):
+    """Wait for a stopped run to end. The engine bounds it (workers that do
+    not stop within its grace are left running, the allocator leaked), so
+    further Ctrl-Cs while it finishes are not needed and are absorbed."""
+    while True:
+        try:
+            if lib.al_run_wait(h, _WAIT_SLICE_NS) != -errno.EINPROGRESS:
+                return
+        except KeyboardInterrupt:
+            pass
+
+
+def _run_c(cfg, res, on_phase=None):
+    """lib.al_run(cfg, res), waiting in slices with the GIL released: a
+    signal's Python handler runs within a slice, and an exception it raises
+    (KeyboardInterrupt) stops the run, waits until it has ended, and
+    propagates. on_phase(phase) is called as the run enters each phase
+    (lib.AL_RUN_WARMUP, AL_RUN_MEASURED, ...)."""
+    hp = ffi.new("struct al_run **")
+    rc = lib.al_run_start(cfg, res, hp)
+    if rc:
+        return rc
+    h = hp[0]
+    try:
+        seen = lib.AL_RUN_SETUP
+        while True:
+            rc = lib.al_run_wait(h, _WAIT_SLICE_NS)
+            if rc != -errno.EINPROGRESS:
+                return rc
+            if on_phase is not None:
+                phase = lib.al_run_phase(h, ffi.NULL)
+                if phase != seen:
+                    seen = phase
+                    on_phase(phase)
+    except BaseException:
+        lib.al_run_stop(h)
+        _wait_stopped(h)
+        raise
+    finally:
+        lib.al_run_free(h)
+
+
+def run_once(task, run_index=0, in_child=False, on_phase=None):
     """One al_run() call for a task dict; returns the raw result as plain data.
-    A peer allocator's task runs in a child process under LD_PRELOAD."""
+    A peer allocator's task runs in a child process under LD_PRELOAD.
+    Ctrl-C (KeyboardInterrupt) stops the run within about a second and
+    propagates; on_phase(phase) is told when the run enters a phase."""
     t_start = time.time()  # wall clock: pairs the interleaved runs of an A/B comparison
     if not in_child:
         peer = peers.needed(task["policy"])
@@ -405,7 +487,7 @@ def run_once(task, run_index=0, in_child=False):
     cfg.mem_sample_ns = task.get("mem_sample_ns", 0)
     cfg.watchdog_ns = task.get("watchdog_ns", 0)
     res = ffi.new("struct al_run_result *")
-    rc = lib.al_run(cfg, res)
+    rc = _run_c(cfg, res, on_phase)
     if rc:
         what = "run %d of %s on %r (%s)" % (
             run_index + 1, task["workload"], task["policy"],
@@ -449,6 +531,8 @@ def run_once(task, run_index=0, in_child=False):
         "free_ns": float(res.free_ns),
         "elapsed_ns": float(res.elapsed_ns),
         "steal_pct": float(res.steal_pct),
+        # workers whose measured phase the duration cut short (0 = whole)
+        "truncated": int(res.truncated),
         "layers": layers,
         **_raw_measures(res, task),
         # Scheduling in the measured phase (machine.run_metrics reads it).
@@ -509,6 +593,13 @@ class _Progress:
             self.done += n
             sys.stderr.write("\ralloclab: %d/%d runs" % (self.done, self.total))
             sys.stderr.flush()
+
+    def phase(self, phase):
+        """A run entered its measured phase: say so (Ctrl-C stops it)."""
+        if self.enabled and phase == lib.AL_RUN_MEASURED:
+            with self.lock:
+                sys.stderr.write("\ralloclab: %d/%d runs, measuring" % (self.done, self.total))
+                sys.stderr.flush()
 
     def close(self):
         if self.enabled:
@@ -579,7 +670,7 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
             raws = [[] for _ in tasks]
             for i in range(settings["runs"]):
                 for j in round_order(len(tasks), npol, i):
-                    raws[j].append(run_once(tasks[j], i))
+                    raws[j].append(run_once(tasks[j], i, on_phase=prog.phase))
                     prog.step()
             if adaptive:
                 settings["adaptive"] = _adapt(tasks, raws, npol, adaptive, t0, prog)

@@ -38,10 +38,13 @@ its units' own run times (the sweep's overhead).
 """
 
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import random
+import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -315,8 +318,12 @@ class _Journal:
         self.f = open(self.path, "a")
 
     def _write(self, obj):
-        self.f.write(json.dumps(obj, allow_nan=True) + "\n")
-        self.f.flush()
+        # A Ctrl-C must not cut a line in half: the line is built first, and
+        # written and flushed with SIGINT's handler held back (main thread).
+        line = json.dumps(obj, allow_nan=True) + "\n"
+        with _sigint_deferred():
+            self.f.write(line)
+            self.f.flush()
 
     def add(self, point, run, raw, wall_s):
         self.done[(_cell_key(point), run)] = (raw, wall_s)
@@ -324,6 +331,31 @@ class _Journal:
 
     def close(self):
         self.f.close()
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold SIGINT back for the block (in the main thread; elsewhere Python
+    delivers no signals anyway), then deliver it as the previous handler
+    would: KeyboardInterrupt after the block, not in the middle of it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    try:
+        prev = signal.signal(signal.SIGINT, lambda sig, frame: got.append(frame))
+    except (ValueError, OSError):  # pragma: no cover - no signal support here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, prev)
+        if got:
+            if callable(prev):
+                prev(signal.SIGINT, got[-1])
+            elif prev == signal.SIG_DFL:
+                raise KeyboardInterrupt
 
 
 def _progress_bar(total, initial, enabled):

@@ -108,10 +108,14 @@ class Side:
     """The runs of one side of a cell: values, per-run start times (for
     pairing), per-run steal, the CPU mode; or a stated value."""
 
-    __slots__ = ("values", "starts", "steal", "cpu_mode", "label", "stated")
+    __slots__ = ("values", "starts", "steal", "cpu_mode", "label", "stated", "truncated")
 
-    def __init__(self, values, starts=None, steal=None, cpu_mode=None, label="", stated=False):
+    def __init__(self, values, starts=None, steal=None, cpu_mode=None, label="", stated=False,
+                 truncated=None):
         self.values = np.asarray(values, dtype=float).ravel()
+        # per run: the duration cut its loop short (left out of estimates)
+        self.truncated = (np.zeros(len(self.values), dtype=bool) if truncated is None else
+                          np.asarray(truncated, dtype=bool).ravel())
         self.starts = None if starts is None else np.asarray(starts, dtype=float).ravel()
         self.steal = np.asarray(steal if steal is not None else [], dtype=float).ravel()
         self.cpu_mode = cpu_mode
@@ -121,7 +125,7 @@ class Side:
     @classmethod
     def from_points(cls, points, metric, label=""):
         """The runs of ``metric`` over Points (runs of equal points pooled)."""
-        vals, starts, steal, modes = [], [], [], set()
+        vals, starts, steal, modes, cut = [], [], [], set(), []
         for p in points:
             if metric not in p.data:
                 continue
@@ -132,12 +136,16 @@ class Side:
                           else np.full(len(v), np.nan))
             steal.append(np.asarray(p.data.get("steal_pct", []), dtype=float))
             modes.add(p.info.get("cpu_mode"))
+            tr = p.info.get("truncated")
+            cut.append(np.asarray(tr, dtype=bool) if tr is not None and len(tr) == len(v)
+                       else np.zeros(len(v), dtype=bool))
         if not vals:
             return None
         s = np.concatenate(starts)
         return cls(np.concatenate(vals), None if np.isnan(s).any() else s,
                    np.concatenate(steal), "virtual" if "virtual" in modes else
-                   (modes.pop() if len(modes) == 1 else None), label)
+                   (modes.pop() if len(modes) == 1 else None), label,
+                   truncated=np.concatenate(cut))
 
     @classmethod
     def value(cls, v, label=""):
@@ -200,12 +208,13 @@ class Estimate:
     difference new - old), se, df, the scale ("ratio"/"difference"), the old
     side's mean (to turn a factor into a difference), the test used, and n."""
 
-    __slots__ = ("theta", "se", "df", "scale", "ref", "test", "n", "dropped")
+    __slots__ = ("theta", "se", "df", "scale", "ref", "test", "n", "dropped", "cut")
 
-    def __init__(self, theta, se, df, scale, ref, test, n, dropped=0):
+    def __init__(self, theta, se, df, scale, ref, test, n, dropped=0, cut=0):
         self.theta, self.se, self.df = theta, se, df
         self.scale, self.ref, self.test, self.n = scale, ref, test, n
         self.dropped = dropped  # runs (pairs when paired) left out for steal time
+        self.cut = cut  # runs (pairs when paired) left out as truncated by the duration
 
     def interval(self, confidence=CONFIDENCE):
         if self.se == 0:
@@ -261,6 +270,15 @@ class Estimate:
                         "contrast of %s" % self.test, min(self.n, other.n))
 
 
+def _keep(side, mask):
+    """The side with only the runs where mask is true."""
+    if side.stated or mask.all():
+        return side
+    return Side(side.values[mask], None if side.starts is None else side.starts[mask],
+                side.steal[mask] if len(side.steal) == len(mask) else side.steal,
+                side.cpu_mode, side.label, truncated=side.truncated[mask])
+
+
 def estimate(old, new, scale="auto", drop_disturbed=True):
     """The effect of new against old (Side each) and how it was tested.
 
@@ -271,6 +289,19 @@ def estimate(old, new, scale="auto", drop_disturbed=True):
     problems = []
     a, b = old.values, new.values
     pair = paired(old, new)
+    # runs whose loop the duration cut short measure a partial loop: out
+    ta = old.truncated if len(old.truncated) == len(a) else np.zeros(len(a), dtype=bool)
+    tb = new.truncated if len(new.truncated) == len(b) else np.zeros(len(b), dtype=bool)
+    if pair:
+        whole = ~ta & ~tb
+        cut = int((~whole).sum())
+        a, b = a[whole], b[whole]
+        old, new = _keep(old, whole), _keep(new, whole)
+    else:
+        cut = int(ta.sum() + tb.sum())
+        a, b = a[~ta], b[~tb]
+        old, new = _keep(old, ~ta), _keep(new, ~tb)
+
     da, db = _disturbed(old, len(a)), _disturbed(new, len(b))
     if not drop_disturbed:
         da, db = np.zeros(len(a), dtype=bool), np.zeros(len(b), dtype=bool)
@@ -294,7 +325,11 @@ def estimate(old, new, scale="auto", drop_disturbed=True):
     ref = float(np.mean(a)) if len(a) else math.nan
     f = np.log if scale == "ratio" else (lambda x: x)
     nmin = min(len(a), len(b)) if not old.stated else len(b)
-    if nmin < MIN_RUNS and dropped:
+    if nmin < MIN_RUNS and cut:
+        problems.append(("truncated", "%d run%s cut short by the duration (truncated: a partial "
+                         "loop), %d left (< %d); give a longer duration"
+                         % (cut, "" if cut == 1 else "s", nmin, MIN_RUNS)))
+    elif nmin < MIN_RUNS and dropped:
         problems.append(("steal", "%d run%s disturbed by steal time above %g%% of CPU time, "
                          "%d left (< %d)" % (dropped, "" if dropped == 1 else "s",
                                              _stats.STEAL_WARN_PCT, nmin, MIN_RUNS)))
@@ -334,6 +369,7 @@ def estimate(old, new, scale="auto", drop_disturbed=True):
                                                        else "values", na, nb),
                        min(na, nb))
     est.dropped = dropped
+    est.cut = cut
     if pair and scale == "ratio":
         # paired runs: what must not split in two is the per-pair ratio; both
         # sides moving together between rounds (the host's drift) cancels in it
@@ -537,6 +573,12 @@ class Verdict:
             parts.append(self.reason)
         tests = sorted({x.est.test.split(" on ")[0].split(" (")[0] for x in cells})
         parts.append("; ".join(tests))
+        cut = sum(getattr(x.est, "cut", 0) for x in cells)
+        if cut:
+            paired_ = any(x.est.test.startswith("paired") for x in cells)
+            parts.append("%d %s cut short by the duration (truncated) left out" % (
+                cut, ("pair of runs" if cut == 1 else "pairs of runs") if paired_ else
+                ("run" if cut == 1 else "runs")))
         dropped = sum(x.est.dropped for x in cells)
         if dropped:
             paired_ = any(x.est.test.startswith("paired") for x in cells)

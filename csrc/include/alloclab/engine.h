@@ -148,7 +148,29 @@ struct al_worker {
 	unsigned nmetrics;	   /* entries used in metrics[] */
 	unsigned metrics_max;	   /* capacity of metrics[]; 0 = the worker keeps none */
 	int measuring;		   /* 1 from the first measured cycle on (set by the engine) */
+	/* Set by the engine for al_worker_stopping(): the run's stop flag and
+	 * the end of the current phase in al_ticks() (0 = none). */
+	const int *stop;
+	uint64_t deadline;
+	int cut; /* al_worker_stopping() said stop during this phase */
 };
+
+/*
+ * For workloads whose cycle is a long fixed loop (test_vmalloc): true when
+ * the run is stopping (al_run_stop, a failed worker, the watchdog) or the
+ * phase's duration is over, so the loop should end early and clean up as
+ * it would at its end. Returning true marks the cycle cut: the engine then
+ * reports the run as truncated. Costs one load and one clock read.
+ */
+static inline bool al_worker_stopping(struct al_worker *w)
+{
+	if ((w->stop && __atomic_load_n(w->stop, __ATOMIC_RELAXED)) ||
+	    (w->deadline && al_ticks() >= w->deadline)) {
+		w->cut = 1;
+		return true;
+	}
+	return false;
+}
 
 struct al_run_result;
 
@@ -206,6 +228,12 @@ struct al_workload_desc {
 	 * values. al_run calls it before building anything. */
 	int (*check_params)(const int64_t *params, unsigned nworkers, char *err, size_t errlen);
 };
+
+/* The nmi workload: the highest timer-signal rate per worker this machine
+ * delivers while leaving a worker a fifth of its time (measured once per
+ * process, ~0.1 s), and the CPU cost of one signal in ns; 0 when it could
+ * not be measured. Higher rates are refused (-ERANGE) before a run. */
+AL_API double al_nmi_max_rate(double *signal_ns);
 
 /* ---- per-operation latency histograms ---- */
 
@@ -351,10 +379,61 @@ struct al_run_result {
 	/* Workload metrics merged from the workers (MEAN already divided). */
 	unsigned nmetrics;
 	struct al_metric metrics[AL_METRICS_MAX];
+
+	/* Workers whose measured phase was cut short by duration_ns: a cycle
+	 * ended early (al_worker_stopping) or fewer than `cycles` cycles ran.
+	 * Such a run's figures are not those of the whole loop asked for. */
+	unsigned truncated;
 };
 
-/* 0 or -errno; res->status and res->error say the same. */
+/* 0 or -errno; res->status and res->error say the same. Equivalent to
+ * al_run_start + al_run_wait(UINT64_MAX) + al_run_free. */
 AL_API int al_run(const struct al_run_config *cfg, struct al_run_result *res);
+
+/*
+ * A run in the background, so that the caller can wait in slices and stop
+ * it (Ctrl-C): al_run_start() runs the engine on a thread of its own, with
+ * the asynchronous signals (SIGINT, SIGTERM, ...) blocked in it and in its
+ * workers, so they are delivered to the caller's threads. `res` must stay
+ * valid until al_run_wait() has returned something other than -EINPROGRESS
+ * or al_run_free() has returned.
+ *
+ * al_run_stop() asks the run to end: workers stop at their next cycle
+ * boundary (long loops inside a cycle check al_worker_stopping), finish,
+ * and the allocator is torn down as usual; the run then ends with
+ * -ECANCELED. Workers that do not stop within AL_RUN_STOP_GRACE_NS are left
+ * running and the allocator leaked, as the watchdog does.
+ *
+ * While the engine thread itself works (creating the stack, the workload's
+ * setup and teardown, draining, destroying), al_run_wait() is its watchdog:
+ * no step finished within watchdog_ns (or the stop grace after a stop) ends
+ * the run with -ETIMEDOUT ("watchdog: ... in <step>") or -ECANCELED, the
+ * engine thread is left running and everything it holds leaked.
+ */
+#define AL_RUN_STOP_GRACE_NS 1000000000ull
+
+enum al_run_phase {
+	AL_RUN_SETUP = 0,    /* creating the stack, the workload's setup, starting workers */
+	AL_RUN_WARMUP = 1,   /* warmup cycles */
+	AL_RUN_MEASURED = 2, /* the measured phase */
+	AL_RUN_FINISH = 3,   /* worker_fini, joins, teardown, leak check, destroy */
+	AL_RUN_DONE = 4
+};
+
+struct al_run;
+/* 0 and *out set, or -errno (res->error says why; nothing to free). */
+AL_API int al_run_start(const struct al_run_config *cfg, struct al_run_result *res,
+			struct al_run **out);
+/* Wait up to timeout_ns (UINT64_MAX = until done): -EINPROGRESS while the
+ * run goes on, else its status (res filled in). */
+AL_API int al_run_wait(struct al_run *r, uint64_t timeout_ns);
+/* Ask the run to stop (any thread, any time, more than once). */
+AL_API void al_run_stop(struct al_run *r);
+/* The run's phase (enum al_run_phase) and a count that grows as workers
+ * change state and finish cycles. */
+AL_API int al_run_phase(struct al_run *r, uint64_t *progress);
+/* Stop the run if it goes on, wait for it, release the handle. */
+AL_API void al_run_free(struct al_run *r);
 /* Set a named workload result from a workload's report hook: it joins
  * the metrics merged from the workers (al_worker_metric), as "wl.<name>" in
  * Python; ignored when metrics[] is full. NaN is allowed (undefined). */
