@@ -764,6 +764,7 @@ static void *worker_main(void *arg)
 	const struct al_workload_desc *wl = e->cfg->workload;
 	struct token *t;
 	uint64_t i, deadline, nvcsw0, nivcsw0, nvcsw1, nivcsw1;
+	bool deadline_hit = false;
 	int ret;
 
 	if (s->pin_cpu >= 0) {
@@ -825,12 +826,20 @@ static void *worker_main(void *arg)
 			break;
 		if (i && deadline && al_ticks() >= deadline)
 			break;
-		if (run_cycle(s, t))
+		ret = run_cycle(s, t);
+		if (ret) {
+			/* A worker still waiting for its turn when main declares the
+			 * phase over sees the end before its own deadline (taken a
+			 * little later than main's): its fixed loop was cut too. */
+			if (ret == -ECANCELED)
+				deadline_hit = true;
 			break;
+		}
 	}
 	s->w.cycles = i; /* read by main after the barrier */
-	s->truncated = s->w.cut ||
-		       (e->cfg->cycles && i < e->cfg->cycles && deadline && al_ticks() >= deadline);
+	if (deadline && al_ticks() >= deadline)
+		deadline_hit = true;
+	s->truncated = s->w.cut || (e->cfg->cycles && i < e->cfg->cycles && deadline_hit);
 	s->w.deadline = 0;
 	ctxsw_read(&nvcsw1, &nivcsw1);
 	s->nvcsw = nvcsw1 - nvcsw0;
