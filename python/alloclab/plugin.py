@@ -45,7 +45,7 @@ import tempfile
 import time
 
 from . import errors, schema
-from ._ffi import cstr, ffi, include_dir, lib, lib_path
+from ._ffi import cstr, ffi, include_dir, lib, lib_path, strerror
 
 TYPES = {"int": "AL_PARAM_INT", "size": "AL_PARAM_SIZE", "bool": "AL_PARAM_BOOL",
          "enum": "AL_PARAM_ENUM", "ns": "AL_PARAM_NS"}
@@ -273,7 +273,9 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
         rc = mod.lib.alloclab_plugin_status()
         if rc:
             raise errors.PluginError("the registry refused plugin %r: %s" % (
-                name, "name taken" if rc == -17 else "invalid descriptor (%d)" % rc), name=name)
+                name, "name taken" if rc == -17 else
+                "invalid descriptor (%s: wrong abi_version or desc_size, a bad name or parameter "
+                "schema, or no create)" % strerror(rc)), name=name)
     if lib.al_layer_find(name.encode()) == ffi.NULL:
         raise errors.PluginError(
             "plugin %r compiled but registered no layer named %r: call "
