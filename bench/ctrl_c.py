@@ -126,7 +126,7 @@ def main():
     ap.add_argument("--cases", default="run,run-cycles,sweep,processes")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args()
-    out = {}
+    out = {"load_before": os.getloadavg()[0]}
     lines = ["Ctrl-C: seconds from SIGINT to the process's exit (median / max of %d)"
              % args.reps]
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,12 +143,15 @@ def main():
                 case, out[case]["median_s"], out[case]["max_s"],
                 ", exits other than 130: %s" % bad if bad else ""))
             print(lines[-1], flush=True)
+    out["load_after"] = os.getloadavg()[0]
+    lines.append("load average before %.2f, after %.2f" % (out["load_before"], out["load_after"]))
+    print(lines[-1])
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "ctrl_c.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(args.out, "ctrl_c.json"), "w") as f:
         json.dump(out, f, indent=1)
-    return 0 if all(not v["bad_exits"] for v in out.values()) else 1
+    return 0 if all(not v["bad_exits"] for v in out.values() if isinstance(v, dict)) else 1
 
 
 if __name__ == "__main__":

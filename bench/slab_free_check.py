@@ -12,7 +12,7 @@ current/baseline and of the difference current - baseline in ns/op.
 Goal: within 1% or 0.3 ns of the baseline (the upper CI bound of the ratio
 at most 1.01, or of the difference at most 0.3 ns).
 
-    python bench/slab_free_check.py --baseline REV [--runs 20] [--duration 0.3]
+    python bench/slab_free_check.py --baseline REV [--runs 20] [--duration 0.3] [--per-child 5] [--cpu N]
                                     [--cpu N] [--keep DIR]
 
 REV is any git revision (a commit before the check, e.g. the merge base).
@@ -45,10 +45,14 @@ sys.path.insert(0, sys.argv[1])
 import alloclab as al
 assert al.__file__.startswith(sys.argv[1]), (al.__file__, sys.argv[1])
 kw = json.loads(sys.argv[2])
-res = al.run("malloc-free", kw.pop("policy"), runs=1, **kw)
+res = al.run("malloc-free", kw.pop("policy"), **kw)
 p = res.points[0]
-print(json.dumps({"alloc_ns": float(p["alloc_ns"].mean()),
-                  "free_ns": float(p["free_ns"].mean()), "file": al.__file__}))
+# The child's fastest run (alloc + free), the one the host disturbed least:
+# on a shared VM a run is slowed, never sped up, by what else runs, and the
+# check's cost is in every run alike.
+best = min(range(len(p["alloc_ns"])), key=lambda i: p["alloc_ns"][i] + p["free_ns"][i])
+print(json.dumps({"alloc_ns": float(p["alloc_ns"][best]),
+                  "free_ns": float(p["free_ns"][best]), "file": al.__file__}))
 """
 
 
@@ -131,6 +135,8 @@ def main():
     ap.add_argument("--baseline", required=True, help="git revision to compare against")
     ap.add_argument("--runs", type=int, default=20, help="interleaved pairs (default 20)")
     ap.add_argument("--duration", type=float, default=0.3, help="seconds per run")
+    ap.add_argument("--per-child", type=int, default=5,
+                    help="runs per child process, of which the fastest counts (default 5)")
     ap.add_argument("--cpu", type=int, default=None, help="pin every child to this CPU")
     ap.add_argument("--keep", default=None, help="build in this directory and keep it")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "slab_free_check.json"))
@@ -150,7 +156,8 @@ def main():
         export_revision(a.baseline, base_src)
         export_worktree(cur_src)
         pkgs = {"baseline": build(base_src), "current": build(cur_src)}
-        kw = dict(WORKLOAD, policy=POLICY, duration=a.duration, timing="batch")
+        kw = dict(WORKLOAD, policy=POLICY, duration=a.duration, timing="batch", runs=a.per_child)
+        load_before = os.getloadavg()
         pairs = []
         for i in range(a.runs):
             order = ("baseline", "current") if i % 2 == 0 else ("current", "baseline")
@@ -169,14 +176,22 @@ def main():
     cur = stats.describe([p["current_ns"] for p in pairs])
     ratio = stats.describe([p["current_ns"] / p["baseline_ns"] for p in pairs])
     diff = stats.describe([p["current_ns"] - p["baseline_ns"] for p in pairs])
+    load_after = os.getloadavg()
+    # Met: the whole CI lies within the goal. Missed: the whole CI lies
+    # beyond it. Otherwise the pairs cannot tell (say how wide they are).
     ok = ratio.ci[1] <= 1.01 or diff.ci[1] <= 0.3
+    missed = ratio.ci[0] > 1.01 and diff.ci[0] > 0.3
+    verdict = ("met" if ok else "missed" if missed else
+               "inconclusive: the 95%% CI of the ratio is %.1f%% wide, too wide to tell 1%%"
+               % (100 * (ratio.ci[1] - ratio.ci[0])))
     print("\nkzalloc, malloc-free, size 64, 16 allocs/cycle, alloc+free ns/op, %d pairs:"
           % len(pairs))
     print(ci_line("baseline", base, " ns"))
     print(ci_line("current", cur, " ns"))
     print(ci_line("ratio current/baseline", ratio, ""))
     print(ci_line("difference current-baseline", diff, " ns"))
-    print("goal (within 1%% or 0.3 ns): %s" % ("met" if ok else "NOT met"))
+    print("goal (within 1%% or 0.3 ns): %s" % verdict)
+    print("load average before %.2f, after %.2f" % (load_before[0], load_after[0]))
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"baseline": a.baseline, "baseline_commit": base_rev.strip(),
@@ -184,7 +199,9 @@ def main():
                    "duration": a.duration, "pairs": pairs,
                    "ratio": ratio.as_dict(), "difference_ns": diff.as_dict(),
                    "baseline_ns": base.as_dict(), "current_ns": cur.as_dict(),
-                   "goal_met": ok}, f, indent=1)
+                   "goal_met": ok, "verdict": verdict, "per_child": a.per_child,
+                   "cpu": a.cpu, "load_before": load_before[0], "load_after": load_after[0]},
+                  f, indent=1)
     print("written:", a.out)
 
 
