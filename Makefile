@@ -78,7 +78,7 @@ clean:
 
 .PHONY: all tests test format clean preload
 
-# libFuzzer targets (issue 8): clang with ASan + UBSan, one per layer family,
+# libFuzzer targets: clang with ASan + UBSan, one per layer family,
 # all from tests/fuzz/fuzz_alloc.c (see the README's "Fuzzing").
 FUZZ_CC ?= clang
 FUZZ_FAMILIES := buddy front slab pages

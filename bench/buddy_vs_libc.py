@@ -1,4 +1,4 @@
-"""buddy and libc on malloc-free (issue 2 figure): size 64, allocs_per_cycle
+"""buddy and libc on malloc-free: size 64, allocs_per_cycle
 1/16/64/256, producers 1 and 2, alloc and free ns/op, and the buddy's lock
 acquisitions per operation, all in one interleaved run.
 

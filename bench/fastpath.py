@@ -1,4 +1,4 @@
-"""The cache-hit fast path (issue 3 figure): malloc-free, 1 producer, size 64,
+"""The cache-hit fast path: malloc-free, 1 producer, size 64,
 allocs_per_cycle 16 (everything stays in the 16-slot per-CPU cache), alloc and
 free ns/op for libarena-spill and libarena-transfer with guard=atomic and
 guard=local, and libc, in one interleaved run. Goal: guard=local at or below

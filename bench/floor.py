@@ -1,4 +1,4 @@
-"""The harness floor (issue 2 figure): timer overhead per clock pair and the
+"""The harness floor: timer overhead per clock pair and the
 ns/op of the `null` policy on malloc-free at allocs_per_cycle 1, 16, 64, 256.
 
 Target: <= 1 ns/op at allocs_per_cycle >= 64 (batch timing).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Wall time from a fresh virtual environment to the first printed table
-# (issue 2 figure): clone, venv, pip install, alloclab run.
+# Wall time from a fresh virtual environment to the first printed table:
+# clone, venv, pip install, alloclab run.
 #   bash bench/fresh_install.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,4 +1,4 @@
-"""Per-op histogram timing against batch timing (issue 6 figure).
+"""Per-op histogram timing against batch timing.
 
 The same workload three ways, interleaved run by run on a fresh allocator:
   batch        one clock pair around a cycle's allocations (the default)

@@ -1,4 +1,4 @@
-"""Kernel-style presets against real allocators (issue 7 figure): malloc-free
+"""Kernel-style presets against real allocators: malloc-free
 and malloc-xfree at producers 1 and 2, allocs/cycle 1/16/64/256, sizes 64 and
 512, for every buddy-backed preset and every peer (glibc, jemalloc,
 gperftools-tcmalloc, mimalloc: each run in its own LD_PRELOAD child), then

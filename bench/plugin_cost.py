@@ -1,4 +1,4 @@
-"""Plugin cost (issue 9 figures): the built-in percpu layer compiled again as a
+"""Plugin cost: the built-in percpu layer compiled again as a
 plugin (the same source, renamed), against the built-in, on the cache-hit
 fast path (malloc-free, 1 producer, size 64, 16 allocs/cycle) in one
 interleaved run; and the compile-and-register time of a plugin (cold: no

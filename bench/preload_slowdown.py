@@ -1,4 +1,4 @@
-"""Real programs under the preload shim (issue 7 figure): wall time of
+"""Real programs under the preload shim: wall time of
 python3 running a fixed multi-threaded script (PYTHONMALLOC=malloc) and of
 sqlite3 running a fixed batch of inserts, under glibc and under each
 buddy-backed preset; the slowdown against glibc (median of --runs).

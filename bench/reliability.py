@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8 figures (run by the lead; minutes, not seconds).
+"""Reliability figures (run by the lead; minutes, not seconds).
 
 1. NMI model: for every NMI-safe policy (presets and stacks), the nmi
    workload with 1 and 2 workers at 0, 1k, 10k and 50k timer signals/s per

@@ -1,4 +1,4 @@
-"""A sweep's wall time against the sum of its cells' run times (issue 6 figure).
+"""A sweep's wall time against the sum of its cells' run times.
 
 Runs one sweep (policies interleaved in a seeded random order, journal in a
 temporary file) and splits its wall time into

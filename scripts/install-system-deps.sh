@@ -15,7 +15,7 @@ command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 command -v git >/dev/null 2>&1 || missing="$missing git"
 command -v clang-format >/dev/null 2>&1 || missing="$missing clang-format"
 command -v cc >/dev/null 2>&1 || missing="$missing build-essential"
-command -v clang >/dev/null 2>&1 || missing="$missing clang" # libFuzzer (issue 8)
+command -v clang >/dev/null 2>&1 || missing="$missing clang" # libFuzzer
 [ -z "$missing" ] && exit 0
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -1,4 +1,4 @@
-"""Issue 8: a Hypothesis state machine driving random operation sequences
+"""A Hypothesis state machine driving random operation sequences
 through alloclab.Allocator, one per layer family (buddy; percpu / transfer /
 magazine over buddy; slab, sheaves, nolock, bpf_ma; pages / vmalloc):
 allocations of any size, frees of live objects, bogus and double frees

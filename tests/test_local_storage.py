@@ -1,4 +1,4 @@
-"""Seed 003 (issue 4): the local-storage-create workload, its eras' exact
+"""Seed 003: the local-storage-create workload, its eras' exact
 counts per create, the workload results (metrics "wl.<name>"), the new
 layers and presets, and the reproduction's report, JSON and CLI."""
 

@@ -1,4 +1,4 @@
-"""Issue 8: reliability. The engine's watchdog (a stuck run ends with
+"""Reliability. The engine's watchdog (a stuck run ends with
 RunStalled naming the policy, the workload and each worker's state)."""
 import ctypes
 import errno

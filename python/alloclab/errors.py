@@ -141,7 +141,7 @@ class RunError(AlloclabError, RuntimeError):
 
 
 class RunStalled(RunError):
-    """Issue 8: the engine's watchdog ended a run that made no progress; the
+    """The engine's watchdog ended a run that made no progress; the
     message names the policy, the workload and where each worker was. The
     stuck threads were left running and their allocator leaked."""
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Test helpers (issue 4 tests): build a stack from a policy spec string,
+ * Test helpers: build a stack from a policy spec string,
  * "nolock > sheaves(capacity=4) > slab(form=sheaves)": values are integers
  * or enum choice names; everything else takes its default. Plus the fault
  * injection plumbing: arm a hook for one named point, run a nested

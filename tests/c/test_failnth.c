@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Issue 8: the failnth fault-injection layer: exact counts of calls and
+ * The failnth fault-injection layer: exact counts of calls and
  * injected failures, the errors it returns, and objects untouched by a
  * failed free (the caller keeps them and frees them later).
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Issue 8: the buddy's NMI path. An allocation at AL_CTX_NMI returns NULL at
+ * The buddy's NMI path. An allocation at AL_CTX_NMI returns NULL at
  * once (-EBUSY, nmi_alloc_refused); a free at AL_CTX_NMI is validated
  * lock-free and pushed on a deferred list (nmi_frees_deferred), which the
  * next ordinary operation drains under the lock (deferred_drained). The

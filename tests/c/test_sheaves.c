@@ -205,7 +205,7 @@ TEST(test_stress_nolock_sheaves)
 /*
  * Over buddy a kmalloc-96 request gets a 128-byte block: the first one goes
  * below and learns it; later 96-byte requests use the 128 sheaves, and every
- * free counts the bytes its allocation counted (found by issue 8's tests:
+ * free counts the bytes its allocation counted (found by the stress tests:
  * bytes_held went negative).
  */
 TEST(test_class_learnt_over_buddy)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Issue 8: the stress workload (random alloc/free/bulk/handoff with fill
+ * The stress workload (random alloc/free/bulk/handoff with fill
  * patterns checked before every free) on every preset and on the front
  * layers over buddy, 4 workers; no signals, so it is TSan's share of the
  * reliability tests. A run must end with no error and no leak.

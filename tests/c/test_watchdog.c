@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Issue 8: the engine's watchdog. A test layer, t_block, blocks its Nth
+ * The engine's watchdog. A test layer, t_block, blocks its Nth
  * allocation until the test releases it: the run must end with -ETIMEDOUT
  * and an error naming the policy, the workload and where each worker was,
  * instead of hanging. The stuck worker is left running (detached) and the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer targets (issue 8), one per layer family, from this one source:
+ * libFuzzer targets, one per layer family, from this one source:
  *   FUZZ_FAMILY_buddy   buddy
  *   FUZZ_FAMILY_front   percpu, transfer (under percpu), magazine over buddy
  *   FUZZ_FAMILY_slab    slab, sheaves, nolock, bpf_ma over slab; sheaves over buddy
