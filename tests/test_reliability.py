@@ -426,10 +426,10 @@ def _read_until(proc, marker, limit=120.0):
     return buf
 
 
-def _interrupt(proc):
-    """SIGINT to proc; (exit status, stderr rest, seconds until it exited)."""
+def _interrupt(proc, sig=signal.SIGINT):
+    """sig to proc; (exit status, stderr rest, seconds until it exited)."""
     t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     try:
         _, err = proc.communicate(timeout=STOP_LIMIT_S)
     except subprocess.TimeoutExpired:
@@ -466,7 +466,10 @@ def _marked(mark):
     return out
 
 
-def test_ctrl_c_stops_processes_runs_without_orphans():
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_processes_runs_without_orphans(sig):
+    """Ctrl-C, and SIGTERM alike (a service manager's stop), end the run and
+    its child process: exit 128 + the signal, no orphan keeps running."""
     mark = "ALLOCLAB_TEST_MARK=%s" % uuid.uuid4().hex
     env = dict(os.environ, ALLOCLAB_TEST_MARK=mark.split("=", 1)[1])
     proc = _cli(["run", "malloc-free", "--processes", "--cycles", "100000000000"], env=env)
@@ -482,8 +485,10 @@ def test_ctrl_c_stops_processes_runs_without_orphans():
                 except OSError:
                     pass
         time.sleep(0.01)  # polling /proc for the child, not waiting on a thread
-    rc, err, _ = _interrupt(proc)
-    assert rc == 130, err
+    rc, err, _ = _interrupt(proc, sig)
+    assert rc == 128 + sig, err
+    assert err.decode().strip().splitlines()[-1] == (
+        "alloclab: interrupted" if sig == signal.SIGINT else "alloclab: terminated (SIGTERM)")
     end = time.monotonic() + STOP_LIMIT_S
     while _marked(mark.encode()):
         assert time.monotonic() < end, "orphans left: %s" % _marked(mark.encode())

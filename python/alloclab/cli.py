@@ -1007,9 +1007,37 @@ def cmd_reproduce(args, parser):
         args)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C's KeyboardInterrupt would be, so
+    that a run in progress is stopped and its child processes are killed
+    and reaped the same way (the default action would end this process and
+    leave them running)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signum)
+
+
+def _terminate_like_ctrl_c():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(s) == signal.SIG_DFL:
+            signal.signal(s, _raise_terminated)
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if not argv or argv[0] != "preload":  # preload forwards signals to its program
+            _terminate_like_ctrl_c()
         if argv and argv[0] == "run":
             return cmd_run(argv[1:])
         p = _main_parser()
@@ -1035,10 +1063,14 @@ def main(argv=None):
     except _RunFailed as e:
         _err(str(e))
         return 1
-    except KeyboardInterrupt:  # the run in progress was stopped and torn down
-        sys.stderr.write("%s: interrupted\n" % PROG)
+    except KeyboardInterrupt as e:  # the run in progress was stopped and torn down
+        import signal
+
+        signum = getattr(e, "signum", signal.SIGINT)
+        sys.stderr.write("%s: %s\n" % (PROG, "interrupted" if signum == signal.SIGINT else
+                                        "terminated (%s)" % signal.Signals(signum).name))
         sys.stderr.flush()
-        return 130
+        return 128 + signum
     except BrokenPipeError:
         return 1
     except OSError as e:

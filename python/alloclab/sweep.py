@@ -319,7 +319,7 @@ class _Journal:
 
     def _write(self, obj):
         # A Ctrl-C must not cut a line in half: the line is built first, and
-        # written and flushed with SIGINT's handler held back (main thread).
+        # written and flushed with the interrupting signals held back (main thread).
         line = json.dumps(obj, allow_nan=True) + "\n"
         with _sigint_deferred():
             self.f.write(line)
@@ -335,26 +335,35 @@ class _Journal:
 
 @contextlib.contextmanager
 def _sigint_deferred():
-    """Hold SIGINT back for the block (in the main thread; elsewhere Python
-    delivers no signals anyway), then deliver it as the previous handler
-    would: KeyboardInterrupt after the block, not in the middle of it."""
+    """Hold SIGINT (and SIGTERM/SIGHUP where a handler turns them into an
+    exception, as the CLI's does) back for the block (in the main thread;
+    elsewhere Python delivers no signals anyway), then deliver them as the
+    previous handlers would: after the block, not in the middle of it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    got = []
+    got, prev = [], {}
     try:
-        prev = signal.signal(signal.SIGINT, lambda sig, frame: got.append(frame))
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            h = signal.getsignal(sig)
+            if sig == signal.SIGINT or callable(h):
+                prev[sig] = signal.signal(sig, lambda s, frame: got.append((s, frame)))
     except (ValueError, OSError):  # pragma: no cover - no signal support here
+        for sig, h in prev.items():
+            signal.signal(sig, h)
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, prev)
+        for sig, h in prev.items():
+            signal.signal(sig, h)
         if got:
-            if callable(prev):
-                prev(signal.SIGINT, got[-1])
-            elif prev == signal.SIG_DFL:
+            sig, frame = got[-1]
+            h = prev[sig]
+            if callable(h):
+                h(sig, frame)
+            elif h == signal.SIG_DFL:
                 raise KeyboardInterrupt
 
 
