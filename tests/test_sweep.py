@@ -248,6 +248,22 @@ def test_bad_journals_are_refused_byte_identical(tmp_path, header, no_unit):
         assert j.read_bytes() == data
 
 
+def test_units_outside_the_sweep_are_refused_byte_identical(tmp_path, header, no_unit):
+    """A unit line of the right shape that names no unit of this sweep (an
+    empty point, a run index past runs) is an edited journal: refused before
+    any run and before the cut last line is dropped, never run twice."""
+    h, u = header
+    unit = json.loads(u)
+    for i, bad in enumerate([dict(unit, point={}), dict(unit, run=SMALL["runs"] + 5)]):
+        j = tmp_path / ("stray%d.jsonl" % i)
+        data = h + b"\n" + json.dumps(bad).encode() + b"\n" + u[: len(u) // 2]
+        j.write_bytes(data)
+        with pytest.raises(al.FileFormatError, match="1 line.*not in this sweep") as ei:
+            al.sweep("malloc-free", "buddy", journal=j, **SMALL)
+        assert ei.value.path == str(j)
+        assert j.read_bytes() == data
+
+
 def test_another_sweeps_journal_is_refused_byte_identical(tmp_path, header, no_unit):
     j = tmp_path / "s.jsonl"
     data = header[0] + b"\n" + header[1] + b"\n"

@@ -297,7 +297,7 @@ class _Journal:
     An existing file is read and checked whole before anything is written to
     it; one that is refused is left byte for byte as it was."""
 
-    def __init__(self, path, settings, metadata):
+    def __init__(self, path, settings, metadata, units=None):
         self.path = _journal_path(path)
         self.done = {}  # (cell key, run) -> (raw, wall_s)
         self.metadata = metadata
@@ -310,6 +310,13 @@ class _Journal:
             self._write(header)
             return
         md, self.done, keep = state
+        stray = set(self.done) - units if units is not None else ()
+        if stray:  # settings match, so only an edited journal names a unit outside the grid
+            key, r = sorted(stray, key=repr)[0]
+            raise errors.FileFormatError(
+                "journal %s: %d line(s) name a unit that is not in this sweep (e.g. run %d of "
+                "point %s); a journal holds only what alloclab wrote to it"
+                % (self.path, len(stray), r, key), path=self.path)
         if md is not None:
             self.metadata = md
         if keep < os.path.getsize(self.path):  # a write cut short: drop the partial line
@@ -401,7 +408,8 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
         units += [(i, r) for i in idx]
 
     meta = collect_metadata()
-    jr = _Journal(journal, settings, meta) if journal is not None else None
+    cells = {(_cell_key(t["point"]), r) for t in tasks for r in range(settings["runs"])}
+    jr = _Journal(journal, settings, meta, cells) if journal is not None else None
     done = dict(jr.done) if jr else {}
     resumed = sum(1 for i, r in units if (_cell_key(tasks[i]["point"]), r) in done)
     todo = [(i, r) for i, r in units if (_cell_key(tasks[i]["point"]), r) not in done]
