@@ -75,7 +75,9 @@ static inline const char *wl_alloc_why(int err)
 	case -ENOMEM: return "out of memory";
 	case -EAGAIN:
 		return "refused for 1 s: the CPU's cache stayed empty, its refill pending "
-		       "(bpf_ma irq_work=thread: the helper fell behind; irq_work=inline)";
+		       "(bpf_ma irq_work=thread: the helper fell behind, irq_work=inline refills "
+		       "at the end of each call; irq_work=inline: the layer below kept failing "
+		       "the refill)";
 	case -EBUSY:
 	case -ETIMEDOUT: return "refused for 1 s: a lock or the CPU's reentrancy guard stayed held";
 	case -ENOSPC:

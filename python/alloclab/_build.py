@@ -352,6 +352,8 @@ static const int AL_F_KM_CLASSES;
 /* ---- distinct objects ---- */
 static const int AL_F_SHARED_BLOCKS;
 static const int AL_F_NEEDS_DISTINCT;
+static const int AL_F_TASK_ONLY;
+static const int AL_F_BELOW_IN_IRQ;
 static const int AL_WL_DISTINCT;
 """
 
