@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include "alloclab/alloclab.h"
+#include "../workloads/retry.h"
 
 const struct al_layer_desc *al_spec_shared_layer(const struct al_stack_spec *s)
 {
@@ -79,6 +80,17 @@ static int check_task_only(const struct al_stack_spec *s, char *err, size_t errl
 		}
 	}
 	return 0;
+}
+
+const char *al_refusal_why(int err)
+{
+	switch (err) {
+	case -EAGAIN: return AL_WHY_EMPTY;
+	case -EBUSY:
+	case -ETIMEDOUT: return AL_WHY_BUSY;
+	case -ENOSPC: return AL_WHY_NOSPC;
+	default: return NULL;
+	}
 }
 
 /* Bytes with the largest exact G/M/K suffix, as a spec writes them. */

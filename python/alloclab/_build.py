@@ -165,6 +165,7 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 void al_stack_destroy(struct al_allocator *top);
 void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope);
 size_t al_spec_max_size(const struct al_stack_spec *s);
+const char *al_refusal_why(int err);
 size_t al_spec_min_align(const struct al_stack_spec *s);
 size_t al_layer_min_align(const struct al_layer_desc *d);
 unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max);
