@@ -5,6 +5,7 @@ feature, never by try/except.
 """
 
 import ctypes
+import errno
 
 import pytest
 from hypothesis import given
@@ -423,3 +424,57 @@ def test_two_threads_on_one_cpu_take_turns(spec):
         a.drain()
         assert [s["bytes_held"] for s in a.stats()] == [0] * len(a.policy)
         a.check()
+
+
+def test_refusal_names_layer_mechanism_and_parameter():
+    """A refusal by design from the live Allocator says which layer refused,
+    why, and which parameter changes it: here bpf-ma's ninth distinct size."""
+    with al.Allocator("bpf-ma", ncpu=1) as a:
+        ptrs = [a.alloc(n) for n in range(1, 9)]
+        with pytest.raises(al.RunError) as ei:
+            a.alloc(9)
+        e = ei.value
+        assert e.code == -errno.ENOSPC and e.layer == "bpf_ma"
+        assert str(e).startswith("alloc(9) on cpu 0: ENOSPC: refused by layer 'bpf_ma' of ")
+        for word in ("no instance for this size", "unit=0", "at most 8",
+                     "unit=<largest size>", "mode=any", "nothing was allocated"):
+            assert word in str(e), word
+        assert "retry" not in str(e)  # the same size is refused again
+        for p in ptrs:
+            a.free(p)
+
+
+@pytest.mark.parametrize("code,layer,words", [
+    (errno.EAGAIN, "bpf_ma", ("cache stayed empty", "refill pending", "irq_work=thread",
+                              "irq_work=inline", "a retry may succeed")),
+    (errno.EBUSY, "bpf_ma", ("reentrancy guard", "irq_work=thread", "lock_budget",
+                             "a retry may succeed")),
+    (errno.ETIMEDOUT, "bpf_ma", ("a lock", "lock_budget", "a retry may succeed")),
+    (errno.ENOSPC, "bpf_ma", ("no instance for this size", "mode=any")),
+])
+def test_refusal_wording_is_the_workloads(code, layer, words):
+    """Each refusal by design reads as the workloads' errors do (the one
+    string al_refusal_why shares with them), naming the refusing layer."""
+    from alloclab._ffi import ffi, lib
+    why = ffi.string(lib.al_refusal_why(-code)).decode()
+    with al.Allocator("bpf_ma(irq_work=thread) > slab", ncpu=1) as a:
+        c = ffi.new("struct al_ctx *")
+        c.err = -code
+        e = a._alloc_error("alloc(64) on cpu 0", 64, c)
+    assert isinstance(e, al.RunError) and e.code == -code and e.layer == layer
+    assert ("refused by layer %r of 'bpf_ma(irq_work=thread) > slab': %s" % (layer, why)
+            in str(e))
+    for word in words:
+        assert word in str(e), word
+    assert lib.al_refusal_why(-errno.ENOMEM) == ffi.NULL
+
+
+@pytest.mark.parametrize("spec,layer", [("nolock > slab", "nolock"), ("percpu > buddy", "buddy"),
+                                        ("vmalloc > pages", "vmalloc")])
+def test_busy_refusal_names_the_locking_layer(spec, layer):
+    from alloclab._ffi import ffi
+    with al.Allocator(spec, ncpu=1) as a:
+        c = ffi.new("struct al_ctx *")
+        c.err = -errno.EBUSY
+        e = a._alloc_error("alloc(64) on cpu 0", 64, c)
+    assert e.layer == layer and ("refused by layer %r" % layer) in str(e)

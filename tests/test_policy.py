@@ -289,3 +289,33 @@ def test_shared_layer(spec):
         with pytest.raises(al.IncompatiblePolicyError, match="xmalloc cannot run"):
             p.check_workload("xmalloc")
     p.check_workload("malloc-free")  # never refused
+
+
+@pytest.mark.parametrize("spec", ["bpf_ma > vmalloc > pages",
+                                  "bpf_ma(irq_work=thread) > vmalloc > pages",
+                                  "bpf_ma > percpu > vmalloc > pages",
+                                  "bpf_ma > failnth > vmalloc(va_size=64M) > pages"])
+def test_irq_refill_over_task_only_refused(spec):
+    """bpf_ma refills from irq_work (IRQ level) and vmalloc allocates only at
+    task level: every refill would fail, so the stack is refused up front,
+    by Policy and by al_stack_create, naming both layers and a fix."""
+    assert LAYERS["bpf_ma"].has("below_in_irq") and LAYERS["vmalloc"].has("task_only")
+    with pytest.raises(al.UnsupportedCombination) as ei:
+        al.Policy(spec)
+    e = ei.value
+    assert e.layer == "vmalloc"
+    for word in ("'bpf_ma'", "'vmalloc'", "irq_work", "task level", "'bpf_ma > slab'"):
+        assert word in str(e), word
+    with pytest.raises(al.UnsupportedCombination):
+        al.Allocator(spec)
+
+
+@pytest.mark.parametrize("spec", ["percpu > vmalloc > pages", "bpf_ma > slab"])
+def test_task_level_caches_over_vmalloc_stand(spec):
+    a = al.Allocator(spec)
+    try:
+        ptrs = [a.alloc(64) for _ in range(64)]
+        for p in ptrs:
+            a.free(p)
+    finally:
+        a.close()

@@ -373,3 +373,36 @@ def test_cli_reproduce_vmalloc_bad_input(args, needle):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_vmalloc_reservation_follows_va_size():
+    """vmalloc reserves its range (va_size, plus the base's alignment slack)
+    up front: under an address-space limit (ulimit -v) the create names
+    va_size and a value that fits, and that value really fits: following the
+    advice chain from the defaults builds a working stack."""
+    import os
+    code = ("import alloclab as al\n"
+            "for spec in ('vmalloc > pages', 'vmalloc > pages(memory=128M)',\n"
+            "             'vmalloc(va_size=128M) > pages(memory=128M)'):\n"
+            "    try:\n"
+            "        a = al.Allocator(spec)\n"
+            "    except al.AllocatorExhausted as e:\n"
+            "        print(e)\n"
+            "        continue\n"
+            "    p = a.alloc(3 << 20)\n"
+            "    a.free(p)\n"
+            "    a.close()\n"
+            "    print('built', spec)\n")
+
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (800000 << 10, 800000 << 10))
+
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS stacks
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit, env=env)
+    out = p.stdout.splitlines()
+    assert p.returncode == 0, p.stderr
+    assert "could not reserve memory=4G" in out[0] and "'pages(memory=128M)'" in out[0]
+    assert "could not reserve va_size=16G" in out[1] and "'vmalloc(va_size=128M)'" in out[1]
+    assert out[2] == "built vmalloc(va_size=128M) > pages(memory=128M)"

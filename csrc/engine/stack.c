@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include "alloclab/alloclab.h"
+#include "../workloads/retry.h"
 
 const struct al_layer_desc *al_spec_shared_layer(const struct al_stack_spec *s)
 {
@@ -49,6 +50,47 @@ static int check_distinct(const struct al_stack_spec *s, char *err, size_t errle
 		}
 	}
 	return 0;
+}
+
+/* A layer that reaches the layers below from irq_work (bpf_ma's refill, at
+ * IRQ level, as the kernel's) over one that allocates only at task level
+ * (vmalloc may sleep): every refill would fail and the cache would answer
+ * "refill pending" forever. Refused, naming both layers. */
+static int check_task_only(const struct al_stack_spec *s, char *err, size_t errlen)
+{
+	unsigned i, j;
+
+	for (i = 0; i < s->n; i++) {
+		const struct al_layer_desc *d = s->layer[i].desc;
+
+		if (!(d->features & AL_F_BELOW_IN_IRQ))
+			continue;
+		for (j = i + 1; j < s->n; j++) {
+			const struct al_layer_desc *b = s->layer[j].desc;
+
+			if (!(b->features & AL_F_TASK_ONLY))
+				continue;
+			snprintf(err, errlen,
+				 "%s cannot stack over %s: %s refills its caches from irq_work "
+				 "(IRQ level), but %s allocates only at task level, so every "
+				 "refill would fail; use a backend that serves IRQ level below "
+				 "it (e.g. '%s > slab')",
+				 d->name, b->name, d->name, b->name, d->name);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+const char *al_refusal_why(int err)
+{
+	switch (err) {
+	case -EAGAIN: return AL_WHY_EMPTY;
+	case -EBUSY:
+	case -ETIMEDOUT: return AL_WHY_BUSY;
+	case -ENOSPC: return AL_WHY_NOSPC;
+	default: return NULL;
+	}
 }
 
 /* Bytes with the largest exact G/M/K suffix, as a spec writes them. */
@@ -172,6 +214,8 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 		}
 	}
 	ret = check_distinct(s, err, errlen);
+	if (!ret)
+		ret = check_task_only(s, err, errlen);
 	if (ret)
 		return ret;
 	for (i = (int)s->n - 1; i >= 0; i--) {

@@ -94,7 +94,7 @@
 #define CARVE_BYTES	 (64u << 10)
 #define CHUNK_HDR	 64
 #define MAX_NODES	 64
-#define VA_BASE_ALIGN	 (1ul << 30)
+#define VA_BASE_ALIGN	 (1ul << 30) /* at most; see va_base_align() */
 
 /* Entry bits. A PTE or huge PMD holds pfn << PAGE_SHIFT | bits. */
 #define E_PRESENT 1ull
@@ -219,7 +219,7 @@ struct vm {
 	uint64_t lazy_max;	     /* purge when lazily freed pages exceed this */
 	void *map;		     /* the host reservation */
 	size_t map_len;		     /* its length */
-	uintptr_t va_base;	     /* first address of the range, 1 GiB aligned */
+	uintptr_t va_base;	     /* first address of the range, va_base_align() aligned */
 	size_t va_size;		     /* bytes of the range */
 	uintptr_t va_top;	     /* highest end ever allocated (atomic max) */
 	uint64_t *pte;		     /* one entry per page of the range */
@@ -1575,6 +1575,23 @@ static int vmalloc_check_params(const int64_t *params, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * Alignment of the range's base: the largest power of two within va_size, at
+ * most 1 GiB. Any alignment an area may ask for within the range then falls
+ * at the same offsets on every run, and the host reservation (va_size plus
+ * this slack) stays within twice va_size, so a smaller va_size really needs
+ * less address space (an address-space limit, ulimit -v, is met by shrinking
+ * va_size).
+ */
+static size_t va_base_align(size_t va_size)
+{
+	size_t a = VA_BASE_ALIGN;
+
+	while (a > va_size)
+		a >>= 1;
+	return a;
+}
+
 static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 			  struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
 {
@@ -1615,13 +1632,13 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	v->vb_index = al_meta_alloc(v->vb_index_len);
 	v->nodes = al_meta_alloc(v->nodes_len);
 	v->cpus = al_meta_alloc(v->cpus_len);
-	v->map_len = v->va_size + VA_BASE_ALIGN;
+	v->map_len = v->va_size + va_base_align(v->va_size);
 	m = mmap(NULL, v->map_len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	v->map = m == MAP_FAILED ? NULL : m;
 	if (!v->pte || !v->pmd || !v->vb_index || !v->nodes || !v->cpus || !v->map)
 		goto fail;
-	v->va_base = align_up((uintptr_t)v->map, VA_BASE_ALIGN);
+	v->va_base = align_up((uintptr_t)v->map, va_base_align(v->va_size));
 	al_lock_init(&v->free_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
 	al_lock_init(&v->purge_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
 	for (i = 0; i < v->nr_nodes; i++) {
@@ -1681,7 +1698,8 @@ static const struct al_layer_desc vmalloc_desc = {
 	.name = "vmalloc",
 	.doc = "vmalloc/vfree over a pages layer: VA allocator, page table, order0/high_order/"
 	       "pcp_first population, per_page/bulk free",
-	.features = AL_F_BACKEND | AL_F_NEEDS_PAGES | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES,
+	.features = AL_F_BACKEND | AL_F_NEEDS_PAGES | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES |
+		    AL_F_TASK_ONLY,
 	.max_size = 1ull << 39,
 	.max_size_of = vmalloc_max_size_of,
 	.nparams = P_NR,

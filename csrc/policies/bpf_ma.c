@@ -865,7 +865,7 @@ static const struct al_layer_desc bpf_ma_desc = {
 	       "by irq_work, `active` reentrancy guard, 8-byte owner header, return to slab "
 	       "after a grace period",
 	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_NMI_SAFE |
-		    AL_F_NMI_SHIELD,
+		    AL_F_NMI_SHIELD | AL_F_BELOW_IN_IRQ,
 	.max_size = MA_FIXED_MAX,
 	.max_size_of = bpf_ma_max_size_of,
 	.nparams = P_NR,

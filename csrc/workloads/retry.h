@@ -67,20 +67,31 @@ static inline const char *wl_refusal_metric(int err)
 	}
 }
 
+/* What a refusal by design means and which parameter changes it; the
+ * workloads' errors and the live Allocator's (al_refusal_why) say it in these
+ * words. */
+#define AL_WHY_EMPTY                                                                     \
+	"the CPU's cache stayed empty, its refill pending (bpf_ma irq_work=thread: the " \
+	"helper fell behind, irq_work=inline refills at the end of each call; "          \
+	"irq_work=inline: the layer below kept failing the refill)"
+#define AL_WHY_BUSY                                                                  \
+	"a lock or the CPU's reentrancy guard stayed held (bpf_ma irq_work=thread: " \
+	"its helper held the guard, irq_work=inline runs the helper's work in the "  \
+	"caller; a lock: the layer's lock_budget bounds the wait)"
+#define AL_WHY_NOSPC                                                                \
+	"no instance for this size: bpf_ma unit=0 makes one per distinct size, at " \
+	"most 8; set unit=<largest size> or mode=any"
+
 /* What an allocation error means and which parameter changes it: the text
  * after "failed: ENAME: " in a workload's error. */
 static inline const char *wl_alloc_why(int err)
 {
 	switch (err) {
 	case -ENOMEM: return "out of memory";
-	case -EAGAIN:
-		return "refused for 1 s: the CPU's cache stayed empty, its refill pending "
-		       "(bpf_ma irq_work=thread: the helper fell behind; irq_work=inline)";
+	case -EAGAIN: return "refused for 1 s: " AL_WHY_EMPTY;
 	case -EBUSY:
-	case -ETIMEDOUT: return "refused for 1 s: a lock or the CPU's reentrancy guard stayed held";
-	case -ENOSPC:
-		return "no instance for this size: bpf_ma unit=0 makes one per distinct size, "
-		       "at most 8; set unit=<largest size> or mode=any";
+	case -ETIMEDOUT: return "refused for 1 s: " AL_WHY_BUSY;
+	case -ENOSPC: return AL_WHY_NOSPC;
 	case -EINVAL: return "the policy does not serve this size";
 	default: return "failed";
 	}

@@ -165,6 +165,7 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 void al_stack_destroy(struct al_allocator *top);
 void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned scope);
 size_t al_spec_max_size(const struct al_stack_spec *s);
+const char *al_refusal_why(int err);
 size_t al_spec_min_align(const struct al_stack_spec *s);
 size_t al_layer_min_align(const struct al_layer_desc *d);
 unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max);
@@ -352,6 +353,8 @@ static const int AL_F_KM_CLASSES;
 /* ---- distinct objects ---- */
 static const int AL_F_SHARED_BLOCKS;
 static const int AL_F_NEEDS_DISTINCT;
+static const int AL_F_TASK_ONLY;
+static const int AL_F_BELOW_IN_IRQ;
 static const int AL_WL_DISTINCT;
 """
 

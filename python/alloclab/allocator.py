@@ -22,7 +22,7 @@ hold all the CPU locks.
 import errno
 import threading
 
-from . import errors
+from . import errors, schema
 from ._ffi import check, cstr, error, ffi, lib
 from .policy import Policy
 
@@ -139,7 +139,27 @@ class Allocator:
                          % (size, str(self.policy), self.max_size or "unlimited"))
         if -rc == errno.ENOMEM:
             return error(rc, what, "allocator %r is out of memory" % str(self.policy))
+        why = lib.al_refusal_why(rc)
+        if why != ffi.NULL:
+            layer = self._refusing_layer(rc)
+            again = "" if -rc == errno.ENOSPC else ", a retry may succeed"
+            return error(rc, what, "refused by layer %r of %r: %s; nothing was allocated%s"
+                         % (layer, str(self.policy), cstr(why), again), layer=layer)
         return error(rc, what)
+
+    def _refusing_layer(self, rc):
+        """The topmost layer that refuses by design with ``rc``: bpf_ma for an
+        empty cache or a size without an instance; for a busy guard or lock,
+        bpf_ma, a trylock layer or one whose waits a lock_budget bounds. The
+        top layer if none matches."""
+        for name in self.policy.names:
+            sch = schema.layer(name)
+            if name == "bpf_ma":
+                return name
+            if -rc in (errno.EBUSY, errno.ETIMEDOUT) and (
+                    sch.has("trylock") or any(p.name == "lock_budget" for p in sch.params)):
+                return name
+        return self.policy.names[0]
 
     @staticmethod
     def _ptr(addr):

@@ -190,8 +190,10 @@ class Policy:
     def _check_distinct(self, spec):
         """A cache that keeps the objects freed to it (needs_distinct) over a
         layer that hands out one block per CPU (shared_blocks) would link one
-        block to itself and hand it to two owners: refused, as
-        al_stack_create refuses it."""
+        block to itself and hand it to two owners; a layer that calls the
+        layers below from irq_work (below_in_irq, bpf_ma) over one that
+        allocates only at task level (task_only, vmalloc) would fail every
+        refill: both refused, as al_stack_create refuses them."""
         for i, (name, _) in enumerate(self._layers):
             if not schema.layer(name).has("needs_distinct"):
                 continue
@@ -202,6 +204,17 @@ class Policy:
                         "freed to it and needs distinct objects, but %s hands out one block "
                         "per CPU; use a real backend below it (e.g. '%s > buddy')"
                         % (name, spec, below, name, below, name), layer=below)
+        for i, (name, _) in enumerate(self._layers):
+            if not schema.layer(name).has("below_in_irq"):
+                continue
+            for below, _ in self._layers[i + 1:]:
+                if schema.layer(below).has("task_only"):
+                    raise errors.UnsupportedCombination(
+                        "layer %r in policy %r cannot stack over %r: %s refills its caches "
+                        "from irq_work (IRQ level), but %s allocates only at task level, so "
+                        "every refill would fail; use a backend that serves IRQ level below "
+                        "it (e.g. '%s > slab')" % (name, spec, below, name, below, name),
+                        layer=below)
 
     @property
     def distinct_objects(self):

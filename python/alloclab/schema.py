@@ -44,6 +44,8 @@ FEATURES = [
     ("km_classes", lib.AL_F_KM_CLASSES),  # usable size of a kmalloc class is the class
     ("shared_blocks", lib.AL_F_SHARED_BLOCKS),  # one block per CPU, not distinct objects
     ("needs_distinct", lib.AL_F_NEEDS_DISTINCT),  # caches freed objects: not over shared_blocks
+    ("task_only", lib.AL_F_TASK_ONLY),  # allocates only at task level (may sleep)
+    ("below_in_irq", lib.AL_F_BELOW_IN_IRQ),  # calls below from irq_work: not over task_only
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

@@ -44,6 +44,26 @@ TEST(test_caches_over_null_refused)
 	CHECK_EQ(create("percpu > buddy", err, sizeof(err)), 0);
 }
 
+/* bpf_ma refills from irq_work at IRQ level; vmalloc serves task level only:
+ * refused up front, wherever vmalloc sits below, rather than failing every
+ * refill. vmalloc under a task-level cache and bpf_ma over slab stand. */
+TEST(test_irq_refill_over_task_only_refused)
+{
+	static const char *const bad[] = { "bpf_ma > vmalloc > pages",
+					   "bpf_ma(irq_work=thread) > vmalloc > pages",
+					   "bpf_ma > percpu > vmalloc > pages" };
+	char err[256];
+	unsigned i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = 0;
+		CHECK_EQ(create(bad[i], err, sizeof(err)), -EINVAL);
+		CHECK(strstr(err, "bpf_ma cannot stack over vmalloc") && strstr(err, "task level"));
+	}
+	CHECK_EQ(create("percpu > vmalloc > pages", err, sizeof(err)), 0);
+	CHECK_EQ(create("bpf_ma > slab", err, sizeof(err)), 0);
+}
+
 static void run_on(const char *wl, const char *spec, unsigned producers, struct al_run_result *res,
 		   int expect)
 {
@@ -213,6 +233,7 @@ int main(void)
 {
 	RUN(test_caches_over_null_refused);
 	RUN(test_distinct_workloads_refuse_null);
+	RUN(test_irq_refill_over_task_only_refused);
 	RUN(test_front_classes_balance);
 	RUN(test_drain_retries_free_bulk);
 	RUN(test_bpf_ma_refusals);

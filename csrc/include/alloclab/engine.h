@@ -45,6 +45,10 @@ AL_API void al_stack_drain(struct al_allocator *top, struct al_ctx *c, unsigned 
 /* The first layer of a stack spec that hands out shared blocks rather than
  * distinct objects (AL_F_SHARED_BLOCKS), or NULL. */
 AL_API const struct al_layer_desc *al_spec_shared_layer(const struct al_stack_spec *s);
+/* What an allocation's refusal by design (-EAGAIN, -EBUSY, -ETIMEDOUT,
+ * -ENOSPC) means and which parameter changes it, in the words of the
+ * workloads' errors; NULL for any other code. */
+AL_API const char *al_refusal_why(int err);
 /* Largest request a stack spec accepts (the smallest max_size over its layers,
  * for their parameters), 0 = any. */
 AL_API size_t al_spec_max_size(const struct al_stack_spec *s);

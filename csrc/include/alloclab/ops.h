@@ -192,7 +192,14 @@ enum al_features {
 	/* Needs distinct objects from the layers below: it caches the objects
 	 * freed to it (links them, keeps them in arrays), so two live ones that
 	 * are the same memory corrupt it. Refused over AL_F_SHARED_BLOCKS. */
-	AL_F_NEEDS_DISTINCT = 1u << 19
+	AL_F_NEEDS_DISTINCT = 1u << 19,
+	/* Allocates only at AL_CTX_TASK (it may sleep, as vmalloc): a call at
+	 * IRQ or NMI level fails (-EPERM) */
+	AL_F_TASK_ONLY = 1u << 20,
+	/* Reaches the layers below from irq_work, at AL_CTX_IRQ (bpf_ma's
+	 * refill): refused over an AL_F_TASK_ONLY layer, whose every refill
+	 * would fail */
+	AL_F_BELOW_IN_IRQ = 1u << 21
 };
 
 struct al_layer_desc {
