@@ -172,6 +172,10 @@ static char record_path[640];
 /* The image an exec is about to load, named in the record the exec writes:
  * if no record of the same pid follows, that image ran without the shim. */
 static char exec_target[512];
+/* Whether the environment the exec passes on still preloads the shim (env -i
+ * and the like drop it): the record says so, which tells a process killed
+ * before its new image started from an image that ran without the shim. */
+static int exec_preload;
 #define VREC_SIZE 640
 static pid_t record_pid;
 static pid_t my_pid;
@@ -374,6 +378,7 @@ static void record_write_locked(const char *end)
 	if (!strcmp(end, "exec")) {
 		jw_put(&w, ", \"exec\": ", 10);
 		jw_str(&w, exec_target);
+		jw_fmt(&w, ", \"exec_preload\": %s", exec_preload ? "true" : "false");
 	}
 	jw_put(&w, ", \"shim\": {", 11);
 	for (i = 0; i < SC_NR; i++)
@@ -956,7 +961,7 @@ static int next_execvpe(const char *file, char *const argv[], char *const envp[]
  * image; the counters are the parent's, so it reports none. path is the
  * caller's buffer: empty until claimed, kept for the rewrite after a
  * failed exec. */
-static void vfork_record(char *path, size_t size, const char *end, const char *target)
+static void vfork_record(char *path, size_t size, const char *end, const char *target, int keeps)
 {
 	char tmp[VREC_SIZE + 8];
 	pid_t pid = getpid();
@@ -1000,6 +1005,7 @@ static void vfork_record(char *path, size_t size, const char *end, const char *t
 	if (!strcmp(end, "exec")) {
 		jw_put(&w, ", \"exec\": ", 10);
 		jw_str(&w, target);
+		jw_fmt(&w, ", \"exec_preload\": %s", keeps ? "true" : "false");
 	}
 	jw_put(&w, ", \"shim\": {", 11);
 	for (i = 0; i < SC_NR; i++)
@@ -1016,16 +1022,30 @@ static int in_vfork_child(void)
 	return stats_prefix[0] && getpid() != my_pid;
 }
 
-/* vrec: the caller's VREC_SIZE buffer for a vfork child's record. */
-static void before_exec(const char *path, char *vrec)
+static int env_preloads_shim(char *const envp[])
 {
-	int saved = errno;
+	int preload = 0, policy = 0;
+
+	for (; envp && *envp; envp++) {
+		if (!strncmp(*envp, "LD_PRELOAD=", 11) && strstr(*envp, "alloclab"))
+			preload = 1;
+		else if (!strncmp(*envp, "ALLOCLAB_POLICY=", 16))
+			policy = 1;
+	}
+	return preload && policy;
+}
+
+/* vrec: the caller's VREC_SIZE buffer for a vfork child's record. */
+static void before_exec(const char *path, char *vrec, char *const envp[])
+{
+	int saved = errno, keeps = env_preloads_shim(envp);
 
 	vrec[0] = 0;
 	if (in_vfork_child()) {
-		vfork_record(vrec, VREC_SIZE, "exec", path ? path : "");
+		vfork_record(vrec, VREC_SIZE, "exec", path ? path : "", keeps);
 	} else {
 		snprintf(exec_target, sizeof(exec_target), "%s", path ? path : "");
+		exec_preload = keeps;
 		record_write("exec");
 	}
 	errno = saved;
@@ -1039,7 +1059,7 @@ static int after_failed_exec(int ret, char *vrec)
 	int saved = errno;
 
 	if (vrec[0]) {
-		vfork_record(vrec, VREC_SIZE, "running", "");
+		vfork_record(vrec, VREC_SIZE, "running", "", 0);
 	} else if (!in_vfork_child()) {
 		exec_target[0] = 0;
 		record_write("running");
@@ -1049,7 +1069,7 @@ static int after_failed_exec(int ret, char *vrec)
 }
 
 /* fexecve's image has no path; /proc names the file the descriptor opened. */
-static void before_fexec(int fd, char *vrec)
+static void before_fexec(int fd, char *vrec, char *const envp[])
 {
 	char link[64], path[sizeof(exec_target)];
 	ssize_t n;
@@ -1057,14 +1077,14 @@ static void before_fexec(int fd, char *vrec)
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	n = readlink(link, path, sizeof(path) - 1);
 	path[n > 0 ? n : 0] = 0;
-	before_exec(path, vrec);
+	before_exec(path, vrec, envp);
 }
 
 SHIM_API int execve(const char *path, char *const argv[], char *const envp[])
 {
 	char vrec[VREC_SIZE];
 
-	before_exec(path, vrec);
+	before_exec(path, vrec, envp);
 	return after_failed_exec(next_execve(path, argv, envp), vrec);
 }
 
@@ -1072,7 +1092,7 @@ SHIM_API int execv(const char *path, char *const argv[])
 {
 	char vrec[VREC_SIZE];
 
-	before_exec(path, vrec);
+	before_exec(path, vrec, environ);
 	return after_failed_exec(next_execve(path, argv, environ), vrec);
 }
 
@@ -1080,7 +1100,7 @@ SHIM_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	char vrec[VREC_SIZE];
 
-	before_exec(file, vrec);
+	before_exec(file, vrec, envp);
 	return after_failed_exec(next_execvpe(file, argv, envp), vrec);
 }
 
@@ -1088,7 +1108,7 @@ SHIM_API int execvp(const char *file, char *const argv[])
 {
 	char vrec[VREC_SIZE];
 
-	before_exec(file, vrec);
+	before_exec(file, vrec, environ);
 	return after_failed_exec(next_execvpe(file, argv, environ), vrec);
 }
 
@@ -1097,7 +1117,7 @@ SHIM_API int fexecve(int fd, char *const argv[], char *const envp[])
 	static fexecve_fn f;
 	char vrec[VREC_SIZE];
 
-	before_fexec(fd, vrec);
+	before_fexec(fd, vrec, envp);
 	if (!f)
 		f = (fexecve_fn)next_sym("fexecve");
 	if (!f) {
@@ -1132,7 +1152,7 @@ SHIM_API int execl(const char *path, const char *arg, ...)
 	char vrec[VREC_SIZE];
 
 	VA_ARGV(arg, arg, argv, (void)0);
-	before_exec(path, vrec);
+	before_exec(path, vrec, environ);
 	return after_failed_exec(next_execve(path, argv, environ), vrec);
 }
 
@@ -1142,7 +1162,7 @@ SHIM_API int execlp(const char *file, const char *arg, ...)
 	char vrec[VREC_SIZE];
 
 	VA_ARGV(arg, arg, argv, (void)0);
-	before_exec(file, vrec);
+	before_exec(file, vrec, environ);
 	return after_failed_exec(next_execvpe(file, argv, environ), vrec);
 }
 
@@ -1152,7 +1172,7 @@ SHIM_API int execle(const char *path, const char *arg, ...)
 	char vrec[VREC_SIZE];
 
 	VA_ARGV(arg, arg, argv, envp = va_arg(ap_, char **));
-	before_exec(path, vrec);
+	before_exec(path, vrec, envp);
 	return after_failed_exec(next_execve(path, argv, envp), vrec);
 }
 

@@ -160,6 +160,52 @@ def _name(rec):
     return "pid %d (%s)" % (rec["pid"], os.path.basename(rec.get("argv0") or "?"))
 
 
+def _image_skips_preload(path, depth=0):
+    """Why the dynamic loader would not preload the shim into the image at
+    path (static, setuid or setgid; a script's interpreter likewise), or
+    None."""
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None  # cannot have run: the exec failed
+    if st.st_mode & 0o6000:
+        return "a setuid or setgid program"
+    if head.startswith(b"#!") and depth < 4:
+        interp = head[2:].split(b"\n", 1)[0].split()
+        return _image_skips_preload(os.fsdecode(interp[0]), depth + 1) if interp else None
+    if head[:4] != b"\x7fELF" or len(head) < 64:
+        return None
+    is64, order = head[4] == 2, "little" if head[5] == 1 else "big"
+
+    def num(off, size):
+        return int.from_bytes(head[off:off + size], order)
+
+    phoff, phentsize, phnum = (num(32, 8), num(54, 2), num(56, 2)) if is64 else \
+        (num(28, 4), num(42, 2), num(44, 2))
+    for i in range(phnum):
+        off = phoff + i * phentsize
+        if off + 4 > len(head):
+            return None  # program headers past what was read: assume dynamic
+        if num(off, 4) == 3:  # PT_INTERP: the dynamic loader runs, and preloads
+            return None
+    return "a statically linked program"
+
+
+def _exec_without_shim(rec):
+    """Why the image a record's last exec loaded ran without the shim, or
+    None: its environment no longer preloaded it, or the image is static or
+    setuid. A record that ends in an exec the shim would have followed, with
+    no record after it, is a process killed before its new image started."""
+    if not rec.get("exec_preload", True):
+        return "the environment it was given drops LD_PRELOAD or ALLOCLAB_POLICY"
+    target = rec.get("exec") or ""
+    if "/" not in target:
+        target = shutil.which(target) or ""
+    return _image_skips_preload(target) if target else None
+
+
 def problems(recs, min_share=MIN_SHARE):
     """One line per process that ran on glibc: the policy was not built, it
     served less than min_share of what it was asked, or it exec'd an image
@@ -169,14 +215,12 @@ def problems(recs, min_share=MIN_SHARE):
     for r in recs:  # in (pid, generation) order: the last record of each pid wins
         last[r["pid"]] = r
     for r in recs:
-        if r.get("end") == "exec" and last[r["pid"]] is r:
-            # The image it exec'd wrote no record: it never loaded the shim
-            # (its environment lost LD_PRELOAD, or it is static or setuid).
-            # A failed exec rewrites the record as running, so this is not one.
+        why = _exec_without_shim(r) if r.get("end") == "exec" and last[r["pid"]] is r \
+            else None
+        if why:
             target = r.get("exec") or "?"
-            out.append("pid %d (%s): exec'd %s, which ran without the shim (LD_PRELOAD "
-                       "removed from its environment, or a static or setuid program)"
-                       % (r["pid"], os.path.basename(target), target))
+            out.append("pid %d (%s): exec'd %s, which ran without the shim (%s)"
+                       % (r["pid"], os.path.basename(target), target, why))
         if r.get("state") != "ready":
             out.append("%s: no policy (%s)" % (_name(r), r.get("error") or "not built"))
         elif r.get("end") != "running" and r["served"] is not None and \
