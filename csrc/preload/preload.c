@@ -74,8 +74,10 @@
  * PREFIX.<pid> (PREFIX.<pid>.<n> when taken: an image after exec, a reused
  * pid), as one JSON object: pid, ppid, argv0, exe, policy, state ("ready" or
  * "off"), error (why off), end ("running" until it ends; "exit", or "exec"
- * when the image was replaced: the exec family is wrapped for that), the
- * alignment fix-up, the shim's counters and every layer's stats. The record
+ * when the image was replaced: the exec family is wrapped for that; the
+ * record then names the image and whether the environment passed on keeps
+ * the shim, and a failed exec rewrites it as "running"), the alignment
+ * fix-up, the shim's counters and every layer's stats. The record
  * is written when the image starts (so a process that never exits normally
  * still shows whether it had the policy), then again at exit or exec, to a
  * temporary name renamed over it, with raw syscalls: no stdio, no malloc;
