@@ -817,6 +817,8 @@ def cmd_preload(args):
     except errors.RunError as e:
         proc = e.proc
     except OSError as e:
+        if e.filename != cmd[0]:
+            raise  # not the exec of CMD (the stats file, say): reported as such
         # As env(1) and timeout(1): 127 when CMD is not found, 126 when it is
         # found but cannot be run.
         _err("cannot run %s: %s" % (cmd[0], e.strerror or e))
