@@ -1024,12 +1024,22 @@ static int in_vfork_child(void)
 	return stats_prefix[0] && getpid() != my_pid;
 }
 
+/* Whether envp preloads this shim (LD_PRELOAD names the file it was loaded
+ * from, as the loader recorded it) and names a policy. */
 static int env_preloads_shim(char *const envp[])
 {
+	static char self[512];
 	int preload = 0, policy = 0;
 
+	if (!self[0]) {
+		Dl_info info;
+
+		if (dladdr((void *)env_preloads_shim, &info) && info.dli_fname)
+			snprintf(self, sizeof(self), "%s", info.dli_fname);
+	}
 	for (; envp && *envp; envp++) {
-		if (!strncmp(*envp, "LD_PRELOAD=", 11) && strstr(*envp, "alloclab"))
+		if (!strncmp(*envp, "LD_PRELOAD=", 11) &&
+		    strstr(*envp + 11, self[0] ? self : "alloclab"))
 			preload = 1;
 		else if (!strncmp(*envp, "ALLOCLAB_POLICY=", 16))
 			policy = 1;
