@@ -464,3 +464,190 @@ def test_ctrl_c_stops_the_program_and_reports_its_status():
     assert proc.wait(timeout=30) == 128 + signal.SIGINT
     assert time.monotonic() - t0 < 5
     assert proc.stderr.read() == ""
+
+
+def _gone(pid):
+    """pid has ended: no such process, or a zombie its new parent has yet to reap."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"])
+def test_a_signal_to_the_wrapper_reaches_the_program_and_stats_are_written(sig, tmp_path):
+    """kill(1) aimed at alloclab preload alone (not its process group) goes on
+    to the program; preload waits for it, writes its stats and exits as it
+    did (128 + N). The program says it runs, then blocks reading stdin."""
+    import signal
+
+    signo = getattr(signal, sig)
+    stats = tmp_path / "s.json"
+    prog = ("import os, signal, sys\n"
+            "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):\n"
+            "    signal.signal(s, signal.SIG_DFL)\n"
+            "print(os.getpid(), flush=True)\n"
+            "sys.stdin.read()\n")
+    proc = subprocess.Popen(CLI + ["--policy", "kzalloc", "--stats", str(stats), "--",
+                                   sys.executable, "-c", prog],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pid = int(proc.stdout.readline())  # the program runs, and blocks reading stdin
+        os.kill(proc.pid, signo)
+        assert proc.wait(timeout=60) == 128 + signo, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.stdin.close()
+    assert _gone(pid)
+    assert proc.stderr.read() == ""
+    st = preload.read_stats(str(stats))
+    assert st["returncode"] == -signo and st["ok"]
+    (rec,) = st["processes"]
+    assert rec["pid"] == pid and rec["end"] == "running" and rec["state"] == "ready"
+
+
+def test_a_signal_to_the_wrapper_reaches_the_programs_process_group(tmp_path):
+    """A program that leads its own process group gets the signal group-wide:
+    the child it waits for is not left running."""
+    import signal
+
+    if not shutil.which("setsid"):
+        pytest.skip("no setsid(1)")
+    stats = tmp_path / "s.json"
+    proc = subprocess.Popen(CLI + ["--policy", "kzalloc", "--stats", str(stats), "--",
+                                   "setsid", "sh", "-c", "cat & echo $!; wait"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.stdin.close()
+    # the shell's child has been sent SIGTERM too; once its new parent reaps it
+    # it is gone (ending it takes no time, reaping it is out of our hands)
+    import time
+
+    deadline = time.monotonic() + 30
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(child)
+    assert preload.read_stats(str(stats))["returncode"] == -signal.SIGTERM
+
+
+def test_stats_record_allow_glibc_as_asked(programs, tmp_path):
+    """The stats file says whether --allow-glibc was given, not what preload
+    used internally: a refused run records false and no 'ran with' note."""
+    stats = tmp_path / "s.json"
+    out = subprocess.run(CLI + ["--policy", "bpf-ma", "--stats", str(stats), "--",
+                                programs["freeall"]], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 125
+    st = preload.read_stats(str(stats))
+    assert st["allow_glibc"] is False and st["note"] == "" and not st["ok"]
+    assert st["returncode"] == 0
+    out = subprocess.run(CLI + ["--policy", "bpf-ma", "--allow-glibc", "--stats", str(stats),
+                                "--", programs["freeall"]], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    st = preload.read_stats(str(stats))
+    assert st["allow_glibc"] is True and "ran with --allow-glibc" in st["note"]
+
+
+@pytest.fixture(scope="module")
+def static_exe(tmp_path_factory):
+    src = tmp_path_factory.mktemp("static") / "static.c"
+    src.write_text("#include <stdlib.h>\nint main(void) { free(malloc(10)); return 0; }\n")
+    exe = str(src)[:-2]
+    if subprocess.run(["cc", "-static", "-o", exe, str(src)]).returncode:
+        pytest.skip("no static libc to link with")
+    return exe
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_an_image_exec_d_without_the_shim_exits_125(shell, static_exe, tmp_path):
+    """A process whose exec'd image wrote no record ran without the shim
+    (its environment dropped LD_PRELOAD, or it is static): 125, naming the
+    pid and the image, unless --allow-glibc. Shells run a command from a
+    vfork child (dash) or a fork child (bash): both are seen."""
+    if not shutil.which(shell):
+        pytest.skip("no " + shell)
+    stats = tmp_path / "s.json"
+    for script, image, why in [
+            ("env -i /bin/ls / > /dev/null; exit 0", "/bin/ls",
+             "the environment it was given drops LD_PRELOAD or ALLOCLAB_POLICY"),
+            ("%s; exit 0" % static_exe, static_exe, "a statically linked program")]:
+        out = subprocess.run(CLI + ["--policy", "kzalloc", "--stats", str(stats), "--",
+                                    shell, "-c", script],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 125, (script, out.stderr)
+        (line,) = out.stderr.splitlines()
+        st = preload.read_stats(str(stats))
+        (last,) = [p for p in st["processes"] if p.get("exec") == image]
+        assert last["end"] == "exec"
+        assert ("pid %d (%s): exec'd %s, which ran without the shim (%s)"
+                % (last["pid"], os.path.basename(image), image, why)) in line, line
+        assert not st["ok"] and len(st["on_glibc"]) == 1
+        out = subprocess.run(CLI + ["--policy", "kzalloc", "--allow-glibc", "--", shell,
+                                    "-c", script], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stderr == ""
+
+
+def test_a_failed_exec_is_not_an_image_without_the_shim(tmp_path):
+    """An exec that fails (ENOENT) returns to the same image: its record is
+    rewritten as running, and the run is fine, even when the image is then
+    killed before it writes its record at exit."""
+    import signal
+
+    stats = tmp_path / "s.json"
+    script = textwrap.dedent("""\
+        import os, signal
+        for path in ("/no/such/prog", "/etc/passwd"):
+            try:
+                os.execv(path, [path])
+            except OSError:
+                pass
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    out = subprocess.run(CLI + ["--policy", "kzalloc", "--stats", str(stats), "--",
+                                sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 128 + signal.SIGKILL, out.stderr
+    st = preload.read_stats(str(stats))
+    assert st["ok"], st["on_glibc"]
+    (rec,) = st["processes"]
+    assert rec["end"] == "running" and "exec" not in rec
+    # a command a shell cannot find, and env(1) failing to exec
+    for cmd in (["sh", "-c", "no-such-prog-alloclab 2>/dev/null; exit 0"],
+                ["env", "/no/such/prog"]):
+        out = subprocess.run(CLI + ["--policy", "kzalloc", "--"] + cmd, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == (0 if cmd[0] == "sh" else 127), out.stderr
+        assert "alloclab: error" not in out.stderr
+
+
+def test_a_program_that_cannot_run_exits_127_or_126(tmp_path):
+    """As env(1) and timeout(1): 127 when the program is not found, 126 when
+    it cannot be executed; one error line."""
+    noexec = tmp_path / "data.txt"
+    noexec.write_text("not a program\n")
+    for prog, rc, why in [("/no/such/prog", 127, "No such file or directory"),
+                          ("no-such-prog-alloclab", 127, "No such file or directory"),
+                          (str(noexec), 126, "Permission denied")]:
+        out = subprocess.run(CLI + ["--policy", "kzalloc", "--", prog], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == rc
+        assert out.stderr.splitlines() == ["alloclab: error: cannot run %s: %s" % (prog, why)]
+
+
+def test_summary_when_nothing_was_allocated():
+    st = {"processes": [{}], "served": None, "shim": {"policy_allocs": 0}, "policy": "buddy",
+          "on_glibc": []}
+    line = preload.summary(st)
+    assert line.startswith("1 process on buddy: the policy was asked for no allocation;")
+    assert " - " not in line and "of 0" not in line
+    st.update(served=0.5, shim={"policy_allocs": 1, "libc_refused": 1})
+    assert "the policy served 50.00% of 2 allocations" in preload.summary(st)

@@ -74,8 +74,10 @@
  * PREFIX.<pid> (PREFIX.<pid>.<n> when taken: an image after exec, a reused
  * pid), as one JSON object: pid, ppid, argv0, exe, policy, state ("ready" or
  * "off"), error (why off), end ("running" until it ends; "exit", or "exec"
- * when the image was replaced: the exec family is wrapped for that), the
- * alignment fix-up, the shim's counters and every layer's stats. The record
+ * when the image was replaced: the exec family is wrapped for that; the
+ * record then names the image and whether the environment passed on keeps
+ * the shim, and a failed exec rewrites it as "running"), the alignment
+ * fix-up, the shim's counters and every layer's stats. The record
  * is written when the image starts (so a process that never exits normally
  * still shows whether it had the policy), then again at exit or exec, to a
  * temporary name renamed over it, with raw syscalls: no stdio, no malloc;
@@ -169,6 +171,14 @@ static size_t (*libc_usable_size)(void *);
  * there getpid() differs, and the shim writes nothing. */
 static char stats_prefix[512];
 static char record_path[640];
+/* The image an exec is about to load, named in the record the exec writes:
+ * if no record of the same pid follows, that image ran without the shim. */
+static char exec_target[512];
+/* Whether the environment the exec passes on still preloads the shim (env -i
+ * and the like drop it): the record says so, which tells a process killed
+ * before its new image started from an image that ran without the shim. */
+static int exec_preload;
+#define VREC_SIZE 640
 static pid_t record_pid;
 static pid_t my_pid;
 static int record_lock;
@@ -365,8 +375,14 @@ static void record_write_locked(const char *end)
 	jw_str(&w, policy_error);
 	jw_fmt(&w,
 	       ", \"end\": \"%s\", \"align\": \"%s\", \"align_pad\": %zu, \"min_align\": %zu, "
-	       "\"max_size\": %zu, \"shim\": {",
+	       "\"max_size\": %zu",
 	       end, align_names[align_mode], pad, min_align, max_size);
+	if (!strcmp(end, "exec")) {
+		jw_put(&w, ", \"exec\": ", 10);
+		jw_str(&w, exec_target);
+		jw_fmt(&w, ", \"exec_preload\": %s", exec_preload ? "true" : "false");
+	}
+	jw_put(&w, ", \"shim\": {", 11);
 	for (i = 0; i < SC_NR; i++)
 		jw_fmt(&w, "%s\"%s\": %llu", i ? ", " : "", shim_counter_names[i],
 		       (unsigned long long)(ctr.v ? al_counters_sum(&ctr, i) : 0));
@@ -940,50 +956,187 @@ static int next_execvpe(const char *file, char *const argv[], char *const envp[]
 	return f(file, argv, envp);
 }
 
-static void before_exec(void)
+/* A vfork child (or a raw clone) shares the parent's memory and must leave
+ * its record state alone, yet an exec from it may load an image that never
+ * runs the shim (env -i, a static program: what a shell's vfork runs). It
+ * writes a record of its own, with nothing but stack buffers, naming the
+ * image; the counters are the parent's, so it reports none. path is the
+ * caller's buffer: empty until claimed, kept for the rewrite after a
+ * failed exec. */
+static void vfork_record(char *path, size_t size, const char *end, const char *target, int keeps)
+{
+	char tmp[VREC_SIZE + 8];
+	pid_t pid = getpid();
+	unsigned k, i;
+	struct jw w;
+
+	for (k = 0; !path[0] && k < 1000; k++) {
+		int fd, n = k ? snprintf(path, size, "%s.%d.%u", stats_prefix, (int)pid, k)
+			      : snprintf(path, size, "%s.%d", stats_prefix, (int)pid);
+
+		if (n <= 0 || (size_t)n >= size - 8) {
+			path[0] = 0;
+			return;
+		}
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			close(fd);
+			break;
+		}
+		path[0] = 0;
+		if (errno != EEXIST)
+			return;
+	}
+	if (!path[0])
+		return;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	w.n = 0;
+	if (w.fd < 0)
+		return;
+	jw_fmt(&w, "{\"pid\": %d, \"ppid\": %d, \"argv0\": ", (int)pid, (int)getppid());
+	jw_str(&w, program_invocation_name);
+	jw_put(&w, ", \"exe\": \"\", \"policy\": ", 23);
+	jw_str(&w, policy_text);
+	jw_fmt(&w, ", \"state\": \"%s\", \"error\": ", state == ST_READY ? "ready" : "off");
+	jw_str(&w, policy_error);
+	jw_fmt(&w,
+	       ", \"end\": \"%s\", \"vfork\": true, \"align\": \"%s\", \"align_pad\": %zu, "
+	       "\"min_align\": %zu, \"max_size\": %zu",
+	       end, align_names[align_mode], pad, min_align, max_size);
+	if (!strcmp(end, "exec")) {
+		jw_put(&w, ", \"exec\": ", 10);
+		jw_str(&w, target);
+		jw_fmt(&w, ", \"exec_preload\": %s", keeps ? "true" : "false");
+	}
+	jw_put(&w, ", \"shim\": {", 11);
+	for (i = 0; i < SC_NR; i++)
+		jw_fmt(&w, "%s\"%s\": 0", i ? ", " : "", shim_counter_names[i]);
+	jw_put(&w, "}, \"layers\": []}\n", 17);
+	jw_flush(&w);
+	close(w.fd);
+	if (rename(tmp, path))
+		unlink(tmp);
+}
+
+static int in_vfork_child(void)
+{
+	return stats_prefix[0] && getpid() != my_pid;
+}
+
+/* Whether envp preloads this shim (LD_PRELOAD names the file it was loaded
+ * from, as the loader recorded it) and names a policy. */
+static int env_preloads_shim(char *const envp[])
+{
+	static char self[512];
+	int preload = 0, policy = 0;
+
+	if (!self[0]) {
+		Dl_info info;
+
+		if (dladdr((void *)env_preloads_shim, &info) && info.dli_fname)
+			snprintf(self, sizeof(self), "%s", info.dli_fname);
+	}
+	for (; envp && *envp; envp++) {
+		if (!strncmp(*envp, "LD_PRELOAD=", 11) &&
+		    strstr(*envp + 11, self[0] ? self : "alloclab"))
+			preload = 1;
+		else if (!strncmp(*envp, "ALLOCLAB_POLICY=", 16))
+			policy = 1;
+	}
+	return preload && policy;
+}
+
+/* vrec: the caller's VREC_SIZE buffer for a vfork child's record. */
+static void before_exec(const char *path, char *vrec, char *const envp[])
+{
+	int saved = errno, keeps = env_preloads_shim(envp);
+
+	vrec[0] = 0;
+	if (in_vfork_child()) {
+		vfork_record(vrec, VREC_SIZE, "exec", path ? path : "", keeps);
+	} else {
+		snprintf(exec_target, sizeof(exec_target), "%s", path ? path : "");
+		exec_preload = keeps;
+		record_write("exec");
+	}
+	errno = saved;
+}
+
+/* The exec failed (ENOENT, EACCES, ...): this image goes on, so its record
+ * must not say it was replaced; a shell searching PATH lands here once per
+ * directory that lacks the program. */
+static int after_failed_exec(int ret, char *vrec)
 {
 	int saved = errno;
 
-	record_write("exec");
+	if (vrec[0]) {
+		vfork_record(vrec, VREC_SIZE, "running", "", 0);
+	} else if (!in_vfork_child()) {
+		exec_target[0] = 0;
+		record_write("running");
+	}
 	errno = saved;
+	return ret;
+}
+
+/* fexecve's image has no path; /proc names the file the descriptor opened. */
+static void before_fexec(int fd, char *vrec, char *const envp[])
+{
+	char link[64], path[sizeof(exec_target)];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	path[n > 0 ? n : 0] = 0;
+	before_exec(path, vrec, envp);
 }
 
 SHIM_API int execve(const char *path, char *const argv[], char *const envp[])
 {
-	before_exec();
-	return next_execve(path, argv, envp);
+	char vrec[VREC_SIZE];
+
+	before_exec(path, vrec, envp);
+	return after_failed_exec(next_execve(path, argv, envp), vrec);
 }
 
 SHIM_API int execv(const char *path, char *const argv[])
 {
-	before_exec();
-	return next_execve(path, argv, environ);
+	char vrec[VREC_SIZE];
+
+	before_exec(path, vrec, environ);
+	return after_failed_exec(next_execve(path, argv, environ), vrec);
 }
 
 SHIM_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	before_exec();
-	return next_execvpe(file, argv, envp);
+	char vrec[VREC_SIZE];
+
+	before_exec(file, vrec, envp);
+	return after_failed_exec(next_execvpe(file, argv, envp), vrec);
 }
 
 SHIM_API int execvp(const char *file, char *const argv[])
 {
-	before_exec();
-	return next_execvpe(file, argv, environ);
+	char vrec[VREC_SIZE];
+
+	before_exec(file, vrec, environ);
+	return after_failed_exec(next_execvpe(file, argv, environ), vrec);
 }
 
 SHIM_API int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	static fexecve_fn f;
+	char vrec[VREC_SIZE];
 
-	before_exec();
+	before_fexec(fd, vrec, envp);
 	if (!f)
 		f = (fexecve_fn)next_sym("fexecve");
 	if (!f) {
 		errno = ENOSYS;
 		return -1;
 	}
-	return f(fd, argv, envp);
+	return after_failed_exec(f(fd, argv, envp), vrec);
 }
 
 /* execl, execlp, execle: the variadic arguments as an argv on the stack. */
@@ -1008,28 +1161,31 @@ SHIM_API int fexecve(int fd, char *const argv[], char *const envp[])
 SHIM_API int execl(const char *path, const char *arg, ...)
 {
 	char **argv;
+	char vrec[VREC_SIZE];
 
 	VA_ARGV(arg, arg, argv, (void)0);
-	before_exec();
-	return next_execve(path, argv, environ);
+	before_exec(path, vrec, environ);
+	return after_failed_exec(next_execve(path, argv, environ), vrec);
 }
 
 SHIM_API int execlp(const char *file, const char *arg, ...)
 {
 	char **argv;
+	char vrec[VREC_SIZE];
 
 	VA_ARGV(arg, arg, argv, (void)0);
-	before_exec();
-	return next_execvpe(file, argv, environ);
+	before_exec(file, vrec, environ);
+	return after_failed_exec(next_execvpe(file, argv, environ), vrec);
 }
 
 SHIM_API int execle(const char *path, const char *arg, ...)
 {
 	char **argv, **envp;
+	char vrec[VREC_SIZE];
 
 	VA_ARGV(arg, arg, argv, envp = va_arg(ap_, char **));
-	before_exec();
-	return next_execve(path, argv, envp);
+	before_exec(path, vrec, envp);
+	return after_failed_exec(next_execve(path, argv, envp), vrec);
 }
 
 /*

@@ -786,7 +786,7 @@ def _main_parser():
 
 
 def cmd_preload(args):
-    import signal
+    import threading
 
     from . import preload
 
@@ -807,21 +807,22 @@ def cmd_preload(args):
     if args.stats:
         preload.check_stats_path(args.stats)
     sys.stdout.flush()
-    # CMD owns the terminal's signals, as it would if it ran alone: Ctrl-C
-    # reaches it, and this process reports its status once it is gone. A
-    # handler that does nothing rather than SIG_IGN: an ignored signal would
-    # stay ignored in CMD across exec, a caught one is reset to the default.
-    old = [signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGQUIT)]
+    # Signals sent to this process go on to CMD (a terminal's ^C reaches it
+    # directly, as it would if CMD ran alone); CMD's stats are written once
+    # it is gone, and its status is this process's.
     try:
-        proc = preload.run(args.policy, cmd, stats=args.stats, allow_glibc=True, shim=shim,
-                           verbose=args.verbose)
-    except FileNotFoundError as e:
-        raise _RunFailed("cannot run %s: %s" % (cmd[0], e.strerror)) from None
-    except PermissionError as e:
-        raise _RunFailed("cannot run %s: %s" % (cmd[0], e.strerror)) from None
-    finally:
-        signal.signal(signal.SIGINT, old[0])
-        signal.signal(signal.SIGQUIT, old[1])
+        proc = preload.run(args.policy, cmd, stats=args.stats, allow_glibc=args.allow_glibc,
+                           shim=shim, verbose=args.verbose,
+                           forward_signals=threading.current_thread() is threading.main_thread())
+    except errors.RunError as e:
+        proc = e.proc
+    except OSError as e:
+        if e.filename != cmd[0]:
+            raise  # not the exec of CMD (the stats file, say): reported as such
+        # As env(1) and timeout(1): 127 when CMD is not found, 126 when it is
+        # found but cannot be run.
+        _err("cannot run %s: %s" % (cmd[0], e.strerror or e))
+        return 127 if isinstance(e, FileNotFoundError) else 126
     st = proc.stats
     if args.verbose:
         sys.stderr.write("%s: %s\n" % (PROG, preload.summary(st)))

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 
@@ -159,11 +160,67 @@ def _name(rec):
     return "pid %d (%s)" % (rec["pid"], os.path.basename(rec.get("argv0") or "?"))
 
 
+def _image_skips_preload(path, depth=0):
+    """Why the dynamic loader would not preload the shim into the image at
+    path (static, setuid or setgid; a script's interpreter likewise), or
+    None."""
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None  # cannot have run: the exec failed
+    if st.st_mode & 0o6000:
+        return "a setuid or setgid program"
+    if head.startswith(b"#!") and depth < 4:
+        interp = head[2:].split(b"\n", 1)[0].split()
+        return _image_skips_preload(os.fsdecode(interp[0]), depth + 1) if interp else None
+    if head[:4] != b"\x7fELF" or len(head) < 64:
+        return None
+    is64, order = head[4] == 2, "little" if head[5] == 1 else "big"
+
+    def num(off, size):
+        return int.from_bytes(head[off:off + size], order)
+
+    phoff, phentsize, phnum = (num(32, 8), num(54, 2), num(56, 2)) if is64 else \
+        (num(28, 4), num(42, 2), num(44, 2))
+    for i in range(phnum):
+        off = phoff + i * phentsize
+        if off + 4 > len(head):
+            return None  # program headers past what was read: assume dynamic
+        if num(off, 4) == 3:  # PT_INTERP: the dynamic loader runs, and preloads
+            return None
+    return "a statically linked program"
+
+
+def _exec_without_shim(rec):
+    """Why the image a record's last exec loaded ran without the shim, or
+    None: its environment no longer preloaded it, or the image is static or
+    setuid. A record that ends in an exec the shim would have followed, with
+    no record after it, is a process killed before its new image started."""
+    if not rec.get("exec_preload", True):
+        return "the environment it was given drops LD_PRELOAD or ALLOCLAB_POLICY"
+    target = rec.get("exec") or ""
+    if "/" not in target:
+        target = shutil.which(target) or ""
+    return _image_skips_preload(target) if target else None
+
+
 def problems(recs, min_share=MIN_SHARE):
-    """One line per process that ran on glibc: the policy was not built, or
-    it served less than min_share of what it was asked."""
+    """One line per process that ran on glibc: the policy was not built, it
+    served less than min_share of what it was asked, or it exec'd an image
+    that wrote no record (that image ran without the shim)."""
     out = []
+    last = {}
+    for r in recs:  # in (pid, generation) order: the last record of each pid wins
+        last[r["pid"]] = r
     for r in recs:
+        why = _exec_without_shim(r) if r.get("end") == "exec" and last[r["pid"]] is r \
+            else None
+        if why:
+            target = r.get("exec") or "?"
+            out.append("pid %d (%s): exec'd %s, which ran without the shim (%s)"
+                       % (r["pid"], os.path.basename(target), target, why))
         if r.get("state") != "ready":
             out.append("%s: no policy (%s)" % (_name(r), r.get("error") or "not built"))
         elif r.get("end") != "running" and r["served"] is not None and \
@@ -214,14 +271,16 @@ def collect(stats, policy=None, allow_glibc=False, min_share=MIN_SHARE, root_ppi
 def summary(st):
     """One line: processes, the policy's share, what ran on glibc."""
     n = len(st["processes"])
-    share = "-" if st["served"] is None else "%.2f%%" % (100 * st["served"])
     sh = st["shim"]
-    line = ("%d process%s on %s: the policy served %s of %d allocations; by design on "
-            "glibc: %d larger than its max size, %d before it was built, %d on threads past "
-            "the model CPUs" % (n, "" if n == 1 else "es", st["policy"], share,
-                                sh.get("policy_allocs", 0) + sum(sh.get(k, 0) for k in REFUSED),
-                                sh.get("libc_large", 0), sh.get("libc_early", 0),
-                                sh.get("libc_threads", 0)))
+    asked = sh.get("policy_allocs", 0) + sum(sh.get(k, 0) for k in REFUSED)
+    if st["served"] is None:
+        served = "the policy was asked for no allocation"
+    else:
+        served = "the policy served %.2f%% of %d allocations" % (100 * st["served"], asked)
+    line = ("%d process%s on %s: %s; by design on glibc: %d larger than its max size, %d "
+            "before it was built, %d on threads past the model CPUs"
+            % (n, "" if n == 1 else "es", st["policy"], served, sh.get("libc_large", 0),
+               sh.get("libc_early", 0), sh.get("libc_threads", 0)))
     if st["on_glibc"]:
         line += "; on glibc: " + "; ".join(st["on_glibc"])
     return line
@@ -240,20 +299,83 @@ def glibc_error(st, returncode=None):
     return msg + "; --allow-glibc (allow_glibc=True) accepts such a run"
 
 
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""The signals a ``forward_signals`` run passes on to the program."""
+
+
+def _run_forwarding(argv, env, **kwargs):
+    """Run argv to its end, passing FORWARDED signals sent to this process on
+    to it (to its process group when it leads one), so that the program ends
+    as the signal asks and this process still reports its stats.
+
+    The signals (and SIGCHLD) are blocked here and taken with sigwaitinfo,
+    which says who sent each: a terminal's ^C or ^\\ (sent by the kernel to
+    the whole foreground group) already reached a program in this process
+    group and is not sent twice; kill(1) aimed at this process is passed on.
+    The program starts with the signal mask this process had."""
+    sigs = set(FORWARDED) | {signal.SIGCHLD}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        proc = subprocess.Popen(
+            argv, env=env, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old),
+            **kwargs)
+        try:
+            while proc.poll() is None:
+                info = signal.sigwaitinfo(sigs)
+                if info.si_signo == signal.SIGCHLD:
+                    continue
+                try:
+                    pgid = os.getpgid(proc.pid)
+                except OSError:
+                    continue  # gone: poll() reaps it
+                if info.si_code == _SI_KERNEL and pgid == os.getpgrp():
+                    continue  # the terminal sent it to the program as well
+                try:
+                    if pgid == proc.pid:
+                        os.killpg(pgid, info.si_signo)
+                    else:
+                        os.kill(proc.pid, info.si_signo)
+                except OSError:
+                    pass
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        # A signal that came with the program's end (the terminal's ^C that
+        # ended it too) is taken here, not raised here once unblocked.
+        while signal.sigtimedwait(sigs, 0) is not None:
+            pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return subprocess.CompletedProcess(proc.args, proc.returncode)
+
+
+_SI_KERNEL = 0x80
+"""si_code of a signal the kernel sent: the terminal's ^C, ^\\ or hangup."""
+
+
 def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=None,
-        verbose=False, **kwargs):
+        verbose=False, forward_signals=False, **kwargs):
     """Run argv under the shim; returns the CompletedProcess with the merged
     stats as ``.stats`` (written to the file ``stats`` as JSON when given).
     Raises RunError (with ``.proc`` and ``.stats``) when a process ran
     without the policy or it served less than min_share of a process's
-    allocations, unless allow_glibc (then ``.stats["note"]`` says so)."""
+    allocations, unless allow_glibc (then ``.stats["note"]`` says so).
+
+    ``forward_signals`` (main thread only; kwargs then go to Popen, so no
+    capture_output or input): SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+    this process are passed on to the program, which is waited for, and its
+    stats are merged as for a run that ended by itself."""
     if stats:
         check_stats_path(stats)
     tmp = tempfile.mkdtemp(prefix="alloclab-preload-")
     try:
         argv, env = command(policy, argv, stats=tmp, env=kwargs.pop("env", None),
                             shim=shim, verbose=verbose)
-        proc = subprocess.run(argv, env=env, **kwargs)
+        if forward_signals:
+            proc = _run_forwarding(argv, env, **kwargs)
+        else:
+            proc = subprocess.run(argv, env=env, **kwargs)
         st = collect(tmp, policy, allow_glibc, min_share, root_ppid=os.getpid())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
