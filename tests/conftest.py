@@ -112,3 +112,21 @@ def pytest_terminal_summary(terminalreporter, config):
         wall, runner.nworkers))
     for line in rt.format_groups(rt.group_failures(outs)):
         tw.write_line(line)
+
+
+def python_under_address_limit(code, limit_bytes):
+    """Run ``code`` in a child Python whose address space is capped at
+    ``limit_bytes`` (ulimit -v), with one BLAS thread (a BLAS pool's stacks
+    would take the room); returns its stdout lines, asserting it exited 0."""
+    import subprocess
+    import sys
+
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit, env=env)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()

@@ -13,7 +13,7 @@ import alloclab as al
 from alloclab import schema
 from alloclab._ffi import lib
 
-from conftest import FAST, bottom_layers, stacks
+from conftest import FAST, bottom_layers, python_under_address_limit, stacks
 
 BOTTOMS = bottom_layers()
 
@@ -596,8 +596,6 @@ def test_create_enomem_names_the_parameter_that_fixes_it():
     """Under an address-space limit (ulimit -v) a layer that reserves its
     arena up front fails with a message that names the parameter to lower and
     a value that fits, and the value it names does fit."""
-    import subprocess
-    import sys
     code = ("import alloclab as al\n"
             "for spec in ('slab', 'pages', 'buddy(arena_limit=8G)'):\n"
             "    try:\n"
@@ -608,16 +606,7 @@ def test_create_enomem_names_the_parameter_that_fixes_it():
             "al.Allocator('slab(arena_limit=256M)').close()\n"
             "print('fits')\n")
 
-    def limit():
-        import resource
-        resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
-
-    import os
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS stacks
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, preexec_fn=limit, env=env)
-    out = p.stdout.splitlines()
-    assert p.returncode == 0, p.stderr
+    out = python_under_address_limit(code, 1536 << 20)
     assert out[0] == ("creating allocator 'slab': ENOMEM: slab: create failed: ENOMEM: could "
                       "not reserve arena_limit=4G of address space under this process's "
                       "limit of 1536M (ulimit -v); a smaller arena_limit fixes it, e.g. "

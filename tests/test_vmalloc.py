@@ -21,6 +21,8 @@ from alloclab._ffi import ffi, lib
 from alloclab.reproduce.vmalloc import (SEED_ROWS, TEST_BITS, VmallocReport, change_pct,
                                         machine_policy, summary_text)
 
+from conftest import python_under_address_limit
+
 VMALLOC_PRESETS = ["vmalloc-default", "vmalloc-large", "vmalloc-large-bulkfree",
                    "vmalloc-pcp-first"]
 
@@ -380,7 +382,6 @@ def test_vmalloc_reservation_follows_va_size():
     up front: under an address-space limit (ulimit -v) the create names
     va_size and a value that fits, and that value really fits: following the
     advice chain from the defaults builds a working stack."""
-    import os
     code = ("import alloclab as al\n"
             "for spec in ('vmalloc > pages', 'vmalloc > pages(memory=128M)',\n"
             "             'vmalloc(va_size=128M) > pages(memory=128M)'):\n"
@@ -394,15 +395,7 @@ def test_vmalloc_reservation_follows_va_size():
             "    a.close()\n"
             "    print('built', spec)\n")
 
-    def limit():
-        import resource
-        resource.setrlimit(resource.RLIMIT_AS, (800000 << 10, 800000 << 10))
-
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS stacks
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, preexec_fn=limit, env=env)
-    out = p.stdout.splitlines()
-    assert p.returncode == 0, p.stderr
+    out = python_under_address_limit(code, 800000 << 10)
     assert "could not reserve memory=4G" in out[0] and "'pages(memory=128M)'" in out[0]
     assert "could not reserve va_size=16G" in out[1] and "'vmalloc(va_size=128M)'" in out[1]
     assert out[2] == "built vmalloc(va_size=128M) > pages(memory=128M)"
