@@ -155,7 +155,7 @@ def test_watchdog_parameter():
         plan("malloc-free", "buddy", watchdog="30")
 
 
-# ---- exhaustion and fault injection (item 4) ----
+# ---- exhaustion and fault injection ----
 
 # The smallest arena each bottom layer accepts, so exhaustion comes quickly.
 LIMITS = {"buddy": {"arena_limit": "1M"}, "slab": {"arena_limit": "1M"},
@@ -284,7 +284,7 @@ def test_layers_over_failnth(spec, op):
         assert _held(a) == base, (str(pol), failed, st["failnth"])
 
 
-# ---- the nmi workload (item 1) ----
+# ---- the nmi workload ----
 
 NMI_SAFE = [s for s in stacks() if al.Policy(s).nmi_safe]
 NMI_UNSAFE = [s for s in stacks() if not al.Policy(s).nmi_safe]
@@ -383,7 +383,7 @@ def test_nmi_buddy_refuses_and_defers_exactly():
         assert (st["deferred_drained"], st["bytes_held"]) == (1, 16)
 
 
-# ---- the stress workload (item 5) ----
+# ---- the stress workload ----
 
 @pytest.mark.parametrize("spec", stacks())
 def test_stress_every_policy(spec):
