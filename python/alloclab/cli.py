@@ -315,12 +315,28 @@ def _workload_metrics_text(res):
     return "\n".join(out)
 
 
-_NO_VALUE = {"-h", "--help", "--sd", "--progress", "--hist", "--ci"}
+def _takes_value(parser):
+    """A predicate on a command-line word: does this option consume the word
+    after it? Read from ``parser``'s own actions (a store_true, store_const
+    or help action takes none, every other option one), so the answer
+    follows the parser as flags are added. A word argparse would accept as
+    an abbreviation (a unique prefix of a long option) is resolved as
+    argparse resolves it."""
+    flags = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}
+
+    def takes_value(word):
+        if word in flags:
+            return flags[word]
+        matches = [s for s in flags if s.startswith("--") and s.startswith(word)]
+        return not matches or any(flags[s] for s in matches)
+    return takes_value
 
 
 def _find_workload(argv):
-    """The first positional of `run`: every flag but those in _NO_VALUE takes
-    one value, so the workload may come before or after the flags."""
+    """The first positional of `run`: the options that take a value are the
+    generic run parser's (workload parameters all take one), so the workload
+    may come before or after the flags."""
+    takes_value = _takes_value(_run_parser(None))
     skip = False
     for i, a in enumerate(argv):
         if skip:
@@ -329,7 +345,7 @@ def _find_workload(argv):
         if a == "--":
             return argv[i + 1] if i + 1 < len(argv) else None
         if a.startswith("-") and len(a) > 1:
-            skip = "=" not in a and a not in _NO_VALUE
+            skip = "=" not in a and takes_value(a)
             continue
         return a
     return None
