@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from . import errors
+from .metrics import METRIC_INFO
 from .stats import describe
 
 _HUE_LABELS = {"producers": "producers", "allocs_per_cycle": "allocs/cycle"}
@@ -35,7 +36,6 @@ def _uniq(vals):
 
 
 def _metric_label(metric):
-    from .result import METRIC_INFO
     desc, unit, _ = METRIC_INFO.get(metric, (metric, "", None))
     if metric.endswith("_per_op"):
         desc, unit = metric[:-len("_per_op")], "per op"
@@ -193,6 +193,13 @@ def heatmap(cmp, vmax=None, cmap="RdYlGn", title=None, figsize=None, annotate=Tr
     return fig
 
 
+def _is_result(data):
+    """True for an alloclab Result, told by the interface latency_hist uses
+    (points, filter, histogram): Result.plot calls this module, so this
+    module does not import alloclab.result back."""
+    return all(hasattr(data, a) for a in ("points", "filter", "histogram"))
+
+
 def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), title=None,
                  figsize=None, **where):
     """Per-op latency of ``op``: the histogram (fraction of operations per
@@ -201,13 +208,12 @@ def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), 
     Percentiles are marked on the CDF of a single line; the timer overhead
     (one clock pair, included in every value) as a dotted line."""
     from .hist import Histogram
-    from .result import Result
     plt = _plt()
     series = []
     overhead = None
     if isinstance(data, Histogram):
         series.append((op, data))
-    elif isinstance(data, Result):
+    elif _is_result(data):
         res = data.filter(**where) if where else data
         vals = _uniq([p.params.get(by) for p in res.points]) if by else [None]
         for v in vals:
