@@ -65,16 +65,7 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
             raise errors.UnknownNameError.make("parameter", k, keys, context=what)
     if error not in ("sd", "ci", None):
         raise errors.UnknownNameError.make("error bar", error, ["sd", "ci", "None"])
-    others = [k for k in res.swept() if k not in (x, hue, "workload")]
-    if panel is None:
-        panels = [None] if not others else _uniq(
-            [tuple(p.params.get(k) for k in others) for p in res.points])
-        pkeys = others
-    else:
-        if panel not in keys:
-            raise errors.UnknownNameError.make("parameter", panel, keys, context="panel")
-        pkeys = [panel]
-        panels = _uniq([(p.params.get(panel),) for p in res.points])
+    pkeys, panels = _panels(res, keys, x, hue, panel)
     n = len(panels)
     fig, axes = plt.subplots(1, n, figsize=figsize or (max(4.0, 3.4 * n), 3.4), squeeze=False)
     usable = None
@@ -83,32 +74,8 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
         usable = min(p.info.get("ncpu_usable", 0) for p in vmode)
     for ax, pv in zip(axes[0], panels):
         sub = res if pv is None else res.filter(**{k: [v] for k, v in zip(pkeys, pv)})
-        hues = _uniq([p.params.get(hue) for p in sub.points]) if hue else [None]
-        for hv in hues:
-            pts = sub.filter(**{hue: [hv]}) if hue else sub
-            xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
-            ys, es = [], []
-            for xv in xs:
-                st = pts.stats(metric, **{x: [xv]})
-                vals = np.concatenate([s.values for _, s in st]) if st else np.array([])
-                s = describe(vals)
-                ys.append(s.mean)
-                e = s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan
-                es.append(0.0 if math.isnan(e) else e)
-            ax.errorbar(xs, ys, yerr=es if error else None, marker="o", capsize=3,
-                        label=str(hv) if hue else metric)
-        if pv is not None:
-            ax.set_title(", ".join("%s=%s" % (_HUE_LABELS.get(k, k), v)
-                                   for k, v in zip(pkeys, pv)), fontsize="medium")
-        ax.set_xlabel(_HUE_LABELS.get(x, x))
-        if all(isinstance(v, (int, float)) for v in _uniq([p.params.get(x) for p in sub.points])):
-            ax.set_xticks(_sortable(_uniq([p.params.get(x) for p in sub.points])))
-        if usable and any(p.params.get(x, 0) > usable for p in sub.points):
-            ax.axvspan(usable + 0.5, max(p.params.get(x) for p in sub.points) + 0.5,
-                       color="0.92", zorder=0)
-        if logy:
-            ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
+        _latency_lines(ax, sub, metric, x, hue, error)
+        _latency_axes(ax, sub, pkeys, pv, x, usable, logy)
     axes[0][0].set_ylabel(_metric_label(metric))
     if hue:
         axes[0][-1].legend(fontsize="small", title=_HUE_LABELS.get(hue, hue))
@@ -119,6 +86,56 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
                  ("; shaded: virtual CPUs" if usable else ""), fontsize="medium")
     fig.tight_layout()
     return fig
+
+
+def _panels(res, keys, x, hue, panel):
+    """(panel parameters, their value tuples, one per panel): ``panel``'s
+    values, or by default every combination of the swept parameters other
+    than x and hue ([None]: one panel)."""
+    others = [k for k in res.swept() if k not in (x, hue, "workload")]
+    if panel is None:
+        panels = [None] if not others else _uniq(
+            [tuple(p.params.get(k) for k in others) for p in res.points])
+        return others, panels
+    if panel not in keys:
+        raise errors.UnknownNameError.make("parameter", panel, keys, context="panel")
+    return [panel], _uniq([(p.params.get(panel),) for p in res.points])
+
+
+def _latency_lines(ax, sub, metric, x, hue, error):
+    """A line per value of ``hue``: the mean of ``metric`` over runs at each
+    value of ``x``, with its error bars."""
+    hues = _uniq([p.params.get(hue) for p in sub.points]) if hue else [None]
+    for hv in hues:
+        pts = sub.filter(**{hue: [hv]}) if hue else sub
+        xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
+        ys, es = [], []
+        for xv in xs:
+            st = pts.stats(metric, **{x: [xv]})
+            vals = np.concatenate([s.values for _, s in st]) if st else np.array([])
+            s = describe(vals)
+            ys.append(s.mean)
+            e = s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan
+            es.append(0.0 if math.isnan(e) else e)
+        ax.errorbar(xs, ys, yerr=es if error else None, marker="o", capsize=3,
+                    label=str(hv) if hue else metric)
+
+
+def _latency_axes(ax, sub, pkeys, pv, x, usable, logy):
+    """A panel's title, x axis and ticks, the virtual-CPU shading, y scale
+    and grid."""
+    if pv is not None:
+        ax.set_title(", ".join("%s=%s" % (_HUE_LABELS.get(k, k), v)
+                               for k, v in zip(pkeys, pv)), fontsize="medium")
+    ax.set_xlabel(_HUE_LABELS.get(x, x))
+    if all(isinstance(v, (int, float)) for v in _uniq([p.params.get(x) for p in sub.points])):
+        ax.set_xticks(_sortable(_uniq([p.params.get(x) for p in sub.points])))
+    if usable and any(p.params.get(x, 0) > usable for p in sub.points):
+        ax.axvspan(usable + 0.5, max(p.params.get(x) for p in sub.points) + 0.5,
+                   color="0.92", zorder=0)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
 
 
 def _heat_note(pct, verdict, aid):
