@@ -7,6 +7,16 @@ list, so a parameter added in C appears here (and in ``--help``) at once.
 
 Errors print ``alloclab: error: <message>`` on stderr and exit 2 (bad input)
 or 1 (a run failed); never a traceback.
+
+Flow of ``alloclab run``: the workload is found first among the words
+(_find_workload; which options take a value is read from the run parser
+itself), its schema then builds the full parser; the flags become run()'s
+keyword arguments, and everything (the plan, metric names, table axes,
+output files, a journal to resume) is checked before the first run starts,
+so a typo costs milliseconds; then run() or sweep(), the tables, the files.
+The other commands parse with one argparse tree (_main_parser) and
+dispatch in main(). SIGTERM and SIGHUP are raised as Ctrl-C is, so a run
+in progress is stopped and its child processes reaped either way.
 """
 
 import argparse

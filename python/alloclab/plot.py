@@ -9,6 +9,11 @@
 matplotlib is imported when a function is called, so ``import alloclab``
 stays fast; in a headless process select a backend first
 (``matplotlib.use("Agg")``), as the CLI does.
+
+Figures are drawn from a Result's per-run values (means, sd or CI computed
+by alloclab.stats) or a Comparison's cells, never from a printed table. Result.plot calls
+this module, so it does not import alloclab.result back: metric labels come
+from alloclab.metrics, and latency_hist knows a Result by its interface.
 """
 
 import math
