@@ -11,17 +11,19 @@ SAN ?=
 WERROR ?= 0
 BUILD := build/$(if $(SAN),$(SAN),release)
 
-CFLAGS_COMMON := -std=gnu11 -g -fPIC -pthread -fvisibility=hidden -Icsrc/include \
-	-DAL_VERSION_STR=\"$(VERSION)\" -Wall -Wextra
+# The flag sets (common, release, werror, preload) come from csrc/CFLAGS,
+# which setup.py reads too; $(call cflags,SET) is one set's flags.
+cflags = $(shell sed -n 's/^$(1):[[:space:]]*//p' csrc/CFLAGS)
+CFLAGS_COMMON := $(call cflags,common) -Icsrc/include -DAL_VERSION_STR=\"$(VERSION)\"
 ifeq ($(WERROR),1)
-CFLAGS_COMMON += -Werror
+CFLAGS_COMMON += $(call cflags,werror)
 endif
 ifeq ($(SAN),asan)
 SANFLAGS := -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 else ifeq ($(SAN),tsan)
 SANFLAGS := -O1 -fsanitize=thread
 else
-SANFLAGS := -O2
+SANFLAGS := $(call cflags,release)
 endif
 ALL_CFLAGS := $(CFLAGS_COMMON) $(SANFLAGS) -DAL_BUILD_FLAGS="\"$(CC) $(SANFLAGS)\"" $(CFLAGS)
 
@@ -36,7 +38,7 @@ all: $(BUILD)/liballoclab.so $(BUILD)/liballoclab-preload.so
 # V=1 shows the full command lines.
 Q := $(if $(V),,@)
 
-$(BUILD)/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile
+$(BUILD)/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile csrc/CFLAGS
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<  [$(if $(SAN),$(SAN),release)]"
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
@@ -48,10 +50,10 @@ $(BUILD)/liballoclab.so: $(OBJS)
 # The LD_PRELOAD shim: the library again with its API hidden, plus csrc/preload.
 PRELOAD_OBJS := $(patsubst %.c,$(BUILD)/preload-objs/%.o,$(SRCS) csrc/preload/preload.c)
 
-$(BUILD)/preload-objs/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile
+$(BUILD)/preload-objs/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile csrc/CFLAGS
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<  [$(if $(SAN),$(SAN),release), preload]"
-	$(Q)$(CC) $(ALL_CFLAGS) -DAL_PRELOAD_BUILD -c $< -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(call cflags,preload) -c $< -o $@
 
 $(BUILD)/liballoclab-preload.so: $(PRELOAD_OBJS)
 	@echo "  LD    $@"

@@ -1,4 +1,5 @@
-"""Build liballoclab.so from csrc/SOURCES, then the cffi extension that links it.
+"""Build liballoclab.so from csrc/SOURCES with the flags of csrc/CFLAGS, then
+the cffi extension that links it.
 
 Everything declarative lives in pyproject.toml. This file only adds one build
 step that runs before build_ext:
@@ -55,6 +56,22 @@ def read_sources():
     return srcs
 
 
+def read_cflags():
+    """{set name: [flags]} from csrc/CFLAGS, the flag list the Makefile reads
+    too: one "SET: flags" line per set, lines of one set joined in order."""
+    sets = {}
+    with open(os.path.join(ROOT, "csrc", "CFLAGS")) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, sep, flags = line.partition(":")
+            if not sep:
+                raise RuntimeError("csrc/CFLAGS: %r is not 'SET: flags'" % line)
+            sets.setdefault(name.strip(), []).extend(shlex.split(flags))
+    return sets
+
+
 def c_compiler():
     cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
     return shlex.split(cc)
@@ -87,18 +104,19 @@ class build_ext_alloclab(build_ext):
     def build_alloclab_library(self, out_dir):
         cc = c_compiler()
         version = read_version()
-        cflags = [
-            "-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-fvisibility=hidden",
+        sets = read_cflags()
+        cflags = sets["common"] + sets["release"] + [
             "-I" + os.path.join(ROOT, "csrc", "include"),
             '-DAL_VERSION_STR="%s"' % version,
-            '-DAL_BUILD_FLAGS="%s -O2 -g"' % " ".join(cc),
-            "-Wall", "-Wextra",
+            '-DAL_BUILD_FLAGS="%s"' % " ".join(cc + sets["release"] + ["-g"]),
         ]
         if os.environ.get("ALLOCLAB_WERROR") == "1":
-            cflags.append("-Werror")
+            cflags += sets["werror"]
         cflags += shlex.split(os.environ.get("CFLAGS", ""))
         headers = [os.path.join(INCLUDE_SRC, h) for h in os.listdir(INCLUDE_SRC)]
-        newest_header = max((os.path.getmtime(h) for h in headers), default=0)
+        # An object is stale when its source, a header or the flag list is newer.
+        newest_header = max((os.path.getmtime(h) for h in headers +
+                             [os.path.join(ROOT, "csrc", "CFLAGS")]), default=0)
         obj_dir = os.path.join(os.path.abspath(self.build_temp), "liballoclab")
 
         def compile_one(src, obj_dir=obj_dir, extra=()):
@@ -119,7 +137,7 @@ class build_ext_alloclab(build_ext):
             objs = list(pool.map(compile_one, srcs))
             # The shim embeds the library with its API hidden (AL_PRELOAD_BUILD).
             pre_objs = list(pool.map(
-                lambda src: compile_one(src, pre_dir, ["-DAL_PRELOAD_BUILD"]),
+                lambda src: compile_one(src, pre_dir, sets["preload"]),
                 srcs + ["csrc/preload/preload.c"]))
 
         os.makedirs(out_dir, exist_ok=True)

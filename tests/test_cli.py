@@ -287,3 +287,43 @@ def test_reproduce_without_a_seed_lists_the_seeds():
 ])
 def test_reproduce_checks_before_running(args, words):
     one_error_line(cli("reproduce", *args), *words)
+
+
+@pytest.mark.parametrize("argv, workload", [
+    (["--processes", "malloc-free"], "malloc-free"),
+    (["--quick", "--sd", "malloc-free", "--runs", "1"], "malloc-free"),
+    (["--rigorous", "larson"], "larson"),
+    (["--isolate", "malloc-free"], "malloc-free"),
+    (["--no-isolate", "--progress", "--hist", "--ci", "malloc-free"], "malloc-free"),
+    (["--prog", "malloc-free"], "malloc-free"),          # argparse's abbreviation of --progress
+    (["--runs", "3", "malloc-free"], "malloc-free"),
+    (["--policy", "buddy", "--producers=2", "larson"], "larson"),
+    (["--seed", "7"], None),
+    (["--runs", "3", "--", "malloc-free"], "malloc-free"),
+])
+def test_the_workload_is_found_after_any_flag(argv, workload):
+    """Every option of `alloclab run` that takes no value (store_true,
+    store_const, help) lets the workload follow it: the set is read from the
+    parser, so a flag added there is known without a second list."""
+    from alloclab import cli as cli_mod
+    assert cli_mod._find_workload(argv) == workload
+
+
+def test_no_value_flags_match_the_parser():
+    """The words _find_workload skips without a value are exactly the run
+    parser's zero-argument options."""
+    from alloclab import cli as cli_mod
+    p = cli_mod._run_parser(None)
+    takes_value = cli_mod._takes_value(p)
+    for a in p._actions:
+        for s in a.option_strings:
+            assert takes_value(s) == (a.nargs != 0), s
+    assert {s for a in p._actions if a.nargs == 0 for s in a.option_strings} >= {
+        "-h", "--help", "--sd", "--progress", "--hist", "--ci", "--processes", "--quick",
+        "--rigorous", "--isolate", "--no-isolate"}
+
+
+def test_run_with_a_no_value_flag_before_the_workload():
+    p = cli("run", "--processes", "--quick", "malloc-free", "--cycles", "10",
+            "--warmup-cycles", "1", "--runs", "1", check=0)
+    assert "allocation latency" in p.stdout and p.stderr == ""

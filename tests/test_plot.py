@@ -127,3 +127,33 @@ def test_save(tmp_path, res):
     pdf = al.plot.save([al.plot.latency(al.run("malloc-free", "libc", **FAST))],
                        str(tmp_path / "x.pdf"))
     assert (tmp_path / "x.pdf").read_bytes()[:4] == b"%PDF" and pdf == [str(tmp_path / "x.pdf")]
+
+
+def _relative_imports(module):
+    """Every module ``module`` imports from the package, at the top or inside
+    a function (a lazy import still ties the two modules together)."""
+    import ast
+    import importlib
+
+    src = open(importlib.import_module(module).__file__).read()
+    out = set()
+    for n in ast.walk(ast.parse(src)):
+        if isinstance(n, ast.ImportFrom) and n.level == 1:
+            out |= {n.module} if n.module else {a.name for a in n.names}
+    return out
+
+
+def test_plot_does_not_import_result():
+    """result.py calls plot for Result.plot; plot reads the metric catalogue
+    from alloclab.metrics and knows a Result by its interface."""
+    assert "result" not in _relative_imports("alloclab.plot")
+    assert "plot" in _relative_imports("alloclab.result")
+    assert al.result.METRIC_INFO is al.metrics.METRIC_INFO
+    assert al.result.BASE_METRICS is al.metrics.BASE_METRICS
+    assert al.plot._metric_label("alloc_ns") == "allocation latency (ns)"
+
+
+def test_latency_hist_refuses_what_is_not_a_result(res):
+    for bad in (None, [1, 2], al.compare(res, baseline="buddy")):
+        with pytest.raises(al.InvalidArgument, match="takes a Result or a Histogram"):
+            al.plot.latency_hist(bad)

@@ -7,6 +7,20 @@
 
 Layers, workloads and their parameters come from the C library's registry:
 see ``al.policies()``, ``al.workloads()`` and ``al.presets``.
+
+Layout, bottom up: _ffi loads the cffi extension and liballoclab.so and
+maps C error codes to errors.py's exceptions; schema and policy read the
+registry and parse policy specs; allocator drives one stack call by call
+(tests, notebooks); run/sweep plan a grid, run it wholly in C and build a
+Result (result.py, with the metric catalogue in metrics.py); compare,
+verdict and stats judge Results; plot draws them; machine reads the
+machine state that makes numbers noisy; peers, plugin and preload bring in
+other allocators, C layers written at run time and the LD_PRELOAD shim;
+reproduce reruns the seed discussions; cli is the command line over all of
+it.
+
+Importing the package loads the library and NumPy; matplotlib and pandas
+are imported only by the functions that need them.
 """
 
 from ._version import __version__

@@ -7,6 +7,16 @@ list, so a parameter added in C appears here (and in ``--help``) at once.
 
 Errors print ``alloclab: error: <message>`` on stderr and exit 2 (bad input)
 or 1 (a run failed); never a traceback.
+
+Flow of ``alloclab run``: the workload is found first among the words
+(_find_workload; which options take a value is read from the run parser
+itself), its schema then builds the full parser; the flags become run()'s
+keyword arguments, and everything (the plan, metric names, table axes,
+output files, a journal to resume) is checked before the first run starts,
+so a typo costs milliseconds; then run() or sweep(), the tables, the files.
+The other commands parse with one argparse tree (_main_parser) and
+dispatch in main(). SIGTERM and SIGHUP are raised as Ctrl-C is, so a run
+in progress is stopped and its child processes reaped either way.
 """
 
 import argparse
@@ -169,7 +179,17 @@ def _run_parser(wl):
                 epilog=None if wl else "workloads: " + ", ".join(schema.workloads()))
     if not wl:
         p.add_argument("workload", help="one of: " + ", ".join(schema.workloads()))
-    g = p.add_argument_group("run")
+    _run_flags(p.add_argument_group("run"))
+    _output_flags(p.add_argument_group("output"))
+    _run_measure_flags(p)
+    if wl and wl.params:
+        _workload_flags(p, wl)
+    return p
+
+
+def _run_flags(g):
+    """What `alloclab run` runs: plugins, policies, producers, runs, timing,
+    CPU model, duration, effort, isolation, adaptive runs, seed."""
     g.add_argument("--plugin", action="append", metavar="FILE.c",
                    help="compile and register a C plugin layer first, repeatable")
     g.add_argument("--policy", action="append", metavar="SPEC",
@@ -209,7 +229,10 @@ def _run_parser(wl):
     g.add_argument("--budget", type=_duration, default=60.0, metavar="SECONDS",
                    help="time budget of --target-ci (default: 60)")
     g.add_argument("--seed", type=int, default=1, metavar="N", help="PRNG seed (default: 1)")
-    o = p.add_argument_group("output")
+
+
+def _output_flags(o):
+    """What `alloclab run` prints and writes."""
     o.add_argument("--metric", action="append", metavar="NAME",
                    help="metric to tabulate, repeatable (default: alloc_ns and free_ns)")
     o.add_argument("--rows", metavar="PARAM", help="parameter for table rows")
@@ -221,17 +244,19 @@ def _run_parser(wl):
     o.add_argument("--json", metavar="FILE", help="write the full result as JSON")
     o.add_argument("--csv", metavar="FILE", help="write tidy rows (one per run) as CSV")
     o.add_argument("--progress", action="store_true", help="print progress to stderr")
-    _run_measure_flags(p)
-    if wl and wl.params:
-        w = p.add_argument_group("%s parameters (comma-separated lists are swept)" % wl.name)
-        for prm in wl.params:
-            flag = "--" + prm.name.replace("_", "-")
-            rng = "one of " + ", ".join(prm.choices or ()) if prm.type == schema.ENUM else \
-                "%s..%s" % (prm.format(prm.min), prm.format(prm.max))
-            w.add_argument(flag, dest="w_" + prm.name, type=_param_list(prm), default=None,
-                           metavar=prm.type_name.upper(),
-                           help="%s (%s; default: %s)" % (prm.doc, rng, prm.format(prm.default)))
-    return p
+
+
+def _workload_flags(p, wl):
+    """A --dashed-name flag per parameter of the workload's C schema, each
+    taking a comma-separated list (swept)."""
+    w = p.add_argument_group("%s parameters (comma-separated lists are swept)" % wl.name)
+    for prm in wl.params:
+        flag = "--" + prm.name.replace("_", "-")
+        rng = "one of " + ", ".join(prm.choices or ()) if prm.type == schema.ENUM else \
+            "%s..%s" % (prm.format(prm.min), prm.format(prm.max))
+        w.add_argument(flag, dest="w_" + prm.name, type=_param_list(prm), default=None,
+                       metavar=prm.type_name.upper(),
+                       help="%s (%s; default: %s)" % (prm.doc, rng, prm.format(prm.default)))
 
 
 def _default_rows(wl, sweep):
@@ -315,12 +340,28 @@ def _workload_metrics_text(res):
     return "\n".join(out)
 
 
-_NO_VALUE = {"-h", "--help", "--sd", "--progress", "--hist", "--ci"}
+def _takes_value(parser):
+    """A predicate on a command-line word: does this option consume the word
+    after it? Read from ``parser``'s own actions (a store_true, store_const
+    or help action takes none, every other option one), so the answer
+    follows the parser as flags are added. A word argparse would accept as
+    an abbreviation (a unique prefix of a long option) is resolved as
+    argparse resolves it."""
+    flags = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}
+
+    def takes_value(word):
+        if word in flags:
+            return flags[word]
+        matches = [s for s in flags if s.startswith("--") and s.startswith(word)]
+        return not matches or any(flags[s] for s in matches)
+    return takes_value
 
 
 def _find_workload(argv):
-    """The first positional of `run`: every flag but those in _NO_VALUE takes
-    one value, so the workload may come before or after the flags."""
+    """The first positional of `run`: the options that take a value are the
+    generic run parser's (workload parameters all take one), so the workload
+    may come before or after the flags."""
+    takes_value = _takes_value(_run_parser(None))
     skip = False
     for i, a in enumerate(argv):
         if skip:
@@ -329,7 +370,7 @@ def _find_workload(argv):
         if a == "--":
             return argv[i + 1] if i + 1 < len(argv) else None
         if a.startswith("-") and len(a) > 1:
-            skip = "=" not in a and a not in _NO_VALUE
+            skip = "=" not in a and takes_value(a)
             continue
         return a
     return None
@@ -356,21 +397,60 @@ def _load_plugins(argv):
 
 
 def cmd_run(argv):
+    """`alloclab run`: parse, validate everything (exit 2 before any run),
+    run or sweep, print the tables, write the files."""
     _load_plugins(argv)
-    # Parse the workload name first, then build its flags from the schema.
+    parsed = _parse_run(argv)
+    if parsed is None:
+        return 0
+    wl, args = parsed
+    kwargs, policy = _run_kwargs(wl, args)
+    settings, _ = plan(wl.name, policy, **kwargs)  # all validation: exit 2 on error
+    metrics = args.metric or ["alloc_ns", "free_ns"]
+    _check_metric_names(metrics, policy)
+    rows, cols = _table_axes(wl, args, settings)
+    _check_run_outputs(args, settings)
+    try:
+        if args.journal:
+            from .sweep import sweep
+            res = sweep(wl.name, policy, journal=args.journal, progress=args.progress, **kwargs)
+        else:
+            if args.target_ci is not None:
+                kwargs.update(target_ci=args.target_ci, budget=args.budget)
+            res = run(wl.name, policy, progress=args.progress, **kwargs)
+    except errors.AlloclabError as e:
+        raise _RunFailed(str(e)) from None
+    _print_run(res, args, metrics, rows, cols)
+    if args.json:
+        _write_output("--json", args.json, lambda: res.to_json(args.json, indent=1))
+    if args.csv:
+        _write_output("--csv", args.csv, lambda: res.to_csv(args.csv))
+    if args.plot:
+        _write_output("--plot", args.plot,
+                      lambda: _save_run_plots(res, metrics[0], cols, args.plot, args.hist))
+    return 0
+
+
+def _parse_run(argv):
+    """(workload schema, parsed args): the workload name is found first, then
+    its flags are built from its schema. None when only help was asked for
+    (printed)."""
     wl_name = _find_workload(argv)
     if wl_name is None:
         p = _run_parser(None)
         if any(a in ("-h", "--help") for a in argv):
             p.print_help()
-            return 0
+            return None
         raise UsageError("run needs a workload: alloclab run WORKLOAD [flags]; workloads: %s"
                          % ", ".join(schema.workloads()))
     wl = schema.workload(wl_name)  # UnknownNameError listing the valid ones
     argv = list(argv)
     del argv[argv.index(wl_name)]
-    args = _run_parser(wl).parse_args(argv)
+    return wl, _run_parser(wl).parse_args(argv)
 
+
+def _run_kwargs(wl, args):
+    """(keyword arguments of run()/sweep(), [Policy]) from the parsed flags."""
     params = {}
     for prm in wl.params:
         v = getattr(args, "w_" + prm.name)
@@ -385,9 +465,12 @@ def cmd_run(argv):
     if args.watchdog is not None:
         kwargs["watchdog"] = args.watchdog
     pols = args.policy or ["buddy"]
-    policy = [Policy(s) for s in pols]
-    settings, _ = plan(wl.name, policy, **kwargs)  # all validation: exit 2 on error
-    metrics = args.metric or ["alloc_ns", "free_ns"]
+    return kwargs, [Policy(s) for s in pols]
+
+
+def _check_metric_names(metrics, policy):
+    """Every --metric is a base metric, a counter of a layer of the policy,
+    or a workload metric (checked against the Result after the run)."""
     layer_names = {n for pol in policy for n in pol.names}
     for m in metrics:
         if m not in BASE_METRICS and m.split(".", 1)[0] not in layer_names and \
@@ -396,14 +479,22 @@ def cmd_run(argv):
                 "unknown metric %r; valid metrics: %s, <layer>.<counter>[_per_op] for a "
                 "layer of the policy (%s), or wl.<name> for a workload metric"
                 % (m, ", ".join(BASE_METRICS), ", ".join(sorted(layer_names))))
+
+
+def _table_axes(wl, args, settings):
+    """(rows, cols) parameters of the printed tables, checked."""
     keys = ["policy"] + [p.name for p in wl.params] + ["producers", "timing", "cpu"]
     for flag, key in (("--rows", args.rows), ("--cols", args.cols)):
         if key is not None and key.replace("-", "_") not in keys:
             raise UsageError(str(errors.UnknownNameError.make(
                 "parameter", key, keys, context=flag)))
     rows = args.rows.replace("-", "_") if args.rows else _default_rows(wl, settings["sweep"])
-    cols = args.cols.replace("-", "_")
+    return rows, args.cols.replace("-", "_")
 
+
+def _check_run_outputs(args, settings):
+    """--journal and --target-ci together are refused; the adaptive options,
+    every output file and a journal to resume are checked before any run."""
     if args.journal and args.target_ci is not None:
         raise UsageError("--target-ci adds runs as it goes and --journal resumes a fixed "
                          "grid: use one or the other")
@@ -416,16 +507,11 @@ def cmd_run(argv):
     if args.journal:  # a file that is not this sweep's journal is refused unwritten
         from .sweep import check_journal
         check_journal(args.journal, settings)
-    try:
-        if args.journal:
-            from .sweep import sweep
-            res = sweep(wl.name, policy, journal=args.journal, progress=args.progress, **kwargs)
-        else:
-            if args.target_ci is not None:
-                kwargs.update(target_ci=args.target_ci, budget=args.budget)
-            res = run(wl.name, policy, progress=args.progress, **kwargs)
-    except errors.AlloclabError as e:
-        raise _RunFailed(str(e)) from None
+
+
+def _print_run(res, args, metrics, rows, cols):
+    """The tables of every metric, histograms, CPU and machine lines, the
+    workload's own metrics and the per-op counters."""
     known = res.metrics()
     for m in metrics:
         if m not in known:
@@ -449,14 +535,6 @@ def cmd_run(argv):
     if ctext:
         print()
         print(ctext)
-    if args.json:
-        _write_output("--json", args.json, lambda: res.to_json(args.json, indent=1))
-    if args.csv:
-        _write_output("--csv", args.csv, lambda: res.to_csv(args.csv))
-    if args.plot:
-        _write_output("--plot", args.plot,
-                      lambda: _save_run_plots(res, metrics[0], cols, args.plot, args.hist))
-    return 0
 
 
 # ------------------------------------------------------------------ output files
@@ -718,6 +796,18 @@ def _main_parser():
                     "boost, SMT, isolated CPUs, ASLR, the load average, a hypervisor and more, "
                     "and for each problem what to change (as pyperf's `system show`).")
     ck.add_argument("--json", action="store_true", help="the state and advice as JSON")
+    _preload_parser(sub)
+    rp = sub.add_parser("reproduce", help="rerun a seed discussion's experiment")
+    rsub = rp.add_subparsers(dest="seed", metavar="SEED")
+    _libarena_parser(rsub)
+    _vmalloc_parser(rsub)
+    _local_storage_parser(rsub)
+    rp.set_defaults(seed=None, seeds=tuple(rsub.choices))  # named when none is given
+    return p
+
+
+def _preload_parser(sub):
+    """`alloclab preload`: its flags and the command after --."""
     from .preload import EXIT_ON_GLIBC, MIN_SHARE
 
     pp = sub.add_parser(
@@ -744,8 +834,10 @@ def _main_parser():
     pp.add_argument("--verbose", action="store_true",
                     help="the shim reports on stderr in each process, and a summary follows")
     pp.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
-    rp = sub.add_parser("reproduce", help="rerun a seed discussion's experiment")
-    rsub = rp.add_subparsers(dest="seed", metavar="SEED")
+
+
+def _libarena_parser(rsub):
+    """`alloclab reproduce libarena`: seed 000's grid and outputs."""
     lib_p = rsub.add_parser(
         "libarena", help="seed 000: spill vs transfer cache in front of libarena's buddy",
         description="Seed 000: per-CPU caches in front of libarena's buddy, 'spill' vs "
@@ -779,10 +871,6 @@ def _main_parser():
     lib_p.add_argument("--plot", metavar="FILE",
                        help="write alloc and free latency plots (PNG/PDF/SVG by extension)")
     lib_p.add_argument("--progress", action="store_true", help="progress line on stderr")
-    _vmalloc_parser(rsub)
-    _local_storage_parser(rsub)
-    rp.set_defaults(seed=None, seeds=tuple(rsub.choices))  # named when none is given
-    return p
 
 
 def cmd_preload(args):

@@ -469,6 +469,24 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     Raises IncomparableError when the sides ran different workloads.
     """
     a = _as_result(a)
+    metrics, on = _check_options(metric, test, threshold, alpha, on)
+    if baseline is not None:
+        old, news, key, cols, base_name = _sides_in_one(a, b, on, baseline, by, names,
+                                                        base_name)
+    else:
+        old, news, key, cols, base_name = _sides_of_two(a, b, on, names, base_name)
+    _check_cells(old, news, key, cols, base_name)
+    directions = _directions(metrics, old, news, lower_is_better)
+    skip = {by} if baseline is not None else set()
+    pairs, unmatched, pooled = _pairs(old, news, cols, key, metrics, skip, pool, base_name)
+    cells = _judge(pairs, test, threshold, alpha, directions)
+    return Comparison(cells, cols, base_name, key, metrics, directions, test, threshold, alpha,
+                      unmatched, _differing(old, news, key), pooled)
+
+
+def _check_options(metric, test, threshold, alpha, on):
+    """compare()'s scalar options checked; returns (metrics as a list, on as
+    a list or None)."""
     if test not in TESTS:
         raise errors.UnknownNameError.make("test", test, list(TESTS))
     for name, v, lo, hi in (("threshold", threshold, 0, math.inf), ("alpha", alpha, 0, 1)):
@@ -482,48 +500,63 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
         on = [on]
     if not metrics:
         raise errors.InvalidArgument("compare needs at least one metric")
+    return metrics, on
 
-    if baseline is not None:
-        if b is not None:
-            raise errors.InvalidArgument(
-                "compare(res, baseline=...) compares inside one Result: give no second Result")
-        if by not in a.params():
-            raise errors.UnknownNameError.make("parameter", by, a.params())
-        if by == "workload":
-            raise errors.IncomparableError(
-                "compare(by=\"workload\") would set different workloads side by side: "
-                "their numbers measure different things; compare policies within a workload")
-        old = a.filter(**{by: baseline})
-        if not old.points:
-            vals = []
-            for p in a.points:
-                if p.params.get(by) not in vals:
-                    vals.append(p.params.get(by))
-            raise errors.UnknownNameError.make(by, baseline, [str(v) for v in vals],
-                                               context="baseline")
-        base_val = old.points[0].params[by]
-        others = []
+
+def _sides_in_one(a, b, on, baseline, by, names, base_name):
+    """compare(res, baseline=...): the old side is ``a``'s points with
+    ``by`` = baseline, a new side per other value of ``by``. Returns (old,
+    news, key, column labels, base_name)."""
+    if b is not None:
+        raise errors.InvalidArgument(
+            "compare(res, baseline=...) compares inside one Result: give no second Result")
+    if by not in a.params():
+        raise errors.UnknownNameError.make("parameter", by, a.params())
+    if by == "workload":
+        raise errors.IncomparableError(
+            "compare(by=\"workload\") would set different workloads side by side: "
+            "their numbers measure different things; compare policies within a workload")
+    old = a.filter(**{by: baseline})
+    if not old.points:
+        vals = []
         for p in a.points:
-            v = p.params.get(by)
-            if v != base_val and v not in others:
-                others.append(v)
-        if not others:
-            raise errors.InvalidArgument("nothing to compare: every point has %s=%r" % (
-                by, base_val))
-        news = [a.filter(**{by: [v]}) for v in others]
-        key = list(on) if on is not None else [k for k in _default_key(old, news) if k != by]
-        cols = names or [str(v) for v in others]
-        base_name = base_name or str(base_val)
-    else:
-        if b is None:
-            raise errors.InvalidArgument("compare needs a second Result, or baseline=")
-        news = _as_results(b)
-        old = a
-        key = list(on) if on is not None else _default_key(a, news)
-        cols = names or [_label(r, i, len(news), "B") for i, r in enumerate(news)]
-        base_name = base_name or _label(a, 0, 1, "A")
-        if len(set(cols)) < len(cols):
-            cols = ["%s (%d)" % (c, i + 1) for i, c in enumerate(cols)]
+            if p.params.get(by) not in vals:
+                vals.append(p.params.get(by))
+        raise errors.UnknownNameError.make(by, baseline, [str(v) for v in vals],
+                                           context="baseline")
+    base_val = old.points[0].params[by]
+    others = []
+    for p in a.points:
+        v = p.params.get(by)
+        if v != base_val and v not in others:
+            others.append(v)
+    if not others:
+        raise errors.InvalidArgument("nothing to compare: every point has %s=%r" % (
+            by, base_val))
+    news = [a.filter(**{by: [v]}) for v in others]
+    key = list(on) if on is not None else [k for k in _default_key(old, news) if k != by]
+    cols = names or [str(v) for v in others]
+    return old, news, key, cols, base_name or str(base_val)
+
+
+def _sides_of_two(a, b, on, names, base_name):
+    """compare(a, b): ``a`` is the old side, each Result of ``b`` a new one.
+    Returns (old, news, key, column labels, base_name)."""
+    if b is None:
+        raise errors.InvalidArgument("compare needs a second Result, or baseline=")
+    news = _as_results(b)
+    key = list(on) if on is not None else _default_key(a, news)
+    cols = names or [_label(r, i, len(news), "B") for i, r in enumerate(news)]
+    base_name = base_name or _label(a, 0, 1, "A")
+    if len(set(cols)) < len(cols):
+        cols = ["%s (%d)" % (c, i + 1) for i, c in enumerate(cols)]
+    return a, news, key, cols, base_name
+
+
+def _check_cells(old, news, key, cols, base_name):
+    """The labels fit the columns, the key names parameters of the old side
+    (``workload`` is added to it in place: a cell is always one workload's),
+    and every side ran a workload the old side ran."""
     if len(cols) != len(news):
         raise errors.InvalidArgument("names: %d labels for %d columns" % (len(cols), len(news)))
     for k in key:
@@ -542,6 +575,9 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
                     base_name, " and ".join(map(str, wl_old)), col,
                     " and ".join(map(str, wl_new))))
 
+
+def _directions(metrics, old, news, lower_is_better):
+    """{metric: lower_is_better} for every metric, each known to a side."""
     directions = {}
     for m in metrics:
         lower = lower_is_better if lower_is_better is not None else direction(m)
@@ -553,8 +589,13 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
         if m not in known:
             raise errors.UnknownNameError.make("metric", m, sorted(known))
         directions[m] = bool(lower)
+    return directions
 
-    skip = {by} if baseline is not None else set()
+
+def _pairs(old, news, cols, key, metrics, skip, pool, base_name):
+    """The matched cells as (params, metric, column, old sample, new sample),
+    the number of cells only one side has, and what was pooled (refused
+    with PoolingError unless ``pool``)."""
     go = _group(old, key)
     gns = [_group(new, key) for new in news]
     matched_old = {kk for kk in go if any(kk in gn for gn in gns)}
@@ -581,6 +622,12 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
         raise errors.InvalidArgument(
             "no cells match: the two sides share no values of %s; pass on=[...] with the "
             "parameters that identify a cell" % (", ".join(key) or "(no common parameters)"))
+    return pairs, unmatched, pooled
+
+
+def _judge(pairs, test, threshold, alpha, directions):
+    """A Cell per pair: its test, p-value, Benjamini-Hochberg adjusted p over
+    all pairs, and its mark."""
     # The p-value Benjamini-Hochberg needs to mark a lone difference among the
     # cells a test can judge (2 runs or more a side): test="auto" takes
     # Mann-Whitney U only where its smallest attainable p is below it.
@@ -598,6 +645,11 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
         c.significant = None if math.isnan(pa) else bool(pa < alpha)
         if pa < alpha and abs(c.change) >= threshold:
             c.mark = "I" if c.change > 0 else "R"
+    return cells
+
+
+def _differing(old, news, key):
+    """The parameters outside the key whose values differ between points."""
     differ = []
     for k in old.params():
         if k in key:
@@ -605,8 +657,7 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
         vals = {json.dumps(p.params.get(k), default=str) for r in [old] + news for p in r.points}
         if len(vals) > 1:
             differ.append(k)
-    return Comparison(cells, cols, base_name, key, metrics, directions, test, threshold, alpha,
-                      unmatched, differ, pooled)
+    return differ
 
 
 class Comparison:

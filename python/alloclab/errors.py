@@ -6,6 +6,11 @@ may catch either: ``except ValueError`` catches a bad parameter as well as
 
 Extra attributes (``valid``, ``code``, ...) are keyword arguments, so every
 exception pickles (it may cross a process pool).
+
+A message names the bad value and, where there is a closed set, the valid
+ones (``UnknownNameError.make`` builds that sentence); the CLI prints it as
+its one error line. C error codes become these exceptions in one place,
+alloclab._ffi.check.
 """
 
 __all__ = [

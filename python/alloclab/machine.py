@@ -320,6 +320,14 @@ def _problems(st):
         out.append({"key": key, "severity": severity, "problem": problem, "change": change,
                     "short": short})
 
+    for kind in (_clock_problems, _isolation_problems, _sharing_problems, _aslr_problems):
+        kind(st, add)
+    order = {"warning": 0, "info": 1}
+    return sorted(out, key=lambda p: order.get(p["severity"], 2))
+
+
+def _clock_problems(st, add):
+    """What makes the CPU clock vary: the governor, turbo boost, SMT."""
     for gov, cpus in _governor_groups(st).items():
         add("governor", "warning",
             "CPU frequency governor %s on CPUs %s (not performance): the clock follows the load, "
@@ -337,6 +345,10 @@ def _problems(st):
             "SMT is on: a hyperthread sibling shares a worker's core (caches, execution ports)",
             "echo off | sudo tee /sys/devices/system/cpu/smt/control (or boot with nosmt)",
             "SMT on (hyperthread siblings share the workers' cores)")
+
+
+def _isolation_problems(st, add):
+    """Whether the workers' CPUs are isolated, used and tickless."""
     online = st.get("cpus_online") or []
     usable = st.get("cpus_usable")
     iso = st.get("cpus_isolated")
@@ -359,6 +371,11 @@ def _problems(st):
                 "isolated CPUs %s still take the scheduler tick" % format_cpu_list(iso),
                 "add nohz_full=%s rcu_nocbs=%s to the kernel command line"
                 % (format_cpu_list(iso), format_cpu_list(iso)))
+
+
+def _sharing_problems(st, add):
+    """What takes CPU time from the workers: load, other guests, a cgroup
+    quota, battery throttling."""
     la = st.get("loadavg")
     n = _n_usable(st)
     if la and n and la["1min"] > LOAD_WARN_PER_CPU * n:
@@ -384,6 +401,11 @@ def _problems(st):
     if st.get("power_online") is False:
         add("power", "warning", "on battery: the CPU may be throttled to save power",
             "plug in the power cable", "on battery")
+
+
+def _aslr_problems(st, add):
+    """Address-space randomization: on is spread between runs, off a fixed
+    layout."""
     aslr = st.get("aslr")
     if aslr in (1, 2):
         add("aslr", "info",
@@ -396,8 +418,6 @@ def _problems(st):
             "ASLR is off: every run sees the same memory layout, so a layout effect looks like "
             "a real difference",
             "echo 2 | sudo tee /proc/sys/kernel/randomize_va_space")
-    order = {"warning": 0, "info": 1}
-    return sorted(out, key=lambda p: order.get(p["severity"], 2))
 
 
 def advice(st):

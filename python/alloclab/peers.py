@@ -8,6 +8,9 @@ static TLS block"; gperftools does not support dlopen), so each run of such a
 cell is one child process (``python -m alloclab._peer``) started with
 LD_PRELOAD=<the peer's .so>: a fresh heap per run, and the same raw result
 format as an in-process run, so Results do not care where a cell ran.
+
+Cost: one interpreter start and library load per run, before and after the
+measured phase, never inside it.
 """
 
 import glob

@@ -9,6 +9,11 @@
 matplotlib is imported when a function is called, so ``import alloclab``
 stays fast; in a headless process select a backend first
 (``matplotlib.use("Agg")``), as the CLI does.
+
+Figures are drawn from a Result's per-run values (means, sd or CI computed
+by alloclab.stats) or a Comparison's cells, never from a printed table. Result.plot calls
+this module, so it does not import alloclab.result back: metric labels come
+from alloclab.metrics, and latency_hist knows a Result by its interface.
 """
 
 import math
@@ -16,6 +21,7 @@ import math
 import numpy as np
 
 from . import errors
+from .metrics import METRIC_INFO
 from .stats import describe
 
 _HUE_LABELS = {"producers": "producers", "allocs_per_cycle": "allocs/cycle"}
@@ -35,7 +41,6 @@ def _uniq(vals):
 
 
 def _metric_label(metric):
-    from .result import METRIC_INFO
     desc, unit, _ = METRIC_INFO.get(metric, (metric, "", None))
     if metric.endswith("_per_op"):
         desc, unit = metric[:-len("_per_op")], "per op"
@@ -65,16 +70,7 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
             raise errors.UnknownNameError.make("parameter", k, keys, context=what)
     if error not in ("sd", "ci", None):
         raise errors.UnknownNameError.make("error bar", error, ["sd", "ci", "None"])
-    others = [k for k in res.swept() if k not in (x, hue, "workload")]
-    if panel is None:
-        panels = [None] if not others else _uniq(
-            [tuple(p.params.get(k) for k in others) for p in res.points])
-        pkeys = others
-    else:
-        if panel not in keys:
-            raise errors.UnknownNameError.make("parameter", panel, keys, context="panel")
-        pkeys = [panel]
-        panels = _uniq([(p.params.get(panel),) for p in res.points])
+    pkeys, panels = _panels(res, keys, x, hue, panel)
     n = len(panels)
     fig, axes = plt.subplots(1, n, figsize=figsize or (max(4.0, 3.4 * n), 3.4), squeeze=False)
     usable = None
@@ -83,32 +79,8 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
         usable = min(p.info.get("ncpu_usable", 0) for p in vmode)
     for ax, pv in zip(axes[0], panels):
         sub = res if pv is None else res.filter(**{k: [v] for k, v in zip(pkeys, pv)})
-        hues = _uniq([p.params.get(hue) for p in sub.points]) if hue else [None]
-        for hv in hues:
-            pts = sub.filter(**{hue: [hv]}) if hue else sub
-            xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
-            ys, es = [], []
-            for xv in xs:
-                st = pts.stats(metric, **{x: [xv]})
-                vals = np.concatenate([s.values for _, s in st]) if st else np.array([])
-                s = describe(vals)
-                ys.append(s.mean)
-                e = s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan
-                es.append(0.0 if math.isnan(e) else e)
-            ax.errorbar(xs, ys, yerr=es if error else None, marker="o", capsize=3,
-                        label=str(hv) if hue else metric)
-        if pv is not None:
-            ax.set_title(", ".join("%s=%s" % (_HUE_LABELS.get(k, k), v)
-                                   for k, v in zip(pkeys, pv)), fontsize="medium")
-        ax.set_xlabel(_HUE_LABELS.get(x, x))
-        if all(isinstance(v, (int, float)) for v in _uniq([p.params.get(x) for p in sub.points])):
-            ax.set_xticks(_sortable(_uniq([p.params.get(x) for p in sub.points])))
-        if usable and any(p.params.get(x, 0) > usable for p in sub.points):
-            ax.axvspan(usable + 0.5, max(p.params.get(x) for p in sub.points) + 0.5,
-                       color="0.92", zorder=0)
-        if logy:
-            ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
+        _latency_lines(ax, sub, metric, x, hue, error)
+        _latency_axes(ax, sub, pkeys, pv, x, usable, logy)
     axes[0][0].set_ylabel(_metric_label(metric))
     if hue:
         axes[0][-1].legend(fontsize="small", title=_HUE_LABELS.get(hue, hue))
@@ -119,6 +91,56 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
                  ("; shaded: virtual CPUs" if usable else ""), fontsize="medium")
     fig.tight_layout()
     return fig
+
+
+def _panels(res, keys, x, hue, panel):
+    """(panel parameters, their value tuples, one per panel): ``panel``'s
+    values, or by default every combination of the swept parameters other
+    than x and hue ([None]: one panel)."""
+    others = [k for k in res.swept() if k not in (x, hue, "workload")]
+    if panel is None:
+        panels = [None] if not others else _uniq(
+            [tuple(p.params.get(k) for k in others) for p in res.points])
+        return others, panels
+    if panel not in keys:
+        raise errors.UnknownNameError.make("parameter", panel, keys, context="panel")
+    return [panel], _uniq([(p.params.get(panel),) for p in res.points])
+
+
+def _latency_lines(ax, sub, metric, x, hue, error):
+    """A line per value of ``hue``: the mean of ``metric`` over runs at each
+    value of ``x``, with its error bars."""
+    hues = _uniq([p.params.get(hue) for p in sub.points]) if hue else [None]
+    for hv in hues:
+        pts = sub.filter(**{hue: [hv]}) if hue else sub
+        xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
+        ys, es = [], []
+        for xv in xs:
+            st = pts.stats(metric, **{x: [xv]})
+            vals = np.concatenate([s.values for _, s in st]) if st else np.array([])
+            s = describe(vals)
+            ys.append(s.mean)
+            e = s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan
+            es.append(0.0 if math.isnan(e) else e)
+        ax.errorbar(xs, ys, yerr=es if error else None, marker="o", capsize=3,
+                    label=str(hv) if hue else metric)
+
+
+def _latency_axes(ax, sub, pkeys, pv, x, usable, logy):
+    """A panel's title, x axis and ticks, the virtual-CPU shading, y scale
+    and grid."""
+    if pv is not None:
+        ax.set_title(", ".join("%s=%s" % (_HUE_LABELS.get(k, k), v)
+                               for k, v in zip(pkeys, pv)), fontsize="medium")
+    ax.set_xlabel(_HUE_LABELS.get(x, x))
+    if all(isinstance(v, (int, float)) for v in _uniq([p.params.get(x) for p in sub.points])):
+        ax.set_xticks(_sortable(_uniq([p.params.get(x) for p in sub.points])))
+    if usable and any(p.params.get(x, 0) > usable for p in sub.points):
+        ax.axvspan(usable + 0.5, max(p.params.get(x) for p in sub.points) + 0.5,
+                   color="0.92", zorder=0)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
 
 
 def _heat_note(pct, verdict, aid):
@@ -193,6 +215,13 @@ def heatmap(cmp, vmax=None, cmap="RdYlGn", title=None, figsize=None, annotate=Tr
     return fig
 
 
+def _is_result(data):
+    """True for an alloclab Result, told by the interface latency_hist uses
+    (points, filter, histogram): Result.plot calls this module, so this
+    module does not import alloclab.result back."""
+    return all(hasattr(data, a) for a in ("points", "filter", "histogram"))
+
+
 def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), title=None,
                  figsize=None, **where):
     """Per-op latency of ``op``: the histogram (fraction of operations per
@@ -201,13 +230,12 @@ def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), 
     Percentiles are marked on the CDF of a single line; the timer overhead
     (one clock pair, included in every value) as a dotted line."""
     from .hist import Histogram
-    from .result import Result
     plt = _plt()
     series = []
     overhead = None
     if isinstance(data, Histogram):
         series.append((op, data))
-    elif isinstance(data, Result):
+    elif _is_result(data):
         res = data.filter(**where) if where else data
         vals = _uniq([p.params.get(by) for p in res.points]) if by else [None]
         for v in vals:

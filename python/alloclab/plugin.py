@@ -212,8 +212,6 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     out; 0, the default: that of the layer below) describe it. Returns a Plugin. Raises PluginCompileError
     (with the compiler's messages), PluginError (not registered, or the name
     is taken), or the parameter errors of the schema checks."""
-    import cffi
-
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise errors.InvalidArgument("plugin name %r must match [a-z0-9_][a-z0-9_-]*" % (name,),
                                      value=name)
@@ -222,6 +220,25 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     digest = hashlib.sha256("\0".join([name, source, glue, " ".join(flags), lib_path(),
                                        cstr(lib.al_version()), _headers_digest()]
                                       ).encode()).hexdigest()[:16]
+    prev = _already_registered(name, digest)
+    if prev is not None:
+        return prev
+    modname = "_alp_%s_%s" % (re.sub(r"[^a-z0-9_]", "_", name), digest)
+    t0 = time.perf_counter()
+    so = _build(name, source, glue, modname, flags, force)
+    mod = _load(name, modname, so, glue)
+    compile_s = time.perf_counter() - t0
+    _keep.append(mod)
+    _sources[name] = {"path": os.path.realpath(so), "offset": None}
+    plugin = Plugin(name, digest, so, compile_s)
+    _loaded[name] = plugin
+    return plugin
+
+
+def _already_registered(name, digest):
+    """The Plugin already compiled from this very source (``digest``), or
+    None when ``name`` is free; PluginError when the name is taken by other
+    source or by a layer that is not a plugin."""
     prev = _loaded.get(name)
     if prev is not None:
         if prev.digest == digest:
@@ -232,43 +249,54 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     if lib.al_layer_find(name.encode()) != ffi.NULL:
         raise errors.PluginError("%r is already a registered layer (%s)" % (
             name, ", ".join(schema.layers())), name=name)
+    return None
 
-    modname = "_alp_%s_%s" % (re.sub(r"[^a-z0-9_]", "_", name), digest)
+
+def _build(name, source, glue, modname, flags, force):
+    """The shared object of ``modname`` in the cache directory: the cached
+    one, or compiled now (always with ``force``). A compile error raises
+    PluginCompileError with the compiler's error and warning lines."""
+    import cffi
+
     out_dir = cache_dir()
     libdir = os.path.dirname(lib_path())
-    t0 = time.perf_counter()
     built = [os.path.join(out_dir, f) for f in os.listdir(out_dir)
              if f.startswith(modname + ".") and f.endswith(".so")]
-    if not built or force:
-        builder = cffi.FFI()
-        builder.cdef("int alloclab_plugin_status(void);" if glue else "")
-        builder.set_source(
-            modname,
-            '#include <alloclab/alloclab.h>\n#line 1 "%s.c"\n%s\n%s' % (name, source, glue),
-            include_dirs=[include_dir()], library_dirs=[libdir], libraries=["alloclab"],
-            extra_compile_args=flags, extra_link_args=["-Wl,-rpath," + libdir])
-        with tempfile.TemporaryDirectory(prefix="alloclab-plugin-") as tmp:
-            with _capture_fd2() as cap:
-                try:
-                    so = builder.compile(tmpdir=tmp, verbose=False)
-                except Exception as e:
-                    failure = e
-                else:
-                    failure = None
-            if failure is not None:
-                msgs = [l for l in cap["text"].splitlines()
-                        if "error" in l or "warning" in l or l.startswith(" ")]
-                raise errors.PluginCompileError(
-                    "plugin %r does not compile:\n%s" % (name, "\n".join(msgs) or str(failure)),
-                    name=name, compiler_output=cap["text"]) from None
-            dest = os.path.join(out_dir, os.path.basename(so))
-            shutil.copy2(so, dest + ".tmp")
-            os.replace(dest + ".tmp", dest)
-            built = [dest]
-    spec = importlib.util.spec_from_file_location(modname, built[0])
+    if built and not force:
+        return built[0]
+    builder = cffi.FFI()
+    builder.cdef("int alloclab_plugin_status(void);" if glue else "")
+    builder.set_source(
+        modname,
+        '#include <alloclab/alloclab.h>\n#line 1 "%s.c"\n%s\n%s' % (name, source, glue),
+        include_dirs=[include_dir()], library_dirs=[libdir], libraries=["alloclab"],
+        extra_compile_args=flags, extra_link_args=["-Wl,-rpath," + libdir])
+    with tempfile.TemporaryDirectory(prefix="alloclab-plugin-") as tmp:
+        with _capture_fd2() as cap:
+            try:
+                so = builder.compile(tmpdir=tmp, verbose=False)
+            except Exception as e:
+                failure = e
+            else:
+                failure = None
+        if failure is not None:
+            msgs = [l for l in cap["text"].splitlines()
+                    if "error" in l or "warning" in l or l.startswith(" ")]
+            raise errors.PluginCompileError(
+                "plugin %r does not compile:\n%s" % (name, "\n".join(msgs) or str(failure)),
+                name=name, compiler_output=cap["text"]) from None
+        dest = os.path.join(out_dir, os.path.basename(so))
+        shutil.copy2(so, dest + ".tmp")
+        os.replace(dest + ".tmp", dest)
+    return dest
+
+
+def _load(name, modname, so, glue):
+    """Import the compiled module (its constructor registers the layer) and
+    check that the registry took a layer named ``name``."""
+    spec = importlib.util.spec_from_file_location(modname, so)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # its constructor registers the layer
-    compile_s = time.perf_counter() - t0
     if glue:
         rc = mod.lib.alloclab_plugin_status()
         if rc:
@@ -281,11 +309,7 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
             "plugin %r compiled but registered no layer named %r: call "
             "AL_REGISTER_LAYER(desc) with .name = \"%s\", or pass create= and params=" % (
                 name, name, name), name=name)
-    _keep.append(mod)
-    _sources[name] = {"path": os.path.realpath(built[0]), "offset": None}
-    plugin = Plugin(name, digest, built[0], compile_s)
-    _loaded[name] = plugin
-    return plugin
+    return mod
 
 
 def compile_file(path, **kwargs):
@@ -434,6 +458,17 @@ def _executable(addr):
 
 def _check_descriptor(addr, where):
     """Everything the registry and the schema reader will dereference."""
+    buf = _descriptor_copy(addr, where)
+    d = ffi.cast("const struct al_layer_desc *", buf)  # the copy: nothing else is read yet
+    name = _descriptor_name(d, addr, where)
+    _check_pointers(d, name, where)
+    _check_param_descs(d, name, where)
+
+
+def _descriptor_copy(addr, where):
+    """A copy of the struct al_layer_desc at ``addr`` (a char[] the caller
+    keeps alive while it reads it), once the address is plausible and the
+    memory readable."""
     if addr == 0:
         raise errors.InvalidArgument("%s: a NULL descriptor" % where, value=addr)
     if not 0 < addr < 1 << 64:
@@ -450,8 +485,13 @@ def _check_descriptor(addr, where):
         raise errors.InvalidArgument(
             "%s: address 0x%x is not readable memory (%d bytes): no struct al_layer_desc there"
             % (where, addr, size), value=addr)
-    buf = ffi.new("char[]", raw)
-    d = ffi.cast("const struct al_layer_desc *", buf)  # the copy: nothing else is read yet
+    return ffi.new("char[]", raw)
+
+
+def _descriptor_name(d, addr, where):
+    """The layer name of descriptor ``d``, once its ABI version and size
+    are this library's and its name is a readable layer name."""
+    size = ffi.sizeof("struct al_layer_desc")
     sizes = (size, ffi.offsetof("struct al_layer_desc", "min_align"))  # with, without it
     if d.abi_version != lib.AL_ABI_VERSION or d.desc_size not in sizes:
         raise errors.PluginError(
@@ -465,7 +505,12 @@ def _check_descriptor(addr, where):
             "%s: the descriptor's name %s is not a layer name ([a-z0-9_][a-z0-9_-]*, at most "
             "63 characters)" % (where, repr(name.decode("latin-1")) if name is not None
                                 else "is NULL or unreadable"), value=addr)
-    name = name.decode()
+    return name.decode()
+
+
+def _check_pointers(d, name, where):
+    """The descriptor's functions point into executable memory (create is
+    required) and its doc string is readable."""
     for field in ("create", "max_size_of", "check_params"):
         fn = int(ffi.cast("uintptr_t", getattr(d, field)))
         if field == "create" and not fn:
@@ -480,6 +525,11 @@ def _check_descriptor(addr, where):
         if p and _read_cstring(p) is None:
             raise errors.PluginError("%s: layer %r: its %s string is not readable"
                                      % (where, name, field), name=name)
+
+
+def _check_param_descs(d, name, where):
+    """At most AL_MAX_PARAMS parameter descriptions, all readable, each with
+    a readable name and readable choices and doc when set."""
     if d.nparams > lib.AL_MAX_PARAMS:
         raise errors.PluginError("%s: layer %r declares %d parameters, at most %d"
                                  % (where, name, d.nparams, lib.AL_MAX_PARAMS), name=name)

@@ -42,31 +42,14 @@ import numpy as np
 
 from . import _measures, errors, machine
 from . import stats as _stats
+from .metrics import BASE_METRICS, METRIC_INFO
 from ._ffi import cstr, lib
 from ._version import __version__
 
 FORMAT = "alloclab-result"
 FORMAT_VERSION = 2  # 2: per-run memory metrics and histograms (Point.hist)
 
-BASE_METRICS = [
-    "alloc_ns", "free_ns", "throughput", "cycles", "alloc_ops", "free_ops", "cross_frees",
-    "elapsed_ns", "timer_overhead_ns", "steal_pct",
-]
-BASE_METRICS += _measures.METRIC_NAMES  # memory and per-op percentiles
-BASE_METRICS += machine.METRIC_NAMES  # scheduling in the measured phase
 _INT_BASE = {"cycles", "alloc_ops", "free_ops", "cross_frees"}
-
-# metric -> (description, unit, lower_is_better)
-METRIC_INFO = {
-    "alloc_ns": ("allocation latency", "ns", True),
-    "free_ns": ("free latency", "ns", True),
-    "throughput": ("throughput", "ops/s", False),
-    "elapsed_ns": ("measured phase", "ns", None),
-    "timer_overhead_ns": ("timer overhead", "ns", None),
-    "steal_pct": ("steal time", "%", None),
-}
-METRIC_INFO.update(_measures.METRIC_INFO)
-METRIC_INFO.update(machine.METRIC_INFO)  # scheduling, no direction
 
 _ROW_LABELS = {"allocs_per_cycle": "allocs/cycle", "producers": "producers"}
 

@@ -168,6 +168,22 @@ def _read_journal(path, settings):
     writing nothing. None when there is no journal yet (no file, or an empty
     one); else (metadata, {(cell key, run): (raw, wall_s)}, length to keep:
     the bytes before a last line cut short by an interrupted write)."""
+    data = _journal_bytes(path)
+    if not data:
+        return None
+    keep = data.rfind(b"\n") + 1
+    lines = data[:keep].split(b"\n")[:-1]
+    header = _journal_header(path, lines, data, settings)
+    done = {}
+    for n, line in enumerate(lines[1:], 2):
+        key, run, raw, wall = _check_unit(path, n, line)
+        done[(key, run)] = (raw, wall)
+    return header.get("metadata"), done, keep
+
+
+def _journal_bytes(path):
+    """The journal file's bytes; None when there is none yet. A directory,
+    a device or a pipe, or a file that cannot be read, is refused."""
     if os.path.isdir(path):
         raise errors.InvalidArgument("journal %s is a directory, not a file" % path,
                                      name="journal", value=path)
@@ -182,10 +198,12 @@ def _read_journal(path, settings):
     except OSError as e:
         raise errors.InvalidArgument("journal %s cannot be read: %s" % (path, e.strerror or e),
                                      name="journal", value=path) from None
-    if not data:
-        return None
-    keep = data.rfind(b"\n") + 1
-    lines = data[:keep].split(b"\n")[:-1]
+    return data
+
+
+def _journal_header(path, lines, data, settings):
+    """The journal's header (its first complete line), checked: a journal
+    header of a version this alloclab reads, written by this same sweep."""
     if not lines:
         if data.startswith(b'{"format": "%s"' % JOURNAL_FORMAT.encode()):
             raise errors.FileFormatError(
@@ -220,11 +238,7 @@ def _read_journal(path, settings):
             "journal %s belongs to a different sweep (it differs in: %s); use another "
             "journal file to start this one" % (path, "; ".join(_differences(old, new))),
             name="journal", value=path)
-    done = {}
-    for n, line in enumerate(lines[1:], 2):
-        key, run, raw, wall = _check_unit(path, n, line)
-        done[(key, run)] = (raw, wall)
-    return header.get("metadata"), done, keep
+    return header
 
 
 def _resumable(settings):
@@ -400,13 +414,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
     if executor is not None:
         _check_executor(executor, allow_concurrent)
     order_seed = settings["seed"] if order_seed is None else order_seed
-    units = []
-    for r in range(settings["runs"]):
-        idx = list(range(len(tasks)))
-        if shuffle:
-            random.Random("%s/%d" % (order_seed, r)).shuffle(idx)
-        units += [(i, r) for i in idx]
-
+    units = _units(len(tasks), settings["runs"], shuffle, order_seed)
     meta = collect_metadata()
     cells = {(_cell_key(t["point"]), r) for t in tasks for r in range(settings["runs"])}
     jr = _Journal(journal, settings, meta, cells) if journal is not None else None
@@ -430,22 +438,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
             bar.update(1)
 
     try:
-        if executor is None:
-            for i, r in todo:
-                raw, wall = _run_unit(tasks[i], r)
-                finished(i, r, raw, wall)
-        else:
-            extra = {"pure": False} if _is_dask(executor) else {}
-            futs = {executor.submit(_run_unit, tasks[i], r, **extra): (i, r) for i, r in todo}
-            try:
-                for f in cf.as_completed(futs):
-                    i, r = futs[f]
-                    raw, wall = f.result()
-                    finished(i, r, raw, wall)
-            except BaseException:
-                for f in futs:
-                    f.cancel()
-                raise
+        _execute(tasks, todo, executor, finished)
     finally:
         if bar is not None:
             bar.close()
@@ -456,7 +449,55 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
     md = dict(jr.metadata if jr else meta)
     md["run"] = settings
     md["load_before"], md["load_after"] = load_before, machine.loadavg()
-    md["sweep"] = {
+    md["sweep"] = _sweep_info(shuffle, order_seed, units, resumed, journal, executor, wall,
+                              session_run_s, done)
+    out = []
+    for t in tasks:
+        key = _cell_key(t["point"])
+        out.append((t["point"], [done[(key, r)][0] for r in range(settings["runs"])]))
+    return Result.from_raw(md, out)
+
+
+def _units(ntasks, runs, shuffle, order_seed):
+    """Every (cell, run) pair in the order they run: round by round (run r of
+    every cell before run r+1 of any), each round's cells shuffled by a PRNG
+    seeded from (order_seed, round) unless ``shuffle`` is False."""
+    units = []
+    for r in range(runs):
+        idx = list(range(ntasks))
+        if shuffle:
+            random.Random("%s/%d" % (order_seed, r)).shuffle(idx)
+        units += [(i, r) for i in idx]
+    return units
+
+
+def _execute(tasks, todo, executor, finished):
+    """Run every (cell, run) of ``todo`` here, in order, or on ``executor``
+    as they complete; ``finished(i, r, raw, wall)`` records each. An error
+    or Ctrl-C cancels the futures not yet started."""
+    if executor is None:
+        for i, r in todo:
+            raw, wall = _run_unit(tasks[i], r)
+            finished(i, r, raw, wall)
+        return
+    extra = {"pure": False} if _is_dask(executor) else {}
+    futs = {executor.submit(_run_unit, tasks[i], r, **extra): (i, r) for i, r in todo}
+    try:
+        for f in cf.as_completed(futs):
+            i, r = futs[f]
+            raw, wall = f.result()
+            finished(i, r, raw, wall)
+    except BaseException:
+        for f in futs:
+            f.cancel()
+        raise
+
+
+def _sweep_info(shuffle, order_seed, units, resumed, journal, executor, wall, session_run_s,
+                done):
+    """The sweep's own metadata: order, units, resumption, journal, executor
+    and the time spent in this session and in all runs."""
+    return {
         "order": "shuffled" if shuffle else "grid",
         "order_seed": order_seed,
         "units": len(units),
@@ -467,8 +508,3 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
         "session_run_s": session_run_s,
         "run_s": sum(w for _, w in done.values() if w is not None),
     }
-    out = []
-    for t in tasks:
-        key = _cell_key(t["point"])
-        out.append((t["point"], [done[(key, r)][0] for r in range(settings["runs"])]))
-    return Result.from_raw(md, out)

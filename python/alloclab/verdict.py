@@ -287,34 +287,9 @@ def estimate(old, new, scale="auto", drop_disturbed=True):
     time (timings; a count does not depend on who else ran). Returns (Estimate, problems) where problems
     are [(kind, text)] of what keeps the cell from deciding."""
     problems = []
-    a, b = old.values, new.values
     pair = paired(old, new)
-    # runs whose loop the duration cut short measure a partial loop: out
-    ta = old.truncated if len(old.truncated) == len(a) else np.zeros(len(a), dtype=bool)
-    tb = new.truncated if len(new.truncated) == len(b) else np.zeros(len(b), dtype=bool)
-    if pair:
-        whole = ~ta & ~tb
-        cut = int((~whole).sum())
-        a, b = a[whole], b[whole]
-        old, new = _keep(old, whole), _keep(new, whole)
-    else:
-        cut = int(ta.sum() + tb.sum())
-        a, b = a[~ta], b[~tb]
-        old, new = _keep(old, ~ta), _keep(new, ~tb)
-
-    da, db = _disturbed(old, len(a)), _disturbed(new, len(b))
-    if not drop_disturbed:
-        da, db = np.zeros(len(a), dtype=bool), np.zeros(len(b), dtype=bool)
-    if pair:
-        keep = np.isfinite(a) & np.isfinite(b)
-        lost = int(len(a) - keep.sum())
-        calm = keep & ~da & ~db
-        dropped = int(keep.sum() - calm.sum())
-        a, b = a[calm], b[calm]
-    else:
-        lost = int((~np.isfinite(a)).sum() + (~np.isfinite(b)).sum())
-        dropped = int((np.isfinite(a) & da).sum() + (np.isfinite(b) & db).sum())
-        a, b = a[np.isfinite(a) & ~da], b[np.isfinite(b) & ~db]
+    a, b, old, new, cut = _drop_truncated(old, new, pair)
+    a, b, lost, dropped = _drop_disturbed(old, new, a, b, pair, drop_disturbed)
     if lost:
         problems.append(("truncated", "%d run%s without a value" % (lost, "" if lost == 1
                                                                    else "s")))
@@ -325,60 +300,114 @@ def estimate(old, new, scale="auto", drop_disturbed=True):
     ref = float(np.mean(a)) if len(a) else math.nan
     f = np.log if scale == "ratio" else (lambda x: x)
     nmin = min(len(a), len(b)) if not old.stated else len(b)
-    if nmin < MIN_RUNS and cut:
-        problems.append(("truncated", "%d run%s cut short by the duration (truncated: a partial "
-                         "loop), %d left (< %d); give a longer duration"
-                         % (cut, "" if cut == 1 else "s", nmin, MIN_RUNS)))
-    elif nmin < MIN_RUNS and dropped:
-        problems.append(("steal", "%d run%s disturbed by steal time above %g%% of CPU time, "
-                         "%d left (< %d)" % (dropped, "" if dropped == 1 else "s",
-                                             _stats.STEAL_WARN_PCT, nmin, MIN_RUNS)))
-    elif nmin < MIN_RUNS:
-        problems.append(("runs", "%d run%s%s (< %d)" % (nmin, "" if nmin == 1 else "s",
-                                                       " a side" if not old.stated else "",
-                                                       MIN_RUNS)))
+    few = _too_few_runs(nmin, cut, dropped, old.stated)
+    if few:
+        problems.append(few)
     nan = math.nan
     if not len(b) or not len(a):
         return Estimate(nan, nan, nan, scale, ref, "none", 0), problems
-    if old.stated:
+    est = _fit(a, b, f, scale, ref, old.stated, pair)
+    est.dropped = dropped
+    est.cut = cut
+    return est, problems + _bimodal_problems(old, new, a, b, f, pair and scale == "ratio")
+
+
+def _drop_truncated(old, new, pair):
+    """Leave out the runs whose loop the duration cut short (they measure a
+    partial loop), both runs of a pair when pairing. Returns (old values,
+    new values, old, new, how many runs were cut)."""
+    a, b = old.values, new.values
+    ta = old.truncated if len(old.truncated) == len(a) else np.zeros(len(a), dtype=bool)
+    tb = new.truncated if len(new.truncated) == len(b) else np.zeros(len(b), dtype=bool)
+    if pair:
+        whole = ~ta & ~tb
+        cut = int((~whole).sum())
+        return a[whole], b[whole], _keep(old, whole), _keep(new, whole), cut
+    cut = int(ta.sum() + tb.sum())
+    return a[~ta], b[~tb], _keep(old, ~ta), _keep(new, ~tb), cut
+
+
+def _drop_disturbed(old, new, a, b, pair, drop_disturbed):
+    """Leave out the runs without a value and, with ``drop_disturbed``, those
+    steal time disturbed (both runs of a pair when pairing). Returns (old
+    values, new values, runs without a value, disturbed runs dropped)."""
+    da, db = _disturbed(old, len(a)), _disturbed(new, len(b))
+    if not drop_disturbed:
+        da, db = np.zeros(len(a), dtype=bool), np.zeros(len(b), dtype=bool)
+    if pair:
+        keep = np.isfinite(a) & np.isfinite(b)
+        lost = int(len(a) - keep.sum())
+        calm = keep & ~da & ~db
+        dropped = int(keep.sum() - calm.sum())
+        return a[calm], b[calm], lost, dropped
+    lost = int((~np.isfinite(a)).sum() + (~np.isfinite(b)).sum())
+    dropped = int((np.isfinite(a) & da).sum() + (np.isfinite(b) & db).sum())
+    return a[np.isfinite(a) & ~da], b[np.isfinite(b) & ~db], lost, dropped
+
+
+def _too_few_runs(nmin, cut, dropped, stated):
+    """(kind, text) when fewer than MIN_RUNS runs are left, naming what took
+    them (truncation, steal time, or too few runs given); else None."""
+    if nmin >= MIN_RUNS:
+        return None
+    if cut:
+        return ("truncated", "%d run%s cut short by the duration (truncated: a partial "
+                "loop), %d left (< %d); give a longer duration"
+                % (cut, "" if cut == 1 else "s", nmin, MIN_RUNS))
+    if dropped:
+        return ("steal", "%d run%s disturbed by steal time above %g%% of CPU time, "
+                "%d left (< %d)" % (dropped, "" if dropped == 1 else "s",
+                                    _stats.STEAL_WARN_PCT, nmin, MIN_RUNS))
+    return ("runs", "%d run%s%s (< %d)" % (nmin, "" if nmin == 1 else "s",
+                                          " a side" if not stated else "", MIN_RUNS))
+
+
+def _fit(a, b, f, scale, ref, stated, pair):
+    """The Estimate of f(new) - f(old): a one-sample t against a stated
+    value, a paired t, or Welch's t."""
+    nan = math.nan
+    if stated:
         x = f(b)
         n = len(x)
         sd = float(np.std(x, ddof=1)) if n > 1 else nan
-        est = Estimate(float(np.mean(x)) - float(f(np.array([a[0]]))[0]),
-                       sd / math.sqrt(n) if n > 1 else nan, n - 1, scale, ref,
-                       "one-sample t against the stated value", n)
-    elif pair:
+        return Estimate(float(np.mean(x)) - float(f(np.array([a[0]]))[0]),
+                        sd / math.sqrt(n) if n > 1 else nan, n - 1, scale, ref,
+                        "one-sample t against the stated value", n)
+    if pair:
         d = f(b) - f(a)
         n = len(d)
         sd = float(np.std(d, ddof=1)) if n > 1 else nan
-        est = Estimate(float(np.mean(d)), sd / math.sqrt(n) if n > 1 else nan, n - 1, scale,
-                       ref, "paired t on %d %s" % (n, "log-ratios" if scale == "ratio"
-                                                    else "differences"), n)
+        return Estimate(float(np.mean(d)), sd / math.sqrt(n) if n > 1 else nan, n - 1, scale,
+                        ref, "paired t on %d %s" % (n, "log-ratios" if scale == "ratio"
+                                                     else "differences"), n)
+    xa, xb = f(a), f(b)
+    na, nb = len(xa), len(xb)
+    va = float(np.var(xa, ddof=1)) / na if na > 1 else nan
+    vb = float(np.var(xb, ddof=1)) / nb if nb > 1 else nan
+    se = math.sqrt(va + vb) if na > 1 and nb > 1 else nan
+    if na > 1 and nb > 1 and va + vb > 0:
+        df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
     else:
-        xa, xb = f(a), f(b)
-        na, nb = len(xa), len(xb)
-        va = float(np.var(xa, ddof=1)) / na if na > 1 else nan
-        vb = float(np.var(xb, ddof=1)) / nb if nb > 1 else nan
-        se = math.sqrt(va + vb) if na > 1 and nb > 1 else nan
-        if na > 1 and nb > 1 and va + vb > 0:
-            df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
-        else:
-            df = math.inf if se == 0 else nan
-        est = Estimate(float(np.mean(xb) - np.mean(xa)), se, df, scale, ref,
-                       "Welch t on %s (%d/%d runs)" % ("log values" if scale == "ratio"
-                                                       else "values", na, nb),
-                       min(na, nb))
-    est.dropped = dropped
-    est.cut = cut
-    if pair and scale == "ratio":
+        df = math.inf if se == 0 else nan
+    return Estimate(float(np.mean(xb) - np.mean(xa)), se, df, scale, ref,
+                    "Welch t on %s (%d/%d runs)" % ("log values" if scale == "ratio"
+                                                    else "values", na, nb),
+                    min(na, nb))
+
+
+def _bimodal_problems(old, new, a, b, f, paired_ratio):
+    """("bimodal", text) problems: of the per-pair ratios for paired runs on
+    the ratio scale, else of each measured side's runs."""
+    if paired_ratio:
         # paired runs: what must not split in two is the per-pair ratio; both
         # sides moving together between rounds (the host's drift) cancels in it
         bi = bimodal(np.exp(f(b) - f(a)))
         if bi:
-            problems.append(("bimodal", "bimodal ratios of %s to %s: %d of %d pairs at %.1fx "
-                             "the others" % (new.label or "new", old.label or "old", bi[0],
-                                             bi[1], bi[2])))
-        return est, problems
+            return [("bimodal", "bimodal ratios of %s to %s: %d of %d pairs at %.1fx "
+                     "the others" % (new.label or "new", old.label or "old", bi[0],
+                                     bi[1], bi[2]))]
+        return []
+    problems = []
     for side in (old, new):
         if side.stated:
             continue
@@ -386,7 +415,7 @@ def estimate(old, new, scale="auto", drop_disturbed=True):
         if bi:
             problems.append(("bimodal", "bimodal runs of %s: %d of %d at %.1fx the others"
                              % (side.label or "a side", bi[0], bi[1], bi[2])))
-    return est, problems
+    return problems
 
 
 # ---------------------------------------------------------------- claims
@@ -763,12 +792,34 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
     least factor claimed (1.3: at least 30% faster), default any.
     Returns a Claim; claim.judge() or alloclab.judge([...]) gives Verdicts.
     """
-    from .policy import same_policy
     from .result import Result
 
     if not isinstance(res, Result):
         raise errors.InvalidArgument("claim takes a Result, not %r" % (res,))
     metrics = [metric] if isinstance(metric, str) else list(metric)
+    if within is not None:
+        expect = "same"
+    lower, direction = _claim_options(res, metrics, param, by, scale, within, expect,
+                                      lower_is_better)
+    if old is None and value is None:
+        raise errors.InvalidArgument("a claim compares new with old=... or with value=...")
+    news, olds, key = _claim_points(res, where, param, new, old)
+    cells = _claim_cells(news, olds, key, metrics, param, new, old, value, value_source,
+                         scale)
+    words = metric_words(metrics[0], lower)
+    if name:
+        text = name
+    else:
+        against = old if old is not None else "%s (%s)" % (value, value_source or "stated")
+        text = "%s %s %s: %s" % (new, _relation(direction, words, by, margin, within), against,
+                                 "/".join(metrics))
+    return Claim(text, cells, direction, by=by, margin=margin, within=within,
+                 metric=metrics[0], lower=lower, words=words)
+
+
+def _claim_options(res, metrics, param, by, scale, within, expect, lower_is_better):
+    """claim()'s options checked against the Result; returns (lower is
+    better, the direction expected: "lower", "higher" or "same")."""
     known = res.metrics()
     for m in metrics:
         if m not in known:
@@ -779,12 +830,10 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
         raise errors.InvalidArgument("by=%r: a factor >= 1 (1.3: at least 1.3x)" % (by,))
     if scale not in SCALES:
         raise errors.UnknownNameError.make("scale", scale, list(SCALES))
-    if within is not None:
-        if not (isinstance(within, (tuple, list)) and len(within) == 2 and
-                0 < within[0] < within[1]):
-            raise errors.InvalidArgument("within=%r: a pair of factors (lo, hi), 0 < lo < hi"
-                                         % (within,))
-        expect = "same"
+    if within is not None and not (isinstance(within, (tuple, list)) and len(within) == 2 and
+                                   0 < within[0] < within[1]):
+        raise errors.InvalidArgument("within=%r: a pair of factors (lo, hi), 0 < lo < hi"
+                                     % (within,))
     lower = lower_is_better if lower_is_better is not None else _lower_is_better(metrics[0])
     table = _EXPECT_HIGHER_BETTER if lower is False else _EXPECT_LOWER_BETTER
     if expect not in table:
@@ -793,9 +842,15 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
         raise errors.InvalidArgument(
             "alloclab does not know whether lower or higher is better for %r: say "
             "expect='lower' or 'higher', or pass lower_is_better=" % metrics[0])
-    direction = table[expect]
-    if old is None and value is None:
-        raise errors.InvalidArgument("a claim compares new with old=... or with value=...")
+    return lower, table[expect]
+
+
+def _claim_points(res, where, param, new, old):
+    """The points of ``res`` selected by ``where`` whose ``param`` is ``new``,
+    those where it is ``old`` (none without old), and the key: the other
+    parameters that vary there."""
+    from .policy import same_policy
+
     sub = res.filter(**(where or {})) if where else res
     same = same_policy if param == "policy" else (lambda a, b: a == b)
     news = [p for p in sub.points if same(p.params.get(param), new)]
@@ -808,8 +863,12 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
         if not olds:
             vals = _uniq([str(p.params.get(param)) for p in sub.points])
             raise errors.UnknownNameError.make(param, old, vals, context="claim (old)")
-    key = [k for k in sub.swept() if k != param]
+    return news, olds, [k for k in sub.swept() if k != param]
 
+
+def _claim_cells(news, olds, key, metrics, param, new, old, value, value_source, scale):
+    """A compared cell per value of the key and metric: the new points
+    against the old ones of that cell, or against the stated ``value``."""
     def kk(p):
         return json.dumps([p.params.get(k) for k in key], default=str)
 
@@ -819,7 +878,6 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
     for p in olds:
         if kk(p) in groups:
             groups[kk(p)][2].append(p)
-    words = metric_words(metrics[0], lower)
     cells = []
     for params, np_, op_ in groups.values():
         if old is not None and not op_:
@@ -836,17 +894,15 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
             if sn is None or so is None:
                 continue
             cells.append(Claim.compare(label, m, so, sn, scale=scale))
-    if name:
-        text = name
-    else:
-        against = old if old is not None else "%s (%s)" % (value, value_source or "stated")
-        if within is not None:
-            rel = "within %s-%s of" % (_fx(within[0]), _fx(within[1]))
-        elif direction == "same":
-            rel = "the same (within %g%%) as" % (100 * (THRESHOLD if margin is None else margin))
-        else:
-            w = words[0] if direction == "lower" else words[1]
-            rel = "%s%s than" % ("at least %s " % _fx(by) if by else "", w)
-        text = "%s %s %s: %s" % (new, rel, against, "/".join(metrics))
-    return Claim(text, cells, direction, by=by, margin=margin, within=within,
-                 metric=metrics[0], lower=lower, words=words)
+    return cells
+
+
+def _relation(direction, words, by, margin, within):
+    """The words between the two sides of a claim's text: "faster than",
+    "at least 1.3x faster than", "within 0.9x-1.1x of", ..."""
+    if within is not None:
+        return "within %s-%s of" % (_fx(within[0]), _fx(within[1]))
+    if direction == "same":
+        return "the same (within %g%%) as" % (100 * (THRESHOLD if margin is None else margin))
+    w = words[0] if direction == "lower" else words[1]
+    return "%s%s than" % ("at least %s " % _fx(by) if by else "", w)

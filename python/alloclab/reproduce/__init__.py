@@ -5,6 +5,12 @@ the data, the counters that explain them, and plots).
 - libarena(): seed 000, per-CPU caches in front of libarena's buddy.
 - vmalloc(): seed 004, vmalloc's high-order allocation and bulk vfree.
 - local_storage(): seed 003, BPF local storage switching to kmalloc_nolock().
+
+Each plans its grid with alloclab.run's planner (so every value is checked
+before anything runs), runs the policies it compares back to back in each
+round (their order alternating, so drift cancels in paired ratios), and
+returns a report (reproduce._report) whose verdicts all come from
+alloclab.verdict.
 """
 from .libarena import LibarenaReport, libarena
 from .local_storage import LocalStorageReport, local_storage

@@ -258,79 +258,100 @@ class LibarenaReport(Report):
 
     def claims(self, timing=None):
         timing = timing or self.timings[0]
-        thr = self.settings["threshold"]
+        out = []
+        for wl in self.results:
+            out += self._design_claims(wl, timing)
+        if any(d == BASELINE[0] for d, _ in self.designs):
+            out += self._baseline_claims(timing)
+        return out
+
+    def _grid(self):
+        """(real, real2, virt, big, hit): the producer counts on real CPUs, those
+        of them >= 2, those on virtual CPUs; the allocs/cycle that overflow the
+        cache and those it holds."""
         real = [p for p in self.producers if p <= self.usable]
-        real2 = [p for p in real if p >= 2]
-        virt = [p for p in self.producers if p > self.usable]
-        big = [a for a in self.allocs_per_cycle if a > CACHE_CAPACITY]
-        hit = [a for a in self.allocs_per_cycle if a <= CACHE_CAPACITY]
+        return (real, [p for p in real if p >= 2],
+                [p for p in self.producers if p > self.usable],
+                [a for a in self.allocs_per_cycle if a > CACHE_CAPACITY],
+                [a for a in self.allocs_per_cycle if a <= CACHE_CAPACITY])
+
+    def _design_claims(self, wl, timing):
+        """The seed's claims about transfer cache against spill on ``wl``."""
+        thr = self.settings["threshold"]
+        real, real2, virt, big, hit = self._grid()
         lat = [m for m, _ in METRICS]
         words = ("faster", "slower")
         out = []
-        for wl in self.results:
-            sec = "libarena-%s (%s frees)" % (wl, "cross-CPU" if wl == "malloc-xfree"
-                                              else "same-CPU")
-            if real2 and big:
-                cells = self._cells("transfer cache", "spill", lat, real2, big, timing, [wl])
+        sec = "libarena-%s (%s frees)" % (wl, "cross-CPU" if wl == "malloc-xfree"
+                                          else "same-CPU")
+        if real2 and big:
+            cells = self._cells("transfer cache", "spill", lat, real2, big, timing, [wl])
+            if cells:
+                out.append((sec, V.Claim(
+                    "at %s producers and %s allocs/cycle the transfer cache cuts alloc and "
+                    "free time against spill" % ("/".join(map(str, real2)),
+                                                 "/".join(map(str, big))),
+                    cells, "lower", words=words),
+                    "alloc %s, free %s at 2-8 producers" % (
+                        _seed_factor(wl, "alloc_ns", "transfer cache", "spill", big,
+                                     (2, 4, 8)),
+                        _seed_factor(wl, "free_ns", "transfer cache", "spill", big,
+                                     (2, 4, 8)))))
+        if virt and big:
+            cells = self._cells("transfer cache", "spill", ["buddy.lock_acquired_per_op"],
+                                virt, big, timing, [wl])
+            if cells:
+                out.append((sec, V.Claim(
+                    "at %s producers (virtual CPUs: judged on counters) the transfer "
+                    "cache takes fewer buddy locks per op than spill" % "/".join(
+                        map(str, virt)), cells, "lower", words=("fewer", "more")),
+                    "its 4/8-producer latency gaps come from buddy lock contention"))
+        if real and hit:
+            cells = self._cells("transfer cache", "spill", lat, real, hit, timing, [wl])
+            if cells:
+                out.append((sec, V.Claim(
+                    "at <= %d allocs/cycle (cache hits) the two designs are the same "
+                    "within %g%%" % (CACHE_CAPACITY, 100 * thr), cells, "same",
+                    margin=thr, words=words),
+                    "differences there are code layout or noise, 2-9 ns both ways"))
+        if 1 in real and 256 in self.allocs_per_cycle:
+            cells = self._cells("transfer cache", "spill", ["free_ns"], [1], [256], timing,
+                                [wl])
+            if cells:
+                seed = {"malloc-free": "137 vs 156 ns", "malloc-xfree": "132 vs 154 ns"}
+                out.append((sec, V.Claim(
+                    "at 1 producer and 256 allocs/cycle the transfer cache frees faster "
+                    "than spill", cells, "lower", words=words), seed.get(wl, "")))
+        return out
+
+    def _baseline_claims(self, timing):
+        """The TL;DR's claims: each per-CPU cache design against the plain buddy."""
+        real, _, virt, big, _ = self._grid()
+        lat = [m for m, _ in METRICS]
+        words = ("faster", "slower")
+        out = []
+        sec = "per-CPU caches against no cache (plain buddy)"
+        for d, _ in self.designs:
+            if d == BASELINE[0]:
+                continue
+            if 1 in real:
+                cells = self._cells(d, BASELINE[0], lat, [1], self.allocs_per_cycle,
+                                    timing)
                 if cells:
                     out.append((sec, V.Claim(
-                        "at %s producers and %s allocs/cycle the transfer cache cuts alloc and "
-                        "free time against spill" % ("/".join(map(str, real2)),
-                                                     "/".join(map(str, big))),
-                        cells, "lower", words=words),
-                        "alloc %s, free %s at 2-8 producers" % (
-                            _seed_factor(wl, "alloc_ns", "transfer cache", "spill", big,
-                                         (2, 4, 8)),
-                            _seed_factor(wl, "free_ns", "transfer cache", "spill", big,
-                                         (2, 4, 8)))))
+                        "%s: at 1 producer at least 2x faster than no cache" % d, cells,
+                        "lower", by=2.0, words=words),
+                        "TL;DR: 2-4x lower alloc/free latency single-threaded"))
             if virt and big:
-                cells = self._cells("transfer cache", "spill", ["buddy.lock_acquired_per_op"],
-                                    virt, big, timing, [wl])
+                cells = self._cells(d, BASELINE[0], ["buddy.lock_acquired_per_op"],
+                                    [max(virt)], big, timing)
                 if cells:
                     out.append((sec, V.Claim(
-                        "at %s producers (virtual CPUs: judged on counters) the transfer "
-                        "cache takes fewer buddy locks per op than spill" % "/".join(
-                            map(str, virt)), cells, "lower", words=("fewer", "more")),
-                        "its 4/8-producer latency gaps come from buddy lock contention"))
-            if real and hit:
-                cells = self._cells("transfer cache", "spill", lat, real, hit, timing, [wl])
-                if cells:
-                    out.append((sec, V.Claim(
-                        "at <= %d allocs/cycle (cache hits) the two designs are the same "
-                        "within %g%%" % (CACHE_CAPACITY, 100 * thr), cells, "same",
-                        margin=thr, words=words),
-                        "differences there are code layout or noise, 2-9 ns both ways"))
-            if 1 in real and 256 in self.allocs_per_cycle:
-                cells = self._cells("transfer cache", "spill", ["free_ns"], [1], [256], timing,
-                                    [wl])
-                if cells:
-                    seed = {"malloc-free": "137 vs 156 ns", "malloc-xfree": "132 vs 154 ns"}
-                    out.append((sec, V.Claim(
-                        "at 1 producer and 256 allocs/cycle the transfer cache frees faster "
-                        "than spill", cells, "lower", words=words), seed.get(wl, "")))
-        if any(d == BASELINE[0] for d, _ in self.designs):
-            sec = "per-CPU caches against no cache (plain buddy)"
-            for d, _ in self.designs:
-                if d == BASELINE[0]:
-                    continue
-                if 1 in real:
-                    cells = self._cells(d, BASELINE[0], lat, [1], self.allocs_per_cycle,
-                                        timing)
-                    if cells:
-                        out.append((sec, V.Claim(
-                            "%s: at 1 producer at least 2x faster than no cache" % d, cells,
-                            "lower", by=2.0, words=words),
-                            "TL;DR: 2-4x lower alloc/free latency single-threaded"))
-                if virt and big:
-                    cells = self._cells(d, BASELINE[0], ["buddy.lock_acquired_per_op"],
-                                        [max(virt)], big, timing)
-                    if cells:
-                        out.append((sec, V.Claim(
-                            "%s: at %d producers (virtual CPUs: judged on counters) at least "
-                            "%dx fewer buddy locks per op than no cache (one per batch of %d)"
-                            % (d, max(virt), BATCH, BATCH), cells, "lower", by=float(BATCH),
-                            words=("fewer", "more")),
-                            "TL;DR: 10-100x lower latency for 8 producers"))
+                        "%s: at %d producers (virtual CPUs: judged on counters) at least "
+                        "%dx fewer buddy locks per op than no cache (one per batch of %d)"
+                        % (d, max(virt), BATCH, BATCH), cells, "lower", by=float(BATCH),
+                        words=("fewer", "more")),
+                        "TL;DR: 10-100x lower latency for 8 producers"))
         return out
 
     # -- text --

@@ -131,8 +131,23 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
                 pair += t
             pairs.append(pair)
     tasks = [t for pair in pairs for t in pair]
-    raws = {id(t): [] for t in tasks}
-    total, done = len(tasks) * runs, 0
+    raws = _run_pairs(pairs, runs, progress)
+    meta = collect_metadata()
+    meta["run"] = {"workload": WORKLOAD, "runs": runs, "duration": duration,
+                   "sample": sample, "owner_work": owner_work, "producers": producers}
+    res = Result.from_raw(meta, [(t["point"], raws[id(t)]) for t in tasks])
+    settings = {"eras": eras, "effort": effort, "runs": runs, "duration": duration,
+                "sample": sample, "owner_work": owner_work, "producers": producers,
+                "seed_background": dict(SEED_BACKGROUND, source=SEED_BACKGROUND_SOURCE)}
+    settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
+    return LocalStorageReport({"all": res}, settings)
+
+
+def _run_pairs(pairs, runs, progress):
+    """{id(task): [raw per run]}: round by round, the two eras of each cell
+    back to back, their order alternating between rounds."""
+    raws = {id(t): [] for pair in pairs for t in pair}
+    total, done = len(raws) * runs, 0
     for i in range(runs):
         for pair in pairs:
             for t in (pair if i % 2 == 0 else pair[::-1]):
@@ -145,15 +160,7 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     if progress:
         import sys
         sys.stderr.write("\n")
-    meta = collect_metadata()
-    meta["run"] = {"workload": WORKLOAD, "runs": runs, "duration": duration,
-                   "sample": sample, "owner_work": owner_work, "producers": producers}
-    res = Result.from_raw(meta, [(t["point"], raws[id(t)]) for t in tasks])
-    settings = {"eras": eras, "effort": effort, "runs": runs, "duration": duration,
-                "sample": sample, "owner_work": owner_work, "producers": producers,
-                "seed_background": dict(SEED_BACKGROUND, source=SEED_BACKGROUND_SOURCE)}
-    settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
-    return LocalStorageReport({"all": res}, settings)
+    return raws
 
 
 def _diff(new, old):

@@ -159,36 +159,13 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
     (when loops are calibrated the calibration run is that pass).
     """
     runs, _, _ = effort_defaults(effort, runs, None, 0)
-    if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
-        raise ValueError("scale=%r: a positive fraction of the seed's loops" % (scale,))
-    if min_time is None:
-        min_time = MIN_TIME[effort]
-    if not (isinstance(min_time, (int, float)) and min_time > 0):
-        raise ValueError("min_time=%r: a positive number of seconds" % (min_time,))
-    unknown = [t for t in (tests or ()) if t not in TEST_BITS]
-    if unknown:
-        from ..errors import UnknownNameError
-        raise UnknownNameError.make("test", unknown[0], list(TEST_BITS))
+    min_time = _check_options(scale, min_time, tests, effort)
     designs = [BASELINE] + list(DESIGNS) + ([EXTRA] if pcp_first else [])
     specs = [machine_policy(p, arch, cpus) for _, p in designs]
     rows = [(t, p, h, l) for t, p, h, l, _, _ in SEED_ROWS if not tests or t in tests]
     if rezki:
         rows += [("fix_size_alloc_test", n, 0, REZKI_LOOPS) for n in sorted(SEED_REZKI)]
-
-    def task(spec, test, p, h, loops, nruns, warmup=0):
-        return _plan("test_vmalloc", spec, runs=nruns, producers=threads, cycles=1,
-                     warmup_cycles=warmup, run_test_mask=TEST_BITS[test], nr_pages=p,
-                     use_huge=bool(h), test_loop_count=loops, sequential_test_order=True,
-                     nr_pcpu_objects=nr_pcpu_objects, seed=seed, mem_sample=0)[1][0]
-
-    def rounds(tasks, nruns):
-        """Runs of each task, round by round, the policies back to back (ABBA)."""
-        raws = [[] for _ in tasks]
-        for i in range(nruns):
-            for j in (range(len(tasks)) if i % 2 == 0 else reversed(range(len(tasks)))):
-                raws[j].append(_run_once(tasks[j], i))
-        return raws
-
+    task = _task_maker(threads, nr_pcpu_objects, seed)
     load_before = machine.loadavg()
     results, loops_used, ns_per_loop = {}, {}, {}
     todo = list(dict.fromkeys(rows))
@@ -197,31 +174,12 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
         if scale is not None:
             loops = {s: max(1, int(round(l * scale))) for s in specs}
             if warm:
-                rounds([task(s, t, p, h, loops[s], 1) for s in specs], 1)
+                _rounds([task(s, t, p, h, loops[s], 1) for s in specs], 1)
         else:
-            # untimed runs, as pyperf calibrates its loops, each policy on its own
-            # (their speeds differ up to 5x): the first brings memory in; then a
-            # policy's loops grow (at most 10x a step while a phase is under a
-            # few ms) until its phase lasts min_time, or the seed's loop count
-            loops = {s: max(1, int(round(l * CALIBRATION_LOOPS))) for s in specs}
-            rounds([task(s, t, p, h, loops[s], 1, warmup=1 if warm else 0) for s in specs], 1)
-            ns_per_loop[key] = {}
-            pending = list(specs)
-            while pending:
-                raws = rounds([task(s, t, p, h, loops[s], 1) for s in pending], 1)
-                left = []
-                for s, r in zip(pending, raws):
-                    took = float(r[0]["elapsed_ns"])
-                    ns_per_loop[key][s] = took / loops[s]
-                    if took >= min_time * 1e9 or loops[s] >= l:
-                        continue
-                    grow = calibrated_loops(min_time, ns_per_loop[key][s], l)
-                    loops[s] = grow if took >= 2e6 else min(10 * loops[s], grow)
-                    left.append(s)
-                pending = left
+            loops, ns_per_loop[key] = _calibrate(task, specs, (t, p, h, l), min_time, warm)
         loops_used[key] = {k: loops[s] for (k, _), s in zip(designs, specs)}
         tasks = [task(s, t, p, h, loops[s], runs) for s in specs]
-        raws = rounds(tasks, runs)
+        raws = _rounds(tasks, runs)
         meta = collect_metadata()
         meta["run"] = {"workload": "test_vmalloc", "runs": runs, "row": key}
         results[key] = Result.from_raw(meta, [(tk["point"], r) for tk, r in zip(tasks, raws)])
@@ -238,6 +196,68 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
                 "nr_pcpu_objects": nr_pcpu_objects,
                 "load_before": load_before, "load_after": machine.loadavg()}
     return VmallocReport(results, settings)
+
+
+def _check_options(scale, min_time, tests, effort):
+    """vmalloc()'s scale, min_time and tests checked; returns min_time (the
+    effort's default when None)."""
+    if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
+        raise ValueError("scale=%r: a positive fraction of the seed's loops" % (scale,))
+    if min_time is None:
+        min_time = MIN_TIME[effort]
+    if not (isinstance(min_time, (int, float)) and min_time > 0):
+        raise ValueError("min_time=%r: a positive number of seconds" % (min_time,))
+    unknown = [t for t in (tests or ()) if t not in TEST_BITS]
+    if unknown:
+        from ..errors import UnknownNameError
+        raise UnknownNameError.make("test", unknown[0], list(TEST_BITS))
+    return min_time
+
+
+def _task_maker(threads, nr_pcpu_objects, seed):
+    """task(spec, test, pages, huge, loops, nruns, warmup=0): one planned
+    test_vmalloc task of a row on policy ``spec``."""
+    def task(spec, test, p, h, loops, nruns, warmup=0):
+        return _plan("test_vmalloc", spec, runs=nruns, producers=threads, cycles=1,
+                     warmup_cycles=warmup, run_test_mask=TEST_BITS[test], nr_pages=p,
+                     use_huge=bool(h), test_loop_count=loops, sequential_test_order=True,
+                     nr_pcpu_objects=nr_pcpu_objects, seed=seed, mem_sample=0)[1][0]
+    return task
+
+
+def _rounds(tasks, nruns):
+    """Runs of each task, round by round, the policies back to back (ABBA)."""
+    raws = [[] for _ in tasks]
+    for i in range(nruns):
+        for j in (range(len(tasks)) if i % 2 == 0 else reversed(range(len(tasks)))):
+            raws[j].append(_run_once(tasks[j], i))
+    return raws
+
+
+def _calibrate(task, specs, row, min_time, warm):
+    """({spec: loops}, {spec: ns per loop}) for one row, from untimed runs,
+    as pyperf calibrates its loops, each policy on its own (their speeds
+    differ up to 5x): the first brings memory in; then a policy's loops grow
+    (at most 10x a step while a phase is under a few ms) until its phase
+    lasts min_time, or the seed's loop count."""
+    t, p, h, l = row
+    loops = {s: max(1, int(round(l * CALIBRATION_LOOPS))) for s in specs}
+    _rounds([task(s, t, p, h, loops[s], 1, warmup=1 if warm else 0) for s in specs], 1)
+    ns_per_loop = {}
+    pending = list(specs)
+    while pending:
+        raws = _rounds([task(s, t, p, h, loops[s], 1) for s in pending], 1)
+        left = []
+        for s, r in zip(pending, raws):
+            took = float(r[0]["elapsed_ns"])
+            ns_per_loop[s] = took / loops[s]
+            if took >= min_time * 1e9 or loops[s] >= l:
+                continue
+            grow = calibrated_loops(min_time, ns_per_loop[s], l)
+            loops[s] = grow if took >= 2e6 else min(10 * loops[s], grow)
+            left.append(s)
+        pending = left
+    return loops, ns_per_loop
 
 
 def calibrated_loops(min_time, ns_per_loop, seed_loops):
