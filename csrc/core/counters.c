@@ -2,7 +2,7 @@
 /*
  * Per-CPU counters: one block of n u64 per [cpu][context level], each block
  * padded to a cache line so CPUs never share a line. Writers do a relaxed
- * load+store on their own block (al_count in core.h); readers sum all blocks.
+ * load+store on their own block (al_count in counters.h); readers sum all blocks.
  */
 #include <errno.h>
 #include <string.h>

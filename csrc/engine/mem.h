@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Memory sampling during a run's measured phase (engine internal; see engine.h). */
+/* Memory sampling during a run's measured phase (engine internal; see alloclab/measure.h). */
 #ifndef ALLOCLAB_ENGINE_MEM_H
 #define ALLOCLAB_ENGINE_MEM_H
 
