@@ -12,8 +12,8 @@
  *
  * Invariants: base is aligned to align; used <= limit; committed counts the
  * bytes made accessible (every grow that succeeded). Cost: a grow is one CAS
- * plus an mprotect (and a prefault when populate is set); contains() is two
- * compares.
+ * plus an mmap over the reservation (and a prefault when populate is set);
+ * contains() is two compares.
  */
 #ifndef ALLOCLAB_ARENA_H
 #define ALLOCLAB_ARENA_H
