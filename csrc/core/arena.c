@@ -10,6 +10,17 @@
  *
  * Metadata memory (al_meta_alloc) comes straight from mmap so that the
  * library never calls malloc: it must work when preloaded as malloc itself.
+ *
+ * Invariants: base is aligned to max(align, page size) and the reservation
+ * [map, map + map_len) covers [base, base + limit); used only grows and
+ * never exceeds limit; [base, base + used) is committed, except pieces
+ * whose commit failed (their VA stays consumed, as libarena leaks it).
+ * Locking: none. Concurrent grows race only on the CAS of `used`, so each
+ * gets a distinct piece; contains() reads `used` with acquire and may run
+ * at any time. init and destroy run while no other thread uses the arena.
+ * Cost: a grow is one CAS and one mmap(MAP_FIXED) system call (a prefault
+ * of the piece with populate); al_meta_alloc is one mmap per call, so
+ * layers allocate their metadata once, at create.
  */
 #include <errno.h>
 #include <string.h>

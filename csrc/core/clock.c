@@ -5,6 +5,13 @@
  * Calibration runs once (pthread_once): ~20 ms of TSC against the monotonic
  * clock, then the cost of a back-to-back al_ticks() pair, reported with every
  * result as the timer overhead. Nothing here calls malloc.
+ *
+ * Invariant: al_clock is written only by the calibration, inside
+ * pthread_once, and read-only after al_clock_init() returned; every reader
+ * calls al_clock_init() first (a lock or a run does, at init), so readers
+ * take no lock. Cost: the first al_clock_init() takes about 20 ms; later
+ * calls are one pthread_once check. A tick read is one rdtsc (lfence first
+ * in al_ticks) or one clock_gettime without TSC.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>

@@ -2,7 +2,16 @@
 /*
  * Per-CPU counters: one block of n u64 per [cpu][context level], each block
  * padded to a cache line so CPUs never share a line. Writers do a relaxed
- * load+store on their own block (al_count in core.h); readers sum all blocks.
+ * load+store on their own block (al_count in counters.h); readers sum all blocks.
+ *
+ * Invariant: a block has one writer at a time (the CPU's context at that
+ * level), so a load+store loses no increment without an atomic
+ * read-modify-write; relaxed atomics make reads concurrent with writes well
+ * defined, and a sum read during a run is a snapshot of each block, not of
+ * all of them at one instant. Locking: none. Memory: ncpu * AL_CTX_NR
+ * blocks of stride u64 from al_meta_alloc, allocated at init and freed by
+ * fini. Cost: a count is a load and a store to a line its CPU owns; a sum
+ * is ncpu * AL_CTX_NR loads.
  */
 #include <errno.h>
 #include <string.h>

@@ -4,6 +4,11 @@
  * affinity mask, threads per core (SMT siblings of CPU 0), and steal time
  * from /proc/stat (on a shared VM, both decide how far a latency can be
  * trusted). Nothing here calls malloc.
+ *
+ * Each query reads the kernel's answer afresh (sched_getaffinity, sysfs,
+ * /proc/stat) into stack buffers: no state, no lock, safe from any thread.
+ * Cost: one or two system calls and a file read per call; callers ask once
+ * per run, never on a measured path.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>

@@ -39,6 +39,12 @@
  * do; queueing irq_work is one CAS (plus an atomic OR); call_rcu is a few
  * stores into the open batch; a seal is one spinlock round trip on the
  * global GP state.
+ *
+ * Lock order: a domain's run_lock (thread mode, and al_defer_flush in it)
+ * before gp.lock; gp.lock is a leaf (nothing else is taken under it, and no
+ * callback runs under it). Callbacks and irq_work functions run under
+ * run_lock in thread mode and under no lock of this file inline, so they
+ * may take their layer's locks.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -27,6 +27,13 @@
  * Stats are written by the holder only (acquired, contended, wait, hold,
  * owner switches) with relaxed atomics so readers may look at any time;
  * `failed` is an atomic add by the failing waiter.
+ *
+ * Lock order: this is the primitive; the order between locks is each
+ * layer's (see its design header). Cost: an uncontended acquire is one CAS
+ * on next_ticket and one load of the slot, a release one CAS on the next
+ * slot; a waiter spins on its own slot and checks its budget and the
+ * deadlock condition every 64 spins. A struct al_lock is about 32 KiB
+ * (the slot ring), so layers keep a few, not one per object.
  */
 #include <errno.h>
 #include <sched.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Registry of layers and workloads, parameter schemas, and small shared
- * helpers (stats, errno names, version).
+ * Registry of layers and workloads, and the C API table (struct al_api)
+ * handed to extension modules.
  *
  * Built-ins are found in the al_layers / al_workloads ELF sections that
  * AL_REGISTER_LAYER / AL_REGISTER_WORKLOAD fill (the linker collects them
@@ -12,19 +12,18 @@
  * time. The tables are fixed arrays published with a release store of the
  * count, so readers never take a lock and registration never allocates.
  * Registration itself is serialised by a spinlock (rare, never on a hot path).
+ *
+ * Invariants: entries [0, count) of a table are valid descriptors (ABI,
+ * size, names and schema checked) with distinct names; an entry is never
+ * removed or replaced, so a pointer a lookup returned stays valid.
+ * Lock order: reg_lock is a leaf; nothing else is taken under it.
+ * Cost: a lookup is a linear scan with strcmp over at most
+ * AL_MAX_REGISTERED entries; the first call adds the built-ins once.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "alloclab/alloclab.h"
-
-#ifndef AL_VERSION_STR
-#define AL_VERSION_STR "0.0.0"
-#endif
-#ifndef AL_BUILD_FLAGS
-#define AL_BUILD_FLAGS "unknown"
-#endif
 
 #define AL_MAX_REGISTERED 64
 
@@ -225,135 +224,6 @@ const struct al_workload_desc *al_workload_find(const char *name)
 		if (!strcmp(workloads[i]->name, name))
 			return workloads[i];
 	return NULL;
-}
-
-void al_params_default(const struct al_param_desc *p, unsigned n, int64_t *v)
-{
-	unsigned i;
-
-	for (i = 0; i < n; i++)
-		v[i] = p[i].def;
-}
-
-int al_params_check(const struct al_param_desc *p, unsigned n, const int64_t *v, char *err,
-		    size_t errlen)
-{
-	unsigned i;
-
-	for (i = 0; i < n; i++) {
-		if (v[i] < p[i].min || v[i] > p[i].max) {
-			if (err)
-				snprintf(err, errlen, "%s=%lld is out of range [%lld, %lld]",
-					 p[i].name, (long long)v[i], (long long)p[i].min,
-					 (long long)p[i].max);
-			return -ERANGE;
-		}
-	}
-	return 0;
-}
-
-void al_stats_add(struct al_stats *s, const char *name, uint64_t value)
-{
-	if (s->n < AL_STATS_MAX) {
-		s->v[s->n].name = name;
-		s->v[s->n].value = value;
-		s->v[s->n].flags = 0;
-		s->n++;
-	}
-}
-
-void al_stats_add_gauge(struct al_stats *s, const char *name, uint64_t value)
-{
-	if (s->n < AL_STATS_MAX) {
-		al_stats_add(s, name, value);
-		s->v[s->n - 1].flags = AL_STAT_GAUGE;
-	}
-}
-
-int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n, void **out,
-		  unsigned flags)
-{
-	unsigned i;
-
-	if (a->ops->alloc_bulk)
-		return a->ops->alloc_bulk(a, c, size, n, out, flags);
-	for (i = 0; i < n; i++) {
-		out[i] = a->ops->alloc(a, c, size, flags);
-		if (!out[i])
-			break;
-	}
-	return (int)i;
-}
-
-/*
- * The loop behind a layer without a native bulk free, with the native
- * paths' contract: every entry is tried once; entries the layer refuses
- * (-EINVAL: not an allocated block, or repeated in ptrs) are skipped and
- * reported through c->err; the return is how many entries were freed (NULL
- * entries count, as free(NULL)). A transient failure (a lock budget) of the
- * first entry, before anything was freed, fails the whole call so the caller
- * may retry it; later ones are retried a few times, then reported in c->err
- * and not counted.
- */
-int al_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
-{
-	unsigned i, done = 0, tries;
-	int ret, err = 0;
-
-	if (a->ops->free_bulk)
-		return a->ops->free_bulk(a, c, ptrs, n);
-	for (i = 0; i < n; i++) {
-		if (!ptrs[i]) {
-			done++;
-			continue;
-		}
-		for (tries = 0;; tries++) {
-			ret = a->ops->free(a, c, ptrs[i]);
-			if (!ret || ret == -EINVAL || tries == 3)
-				break;
-			if (!done && !err)
-				return ret; /* nothing freed: the caller may retry the batch */
-		}
-		if (!ret)
-			done++;
-		else if (!err || err == -EINVAL)
-			err = ret;
-	}
-	if (err)
-		c->err = err;
-	return (int)done;
-}
-
-const char *al_version(void)
-{
-	return AL_VERSION_STR;
-}
-
-const char *al_build_flags(void)
-{
-	return AL_BUILD_FLAGS;
-}
-
-const char *al_strerror(int err)
-{
-	switch (err < 0 ? -err : err) {
-	case 0: return "OK";
-	case ENOMEM: return "ENOMEM";
-	case EINVAL: return "EINVAL";
-	case ERANGE: return "ERANGE";
-	case EBUSY: return "EBUSY";
-	case ETIMEDOUT: return "ETIMEDOUT";
-	case EEXIST: return "EEXIST";
-	case ENOSPC: return "ENOSPC";
-	case EAGAIN: return "EAGAIN";
-	case EFAULT: return "EFAULT";
-	case ENOENT: return "ENOENT";
-	case EOPNOTSUPP: return "EOPNOTSUPP";
-	case EPERM: return "EPERM";
-	case EDEADLK: return "EDEADLK";
-	case EIO: return "EIO";
-	default: return "EUNKNOWN";
-	}
 }
 
 static const struct al_api api = {

@@ -12,6 +12,16 @@
  * strings round-trip through both); presets are a Python-side convenience
  * and are resolved before a spec reaches C. Parsing never allocates: names
  * and values are compared in place.
+ *
+ * Algorithm: one left-to-right pass. Each layer name is looked up in the
+ * registry and its parameters start at the schema defaults; each kv names
+ * a parameter of that layer and its value is converted by the parameter's
+ * type (suffixes scale sizes and durations, enums match a choice). Once the
+ * whole text is read, every layer's values are checked against its schema
+ * ranges (cross-parameter checks are al_stack_create's). The first error
+ * stops the parse with err naming the text at fault; *out is complete only
+ * on success. No lock (the registry's lookups take none). Cost: linear in
+ * the text, plus a registry lookup per layer.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -116,81 +126,100 @@ static int parse_value(const struct al_param_desc *p, const char *v, size_t n, i
 	return 0;
 }
 
+/* The parameter list of layer d after its '(' (s points past it): each
+ * kv sets params[]; returns the text after the closing ')' in *end. */
+static int parse_params(const char *s, const struct al_layer_desc *d, int64_t *params,
+			const char **end, char *err, size_t errlen)
+{
+	s = skip_ws(s);
+	while (*s != ')') {
+		size_t klen = ident_len(s), vlen;
+		const char *v;
+		unsigned k;
+		int ret;
+
+		for (k = 0; k < d->nparams; k++)
+			if (strlen(d->params[k].name) == klen &&
+			    !strncmp(d->params[k].name, s, klen))
+				break;
+		if (!klen || k == d->nparams) {
+			snprintf(err, errlen, "%s has no parameter '%.*s'", d->name, (int)klen, s);
+			return -EINVAL;
+		}
+		s = skip_ws(s + klen);
+		if (*s != '=') {
+			snprintf(err, errlen, "expected '=' after %s.%s", d->name,
+				 d->params[k].name);
+			return -EINVAL;
+		}
+		v = skip_ws(s + 1);
+		vlen = strcspn(v, ",) \t\n");
+		ret = parse_value(&d->params[k], v, vlen, &params[k]);
+		if (ret) {
+			snprintf(err, errlen, "%s.%s: bad value '%.*s'", d->name, d->params[k].name,
+				 (int)vlen, v);
+			return ret;
+		}
+		s = skip_ws(v + vlen);
+		if (*s == ',')
+			s = skip_ws(s + 1);
+		else if (*s != ')') {
+			snprintf(err, errlen, "expected ',' or ')' in %s(...)", d->name);
+			return -EINVAL;
+		}
+	}
+	*end = skip_ws(s + 1);
+	return 0;
+}
+
+/* Layer n of the spec, at s: its name, then its parameters if a '(' follows,
+ * into out->layer[n]; the text after it in *end. */
+static int parse_layer(const char *text, const char *s, struct al_stack_spec *out, unsigned n,
+		       const char **end, char *err, size_t errlen)
+{
+	const struct al_layer_desc *d;
+	char name[64];
+	size_t len;
+
+	s = skip_ws(s);
+	len = ident_len(s);
+	if (!len || len >= sizeof(name)) {
+		snprintf(err, errlen, "expected a layer name at offset %d of '%s'", (int)(s - text),
+			 text);
+		return -EINVAL;
+	}
+	memcpy(name, s, len);
+	name[len] = 0;
+	d = al_layer_find(name);
+	if (!d) {
+		snprintf(err, errlen, "unknown layer '%s'", name);
+		return -EINVAL;
+	}
+	if (n == AL_MAX_LAYERS) {
+		snprintf(err, errlen, "more than %d layers", AL_MAX_LAYERS);
+		return -EINVAL;
+	}
+	out->layer[n].desc = d;
+	al_params_default(d->params, d->nparams, out->layer[n].params);
+	s = skip_ws(s + len);
+	if (*s == '(')
+		return parse_params(s + 1, d, out->layer[n].params, end, err, errlen);
+	*end = s;
+	return 0;
+}
+
 int al_spec_parse(const char *text, struct al_stack_spec *out, char *err, size_t errlen)
 {
 	const char *s = text ? text : "";
 	unsigned n = 0;
 	char why[160];
+	int ret;
 
 	memset(out, 0, sizeof(*out));
 	for (;;) {
-		const struct al_layer_desc *d;
-		char name[64];
-		size_t len;
-
-		s = skip_ws(s);
-		len = ident_len(s);
-		if (!len || len >= sizeof(name)) {
-			snprintf(err, errlen, "expected a layer name at offset %d of '%s'",
-				 (int)(s - text), text);
-			return -EINVAL;
-		}
-		memcpy(name, s, len);
-		name[len] = 0;
-		d = al_layer_find(name);
-		if (!d) {
-			snprintf(err, errlen, "unknown layer '%s'", name);
-			return -EINVAL;
-		}
-		if (n == AL_MAX_LAYERS) {
-			snprintf(err, errlen, "more than %d layers", AL_MAX_LAYERS);
-			return -EINVAL;
-		}
-		out->layer[n].desc = d;
-		al_params_default(d->params, d->nparams, out->layer[n].params);
-		s = skip_ws(s + len);
-		if (*s == '(') {
-			s = skip_ws(s + 1);
-			while (*s != ')') {
-				size_t klen = ident_len(s), vlen;
-				const char *v;
-				unsigned k;
-				int ret;
-
-				for (k = 0; k < d->nparams; k++)
-					if (strlen(d->params[k].name) == klen &&
-					    !strncmp(d->params[k].name, s, klen))
-						break;
-				if (!klen || k == d->nparams) {
-					snprintf(err, errlen, "%s has no parameter '%.*s'", d->name,
-						 (int)klen, s);
-					return -EINVAL;
-				}
-				s = skip_ws(s + klen);
-				if (*s != '=') {
-					snprintf(err, errlen, "expected '=' after %s.%s", d->name,
-						 d->params[k].name);
-					return -EINVAL;
-				}
-				v = skip_ws(s + 1);
-				vlen = strcspn(v, ",) \t\n");
-				ret = parse_value(&d->params[k], v, vlen, &out->layer[n].params[k]);
-				if (ret) {
-					snprintf(err, errlen, "%s.%s: bad value '%.*s'", d->name,
-						 d->params[k].name, (int)vlen, v);
-					return ret;
-				}
-				s = skip_ws(v + vlen);
-				if (*s == ',')
-					s = skip_ws(s + 1);
-				else if (*s != ')') {
-					snprintf(err, errlen, "expected ',' or ')' in %s(...)",
-						 d->name);
-					return -EINVAL;
-				}
-			}
-			s = skip_ws(s + 1);
-		}
+		ret = parse_layer(text, s, out, n, &s, err, errlen);
+		if (ret)
+			return ret;
 		n++;
 		if (*s == '>') {
 			s++;

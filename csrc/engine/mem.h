@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Memory sampling during a run's measured phase (engine internal; see engine.h). */
+/*
+ * Memory sampling during a run's measured phase (engine internal): the
+ * sampler the run's main thread drives, filling the struct al_mem of the
+ * run result (fields and what a sample reads: alloclab/measure.h). One
+ * thread uses a sampler; it takes no lock and allocates nothing per sample.
+ */
 #ifndef ALLOCLAB_ENGINE_MEM_H
 #define ALLOCLAB_ENGINE_MEM_H
 

@@ -36,14 +36,14 @@ enum { LIBC_COUNTERS(X) LC_NR };
 #undef X
 static const char *const libc_counter_names[] = { LIBC_COUNTERS(AL_CTR_NAME) };
 
-struct libc_alloc {
+struct libc_layer {
 	struct al_allocator base; /* must be first */
 	struct al_counters ctr;	  /* LIBC_COUNTERS */
 };
 
 static void *libc_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
-	struct libc_alloc *l = (struct libc_alloc *)a;
+	struct libc_layer *l = (struct libc_layer *)a;
 	void *p = (flags & AL_ZERO) ? calloc(1, size) : malloc(size);
 
 	if (al_unlikely(!p)) {
@@ -59,7 +59,7 @@ static void *libc_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 
 static int libc_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
-	struct libc_alloc *l = (struct libc_alloc *)a;
+	struct libc_layer *l = (struct libc_layer *)a;
 
 	if (!p)
 		return 0;
@@ -77,7 +77,7 @@ static size_t libc_usable_size(struct al_allocator *a, const void *p)
 
 static void libc_stats(struct al_allocator *a, struct al_stats *out)
 {
-	struct libc_alloc *l = (struct libc_alloc *)a;
+	struct libc_layer *l = (struct libc_layer *)a;
 
 	out->bytes_held = (int64_t)(al_counters_sum(&l->ctr, LC_bytes_allocated) -
 				    al_counters_sum(&l->ctr, LC_bytes_freed));
@@ -86,7 +86,7 @@ static void libc_stats(struct al_allocator *a, struct al_stats *out)
 
 static void libc_destroy(struct al_allocator *a)
 {
-	struct libc_alloc *l = (struct libc_alloc *)a;
+	struct libc_layer *l = (struct libc_layer *)a;
 
 	al_counters_fini(&l->ctr);
 	al_meta_free(l, sizeof(*l));
@@ -106,7 +106,7 @@ static const struct al_ops libc_ops = {
 static int libc_create(const struct al_layer_desc *d, const int64_t *params,
 		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
 {
-	struct libc_alloc *l;
+	struct libc_layer *l;
 
 	(void)params;
 	if (below)

@@ -108,7 +108,7 @@ struct magazine {
 	struct al_counters ctr;	  /* MAGAZINE_COUNTERS */
 };
 
-static inline struct mg_cpu *mg_cpu(struct magazine *mg, unsigned cpu)
+static inline struct mg_cpu *mg_cpu_ptr(struct magazine *mg, unsigned cpu)
 {
 	return (struct mg_cpu *)(mg->cpus + (size_t)cpu * mg->cpu_stride);
 }
@@ -235,7 +235,7 @@ static void *magazine_alloc(struct al_allocator *a, struct al_ctx *c, size_t siz
 		}
 		goto out_count;
 	}
-	pc = mg_cpu(mg, c->cpu);
+	pc = mg_cpu_ptr(mg, c->cpu);
 	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard))) {
 		al_count(&mg->ctr, c, MG_guard_busy, 1);
 		p = al_alloc(a->below, c, fc_class_size(order), 0);
@@ -315,7 +315,7 @@ static int magazine_free(struct al_allocator *a, struct al_ctx *c, void *p)
 			al_count(&mg->ctr, c, MG_uncached, 1);
 		return ret;
 	}
-	pc = mg_cpu(mg, c->cpu);
+	pc = mg_cpu_ptr(mg, c->cpu);
 	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard))) {
 		al_count(&mg->ctr, c, MG_guard_busy, 1);
 		ret = al_free(below, c, p);
@@ -362,7 +362,7 @@ static void flush(struct magazine *mg, struct al_ctx *c, struct mag *m)
 
 static void drain_cpu(struct magazine *mg, struct al_ctx *c, unsigned cpu)
 {
-	struct mg_cpu *pc = mg_cpu(mg, cpu);
+	struct mg_cpu *pc = mg_cpu_ptr(mg, cpu);
 	unsigned o;
 
 	for (o = 0; o < mg->norders; o++) {
@@ -374,7 +374,7 @@ static void drain_cpu(struct magazine *mg, struct al_ctx *c, unsigned cpu)
 static void magazine_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 {
 	struct magazine *mg = (struct magazine *)a;
-	struct mg_cpu *pc = mg_cpu(mg, c->cpu);
+	struct mg_cpu *pc = mg_cpu_ptr(mg, c->cpu);
 	unsigned cpu, o;
 
 	if (scope != AL_DRAIN_ALL) {
@@ -436,7 +436,7 @@ static int magazine_check(struct al_allocator *a, char *err, size_t errlen)
 			return -EFAULT;
 		}
 		for (cpu = 0; cpu < a->ncpu; cpu++) {
-			struct mag **pair = mg_cpu(mg, cpu)->pair[o];
+			struct mag **pair = mg_cpu_ptr(mg, cpu)->pair[o];
 
 			if (pair[0]->rounds > mg->m || pair[1]->rounds > mg->m) {
 				snprintf(err, errlen, "cpu %u order %u: magazine overfull", cpu, o);
@@ -553,7 +553,7 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 		q = (char *)(((uintptr_t)q + AL_CACHELINE - 1) & ~(uintptr_t)(AL_CACHELINE - 1));
 		for (cpu = 0; cpu < ncpu; cpu++)
 			for (i = 0; i < 2; i++) {
-				mg_cpu(mg, cpu)->pair[o][i] = (struct mag *)q;
+				mg_cpu_ptr(mg, cpu)->pair[o][i] = (struct mag *)q;
 				q += mg->mag_size;
 			}
 		for (i = 0; i < mg->depot_max; i++) {

@@ -17,7 +17,7 @@
 
 #define NULL_BLOCK (512u << 10) /* the largest request, as the buddy's */
 
-struct null_alloc {
+struct null_layer {
 	struct al_allocator base; /* must be first */
 	char *blocks;		  /* ncpu blocks of NULL_BLOCK bytes */
 	size_t len;		  /* mapping length */
@@ -27,7 +27,7 @@ static void *null_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 {
 	(void)size;
 	(void)flags;
-	return ((struct null_alloc *)a)->blocks + (size_t)c->cpu * NULL_BLOCK;
+	return ((struct null_layer *)a)->blocks + (size_t)c->cpu * NULL_BLOCK;
 }
 
 static int null_free(struct al_allocator *a, struct al_ctx *c, void *p)
@@ -53,7 +53,7 @@ static void null_stats(struct al_allocator *a, struct al_stats *out)
 
 static void null_destroy(struct al_allocator *a)
 {
-	struct null_alloc *n = (struct null_alloc *)a;
+	struct null_layer *n = (struct null_layer *)a;
 
 	al_meta_free(n->blocks, n->len);
 	al_meta_free(n, sizeof(*n));
@@ -73,7 +73,7 @@ static const struct al_ops null_ops = {
 static int null_create(const struct al_layer_desc *d, const int64_t *params,
 		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
 {
-	struct null_alloc *n;
+	struct null_layer *n;
 
 	(void)params;
 	if (below)

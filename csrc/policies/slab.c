@@ -185,7 +185,7 @@ struct kmem_cache {
 	struct cpu_slab *cpu;	  /* ncpu entries */
 };
 
-struct slab_alloc {
+struct slab_layer {
 	struct al_allocator base;  /* must be first */
 	struct al_lock page_lock;  /* the page source ("zone lock") */
 	uint32_t free_frames;	   /* stack of free frames via slab.next (page_lock) */
@@ -204,9 +204,9 @@ struct slab_alloc {
 	struct al_counters ctr;	   /* SLAB_COUNTERS */
 };
 
-static inline struct slab_alloc *to_sa(struct al_allocator *a)
+static inline struct slab_layer *to_sa(struct al_allocator *a)
 {
-	return (struct slab_alloc *)a;
+	return (struct slab_layer *)a;
 }
 
 /* ---- double-width compare-exchange ---- */
@@ -264,7 +264,7 @@ static inline bool cas2(void *pair, void *op, uint64_t ot, void *np, uint64_t nt
 
 /* ---- geometry and lookup ---- */
 
-static inline uint32_t frame_of(const struct slab_alloc *sa, const void *p)
+static inline uint32_t frame_of(const struct slab_layer *sa, const void *p)
 {
 	return (uint32_t)(((uintptr_t)p - sa->arena.base) >> FRAME_SHIFT);
 }
@@ -280,7 +280,7 @@ static inline void set_fp(void *obj, void *fp)
 }
 
 /* The slab of a live object, or NULL when p is not an object start of ours. */
-static struct slab *lookup(struct slab_alloc *sa, const void *p)
+static struct slab *lookup(struct slab_layer *sa, const void *p)
 {
 	uintptr_t a = (uintptr_t)p;
 	struct slab *slab;
@@ -302,7 +302,7 @@ static struct slab *lookup(struct slab_alloc *sa, const void *p)
 	return slab;
 }
 
-static inline struct slab *frame(struct slab_alloc *sa, uint32_t f)
+static inline struct slab *frame(struct slab_layer *sa, uint32_t f)
 {
 	return &sa->frames[f];
 }
@@ -310,7 +310,7 @@ static inline struct slab *frame(struct slab_alloc *sa, uint32_t f)
 /* ---- the page source ---- */
 
 /* Push a chain first..last (linked by .next) on the lock-free pending stack. */
-static void pending_push(struct slab_alloc *sa, uint32_t first, uint32_t last)
+static void pending_push(struct slab_layer *sa, uint32_t first, uint32_t last)
 {
 	uint32_t old = __atomic_load_n(&sa->pending, __ATOMIC_RELAXED);
 
@@ -321,7 +321,7 @@ static void pending_push(struct slab_alloc *sa, uint32_t first, uint32_t last)
 }
 
 /* page_lock held: move pending frames onto the free stack. */
-static void pending_splice_locked(struct slab_alloc *sa)
+static void pending_splice_locked(struct slab_layer *sa)
 {
 	uint32_t f = __atomic_exchange_n(&sa->pending, NOSLAB, __ATOMIC_ACQUIRE), next;
 
@@ -332,14 +332,14 @@ static void pending_splice_locked(struct slab_alloc *sa)
 	}
 }
 
-static int page_lock(struct slab_alloc *sa, struct al_ctx *c, unsigned flags)
+static int page_lock(struct slab_layer *sa, struct al_ctx *c, unsigned flags)
 {
 	return (flags & AL_NOSPIN) ? al_lock_tryacquire(&sa->page_lock, c)
 				   : al_lock_acquire(&sa->page_lock, c);
 }
 
 /* A free frame, or NOSLAB with c->err set. */
-static uint32_t page_alloc(struct slab_alloc *sa, struct al_ctx *c, unsigned flags)
+static uint32_t page_alloc(struct slab_layer *sa, struct al_ctx *c, unsigned flags)
 {
 	uint32_t f = NOSLAB, first, n, i, last;
 	char *p;
@@ -389,7 +389,7 @@ static uint32_t page_alloc(struct slab_alloc *sa, struct al_ctx *c, unsigned fla
 	return first;
 }
 
-static void page_free(struct slab_alloc *sa, struct al_ctx *c, uint32_t f, unsigned flags)
+static void page_free(struct slab_layer *sa, struct al_ctx *c, uint32_t f, unsigned flags)
 {
 	if (page_lock(sa, c, flags)) {
 		pending_push(sa, f, f); /* linked by the next page_alloc: nothing is lost */
@@ -401,7 +401,7 @@ static void page_free(struct slab_alloc *sa, struct al_ctx *c, uint32_t f, unsig
 }
 
 /* A new slab of cache s: frozen (for a CPU) or not; all objects on its freelist. */
-static struct slab *new_slab(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
+static struct slab *new_slab(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
 			     unsigned flags)
 {
 	uint32_t f = page_alloc(sa, c, flags), i;
@@ -426,7 +426,7 @@ static struct slab *new_slab(struct slab_alloc *sa, struct kmem_cache *s, struct
 	return slab;
 }
 
-static void discard_slab(struct slab_alloc *sa, struct al_ctx *c, struct slab *slab, unsigned flags)
+static void discard_slab(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, unsigned flags)
 {
 	__atomic_store_n(&slab->cls, 0, __ATOMIC_RELEASE);
 	al_count(&sa->ctr, c, SC_slab_frees, 1);
@@ -435,7 +435,7 @@ static void discard_slab(struct slab_alloc *sa, struct al_ctx *c, struct slab *s
 
 /* ---- partial lists (list_lock held) ---- */
 
-static void add_partial(struct slab_alloc *sa, struct kmem_cache *s, struct slab *slab)
+static void add_partial(struct slab_layer *sa, struct kmem_cache *s, struct slab *slab)
 {
 	uint32_t f = (uint32_t)(slab - sa->frames);
 
@@ -448,7 +448,7 @@ static void add_partial(struct slab_alloc *sa, struct kmem_cache *s, struct slab
 	__atomic_store_n(&s->nr_partial, s->nr_partial + 1, __ATOMIC_RELAXED);
 }
 
-static void remove_partial(struct slab_alloc *sa, struct kmem_cache *s, struct slab *slab)
+static void remove_partial(struct slab_layer *sa, struct kmem_cache *s, struct slab *slab)
 {
 	if (slab->prev != NOSLAB)
 		frame(sa, slab->prev)->next = slab->next;
@@ -462,7 +462,7 @@ static void remove_partial(struct slab_alloc *sa, struct kmem_cache *s, struct s
 }
 
 /* Take list_lock (a trylock under AL_NOSPIN) and list the orphans. */
-static int list_lock(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c, unsigned flags)
+static int list_lock(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c, unsigned flags)
 {
 	uint32_t f, next;
 	int ret = (flags & AL_NOSPIN) ? al_lock_tryacquire(&s->list_lock, c)
@@ -480,7 +480,7 @@ static int list_lock(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx 
 }
 
 /* A partial slab that could not be listed (AL_NOSPIN, list_lock busy). */
-static void orphan_push(struct slab_alloc *sa, struct kmem_cache *s, struct slab *slab)
+static void orphan_push(struct slab_layer *sa, struct kmem_cache *s, struct slab *slab)
 {
 	uint32_t f = (uint32_t)(slab - sa->frames),
 		 old = __atomic_load_n(&s->orphans, __ATOMIC_RELAXED);
@@ -501,7 +501,7 @@ static void orphan_push(struct slab_alloc *sa, struct kmem_cache *s, struct slab
  * state, or -1 to freeze only if objects were taken (get_freelist: a CPU
  * slab with nothing left is unfrozen in the same exchange).
  */
-static void *take_freelist(struct slab_alloc *sa, struct al_ctx *c, struct slab *slab, int frozen)
+static void *take_freelist(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, int frozen)
 {
 	void *fl;
 	uint64_t cn;
@@ -516,13 +516,13 @@ static void *take_freelist(struct slab_alloc *sa, struct al_ctx *c, struct slab 
 	}
 }
 
-static al_noinline al_cold int double_free(struct slab_alloc *sa, const struct al_ctx *c)
+static al_noinline al_cold int double_free(struct slab_layer *sa, const struct al_ctx *c)
 {
 	al_count(&sa->ctr, c, SC_double_frees, 1);
 	return -EINVAL;
 }
 
-static al_noinline al_cold void corrupt(struct slab_alloc *sa, struct al_ctx *c)
+static al_noinline al_cold void corrupt(struct slab_layer *sa, struct al_ctx *c)
 {
 	al_count(&sa->ctr, c, SC_corrupt_freelists, 1);
 	c->err = -EFAULT;
@@ -533,7 +533,7 @@ static al_noinline al_cold void corrupt(struct slab_alloc *sa, struct al_ctx *c)
  * this CPU's. 0, -EBUSY (AL_NOSPIN and list_lock busy: nothing freed), or
  * -EINVAL (tail is already the slab's freelist head: a double free).
  */
-static int __slab_free(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
+static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
 		       struct slab *slab, void *head, void *tail, unsigned cnt, unsigned flags)
 {
 	bool locked = false, discard = false;
@@ -595,7 +595,7 @@ static int __slab_free(struct slab_alloc *sa, struct kmem_cache *s, struct al_ct
  * Local lock held: make cs->freelist non-empty. false with c->err set when
  * no object can be had (trylock failed under AL_NOSPIN, or no memory).
  */
-static bool refill_cpu_locked(struct slab_alloc *sa, struct kmem_cache *s, struct cpu_slab *cs,
+static bool refill_cpu_locked(struct slab_layer *sa, struct kmem_cache *s, struct cpu_slab *cs,
 			      struct al_ctx *c, unsigned flags)
 {
 	struct slab *slab;
@@ -643,7 +643,7 @@ load:
 	return true;
 }
 
-static bool local_lock(struct slab_alloc *sa, struct cpu_slab *cs, struct al_ctx *c, unsigned flags)
+static bool local_lock(struct slab_layer *sa, struct cpu_slab *cs, struct al_ctx *c, unsigned flags)
 {
 	if (al_unlikely(__atomic_load_n(&cs->locked, __ATOMIC_RELAXED))) {
 		/* an interrupted lower level holds it on this CPU */
@@ -667,7 +667,7 @@ static void local_unlock(struct cpu_slab *cs)
 	__atomic_store_n(&cs->locked, 0, __ATOMIC_RELAXED);
 }
 
-static al_noinline void *alloc_slow(struct slab_alloc *sa, struct kmem_cache *s,
+static al_noinline void *alloc_slow(struct slab_layer *sa, struct kmem_cache *s,
 				    struct cpu_slab *cs, struct al_ctx *c, unsigned flags)
 {
 	void *obj = NULL;
@@ -693,7 +693,7 @@ static al_noinline void *alloc_slow(struct slab_alloc *sa, struct kmem_cache *s,
  * slab", and a new slab's leftover objects go to the orphan stack when the
  * lock cannot be had. Returns how many; 0 with c->err set.
  */
-static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
+static unsigned alloc_from_partial(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
 				   unsigned n, void **out, unsigned flags)
 {
 	unsigned got = 0, first, k;
@@ -770,14 +770,14 @@ static unsigned alloc_from_partial(struct slab_alloc *sa, struct kmem_cache *s, 
 
 /* ---- entry points ---- */
 
-static al_noinline al_cold void *bad_size(struct slab_alloc *sa, struct al_ctx *c)
+static al_noinline al_cold void *bad_size(struct slab_layer *sa, struct al_ctx *c)
 {
 	al_count(&sa->ctr, c, SC_einval, 1);
 	c->err = -EINVAL;
 	return NULL;
 }
 
-static inline void *alloc_done(struct slab_alloc *sa, struct kmem_cache *s, struct al_ctx *c,
+static inline void *alloc_done(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
 			       void *obj, unsigned flags)
 {
 	if (al_unlikely(!obj)) {
@@ -798,7 +798,7 @@ static inline void *alloc_done(struct slab_alloc *sa, struct kmem_cache *s, stru
 
 static void *slab_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
-	struct slab_alloc *sa = to_sa(a);
+	struct slab_layer *sa = to_sa(a);
 	int ci = km_class(size);
 	struct kmem_cache *s;
 	struct cpu_slab *cs;
@@ -835,7 +835,7 @@ redo:
 static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
 			   void **out, unsigned flags)
 {
-	struct slab_alloc *sa = to_sa(a);
+	struct slab_layer *sa = to_sa(a);
 	int ci = km_class(size);
 	struct kmem_cache *s;
 	struct cpu_slab *cs;
@@ -882,7 +882,7 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 
 /* Free a chain head..tail of cnt objects of one slab. 0, -EBUSY (NOSPIN), or
  * -EINVAL when tail is already the head of the freelist it would join. */
-static int free_chain(struct slab_alloc *sa, struct al_ctx *c, struct slab *slab, void *head,
+static int free_chain(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, void *head,
 		      void *tail, unsigned cnt, unsigned flags)
 {
 	struct kmem_cache *s = &sa->caches[slab->cls - 1];
@@ -919,7 +919,7 @@ redo:
 
 static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags)
 {
-	struct slab_alloc *sa = to_sa(a);
+	struct slab_layer *sa = to_sa(a);
 	struct slab *slab;
 	unsigned size;
 	int ret;
@@ -947,7 +947,7 @@ static int slab_free(struct al_allocator *a, struct al_ctx *c, void *p)
 
 /* Whether p is the head of its slab's freelist or of this CPU's freelist
  * (already free: writing its first word would corrupt the list). */
-static inline bool at_freelist_head(struct slab_alloc *sa, const struct al_ctx *c,
+static inline bool at_freelist_head(struct slab_layer *sa, const struct al_ctx *c,
 				    struct slab *slab, const void *p)
 {
 	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
@@ -971,7 +971,7 @@ static inline uintptr_t batch_mark(void *const *ptrs)
  * a first pass marks each one's first word and a repeat finds its mark. */
 static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
-	struct slab_alloc *sa = to_sa(a);
+	struct slab_layer *sa = to_sa(a);
 	unsigned size = n, i, freed = 0, refused = 0, osize;
 	uintptr_t mark = batch_mark(ptrs);
 	uint64_t bytes = 0;
@@ -1063,7 +1063,7 @@ static bool slab_owns(struct al_allocator *a, const void *p)
 }
 
 /* deactivate_slab: give the CPU slab (and its freelist) back. */
-static void flush_cpu_slab(struct slab_alloc *sa, struct kmem_cache *s, struct cpu_slab *cs,
+static void flush_cpu_slab(struct slab_layer *sa, struct kmem_cache *s, struct cpu_slab *cs,
 			   struct al_ctx *c)
 {
 	struct slab *slab;
@@ -1114,7 +1114,7 @@ static void flush_cpu_slab(struct slab_alloc *sa, struct kmem_cache *s, struct c
 
 static void slab_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 {
-	struct slab_alloc *sa = to_sa(a);
+	struct slab_layer *sa = to_sa(a);
 	unsigned ci, cpu;
 
 	if (sa->form != F_CPU_SLAB)
@@ -1136,7 +1136,7 @@ static void slab_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 	}
 }
 
-static int64_t bytes_held(struct slab_alloc *sa)
+static int64_t bytes_held(struct slab_layer *sa)
 {
 	return (int64_t)(al_counters_sum(&sa->ctr, SC_bytes_allocated) -
 			 al_counters_sum(&sa->ctr, SC_bytes_freed));
@@ -1144,7 +1144,7 @@ static int64_t bytes_held(struct slab_alloc *sa)
 
 static void slab_stats(struct al_allocator *a, struct al_stats *out)
 {
-	struct slab_alloc *sa = to_sa(a);
+	struct slab_layer *sa = to_sa(a);
 	struct al_lock_stats ll = { 0 };
 	uint64_t partial = 0, slabs;
 	unsigned ci;
@@ -1173,7 +1173,7 @@ static void slab_stats(struct al_allocator *a, struct al_stats *out)
 
 static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 {
-	struct slab_alloc *sa = to_sa(a);
+	struct slab_layer *sa = to_sa(a);
 	size_t nf = __atomic_load_n(&sa->arena.used, __ATOMIC_RELAXED) >> FRAME_SHIFT, f;
 	int64_t held = 0;
 	unsigned ci, cpu;
@@ -1262,7 +1262,7 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 
 static void slab_destroy(struct al_allocator *a)
 {
-	struct slab_alloc *sa = to_sa(a);
+	struct slab_layer *sa = to_sa(a);
 
 	al_arena_destroy(&sa->arena);
 	al_counters_fini(&sa->ctr);
@@ -1310,7 +1310,7 @@ static void init_cache(struct kmem_cache *s, unsigned ci, unsigned min_objects, 
 static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct al_allocator *below,
 		       unsigned ncpu, struct al_allocator **out)
 {
-	struct slab_alloc *sa;
+	struct slab_layer *sa;
 	unsigned ci, cpu;
 	int ret = -ENOMEM;
 

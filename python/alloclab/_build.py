@@ -33,7 +33,7 @@ enum al_timing { AL_TIMING_BATCH, AL_TIMING_PER_OP_SUM, ... };
 enum al_workload_flags { AL_WL_RESET, AL_WL_ONE_PRODUCER, ... };
 enum al_cpu_mode { AL_CPU_AUTO, AL_CPU_PINNED, AL_CPU_VIRTUAL, ... };
 
-/* ---- ops.h ---- */
+/* ---- ops.h, params.h ---- */
 struct al_ctx {
     unsigned cpu;
     unsigned level;
@@ -103,7 +103,7 @@ struct al_allocator {
     ...;
 };
 
-/* ---- core.h ---- */
+/* ---- registry.h, params.h, clock.h, base.h ---- */
 struct al_workload_desc;
 
 unsigned al_layer_count(void);
@@ -138,7 +138,7 @@ int al_system_allocator(void);
 const char *al_build_flags(void);
 const char *al_strerror(int err);
 
-/* ---- engine.h ---- */
+/* ---- stack.h, workload.h ---- */
 struct al_metric {  /* workload metrics */
     const char *name;
     double value;

@@ -1,10 +1,48 @@
 /* SPDX-License-Identifier: MIT */
-/* alloclab: the whole public API. */
+/*
+ * alloclab: the whole public API, one header per role.
+ *
+ *   base.h      export macro, ABI version, limits, compiler hints, identity
+ *   params.h    parameter schemas of layers and workloads
+ *   ops.h       the layer contract: al_ctx, al_ops, al_allocator, descriptors
+ *   registry.h  layers and workloads by name, AL_REGISTER_*, the C API table
+ *   arena.h     metadata memory and reserved address ranges
+ *   clock.h     the TSC / monotonic time base
+ *   counters.h  per-CPU, per-context-level event counters
+ *   lock.h      the queued spinlock with a time budget
+ *   ctx.h       the running thread's context, fault injection
+ *   deferred.h  irq_work and RCU callbacks, grace periods
+ *   stack.h     stacks of layers built from a spec, the guard
+ *   workload.h  workload descriptors and their workers
+ *   measure.h   latency histograms, memory during a run
+ *   run.h       runs: configuration, result, start/wait/stop
+ *   pages.h     the page-allocator API of a `pages` layer
+ *   vmalloc.h   the vmalloc API of a `vmalloc` layer
+ *
+ * Each header includes what it depends on, so any one may be included alone.
+ */
 #ifndef ALLOCLAB_H
 #define ALLOCLAB_H
+
+/* The layer contract and the services a layer is built from. */
+#include "base.h"
+#include "params.h"
 #include "ops.h"
-#include "core.h"
-#include "engine.h"
+#include "registry.h"
+#include "arena.h"
+#include "clock.h"
+#include "counters.h"
+#include "lock.h"
+#include "ctx.h"
+#include "deferred.h"
+
+/* The engine: stacks, workloads, measurements, runs. */
+#include "stack.h"
+#include "workload.h"
+#include "measure.h"
+#include "run.h"
+
+/* The APIs of particular layers. */
 #include "pages.h"
 #include "vmalloc.h"
 #endif

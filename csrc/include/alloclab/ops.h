@@ -1,47 +1,44 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * alloclab: the object-allocator contract (DESIGN.md §2).
+ * alloclab ops: the object-allocator contract (DESIGN.md §2).
  *
  * An allocator is a stack of layers. Each layer is a struct al_allocator
  * (embedded as the first member of the layer's private struct) reached only
  * through its const struct al_ops. A front layer holds a pointer to the
- * layer below and refills/spills through that layer's bulk calls.
+ * layer below and refills/spills through that layer's bulk calls. A layer
+ * is described to the registry by a struct al_layer_desc: its name, its
+ * parameter schema (params.h), what it offers and needs (enum al_features)
+ * and its create().
  *
  * The caller passes its "CPU" explicitly in a struct al_ctx: the engine builds
  * one per worker, so the fast path never pays for sched_getcpu() or a TLS
  * lookup. Tests build contexts by hand to drive "CPU 3 frees what CPU 1
  * allocated" deterministically on one thread.
  *
+ * Concurrency: one thread per model CPU (ctx->cpu) at a time, at one context
+ * level each; any CPU may free what another allocated. A call at AL_CTX_IRQ
+ * or AL_CTX_NMI models an interrupt of the same CPU's task-level call at any
+ * instruction; a layer says what it supports there with AL_F_NMI_SAFE,
+ * AL_F_NMI_SHIELD and AL_F_TASK_ONLY. Locking is each layer's own business
+ * (lock.h); no lock is held across a call into the layer below unless the
+ * layer's design header says so.
+ *
  * Error convention: functions return 0 or a negative errno; allocation
  * functions return NULL and leave the reason in ctx->err. The library never
  * aborts, prints or exits.
+ *
+ * Cost: the dispatch helpers are one indirect call; the bulk wrappers loop
+ * over single calls only for a layer without a native bulk path.
  */
 #ifndef ALLOCLAB_OPS_H
 #define ALLOCLAB_OPS_H
 
-#include <errno.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "base.h"
+#include "params.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#ifdef AL_PRELOAD_BUILD
-/* The LD_PRELOAD shim embeds the library and exports only malloc & co. */
-#define AL_API __attribute__((visibility("hidden")))
-#else
-#define AL_API __attribute__((visibility("default")))
-#endif
-
-/* Bumped whenever struct al_ops, al_layer_desc or al_workload_desc change. */
-#define AL_ABI_VERSION 1
-
-#define AL_MAX_PARAMS 16   /* parameters per layer or workload */
-#define AL_MAX_LAYERS 8	   /* layers per stack */
-#define AL_MAX_CPUS   1024 /* model CPUs (same limit as arena spinlocks) */
-#define AL_STATS_MAX  96   /* named values one layer may report */
 
 /* Context levels: the IRQ/NMI model. Counters are indexed by [cpu][level]. */
 enum al_ctx_level {
@@ -135,26 +132,6 @@ struct al_allocator {
 	const struct al_layer_desc *desc; /* how it was made */
 	struct al_allocator *below;	  /* backend, or NULL for a bottom layer */
 	unsigned ncpu;			  /* model CPUs the instance was built for */
-};
-
-/* ---- parameter schemas ---- */
-
-enum al_param_type {
-	AL_PARAM_INT = 0,  /* integer */
-	AL_PARAM_SIZE = 1, /* byte count; Python accepts "64", "4K", "1M", "1G" */
-	AL_PARAM_BOOL = 2, /* 0 or 1 */
-	AL_PARAM_ENUM = 3, /* index into the comma-separated choices */
-	AL_PARAM_NS = 4	   /* duration in nanoseconds */
-};
-
-struct al_param_desc {
-	const char *name;    /* identifier, [a-z_][a-z0-9_]* */
-	int type;	     /* enum al_param_type */
-	int64_t def;	     /* default */
-	int64_t min;	     /* inclusive */
-	int64_t max;	     /* inclusive */
-	const char *choices; /* AL_PARAM_ENUM: "atomic,local"; else NULL */
-	const char *doc;     /* one line */
 };
 
 /* Layer features: what a layer above may rely on. */

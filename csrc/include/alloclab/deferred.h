@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * alloclab deferred: irq_work and RCU callbacks, the kernel's ways of doing
+ * later what cannot be done now.
+ *
+ * A layer that must not do some work at the point it arises (an NMI cannot
+ * take a lock; a freed object may still be read by a concurrent reader)
+ * queues it in its struct al_defer and polls at the end of each of its
+ * public entries (al_defer_poll). Grace periods are global and counted by
+ * the readers the engine registers (al_rcu_online / al_rcu_quiescent).
+ *
+ * Concurrency: queueing irq_work is lock-free from any level, NMI included;
+ * call_rcu and kfree_rcu run at task or IRQ level (-EBUSY at NMI); the work
+ * itself runs at AL_CTX_IRQ (irq_work) or task level (RCU callbacks), on the
+ * CPU it was queued for, or on the domain's helper thread.
+ *
+ * Cost: the poll is two loads and a branch when nothing is due.
+ */
+#ifndef ALLOCLAB_DEFERRED_H
+#define ALLOCLAB_DEFERRED_H
+
+#include "ops.h"
+#include "ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Deferred work (DESIGN §3), in domains: a layer instance (or a workload)
+ * owns one struct al_defer with per-CPU state for
+ *  - irq_work: an item is queued at most once (its pending flag) on its CPU's
+ *    raised list, lock-free, from any level including NMI; it runs at
+ *    AL_CTX_IRQ at the end of the next top-level operation on that CPU (when
+ *    the owner calls al_defer_poll() at task level: the model of the self-IPI
+ *    that fires when IRQs are re-enabled), or on a helper thread
+ *    (AL_IRQ_WORK_THREAD: PREEMPT_RT's irq_work kthread; that thread runs
+ *    concurrently with the CPU's worker, so layers pass AL_NOCPU below).
+ *  - RCU callbacks: al_call_rcu() (a callback per object) and al_kfree_rcu()
+ *    (pointers batched and freed with one free_bulk, as kvfree_rcu does) go
+ *    into the CPU's open batch; the next poll seals it and requests a grace
+ *    period; it runs once every registered reader (engine worker) has passed
+ *    a quiescent point after the request, and gp_latency has elapsed. With
+ *    `nocb`, sealed batches run on the next CPU's poll (rcuo kthreads: remote
+ *    frees). Callbacks run at task level with the executing CPU's context
+ *    (softirq runs with IRQs enabled, so irq_work they raise runs at once).
+ * Grace periods are global (as the kernel's RCU): readers register with
+ * al_rcu_online(), report al_rcu_quiescent() between operations, and go
+ * offline (an extended quiescent state) while idle. With no reader online a
+ * requested grace period completes at once.
+ * call_rcu and kfree_rcu are not NMI-safe (as in the kernel): -EBUSY at
+ * AL_CTX_NMI. al_defer_flush() runs everything now, ignoring grace periods:
+ * for drains and teardown, when no reader can hold a reference.
+ */
+struct al_irq_work {
+	void (*func)(struct al_irq_work *w, struct al_ctx *c); /* runs at AL_CTX_IRQ on w->cpu */
+	struct al_irq_work *next;			       /* raised-list link */
+	unsigned cpu;					       /* the CPU whose list it goes on */
+	int pending; /* 1 from queueing until func starts */
+};
+
+struct al_rcu_head {
+	struct al_rcu_head *next;			       /* batch link */
+	void (*func)(struct al_rcu_head *h, struct al_ctx *c); /* runs after the GP */
+};
+
+enum al_irq_work_mode {
+	AL_IRQ_WORK_INLINE = 0, /* at the end of the top-level operation on the CPU */
+	AL_IRQ_WORK_THREAD = 1	/* on the domain's helper thread */
+};
+#define AL_IRQ_WORK_CHOICES "inline,thread"
+
+enum { AL_DEFER_IRQ = 1u << 0, AL_DEFER_RCU = 1u << 1 };
+
+/* Per-CPU state read by the inline al_defer_poll(); one cache line per CPU. */
+struct al_defer_cpu {
+	uint64_t todo;	    /* AL_DEFER_*: raised irq_work, or a new or incoming RCU batch */
+	uint64_t wait_need; /* grace period the oldest waiting batch needs, 0 = none */
+	uint64_t pad[6];
+};
+
+struct al_defer {
+	struct al_defer_cpu *pcpu; /* ncpu entries */
+	int poll_inline;	   /* 0 in thread mode: the helper does everything */
+};
+
+struct al_defer_params {
+	int irq_mode;		/* enum al_irq_work_mode */
+	uint64_t gp_latency_ns; /* a grace period lasts at least this long */
+	bool nocb;		/* RCU callbacks run on the next CPU (rcu_nocb) */
+};
+
+/* Grace periods completed so far (global; read by the inline poll). */
+AL_API extern uint64_t al_rcu_gp_done;
+
+AL_API int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_defer **out);
+/* Flushes everything, stops the helper, frees. */
+AL_API void al_defer_destroy(struct al_defer *d);
+AL_API void al_irq_work_init(struct al_irq_work *w, unsigned cpu,
+			     void (*func)(struct al_irq_work *w, struct al_ctx *c));
+/* Queue w on w->cpu (any level, any thread). false if it was already pending. */
+AL_API bool al_irq_work_queue(struct al_defer *d, struct al_irq_work *w, const struct al_ctx *c);
+/* 0; -EBUSY at AL_CTX_NMI; -ENOMEM when no batch could be allocated. */
+AL_API int al_call_rcu(struct al_defer *d, struct al_ctx *c, struct al_rcu_head *h,
+		       void (*func)(struct al_rcu_head *h, struct al_ctx *c));
+AL_API int al_kfree_rcu(struct al_defer *d, struct al_ctx *c, struct al_allocator *a, void *ptr);
+/* The poll's slow path: raised irq_work, then ready RCU batches of c's CPU. */
+AL_API void al_defer_run(struct al_defer *d, struct al_ctx *c);
+/* Everything queued on c's CPU (scope AL_DRAIN_CPU) or on every CPU, now. */
+AL_API void al_defer_flush(struct al_defer *d, struct al_ctx *c, unsigned scope);
+/* Appends irq_work_queued, irq_work_runs, rcu_callbacks, kfree_rcu_objects, ... */
+AL_API void al_defer_report(struct al_defer *d, struct al_stats *out);
+/* Objects and callbacks queued and not yet run (a gauge for tests). */
+AL_API uint64_t al_defer_pending(struct al_defer *d);
+
+/* Run deferred work due on c's CPU: call at the end of every public entry of a
+ * layer that queues some. Only at task level (an IRQ or NMI returns first). */
+static inline void al_defer_poll(struct al_defer *d, struct al_ctx *c)
+{
+	struct al_defer_cpu *p;
+	uint64_t need;
+
+	if (c->level != AL_CTX_TASK || !d->poll_inline)
+		return;
+	p = &d->pcpu[c->cpu];
+	need = __atomic_load_n(&p->wait_need, __ATOMIC_RELAXED);
+	if (al_likely(!__atomic_load_n(&p->todo, __ATOMIC_RELAXED) &&
+		      (!need || __atomic_load_n(&al_rcu_gp_done, __ATOMIC_RELAXED) < need)))
+		return;
+	al_defer_run(d, c);
+}
+
+/* A grace-period reader (one per engine worker). Memory stays valid while online. */
+struct al_rcu_reader {
+	uint64_t seen; /* the last GP number seen started at a quiescent point */
+	int slot;      /* index in the registry, -1 when offline */
+} __attribute__((aligned(AL_CACHELINE)));
+
+/* 0, or -ENOSPC when AL_RCU_MAX_READERS are online. */
+#define AL_RCU_MAX_READERS 4096
+AL_API int al_rcu_online(struct al_rcu_reader *r);
+AL_API void al_rcu_offline(struct al_rcu_reader *r);
+AL_API void al_rcu_quiescent(struct al_rcu_reader *r);
+/* Start a grace period if none is running; returns the GP number that, once
+ * completed (al_rcu_gp_done >= it), covers everything before the call. */
+AL_API uint64_t al_rcu_gp_request(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ALLOCLAB_DEFERRED_H */

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * alloclab registry: the layers and workloads this process knows, by name.
+ *
+ * Built-in descriptors are found through ELF sections (AL_REGISTER_LAYER,
+ * AL_REGISTER_WORKLOAD below) on the registry's first use; plugins register
+ * at run time, from their constructor or through the function table
+ * (struct al_api) handed to extension modules. A name is registered once:
+ * the tables only grow, and a descriptor stays valid for the life of the
+ * process (a plugin is never unloaded).
+ *
+ * Concurrency: lookups take no lock and never allocate (the tables are fixed
+ * arrays published with a release store of their count), so they are safe
+ * from any thread and from a malloc running in another library's
+ * constructor. Registration is serialised by an internal spinlock; it is
+ * rare and never on a hot path. Cost: a lookup by name is a linear scan of
+ * at most a few dozen entries.
+ */
+#ifndef ALLOCLAB_REGISTRY_H
+#define ALLOCLAB_REGISTRY_H
+
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct al_workload_desc;
+
+/* 0, -EEXIST (name taken), -EINVAL (bad descriptor or ABI), -ENOSPC (table full). */
+AL_API int al_layer_register(const struct al_layer_desc *d);
+AL_API unsigned al_layer_count(void);
+AL_API const struct al_layer_desc *al_layer_get(unsigned i);
+AL_API const struct al_layer_desc *al_layer_find(const char *name);
+
+AL_API int al_workload_register(const struct al_workload_desc *d);
+AL_API unsigned al_workload_count(void);
+AL_API const struct al_workload_desc *al_workload_get(unsigned i);
+AL_API const struct al_workload_desc *al_workload_find(const char *name);
+
+/*
+ * Registration of a layer or workload descriptor defined in this source.
+ *
+ * Each use leaves a pointer to the descriptor in a dedicated ELF section
+ * (al_layers / al_workloads). The registry walks the sections of the object
+ * it is linked into (liballoclab.so, the preload shim, a shim with plugins
+ * linked in) on its first use, so built-in layers are found from the very
+ * first call, even by a malloc that runs in another library's constructor
+ * before ours have run: nothing depends on constructor order.
+ *
+ * A plugin built as its own shared object has its own sections, which the
+ * library cannot see; the constructor emitted alongside registers it when it
+ * is loaded (for descriptors already found in the section it is a no-op).
+ */
+#define AL_REGISTER_LAYER(desc)                                                               \
+	static const struct al_layer_desc *const al_layer_entry_##desc                        \
+		__attribute__((used, section("al_layers"), aligned(sizeof(void *)))) = &desc; \
+	__attribute__((constructor)) static void al_register_##desc(void)                     \
+	{                                                                                     \
+		(void)al_layer_register(&desc);                                               \
+	}
+#define AL_REGISTER_WORKLOAD(desc)                                                               \
+	static const struct al_workload_desc *const al_workload_entry_##desc                     \
+		__attribute__((used, section("al_workloads"), aligned(sizeof(void *)))) = &desc; \
+	__attribute__((constructor)) static void al_register_##desc(void)                        \
+	{                                                                                        \
+		(void)al_workload_register(&desc);                                               \
+	}
+
+/*
+ * The registry as a table of function pointers, for extension modules built
+ * outside alloclab: Python hands it out as a PyCapsule named "alloclab._C_API"
+ * (alloclab.plugin.api_capsule()), as NumPy exports its C API. Check
+ * abi_version and size before use.
+ */
+struct al_api {
+	unsigned abi_version; /* AL_ABI_VERSION */
+	size_t size;	      /* sizeof(struct al_api) */
+	int (*layer_register)(const struct al_layer_desc *d);
+	const struct al_layer_desc *(*layer_find)(const char *name);
+	int (*workload_register)(const struct al_workload_desc *d);
+	const struct al_workload_desc *(*workload_find)(const char *name);
+	int (*alloc_bulk)(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
+			  void **out, unsigned flags);
+	int (*free_bulk)(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
+	void *(*meta_alloc)(size_t size);
+	void (*meta_free)(void *p, size_t size);
+};
+
+AL_API const struct al_api *al_get_api(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ALLOCLAB_REGISTRY_H */
