@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Per-operation latency histograms: log-linear buckets (see engine.h).
+ * Per-operation latency histograms: log-linear buckets (see measure.h).
  *
  * Bucket i < 16 holds the value i. Above, bucket i = 16 * g + s (g >= 1,
  * s in 0..15) holds [(16 + s) << (g - 1), (17 + s) << (g - 1)): 16 linear

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Memory during a run: what the engine's main thread samples while it waits
- * for the measured phase to end (design and fields: engine.h, struct al_mem).
+ * for the measured phase to end (design and fields: measure.h, struct al_mem).
  *
  * The bottom layer's stats() is called in the middle of the phase only when
  * the layer declares AL_F_STATS_ANYTIME: other layers' stats() may read

@@ -1,7 +1,7 @@
 """Per-run memory and histogram metrics, from a raw run (run.run_once).
 
 Memory (bytes; the C engine's struct al_mem, sampled by the main thread
-during the measured phase, see csrc/include/alloclab/engine.h):
+during the measured phase, see csrc/include/alloclab/measure.h):
 
 - mem_requested(_peak): bytes the workload asked for and has not freed
   (the workers' live bytes), at the end of the phase (peak: largest sample)

@@ -25,7 +25,7 @@ with line numbers of the source as given (a ``#line`` directive maps them).
 
 Extension modules built outside alloclab reach the registry through a
 PyCapsule named "alloclab._C_API" (``api_capsule()``: a ``struct al_api``, see
-core.h), and hand layers in with ``register(desc)``, which accepts a PyCapsule
+registry.h), and hand layers in with ``register(desc)``, which accepts a PyCapsule
 named "alloclab.layer_desc", a cffi pointer to ``struct al_layer_desc`` (from
 any FFI), or an address.
 """
