@@ -157,10 +157,14 @@ class build_ext_alloclab(build_ext):
         return lib, preload
 
     def copy_headers(self, dest):
+        """The public headers, and csrc/CFLAGS beside include/ (plugins are
+        compiled with the library's own language and optimisation flags)."""
         os.makedirs(dest, exist_ok=True)
         for h in sorted(os.listdir(INCLUDE_SRC)):
             if h.endswith(".h"):
                 shutil.copy2(os.path.join(INCLUDE_SRC, h), os.path.join(dest, h))
+        shutil.copy2(os.path.join(ROOT, "csrc", "CFLAGS"),
+                     os.path.join(dest, os.pardir, os.pardir, "CFLAGS"))
 
 
 class sdist_alloclab(sdist):

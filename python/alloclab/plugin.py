@@ -200,6 +200,21 @@ def _capture_fd2():
             out["text"] = f.read().decode("utf-8", "replace")
 
 
+def library_cflags(preload=False):
+    """The flags liballoclab.so is compiled with (csrc/CFLAGS, shipped beside
+    the headers): its language, code model, visibility and optimisation, so a
+    plugin layer is built as the built-in ones are. Warning flags are left to
+    the plugin's author (extra_compile_args)."""
+    sets = {}
+    with open(os.path.join(include_dir(), os.pardir, "CFLAGS")) as f:
+        for line in f:
+            name, sep, flags = line.partition(":")
+            if sep and not line.lstrip().startswith("#"):
+                sets.setdefault(name.strip(), []).extend(shlex.split(flags))
+    want = ["common", "release"] + (["preload"] if preload else [])
+    return [fl for s in want for fl in sets.get(s, []) if not fl.startswith("-W")]
+
+
 def compile(name, source, params=None, features=(), doc="", max_size=0, create=None,
             extra_compile_args=(), force=False, min_align=0):
     """Compile C source into a layer named ``name`` and register it.
@@ -216,7 +231,7 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
         raise errors.InvalidArgument("plugin name %r must match [a-z0-9_][a-z0-9_-]*" % (name,),
                                      value=name)
     glue = _glue(name, params, features, doc, max_size, create, min_align)
-    flags = ["-O2", "-std=gnu11", "-fvisibility=hidden"] + list(extra_compile_args)
+    flags = library_cflags() + list(extra_compile_args)
     digest = hashlib.sha256("\0".join([name, source, glue, " ".join(flags), lib_path(),
                                        cstr(lib.al_version()), _headers_digest()]
                                       ).encode()).hexdigest()[:16]
@@ -697,8 +712,7 @@ def preload_shim(path_or_source, name=None):
         src = os.path.join(tmp, "plugin.c")
         with open(src, "w") as f:
             f.write('#include <alloclab/alloclab.h>\n#line 1 "plugin.c"\n' + source)
-        cmd = cc + ["-shared", "-fPIC", "-O2", "-std=gnu11", "-pthread", "-fvisibility=hidden",
-                    "-DAL_PRELOAD_BUILD", "-I" + include_dir(), src, "-Wl,--whole-archive", ar,
+        cmd = cc + ["-shared"] + library_cflags(preload=True) + ["-I" + include_dir(), src, "-Wl,--whole-archive", ar,
                     "-Wl,--no-whole-archive", "-lm", "-ldl", "-o", out + ".tmp"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
