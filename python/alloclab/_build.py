@@ -160,6 +160,23 @@ struct al_stack_spec {
     ...;
 };
 
+/* ---- spec.h ---- */
+enum al_spec_fault { AL_SPEC_OK, AL_SPEC_SYNTAX, AL_SPEC_LAYER, AL_SPEC_PARAM, AL_SPEC_VALUE,
+                     AL_SPEC_RANGE, AL_SPEC_TOO_MANY, ... };
+struct al_spec_error {
+    int fault;
+    int offset;
+    int layer;
+    int param;
+    int tok;
+    int toklen;
+    unsigned nlayers;
+    const struct al_layer_desc *desc;
+    char msg[...];
+    ...;
+};
+int al_spec_parse_report(const char *text, struct al_stack_spec *out, struct al_spec_error *e);
+
 int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
                     char *err, size_t errlen);
 void al_stack_destroy(struct al_allocator *top);

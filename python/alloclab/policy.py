@@ -19,7 +19,6 @@ the expanded spec stays beside it (``Point.info["policy_spec"]``).
 """
 
 import functools
-import re
 
 from . import errors, schema
 from ._ffi import cstr, ffi, lib
@@ -52,61 +51,50 @@ presets = {
     "bpf-ma": "bpf_ma(mode=fixed) > slab",
 }
 
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
-_PARAM_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(\S(?:.*\S)?)\s*$", re.S)
-
-
-def _split_top(spec):
-    """Split on '>' outside parentheses; returns [(text, offset)]."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(spec):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                raise errors.PolicySyntaxError(
-                    "unbalanced ')' at offset %d in policy %r" % (i, spec))
-        elif ch == ">" and depth == 0:
-            parts.append((spec[start:i], start))
-            start = i + 1
-    if depth:
-        raise errors.PolicySyntaxError("missing ')' in policy %r" % spec)
-    parts.append((spec[start:], start))
-    return parts
-
-
-def _parse_layer_text(text, spec):
-    """'name(k=v, ...)' -> (name, [(k, v_text)])."""
-    s = text.strip()
-    if not s:
+def _parse(text, spec):
+    """The C parser's reading of ``text`` (al_spec_parse_report): a tuple of
+    (layer name, raw int64 params) top first. A refusal becomes the exception
+    that names the fault, worded here from the facts the parser reports."""
+    if "\0" in text:
         raise errors.PolicySyntaxError(
-            "empty layer in policy %r (layers are separated by '>')" % spec)
-    m = _NAME_RE.match(s)
-    if not m:
-        raise errors.PolicySyntaxError("bad layer name %r in policy %r" % (s, spec))
-    name, rest = m.group(0), s[m.end():].strip()
-    items = []
-    if rest:
-        if not (rest.startswith("(") and rest.endswith(")")):
-            raise errors.PolicySyntaxError(
-                "expected '(k=v, ...)' after layer %r in policy %r, got %r" % (name, spec, rest))
-        body = rest[1:-1]
-        if "(" in body or ")" in body:
-            raise errors.PolicySyntaxError(
-                "nested parentheses in layer %r of policy %r" % (name, spec))
-        if body.strip():
-            for item in body.split(","):
-                if not item.strip():
-                    raise errors.PolicySyntaxError(
-                        "empty parameter in layer %r of policy %r" % (name, spec))
-                pm = _PARAM_RE.match(item)
-                if not pm:
-                    raise errors.PolicySyntaxError(
-                        "expected 'name=value', got %r in layer %r of policy %r"
-                        % (item.strip(), name, spec))
-                items.append((pm.group(1).replace("-", "_"), pm.group(2)))
-    return name, items
+            "NUL character at offset %d in policy %r" % (text.index("\0"), spec))
+    data = text.encode("utf-8", "surrogatepass")
+    out = ffi.new("struct al_stack_spec *")
+    err = ffi.new("struct al_spec_error *")
+    if lib.al_spec_parse_report(data, out, err):
+        raise _refusal(err, data, spec)
+    layers = []
+    for i in range(out.n):
+        d = out.layer[i].desc
+        layers.append((cstr(d.name), tuple(out.layer[i].params[j] for j in range(d.nparams))))
+    return tuple(layers)
+
+
+def _refusal(err, data, spec):
+    """The exception for a spec the C parser refused: each fault as the
+    schema words it, naming the bad text and the valid choices."""
+    token = data[err.tok:err.tok + err.toklen].decode("utf-8", "surrogatepass")
+    fault, why = err.fault, cstr(err.msg)
+    if fault == lib.AL_SPEC_LAYER:
+        return errors.UnknownNameError.make(
+            "layer", token, schema.layers(), context="policy %r" % spec,
+            extra="presets: %s" % ", ".join(presets))
+    if fault == lib.AL_SPEC_TOO_MANY:
+        return errors.InvalidArgument(
+            "policy %r has %d layers; at most %d" % (spec, err.nlayers, lib.AL_MAX_LAYERS))
+    if fault not in (lib.AL_SPEC_PARAM, lib.AL_SPEC_VALUE, lib.AL_SPEC_RANGE):
+        return errors.PolicySyntaxError("%s in policy %r" % (why, spec))
+    sch = schema.layer(cstr(err.desc.name))
+    try:
+        if fault == lib.AL_SPEC_PARAM:
+            sch.param(token.replace("-", "_"))
+        else:
+            sch.params[err.param].parse_text(token)
+    except errors.AlloclabError as e:
+        return e
+    # The schema's wording accepts what the parser refused: report the parser's.
+    cls = errors.ParameterRangeError if fault == lib.AL_SPEC_RANGE else errors.ParameterTypeError
+    return cls("%s in policy %r" % (why, spec))
 
 
 class Policy:
@@ -125,27 +113,7 @@ class Policy:
             raise errors.ParameterTypeError(
                 "a policy is a spec string, a preset name or a Policy, not %r" % (spec,))
         preset = spec.strip() if spec.strip() in presets else None
-        text = presets.get(spec.strip(), spec)
-        layers = []
-        for part, _ in _split_top(text):
-            name, items = _parse_layer_text(part, spec)
-            try:
-                sch = schema.layer(name)
-            except errors.UnknownNameError as e:
-                raise errors.UnknownNameError.make(
-                    "layer", name, e.valid, context="policy %r" % spec,
-                    extra="presets: %s" % ", ".join(presets)) from None
-            raw = sch.defaults()
-            seen = set()
-            for k, v in items:
-                if k in seen:
-                    raise errors.PolicySyntaxError(
-                        "parameter %r given twice in layer %r of policy %r" % (k, name, spec))
-                seen.add(k)
-                p = sch.param(k)
-                raw[sch.params.index(p)] = p.parse_text(v)
-            layers.append((sch.name, tuple(raw)))
-        self._layers = tuple(layers)
+        self._layers = _parse(presets.get(spec.strip(), spec), spec)
         self._validate(spec)
         self._str = self._canonical()
         self._name = preset or self._str
@@ -165,9 +133,6 @@ class Policy:
 
     def _validate(self, spec):
         n = len(self._layers)
-        if n > lib.AL_MAX_LAYERS:
-            raise errors.InvalidArgument(
-                "policy %r has %d layers; at most %d" % (spec, n, lib.AL_MAX_LAYERS))
         for i, (name, raw) in enumerate(self._layers):
             sch = schema.layer(name)
             last = i == n - 1

@@ -5,6 +5,7 @@
 #include "ops.h"
 #include "core.h"
 #include "engine.h"
+#include "spec.h"
 #include "pages.h"
 #include "vmalloc.h"
 #endif
