@@ -162,16 +162,48 @@ static void enomem_why(const struct al_layer_desc *d, const int64_t *params, cha
 			 d->name, d->params[best].name, have, lim);
 }
 
-int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
-		    char *err, size_t errlen)
+/* Layer i of a spec: its descriptor, parameters and place in the stack (a
+ * layer that needs a backend has one; a bottom layer is last; one that needs
+ * pages sits right over a page allocator). */
+static int check_layer(const struct al_stack_spec *s, unsigned i, char *err, size_t errlen)
 {
-	struct al_allocator *below = NULL, *a;
+	const struct al_layer_desc *d = s->layer[i].desc, *b;
+	bool last = i == s->n - 1;
 	char why[200];
-	int i, ret;
 
-	*out = NULL;
-	if (err && errlen)
-		err[0] = 0;
+	if (!d || d->abi_version != AL_ABI_VERSION) {
+		snprintf(err, errlen, "layer %u: missing descriptor or ABI mismatch", i);
+		return -EINVAL;
+	}
+	if (al_params_check(d->params, d->nparams, s->layer[i].params, why, sizeof(why)) ||
+	    (d->check_params && d->check_params(s->layer[i].params, why, sizeof(why)))) {
+		snprintf(err, errlen, "%s: %s", d->name, why);
+		return -EINVAL;
+	}
+	if (!last && !(d->features & AL_F_BACKEND)) {
+		snprintf(err, errlen, "%s is a bottom layer: nothing can stack below it", d->name);
+		return -EINVAL;
+	}
+	if (last && (d->features & AL_F_BACKEND)) {
+		snprintf(err, errlen, "%s needs a layer below it (e.g. '%s > %s')", d->name,
+			 d->name, (d->features & AL_F_NEEDS_PAGES) ? "pages" : "buddy");
+		return -EINVAL;
+	}
+	b = last ? NULL : s->layer[i + 1].desc;
+	if (b && (d->features & AL_F_NEEDS_PAGES) && !(b->features & AL_F_PAGES)) {
+		snprintf(err, errlen,
+			 "%s needs a page allocator right below it (e.g. '%s > pages'), not %s",
+			 d->name, d->name, b->name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The whole spec, before anything is built. */
+static int check_stack(const struct al_stack_spec *s, unsigned ncpu, char *err, size_t errlen)
+{
+	int ret = 0;
+
 	if (!s || s->n < 1 || s->n > AL_MAX_LAYERS) {
 		snprintf(err, errlen, "a stack has 1 to %d layers, not %u", AL_MAX_LAYERS,
 			 s ? s->n : 0);
@@ -181,80 +213,71 @@ int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allo
 		snprintf(err, errlen, "ncpu=%u is out of range [1, %d]", ncpu, AL_MAX_CPUS);
 		return -EINVAL;
 	}
-	for (i = 0; i < (int)s->n; i++) {
-		const struct al_layer_desc *d = s->layer[i].desc;
-		bool last = i == (int)s->n - 1;
-
-		if (!d || d->abi_version != AL_ABI_VERSION) {
-			snprintf(err, errlen, "layer %d: missing descriptor or ABI mismatch", i);
-			return -EINVAL;
-		}
-		if (al_params_check(d->params, d->nparams, s->layer[i].params, why, sizeof(why)) ||
-		    (d->check_params && d->check_params(s->layer[i].params, why, sizeof(why)))) {
-			snprintf(err, errlen, "%s: %s", d->name, why);
-			return -EINVAL;
-		}
-		if (!last && !(d->features & AL_F_BACKEND)) {
-			snprintf(err, errlen, "%s is a bottom layer: nothing can stack below it",
-				 d->name);
-			return -EINVAL;
-		}
-		if (last && (d->features & AL_F_BACKEND)) {
-			snprintf(err, errlen, "%s needs a layer below it (e.g. '%s > %s')", d->name,
-				 d->name, (d->features & AL_F_NEEDS_PAGES) ? "pages" : "buddy");
-			return -EINVAL;
-		}
-		if (!last && (d->features & AL_F_NEEDS_PAGES) && s->layer[i + 1].desc &&
-		    !(s->layer[i + 1].desc->features & AL_F_PAGES)) {
-			snprintf(err, errlen,
-				 "%s needs a page allocator right below it (e.g. '%s > pages'), "
-				 "not %s",
-				 d->name, d->name, s->layer[i + 1].desc->name);
-			return -EINVAL;
-		}
-	}
-	ret = check_distinct(s, err, errlen);
+	for (unsigned i = 0; !ret && i < s->n; i++)
+		ret = check_layer(s, i, err, errlen);
+	if (!ret)
+		ret = check_distinct(s, err, errlen);
 	if (!ret)
 		ret = check_task_only(s, err, errlen);
-	if (ret)
-		return ret;
-	for (i = (int)s->n - 1; i >= 0; i--) {
-		const struct al_layer_desc *d = s->layer[i].desc;
+	return ret;
+}
 
-		a = NULL;
-		ret = d->create(d, s->layer[i].params, below, ncpu, &a);
-		if (ret == -ENOMEM)
-			enomem_why(d, s->layer[i].params, err, errlen);
-		else if (ret || !a)
-			snprintf(err, errlen, "%s: create failed: %s", d->name,
-				 al_strerror(ret ? ret : -EINVAL));
-		if (ret || !a) {
-			al_stack_destroy(below);
-			return ret ? ret : -EINVAL;
-		}
-		if (!a->ops || a->ops->abi_version != AL_ABI_VERSION ||
-		    a->ops->ops_size != sizeof(struct al_ops) || !a->ops->alloc || !a->ops->free ||
-		    !a->ops->destroy || !a->ops->stats) {
-			snprintf(err, errlen, "%s: ops table ABI mismatch or missing entries",
-				 d->name);
-			if (a->ops && a->ops->destroy)
-				a->ops->destroy(a);
-			al_stack_destroy(below);
-			return -EINVAL;
-		}
-		a->desc = d;
-		a->below = below;
-		a->ncpu = ncpu;
-		if ((s->check >> i & 1) && (ret = al_guard_wrap(a))) {
-			snprintf(err, errlen, "%s: no memory for its pointer checks", d->name);
-			a->ops->destroy(a);
-			al_stack_destroy(below);
-			return ret;
-		}
-		below = a;
+/* Create layer i over `below` (which it owns from then on, also when it
+ * fails: the layers below are destroyed with it). */
+static int create_layer(const struct al_stack_spec *s, unsigned i, unsigned ncpu,
+			struct al_allocator *below, struct al_allocator **out, char *err,
+			size_t errlen)
+{
+	const struct al_layer_desc *d = s->layer[i].desc;
+	struct al_allocator *a = NULL;
+	int ret = d->create(d, s->layer[i].params, below, ncpu, &a);
+
+	if (ret == -ENOMEM)
+		enomem_why(d, s->layer[i].params, err, errlen);
+	else if (ret || !a)
+		snprintf(err, errlen, "%s: create failed: %s", d->name,
+			 al_strerror(ret ? ret : -EINVAL));
+	if (ret || !a) {
+		al_stack_destroy(below);
+		return ret ? ret : -EINVAL;
 	}
-	*out = below;
+	if (!a->ops || a->ops->abi_version != AL_ABI_VERSION ||
+	    a->ops->ops_size != sizeof(struct al_ops) || !a->ops->alloc || !a->ops->free ||
+	    !a->ops->destroy || !a->ops->stats) {
+		snprintf(err, errlen, "%s: ops table ABI mismatch or missing entries", d->name);
+		if (a->ops && a->ops->destroy)
+			a->ops->destroy(a);
+		al_stack_destroy(below);
+		return -EINVAL;
+	}
+	a->desc = d;
+	a->below = below;
+	a->ncpu = ncpu;
+	if ((s->check >> i & 1) && (ret = al_guard_wrap(a))) {
+		snprintf(err, errlen, "%s: no memory for its pointer checks", d->name);
+		a->ops->destroy(a);
+		al_stack_destroy(below);
+		return ret;
+	}
+	*out = a;
 	return 0;
+}
+
+int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
+		    char *err, size_t errlen)
+{
+	struct al_allocator *below = NULL;
+	int ret;
+
+	*out = NULL;
+	if (err && errlen)
+		err[0] = 0;
+	ret = check_stack(s, ncpu, err, errlen);
+	for (unsigned i = s ? s->n : 0; !ret && i-- > 0;)
+		ret = create_layer(s, i, ncpu, below, &below, err, errlen);
+	if (!ret)
+		*out = below;
+	return ret;
 }
 
 void al_stack_destroy(struct al_allocator *top)
