@@ -176,6 +176,9 @@ struct al_spec_error {
     ...;
 };
 int al_spec_parse_report(const char *text, struct al_stack_spec *out, struct al_spec_error *e);
+enum al_run_fault { AL_RUN_OK, AL_RUN_NO_WORKLOAD, AL_RUN_PRODUCERS, AL_RUN_ONE_PRODUCER,
+                    AL_RUN_MODE, AL_RUN_PINNED, AL_RUN_HISTOGRAM, AL_RUN_NO_END,
+                    AL_RUN_DISTINCT, AL_RUN_WPARAMS, AL_RUN_SIZE, ... };
 
 int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
                     char *err, size_t errlen);
@@ -296,6 +299,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res);
 struct al_run;
 enum al_run_phase { AL_RUN_SETUP, AL_RUN_WARMUP, AL_RUN_MEASURED, AL_RUN_FINISH, AL_RUN_DONE,
                     ... };
+int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t errlen);
 int al_run_start(const struct al_run_config *cfg, struct al_run_result *res,
                  struct al_run **out);
 int al_run_wait(struct al_run *r, uint64_t timeout_ns);

@@ -200,7 +200,6 @@ class Policy:
         (IncompatiblePolicyError, as run() does): e.g. one that needs distinct
         objects on a policy with a shared_blocks layer. ``workload`` is a
         name or a WorkloadSchema."""
-        from .run import check_compatible
         check_compatible(workload, self)
 
     @staticmethod
@@ -364,6 +363,43 @@ def _format_layer(sch, raw):
 
 def _bottom_layers():
     return [n for n, s in schema.layers().items() if not s.needs_backend]
+
+
+def check_compatible(workload, policy):
+    """Raise IncompatiblePolicyError when ``workload`` cannot run on
+    ``policy`` whatever its parameters: what the workload's descriptor
+    declares it needs of a policy (its flags), checked on the policy's
+    layers and features before anything is built. plan() calls it for every
+    policy of a sweep, so a sweep refuses a bad cell before its first run."""
+    wl = workload if isinstance(workload, schema.WorkloadSchema) else schema.workload(workload)
+    pol = policy if isinstance(policy, Policy) else Policy(policy)
+    why = _incompatible(wl, pol)
+    if why is None:
+        return
+    valid = [name for name, spec in presets.items() if _incompatible(wl, Policy(spec)) is None]
+    label = repr(pol.name) if pol.name == str(pol) else "%r (%s)" % (pol.name, str(pol))
+    raise errors.IncompatiblePolicyError(
+        "workload %s cannot run on policy %s: %s; presets it runs on: %s"
+        % (wl.name, label, why, ", ".join(valid) or "(none)"),
+        workload=wl.name, policy=str(pol), valid=valid)
+
+
+def _incompatible(wl, pol):
+    """Why ``wl`` cannot run on ``pol`` (one reason), or None."""
+    if wl.flags_mask & lib.AL_WL_NMI and pol.nmi_unsafe is not None:
+        return ("it calls the policy at NMI (a signal handler), and layer %s is not "
+                "NMI-safe: the handler could spin on a lock the code it interrupted "
+                "holds" % pol.nmi_unsafe)
+    if wl.flags_mask & lib.AL_WL_VMALLOC and pol.names[0] != "vmalloc":
+        return ("it drives vmalloc's own API and needs a vmalloc layer at the top of the "
+                "policy (e.g. 'vmalloc > pages'), not %s" % pol.names[0])
+    if wl.needs_distinct and pol.shared_layer is not None:
+        return ("it needs distinct objects (it links objects through their memory, checks "
+                "their contents or keeps them live while other workers write theirs), but "
+                "layer %r hands out one block per CPU; run it on a real allocator (e.g. "
+                "'buddy', 'slab' or 'libc'); %s serves only workloads that never keep "
+                "objects (e.g. malloc-free)" % (pol.shared_layer, pol.shared_layer))
+    return None
 
 
 def policies():
