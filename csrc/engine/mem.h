@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Memory sampling during a run's measured phase (engine internal; see engine.h). */
+/*
+ * Memory sampling during a run's measured phase (engine internal; design and
+ * fields: engine.h, struct al_mem). One sampler per run, used by the engine's
+ * main thread only (no locks of its own; the engine's a_lock guards the
+ * allocator it reads); a sample costs a few microseconds and never allocates.
+ */
 #ifndef ALLOCLAB_ENGINE_MEM_H
 #define ALLOCLAB_ENGINE_MEM_H
 

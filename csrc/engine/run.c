@@ -49,6 +49,18 @@
  * Workloads with AL_WL_RESET (one producer) get a new allocator after every
  * cycle (untimed), as the libarena bench resets its buddy; the counters of
  * each retired instance are accumulated so snapshots still add up.
+ *
+ * Before anything is built, al_run_check decides whether the configuration
+ * can run at all (the same function Python's plan() calls on every cell, so
+ * a sweep is refused before its first run, in the engine's terms).
+ *
+ * Locks, outermost first: the handle's m (al_run_wait/stop, run_step,
+ * publishing the engine); under it engine_stop takes each token's m and the
+ * barrier's m, one at a time. err_lock (the first failure wins) and a_lock
+ * (e->a replaced under RESET vs read by the memory sampler) are leaves. The
+ * workers take only the barrier's and their group's token lock, never two.
+ * Cost outside the measured cycles only: a token hand-off is one mutex and
+ * a condition variable per cycle in virtual mode; nothing else is per op.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -12,6 +12,13 @@ a bottom layer is last).
 from their default, values in their canonical text ("4K", "250ms", "true").
 ``Policy(str(p)) == p`` always holds.
 
+Parsing is the C library's (al_spec_parse_report, csrc/core/spec.c: the one
+grammar, shared with the preload shim): it reports a refusal as facts (fault
+kind, layer, parameter, offending text) and this module words the exception
+(PolicySyntaxError, UnknownNameError with the valid names, ParameterTypeError
+or ParameterRangeError as the schema words a value). Parsing costs one C
+call; the shape checks below read the registry's schemas.
+
 ``policy.name`` is what the user called it: the preset name when the policy
 was made from one (``Policy("libarena-spill").name == "libarena-spill"``),
 else the canonical spec. Results, tables and plots label policies by name;
@@ -97,6 +104,43 @@ def _refusal(err, data, spec):
     return cls("%s in policy %r" % (why, spec))
 
 
+def _shape_refusal(err, names, spec):
+    """The exception for a stack al_stack_check refused: the layer at fault,
+    the one below it where that matters, and a stack that would do."""
+    fault, name = err.fault, names[err.layer] if err.layer >= 0 else None
+    below = names[err.below] if err.below >= 0 else None
+    if fault == lib.AL_SPEC_NO_BACKEND:
+        return errors.InvalidArgument(
+            "layer %r in policy %r needs a layer below it (a backend such as %s)"
+            % (name, spec, ", ".join(_bottom_layers()) or "buddy"))
+    if fault == lib.AL_SPEC_BOTTOM:
+        return errors.InvalidArgument(
+            "layer %r in policy %r is a bottom layer and must be last; found %r below it"
+            % (name, spec, below))
+    if fault == lib.AL_SPEC_NO_PAGES:
+        return errors.InvalidArgument(
+            "layer %r in policy %r needs a page allocator right below it (e.g. "
+            "'%s > pages'), not %r" % (name, spec, name, below))
+    if fault == lib.AL_SPEC_DISTINCT:
+        return errors.UnsupportedCombination(
+            "layer %r in policy %r cannot stack over %r: %s caches the objects freed to it "
+            "and needs distinct objects, but %s hands out one block per CPU; use a real "
+            "backend below it (e.g. '%s > buddy')" % (name, spec, below, name, below, name),
+            layer=below)
+    if fault == lib.AL_SPEC_TASK_ONLY:
+        return errors.UnsupportedCombination(
+            "layer %r in policy %r cannot stack over %r: %s refills its caches from irq_work "
+            "(IRQ level), but %s allocates only at task level, so every refill would fail; "
+            "use a backend that serves IRQ level below it (e.g. '%s > slab')"
+            % (name, spec, below, name, below, name), layer=below)
+    why = cstr(err.msg)
+    if fault == lib.AL_SPEC_PARAMS:  # the engine's words: "<layer>: <why>"
+        why = why[len(name) + 2:] if why.startswith(name + ": ") else why
+        return errors.InvalidArgument("layer %s in policy %r: %s" % (name, spec, why),
+                                      code=err.code)
+    return errors.InvalidArgument("policy %r: %s" % (spec, why))
+
+
 class Policy:
     """An allocator stack: ``Policy("percpu > buddy")``, ``Policy(other)``, or a
     preset name. Hashable, comparable, and printed canonically."""
@@ -132,54 +176,12 @@ class Policy:
         return cls(" > ".join(parts))
 
     def _validate(self, spec):
-        n = len(self._layers)
-        for i, (name, raw) in enumerate(self._layers):
-            sch = schema.layer(name)
-            last = i == n - 1
-            if sch.needs_backend and last:
-                raise errors.InvalidArgument(
-                    "layer %r in policy %r needs a layer below it (a backend such as %s)"
-                    % (name, spec, ", ".join(_bottom_layers()) or "buddy"))
-            if not sch.needs_backend and not last:
-                raise errors.InvalidArgument(
-                    "layer %r in policy %r is a bottom layer and must be last; found %r below it"
-                    % (name, spec, self._layers[i + 1][0]))
-            if sch.has("needs_pages") and not last and \
-                    not schema.layer(self._layers[i + 1][0]).has("pages"):
-                raise errors.InvalidArgument(
-                    "layer %r in policy %r needs a page allocator right below it (e.g. "
-                    "'%s > pages'), not %r" % (name, spec, name, self._layers[i + 1][0]))
-            self._check_params(sch, raw, spec)
-        self._check_distinct(spec)
-
-    def _check_distinct(self, spec):
-        """A cache that keeps the objects freed to it (needs_distinct) over a
-        layer that hands out one block per CPU (shared_blocks) would link one
-        block to itself and hand it to two owners; a layer that calls the
-        layers below from irq_work (below_in_irq, bpf_ma) over one that
-        allocates only at task level (task_only, vmalloc) would fail every
-        refill: both refused, as al_stack_create refuses them."""
-        for i, (name, _) in enumerate(self._layers):
-            if not schema.layer(name).has("needs_distinct"):
-                continue
-            for below, _ in self._layers[i + 1:]:
-                if schema.layer(below).has("shared_blocks"):
-                    raise errors.UnsupportedCombination(
-                        "layer %r in policy %r cannot stack over %r: %s caches the objects "
-                        "freed to it and needs distinct objects, but %s hands out one block "
-                        "per CPU; use a real backend below it (e.g. '%s > buddy')"
-                        % (name, spec, below, name, below, name), layer=below)
-        for i, (name, _) in enumerate(self._layers):
-            if not schema.layer(name).has("below_in_irq"):
-                continue
-            for below, _ in self._layers[i + 1:]:
-                if schema.layer(below).has("task_only"):
-                    raise errors.UnsupportedCombination(
-                        "layer %r in policy %r cannot stack over %r: %s refills its caches "
-                        "from irq_work (IRQ level), but %s allocates only at task level, so "
-                        "every refill would fail; use a backend that serves IRQ level below "
-                        "it (e.g. '%s > slab')" % (name, spec, below, name, below, name),
-                        layer=below)
+        """The stack's shape, as the C library checks it before it builds a
+        stack (al_stack_check: each layer's place and parameters, then the
+        pairs that cannot stack); a refusal is worded by _shape_refusal."""
+        err = ffi.new("struct al_spec_error *")
+        if lib.al_stack_check(self.stack_spec(), err):
+            raise _shape_refusal(err, [name for name, _ in self._layers], spec)
 
     @property
     def distinct_objects(self):
@@ -201,19 +203,6 @@ class Policy:
         objects on a policy with a shared_blocks layer. ``workload`` is a
         name or a WorkloadSchema."""
         check_compatible(workload, self)
-
-    @staticmethod
-    def _check_params(sch, raw, spec):
-        d = sch.desc
-        if d is None or d.check_params == ffi.NULL:
-            return
-        arr = ffi.new("int64_t[]", list(raw) or [0])
-        err = ffi.new("char[256]")
-        rc = d.check_params(arr, err, 256)
-        if rc:
-            raise errors.InvalidArgument(
-                "layer %s in policy %r: %s" % (sch.name, spec, cstr(err) or "invalid parameters"),
-                code=rc)
 
     def _canonical(self):
         return " > ".join(_format_layer(schema.layer(name), raw) for name, raw in self._layers)

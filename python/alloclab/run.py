@@ -7,7 +7,20 @@ allocator stack, wholly in C (cffi releases the GIL; Python does nothing per
 operation).
 
 Everything is validated before anything runs, so a typo in the last value of
-a long sweep fails in milliseconds, not after an hour.
+a long sweep fails in milliseconds, not after an hour. plan() does it in
+phases: the options every cell shares, the policies (parsed by the C
+library; a peer must be installed, the workload able to run on each), the
+other axes (producers, cpu, timing, workload parameters by name), then the
+tasks, one plain dict per grid point. Python checks what only it knows
+(Python types and names, installed peers, plugin sources, this machine's
+timer signal rate); the engine decides the rest: each cell's configuration
+goes through al_run_check, the check al_run itself makes, and only the
+wording of its refusal is here. Cost: one C call per cell, microseconds.
+
+Runs are interleaved (run i of every cell before run i+1 of any; a cell's
+policies back to back in ABBA order) so that machine drift does not favour
+one side of a comparison. Imports: run depends on policy, result, executors;
+nothing it imports depends on it (sweep builds on run, not the reverse).
 """
 
 import errno

@@ -28,6 +28,15 @@ enum al_spec_fault {
 	AL_SPEC_VALUE,	  /* the token is not a value of the parameter's type */
 	AL_SPEC_RANGE,	  /* the token's value is outside the parameter's [min, max] */
 	AL_SPEC_TOO_MANY, /* more than AL_MAX_LAYERS layers; nlayers says how many */
+	/* A stack's shape (al_stack_check): layer is the one at fault, below
+	 * the one it cannot stand on (-1 if none). */
+	AL_SPEC_NO_DESC,    /* a layer without a descriptor, or one of another ABI */
+	AL_SPEC_NO_BACKEND, /* the last layer needs a layer below it */
+	AL_SPEC_BOTTOM,	    /* a bottom layer that is not last */
+	AL_SPEC_NO_PAGES,   /* a layer that needs a page allocator right below it */
+	AL_SPEC_PARAMS,	    /* the layer's parameters (code: what its check returned) */
+	AL_SPEC_DISTINCT,   /* a cache that needs distinct objects over shared blocks */
+	AL_SPEC_TASK_ONLY,  /* an irq_work refill over a task-level-only layer */
 };
 
 struct al_spec_error {
@@ -38,6 +47,8 @@ struct al_spec_error {
 	int tok, toklen;		  /* the offending text: [tok, tok + toklen) */
 	unsigned nlayers;		  /* layers in the text (AL_SPEC_TOO_MANY) */
 	const struct al_layer_desc *desc; /* the layer at fault, NULL if none */
+	int below;			  /* the layer below at fault (shape), -1 if none */
+	int code;			  /* the error code returned */
 	char msg[200];
 };
 
@@ -45,6 +56,11 @@ struct al_spec_error {
  * in. 0; or -EINVAL (-ERANGE for a value out of range) with *e filled in. */
 AL_API int al_spec_parse_report(const char *text, struct al_stack_spec *out,
 				struct al_spec_error *e);
+
+/* Check a stack spec's shape as al_stack_create does before it creates
+ * anything: each layer's descriptor, place and parameters, then the pairs of
+ * layers that cannot stack. 0, or an error code with *e filled in. */
+AL_API int al_stack_check(const struct al_stack_spec *s, struct al_spec_error *e);
 
 /* Why al_run would refuse a configuration before building anything. */
 enum al_run_fault {
