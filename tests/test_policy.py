@@ -405,3 +405,36 @@ def test_c_parser_reads_the_canonical_text_python_prints(case):
 def test_nul_in_a_spec_is_a_syntax_error_not_a_truncation():
     with pytest.raises(al.PolicySyntaxError, match="NUL"):
         al.Policy("buddy\0(fill=maybe)")
+
+
+@pytest.mark.parametrize("spec, fault, layer, below", [
+    ("percpu", "NO_BACKEND", 0, -1),
+    ("buddy > slab", "BOTTOM", 0, 1),
+    ("vmalloc > buddy", "NO_PAGES", 0, 1),
+    ("percpu > null", "DISTINCT", 0, 1),
+    ("bpf_ma > vmalloc > pages", "TASK_ONLY", 0, 1),
+])
+def test_c_stack_check_reports_the_layers_at_fault(spec, fault, layer, below):
+    """al_stack_check (what al_stack_create checks first) names the fault,
+    the layer and the layer below it; Policy words it."""
+    from alloclab._ffi import ffi, lib
+    names = [n.strip() for n in spec.split(">")]
+    s = ffi.new("struct al_stack_spec *")
+    s.n = len(names)
+    for i, n in enumerate(names):
+        s.layer[i].desc = lib.al_layer_find(n.encode())
+        sch = LAYERS[n]
+        for j, v in enumerate(sch.defaults()):
+            s.layer[i].params[j] = v
+    err = ffi.new("struct al_spec_error *")
+    assert lib.al_stack_check(s, err) == -22
+    assert (err.fault, err.layer, err.below) == (getattr(lib, "AL_SPEC_" + fault), layer, below)
+    with pytest.raises(al.InvalidArgument) as ei:
+        al.Policy(spec)
+    assert repr(names[layer]) in str(ei.value)
+
+
+def test_c_stack_check_keeps_a_layers_own_code():
+    with pytest.raises(al.InvalidArgument) as ei:
+        al.Policy("buddy(chunk_size=100K)")
+    assert ei.value.code == -22 and "power of two" in str(ei.value)
