@@ -319,3 +319,122 @@ def test_task_level_caches_over_vmalloc_stand(spec):
             a.free(p)
     finally:
         a.close()
+
+
+# ---- one parser: the C library reads every spec, Python words its refusals ----
+
+def _c_parse(text):
+    from alloclab._ffi import ffi, lib
+    out = ffi.new("struct al_stack_spec *")
+    err = ffi.new("struct al_spec_error *")
+    data = text.encode()
+    rc = lib.al_spec_parse_report(data, out, err)
+    return rc, out, err, data
+
+
+@pytest.mark.parametrize("spec, fault, layer, param, token", [
+    ("buddy(", "SYNTAX", None, None, ""),  # parentheses first, before any layer
+    ("buddy > nosuch(x=1)", "LAYER", 1, None, "nosuch"),
+    ("percpu > buddy(bogus=1)", "PARAM", 1, None, "bogus"),
+    ("buddy(fill=maybe)", "VALUE", 0, "fill", "maybe"),
+    ("buddy(lock_budget=0.5ns)", "VALUE", 0, "lock_budget", "0.5ns"),
+    ("buddy(arena_limit= 1T )", "RANGE", 0, "arena_limit", "1T"),
+    ("buddy(fill=true, fill=false)", "SYNTAX", 0, "fill", "fill"),
+    (" > ".join(["percpu"] * 9 + ["buddy"]), "TOO_MANY", None, None, None),
+])
+def test_c_parser_reports_what_where_and_which_text(spec, fault, layer, param, token):
+    from alloclab._ffi import ffi, lib
+    rc, _, err, data = _c_parse(spec)
+    assert rc == (-34 if fault == "RANGE" else -22)  # -ERANGE / -EINVAL
+    assert err.fault == getattr(lib, "AL_SPEC_" + fault)
+    assert err.layer == (-1 if layer is None else layer)
+    if param is None:
+        assert err.param == -1
+    else:
+        assert ffi.string(err.desc.params[err.param].name).decode() == param
+    if token is not None:
+        assert data[err.tok:err.tok + err.toklen].decode() == token
+    if fault == "TOO_MANY":
+        assert err.nlayers == 10
+    assert ffi.string(err.msg)
+
+
+@pytest.mark.parametrize("text, raw", [
+    ("4096KiB", 4 << 20), ("4 m", 4 << 20), ("4MB", 4 << 20), ("1g", 1 << 30),
+])
+def test_size_text_forms(text, raw):
+    assert al.Policy("buddy(arena_limit=%s)" % text).params(0)["arena_limit"] == raw
+
+
+@pytest.mark.parametrize("text, ns", [
+    ("1.5ms", 1_500_000), (".5us", 500), ("5.ms", 5_000_000), ("2µs", 2000), ("7 MS", 7_000_000),
+    ("1.50000000000000000000s", 1_500_000_000), ("0.000000001s", 1), ("42", 42),
+])
+def test_duration_text_forms(text, ns):
+    assert al.Policy("buddy(lock_budget=%s)" % text).params(0)["lock_budget"] == ns
+
+
+@pytest.mark.parametrize("text, value", [
+    ("yes", True), ("On", True), ("1", True), ("TRUE", True), ("no", False), ("off", False),
+])
+def test_bool_text_forms(text, value):
+    assert al.Policy("buddy(fill=%s)" % text).params(0)["fill"] is value
+
+
+def test_dashes_stand_for_underscores_and_enums_are_names():
+    assert al.Policy("buddy(arena-limit=8M)") == al.Policy("buddy(arena_limit=8M)")
+    with pytest.raises(al.UnknownNameError, match="valid choices: bulk, single"):
+        al.Policy("transfer(full=1) > buddy")  # an enum by its name only
+
+
+@given(specs())
+def test_c_parser_reads_the_canonical_text_python_prints(case):
+    """The canonical text of every policy reads back, in C, to the same raw
+    parameters Python holds: one grammar, printed by Python, read by C."""
+    text, _ = case
+    try:
+        p = al.Policy(text)
+    except (al.InvalidArgument, al.UnsupportedCombination):
+        assume(False)
+    rc, out, _, _ = _c_parse(str(p))
+    assert rc == 0 and out.n == len(p)
+    for i in range(len(p)):
+        assert [out.layer[i].params[j] for j in range(len(p.raw_params(i)))] == p.raw_params(i)
+
+
+def test_nul_in_a_spec_is_a_syntax_error_not_a_truncation():
+    with pytest.raises(al.PolicySyntaxError, match="NUL"):
+        al.Policy("buddy\0(fill=maybe)")
+
+
+@pytest.mark.parametrize("spec, fault, layer, below", [
+    ("percpu", "NO_BACKEND", 0, -1),
+    ("buddy > slab", "BOTTOM", 0, 1),
+    ("vmalloc > buddy", "NO_PAGES", 0, 1),
+    ("percpu > null", "DISTINCT", 0, 1),
+    ("bpf_ma > vmalloc > pages", "TASK_ONLY", 0, 1),
+])
+def test_c_stack_check_reports_the_layers_at_fault(spec, fault, layer, below):
+    """al_stack_check (what al_stack_create checks first) names the fault,
+    the layer and the layer below it; Policy words it."""
+    from alloclab._ffi import ffi, lib
+    names = [n.strip() for n in spec.split(">")]
+    s = ffi.new("struct al_stack_spec *")
+    s.n = len(names)
+    for i, n in enumerate(names):
+        s.layer[i].desc = lib.al_layer_find(n.encode())
+        sch = LAYERS[n]
+        for j, v in enumerate(sch.defaults()):
+            s.layer[i].params[j] = v
+    err = ffi.new("struct al_spec_error *")
+    assert lib.al_stack_check(s, err) == -22
+    assert (err.fault, err.layer, err.below) == (getattr(lib, "AL_SPEC_" + fault), layer, below)
+    with pytest.raises(al.InvalidArgument) as ei:
+        al.Policy(spec)
+    assert repr(names[layer]) in str(ei.value)
+
+
+def test_c_stack_check_keeps_a_layers_own_code():
+    with pytest.raises(al.InvalidArgument) as ei:
+        al.Policy("buddy(chunk_size=100K)")
+    assert ei.value.code == -22 and "power of two" in str(ei.value)

@@ -886,3 +886,89 @@ def test_bpf_ma_live_allocator_errnos():
         assert a.stats()[0]["no_instance"] == 1
         for p in ptrs:
             a.free(p)
+
+
+# ---- the engine decides whether a cell runs; plan() words its refusal ----
+
+def _check(task, **change):
+    """al_run_check on a task's config with fields changed: (rc, fault, message)."""
+    from alloclab._ffi import ffi
+    cfg = run_mod._config(task)
+    for k, v in change.items():
+        setattr(cfg, k, v)
+    fault = ffi.new("int *")
+    err = ffi.new("char[]", 256)
+    rc = lib.al_run_check(cfg, fault, err, 256)
+    return rc, fault[0], ffi.string(err).decode()
+
+
+def test_run_check_accepts_what_plan_accepts():
+    for task in run_mod.plan("malloc-free", ["buddy", "libc"], producers=[1, 2], **FAST)[1]:
+        assert _check(task) == (0, lib.AL_RUN_OK, "")
+
+
+@pytest.mark.parametrize("workload, change, fault, words", [
+    ("malloc", dict(producers=2), "ONE_PRODUCER", ["malloc", "one producer"]),
+    ("malloc-free", dict(producers=0), "PRODUCERS", ["producers=0"]),
+    ("malloc-free", dict(cpu_mode=7), "MODE", ["cpu_mode 7"]),
+    ("malloc-free", dict(cpu_mode=lib.AL_CPU_PINNED, producers=lib.AL_MAX_PRODUCERS),
+     "PINNED", ["pinned"]),
+    ("malloc-free", dict(histogram=1, timing=lib.AL_TIMING_BATCH), "HISTOGRAM", ["per_op_sum"]),
+    ("malloc-free", dict(cycles=0, duration_ns=0), "NO_END", ["cycles"]),
+    ("malloc-free", dict(workload=None), "NO_WORKLOAD", ["no workload"]),
+])
+def test_run_check_names_the_fault(workload, change, fault, words):
+    from alloclab._ffi import ffi
+    task = run_mod.plan(workload, "buddy", **FAST)[1][0]
+    if "workload" in change:
+        change["workload"] = ffi.NULL
+    rc, got, msg = _check(task, **change)
+    assert rc == -errno.EINVAL and got == getattr(lib, "AL_RUN_" + fault)
+    for w in words:
+        assert w in msg
+
+
+def test_run_check_size_and_workload_parameters():
+    task = run_mod.plan("malloc-free", "buddy", **FAST)[1][0]
+    names = [p.name for p in schema.workload("malloc-free").params]
+    wp = list(task["wparams"])
+    wp[names.index("size")] = al.Policy("buddy").max_size + 1
+    rc, fault, msg = _check(dict(task, wparams=wp))
+    assert (rc, fault) == (-errno.EINVAL, lib.AL_RUN_SIZE) and "size=%d" % wp[names.index("size")] in msg
+    task = run_mod.plan("larson", "buddy", **FAST)[1][0]
+    names = [p.name for p in schema.workload("larson").params]
+    wp = list(task["wparams"])
+    wp[names.index("min_size")], wp[names.index("max_size")] = 1000, 8
+    rc, fault, msg = _check(dict(task, wparams=wp))
+    assert (rc, fault) == (-errno.EINVAL, lib.AL_RUN_WPARAMS)
+    assert msg.startswith("larson: min_size=1000 is above max_size=8")
+
+
+def test_plan_words_every_engine_refusal(no_run):
+    """Each refusal the engine decides reaches the caller as the specific
+    exception plan() words for it, naming the value."""
+    mx = al.Policy("buddy").max_size
+    _raises(al.ParameterRangeError, "malloc-free", "buddy", size=[64, mx + 1],
+            match=["size=", "largest request", "'buddy'"])
+    _raises(al.InvalidArgument, "malloc-free", "buddy", histogram=True,
+            timing=["per_op_sum", "batch"], match=["histogram=True", "per_op_sum"])
+
+
+def test_run_and_policy_import_nothing_that_imports_them():
+    """run builds on policy and executors, sweep on run: no module imports
+    one that imports it back, at the top or inside a function."""
+    import ast
+    import pathlib
+
+    pkg = pathlib.Path(run_mod.__file__).parent
+
+    def imports(mod):
+        tree = ast.parse((pkg / (mod + ".py")).read_text())
+        out = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                out |= {node.module} if node.module else {a.name for a in node.names}
+        return out
+
+    assert "sweep" not in imports("run") and "run" not in imports("policy")
+    assert "run" not in imports("executors") and "sweep" not in imports("executors")

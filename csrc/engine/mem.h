@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Memory sampling during a run's measured phase (engine internal): the
- * sampler the run's main thread drives, filling the struct al_mem of the
- * run result (fields and what a sample reads: alloclab/measure.h). One
- * thread uses a sampler; it takes no lock and allocates nothing per sample.
+ * Memory sampling during a run's measured phase (engine internal; design and
+ * fields: measure.h, struct al_mem). One sampler per run, used by the engine's
+ * main thread only (no locks of its own; the engine's a_lock guards the
+ * allocator it reads); a sample costs a few microseconds and never allocates.
  */
 #ifndef ALLOCLAB_ENGINE_MEM_H
 #define ALLOCLAB_ENGINE_MEM_H

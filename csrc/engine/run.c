@@ -49,6 +49,18 @@
  * Workloads with AL_WL_RESET (one producer) get a new allocator after every
  * cycle (untimed), as the libarena bench resets its buddy; the counters of
  * each retired instance are accumulated so snapshots still add up.
+ *
+ * Before anything is built, al_run_check decides whether the configuration
+ * can run at all (the same function Python's plan() calls on every cell, so
+ * a sweep is refused before its first run, in the engine's terms).
+ *
+ * Locks, outermost first: the handle's m (al_run_wait/stop, run_step,
+ * publishing the engine); under it engine_stop takes each token's m and the
+ * barrier's m, one at a time. err_lock (the first failure wins) and a_lock
+ * (e->a replaced under RESET vs read by the memory sampler) are leaves. The
+ * workers take only the barrier's and their group's token lock, never two.
+ * Cost outside the measured cycles only: a token hand-off is one mutex and
+ * a condition variable per cycle in virtual mode; nothing else is per op.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -180,6 +192,12 @@ struct engine {
 	struct al_run *h;		/* the run's handle: stop requests, phase */
 	int over[2];			/* [0] warmup, [1] measured: the duration is over */
 	uint64_t stop_seen_ns;		/* when the main thread saw a stop request */
+	/* The main thread's own (engine_run's phases) */
+	struct al_run_config *cfg_copy;	   /* what cfg points to: outlives abandoned workers */
+	struct al_stats *snap0;		   /* counters at the start of the measured phase */
+	int64_t baseline[AL_MAX_LAYERS];   /* each layer's bytes_held before the workload */
+	struct al_ctx main_ctx;		   /* the engine thread's context */
+	uint64_t t0, steal_total0, steal0; /* clock and steal at the start of the phase */
 };
 
 /* The handle of a run in the background (al_run_start). */
@@ -757,14 +775,11 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	return 0;
 }
 
-static void *worker_main(void *arg)
+/* Pin, publish the context, the workload's worker_init; then barrier A. */
+static void worker_start(struct worker_slot *s)
 {
-	struct worker_slot *s = arg;
 	struct engine *e = s->e;
 	const struct al_workload_desc *wl = e->cfg->workload;
-	struct token *t;
-	uint64_t i, deadline, nvcsw0, nivcsw0, nvcsw1, nivcsw1;
-	bool deadline_hit = false;
 	int ret;
 
 	if (s->pin_cpu >= 0) {
@@ -786,13 +801,18 @@ static void *worker_main(void *arg)
 	}
 	set_where(s, W_BARRIER);
 	barrier_wait(&e->bar); /* A: everyone is ready */
+}
 
-	t = e->tokens ? &e->tok[0][s->group] : NULL;
-	/* The warmup is bounded by the duration too: a run takes at most about
-	 * twice its duration, whatever warmup_cycles asks. */
+/* Warmup cycles, bounded by the duration too: a run takes at most about
+ * twice its duration, whatever warmup_cycles asks. */
+static void worker_warmup(struct worker_slot *s)
+{
+	struct engine *e = s->e;
+	struct token *t = e->tokens ? &e->tok[0][s->group] : NULL;
+
 	s->w.deadline = e->duration_ticks ? al_ticks() + e->duration_ticks : 0;
 	al_rcu_online(&s->rcu); /* offline (quiescent) while waiting at barriers */
-	for (i = 0; i < e->cfg->warmup_cycles && !stopped(e); i++) {
+	for (uint64_t i = 0; i < e->cfg->warmup_cycles && !stopped(e); i++) {
 		if (i && s->w.deadline && al_ticks() >= s->w.deadline)
 			break;
 		if (run_cycle(s, t))
@@ -801,6 +821,11 @@ static void *worker_main(void *arg)
 	al_rcu_offline(&s->rcu);
 	if (t)
 		token_leave(t, s->member);
+}
+
+/* What the warmup measured is discarded. */
+static void worker_reset_measures(struct worker_slot *s)
+{
 	s->w.measuring = 1;
 	s->w.alloc_ticks = s->w.free_ticks = 0;
 	s->w.alloc_ops = s->w.free_ops = s->w.alloc_cross = 0;
@@ -808,16 +833,22 @@ static void *worker_main(void *arg)
 		al_hist_reset(&s->w.hist[AL_HIST_ALLOC]);
 		al_hist_reset(&s->w.hist[AL_HIST_FREE]);
 	}
-	s->w.nmetrics = 0; /* warmup metrics are discarded */
-	set_where(s, W_BARRIER);
-	barrier_wait(&e->bar); /* B: warm */
-	barrier_wait(&e->bar); /* C: main took its start snapshot */
-	ctxsw_read(&nvcsw0, &nivcsw0);
+	s->w.nmetrics = 0;
+}
 
-	t = e->tokens ? &e->tok[1][s->group] : NULL;
+/* The measured cycles. duration_ns bounds the phase, also when cycles are
+ * given: every worker starts at least one cycle, and none after the
+ * deadline. A phase cut short is marked truncated. */
+static void worker_measure(struct worker_slot *s)
+{
+	struct engine *e = s->e;
+	struct token *t = e->tokens ? &e->tok[1][s->group] : NULL;
+	uint64_t i, deadline, nvcsw0, nivcsw0, nvcsw1, nivcsw1;
+	bool deadline_hit = false;
+	int ret;
+
+	ctxsw_read(&nvcsw0, &nivcsw0);
 	al_rcu_online(&s->rcu);
-	/* duration_ns bounds the phase, also when cycles are given: every
-	 * worker starts at least one cycle, and none after the deadline. */
 	deadline = e->duration_ticks ? al_ticks() + e->duration_ticks : 0;
 	s->w.deadline = deadline;
 	s->w.cut = 0;
@@ -847,12 +878,28 @@ static void *worker_main(void *arg)
 	al_rcu_offline(&s->rcu);
 	if (t)
 		token_leave(t, s->member);
+}
+
+/* A worker: start, warmup, measured phase, fini; the main thread is a party
+ * to every barrier (A to E) and snapshots while the workers wait. */
+static void *worker_main(void *arg)
+{
+	struct worker_slot *s = arg;
+	struct engine *e = s->e;
+
+	worker_start(s);
+	worker_warmup(s);
+	worker_reset_measures(s);
+	set_where(s, W_BARRIER);
+	barrier_wait(&e->bar); /* B: warm */
+	barrier_wait(&e->bar); /* C: main took its start snapshot */
+	worker_measure(s);
 	set_where(s, W_BARRIER);
 	barrier_wait(&e->bar); /* D: measured phase over */
 	barrier_wait(&e->bar); /* E: main took its end snapshot */
 	set_where(s, W_FINI);
-	if (wl->worker_fini)
-		wl->worker_fini(&s->w);
+	if (e->cfg->workload->worker_fini)
+		e->cfg->workload->worker_fini(&s->w);
 	set_where(s, W_DONE);
 	return NULL;
 }
@@ -923,68 +970,89 @@ static void metrics_finish(struct al_run_result *res)
 
 /* ---- the run ---- */
 
-static int check_config(const struct al_run_config *cfg, struct al_run_result *res)
+/* Record a refusal of a configuration: its fault and the message. -EINVAL. */
+static int refuse(int *fault, int f, char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (fault)
+		*fault = f;
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* The workload's parameters (range, then its own cross-parameter check) and
+ * the request size against what the stack accepts. */
+static int check_wparams(const struct al_run_config *cfg, int *fault, char *err, size_t errlen)
 {
 	const struct al_workload_desc *wl = cfg->workload;
-	char why[200];
+	char why[200] = "";
 	size_t max;
 
-	if (!wl || wl->abi_version != AL_ABI_VERSION) {
-		snprintf(res->error, sizeof(res->error), "no workload, or ABI mismatch");
-		return -EINVAL;
-	}
-	if (cfg->producers < 1 || cfg->producers > AL_MAX_PRODUCERS) {
-		snprintf(res->error, sizeof(res->error), "producers=%u is out of range [1, %d]",
-			 cfg->producers, AL_MAX_PRODUCERS);
-		return -EINVAL;
-	}
-	if ((wl->flags & AL_WL_ONE_PRODUCER) && cfg->producers != 1) {
-		snprintf(res->error, sizeof(res->error),
-			 "%s runs exactly one producer (as the modelled bench), not %u", wl->name,
-			 cfg->producers);
-		return -EINVAL;
-	}
-	if (cfg->cpu_mode < AL_CPU_AUTO || cfg->cpu_mode > AL_CPU_VIRTUAL ||
-	    cfg->timing < AL_TIMING_BATCH || cfg->timing > AL_TIMING_PER_OP_SUM) {
-		snprintf(res->error, sizeof(res->error), "bad cpu_mode %d or timing %d",
-			 cfg->cpu_mode, cfg->timing);
-		return -EINVAL;
-	}
-	if (cfg->histogram && cfg->timing != AL_TIMING_PER_OP_SUM) {
-		snprintf(res->error, sizeof(res->error),
-			 "histogram needs timing per_op_sum (a clock pair around every operation)");
-		return -EINVAL;
-	}
-	if (!cfg->cycles && !cfg->duration_ns) {
-		snprintf(res->error, sizeof(res->error),
-			 "the measured phase needs cycles > 0 or duration > 0");
-		return -EINVAL;
-	}
-	if ((wl->flags & AL_WL_DISTINCT) && al_spec_shared_layer(&cfg->stack)) {
-		snprintf(res->error, sizeof(res->error),
-			 "%s needs distinct objects, but layer %s hands out one block per CPU; "
-			 "use a real allocator (e.g. buddy or slab)",
-			 wl->name, al_spec_shared_layer(&cfg->stack)->name);
-		return -EINVAL;
-	}
 	if (al_params_check(wl->params, wl->nparams, cfg->wparams, why, sizeof(why)) ||
-	    (wl->check_params &&
-	     wl->check_params(cfg->wparams, cfg->producers, why, sizeof(why)))) {
-		snprintf(res->error, sizeof(res->error), "%s: %s", wl->name, why);
-		return -EINVAL;
-	}
+	    (wl->check_params && wl->check_params(cfg->wparams, cfg->producers, why, sizeof(why))))
+		return refuse(fault, AL_RUN_WPARAMS, err, errlen, "%s: %s", wl->name,
+			      why[0] ? why : "its parameters do not go together");
 	if (wl->size_param >= 0) {
 		int64_t size = cfg->wparams[wl->size_param];
+
 		max = al_spec_max_size(&cfg->stack);
-		if (size < 1 || (max && (uint64_t)size > max)) {
-			snprintf(
-				res->error, sizeof(res->error),
-				"size=%lld is not a valid request: the policy takes 1 to %zu bytes",
-				(long long)size, max);
-			return -EINVAL;
-		}
+		if (size < 1 || (max && (uint64_t)size > max))
+			return refuse(fault, AL_RUN_SIZE, err, errlen,
+				      "size=%lld is not a valid request: the policy takes 1 to %zu "
+				      "bytes",
+				      (long long)size, max);
 	}
 	return 0;
+}
+
+int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t errlen)
+{
+	const struct al_workload_desc *wl = cfg->workload;
+	const struct al_layer_desc *shared;
+	unsigned usable = al_cpus_usable();
+
+	if (fault)
+		*fault = AL_RUN_OK;
+	if (!wl || wl->abi_version != AL_ABI_VERSION)
+		return refuse(fault, AL_RUN_NO_WORKLOAD, err, errlen,
+			      "no workload, or ABI mismatch");
+	if (cfg->producers < 1 || cfg->producers > AL_MAX_PRODUCERS)
+		return refuse(fault, AL_RUN_PRODUCERS, err, errlen,
+			      "producers=%u is out of range [1, %d]", cfg->producers,
+			      AL_MAX_PRODUCERS);
+	if ((wl->flags & AL_WL_ONE_PRODUCER) && cfg->producers != 1)
+		return refuse(fault, AL_RUN_ONE_PRODUCER, err, errlen,
+			      "%s runs exactly one producer (as the modelled bench), not %u",
+			      wl->name, cfg->producers);
+	if (cfg->cpu_mode < AL_CPU_AUTO || cfg->cpu_mode > AL_CPU_VIRTUAL ||
+	    cfg->timing < AL_TIMING_BATCH || cfg->timing > AL_TIMING_PER_OP_SUM)
+		return refuse(fault, AL_RUN_MODE, err, errlen, "bad cpu_mode %d or timing %d",
+			      cfg->cpu_mode, cfg->timing);
+	if (cfg->cpu_mode == AL_CPU_PINNED && cfg->producers > usable)
+		return refuse(fault, AL_RUN_PINNED, err, errlen,
+			      "cpu=pinned needs producers <= usable CPUs (%u), not %u; use "
+			      "cpu=virtual",
+			      usable, cfg->producers);
+	if (cfg->histogram && cfg->timing != AL_TIMING_PER_OP_SUM)
+		return refuse(fault, AL_RUN_HISTOGRAM, err, errlen,
+			      "histogram needs timing per_op_sum (a clock pair around every "
+			      "operation)");
+	if (!cfg->cycles && !cfg->duration_ns)
+		return refuse(fault, AL_RUN_NO_END, err, errlen,
+			      "the measured phase needs cycles > 0 or duration > 0");
+	shared = al_spec_shared_layer(&cfg->stack);
+	if ((wl->flags & AL_WL_DISTINCT) && shared)
+		return refuse(
+			fault, AL_RUN_DISTINCT, err, errlen,
+			"%s needs distinct objects, but layer %s hands out one block per CPU; "
+			"use a real allocator (e.g. buddy or slab)",
+			wl->name, shared->name);
+	return check_wparams(cfg, fault, err, errlen);
 }
 
 static void diff_stats(struct al_stats *end, const struct al_stats *start, unsigned n)
@@ -1026,66 +1094,57 @@ static bool guard_report(struct engine *e)
 	return true;
 }
 
-/* The run, on the engine thread: h->cfg into h->res. */
-static int engine_run(struct al_run *h)
+/* The engine's state, its copy of the config and its buffers; NULL if out of
+ * memory. Workers read the engine's own copy of the config, which a
+ * watchdog-abandoned worker may still read after the run has returned. */
+static struct engine *engine_new(struct al_run *h)
 {
-	const struct al_run_config *cfg = &h->cfg;
-	struct al_run_result *res = h->res;
-	struct engine *e;
-	struct worker_slot *ws = NULL;
-	struct al_stats *snap0 = NULL;
-	struct al_mem_sampler *sampler = NULL;
-	struct al_ctx main_ctx;
-	struct al_run_config *cfg_copy = NULL;
-	int64_t baseline[AL_MAX_LAYERS] = { 0 };
-	uint64_t st_total0, st_steal0, st_total1, st_steal1, t0, t1;
-	unsigned i, usable, started = 0, nl;
-	int ret;
+	struct engine *e = al_meta_alloc(sizeof(*e));
+	unsigned i;
 
-	memset(res, 0, sizeof(*res));
-	al_clock_init();
-	ret = check_config(cfg, res);
-	if (ret)
-		return res->status = ret;
-
-	e = al_meta_alloc(sizeof(*e));
-	/* Workers read the engine's own copy of the config, which a
-	 * watchdog-abandoned worker may still read after al_run has returned */
-	cfg_copy = al_meta_alloc(sizeof(*cfg_copy));
-	snap0 = al_meta_alloc(sizeof(*snap0) * AL_MAX_LAYERS);
-	ws = al_meta_alloc(sizeof(*ws) * cfg->producers);
-	sampler = al_meta_alloc(sizeof(*sampler));
-	if (!e || !cfg_copy || !snap0 || !ws || !sampler) {
-		snprintf(res->error, sizeof(res->error), "out of memory for the engine");
-		ret = -ENOMEM;
-		goto out_free;
-	}
-	*cfg_copy = *cfg;
-	cfg = e->cfg = cfg_copy;
-	e->res = res;
+	if (!e)
+		return NULL;
+	e->nw = h->cfg.producers;
+	e->cfg_copy = al_meta_alloc(sizeof(*e->cfg_copy));
+	e->snap0 = al_meta_alloc(sizeof(*e->snap0) * AL_MAX_LAYERS);
+	e->ws = al_meta_alloc(sizeof(*e->ws) * e->nw);
+	e->sampler = al_meta_alloc(sizeof(*e->sampler));
+	e->res = h->res;
+	if (!e->cfg_copy || !e->snap0 || !e->ws || !e->sampler)
+		return e; /* engine_free frees what there is */
+	*e->cfg_copy = h->cfg;
+	e->cfg = e->cfg_copy;
 	e->h = h;
-	e->sampler = sampler;
-	e->ws = ws;
-	e->nw = cfg->producers;
 	pthread_mutex_init(&e->err_lock, NULL);
 	pthread_mutex_init(&e->a_lock, NULL);
 	for (i = 0; i < AL_HIST_NR; i++)
-		al_hist_reset(&res->hist[i]);
-	al_ctx_init(&main_ctx, 0);
+		al_hist_reset(&e->res->hist[i]);
+	al_ctx_init(&e->main_ctx, 0);
+	return e;
+}
 
-	usable = al_cpus_usable();
+static void engine_free(struct engine *e)
+{
+	for (unsigned i = 0; e->ws && i < e->nw; i++)
+		al_meta_free(e->ws[i].w.hist, sizeof(struct al_hist) * AL_HIST_NR);
+	al_meta_free(e->sampler, sizeof(*e->sampler));
+	al_meta_free(e->ws, sizeof(*e->ws) * e->nw);
+	al_meta_free(e->snap0, sizeof(*e->snap0) * AL_MAX_LAYERS);
+	al_meta_free(e->cfg_copy, sizeof(*e->cfg_copy));
+	al_meta_free(e, sizeof(*e));
+}
+
+/* The CPU model (pinned or virtual, groups per real CPU) and the clock. */
+static void engine_cpus(struct engine *e)
+{
+	struct al_run_result *res = e->res;
+	unsigned usable = al_cpus_usable();
+
 	res->ncpu_usable = usable;
 	res->threads_per_core = al_threads_per_core();
-	res->cpu_mode = cfg->cpu_mode == AL_CPU_AUTO
+	res->cpu_mode = e->cfg->cpu_mode == AL_CPU_AUTO
 				? (e->nw <= usable ? AL_CPU_PINNED : AL_CPU_VIRTUAL)
-				: cfg->cpu_mode;
-	if (res->cpu_mode == AL_CPU_PINNED && e->nw > usable) {
-		snprintf(res->error, sizeof(res->error),
-			 "cpu=pinned needs producers <= usable CPUs (%u), not %u; use cpu=virtual",
-			 usable, e->nw);
-		ret = -EINVAL;
-		goto out_free;
-	}
+				: e->cfg->cpu_mode;
 	e->ngroups = e->nw < usable ? e->nw : usable;
 	e->tokens = res->cpu_mode == AL_CPU_VIRTUAL && e->nw > e->ngroups;
 	res->ncpu_model = e->nw;
@@ -1093,41 +1152,66 @@ static int engine_run(struct al_run *h)
 	res->clock_tsc = al_clock.tsc;
 	res->ticks_per_ns = al_clock.ticks_per_ns;
 	res->timer_overhead_ns = al_ticks_to_ns(al_clock.overhead_ticks);
-	e->duration_ticks = (uint64_t)((double)cfg->duration_ns * al_clock.ticks_per_ns);
+	e->duration_ticks = (uint64_t)((double)e->cfg->duration_ns * al_clock.ticks_per_ns);
+}
 
-	run_step(h, "creating the stack");
-	ret = al_stack_create(&cfg->stack, e->nw, &e->a, res->error, sizeof(res->error));
+/* A fresh stack, drained, with each layer's bytes_held as its baseline. */
+static int stack_build(struct engine *e)
+{
+	struct al_run_result *res = e->res;
+	unsigned i, nl;
+	int ret;
+
+	run_step(e->h, "creating the stack");
+	ret = al_stack_create(&e->cfg->stack, e->nw, &e->a, res->error, sizeof(res->error));
 	if (ret)
-		goto out_free;
-	run_step(h, "draining the new stack");
-	al_stack_drain(e->a, &main_ctx, AL_DRAIN_ALL);
+		return ret;
+	run_step(e->h, "draining the new stack");
+	al_stack_drain(e->a, &e->main_ctx, AL_DRAIN_ALL);
 	nl = al_stack_stats(e->a, res->layers, AL_MAX_LAYERS);
 	for (i = 0; i < nl; i++)
-		baseline[i] = res->layers[i].bytes_held;
+		e->baseline[i] = res->layers[i].bytes_held;
+	return 0;
+}
 
-	if (cfg->workload->setup) {
-		run_step(h, "the workload's setup");
-		ret = cfg->workload->setup(cfg->wparams, e->nw, &e->shared);
-		if (ret) {
-			snprintf(res->error, sizeof(res->error), "%s: setup failed: %s",
-				 cfg->workload->name, al_strerror(ret));
-			goto out_destroy;
-		}
-	}
-	if (cfg->workload->prepare) {
-		char why[200] = "";
+static int workload_setup(struct engine *e)
+{
+	const struct al_workload_desc *wl = e->cfg->workload;
+	int ret;
 
-		run_step(h, "the workload's prepare");
-		ret = cfg->workload->prepare(e->shared, e->a, &main_ctx, why, sizeof(why));
-		if (ret) {
-			/* engine_fail, so the leak check below cannot overwrite the reason */
-			engine_fail(e, ret, "%s: prepare failed: %s", cfg->workload->name,
-				    why[0] ? why : al_strerror(ret));
-			goto out_teardown;
-		}
-	}
-	for (i = 0; i < e->nw; i++) {
-		struct worker_slot *s = &ws[i];
+	if (!wl->setup)
+		return 0;
+	run_step(e->h, "the workload's setup");
+	ret = wl->setup(e->cfg->wparams, e->nw, &e->shared);
+	if (ret)
+		snprintf(e->res->error, sizeof(e->res->error), "%s: setup failed: %s", wl->name,
+			 al_strerror(ret));
+	return ret;
+}
+
+static int workload_prepare(struct engine *e)
+{
+	const struct al_workload_desc *wl = e->cfg->workload;
+	char why[200] = "";
+	int ret;
+
+	if (!wl->prepare)
+		return 0;
+	run_step(e->h, "the workload's prepare");
+	ret = wl->prepare(e->shared, e->a, &e->main_ctx, why, sizeof(why));
+	if (ret) /* engine_fail, so the leak check cannot overwrite the reason */
+		engine_fail(e, ret, "%s: prepare failed: %s", wl->name,
+			    why[0] ? why : al_strerror(ret));
+	return ret;
+}
+
+/* Each worker's slot: its CPU group, context, parameters and buffers. */
+static int workers_setup(struct engine *e)
+{
+	const struct al_run_config *cfg = e->cfg;
+
+	for (unsigned i = 0; i < e->nw; i++) {
+		struct worker_slot *s = &e->ws[i];
 
 		s->e = e;
 		s->group = i % e->ngroups;
@@ -1146,156 +1230,241 @@ static int engine_run(struct al_run *h)
 			(cfg->seed + 1) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xBF58476D1CE4E5B9ull;
 		s->w.err = s->err;
 		s->w.errlen = sizeof(s->err);
+		s->w.metrics = s->metrics;
+		s->w.metrics_max = AL_METRICS_MAX;
 		if (cfg->histogram) {
 			s->w.hist = al_meta_alloc(sizeof(struct al_hist) * AL_HIST_NR);
 			if (!s->w.hist) {
-				snprintf(res->error, sizeof(res->error),
+				snprintf(e->res->error, sizeof(e->res->error),
 					 "out of memory for histograms");
-				ret = -ENOMEM;
-				goto out_teardown;
+				return -ENOMEM;
 			}
 		}
-		s->w.metrics = s->metrics;
-		s->w.metrics_max = AL_METRICS_MAX;
 	}
-	if (e->tokens) {
-		e->tok[0] = tokens_new(e->ngroups, ws, e->nw);
-		e->tok[1] = tokens_new(e->ngroups, ws, e->nw);
-		if (!e->tok[0] || !e->tok[1]) {
-			snprintf(res->error, sizeof(res->error), "out of memory for tokens");
-			ret = -ENOMEM;
-			goto out_teardown;
-		}
-		for (i = 0; i < e->ngroups; i++) { /* waiters are woken when these are set */
-			e->tok[0][i].stop = e->tok[1][i].stop = &e->stop;
-			e->tok[0][i].over = &e->over[0];
-			e->tok[1][i].over = &e->over[1];
-		}
+	return 0;
+}
+
+/* Per-phase CPU tokens, in virtual mode with more workers than real CPUs. */
+static int tokens_setup(struct engine *e)
+{
+	if (!e->tokens)
+		return 0;
+	e->tok[0] = tokens_new(e->ngroups, e->ws, e->nw);
+	e->tok[1] = tokens_new(e->ngroups, e->ws, e->nw);
+	if (!e->tok[0] || !e->tok[1]) {
+		snprintf(e->res->error, sizeof(e->res->error), "out of memory for tokens");
+		return -ENOMEM;
 	}
+	for (unsigned i = 0; i < e->ngroups; i++) { /* waiters are woken when these are set */
+		e->tok[0][i].stop = e->tok[1][i].stop = &e->stop;
+		e->tok[0][i].over = &e->over[0];
+		e->tok[1][i].over = &e->over[1];
+	}
+	return 0;
+}
+
+/* Start the workers; when the thread limit stops some, the phases run with
+ * those that started (they see stop). */
+static void workers_start(struct engine *e)
+{
+	unsigned started = 0;
+
 	barrier_init(&e->bar, e->nw + 1);
 	run_publish(e);
-	run_step(h, NULL); /* the engine's own watchdog watches the workers */
-	for (i = 0; i < e->nw; i++) {
-		if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]))
+	run_step(e->h, NULL); /* the engine's own watchdog watches the workers */
+	for (unsigned i = 0; i < e->nw; i++) {
+		if (pthread_create(&e->ws[i].th, NULL, worker_main, &e->ws[i]))
 			break;
 		started++;
 	}
 	if (started < e->nw) {
-		/* Run the phases with the workers that started; they see stop. */
 		engine_fail(e, -EAGAIN, "could not start worker %u of %u (thread limit)", started,
 			    e->nw);
 		barrier_set_parties(&e->bar, started + 1);
 	}
 	e->started = started;
+}
+
+/* Barriers A to D: warmup, the start snapshot, the measured phase (memory
+ * samples meanwhile). false: the watchdog fired. */
+static bool engine_measure(struct engine *e)
+{
 	if (!barrier_wait_main(e, false, -1)) /* A */
-		goto out_abandon;
+		return false;
 	set_phase(e, AL_RUN_WARMUP);
 	if (!barrier_wait_main(e, false, 0)) /* B */
-		goto out_abandon;
-	stats_total(e, snap0);
-	al_mem_begin(sampler, &res->mem);
-	al_mem_sample(sampler, e->a, live_bytes(e), true);
-	al_read_steal(&st_total0, &st_steal0);
-	t0 = al_ticks();
+		return false;
+	stats_total(e, e->snap0);
+	al_mem_begin(e->sampler, &e->res->mem);
+	al_mem_sample(e->sampler, e->a, live_bytes(e), true);
+	al_read_steal(&e->steal_total0, &e->steal0);
+	e->t0 = al_ticks();
 	barrier_wait(&e->bar); /* C */
 	set_phase(e, AL_RUN_MEASURED);
-	if (!barrier_wait_main(e, true, 1)) /* D (memory samples meanwhile) */
-		goto out_abandon;
+	if (!barrier_wait_main(e, true, 1)) /* D */
+		return false;
 	set_phase(e, AL_RUN_FINISH);
-	t1 = al_ticks();
-	al_mem_end(sampler, e->a, live_bytes(e));
-	al_read_steal(&st_total1, &st_steal1);
+	return true;
+}
+
+/* The end snapshot while the workers wait at E: counters over the measured
+ * phase, elapsed time, steal, the workload's report. */
+static void engine_snapshot(struct engine *e)
+{
+	struct al_run_result *res = e->res;
+	uint64_t total1, steal1, t1 = al_ticks();
+	unsigned nl;
+
+	al_mem_end(e->sampler, e->a, live_bytes(e));
+	al_read_steal(&total1, &steal1);
 	nl = stats_total(e, res->layers);
-	diff_stats(res->layers, snap0, nl);
-	if (cfg->workload->report) /* workers wait at E: their state is stable */
-		cfg->workload->report(e->shared, started, res);
+	diff_stats(res->layers, e->snap0, nl);
+	if (e->cfg->workload->report) /* workers wait at E: their state is stable */
+		e->cfg->workload->report(e->shared, e->started, res);
 	res->nlayers = nl;
-	res->elapsed_ns = al_ticks_to_ns((double)(t1 - t0));
-	if (st_total1 > st_total0)
+	res->elapsed_ns = al_ticks_to_ns((double)(t1 - e->t0));
+	if (total1 > e->steal_total0)
 		res->steal_pct =
-			100.0 * (double)(st_steal1 - st_steal0) / (double)(st_total1 - st_total0);
+			100.0 * (double)(steal1 - e->steal0) / (double)(total1 - e->steal_total0);
+}
+
+/* Release E, join the workers and add up what they measured. false: one did
+ * not end (the rest are abandoned, everything leaked on purpose). */
+static bool engine_collect(struct engine *e)
+{
+	struct al_run_result *res = e->res;
+
 	barrier_wait(&e->bar); /* E */
-	for (i = 0; i < started; i++) {
+	for (unsigned i = 0; i < e->started; i++) {
+		const struct worker_slot *s = &e->ws[i];
+
 		if (!join_main(e, i)) {
 			abandon_workers(e, i);
-			run_unpublish(e);
-			return res->status = e->status; /* everything leaked on purpose */
+			return false;
 		}
-		res->cycles += ws[i].w.cycles;
-		res->truncated += ws[i].truncated != 0;
-		res->alloc_ops += ws[i].w.alloc_ops;
-		res->free_ops += ws[i].w.free_ops;
-		res->cross_frees += ws[i].w.alloc_cross;
-		res->worker_nvcsw += ws[i].nvcsw;
-		res->worker_nivcsw += ws[i].nivcsw;
-		res->alloc_ns += al_ticks_to_ns((double)ws[i].w.alloc_ticks);
-		res->free_ns += al_ticks_to_ns((double)ws[i].w.free_ticks);
-		if (ws[i].w.hist) {
-			al_hist_merge(&res->hist[AL_HIST_ALLOC], &ws[i].w.hist[AL_HIST_ALLOC]);
-			al_hist_merge(&res->hist[AL_HIST_FREE], &ws[i].w.hist[AL_HIST_FREE]);
+		res->cycles += s->w.cycles;
+		res->truncated += s->truncated != 0;
+		res->alloc_ops += s->w.alloc_ops;
+		res->free_ops += s->w.free_ops;
+		res->cross_frees += s->w.alloc_cross;
+		res->worker_nvcsw += s->nvcsw;
+		res->worker_nivcsw += s->nivcsw;
+		res->alloc_ns += al_ticks_to_ns((double)s->w.alloc_ticks);
+		res->free_ns += al_ticks_to_ns((double)s->w.free_ticks);
+		if (s->w.hist) {
+			al_hist_merge(&res->hist[AL_HIST_ALLOC], &s->w.hist[AL_HIST_ALLOC]);
+			al_hist_merge(&res->hist[AL_HIST_FREE], &s->w.hist[AL_HIST_FREE]);
 		}
-		metrics_merge(res, &ws[i].w);
+		metrics_merge(res, &s->w);
 	}
 	metrics_finish(res);
 	run_unpublish(e);
 	barrier_destroy(&e->bar);
+	return true;
+}
 
-out_teardown:
-	if (cfg->workload->teardown) {
-		run_step(h, "the workload's teardown");
-		cfg->workload->teardown(e->shared, e->a, &main_ctx);
+/* The workload's teardown, then drain and the leak check against the
+ * baseline; returns ret, or -EFAULT when a checked layer misbehaved. */
+static int engine_teardown(struct engine *e, int ret)
+{
+	struct al_stats *after = e->snap0; /* reused */
+	struct al_run_result *res = e->res;
+	unsigned i, nl;
+
+	if (e->cfg->workload->teardown) {
+		run_step(e->h, "the workload's teardown");
+		e->cfg->workload->teardown(e->shared, e->a, &e->main_ctx);
 	}
-	if (e->a) {
-		struct al_stats *after = snap0; /* reuse */
-
-		run_step(h, "draining at teardown");
-		al_stack_drain(e->a, &main_ctx, AL_DRAIN_ALL);
-		if (guard_report(e))
-			ret = -EFAULT;
-		nl = al_stack_stats(e->a, after, AL_MAX_LAYERS);
-		for (i = 0; i < nl; i++) {
-			res->leaked[i] = after[i].bytes_held - baseline[i];
-			if (res->leaked[i] && !e->status)
-				engine_fail(
-					e, -EFAULT,
-					"leak: layer %s holds %lld bytes more at teardown than at "
-					"start (baseline %lld)",
-					after[i].layer, (long long)res->leaked[i],
-					(long long)baseline[i]);
-		}
+	run_step(e->h, "draining at teardown");
+	al_stack_drain(e->a, &e->main_ctx, AL_DRAIN_ALL);
+	if (guard_report(e))
+		ret = -EFAULT;
+	nl = al_stack_stats(e->a, after, AL_MAX_LAYERS);
+	for (i = 0; i < nl; i++) {
+		res->leaked[i] = after[i].bytes_held - e->baseline[i];
+		if (res->leaked[i] && !e->status)
+			engine_fail(e, -EFAULT,
+				    "leak: layer %s holds %lld bytes more at teardown than at "
+				    "start (baseline %lld)",
+				    after[i].layer, (long long)res->leaked[i],
+				    (long long)e->baseline[i]);
 	}
 	tokens_free(e->tok[0], e->ngroups);
 	tokens_free(e->tok[1], e->ngroups);
-out_destroy:
-	run_step(h, "destroying the stack");
+	return ret;
+}
+
+/* Destroy the stack; the run's status: ret, else the first failure, else a
+ * stop on request. */
+static int engine_destroy(struct engine *e, int ret)
+{
+	run_step(e->h, "destroying the stack");
 	al_stack_destroy(e->a);
-	run_step(h, NULL);
+	run_step(e->h, NULL);
 	if (!ret)
 		ret = e->status;
 	if (!ret && stop_requested(e)) {
-		snprintf(res->error, sizeof(res->error),
+		snprintf(e->res->error, sizeof(e->res->error),
 			 "stopped on request after %llu measured cycles",
-			 (unsigned long long)res->cycles);
+			 (unsigned long long)e->res->cycles);
 		ret = -ECANCELED;
 	}
 	pthread_mutex_destroy(&e->err_lock);
 	pthread_mutex_destroy(&e->a_lock);
-out_free:
-	for (i = 0; ws && i < cfg->producers; i++)
-		al_meta_free(ws[i].w.hist, sizeof(struct al_hist) * AL_HIST_NR);
-	al_meta_free(sampler, sizeof(*sampler));
-	al_meta_free(ws, sizeof(*ws) * cfg->producers);
-	al_meta_free(snap0, sizeof(*snap0) * AL_MAX_LAYERS);
-	al_meta_free(e, sizeof(*e));
-	al_meta_free(cfg_copy, sizeof(*cfg_copy)); /* last: cfg may point to it */
-	return res->status = ret;
+	return ret;
+}
 
-out_abandon:
-	/* The watchdog fired. Stuck workers still run: detach them and
-	 * leak the allocator, the workload's state and the engine's. */
-	abandon_workers(e, 0);
-	run_unpublish(e);
-	return res->status = e->status;
+/* The run, on the engine thread: h->cfg into h->res. Setup, start, measure,
+ * collect, teardown; a run the watchdog ends leaks its stack and engine. */
+static int engine_run(struct al_run *h)
+{
+	struct al_run_result *res = h->res;
+	struct engine *e;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	al_clock_init();
+	ret = al_run_check(&h->cfg, NULL, res->error, sizeof(res->error));
+	if (ret)
+		return res->status = ret;
+	e = engine_new(h);
+	if (!e || !e->cfg) {
+		snprintf(res->error, sizeof(res->error), "out of memory for the engine");
+		if (e)
+			engine_free(e);
+		return res->status = -ENOMEM;
+	}
+	engine_cpus(e);
+	ret = stack_build(e);
+	if (ret)
+		goto out_free;
+	ret = workload_setup(e);
+	if (ret)
+		goto out_destroy;
+	ret = workload_prepare(e);
+	if (!ret)
+		ret = workers_setup(e);
+	if (!ret)
+		ret = tokens_setup(e);
+	if (!ret) {
+		workers_start(e);
+		if (!engine_measure(e)) {
+			abandon_workers(e, 0); /* stuck workers still run: detach them */
+			run_unpublish(e);
+			return res->status = e->status;
+		}
+		engine_snapshot(e);
+		if (!engine_collect(e)) {
+			run_unpublish(e);
+			return res->status = e->status;
+		}
+	}
+	ret = engine_teardown(e, ret);
+out_destroy:
+	ret = engine_destroy(e, ret);
+out_free:
+	engine_free(e);
+	return res->status = ret;
 }
 
 /* ---- runs in the background ---- */

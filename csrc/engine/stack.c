@@ -4,8 +4,17 @@
  * in schema order), validated against the registry's schemas and the stack
  * shape (a layer that needs a backend has one; a bottom layer is last),
  * destroyed top-down so a front layer can hand its caches back on the way.
+ *
+ * al_stack_create checks the whole spec before it creates anything (each
+ * layer's parameters and place, then the pairs that cannot stack: a cache
+ * over shared blocks, an irq_work refill over a task-only layer), then
+ * creates from the bottom. A layer owns the stack below it from its create
+ * on: when a create fails, the layers below are destroyed with it, so a
+ * failed call leaves nothing behind. No locks: a stack is built and
+ * destroyed by one thread; the cost is the layers' own creates.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -23,11 +32,28 @@ const struct al_layer_desc *al_spec_shared_layer(const struct al_stack_spec *s)
 	return NULL;
 }
 
+/* Record a refusal of a stack's shape: fault, layers, message. Returns code. */
+static int shape_fault(struct al_spec_error *e, int fault, int code, const struct al_stack_spec *s,
+		       int layer, int below, const char *fmt, ...)
+{
+	va_list ap;
+
+	e->fault = fault;
+	e->code = code;
+	e->layer = layer;
+	e->below = below;
+	e->desc = layer >= 0 ? s->layer[layer].desc : NULL;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
 /* A cache that keeps freed objects (in lists through their memory, or in
  * arrays handed out again) over a layer that returns one block per CPU would
  * hold the same memory twice, link it to itself, and hand it to two owners:
  * refused, naming both layers. */
-static int check_distinct(const struct al_stack_spec *s, char *err, size_t errlen)
+static int check_distinct(const struct al_stack_spec *s, struct al_spec_error *e)
 {
 	unsigned i, j;
 
@@ -41,12 +67,12 @@ static int check_distinct(const struct al_stack_spec *s, char *err, size_t errle
 
 			if (!(b->features & AL_F_SHARED_BLOCKS))
 				continue;
-			snprintf(err, errlen,
-				 "%s cannot stack over %s: %s caches the objects freed to it and "
-				 "needs distinct objects, but %s hands out one block per CPU; "
-				 "use a real backend below it (e.g. '%s > buddy')",
-				 d->name, b->name, d->name, b->name, d->name);
-			return -EINVAL;
+			return shape_fault(e, AL_SPEC_DISTINCT, -EINVAL, s, (int)i, (int)j,
+					   "%s cannot stack over %s: %s caches the objects freed "
+					   "to it and needs distinct objects, but %s hands out one "
+					   "block per CPU; use a real backend below it (e.g. '%s > "
+					   "buddy')",
+					   d->name, b->name, d->name, b->name, d->name);
 		}
 	}
 	return 0;
@@ -56,7 +82,7 @@ static int check_distinct(const struct al_stack_spec *s, char *err, size_t errle
  * IRQ level, as the kernel's) over one that allocates only at task level
  * (vmalloc may sleep): every refill would fail and the cache would answer
  * "refill pending" forever. Refused, naming both layers. */
-static int check_task_only(const struct al_stack_spec *s, char *err, size_t errlen)
+static int check_task_only(const struct al_stack_spec *s, struct al_spec_error *e)
 {
 	unsigned i, j;
 
@@ -70,13 +96,12 @@ static int check_task_only(const struct al_stack_spec *s, char *err, size_t errl
 
 			if (!(b->features & AL_F_TASK_ONLY))
 				continue;
-			snprintf(err, errlen,
-				 "%s cannot stack over %s: %s refills its caches from irq_work "
-				 "(IRQ level), but %s allocates only at task level, so every "
-				 "refill would fail; use a backend that serves IRQ level below "
-				 "it (e.g. '%s > slab')",
-				 d->name, b->name, d->name, b->name, d->name);
-			return -EINVAL;
+			return shape_fault(e, AL_SPEC_TASK_ONLY, -EINVAL, s, (int)i, (int)j,
+					   "%s cannot stack over %s: %s refills its caches from "
+					   "irq_work (IRQ level), but %s allocates only at task "
+					   "level, so every refill would fail; use a backend that "
+					   "serves IRQ level below it (e.g. '%s > slab')",
+					   d->name, b->name, d->name, b->name, d->name);
 		}
 	}
 	return 0;
@@ -162,99 +187,133 @@ static void enomem_why(const struct al_layer_desc *d, const int64_t *params, cha
 			 d->name, d->params[best].name, have, lim);
 }
 
-int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
-		    char *err, size_t errlen)
+/* Layer i of a spec: its descriptor, its place in the stack (a layer that
+ * needs a backend has one; a bottom layer is last; one that needs pages sits
+ * right over a page allocator), then its parameters. */
+static int check_layer(const struct al_stack_spec *s, unsigned i, struct al_spec_error *e)
 {
-	struct al_allocator *below = NULL, *a;
-	char why[200];
-	int i, ret;
+	const struct al_layer_desc *d = s->layer[i].desc, *b;
+	bool last = i == s->n - 1;
+	char why[200] = "";
+	int ret;
 
-	*out = NULL;
-	if (err && errlen)
-		err[0] = 0;
-	if (!s || s->n < 1 || s->n > AL_MAX_LAYERS) {
-		snprintf(err, errlen, "a stack has 1 to %d layers, not %u", AL_MAX_LAYERS,
-			 s ? s->n : 0);
+	if (!d || d->abi_version != AL_ABI_VERSION)
+		return shape_fault(e, AL_SPEC_NO_DESC, -EINVAL, s, -1, -1,
+				   "layer %u: missing descriptor or ABI mismatch", i);
+	if (last && (d->features & AL_F_BACKEND))
+		return shape_fault(e, AL_SPEC_NO_BACKEND, -EINVAL, s, (int)i, -1,
+				   "%s needs a layer below it (e.g. '%s > %s')", d->name, d->name,
+				   (d->features & AL_F_NEEDS_PAGES) ? "pages" : "buddy");
+	if (!last && !(d->features & AL_F_BACKEND))
+		return shape_fault(e, AL_SPEC_BOTTOM, -EINVAL, s, (int)i, (int)i + 1,
+				   "%s is a bottom layer: nothing can stack below it", d->name);
+	b = last ? NULL : s->layer[i + 1].desc;
+	if (b && (d->features & AL_F_NEEDS_PAGES) && !(b->features & AL_F_PAGES))
+		return shape_fault(e, AL_SPEC_NO_PAGES, -EINVAL, s, (int)i, (int)i + 1,
+				   "%s needs a page allocator right below it (e.g. '%s > pages'), "
+				   "not %s",
+				   d->name, d->name, b->name);
+	ret = al_params_check(d->params, d->nparams, s->layer[i].params, why, sizeof(why));
+	if (!ret && d->check_params)
+		ret = d->check_params(s->layer[i].params, why, sizeof(why));
+	if (ret)
+		return shape_fault(e, AL_SPEC_PARAMS, ret, s, (int)i, -1, "%s: %s", d->name,
+				   why[0] ? why : "invalid parameters");
+	return 0;
+}
+
+int al_stack_check(const struct al_stack_spec *s, struct al_spec_error *e)
+{
+	int ret = 0;
+
+	memset(e, 0, sizeof(*e));
+	e->layer = e->param = e->below = -1;
+	if (!s || s->n < 1 || s->n > AL_MAX_LAYERS)
+		return shape_fault(e, AL_SPEC_TOO_MANY, -EINVAL, s, -1, -1,
+				   "a stack has 1 to %d layers, not %u", AL_MAX_LAYERS,
+				   s ? s->n : 0);
+	for (unsigned i = 0; !ret && i < s->n; i++)
+		ret = check_layer(s, i, e);
+	if (!ret)
+		ret = check_distinct(s, e);
+	if (!ret)
+		ret = check_task_only(s, e);
+	return ret;
+}
+
+/* The whole spec, before anything is built: al_stack_check's refusal as
+ * -EINVAL, whatever a layer's own check returned. */
+static int check_stack(const struct al_stack_spec *s, unsigned ncpu, char *err, size_t errlen)
+{
+	struct al_spec_error e;
+
+	if (al_stack_check(s, &e)) {
+		snprintf(err, errlen, "%s", e.msg);
 		return -EINVAL;
 	}
 	if (ncpu < 1 || ncpu > AL_MAX_CPUS) {
 		snprintf(err, errlen, "ncpu=%u is out of range [1, %d]", ncpu, AL_MAX_CPUS);
 		return -EINVAL;
 	}
-	for (i = 0; i < (int)s->n; i++) {
-		const struct al_layer_desc *d = s->layer[i].desc;
-		bool last = i == (int)s->n - 1;
-
-		if (!d || d->abi_version != AL_ABI_VERSION) {
-			snprintf(err, errlen, "layer %d: missing descriptor or ABI mismatch", i);
-			return -EINVAL;
-		}
-		if (al_params_check(d->params, d->nparams, s->layer[i].params, why, sizeof(why)) ||
-		    (d->check_params && d->check_params(s->layer[i].params, why, sizeof(why)))) {
-			snprintf(err, errlen, "%s: %s", d->name, why);
-			return -EINVAL;
-		}
-		if (!last && !(d->features & AL_F_BACKEND)) {
-			snprintf(err, errlen, "%s is a bottom layer: nothing can stack below it",
-				 d->name);
-			return -EINVAL;
-		}
-		if (last && (d->features & AL_F_BACKEND)) {
-			snprintf(err, errlen, "%s needs a layer below it (e.g. '%s > %s')", d->name,
-				 d->name, (d->features & AL_F_NEEDS_PAGES) ? "pages" : "buddy");
-			return -EINVAL;
-		}
-		if (!last && (d->features & AL_F_NEEDS_PAGES) && s->layer[i + 1].desc &&
-		    !(s->layer[i + 1].desc->features & AL_F_PAGES)) {
-			snprintf(err, errlen,
-				 "%s needs a page allocator right below it (e.g. '%s > pages'), "
-				 "not %s",
-				 d->name, d->name, s->layer[i + 1].desc->name);
-			return -EINVAL;
-		}
-	}
-	ret = check_distinct(s, err, errlen);
-	if (!ret)
-		ret = check_task_only(s, err, errlen);
-	if (ret)
-		return ret;
-	for (i = (int)s->n - 1; i >= 0; i--) {
-		const struct al_layer_desc *d = s->layer[i].desc;
-
-		a = NULL;
-		ret = d->create(d, s->layer[i].params, below, ncpu, &a);
-		if (ret == -ENOMEM)
-			enomem_why(d, s->layer[i].params, err, errlen);
-		else if (ret || !a)
-			snprintf(err, errlen, "%s: create failed: %s", d->name,
-				 al_strerror(ret ? ret : -EINVAL));
-		if (ret || !a) {
-			al_stack_destroy(below);
-			return ret ? ret : -EINVAL;
-		}
-		if (!a->ops || a->ops->abi_version != AL_ABI_VERSION ||
-		    a->ops->ops_size != sizeof(struct al_ops) || !a->ops->alloc || !a->ops->free ||
-		    !a->ops->destroy || !a->ops->stats) {
-			snprintf(err, errlen, "%s: ops table ABI mismatch or missing entries",
-				 d->name);
-			if (a->ops && a->ops->destroy)
-				a->ops->destroy(a);
-			al_stack_destroy(below);
-			return -EINVAL;
-		}
-		a->desc = d;
-		a->below = below;
-		a->ncpu = ncpu;
-		if ((s->check >> i & 1) && (ret = al_guard_wrap(a))) {
-			snprintf(err, errlen, "%s: no memory for its pointer checks", d->name);
-			a->ops->destroy(a);
-			al_stack_destroy(below);
-			return ret;
-		}
-		below = a;
-	}
-	*out = below;
 	return 0;
+}
+
+/* Create layer i over `below` (which it owns from then on, also when it
+ * fails: the layers below are destroyed with it). */
+static int create_layer(const struct al_stack_spec *s, unsigned i, unsigned ncpu,
+			struct al_allocator *below, struct al_allocator **out, char *err,
+			size_t errlen)
+{
+	const struct al_layer_desc *d = s->layer[i].desc;
+	struct al_allocator *a = NULL;
+	int ret = d->create(d, s->layer[i].params, below, ncpu, &a);
+
+	if (ret == -ENOMEM)
+		enomem_why(d, s->layer[i].params, err, errlen);
+	else if (ret || !a)
+		snprintf(err, errlen, "%s: create failed: %s", d->name,
+			 al_strerror(ret ? ret : -EINVAL));
+	if (ret || !a) {
+		al_stack_destroy(below);
+		return ret ? ret : -EINVAL;
+	}
+	if (!a->ops || a->ops->abi_version != AL_ABI_VERSION ||
+	    a->ops->ops_size != sizeof(struct al_ops) || !a->ops->alloc || !a->ops->free ||
+	    !a->ops->destroy || !a->ops->stats) {
+		snprintf(err, errlen, "%s: ops table ABI mismatch or missing entries", d->name);
+		if (a->ops && a->ops->destroy)
+			a->ops->destroy(a);
+		al_stack_destroy(below);
+		return -EINVAL;
+	}
+	a->desc = d;
+	a->below = below;
+	a->ncpu = ncpu;
+	if ((s->check >> i & 1) && (ret = al_guard_wrap(a))) {
+		snprintf(err, errlen, "%s: no memory for its pointer checks", d->name);
+		a->ops->destroy(a);
+		al_stack_destroy(below);
+		return ret;
+	}
+	*out = a;
+	return 0;
+}
+
+int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
+		    char *err, size_t errlen)
+{
+	struct al_allocator *below = NULL;
+	int ret;
+
+	*out = NULL;
+	if (err && errlen)
+		err[0] = 0;
+	ret = check_stack(s, ncpu, err, errlen);
+	for (unsigned i = s ? s->n : 0; !ret && i-- > 0;)
+		ret = create_layer(s, i, ncpu, below, &below, err, errlen);
+	if (!ret)
+		*out = below;
+	return ret;
 }
 
 void al_stack_destroy(struct al_allocator *top)

@@ -160,6 +160,31 @@ struct al_stack_spec {
     ...;
 };
 
+/* ---- spec.h ---- */
+enum al_spec_fault { AL_SPEC_OK, AL_SPEC_SYNTAX, AL_SPEC_LAYER, AL_SPEC_PARAM, AL_SPEC_VALUE,
+                     AL_SPEC_RANGE, AL_SPEC_TOO_MANY, AL_SPEC_NO_DESC, AL_SPEC_NO_BACKEND,
+                     AL_SPEC_BOTTOM, AL_SPEC_NO_PAGES, AL_SPEC_PARAMS, AL_SPEC_DISTINCT,
+                     AL_SPEC_TASK_ONLY, ... };
+struct al_spec_error {
+    int fault;
+    int offset;
+    int layer;
+    int param;
+    int tok;
+    int toklen;
+    unsigned nlayers;
+    const struct al_layer_desc *desc;
+    int below;
+    int code;
+    char msg[...];
+    ...;
+};
+int al_spec_parse_report(const char *text, struct al_stack_spec *out, struct al_spec_error *e);
+int al_stack_check(const struct al_stack_spec *s, struct al_spec_error *e);
+enum al_run_fault { AL_RUN_OK, AL_RUN_NO_WORKLOAD, AL_RUN_PRODUCERS, AL_RUN_ONE_PRODUCER,
+                    AL_RUN_MODE, AL_RUN_PINNED, AL_RUN_HISTOGRAM, AL_RUN_NO_END,
+                    AL_RUN_DISTINCT, AL_RUN_WPARAMS, AL_RUN_SIZE, ... };
+
 int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
                     char *err, size_t errlen);
 void al_stack_destroy(struct al_allocator *top);
@@ -279,6 +304,7 @@ int al_run(const struct al_run_config *cfg, struct al_run_result *res);
 struct al_run;
 enum al_run_phase { AL_RUN_SETUP, AL_RUN_WARMUP, AL_RUN_MEASURED, AL_RUN_FINISH, AL_RUN_DONE,
                     ... };
+int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t errlen);
 int al_run_start(const struct al_run_config *cfg, struct al_run_result *res,
                  struct al_run **out);
 int al_run_wait(struct al_run *r, uint64_t timeout_ns);

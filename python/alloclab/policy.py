@@ -12,6 +12,13 @@ a bottom layer is last).
 from their default, values in their canonical text ("4K", "250ms", "true").
 ``Policy(str(p)) == p`` always holds.
 
+Parsing is the C library's (al_spec_parse_report, csrc/core/spec.c: the one
+grammar, shared with the preload shim): it reports a refusal as facts (fault
+kind, layer, parameter, offending text) and this module words the exception
+(PolicySyntaxError, UnknownNameError with the valid names, ParameterTypeError
+or ParameterRangeError as the schema words a value). Parsing costs one C
+call; the shape checks below read the registry's schemas.
+
 ``policy.name`` is what the user called it: the preset name when the policy
 was made from one (``Policy("libarena-spill").name == "libarena-spill"``),
 else the canonical spec. Results, tables and plots label policies by name;
@@ -19,7 +26,6 @@ the expanded spec stays beside it (``Point.info["policy_spec"]``).
 """
 
 import functools
-import re
 
 from . import errors, schema
 from ._ffi import cstr, ffi, lib
@@ -52,61 +58,87 @@ presets = {
     "bpf-ma": "bpf_ma(mode=fixed) > slab",
 }
 
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
-_PARAM_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(\S(?:.*\S)?)\s*$", re.S)
-
-
-def _split_top(spec):
-    """Split on '>' outside parentheses; returns [(text, offset)]."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(spec):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                raise errors.PolicySyntaxError(
-                    "unbalanced ')' at offset %d in policy %r" % (i, spec))
-        elif ch == ">" and depth == 0:
-            parts.append((spec[start:i], start))
-            start = i + 1
-    if depth:
-        raise errors.PolicySyntaxError("missing ')' in policy %r" % spec)
-    parts.append((spec[start:], start))
-    return parts
-
-
-def _parse_layer_text(text, spec):
-    """'name(k=v, ...)' -> (name, [(k, v_text)])."""
-    s = text.strip()
-    if not s:
+def _parse(text, spec):
+    """The C parser's reading of ``text`` (al_spec_parse_report): a tuple of
+    (layer name, raw int64 params) top first. A refusal becomes the exception
+    that names the fault, worded here from the facts the parser reports."""
+    if "\0" in text:
         raise errors.PolicySyntaxError(
-            "empty layer in policy %r (layers are separated by '>')" % spec)
-    m = _NAME_RE.match(s)
-    if not m:
-        raise errors.PolicySyntaxError("bad layer name %r in policy %r" % (s, spec))
-    name, rest = m.group(0), s[m.end():].strip()
-    items = []
-    if rest:
-        if not (rest.startswith("(") and rest.endswith(")")):
-            raise errors.PolicySyntaxError(
-                "expected '(k=v, ...)' after layer %r in policy %r, got %r" % (name, spec, rest))
-        body = rest[1:-1]
-        if "(" in body or ")" in body:
-            raise errors.PolicySyntaxError(
-                "nested parentheses in layer %r of policy %r" % (name, spec))
-        if body.strip():
-            for item in body.split(","):
-                if not item.strip():
-                    raise errors.PolicySyntaxError(
-                        "empty parameter in layer %r of policy %r" % (name, spec))
-                pm = _PARAM_RE.match(item)
-                if not pm:
-                    raise errors.PolicySyntaxError(
-                        "expected 'name=value', got %r in layer %r of policy %r"
-                        % (item.strip(), name, spec))
-                items.append((pm.group(1).replace("-", "_"), pm.group(2)))
-    return name, items
+            "NUL character at offset %d in policy %r" % (text.index("\0"), spec))
+    data = text.encode("utf-8", "surrogatepass")
+    out = ffi.new("struct al_stack_spec *")
+    err = ffi.new("struct al_spec_error *")
+    if lib.al_spec_parse_report(data, out, err):
+        raise _refusal(err, data, spec)
+    layers = []
+    for i in range(out.n):
+        d = out.layer[i].desc
+        layers.append((cstr(d.name), tuple(out.layer[i].params[j] for j in range(d.nparams))))
+    return tuple(layers)
+
+
+def _refusal(err, data, spec):
+    """The exception for a spec the C parser refused: each fault as the
+    schema words it, naming the bad text and the valid choices."""
+    token = data[err.tok:err.tok + err.toklen].decode("utf-8", "surrogatepass")
+    fault, why = err.fault, cstr(err.msg)
+    if fault == lib.AL_SPEC_LAYER:
+        return errors.UnknownNameError.make(
+            "layer", token, schema.layers(), context="policy %r" % spec,
+            extra="presets: %s" % ", ".join(presets))
+    if fault == lib.AL_SPEC_TOO_MANY:
+        return errors.InvalidArgument(
+            "policy %r has %d layers; at most %d" % (spec, err.nlayers, lib.AL_MAX_LAYERS))
+    if fault not in (lib.AL_SPEC_PARAM, lib.AL_SPEC_VALUE, lib.AL_SPEC_RANGE):
+        return errors.PolicySyntaxError("%s in policy %r" % (why, spec))
+    sch = schema.layer(cstr(err.desc.name))
+    try:
+        if fault == lib.AL_SPEC_PARAM:
+            sch.param(token.replace("-", "_"))
+        else:
+            sch.params[err.param].parse_text(token)
+    except errors.AlloclabError as e:
+        return e
+    # The schema's wording accepts what the parser refused: report the parser's.
+    cls = errors.ParameterRangeError if fault == lib.AL_SPEC_RANGE else errors.ParameterTypeError
+    return cls("%s in policy %r" % (why, spec))
+
+
+def _shape_refusal(err, names, spec):
+    """The exception for a stack al_stack_check refused: the layer at fault,
+    the one below it where that matters, and a stack that would do."""
+    fault, name = err.fault, names[err.layer] if err.layer >= 0 else None
+    below = names[err.below] if err.below >= 0 else None
+    if fault == lib.AL_SPEC_NO_BACKEND:
+        return errors.InvalidArgument(
+            "layer %r in policy %r needs a layer below it (a backend such as %s)"
+            % (name, spec, ", ".join(_bottom_layers()) or "buddy"))
+    if fault == lib.AL_SPEC_BOTTOM:
+        return errors.InvalidArgument(
+            "layer %r in policy %r is a bottom layer and must be last; found %r below it"
+            % (name, spec, below))
+    if fault == lib.AL_SPEC_NO_PAGES:
+        return errors.InvalidArgument(
+            "layer %r in policy %r needs a page allocator right below it (e.g. "
+            "'%s > pages'), not %r" % (name, spec, name, below))
+    if fault == lib.AL_SPEC_DISTINCT:
+        return errors.UnsupportedCombination(
+            "layer %r in policy %r cannot stack over %r: %s caches the objects freed to it "
+            "and needs distinct objects, but %s hands out one block per CPU; use a real "
+            "backend below it (e.g. '%s > buddy')" % (name, spec, below, name, below, name),
+            layer=below)
+    if fault == lib.AL_SPEC_TASK_ONLY:
+        return errors.UnsupportedCombination(
+            "layer %r in policy %r cannot stack over %r: %s refills its caches from irq_work "
+            "(IRQ level), but %s allocates only at task level, so every refill would fail; "
+            "use a backend that serves IRQ level below it (e.g. '%s > slab')"
+            % (name, spec, below, name, below, name), layer=below)
+    why = cstr(err.msg)
+    if fault == lib.AL_SPEC_PARAMS:  # the engine's words: "<layer>: <why>"
+        why = why[len(name) + 2:] if why.startswith(name + ": ") else why
+        return errors.InvalidArgument("layer %s in policy %r: %s" % (name, spec, why),
+                                      code=err.code)
+    return errors.InvalidArgument("policy %r: %s" % (spec, why))
 
 
 class Policy:
@@ -125,27 +157,7 @@ class Policy:
             raise errors.ParameterTypeError(
                 "a policy is a spec string, a preset name or a Policy, not %r" % (spec,))
         preset = spec.strip() if spec.strip() in presets else None
-        text = presets.get(spec.strip(), spec)
-        layers = []
-        for part, _ in _split_top(text):
-            name, items = _parse_layer_text(part, spec)
-            try:
-                sch = schema.layer(name)
-            except errors.UnknownNameError as e:
-                raise errors.UnknownNameError.make(
-                    "layer", name, e.valid, context="policy %r" % spec,
-                    extra="presets: %s" % ", ".join(presets)) from None
-            raw = sch.defaults()
-            seen = set()
-            for k, v in items:
-                if k in seen:
-                    raise errors.PolicySyntaxError(
-                        "parameter %r given twice in layer %r of policy %r" % (k, name, spec))
-                seen.add(k)
-                p = sch.param(k)
-                raw[sch.params.index(p)] = p.parse_text(v)
-            layers.append((sch.name, tuple(raw)))
-        self._layers = tuple(layers)
+        self._layers = _parse(presets.get(spec.strip(), spec), spec)
         self._validate(spec)
         self._str = self._canonical()
         self._name = preset or self._str
@@ -164,57 +176,12 @@ class Policy:
         return cls(" > ".join(parts))
 
     def _validate(self, spec):
-        n = len(self._layers)
-        if n > lib.AL_MAX_LAYERS:
-            raise errors.InvalidArgument(
-                "policy %r has %d layers; at most %d" % (spec, n, lib.AL_MAX_LAYERS))
-        for i, (name, raw) in enumerate(self._layers):
-            sch = schema.layer(name)
-            last = i == n - 1
-            if sch.needs_backend and last:
-                raise errors.InvalidArgument(
-                    "layer %r in policy %r needs a layer below it (a backend such as %s)"
-                    % (name, spec, ", ".join(_bottom_layers()) or "buddy"))
-            if not sch.needs_backend and not last:
-                raise errors.InvalidArgument(
-                    "layer %r in policy %r is a bottom layer and must be last; found %r below it"
-                    % (name, spec, self._layers[i + 1][0]))
-            if sch.has("needs_pages") and not last and \
-                    not schema.layer(self._layers[i + 1][0]).has("pages"):
-                raise errors.InvalidArgument(
-                    "layer %r in policy %r needs a page allocator right below it (e.g. "
-                    "'%s > pages'), not %r" % (name, spec, name, self._layers[i + 1][0]))
-            self._check_params(sch, raw, spec)
-        self._check_distinct(spec)
-
-    def _check_distinct(self, spec):
-        """A cache that keeps the objects freed to it (needs_distinct) over a
-        layer that hands out one block per CPU (shared_blocks) would link one
-        block to itself and hand it to two owners; a layer that calls the
-        layers below from irq_work (below_in_irq, bpf_ma) over one that
-        allocates only at task level (task_only, vmalloc) would fail every
-        refill: both refused, as al_stack_create refuses them."""
-        for i, (name, _) in enumerate(self._layers):
-            if not schema.layer(name).has("needs_distinct"):
-                continue
-            for below, _ in self._layers[i + 1:]:
-                if schema.layer(below).has("shared_blocks"):
-                    raise errors.UnsupportedCombination(
-                        "layer %r in policy %r cannot stack over %r: %s caches the objects "
-                        "freed to it and needs distinct objects, but %s hands out one block "
-                        "per CPU; use a real backend below it (e.g. '%s > buddy')"
-                        % (name, spec, below, name, below, name), layer=below)
-        for i, (name, _) in enumerate(self._layers):
-            if not schema.layer(name).has("below_in_irq"):
-                continue
-            for below, _ in self._layers[i + 1:]:
-                if schema.layer(below).has("task_only"):
-                    raise errors.UnsupportedCombination(
-                        "layer %r in policy %r cannot stack over %r: %s refills its caches "
-                        "from irq_work (IRQ level), but %s allocates only at task level, so "
-                        "every refill would fail; use a backend that serves IRQ level below "
-                        "it (e.g. '%s > slab')" % (name, spec, below, name, below, name),
-                        layer=below)
+        """The stack's shape, as the C library checks it before it builds a
+        stack (al_stack_check: each layer's place and parameters, then the
+        pairs that cannot stack); a refusal is worded by _shape_refusal."""
+        err = ffi.new("struct al_spec_error *")
+        if lib.al_stack_check(self.stack_spec(), err):
+            raise _shape_refusal(err, [name for name, _ in self._layers], spec)
 
     @property
     def distinct_objects(self):
@@ -235,21 +202,7 @@ class Policy:
         (IncompatiblePolicyError, as run() does): e.g. one that needs distinct
         objects on a policy with a shared_blocks layer. ``workload`` is a
         name or a WorkloadSchema."""
-        from .run import check_compatible
         check_compatible(workload, self)
-
-    @staticmethod
-    def _check_params(sch, raw, spec):
-        d = sch.desc
-        if d is None or d.check_params == ffi.NULL:
-            return
-        arr = ffi.new("int64_t[]", list(raw) or [0])
-        err = ffi.new("char[256]")
-        rc = d.check_params(arr, err, 256)
-        if rc:
-            raise errors.InvalidArgument(
-                "layer %s in policy %r: %s" % (sch.name, spec, cstr(err) or "invalid parameters"),
-                code=rc)
 
     def _canonical(self):
         return " > ".join(_format_layer(schema.layer(name), raw) for name, raw in self._layers)
@@ -399,6 +352,43 @@ def _format_layer(sch, raw):
 
 def _bottom_layers():
     return [n for n, s in schema.layers().items() if not s.needs_backend]
+
+
+def check_compatible(workload, policy):
+    """Raise IncompatiblePolicyError when ``workload`` cannot run on
+    ``policy`` whatever its parameters: what the workload's descriptor
+    declares it needs of a policy (its flags), checked on the policy's
+    layers and features before anything is built. plan() calls it for every
+    policy of a sweep, so a sweep refuses a bad cell before its first run."""
+    wl = workload if isinstance(workload, schema.WorkloadSchema) else schema.workload(workload)
+    pol = policy if isinstance(policy, Policy) else Policy(policy)
+    why = _incompatible(wl, pol)
+    if why is None:
+        return
+    valid = [name for name, spec in presets.items() if _incompatible(wl, Policy(spec)) is None]
+    label = repr(pol.name) if pol.name == str(pol) else "%r (%s)" % (pol.name, str(pol))
+    raise errors.IncompatiblePolicyError(
+        "workload %s cannot run on policy %s: %s; presets it runs on: %s"
+        % (wl.name, label, why, ", ".join(valid) or "(none)"),
+        workload=wl.name, policy=str(pol), valid=valid)
+
+
+def _incompatible(wl, pol):
+    """Why ``wl`` cannot run on ``pol`` (one reason), or None."""
+    if wl.flags_mask & lib.AL_WL_NMI and pol.nmi_unsafe is not None:
+        return ("it calls the policy at NMI (a signal handler), and layer %s is not "
+                "NMI-safe: the handler could spin on a lock the code it interrupted "
+                "holds" % pol.nmi_unsafe)
+    if wl.flags_mask & lib.AL_WL_VMALLOC and pol.names[0] != "vmalloc":
+        return ("it drives vmalloc's own API and needs a vmalloc layer at the top of the "
+                "policy (e.g. 'vmalloc > pages'), not %s" % pol.names[0])
+    if wl.needs_distinct and pol.shared_layer is not None:
+        return ("it needs distinct objects (it links objects through their memory, checks "
+                "their contents or keeps them live while other workers write theirs), but "
+                "layer %r hands out one block per CPU; run it on a real allocator (e.g. "
+                "'buddy', 'slab' or 'libc'); %s serves only workloads that never keep "
+                "objects (e.g. malloc-free)" % (pol.shared_layer, pol.shared_layer))
+    return None
 
 
 def policies():

@@ -7,7 +7,20 @@ allocator stack, wholly in C (cffi releases the GIL; Python does nothing per
 operation).
 
 Everything is validated before anything runs, so a typo in the last value of
-a long sweep fails in milliseconds, not after an hour.
+a long sweep fails in milliseconds, not after an hour. plan() does it in
+phases: the options every cell shares, the policies (parsed by the C
+library; a peer must be installed, the workload able to run on each), the
+other axes (producers, cpu, timing, workload parameters by name), then the
+tasks, one plain dict per grid point. Python checks what only it knows
+(Python types and names, installed peers, plugin sources, this machine's
+timer signal rate); the engine decides the rest: each cell's configuration
+goes through al_run_check, the check al_run itself makes, and only the
+wording of its refusal is here. Cost: one C call per cell, microseconds.
+
+Runs are interleaved (run i of every cell before run i+1 of any; a cell's
+policies back to back in ABBA order) so that machine drift does not favour
+one side of a comparison. Imports: run depends on policy, result, executors;
+nothing it imports depends on it (sweep builds on run, not the reverse).
 """
 
 import errno
@@ -19,10 +32,13 @@ import sys
 import threading
 import time
 
-from . import errors, machine, peers, schema
+from . import errors, machine, peers, plugin, schema
+from .executors import _check_executor
 from ._ffi import cstr, error, ffi, lib
-from .policy import Policy
-from .result import Result, collect_metadata
+from .policy import Policy, check_compatible
+from .hist import Histogram
+from .result import Result, _run_metrics, collect_metadata
+from .stats import describe
 
 CPU_MODES = {"auto": lib.AL_CPU_AUTO, "pinned": lib.AL_CPU_PINNED,
              "virtual": lib.AL_CPU_VIRTUAL}
@@ -131,6 +147,21 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     figures are not those of the loop asked for; verdicts leave it out).
     With cycles and no duration, the cycles alone end the phase.
     """
+    wl, opts = _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram,
+                        mem_sample, watchdog, effort, processes, timing)
+    policies = _policies(wl, policy)
+    isolate, check, plugins = _isolation(policies, processes, isolate, check)
+    axes = _axes(wl, producers, cpu, opts["timing"], params)
+    tasks = _tasks(wl, policies, axes, opts, isolate, check, plugins)
+    by_name = {pol.name: pol for pol in policies}
+    for task in tasks:  # the engine's own checks, before anything runs
+        _check_cell(wl, task, by_name[task["policy"]])
+    return _settings(wl, policies, axes, opts, isolate, check), tasks
+
+
+def _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram, mem_sample,
+             watchdog, effort, processes, timing):
+    """The options every cell shares, validated: (workload schema, {name: value})."""
     duration_given = duration is not None
     runs, duration, warmup_cycles = effort_defaults(effort, runs, duration, warmup_cycles)
     if not isinstance(processes, bool):
@@ -145,6 +176,17 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     warmup_cycles = _int_in("warmup_cycles", warmup_cycles, 0, _U64_MAX)
     if cycles is not None:
         cycles = _int_in("cycles", cycles, 1, _U64_MAX)
+    duration, duration_ns = _duration(duration, cycles is not None and not duration_given)
+    return wl, {"effort": effort, "processes": processes, "runs": runs,
+                "warmup_cycles": warmup_cycles, "cycles": cycles, "duration": duration,
+                "duration_ns": duration_ns, "seed": _int_in("seed", seed, 0, _U64_MAX),
+                "histogram": histogram, "mem_sample_ns": mem_sample_ns,
+                "watchdog_ns": watchdog_ns, "timing": timing}
+
+
+def _duration(duration, cycles_end_it):
+    """(duration in seconds or None, in ns or 0): None when the cycles alone
+    end the phase (cycles given, duration not)."""
     if isinstance(duration, bool) or not isinstance(duration, numbers.Real):
         raise errors.ParameterTypeError("duration must be a number of seconds, not %r"
                                         % (duration,), name="duration", value=duration)
@@ -154,41 +196,30 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
             "duration=%r is out of range: it must be a positive number of seconds, at most "
             "%g" % (duration, MAX_SECONDS), name="duration", value=duration, min=0,
             max=MAX_SECONDS)
-    duration_ns = max(1, int(round(duration * 1e9)))
-    if cycles is not None and not duration_given:
-        duration, duration_ns = None, 0  # the cycles alone end the phase
-    seed = _int_in("seed", seed, 0, _U64_MAX)
+    if cycles_end_it:
+        return None, 0
+    return duration, max(1, int(round(duration * 1e9)))
 
+
+def _policies(wl, policy):
+    """The policies of a request, deduplicated, each available (its peer
+    installed: PeerUnavailable with the apt-get line) and able to serve the
+    workload."""
     policies = _dedupe([Policy(p) for p in _as_list(policy, "policy")])
     for pol in policies:
-        peers.needed(pol)  # PeerUnavailable (with the apt-get line) before anything runs
+        peers.needed(pol)
         check_compatible(wl, pol)
-    isolate, check, plugins = _isolation(policies, processes, isolate, check)
-    prod = _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
-                    for p in _as_list(producers, "producers")])
-    if wl.one_producer:
-        for p in prod:
-            if p != 1:
-                raise errors.ParameterRangeError(
-                    "workload %s runs exactly one producer (as the benchmark it models), "
-                    "not producers=%d" % (wl.name, p), name="producers", value=p, min=1, max=1)
-    cpus = _dedupe([_choice("cpu mode", c, CPU_MODES) for c in _as_list(cpu, "cpu")])
-    timings = _dedupe([_choice("timing", t, TIMINGS) for t in _as_list(timing, "timing")])
-    if histogram and "batch" in timings:
-        raise errors.InvalidArgument(
-            "histogram=True times every operation with its own clock pair, which is "
-            "timing=\"per_op_sum\", not \"batch\": leave timing out or pass "
-            "timing=\"per_op_sum\"")
-    usable = lib.al_cpus_usable()
-    if "pinned" in cpus:
-        for p in prod:
-            if p > usable:
-                raise errors.ParameterRangeError(
-                    "cpu=pinned needs producers <= usable CPUs (%d), not producers=%d; "
-                    "use cpu=\"virtual\" or \"auto\"" % (usable, p),
-                    name="producers", value=p, min=1, max=usable)
+    return policies
 
-    # Workload parameters: by name (underscores or dashes), each maybe a list.
+
+def _axes(wl, producers, cpu, timing, params):
+    """Every axis of the grid but the policy, validated: producers, cpu,
+    timing and each workload parameter (by name, dashes or underscores)."""
+    axes = {"producers": _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
+                                  for p in _as_list(producers, "producers")]),
+            "cpu": _dedupe([_choice("cpu mode", c, CPU_MODES) for c in _as_list(cpu, "cpu")]),
+            "timing": _dedupe([_choice("timing", t, TIMINGS)
+                               for t in _as_list(timing, "timing")])}
     given = {}
     for k, v in params.items():
         name = k.replace("-", "_")
@@ -196,89 +227,109 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         if name in given:
             raise errors.InvalidArgument("parameter %s given twice" % name)
         given[name] = _dedupe([p.parse(x) for x in _as_list(v, name)])
-    wvalues = [given.get(p.name, [p.default]) for p in wl.params]
-    for wraw in itertools.product(*wvalues):  # cross-parameter checks of every cell
-        for nprod in prod:
-            _check_workload_params(wl, wraw, nprod)
     if wl.name == "nmi":
         _check_nmi_rates(given.get("rate", ()))
+    axes["wparams"] = [given.get(p.name, [p.default]) for p in wl.params]
+    return axes
 
-    # Size against each policy's largest request.
-    if wl.size_param is not None:
-        idx = [p.name for p in wl.params].index(wl.size_param)
-        sp = wl.params[idx]
-        for size in wvalues[idx]:
-            if size < 1:
-                raise errors.ParameterRangeError(
-                    "%s=%s is not a valid request: sizes start at 1" % (sp.name, sp.format(size)),
-                    name=sp.name, value=size, min=1, max=None)
-            for pol in policies:
-                mx = pol.max_size
-                if mx and size > mx:
-                    raise errors.ParameterRangeError(
-                        "%s=%s (%d bytes) is above the largest request policy %r accepts "
-                        "(max %s = %d bytes)" % (sp.name, sp.format(size), size, str(pol),
-                                                 schema.format_size(mx), mx),
-                        name=sp.name, value=size, min=1, max=mx)
 
-    settings = {
-        "workload": wl.name,
-        "effort": effort,
-        "processes": processes,
-        "isolate": isolate,
-        "check": check,
-        "runs": runs,
-        "warmup_cycles": warmup_cycles,
-        "cycles": cycles,
-        "duration": duration,
-        "seed": seed,
-        "histogram": histogram,
-        "mem_sample": mem_sample_ns / 1e9,
-        "sweep": {
-            "policy": [p.name for p in policies],
-            **{p.name: [p.value(v) for v in vals] for p, vals in zip(wl.params, wvalues)},
-            "producers": prod,
-            "timing": timings,
-            "cpu": cpus,
-        },
-    }
+def _tasks(wl, policies, axes, opts, isolate, check, plugins):
+    """One plain, picklable dict per grid point, policy-major, in grid order."""
     tasks = []
-    for pol, *rest in itertools.product(policies, *wvalues, prod, timings, cpus):
+    for pol, *rest in itertools.product(policies, *axes["wparams"], axes["producers"],
+                                        axes["timing"], axes["cpu"]):
         wraw, (nprod, tim, cpu_mode) = rest[:len(wl.params)], rest[len(wl.params):]
         point = {"workload": wl.name, "policy": pol.name}
         point.update({p.name: p.value(v) for p, v in zip(wl.params, wraw)})
         point.update({"producers": nprod, "timing": tim, "cpu": cpu_mode})
         tasks.append({
-            "point": point,
-            "workload": wl.name,
-            "policy": pol.name,
-            "wparams": list(wraw),
-            "producers": nprod,
-            "cpu": cpu_mode,
-            "timing": tim,
-            "warmup_cycles": warmup_cycles,
-            "cycles": cycles or 0,
-            "duration_ns": duration_ns,
-            "seed": seed,
-            "runs": runs,
-            "histogram": histogram,
-            "mem_sample_ns": mem_sample_ns,
-            "watchdog_ns": watchdog_ns,
-            "processes": processes,
+            "point": point, "workload": wl.name, "policy": pol.name, "wparams": list(wraw),
+            "producers": nprod, "cpu": cpu_mode, "timing": tim,
+            "warmup_cycles": opts["warmup_cycles"], "cycles": opts["cycles"] or 0,
+            "duration_ns": opts["duration_ns"], "seed": opts["seed"], "runs": opts["runs"],
+            "histogram": opts["histogram"], "mem_sample_ns": opts["mem_sample_ns"],
+            "watchdog_ns": opts["watchdog_ns"], "processes": opts["processes"],
             "isolate": isolate,
             # layers whose objects the engine checks (bit i: layer i, top first)
             "check_mask": sum(1 << i for i, n in enumerate(pol.names)
                               if check and n in plugins[pol.name]),
             "plugins": [src for n, src in plugins[pol.name].items()],
         })
-    return settings, tasks
+    return tasks
+
+
+def _settings(wl, policies, axes, opts, isolate, check):
+    """What a Result records of the request (metadata["run"])."""
+    out = {"workload": wl.name}
+    out.update({k: opts[k] for k in ("effort", "processes")})
+    out.update(isolate=isolate, check=check)
+    out.update({k: opts[k] for k in ("runs", "warmup_cycles", "cycles", "duration", "seed",
+                                     "histogram")})
+    out["mem_sample"] = opts["mem_sample_ns"] / 1e9
+    out["sweep"] = {
+        "policy": [p.name for p in policies],
+        **{p.name: [p.value(v) for v in vals] for p, vals in zip(wl.params, axes["wparams"])},
+        "producers": axes["producers"],
+        "timing": axes["timing"],
+        "cpu": axes["cpu"],
+    }
+    return out
+
+
+def _check_cell(wl, task, pol):
+    """The engine decides whether it would run a cell (al_run_check, what
+    al_run checks before it builds anything); this words its refusal."""
+    fault = ffi.new("int *")
+    err = ffi.new("char[]", 256)
+    if lib.al_run_check(_config(task, pol=pol), fault, err, 256):
+        raise _cell_refusal(wl, task, pol, fault[0], cstr(err))
+
+
+def _cell_refusal(wl, task, pol, fault, why):
+    """The exception for a cell al_run_check refused with ``fault``."""
+    nprod = task["producers"]
+    if fault == lib.AL_RUN_ONE_PRODUCER:
+        return errors.ParameterRangeError(
+            "workload %s runs exactly one producer (as the benchmark it models), "
+            "not producers=%d" % (wl.name, nprod), name="producers", value=nprod, min=1, max=1)
+    if fault == lib.AL_RUN_PINNED:
+        usable = lib.al_cpus_usable()
+        return errors.ParameterRangeError(
+            "cpu=pinned needs producers <= usable CPUs (%d), not producers=%d; "
+            "use cpu=\"virtual\" or \"auto\"" % (usable, nprod),
+            name="producers", value=nprod, min=1, max=usable)
+    if fault == lib.AL_RUN_HISTOGRAM:
+        return errors.InvalidArgument(
+            "histogram=True times every operation with its own clock pair, which is "
+            "timing=\"per_op_sum\", not \"batch\": leave timing out or pass "
+            "timing=\"per_op_sum\"")
+    if fault == lib.AL_RUN_SIZE:
+        return _size_refusal(wl, task, pol)
+    if fault == lib.AL_RUN_WPARAMS:  # the engine's words: "<workload>: <why>"
+        return errors.InvalidArgument("workload %s" % why)
+    return errors.InvalidArgument("workload %s: %s" % (wl.name, why))
+
+
+def _size_refusal(wl, task, pol):
+    """A request size below 1 or above the largest the policy accepts."""
+    idx = [p.name for p in wl.params].index(wl.size_param)
+    sp, size = wl.params[idx], task["wparams"][idx]
+    if size < 1:
+        return errors.ParameterRangeError(
+            "%s=%s is not a valid request: sizes start at 1" % (sp.name, sp.format(size)),
+            name=sp.name, value=size, min=1, max=None)
+    mx = pol.max_size
+    return errors.ParameterRangeError(
+        "%s=%s (%d bytes) is above the largest request policy %r accepts "
+        "(max %s = %d bytes)" % (sp.name, sp.format(size), size, str(pol),
+                                 schema.format_size(mx), mx),
+        name=sp.name, value=size, min=1, max=mx)
 
 
 def _isolation(policies, processes, isolate, check):
     """Validate isolate and check; returns (isolate, check, {policy name:
     {plugin layer: what a child loads}}). A child process must be able to
     load every plugin layer it runs by path."""
-    from . import plugin
 
     for name, v in (("isolate", isolate), ("check", check)):
         if v is not None and not isinstance(v, bool):
@@ -296,61 +347,6 @@ def _isolation(policies, processes, isolate, check):
         out[pol.name] = {n: (plugin.source(n, why) if in_child else {"name": n})
                          for n in layers[pol.name]}
     return isolate, check, out
-
-
-def check_compatible(workload, policy):
-    """Raise IncompatiblePolicyError when ``workload`` cannot run on
-    ``policy`` whatever its parameters: what the workload's descriptor
-    declares it needs of a policy (its flags), checked on the policy's
-    layers and features before anything is built. plan() calls it for every
-    policy of a sweep, so a sweep refuses a bad cell before its first run."""
-    wl = workload if isinstance(workload, schema.WorkloadSchema) else schema.workload(workload)
-    pol = policy if isinstance(policy, Policy) else Policy(policy)
-    why = _incompatible(wl, pol)
-    if why is None:
-        return
-    valid = [name for name, spec in _presets().items() if _incompatible(wl, Policy(spec)) is None]
-    label = repr(pol.name) if pol.name == str(pol) else "%r (%s)" % (pol.name, str(pol))
-    raise errors.IncompatiblePolicyError(
-        "workload %s cannot run on policy %s: %s; presets it runs on: %s"
-        % (wl.name, label, why, ", ".join(valid) or "(none)"),
-        workload=wl.name, policy=str(pol), valid=valid)
-
-
-def _presets():
-    from .policy import presets
-    return presets
-
-
-def _incompatible(wl, pol):
-    """Why ``wl`` cannot run on ``pol`` (one reason), or None."""
-    if wl.flags_mask & lib.AL_WL_NMI and pol.nmi_unsafe is not None:
-        return ("it calls the policy at NMI (a signal handler), and layer %s is not "
-                "NMI-safe: the handler could spin on a lock the code it interrupted "
-                "holds" % pol.nmi_unsafe)
-    if wl.flags_mask & lib.AL_WL_VMALLOC and pol.names[0] != "vmalloc":
-        return ("it drives vmalloc's own API and needs a vmalloc layer at the top of the "
-                "policy (e.g. 'vmalloc > pages'), not %s" % pol.names[0])
-    if wl.needs_distinct and pol.shared_layer is not None:
-        return ("it needs distinct objects (it links objects through their memory, checks "
-                "their contents or keeps them live while other workers write theirs), but "
-                "layer %r hands out one block per CPU; run it on a real allocator (e.g. "
-                "'buddy', 'slab' or 'libc'); %s serves only workloads that never keep "
-                "objects (e.g. malloc-free)" % (pol.shared_layer, pol.shared_layer))
-    return None
-
-
-def _check_workload_params(wl, wraw, producers):
-    """The workload's own cross-parameter check (its descriptor's
-    check_params, as al_run calls it) for one cell."""
-    d = wl.desc
-    if d is None or d.check_params == ffi.NULL:
-        return
-    arr = ffi.new("int64_t[]", [int(v) for v in wraw] or [0])
-    err = ffi.new("char[]", 256)
-    if d.check_params(arr, producers, err, 256):
-        msg = cstr(err) or "its parameters do not go together"
-        raise errors.InvalidArgument("workload %s: %s" % (wl.name, msg))
 
 
 # nmi: rates up to this many signals per second need no measurement
@@ -467,6 +463,17 @@ def run_once(task, run_index=0, in_child=False, on_phase=None):
             raw = peers.run_in_child(task, run_index, peer)
             raw["t_start"] = t_start
             return raw
+    cfg = _config(task, run_index)
+    res = ffi.new("struct al_run_result *")
+    rc = _run_c(cfg, res, on_phase)
+    if rc:
+        raise _run_error(rc, res, task, run_index)
+    return _raw_result(res, cfg, task, t_start)
+
+
+def _config(task, run_index=0, pol=None):
+    """The struct al_run_config of run ``run_index`` of a task (``pol``: the
+    task's Policy, when the caller has it)."""
     wl = lib.al_workload_find(task["workload"].encode())
     if wl == ffi.NULL:  # pragma: no cover - validated in plan()
         raise errors.UnknownNameError.make("workload", task["workload"], list(schema.workloads()))
@@ -474,7 +481,7 @@ def run_once(task, run_index=0, in_child=False, on_phase=None):
     cfg.workload = wl
     for i, v in enumerate(task["wparams"]):
         cfg.wparams[i] = v
-    Policy(task["policy"]).fill_spec(cfg.stack)
+    (pol or Policy(task["policy"])).fill_spec(cfg.stack)
     cfg.stack.check = task.get("check_mask", 0)
     cfg.producers = task["producers"]
     cfg.cpu_mode = CPU_MODES[task["cpu"]]
@@ -486,19 +493,25 @@ def run_once(task, run_index=0, in_child=False, on_phase=None):
     cfg.histogram = 1 if task.get("histogram") else 0
     cfg.mem_sample_ns = task.get("mem_sample_ns", 0)
     cfg.watchdog_ns = task.get("watchdog_ns", 0)
-    res = ffi.new("struct al_run_result *")
-    rc = _run_c(cfg, res, on_phase)
-    if rc:
-        what = "run %d of %s on %r (%s)" % (
-            run_index + 1, task["workload"], task["policy"],
-            ", ".join("%s=%s" % (k, v) for k, v in task["point"].items()
-                      if k not in ("workload", "policy")))
-        detail = cstr(res.error)
-        if -rc == errno.ENOMEM:
-            raise error(rc, what, detail or "out of memory", cls=errors.AllocatorExhausted)
-        if -rc == errno.ETIMEDOUT and detail.startswith("watchdog"):
-            raise error(rc, what, detail, cls=errors.RunStalled)
-        raise error(rc, what, detail, cls=errors.RunError)
+    return cfg
+
+
+def _run_error(rc, res, task, run_index):
+    """The exception for a run that failed with ``rc``, naming the run."""
+    what = "run %d of %s on %r (%s)" % (
+        run_index + 1, task["workload"], task["policy"],
+        ", ".join("%s=%s" % (k, v) for k, v in task["point"].items()
+                  if k not in ("workload", "policy")))
+    detail = cstr(res.error)
+    if -rc == errno.ENOMEM:
+        return error(rc, what, detail or "out of memory", cls=errors.AllocatorExhausted)
+    if -rc == errno.ETIMEDOUT and detail.startswith("watchdog"):
+        return error(rc, what, detail, cls=errors.RunStalled)
+    return error(rc, what, detail, cls=errors.RunError)
+
+
+def _raw_layers(res):
+    """Each layer's counters, gauges, bytes held and leaked, top first."""
     layers = []
     for i in range(min(res.nlayers, lib.AL_MAX_LAYERS)):
         st = res.layers[i]
@@ -511,29 +524,24 @@ def run_once(task, run_index=0, in_child=False, on_phase=None):
             "gauges": [cstr(st.v[j].name) for j in range(min(st.n, lib.AL_STATS_MAX))
                        if st.v[j].flags & lib.AL_STAT_GAUGE],
         })
+    return layers
+
+
+def _raw_result(res, cfg, task, t_start):
+    """A finished run's struct al_run_result as plain data."""
     return {
         "t_start": t_start,
         "pid": os.getpid(),
         "seed": int(cfg.seed),
         "cpu_mode": CPU_MODE_NAMES.get(res.cpu_mode, str(res.cpu_mode)),
-        "ncpu_model": int(res.ncpu_model),
-        "ncpu_concurrent": int(res.ncpu_concurrent),
-        "ncpu_usable": int(res.ncpu_usable),
-        "threads_per_core": int(res.threads_per_core),
-        "clock_tsc": int(res.clock_tsc),
-        "ticks_per_ns": float(res.ticks_per_ns),
-        "timer_overhead_ns": float(res.timer_overhead_ns),
-        "cycles": int(res.cycles),
-        "alloc_ops": int(res.alloc_ops),
-        "free_ops": int(res.free_ops),
-        "cross_frees": int(res.cross_frees),
-        "alloc_ns": float(res.alloc_ns),
-        "free_ns": float(res.free_ns),
-        "elapsed_ns": float(res.elapsed_ns),
-        "steal_pct": float(res.steal_pct),
+        **{k: int(getattr(res, k)) for k in (
+            "ncpu_model", "ncpu_concurrent", "ncpu_usable", "threads_per_core", "clock_tsc")},
+        **{k: float(getattr(res, k)) for k in ("ticks_per_ns", "timer_overhead_ns")},
+        **{k: int(getattr(res, k)) for k in ("cycles", "alloc_ops", "free_ops", "cross_frees")},
+        **{k: float(getattr(res, k)) for k in ("alloc_ns", "free_ns", "elapsed_ns", "steal_pct")},
         # workers whose measured phase the duration cut short (0 = whole)
         "truncated": int(res.truncated),
-        "layers": layers,
+        "layers": _raw_layers(res),
         **_raw_measures(res, task),
         # Scheduling in the measured phase (machine.run_metrics reads it).
         "sched": {
@@ -556,7 +564,6 @@ def _raw_measures(res, task):
         "samples", "held_samples", "held", "held_peak", "requested", "requested_peak",
         "rss_start", "rss", "rss_peak")}}
     if task.get("histogram"):
-        from .hist import Histogram
         tpn = float(res.ticks_per_ns)
         out["hist"] = {"alloc": Histogram.from_c(res.hist[lib.AL_HIST_ALLOC], tpn).to_dict(),
                        "free": Histogram.from_c(res.hist[lib.AL_HIST_FREE], tpn).to_dict()}
@@ -650,47 +657,57 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
                            isolate=isolate, check=check, **params)
     adaptive = _adaptive_options(target_ci, budget)
     if executor is not None:  # warns when a local pool would overlap timed runs
-        from .sweep import _check_executor
         _check_executor(executor, allow_concurrent=True)
         if adaptive:
             raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
                                          "other: it does not take an executor")
-    npol = len(settings["sweep"]["policy"])
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
     load_before = machine.loadavg()  # machine state: the load around the whole run
-    out = []
-    t0 = time.monotonic()
     try:
         if executor is None:
-            # Interleave: run i of every point before run i+1 of any, so an A/B
-            # comparison never has all of A's runs in one stretch of machine
-            # noise and all of B's in another; within a round the policies of
-            # a cell run back to back, in alternating order (ABBA), so that
-            # their runs pair up (alloclab.verdict judges per-pair ratios).
-            raws = [[] for _ in tasks]
-            for i in range(settings["runs"]):
-                for j in round_order(len(tasks), npol, i):
-                    raws[j].append(run_once(tasks[j], i, on_phase=prog.phase))
-                    prog.step()
-            if adaptive:
-                settings["adaptive"] = _adapt(tasks, raws, npol, adaptive, t0, prog)
-            out = [(t["point"], r) for t, r in zip(tasks, raws)]
+            out = _run_interleaved(tasks, settings, adaptive, prog)
         else:
-            futures = [executor.submit(run_point, t) for t in tasks]
-            try:
-                for f in futures:
-                    out.append(f.result())
-                    prog.step(settings["runs"])
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+            out = _run_on(executor, tasks, settings["runs"], prog)
     finally:
         prog.close()
     meta = collect_metadata()
     meta["run"] = settings
     meta["load_before"], meta["load_after"] = load_before, machine.loadavg()
     return Result.from_raw(meta, out)
+
+
+def _run_interleaved(tasks, settings, adaptive, prog):
+    """Every task's runs in this process, interleaved: run i of every point
+    before run i+1 of any, so an A/B comparison never has all of A's runs in
+    one stretch of machine noise and all of B's in another; within a round
+    the policies of a cell run back to back, in alternating order (ABBA), so
+    that their runs pair up (alloclab.verdict judges per-pair ratios).
+    Returns [(point, [raw runs])]; adaptive rounds are added to settings."""
+    npol = len(settings["sweep"]["policy"])
+    t0 = time.monotonic()
+    raws = [[] for _ in tasks]
+    for i in range(settings["runs"]):
+        for j in round_order(len(tasks), npol, i):
+            raws[j].append(run_once(tasks[j], i, on_phase=prog.phase))
+            prog.step()
+    if adaptive:
+        settings["adaptive"] = _adapt(tasks, raws, npol, adaptive, t0, prog)
+    return [(t["point"], r) for t, r in zip(tasks, raws)]
+
+
+def _run_on(executor, tasks, runs, prog):
+    """Every grid point on ``executor`` (run_point each); [(point, [raws])]."""
+    out = []
+    futures = [executor.submit(run_point, t) for t in tasks]
+    try:
+        for f in futures:
+            out.append(f.result())
+            prog.step(runs)
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    return out
 
 
 MAX_ADAPTIVE_RUNS = 100  # runs per cell at most, whatever the budget
@@ -714,9 +731,6 @@ def _adaptive_options(target_ci, budget):
 
 def _rel_ci(raws):
     """The widest relative 95% CI half width over a cell's timing metrics."""
-    from .result import _run_metrics
-    from .stats import describe
-
     ms = [_run_metrics(r) for r in raws]
     widest = 0.0
     for names in (("alloc_ns", "free_ns"), ("throughput",)):

@@ -46,9 +46,9 @@ import signal
 import sys
 import threading
 import time
-import warnings
 
 from . import errors, machine
+from .executors import ConcurrentExecutorWarning, _check_executor, _is_dask  # noqa: F401
 from .result import Result, collect_metadata
 from .run import plan, run_once
 
@@ -69,47 +69,6 @@ def _cell_key(point):
 
 def _norm(obj):
     return json.loads(json.dumps(obj, sort_keys=True, default=str))
-
-
-class ConcurrentExecutorWarning(UserWarning):
-    """Timed cells may run side by side on the same cores."""
-
-
-def _check_executor(executor, allow_concurrent):
-    """Refuse (or warn about) executors that run timed units side by side."""
-    if not isinstance(executor, cf.Executor):
-        raise errors.InvalidArgument(
-            "executor must be a concurrent.futures.Executor, not %r" % (executor,))
-    if isinstance(executor, (cf.ThreadPoolExecutor, cf.ProcessPoolExecutor)):
-        n = getattr(executor, "_max_workers", 1) or 1
-        if n > 1:
-            msg = ("%s with max_workers=%d runs timed cells side by side on this machine's "
-                   "cores, where they disturb each other's timing" % (type(executor).__name__, n))
-            if not allow_concurrent:
-                raise errors.InvalidArgument(
-                    msg + ": use max_workers=1, or an executor that spreads cells over machines "
-                    "(dask: client.get_executor()), or pass allow_concurrent=True to accept it")
-            warnings.warn(msg, ConcurrentExecutorWarning, stacklevel=3)
-    elif _is_dask(executor):
-        try:
-            info = executor._client.scheduler_info()
-            hosts = {}
-            for w in info.get("workers", {}).values():
-                h = w.get("host", "?")
-                hosts[h] = hosts.get(h, 0) + int(w.get("nthreads", 1))
-        except Exception:  # pragma: no cover - best effort
-            hosts = {}
-        crowded = {h: n for h, n in hosts.items() if n > 1}
-        if crowded:
-            warnings.warn(
-                "dask runs %s worker threads on one host: timed cells may run side by side on "
-                "the same cores; give each host one worker with one thread" % ", ".join(
-                    "%d on %s" % (n, h) for h, n in crowded.items()),
-                ConcurrentExecutorWarning, stacklevel=3)
-
-
-def _is_dask(executor):
-    return type(executor).__module__.startswith("distributed") and hasattr(executor, "_client")
 
 
 def _journal_path(path):

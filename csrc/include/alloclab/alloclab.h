@@ -16,6 +16,7 @@
  *   workload.h  workload descriptors and their workers
  *   measure.h   latency histograms, memory during a run
  *   run.h       runs: configuration, result, start/wait/stop
+ *   spec.h      policy spec parsing with fault reports, stack and run checks
  *   pages.h     the page-allocator API of a `pages` layer
  *   vmalloc.h   the vmalloc API of a `vmalloc` layer
  *
@@ -41,6 +42,7 @@
 #include "workload.h"
 #include "measure.h"
 #include "run.h"
+#include "spec.h"
 
 /* The APIs of particular layers. */
 #include "pages.h"
