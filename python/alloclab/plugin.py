@@ -160,9 +160,8 @@ def _glue(name, params, features, doc, max_size, create, min_align=0):
 #line 1 "<alloclab plugin glue>"
 static const struct al_param_desc alp_params_[] = { %(rows)s };
 static const struct al_layer_desc alp_desc_ = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = %(name)s,
+	AL_LAYER_DESC_INIT,
 	.doc = %(doc)s,
 	.features = %(flags)s,
 	.max_size = %(max)dULL,
