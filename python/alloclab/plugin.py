@@ -208,11 +208,10 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     default, min, max, doc[, choices])``, type one of int/size/bool/enum/ns),
     ``features`` (bulk, owns, backend, usable, validates), ``doc``,
     ``max_size`` and ``min_align`` (the alignment of every object it hands
-    out; 0, the default: that of the layer below) describe it. Returns a Plugin. Raises PluginCompileError
-    (with the compiler's messages), PluginError (not registered, or the name
-    is taken), or the parameter errors of the schema checks."""
-    import cffi
-
+    out; 0, the default: that of the layer below) describe it. Returns a
+    Plugin. Raises PluginCompileError (with the compiler's messages),
+    PluginError (not registered, or the name is taken), or the parameter
+    errors of the schema checks."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise errors.InvalidArgument("plugin name %r must match [a-z0-9_][a-z0-9_-]*" % (name,),
                                      value=name)
@@ -231,43 +230,57 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     if lib.al_layer_find(name.encode()) != ffi.NULL:
         raise errors.PluginError("%r is already a registered layer (%s)" % (
             name, ", ".join(schema.layers())), name=name)
-
     modname = "_alp_%s_%s" % (re.sub(r"[^a-z0-9_]", "_", name), digest)
+    t0 = time.perf_counter()
+    path = _build(name, modname, '#include <alloclab/alloclab.h>\n#line 1 "%s.c"\n%s\n%s'
+                  % (name, source, glue), bool(glue), flags, force)
+    _load(name, modname, path, bool(glue))
+    plugin = Plugin(name, digest, path, time.perf_counter() - t0)
+    _loaded[name] = plugin
+    return plugin
+
+
+def _build(name, modname, text, glue, flags, force):
+    """The cached module of this source, built first when it is not there."""
+    import cffi
+
     out_dir = cache_dir()
     libdir = os.path.dirname(lib_path())
-    t0 = time.perf_counter()
     built = [os.path.join(out_dir, f) for f in os.listdir(out_dir)
              if f.startswith(modname + ".") and f.endswith(".so")]
-    if not built or force:
-        builder = cffi.FFI()
-        builder.cdef("int alloclab_plugin_status(void);" if glue else "")
-        builder.set_source(
-            modname,
-            '#include <alloclab/alloclab.h>\n#line 1 "%s.c"\n%s\n%s' % (name, source, glue),
-            include_dirs=[include_dir()], library_dirs=[libdir], libraries=["alloclab"],
-            extra_compile_args=flags, extra_link_args=["-Wl,-rpath," + libdir])
-        with tempfile.TemporaryDirectory(prefix="alloclab-plugin-") as tmp:
-            with _capture_fd2() as cap:
-                try:
-                    so = builder.compile(tmpdir=tmp, verbose=False)
-                except Exception as e:
-                    failure = e
-                else:
-                    failure = None
-            if failure is not None:
-                msgs = [l for l in cap["text"].splitlines()
-                        if "error" in l or "warning" in l or l.startswith(" ")]
-                raise errors.PluginCompileError(
-                    "plugin %r does not compile:\n%s" % (name, "\n".join(msgs) or str(failure)),
-                    name=name, compiler_output=cap["text"]) from None
-            dest = os.path.join(out_dir, os.path.basename(so))
-            shutil.copy2(so, dest + ".tmp")
-            os.replace(dest + ".tmp", dest)
-            built = [dest]
-    spec = importlib.util.spec_from_file_location(modname, built[0])
+    if built and not force:
+        return built[0]
+    builder = cffi.FFI()
+    builder.cdef("int alloclab_plugin_status(void);" if glue else "")
+    builder.set_source(modname, text, include_dirs=[include_dir()], library_dirs=[libdir],
+                       libraries=["alloclab"], extra_compile_args=flags,
+                       extra_link_args=["-Wl,-rpath," + libdir])
+    with tempfile.TemporaryDirectory(prefix="alloclab-plugin-") as tmp:
+        with _capture_fd2() as cap:
+            try:
+                so = builder.compile(tmpdir=tmp, verbose=False)
+            except Exception as e:
+                failure = e
+            else:
+                failure = None
+        if failure is not None:
+            msgs = [l for l in cap["text"].splitlines()
+                    if "error" in l or "warning" in l or l.startswith(" ")]
+            raise errors.PluginCompileError(
+                "plugin %r does not compile:\n%s" % (name, "\n".join(msgs) or str(failure)),
+                name=name, compiler_output=cap["text"]) from None
+        dest = os.path.join(out_dir, os.path.basename(so))
+        shutil.copy2(so, dest + ".tmp")
+        os.replace(dest + ".tmp", dest)
+    return dest
+
+
+def _load(name, modname, path, glue):
+    """Import the built module (its constructor registers the layer) and check
+    that the layer ``name`` is now in the registry."""
+    spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # its constructor registers the layer
-    compile_s = time.perf_counter() - t0
+    spec.loader.exec_module(mod)
     if glue:
         rc = mod.lib.alloclab_plugin_status()
         if rc:
@@ -281,10 +294,7 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
             "AL_REGISTER_LAYER(desc) with .name = \"%s\", or pass create= and params=" % (
                 name, name, name), name=name)
     _keep.append(mod)
-    _sources[name] = {"path": os.path.realpath(built[0]), "offset": None}
-    plugin = Plugin(name, digest, built[0], compile_s)
-    _loaded[name] = plugin
-    return plugin
+    _sources[name] = {"path": os.path.realpath(path), "offset": None}
 
 
 def compile_file(path, **kwargs):
@@ -433,6 +443,15 @@ def _executable(addr):
 
 def _check_descriptor(addr, where):
     """Everything the registry and the schema reader will dereference."""
+    buf = _read_descriptor(addr, where)
+    d = ffi.cast("const struct al_layer_desc *", buf)  # the copy: nothing else is read yet
+    name = _descriptor_name(d, addr, where)
+    _check_descriptor_pointers(d, name, where)
+    _check_param_strings(d, name, where)
+
+
+def _read_descriptor(addr, where):
+    """A copy of the descriptor at addr, once it is known to be one of this ABI."""
     if addr == 0:
         raise errors.InvalidArgument("%s: a NULL descriptor" % where, value=addr)
     if not 0 < addr < 1 << 64:
@@ -450,7 +469,7 @@ def _check_descriptor(addr, where):
             "%s: address 0x%x is not readable memory (%d bytes): no struct al_layer_desc there"
             % (where, addr, size), value=addr)
     buf = ffi.new("char[]", raw)
-    d = ffi.cast("const struct al_layer_desc *", buf)  # the copy: nothing else is read yet
+    d = ffi.cast("const struct al_layer_desc *", buf)
     sizes = (size, ffi.offsetof("struct al_layer_desc", "min_align"))  # with, without it
     if d.abi_version != lib.AL_ABI_VERSION or d.desc_size not in sizes:
         raise errors.PluginError(
@@ -458,13 +477,21 @@ def _check_descriptor(addr, where):
             "%d and %s (rebuild it against these headers)"
             % (where, d.abi_version, d.desc_size, lib.AL_ABI_VERSION,
                " or ".join(map(str, sizes))), value=addr)
+    return buf
+
+
+def _descriptor_name(d, addr, where):
     name = _read_cstring(int(ffi.cast("uintptr_t", d.name)), 64) if d.name else None
     if name is None or not _NAME_RE.match(name.decode("latin-1")):
         raise errors.PluginError(
             "%s: the descriptor's name %s is not a layer name ([a-z0-9_][a-z0-9_-]*, at most "
             "63 characters)" % (where, repr(name.decode("latin-1")) if name is not None
                                 else "is NULL or unreadable"), value=addr)
-    name = name.decode()
+    return name.decode()
+
+
+def _check_descriptor_pointers(d, name, where):
+    """Its functions point into executable memory, its doc string is readable."""
     for field in ("create", "max_size_of", "check_params"):
         fn = int(ffi.cast("uintptr_t", getattr(d, field)))
         if field == "create" and not fn:
@@ -479,6 +506,10 @@ def _check_descriptor(addr, where):
         if p and _read_cstring(p) is None:
             raise errors.PluginError("%s: layer %r: its %s string is not readable"
                                      % (where, name, field), name=name)
+
+
+def _check_param_strings(d, name, where):
+    """At most AL_MAX_PARAMS parameters, each with readable strings."""
     if d.nparams > lib.AL_MAX_PARAMS:
         raise errors.PluginError("%s: layer %r declares %d parameters, at most %d"
                                  % (where, name, d.nparams, lib.AL_MAX_PARAMS), name=name)
