@@ -4,7 +4,9 @@
  * add) from a 16 MiB arena committed at create; a freed slot goes on the
  * freeing CPU's LIFO list, linked through its first word, which that CPU's
  * next allocation takes first. Each list has one user (its CPU), so nothing
- * takes a lock. An example plugin, written from docs/plugins.md.
+ * takes a lock, and no layer may free into it on another CPU's behalf (a
+ * free with AL_NOCPU from a helper thread). An example plugin, written from
+ * docs/plugins.md.
  */
 #include <errno.h>
 #include <string.h>
