@@ -297,14 +297,11 @@ static void *l_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsi
 	l->last = p;
 	return p;
 }
-static int l_free(struct al_allocator *a, struct al_ctx *c, void *p)
-{
-	return al_free(a->below, c, p);
-}
 static void l_stats(struct al_allocator *a, struct al_stats *out) { (void)a; (void)out; }
 static void l_destroy(struct al_allocator *a) { al_meta_free(a, sizeof(struct liar)); }
-static const struct al_ops ops = { .name = "NAME", AL_OPS_INIT, .alloc = l_alloc, .free = l_free,
-	.usable_size = al_below_usable_size, .stats = l_stats, .destroy = l_destroy };
+static const struct al_ops ops = { .name = "NAME", AL_OPS_INIT, .alloc = l_alloc,
+	.free = al_below_free, .usable_size = al_below_usable_size, .stats = l_stats,
+	.destroy = l_destroy };
 static int liar_create(const struct al_layer_desc *d, const int64_t *params,
 		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
 {

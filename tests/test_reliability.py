@@ -53,10 +53,6 @@ static void *st_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, uns
 	}
 	return al_alloc(a->below, c, size, flags);
 }
-static int st_free(struct al_allocator *a, struct al_ctx *c, void *p)
-{
-	return al_free(a->below, c, p);
-}
 static void st_stats(struct al_allocator *a, struct al_stats *out)
 {
 	(void)a;
@@ -68,7 +64,7 @@ static void st_destroy(struct al_allocator *a)
 	al_meta_free(a, sizeof(*a));
 }
 static const struct al_ops st_ops = {
-	.name = "t_stuck", AL_OPS_INIT, .alloc = st_alloc, .free = st_free,
+	.name = "t_stuck", AL_OPS_INIT, .alloc = st_alloc, .free = al_below_free,
 	.usable_size = al_below_usable_size, .stats = st_stats,
 	.destroy = st_destroy,
 };

@@ -40,11 +40,6 @@ static void *liar_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 	return p;
 }
 
-static int liar_free(struct al_allocator *a, struct al_ctx *c, void *p)
-{
-	return al_free(a->below, c, p);
-}
-
 static void liar_stats(struct al_allocator *a, struct al_stats *out)
 {
 	al_stats_add(out, "allocs", ((struct liar *)a)->n);
@@ -59,7 +54,7 @@ static const struct al_ops liar_ops = {
 	.name = "t_liar",
 	AL_OPS_INIT,
 	.alloc = liar_alloc,
-	.free = liar_free,
+	.free = al_below_free,
 	.usable_size = al_below_usable_size,
 	.stats = liar_stats,
 	.destroy = liar_destroy,

@@ -18,9 +18,10 @@
  *   - al_allocator_init() fills the common header at the end of a create
  *     and returns it, so the create's tail is `*out = al_allocator_init(...)`.
  *
- *   - al_below_owns() and al_below_usable_size() answer for a cache that
- *     hands out the objects of the layer below unchanged: its owns() and
- *     usable_size() are those of the layer below.
+ *   - al_below_owns(), al_below_usable_size() and al_below_free() answer
+ *     for a layer that hands out the objects of the layer below unchanged
+ *     (a cache's owns and usable_size, a filter's free): they are those of
+ *     the layer below.
  *
  *   - al_lock_acquire_all() / al_lock_release_all() take and release an
  *     array of locks (one per size class or order) for fork(): in index
@@ -80,6 +81,12 @@ static inline size_t al_below_usable_size(struct al_allocator *a, const void *p)
 	struct al_allocator *b = a->below;
 
 	return b->ops->usable_size ? b->ops->usable_size(b, p) : 0;
+}
+
+/* free() of a layer that takes its objects back unchanged (a filter). */
+static inline int al_below_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	return al_free(a->below, c, p);
 }
 
 struct al_lock;
