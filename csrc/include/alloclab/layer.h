@@ -9,11 +9,15 @@
  *     the registry checks before it reads anything else:
  *
  *         static const struct al_ops mine_ops = {
- *                 AL_OPS_INIT,
  *                 .name = "mine",
+ *                 AL_OPS_INIT,
  *                 .alloc = mine_alloc,
  *                 ...
  *         };
+ *
+ *     The name comes first so that the table opens with a designator:
+ *     clang-format lays a braced list that opens with a plain macro out as
+ *     a packed table instead of one field per line.
  *
  *   - al_allocator_init() fills the common header at the end of a create
  *     and returns it, so the create's tail is `*out = al_allocator_init(...)`.
@@ -34,7 +38,8 @@
  *
  * Cost: the initialisers and al_allocator_init() are compile-time or
  * create-time only. The pass-through helpers are one indirect call into the
- * layer below, exactly what a layer's own forwarding function did.
+ * layer below, as a layer's own forwarding function was; al_below_usable_size()
+ * also tests that the layer below has usable_size (one predictable branch).
  */
 #ifndef ALLOCLAB_LAYER_H
 #define ALLOCLAB_LAYER_H
