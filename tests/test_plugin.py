@@ -33,14 +33,6 @@ static int c_free(struct al_allocator *a, struct al_ctx *c, void *p)
 		al_count(&k->ctr, c, C_frees, 1);
 	return ret;
 }
-static size_t c_usable(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->usable_size(a->below, p);
-}
-static bool c_owns(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->owns && a->below->ops->owns(a->below, p);
-}
 static void c_stats(struct al_allocator *a, struct al_stats *out)
 {
 	al_counters_report(&((struct counting *)a)->ctr, out);
@@ -51,9 +43,9 @@ static void c_destroy(struct al_allocator *a)
 	al_counters_fini(&((struct counting *)a)->ctr);
 	al_meta_free(a, sizeof(struct counting));
 }
-static const struct al_ops ops = { .abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops), .name = "counting", .alloc = c_alloc, .free = c_free,
-	.usable_size = c_usable, .owns = c_owns, .stats = c_stats, .destroy = c_destroy };
+static const struct al_ops ops = { .name = "counting", AL_OPS_INIT, .alloc = c_alloc,
+	.free = c_free, .usable_size = al_below_usable_size, .owns = al_below_owns,
+	.stats = c_stats, .destroy = c_destroy };
 static int counting_create(const struct al_layer_desc *d, const int64_t *params,
 			   struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
 {
@@ -62,10 +54,7 @@ static int counting_create(const struct al_layer_desc *d, const int64_t *params,
 		return -ENOMEM;
 	al_counters_init(&k->ctr, C_NR, names, ncpu);
 	k->bias = params[0];
-	k->base.ops = &ops;
-	k->base.desc = d;
-	k->base.below = below;
-	*out = &k->base;
+	*out = al_allocator_init(&k->base, &ops, d, below, ncpu);
 	return 0;
 }
 """
@@ -179,9 +168,8 @@ def test_capsule_and_foreign_descriptors(tmp_path):
     # a shared object built outside alloclab, with two layer descriptors
     src = tmp_path / "ext.c"
     src.write_text(COUNTING.replace("counting_create", "ext_create") + r"""
-#define DESC(var, nm) static const struct al_layer_desc var = { .abi_version = AL_ABI_VERSION, \
-	.desc_size = sizeof(struct al_layer_desc), .name = nm, .doc = "external", \
-	.features = AL_F_BACKEND | AL_F_USABLE | AL_F_OWNS, .nparams = 0, .create = ext_create }
+#define DESC(var, nm) static const struct al_layer_desc var = { .name = nm, AL_LAYER_DESC_INIT, \
+	.doc = "external", .features = AL_F_BACKEND | AL_F_USABLE | AL_F_OWNS, .nparams = 0, .create = ext_create }
 DESC(d1, "ext-capsule");
 DESC(d2, "ext-cffi");
 __attribute__((visibility("default"))) const void *desc1(void) { return &d1; }
@@ -309,19 +297,11 @@ static void *l_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsi
 	l->last = p;
 	return p;
 }
-static int l_free(struct al_allocator *a, struct al_ctx *c, void *p)
-{
-	return al_free(a->below, c, p);
-}
-static size_t l_usable(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->usable_size(a->below, p);
-}
 static void l_stats(struct al_allocator *a, struct al_stats *out) { (void)a; (void)out; }
 static void l_destroy(struct al_allocator *a) { al_meta_free(a, sizeof(struct liar)); }
-static const struct al_ops ops = { .abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops), .name = "NAME", .alloc = l_alloc, .free = l_free,
-	.usable_size = l_usable, .stats = l_stats, .destroy = l_destroy };
+static const struct al_ops ops = { .name = "NAME", AL_OPS_INIT, .alloc = l_alloc,
+	.free = al_below_free, .usable_size = al_below_usable_size, .stats = l_stats,
+	.destroy = l_destroy };
 static int liar_create(const struct al_layer_desc *d, const int64_t *params,
 		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
 {
@@ -330,9 +310,7 @@ static int liar_create(const struct al_layer_desc *d, const int64_t *params,
 		return -ENOMEM;
 	l->mode = MODE;
 	l->after = (int)params[0];
-	l->base.ops = &ops;
-	*out = &l->base;
-	(void)d; (void)ncpu; (void)below;
+	*out = al_allocator_init(&l->base, &ops, d, below, ncpu);
 	return 0;
 }
 """
@@ -500,8 +478,7 @@ def test_foreign_shared_object_runs_isolated(tmp_path):
     the child loads the .so and registers the descriptor at the same offset."""
     src = tmp_path / "ext2.c"
     src.write_text(COUNTING.replace("counting_create", "ext_create") + r"""
-static const struct al_layer_desc d1 = { .abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc), .name = "ext-offset", .doc = "external",
+static const struct al_layer_desc d1 = { .name = "ext-offset", AL_LAYER_DESC_INIT, .doc = "external",
 	.features = AL_F_BACKEND | AL_F_USABLE | AL_F_OWNS, .nparams = 0, .create = ext_create };
 __attribute__((visibility("default"))) const void *desc1(void) { return &d1; }
 """.replace("k->bias = params[0];", "k->bias = 0; (void)params;"))
@@ -526,8 +503,7 @@ def test_cli_isolate(tmp_path, liars):
     crashy = tmp_path / "crashy.c"
     crashy.write_text(LIAR.replace("NAME", "clicrash").replace("MODE", "0").replace(
         "(int)params[0]", "40").replace("liar_create", "clicrash_create") + r"""
-static const struct al_layer_desc desc = { .abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc), .name = "clicrash", .doc = "crashes",
+static const struct al_layer_desc desc = { .name = "clicrash", AL_LAYER_DESC_INIT, .doc = "crashes",
 	.features = AL_F_BACKEND | AL_F_USABLE, .create = clicrash_create };
 AL_REGISTER_LAYER(desc)
 """)

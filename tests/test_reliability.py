@@ -53,14 +53,6 @@ static void *st_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, uns
 	}
 	return al_alloc(a->below, c, size, flags);
 }
-static int st_free(struct al_allocator *a, struct al_ctx *c, void *p)
-{
-	return al_free(a->below, c, p);
-}
-static size_t st_usable(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->usable_size ? a->below->ops->usable_size(a->below, p) : 0;
-}
 static void st_stats(struct al_allocator *a, struct al_stats *out)
 {
 	(void)a;
@@ -72,8 +64,8 @@ static void st_destroy(struct al_allocator *a)
 	al_meta_free(a, sizeof(*a));
 }
 static const struct al_ops st_ops = {
-	.abi_version = AL_ABI_VERSION, .ops_size = sizeof(struct al_ops), .name = "t_stuck",
-	.alloc = st_alloc, .free = st_free, .usable_size = st_usable, .stats = st_stats,
+	.name = "t_stuck", AL_OPS_INIT, .alloc = st_alloc, .free = al_below_free,
+	.usable_size = al_below_usable_size, .stats = st_stats,
 	.destroy = st_destroy,
 };
 int st_create(const struct al_layer_desc *d, const int64_t *params,
@@ -84,11 +76,7 @@ int st_create(const struct al_layer_desc *d, const int64_t *params,
 	(void)params;
 	if (!a)
 		return -ENOMEM;
-	a->ops = &st_ops;
-	a->desc = d;
-	a->below = below;
-	a->ncpu = ncpu;
-	*out = a;
+	*out = al_allocator_init(a, &st_ops, d, below, ncpu);
 	return 0;
 }
 """

@@ -1859,9 +1859,8 @@ static void pages_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops pages_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "pages",
+	AL_OPS_INIT,
 	.alloc = pages_alloc,
 	.free = pages_free,
 	.alloc_bulk = pages_alloc_bulk,
@@ -1944,52 +1943,26 @@ static int pages_check_params(const int64_t *params, char *err, size_t errlen)
 	return 0;
 }
 
-static int pages_create(const struct al_layer_desc *d, const int64_t *params,
-			struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+/* Sections and subsections present for the whole memory. */
+static void sections_init(struct pages *pg)
 {
-	struct pages *pg;
-	uint64_t pfn, npb;
-	unsigned order, cpu, o, mt, i, split;
-	char why[160];
-	int ret = -ENOMEM, batch, high_min, high_max;
+	uint64_t pfn;
 
-	*out = NULL;
-	if (below || pages_check_params(params, why, sizeof(why)) || !ncpu)
-		return -EINVAL;
-	pg = al_meta_alloc(sizeof(*pg));
-	if (!pg)
-		return -ENOMEM;
-	pg->base.ops = &pages_ops;
-	pg->base.desc = d;
-	pg->base.ncpu = ncpu;
-	pg->npages = (uint64_t)params[P_MEMORY] >> PAGE_SHIFT;
-	pg->mem_len = (size_t)params[P_MEMORY];
-	pg->map_len = pg->npages * sizeof(struct page);
-	npb = pg->npages >> PAGEBLOCK_ORDER;
-	pg->pageblock_len = (npb * PB_BITS + 63) / 64 * sizeof(uint64_t);
-	pg->nr_sections = (pg->npages + (1ull << SECTION_SHIFT) - 1) >> SECTION_SHIFT;
-	pg->sections_len = pg->nr_sections * sizeof(struct section);
-	pg->pcp_len = ncpu * sizeof(struct pcp);
-	if (al_counters_init(&pg->ctr, PC_NR, pages_counter_names, ncpu))
-		goto out_free;
-	pg->map = map_get(pg->map_len, &pg->map_map_len);
-	pg->pageblock = al_meta_alloc(pg->pageblock_len);
-	pg->sections = al_meta_alloc(pg->sections_len);
-	pg->pcp = al_meta_alloc(pg->pcp_len);
-	pg->mem = mem_get(pg->mem_len, &pg->mem_map_len);
-	if (!pg->map || !pg->pageblock || !pg->sections || !pg->pcp || !pg->mem)
-		goto out_free;
-
-	/* Sections and subsections present for the whole memory. */
 	for (pfn = 0; pfn < pg->npages; pfn += 1ull << SUBSECTION_SHIFT) {
 		struct section *ms = &pg->sections[pfn >> SECTION_SHIFT];
 
 		ms->flags = SECTION_HAS_MEM_MAP;
 		ms->subsection_map |= 1ull << ((pfn >> SUBSECTION_SHIFT) & 63);
 	}
-	/* Every pageblock is UNMOVABLE (0): the zeroed bitmap already says so. */
+}
 
-	/* The zone. */
+/* The zone: its lock, empty free lists, watermarks, then memblock_free_all():
+ * every page in aligned blocks, ascending, to the tail of its list. */
+static void zone_init(struct pages *pg, const int64_t *params)
+{
+	uint64_t pfn;
+	unsigned order, o, mt;
+
 	al_clock_init();
 	pg->decay_ticks = (uint64_t)((double)params[P_DECAY] * al_clock.ticks_per_ns);
 	al_lock_init(&pg->zone.lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
@@ -1998,14 +1971,19 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 			plist_init(&pg->zone.area[o].free_list[mt]);
 	pg->zone.managed = pg->npages;
 	set_watermarks(&pg->zone);
-	/* memblock_free_all(): aligned blocks, ascending, to the tail. */
 	for (pfn = 0; pfn < pg->npages; pfn += 1ull << order) {
 		order = boot_order(pfn, pg->npages);
 		add_to_free_list(pg, pfn_page(pg, pfn), order, MT_UNMOVABLE, true);
 	}
 	pg->zone.free_pages = pg->npages;
+}
 
-	/* The pcp lists: zone_set_pageset_high_and_batch(). */
+/* The pcp lists: zone_set_pageset_high_and_batch(). */
+static void pcp_init(struct pages *pg, const int64_t *params, unsigned ncpu)
+{
+	unsigned cpu, i, split;
+	int batch, high_min, high_max;
+
 	batch = params[P_BATCH] ? (int)params[P_BATCH] : zone_batchsize(pg->zone.managed);
 	split = params[P_CPUS] ? (unsigned)params[P_CPUS] : ncpu;
 	if (params[P_HIGH]) {
@@ -2027,12 +2005,49 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 		pcp->flags = params[P_FREE_HIGH_BATCH] ? PCPF_FREE_HIGH_BATCH : 0;
 		pcp->last_decay = al_ticks_fast();
 	}
+}
+
+static int pages_create(const struct al_layer_desc *d, const int64_t *params,
+			struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct pages *pg;
+	uint64_t npb;
+	char why[160];
+
+	*out = NULL;
+	if (below || pages_check_params(params, why, sizeof(why)) || !ncpu)
+		return -EINVAL;
+	pg = al_meta_alloc(sizeof(*pg));
+	if (!pg)
+		return -ENOMEM;
+	al_allocator_init(&pg->base, &pages_ops, d, below, ncpu);
+	pg->npages = (uint64_t)params[P_MEMORY] >> PAGE_SHIFT;
+	pg->mem_len = (size_t)params[P_MEMORY];
+	pg->map_len = pg->npages * sizeof(struct page);
+	npb = pg->npages >> PAGEBLOCK_ORDER;
+	pg->pageblock_len = (npb * PB_BITS + 63) / 64 * sizeof(uint64_t);
+	pg->nr_sections = (pg->npages + (1ull << SECTION_SHIFT) - 1) >> SECTION_SHIFT;
+	pg->sections_len = pg->nr_sections * sizeof(struct section);
+	pg->pcp_len = ncpu * sizeof(struct pcp);
+	if (al_counters_init(&pg->ctr, PC_NR, pages_counter_names, ncpu))
+		goto out_free;
+	pg->map = map_get(pg->map_len, &pg->map_map_len);
+	pg->pageblock = al_meta_alloc(pg->pageblock_len);
+	pg->sections = al_meta_alloc(pg->sections_len);
+	pg->pcp = al_meta_alloc(pg->pcp_len);
+	pg->mem = mem_get(pg->mem_len, &pg->mem_map_len);
+	if (!pg->map || !pg->pageblock || !pg->sections || !pg->pcp || !pg->mem)
+		goto out_free;
+	sections_init(pg);
+	/* Every pageblock is UNMOVABLE (0): the zeroed bitmap already says so. */
+	zone_init(pg, params);
+	pcp_init(pg, params, ncpu);
 	*out = &pg->base;
 	return 0;
 
 out_free:
-	pages_destroy(&pg->base);
-	return ret;
+	pages_destroy(&pg->base); /* it frees only the parts that exist */
+	return -ENOMEM;
 }
 
 /* name, type, default, min, max, choices, doc */
@@ -2062,10 +2077,9 @@ static const struct al_param_desc pages_params[P_NR] = {
 };
 
 static const struct al_layer_desc pages_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
-	.min_align = 4096,
 	.name = "pages",
+	AL_LAYER_DESC_INIT,
+	.min_align = 4096,
 	.doc = "zone buddy page allocator with per-CPU page lists (orders 0-10, PCP batch 63)",
 	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_PAGES,
 	.max_size = AL_PAGE_SIZE << AL_MAX_PAGE_ORDER,

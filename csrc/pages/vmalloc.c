@@ -1552,9 +1552,8 @@ static void vmalloc_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops vm_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "vmalloc",
+	AL_OPS_INIT,
 	.alloc = vmalloc_alloc,
 	.free = vmalloc_free,
 	.owns = vmalloc_owns,
@@ -1607,9 +1606,7 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	v = al_meta_alloc(sizeof(*v));
 	if (!v)
 		return -ENOMEM;
-	v->base.ops = &vm_ops;
-	v->base.desc = d;
-	v->base.ncpu = ncpu;
+	al_allocator_init(&v->base, &vm_ops, d, below, ncpu);
 	v->pg = below;
 	v->alloc_strategy = (unsigned)params[P_ALLOC];
 	v->free_strategy = (unsigned)params[P_FREE];
@@ -1626,7 +1623,7 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	v->nodes_len = v->nr_nodes * sizeof(struct vnode);
 	v->cpus_len = ncpu * sizeof(struct vcpu);
 	if (al_counters_init(&v->ctr, VC_NR, vm_counter_names, ncpu))
-		goto fail;
+		goto out_free;
 	v->pte = al_meta_alloc(v->pte_len);
 	v->pmd = al_meta_alloc(v->pmd_len);
 	v->vb_index = al_meta_alloc(v->vb_index_len);
@@ -1637,7 +1634,7 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	v->map = m == MAP_FAILED ? NULL : m;
 	if (!v->pte || !v->pmd || !v->vb_index || !v->nodes || !v->cpus || !v->map)
-		goto fail;
+		goto out_free;
 	v->va_base = align_up((uintptr_t)v->map, va_base_align(v->va_size));
 	al_lock_init(&v->free_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
 	al_lock_init(&v->purge_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
@@ -1649,14 +1646,15 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	}
 	va = record_get(v, 0);
 	if (!va)
-		goto fail;
+		goto out_free;
 	va->node.start = v->va_base;
 	va->node.end = v->va_base + v->va_size;
 	v->free_root = va_insert(NULL, &va->node);
 	*out = &v->base;
 	return 0;
-fail:
-	vmalloc_destroy(&v->base);
+
+out_free:
+	vmalloc_destroy(&v->base); /* it frees only the parts that exist */
 	return -ENOMEM;
 }
 
@@ -1692,10 +1690,9 @@ static size_t vmalloc_max_size_of(const int64_t *p)
 }
 
 static const struct al_layer_desc vmalloc_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
-	.min_align = 4096,
 	.name = "vmalloc",
+	AL_LAYER_DESC_INIT,
+	.min_align = 4096,
 	.doc = "vmalloc/vfree over a pages layer: VA allocator, page table, order0/high_order/"
 	       "pcp_first population, per_page/bulk free",
 	.features = AL_F_BACKEND | AL_F_NEEDS_PAGES | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES |

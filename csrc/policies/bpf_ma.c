@@ -762,14 +762,11 @@ static int bpf_ma_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-static void bpf_ma_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void bpf_ma_free_parts(struct bpf_ma *ma)
 {
-	struct bpf_ma *ma = to_ma(a);
-	struct al_ctx c;
 	unsigned i;
 
-	al_ctx_init(&c, 0);
-	bpf_ma_drain(a, &c, AL_DRAIN_ALL); /* everything back to the slab while it exists */
 	al_defer_destroy(ma->defer);
 	for (i = 0; i < ma->ninst; i++)
 		al_meta_free(ma->inst[i].caches, ma->inst[i].caches_len);
@@ -777,10 +774,18 @@ static void bpf_ma_destroy(struct al_allocator *a)
 	al_meta_free(ma, sizeof(*ma));
 }
 
+static void bpf_ma_destroy(struct al_allocator *a)
+{
+	struct al_ctx c;
+
+	al_ctx_init(&c, 0);
+	bpf_ma_drain(a, &c, AL_DRAIN_ALL); /* everything back to the slab while it exists */
+	bpf_ma_free_parts(to_ma(a));
+}
+
 static const struct al_ops bpf_ma_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "bpf_ma",
+	AL_OPS_INIT,
 	.alloc = bpf_ma_alloc,
 	.free = bpf_ma_free,
 	.owns = bpf_ma_owns,
@@ -827,40 +832,32 @@ static int bpf_ma_create(const struct al_layer_desc *d, const int64_t *p,
 	ma->unit = (size_t)p[P_unit];
 	ma->atomic = p[P_irq_work] == AL_IRQ_WORK_THREAD;
 	ma->below_flags = ma->atomic ? AL_NOCPU : 0;
-	ma->base.ops = &bpf_ma_ops;
-	ma->base.desc = d;
-	ma->base.below = below;
-	ma->base.ncpu = ncpu;
+	al_allocator_init(&ma->base, &bpf_ma_ops, d, below, ncpu); /* inst_init reads ncpu */
 	ret = al_counters_init(&ma->ctr, MC_NR, bpf_ma_counter_names, ncpu);
 	if (ret)
 		goto out_free;
 	ret = al_defer_create(ncpu, &dp, &ma->defer);
 	if (ret)
-		goto out_counters;
+		goto out_free;
 	if (ma->mode == M_ANY || ma->unit) {
 		ret = inst_init(ma, 0, ma->mode == M_ANY ? MA_NR_BUCKETS : 1,
 				ma->mode == M_ANY ? MA_ANY_MAX : ma->unit);
 		if (ret)
-			goto out_defer;
+			goto out_free;
 		ma->ninst = 1;
 	}
 	*out = &ma->base;
 	return 0;
 
-out_defer:
-	al_defer_destroy(ma->defer);
-out_counters:
-	al_counters_fini(&ma->ctr);
 out_free:
-	al_meta_free(ma, sizeof(*ma));
+	bpf_ma_free_parts(ma);
 	return ret;
 }
 
 static const struct al_layer_desc bpf_ma_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
-	.min_align = 8,
 	.name = "bpf_ma",
+	AL_LAYER_DESC_INIT,
+	.min_align = 8,
 	.doc = "bpf_mem_alloc: per-CPU free lists with low/high watermarks refilled and trimmed "
 	       "by irq_work, `active` reentrancy guard, 8-byte owner header, return to slab "
 	       "after a grace period",

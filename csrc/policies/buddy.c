@@ -980,10 +980,9 @@ static int buddy_check(struct al_allocator *a, char *err, size_t errlen)
 
 /* ---- lifetime ---- */
 
-static void buddy_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void buddy_free_parts(struct buddy *b)
 {
-	struct buddy *b = to_buddy(a);
-
 	/* The shadow outlives the mapping: leave nothing poisoned for the next user. */
 	buddy_unpoison(b->arena.base, __atomic_load_n(&b->arena.used, __ATOMIC_RELAXED));
 	al_arena_destroy(&b->arena);
@@ -991,6 +990,11 @@ static void buddy_destroy(struct al_allocator *a)
 	al_meta_free(b->scratch, b->scratch_len);
 	al_meta_free(b->linked, b->linked_len);
 	al_meta_free(b, sizeof(*b));
+}
+
+static void buddy_destroy(struct al_allocator *a)
+{
+	buddy_free_parts(to_buddy(a));
 }
 
 static int buddy_fork_lock(struct al_allocator *a, struct al_ctx *c)
@@ -1004,9 +1008,8 @@ static void buddy_fork_unlock(struct al_allocator *a, struct al_ctx *c)
 }
 
 static const struct al_ops buddy_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "buddy",
+	AL_OPS_INIT,
 	.alloc = buddy_alloc,
 	.free = buddy_free,
 	.alloc_bulk = buddy_alloc_bulk,
@@ -1056,9 +1059,7 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	b = al_meta_alloc(sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	b->base.ops = &buddy_ops;
-	b->base.desc = d;
-	b->base.ncpu = ncpu;
+	al_allocator_init(&b->base, &buddy_ops, d, below, ncpu);
 	b->chunk_size = (size_t)params[P_CHUNK_SIZE];
 	b->chunk_shift = al_fls64(b->chunk_size) - 1;
 	b->norders = b->chunk_shift - BUDDY_MIN_SHIFT;
@@ -1084,12 +1085,12 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	ret = al_arena_init(&b->arena, b->max_chunks << b->chunk_shift, b->chunk_size,
 			    params[P_POPULATE]);
 	if (ret)
-		goto out_counters;
+		goto out_free;
 	/* buddy_init: the first chunk is there from the start (§1.4.1). */
 	ch = (uintptr_t)al_arena_grow(&b->arena, b->chunk_size);
 	if (!ch) {
 		ret = -ENOMEM;
-		goto out_arena;
+		goto out_free;
 	}
 	chunk_init(b, ch);
 	b->meta_items = 0;
@@ -1100,14 +1101,8 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	*out = &b->base;
 	return 0;
 
-out_arena:
-	al_arena_destroy(&b->arena);
-out_counters:
-	al_counters_fini(&b->ctr);
 out_free:
-	al_meta_free(b->scratch, b->scratch_len);
-	al_meta_free(b->linked, b->linked_len);
-	al_meta_free(b, sizeof(*b));
+	buddy_free_parts(b);
 	return ret;
 }
 
@@ -1136,10 +1131,9 @@ static size_t buddy_max_size_of(const int64_t *p)
 }
 
 static const struct al_layer_desc buddy_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
-	.min_align = 16,
 	.name = "buddy",
+	AL_LAYER_DESC_INIT,
+	.min_align = 16,
 	.doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
 	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_STATS_ANYTIME |
 		    AL_F_NMI_SAFE,

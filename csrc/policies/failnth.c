@@ -124,20 +124,6 @@ static int fn_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, u
 	return al_free_bulk(a->below, c, ptrs, n);
 }
 
-static bool fn_owns(struct al_allocator *a, const void *p)
-{
-	struct al_allocator *b = a->below;
-
-	return b->ops->owns && b->ops->owns(b, p);
-}
-
-static size_t fn_usable_size(struct al_allocator *a, const void *p)
-{
-	struct al_allocator *b = a->below;
-
-	return b->ops->usable_size ? b->ops->usable_size(b, p) : 0;
-}
-
 static void fn_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 {
 	(void)a; /* nothing cached here; the stack drains the layer below itself */
@@ -167,15 +153,14 @@ static void fn_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops fn_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "failnth",
+	AL_OPS_INIT,
 	.alloc = fn_alloc,
 	.free = fn_free,
 	.alloc_bulk = fn_alloc_bulk,
 	.free_bulk = fn_free_bulk,
-	.owns = fn_owns,
-	.usable_size = fn_usable_size,
+	.owns = al_below_owns,
+	.usable_size = al_below_usable_size,
 	.drain = fn_drain,
 	.stats = fn_stats,
 	.destroy = fn_destroy,
@@ -195,21 +180,19 @@ static int fn_create(const struct al_layer_desc *d, const int64_t *params,
 	f = al_meta_alloc(sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	f->base.ops = &fn_ops;
-	f->base.desc = d;
-	f->base.below = below;
-	f->base.ncpu = ncpu;
 	f->op = (unsigned)params[P_OP];
 	f->nth = (uint64_t)params[P_NTH];
 	f->every = params[P_EVERY];
 	f->err = errs[params[P_ERR]];
 	ret = al_counters_init(&f->ctr, FC_NR, failnth_counter_names, ncpu);
-	if (ret) {
-		al_meta_free(f, sizeof(*f));
-		return ret;
-	}
-	*out = &f->base;
+	if (ret)
+		goto out_free;
+	*out = al_allocator_init(&f->base, &fn_ops, d, below, ncpu);
 	return 0;
+
+out_free:
+	fn_destroy(&f->base); /* it frees only the parts that exist */
+	return ret;
 }
 
 /* name, type, default, min, max, choices, doc */
@@ -225,9 +208,8 @@ static const struct al_param_desc fn_params[P_NR] = {
 };
 
 static const struct al_layer_desc failnth_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "failnth",
+	AL_LAYER_DESC_INIT,
 	.doc = "fault injection: the layer below fails its Nth (or every Nth) call",
 	.features = AL_F_BACKEND | AL_F_BULK | AL_F_OWNS | AL_F_USABLE,
 	.nparams = P_NR,

@@ -93,9 +93,8 @@ static void libc_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops libc_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "libc",
+	AL_OPS_INIT,
 	.alloc = libc_alloc,
 	.free = libc_free,
 	.usable_size = libc_usable_size,
@@ -114,22 +113,20 @@ static int libc_create(const struct al_layer_desc *d, const int64_t *params,
 	l = al_meta_alloc(sizeof(*l));
 	if (!l)
 		return -ENOMEM;
-	if (al_counters_init(&l->ctr, LC_NR, libc_counter_names, ncpu)) {
-		al_meta_free(l, sizeof(*l));
-		return -ENOMEM;
-	}
-	l->base.ops = &libc_ops;
-	l->base.desc = d;
-	l->base.ncpu = ncpu;
-	*out = &l->base;
+	if (al_counters_init(&l->ctr, LC_NR, libc_counter_names, ncpu))
+		goto out_free;
+	*out = al_allocator_init(&l->base, &libc_ops, d, below, ncpu);
 	return 0;
+
+out_free:
+	libc_destroy(&l->base); /* it frees only the parts that exist */
+	return -ENOMEM;
 }
 
 static const struct al_layer_desc libc_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
-	.min_align = 16,
 	.name = "libc",
+	AL_LAYER_DESC_INIT,
+	.min_align = 16,
 	.doc = "the process's malloc/free (glibc unless preloaded otherwise)",
 	.features = AL_F_USABLE | AL_F_STATS_ANYTIME,
 	.max_size = 0,
@@ -173,10 +170,9 @@ static int system_create(const struct al_layer_desc *d, const int64_t *params,
 }
 
 static const struct al_layer_desc system_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
-	.min_align = 16,
 	.name = "system",
+	AL_LAYER_DESC_INIT,
+	.min_align = 16,
 	.doc = "a real allocator (glibc, jemalloc, gperftools-tcmalloc, mimalloc) as a bottom "
 	       "layer, run under LD_PRELOAD",
 	.features = AL_F_USABLE,

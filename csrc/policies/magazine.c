@@ -342,16 +342,6 @@ out:
 	return ret;
 }
 
-static size_t magazine_usable_size(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->usable_size(a->below, p);
-}
-
-static bool magazine_owns(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->owns ? a->below->ops->owns(a->below, p) : false;
-}
-
 /* Empty a magazine into the backend. A batch it refuses (a transient
  * failure) goes one by one, so one failed free_bulk does not leave the
  * magazine's objects behind at teardown; what still fails stays in it. */
@@ -447,13 +437,9 @@ static int magazine_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-static void magazine_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void magazine_free_parts(struct magazine *mg)
 {
-	struct magazine *mg = (struct magazine *)a;
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	magazine_drain(a, &c, AL_DRAIN_ALL);
 	al_counters_fini(&mg->ctr);
 	al_meta_free(mg->pool, mg->pool_len);
 	al_meta_free(mg->cpus, mg->cpus_len);
@@ -461,40 +447,37 @@ static void magazine_destroy(struct al_allocator *a)
 	al_meta_free(mg, sizeof(*mg));
 }
 
-static void magazine_fork_unlock(struct al_allocator *a, struct al_ctx *c)
+static void magazine_destroy(struct al_allocator *a)
 {
-	struct magazine *t = (struct magazine *)a;
-	unsigned o;
+	struct al_ctx c;
 
-	for (o = t->norders; o--;)
-		al_lock_release(&t->depots[o].lock, c);
+	al_ctx_init(&c, 0);
+	magazine_drain(a, &c, AL_DRAIN_ALL);
+	magazine_free_parts((struct magazine *)a);
 }
 
+/* Every depot lock, in index order: all or none. */
 static int magazine_fork_lock(struct al_allocator *a, struct al_ctx *c)
 {
 	struct magazine *t = (struct magazine *)a;
-	unsigned o;
-	int ret;
 
-	for (o = 0; o < t->norders; o++) {
-		ret = al_lock_acquire(&t->depots[o].lock, c);
-		if (ret) {
-			while (o--)
-				al_lock_release(&t->depots[o].lock, c);
-			return ret;
-		}
-	}
-	return 0;
+	return al_lock_acquire_all(&t->depots[0].lock, sizeof(t->depots[0]), t->norders, c);
+}
+
+static void magazine_fork_unlock(struct al_allocator *a, struct al_ctx *c)
+{
+	struct magazine *t = (struct magazine *)a;
+
+	al_lock_release_all(&t->depots[0].lock, sizeof(t->depots[0]), t->norders, c);
 }
 
 static const struct al_ops magazine_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "magazine",
+	AL_OPS_INIT,
 	.alloc = magazine_alloc,
 	.free = magazine_free,
-	.owns = magazine_owns,
-	.usable_size = magazine_usable_size,
+	.owns = al_below_owns,
+	.usable_size = al_below_usable_size,
 	.drain = magazine_drain,
 	.stats = magazine_stats,
 	.destroy = magazine_destroy,
@@ -534,13 +517,8 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 	mg->pool = al_meta_alloc(mg->pool_len);
 	mg->depots = al_meta_alloc(sizeof(struct depot) * mg->norders);
 	if (!mg->cpus || !mg->pool || !mg->depots ||
-	    al_counters_init(&mg->ctr, MG_NR, magazine_counter_names, ncpu)) {
-		al_meta_free(mg->pool, mg->pool_len);
-		al_meta_free(mg->cpus, mg->cpus_len);
-		al_meta_free(mg->depots, sizeof(struct depot) * mg->norders);
-		al_meta_free(mg, sizeof(*mg));
-		return -ENOMEM;
-	}
+	    al_counters_init(&mg->ctr, MG_NR, magazine_counter_names, ncpu))
+		goto out_free;
 	q = mg->pool;
 	for (o = 0; o < mg->norders; o++) {
 		struct depot *dp = &mg->depots[o];
@@ -561,18 +539,17 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 			q += mg->mag_size;
 		}
 	}
-	mg->base.ops = &magazine_ops;
-	mg->base.desc = d;
-	mg->base.below = below;
-	mg->base.ncpu = ncpu;
-	*out = &mg->base;
+	*out = al_allocator_init(&mg->base, &magazine_ops, d, below, ncpu);
 	return 0;
+
+out_free:
+	magazine_free_parts(mg);
+	return -ENOMEM;
 }
 
 static const struct al_layer_desc magazine_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "magazine",
+	AL_LAYER_DESC_INIT,
 	.doc = "Bonwick magazines: cur + prev per CPU and order, a depot of full and empty "
 	       "magazines (libarena bmag/bdepot)",
 	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_NMI_SAFE,

@@ -223,16 +223,6 @@ static void drain_deferred(struct al_irq_work *w, struct al_ctx *x)
 	}
 }
 
-static size_t nolock_usable_size(struct al_allocator *a, const void *p)
-{
-	return usable(a->below, p);
-}
-
-static bool nolock_owns(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->owns ? a->below->ops->owns(a->below, p) : false;
-}
-
 static void nolock_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 {
 	al_defer_flush(to_nl(a)->defer, c, scope);
@@ -280,24 +270,27 @@ static int nolock_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-static void nolock_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void nolock_free_parts(struct nolock *nl)
 {
-	struct nolock *nl = to_nl(a);
-
 	al_defer_destroy(nl->defer); /* frees what is still deferred, while below exists */
 	al_counters_fini(&nl->ctr);
 	al_meta_free(nl->cpus, nl->cpus_len);
 	al_meta_free(nl, sizeof(*nl));
 }
 
+static void nolock_destroy(struct al_allocator *a)
+{
+	nolock_free_parts(to_nl(a));
+}
+
 static const struct al_ops nolock_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "nolock",
+	AL_OPS_INIT,
 	.alloc = nolock_alloc,
 	.free = nolock_free,
-	.owns = nolock_owns,
-	.usable_size = nolock_usable_size,
+	.owns = al_below_owns,
+	.usable_size = al_below_usable_size,
 	.drain = nolock_drain,
 	.stats = nolock_stats,
 	.destroy = nolock_destroy,
@@ -326,30 +319,22 @@ static int nolock_create(const struct al_layer_desc *d, const int64_t *p,
 		goto out_free;
 	ret = al_defer_create(ncpu, &dp, &nl->defer);
 	if (ret)
-		goto out_counters;
+		goto out_free;
 	for (cpu = 0; cpu < ncpu; cpu++) {
 		nl->cpus[cpu].nl = nl;
 		al_irq_work_init(&nl->cpus[cpu].work, cpu, drain_deferred);
 	}
-	nl->base.ops = &nolock_ops;
-	nl->base.desc = d;
-	nl->base.below = below;
-	nl->base.ncpu = ncpu;
-	*out = &nl->base;
+	*out = al_allocator_init(&nl->base, &nolock_ops, d, below, ncpu);
 	return 0;
 
-out_counters:
-	al_counters_fini(&nl->ctr);
 out_free:
-	al_meta_free(nl->cpus, nl->cpus_len);
-	al_meta_free(nl, sizeof(*nl));
+	nolock_free_parts(nl);
 	return ret;
 }
 
 static const struct al_layer_desc nolock_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "nolock",
+	AL_LAYER_DESC_INIT,
 	.doc = "kmalloc_nolock/kfree_nolock: trylocks only, one retry in the next size class, "
 	       "refused frees deferred to a per-CPU lock-free list drained by irq_work",
 	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_TRYLOCK |

@@ -51,18 +51,21 @@ static void null_stats(struct al_allocator *a, struct al_stats *out)
 	out->bytes_held = 0;
 }
 
-static void null_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void null_free_parts(struct null_layer *n)
 {
-	struct null_layer *n = (struct null_layer *)a;
-
 	al_meta_free(n->blocks, n->len);
 	al_meta_free(n, sizeof(*n));
 }
 
+static void null_destroy(struct al_allocator *a)
+{
+	null_free_parts((struct null_layer *)a);
+}
+
 static const struct al_ops null_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "null",
+	AL_OPS_INIT,
 	.alloc = null_alloc,
 	.free = null_free,
 	.usable_size = null_usable_size,
@@ -83,22 +86,20 @@ static int null_create(const struct al_layer_desc *d, const int64_t *params,
 		return -ENOMEM;
 	n->len = (size_t)ncpu * NULL_BLOCK;
 	n->blocks = al_meta_alloc(n->len); /* lazily faulted */
-	if (!n->blocks) {
-		al_meta_free(n, sizeof(*n));
-		return -ENOMEM;
-	}
-	n->base.ops = &null_ops;
-	n->base.desc = d;
-	n->base.ncpu = ncpu;
-	*out = &n->base;
+	if (!n->blocks)
+		goto out_free;
+	*out = al_allocator_init(&n->base, &null_ops, d, below, ncpu);
 	return 0;
+
+out_free:
+	null_free_parts(n);
+	return -ENOMEM;
 }
 
 static const struct al_layer_desc null_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
-	.min_align = 4096,
 	.name = "null",
+	AL_LAYER_DESC_INIT,
+	.min_align = 4096,
 	.doc = "no-op allocator returning a preallocated block: the harness floor",
 	.features = AL_F_USABLE | AL_F_STATS_ANYTIME | AL_F_SHARED_BLOCKS,
 	.max_size = NULL_BLOCK,

@@ -314,11 +314,6 @@ static size_t percpu_usable_size(struct al_allocator *a, const void *p)
 		       : usable;
 }
 
-static bool percpu_owns(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->owns ? a->below->ops->owns(a->below, p) : false;
-}
-
 static void drain_cpu(struct percpu *pc, struct al_ctx *c, unsigned cpu)
 {
 	unsigned o;
@@ -394,25 +389,29 @@ static int percpu_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-static void percpu_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void percpu_free_parts(struct percpu *pc)
 {
-	struct percpu *pc = (struct percpu *)a;
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	percpu_drain(a, &c, AL_DRAIN_ALL); /* hand the caches back before the backend goes */
 	al_counters_fini(&pc->ctr);
 	al_meta_free(pc->cpus, pc->cpus_len);
 	al_meta_free(pc, sizeof(*pc));
 }
 
+static void percpu_destroy(struct al_allocator *a)
+{
+	struct al_ctx c;
+
+	al_ctx_init(&c, 0);
+	percpu_drain(a, &c, AL_DRAIN_ALL); /* hand the caches back before the backend goes */
+	percpu_free_parts((struct percpu *)a);
+}
+
 static const struct al_ops percpu_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "percpu",
+	AL_OPS_INIT,
 	.alloc = percpu_alloc,
 	.free = percpu_free,
-	.owns = percpu_owns,
+	.owns = al_below_owns,
 	.usable_size = percpu_usable_size,
 	.drain = percpu_drain,
 	.stats = percpu_stats,
@@ -451,23 +450,19 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->cpu_stride = AL_CACHELINE + pc->norders * pc->order_stride;
 	pc->cpus_len = pc->cpu_stride * ncpu;
 	pc->cpus = al_meta_alloc(pc->cpus_len);
-	if (!pc->cpus || al_counters_init(&pc->ctr, PC_NR, percpu_counter_names, ncpu)) {
-		al_meta_free(pc->cpus, pc->cpus_len);
-		al_meta_free(pc, sizeof(*pc));
-		return -ENOMEM;
-	}
-	pc->base.ops = &percpu_ops;
-	pc->base.desc = d;
-	pc->base.below = below;
-	pc->base.ncpu = ncpu;
-	*out = &pc->base;
+	if (!pc->cpus || al_counters_init(&pc->ctr, PC_NR, percpu_counter_names, ncpu))
+		goto out_free;
+	*out = al_allocator_init(&pc->base, &percpu_ops, d, below, ncpu);
 	return 0;
+
+out_free:
+	percpu_free_parts(pc);
+	return -ENOMEM;
 }
 
 static const struct al_layer_desc percpu_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "percpu",
+	AL_LAYER_DESC_INIT,
 	.doc = "per-CPU LIFO caches per order; refill with alloc_bulk(batch), spill a batch "
 	       "with free_bulk (seed 000 'spill')",
 	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_NMI_SAFE,

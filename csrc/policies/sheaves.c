@@ -742,11 +742,6 @@ static size_t sheaves_usable_size(struct al_allocator *a, const void *p)
 	return ci >= 0 && usable <= KM_MAX_SIZE ? km_class_size[ci] : usable;
 }
 
-static bool sheaves_owns(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->owns ? a->below->ops->owns(a->below, p) : false;
-}
-
 static void sheaves_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 {
 	struct sheaves *sh = to_sh(a);
@@ -897,14 +892,11 @@ static int sheaves_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-static void sheaves_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void sheaves_free_parts(struct sheaves *sh)
 {
-	struct sheaves *sh = to_sh(a);
 	struct pool_chunk *ch, *next;
-	struct al_ctx c;
 
-	al_ctx_init(&c, 0);
-	sheaves_drain(a, &c, AL_DRAIN_ALL); /* hand the objects back before the backend goes */
 	for (ch = sh->chunks; ch; ch = next) {
 		next = ch->next;
 		al_meta_free(ch, ch->len);
@@ -915,13 +907,21 @@ static void sheaves_destroy(struct al_allocator *a)
 	al_meta_free(sh, sizeof(*sh));
 }
 
+static void sheaves_destroy(struct al_allocator *a)
+{
+	struct al_ctx c;
+
+	al_ctx_init(&c, 0);
+	sheaves_drain(a, &c, AL_DRAIN_ALL); /* hand the objects back before the backend goes */
+	sheaves_free_parts(to_sh(a));
+}
+
 static const struct al_ops sheaves_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "sheaves",
+	AL_OPS_INIT,
 	.alloc = sheaves_alloc,
 	.free = sheaves_free,
-	.owns = sheaves_owns,
+	.owns = al_below_owns,
 	.usable_size = sheaves_usable_size,
 	.drain = sheaves_drain,
 	.stats = sheaves_stats,
@@ -961,20 +961,15 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 	sh->pcs = al_meta_alloc(sh->pcs_len);
 	sh->barns = al_meta_alloc(sh->barns_len);
 	if (!sh->pcs || !sh->barns ||
-	    al_counters_init(&sh->ctr, SH_NR, sheaves_counter_names, ncpu)) {
-		al_meta_free(sh->pcs, sh->pcs_len);
-		al_meta_free(sh->barns, sh->barns_len);
-		al_meta_free(sh, sizeof(*sh));
-		return -ENOMEM;
-	}
+	    al_counters_init(&sh->ctr, SH_NR, sheaves_counter_names, ncpu))
+		goto out_free;
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
 		al_lock_init(&sh->barns[ci].lock, (uint64_t)p[P_lock_budget], false);
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
 		sh->alias[ci] =
 			below->desc && (below->desc->features & AL_F_KM_CLASSES) ? (int8_t)ci : -1;
-	sh->base.ops = &sheaves_ops;
-	sh->base.below = below;
-	sh->base.ncpu = ncpu;
+	/* pcs_of() reads the header's ncpu: fill it first. */
+	al_allocator_init(&sh->base, &sheaves_ops, d, below, ncpu);
 	/* Every CPU's main sheaf exists from the start, as the kernel allocates
 	 * them with the cache (not counted as sheaf_allocs). */
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
@@ -982,23 +977,20 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 			struct pcs *pc = pcs_of(sh, ci, cpu);
 
 			pc->main = sheaf_alloc(sh, ci, NULL, 0);
-			if (!pc->main) {
-				sheaves_destroy(&sh->base);
-				return -ENOMEM;
-			}
+			if (!pc->main)
+				goto out_free; /* the sheaves made are empty, in sh->chunks */
 		}
-
-	sh->base.desc = d;
-	sh->base.below = below;
-	sh->base.ncpu = ncpu;
 	*out = &sh->base;
 	return 0;
+
+out_free:
+	sheaves_free_parts(sh);
+	return -ENOMEM;
 }
 
 static const struct al_layer_desc sheaves_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "sheaves",
+	AL_LAYER_DESC_INIT,
 	.doc = "SLUB per-CPU sheaves (main + spare behind a trylock) and a barn of at most 10 "
 	       "full and 10 empty sheaves per class; whole-sheaf exchanges",
 	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE,

@@ -1260,10 +1260,9 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-static void slab_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void slab_free_parts(struct slab_layer *sa)
 {
-	struct slab_layer *sa = to_sa(a);
-
 	al_arena_destroy(&sa->arena);
 	al_counters_fini(&sa->ctr);
 	al_meta_free(sa->cpus, sa->cpus_len);
@@ -1272,10 +1271,14 @@ static void slab_destroy(struct al_allocator *a)
 	al_meta_free(sa, sizeof(*sa));
 }
 
+static void slab_destroy(struct al_allocator *a)
+{
+	slab_free_parts(to_sa(a));
+}
+
 static const struct al_ops slab_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "slab",
+	AL_OPS_INIT,
 	.alloc = slab_alloc,
 	.free = slab_free,
 	.alloc_bulk = slab_alloc_bulk,
@@ -1340,7 +1343,7 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 		goto out_free;
 	ret = al_arena_init(&sa->arena, sa->nframes << FRAME_SHIFT, FRAME_SIZE, false);
 	if (ret)
-		goto out_counters;
+		goto out_free;
 	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 
@@ -1352,27 +1355,18 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 			s->cpu[cpu].tid = cpu;
 		}
 	}
-	sa->base.ops = &slab_ops;
-	sa->base.desc = d;
-	sa->base.ncpu = ncpu;
-	*out = &sa->base;
+	*out = al_allocator_init(&sa->base, &slab_ops, d, below, ncpu);
 	return 0;
 
-out_counters:
-	al_counters_fini(&sa->ctr);
 out_free:
-	al_meta_free(sa->cpus, sa->cpus_len);
-	al_meta_free(sa->caches, sa->caches_len);
-	al_meta_free(sa->frames, sa->frames_len);
-	al_meta_free(sa, sizeof(*sa));
+	slab_free_parts(sa);
 	return ret;
 }
 
 static const struct al_layer_desc slab_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
-	.min_align = 8,
 	.name = "slab",
+	AL_LAYER_DESC_INIT,
+	.min_align = 8,
 	.doc = "kmalloc/kzalloc over SLUB-like slabs: 13 size classes, per-CPU slab with a "
 	       "cmpxchg16b freelist (v6.18) or none (sheaves form), partial lists under "
 	       "list_lock",

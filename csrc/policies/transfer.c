@@ -250,16 +250,6 @@ static int transfer_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	return ret;
 }
 
-static size_t transfer_usable_size(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->usable_size(a->below, p);
-}
-
-static bool transfer_owns(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->owns ? a->below->ops->owns(a->below, p) : false;
-}
-
 static void transfer_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 {
 	struct transfer *tc = (struct transfer *)a;
@@ -324,55 +314,48 @@ static int transfer_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-static void transfer_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void transfer_free_parts(struct transfer *tc)
 {
-	struct transfer *tc = (struct transfer *)a;
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	transfer_drain(a, &c, AL_DRAIN_ALL);
 	al_counters_fini(&tc->ctr);
 	al_meta_free(tc->slots, tc->slots_len);
 	al_meta_free(tc->orders, sizeof(struct tc_order) * tc->norders);
 	al_meta_free(tc, sizeof(*tc));
 }
 
-static void transfer_fork_unlock(struct al_allocator *a, struct al_ctx *c)
+static void transfer_destroy(struct al_allocator *a)
 {
-	struct transfer *t = (struct transfer *)a;
-	unsigned o;
+	struct al_ctx c;
 
-	for (o = t->norders; o--;)
-		al_lock_release(&t->orders[o].lock, c);
+	al_ctx_init(&c, 0);
+	transfer_drain(a, &c, AL_DRAIN_ALL);
+	transfer_free_parts((struct transfer *)a);
 }
 
+/* Every per-order lock, in index order: all or none. */
 static int transfer_fork_lock(struct al_allocator *a, struct al_ctx *c)
 {
 	struct transfer *t = (struct transfer *)a;
-	unsigned o;
-	int ret;
 
-	for (o = 0; o < t->norders; o++) {
-		ret = al_lock_acquire(&t->orders[o].lock, c);
-		if (ret) {
-			while (o--)
-				al_lock_release(&t->orders[o].lock, c);
-			return ret;
-		}
-	}
-	return 0;
+	return al_lock_acquire_all(&t->orders[0].lock, sizeof(t->orders[0]), t->norders, c);
+}
+
+static void transfer_fork_unlock(struct al_allocator *a, struct al_ctx *c)
+{
+	struct transfer *t = (struct transfer *)a;
+
+	al_lock_release_all(&t->orders[0].lock, sizeof(t->orders[0]), t->norders, c);
 }
 
 static const struct al_ops transfer_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "transfer",
+	AL_OPS_INIT,
 	.alloc = transfer_alloc,
 	.free = transfer_free,
 	.alloc_bulk = transfer_alloc_bulk,
 	.free_bulk = transfer_free_bulk,
-	.owns = transfer_owns,
-	.usable_size = transfer_usable_size,
+	.owns = al_below_owns,
+	.usable_size = al_below_usable_size,
 	.drain = transfer_drain,
 	.stats = transfer_stats,
 	.destroy = transfer_destroy,
@@ -400,28 +383,23 @@ static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
 	tc->slots_len = (size_t)tc->norders * tc->capacity * sizeof(void *);
 	tc->slots = al_meta_alloc(tc->slots_len);
 	if (!tc->orders || !tc->slots ||
-	    al_counters_init(&tc->ctr, TC_NR, transfer_counter_names, ncpu)) {
-		al_meta_free(tc->slots, tc->slots_len);
-		al_meta_free(tc->orders, sizeof(struct tc_order) * tc->norders);
-		al_meta_free(tc, sizeof(*tc));
-		return -ENOMEM;
-	}
+	    al_counters_init(&tc->ctr, TC_NR, transfer_counter_names, ncpu))
+		goto out_free;
 	for (o = 0; o < tc->norders; o++) {
 		al_lock_init(&tc->orders[o].lock, (uint64_t)p[P_lock_budget], false);
 		tc->orders[o].objects = tc->slots + (size_t)o * tc->capacity;
 	}
-	tc->base.ops = &transfer_ops;
-	tc->base.desc = d;
-	tc->base.below = below;
-	tc->base.ncpu = ncpu;
-	*out = &tc->base;
+	*out = al_allocator_init(&tc->base, &transfer_ops, d, below, ncpu);
 	return 0;
+
+out_free:
+	transfer_free_parts(tc);
+	return -ENOMEM;
 }
 
 static const struct al_layer_desc transfer_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "transfer",
+	AL_LAYER_DESC_INIT,
 	.doc = "per-order transfer caches of whole batches shared between CPUs, under per-order "
 	       "locks (seed 000 'transfer cache')",
 	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS | AL_F_USABLE,

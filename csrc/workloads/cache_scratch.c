@@ -132,9 +132,8 @@ static void cs_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 }
 
 static const struct al_workload_desc cache_scratch_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "cache-scratch",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "mimalloc-bench cache-scratch: passive false sharing; objects handed out by the "
 	       "main thread are freed by the workers, whose own objects are then written",
 	.nparams = P_NR,

@@ -239,9 +239,8 @@ static void la_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 }
 
 static const struct al_workload_desc larson_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "larson",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "mimalloc-bench larson: random free+alloc over a per-thread array of live chunks, "
 	       "arrays handed between threads (server bleeding)",
 	.flags = AL_WL_DISTINCT, /* objects stay live and move between workers */

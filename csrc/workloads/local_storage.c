@@ -720,9 +720,8 @@ static void ls_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 }
 
 static const struct al_workload_desc local_storage_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "local-storage-create",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "bench local-storage-create: create batch_size owners (element + storage "
 	       "allocation, bucket lock, publish by cmpxchg), then destroy them through the "
 	       "era's free path (kfree_rcu, reuse_now, call_rcu + kfree_nolock)",

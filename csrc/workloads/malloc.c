@@ -122,9 +122,8 @@ static int calloc_cycle(struct al_worker *w)
 }
 
 static const struct al_workload_desc malloc_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "malloc",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "libarena-malloc: nallocs timed allocations per invocation, allocator reset "
 	       "(untimed) between invocations; one producer",
 	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER | AL_WL_LIVE,
@@ -137,9 +136,8 @@ static const struct al_workload_desc malloc_desc = {
 };
 
 static const struct al_workload_desc calloc_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "calloc",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "libarena-calloc: as malloc, with zeroed memory (the zeroing is timed)",
 	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER | AL_WL_LIVE,
 	.nparams = P_NR,

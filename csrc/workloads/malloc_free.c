@@ -133,9 +133,8 @@ static int mf_cycle(struct al_worker *w)
 }
 
 static const struct al_workload_desc malloc_free_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "malloc-free",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "libarena-malloc-free: allocs_per_cycle allocations linked in a list, then free "
 	       "them all; alloc and free timed separately",
 	.flags = AL_WL_LIVE,

@@ -81,9 +81,8 @@ static void xf_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 }
 
 static const struct al_workload_desc malloc_xfree_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "malloc-xfree",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "libarena-malloc-xfree: publish each list in a shared slot and free the list left "
 	       "there, so most frees are cross-CPU",
 	.flags = AL_WL_LIVE | AL_WL_DISTINCT, /* lists linked through the objects */

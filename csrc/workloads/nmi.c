@@ -703,9 +703,8 @@ static void nmi_worker_fini(struct al_worker *w)
 }
 
 static const struct al_workload_desc nmi_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "nmi",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "malloc-free while a per-thread timer signal (the NMI model) allocates and frees "
 	       "through the same policy; NMI-safe policies only",
 	.flags = AL_WL_NMI,

@@ -333,9 +333,8 @@ static void stress_worker_fini(struct al_worker *w)
 }
 
 static const struct al_workload_desc stress_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "stress",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "random alloc/free/bulk/handoff between workers, every object's fill pattern "
 	       "checked before it is freed; reports errors",
 	.flags = AL_WL_DISTINCT, /* every object's fill pattern is checked */

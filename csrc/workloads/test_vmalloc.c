@@ -811,9 +811,8 @@ static int tv_cycle(struct al_worker *w)
 }
 
 static const struct al_workload_desc test_vmalloc_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "test_vmalloc",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "lib/test_vmalloc.c: the kernel's vmalloc tests by name, bit and parameter on a "
 	       "'vmalloc > pages' policy; one cycle = one run of every selected test; reports "
 	       "<test>.avg_usec and passed/failed/xfailed",

@@ -124,9 +124,8 @@ static void xm_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 }
 
 static const struct al_workload_desc xmalloc_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "xmalloc",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "mimalloc-bench xmalloc-test: producers/2 threads only allocate, producers/2 only "
 	       "free, batches handed through a shared queue",
 	.flags = AL_WL_LIVE | AL_WL_DISTINCT, /* lists linked through the objects */

@@ -117,16 +117,6 @@ static int hs_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	return 0;
 }
 
-static size_t hs_usable(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->usable_size(a->below, p);
-}
-
-static bool hs_owns(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->owns && a->below->ops->owns(a->below, p);
-}
-
 static void hs_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 {
 	struct halfspill *h = (struct halfspill *)a;
@@ -153,27 +143,31 @@ static void hs_stats(struct al_allocator *a, struct al_stats *out)
 	al_counters_report(&h->ctr, out);
 }
 
-static void hs_destroy(struct al_allocator *a)
+/* Free what create made; a part not made yet is skipped. */
+static void hs_free_parts(struct halfspill *h)
 {
-	struct halfspill *h = (struct halfspill *)a;
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	hs_drain(a, &c, AL_DRAIN_ALL);
 	al_counters_fini(&h->ctr);
 	al_meta_free(h->slots, h->slots_len);
 	al_meta_free(h->stacks, h->stacks_len);
 	al_meta_free(h, sizeof(*h));
 }
 
+static void hs_destroy(struct al_allocator *a)
+{
+	struct al_ctx c;
+
+	al_ctx_init(&c, 0);
+	hs_drain(a, &c, AL_DRAIN_ALL); /* hand the caches back before the backend goes */
+	hs_free_parts((struct halfspill *)a);
+}
+
 static const struct al_ops hs_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "halfspill",
+	AL_OPS_INIT,
 	.alloc = hs_alloc,
 	.free = hs_free,
-	.owns = hs_owns,
-	.usable_size = hs_usable,
+	.owns = al_below_owns,
+	.usable_size = al_below_usable_size,
 	.drain = hs_drain,
 	.stats = hs_stats,
 	.destroy = hs_destroy,
@@ -196,26 +190,21 @@ static int hs_create(const struct al_layer_desc *d, const int64_t *p, struct al_
 	h->slots_len = sizeof(void *) * h->capacity * ncpu * HS_MAX_ORDERS;
 	h->stacks = al_meta_alloc(h->stacks_len);
 	h->slots = al_meta_alloc(h->slots_len);
-	if (!h->stacks || !h->slots || al_counters_init(&h->ctr, HS_NR, hs_names, ncpu)) {
-		al_meta_free(h->slots, h->slots_len);
-		al_meta_free(h->stacks, h->stacks_len);
-		al_meta_free(h, sizeof(*h));
-		return -ENOMEM;
-	}
+	if (!h->stacks || !h->slots || al_counters_init(&h->ctr, HS_NR, hs_names, ncpu))
+		goto out_free;
 	for (i = 0; i < ncpu * HS_MAX_ORDERS; i++)
 		h->stacks[i].objects = h->slots + (size_t)i * h->capacity;
-	h->base.ops = &hs_ops;
-	h->base.desc = d;
-	h->base.below = below;
-	h->base.ncpu = ncpu;
-	*out = &h->base;
+	*out = al_allocator_init(&h->base, &hs_ops, d, below, ncpu);
 	return 0;
+
+out_free:
+	hs_free_parts(h);
+	return -ENOMEM;
 }
 
 static const struct al_layer_desc hs_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "halfspill",
+	AL_LAYER_DESC_INIT,
 	.doc = "plugin example: per-CPU cache that spills half its capacity when full",
 	.features = AL_F_BACKEND | AL_F_OWNS | AL_F_USABLE,
 	.nparams = P_NR,

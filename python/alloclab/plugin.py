@@ -160,9 +160,8 @@ def _glue(name, params, features, doc, max_size, create, min_align=0):
 #line 1 "<alloclab plugin glue>"
 static const struct al_param_desc alp_params_[] = { %(rows)s };
 static const struct al_layer_desc alp_desc_ = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = %(name)s,
+	AL_LAYER_DESC_INIT,
 	.doc = %(doc)s,
 	.features = %(flags)s,
 	.max_size = %(max)dULL,
@@ -224,9 +223,10 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     default, min, max, doc[, choices])``, type one of int/size/bool/enum/ns),
     ``features`` (bulk, owns, backend, usable, validates), ``doc``,
     ``max_size`` and ``min_align`` (the alignment of every object it hands
-    out; 0, the default: that of the layer below) describe it. Returns a Plugin. Raises PluginCompileError
-    (with the compiler's messages), PluginError (not registered, or the name
-    is taken), or the parameter errors of the schema checks."""
+    out; 0, the default: that of the layer below) describe it. Returns a
+    Plugin. Raises PluginCompileError (with the compiler's messages),
+    PluginError (not registered, or the name is taken), or the parameter
+    errors of the schema checks."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise errors.InvalidArgument("plugin name %r must match [a-z0-9_][a-z0-9_-]*" % (name,),
                                      value=name)
@@ -235,25 +235,6 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     digest = hashlib.sha256("\0".join([name, source, glue, " ".join(flags), lib_path(),
                                        cstr(lib.al_version()), _headers_digest()]
                                       ).encode()).hexdigest()[:16]
-    prev = _already_registered(name, digest)
-    if prev is not None:
-        return prev
-    modname = "_alp_%s_%s" % (re.sub(r"[^a-z0-9_]", "_", name), digest)
-    t0 = time.perf_counter()
-    so = _build(name, source, glue, modname, flags, force)
-    mod = _load(name, modname, so, glue)
-    compile_s = time.perf_counter() - t0
-    _keep.append(mod)
-    _sources[name] = {"path": os.path.realpath(so), "offset": None}
-    plugin = Plugin(name, digest, so, compile_s)
-    _loaded[name] = plugin
-    return plugin
-
-
-def _already_registered(name, digest):
-    """The Plugin already compiled from this very source (``digest``), or
-    None when ``name`` is free; PluginError when the name is taken by other
-    source or by a layer that is not a plugin."""
     prev = _loaded.get(name)
     if prev is not None:
         if prev.digest == digest:
@@ -264,13 +245,18 @@ def _already_registered(name, digest):
     if lib.al_layer_find(name.encode()) != ffi.NULL:
         raise errors.PluginError("%r is already a registered layer (%s)" % (
             name, ", ".join(schema.layers())), name=name)
-    return None
+    modname = "_alp_%s_%s" % (re.sub(r"[^a-z0-9_]", "_", name), digest)
+    t0 = time.perf_counter()
+    path = _build(name, modname, '#include <alloclab/alloclab.h>\n#line 1 "%s.c"\n%s\n%s'
+                  % (name, source, glue), bool(glue), flags, force)
+    _load(name, modname, path, bool(glue))
+    plugin = Plugin(name, digest, path, time.perf_counter() - t0)
+    _loaded[name] = plugin
+    return plugin
 
 
-def _build(name, source, glue, modname, flags, force):
-    """The shared object of ``modname`` in the cache directory: the cached
-    one, or compiled now (always with ``force``). A compile error raises
-    PluginCompileError with the compiler's error and warning lines."""
+def _build(name, modname, text, glue, flags, force):
+    """The cached module of this source, built first when it is not there."""
     import cffi
 
     out_dir = cache_dir()
@@ -281,11 +267,9 @@ def _build(name, source, glue, modname, flags, force):
         return built[0]
     builder = cffi.FFI()
     builder.cdef("int alloclab_plugin_status(void);" if glue else "")
-    builder.set_source(
-        modname,
-        '#include <alloclab/alloclab.h>\n#line 1 "%s.c"\n%s\n%s' % (name, source, glue),
-        include_dirs=[include_dir()], library_dirs=[libdir], libraries=["alloclab"],
-        extra_compile_args=flags, extra_link_args=["-Wl,-rpath," + libdir])
+    builder.set_source(modname, text, include_dirs=[include_dir()], library_dirs=[libdir],
+                       libraries=["alloclab"], extra_compile_args=flags,
+                       extra_link_args=["-Wl,-rpath," + libdir])
     with tempfile.TemporaryDirectory(prefix="alloclab-plugin-") as tmp:
         with _capture_fd2() as cap:
             try:
@@ -306,12 +290,12 @@ def _build(name, source, glue, modname, flags, force):
     return dest
 
 
-def _load(name, modname, so, glue):
-    """Import the compiled module (its constructor registers the layer) and
-    check that the registry took a layer named ``name``."""
-    spec = importlib.util.spec_from_file_location(modname, so)
+def _load(name, modname, path, glue):
+    """Import the built module (its constructor registers the layer) and check
+    that the layer ``name`` is now in the registry."""
+    spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # its constructor registers the layer
+    spec.loader.exec_module(mod)
     if glue:
         rc = mod.lib.alloclab_plugin_status()
         if rc:
@@ -324,7 +308,8 @@ def _load(name, modname, so, glue):
             "plugin %r compiled but registered no layer named %r: call "
             "AL_REGISTER_LAYER(desc) with .name = \"%s\", or pass create= and params=" % (
                 name, name, name), name=name)
-    return mod
+    _keep.append(mod)
+    _sources[name] = {"path": os.path.realpath(path), "offset": None}
 
 
 def compile_file(path, **kwargs):
@@ -473,17 +458,15 @@ def _executable(addr):
 
 def _check_descriptor(addr, where):
     """Everything the registry and the schema reader will dereference."""
-    buf = _descriptor_copy(addr, where)
+    buf = _read_descriptor(addr, where)
     d = ffi.cast("const struct al_layer_desc *", buf)  # the copy: nothing else is read yet
     name = _descriptor_name(d, addr, where)
-    _check_pointers(d, name, where)
-    _check_param_descs(d, name, where)
+    _check_descriptor_pointers(d, name, where)
+    _check_param_strings(d, name, where)
 
 
-def _descriptor_copy(addr, where):
-    """A copy of the struct al_layer_desc at ``addr`` (a char[] the caller
-    keeps alive while it reads it), once the address is plausible and the
-    memory readable."""
+def _read_descriptor(addr, where):
+    """A copy of the descriptor at addr, once it is known to be one of this ABI."""
     if addr == 0:
         raise errors.InvalidArgument("%s: a NULL descriptor" % where, value=addr)
     if not 0 < addr < 1 << 64:
@@ -500,13 +483,8 @@ def _descriptor_copy(addr, where):
         raise errors.InvalidArgument(
             "%s: address 0x%x is not readable memory (%d bytes): no struct al_layer_desc there"
             % (where, addr, size), value=addr)
-    return ffi.new("char[]", raw)
-
-
-def _descriptor_name(d, addr, where):
-    """The layer name of descriptor ``d``, once its ABI version and size
-    are this library's and its name is a readable layer name."""
-    size = ffi.sizeof("struct al_layer_desc")
+    buf = ffi.new("char[]", raw)
+    d = ffi.cast("const struct al_layer_desc *", buf)
     sizes = (size, ffi.offsetof("struct al_layer_desc", "min_align"))  # with, without it
     if d.abi_version != lib.AL_ABI_VERSION or d.desc_size not in sizes:
         raise errors.PluginError(
@@ -514,6 +492,10 @@ def _descriptor_name(d, addr, where):
             "%d and %s (rebuild it against these headers)"
             % (where, d.abi_version, d.desc_size, lib.AL_ABI_VERSION,
                " or ".join(map(str, sizes))), value=addr)
+    return buf
+
+
+def _descriptor_name(d, addr, where):
     name = _read_cstring(int(ffi.cast("uintptr_t", d.name)), 64) if d.name else None
     if name is None or not _NAME_RE.match(name.decode("latin-1")):
         raise errors.PluginError(
@@ -523,9 +505,8 @@ def _descriptor_name(d, addr, where):
     return name.decode()
 
 
-def _check_pointers(d, name, where):
-    """The descriptor's functions point into executable memory (create is
-    required) and its doc string is readable."""
+def _check_descriptor_pointers(d, name, where):
+    """Its functions point into executable memory, its doc string is readable."""
     for field in ("create", "max_size_of", "check_params"):
         fn = int(ffi.cast("uintptr_t", getattr(d, field)))
         if field == "create" and not fn:
@@ -542,9 +523,8 @@ def _check_pointers(d, name, where):
                                      % (where, name, field), name=name)
 
 
-def _check_param_descs(d, name, where):
-    """At most AL_MAX_PARAMS parameter descriptions, all readable, each with
-    a readable name and readable choices and doc when set."""
+def _check_param_strings(d, name, where):
+    """At most AL_MAX_PARAMS parameters, each with readable strings."""
     if d.nparams > lib.AL_MAX_PARAMS:
         raise errors.PluginError("%s: layer %r declares %d parameters, at most %d"
                                  % (where, name, d.nparams, lib.AL_MAX_PARAMS), name=name)
@@ -712,7 +692,8 @@ def preload_shim(path_or_source, name=None):
         src = os.path.join(tmp, "plugin.c")
         with open(src, "w") as f:
             f.write('#include <alloclab/alloclab.h>\n#line 1 "plugin.c"\n' + source)
-        cmd = cc + ["-shared"] + library_cflags(preload=True) + ["-I" + include_dir(), src, "-Wl,--whole-archive", ar,
+        cmd = cc + ["-shared"] + library_cflags(preload=True) + [
+                    "-I" + include_dir(), src, "-Wl,--whole-archive", ar,
                     "-Wl,--no-whole-archive", "-lm", "-ldl", "-o", out + ".tmp"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:

@@ -279,11 +279,6 @@ static int reenter_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p,
 	return al_free_bulk(a->below, c, p, n);
 }
 
-static size_t reenter_usable(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->usable_size(a->below, p);
-}
-
 static void reenter_stats(struct al_allocator *a, struct al_stats *out)
 {
 	(void)a;
@@ -296,14 +291,13 @@ static void reenter_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops reenter_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "reenter",
+	AL_OPS_INIT,
 	.alloc = reenter_alloc,
 	.free = reenter_free,
 	.alloc_bulk = reenter_alloc_bulk,
 	.free_bulk = reenter_free_bulk,
-	.usable_size = reenter_usable,
+	.usable_size = al_below_usable_size,
 	.stats = reenter_stats,
 	.destroy = reenter_destroy,
 };
@@ -313,21 +307,16 @@ static int reenter_create(const struct al_layer_desc *d, const int64_t *p,
 {
 	struct reenter *r = al_meta_alloc(sizeof(*r));
 
-	(void)d;
 	(void)p;
-	(void)ncpu;
 	if (!r)
 		return -ENOMEM;
-	r->base.ops = &reenter_ops;
-	r->base.below = below;
-	*out = &r->base;
+	*out = al_allocator_init(&r->base, &reenter_ops, d, below, ncpu);
 	return 0;
 }
 
 static const struct al_layer_desc reenter_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "test-reenter",
+	AL_LAYER_DESC_INIT,
 	.doc = "test: re-enters the top of the stack from a refill",
 	.features = AL_F_BACKEND | AL_F_BULK | AL_F_USABLE,
 	.create = reenter_create,

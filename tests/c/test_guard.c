@@ -40,16 +40,6 @@ static void *liar_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 	return p;
 }
 
-static int liar_free(struct al_allocator *a, struct al_ctx *c, void *p)
-{
-	return al_free(a->below, c, p);
-}
-
-static size_t liar_usable(struct al_allocator *a, const void *p)
-{
-	return a->below->ops->usable_size(a->below, p);
-}
-
 static void liar_stats(struct al_allocator *a, struct al_stats *out)
 {
 	al_stats_add(out, "allocs", ((struct liar *)a)->n);
@@ -61,12 +51,11 @@ static void liar_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops liar_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "t_liar",
+	AL_OPS_INIT,
 	.alloc = liar_alloc,
-	.free = liar_free,
-	.usable_size = liar_usable,
+	.free = al_below_free,
+	.usable_size = al_below_usable_size,
 	.stats = liar_stats,
 	.destroy = liar_destroy,
 };
@@ -81,22 +70,17 @@ static int liar_create(const struct al_layer_desc *d, const int64_t *params,
 {
 	struct liar *l = al_meta_alloc(sizeof(*l));
 
-	(void)d;
-	(void)below;
-	(void)ncpu;
 	if (!l)
 		return -ENOMEM;
 	l->mode = (int)params[0];
 	l->after = (int)params[1];
-	l->base.ops = &liar_ops;
-	*out = &l->base;
+	*out = al_allocator_init(&l->base, &liar_ops, d, below, ncpu);
 	return 0;
 }
 
 static const struct al_layer_desc liar_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "t_liar",
+	AL_LAYER_DESC_INIT,
 	.doc = "test: lies after a while",
 	.features = AL_F_BACKEND | AL_F_USABLE,
 	.nparams = 2,

@@ -197,9 +197,8 @@ static int quiet_cycle(struct al_worker *w)
 }
 
 static const struct al_workload_desc quiet_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "test-quiet",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "test: keeps no live bytes",
 	.size_param = -1,
 	.cycle = quiet_cycle,

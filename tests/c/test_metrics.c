@@ -33,9 +33,8 @@ static void probe_fini(struct al_worker *w)
 }
 
 static const struct al_workload_desc probe_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_workload_desc),
 	.name = "metrics-probe",
+	AL_WORKLOAD_DESC_INIT,
 	.doc = "test: adds workload metrics",
 	.size_param = -1,
 	.cycle = probe_cycle,

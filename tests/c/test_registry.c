@@ -57,9 +57,8 @@ static int plugin_create(const struct al_layer_desc *d, const int64_t *params,
 }
 
 static const struct al_layer_desc plugin_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "test-late-plugin",
+	AL_LAYER_DESC_INIT,
 	.doc = "registered at run time",
 	.create = plugin_create,
 };

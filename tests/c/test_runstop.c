@@ -68,9 +68,8 @@ static void th_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops th_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "t_hang",
+	AL_OPS_INIT,
 	.alloc = th_alloc,
 	.free = th_free,
 	.stats = th_stats,
@@ -94,17 +93,13 @@ static int th_create(const struct al_layer_desc *d, const int64_t *params,
 		al_meta_free(t, sizeof(*t));
 		return -ENOMEM;
 	}
-	t->base.ops = &th_ops;
-	t->base.desc = d;
-	t->base.ncpu = ncpu;
-	*out = &t->base;
+	*out = al_allocator_init(&t->base, &th_ops, d, below, ncpu);
 	return 0;
 }
 
 static const struct al_layer_desc th_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "t_hang",
+	AL_LAYER_DESC_INIT,
 	.doc = "test: its destroy blocks until released",
 	.max_size = 4096,
 	.create = th_create,

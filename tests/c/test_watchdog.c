@@ -65,9 +65,8 @@ static void tb_destroy(struct al_allocator *a)
 }
 
 static const struct al_ops tb_ops = {
-	.abi_version = AL_ABI_VERSION,
-	.ops_size = sizeof(struct al_ops),
 	.name = "t_block",
+	AL_OPS_INIT,
 	.alloc = tb_alloc,
 	.free = tb_free,
 	.stats = tb_stats,
@@ -91,17 +90,13 @@ static int tb_create(const struct al_layer_desc *d, const int64_t *params,
 		al_meta_free(t, sizeof(*t));
 		return -ENOMEM;
 	}
-	t->base.ops = &tb_ops;
-	t->base.desc = d;
-	t->base.ncpu = ncpu;
-	*out = &t->base;
+	*out = al_allocator_init(&t->base, &tb_ops, d, below, ncpu);
 	return 0;
 }
 
 static const struct al_layer_desc tb_desc = {
-	.abi_version = AL_ABI_VERSION,
-	.desc_size = sizeof(struct al_layer_desc),
 	.name = "t_block",
+	AL_LAYER_DESC_INIT,
 	.doc = "test: blocks its Nth allocation until released",
 	.max_size = TB_BLOCK,
 	.create = tb_create,

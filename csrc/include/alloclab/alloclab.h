@@ -47,4 +47,5 @@
 /* The APIs of particular layers. */
 #include "pages.h"
 #include "vmalloc.h"
+#include "layer.h"
 #endif
