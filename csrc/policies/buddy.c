@@ -265,12 +265,16 @@ static inline unsigned size_to_order(size_t size)
 
 /* ---- free lists (lock held) ---- */
 
-static inline void push_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+/* A block on the list of `order` is a free block of that order. */
+static inline void list_push(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
 {
 	uint64_t *fl = freelists(b, ch);
 	uint32_t head = (uint32_t)fl[order];
 	struct buddy_header *h = hdr(ch, idx);
 
+	al_assert(get_order(ch, idx) == order && !test_alloc(b, ch, idx));
+	al_assert(head == b->items || head < b->items);
+	al_assert_expensive(head != idx);
 	buddy_unpoison(h, sizeof(*h));
 	h->prev_index = b->items;
 	h->next_index = head;
@@ -279,11 +283,23 @@ static inline void push_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsi
 	fl[order] = idx;
 }
 
+static inline void push_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+{
+	al_lock_assert_locked(&b->lock);
+	list_push(b, ch, idx, order);
+}
+
 static inline void unlink_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
 {
 	struct buddy_header *h = hdr(ch, idx);
 	uint32_t prev = h->prev_index, next = h->next_index;
 
+	al_lock_assert_locked(&b->lock);
+	al_assert(get_order(ch, idx) == order && !test_alloc(b, ch, idx));
+	al_assert(prev < b->items || (prev == b->items && freelists(b, ch)[order] == idx));
+	al_assert(next <= b->items && next != idx);
+	al_assert(prev == b->items || hdr(ch, prev)->next_index == idx);
+	al_assert(next == b->items || hdr(ch, next)->prev_index == idx);
 	if (prev != b->items)
 		hdr(ch, prev)->next_index = next;
 	else
@@ -305,6 +321,8 @@ static inline uint32_t chunk_alloc_locked(struct buddy *b, uintptr_t ch, unsigne
 	unsigned top = order + k, o, i;
 	uint32_t idx, j;
 
+	al_lock_assert_locked(&b->lock);
+	al_assert(top < b->norders);
 	for (o = top; o < b->norders; o++)
 		if (fl[o] != b->items)
 			break;
@@ -355,17 +373,19 @@ static void chunk_init(struct buddy *b, uintptr_t ch)
 		set_alloc(b, ch, idx, true);
 		for (o = left ? order + 1 : order; o < max_order; o++) {
 			set_order(ch, idx + (1u << o), o);
-			push_locked(b, ch, idx + (1u << o), o);
+			list_push(b, ch, idx + (1u << o), o); /* private: no lock */
 		}
 		idx += 1u << order;
 		max_order = order;
 	}
 }
 
-static void chunk_link_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
+/* Link a chunk at the head: under the lock, or before the buddy is shared. */
+static void chunk_link(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
 {
 	size_t n = (ch - b->arena.base) >> b->chunk_shift;
 
+	al_assert(!(ch & (b->chunk_size - 1)) && !chunk_linked(b, n));
 	*chunk_next(b, ch) = b->first;
 	b->first = ch;
 	b->nchunks++;
@@ -374,11 +394,18 @@ static void chunk_link_locked(struct buddy *b, const struct al_ctx *c, uintptr_t
 	al_count(&b->ctr, c, BC_chunks, 1);
 }
 
+static void chunk_link_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
+{
+	al_lock_assert_held(&b->lock, c);
+	chunk_link(b, c, ch);
+}
+
 /* Link chunks grown by allocators whose lock acquisition failed. */
 static al_noinline al_cold uintptr_t link_pending_locked(struct buddy *b, const struct al_ctx *c)
 {
 	uintptr_t ch = __atomic_exchange_n(&b->pending, 0, __ATOMIC_ACQUIRE), next;
 
+	al_lock_assert_held(&b->lock, c);
 	for (; ch; ch = next) {
 		next = *chunk_next(b, ch);
 		chunk_link_locked(b, c, ch);
@@ -446,6 +473,7 @@ static al_noinline al_cold void drain_deferred_locked(struct buddy *b, const str
 	uint64_t n = 0, bytes = 0;
 	int ret;
 
+	al_lock_assert_held(&b->lock, c);
 	for (; p; p = next) {
 		next = __atomic_load_n((uintptr_t *)p, __ATOMIC_RELAXED);
 		__atomic_store_n((uint64_t *)p + 1, 0, __ATOMIC_RELAXED); /* the tag */
@@ -635,6 +663,7 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
 	uint32_t idx, bd;
 	size_t n;
 
+	al_lock_assert_held(&b->lock, c);
 	if (al_unlikely(off >= b->arena.limit))
 		return free_reject(b, c, R_OUTSIDE);
 	if (al_unlikely(p & (BUDDY_MIN_BYTES - 1)))
@@ -1096,7 +1125,7 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	while (b->meta_items < b->items && test_alloc(b, ch, b->meta_items))
 		b->meta_items += 1u << get_order(ch, b->meta_items);
 	al_ctx_init(&c0, 0);
-	chunk_link_locked(b, &c0, ch); /* nothing runs concurrently yet */
+	chunk_link(b, &c0, ch); /* nothing runs concurrently yet: no lock */
 	*out = &b->base;
 	return 0;
 

@@ -7,4 +7,5 @@
 #include "engine.h"
 #include "pages.h"
 #include "vmalloc.h"
+#include "debug.h"
 #endif
