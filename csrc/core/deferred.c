@@ -97,6 +97,7 @@ static void gp_unlock(void)
 /* Complete the running GP if every online reader has passed it (lock held). */
 static void gp_advance_locked(void)
 {
+	al_flag_assert_held(&gp.lock);
 	for (;;) {
 		uint64_t s = gp.started;
 		unsigned i;

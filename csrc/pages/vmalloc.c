@@ -501,6 +501,8 @@ static void merge_or_add_locked(struct vm *v, const struct al_ctx *c, struct vma
 {
 	struct va_node *n = &va->node, *prev, *next;
 
+	al_lock_assert_held(&v->free_lock, c);
+	al_assert(n->start < n->end);
 	next = va_find_gt(v->free_root, n->start);
 	prev = va_find_le(v->free_root, n->start);
 	if (next && next->start == n->end) {

@@ -325,6 +325,7 @@ static void pending_splice_locked(struct slab_alloc *sa)
 {
 	uint32_t f = __atomic_exchange_n(&sa->pending, NOSLAB, __ATOMIC_ACQUIRE), next;
 
+	al_lock_assert_locked(&sa->page_lock);
 	for (; f != NOSLAB; f = next) {
 		next = frame(sa, f)->next;
 		frame(sa, f)->next = sa->free_frames;
@@ -602,6 +603,8 @@ static bool refill_cpu_locked(struct slab_alloc *sa, struct kmem_cache *s, struc
 	void *fl = NULL;
 	int ret;
 
+	/* the CPU's local lock, taken at this context's level */
+	al_assert(__atomic_load_n(&cs->locked, __ATOMIC_RELAXED) == (int)c->level + 1);
 	if (cs->slab != NOSLAB) {
 		slab = frame(sa, cs->slab);
 		fl = take_freelist(sa, c, slab, -1);
