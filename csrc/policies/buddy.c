@@ -92,22 +92,7 @@
 
 #include "alloclab/alloclab.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define BUDDY_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define BUDDY_ASAN 1
-#endif
-#endif
-
-#ifdef BUDDY_ASAN
-#include <sanitizer/asan_interface.h>
-#define buddy_poison(p, n)   ASAN_POISON_MEMORY_REGION((void *)(p), (n))
-#define buddy_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION((void *)(p), (n))
-#else
-#define buddy_poison(p, n)   ((void)(p), (void)(n))
-#define buddy_unpoison(p, n) ((void)(p), (void)(n))
-#endif
+#include "../core/track.h"
 
 #define BUDDY_MIN_SHIFT	 4 /* 16-byte items */
 #define BUDDY_MIN_BYTES	 (1u << BUDDY_MIN_SHIFT)
@@ -275,7 +260,7 @@ static inline void list_push(struct buddy *b, uintptr_t ch, uint32_t idx, unsign
 	al_assert(get_order(ch, idx) == order && !test_alloc(b, ch, idx));
 	al_assert(head == b->items || head < b->items);
 	al_assert_expensive(head != idx);
-	buddy_unpoison(h, sizeof(*h));
+	al_track_unpoison(h, sizeof(*h));
 	h->prev_index = b->items;
 	h->next_index = head;
 	if (head != b->items)
@@ -306,7 +291,7 @@ static inline void unlink_locked(struct buddy *b, uintptr_t ch, uint32_t idx, un
 		freelists(b, ch)[order] = next;
 	if (next != b->items)
 		hdr(ch, next)->prev_index = prev;
-	buddy_poison(h, sizeof(*h));
+	al_track_poison(h, sizeof(*h));
 }
 
 /*
@@ -355,8 +340,8 @@ static void chunk_init(struct buddy *b, uintptr_t ch)
 	unsigned max_order = b->norders, order, o, p;
 	uint32_t idx = 0;
 
-	buddy_poison(ch, b->chunk_size);
-	buddy_unpoison(ch, b->meta_bytes);
+	al_track_poison(ch, b->chunk_size);
+	al_track_unpoison(ch, b->meta_bytes);
 	for (o = 0; o < b->norders; o++)
 		freelists(b, ch)[o] = b->items;
 	*chunk_next(b, ch) = 0;
@@ -532,8 +517,8 @@ static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, unsigned o
 static inline void object_prepare(const struct buddy *b, uintptr_t p, size_t size, unsigned order,
 				  unsigned flags)
 {
-	buddy_poison(p, (size_t)BUDDY_MIN_BYTES << order);
-	buddy_unpoison(p, size);
+	al_track_poison(p, (size_t)BUDDY_MIN_BYTES << order);
+	al_track_unpoison(p, size);
 	if (flags & AL_ZERO)
 		memset((void *)p, 0, size);
 	else if (b->fill)
@@ -680,10 +665,10 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
 
 	o = order = get_order(ch, idx);
 	set_alloc(b, ch, idx, false);
-	buddy_unpoison(p, (size_t)BUDDY_MIN_BYTES << order);
+	al_track_unpoison(p, (size_t)BUDDY_MIN_BYTES << order);
 	if (b->fill)
 		memset((void *)p, BUDDY_FILL_FREE, (size_t)BUDDY_MIN_BYTES << order);
-	buddy_poison(p, (size_t)BUDDY_MIN_BYTES << order);
+	al_track_poison(p, (size_t)BUDDY_MIN_BYTES << order);
 	while (o + 1 < b->norders) {
 		bd = idx ^ (1u << o);
 		if (test_alloc(b, ch, bd) || get_order(ch, bd) != o)
@@ -723,7 +708,7 @@ static al_noinline int free_nmi(struct buddy *b, const struct al_ctx *c, uintptr
 		return free_reject(b, c, R_METADATA);
 	if (al_unlikely(!test_alloc(b, ch, idx)))
 		return free_reject(b, c, find_block(b, ch, idx) == idx ? R_DOUBLE : R_NOT_START);
-	buddy_unpoison(p, BUDDY_MIN_BYTES);
+	al_track_unpoison(p, BUDDY_MIN_BYTES);
 	tag = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
 	if (al_unlikely(tag == (p ^ BUDDY_DEFER_TAG)) ||
 	    !__atomic_compare_exchange_n(&w[1], &tag, p ^ BUDDY_DEFER_TAG, false, __ATOMIC_RELAXED,
@@ -1014,7 +999,7 @@ static void buddy_destroy(struct al_allocator *a)
 	struct buddy *b = to_buddy(a);
 
 	/* The shadow outlives the mapping: leave nothing poisoned for the next user. */
-	buddy_unpoison(b->arena.base, __atomic_load_n(&b->arena.used, __ATOMIC_RELAXED));
+	al_track_unpoison(b->arena.base, __atomic_load_n(&b->arena.used, __ATOMIC_RELAXED));
 	al_arena_destroy(&b->arena);
 	al_counters_fini(&b->ctr);
 	al_meta_free(b->scratch, b->scratch_len);
