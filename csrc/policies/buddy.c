@@ -871,20 +871,15 @@ static inline void bit_set(uint8_t *m, uint32_t i)
 }
 
 /* Verify one chunk; adds its allocated bytes (outside the metadata) to *held. */
-static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *held, char *err,
-		       size_t errlen)
+/* Walk the blocks of a chunk by start: they tile it. Marks block starts in
+ * start[] and free ones in freeb[], counts free blocks per order in nfree[]
+ * and adds allocated bytes (outside the metadata) to *held. */
+static int chunk_tiles(const struct buddy *b, uintptr_t ch, unsigned cn, uint8_t *start,
+		       uint8_t *freeb, uint64_t *nfree, uint64_t *held, char *err, size_t errlen)
 {
-	size_t mlen = b->items / 8;
-	uint8_t *start = b->scratch, *freeb = start + mlen, *seen = freeb + mlen;
-	const uint8_t *alloc = (const uint8_t *)ch + b->alloc_off;
-	uint64_t nfree[BUDDY_MAX_ORDERS] = { 0 };
-	uint64_t *fl = freelists(b, ch);
-	uint32_t idx, prev, node, pfree = b->items;
+	uint32_t idx, pfree = b->items;
 	unsigned o, po = 0;
-	size_t i, cnt;
 
-	memset(b->scratch, 0, b->scratch_len);
-	/* Walk the blocks by start: they must tile the chunk. */
 	for (idx = 0; idx < b->items; idx += 1u << o) {
 		o = get_order(ch, idx);
 		if (o >= b->norders)
@@ -917,7 +912,16 @@ static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *hel
 			po = o;
 		}
 	}
-	/* Allocated bits only at block starts (quiescent: plain word loads). */
+	return 0;
+}
+
+/* Allocated bits only at block starts (quiescent: plain word loads). */
+static int chunk_alloc_bits(const struct buddy *b, uintptr_t ch, unsigned cn, const uint8_t *start,
+			    char *err, size_t errlen)
+{
+	const uint8_t *alloc = (const uint8_t *)ch + b->alloc_off;
+	size_t i, mlen = b->items / 8;
+
 	for (i = 0; i < mlen; i += sizeof(uint64_t)) {
 		uint64_t aw, sw;
 
@@ -927,7 +931,19 @@ static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *hel
 			CHECK_FAIL("chunk %u: allocated bit set at %zu, which is not a block start",
 				   cn, i * 8 + (size_t)__builtin_ctzll(aw & ~sw));
 	}
-	/* Every list: well linked, members are free starts of its order, counts match. */
+	return 0;
+}
+
+/* Every list: well linked, members are free starts of its order, counts match. */
+static int chunk_lists(const struct buddy *b, uintptr_t ch, unsigned cn, const uint8_t *start,
+		       const uint8_t *freeb, uint8_t *seen, const uint64_t *nfree, char *err,
+		       size_t errlen)
+{
+	const uint64_t *fl = freelists(b, ch);
+	uint32_t prev, node;
+	unsigned o;
+	size_t cnt;
+
 	for (o = 0; o < b->norders; o++) {
 		prev = b->items;
 		cnt = 0;
@@ -960,6 +976,23 @@ static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *hel
 				cn, o, cnt, (unsigned long long)nfree[o]);
 	}
 	return 0;
+}
+
+static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *held, char *err,
+		       size_t errlen)
+{
+	size_t mlen = b->items / 8;
+	uint8_t *start = b->scratch, *freeb = start + mlen, *seen = freeb + mlen;
+	uint64_t nfree[BUDDY_MAX_ORDERS] = { 0 };
+	int ret;
+
+	memset(b->scratch, 0, b->scratch_len);
+	ret = chunk_tiles(b, ch, cn, start, freeb, nfree, held, err, errlen);
+	if (!ret)
+		ret = chunk_alloc_bits(b, ch, cn, start, err, errlen);
+	if (!ret)
+		ret = chunk_lists(b, ch, cn, start, freeb, seen, nfree, err, errlen);
+	return ret;
 }
 
 static int buddy_check(struct al_allocator *a, char *err, size_t errlen)

@@ -281,10 +281,10 @@ static void transfer_drain(struct al_allocator *a, struct al_ctx *c, unsigned sc
 			continue;
 		/* A batch the backend refuses (a transient failure) goes one by
 		 * one; only what still fails stays parked. */
-		__atomic_store_n(&t->count,
-				 fc_give_back_cached(a->below, c, t->objects, t->count,
-						     fc_class_size(o)),
-				 __ATOMIC_RELAXED);
+		__atomic_store_n(
+			&t->count,
+			fc_give_back_cached(a->below, c, t->objects, t->count, fc_class_size(o)),
+			__ATOMIC_RELAXED);
 		al_lock_release(&t->lock, c);
 	}
 }
