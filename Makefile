@@ -105,7 +105,8 @@ FUZZ_CC ?= clang
 FUZZ_FAMILIES := buddy front slab pages
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -pthread -Icsrc/include -DAL_VERSION_STR=\"$(VERSION)\" \
 	-DAL_BUILD_FLAGS="\"$(FUZZ_CC) fuzz\"" -fsanitize=address,undefined \
-	-fno-sanitize-recover=undefined -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror)
+	-fno-sanitize-recover=undefined -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) \
+	$(DEBUGFLAGS)
 FUZZ_OBJS := $(SRCS:%.c=build/fuzz/%.o)
 
 build/fuzz/%.o: %.c $(HDRS) $(INTERNAL_HDRS)

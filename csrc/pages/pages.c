@@ -808,9 +808,11 @@ static struct page *rmqueue_pcplist_locked(struct pages *pg, const struct al_ctx
 		maybe_decay(pg, c, pcp);
 	}
 	p = lru_page(list->next);
+	al_assert((pflags(p) & PG_PCP) && p->order == order);
 	plist_del(&p->lru);
 	set_pflags(p, 0);
 	pcp->count -= 1 << order;
+	al_assert(pcp->count >= 0);
 	return p;
 }
 
