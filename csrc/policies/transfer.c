@@ -114,7 +114,6 @@ static int transfer_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t 
 		al_count(&tc->ctr, c, TC_lock_failures, 1);
 		goto miss;
 	}
-	al_lock_assert_held(&t->lock, c);
 	al_assert(t->count <= tc->capacity);
 	if (t->count >= n) {
 		uint32_t left = t->count - n;
