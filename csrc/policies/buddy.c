@@ -637,6 +637,18 @@ static al_noinline al_cold int free_reject(struct buddy *b, const struct al_ctx 
 	return -EINVAL;
 }
 
+static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *held, char *err,
+		       size_t errlen);
+
+/* The full walk of one chunk (AL_DEBUG >= 3 asserts it after every free). */
+static inline bool chunk_valid(struct buddy *b, uintptr_t ch)
+{
+	uint64_t held = 0;
+	char err[160];
+
+	return !check_chunk(b, ch, 0, &held, err, sizeof(err));
+}
+
 /*
  * Validate and free one pointer. Returns the freed block's order, or
  * -EINVAL (counted) with nothing written.
@@ -680,6 +692,7 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
 	}
 	set_order(ch, idx, o);
 	push_locked(b, ch, idx, o);
+	al_assert_walk(chunk_valid(b, ch));
 	if (merges)
 		al_count(&b->ctr, c, BC_merges, merges);
 	return (int)order;
