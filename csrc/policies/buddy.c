@@ -637,6 +637,7 @@ static al_noinline al_cold int free_reject(struct buddy *b, const struct al_ctx 
 	return -EINVAL;
 }
 
+#if AL_DEBUG >= 3
 static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *held, char *err,
 		       size_t errlen);
 
@@ -648,6 +649,7 @@ static inline bool chunk_valid(struct buddy *b, uintptr_t ch)
 
 	return !check_chunk(b, ch, 0, &held, err, sizeof(err));
 }
+#endif
 
 /*
  * Validate and free one pointer. Returns the freed block's order, or
