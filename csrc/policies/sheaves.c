@@ -426,6 +426,8 @@ static bool replace_empty_main(struct sheaves *sh, unsigned ci, struct pcs *p, s
 {
 	struct sheaf *full, *empty;
 
+	al_level_lock_assert_held(&p->lock, c);
+	al_assert(!p->main->size);
 	if (p->spare && p->spare->size) {
 		full = p->spare;
 		p->spare = p->main;
@@ -617,6 +619,8 @@ static bool replace_full_main(struct sheaves *sh, unsigned ci, struct pcs *p, st
 	struct sheaf *empty = NULL, *tmp;
 	int ret;
 
+	al_level_lock_assert_held(&p->lock, c);
+	al_assert(p->main->size == p->main->capacity);
 	if (!p->spare) {
 		empty = barn_get_empty(sh, ci, c, flags);
 		if (empty) {

@@ -635,8 +635,7 @@ static bool refill_cpu_locked(struct slab_alloc *sa, struct kmem_cache *s, struc
 	void *fl = NULL;
 	int ret;
 
-	/* the CPU's local lock, taken at this context's level */
-	al_assert(__atomic_load_n(&cs->locked, __ATOMIC_RELAXED) == (int)c->level + 1);
+	al_level_lock_assert_held(&cs->locked, c);
 	if (cs->slab != NOSLAB) {
 		slab = frame(sa, cs->slab);
 		fl = take_freelist(sa, c, slab, -1);

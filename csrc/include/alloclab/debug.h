@@ -95,6 +95,11 @@ static inline bool al_lock_held_by(const struct al_lock *l, const struct al_ctx 
  * thread happens to hold it at that moment. */
 #define al_flag_assert_held(word) al_assert(__atomic_load_n((word), __ATOMIC_RELAXED) != 0)
 
+/* A per-CPU local lock word that records its holder's context level + 1
+ * (slab's local lock, the sheaves' trylock) is held by context c's level. */
+#define al_level_lock_assert_held(word, c) \
+	al_assert(__atomic_load_n((word), __ATOMIC_RELAXED) == (int)(c)->level + 1)
+
 /* A pthread mutex is held (by someone, as above: a default mutex records no
  * owner portably). A trylock that succeeds means it was free, and the
  * assertion fails without unlocking it. Needs <pthread.h> and <errno.h>. */
