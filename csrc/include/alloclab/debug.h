@@ -9,7 +9,7 @@
  *   1  al_assert(): cheap invariants checked at their point of use (list
  *      links, counts within capacity, an object in its class or order) and
  *      the lock rules: every `*_locked` function starts with
- *      al_lock_assert_held() (or the flag/mutex form for its lock), as
+ *      al_lock_assert_held() (or the form for its kind of lock below), as
  *      SQLite asserts sqlite3_mutex_held().
  *   2  + al_assert_expensive(): O(n) checks on the way (a free object not
  *      already on the list it joins, a walk of a short list).
@@ -21,8 +21,10 @@
  * Failure policy. In every build the library returns 0 / -errno for bad input
  * and never aborts, prints or exits: a caller's mistake is an error code. An
  * assertion is different: it states a fact about alloclab's own state that no
- * input can break, so its failure is a programming error in alloclab itself,
- * and continuing would corrupt memory. In a debug build the failure handler
+ * call can break (a bad pointer or a double free is refused with -EINVAL
+ * before it touches any state), so its failure is a programming error in
+ * alloclab itself, or memory corrupted behind its back (a write after free),
+ * and continuing would corrupt more. In a debug build the failure handler
  * prints "file:line: assertion failed: expression" to stderr and aborts, as
  * assert(3) does. Release builds contain no assertion and no handler call.
  *
