@@ -4,6 +4,8 @@
 #   make test SAN=asan   the same under AddressSanitizer + UBSan
 #   make test SAN=tsan   the same under ThreadSanitizer
 #   WERROR=1             warnings are errors (CI)
+# The C tests and the sanitizer builds are assert builds (DEBUGFLAGS below);
+# the release library (`make`, setup.py) is not.
 CC ?= cc
 SRCS := $(shell grep -v '^\#' csrc/SOURCES)
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' python/alloclab/_version.py)
@@ -25,11 +27,20 @@ SANFLAGS := -O1 -fsanitize=thread
 else
 SANFLAGS := $(call cflags,release)
 endif
-ALL_CFLAGS := $(CFLAGS_COMMON) $(SANFLAGS) -DAL_BUILD_FLAGS="\"$(CC) $(SANFLAGS)\"" $(CFLAGS)
+# The debug tier (csrc/include/alloclab/debug.h): assertions on alloclab's
+# invariants and lock rules. The sanitizer builds always have it; without SAN
+# the release objects (build/release, measured) are built with AL_DEBUG=0 and
+# the C tests link a second set built with it (build/debug).
+DEBUGFLAGS := -DAL_DEBUG=2
+ALL_CFLAGS := $(CFLAGS_COMMON) $(SANFLAGS) -DAL_BUILD_FLAGS="\"$(CC) $(SANFLAGS)\"" \
+	$(if $(SAN),$(DEBUGFLAGS)) $(CFLAGS)
+TBUILD := $(if $(SAN),$(BUILD),build/debug)
+TEST_CFLAGS := $(ALL_CFLAGS) $(if $(SAN),,$(DEBUGFLAGS))
 
 OBJS := $(SRCS:%.c=$(BUILD)/%.o)
+TEST_OBJS := $(SRCS:%.c=$(TBUILD)/%.o)
 TEST_SRCS := $(wildcard tests/c/test_*.c)
-TEST_BINS := $(TEST_SRCS:tests/c/%.c=$(BUILD)/tests/%)
+TEST_BINS := $(TEST_SRCS:tests/c/%.c=$(TBUILD)/tests/%)
 HDRS := $(wildcard csrc/include/alloclab/*.h)
 INTERNAL_HDRS := $(wildcard csrc/*/*.h)
 
@@ -42,6 +53,13 @@ $(BUILD)/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile csrc/CFLAGS
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<  [$(if $(SAN),$(SAN),release)]"
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+ifeq ($(SAN),)
+build/debug/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<  [debug]"
+	$(Q)$(CC) $(TEST_CFLAGS) -c $< -o $@
+endif
 
 $(BUILD)/liballoclab.so: $(OBJS)
 	@echo "  LD    $@"
@@ -61,12 +79,15 @@ $(BUILD)/liballoclab-preload.so: $(PRELOAD_OBJS)
 
 preload: $(BUILD)/liballoclab-preload.so
 
-$(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(OBJS)
+$(TBUILD)/tests/%: tests/c/%.c tests/c/test.h $(TEST_OBJS)
 	@mkdir -p $(dir $@)
 	@echo "  LD    $@"
-	$(Q)$(CC) $(ALL_CFLAGS) -Itests/c -o $@ $< $(OBJS) -lm
+	$(Q)$(CC) $(TEST_CFLAGS) -Itests/c -o $@ $< $(TEST_OBJS) -lm
 
 tests: $(TEST_BINS)
+
+# Objects built only for the tests are kept between runs, not intermediates.
+.SECONDARY: $(TEST_OBJS)
 
 test: $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
@@ -86,7 +107,8 @@ FUZZ_CC ?= clang
 FUZZ_FAMILIES := buddy front slab pages
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -pthread -Icsrc/include -DAL_VERSION_STR=\"$(VERSION)\" \
 	-DAL_BUILD_FLAGS="\"$(FUZZ_CC) fuzz\"" -fsanitize=address,undefined \
-	-fno-sanitize-recover=undefined -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror)
+	-fno-sanitize-recover=undefined -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) \
+	$(DEBUGFLAGS)
 FUZZ_OBJS := $(SRCS:%.c=build/fuzz/%.o)
 
 build/fuzz/%.o: %.c $(HDRS) $(INTERNAL_HDRS)

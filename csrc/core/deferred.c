@@ -103,10 +103,14 @@ static void gp_unlock(void)
 /* Complete the running GP if every online reader has passed it (lock held). */
 static void gp_advance_locked(void)
 {
+	al_flag_assert_held(&gp.lock);
+	al_assert(gp.hwm <= AL_RCU_MAX_READERS);
 	for (;;) {
 		uint64_t s = gp.started;
 		unsigned i;
 
+		/* grace periods complete in order, at most the one started */
+		al_assert(__atomic_load_n(&al_rcu_gp_done, __ATOMIC_RELAXED) <= s);
 		if (s == __atomic_load_n(&al_rcu_gp_done, __ATOMIC_RELAXED))
 			return;
 		for (i = 0; i < gp.hwm; i++) {
@@ -175,6 +179,7 @@ void al_rcu_offline(struct al_rcu_reader *r)
 	if (r->slot < 0)
 		return;
 	gp_lock();
+	al_assert((unsigned)r->slot < gp.hwm && gp.readers[r->slot] == r);
 	gp.readers[r->slot] = NULL;
 	r->slot = -1;
 	gp_advance_locked();

@@ -89,6 +89,8 @@ static int reg_add_locked(const void **table, unsigned *count, const void *d, co
 {
 	unsigned i, n = __atomic_load_n(count, __ATOMIC_RELAXED);
 
+	al_flag_assert_held(&reg_lock);
+	al_assert(n <= AL_MAX_REGISTERED);
 	for (i = 0; i < n; i++)
 		if (!strcmp(name_of(table[i]), name))
 			return -EEXIST;

@@ -112,6 +112,8 @@ static void barrier_init(struct barrier *b, unsigned parties)
 
 static void barrier_release_locked(struct barrier *b)
 {
+	al_mutex_assert_held(&b->m);
+	al_assert(b->count >= b->parties || b->broken);
 	b->count = 0;
 	b->gen++;
 	pthread_cond_broadcast(&b->cv);
@@ -359,6 +361,7 @@ static void token_advance_locked(struct token *t)
 {
 	unsigned i, k = t->turn;
 
+	al_mutex_assert_held(&t->m);
 	for (i = 0; i < t->n; i++) {
 		k = (k + 1) % t->n;
 		if (!t->done[k])

@@ -341,6 +341,7 @@ static inline void plist_add_tail(struct plist *n, struct plist *h)
 
 static inline void plist_del(struct plist *n)
 {
+	al_assert(n->next && n->prev && n->next->prev == n && n->prev->next == n);
 	n->prev->next = n->next;
 	n->next->prev = n->prev;
 	n->next = n->prev = NULL;
@@ -423,6 +424,8 @@ static inline void add_to_free_list(struct pages *pg, struct page *p, unsigned o
 
 static inline void del_from_free_list(struct pages *pg, struct page *p, unsigned order)
 {
+	al_assert((pflags(p) & PG_BUDDY) && p->order == order);
+	al_assert(pg->zone.area[order].nr_free > 0);
 	plist_del(&p->lru);
 	set_pflags(p, 0);
 	p->order = 0;
@@ -448,6 +451,7 @@ static struct page *rmqueue_smallest_locked(struct pages *pg, unsigned order, un
 	struct page *p;
 	unsigned o;
 
+	al_lock_assert_locked(&pg->zone.lock);
 	for (o = order; o <= MAX_ORDER; o++) {
 		struct plist *h = &pg->zone.area[o].free_list[mt];
 
@@ -487,6 +491,8 @@ static void free_one_page_locked(struct pages *pg, uint64_t pfn, unsigned order,
 	uint64_t buddy_pfn;
 	bool tail = false;
 
+	al_lock_assert_locked(&pg->zone.lock);
+	al_assert(pfn < pg->npages && !(pfn & ((1ull << order) - 1)));
 	while (o < MAX_ORDER) {
 		buddy_pfn = pfn ^ (1ull << o);
 		if (!is_free_head(pg, buddy_pfn, o))
@@ -713,6 +719,7 @@ static int decay_locked(struct pages *pg, const struct al_ctx *c, struct pcp *pc
 	int high_min = pcp->high_min, batch = pcp->batch, h, n, freed = 0;
 	bool did = false;
 
+	al_lock_assert_held(&pcp->lock, c);
 	if (pcp->high > high_min) {
 		h = pcp->count - (batch << BATCH_SCALE_MAX);
 		if (pcp->high - (pcp->high >> 3) > h)
@@ -786,6 +793,7 @@ static struct page *rmqueue_pcplist_locked(struct pages *pg, const struct al_ctx
 	struct page *p;
 	int got;
 
+	al_lock_assert_held(&pcp->lock, c);
 	if (plist_empty(list)) {
 		if (!refill) {
 			*err = -EAGAIN;
@@ -800,9 +808,11 @@ static struct page *rmqueue_pcplist_locked(struct pages *pg, const struct al_ctx
 		maybe_decay(pg, c, pcp);
 	}
 	p = lru_page(list->next);
+	al_assert((pflags(p) & PG_PCP) && p->order == order);
 	plist_del(&p->lru);
 	set_pflags(p, 0);
 	pcp->count -= 1 << order;
+	al_assert(pcp->count >= 0);
 	return p;
 }
 
@@ -815,6 +825,8 @@ static void free_commit_locked(struct pages *pg, const struct al_ctx *c, struct 
 	bool free_high = false;
 	int batch = pcp->batch, high;
 
+	al_lock_assert_held(&pcp->lock, c);
+	al_assert(!(pflags(p) & (PG_BUDDY | PG_PCP)));
 	pcp->alloc_factor >>= 1;
 	p->order = (uint8_t)order;
 	p->mt = (uint8_t)mt;

@@ -501,6 +501,8 @@ static void merge_or_add_locked(struct vm *v, const struct al_ctx *c, struct vma
 {
 	struct va_node *n = &va->node, *prev, *next;
 
+	al_lock_assert_held(&v->free_lock, c);
+	al_assert(n->start < n->end);
 	next = va_find_gt(v->free_root, n->start);
 	prev = va_find_le(v->free_root, n->start);
 	if (next && next->start == n->end) {
@@ -611,95 +613,139 @@ static void free_va_lazy(struct vm *v, const struct al_ctx *c, struct vmap_area 
  * alloc_vmap_area(): a range of size bytes aligned to align, inserted in
  * its node's busy tree. NULL with c->err.
  */
-static struct vmap_area *alloc_va(struct vm *v, struct al_ctx *c, size_t size, size_t align,
-				  uint32_t type)
+/*
+ * Carve [addr, addr + size) from the lowest free range that fits len bytes
+ * (the four fits of the kernel's va_clip). The NE_FIT split consumes the
+ * CPU's preloaded record; a range used up whole is returned in *gone for the
+ * caller to recycle after the lock. false when no free range fits.
+ */
+static bool va_clip_locked(struct vm *v, const struct al_ctx *c, struct vcpu *vc, size_t len,
+			   size_t size, size_t align, uintptr_t *addr, struct vmap_area **gone)
 {
-	struct vcpu *vc = &v->cpus[c->cpu];
-	struct vmap_area *va, *gone = NULL;
-	struct va_node *n, *r;
-	size_t len = align > PAGE_SIZE ? size + align - 1 : size;
-	uintptr_t addr = 0, top;
-	struct vnode *vn;
-	bool purged = false;
-	int ret;
+	struct va_node *n = va_lowest_fit(v->free_root, len), *r;
 
-	if (len < size) {
-		c->err = -ENOMEM;
-		return NULL;
+	al_lock_assert_held(&v->free_lock, c);
+	if (!n)
+		return false;
+	al_assert(n->end - n->start >= len);
+	*addr = align_up(n->start, align);
+	if (*addr == n->start && *addr + size == n->end) {
+		v->free_root = va_erase(v->free_root, n->start); /* FL_FIT */
+		*gone = va_of(n);
+	} else if (*addr == n->start) {
+		n->start += size; /* LE_FIT */
+		va_fix(v->free_root, n->start);
+	} else if (*addr + size == n->end) {
+		n->end = *addr; /* RE_FIT */
+		va_fix(v->free_root, n->start);
+	} else {
+		al_assert(vc->preload != NULL);
+		r = &vc->preload->node; /* NE_FIT: split in two */
+		vc->preload = NULL;
+		r->start = *addr + size;
+		r->end = n->end;
+		n->end = *addr;
+		va_fix(v->free_root, n->start);
+		v->free_root = va_insert(v->free_root, r);
 	}
-	va = record_get(v, c->cpu);
+	return true;
+}
+
+/* A record for the new area in *va, and the CPU's preload for a split
+ * (preload_this_cpu_lock): 0 or -ENOMEM with nothing held. */
+static int va_records(struct vm *v, const struct al_ctx *c, struct vcpu *vc, struct vmap_area **va)
+{
+	*va = record_get(v, c->cpu);
 	if (!vc->preload)
 		vc->preload = record_get(v, c->cpu);
-	if (!va || !vc->preload) {
-		if (va)
-			record_put(v, c->cpu, va);
-		c->err = -ENOMEM;
-		return NULL;
-	}
-retry:
-	ret = al_lock_acquire(&v->free_lock, c);
-	if (ret) {
-		record_put(v, c->cpu, va);
-		c->err = ret;
-		return NULL;
-	}
-	n = va_lowest_fit(v->free_root, len);
-	if (n) {
-		addr = align_up(n->start, align);
-		if (addr == n->start && addr + size == n->end) {
-			v->free_root = va_erase(v->free_root, n->start); /* FL_FIT */
-			gone = va_of(n);
-		} else if (addr == n->start) {
-			n->start += size; /* LE_FIT */
-			va_fix(v->free_root, n->start);
-		} else if (addr + size == n->end) {
-			n->end = addr; /* RE_FIT */
-			va_fix(v->free_root, n->start);
-		} else {
-			r = &vc->preload->node; /* NE_FIT: split in two */
-			vc->preload = NULL;
-			r->start = addr + size;
-			r->end = n->end;
-			n->end = addr;
-			va_fix(v->free_root, n->start);
-			v->free_root = va_insert(v->free_root, r);
+	if (*va && vc->preload)
+		return 0;
+	if (*va)
+		record_put(v, c->cpu, *va);
+	return -ENOMEM;
+}
+
+/* Clip a free range for len bytes under free_lock, purging the lazy areas
+ * once when none fits. 0, -ENOMEM or a lock error; *addr is the range. */
+static int va_claim(struct vm *v, struct al_ctx *c, struct vcpu *vc, size_t len, size_t size,
+		    size_t align, uintptr_t *addr)
+{
+	struct vmap_area *gone = NULL;
+	bool purged = false, found;
+	int ret;
+
+	for (;;) {
+		ret = al_lock_acquire(&v->free_lock, c);
+		if (ret)
+			return ret;
+		found = va_clip_locked(v, c, vc, len, size, align, addr, &gone);
+		al_lock_release(&v->free_lock, c);
+		if (found)
+			break;
+		if (purged) {
+			al_count(&v->ctr, c, VC_enomem, 1);
+			return -ENOMEM;
 		}
-	}
-	al_lock_release(&v->free_lock, c);
-	if (!n) {
-		if (!purged) {
-			purged = true;
-			al_count(&v->ctr, c, VC_purge_retries, 1);
-			purge(v, c, true);
-			goto retry;
-		}
-		record_put(v, c->cpu, va);
-		al_count(&v->ctr, c, VC_enomem, 1);
-		c->err = -ENOMEM;
-		return NULL;
+		purged = true;
+		al_count(&v->ctr, c, VC_purge_retries, 1);
+		purge(v, c, true);
 	}
 	if (gone)
 		record_put(v, c->cpu, gone);
 	if (!vc->preload)
 		vc->preload = record_get(v, c->cpu);
+	return 0;
+}
+
+/* Make va busy: raise the high-water mark, insert it in its node's busy tree. */
+static int va_publish(struct vm *v, struct al_ctx *c, struct vmap_area *va)
+{
+	uintptr_t end = va->node.end, top = __atomic_load_n(&v->va_top, __ATOMIC_RELAXED);
+	struct vnode *vn = node_of(v, va->node.start);
+	int ret;
+
+	while (top < end && !__atomic_compare_exchange_n(&v->va_top, &top, end, true,
+							 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	ret = al_lock_acquire(&vn->busy_lock, c);
+	if (ret)
+		return ret;
+	vn->busy = va_insert(vn->busy, &va->node);
+	al_lock_release(&vn->busy_lock, c);
+	return 0;
+}
+
+/* alloc_vmap_area(): a busy area of size bytes aligned to align, or NULL
+ * with c->err. */
+static struct vmap_area *alloc_va(struct vm *v, struct al_ctx *c, size_t size, size_t align,
+				  uint32_t type)
+{
+	struct vcpu *vc = &v->cpus[c->cpu];
+	size_t len = align > PAGE_SIZE ? size + align - 1 : size;
+	struct vmap_area *va;
+	uintptr_t addr = 0;
+	int ret;
+
+	if (len < size || va_records(v, c, vc, &va)) {
+		c->err = -ENOMEM;
+		return NULL;
+	}
+	ret = va_claim(v, c, vc, len, size, align, &addr);
+	if (ret) {
+		record_put(v, c->cpu, va);
+		c->err = ret;
+		return NULL;
+	}
 	va->node.start = addr;
 	va->node.end = addr + size;
 	va->flags = type;
-	top = __atomic_load_n(&v->va_top, __ATOMIC_RELAXED);
-	while (top < addr + size &&
-	       !__atomic_compare_exchange_n(&v->va_top, &top, addr + size, true, __ATOMIC_RELAXED,
-					    __ATOMIC_RELAXED))
-		;
-	vn = node_of(v, addr);
-	ret = al_lock_acquire(&vn->busy_lock, c);
+	ret = va_publish(v, c, va);
 	if (ret) {
 		/* The range goes back lazily; the call fails. */
 		free_va_lazy(v, c, va);
 		c->err = ret;
 		return NULL;
 	}
-	vn->busy = va_insert(vn->busy, &va->node);
-	al_lock_release(&vn->busy_lock, c);
 	al_count(&v->ctr, c, VC_va_allocs, 1);
 	return va;
 }
@@ -876,14 +922,80 @@ static al_noinline al_cold void *vm_fail(struct vm *v, struct al_ctx *c, int err
 }
 
 /* __vmalloc_node_range(). */
+/* A new area that could not be populated: out of the busy tree, and its range
+ * back to the free tree lazily. */
+static void va_discard(struct vm *v, struct al_ctx *c, struct vmap_area *va)
+{
+	unlink_va(v, c, va->node.start, VA_VMALLOC);
+	free_va_lazy(v, c, va);
+}
+
+/*
+ * __vmalloc_area_node(): the area's nr pages (allocated in pages of 1 << shift
+ * bytes) and their mapping. 0, or an error (*ctr: the counter it goes to; *short_pages:
+ * the pages ran out, where a huge attempt falls back to small pages) with
+ * the pages and the area given back.
+ */
+static int area_populate(struct vm *v, struct al_ctx *c, struct vmap_area *va, unsigned shift,
+			 unsigned nr, unsigned gfp, unsigned *ctr, bool *short_pages)
+{
+	unsigned got, mapped;
+	uint64_t *pages;
+	uint32_t cls;
+	int ret;
+
+	*ctr = VC_enomem;
+	*short_pages = false;
+	pages = array_get(v, c->cpu, nr, &cls);
+	if (!pages) {
+		va_discard(v, c, va);
+		return -ENOMEM;
+	}
+	got = area_alloc_pages(v, c, shift - PAGE_SHIFT, nr, pages, gfp);
+	if (got < nr) {
+		ret = c->err == -ETIMEDOUT || c->err == -EBUSY ? c->err : -ENOMEM;
+		*short_pages = true;
+		goto out_pages;
+	}
+	ret = vmap_pages(v, c, va->node.start, pages, nr, shift, &mapped);
+	if (al_unlikely(ret)) {
+		vunmap_pages(v, c, va->node.start, mapped);
+		*ctr = VC_einval;
+		goto out_pages;
+	}
+	va->pages = pages;
+	va->pages_class = cls;
+	va->nr_pages = nr;
+	va->page_shift = shift;
+	return 0;
+
+out_pages:
+	area_free_pages(v, c, pages, got);
+	array_put(v, c->cpu, pages, cls);
+	va_discard(v, c, va);
+	return ret;
+}
+
+/* The page size a huge-capable area of size bytes is mapped with (PMD, or
+ * arm64's contiguous PTEs), PAGE_SHIFT when none fits. */
+static unsigned huge_shift(const struct vm *v, size_t size, unsigned vmflags)
+{
+	if (!(vmflags & AL_VM_HUGE) && !v->use_huge)
+		return PAGE_SHIFT;
+	if (size >= PMD_SIZE)
+		return PMD_SHIFT;
+	if (v->arch == ARCH_ARM64 && size >= (1ul << CONT_PTE_SHIFT))
+		return CONT_PTE_SHIFT;
+	return PAGE_SHIFT;
+}
+
 static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align, unsigned vmflags)
 {
-	size_t real_size, real_align, area_size;
-	unsigned shift = PAGE_SHIFT, nr, got, mapped;
+	size_t real_size, real_align;
+	unsigned shift, nr, ctr;
 	unsigned gfp = (vmflags & AL_VM_ZERO) ? AL_GFP_ZERO : 0;
 	struct vmap_area *va;
-	uint32_t cls;
-	uint64_t *pages;
+	bool short_pages;
 	int ret;
 
 	if (al_unlikely(c->level != AL_CTX_TASK))
@@ -894,60 +1006,28 @@ static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align,
 		align = PAGE_SIZE;
 	real_size = size = align_up(size, PAGE_SIZE);
 	real_align = align;
-	if ((vmflags & AL_VM_HUGE) || v->use_huge) {
-		if (size >= PMD_SIZE)
-			shift = PMD_SHIFT;
-		else if (v->arch == ARCH_ARM64 && size >= (1ul << CONT_PTE_SHIFT))
-			shift = CONT_PTE_SHIFT;
-		if (shift > PAGE_SHIFT) {
-			if (align < (1ul << shift))
-				align = 1ul << shift;
-			size = align_up(real_size, 1ul << shift);
-		}
+	shift = huge_shift(v, size, vmflags);
+	if (shift > PAGE_SHIFT) {
+		if (align < (1ul << shift))
+			align = 1ul << shift;
+		size = align_up(real_size, 1ul << shift);
 	}
-again:
-	area_size = size + PAGE_SIZE; /* the guard page */
-	va = alloc_va(v, c, area_size, align, VA_VMALLOC);
-	if (!va)
-		return vm_fail(v, c, c->err, VC_enomem);
-	nr = (unsigned)(size >> PAGE_SHIFT);
-	pages = array_get(v, c->cpu, nr, &cls);
-	if (!pages) {
-		unlink_va(v, c, va->node.start, VA_VMALLOC);
-		free_va_lazy(v, c, va);
-		return vm_fail(v, c, -ENOMEM, VC_enomem);
+	for (;;) {
+		va = alloc_va(v, c, size + PAGE_SIZE, align, VA_VMALLOC); /* + the guard page */
+		if (!va)
+			return vm_fail(v, c, c->err, VC_enomem);
+		nr = (unsigned)(size >> PAGE_SHIFT);
+		ret = area_populate(v, c, va, shift, nr, gfp, &ctr, &short_pages);
+		if (!ret)
+			break;
+		if (!short_pages || shift == PAGE_SHIFT)
+			return vm_fail(v, c, ret, ctr);
+		/* The huge attempt failed: small pages, the caller's alignment. */
+		al_count(&v->ctr, c, VC_huge_fallbacks, 1);
+		shift = PAGE_SHIFT;
+		align = real_align;
+		size = real_size;
 	}
-	got = area_alloc_pages(v, c, shift - PAGE_SHIFT, nr, pages, gfp);
-	if (got < nr) {
-		int err = c->err == -ETIMEDOUT || c->err == -EBUSY ? c->err : -ENOMEM;
-
-		area_free_pages(v, c, pages, got);
-		array_put(v, c->cpu, pages, cls);
-		unlink_va(v, c, va->node.start, VA_VMALLOC);
-		free_va_lazy(v, c, va);
-		if (shift > PAGE_SHIFT) {
-			/* The huge attempt failed: small pages, the caller's alignment. */
-			al_count(&v->ctr, c, VC_huge_fallbacks, 1);
-			shift = PAGE_SHIFT;
-			align = real_align;
-			size = real_size;
-			goto again;
-		}
-		return vm_fail(v, c, err, VC_enomem);
-	}
-	ret = vmap_pages(v, c, va->node.start, pages, nr, shift, &mapped);
-	if (al_unlikely(ret)) {
-		vunmap_pages(v, c, va->node.start, mapped);
-		area_free_pages(v, c, pages, got);
-		array_put(v, c->cpu, pages, cls);
-		unlink_va(v, c, va->node.start, VA_VMALLOC);
-		free_va_lazy(v, c, va);
-		return vm_fail(v, c, ret, VC_einval);
-	}
-	va->pages = pages;
-	va->pages_class = cls;
-	va->nr_pages = nr;
-	va->page_shift = shift;
 	va->requested = real_size;
 	al_count(&v->ctr, c, VC_vmallocs, 1);
 	al_count(&v->ctr, c, VC_pages_alloc, nr);

@@ -64,6 +64,11 @@
  * pushes and delete-all by anyone, delete-first only by the owner (inside
  * its irq_work, an RCU read-side section, so no GP can recycle a node
  * under it: ABA-safe as the kernel argues).
+ * ASan (core/track.h): a cached object's body (all but the header word) is
+ * poisoned from the free or refill that caches it to the allocation or the
+ * free below that takes it out. The header stays readable: llist_del_first
+ * reads the link of a node another context may have taken meanwhile, and a
+ * free reads the owner of the object it is given.
  * Cost: a hit is two stores to `active`, a pop and a header store.
  */
 #include <errno.h>
@@ -71,6 +76,8 @@
 #include <string.h>
 
 #include "alloclab/alloclab.h"
+
+#include "../core/track.h"
 
 #define MA_HDR	      8 /* LLIST_NODE_SZ */
 #define MA_NR_BUCKETS 11
@@ -269,10 +276,26 @@ static inline void *llist_del_first(void **head)
 	return old;
 }
 
+/* A cached object's body, after its header (see ASan above). */
+static inline void body_poison(const struct ma_cache *mc, void *obj)
+{
+	al_track_poison((char *)obj + MA_HDR, mc->unit_size - MA_HDR);
+	(void)mc;
+	(void)obj;
+}
+
+static inline void body_unpoison(const struct ma_cache *mc, void *obj)
+{
+	al_track_unpoison((char *)obj + MA_HDR, mc->unit_size - MA_HDR);
+	(void)mc;
+	(void)obj;
+}
+
 /* ---- irq_work: refill and trim ---- */
 
 static void add_obj_to_free_list(struct bpf_ma *ma, struct ma_cache *mc, void *obj)
 {
+	body_poison(mc, obj);
 	active_enter(ma, mc);
 	link_set(obj, mc->free_llist);
 	mc->free_llist = obj;
@@ -331,10 +354,13 @@ static void free_ttrace(struct al_rcu_head *h, struct al_ctx *x)
 
 	for (; obj; obj = next) {
 		next = link_get(obj);
-		if (al_free_flags(ma->base.below, x, obj, ma->below_flags))
+		body_unpoison(c, obj);
+		if (al_free_flags(ma->base.below, x, obj, ma->below_flags)) {
+			body_poison(c, obj);
 			llist_add(&c->free_by_rcu_ttrace, obj); /* a lock failed: next round */
-		else
+		} else {
 			al_count(&ma->ctr, x, MC_ttrace_freed, 1);
+		}
 	}
 	__atomic_store_n(&c->call_rcu_ttrace_in_progress, 0, __ATOMIC_RELEASE);
 }
@@ -493,8 +519,10 @@ static inline void *unit_alloc(struct bpf_ma *ma, struct ma_cache *mc, struct al
 		if (al_likely(obj)) {
 			mc->free_llist = link_get(obj);
 			cnt = mc->free_cnt - 1;
+			al_assert(cnt >= 0);
 			__atomic_store_n(&mc->free_cnt, cnt, __ATOMIC_RELAXED);
 			link_set(obj, mc);
+			body_unpoison(mc, obj);
 		}
 	} else {
 		al_count(&ma->ctr, c, MC_reentrant_allocs, 1);
@@ -512,6 +540,8 @@ static inline void unit_free(struct bpf_ma *ma, struct ma_cache *mc, void *obj, 
 	int cnt = 0;
 
 	__atomic_store_n(&mc->tgt, owner, __ATOMIC_RELAXED);
+	al_assert(owner->unit_size == mc->unit_size); /* the same bucket, maybe another CPU */
+	body_poison(mc, obj);
 	if (al_likely(active_inc(ma, mc) == 1)) {
 		AL_INJECT("bpf_ma.active", c, obj);
 		link_set(obj, mc->free_llist);
@@ -654,13 +684,14 @@ static bool bpf_ma_owns(struct al_allocator *a, const void *p)
 
 /* ---- drain, stats, check ---- */
 
-static void free_list(struct bpf_ma *ma, struct al_ctx *c, void *obj)
+static void free_list(struct bpf_ma *ma, const struct ma_cache *mc, struct al_ctx *c, void *obj)
 {
 	void *next;
 	int tries;
 
 	for (; obj; obj = next) {
 		next = link_get(obj);
+		body_unpoison(mc, obj);
 		/* A backend free can fail transiently (a lock budget, an injected
 		 * fault): retry rather than lose the object. */
 		for (tries = 0; tries < 4 && al_free(ma->base.below, c, obj); tries++)
@@ -678,11 +709,11 @@ static void drain_cache(struct bpf_ma *ma, struct ma_cache *mc, struct al_ctx *c
 	__atomic_store_n(&mc->free_cnt, 0, __ATOMIC_RELAXED);
 	mc->need_prefill = true;
 	active_dec(ma, mc);
-	free_list(ma, c, obj);
-	free_list(ma, c, __atomic_exchange_n(&mc->free_llist_extra, NULL, __ATOMIC_ACQUIRE));
-	free_list(ma, c, __atomic_exchange_n(&mc->free_by_rcu_ttrace, NULL, __ATOMIC_ACQUIRE));
+	free_list(ma, mc, c, obj);
+	free_list(ma, mc, c, __atomic_exchange_n(&mc->free_llist_extra, NULL, __ATOMIC_ACQUIRE));
+	free_list(ma, mc, c, __atomic_exchange_n(&mc->free_by_rcu_ttrace, NULL, __ATOMIC_ACQUIRE));
 	if (all) /* no callback is in flight after the flush */
-		free_list(ma, c,
+		free_list(ma, mc, c,
 			  __atomic_exchange_n(&mc->waiting_for_gp_ttrace, NULL, __ATOMIC_ACQUIRE));
 }
 

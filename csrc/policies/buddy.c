@@ -92,22 +92,7 @@
 
 #include "alloclab/alloclab.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define BUDDY_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define BUDDY_ASAN 1
-#endif
-#endif
-
-#ifdef BUDDY_ASAN
-#include <sanitizer/asan_interface.h>
-#define buddy_poison(p, n)   ASAN_POISON_MEMORY_REGION((void *)(p), (n))
-#define buddy_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION((void *)(p), (n))
-#else
-#define buddy_poison(p, n)   ((void)(p), (void)(n))
-#define buddy_unpoison(p, n) ((void)(p), (void)(n))
-#endif
+#include "../core/track.h"
 
 #define BUDDY_MIN_SHIFT	 4 /* 16-byte items */
 #define BUDDY_MIN_BYTES	 (1u << BUDDY_MIN_SHIFT)
@@ -265,13 +250,17 @@ static inline unsigned size_to_order(size_t size)
 
 /* ---- free lists (lock held) ---- */
 
-static inline void push_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+/* A block on the list of `order` is a free block of that order. */
+static inline void list_push(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
 {
 	uint64_t *fl = freelists(b, ch);
 	uint32_t head = (uint32_t)fl[order];
 	struct buddy_header *h = hdr(ch, idx);
 
-	buddy_unpoison(h, sizeof(*h));
+	al_assert(get_order(ch, idx) == order && !test_alloc(b, ch, idx));
+	al_assert(head == b->items || head < b->items);
+	al_assert_expensive(head != idx);
+	al_track_unpoison(h, sizeof(*h));
 	h->prev_index = b->items;
 	h->next_index = head;
 	if (head != b->items)
@@ -279,18 +268,30 @@ static inline void push_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsi
 	fl[order] = idx;
 }
 
+static inline void push_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+{
+	al_lock_assert_locked(&b->lock);
+	list_push(b, ch, idx, order);
+}
+
 static inline void unlink_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
 {
 	struct buddy_header *h = hdr(ch, idx);
 	uint32_t prev = h->prev_index, next = h->next_index;
 
+	al_lock_assert_locked(&b->lock);
+	al_assert(get_order(ch, idx) == order && !test_alloc(b, ch, idx));
+	al_assert(prev < b->items || (prev == b->items && freelists(b, ch)[order] == idx));
+	al_assert(next <= b->items && next != idx);
+	al_assert(prev == b->items || hdr(ch, prev)->next_index == idx);
+	al_assert(next == b->items || hdr(ch, next)->prev_index == idx);
 	if (prev != b->items)
 		hdr(ch, prev)->next_index = next;
 	else
 		freelists(b, ch)[order] = next;
 	if (next != b->items)
 		hdr(ch, next)->prev_index = prev;
-	buddy_poison(h, sizeof(*h));
+	al_track_poison(h, sizeof(*h));
 }
 
 /*
@@ -305,6 +306,8 @@ static inline uint32_t chunk_alloc_locked(struct buddy *b, uintptr_t ch, unsigne
 	unsigned top = order + k, o, i;
 	uint32_t idx, j;
 
+	al_lock_assert_locked(&b->lock);
+	al_assert(top < b->norders);
 	for (o = top; o < b->norders; o++)
 		if (fl[o] != b->items)
 			break;
@@ -337,8 +340,8 @@ static void chunk_init(struct buddy *b, uintptr_t ch)
 	unsigned max_order = b->norders, order, o, p;
 	uint32_t idx = 0;
 
-	buddy_poison(ch, b->chunk_size);
-	buddy_unpoison(ch, b->meta_bytes);
+	al_track_poison(ch, b->chunk_size);
+	al_track_unpoison(ch, b->meta_bytes);
 	for (o = 0; o < b->norders; o++)
 		freelists(b, ch)[o] = b->items;
 	*chunk_next(b, ch) = 0;
@@ -355,17 +358,19 @@ static void chunk_init(struct buddy *b, uintptr_t ch)
 		set_alloc(b, ch, idx, true);
 		for (o = left ? order + 1 : order; o < max_order; o++) {
 			set_order(ch, idx + (1u << o), o);
-			push_locked(b, ch, idx + (1u << o), o);
+			list_push(b, ch, idx + (1u << o), o); /* private: no lock */
 		}
 		idx += 1u << order;
 		max_order = order;
 	}
 }
 
-static void chunk_link_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
+/* Link a chunk at the head: under the lock, or before the buddy is shared. */
+static void chunk_link(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
 {
 	size_t n = (ch - b->arena.base) >> b->chunk_shift;
 
+	al_assert(!(ch & (b->chunk_size - 1)) && !chunk_linked(b, n));
 	*chunk_next(b, ch) = b->first;
 	b->first = ch;
 	b->nchunks++;
@@ -374,11 +379,18 @@ static void chunk_link_locked(struct buddy *b, const struct al_ctx *c, uintptr_t
 	al_count(&b->ctr, c, BC_chunks, 1);
 }
 
+static void chunk_link_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
+{
+	al_lock_assert_held(&b->lock, c);
+	chunk_link(b, c, ch);
+}
+
 /* Link chunks grown by allocators whose lock acquisition failed. */
 static al_noinline al_cold uintptr_t link_pending_locked(struct buddy *b, const struct al_ctx *c)
 {
 	uintptr_t ch = __atomic_exchange_n(&b->pending, 0, __ATOMIC_ACQUIRE), next;
 
+	al_lock_assert_held(&b->lock, c);
 	for (; ch; ch = next) {
 		next = *chunk_next(b, ch);
 		chunk_link_locked(b, c, ch);
@@ -446,6 +458,7 @@ static al_noinline al_cold void drain_deferred_locked(struct buddy *b, const str
 	uint64_t n = 0, bytes = 0;
 	int ret;
 
+	al_lock_assert_held(&b->lock, c);
 	for (; p; p = next) {
 		next = __atomic_load_n((uintptr_t *)p, __ATOMIC_RELAXED);
 		__atomic_store_n((uint64_t *)p + 1, 0, __ATOMIC_RELAXED); /* the tag */
@@ -504,8 +517,8 @@ static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, unsigned o
 static inline void object_prepare(const struct buddy *b, uintptr_t p, size_t size, unsigned order,
 				  unsigned flags)
 {
-	buddy_poison(p, (size_t)BUDDY_MIN_BYTES << order);
-	buddy_unpoison(p, size);
+	al_track_poison(p, (size_t)BUDDY_MIN_BYTES << order);
+	al_track_unpoison(p, size);
 	if (flags & AL_ZERO)
 		memset((void *)p, 0, size);
 	else if (b->fill)
@@ -624,6 +637,20 @@ static al_noinline al_cold int free_reject(struct buddy *b, const struct al_ctx 
 	return -EINVAL;
 }
 
+#if AL_DEBUG >= 3
+static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *held, char *err,
+		       size_t errlen);
+
+/* The full walk of one chunk (AL_DEBUG >= 3 asserts it after every free). */
+static inline bool chunk_valid(struct buddy *b, uintptr_t ch)
+{
+	uint64_t held = 0;
+	char err[160];
+
+	return !check_chunk(b, ch, 0, &held, err, sizeof(err));
+}
+#endif
+
 /*
  * Validate and free one pointer. Returns the freed block's order, or
  * -EINVAL (counted) with nothing written.
@@ -635,6 +662,7 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
 	uint32_t idx, bd;
 	size_t n;
 
+	al_lock_assert_held(&b->lock, c);
 	if (al_unlikely(off >= b->arena.limit))
 		return free_reject(b, c, R_OUTSIDE);
 	if (al_unlikely(p & (BUDDY_MIN_BYTES - 1)))
@@ -651,10 +679,10 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
 
 	o = order = get_order(ch, idx);
 	set_alloc(b, ch, idx, false);
-	buddy_unpoison(p, (size_t)BUDDY_MIN_BYTES << order);
+	al_track_unpoison(p, (size_t)BUDDY_MIN_BYTES << order);
 	if (b->fill)
 		memset((void *)p, BUDDY_FILL_FREE, (size_t)BUDDY_MIN_BYTES << order);
-	buddy_poison(p, (size_t)BUDDY_MIN_BYTES << order);
+	al_track_poison(p, (size_t)BUDDY_MIN_BYTES << order);
 	while (o + 1 < b->norders) {
 		bd = idx ^ (1u << o);
 		if (test_alloc(b, ch, bd) || get_order(ch, bd) != o)
@@ -666,6 +694,7 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
 	}
 	set_order(ch, idx, o);
 	push_locked(b, ch, idx, o);
+	al_assert_walk(chunk_valid(b, ch));
 	if (merges)
 		al_count(&b->ctr, c, BC_merges, merges);
 	return (int)order;
@@ -694,7 +723,7 @@ static al_noinline int free_nmi(struct buddy *b, const struct al_ctx *c, uintptr
 		return free_reject(b, c, R_METADATA);
 	if (al_unlikely(!test_alloc(b, ch, idx)))
 		return free_reject(b, c, find_block(b, ch, idx) == idx ? R_DOUBLE : R_NOT_START);
-	buddy_unpoison(p, BUDDY_MIN_BYTES);
+	al_track_unpoison(p, BUDDY_MIN_BYTES);
 	tag = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
 	if (al_unlikely(tag == (p ^ BUDDY_DEFER_TAG)) ||
 	    !__atomic_compare_exchange_n(&w[1], &tag, p ^ BUDDY_DEFER_TAG, false, __ATOMIC_RELAXED,
@@ -857,20 +886,15 @@ static inline void bit_set(uint8_t *m, uint32_t i)
 }
 
 /* Verify one chunk; adds its allocated bytes (outside the metadata) to *held. */
-static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *held, char *err,
-		       size_t errlen)
+/* Walk the blocks of a chunk by start: they tile it. Marks block starts in
+ * start[] and free ones in freeb[], counts free blocks per order in nfree[]
+ * and adds allocated bytes (outside the metadata) to *held. */
+static int chunk_tiles(const struct buddy *b, uintptr_t ch, unsigned cn, uint8_t *start,
+		       uint8_t *freeb, uint64_t *nfree, uint64_t *held, char *err, size_t errlen)
 {
-	size_t mlen = b->items / 8;
-	uint8_t *start = b->scratch, *freeb = start + mlen, *seen = freeb + mlen;
-	const uint8_t *alloc = (const uint8_t *)ch + b->alloc_off;
-	uint64_t nfree[BUDDY_MAX_ORDERS] = { 0 };
-	uint64_t *fl = freelists(b, ch);
-	uint32_t idx, prev, node, pfree = b->items;
+	uint32_t idx, pfree = b->items;
 	unsigned o, po = 0;
-	size_t i, cnt;
 
-	memset(b->scratch, 0, b->scratch_len);
-	/* Walk the blocks by start: they must tile the chunk. */
 	for (idx = 0; idx < b->items; idx += 1u << o) {
 		o = get_order(ch, idx);
 		if (o >= b->norders)
@@ -903,7 +927,16 @@ static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *hel
 			po = o;
 		}
 	}
-	/* Allocated bits only at block starts (quiescent: plain word loads). */
+	return 0;
+}
+
+/* Allocated bits only at block starts (quiescent: plain word loads). */
+static int chunk_alloc_bits(const struct buddy *b, uintptr_t ch, unsigned cn, const uint8_t *start,
+			    char *err, size_t errlen)
+{
+	const uint8_t *alloc = (const uint8_t *)ch + b->alloc_off;
+	size_t i, mlen = b->items / 8;
+
 	for (i = 0; i < mlen; i += sizeof(uint64_t)) {
 		uint64_t aw, sw;
 
@@ -913,7 +946,19 @@ static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *hel
 			CHECK_FAIL("chunk %u: allocated bit set at %zu, which is not a block start",
 				   cn, i * 8 + (size_t)__builtin_ctzll(aw & ~sw));
 	}
-	/* Every list: well linked, members are free starts of its order, counts match. */
+	return 0;
+}
+
+/* Every list: well linked, members are free starts of its order, counts match. */
+static int chunk_lists(const struct buddy *b, uintptr_t ch, unsigned cn, const uint8_t *start,
+		       const uint8_t *freeb, uint8_t *seen, const uint64_t *nfree, char *err,
+		       size_t errlen)
+{
+	const uint64_t *fl = freelists(b, ch);
+	uint32_t prev, node;
+	unsigned o;
+	size_t cnt;
+
 	for (o = 0; o < b->norders; o++) {
 		prev = b->items;
 		cnt = 0;
@@ -946,6 +991,23 @@ static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *hel
 				cn, o, cnt, (unsigned long long)nfree[o]);
 	}
 	return 0;
+}
+
+static int check_chunk(struct buddy *b, uintptr_t ch, unsigned cn, uint64_t *held, char *err,
+		       size_t errlen)
+{
+	size_t mlen = b->items / 8;
+	uint8_t *start = b->scratch, *freeb = start + mlen, *seen = freeb + mlen;
+	uint64_t nfree[BUDDY_MAX_ORDERS] = { 0 };
+	int ret;
+
+	memset(b->scratch, 0, b->scratch_len);
+	ret = chunk_tiles(b, ch, cn, start, freeb, nfree, held, err, errlen);
+	if (!ret)
+		ret = chunk_alloc_bits(b, ch, cn, start, err, errlen);
+	if (!ret)
+		ret = chunk_lists(b, ch, cn, start, freeb, seen, nfree, err, errlen);
+	return ret;
 }
 
 static int buddy_check(struct al_allocator *a, char *err, size_t errlen)
@@ -984,7 +1046,7 @@ static int buddy_check(struct al_allocator *a, char *err, size_t errlen)
 static void buddy_free_parts(struct buddy *b)
 {
 	/* The shadow outlives the mapping: leave nothing poisoned for the next user. */
-	buddy_unpoison(b->arena.base, __atomic_load_n(&b->arena.used, __ATOMIC_RELAXED));
+	al_track_unpoison(b->arena.base, __atomic_load_n(&b->arena.used, __ATOMIC_RELAXED));
 	al_arena_destroy(&b->arena);
 	al_counters_fini(&b->ctr);
 	al_meta_free(b->scratch, b->scratch_len);
@@ -1097,7 +1159,7 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	while (b->meta_items < b->items && test_alloc(b, ch, b->meta_items))
 		b->meta_items += 1u << get_order(ch, b->meta_items);
 	al_ctx_init(&c0, 0);
-	chunk_link_locked(b, &c0, ch); /* nothing runs concurrently yet */
+	chunk_link(b, &c0, ch); /* nothing runs concurrently yet: no lock */
 	*out = &b->base;
 	return 0;
 

@@ -2,11 +2,18 @@
 /*
  * Shared by the per-CPU front layers (percpu, transfer, magazine): size
  * classes as buddy orders (16 B << order) and the per-CPU `active` guard.
+ *
+ * ASan (core/track.h): an object sits in a front cache poisoned over its
+ * class size; it is unpoisoned when it leaves, to the caller or to the
+ * backend (fc_give_back_cached), so a use after free of a cached object is
+ * reported as the buddy reports one of its free blocks.
  */
 #ifndef ALLOCLAB_FRONTCACHE_H
 #define ALLOCLAB_FRONTCACHE_H
 
 #include "alloclab/alloclab.h"
+
+#include "../core/track.h"
 
 #define FC_MIN_SHIFT 4 /* 16 B, the buddy's minimum block */
 
@@ -125,6 +132,17 @@ static inline unsigned fc_give_back(struct al_allocator *below, struct al_ctx *c
 		if (al_free(below, c, ptrs[i]))
 			ptrs[left++] = ptrs[i];
 	return left;
+}
+
+/* fc_give_back for cached objects of class size `size` (poisoned): exposed
+ * to the backend, and those it would not take stay cached, poisoned again. */
+static inline unsigned fc_give_back_cached(struct al_allocator *below, struct al_ctx *c,
+					   void **ptrs, unsigned n, size_t size)
+{
+	al_track_unpoison_all(ptrs, n, size);
+	n = fc_give_back(below, c, ptrs, n);
+	al_track_poison_all(ptrs, n, size);
+	return n;
 }
 
 enum fc_guard {

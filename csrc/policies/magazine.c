@@ -24,6 +24,8 @@
  *        its usable size, on alloc as on free; an order the backend serves
  *        with another class (pages) is routed to that class's magazines, or
  *        to the backend directly when that class is not cached.
+ * ASan: a cached round is poisoned over its class size (frontcache.h), from
+ * the free that caches it (or the refill that brings it) to the pop.
  * Lock order: depot lock -> backend only in drain (teardown).
  * Cost: hits touch two pointers; a depot exchange moves one pointer under a
  * per-order lock, whatever M is (Bonwick's point: the depot moves magazines,
@@ -163,6 +165,7 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 		return NULL; /* *got: the class the backend hands out instead */
 	*got = (int)order;
 	al_count(&mg->ctr, c, MG_backend_refills, 1);
+	al_track_poison_all(cur->obj, keep - 1, fc_class_size(order));
 	cur->rounds = keep - 1;
 	return cur->obj[keep - 1];
 }
@@ -258,6 +261,8 @@ static void *magazine_alloc(struct al_allocator *a, struct al_ctx *c, size_t siz
 out:
 	if (al_unlikely(!p))
 		return NULL;
+	if (cls >= 0) /* a round of that class (or the backend's object) */
+		al_track_unpoison(p, fc_class_size((unsigned)cls));
 	if (flags & AL_ZERO)
 		memset(p, 0, size);
 out_count:
@@ -289,8 +294,12 @@ static al_noinline int mg_free_slow(struct magazine *mg, struct al_ctx *c, struc
 	} else {
 		al_count(&mg->ctr, c, MG_lock_failures, 1);
 	}
-	if (al_free_bulk(mg->base.below, c, prev->obj, prev->rounds) < 0)
+	al_track_unpoison_all(prev->obj, prev->rounds, fc_class_size(order));
+	if (al_free_bulk(mg->base.below, c, prev->obj, prev->rounds) < 0) {
+		al_track_poison_all(prev->obj, prev->rounds, fc_class_size(order));
+		al_track_unpoison(p, fc_class_size(order));
 		return al_free(mg->base.below, c, p);
+	}
 	al_count(&mg->ctr, c, MG_backend_flushes, 1);
 	prev->rounds = 0;
 	swap_pair(pair);
@@ -322,6 +331,9 @@ static int magazine_free(struct al_allocator *a, struct al_ctx *c, void *p)
 		goto out;
 	}
 	pair = pc->pair[order];
+	al_assert(pair[0]->rounds <= mg->m && pair[1]->rounds <= mg->m);
+	/* cached by every branch below; mg_free_slow unpoisons it if not */
+	al_track_poison(p, fc_class_size((unsigned)order));
 	if (al_likely(pair[0]->rounds < mg->m)) {
 		pair[0]->obj[pair[0]->rounds++] = p;
 		al_count(&mg->ctr, c, MG_free_hits, 1);
@@ -345,9 +357,9 @@ out:
 /* Empty a magazine into the backend. A batch it refuses (a transient
  * failure) goes one by one, so one failed free_bulk does not leave the
  * magazine's objects behind at teardown; what still fails stays in it. */
-static void flush(struct magazine *mg, struct al_ctx *c, struct mag *m)
+static void flush(struct magazine *mg, struct al_ctx *c, struct mag *m, unsigned order)
 {
-	m->rounds = fc_give_back(mg->base.below, c, m->obj, m->rounds);
+	m->rounds = fc_give_back_cached(mg->base.below, c, m->obj, m->rounds, fc_class_size(order));
 }
 
 static void drain_cpu(struct magazine *mg, struct al_ctx *c, unsigned cpu)
@@ -356,8 +368,8 @@ static void drain_cpu(struct magazine *mg, struct al_ctx *c, unsigned cpu)
 	unsigned o;
 
 	for (o = 0; o < mg->norders; o++) {
-		flush(mg, c, pc->pair[o][0]);
-		flush(mg, c, pc->pair[o][1]);
+		flush(mg, c, pc->pair[o][0], o);
+		flush(mg, c, pc->pair[o][1], o);
 	}
 }
 
@@ -384,7 +396,7 @@ static void magazine_drain(struct al_allocator *a, struct al_ctx *c, unsigned sc
 		while (d->nfull) {
 			struct mag *m = d->full[d->nfull - 1];
 
-			flush(mg, c, m);
+			flush(mg, c, m, o);
 			if (m->rounds)
 				break;
 			d->nfull--;

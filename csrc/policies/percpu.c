@@ -37,7 +37,8 @@
  * Cost: a hit is a guard RMW, one load and one store; a miss or a spill is
  * one backend bulk call (one buddy lock per `batch` objects).
  * Not detected here: a double free of a cached object (the backend still sees
- * it allocated), as with SLUB's fast path without debugging.
+ * it allocated), as with SLUB's fast path without debugging. Under ASan a
+ * cached object is poisoned (frontcache.h), so a use after free is caught.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -143,6 +144,7 @@ static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsig
 		return NULL; /* *got: the class the backend hands out instead */
 	*got = (int)cls;
 	al_count(&pc->ctr, c, PC_refill_objects, keep);
+	al_track_poison_all(s->objects, keep - 1, fc_class_size(cls));
 	s->elems = keep - 1;
 	return s->objects[keep - 1];
 }
@@ -228,6 +230,8 @@ static void *percpu_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 out_zero:
 	if (al_unlikely(!p))
 		return NULL;
+	if (cls >= 0) /* it left a stack of that class (or came from the backend) */
+		al_track_unpoison(p, fc_class_size((unsigned)cls));
 	if (flags & AL_ZERO)
 		memset(p, 0, size);
 out_count:
@@ -240,11 +244,15 @@ out_count:
 
 /* Spill the top batch; on refusal free p alone. Returns 1 if p was consumed. */
 static al_noinline int percpu_spill(struct percpu *pc, struct al_ctx *c, struct pc_stack *s,
-				    void *p, int *ret)
+				    unsigned order, void *p, int *ret)
 {
 	unsigned b = pc->batch < s->elems ? pc->batch : s->elems;
-	int n = al_free_bulk(pc->base.below, c, &s->objects[s->elems - b], b);
+	size_t cs = fc_class_size(order);
+	int n;
 
+	al_assert(s->elems <= pc->capacity);
+	al_track_unpoison_all(&s->objects[s->elems - b], b, cs);
+	n = al_free_bulk(pc->base.below, c, &s->objects[s->elems - b], b);
 	if (n >= 0) {
 		s->elems -= b;
 		al_count(&pc->ctr, c, PC_spills, 1);
@@ -252,6 +260,7 @@ static al_noinline int percpu_spill(struct percpu *pc, struct al_ctx *c, struct 
 		return 0;
 	}
 	al_count(&pc->ctr, c, PC_spill_failed, 1);
+	al_track_poison_all(&s->objects[s->elems - b], b, cs);
 	*ret = al_free(pc->base.below, c, p);
 	return 1;
 }
@@ -285,13 +294,15 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	}
 	s = cpu_stack(pc, c->cpu, (unsigned)order);
 	if (al_unlikely(s->elems >= pc->capacity)) {
-		if (percpu_spill(pc, c, s, p, &ret)) {
+		if (percpu_spill(pc, c, s, (unsigned)order, p, &ret)) {
 			fc_guard_exit(active, pc->guard);
 			goto out_count;
 		}
 	} else {
 		al_count(&pc->ctr, c, PC_free_hits, 1);
 	}
+	al_assert(s->elems < pc->capacity);
+	al_track_poison(p, fc_class_size((unsigned)order));
 	s->objects[s->elems++] = p;
 	fc_guard_exit(active, pc->guard);
 out_count:
@@ -323,7 +334,8 @@ static void drain_cpu(struct percpu *pc, struct al_ctx *c, unsigned cpu)
 
 		/* Refused (a full transfer array with full=single, a transient
 		 * failure): one by one; what still fails stays cached. */
-		s->elems = fc_give_back(pc->base.below, c, s->objects, s->elems);
+		s->elems = fc_give_back_cached(pc->base.below, c, s->objects, s->elems,
+					       fc_class_size(o));
 	}
 }
 

@@ -48,6 +48,10 @@
  * a live object of the layer below (so its bytes_held includes the caches,
  * and drain brings both back to baseline).
  *
+ * ASan (core/track.h): an object in a sheaf is poisoned over its class size,
+ * from the free or refill that puts it there to the allocation or flush that
+ * takes it out; a use after free of a cached object is then reported.
+ *
  * Lock order: per-CPU trylock -> barn lock -> (layer below). Sheaf memory
  * comes from a pool of al_meta_alloc chunks under pool_lock (a leaf).
  *
@@ -60,6 +64,8 @@
 #include <string.h>
 
 #include "kmalloc.h"
+
+#include "../core/track.h"
 
 #define SHEAF_HDR     32 /* the kernel's struct slab_sheaf header, for capacity rounding */
 #define PCS_BATCH_MAX 32 /* objects per free_bulk when a sheaf is flushed */
@@ -369,7 +375,7 @@ static int barn_replace_full(struct sheaves *sh, unsigned ci, struct sheaf *full
 }
 
 /* Return a sheaf's objects to the layer below in pieces of PCS_BATCH_MAX. */
-static void sheaf_flush(struct sheaves *sh, struct sheaf *s, struct al_ctx *c)
+static void sheaf_flush(struct sheaves *sh, struct sheaf *s, unsigned ci, struct al_ctx *c)
 {
 	struct al_allocator *below = sh->base.below;
 	uint32_t n, i;
@@ -379,6 +385,8 @@ static void sheaf_flush(struct sheaves *sh, struct sheaf *s, struct al_ctx *c)
 		return;
 	al_count(&sh->ctr, c, SH_flushes, 1);
 	al_count(&sh->ctr, c, SH_flush_objects, s->size);
+	al_assert(s->size <= s->capacity);
+	al_track_unpoison_all(s->objects, s->size, km_class_size[ci]);
 	while (s->size) {
 		n = s->size < PCS_BATCH_MAX ? s->size : PCS_BATCH_MAX;
 		ret = al_free_bulk(below, c, &s->objects[s->size - n], n);
@@ -403,6 +411,7 @@ static void refill(struct sheaves *sh, unsigned ci, struct sheaf *s, struct al_c
 
 	al_count(&sh->ctr, c, SH_refills, 1);
 	if (n > 0) {
+		al_track_poison_all(&s->objects[s->size], (unsigned)n, km_class_size[ci]);
 		s->size += (uint32_t)n;
 		al_count(&sh->ctr, c, SH_refill_objects, (uint64_t)n);
 	} else {
@@ -417,6 +426,8 @@ static bool replace_empty_main(struct sheaves *sh, unsigned ci, struct pcs *p, s
 {
 	struct sheaf *full, *empty;
 
+	al_level_lock_assert_held(&p->lock, c);
+	al_assert(!p->main->size);
 	if (p->spare && p->spare->size) {
 		full = p->spare;
 		p->spare = p->main;
@@ -454,7 +465,7 @@ static bool replace_empty_main(struct sheaves *sh, unsigned ci, struct pcs *p, s
 	}
 	if (!pcs_trylock(p, c)) {
 		if (!barn_put_full(sh, ci, empty, c, flags)) {
-			sheaf_flush(sh, empty, c);
+			sheaf_flush(sh, empty, ci, c);
 			barn_put_empty(sh, ci, empty, c);
 		}
 		return false;
@@ -469,7 +480,7 @@ static bool replace_empty_main(struct sheaves *sh, unsigned ci, struct pcs *p, s
 		barn_put_empty(sh, ci, p->spare, c);
 		p->spare = empty;
 	} else if (!barn_put_full(sh, ci, empty, c, flags)) {
-		sheaf_flush(sh, empty, c);
+		sheaf_flush(sh, empty, ci, c);
 		barn_put_empty(sh, ci, empty, c);
 	}
 	if (p->main->size)
@@ -486,6 +497,7 @@ static inline void *alloc_done(struct sheaves *sh, struct al_ctx *c, void *obj, 
 	if (!(flags & AL_NOTRACE))
 		al_count(&sh->ctr, c, SH_traced_kmallocs, 1);
 	al_count(&sh->ctr, c, SH_bytes_allocated, bytes);
+	al_track_unpoison(obj, bytes); /* it may come from a sheaf */
 	if (flags & AL_ZERO)
 		memset(obj, 0, bytes);
 	return obj;
@@ -591,7 +603,7 @@ static void install_empty(struct sheaves *sh, unsigned ci, struct pcs *p, struct
 		return;
 	}
 	if (!barn_put_full(sh, ci, p->main, c, 0)) {
-		sheaf_flush(sh, p->main, c);
+		sheaf_flush(sh, p->main, ci, c);
 		barn_put_empty(sh, ci, empty, c);
 		return;
 	}
@@ -607,6 +619,8 @@ static bool replace_full_main(struct sheaves *sh, unsigned ci, struct pcs *p, st
 	struct sheaf *empty = NULL, *tmp;
 	int ret;
 
+	al_level_lock_assert_held(&p->lock, c);
+	al_assert(p->main->size == p->main->capacity);
 	if (!p->spare) {
 		empty = barn_get_empty(sh, ci, c, flags);
 		if (empty) {
@@ -638,7 +652,7 @@ static bool replace_full_main(struct sheaves *sh, unsigned ci, struct pcs *p, st
 		empty = p->spare; /* full */
 		p->spare = NULL;
 		pcs_unlock(p);
-		sheaf_flush(sh, empty, c);
+		sheaf_flush(sh, empty, ci, c);
 		goto got_empty;
 	}
 alloc_empty: /* -ENOMEM: no empty sheaf in the barn */
@@ -651,7 +665,7 @@ alloc_empty: /* -ENOMEM: no empty sheaf in the barn */
 	if (!empty) {
 		if (!pcs_trylock(p, c))
 			return false;
-		sheaf_flush(sh, p->main, c); /* sheaf_flush_main */
+		sheaf_flush(sh, p->main, ci, c); /* sheaf_flush_main */
 		return true;
 	}
 got_empty:
@@ -709,6 +723,8 @@ static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *pt
 	if (al_unlikely(p->main->size == p->main->capacity) &&
 	    !replace_full_main(sh, (unsigned)ci, p, c, flags))
 		goto fallback;
+	al_assert(p->main->size < p->main->capacity);
+	al_track_poison(ptr, km_class_size[ci]);
 	p->main->objects[p->main->size++] = ptr;
 	pcs_unlock(p);
 	al_count(&sh->ctr, c, SH_free_fastpath, 1);
@@ -757,9 +773,9 @@ static void sheaves_drain(struct al_allocator *a, struct al_ctx *c, unsigned sco
 			if (!pcs_trylock(p, c))
 				continue;
 			if (p->main)
-				sheaf_flush(sh, p->main, c);
+				sheaf_flush(sh, p->main, ci, c);
 			if (p->spare)
-				sheaf_flush(sh, p->spare, c);
+				sheaf_flush(sh, p->spare, ci, c);
 			pcs_unlock(p);
 		}
 		if (scope == AL_DRAIN_ALL) {
@@ -770,7 +786,7 @@ static void sheaves_drain(struct al_allocator *a, struct al_ctx *c, unsigned sco
 			while ((s = b->full)) {
 				b->full = s->next;
 				b->nr_full--;
-				sheaf_flush(sh, s, c);
+				sheaf_flush(sh, s, ci, c);
 				s->next = b->empty;
 				b->empty = s;
 				b->nr_empty++;

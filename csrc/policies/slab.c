@@ -69,6 +69,16 @@
  * (corrupt_freelists; check() fails, an allocation that meets it fails with
  * -EFAULT) and its objects leaked rather than walked forever.
  *
+ * ASan (core/track.h): a free object is poisoned except its first word, the
+ * free-list link. The link stays readable because the lock-free paths read
+ * it speculatively, as SLUB does: the fast path loads the next pointer of a
+ * freelist head that an interrupting context may have allocated meanwhile
+ * (the cmpxchg then fails); re-poisoning the link after such a read would
+ * poison a live object. So a write after free is caught from byte 8 on; an
+ * 8-byte object is not covered. An object is poisoned before a free
+ * publishes it and unpoisoned (whole) once an allocation owns it; a frame is
+ * unpoisoned whole before it is carved for another class.
+ *
  * Not modelled: per-CPU partial lists (CONFIG_SLUB_CPU_PARTIAL), NUMA nodes,
  * debugging, large kmalloc above 8 KiB (-EINVAL), full double-free detection.
  */
@@ -77,6 +87,8 @@
 #include <string.h>
 
 #include "kmalloc.h"
+
+#include "../core/track.h"
 
 #define FRAME_SHIFT 15 /* 32 KiB frames: the largest slab (order 3) */
 #define FRAME_SIZE  (1u << FRAME_SHIFT)
@@ -279,6 +291,21 @@ static inline void set_fp(void *obj, void *fp)
 	*(void **)obj = fp;
 }
 
+/* A free object's body: everything after its link word (see ASan above). */
+static inline void obj_poison(const struct kmem_cache *s, void *obj)
+{
+	al_track_poison((char *)obj + sizeof(void *), s->size - sizeof(void *));
+	(void)s;
+	(void)obj;
+}
+
+static inline void obj_unpoison(const struct kmem_cache *s, void *obj)
+{
+	al_track_unpoison(obj, s->size);
+	(void)s;
+	(void)obj;
+}
+
 /* The slab of a live object, or NULL when p is not an object start of ours. */
 static struct slab *lookup(struct slab_layer *sa, const void *p)
 {
@@ -325,6 +352,7 @@ static void pending_splice_locked(struct slab_layer *sa)
 {
 	uint32_t f = __atomic_exchange_n(&sa->pending, NOSLAB, __ATOMIC_ACQUIRE), next;
 
+	al_lock_assert_locked(&sa->page_lock);
 	for (; f != NOSLAB; f = next) {
 		next = frame(sa, f)->next;
 		frame(sa, f)->next = sa->free_frames;
@@ -412,9 +440,14 @@ static struct slab *new_slab(struct slab_layer *sa, struct kmem_cache *s, struct
 		return NULL;
 	slab = frame(sa, f);
 	base = (char *)(sa->arena.base + ((uintptr_t)f << FRAME_SHIFT));
-	for (i = 0; i + 1 < s->objects; i++)
+	al_assert(s->objects && (size_t)s->objects * s->size <= FRAME_SIZE);
+	al_track_unpoison(base, FRAME_SIZE); /* another class's free objects may lie here */
+	for (i = 0; i + 1 < s->objects; i++) {
 		set_fp(base + (size_t)i * s->size, base + (size_t)(i + 1) * s->size);
+		obj_poison(s, base + (size_t)i * s->size);
+	}
 	set_fp(base + (size_t)(s->objects - 1) * s->size, NULL);
+	obj_poison(s, base + (size_t)(s->objects - 1) * s->size);
 	slab->base = base;
 	slab->objects = s->objects;
 	slab->prev = slab->next = NOSLAB;
@@ -602,6 +635,7 @@ static bool refill_cpu_locked(struct slab_layer *sa, struct kmem_cache *s, struc
 	void *fl = NULL;
 	int ret;
 
+	al_level_lock_assert_held(&cs->locked, c);
 	if (cs->slab != NOSLAB) {
 		slab = frame(sa, cs->slab);
 		fl = take_freelist(sa, c, slab, -1);
@@ -791,6 +825,7 @@ static inline void *alloc_done(struct slab_layer *sa, struct kmem_cache *s, stru
 	if (!(flags & AL_NOTRACE))
 		al_count(&sa->ctr, c, SC_traced_kmallocs, 1);
 	al_count(&sa->ctr, c, SC_bytes_allocated, s->size);
+	obj_unpoison(s, obj);
 	if (sa->zero || (flags & AL_ZERO))
 		memset(obj, 0, s->size);
 	return obj;
@@ -874,6 +909,7 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 	}
 	al_count(&sa->ctr, c, SC_kmallocs, got);
 	al_count(&sa->ctr, c, SC_bytes_allocated, (uint64_t)got * s->size);
+	al_track_unpoison_all(out, got, s->size);
 	if (sa->zero || (flags & AL_ZERO))
 		for (i = 0; i < got; i++)
 			memset(out[i], 0, s->size);
@@ -882,8 +918,8 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 
 /* Free a chain head..tail of cnt objects of one slab. 0, -EBUSY (NOSPIN), or
  * -EINVAL when tail is already the head of the freelist it would join. */
-static int free_chain(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, void *head,
-		      void *tail, unsigned cnt, unsigned flags)
+static int publish_chain(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, void *head,
+			 void *tail, unsigned cnt, unsigned flags)
 {
 	struct kmem_cache *s = &sa->caches[slab->cls - 1];
 	uint32_t f = (uint32_t)(slab - sa->frames);
@@ -915,6 +951,40 @@ redo:
 	}
 	al_count(&sa->ctr, c, SC_free_fastpath, 1);
 	return 0;
+}
+
+/* Poison (or unpoison) the bodies of the chain head.. of cnt objects. */
+static void track_chain(const struct kmem_cache *s, void *head, unsigned cnt, bool poison)
+{
+#ifdef AL_TRACK_ASAN
+	for (; cnt--; head = get_fp(head)) {
+		if (poison)
+			obj_poison(s, head);
+		else
+			obj_unpoison(s, head);
+	}
+#else
+	(void)s;
+	(void)head;
+	(void)cnt;
+	(void)poison;
+#endif
+}
+
+/* publish_chain, with the objects poisoned before they are published (once
+ * published another CPU may take them) and exposed again when refused. */
+static int free_chain(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, void *head,
+		      void *tail, unsigned cnt, unsigned flags)
+{
+	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
+	int ret;
+
+	al_assert(cnt && cnt <= slab->objects);
+	track_chain(s, head, cnt, true);
+	ret = publish_chain(sa, c, slab, head, tail, cnt, flags);
+	if (al_unlikely(ret))
+		track_chain(s, head, cnt, false);
+	return ret;
 }
 
 static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags)
@@ -1263,6 +1333,8 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 /* Free what create made; a part not made yet is skipped. */
 static void slab_free_parts(struct slab_layer *sa)
 {
+	/* The shadow outlives the mapping: leave nothing poisoned for the next user. */
+	al_track_unpoison(sa->arena.base, __atomic_load_n(&sa->arena.used, __ATOMIC_RELAXED));
 	al_arena_destroy(&sa->arena);
 	al_counters_fini(&sa->ctr);
 	al_meta_free(sa->cpus, sa->cpus_len);

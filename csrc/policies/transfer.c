@@ -22,7 +22,9 @@
  * Lock order: transfer order lock -> backend locks, and only in drain (teardown);
  * the hot paths never hold a transfer lock while calling the backend.
  * Invariants: 0 <= count <= batches*batch; every parked object is a live
- * object of the backend of that order.
+ * object of the backend of that order, and under ASan poisoned over its
+ * class size (poisoned under the order lock as it is parked, unpoisoned by
+ * whoever took it out, once it is theirs).
  * Cost: a hit is one uncontended per-order lock and a memcpy of n pointers.
  */
 #include <errno.h>
@@ -112,12 +114,14 @@ static int transfer_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t 
 		al_count(&tc->ctr, c, TC_lock_failures, 1);
 		goto miss;
 	}
+	al_assert(t->count <= tc->capacity);
 	if (t->count >= n) {
 		uint32_t left = t->count - n;
 
 		memcpy(out, &t->objects[left], n * sizeof(void *));
 		__atomic_store_n(&t->count, left, __ATOMIC_RELAXED);
 		al_lock_release(&t->lock, c);
+		al_track_unpoison_all(out, n, fc_class_size(order));
 		al_count(&tc->ctr, c, TC_remove_hits, 1);
 		got = (int)n;
 		goto out_zero;
@@ -192,7 +196,9 @@ static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p
 		al_count(&tc->ctr, c, TC_lock_failures, 1);
 		goto full;
 	}
+	al_assert(t->count <= tc->capacity);
 	if (t->count + n <= tc->capacity) {
+		al_track_poison_all(ptrs, n, fc_class_size((unsigned)order));
 		memcpy(&t->objects[t->count], ptrs, n * sizeof(void *));
 		__atomic_store_n(&t->count, t->count + n, __ATOMIC_RELAXED);
 		al_lock_release(&t->lock, c);
@@ -264,8 +270,10 @@ static void transfer_drain(struct al_allocator *a, struct al_ctx *c, unsigned sc
 			continue;
 		/* A batch the backend refuses (a transient failure) goes one by
 		 * one; only what still fails stays parked. */
-		__atomic_store_n(&t->count, fc_give_back(a->below, c, t->objects, t->count),
-				 __ATOMIC_RELAXED);
+		__atomic_store_n(
+			&t->count,
+			fc_give_back_cached(a->below, c, t->objects, t->count, fc_class_size(o)),
+			__ATOMIC_RELAXED);
 		al_lock_release(&t->lock, c);
 	}
 }

@@ -358,6 +358,7 @@ static void record_write_locked(const char *end)
 	struct jw w;
 	ssize_t len;
 
+	al_flag_assert_held(&record_lock);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", record_path);
 	w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	w.n = 0;

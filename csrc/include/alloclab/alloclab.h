@@ -12,6 +12,8 @@
  *   lock.h      the queued spinlock with a time budget
  *   ctx.h       the running thread's context, fault injection
  *   deferred.h  irq_work and RCU callbacks, grace periods
+ *   layer.h     the layer skeleton: table initialisers, header, pass-throughs
+ *   debug.h     assertion levels and lock-held checks (compiled out at AL_DEBUG=0)
  *   stack.h     stacks of layers built from a spec, the guard
  *   workload.h  workload descriptors and their workers
  *   measure.h   latency histograms, memory during a run
@@ -36,6 +38,8 @@
 #include "lock.h"
 #include "ctx.h"
 #include "deferred.h"
+#include "layer.h"
+#include "debug.h"
 
 /* The engine: stacks, workloads, measurements, runs. */
 #include "stack.h"
@@ -47,5 +51,4 @@
 /* The APIs of particular layers. */
 #include "pages.h"
 #include "vmalloc.h"
-#include "layer.h"
 #endif
