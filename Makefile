@@ -55,7 +55,7 @@ $(BUILD)/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile csrc/CFLAGS
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 ifeq ($(SAN),)
-build/debug/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile
+build/debug/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile csrc/CFLAGS
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<  [debug]"
 	$(Q)$(CC) $(TEST_CFLAGS) -c $< -o $@
@@ -105,10 +105,8 @@ clean:
 # all from tests/fuzz/fuzz_alloc.c (see the README's "Fuzzing").
 FUZZ_CC ?= clang
 FUZZ_FAMILIES := buddy front slab pages
-FUZZ_CFLAGS := -std=gnu11 -g -O1 -pthread -Icsrc/include -DAL_VERSION_STR=\"$(VERSION)\" \
-	-DAL_BUILD_FLAGS="\"$(FUZZ_CC) fuzz\"" -fsanitize=address,undefined \
-	-fno-sanitize-recover=undefined -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) \
-	$(DEBUGFLAGS)
+FUZZ_CFLAGS := $(CFLAGS_COMMON) -O1 -DAL_BUILD_FLAGS="\"$(FUZZ_CC) fuzz\"" \
+	-fsanitize=address,undefined -fno-sanitize-recover=undefined $(DEBUGFLAGS)
 FUZZ_OBJS := $(SRCS:%.c=build/fuzz/%.o)
 
 build/fuzz/%.o: %.c $(HDRS) $(INTERNAL_HDRS)

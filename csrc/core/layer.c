@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The out-of-line part of the layer skeleton (alloclab/layer.h): taking and
- * releasing an array of per-class locks for fork().
+ * The out-of-line part of the layer skeleton (alloclab/layer.h): the create
+ * and destroy of AL_LAYER, the layer below's bytes_held, and taking and releasing an array of
+ * per-class locks for fork().
+ *
+ * AL_LAYER's create: zeroed metadata memory for the instance, the common
+ * header filled, then the layer's init; when init fails, fini runs on what
+ * init made (zeroed parts are skipped) and the instance is freed, so a
+ * failed create leaves nothing behind. Its destroy is fini, then the free.
  *
  * Lock order: a layer's per-class locks are taken in index order, the order
  * every path that holds two of them follows, and released in reverse. All or
@@ -9,7 +15,60 @@
  * are released before the error returns, so the caller never sees a partial
  * hold. Cost: n acquisitions; only the fork handlers call it.
  */
+#include <errno.h>
+
 #include "alloclab/alloclab.h"
+
+int al_layer_create(const struct al_layer_desc *d, const int64_t *params,
+		    struct al_allocator *below, unsigned ncpu, struct al_allocator **out,
+		    const struct al_ops *ops, size_t size, al_layer_init_fn init,
+		    al_layer_fini_fn fini)
+{
+	struct al_allocator *a = al_meta_alloc(size);
+	int ret;
+
+	if (!a)
+		return -ENOMEM;
+	al_allocator_init(a, ops, d, below, ncpu);
+	ret = init ? init(a, params) : 0;
+	if (ret)
+		goto out_free;
+	*out = a;
+	return 0;
+
+out_free:
+	al_layer_destroy(a, size, fini);
+	return ret;
+}
+
+void al_layer_destroy(struct al_allocator *a, size_t size, al_layer_fini_fn fini)
+{
+	if (fini)
+		fini(a);
+	al_meta_free(a, size);
+}
+
+int64_t al_below_bytes_held(struct al_allocator *a)
+{
+	struct al_stats st; /* the values it reports are dropped: only bytes_held is read */
+
+	st.layer = a->below->desc ? a->below->desc->name : a->below->ops->name;
+	st.bytes_held = 0;
+	st.n = 0;
+	a->below->ops->stats(a->below, &st);
+	return st.bytes_held;
+}
+
+int al_layer_call_init(al_layer_init_fn init, struct al_allocator *a, const int64_t *params)
+{
+	return init ? init(a, params) : 0;
+}
+
+void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator *a)
+{
+	if (fini)
+		fini(a);
+}
 
 static struct al_lock *lock_at(struct al_lock *first, size_t stride, unsigned i)
 {

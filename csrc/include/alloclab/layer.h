@@ -27,6 +27,20 @@
  *     (a cache's owns and usable_size, a filter's free): they are those of
  *     the layer below.
  *
+ *   - AL_LAYER() writes all of that for a layer whose instance is one
+ *     struct: the create (zeroed instance, header filled, then the layer's
+ *     init), the destroy (the layer's fini, then the instance freed), the
+ *     ops table, the descriptor and the registration. What is left to write
+ *     is the algorithm (alloc, free, ...) and, if the layer has parts of its
+ *     own (an arena, counters), init and fini:
+ *
+ *         AL_LAYER(mine, struct mine, mine_init, mine_fini,
+ *                  (.alloc = mine_alloc, .free = mine_free),
+ *                  (.doc = "what it models", .features = AL_F_USABLE))
+ *
+ *     AL_COUNTED_LAYER adds the layer's event counters (a member ctr and
+ *     an array of their names): made, finished and reported for it.
+ *
  *   - al_lock_acquire_all() / al_lock_release_all() take and release an
  *     array of locks (one per size class or order) for fork(): in index
  *     order, all or none, released in reverse.
@@ -48,6 +62,8 @@
 #include <stddef.h>
 
 #include "ops.h"
+#include "counters.h"
+#include "registry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,11 +104,97 @@ static inline size_t al_below_usable_size(struct al_allocator *a, const void *p)
 	return b->ops->usable_size ? b->ops->usable_size(b, p) : 0;
 }
 
+/* bytes_held of the layer below: what the callers of a layer that keeps
+ * nothing (a filter, a tap) hold through it. Calls the layer below's stats(),
+ * so it is for stats() only. */
+AL_API int64_t al_below_bytes_held(struct al_allocator *a);
+
 /* free() of a layer that takes its objects back unchanged (a filter). */
 static inline int al_below_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	return al_free(a->below, c, p);
 }
+
+/*
+ * A layer's own parts, for AL_LAYER. init runs after the header is filled
+ * (a->below, a->ncpu, a->desc are set) on a zeroed instance; 0 or -errno.
+ * fini frees the parts (and hands back objects it still holds to the layer
+ * below); it also runs after a failed init, so it skips what is still zero.
+ * Either may be NULL.
+ */
+typedef int (*al_layer_init_fn)(struct al_allocator *a, const int64_t *params);
+typedef void (*al_layer_fini_fn)(struct al_allocator *a);
+
+/* The create and destroy AL_LAYER generates: size bytes of zeroed metadata
+ * memory hold the instance. al_layer_create: 0, -ENOMEM, or init's error. */
+AL_API int al_layer_create(const struct al_layer_desc *d, const int64_t *params,
+			   struct al_allocator *below, unsigned ncpu, struct al_allocator **out,
+			   const struct al_ops *ops, size_t size, al_layer_init_fn init,
+			   al_layer_fini_fn fini);
+AL_API void al_layer_destroy(struct al_allocator *a, size_t size, al_layer_fini_fn fini);
+
+/* For AL_COUNTED_LAYER: call init / fini when not NULL. */
+AL_API int al_layer_call_init(al_layer_init_fn init, struct al_allocator *a, const int64_t *params);
+AL_API void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator *a);
+
+#define AL_UNPAREN_(...) __VA_ARGS__
+
+/*
+ * Define and register the layer NAME (an identifier: its name in specs) whose
+ * instance is TYPE (first member: struct al_allocator base). OPS and DESC are
+ * parenthesised lists of designated initialisers of struct al_ops (without
+ * .name and .destroy) and struct al_layer_desc (without .name and .create).
+ */
+#define AL_LAYER(NAME, TYPE, INIT, FINI, OPS, DESC) AL_LAYER_(NAME, TYPE, INIT, FINI, OPS, DESC, )
+
+/*
+ * AL_LAYER for a layer whose TYPE has a member `struct al_counters ctr`
+ * counting the events named by NAMES (an array of names; the layer's enum
+ * indexes it): the create initialises the counters before INIT, the destroy
+ * finishes them after FINI, and the generated stats() reports them with
+ * bytes_held = HELD(a) (so OPS has no .stats). HELD: the bytes callers hold
+ * through the layer (al_below_bytes_held for a layer that keeps nothing).
+ */
+#define AL_COUNTED_LAYER(NAME, TYPE, NAMES, INIT, FINI, HELD, OPS, DESC)                        \
+	static int NAME##_counted_init_(struct al_allocator *a, const int64_t *params)          \
+	{                                                                                       \
+		int ret = al_counters_init(&((TYPE *)a)->ctr, sizeof(NAMES) / sizeof(NAMES[0]), \
+					   NAMES, a->ncpu);                                     \
+		return ret ? ret : al_layer_call_init(INIT, a, params);                         \
+	}                                                                                       \
+	static void NAME##_counted_fini_(struct al_allocator *a)                                \
+	{                                                                                       \
+		al_layer_call_fini(FINI, a);                                                    \
+		al_counters_fini(&((TYPE *)a)->ctr);                                            \
+	}                                                                                       \
+	static void NAME##_counted_stats_(struct al_allocator *a, struct al_stats *out)         \
+	{                                                                                       \
+		out->bytes_held = HELD(a);                                                      \
+		al_counters_report(&((TYPE *)a)->ctr, out);                                     \
+	}                                                                                       \
+	AL_LAYER_(NAME, TYPE, NAME##_counted_init_, NAME##_counted_fini_, OPS, DESC,            \
+		  .stats = NAME##_counted_stats_, )
+
+#define AL_LAYER_(NAME, TYPE, INIT, FINI, OPS, DESC, ...)                                       \
+	static void NAME##_destroy_(struct al_allocator *a)                                     \
+	{                                                                                       \
+		al_layer_destroy(a, sizeof(TYPE), FINI);                                        \
+	}                                                                                       \
+	static const struct al_ops NAME##_ops_ = { .name = #NAME,                               \
+						   AL_OPS_INIT,                                 \
+						   .destroy = NAME##_destroy_,                  \
+						   __VA_ARGS__ AL_UNPAREN_ OPS };               \
+	static int NAME##_create_(const struct al_layer_desc *d, const int64_t *params,         \
+				  struct al_allocator *below, unsigned ncpu,                    \
+				  struct al_allocator **out)                                    \
+	{                                                                                       \
+		return al_layer_create(d, params, below, ncpu, out, &NAME##_ops_, sizeof(TYPE), \
+				       INIT, FINI);                                             \
+	}                                                                                       \
+	static const struct al_layer_desc NAME##_desc_ = {                                      \
+		.name = #NAME, AL_LAYER_DESC_INIT, .create = NAME##_create_, AL_UNPAREN_ DESC   \
+	};                                                                                      \
+	AL_REGISTER_LAYER(NAME##_desc_)
 
 struct al_lock;
 
