@@ -149,3 +149,47 @@ def test_every_locked_function_asserts_its_lock(f, name, ln, body):
     head = "\n".join(body[:8])
     assert re.search(r"\bal_\w*assert_(held|locked)\s*\(", head), \
         "%s:%d %s does not assert its lock near the top" % (_rel(f), ln, name)
+
+
+def _module_imports():
+    """{module: the alloclab modules it imports}, at module level or inside a
+    function alike (a lazy import is a dependency too); the package itself
+    (alloclab/__init__) is left out, as every module is inside it."""
+    mods = {}
+    for f in PY_FILES:
+        rel = os.path.relpath(f, os.path.join(ROOT, "python")).replace("/", ".")[:-3]
+        mods[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = f
+    edges = {}
+    for m, f in mods.items():
+        pkg = m if f.endswith("__init__.py") else m.rsplit(".", 1)[0]
+        deps = set()
+        for n in ast.walk(ast.parse(open(f).read())):
+            if isinstance(n, ast.ImportFrom) and n.level:
+                parts = pkg.split(".")[:len(pkg.split(".")) - (n.level - 1)]
+                target = ".".join(parts + ([n.module] if n.module else []))
+                deps |= {target} | {target + "." + a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and n.module:
+                deps.add(n.module)
+            elif isinstance(n, ast.Import):
+                deps |= {a.name for a in n.names}
+        edges[m] = {d for d in deps if d in mods and d not in (m, "alloclab")}
+    return edges
+
+
+def test_no_import_loops():
+    edges = _module_imports()
+    assert edges["alloclab.run"] and edges["alloclab.plot"] is not None  # the scan sees imports
+
+    def path(a, b, seen):
+        for d in edges.get(a, ()):
+            if d == b:
+                return [d]
+            if d not in seen:
+                seen.add(d)
+                rest = path(d, b, seen)
+                if rest:
+                    return [d] + rest
+        return None
+
+    loops = sorted({" -> ".join([m] + p) for m in edges for p in [path(m, m, set())] if p})
+    assert not loops, "import loops:\n  " + "\n  ".join(loops)
