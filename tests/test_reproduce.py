@@ -112,16 +112,21 @@ def test_report_verdict_flips_when_the_data_flips(report):
             elif p.params["policy"] == "libarena-spill":
                 p.params["policy"] = "libarena-transfer"
     back = rep.LibarenaReport(flipped, report.settings)
-    flips = 0
+    flips = refuted = 0
     for (s, a, _), (_, b, _) in zip(report.verdicts(), back.verdicts()):
         # the claims between the two designs (not those against no cache)
         if s.startswith("libarena-") and a.claim.expect != "same" and a.outcome == V.HOLDS:
             assert b.outcome != V.HOLDS, (a, b)
-            if a.decided_by() == "counters":  # far beyond the noise: refuted outright
-                assert b.outcome == V.FAILS, (a, b)
+            if a.decided_by() == "counters":
+                # swapped, the counters contradict the claim; whether that is
+                # significant after the correction over every claim depends on
+                # the runs' spread, so one refutation is asked for, not all
+                assert b.outcome == V.FAILS or b.reason.startswith("inconclusive: noise"), (a, b)
+                refuted += b.outcome == V.FAILS
             flips += 1
     if report.usable < 3:
         assert flips  # at least the counter claims at 3 virtual producers held
+        assert refuted  # and at least one of them is refuted outright
 
 
 def test_report_counters(report):
