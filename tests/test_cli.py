@@ -327,3 +327,20 @@ def test_run_with_a_no_value_flag_before_the_workload():
     p = cli("run", "--processes", "--quick", "malloc-free", "--cycles", "10",
             "--warmup-cycles", "1", "--runs", "1", check=0)
     assert "allocation latency" in p.stdout and p.stderr == ""
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--check", "larson"], "--check"),  # an unknown flag before the workload
+    (["--bogus", "3", "larson"], "--bogus 3"),
+])
+def test_an_unknown_flag_is_named_not_taken_for_the_workload(args, named):
+    p = cli("run", *args, check=2)
+    assert p.stderr.strip().splitlines()[-1] == "alloclab: error: unrecognized arguments: " + named
+
+
+def test_a_number_past_any_range_is_one_error_line():
+    p = cli("run", "malloc-free", "--policy", "percpu(capacity=%s) > buddy" % ("9" * 5000),
+            check=2)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("alloclab: error: ")
+    assert "(5000 characters) is out of range [1, 1024]" in lines[0]

@@ -157,3 +157,19 @@ def test_the_documented_skeleton_compiles_and_runs(tmp_path):
             a.free(p)
         assert a.stats()[0]["allocs"] == 3
         assert a.usable_size(a.alloc(32)) == 32
+
+
+def test_a_layer_without_stats_is_refused_naming_the_entry(tmp_path):
+    # AL_LAYER writes no stats(): a layer that forgets it is told which entry is missing
+    path = tmp_path / "nostats.c"
+    path.write_text("""#include <alloclab/alloclab.h>
+struct nostats { struct al_allocator base; };
+static void *ns_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{ return al_alloc(a->below, c, size, flags); }
+AL_LAYER(nostats, struct nostats, NULL, NULL, (.alloc = ns_alloc, .free = al_below_free),
+         (.doc = "forgets stats", .features = AL_F_BACKEND))
+""")
+    assert plugin.compile_file(str(path))[0].name == "nostats"
+    with pytest.raises(al.AlloclabError, match=r"nostats: its ops table has no stats \(alloc, "
+                       r"free, destroy and stats are required\)"):
+        al.Allocator("nostats > buddy")

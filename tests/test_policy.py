@@ -438,3 +438,52 @@ def test_c_stack_check_keeps_a_layers_own_code():
     with pytest.raises(al.InvalidArgument) as ei:
         al.Policy("buddy(chunk_size=100K)")
     assert ei.value.code == -22 and "power of two" in str(ei.value)
+
+
+# ---- what the parser refuses, worded so that it can be read
+
+
+@pytest.mark.parametrize("spec, where", [
+    ("percpu(capacity=%s) > buddy" % ("9" * 5000), "capacity"),
+    ("buddy(lock_budget=%sms)" % ("1" * 5000), "lock_budget"),
+    ("buddy(chunk_size=%sK)" % ("1" * 5000), "chunk_size"),
+    ("percpu(capacity=-%s) > buddy" % ("9" * 5000), "capacity"),
+])
+def test_a_number_past_any_range_is_a_range_error(spec, where):
+    # int() refuses more than 4300 digits: the wording must not fall over on it
+    with pytest.raises(al.ParameterRangeError, match=r"%s=.*\(500\d characters\) is out of "
+                       r"range" % where):
+        al.Policy(spec)
+
+
+@pytest.mark.parametrize("spec", ["percpu(capacity=\uff18) > buddy", "buddy(chunk_size=\uff11M)",
+                                  "buddy(lock_budget=\u0661ms)"])
+def test_digits_are_ascii_digits(spec):
+    # the C parser reads [0-9] only; the wording of its refusal agrees
+    with pytest.raises(al.ParameterTypeError, match="not '"):
+        al.Policy(spec)
+
+
+def test_workload_parameters_read_digits_as_the_policy_does():
+    from alloclab.run import plan
+    with pytest.raises(al.ParameterTypeError):
+        plan("malloc-free", "buddy", size="\uff18K")
+
+
+@pytest.mark.parametrize("spec, shown", [
+    ("buddy\u200b", r"got '\u200b'"),
+    ("\udcff", r"bad layer name '\udcff'"),
+    ("buddy\x01(x=1)", r"got '\x01(x=1)'"),
+])
+def test_invisible_characters_are_shown_escaped(spec, shown):
+    with pytest.raises(al.PolicySyntaxError) as e:
+        al.Policy(spec)
+    assert shown in str(e.value)
+
+
+def test_a_fault_in_a_layer_reads_of_policy():
+    with pytest.raises(al.PolicySyntaxError,
+                       match=r"given twice in layer 'percpu' of policy 'percpu\(capacity=16, "):
+        al.Policy("percpu(capacity=16, capacity=8) > buddy")
+    with pytest.raises(al.PolicySyntaxError, match=r"got 'buddy' in policy 'buddy buddy'"):
+        al.Policy("buddy buddy")

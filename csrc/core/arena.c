@@ -75,6 +75,8 @@ void *al_arena_grow(struct al_arena *ar, size_t len)
 	size_t old = __atomic_load_n(&ar->used, __ATOMIC_RELAXED), new;
 	void *p;
 
+	if (len % (size_t)sysconf(_SC_PAGESIZE))
+		return NULL; /* a commit is whole pages: refused before any VA is consumed */
 	do {
 		new = old + len;
 		if (new > ar->limit || new < old)

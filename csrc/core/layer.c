@@ -30,7 +30,7 @@ int al_layer_create(const struct al_layer_desc *d, const int64_t *params,
 	if (!a)
 		return -ENOMEM;
 	al_allocator_init(a, ops, d, below, ncpu);
-	ret = init ? init(a, params) : 0;
+	ret = al_layer_call_init(init, a, params);
 	if (ret)
 		goto out_free;
 	*out = a;
@@ -43,8 +43,7 @@ out_free:
 
 void al_layer_destroy(struct al_allocator *a, size_t size, al_layer_fini_fn fini)
 {
-	if (fini)
-		fini(a);
+	al_layer_call_fini(fini, a);
 	al_meta_free(a, size);
 }
 
@@ -57,17 +56,6 @@ int64_t al_below_bytes_held(struct al_allocator *a)
 	st.n = 0;
 	a->below->ops->stats(a->below, &st);
 	return st.bytes_held;
-}
-
-int al_layer_call_init(al_layer_init_fn init, struct al_allocator *a, const int64_t *params)
-{
-	return init ? init(a, params) : 0;
-}
-
-void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator *a)
-{
-	if (fini)
-		fini(a);
 }
 
 static struct al_lock *lock_at(struct al_lock *first, size_t stride, unsigned i)

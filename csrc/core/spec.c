@@ -507,8 +507,13 @@ int al_spec_parse(const char *text, struct al_stack_spec *out, char *err, size_t
 {
 	struct al_spec_error e;
 	int ret = al_spec_parse_report(text, out, &e);
+	const char *in_layer;
 
-	if (ret && err && errlen)
-		snprintf(err, errlen, "%s in policy '%s'", e.msg, text ? text : "");
+	if (ret && err && errlen) {
+		/* "... in layer 'x' of policy '...'", "... in policy '...'" */
+		in_layer = strstr(e.msg, " in layer '");
+		snprintf(err, errlen, "%s %s policy '%s'", e.msg,
+			 in_layer && !strchr(in_layer + 11, ' ') ? "of" : "in", text ? text : "");
+	}
 	return ret;
 }

@@ -260,6 +260,34 @@ static int check_stack(const struct al_stack_spec *s, unsigned ncpu, char *err, 
 
 /* Create layer i over `below` (which it owns from then on, also when it
  * fails: the layers below are destroyed with it). */
+
+/* Whether the ops table a create returned is unusable: its ABI, or a required
+ * entry (alloc, free, destroy, stats) missing; err names which. */
+static bool ops_refused(const struct al_ops *o, const char *name, char *err, size_t errlen)
+{
+	const char *missing;
+
+	if (!o || o->abi_version != AL_ABI_VERSION || o->ops_size != sizeof(struct al_ops)) {
+		snprintf(err, errlen,
+			 "%s: ops table of another ABI (version %u, %zu bytes; this library: %u, "
+			 "%zu): rebuild the layer against its headers",
+			 name, o ? o->abi_version : 0, o ? o->ops_size : 0,
+			 (unsigned)AL_ABI_VERSION, sizeof(struct al_ops));
+		return true;
+	}
+	missing = !o->alloc	? "alloc"
+		  : !o->free	? "free"
+		  : !o->destroy ? "destroy"
+		  : !o->stats	? "stats"
+				: NULL;
+	if (missing)
+		snprintf(
+			err, errlen,
+			"%s: its ops table has no %s (alloc, free, destroy and stats are required)",
+			name, missing);
+	return missing != NULL;
+}
+
 static int create_layer(const struct al_stack_spec *s, unsigned i, unsigned ncpu,
 			struct al_allocator *below, struct al_allocator **out, char *err,
 			size_t errlen)
@@ -277,10 +305,7 @@ static int create_layer(const struct al_stack_spec *s, unsigned i, unsigned ncpu
 		al_stack_destroy(below);
 		return ret ? ret : -EINVAL;
 	}
-	if (!a->ops || a->ops->abi_version != AL_ABI_VERSION ||
-	    a->ops->ops_size != sizeof(struct al_ops) || !a->ops->alloc || !a->ops->free ||
-	    !a->ops->destroy || !a->ops->stats) {
-		snprintf(err, errlen, "%s: ops table ABI mismatch or missing entries", d->name);
+	if (ops_refused(a->ops, d->name, err, errlen)) {
 		if (a->ops && a->ops->destroy)
 			a->ops->destroy(a);
 		al_stack_destroy(below);

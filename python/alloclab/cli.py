@@ -346,15 +346,27 @@ def _takes_value(parser):
     or help action takes none, every other option one), so the answer
     follows the parser as flags are added. A word argparse would accept as
     an abbreviation (a unique prefix of a long option) is resolved as
-    argparse resolves it."""
+    argparse resolves it. Another option takes a value when it names a
+    parameter of some workload (those are parsed once the workload is
+    known); for anything else the answer is None: unknown, left to argparse
+    to refuse by name."""
     flags = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}
+    wl_params = {"--" + p.name.replace("_", "-") for w in schema.workloads().values()
+                 for p in w.params}
 
     def takes_value(word):
         if word in flags:
             return flags[word]
         matches = [s for s in flags if s.startswith("--") and s.startswith(word)]
-        return not matches or any(flags[s] for s in matches)
+        if matches:
+            return any(flags[s] for s in matches)
+        return True if word.replace("_", "-") in wl_params else None
     return takes_value
+
+
+def _is_workload(word):
+    table = schema.workloads()
+    return any(w in table for w in (word, word.replace("_", "-"), word.replace("-", "_")))
 
 
 def _find_workload(argv):
@@ -371,6 +383,8 @@ def _find_workload(argv):
             return argv[i + 1] if i + 1 < len(argv) else None
         if a.startswith("-") and len(a) > 1:
             skip = "=" not in a and takes_value(a)
+            if skip is None:  # an unknown option: its value, unless a workload comes next
+                skip = i + 1 < len(argv) and not _is_workload(argv[i + 1])
             continue
         return a
     return None

@@ -26,6 +26,7 @@ the expanded spec stays beside it (``Point.info["policy_spec"]``).
 """
 
 import functools
+import re
 
 from . import errors, schema
 from ._ffi import cstr, ffi, lib
@@ -77,20 +78,39 @@ def _parse(text, spec):
     return tuple(layers)
 
 
+def _shown(text):
+    """text with what would not be seen escaped (zero-width and control
+    characters, lone surrogates), as repr() writes them."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _in_policy(why, spec):
+    """The parser's message, then the whole spec: "... in layer 'x' of policy
+    '...'", "... in policy '...'"."""
+    return "%s %s policy %r" % (why, "of" if re.search(r" in layer '[^']*'$", why) else "in",
+                                spec)
+
+
 def _refusal(err, data, spec):
     """The exception for a spec the C parser refused: each fault as the
     schema words it, naming the bad text and the valid choices."""
     token = data[err.tok:err.tok + err.toklen].decode("utf-8", "surrogatepass")
-    fault, why = err.fault, cstr(err.msg)
+    fault = err.fault
+    try:  # the message quotes the token's bytes: decode them as the token's
+        why = ffi.string(err.msg).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # cut inside a character
+        why = cstr(err.msg)
+    if token and _shown(token) != token:
+        why = why.replace(token, _shown(token))
     if fault == lib.AL_SPEC_LAYER:
         return errors.UnknownNameError.make(
-            "layer", token, schema.layers(), context="policy %r" % spec,
+            "layer", _shown(token), schema.layers(), context="policy %r" % spec,
             extra="presets: %s" % ", ".join(presets))
     if fault == lib.AL_SPEC_TOO_MANY:
         return errors.InvalidArgument(
             "policy %r has %d layers; at most %d" % (spec, err.nlayers, lib.AL_MAX_LAYERS))
     if fault not in (lib.AL_SPEC_PARAM, lib.AL_SPEC_VALUE, lib.AL_SPEC_RANGE):
-        return errors.PolicySyntaxError("%s in policy %r" % (why, spec))
+        return errors.PolicySyntaxError(_in_policy(why, spec))
     sch = schema.layer(cstr(err.desc.name))
     try:
         if fault == lib.AL_SPEC_PARAM:
@@ -101,7 +121,7 @@ def _refusal(err, data, spec):
         return e
     # The schema's wording accepts what the parser refused: report the parser's.
     cls = errors.ParameterRangeError if fault == lib.AL_SPEC_RANGE else errors.ParameterTypeError
-    return cls("%s in policy %r" % (why, spec))
+    return cls(_in_policy(why, spec))
 
 
 def _shape_refusal(err, names, spec):

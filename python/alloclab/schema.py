@@ -55,9 +55,19 @@ WORKLOAD_FLAGS = [
 ]
 
 _SIZE_UNITS = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)]
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
 _NS_UNITS = [("s", 10**9), ("ms", 10**6), ("us", 10**3), ("ns", 1)]
-_NS_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)?\s*$", re.I)
+_NS_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s)?\s*$", re.I)
+
+
+def _digits(s):
+    """int() of a string of ASCII digits (with a sign): the text of a spec or
+    a flag. Past 40 digits every value is out of any parameter's range, so it
+    is returned as +-10**40 (int() refuses more than 4300 digits outright)."""
+    t = s.lstrip("+-").lstrip("0")
+    if len(t) <= 40:
+        return int(s)
+    return -10**40 if s.startswith("-") else 10**40
 _BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False,
               "on": True, "off": False}
 
@@ -136,6 +146,8 @@ class Param:
             name=self.name, value=value)
 
     def _checked(self, raw, shown):
+        if len(shown) > 48:  # a number no parameter takes: its start and its length
+            shown = "%s... (%d characters)" % (shown[:24], len(shown))
         if not (self.min <= raw <= self.max):
             raise errors.ParameterRangeError(
                 "%s=%s is out of range [%s, %s]" % (self._where(), shown, self.format(self.min),
@@ -170,15 +182,15 @@ class Param:
         s = text.strip()
         t = self.type
         if t == INT:
-            if not re.fullmatch(r"[+-]?\d+", s):
+            if not re.fullmatch(r"[+-]?[0-9]+", s):
                 raise self._type_error(text, "an integer")
-            return self._checked(int(s), s)
+            return self._checked(_digits(s), s)
         if t == SIZE:
             m = _SIZE_RE.match(s)
             if not m:
                 raise self._type_error(text, 'a size: 64, "4K", "1M", "1G"')
             mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-            raw = int(m.group(1)) * mult[m.group(2).lower()]
+            raw = _digits(m.group(1)) * mult[m.group(2).lower()]
             return self._checked(raw, s)
         if t == NS:
             m = _NS_RE.match(s)
@@ -189,13 +201,16 @@ class Param:
             num = m.group(1)
             if "." in num:
                 whole, frac = num.split(".")
-                frac = frac or "0"
+                frac = frac.rstrip("0") or "0"
+                if len(frac) > 9:  # finer than a nanosecond at any unit
+                    raise self._type_error(text, "a whole number of nanoseconds")
+                whole = str(_digits(whole or "0"))
                 scaled = int(whole or "0") * mult * 10**len(frac) + int(frac) * mult
                 if scaled % 10**len(frac):
                     raise self._type_error(text, "a whole number of nanoseconds")
                 raw = scaled // 10**len(frac)
             else:
-                raw = int(num) * mult
+                raw = _digits(num) * mult
             return self._checked(raw, s)
         if t == BOOL:
             b = _BOOL_TEXT.get(s.lower())

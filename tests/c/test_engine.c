@@ -410,6 +410,9 @@ TEST(test_arena_limit)
 	unsigned i;
 
 	CHECK_EQ(al_arena_init(&ar, 4 << 20, 1 << 20, false), 0);
+	/* a commit is whole pages: a part of one is refused and consumes nothing */
+	CHECK(al_arena_grow(&ar, 64) == NULL);
+	CHECK_EQ(ar.used, 0);
 	for (i = 0; i < 4; i++) {
 		char *p = al_arena_grow(&ar, 1 << 20);
 

@@ -45,7 +45,8 @@ struct al_arena {
 
 /* Reserve limit bytes (PROT_NONE) aligned to align. 0 or -ENOMEM/-EINVAL. */
 AL_API int al_arena_init(struct al_arena *ar, size_t limit, size_t align, bool populate);
-/* Commit the next len bytes (lock-free); NULL when the limit is reached. */
+/* Commit the next len bytes (lock-free), len a multiple of the page size;
+ * NULL when the limit is reached or len is not whole pages (nothing consumed). */
 AL_API void *al_arena_grow(struct al_arena *ar, size_t len);
 AL_API bool al_arena_contains(const struct al_arena *ar, const void *p);
 AL_API void al_arena_destroy(struct al_arena *ar);

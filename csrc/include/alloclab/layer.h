@@ -105,7 +105,8 @@ static inline size_t al_below_usable_size(struct al_allocator *a, const void *p)
 }
 
 /* bytes_held of the layer below: what the callers of a layer that keeps
- * nothing (a filter, a tap) hold through it. Calls the layer below's stats(),
+ * nothing (a filter, a tap) hold through it. Runs the whole stats() of the
+ * layer below (its counters summed over CPUs, a struct al_stats on the stack),
  * so it is for stats() only. */
 AL_API int64_t al_below_bytes_held(struct al_allocator *a);
 
@@ -134,8 +135,17 @@ AL_API int al_layer_create(const struct al_layer_desc *d, const int64_t *params,
 AL_API void al_layer_destroy(struct al_allocator *a, size_t size, al_layer_fini_fn fini);
 
 /* For AL_COUNTED_LAYER: call init / fini when not NULL. */
-AL_API int al_layer_call_init(al_layer_init_fn init, struct al_allocator *a, const int64_t *params);
-AL_API void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator *a);
+static inline int al_layer_call_init(al_layer_init_fn init, struct al_allocator *a,
+				     const int64_t *params)
+{
+	return init ? init(a, params) : 0;
+}
+
+static inline void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator *a)
+{
+	if (fini)
+		fini(a);
+}
 
 #define AL_UNPAREN_(...) __VA_ARGS__
 
