@@ -2,19 +2,22 @@
 fast path or the harness floor?
 
 Builds the base revision named by --base and the working tree with pip, as
-users install them, into separate directories, then runs the cells of bench/fastpath.py
-(malloc-free, size 64, 16 allocs/cycle, 1 producer) and bench/floor.py (`null`
-at 1, 16, 64 and 256 allocs/cycle, batch and per_op_sum timing) in rounds.
-Each round runs one child process per build, in an order that alternates, so
-that drift of the machine falls on both sides alike. Per cell and round the
-child reports the median ns/op of its runs; the paired log-ratios
-new/base over rounds give a t interval (95%), printed as a ratio.
+users install them, into separate directories, then measures the cells of
+bench/fastpath.py (malloc-free, size 64, 16 allocs/cycle, 1 producer) and
+bench/floor.py (`null` at 1, 16, 64 and 256 allocs/cycle, batch and
+per_op_sum timing) with one long-lived measuring process per build. The two
+processes take turns, one round of every cell (one short run each) at a time,
+in an order that alternates, so the machine's drift falls on both alike. A
+process's memory layout is fixed for its life and differs from the next one's,
+so this is repeated with --pairs fresh pairs of processes: the paired
+log-ratios new/base are averaged per pair, and the 95% t interval is taken
+over the pairs, which keeps the process-to-process variation in it.
 
 Verdict per cell: "within +-3%" when the whole 95% interval lies inside
-[0.97, 1.03], "outside" when it lies wholly beyond either bound, otherwise
+[0.97, 1.03], "OUTSIDE" when it lies wholly beyond either bound, otherwise
 "inconclusive" (the interval straddles a bound: noise, not a finding).
 
-    python bench/ab_builds.py --base 83472e9 [--rounds 8] [--runs 3] [--duration 0.1]
+    python bench/ab_builds.py --base 83472e9 [--pairs 4] [--rounds 15] [--duration 0.05]
 
 Writes bench/results/ab_builds.json and prints the table with the load average.
 """
@@ -41,24 +44,31 @@ FASTPATH = [
     "null",
 ]
 
-CHILD = r"""
+WORKER = r"""
 import json, sys
 import numpy as np
 import alloclab as al
-runs, duration = int(sys.argv[1]), float(sys.argv[2])
-out = {}
-fp = al.run("malloc-free", %(fastpath)r, size=64, allocs_per_cycle=16, producers=1,
-            runs=runs, duration=duration, timing="batch")
-for p in fp.points:
-    for m in ("alloc_ns", "free_ns"):
-        out["fastpath | %%s | %%s" %% (p.params["policy"], m)] = float(np.median(p[m]))
-fl = al.run("malloc-free", "null", allocs_per_cycle=[1, 16, 64, 256],
-            timing=["batch", "per_op_sum"], producers=1, runs=runs, duration=duration)
-for p in fl.points:
-    for m in ("alloc_ns", "free_ns"):
-        out["floor | null %%d/cycle %%s | %%s" %% (p.params["allocs_per_cycle"],
-                                               p.params["timing"], m)] = float(np.median(p[m]))
-print("AB-RESULT " + json.dumps(out))
+duration = float(sys.argv[1])
+fastpath = %(fastpath)r
+
+def measure():
+    out = {}
+    fp = al.run("malloc-free", fastpath, size=64, allocs_per_cycle=16, producers=1,
+                runs=1, duration=duration, timing="batch")
+    for p in fp.points:
+        for m in ("alloc_ns", "free_ns"):
+            out["fastpath | %%s | %%s" %% (p.params["policy"], m)] = float(p[m][0])
+    fl = al.run("malloc-free", "null", allocs_per_cycle=[1, 16, 64, 256],
+                timing=["batch", "per_op_sum"], producers=1, runs=1, duration=duration)
+    for p in fl.points:
+        for m in ("alloc_ns", "free_ns"):
+            out["floor | null %%d/cycle %%s | %%s" %% (p.params["allocs_per_cycle"],
+                                                   p.params["timing"], m)] = float(p[m][0])
+    return out
+
+measure()  # warm: first-run effects fall on no round
+for line in sys.stdin:
+    print("AB-RESULT " + json.dumps(measure()), flush=True)
 """ % {"fastpath": FASTPATH}
 
 
@@ -77,12 +87,28 @@ def build(src_rev, dest):
     return site
 
 
-def child(tree, runs, duration):
-    env = dict(os.environ, PYTHONPATH=tree)
-    r = subprocess.run([sys.executable, "-c", CHILD, str(runs), str(duration)], env=env,
-                       cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("AB-RESULT ")][-1]
-    return json.loads(line[len("AB-RESULT "):])
+class Worker:
+    """One build's long-lived measuring process: each request is one round of
+    every cell (one run each), so the two builds can alternate every second
+    or so and the machine's drift falls on both alike."""
+
+    def __init__(self, tree, duration):
+        env = dict(os.environ, PYTHONPATH=tree)
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(duration)], env=env,
+                                     cwd=tempfile.gettempdir(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def measure(self):
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("AB-RESULT "):
+                return json.loads(line[len("AB-RESULT "):])
+        raise RuntimeError("the measuring process ended (exit %s)" % self.proc.wait())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def verdict(lo, hi, margin):
@@ -93,50 +119,51 @@ def verdict(lo, hi, margin):
     return "inconclusive"
 
 
-def summarise(base, new, margin):
+def summarise(base, new, pair_of, margin):
+    """Per cell: the paired log-ratios of each round, averaged per pair of
+    processes (their memory layout is fixed for their life), and a t interval
+    over those pairs: the process-to-process variation is in it."""
     rows = []
+    pairs = sorted(set(pair_of))
     for cell in base[0]:
         lr = np.log([n[cell] / b[cell] for b, n in zip(base, new)])
-        k = len(lr)
-        m, se = lr.mean(), lr.std(ddof=1) / np.sqrt(k)
+        per_pair = np.array([lr[[i for i, q in enumerate(pair_of) if q == p]].mean()
+                             for p in pairs])
+        k = len(per_pair)
+        m, se = per_pair.mean(), per_pair.std(ddof=1) / np.sqrt(k)
         t = sst.t.ppf(0.975, k - 1)
         lo, hi = np.exp(m - t * se), np.exp(m + t * se)
         rows.append(dict(cell=cell, base=float(np.median([b[cell] for b in base])),
                          new=float(np.median([n[cell] for n in new])), ratio=float(np.exp(m)),
-                         lo=float(lo), hi=float(hi), verdict=verdict(lo, hi, margin)))
+                         lo=float(lo), hi=float(hi), verdict=verdict(lo, hi, margin),
+                         per_pair=[float(np.exp(x)) for x in per_pair]))
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=True, help="git revision of the 'before' build")
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=0.1)
-    ap.add_argument("--margin", type=float, default=0.03)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "ab_builds.json"))
-    a = ap.parse_args()
+def measure(base_tree, new_tree, a):
+    """a.pairs pairs of measuring processes, a.rounds alternating rounds each."""
+    base, new, pair_of = [], [], []
+    for pair in range(a.pairs):
+        workers = {"base": Worker(base_tree, a.duration), "new": Worker(new_tree, a.duration)}
+        for i in range(a.rounds):
+            order = ["base", "new"] if (i + pair) % 2 == 0 else ["new", "base"]
+            got = {side: workers[side].measure() for side in order}
+            base.append(got["base"])
+            new.append(got["new"])
+            pair_of.append(pair)
+        for w in workers.values():
+            w.close()
+        print("process pair %d/%d done" % (pair + 1, a.pairs), file=sys.stderr)
+    return base, new, pair_of
 
-    tmp = tempfile.gettempdir()
-    base_tree = build(a.base, os.path.join(tmp, "alloclab-ab-base"))
-    new_tree = build(None, os.path.join(tmp, "alloclab-ab-new"))
-    base, new = [], []
-    load0 = os.getloadavg()
-    for i in range(a.rounds):
-        order = [("base", base_tree), ("new", new_tree)]
-        if i % 2:
-            order.reverse()
-        for side, tree in order:
-            (base if side == "base" else new).append(child(tree, a.runs, a.duration))
-        print("round %d/%d done" % (i + 1, a.rounds), file=sys.stderr)
-    load1 = os.getloadavg()
-    rows = summarise(base, new, a.margin)
-    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
-    print("base %s vs new %s (working tree), %d rounds x %d runs x %.2f s, paired "
-          "log-ratio t interval (95%%)" % (a.base, head, a.rounds, a.runs, a.duration))
+
+def report(rows, a, head, load0, load1):
+    print("base %s vs new %s (working tree): %d process pairs x %d alternating rounds, one "
+          "%.2f s run per cell and round; ratio new/base, 95%% t interval over the pairs"
+          % (a.base, head, a.pairs, a.rounds, a.duration))
     print("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f" % (load0 + load1))
-    print("  %-62s %8s %8s %7s  %-17s %s" % ("cell", "base", "new", "ratio", "95% CI", ""))
+    print("  %-62s %8s %8s %7s  %-17s %s" % ("cell (median ns/op)", "base", "new", "ratio",
+                                             "95% CI", ""))
     for r in rows:
         print("  %-62s %8.2f %8.2f %7.3f  [%.3f, %.3f]  %s" % (
             r["cell"], r["base"], r["new"], r["ratio"], r["lo"], r["hi"], r["verdict"]))
@@ -144,11 +171,33 @@ def main():
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     print("verdicts:", ", ".join("%s: %d" % kv for kv in sorted(counts.items())))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="git revision of the 'before' build")
+    ap.add_argument("--pairs", type=int, default=4, help="pairs of measuring processes")
+    ap.add_argument("--rounds", type=int, default=15, help="alternating rounds per pair")
+    ap.add_argument("--duration", type=float, default=0.05)
+    ap.add_argument("--margin", type=float, default=0.03)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "ab_builds.json"))
+    a = ap.parse_args()
+
+    tmp = tempfile.gettempdir()
+    base_tree = build(a.base, os.path.join(tmp, "alloclab-ab-base"))
+    new_tree = build(None, os.path.join(tmp, "alloclab-ab-new"))
+    load0 = os.getloadavg()
+    base, new, pair_of = measure(base_tree, new_tree, a)
+    load1 = os.getloadavg()
+    rows = summarise(base, new, pair_of, a.margin)
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    report(rows, a, head, load0, load1)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump(dict(base=a.base, new=head, rounds=a.rounds, runs=a.runs,
+        json.dump(dict(base=a.base, new=head, pairs=a.pairs, rounds=a.rounds,
                        duration=a.duration, load_before=load0, load_after=load1, rows=rows,
-                       raw_base=base, raw_new=new), f, indent=1)
+                       raw_base=base, raw_new=new, pair_of=pair_of), f, indent=1)
     print("written:", a.out)
 
 
