@@ -195,9 +195,13 @@ def main():
     report(rows, a, head, load0, load1)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
+        cells = list(base[0])  # raw values: one row per round, in the order of cells
         json.dump(dict(base=a.base, new=head, pairs=a.pairs, rounds=a.rounds,
                        duration=a.duration, load_before=load0, load_after=load1, rows=rows,
-                       raw_base=base, raw_new=new, pair_of=pair_of), f, indent=1)
+                       cells=cells, pair_of=pair_of,
+                       raw_base=[[round(r[c], 3) for c in cells] for r in base],
+                       raw_new=[[round(r[c], 3) for c in cells] for r in new]),
+                  f, separators=(",", ":"))
     print("written:", a.out)
 
 
