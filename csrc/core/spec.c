@@ -415,11 +415,14 @@ static int item_value(struct parser *p, struct al_layer_spec *l, struct tok key,
 static int layer_items(struct parser *p, struct tok name, struct tok body, struct al_layer_spec *l)
 {
 	bool seen[AL_MAX_PARAMS] = { false };
-	const char *s = body.s, *end = body.s + body.n, *c;
+	const char *s = body.s, *end, *c;
 	struct tok key = { 0 }, val = { 0 };
 	int ret;
 
-	if (!body.s || !trim(body.s, end).n)
+	if (!body.s) /* a layer without parentheses (NULL + 0 is undefined in C) */
+		return 0;
+	end = body.s + body.n;
+	if (!trim(body.s, end).n)
 		return 0;
 	for (;; s = c + 1) {
 		c = memchr(s, ',', (size_t)(end - s));

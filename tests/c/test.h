@@ -7,6 +7,7 @@
 #ifndef ALLOCLAB_TEST_H
 #define ALLOCLAB_TEST_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,58 @@ static inline struct al_allocator *t_make(const char *const *names, unsigned n,
 		return NULL;
 	}
 	return a;
+}
+
+/*
+ * Test bottom layers that hand out one 4096-byte block per CPU (the same
+ * block every time: only for workloads that free before they allocate
+ * again). A layer's struct starts with struct t_blocks; AL_LAYER with
+ * t_blocks_init / t_blocks_fini, t_blocks_free and t_blocks_stats makes it.
+ */
+#define T_BLOCK 4096
+
+struct t_blocks {
+	struct al_allocator base; /* must be first */
+	char *blocks;		  /* ncpu blocks */
+	size_t len;		  /* their mapping's length */
+};
+
+static inline int t_blocks_init(struct al_allocator *a, const int64_t *params)
+{
+	struct t_blocks *t = (struct t_blocks *)a;
+
+	(void)params;
+	if (a->below)
+		return -EINVAL; /* a bottom layer */
+	t->len = (size_t)a->ncpu * T_BLOCK;
+	t->blocks = al_meta_alloc(t->len);
+	return t->blocks ? 0 : -ENOMEM;
+}
+
+static inline void t_blocks_fini(struct al_allocator *a)
+{
+	struct t_blocks *t = (struct t_blocks *)a;
+
+	al_meta_free(t->blocks, t->len);
+}
+
+static inline void *t_blocks_of(struct al_allocator *a, const struct al_ctx *c)
+{
+	return ((struct t_blocks *)a)->blocks + (size_t)c->cpu * T_BLOCK;
+}
+
+static inline int t_blocks_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	(void)a;
+	(void)c;
+	(void)p;
+	return 0;
+}
+
+static inline void t_blocks_stats(struct al_allocator *a, struct al_stats *out)
+{
+	(void)a;
+	out->bytes_held = 0;
 }
 
 /* The value of a named stat of the layer at depth `layer` (0 = top); -1 if absent. */

@@ -25,85 +25,27 @@ static int th_in_destroy; /* destroy started waiting */
 static int th_released;	  /* set by the test */
 static int th_returned;	  /* destroy returned */
 
-struct th {
-	struct al_allocator base; /* must be first */
-	char *blocks;
-	size_t len;
-};
-
 static void *th_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	(void)size;
 	(void)flags;
-	return ((struct th *)a)->blocks + (size_t)c->cpu * 4096;
+	return t_blocks_of(a, c);
 }
 
-static int th_free(struct al_allocator *a, struct al_ctx *c, void *p)
+static void th_fini(struct al_allocator *a)
 {
-	(void)a;
-	(void)c;
-	(void)p;
-	return 0;
-}
-
-static void th_stats(struct al_allocator *a, struct al_stats *out)
-{
-	(void)a;
-	out->layer = "t_hang";
-	out->bytes_held = 0;
-}
-
-static void th_destroy(struct al_allocator *a)
-{
-	struct th *t = (struct th *)a;
-
 	if (__atomic_load_n(&th_blocking, __ATOMIC_ACQUIRE)) {
 		__atomic_store_n(&th_in_destroy, 1, __ATOMIC_RELEASE);
 		while (!__atomic_load_n(&th_released, __ATOMIC_ACQUIRE))
 			sched_yield();
 		__atomic_store_n(&th_returned, 1, __ATOMIC_RELEASE);
 	}
-	al_meta_free(t->blocks, t->len);
-	al_meta_free(t, sizeof(*t));
+	t_blocks_fini(a);
 }
 
-static const struct al_ops th_ops = {
-	.name = "t_hang",
-	AL_OPS_INIT,
-	.alloc = th_alloc,
-	.free = th_free,
-	.stats = th_stats,
-	.destroy = th_destroy,
-};
-
-static int th_create(const struct al_layer_desc *d, const int64_t *params,
-		     struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
-{
-	struct th *t;
-
-	(void)params;
-	if (below)
-		return -EINVAL;
-	t = al_meta_alloc(sizeof(*t));
-	if (!t)
-		return -ENOMEM;
-	t->len = (size_t)ncpu * 4096;
-	t->blocks = al_meta_alloc(t->len);
-	if (!t->blocks) {
-		al_meta_free(t, sizeof(*t));
-		return -ENOMEM;
-	}
-	*out = al_allocator_init(&t->base, &th_ops, d, below, ncpu);
-	return 0;
-}
-
-static const struct al_layer_desc th_desc = {
-	.name = "t_hang",
-	AL_LAYER_DESC_INIT,
-	.doc = "test: its destroy blocks until released",
-	.max_size = 4096,
-	.create = th_create,
-};
+AL_LAYER(t_hang, struct t_blocks, t_blocks_init, th_fini,
+	 (.alloc = th_alloc, .free = t_blocks_free, .stats = t_blocks_stats),
+	 (.doc = "test: its destroy blocks until released", .max_size = T_BLOCK))
 
 static void th_arm(void)
 {
@@ -201,7 +143,7 @@ static void stop_running(struct al_run_config *cfg, uint64_t at_least)
 
 TEST(test_register)
 {
-	CHECK_EQ(al_layer_register(&th_desc), 0);
+	CHECK(al_layer_find("t_hang") != NULL); /* registered as the binary loads */
 }
 
 /* A run of 10^11 cycles per worker stops on request. */

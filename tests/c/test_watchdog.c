@@ -12,19 +12,11 @@
 
 #include "test.h"
 
-#define TB_BLOCK 4096
-
 static uint64_t tb_calls;    /* allocations so far */
 static uint64_t tb_block_at; /* the allocation that blocks (1-based), 0 = none */
 static int tb_released;	     /* set by the test */
 static int tb_returned;	     /* the blocked allocation returned */
 static int tb_blocked;	     /* the blocked allocation started waiting */
-
-struct tb {
-	struct al_allocator base; /* must be first */
-	char *blocks;		  /* ncpu blocks */
-	size_t len;		  /* mapping length */
-};
 
 static void *tb_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
@@ -38,69 +30,12 @@ static void *tb_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, uns
 			sched_yield();
 		__atomic_store_n(&tb_returned, 1, __ATOMIC_RELEASE);
 	}
-	return ((struct tb *)a)->blocks + (size_t)c->cpu * TB_BLOCK;
+	return t_blocks_of(a, c);
 }
 
-static int tb_free(struct al_allocator *a, struct al_ctx *c, void *p)
-{
-	(void)a;
-	(void)c;
-	(void)p;
-	return 0;
-}
-
-static void tb_stats(struct al_allocator *a, struct al_stats *out)
-{
-	(void)a;
-	out->layer = "t_block";
-	out->bytes_held = 0;
-}
-
-static void tb_destroy(struct al_allocator *a)
-{
-	struct tb *t = (struct tb *)a;
-
-	al_meta_free(t->blocks, t->len);
-	al_meta_free(t, sizeof(*t));
-}
-
-static const struct al_ops tb_ops = {
-	.name = "t_block",
-	AL_OPS_INIT,
-	.alloc = tb_alloc,
-	.free = tb_free,
-	.stats = tb_stats,
-	.destroy = tb_destroy,
-};
-
-static int tb_create(const struct al_layer_desc *d, const int64_t *params,
-		     struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
-{
-	struct tb *t;
-
-	(void)params;
-	if (below)
-		return -EINVAL;
-	t = al_meta_alloc(sizeof(*t));
-	if (!t)
-		return -ENOMEM;
-	t->len = (size_t)ncpu * TB_BLOCK;
-	t->blocks = al_meta_alloc(t->len);
-	if (!t->blocks) {
-		al_meta_free(t, sizeof(*t));
-		return -ENOMEM;
-	}
-	*out = al_allocator_init(&t->base, &tb_ops, d, below, ncpu);
-	return 0;
-}
-
-static const struct al_layer_desc tb_desc = {
-	.name = "t_block",
-	AL_LAYER_DESC_INIT,
-	.doc = "test: blocks its Nth allocation until released",
-	.max_size = TB_BLOCK,
-	.create = tb_create,
-};
+AL_LAYER(t_block, struct t_blocks, t_blocks_init, t_blocks_fini,
+	 (.alloc = tb_alloc, .free = t_blocks_free, .stats = t_blocks_stats),
+	 (.doc = "test: blocks its Nth allocation until released", .max_size = T_BLOCK))
 
 static void cfg_init(struct al_run_config *cfg, unsigned producers)
 {
@@ -136,7 +71,7 @@ static void release(void)
 
 TEST(test_register)
 {
-	CHECK_EQ(al_layer_register(&tb_desc), 0);
+	CHECK(al_layer_find("t_block") != NULL); /* registered as the binary loads */
 }
 
 /* Without a stuck worker the watchdog changes nothing. */
