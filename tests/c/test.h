@@ -12,7 +12,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "alloclab/alloclab.h"
+
+/* T_ASAN: built with AddressSanitizer (gcc's macro, or clang's feature). */
+#if defined(__SANITIZE_ADDRESS__)
+#define T_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define T_ASAN 1
+#endif
+#endif
+#ifdef T_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+/* Run fn(arg) in a forked child; its stderr (up to len - 1 bytes) into msg.
+ * Returns the child's wait status, or -1 when no pipe could be made. For
+ * tests that expect the child to abort (an assertion) or be stopped by a
+ * sanitizer (a use after free). */
+static inline int t_run_child(void (*fn)(void *), void *arg, char *msg, size_t len)
+{
+	int fds[2], status = 0;
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
+
+	msg[0] = 0;
+	if (pipe(fds))
+		return -1;
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid == 0) {
+		dup2(fds[1], 2);
+		close(fds[0]);
+		fn(arg);
+		_exit(0);
+	}
+	close(fds[1]);
+	while (n < len - 1 && (r = read(fds[0], msg + n, len - 1 - n)) > 0)
+		n += (size_t)r;
+	msg[n] = 0;
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	return status;
+}
 
 static int t_failed_checks;
 static int t_passed, t_failed;

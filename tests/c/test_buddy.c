@@ -18,17 +18,6 @@
 
 #include "test.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define T_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define T_ASAN 1
-#endif
-#endif
-#ifdef T_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
-
 #define MIB (1u << 20)
 #define KIB (1u << 10)
 

@@ -15,47 +15,6 @@
 
 #include "test.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define T_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define T_ASAN 1
-#endif
-#endif
-#ifdef T_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
-
-/* Run fn(arg) in a child; its stderr (up to len - 1 bytes) into msg. Returns
- * the wait status. */
-static int run_child(void (*fn)(void *), void *arg, char *msg, size_t len)
-{
-	int fds[2], status = 0;
-	size_t n = 0;
-	ssize_t r;
-	pid_t pid;
-
-	msg[0] = 0;
-	if (pipe(fds))
-		return -1;
-	fflush(stdout);
-	fflush(stderr);
-	pid = fork();
-	if (pid == 0) {
-		dup2(fds[1], 2);
-		close(fds[0]);
-		fn(arg);
-		_exit(0);
-	}
-	close(fds[1]);
-	while (n < len - 1 && (r = read(fds[0], msg + n, len - 1 - n)) > 0)
-		n += (size_t)r;
-	msg[n] = 0;
-	close(fds[0]);
-	waitpid(pid, &status, 0);
-	return status;
-}
-
 static bool aborted_with(int status, const char *msg, const char *want)
 {
 	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT) {
@@ -107,7 +66,7 @@ static int lock_case_run(unsigned take_cpu, unsigned take_level, unsigned check_
 	k.take_level = take_level;
 	k.check_cpu = check_cpu;
 	k.check_level = check_level;
-	return run_child(lock_child, &k, msg, len);
+	return t_run_child(lock_child, &k, msg, len);
 }
 
 /* The lock rule: held by this CPU at this level, or the assertion aborts. */
@@ -147,10 +106,10 @@ TEST(test_assert_message)
 	char msg[1024];
 	int zero = 0, st;
 
-	st = run_child(assert_false_child, &zero, msg, sizeof(msg));
+	st = t_run_child(assert_false_child, &zero, msg, sizeof(msg));
 	CHECK(aborted_with(st, msg, "*zero == 1"));
 	CHECK(strstr(msg, "alloclab: tests/c/test_debug.c:") == msg);
-	st = run_child(expensive_false_child, &zero, msg, sizeof(msg));
+	st = t_run_child(expensive_false_child, &zero, msg, sizeof(msg));
 	CHECK(aborted_with(st, msg, "*zero == 2"));
 }
 
@@ -191,7 +150,7 @@ TEST(test_buddy_invariant)
 	CHECK(a != NULL);
 	if (!a)
 		return;
-	st = run_child(buddy_corrupt_child, a, msg, sizeof(msg));
+	st = t_run_child(buddy_corrupt_child, a, msg, sizeof(msg));
 	CHECK(aborted_with(st, msg, "buddy.c:"));
 	al_stack_destroy(a);
 }

@@ -16,44 +16,22 @@
 
 #include "t_spec.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define T_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define T_ASAN 1
-#endif
-#endif
-
 #ifdef T_ASAN
-#include <sanitizer/asan_interface.h>
+
+static void write_byte(void *p)
+{
+	*(volatile char *)p = 0x5a;
+}
 
 /* A child writes one byte at p; true when ASan reported it and the child
  * failed. */
 static bool uaf_caught(void *p)
 {
 	char msg[4096];
-	int fds[2], status = 0;
-	size_t n = 0;
-	ssize_t r;
-	pid_t pid;
+	int status = t_run_child(write_byte, p, msg, sizeof(msg));
 
-	if (pipe(fds))
+	if (status == -1)
 		return false;
-	fflush(stdout);
-	fflush(stderr);
-	pid = fork();
-	if (pid == 0) {
-		dup2(fds[1], 2);
-		close(fds[0]);
-		*(volatile char *)p = 0x5a;
-		_exit(0);
-	}
-	close(fds[1]);
-	while (n < sizeof(msg) - 1 && (r = read(fds[0], msg + n, sizeof(msg) - 1 - n)) > 0)
-		n += (size_t)r;
-	msg[n] = 0;
-	close(fds[0]);
-	waitpid(pid, &status, 0);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
 		fprintf(stderr, "write to %p after free was not caught\n", p);
 		return false;
