@@ -24,9 +24,12 @@
  * when its next ticket arrives (waiters that abandon and retry while a holder
  * is descheduled could otherwise wrap the ring onto live slots).
  *
- * Stats are written by the holder only (acquired, contended, wait, hold,
- * owner switches) with relaxed atomics so readers may look at any time;
- * `failed` is an atomic add by the failing waiter.
+ * Statistics go to the acquirer's per-CPU block of the layer's counters
+ * (al_lock_count_in): acquired, contended, owner switches and, at
+ * AL_STATS_FULL for a timed lock, hold and wait ticks by the new holder;
+ * failed by the failing waiter. Nothing but the lock word, the holder
+ * fields beside it and the slots is shared, so a handoff moves no extra
+ * line and the critical section reads no clock below full.
  *
  * Lock order: this is the primitive; the order between locks is each
  * layer's (see its design header). Cost: an uncontended acquire is one CAS
@@ -44,17 +47,24 @@
 #define GRANT(t)   (((uint64_t)(uint32_t)(t) << 2) | 1)
 #define ABANDON(t) (((uint64_t)(uint32_t)(t) << 2) | 2)
 
-/* Waiters yield the CPU every (mask + 1) spins: rarely where the engine keeps
- * threads <= CPUs, often under the preload shim, where a program may run many
- * more threads than CPUs and a FIFO lock would convoy behind a preempted
- * waiter. A power of two minus one, at least 63. */
+/* Waiters yield the CPU every (mask + 1) spins: under the preload shim, where
+ * a program may run many more threads than CPUs and a FIFO lock would convoy
+ * behind a preempted waiter, and in the engine's virtual runs. A power of two
+ * minus one, at least 63. The engine's pinned workers never yield
+ * (al_lock_spin_only): each has a CPU of its own. */
 unsigned al_lock_yield_mask = 1023;
 int al_lock_fair = 1;
+static __thread bool spin_only;
 
 const char *const al_lock_stat_names[6] = {
 	"lock_acquired", "lock_contended", "lock_failed",
 	"lock_wait_ns",	 "lock_hold_ns",   "lock_owner_switches",
 };
+
+void al_lock_spin_only(bool on)
+{
+	spin_only = on;
+}
 
 void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed)
 {
@@ -66,25 +76,53 @@ void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed)
 	l->slot[0] = GRANT(0);
 }
 
-static inline void stat_add(uint64_t *p, uint64_t v)
+void al_lock_count_in(struct al_lock *l, struct al_counters *k, unsigned idx)
 {
-	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+	l->ctr = k;
+	l->ctr_idx = idx;
+	if (k->level != AL_STATS_FULL)
+		l->timed = false; /* times are kept at full only */
 }
 
-/* Called with the lock just taken by ticket t. */
+/* The acquirer's block and the lock's first entry in it, or NULL. */
+static inline uint64_t *lock_block(const struct al_lock *l, const struct al_ctx *c)
+{
+	uint64_t *b = l->ctr ? al_ctr_block(l->ctr, c) : NULL;
+
+	return b ? b + l->ctr_idx : NULL;
+}
+
+/* Called with the lock just taken by ticket t; waited: the ticks waited, or 0. */
 static inline void lock_taken(struct al_lock *l, const struct al_ctx *c, uint32_t t)
 {
+	uint64_t *b = lock_block(l, c);
+
 	l->ticket = t;
 	__atomic_store_n(&l->holder_level, c->level, __ATOMIC_RELAXED);
 	__atomic_store_n(&l->holder_cpu, c->cpu + 1, __ATOMIC_RELAXED);
-	stat_add(&l->st.acquired, 1);
+	al_ctr_add(b, AL_LOCK_ACQUIRED, 1);
 	if (l->owner_cpu != c->cpu + 1) {
 		if (l->owner_cpu)
-			stat_add(&l->st.owner_switches, 1);
+			al_ctr_add(b, AL_LOCK_OWNER_SWITCHES, 1);
 		l->owner_cpu = c->cpu + 1;
 	}
 	if (l->timed)
 		l->t_acquired = al_ticks_fast();
+}
+
+/* A waiter got the lock after waiting since `start`. */
+static inline void lock_waited(struct al_lock *l, const struct al_ctx *c, uint64_t start)
+{
+	uint64_t *b = lock_block(l, c);
+
+	al_ctr_add(b, AL_LOCK_CONTENDED, 1);
+	if (l->timed)
+		al_ctr_add(b, AL_LOCK_WAIT, l->t_acquired - start);
+}
+
+static void lock_failed(struct al_lock *l, const struct al_ctx *c)
+{
+	al_ctr_add(lock_block(l, c), AL_LOCK_FAILED, 1);
 }
 
 static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint32_t t)
@@ -105,22 +143,21 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 		    __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level)
 			ret = -EDEADLK;
 		else if (al_ticks_fast() - start < l->budget_ticks) {
-			if (!(spins & al_lock_yield_mask))
+			if (!(spins & al_lock_yield_mask) && !spin_only)
 				sched_yield(); /* a user-space holder can be descheduled */
 			continue;
 		}
 		expected = 0;
 		if (__atomic_compare_exchange_n(s, &expected, ABANDON(t), false, __ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE)) {
-			__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+			lock_failed(l, c);
 			return ret;
 		}
 		break; /* the grant won the race: we hold the lock */
 	}
 	__atomic_store_n(s, 0, __ATOMIC_RELAXED);
 	lock_taken(l, c, t);
-	stat_add(&l->st.contended, 1);
-	stat_add(&l->st.wait_ticks, al_ticks_fast() - start);
+	lock_waited(l, c, start);
 	return 0;
 }
 
@@ -143,17 +180,16 @@ static al_noinline int tas_wait(struct al_lock *l, const struct al_ctx *c)
 		if ((__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
 		     __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level) ||
 		    al_ticks_fast() - start >= l->budget_ticks) {
-			__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+			lock_failed(l, c);
 			return __atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1
 				       ? -EDEADLK
 				       : -ETIMEDOUT;
 		}
-		if (!(spins & al_lock_yield_mask))
+		if (!(spins & al_lock_yield_mask) && !spin_only)
 			sched_yield();
 	}
 	lock_taken(l, c, 0);
-	stat_add(&l->st.contended, 1);
-	stat_add(&l->st.wait_ticks, al_ticks_fast() - start);
+	lock_waited(l, c, start);
 	return 0;
 }
 
@@ -189,7 +225,7 @@ int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
 		return tas_wait(l, c);
 	}
 	if (al_unlikely(!take_ticket(l, &t))) {
-		__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+		lock_failed(l, c);
 		return -EBUSY;
 	}
 	s = &l->slot[t % AL_LOCK_SLOTS];
@@ -210,7 +246,7 @@ int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 	if (!l->fair) {
 		if (!__atomic_compare_exchange_n(&l->tas, &zero, 1, false, __ATOMIC_ACQUIRE,
 						 __ATOMIC_RELAXED)) {
-			__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+			lock_failed(l, c);
 			return -EBUSY;
 		}
 		lock_taken(l, c, 0);
@@ -219,7 +255,7 @@ int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 	if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != GRANT(t) ||
 	    !__atomic_compare_exchange_n(&l->next_ticket, &t, t + 1, false, __ATOMIC_ACQUIRE,
 					 __ATOMIC_RELAXED)) {
-		__atomic_fetch_add(&l->st.failed, 1, __ATOMIC_RELAXED);
+		lock_failed(l, c);
 		return -EBUSY;
 	}
 	__atomic_store_n(s, 0, __ATOMIC_RELAXED);
@@ -232,9 +268,8 @@ void al_lock_release(struct al_lock *l, const struct al_ctx *c)
 	uint32_t n = l->ticket + 1;
 	uint64_t expected;
 
-	(void)c;
 	if (l->timed)
-		stat_add(&l->st.hold_ticks, al_ticks_fast() - l->t_acquired);
+		al_ctr_add(lock_block(l, c), AL_LOCK_HOLD, al_ticks_fast() - l->t_acquired);
 	__atomic_store_n(&l->holder_cpu, 0, __ATOMIC_RELAXED);
 	if (!l->fair) {
 		__atomic_store_n(&l->tas, 0, __ATOMIC_RELEASE);
@@ -255,14 +290,32 @@ void al_lock_release(struct al_lock *l, const struct al_ctx *c)
 	}
 }
 
+void al_lock_stats_get(const struct al_lock *l, struct al_lock_stats *out)
+{
+	const struct al_counters *k = l->ctr;
+
+	memset(out, 0, sizeof(*out));
+	if (!k)
+		return;
+	out->acquired = al_counters_sum(k, l->ctr_idx + AL_LOCK_ACQUIRED);
+	out->contended = al_counters_sum(k, l->ctr_idx + AL_LOCK_CONTENDED);
+	out->failed = al_counters_sum(k, l->ctr_idx + AL_LOCK_FAILED);
+	out->wait_ticks = al_counters_sum(k, l->ctr_idx + AL_LOCK_WAIT);
+	out->hold_ticks = al_counters_sum(k, l->ctr_idx + AL_LOCK_HOLD);
+	out->owner_switches = al_counters_sum(k, l->ctr_idx + AL_LOCK_OWNER_SWITCHES);
+}
+
 void al_lock_stats_add(const struct al_lock *l, struct al_lock_stats *sum)
 {
-	sum->acquired += __atomic_load_n(&l->st.acquired, __ATOMIC_RELAXED);
-	sum->contended += __atomic_load_n(&l->st.contended, __ATOMIC_RELAXED);
-	sum->failed += __atomic_load_n(&l->st.failed, __ATOMIC_RELAXED);
-	sum->wait_ticks += __atomic_load_n(&l->st.wait_ticks, __ATOMIC_RELAXED);
-	sum->hold_ticks += __atomic_load_n(&l->st.hold_ticks, __ATOMIC_RELAXED);
-	sum->owner_switches += __atomic_load_n(&l->st.owner_switches, __ATOMIC_RELAXED);
+	struct al_lock_stats st;
+
+	al_lock_stats_get(l, &st);
+	sum->acquired += st.acquired;
+	sum->contended += st.contended;
+	sum->failed += st.failed;
+	sum->wait_ticks += st.wait_ticks;
+	sum->hold_ticks += st.hold_ticks;
+	sum->owner_switches += st.owner_switches;
 }
 
 void al_lock_stats_report(const struct al_lock_stats *st, const char *const names[6],

@@ -455,6 +455,16 @@ static void stats_add_into(struct al_stats *acc, const struct al_stats *s)
 			acc->v[i].value += s->v[i].value;
 }
 
+/* The run's stack, its counters and locks at the run's stats level. */
+static int engine_stack_create(struct engine *e, char *err, size_t errlen)
+{
+	unsigned old = al_stats_level_set((unsigned)e->cfg->stats_level);
+	int ret = al_stack_create(&e->cfg->stack, e->nw, &e->a, err, errlen);
+
+	al_stats_level_set(old);
+	return ret;
+}
+
 /* Current instance plus retired ones. */
 static unsigned stats_total(struct engine *e, struct al_stats *out)
 {
@@ -481,7 +491,7 @@ static int stack_reset(struct engine *e, struct al_ctx *c, char *err, size_t err
 	pthread_mutex_lock(&e->a_lock);
 	al_stack_destroy(e->a);
 	e->a = NULL;
-	ret = al_stack_create(&e->cfg->stack, e->nw, &e->a, err, errlen);
+	ret = engine_stack_create(e, err, errlen);
 	pthread_mutex_unlock(&e->a_lock);
 	return ret;
 }
@@ -793,6 +803,8 @@ static void worker_start(struct worker_slot *s)
 		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 	}
 	al_ctx_set_current(&s->w.ctx); /* for signal handlers (the NMI model) */
+	/* A pinned worker has its CPU to itself: lock waits never yield. */
+	al_lock_spin_only(e->res->cpu_mode == AL_CPU_PINNED);
 	s->w.stop = &e->stop;
 	s->rcu.slot = -1;
 	set_where(s, W_INIT);
@@ -1033,9 +1045,11 @@ int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t 
 			      "%s runs exactly one producer (as the modelled bench), not %u",
 			      wl->name, cfg->producers);
 	if (cfg->cpu_mode < AL_CPU_AUTO || cfg->cpu_mode > AL_CPU_VIRTUAL ||
-	    cfg->timing < AL_TIMING_BATCH || cfg->timing > AL_TIMING_PER_OP_SUM)
-		return refuse(fault, AL_RUN_MODE, err, errlen, "bad cpu_mode %d or timing %d",
-			      cfg->cpu_mode, cfg->timing);
+	    cfg->timing < AL_TIMING_BATCH || cfg->timing > AL_TIMING_PER_OP_SUM ||
+	    cfg->stats_level < 0 || cfg->stats_level >= AL_STATS_NR)
+		return refuse(fault, AL_RUN_MODE, err, errlen,
+			      "bad cpu_mode %d, timing %d or stats_level %d", cfg->cpu_mode,
+			      cfg->timing, cfg->stats_level);
 	if (cfg->cpu_mode == AL_CPU_PINNED && cfg->producers > usable)
 		return refuse(fault, AL_RUN_PINNED, err, errlen,
 			      "cpu=pinned needs producers <= usable CPUs (%u), not %u; use "
@@ -1166,7 +1180,7 @@ static int stack_build(struct engine *e)
 	int ret;
 
 	run_step(e->h, "creating the stack");
-	ret = al_stack_create(&e->cfg->stack, e->nw, &e->a, res->error, sizeof(res->error));
+	ret = engine_stack_create(e, res->error, sizeof(res->error));
 	if (ret)
 		return ret;
 	run_step(e->h, "draining the new stack");

@@ -59,28 +59,41 @@ static const struct al_param_desc percpu_params[P_NR] = {
 		      "per-CPU guard: atomic cmpxchg (seed) or a local flag" },
 };
 
-#define PERCPU_COUNTERS(X)                                                   \
-	X(allocs, "allocations through this layer")                          \
-	X(frees, "frees through this layer")                                 \
-	X(hits, "allocations served from the CPU's cache")                   \
-	X(misses, "allocations that refilled from the backend")              \
-	X(refill_objects, "objects brought in by refills")                   \
-	X(refill_failed, "refills that brought nothing (backend NULL)")      \
-	X(free_hits, "frees pushed without a spill")                         \
-	X(spills, "full caches spilled with free_bulk")                      \
-	X(spill_objects, "objects spilled")                                  \
-	X(spill_failed, "spills the backend refused (object freed alone)")   \
-	X(guard_busy_allocs, "allocations that found the guard held")        \
-	X(guard_busy_frees, "frees that found the guard held")               \
-	X(uncached_allocs, "allocations of orders that are not cached")      \
-	X(uncached_frees, "frees of orders that are not cached, or unknown") \
-	X(bytes_allocated, "class bytes handed out")                         \
-	X(bytes_freed, "class bytes taken back")
+/*
+ * The hit paths add to one slot each, found once per call: the per-order
+ * alloc_hit[] and free_push[] arrays after the named counters. Counts that
+ * follow from them (hits, allocs, frees, bytes) are reported, not counted.
+ */
+#define PERCPU_COUNTERS(C, D, P)                                                             \
+	D(P, allocs, AL_CTR_KEY, "", "allocations through this layer")                       \
+	D(P, frees, AL_CTR_KEY, "", "frees through this layer")                              \
+	D(P, hits, AL_CTR_KEY, "", "allocations served from the CPU's cache")                \
+	C(P, misses, AL_CTR_KEY, "allocations that refilled from the backend")               \
+	C(P, refill_objects, 0, "objects brought in by refills")                             \
+	C(P, refill_failed, 0, "refills that brought nothing (backend NULL)")                \
+	D(P, free_hits, AL_CTR_KEY, "", "frees pushed without a spill")                      \
+	C(P, spills, AL_CTR_KEY, "full caches spilled with free_bulk")                       \
+	C(P, spill_objects, 0, "objects spilled")                                            \
+	C(P, spill_failed, 0, "spills the backend refused (object freed alone)")             \
+	C(P, guard_busy_allocs, 0, "allocations that found the guard held")                  \
+	C(P, guard_busy_frees, 0, "frees that found the guard held")                         \
+	C(P, uncached_allocs, 0, "allocations of orders that are not cached")                \
+	C(P, uncached_frees, 0, "frees of orders that are not cached, or unknown")           \
+	D(P, bytes_allocated, 0, "", "class bytes handed out")                               \
+	D(P, bytes_freed, 0, "", "class bytes taken back")                                   \
+	C(P, routed_hits, 0, "hits from the stack of the class an order is routed to")       \
+	C(P, other_allocs, 0, "allocations of a cached class that were not hits")            \
+	C(P, other_bytes_allocated, 0, "class bytes of other_allocs (and refused refills)")  \
+	C(P, other_frees, 0, "frees of a cached class that were not pushed")                 \
+	C(P, other_bytes_freed, 0, "class bytes of other_frees")                             \
+	D(P, objects_cached, AL_CTR_GAUGE, "", "objects in the per-CPU stacks")
 
-#define X(name, doc) PC_##name,
-enum { PERCPU_COUNTERS(X) PC_NR };
-#undef X
-static const char *const percpu_counter_names[] = { PERCPU_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(PERCPU_COUNTERS, PCPU_, percpu_counters);
+
+/* The per-order slots after the named counters. */
+#define PCPU_ALLOC_HIT(order) (PCPU_NR + (order))
+#define PCPU_FREE_PUSH(order) (PCPU_NR + FC_ORDERS + (order))
+#define PCPU_EXTRA	      (2 * FC_ORDERS)
 
 struct pc_stack {
 	uint32_t elems; /* objects cached */
@@ -99,7 +112,7 @@ struct percpu {
 	char *cpus;		  /* ncpu blocks */
 	size_t cpus_len;	  /* mapping length */
 	uint8_t route[FC_ORDERS]; /* the class each order is served from (fc_route_get) */
-	struct al_counters ctr;	  /* PERCPU_COUNTERS */
+	struct al_counters ctr;	  /* percpu_counters, then PCPU_EXTRA slots */
 };
 
 static inline int *cpu_active(struct percpu *pc, unsigned cpu)
@@ -126,9 +139,9 @@ static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsig
 	unsigned keep, stuck;
 
 	*got = (int)cls;
-	al_count(&pc->ctr, c, PC_misses, 1);
+	al_count(&pc->ctr, c, PCPU_misses, 1);
 	if (n <= 0) {
-		al_count(&pc->ctr, c, PC_refill_failed, 1);
+		al_count(&pc->ctr, c, PCPU_refill_failed, 1);
 		if (!c->err)
 			c->err = -ENOMEM;
 		return NULL;
@@ -139,11 +152,12 @@ static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsig
 	keep = fc_keep_class(pc->base.below, c, s->objects, (unsigned)n, cls, pc->norders, got,
 			     &stuck);
 	if (al_unlikely(stuck))
-		al_count(&pc->ctr, c, PC_bytes_allocated, (uint64_t)stuck * fc_class_size(cls));
+		al_count(&pc->ctr, c, PCPU_other_bytes_allocated,
+			 (uint64_t)stuck * fc_class_size(cls));
 	if (al_unlikely(!keep))
 		return NULL; /* *got: the class the backend hands out instead */
 	*got = (int)cls;
-	al_count(&pc->ctr, c, PC_refill_objects, keep);
+	al_count(&pc->ctr, c, PCPU_refill_objects, keep);
 	al_track_poison_all(s->objects, keep - 1, fc_class_size(cls));
 	s->elems = keep - 1;
 	return s->objects[keep - 1];
@@ -178,7 +192,7 @@ static al_noinline void *percpu_alloc_slow(struct percpu *pc, struct al_ctx *c, 
 	s = cpu_stack(pc, c->cpu, route);
 	*cls = (int)route;
 	if (s->elems) {
-		al_count(&pc->ctr, c, PC_hits, 1);
+		al_count(&pc->ctr, c, PCPU_routed_hits, 1);
 		return s->objects[--s->elems];
 	}
 	p = refill_pop(pc, c, route, flags, &got);
@@ -189,10 +203,56 @@ direct:
 	p = al_alloc(pc->base.below, c, size, flags & ~AL_ZERO);
 	*cls = fc_class_of(pc->base.below, p, pc->norders);
 	if (p && *cls < 0)
-		al_count(&pc->ctr, c, PC_uncached_allocs, 1);
+		al_count(&pc->ctr, c, PCPU_uncached_allocs, 1);
 	return p;
 }
 
+/* An allocation that was not a hit is done: p of class cls (-1: not cached). */
+static void *alloc_done(struct percpu *pc, struct al_ctx *c, void *p, int cls, size_t size,
+			unsigned flags)
+{
+	if (al_unlikely(!p))
+		return NULL;
+	if (cls < 0)
+		return p;
+	al_track_unpoison(p, fc_class_size((unsigned)cls)); /* it left a stack of that class */
+	if (flags & AL_ZERO)
+		memset(p, 0, size);
+	al_count(&pc->ctr, c, PCPU_other_allocs, 1);
+	al_count(&pc->ctr, c, PCPU_other_bytes_allocated, fc_class_size((unsigned)cls));
+	return p;
+}
+
+/* Orders that are not cached go to the backend. It may round one into a
+ * cached class (libc: 2049 bytes are 2056 usable): the free files it there,
+ * so it is counted as an allocation of that class. */
+static al_noinline void *alloc_uncached(struct percpu *pc, struct al_ctx *c, size_t size,
+					unsigned flags)
+{
+	void *p = al_alloc(pc->base.below, c, size, flags);
+	int cls = fc_class_of(pc->base.below, p, pc->norders);
+
+	if (p && cls < 0)
+		al_count(&pc->ctr, c, PCPU_uncached_allocs, 1);
+	else if (p) {
+		al_count(&pc->ctr, c, PCPU_other_allocs, 1);
+		al_count(&pc->ctr, c, PCPU_other_bytes_allocated, fc_class_size((unsigned)cls));
+	}
+	return p;
+}
+
+/* A nested operation on this CPU holds the guard: the backend serves it. */
+static al_noinline void *alloc_guard_busy(struct percpu *pc, struct al_ctx *c, unsigned order,
+					  size_t size, unsigned flags)
+{
+	void *p;
+
+	al_count(&pc->ctr, c, PCPU_guard_busy_allocs, 1);
+	p = al_alloc(pc->base.below, c, fc_class_size(order), flags & ~AL_ZERO);
+	return alloc_done(pc, c, p, fc_class_of(pc->base.below, p, pc->norders), size, flags);
+}
+
+/* The hit path: the guard, a pop and one count, in the CPU's own lines. */
 static void *percpu_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	struct percpu *pc = (struct percpu *)a;
@@ -201,45 +261,24 @@ static void *percpu_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	struct pc_stack *s;
 	void *p;
 
-	if (al_unlikely(order >= pc->norders || !size)) {
-		p = al_alloc(a->below, c, size, flags);
-		/* The backend may round it into a cached class (libc: 2049 bytes
-		 * are 2056 usable): the free will file it there, so count it. */
-		cls = fc_class_of(a->below, p, pc->norders);
-		if (p && cls < 0) {
-			al_count(&pc->ctr, c, PC_uncached_allocs, 1);
-			return p;
-		}
-		goto out_count;
-	}
+	if (al_unlikely(order >= pc->norders || !size))
+		return alloc_uncached(pc, c, size, flags);
 	active = cpu_active(pc, c->cpu);
-	if (al_unlikely(!fc_guard_enter(active, pc->guard))) {
-		al_count(&pc->ctr, c, PC_guard_busy_allocs, 1);
-		p = al_alloc(a->below, c, fc_class_size(order), flags & ~AL_ZERO);
-		cls = fc_class_of(a->below, p, pc->norders);
-		goto out_zero;
-	}
+	if (al_unlikely(!fc_guard_enter(active, pc->guard)))
+		return alloc_guard_busy(pc, c, order, size, flags);
 	s = cpu_stack(pc, c->cpu, order);
 	if (al_likely(s->elems)) {
 		p = s->objects[--s->elems];
-		al_count(&pc->ctr, c, PC_hits, 1);
-	} else {
-		p = percpu_alloc_slow(pc, c, order, size, flags, &cls);
-	}
-	fc_guard_exit(active, pc->guard);
-out_zero:
-	if (al_unlikely(!p))
-		return NULL;
-	if (cls >= 0) /* it left a stack of that class (or came from the backend) */
-		al_track_unpoison(p, fc_class_size((unsigned)cls));
-	if (flags & AL_ZERO)
-		memset(p, 0, size);
-out_count:
-	if (al_unlikely(!p || cls < 0))
+		fc_guard_exit(active, pc->guard);
+		al_count(&pc->ctr, c, PCPU_ALLOC_HIT(order), 1);
+		al_track_unpoison(p, fc_class_size(order));
+		if (al_unlikely(flags & AL_ZERO))
+			memset(p, 0, size);
 		return p;
-	al_count(&pc->ctr, c, PC_allocs, 1);
-	al_count(&pc->ctr, c, PC_bytes_allocated, fc_class_size((unsigned)cls));
-	return p;
+	}
+	p = percpu_alloc_slow(pc, c, order, size, flags, &cls);
+	fc_guard_exit(active, pc->guard);
+	return alloc_done(pc, c, p, cls, size, flags);
 }
 
 /* Spill the top batch; on refusal free p alone. Returns 1 if p was consumed. */
@@ -255,16 +294,45 @@ static al_noinline int percpu_spill(struct percpu *pc, struct al_ctx *c, struct 
 	n = al_free_bulk(pc->base.below, c, &s->objects[s->elems - b], b);
 	if (n >= 0) {
 		s->elems -= b;
-		al_count(&pc->ctr, c, PC_spills, 1);
-		al_count(&pc->ctr, c, PC_spill_objects, b);
+		al_count(&pc->ctr, c, PCPU_spills, 1);
+		al_count(&pc->ctr, c, PCPU_spill_objects, b);
 		return 0;
 	}
-	al_count(&pc->ctr, c, PC_spill_failed, 1);
+	al_count(&pc->ctr, c, PCPU_spill_failed, 1);
 	al_track_poison_all(&s->objects[s->elems - b], b, cs);
 	*ret = al_free(pc->base.below, c, p);
+	if (!*ret) {
+		al_count(&pc->ctr, c, PCPU_other_frees, 1);
+		al_count(&pc->ctr, c, PCPU_other_bytes_freed, cs);
+	}
 	return 1;
 }
 
+/* Not a cacheable order, or not a live object of the backend: it decides. */
+static al_noinline int free_uncached(struct percpu *pc, struct al_ctx *c, void *p, size_t usable)
+{
+	int ret = al_free(pc->base.below, c, p);
+
+	if (!ret && usable)
+		al_count(&pc->ctr, c, PCPU_uncached_frees, 1);
+	return ret;
+}
+
+static al_noinline int free_guard_busy(struct percpu *pc, struct al_ctx *c, void *p,
+				       unsigned order)
+{
+	int ret;
+
+	al_count(&pc->ctr, c, PCPU_guard_busy_frees, 1);
+	ret = al_free(pc->base.below, c, p);
+	if (!ret) {
+		al_count(&pc->ctr, c, PCPU_other_frees, 1);
+		al_count(&pc->ctr, c, PCPU_other_bytes_freed, fc_class_size(order));
+	}
+	return ret;
+}
+
+/* The push path: the guard, a push and one count, in the CPU's own lines. */
 static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	struct percpu *pc = (struct percpu *)a;
@@ -276,41 +344,25 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 
 	if (!p)
 		return 0;
-	usable = below->ops->usable_size ? below->ops->usable_size(below, p) : 0;
+	usable = below->ops->usable_size(below, p);
 	order = fc_order_floor(usable);
-	if (al_unlikely(order < 0 || order >= (int)pc->norders)) {
-		/* Not cacheable, or not a live object of the backend: it decides. */
-		ret = al_free(below, c, p);
-		if (!ret && usable) {
-			al_count(&pc->ctr, c, PC_uncached_frees, 1);
-		}
-		return ret;
-	}
+	if (al_unlikely(order < 0 || order >= (int)pc->norders))
+		return free_uncached(pc, c, p, usable);
 	active = cpu_active(pc, c->cpu);
-	if (al_unlikely(!fc_guard_enter(active, pc->guard))) {
-		al_count(&pc->ctr, c, PC_guard_busy_frees, 1);
-		ret = al_free(below, c, p);
-		goto out_count;
-	}
+	if (al_unlikely(!fc_guard_enter(active, pc->guard)))
+		return free_guard_busy(pc, c, p, (unsigned)order);
 	s = cpu_stack(pc, c->cpu, (unsigned)order);
-	if (al_unlikely(s->elems >= pc->capacity)) {
-		if (percpu_spill(pc, c, s, (unsigned)order, p, &ret)) {
-			fc_guard_exit(active, pc->guard);
-			goto out_count;
-		}
-	} else {
-		al_count(&pc->ctr, c, PC_free_hits, 1);
+	if (al_unlikely(s->elems >= pc->capacity) &&
+	    percpu_spill(pc, c, s, (unsigned)order, p, &ret)) {
+		fc_guard_exit(active, pc->guard);
+		return ret;
 	}
 	al_assert(s->elems < pc->capacity);
 	al_track_poison(p, fc_class_size((unsigned)order));
 	s->objects[s->elems++] = p;
 	fc_guard_exit(active, pc->guard);
-out_count:
-	if (!ret) {
-		al_count(&pc->ctr, c, PC_frees, 1);
-		al_count(&pc->ctr, c, PC_bytes_freed, fc_class_size((unsigned)order));
-	}
-	return ret;
+	al_count(&pc->ctr, c, PCPU_FREE_PUSH(order), 1);
+	return 0;
 }
 
 static size_t percpu_usable_size(struct al_allocator *a, const void *p)
@@ -357,18 +409,52 @@ static void percpu_drain(struct al_allocator *a, struct al_ctx *c, unsigned scop
 	fc_guard_exit(active, pc->guard);
 }
 
+/* Sum of a per-order slot array: events and class bytes. */
+static void sum_orders(const struct percpu *pc, unsigned first, uint64_t *n, uint64_t *bytes)
+{
+	unsigned o;
+
+	*n = *bytes = 0;
+	for (o = 0; o < pc->norders; o++) {
+		uint64_t v = al_counters_sum(&pc->ctr, first + o);
+
+		*n += v;
+		*bytes += v * fc_class_size(o);
+	}
+}
+
 static void percpu_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct percpu *pc = (struct percpu *)a;
-	uint64_t cached = 0;
+	const struct al_counters *k = &pc->ctr;
+	uint64_t cached = 0, cached_bytes = 0, hits, hit_bytes, pushes, push_bytes;
 	unsigned cpu, o;
 
-	out->bytes_held = (int64_t)(al_counters_sum(&pc->ctr, PC_bytes_allocated) -
-				    al_counters_sum(&pc->ctr, PC_bytes_freed));
-	al_counters_report(&pc->ctr, out);
 	for (cpu = 0; cpu < a->ncpu; cpu++)
-		for (o = 0; o < pc->norders; o++)
-			cached += __atomic_load_n(&cpu_stack(pc, cpu, o)->elems, __ATOMIC_RELAXED);
+		for (o = 0; o < pc->norders; o++) {
+			uint64_t n = __atomic_load_n(&cpu_stack(pc, cpu, o)->elems,
+						     __ATOMIC_RELAXED);
+
+			cached += n;
+			cached_bytes += n * fc_class_size(o);
+		}
+	if (!al_counters_on(k)) {
+		/* Every cached object is allocated from the backend's view. */
+		out->bytes_held = al_below_bytes_held(a) - (int64_t)cached_bytes;
+		return;
+	}
+	sum_orders(pc, PCPU_ALLOC_HIT(0), &hits, &hit_bytes);
+	sum_orders(pc, PCPU_FREE_PUSH(0), &pushes, &push_bytes);
+	al_stats_add(out, "allocs", hits + al_counters_sum(k, PCPU_other_allocs));
+	al_stats_add(out, "frees", pushes + al_counters_sum(k, PCPU_other_frees));
+	al_stats_add(out, "hits", hits + al_counters_sum(k, PCPU_routed_hits));
+	al_stats_add(out, "free_hits", pushes - al_counters_sum(k, PCPU_spills));
+	hit_bytes += al_counters_sum(k, PCPU_other_bytes_allocated);
+	push_bytes += al_counters_sum(k, PCPU_other_bytes_freed);
+	al_stats_add(out, "bytes_allocated", hit_bytes);
+	al_stats_add(out, "bytes_freed", push_bytes);
+	out->bytes_held = (int64_t)(hit_bytes - push_bytes);
+	al_counters_report(k, out);
 	al_stats_add_gauge(out, "objects_cached", cached);
 }
 
@@ -462,7 +548,8 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->cpu_stride = AL_CACHELINE + pc->norders * pc->order_stride;
 	pc->cpus_len = pc->cpu_stride * ncpu;
 	pc->cpus = al_meta_alloc(pc->cpus_len);
-	if (!pc->cpus || al_counters_init(&pc->ctr, PC_NR, percpu_counter_names, ncpu))
+	if (!pc->cpus ||
+	    al_counters_init_desc(&pc->ctr, percpu_counters, PCPU_NR, PCPU_EXTRA, ncpu))
 		goto out_free;
 	*out = al_allocator_init(&pc->base, &percpu_ops, d, below, ncpu);
 	return 0;
@@ -483,6 +570,8 @@ static const struct al_layer_desc percpu_desc = {
 	.params = percpu_params,
 	.check_params = percpu_check_params,
 	.create = percpu_create,
+	.counters = percpu_counters,
+	.ncounters = PCPU_NR,
 };
 
 AL_REGISTER_LAYER(percpu_desc)

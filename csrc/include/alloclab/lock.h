@@ -15,13 +15,14 @@
  * holder's CPU that asks for it gets -EDEADLK.
  *
  * Cost: an uncontended acquire is one CAS on the ticket dispenser and one
- * load of the slot; stats are updated by the holder with relaxed stores;
- * timed locks add two clock reads per hold.
+ * load of the slot; counts go to the acquirer's per-CPU block; timed locks
+ * at AL_STATS_FULL add two clock reads per hold.
  */
 #ifndef ALLOCLAB_LOCK_H
 #define ALLOCLAB_LOCK_H
 
 #include "ops.h"
+#include "counters.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,24 +45,42 @@ struct al_lock_stats {
 	uint64_t owner_switches; /* acquisitions by a different CPU than the last */
 };
 
+/* Offsets of a lock's six entries in its layer's counters (AL_LOCK_COUNTERS). */
+enum { AL_LOCK_ACQUIRED, AL_LOCK_CONTENDED, AL_LOCK_FAILED, AL_LOCK_WAIT, AL_LOCK_HOLD,
+       AL_LOCK_OWNER_SWITCHES };
+
+/*
+ * Everything an uncontended acquire and release touch is in the first cache
+ * line (the ticket dispenser, the holder): the statistics are counted in the
+ * acquirer's per-CPU block of its layer's counters (al_lock_count_in), so a
+ * handoff moves the lock word and the waiter's slot only, as with
+ * qspinlock. The clock is read inside the critical section only at
+ * AL_STATS_FULL for a timed lock.
+ */
 struct al_lock {
 	uint32_t next_ticket __attribute__((aligned(AL_CACHELINE))); /* ticket dispenser */
 	uint32_t head;	       /* the last ticket granted: next_ticket - head <= slots */
 	uint32_t tas;	       /* the lock word when !fair (test-and-set mode) */
 	bool fair;	       /* queued FIFO (default) or test-and-set (al_lock_fair = 0) */
+	bool timed;	       /* time holds and waits (needs AL_STATS_FULL counters) */
 	uint32_t ticket;       /* the holder's ticket */
 	uint32_t owner_cpu;    /* last owner's CPU + 1 (0 = none), for owner switches */
 	uint32_t holder_cpu;   /* current holder's CPU + 1 (0 = free), for AA detection */
 	uint32_t holder_level; /* current holder's context level */
-	bool timed;	       /* measure hold time */
-	uint64_t t_acquired;   /* ticks at acquisition, when timed */
-	uint64_t budget_ticks; /* spin budget; 0 = give up at the first check */
-	struct al_lock_stats st __attribute__((aligned(AL_CACHELINE)));
+	uint32_t ctr_idx;      /* first of the six entries in *ctr */
+	struct al_counters *ctr; /* where acquisitions are counted, or NULL (not counted) */
+	uint64_t t_acquired;	 /* ticks at acquisition, when timed */
+	uint64_t budget_ticks;	 /* spin budget; 0 = give up at the first check */
 	uint64_t slot[AL_LOCK_SLOTS] __attribute__((aligned(AL_CACHELINE))); /* per-ticket grants */
 };
 
-/* budget_ns: how long a waiter spins before failing. */
+/* budget_ns: how long a waiter spins before failing. timed: time holds and
+ * waits when the lock counts in AL_STATS_FULL counters. Not counted until
+ * al_lock_count_in(). */
 AL_API void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed);
+/* Count the lock's statistics in k's per-CPU blocks, entries idx..idx+5 as
+ * declared by AL_LOCK_COUNTERS (several locks may share them: their sum). */
+AL_API void al_lock_count_in(struct al_lock *l, struct al_counters *k, unsigned idx);
 /* 0, or -ETIMEDOUT when the budget ran out, -EDEADLK when this CPU holds it at a
  * lower context level, -EBUSY when AL_LOCK_SLOTS tickets are outstanding
  * (the lock is not held on failure). */
@@ -69,15 +88,20 @@ AL_API int al_lock_acquire(struct al_lock *l, const struct al_ctx *c);
 /* 0, or -EBUSY. Never waits. */
 AL_API int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c);
 AL_API void al_lock_release(struct al_lock *l, const struct al_ctx *c);
-/* Appends lock_acquired, lock_contended, ... (names[]; times in ns) to out. */
+/* The statistics the lock counted in its counters (zero when not counted). */
+AL_API void al_lock_stats_get(const struct al_lock *l, struct al_lock_stats *out);
+/* Reporting a lock's statistics outside the counters list (sum several locks
+ * with al_lock_stats_add, report with al_lock_stats_report). */
 AL_API void al_lock_report(const struct al_lock *l, const char *const names[6],
 			   struct al_stats *out);
-/* For layers with many locks: sum them, then report the sum. */
 AL_API void al_lock_stats_add(const struct al_lock *l, struct al_lock_stats *sum);
 AL_API void al_lock_stats_report(const struct al_lock_stats *st, const char *const names[6],
 				 struct al_stats *out);
 AL_API extern const char *const al_lock_stat_names[6]; /* "lock_acquired", ... */
-AL_API extern unsigned al_lock_yield_mask;	       /* waiters yield every (mask + 1) spins */
+AL_API extern unsigned al_lock_yield_mask; /* waiters yield every (mask + 1) spins */
+/* Set on a thread that never shares its CPU with another worker (the
+ * engine's pinned workers): its waits spin without yielding. */
+AL_API void al_lock_spin_only(bool on);
 /* Locks initialised while this is 0 are test-and-set locks (unfair, no convoy
  * behind a preempted waiter): the preload shim's mode, for programs with more
  * threads than CPUs. The engine keeps the default, queued FIFO locks. */

@@ -68,6 +68,7 @@ struct al_ctx {
 };
 
 struct al_allocator;
+struct al_counter_desc;
 
 /* A layer's counters and gauges, reported by name. */
 struct al_stat {
@@ -204,6 +205,11 @@ struct al_layer_desc {
 	 * that hands out objects of the layer below). A descriptor built before
 	 * this field existed (desc_size without it) reads as 0. */
 	size_t min_align;
+	/* Optional: the layer's counters (counters.h), for their docs and kinds
+	 * (`alloclab list LAYER`); NULL when undocumented. Read as NULL from a
+	 * descriptor built before these fields existed. */
+	const struct al_counter_desc *counters;
+	unsigned ncounters;
 };
 
 /* desc_size of a descriptor without min_align, still accepted. */

@@ -48,6 +48,8 @@ struct al_run_config {
 	/* End the run with -ETIMEDOUT when no worker makes progress for
 	 * this long (stuck workers are left running, the allocator leaked); 0 = off */
 	uint64_t watchdog_ns;
+	/* enum al_stats_level (counters.h) of the run's stacks; 0 = AL_STATS_LITE */
+	int stats_level;
 };
 
 struct al_run_result {
