@@ -10,8 +10,8 @@
  * read-modify-write; relaxed atomics make reads concurrent with writes well
  * defined, and a sum read during a run is a snapshot of each block, not of
  * all of them at one instant. Locking: none. Memory: ncpu * AL_CTX_NR
- * blocks of stride u64 from al_meta_alloc, allocated at init (not at
- * AL_STATS_OFF) and freed by fini. Cost: a count is a load and a store to a
+ * blocks of stride u64 from al_meta_alloc, allocated at init and freed by
+ * fini (at AL_STATS_OFF only al_ctr_block_acct's pages are touched). Cost: a count is a load and a store to a
  * line its CPU owns; a sum is ncpu * AL_CTX_NR loads.
  */
 #include <errno.h>
@@ -45,8 +45,7 @@ static int counters_alloc(struct al_counters *k, unsigned slots, unsigned ncpu)
 	if (!k->stride)
 		k->stride = 8;
 	k->level = stats_level;
-	if (!AL_STATS_COMPILED || k->level == AL_STATS_OFF)
-		return 0;
+	k->on = AL_STATS_COMPILED && k->level != AL_STATS_OFF;
 	k->v = al_meta_alloc((size_t)k->nblocks * k->stride * sizeof(uint64_t));
 	return k->v ? 0 : -ENOMEM;
 }
@@ -135,7 +134,7 @@ void al_counters_report(const struct al_counters *k, struct al_stats *out)
 {
 	unsigned i;
 
-	if (!k->v)
+	if (!k->on)
 		return;
 	for (i = 0; i < k->n; i++) {
 		const struct al_counter_desc *d = k->descs ? &k->descs[i] : NULL;

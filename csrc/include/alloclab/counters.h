@@ -29,8 +29,8 @@
  *
  * Stats level: chosen per stack when it is created (al_stats_level_set, on
  * the creating thread). AL_STATS_OFF: nothing is counted (al_ctr_block is
- * NULL and every add a not-taken branch) and nothing reported, so values
- * read "not measured"; AL_STATS_LITE (the default): every event counter,
+ * NULL and every add a not-taken branch; only al_ctr_block_acct's byte
+ * accounting goes on) and nothing reported, so values read "not measured"; AL_STATS_LITE (the default): every event counter,
  * and locks count acquisitions in the acquirer's block; AL_STATS_FULL:
  * locks also time every hold and wait. Building with -DAL_STATS_COMPILED=0
  * compiles counting out altogether (the reference for what counting costs).
@@ -81,7 +81,8 @@ struct al_counters {
 	unsigned nblocks;	  /* ncpu * AL_CTX_NR */
 	unsigned stride;	  /* u64 per block, a multiple of 8 (64 B) */
 	unsigned level;		  /* enum al_stats_level, fixed at init */
-	uint64_t *v;		  /* nblocks * stride values; NULL when level is OFF */
+	bool on;		  /* counting (level is not OFF) */
+	uint64_t *v;		  /* nblocks * stride values */
 	const char *const *names; /* n names (al_counters_init), or NULL */
 	const struct al_counter_desc *descs; /* n descriptors (al_counters_init_desc), or NULL */
 };
@@ -135,7 +136,7 @@ AL_API void al_counters_report(const struct al_counters *k, struct al_stats *out
 /* Whether counters are kept: false at AL_STATS_OFF (values not measured). */
 static inline bool al_counters_on(const struct al_counters *k)
 {
-	return AL_STATS_COMPILED && k->v;
+	return AL_STATS_COMPILED && k->on;
 }
 
 /* The stats level stacks created by this thread get (default AL_STATS_LITE);
@@ -147,8 +148,16 @@ AL_API extern const char *const al_stats_level_names[AL_STATS_NR]; /* "lite", "o
 /* The calling context's block: find it once per call. NULL when not counting. */
 static inline uint64_t *al_ctr_block(const struct al_counters *k, const struct al_ctx *c)
 {
-	if (!AL_STATS_COMPILED || !k->v)
+	if (!AL_STATS_COMPILED || !k->on)
 		return NULL;
+	return &k->v[(size_t)(c->cpu * AL_CTX_NR + c->level) * k->stride];
+}
+
+/* The block at every level, for the few counts a layer's bytes_held (the
+ * leak check) is made of when it cannot be computed from the layer's state:
+ * kept even at AL_STATS_OFF (never compiled out), never reported there. */
+static inline uint64_t *al_ctr_block_acct(const struct al_counters *k, const struct al_ctx *c)
+{
 	return &k->v[(size_t)(c->cpu * AL_CTX_NR + c->level) * k->stride];
 }
 
