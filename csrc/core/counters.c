@@ -11,8 +11,8 @@
  * defined, and a sum read during a run is a snapshot of each block, not of
  * all of them at one instant. Locking: none. Memory: ncpu * AL_CTX_NR
  * blocks of stride u64 from al_meta_alloc, allocated at init and freed by
- * fini (at AL_STATS_OFF only al_ctr_block_acct's pages are touched). Cost: a count is a load and a store to a
- * line its CPU owns; a sum is ncpu * AL_CTX_NR loads.
+ * fini (at AL_STATS_OFF only al_ctr_block_acct's pages are touched). Cost: a count is a load and a
+ * store to a line its CPU owns; a sum is ncpu * AL_CTX_NR loads.
  */
 #include <errno.h>
 #include <string.h>

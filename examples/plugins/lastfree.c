@@ -8,12 +8,14 @@
 #include <string.h>
 #include <alloclab/alloclab.h>
 
-enum { LF_hits, LF_parked };
-static const char *const lf_names[] = { "hits", "parked" };
+#define LF_COUNTERS(C, D, P)                                              \
+	C(P, hits, AL_CTR_KEY, "allocations served by the parked object") \
+	C(P, parked, 0, "frees that parked their object")
+AL_COUNTERS_DEFINE(LF_COUNTERS, LF_, lf_counters);
 
 struct lastfree {
 	struct al_allocator base; /* must be first */
-	struct al_counters ctr;	  /* lf_names */
+	struct al_counters ctr;	  /* lf_counters */
 	struct {
 		void *obj; /* the parked object, or NULL */
 	} cpu[AL_MAX_CPUS] __attribute__((aligned(AL_CACHELINE)));
@@ -73,7 +75,7 @@ static void lf_fini(struct al_allocator *a)
 	lf_drain(a, &c, AL_DRAIN_ALL); /* parked objects go back before the layer below does */
 }
 
-AL_COUNTED_LAYER(lastfree, struct lastfree, lf_names, NULL, lf_fini, lf_held,
+AL_COUNTED_LAYER(lastfree, struct lastfree, lf_counters, NULL, lf_fini, lf_held,
 		 (.alloc = lf_alloc, .free = lf_free, .owns = al_below_owns,
 		  .usable_size = al_below_usable_size, .drain = lf_drain),
 		 (.doc = "example front layer: one parked object per CPU",

@@ -246,6 +246,27 @@ TEST(test_run_workload_check_params)
 /* ---- lock ---- */
 
 static struct al_lock test_lock;
+
+/* The test lock counts in these (as a layer's lock counts in its counters). */
+#define TL_COUNTERS(C, D, P) AL_LOCK_COUNTERS(C, P, lock, "the test lock")
+AL_COUNTERS_DEFINE(TL_COUNTERS, TL_, tl_counters);
+static struct al_counters tl_ctr;
+
+static void test_lock_init(uint64_t budget_ns, bool timed)
+{
+	al_lock_init(&test_lock, budget_ns, timed);
+	al_counters_fini(&tl_ctr);
+	CHECK_EQ(al_counters_init_desc(&tl_ctr, tl_counters, TL_NR, 0, 8), 0);
+	al_lock_count_in(&test_lock, &tl_ctr, TL_lock_acquired);
+}
+
+static struct al_lock_stats test_lock_stats(void)
+{
+	struct al_lock_stats st;
+
+	al_lock_stats_get(&test_lock, &st);
+	return st;
+}
 static long shared_counter;
 
 struct lock_arg {
@@ -279,7 +300,7 @@ TEST(test_lock_contended)
 	struct al_stats st = { 0 };
 	unsigned i, failed = 0;
 
-	al_lock_init(&test_lock, 1000000000ull, true);
+	test_lock_init(1000000000ull, true);
 	shared_counter = 0;
 	for (i = 0; i < 4; i++) {
 		arg[i] = (struct lock_arg){ .cpu = i, .iters = 20000 };
@@ -305,7 +326,7 @@ TEST(test_lock_budget_and_aa)
 	al_ctx_init(&b, 1);
 	al_ctx_init(&nmi, 0);
 	nmi.level = AL_CTX_NMI;
-	al_lock_init(&test_lock, 200000, false); /* 200 us */
+	test_lock_init(200000, false); /* 200 us */
 	CHECK_EQ(al_lock_acquire(&test_lock, &a), 0);
 	CHECK_EQ(al_lock_tryacquire(&test_lock, &b), -EBUSY);
 	CHECK_EQ(al_lock_acquire(&test_lock, &b), -ETIMEDOUT);
@@ -316,9 +337,9 @@ TEST(test_lock_budget_and_aa)
 	al_lock_release(&test_lock, &b);
 	CHECK_EQ(al_lock_acquire(&test_lock, &a), 0);
 	al_lock_release(&test_lock, &a);
-	CHECK_EQ(test_lock.st.acquired, 3);
-	CHECK_EQ(test_lock.st.failed, 3);
-	CHECK_EQ(test_lock.st.owner_switches, 2);
+	CHECK_EQ(test_lock_stats().acquired, 3);
+	CHECK_EQ(test_lock_stats().failed, 3);
+	CHECK_EQ(test_lock_stats().owner_switches, 2);
 }
 
 /* Budget 0: waiters abandon at once and retry while a holder may be
@@ -350,7 +371,7 @@ TEST(test_lock_abandon_storm)
 	pthread_t th[4];
 	unsigned i;
 
-	al_lock_init(&test_lock, 0, false);
+	test_lock_init(0, false);
 	shared_counter = excl_ok = excl_violations = 0;
 	for (i = 0; i < 4; i++)
 		pthread_create(&th[i], NULL, excl_thread, (void *)(uintptr_t)i);
@@ -358,8 +379,8 @@ TEST(test_lock_abandon_storm)
 		pthread_join(th[i], NULL);
 	CHECK_EQ(excl_violations, 0);
 	CHECK_EQ(shared_counter, excl_ok);
-	CHECK_EQ(test_lock.st.acquired, excl_ok);
-	CHECK_EQ(test_lock.st.acquired + test_lock.st.failed, 200000);
+	CHECK_EQ(test_lock_stats().acquired, excl_ok);
+	CHECK_EQ(test_lock_stats().acquired + test_lock_stats().failed, 200000);
 }
 
 /* The preload shim's test-and-set mode: the same guarantees, no queue. */
@@ -371,7 +392,7 @@ TEST(test_lock_tas_mode)
 	unsigned i, failed = 0;
 
 	al_lock_fair = 0;
-	al_lock_init(&test_lock, 1000000000ull, true);
+	test_lock_init(1000000000ull, true);
 	al_lock_fair = 1;
 	CHECK(!test_lock.fair);
 	shared_counter = 0;
@@ -385,10 +406,10 @@ TEST(test_lock_tas_mode)
 	}
 	CHECK_EQ(failed, 0);
 	CHECK_EQ(shared_counter, 80000);
-	CHECK_EQ(test_lock.st.acquired, 80000);
+	CHECK_EQ(test_lock_stats().acquired, 80000);
 
 	al_lock_fair = 0;
-	al_lock_init(&test_lock, 200000, false);
+	test_lock_init(200000, false);
 	al_lock_fair = 1;
 	al_ctx_init(&a, 0);
 	al_ctx_init(&b, 1);
@@ -401,7 +422,7 @@ TEST(test_lock_tas_mode)
 	al_lock_release(&test_lock, &a);
 	CHECK_EQ(al_lock_tryacquire(&test_lock, &b), 0);
 	al_lock_release(&test_lock, &b);
-	CHECK_EQ(test_lock.st.failed, 3);
+	CHECK_EQ(test_lock_stats().failed, 3);
 }
 
 TEST(test_arena_limit)

@@ -145,8 +145,10 @@ TEST(test_allocator_init_fills_the_header)
 }
 
 /* A pass-through layer in the short form; init fails with init_error. */
-enum { SF_allocs };
-static const char *const sf_names[] = { "allocs" };
+#define SF_COUNTERS(C, D, P)                                      \
+	C(P, allocs, AL_CTR_KEY, "allocations through the layer") \
+	D(P, allocs_twice, 0, "allocs+allocs", "allocs, derived twice over")
+AL_COUNTERS_DEFINE(SF_COUNTERS, SF_, sf_counters);
 static int init_error, fini_calls;
 
 struct shortform {
@@ -173,7 +175,7 @@ static void sf_fini(struct al_allocator *a)
 	fini_calls++;
 }
 
-AL_COUNTED_LAYER(shortform, struct shortform, sf_names, sf_init, sf_fini, al_below_bytes_held,
+AL_COUNTED_LAYER(shortform, struct shortform, sf_counters, sf_init, sf_fini, al_below_bytes_held,
 		 (.alloc = sf_alloc, .free = al_below_free, .owns = al_below_owns,
 		  .usable_size = al_below_usable_size),
 		 (.doc = "test layer in the short form", .features = AL_F_BACKEND | AL_F_USABLE))
@@ -195,8 +197,10 @@ TEST(test_short_form_layer)
 	CHECK_EQ(al_stack_stats(a, st, 2), 2);
 	CHECK_EQ(st[0].bytes_held, st[1].bytes_held); /* what the buddy holds, through it */
 	CHECK(st[0].bytes_held >= 100);
-	CHECK_EQ(st[0].n, 1);
+	CHECK_EQ(st[0].n, 2); /* the counted one and the derived one */
 	CHECK(!strcmp(st[0].v[0].name, "allocs") && st[0].v[0].value == 1);
+	CHECK(!strcmp(st[0].v[1].name, "allocs_twice") && st[0].v[1].value == 2);
+	CHECK(a->desc->ncounters == 2 && a->desc->counters == sf_counters);
 	CHECK_EQ(al_free(a, &c, p), 0);
 	fini_calls = 0;
 	t_teardown(a);

@@ -30,10 +30,10 @@
  * Stats level: chosen per stack when it is created (al_stats_level_set, on
  * the creating thread). AL_STATS_OFF: nothing is counted (al_ctr_block is
  * NULL and every add a not-taken branch; only al_ctr_block_acct's byte
- * accounting goes on) and nothing reported, so values read "not measured"; AL_STATS_LITE (the default): every event counter,
- * and locks count acquisitions in the acquirer's block; AL_STATS_FULL:
- * locks also time every hold and wait. Building with -DAL_STATS_COMPILED=0
- * compiles counting out altogether (the reference for what counting costs).
+ * accounting goes on) and nothing reported, so values read "not measured"; AL_STATS_LITE (the
+ * default): every event counter, and locks count acquisitions in the acquirer's block;
+ * AL_STATS_FULL: locks also time every hold and wait. Building with -DAL_STATS_COMPILED=0 compiles
+ * counting out altogether (the reference for what counting costs).
  *
  * Cost: al_ctr_block is one load of the level and a multiply-add; al_ctr_add
  * a relaxed load and store to a line the CPU owns; a read is
@@ -62,11 +62,11 @@ enum al_stats_level {
 
 /* Counter flags. */
 enum al_ctr_flags {
-	AL_CTR_KEY = 1u << 0,	  /* shown by default: the tables need it */
-	AL_CTR_GAUGE = 1u << 1,	  /* a level (reported at the end), not an event count */
-	AL_CTR_DERIVED = 1u << 2, /* computed from `formula` when reported, never counted */
+	AL_CTR_KEY = 1u << 0,	   /* shown by default: the tables need it */
+	AL_CTR_GAUGE = 1u << 1,	   /* a level (reported at the end), not an event count */
+	AL_CTR_DERIVED = 1u << 2,  /* computed from `formula` when reported, never counted */
 	AL_CTR_REPORTED = 1u << 3, /* reported by the layer's stats() code, not counted here */
-	AL_CTR_NS = 1u << 4,	  /* nanoseconds (lock times: measured at AL_STATS_FULL only) */
+	AL_CTR_NS = 1u << 4,	   /* nanoseconds (lock times: measured at AL_STATS_FULL only) */
 };
 
 struct al_counter_desc {
@@ -77,13 +77,13 @@ struct al_counter_desc {
 };
 
 struct al_counters {
-	unsigned n;		  /* named counters (descs or names) */
-	unsigned nblocks;	  /* ncpu * AL_CTX_NR */
-	unsigned stride;	  /* u64 per block, a multiple of 8 (64 B) */
-	unsigned level;		  /* enum al_stats_level, fixed at init */
-	bool on;		  /* counting (level is not OFF) */
-	uint64_t *v;		  /* nblocks * stride values */
-	const char *const *names; /* n names (al_counters_init), or NULL */
+	unsigned n;			     /* named counters (descs or names) */
+	unsigned nblocks;		     /* ncpu * AL_CTX_NR */
+	unsigned stride;		     /* u64 per block, a multiple of 8 (64 B) */
+	unsigned level;			     /* enum al_stats_level, fixed at init */
+	bool on;			     /* counting (level is not OFF) */
+	uint64_t *v;			     /* nblocks * stride values */
+	const char *const *names;	     /* n names (al_counters_init), or NULL */
 	const struct al_counter_desc *descs; /* n descriptors (al_counters_init_desc), or NULL */
 };
 
@@ -94,26 +94,25 @@ struct al_counters {
 #define AL_CTR_ENUM_C_(P, name, flags, doc)	     P##name,
 #define AL_CTR_ENUM_D_(P, name, flags, formula, doc) P##name,
 #define AL_CTR_DESC_C_(P, name, flags, doc)	     { #name, doc, (flags), NULL },
-#define AL_CTR_DESC_D_(P, name, flags, formula, doc)                           \
-	{ #name, doc,                                                            \
-	  (flags) | (sizeof(formula) > 1 ? AL_CTR_DERIVED : AL_CTR_REPORTED),   \
+#define AL_CTR_DESC_D_(P, name, flags, formula, doc)                                      \
+	{ #name, doc, (flags) | (sizeof(formula) > 1 ? AL_CTR_DERIVED : AL_CTR_REPORTED), \
 	  sizeof(formula) > 1 ? formula : NULL },
 
 /* The enum P##name... P##NR and `static const struct al_counter_desc ARR[]`. */
-#define AL_COUNTERS_DEFINE(LIST, P, ARR)                                  \
-	enum { LIST(AL_CTR_ENUM_C_, AL_CTR_ENUM_D_, P) P##NR };            \
-	static const struct al_counter_desc ARR[] = { LIST(AL_CTR_DESC_C_, \
-							   AL_CTR_DESC_D_, P) }
+#define AL_COUNTERS_DEFINE(LIST, P, ARR)                        \
+	enum { LIST(AL_CTR_ENUM_C_, AL_CTR_ENUM_D_, P) P##NR }; \
+	static const struct al_counter_desc ARR[] = { LIST(AL_CTR_DESC_C_, AL_CTR_DESC_D_, P) }
 
 /* Six entries for a lock's statistics, NAME_acquired ... NAME_owner_switches,
  * in the order al_lock_count_in() expects (LOCK: e.g. lock, zone_lock). */
-#define AL_LOCK_COUNTERS(C, P, LOCK, WHAT)                                                    \
-	C(P, LOCK##_acquired, AL_CTR_KEY, "acquisitions of " WHAT)                            \
-	C(P, LOCK##_contended, AL_CTR_KEY, "acquisitions of " WHAT " that had to wait")        \
+#define AL_LOCK_COUNTERS(C, P, LOCK, WHAT)                                                   \
+	C(P, LOCK##_acquired, AL_CTR_KEY, "acquisitions of " WHAT)                           \
+	C(P, LOCK##_contended, AL_CTR_KEY, "acquisitions of " WHAT " that had to wait")      \
 	C(P, LOCK##_failed, 0, "acquisitions of " WHAT " that failed (budget, AA, trylock)") \
-	C(P, LOCK##_wait_ns, AL_CTR_NS, "time spent waiting for " WHAT " (stats=full)")       \
+	C(P, LOCK##_wait_ns, AL_CTR_NS, "time spent waiting for " WHAT " (stats=full)")      \
 	C(P, LOCK##_hold_ns, AL_CTR_NS, "time " WHAT " was held (stats=full, timed locks)")  \
-	C(P, LOCK##_owner_switches, AL_CTR_KEY, "acquisitions of " WHAT " by another CPU than the last")
+	C(P, LOCK##_owner_switches, AL_CTR_KEY,                                              \
+	  "acquisitions of " WHAT " by another CPU than the last")
 
 /*
  * descs: n descriptors; extra: unnamed slots after them (indices n..n+extra-1)

@@ -167,26 +167,26 @@ static inline void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator
  * has no .stats). HELD: the bytes callers hold through the layer
  * (al_below_bytes_held for a layer that keeps nothing).
  */
-#define AL_COUNTED_LAYER(NAME, TYPE, DESCS, INIT, FINI, HELD, OPS, DESC)                   \
-	static int NAME##_counted_init_(struct al_allocator *a, const int64_t *params)     \
-	{                                                                                  \
-		int ret = al_counters_init_desc(&((TYPE *)a)->ctr, DESCS,                  \
+#define AL_COUNTED_LAYER(NAME, TYPE, DESCS, INIT, FINI, HELD, OPS, DESC)                       \
+	static int NAME##_counted_init_(struct al_allocator *a, const int64_t *params)         \
+	{                                                                                      \
+		int ret = al_counters_init_desc(&((TYPE *)a)->ctr, DESCS,                      \
 						sizeof(DESCS) / sizeof(DESCS[0]), 0, a->ncpu); \
-		return ret ? ret : al_layer_call_init(INIT, a, params);                    \
-	}                                                                                  \
-	static void NAME##_counted_fini_(struct al_allocator *a)                           \
-	{                                                                                  \
-		al_layer_call_fini(FINI, a);                                               \
-		al_counters_fini(&((TYPE *)a)->ctr);                                       \
-	}                                                                                  \
-	static void NAME##_counted_stats_(struct al_allocator *a, struct al_stats *out)    \
-	{                                                                                  \
-		out->bytes_held = HELD(a);                                                 \
-		al_counters_report(&((TYPE *)a)->ctr, out);                                \
-	}                                                                                  \
-	AL_LAYER_(NAME, TYPE, NAME##_counted_init_, NAME##_counted_fini_, OPS,             \
-		  (.counters = DESCS, .ncounters = sizeof(DESCS) / sizeof(DESCS[0]),       \
-		   AL_UNPAREN_ DESC),                                                      \
+		return ret ? ret : al_layer_call_init(INIT, a, params);                        \
+	}                                                                                      \
+	static void NAME##_counted_fini_(struct al_allocator *a)                               \
+	{                                                                                      \
+		al_layer_call_fini(FINI, a);                                                   \
+		al_counters_fini(&((TYPE *)a)->ctr);                                           \
+	}                                                                                      \
+	static void NAME##_counted_stats_(struct al_allocator *a, struct al_stats *out)        \
+	{                                                                                      \
+		out->bytes_held = HELD(a);                                                     \
+		al_counters_report(&((TYPE *)a)->ctr, out);                                    \
+	}                                                                                      \
+	AL_LAYER_(NAME, TYPE, NAME##_counted_init_, NAME##_counted_fini_, OPS,                 \
+		  (.counters = DESCS, .ncounters = sizeof(DESCS) / sizeof(DESCS[0]),           \
+		   AL_UNPAREN_ DESC),                                                          \
 		  .stats = NAME##_counted_stats_, )
 
 #define AL_LAYER_(NAME, TYPE, INIT, FINI, OPS, DESC, ...)                                       \

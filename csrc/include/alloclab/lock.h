@@ -46,8 +46,14 @@ struct al_lock_stats {
 };
 
 /* Offsets of a lock's six entries in its layer's counters (AL_LOCK_COUNTERS). */
-enum { AL_LOCK_ACQUIRED, AL_LOCK_CONTENDED, AL_LOCK_FAILED, AL_LOCK_WAIT, AL_LOCK_HOLD,
-       AL_LOCK_OWNER_SWITCHES };
+enum {
+	AL_LOCK_ACQUIRED,
+	AL_LOCK_CONTENDED,
+	AL_LOCK_FAILED,
+	AL_LOCK_WAIT,
+	AL_LOCK_HOLD,
+	AL_LOCK_OWNER_SWITCHES
+};
 
 /*
  * Everything an uncontended acquire and release touch is in the first cache
@@ -59,15 +65,15 @@ enum { AL_LOCK_ACQUIRED, AL_LOCK_CONTENDED, AL_LOCK_FAILED, AL_LOCK_WAIT, AL_LOC
  */
 struct al_lock {
 	uint32_t next_ticket __attribute__((aligned(AL_CACHELINE))); /* ticket dispenser */
-	uint32_t head;	       /* the last ticket granted: next_ticket - head <= slots */
-	uint32_t tas;	       /* the lock word when !fair (test-and-set mode) */
-	bool fair;	       /* queued FIFO (default) or test-and-set (al_lock_fair = 0) */
-	bool timed;	       /* time holds and waits (needs AL_STATS_FULL counters) */
-	uint32_t ticket;       /* the holder's ticket */
-	uint32_t owner_cpu;    /* last owner's CPU + 1 (0 = none), for owner switches */
-	uint32_t holder_cpu;   /* current holder's CPU + 1 (0 = free), for AA detection */
-	uint32_t holder_level; /* current holder's context level */
-	uint32_t ctr_idx;      /* first of the six entries in *ctr */
+	uint32_t head;		 /* the last ticket granted: next_ticket - head <= slots */
+	uint32_t tas;		 /* the lock word when !fair (test-and-set mode) */
+	bool fair;		 /* queued FIFO (default) or test-and-set (al_lock_fair = 0) */
+	bool timed;		 /* time holds and waits (needs AL_STATS_FULL counters) */
+	uint32_t ticket;	 /* the holder's ticket */
+	uint32_t owner_cpu;	 /* last owner's CPU + 1 (0 = none), for owner switches */
+	uint32_t holder_cpu;	 /* current holder's CPU + 1 (0 = free), for AA detection */
+	uint32_t holder_level;	 /* current holder's context level */
+	uint32_t ctr_idx;	 /* first of the six entries in *ctr */
 	struct al_counters *ctr; /* where acquisitions are counted, or NULL (not counted) */
 	uint64_t t_acquired;	 /* ticks at acquisition, when timed */
 	uint64_t budget_ticks;	 /* spin budget; 0 = give up at the first check */
@@ -98,7 +104,7 @@ AL_API void al_lock_stats_add(const struct al_lock *l, struct al_lock_stats *sum
 AL_API void al_lock_stats_report(const struct al_lock_stats *st, const char *const names[6],
 				 struct al_stats *out);
 AL_API extern const char *const al_lock_stat_names[6]; /* "lock_acquired", ... */
-AL_API extern unsigned al_lock_yield_mask; /* waiters yield every (mask + 1) spins */
+AL_API extern unsigned al_lock_yield_mask;	       /* waiters yield every (mask + 1) spins */
 /* Set on a thread that never shares its CPU with another worker (the
  * engine's pinned workers): its waits spin without yielding. */
 AL_API void al_lock_spin_only(bool on);
