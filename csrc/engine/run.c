@@ -8,7 +8,7 @@
  *   create stack, drain, record each layer's bytes_held baseline
  *   start workers → worker_init → [A] warmup cycles → [B]
  *   main: snapshot counters, steal, clock  → [C] measured cycles → [D]
- *         (meanwhile main samples memory every mem_sample_ns: mem.c)
+ *         (meanwhile memory is sampled every mem_sample_ns, off the workers' CPUs or by worker 0 between cycles: mem.c)
  *   main: snapshot counters, steal, clock  → [E] worker_fini → join
  *         (then merges the workers' per-op histograms, when asked: hist.c)
  *   teardown (shared leftovers), drain all, leak check, destroy
@@ -194,6 +194,13 @@ struct engine {
 	struct al_run *h;		/* the run's handle: stop requests, phase */
 	int over[2];			/* [0] warmup, [1] measured: the duration is over */
 	uint64_t stop_seen_ns;		/* when the main thread saw a stop request */
+	/* Pinned runs with a worker on every usable CPU: worker 0 takes the memory
+	 * samples between its cycles (untimed), so no thread wakes up on a
+	 * worker's CPU in the middle of a cycle. Else the main thread samples,
+	 * moved off the workers' CPUs when there are others. */
+	bool worker_samples;
+	uint64_t next_sample_ticks; /* worker 0's next sample (worker_samples) */
+	uint64_t sample_ticks;	    /* the sampling period in ticks */
 	/* The main thread's own (engine_run's phases) */
 	struct al_run_config *cfg_copy;	   /* what cfg points to: outlives abandoned workers */
 	struct al_stats *snap0;		   /* counters at the start of the measured phase */
@@ -548,6 +555,49 @@ static void mem_sample(struct engine *e)
 	pthread_mutex_unlock(&e->a_lock);
 }
 
+/* Worker 0 between two cycles (worker_samples): a sample when one is due. */
+static void worker_sample(struct engine *e)
+{
+	uint64_t now = al_ticks_fast();
+
+	if (now < e->next_sample_ticks)
+		return;
+	e->next_sample_ticks = now + e->sample_ticks;
+	mem_sample(e);
+}
+
+/*
+ * Where the measured phase's memory samples are taken. Pinned with every
+ * usable CPU running a worker: by worker 0 between cycles. Pinned with CPUs
+ * to spare: by the main thread, moved to those CPUs for the phase (*saved
+ * keeps its affinity; true when it was moved).
+ */
+static bool sampling_place(struct engine *e, cpu_set_t *saved)
+{
+	unsigned usable = e->res->ncpu_usable, i;
+	cpu_set_t spare;
+	int cpu;
+
+	e->worker_samples = false;
+	if (e->res->cpu_mode != AL_CPU_PINNED || !e->cfg->mem_sample_ns)
+		return false;
+	CPU_ZERO(&spare);
+	for (i = 0; i < usable; i++) {
+		cpu = al_cpu_nth(i);
+		if (cpu >= 0 && cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &e->worker_cpus))
+			CPU_SET(cpu, &spare);
+	}
+	if (!CPU_COUNT(&spare)) {
+		e->worker_samples = true;
+		e->sample_ticks = (uint64_t)((double)e->cfg->mem_sample_ns * al_clock.ticks_per_ns);
+		e->next_sample_ticks = al_ticks_fast() + e->sample_ticks;
+		return false;
+	}
+	if (pthread_getaffinity_np(pthread_self(), sizeof(*saved), saved))
+		return false;
+	return !pthread_setaffinity_np(pthread_self(), sizeof(spare), &spare);
+}
+
 /* ---- the watchdog (main thread) ---- */
 
 /*
@@ -873,6 +923,8 @@ static void worker_measure(struct worker_slot *s)
 		if (i && deadline && al_ticks() >= deadline)
 			break;
 		ret = run_cycle(s, t);
+		if (e->worker_samples && !s->w.id)
+			worker_sample(e);
 		if (ret) {
 			/* A worker still waiting for its turn when main declares the
 			 * phase over sees the end before its own deadline (taken a
@@ -1306,6 +1358,9 @@ static void workers_start(struct engine *e)
  * samples meanwhile). false: the watchdog fired. */
 static bool engine_measure(struct engine *e)
 {
+	cpu_set_t saved;
+	bool moved, ok;
+
 	if (!barrier_wait_main(e, false, -1)) /* A */
 		return false;
 	set_phase(e, AL_RUN_WARMUP);
@@ -1315,10 +1370,14 @@ static bool engine_measure(struct engine *e)
 	al_mem_begin(e->sampler, &e->res->mem);
 	al_mem_sample(e->sampler, e->a, live_bytes(e), true);
 	al_read_steal(&e->steal_total0, &e->steal0);
+	moved = sampling_place(e, &saved);
 	e->t0 = al_ticks();
 	barrier_wait(&e->bar); /* C */
 	set_phase(e, AL_RUN_MEASURED);
-	if (!barrier_wait_main(e, true, 1)) /* D */
+	ok = barrier_wait_main(e, !e->worker_samples, 1); /* D */
+	if (moved)
+		pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
+	if (!ok)
 		return false;
 	set_phase(e, AL_RUN_FINISH);
 	return true;
