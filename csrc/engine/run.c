@@ -8,10 +8,10 @@
  *   create stack, drain, record each layer's bytes_held baseline
  *   start workers → worker_init → [A] warmup cycles → [B]
  *   main: snapshot counters, steal, clock  → [C] measured cycles → [D]
- *         (meanwhile memory is sampled every mem_sample_ns, off the workers' CPUs or by worker 0 between cycles: mem.c)
- *   main: snapshot counters, steal, clock  → [E] worker_fini → join
- *         (then merges the workers' per-op histograms, when asked: hist.c)
- *   teardown (shared leftovers), drain all, leak check, destroy
+ *         (meanwhile memory is sampled every mem_sample_ns, off the workers' CPUs or by worker 0
+ * between cycles: mem.c) main: snapshot counters, steal, clock  → [E] worker_fini → join (then
+ * merges the workers' per-op histograms, when asked: hist.c) teardown (shared leftovers), drain
+ * all, leak check, destroy
  *
  * Reported counters are end minus start snapshots: they cover exactly the
  * measured phase, so "lock acquisitions per op" divides like by like.

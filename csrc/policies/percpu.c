@@ -14,8 +14,9 @@
  * alloc(size):  enter the CPU's guard (cmpxchg on `active`, or a plain flag
  *               with guard=local); pop the order's stack; on a miss refill
  *               with ONE backend alloc_bulk(class size, batch) and pop.
- * free(p):      the order comes from the backend's usable_size(p) (buddy: the
- *               order nibble, as buddy_cache_free reads idx_get_order); push;
+ * free(p):      the order comes from the backend's index read inline (buddy:
+ *               the order nibble, as buddy_cache_free reads idx_get_order;
+ *               index.h), else from its usable_size(p); push;
  *               a full stack first spills its top `batch` objects with ONE
  *               backend free_bulk. If the spill fails (a transfer cache with
  *               full=single refuses it), the object alone goes to the backend
@@ -102,17 +103,18 @@ struct pc_stack {
 };
 
 struct percpu {
-	struct al_allocator base; /* must be first */
-	unsigned capacity;	  /* slots per stack */
-	unsigned batch;		  /* objects per refill/spill */
-	unsigned norders;	  /* cached orders */
-	int guard;		  /* enum fc_guard */
-	size_t order_stride;	  /* bytes per stack, 64-aligned */
-	size_t cpu_stride;	  /* bytes per CPU block */
-	char *cpus;		  /* ncpu blocks */
-	size_t cpus_len;	  /* mapping length */
-	uint8_t route[FC_ORDERS]; /* the class each order is served from (fc_route_get) */
-	struct al_counters ctr;	  /* percpu_counters, then PCPU_EXTRA slots */
+	struct al_allocator base;     /* must be first */
+	unsigned capacity;	      /* slots per stack */
+	unsigned batch;		      /* objects per refill/spill */
+	unsigned norders;	      /* cached orders */
+	int guard;		      /* enum fc_guard */
+	size_t order_stride;	      /* bytes per stack, 64-aligned */
+	size_t cpu_stride;	      /* bytes per CPU block */
+	char *cpus;		      /* ncpu blocks */
+	size_t cpus_len;	      /* mapping length */
+	uint8_t route[FC_ORDERS];     /* the class each order is served from (fc_route_get) */
+	const struct al_index *index; /* the backend's object index, or NULL (index.h) */
+	struct al_counters ctr;	      /* percpu_counters, then PCPU_EXTRA slots */
 };
 
 static inline int *cpu_active(struct percpu *pc, unsigned cpu)
@@ -343,7 +345,8 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 
 	if (!p)
 		return 0;
-	usable = below->ops->usable_size(below, p);
+	/* libarena reads the order from the buddy's index, without a call */
+	usable = pc->index ? al_index_usable(pc->index, p) : below->ops->usable_size(below, p);
 	order = fc_order_floor(usable);
 	if (al_unlikely(order < 0 || order >= (int)pc->norders))
 		return free_uncached(pc, c, p, usable);
@@ -367,7 +370,8 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 static size_t percpu_usable_size(struct al_allocator *a, const void *p)
 {
 	struct al_allocator *below = a->below;
-	size_t usable = below->ops->usable_size ? below->ops->usable_size(below, p) : 0;
+	const struct al_index *ix = ((struct percpu *)a)->index;
+	size_t usable = ix ? al_index_usable(ix, p) : below->ops->usable_size(below, p);
 	int order = fc_order_floor(usable);
 
 	/* A cached class hands out class-sized objects. */
@@ -541,6 +545,7 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->norders = (unsigned)p[P_orders];
 	pc->guard = (int)p[P_guard];
 	fc_route_init(pc->route);
+	pc->index = al_below_index(below);
 	pc->order_stride =
 		(sizeof(struct pc_stack) + pc->capacity * sizeof(void *) + AL_CACHELINE - 1) &
 		~(size_t)(AL_CACHELINE - 1);

@@ -13,6 +13,7 @@
  *   ctx.h       the running thread's context, fault injection
  *   deferred.h  irq_work and RCU callbacks, grace periods
  *   layer.h     the layer skeleton: table initialisers, header, pass-throughs
+ *   index.h     a buddy backend's object index, read inline by the layers above
  *   debug.h     assertion levels and lock-held checks (compiled out at AL_DEBUG=0)
  *   stack.h     stacks of layers built from a spec, the guard
  *   workload.h  workload descriptors and their workers
@@ -39,6 +40,7 @@
 #include "ctx.h"
 #include "deferred.h"
 #include "layer.h"
+#include "index.h"
 #include "debug.h"
 
 /* The engine: stacks, workloads, measurements, runs. */

@@ -104,6 +104,15 @@ static inline size_t al_below_usable_size(struct al_allocator *a, const void *p)
 	return b->ops->usable_size ? b->ops->usable_size(b, p) : 0;
 }
 
+/* The object index of the layer below (index.h), or NULL: what a layer reads
+ * usable sizes from inline, and what a pass-through layer's index() returns. */
+static inline const struct al_index *al_below_index(struct al_allocator *a)
+{
+	struct al_allocator *b = a->below;
+
+	return b && b->ops->index ? b->ops->index(b) : NULL;
+}
+
 /* bytes_held of the layer below: what the callers of a layer that keeps
  * nothing (a filter, a tap) hold through it. Runs the whole stats() of the
  * layer below (its counters summed over CPUs, a struct al_stats on the stack),

@@ -69,6 +69,7 @@ struct al_ctx {
 
 struct al_allocator;
 struct al_counter_desc;
+struct al_index;
 
 /* A layer's counters and gauges, reported by name. */
 struct al_stat {
@@ -125,6 +126,11 @@ struct al_ops {
 	 * when the free would have to spin on a lock or leave the fast path
 	 * (kfree_nolock then defers it); AL_NOCPU: bypass per-CPU caches. */
 	int (*free_flags)(struct al_allocator *a, struct al_ctx *c, void *ptr, unsigned flags);
+	/* Optional: the object index the layers above may read inline for
+	 * usable sizes (index.h), the layer below's for a layer that hands its
+	 * objects out unchanged; NULL when there is none. Must agree with
+	 * usable_size for every pointer. */
+	const struct al_index *(*index)(struct al_allocator *a);
 };
 
 /* Common header of every layer instance. */
