@@ -1,0 +1,225 @@
+"""The observer effect's goals, from one interleaved run per section: how
+close the per-CPU fast path is to mimalloc, the harness floor, and what the
+lock costs when a second producer arrives, explained with the counters.
+
+Sections (malloc-free, size 64, batch timing, the default stats level):
+  fastpath  `percpu(guard=local) > buddy` and `... > transfer > buddy` against
+            mimalloc at 16 and 256 allocs/cycle, 1 producer: (alloc+free)
+            ratio per paired run, geometric mean and 95% t interval.
+            Goals: <= 0.8x at 16, <= 1.5x at 256.
+  floor     `null` at 64 and 256 allocs/cycle: alloc_ns and free_ns (goal
+            <= 1.0 each), beside a bare walk of a self-linked list compiled
+            here (the free loop's dependent load per object: its floor).
+  scaling   buddy, libarena-spill and libarena-transfer at 256 allocs/cycle,
+            1 and 2 pinned producers: 2p/1p ratios of alloc_ns and free_ns
+            (goal for transfer: <= 2x each); then one stats=full run per cell
+            for the counters that explain it: lock acquisitions, handoffs
+            (owner switches) and contended acquisitions per op, wait per
+            contended acquisition.
+
+    python bench/observer.py [--runs 9] [--duration 0.2] [--sections fastpath,floor,scaling]
+
+Writes bench/results/observer.{json,txt}; prints the load average before and after.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from scipy import stats as sst
+
+import alloclab as al
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SPILL = "percpu(guard=local) > buddy"
+TRANSFER = "percpu(guard=local) > transfer > buddy"
+SCALING = ["buddy", "libarena-spill", "libarena-transfer"]
+
+CHASE_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int main(int argc, char **argv) {
+	unsigned n = (unsigned)atoi(argv[1]), reps = 200000, r, i;
+	void *cell[8] __attribute__((aligned(64)));
+	void *volatile sink;
+	struct timespec t0, t1;
+	cell[0] = cell; /* a self-linked list: each step loads the next from memory */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (r = 0; r < reps; r++) {
+		void *p = cell[0];
+		for (i = 0; i < n; i++) {
+			__asm__ volatile("" : "+r"(p)); /* opaque: the load stays */
+			p = *(void **)p;
+		}
+		sink = p;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	(void)sink;
+	printf("%.4f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / ((double)reps * n));
+	return 0;
+}
+"""
+
+
+def ci(logs):
+    """Geometric mean and 95% t interval of paired log-ratios."""
+    logs = np.asarray(logs, dtype=float)
+    m = logs.mean()
+    if len(logs) < 2:
+        return float(np.exp(m)), float("nan"), float("nan")
+    h = sst.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    return float(np.exp(m)), float(np.exp(m - h)), float(np.exp(m + h))
+
+
+def point(res, **where):
+    (p,) = res.select(**where)
+    return p
+
+
+def goal(ratio, hi, limit):
+    if np.isnan(hi):
+        return "too few runs"
+    if hi <= limit:
+        return "met"
+    return "not met" if ratio > limit else "inconclusive (CI straddles %.2f)" % limit
+
+
+def fastpath(a, out):
+    res = al.run("malloc-free", [SPILL, TRANSFER, "mimalloc"], size=64,
+                 allocs_per_cycle=[16, 256], producers=1, cpu="pinned", runs=a.runs,
+                 duration=a.duration, timing="batch")
+    rows = []
+    for n, limit in ((16, 0.8), (256, 1.5)):
+        ref = point(res, policy="mimalloc", allocs_per_cycle=n)
+        ref_op = ref["alloc_ns"] + ref["free_ns"]
+        for pol in (SPILL, TRANSFER):
+            p = point(res, policy=pol, allocs_per_cycle=n)
+            op = p["alloc_ns"] + p["free_ns"]
+            r, lo, hi = ci(np.log(op / ref_op))
+            rows.append(dict(policy=pol, allocs_per_cycle=n, ns=float(np.median(op)),
+                             mimalloc_ns=float(np.median(ref_op)), ratio=r, lo=lo, hi=hi,
+                             goal=limit, verdict=goal(r, hi, limit)))
+    out["fastpath"] = rows
+    lines = ["fastpath: alloc+free ns/op, 1 producer, vs mimalloc (paired runs: %d)" % a.runs]
+    for r in rows:
+        lines.append("  %-40s %4d/cycle %7.2f vs %6.2f  ratio %.3f [%.3f, %.3f]  goal <= %.1f: %s"
+                     % (r["policy"], r["allocs_per_cycle"], r["ns"], r["mimalloc_ns"],
+                        r["ratio"], r["lo"], r["hi"], r["goal"], r["verdict"]))
+    return lines
+
+
+def chase_ns(n):
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "chase.c"), os.path.join(d, "chase")
+        with open(src, "w") as f:
+            f.write(CHASE_C)
+        subprocess.run(["gcc", "-O2", "-o", exe, src], check=True)
+        vals = [float(subprocess.run(["taskset", "-c", "0", exe, str(n)], capture_output=True,
+                                     text=True, check=True).stdout) for _ in range(5)]
+    return float(np.median(vals))
+
+
+def floor(a, out):
+    res = al.run("malloc-free", "null", size=64, allocs_per_cycle=[64, 256], producers=1,
+                 cpu="pinned", runs=a.runs, duration=a.duration, timing="batch")
+    rows = []
+    for n in (64, 256):
+        p = point(res, allocs_per_cycle=n)
+        rows.append(dict(allocs_per_cycle=n, alloc_ns=float(np.median(p["alloc_ns"])),
+                         free_ns=float(np.median(p["free_ns"])), chase_ns=chase_ns(n)))
+    out["floor"] = rows
+    lines = ["floor: null, 1 producer (goal <= 1.0 ns each); chase = one dependent load per "
+             "list step, no call"]
+    for r in rows:
+        lines.append("  %4d/cycle  alloc %.3f  free %.3f  (list walk alone %.3f ns/step)" % (
+            r["allocs_per_cycle"], r["alloc_ns"], r["free_ns"], r["chase_ns"]))
+    return lines
+
+
+def per_op(p, layer, name):
+    v = p.data.get("%s.%s" % (layer, name))
+    ops = p["alloc_ops"] + p["free_ops"]
+    return float(np.median(v / ops)) if v is not None else float("nan")
+
+
+def lock_counters(pol):
+    """Lock counters per op of one stats=full run per producer count."""
+    res = al.run("malloc-free", pol, size=64, allocs_per_cycle=256, producers=[1, 2],
+                 cpu="pinned", runs=3, duration=0.2, timing="batch", stats="full")
+    rows = {}
+    for prod in (1, 2):
+        p = point(res, producers=prod)
+        layers = sorted({m.split(".")[0] for m in p.data if m.endswith(".lock_acquired")})
+        for lay in layers:
+            acq = per_op(p, lay, "lock_acquired")
+            cont = per_op(p, lay, "lock_contended")
+            wait = per_op(p, lay, "lock_wait_ns")
+            rows["%s/%dp" % (lay, prod)] = dict(
+                acquired_per_op=acq, handoffs_per_op=per_op(p, lay, "lock_owner_switches"),
+                contended_per_op=cont, wait_ns_per_op=wait,
+                wait_ns_per_contended=wait / cont if cont else float("nan"))
+    return rows
+
+
+def scaling(a, out):
+    res = al.run("malloc-free", SCALING, size=64, allocs_per_cycle=256, producers=[1, 2],
+                 cpu="pinned", runs=a.runs, duration=a.duration, timing="batch")
+    rows = []
+    lines = ["scaling: 256 allocs/cycle, 2 pinned producers vs 1 (goal for libarena-transfer: "
+             "<= 2x each)"]
+    for pol in SCALING:
+        one, two = point(res, policy=pol, producers=1), point(res, policy=pol, producers=2)
+        row = dict(policy=pol, counters=lock_counters(pol))
+        for m in ("alloc_ns", "free_ns"):
+            r, lo, hi = ci(np.log(two[m] / one[m]))
+            row[m] = dict(one=float(np.median(one[m])), two=float(np.median(two[m])),
+                          ratio=r, lo=lo, hi=hi)
+        rows.append(row)
+        lines.append("  %-18s alloc %7.2f -> %7.2f  x%.2f [%.2f, %.2f]   free %7.2f -> %7.2f  "
+                     "x%.2f [%.2f, %.2f]" % (pol, row["alloc_ns"]["one"], row["alloc_ns"]["two"],
+                                            row["alloc_ns"]["ratio"], row["alloc_ns"]["lo"],
+                                            row["alloc_ns"]["hi"], row["free_ns"]["one"],
+                                            row["free_ns"]["two"], row["free_ns"]["ratio"],
+                                            row["free_ns"]["lo"], row["free_ns"]["hi"]))
+        for k, c in row["counters"].items():
+            lines.append("      %-22s lock/op %.4f  handoffs/op %.4f  contended/op %.4f  "
+                         "wait/contended %.0f ns" % (k, c["acquired_per_op"], c["handoffs_per_op"],
+                                                     c["contended_per_op"],
+                                                     c["wait_ns_per_contended"]))
+    out["scaling"] = rows
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--duration", type=float, default=0.2)
+    ap.add_argument("--sections", default="fastpath,floor,scaling")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "observer.json"))
+    a = ap.parse_args()
+    sections = {"fastpath": fastpath, "floor": floor, "scaling": scaling}
+    load0 = os.getloadavg()
+    out, lines = {}, []
+    for name in a.sections.split(","):
+        if name not in sections:
+            sys.exit("alloclab: error: unknown section %r (valid: %s)"
+                     % (name, ", ".join(sections)))
+        lines += sections[name](a, out)
+    load1 = os.getloadavg()
+    lines.append("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f" % (load0 + load1))
+    out.update(load_before=load0, load_after=load1, runs=a.runs, duration=a.duration)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+    with open(os.path.splitext(a.out)[0] + ".txt", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
