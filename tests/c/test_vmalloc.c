@@ -7,8 +7,8 @@
  * mapped pages, unmapped areas fault), lazy purge and range reuse,
  * alignment, vm_map_ram (vmap blocks and large areas), invalid frees,
  * exhaustion of pages and of virtual space with recovery, the walkers of
- * both layers after every step of a random sequence, and a two-thread
- * stress with cross-CPU frees.
+ * both layers after every step of a random sequence, a two-thread
+ * stress with cross-CPU frees, and the counters at each stats level.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -735,6 +735,75 @@ TEST(test_workload_all_tests_two_threads)
 	}
 }
 
+/* A vmalloc stack made at one stats level. */
+static struct al_allocator *vm_at(unsigned level)
+{
+	unsigned prev = al_stats_level_set(level);
+	struct al_allocator *a = make_vm((struct cfg){ .alloc = S_ORDER0, .free = F_BULK }, 1);
+
+	al_stats_level_set(prev);
+	return a;
+}
+
+/*
+ * The bytes mapped and unmapped follow from the page counts; the free-range
+ * lock and the busy locks count as va_lock_* and busy_lock_*. With stats
+ * off nothing is reported, yet both layers' bytes_held (the leak check) and
+ * the walkers stay right.
+ */
+TEST(test_counters_and_stats_levels)
+{
+	const struct al_layer_desc *d = al_layer_find("vmalloc");
+	struct al_allocator *a = vm_at(AL_STATS_LITE);
+	unsigned i, undocumented = 0;
+	struct al_ctx c;
+	void *p, *q;
+
+	CHECK(d && d->counters && d->ncounters > 40);
+	for (i = 0; d && i < d->ncounters; i++)
+		undocumented += !d->counters[i].doc || !*d->counters[i].doc;
+	CHECK_EQ(undocumented, 0);
+	CHECK(a != NULL);
+	al_ctx_init(&c, 0);
+	p = al_vmalloc(a, &c, 3 * 4096, 0, 0);
+	CHECK(p != NULL);
+	CHECK_EQ(VM("vmallocs"), 1);
+	CHECK_EQ(VM("pages_alloc"), 3);
+	CHECK_EQ(VM("bytes_mapped"), 3 * 4096);
+	CHECK_EQ(VM("bytes_held"), 3 * 4096);
+	CHECK_EQ(VM("busy_lock_acquired"), 1);
+	CHECK(VM("va_lock_acquired") >= 1);
+	CHECK_EQ(VM("va_lock_wait_ns"), -1);
+	CHECK_EQ(al_vfree(a, &c, p), 0);
+	CHECK_EQ(VM("vfrees"), 1);
+	CHECK_EQ(VM("pages_freed"), 3);
+	CHECK_EQ(VM("bytes_unmapped"), 3 * 4096);
+	CHECK_EQ(VM("busy_lock_acquired"), 2);
+	CHECK_EQ(VM("bytes_held"), 0);
+	CHECK_EQ(walk(a), 0);
+	al_stack_destroy(a);
+
+	a = vm_at(AL_STATS_OFF);
+	CHECK(a != NULL);
+	p = al_vmalloc(a, &c, 3 * 4096, 0, 0);
+	q = al_vmalloc(a, &c, 40 * 4096, 0, 0);
+	CHECK(p && q);
+	CHECK_EQ(VM("bytes_held"), 43 * 4096);
+	CHECK_EQ(PG("bytes_held"), 43 * 4096);
+	CHECK_EQ(VM("vmallocs"), -1);
+	CHECK_EQ(VM("bytes_mapped"), -1);
+	CHECK_EQ(VM("busy_lock_acquired"), -1);
+	CHECK_EQ(PG("alloc_o0"), -1);
+	CHECK_EQ(walk(a), 0);
+	CHECK_EQ(al_vfree(a, &c, q), 0);
+	CHECK_EQ(VM("bytes_held"), 3 * 4096);
+	CHECK_EQ(al_vfree(a, &c, p), 0);
+	CHECK_EQ(VM("bytes_held"), 0);
+	CHECK_EQ(PG("bytes_held"), 0);
+	CHECK_EQ(walk(a), 0);
+	al_stack_destroy(a);
+}
+
 int main(void)
 {
 	RUN(test_stack_shape);
@@ -754,5 +823,6 @@ int main(void)
 	RUN(test_two_thread_stress);
 	RUN(test_workload_each_test);
 	RUN(test_workload_all_tests_two_threads);
+	RUN(test_counters_and_stats_levels);
 	return TEST_SUMMARY();
 }
