@@ -625,6 +625,8 @@ static double metric(const struct al_run_result *r, const char *name)
 	return -1;
 }
 
+static int tv_stats_level; /* of the runs run_tv makes (AL_STATS_*) */
+
 static int run_tv(struct al_run_result *res, int alloc, int fr, int64_t mask, int64_t nr_pages,
 		  int64_t huge, unsigned producers, int timing)
 {
@@ -656,6 +658,7 @@ static int run_tv(struct al_run_result *res, int alloc, int fr, int64_t mask, in
 	cfg.cycles = 1;
 	cfg.warmup_cycles = 1;
 	cfg.seed = 3;
+	cfg.stats_level = tv_stats_level;
 	return al_run(&cfg, res);
 }
 
@@ -804,6 +807,30 @@ TEST(test_counters_and_stats_levels)
 	al_stack_destroy(a);
 }
 
+/* Runs with stats off (every test, every strategy, two threads) pass the
+ * engine's leak check, which reads both layers' bytes_held, and report no
+ * counters. */
+TEST(test_workload_stats_off)
+{
+	static struct al_run_result res;
+	int s, ret;
+
+	tv_stats_level = AL_STATS_OFF;
+	for (s = 0; s < 3; s++) {
+		ret = run_tv(&res, s, s ? F_BULK : F_PER_PAGE, 0x7ff, 5, s == 2, 2,
+			     AL_TIMING_BATCH);
+		if (ret)
+			fprintf(stderr, "strategy %d, stats off: %s\n", s, res.error);
+		CHECK_EQ(ret, 0);
+		CHECK_EQ(res.nlayers, 2);
+		CHECK_EQ(res.leaked[0], 0);
+		CHECK_EQ(res.leaked[1], 0);
+		CHECK_EQ(res.layers[0].n, 0);
+		CHECK_EQ(res.layers[1].n, 0);
+	}
+	tv_stats_level = AL_STATS_LITE;
+}
+
 int main(void)
 {
 	RUN(test_stack_shape);
@@ -824,5 +851,6 @@ int main(void)
 	RUN(test_workload_each_test);
 	RUN(test_workload_all_tests_two_threads);
 	RUN(test_counters_and_stats_levels);
+	RUN(test_workload_stats_off);
 	return TEST_SUMMARY();
 }
