@@ -97,6 +97,9 @@ def test_plugin_runs_like_a_builtin(halfspill):
     assert p["buddy.alloc_bulk_calls"][0] == 3
     # 17 frees onto 7 cached: one half-capacity spill (8 of 16)
     assert p["halfspill.spills"][0] == 1
+    # allocs is derived (hits + refills), frees counted once per push
+    assert p["halfspill.allocs"][0] == 17 and p["halfspill.frees"][0] == 17
+    assert p["halfspill.bytes_held"][0] == 0
 
 
 def test_generated_descriptor(counting):

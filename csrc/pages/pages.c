@@ -96,6 +96,13 @@
  *
  * Lock order: a pcp lock, then the zone lock. Nothing else is taken inside.
  *
+ * Counters (pages_counters): a PCP hit adds to one per-CPU slot, its order's
+ * alloc_o or free_o; blocks, pages and PCP hits follow from them and are
+ * derived when reported. bytes_held comes from the free counts (pages not in
+ * the buddy nor on a pcp list), so it needs no counter at any stats level.
+ * The zone lock counts as zone_lock_*, every CPU's pcp lock together as
+ * pcp_lock_*.
+ *
  * Cost: a PCP hit is a trylock, a list operation and descriptor writes; a
  * refill or drain costs one zone lock per batch plus the buddy's O(orders)
  * split/merge per block; every free reads the pageblock bitmap.
@@ -189,78 +196,86 @@ struct section {
 	uint64_t subsection_map; /* one bit per 2 MiB subsection */
 };
 
-#define PAGES_COUNTERS(X)                                                                      \
-	X(allocs, "blocks handed out (alloc, alloc_bulk, page API)")                           \
-	X(frees, "blocks given back by callers (a bulk-freed run counts its pages)")           \
-	X(pages_alloc, "pages handed out")                                                     \
-	X(pages_freed, "pages given back")                                                     \
-	X(alloc_o0, "blocks allocated, order 0")                                               \
-	X(alloc_o1, "order 1")                                                                 \
-	X(alloc_o2, "order 2")                                                                 \
-	X(alloc_o3, "order 3")                                                                 \
-	X(alloc_o4, "order 4")                                                                 \
-	X(alloc_o5, "order 5")                                                                 \
-	X(alloc_o6, "order 6")                                                                 \
-	X(alloc_o7, "order 7")                                                                 \
-	X(alloc_o8, "order 8")                                                                 \
-	X(alloc_o9, "order 9")                                                                 \
-	X(alloc_o10, "order 10")                                                               \
-	X(free_o0, "blocks freed (to a pcp list or the buddy), order 0")                       \
-	X(free_o1, "order 1")                                                                  \
-	X(free_o2, "order 2")                                                                  \
-	X(free_o3, "order 3")                                                                  \
-	X(free_o4, "order 4")                                                                  \
-	X(free_o5, "order 5")                                                                  \
-	X(free_o6, "order 6")                                                                  \
-	X(free_o7, "order 7")                                                                  \
-	X(free_o8, "order 8")                                                                  \
-	X(free_o9, "order 9")                                                                  \
-	X(free_o10, "order 10")                                                                \
-	X(pcp_allocs, "blocks taken from a pcp list")                                          \
-	X(pcp_frees, "blocks put on a pcp list")                                               \
-	X(pcp_refills, "empty pcp lists refilled from the buddy (one zone lock each)")         \
-	X(pcp_refill_blocks, "blocks moved buddy -> pcp by refills")                           \
-	X(pcp_drains, "free_pcppages_bulk calls (one zone lock each)")                         \
-	X(pcp_drain_pages, "pages moved pcp -> buddy by drains")                               \
-	X(pcp_trylock_failed, "pcp trylock failures: the operation went to the zone")          \
-	X(pcp_bypass, "blocks allocated or freed at the zone: order not PCP-allowed or NOPCP") \
-	X(pcp_only_empty, "AL_GFP_PCP_ONLY attempts that found the list empty")                \
-	X(zone_allocs, "blocks allocated straight from the buddy (rmqueue_buddy)")             \
-	X(zone_frees, "blocks freed straight to the buddy (free_one_page)")                    \
-	X(splits, "blocks halved by the buddy (expand)")                                       \
-	X(merges, "buddy pairs merged on free")                                                \
-	X(merge_to_tail, "merged blocks queued at the tail (buddy_merge_likely)")              \
-	X(split_pages, "split_page calls")                                                     \
-	X(bulk_alloc_calls, "alloc_pages_bulk calls")                                          \
-	X(bulk_free_calls, "free_pages_bulk calls")                                            \
-	X(bulk_free_runs, "contiguous runs found by free_pages_bulk")                          \
-	X(bulk_free_blocks, "aligned blocks free_pages_bulk freed")                            \
-	X(high_grow, "pcp high raised (allocation pressure or a batch of frees)")              \
-	X(high_shrink, "pcp high lowered (free_high, below-high zone, decay)")                 \
-	X(free_high, "high-order free bursts drained at once (free_high)")                     \
-	X(decays, "decay_pcp_high ticks that changed high or drained")                         \
-	X(below_high, "times the zone fell below its high watermark")                          \
-	X(drain_all, "allocations that drained every CPU's lists and retried (slow path)")     \
-	X(enomem, "allocations failed: no free block of that order")                           \
-	X(noretry_failed, "AL_GFP_NORETRY attempts that failed")                               \
-	X(einval, "calls rejected: bad order, size or flags")                                  \
-	X(invalid_frees, "frees rejected: not an allocated block of that order")               \
-	X(lock_failed, "operations that failed or were cut short: the zone lock failed")
+/*
+ * A PCP hit adds to one slot, found once per call: the block's order in
+ * alloc_o[] or free_o[]. What follows from those (blocks and pages handed
+ * out and given back, PCP hits) is derived or reported by pages_stats(),
+ * not counted.
+ */
+#define PAGE_ORDERS(C, P, DIR, DOC)                 \
+	C(P, DIR##_o0, AL_CTR_KEY, DOC ", order 0") \
+	C(P, DIR##_o1, AL_CTR_KEY, "order 1")       \
+	C(P, DIR##_o2, AL_CTR_KEY, "order 2")       \
+	C(P, DIR##_o3, AL_CTR_KEY, "order 3")       \
+	C(P, DIR##_o4, AL_CTR_KEY, "order 4")       \
+	C(P, DIR##_o5, AL_CTR_KEY, "order 5")       \
+	C(P, DIR##_o6, AL_CTR_KEY, "order 6")       \
+	C(P, DIR##_o7, AL_CTR_KEY, "order 7")       \
+	C(P, DIR##_o8, AL_CTR_KEY, "order 8")       \
+	C(P, DIR##_o9, AL_CTR_KEY, "order 9")       \
+	C(P, DIR##_o10, AL_CTR_KEY, "order 10")
 
-#define PAGES_CTR_ENUM(name, doc) PC_##name,
-enum { PAGES_COUNTERS(PAGES_CTR_ENUM) PC_NR };
+#define PAGE_SUM(DIR)                                                                            \
+#DIR "_o0+" #DIR "_o1+" #DIR "_o2+" #DIR "_o3+" #DIR "_o4+" #DIR "_o5+" #DIR "_o6+" #DIR \
+	     "_o7+" #DIR "_o8+" #DIR "_o9+" #DIR "_o10"
 
-static const char *const pages_counter_names[PC_NR] = { PAGES_COUNTERS(AL_CTR_NAME) };
+#define PAGES_COUNTERS(C, D, P)                                                                   \
+	D(P, allocs, AL_CTR_KEY, PAGE_SUM(alloc) "+split_page_blocks",                            \
+	  "blocks handed out (alloc, alloc_bulk, page API)")                                      \
+	D(P, frees, AL_CTR_KEY, PAGE_SUM(free) "-bulk_free_blocks+bulk_free_pages",               \
+	  "blocks given back by callers (a bulk-freed run counts its pages)")                     \
+	D(P, pages_alloc, 0, "", "pages handed out")                                              \
+	D(P, pages_freed, 0, "", "pages given back")                                              \
+	PAGE_ORDERS(C, P, alloc, "blocks allocated")                                              \
+	PAGE_ORDERS(C, P, free, "blocks freed (to a pcp list or the buddy)")                      \
+	D(P, pcp_allocs, AL_CTR_KEY, PAGE_SUM(alloc) "-zone_allocs",                              \
+	  "blocks taken from a pcp list")                                                         \
+	D(P, pcp_frees, AL_CTR_KEY, PAGE_SUM(free) "-zone_frees", "blocks put on a pcp list")     \
+	C(P, pcp_refills, AL_CTR_KEY,                                                             \
+	  "empty pcp lists refilled from the buddy (one zone lock each)")                         \
+	C(P, pcp_refill_blocks, 0, "blocks moved buddy -> pcp by refills")                        \
+	C(P, pcp_drains, AL_CTR_KEY, "free_pcppages_bulk calls (one zone lock each)")             \
+	C(P, pcp_drain_pages, 0, "pages moved pcp -> buddy by drains")                            \
+	C(P, pcp_trylock_failed, AL_CTR_KEY,                                                      \
+	  "pcp trylock failures: the operation went to the zone")                                 \
+	C(P, pcp_bypass, AL_CTR_KEY,                                                              \
+	  "blocks allocated or freed at the zone: order not PCP-allowed or NOPCP")                \
+	C(P, pcp_only_empty, 0, "AL_GFP_PCP_ONLY attempts that found the list empty")             \
+	C(P, zone_allocs, AL_CTR_KEY, "blocks allocated straight from the buddy (rmqueue_buddy)") \
+	C(P, zone_frees, AL_CTR_KEY, "blocks freed straight to the buddy (free_one_page)")        \
+	C(P, splits, AL_CTR_KEY, "blocks halved by the buddy (expand)")                           \
+	C(P, merges, AL_CTR_KEY, "buddy pairs merged on free")                                    \
+	C(P, merge_to_tail, 0, "merged blocks queued at the tail (buddy_merge_likely)")           \
+	C(P, split_pages, 0, "split_page calls")                                                  \
+	C(P, split_page_blocks, 0, "blocks split_page added (the pages of a block but its head)") \
+	C(P, bulk_alloc_calls, 0, "alloc_pages_bulk calls")                                       \
+	C(P, bulk_free_calls, 0, "free_pages_bulk calls")                                         \
+	C(P, bulk_free_runs, 0, "contiguous runs found by free_pages_bulk")                       \
+	C(P, bulk_free_blocks, 0, "aligned blocks free_pages_bulk freed")                         \
+	C(P, bulk_free_pages, 0, "pages free_pages_bulk freed")                                   \
+	C(P, high_grow, 0, "pcp high raised (allocation pressure or a batch of frees)")           \
+	C(P, high_shrink, 0, "pcp high lowered (free_high, below-high zone, decay)")              \
+	C(P, free_high, 0, "high-order free bursts drained at once (free_high)")                  \
+	C(P, decays, 0, "decay_pcp_high ticks that changed high or drained")                      \
+	C(P, below_high, 0, "times the zone fell below its high watermark")                       \
+	C(P, drain_all, AL_CTR_KEY,                                                               \
+	  "allocations that drained every CPU's lists and retried (slow path)")                   \
+	C(P, enomem, AL_CTR_KEY, "allocations failed: no free block of that order")               \
+	C(P, noretry_failed, 0, "AL_GFP_NORETRY attempts that failed")                            \
+	C(P, einval, AL_CTR_KEY, "calls rejected: bad order, size or flags")                      \
+	C(P, invalid_frees, AL_CTR_KEY, "frees rejected: not an allocated block of that order")   \
+	C(P, lock_failed, AL_CTR_KEY,                                                             \
+	  "operations that failed or were cut short: the zone lock failed")                       \
+	AL_LOCK_COUNTERS(C, P, zone_lock, "the zone lock")                                        \
+	AL_LOCK_COUNTERS(C, P, pcp_lock, "the pcp locks")                                         \
+	D(P, free_pages, AL_CTR_GAUGE, "", "pages free in the buddy")                             \
+	D(P, pcp_pages, AL_CTR_GAUGE, "", "pages on the pcp lists of every CPU")                  \
+	D(P, pcp_high, AL_CTR_GAUGE, "", "the sum of every CPU's pcp high")                       \
+	D(P, pcp_batch, AL_CTR_GAUGE, "", "the pcp batch (CPU 0's)")                              \
+	D(P, pcp_high_min, AL_CTR_GAUGE, "", "the lowest pcp high (CPU 0's)")                     \
+	D(P, pcp_high_max, AL_CTR_GAUGE, "", "the highest pcp high (CPU 0's)")
 
-static const char *const zone_lock_names[6] = {
-	"zone_lock_acquired", "zone_lock_contended", "zone_lock_failed",
-	"zone_lock_wait_ns",  "zone_lock_hold_ns",   "zone_lock_owner_switches",
-};
-
-static const char *const pcp_lock_names[6] = {
-	"pcp_lock_acquired", "pcp_lock_contended", "pcp_lock_failed",
-	"pcp_lock_wait_ns",  "pcp_lock_hold_ns",   "pcp_lock_owner_switches",
-};
+AL_COUNTERS_DEFINE(PAGES_COUNTERS, PAGE_, pages_counters);
 
 enum {
 	P_MEMORY,
@@ -294,7 +309,7 @@ struct pages {
 	size_t mem_map_len;	  /* bytes of the mem mapping (may exceed mem_len: reused) */
 	size_t map_map_len;	  /* bytes of the map mapping (likewise) */
 	uint64_t decay_ticks;	  /* decay interval in clock ticks; 0 = off */
-	struct al_counters ctr;	  /* PAGES_COUNTERS, per [cpu][level] */
+	struct al_counters ctr;	  /* pages_counters, per [cpu][level] */
 };
 
 static const struct al_ops pages_ops;
@@ -528,9 +543,9 @@ static inline int zone_lock(struct pages *pg, const struct al_ctx *c, bool nospi
 static inline void zone_unlock(struct pages *pg, const struct al_ctx *c, const struct zstat *zs)
 {
 	al_lock_release(&pg->zone.lock, c);
-	count_ctr(pg, c, PC_splits, zs->splits);
-	count_ctr(pg, c, PC_merges, zs->merges);
-	count_ctr(pg, c, PC_merge_to_tail, zs->to_tail);
+	count_ctr(pg, c, PAGE_splits, zs->splits);
+	count_ctr(pg, c, PAGE_merges, zs->merges);
+	count_ctr(pg, c, PAGE_merge_to_tail, zs->to_tail);
 }
 
 /* ---- allocated blocks ---- */
@@ -545,12 +560,11 @@ static inline void prep_new_block(struct pages *pg, struct page *p, unsigned ord
 		memset(pg->mem + (page_pfn(pg, p) << PAGE_SHIFT), 0, PAGE_SIZE << order);
 }
 
+/* Blocks handed out: one slot (allocs, pages_alloc and pcp_allocs follow). */
 static inline void count_alloc(struct pages *pg, const struct al_ctx *c, unsigned order,
 			       uint64_t blocks)
 {
-	al_count(&pg->ctr, c, PC_allocs, blocks);
-	al_count(&pg->ctr, c, PC_pages_alloc, blocks << order);
-	al_count(&pg->ctr, c, PC_alloc_o0 + order, blocks);
+	al_count(&pg->ctr, c, PAGE_alloc_o0 + order, blocks);
 }
 
 /* ZONE_BELOW_HIGH detection, done on allocation as get_page_from_freelist does. */
@@ -563,7 +577,7 @@ static inline void check_below_high(struct pages *pg, const struct al_ctx *c, un
 	free = __atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED);
 	if ((int64_t)free - (1ll << order) + 1 <= pg->zone.wmark_high) {
 		__atomic_store_n(&pg->zone.below_high, 1, __ATOMIC_RELAXED);
-		al_count(&pg->ctr, c, PC_below_high, 1);
+		al_count(&pg->ctr, c, PAGE_below_high, 1);
 	}
 }
 
@@ -577,9 +591,9 @@ static inline int clamp_int(int v, int lo, int hi)
 static inline void set_high(struct pages *pg, const struct al_ctx *c, struct pcp *pcp, int high)
 {
 	if (high > pcp->high)
-		al_count(&pg->ctr, c, PC_high_grow, 1);
+		al_count(&pg->ctr, c, PAGE_high_grow, 1);
 	else if (high < pcp->high)
-		al_count(&pg->ctr, c, PC_high_shrink, 1);
+		al_count(&pg->ctr, c, PAGE_high_shrink, 1);
 	pcp->high = high;
 }
 
@@ -682,7 +696,7 @@ static int free_pcppages_bulk(struct pages *pg, const struct al_ctx *c, struct p
 		return 0;
 	ret = al_lock_acquire(&pg->zone.lock, c);
 	if (al_unlikely(ret)) {
-		al_count(&pg->ctr, c, PC_lock_failed, 1);
+		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
 		return ret;
 	}
 	pindex = pindex ? pindex - 1 : NR_PCP_LISTS - 1;
@@ -708,8 +722,8 @@ static int free_pcppages_bulk(struct pages *pg, const struct al_ctx *c, struct p
 		} while (count > 0 && !plist_empty(list));
 	}
 	zone_unlock(pg, c, &zs);
-	al_count(&pg->ctr, c, PC_pcp_drains, 1);
-	al_count(&pg->ctr, c, PC_pcp_drain_pages, (uint64_t)freed);
+	al_count(&pg->ctr, c, PAGE_pcp_drains, 1);
+	al_count(&pg->ctr, c, PAGE_pcp_drain_pages, (uint64_t)freed);
 	return freed;
 }
 
@@ -735,7 +749,7 @@ static int decay_locked(struct pages *pg, const struct al_ctx *c, struct pcp *pc
 		did = true;
 	}
 	if (did)
-		al_count(&pg->ctr, c, PC_decays, 1);
+		al_count(&pg->ctr, c, PAGE_decays, 1);
 	return freed > 0 ? freed : 0;
 }
 
@@ -762,7 +776,7 @@ static int rmqueue_bulk(struct pages *pg, const struct al_ctx *c, unsigned order
 
 	ret = al_lock_acquire(&pg->zone.lock, c);
 	if (al_unlikely(ret)) {
-		al_count(&pg->ctr, c, PC_lock_failed, 1);
+		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
 		return ret;
 	}
 	for (i = 0; i < count; i++) {
@@ -775,8 +789,8 @@ static int rmqueue_bulk(struct pages *pg, const struct al_ctx *c, unsigned order
 		plist_add_tail(&p->lru, list);
 	}
 	zone_unlock(pg, c, &zs);
-	al_count(&pg->ctr, c, PC_pcp_refills, 1);
-	al_count(&pg->ctr, c, PC_pcp_refill_blocks, (uint64_t)i);
+	al_count(&pg->ctr, c, PAGE_pcp_refills, 1);
+	al_count(&pg->ctr, c, PAGE_pcp_refill_blocks, (uint64_t)i);
 	return i;
 }
 
@@ -848,7 +862,7 @@ static void free_commit_locked(struct pages *pg, const struct al_ctx *c, struct 
 	high = nr_pcp_high(pg, c, pcp, batch, free_high);
 	if (pcp->count >= high) {
 		if (free_high)
-			al_count(&pg->ctr, c, PC_free_high, 1);
+			al_count(&pg->ctr, c, PAGE_free_high, 1);
 		free_pcppages_bulk(pg, c, pcp, nr_pcp_free(pcp, batch, high, free_high), pindex);
 		if (__atomic_load_n(&pg->zone.below_high, __ATOMIC_RELAXED) &&
 		    (int64_t)__atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED) >
@@ -870,18 +884,18 @@ static int rmqueue_buddy(struct pages *pg, const struct al_ctx *c, unsigned orde
 
 	ret = zone_lock(pg, c, nospin);
 	if (al_unlikely(ret)) {
-		al_count(&pg->ctr, c, PC_lock_failed, 1);
+		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
 		return ret;
 	}
 	p = rmqueue_smallest_locked(pg, order, MT_UNMOVABLE, &zs);
 	zone_unlock(pg, c, &zs);
 	if (!p) {
-		al_count(&pg->ctr, c, PC_enomem, 1);
+		al_count(&pg->ctr, c, PAGE_enomem, 1);
 		if (gfp & AL_GFP_NORETRY)
-			al_count(&pg->ctr, c, PC_noretry_failed, 1);
+			al_count(&pg->ctr, c, PAGE_noretry_failed, 1);
 		return -ENOMEM;
 	}
-	al_count(&pg->ctr, c, PC_zone_allocs, 1);
+	al_count(&pg->ctr, c, PAGE_zone_allocs, 1);
 	*out = p;
 	return 0;
 }
@@ -907,25 +921,23 @@ static int alloc_block(struct pages *pg, struct al_ctx *c, unsigned order, unsig
 			p = rmqueue_pcplist_locked(pg, c, pcp, order, MT_UNMOVABLE,
 						   !(gfp & AL_GFP_PCP_ONLY), &err);
 			al_lock_release(&pcp->lock, c);
-			if (al_likely(p)) {
-				al_count(&pg->ctr, c, PC_pcp_allocs, 1);
+			if (al_likely(p))
 				goto out;
-			}
 			if (err == -EAGAIN) {
-				al_count(&pg->ctr, c, PC_pcp_only_empty, 1);
+				al_count(&pg->ctr, c, PAGE_pcp_only_empty, 1);
 				return err;
 			}
 			if (err != -ENOMEM)
 				return err; /* the zone lock failed */
 		} else {
-			al_count(&pg->ctr, c, PC_pcp_trylock_failed, 1);
+			al_count(&pg->ctr, c, PAGE_pcp_trylock_failed, 1);
 			if (gfp & AL_GFP_PCP_ONLY)
 				return -EAGAIN;
 		}
 	} else {
 		if (gfp & AL_GFP_PCP_ONLY)
 			return -EINVAL;
-		al_count(&pg->ctr, c, PC_pcp_bypass, 1);
+		al_count(&pg->ctr, c, PAGE_pcp_bypass, 1);
 	}
 retry:
 	err = rmqueue_buddy(pg, c, order, gfp, nospin, &p);
@@ -937,7 +949,7 @@ retry:
 		for (cpu = 0; cpu < pg->base.ncpu; cpu++)
 			drain_cpu(pg, c, cpu);
 		drained = true;
-		al_count(&pg->ctr, c, PC_drain_all, 1);
+		al_count(&pg->ctr, c, PAGE_drain_all, 1);
 		goto retry;
 	}
 	if (err)
@@ -964,13 +976,13 @@ static int alloc_bulk(struct pages *pg, struct al_ctx *c, unsigned order, unsign
 	unsigned i = 0;
 	int err = 0;
 
-	al_count(&pg->ctr, c, PC_bulk_alloc_calls, 1);
+	al_count(&pg->ctr, c, PAGE_bulk_alloc_calls, 1);
 	if (!n)
 		return 0;
 	if (n == 1 && !(gfp & AL_GFP_PCP_ONLY))
 		goto one; /* one page: the single-page path, as the kernel does */
 	if (al_unlikely(al_lock_tryacquire(&pcp->lock, c))) {
-		al_count(&pg->ctr, c, PC_pcp_trylock_failed, 1);
+		al_count(&pg->ctr, c, PAGE_pcp_trylock_failed, 1);
 		if (gfp & AL_GFP_PCP_ONLY) {
 			c->err = -EAGAIN;
 			return 0;
@@ -990,12 +1002,11 @@ static int alloc_bulk(struct pages *pg, struct al_ctx *c, unsigned order, unsign
 	}
 	al_lock_release(&pcp->lock, c);
 	if (i) {
-		al_count(&pg->ctr, c, PC_pcp_allocs, i);
 		count_alloc(pg, c, order, i);
 		return (int)i;
 	}
 	if (err == -EAGAIN) {
-		al_count(&pg->ctr, c, PC_pcp_only_empty, 1);
+		al_count(&pg->ctr, c, PAGE_pcp_only_empty, 1);
 		c->err = err;
 		return 0;
 	}
@@ -1036,24 +1047,23 @@ static int free_frozen(struct pages *pg, const struct al_ctx *c, uint64_t pfn, u
 		if (al_likely(!al_lock_tryacquire(&pcp->lock, c))) {
 			free_commit_locked(pg, c, pcp, pfn, order, mt);
 			al_lock_release(&pcp->lock, c);
-			al_count(&pg->ctr, c, PC_pcp_frees, 1);
-			al_count(&pg->ctr, c, PC_free_o0 + order, 1);
+			al_count(&pg->ctr, c, PAGE_free_o0 + order, 1); /* pcp_frees follows */
 			return 0;
 		}
-		al_count(&pg->ctr, c, PC_pcp_trylock_failed, 1);
+		al_count(&pg->ctr, c, PAGE_pcp_trylock_failed, 1);
 	} else {
-		al_count(&pg->ctr, c, PC_pcp_bypass, 1);
+		al_count(&pg->ctr, c, PAGE_pcp_bypass, 1);
 	}
 	/* free_one_page() */
 	ret = al_lock_acquire(&pg->zone.lock, c);
 	if (al_unlikely(ret)) {
-		al_count(&pg->ctr, c, PC_lock_failed, 1);
+		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
 		return ret;
 	}
 	free_one_page_locked(pg, pfn, order, mt, &zs);
 	zone_unlock(pg, c, &zs);
-	al_count(&pg->ctr, c, PC_zone_frees, 1);
-	al_count(&pg->ctr, c, PC_free_o0 + order, 1);
+	al_count(&pg->ctr, c, PAGE_zone_frees, 1);
+	al_count(&pg->ctr, c, PAGE_free_o0 + order, 1);
 	return 0;
 }
 
@@ -1084,7 +1094,7 @@ static int free_block(struct pages *pg, struct al_ctx *c, uint64_t pfn, unsigned
 	int ret;
 
 	if (al_unlikely(!valid_block(pg, pfn, order)))
-		return reject(pg, c, PC_invalid_frees);
+		return reject(pg, c, PAGE_invalid_frees);
 	p = pfn_page(pg, pfn);
 	if (__atomic_sub_fetch(&p->refcount, 1, __ATOMIC_ACQ_REL))
 		return 0; /* still referenced (put_page_testzero) */
@@ -1095,9 +1105,7 @@ static int free_block(struct pages *pg, struct al_ctx *c, uint64_t pfn, unsigned
 		unfreeze(p, order);
 		return ret;
 	}
-	al_count(&pg->ctr, c, PC_frees, 1);
-	al_count(&pg->ctr, c, PC_pages_freed, 1ull << order);
-	return 0;
+	return 0; /* free_frozen counted it: frees and pages_freed follow */
 }
 
 /*
@@ -1109,18 +1117,21 @@ static int free_block(struct pages *pg, struct al_ctx *c, uint64_t pfn, unsigned
 static int free_pages_bulk_checked(struct pages *pg, struct al_ctx *c, const uint64_t *pfns,
 				   unsigned n)
 {
-	uint64_t runs = 0, blocks = 0, freed = 0;
+	uint64_t runs = 0, blocks = 0, freed = 0, *b;
 	unsigned i, j, start = 0, order;
 	uint64_t pfn, left;
 	int ret = 0;
 
-	al_count(&pg->ctr, c, PC_bulk_free_calls, 1);
+	al_count(&pg->ctr, c, PAGE_bulk_free_calls, 1);
 	if (n == 1) {
 		/* One page: one run of one order-0 block. */
 		ret = free_block(pg, c, pfns[0], 0);
 		if (!ret) {
-			al_count(&pg->ctr, c, PC_bulk_free_runs, 1);
-			al_count(&pg->ctr, c, PC_bulk_free_blocks, 1);
+			uint64_t *b = al_ctr_block(&pg->ctr, c);
+
+			al_ctr_add(b, PAGE_bulk_free_runs, 1);
+			al_ctr_add(b, PAGE_bulk_free_blocks, 1);
+			al_ctr_add(b, PAGE_bulk_free_pages, 1);
 		}
 		return ret ? ret : 1;
 	}
@@ -1164,10 +1175,10 @@ restore:
 		if (pfns[j] >= pfn || j >= i)
 			unfreeze(pfn_page(pg, pfns[j]), 0);
 out:
-	al_count(&pg->ctr, c, PC_bulk_free_runs, runs);
-	al_count(&pg->ctr, c, PC_bulk_free_blocks, blocks);
-	al_count(&pg->ctr, c, PC_frees, freed);
-	al_count(&pg->ctr, c, PC_pages_freed, freed);
+	b = al_ctr_block(&pg->ctr, c);
+	al_ctr_add(b, PAGE_bulk_free_runs, runs);
+	al_ctr_add(b, PAGE_bulk_free_blocks, blocks);
+	al_ctr_add(b, PAGE_bulk_free_pages, freed);
 	return ret ? ret : (int)n;
 }
 
@@ -1235,7 +1246,7 @@ int al_alloc_pages(struct al_allocator *a, struct al_ctx *c, unsigned order, uns
 	if (al_unlikely(!pg))
 		return -EINVAL;
 	if (al_unlikely(order > MAX_ORDER || !pfn))
-		return reject(pg, c, PC_einval);
+		return reject(pg, c, PAGE_einval);
 	ret = alloc_block(pg, c, order, gfp, false, &p);
 	if (ret)
 		return ret;
@@ -1256,12 +1267,13 @@ int al_split_page(struct al_allocator *a, struct al_ctx *c, uint64_t pfn, unsign
 {
 	struct pages *pg = pages_of(a);
 	struct page *p;
+	uint64_t *b;
 	unsigned i;
 
 	if (al_unlikely(!pg))
 		return -EINVAL;
 	if (al_unlikely(!valid_block(pg, pfn, order)))
-		return reject(pg, c, PC_einval);
+		return reject(pg, c, PAGE_einval);
 	p = pfn_page(pg, pfn);
 	for (i = 1; i < (1u << order); i++) {
 		p[i].order = 0;
@@ -1269,9 +1281,10 @@ int al_split_page(struct al_allocator *a, struct al_ctx *c, uint64_t pfn, unsign
 		set_pflags(&p[i], PG_ALLOC);
 	}
 	p->order = 0;
-	al_count(&pg->ctr, c, PC_split_pages, 1);
 	/* The block counted once as allocated; its pages are now separate blocks. */
-	al_count(&pg->ctr, c, PC_allocs, (1u << order) - 1);
+	b = al_ctr_block(&pg->ctr, c);
+	al_ctr_add(b, PAGE_split_pages, 1);
+	al_ctr_add(b, PAGE_split_page_blocks, (1u << order) - 1);
 	return 0;
 }
 
@@ -1285,7 +1298,7 @@ int al_alloc_pages_bulk(struct al_allocator *a, struct al_ctx *c, unsigned order
 		return 0;
 	}
 	if (al_unlikely(!pcp_allowed(order) || (n && !pfns))) {
-		c->err = reject(pg, c, PC_einval);
+		c->err = reject(pg, c, PAGE_einval);
 		return 0;
 	}
 	return alloc_bulk(pg, c, order, n, gfp, pfns, NULL);
@@ -1303,7 +1316,7 @@ int al_free_pages_bulk(struct al_allocator *a, struct al_ctx *c, const uint64_t 
 	/* Page-level checks once, up front, for the whole array. */
 	for (i = 0; i < n; i++)
 		if (al_unlikely(!valid_block(pg, pfns[i], 0)))
-			return reject(pg, c, PC_invalid_frees);
+			return reject(pg, c, PAGE_invalid_frees);
 	return free_pages_bulk_checked(pg, c, pfns, n);
 }
 
@@ -1367,7 +1380,7 @@ static inline unsigned size_to_order(size_t size)
 
 static al_noinline al_cold void *alloc_einval(struct pages *pg, struct al_ctx *c)
 {
-	c->err = reject(pg, c, PC_einval);
+	c->err = reject(pg, c, PAGE_einval);
 	return NULL;
 }
 
@@ -1407,7 +1420,7 @@ static int pages_free(struct al_allocator *a, struct al_ctx *c, void *ptr)
 	if (!ptr)
 		return 0;
 	if (al_unlikely(!ptr_pfn(pg, ptr, &pfn)))
-		return reject(pg, c, PC_invalid_frees);
+		return reject(pg, c, PAGE_invalid_frees);
 	return free_block(pg, c, pfn, pfn_page(pg, pfn)->order);
 }
 
@@ -1453,13 +1466,13 @@ static int pages_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs
 				continue;
 			}
 			if (!ptr_pfn(pg, ptrs[i], &pfn)) {
-				reject(pg, c, PC_invalid_frees);
+				reject(pg, c, PAGE_invalid_frees);
 				refused++;
 				continue;
 			}
 			order = pfn_page(pg, pfn)->order;
 			if (!valid_block(pg, pfn, order)) {
-				reject(pg, c, PC_invalid_frees);
+				reject(pg, c, PAGE_invalid_frees);
 				refused++;
 				continue;
 			}
@@ -1542,30 +1555,47 @@ static void pages_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope
 	}
 }
 
+/* Pages neither in the buddy nor on a pcp list are allocated: exact when
+ * quiescent, at every stats level (nothing counted is needed). */
 static int64_t pages_held(const struct pages *pg)
 {
-	return (int64_t)(al_counters_sum(&pg->ctr, PC_pages_alloc) -
-			 al_counters_sum(&pg->ctr, PC_pages_freed)) *
-	       (int64_t)PAGE_SIZE;
+	int64_t held = (int64_t)pg->npages -
+		       (int64_t)__atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED);
+	unsigned i;
+
+	for (i = 0; i < pg->base.ncpu; i++)
+		held -= __atomic_load_n(&pg->pcp[i].count, __ATOMIC_RELAXED);
+	return held * (int64_t)PAGE_SIZE;
+}
+
+/* Pages of the per-order block counts from idx (alloc_o0 or free_o0). */
+static uint64_t pages_counted(const struct pages *pg, unsigned idx)
+{
+	uint64_t n = 0;
+	unsigned o;
+
+	for (o = 0; o <= MAX_ORDER; o++)
+		n += al_counters_sum(&pg->ctr, idx + o) << o;
+	return n;
 }
 
 static void pages_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct pages *pg = to_pages(a);
-	struct al_lock_stats pcp_locks = { 0 };
 	uint64_t pcp_pages = 0, high = 0;
 	unsigned i;
 
 	out->layer = "pages";
 	out->bytes_held = pages_held(pg);
+	if (!al_counters_on(&pg->ctr))
+		return;
+	al_stats_add(out, "pages_alloc", pages_counted(pg, PAGE_alloc_o0));
+	al_stats_add(out, "pages_freed", pages_counted(pg, PAGE_free_o0));
 	al_counters_report(&pg->ctr, out);
-	al_lock_report(&pg->zone.lock, zone_lock_names, out);
 	for (i = 0; i < a->ncpu; i++) {
-		al_lock_stats_add(&pg->pcp[i].lock, &pcp_locks);
 		pcp_pages += (uint64_t)__atomic_load_n(&pg->pcp[i].count, __ATOMIC_RELAXED);
 		high += (uint64_t)__atomic_load_n(&pg->pcp[i].high, __ATOMIC_RELAXED);
 	}
-	al_lock_stats_report(&pcp_locks, pcp_lock_names, out);
 	al_stats_add_gauge(out, "free_pages",
 			   __atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED));
 	al_stats_add_gauge(out, "pcp_pages", pcp_pages);
@@ -1736,8 +1766,16 @@ static int pages_check(struct al_allocator *a, char *err, size_t errlen)
 		CHECK_FAIL("%llu blocks are marked as on a pcp list, %llu are listed",
 			   (unsigned long long)pcp_heads, (unsigned long long)listed);
 	if ((int64_t)held != pages_held(pg))
-		CHECK_FAIL("allocated blocks hold %llu bytes, counters say %lld",
+		CHECK_FAIL("allocated blocks hold %llu bytes, the free counts say %lld",
 			   (unsigned long long)held, (long long)pages_held(pg));
+	if (al_counters_on(&pg->ctr) &&
+	    held != (pages_counted(pg, PAGE_alloc_o0) - pages_counted(pg, PAGE_free_o0)) *
+			    PAGE_SIZE)
+		CHECK_FAIL("allocated blocks hold %llu bytes, counters say %llu",
+			   (unsigned long long)held,
+			   (unsigned long long)((pages_counted(pg, PAGE_alloc_o0) -
+						 pages_counted(pg, PAGE_free_o0)) *
+						PAGE_SIZE));
 out:
 	al_meta_free(seen, bits_len);
 	return ret;
@@ -1978,6 +2016,7 @@ static void zone_init(struct pages *pg, const int64_t *params)
 	al_clock_init();
 	pg->decay_ticks = (uint64_t)((double)params[P_DECAY] * al_clock.ticks_per_ns);
 	al_lock_init(&pg->zone.lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
+	al_lock_count_in(&pg->zone.lock, &pg->ctr, PAGE_zone_lock_acquired);
 	for (o = 0; o <= MAX_ORDER; o++)
 		for (mt = 0; mt < MT_PCPTYPES; mt++)
 			plist_init(&pg->zone.area[o].free_list[mt]);
@@ -2008,6 +2047,7 @@ static void pcp_init(struct pages *pg, const int64_t *params, unsigned ncpu)
 		struct pcp *pcp = &pg->pcp[cpu];
 
 		al_lock_init(&pcp->lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
+		al_lock_count_in(&pcp->lock, &pg->ctr, PAGE_pcp_lock_acquired); /* shared */
 		for (i = 0; i < NR_PCP_LISTS; i++)
 			plist_init(&pcp->lists[i]);
 		pcp->batch = batch;
@@ -2041,7 +2081,7 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 	pg->nr_sections = (pg->npages + (1ull << SECTION_SHIFT) - 1) >> SECTION_SHIFT;
 	pg->sections_len = pg->nr_sections * sizeof(struct section);
 	pg->pcp_len = ncpu * sizeof(struct pcp);
-	if (al_counters_init(&pg->ctr, PC_NR, pages_counter_names, ncpu))
+	if (al_counters_init_desc(&pg->ctr, pages_counters, PAGE_NR, 0, ncpu))
 		goto out_free;
 	pg->map = map_get(pg->map_len, &pg->map_map_len);
 	pg->pageblock = al_meta_alloc(pg->pageblock_len);
@@ -2097,6 +2137,8 @@ static const struct al_layer_desc pages_desc = {
 	.max_size = AL_PAGE_SIZE << AL_MAX_PAGE_ORDER,
 	.nparams = P_NR,
 	.params = pages_params,
+	.counters = pages_counters,
+	.ncounters = PAGE_NR,
 	.check_params = pages_check_params,
 	.create = pages_create,
 };

@@ -64,6 +64,11 @@
  * free_lock, never two of the others at once; the pages layer's locks are
  * taken with none of these held.
  *
+ * Counters (vm_counters): vmalloc and vfree find their per-CPU block once;
+ * pages_alloc and pages_freed are kept at every stats level, so bytes_held
+ * is right with stats off. free_lock counts as va_lock_*, the busy locks
+ * together as busy_lock_*; the purge and lazy locks count nothing.
+ *
  * Invariants (vm_check): free ranges are ordered, disjoint, non-adjacent
  * (merged), and their subtree_max and heap order hold; free, lazy and busy
  * areas tile the virtual range; every vmalloc area maps exactly its pages
@@ -142,58 +147,57 @@ struct chunk {
 	size_t len;	    /* mapping length */
 };
 
-#define VM_COUNTERS(X)                                                                        \
-	X(vmallocs, "areas allocated (vmalloc, __vmalloc_node, vmalloc_huge)")                \
-	X(vfrees, "areas freed")                                                              \
-	X(vmalloc_failed, "vmallocs that returned NULL")                                      \
-	X(map_ram, "vm_map_ram calls")                                                        \
-	X(unmap_ram, "vm_unmap_ram calls")                                                    \
-	X(vb_allocs, "vm_map_ram served by a vmap block")                                     \
-	X(vb_new, "vmap blocks created")                                                      \
-	X(vb_freed, "vmap blocks freed (all pieces unmapped)")                                \
-	X(pages_alloc, "pages obtained for areas")                                            \
-	X(pages_freed, "pages given back by vfree")                                           \
-	X(high_order_blocks, "high-order blocks obtained (high_order, pcp_first buddy step)") \
-	X(high_order_failed, "high-order attempts that failed (order not retried)")           \
-	X(pcp_first_blocks, "blocks taken from this CPU's page lists (pcp_first)")            \
-	X(bulk_calls, "alloc_pages_bulk calls (stage B)")                                     \
-	X(bulk_pages, "pages from alloc_pages_bulk")                                          \
-	X(single_allocs, "single allocations (stage C; huge blocks)")                         \
-	X(huge_areas, "areas mapped with a huge granule (PMD or contiguous PTEs)")            \
-	X(huge_fallbacks, "huge attempts that fell back to small pages")                      \
-	X(page_frees, "__free_page calls (free=per_page)")                                    \
-	X(bulk_frees, "free_pages_bulk calls (free=bulk)")                                    \
-	X(pte_writes, "PTEs written")                                                         \
-	X(pte_clears, "PTEs cleared")                                                         \
-	X(pmd_huge, "PMD entries written for huge mappings")                                  \
-	X(pte_tables, "PTE tables populated")                                                 \
-	X(cont_groups, "contiguous-PTE groups written (arm64)")                               \
-	X(va_allocs, "virtual ranges allocated (areas and vmap blocks)")                      \
-	X(va_lazy, "virtual ranges freed lazily")                                             \
-	X(purges, "lazy purges (one TLB flush each)")                                         \
-	X(purged_areas, "areas merged back into the free tree by purges")                     \
-	X(purge_retries, "allocations that purged and retried for lack of a range")           \
-	X(bytes_requested, "bytes asked for by vmallocs")                                     \
-	X(bytes_mapped, "bytes of vmalloc areas mapped")                                      \
-	X(bytes_unmapped, "bytes of vmalloc areas unmapped by vfree")                         \
-	X(invalid_frees, "vfree/vm_unmap_ram of an address that is not such an area")         \
-	X(enomem, "failures: no pages or no virtual range")                                   \
-	X(einval, "calls rejected: bad size, alignment or context")
+/*
+ * vmalloc and vfree find their block once and add to it; pages_alloc and
+ * pages_freed are counted at every stats level (al_ctr_block_acct: the
+ * leak check's bytes_held is made of them), and the bytes mapped and
+ * unmapped follow from them (reported by vmalloc_stats()).
+ */
+#define VM_COUNTERS(C, D, P)                                                                       \
+	C(P, vmallocs, AL_CTR_KEY, "areas allocated (vmalloc, __vmalloc_node, vmalloc_huge)")      \
+	C(P, vfrees, AL_CTR_KEY, "areas freed")                                                    \
+	C(P, vmalloc_failed, AL_CTR_KEY, "vmallocs that returned NULL")                            \
+	C(P, map_ram, AL_CTR_KEY, "vm_map_ram calls")                                              \
+	C(P, unmap_ram, AL_CTR_KEY, "vm_unmap_ram calls")                                          \
+	C(P, vb_allocs, AL_CTR_KEY, "vm_map_ram served by a vmap block")                           \
+	C(P, vb_new, AL_CTR_KEY, "vmap blocks created")                                            \
+	C(P, vb_freed, AL_CTR_KEY, "vmap blocks freed (all pieces unmapped)")                      \
+	C(P, pages_alloc, AL_CTR_KEY, "pages obtained for areas (kept at every stats level)")      \
+	C(P, pages_freed, AL_CTR_KEY, "pages given back by vfree (kept at every stats level)")     \
+	C(P, high_order_blocks, AL_CTR_KEY,                                                        \
+	  "high-order blocks obtained (high_order, pcp_first buddy step)")                         \
+	C(P, high_order_failed, AL_CTR_KEY, "high-order attempts that failed (order not retried)") \
+	C(P, pcp_first_blocks, AL_CTR_KEY, "blocks taken from this CPU's page lists (pcp_first)")  \
+	C(P, bulk_calls, AL_CTR_KEY, "alloc_pages_bulk calls (stage B)")                           \
+	C(P, bulk_pages, AL_CTR_KEY, "pages from alloc_pages_bulk")                                \
+	C(P, single_allocs, AL_CTR_KEY, "single allocations (stage C; huge blocks)")               \
+	C(P, huge_areas, AL_CTR_KEY, "areas mapped with a huge granule (PMD or contiguous PTEs)")  \
+	C(P, huge_fallbacks, AL_CTR_KEY, "huge attempts that fell back to small pages")            \
+	C(P, page_frees, 0, "__free_page calls (free=per_page)")                                   \
+	C(P, bulk_frees, 0, "free_pages_bulk calls (free=bulk)")                                   \
+	C(P, pte_writes, AL_CTR_KEY, "PTEs written")                                               \
+	C(P, pte_clears, 0, "PTEs cleared")                                                        \
+	C(P, pmd_huge, 0, "PMD entries written for huge mappings")                                 \
+	C(P, pte_tables, 0, "PTE tables populated")                                                \
+	C(P, cont_groups, 0, "contiguous-PTE groups written (arm64)")                              \
+	C(P, va_allocs, 0, "virtual ranges allocated (areas and vmap blocks)")                     \
+	C(P, va_lazy, 0, "virtual ranges freed lazily")                                            \
+	C(P, purges, AL_CTR_KEY, "lazy purges (one TLB flush each)")                               \
+	C(P, purged_areas, 0, "areas merged back into the free tree by purges")                    \
+	C(P, purge_retries, AL_CTR_KEY, "allocations that purged and retried for lack of a range") \
+	C(P, bytes_requested, 0, "bytes asked for by vmallocs")                                    \
+	D(P, bytes_mapped, 0, "", "bytes of vmalloc areas mapped (pages_alloc pages)")             \
+	D(P, bytes_unmapped, 0, "",                                                                \
+	  "bytes of vmalloc areas unmapped by vfree (pages_freed pages)")                          \
+	C(P, invalid_frees, AL_CTR_KEY,                                                            \
+	  "vfree/vm_unmap_ram of an address that is not such an area")                             \
+	C(P, enomem, AL_CTR_KEY, "failures: no pages or no virtual range")                         \
+	C(P, einval, AL_CTR_KEY, "calls rejected: bad size, alignment or context")                 \
+	AL_LOCK_COUNTERS(C, P, va_lock, "the free-range lock")                                     \
+	AL_LOCK_COUNTERS(C, P, busy_lock, "the busy-tree locks")                                   \
+	D(P, lazy_pages, AL_CTR_GAUGE, "", "pages of lazily freed ranges not yet purged")
 
-#define VM_CTR_ENUM(name, doc) VC_##name,
-enum { VM_COUNTERS(VM_CTR_ENUM) VC_NR };
-
-static const char *const vm_counter_names[VC_NR] = { VM_COUNTERS(AL_CTR_NAME) };
-
-static const char *const va_lock_names[6] = {
-	"va_lock_acquired", "va_lock_contended", "va_lock_failed",
-	"va_lock_wait_ns",  "va_lock_hold_ns",	 "va_lock_owner_switches",
-};
-
-static const char *const busy_lock_names[6] = {
-	"busy_lock_acquired", "busy_lock_contended", "busy_lock_failed",
-	"busy_lock_wait_ns",  "busy_lock_hold_ns",   "busy_lock_owner_switches",
-};
+AL_COUNTERS_DEFINE(VM_COUNTERS, VMAL_, vm_counters);
 
 enum {
 	P_ALLOC,
@@ -238,7 +242,7 @@ struct vm {
 	struct vcpu *cpus;	     /* ncpu */
 	size_t cpus_len;	     /* bytes of cpus[] */
 	struct chunk *chunks;	     /* metadata chunks (lock-free stack) */
-	struct al_counters ctr;	     /* VM_COUNTERS */
+	struct al_counters ctr;	     /* vm_counters */
 };
 
 static const struct al_ops vm_ops;
@@ -451,13 +455,13 @@ static int vmap_pages(struct vm *v, const struct al_ctx *c, uintptr_t addr, cons
 	}
 out:
 	*mapped = i;
-	al_count(&v->ctr, c, VC_pte_writes, ptes);
+	al_count(&v->ctr, c, VMAL_pte_writes, ptes);
 	if (tables)
-		al_count(&v->ctr, c, VC_pte_tables, tables);
+		al_count(&v->ctr, c, VMAL_pte_tables, tables);
 	if (groups)
-		al_count(&v->ctr, c, VC_cont_groups, groups);
+		al_count(&v->ctr, c, VMAL_cont_groups, groups);
 	if (huge)
-		al_count(&v->ctr, c, VC_pmd_huge, huge);
+		al_count(&v->ctr, c, VMAL_pmd_huge, huge);
 	return ret;
 }
 
@@ -487,7 +491,7 @@ static void vunmap_pages(struct vm *v, const struct al_ctx *c, uintptr_t addr, u
 		}
 		a = next;
 	}
-	al_count(&v->ctr, c, VC_pte_clears, cleared);
+	al_count(&v->ctr, c, VMAL_pte_clears, cleared);
 }
 
 /* ---- virtual ranges ---- */
@@ -581,8 +585,8 @@ static int purge(struct vm *v, const struct al_ctx *c, bool wait)
 	al_lock_release(&v->free_lock, c);
 	__atomic_sub_fetch(&v->lazy_nr, pages, __ATOMIC_RELAXED);
 	al_lock_release(&v->purge_lock, c);
-	al_count(&v->ctr, c, VC_purges, 1);
-	al_count(&v->ctr, c, VC_purged_areas, areas);
+	al_count(&v->ctr, c, VMAL_purges, 1);
+	al_count(&v->ctr, c, VMAL_purged_areas, areas);
 	return (int)areas;
 }
 
@@ -604,7 +608,7 @@ static void free_va_lazy(struct vm *v, const struct al_ctx *c, struct vmap_area 
 	va->next = vn->lazy;
 	__atomic_store_n(&vn->lazy, va, __ATOMIC_RELAXED);
 	al_lock_release(&vn->lazy_lock, c);
-	al_count(&v->ctr, c, VC_va_lazy, 1);
+	al_count(&v->ctr, c, VMAL_va_lazy, 1);
 	if (lazy > v->lazy_max)
 		purge(v, c, false);
 }
@@ -683,11 +687,11 @@ static int va_claim(struct vm *v, struct al_ctx *c, struct vcpu *vc, size_t len,
 		if (found)
 			break;
 		if (purged) {
-			al_count(&v->ctr, c, VC_enomem, 1);
+			al_count(&v->ctr, c, VMAL_enomem, 1);
 			return -ENOMEM;
 		}
 		purged = true;
-		al_count(&v->ctr, c, VC_purge_retries, 1);
+		al_count(&v->ctr, c, VMAL_purge_retries, 1);
 		purge(v, c, true);
 	}
 	if (gone)
@@ -746,7 +750,7 @@ static struct vmap_area *alloc_va(struct vm *v, struct al_ctx *c, size_t size, s
 		c->err = ret;
 		return NULL;
 	}
-	al_count(&v->ctr, c, VC_va_allocs, 1);
+	al_count(&v->ctr, c, VMAL_va_allocs, 1);
 	return va;
 }
 
@@ -810,9 +814,9 @@ static void high_order_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64
 		}
 	}
 	if (blocks)
-		al_count(&v->ctr, c, VC_high_order_blocks, blocks);
+		al_count(&v->ctr, c, VMAL_high_order_blocks, blocks);
 	if (failed)
-		al_count(&v->ctr, c, VC_high_order_failed, failed);
+		al_count(&v->ctr, c, VMAL_high_order_failed, failed);
 }
 
 /* pcp_first step 1: this CPU's page lists, high to low order, no refill. */
@@ -842,7 +846,7 @@ static void pcp_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64_t *pag
 		}
 	}
 	if (blocks)
-		al_count(&v->ctr, c, VC_pcp_first_blocks, blocks);
+		al_count(&v->ctr, c, VMAL_pcp_first_blocks, blocks);
 }
 
 /* pcp_first step 2: the buddy, high to low order, failed orders not retried. */
@@ -872,8 +876,8 @@ static unsigned area_alloc_pages(struct vm *v, struct al_ctx *c, unsigned order,
 		while (got < nr) {
 			want = nr - got < v->bulk_max ? nr - got : v->bulk_max;
 			n = al_alloc_pages_bulk(v->pg, c, 0, want, gfp, pages + got);
-			al_count(&v->ctr, c, VC_bulk_calls, 1);
-			al_count(&v->ctr, c, VC_bulk_pages, (uint64_t)n);
+			al_count(&v->ctr, c, VMAL_bulk_calls, 1);
+			al_count(&v->ctr, c, VMAL_bulk_pages, (uint64_t)n);
 			got += (unsigned)n;
 			if ((unsigned)n < want)
 				break;
@@ -884,7 +888,7 @@ static unsigned area_alloc_pages(struct vm *v, struct al_ctx *c, unsigned order,
 		if (al_alloc_pages(v->pg, c, order, gfp, &pfn))
 			break;
 		take_block(v, c, pfn, order, pages, &got);
-		al_count(&v->ctr, c, VC_single_allocs, 1);
+		al_count(&v->ctr, c, VMAL_single_allocs, 1);
 	}
 	return got;
 }
@@ -899,7 +903,7 @@ static int area_free_pages(struct vm *v, struct al_ctx *c, const uint64_t *pages
 		return 0;
 	if (v->free_strategy == FREE_BULK) {
 		ret = al_free_pages_bulk(v->pg, c, pages, nr);
-		al_count(&v->ctr, c, VC_bulk_frees, 1);
+		al_count(&v->ctr, c, VMAL_bulk_frees, 1);
 		return ret < 0 ? ret : 0;
 	}
 	for (i = 0; i < nr; i++) {
@@ -907,7 +911,7 @@ static int area_free_pages(struct vm *v, struct al_ctx *c, const uint64_t *pages
 		if (ret && !err)
 			err = ret;
 	}
-	al_count(&v->ctr, c, VC_page_frees, nr);
+	al_count(&v->ctr, c, VMAL_page_frees, nr);
 	return err;
 }
 
@@ -917,7 +921,7 @@ static al_noinline al_cold void *vm_fail(struct vm *v, struct al_ctx *c, int err
 {
 	c->err = err;
 	al_count(&v->ctr, c, ctr, 1);
-	al_count(&v->ctr, c, VC_vmalloc_failed, 1);
+	al_count(&v->ctr, c, VMAL_vmalloc_failed, 1);
 	return NULL;
 }
 
@@ -944,7 +948,7 @@ static int area_populate(struct vm *v, struct al_ctx *c, struct vmap_area *va, u
 	uint32_t cls;
 	int ret;
 
-	*ctr = VC_enomem;
+	*ctr = VMAL_enomem;
 	*short_pages = false;
 	pages = array_get(v, c->cpu, nr, &cls);
 	if (!pages) {
@@ -960,7 +964,7 @@ static int area_populate(struct vm *v, struct al_ctx *c, struct vmap_area *va, u
 	ret = vmap_pages(v, c, va->node.start, pages, nr, shift, &mapped);
 	if (al_unlikely(ret)) {
 		vunmap_pages(v, c, va->node.start, mapped);
-		*ctr = VC_einval;
+		*ctr = VMAL_einval;
 		goto out_pages;
 	}
 	va->pages = pages;
@@ -991,6 +995,7 @@ static unsigned huge_shift(const struct vm *v, size_t size, unsigned vmflags)
 
 static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align, unsigned vmflags)
 {
+	uint64_t *acct, *b;
 	size_t real_size, real_align;
 	unsigned shift, nr, ctr;
 	unsigned gfp = (vmflags & AL_VM_ZERO) ? AL_GFP_ZERO : 0;
@@ -999,9 +1004,9 @@ static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align,
 	int ret;
 
 	if (al_unlikely(c->level != AL_CTX_TASK))
-		return vm_fail(v, c, -EPERM, VC_einval);
+		return vm_fail(v, c, -EPERM, VMAL_einval);
 	if (al_unlikely(!size || size > v->va_size / 2 || (align & (align - 1))))
-		return vm_fail(v, c, -EINVAL, VC_einval);
+		return vm_fail(v, c, -EINVAL, VMAL_einval);
 	if (align < PAGE_SIZE)
 		align = PAGE_SIZE;
 	real_size = size = align_up(size, PAGE_SIZE);
@@ -1015,7 +1020,7 @@ static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align,
 	for (;;) {
 		va = alloc_va(v, c, size + PAGE_SIZE, align, VA_VMALLOC); /* + the guard page */
 		if (!va)
-			return vm_fail(v, c, c->err, VC_enomem);
+			return vm_fail(v, c, c->err, VMAL_enomem);
 		nr = (unsigned)(size >> PAGE_SHIFT);
 		ret = area_populate(v, c, va, shift, nr, gfp, &ctr, &short_pages);
 		if (!ret)
@@ -1023,30 +1028,32 @@ static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align,
 		if (!short_pages || shift == PAGE_SHIFT)
 			return vm_fail(v, c, ret, ctr);
 		/* The huge attempt failed: small pages, the caller's alignment. */
-		al_count(&v->ctr, c, VC_huge_fallbacks, 1);
+		al_count(&v->ctr, c, VMAL_huge_fallbacks, 1);
 		shift = PAGE_SHIFT;
 		align = real_align;
 		size = real_size;
 	}
 	va->requested = real_size;
-	al_count(&v->ctr, c, VC_vmallocs, 1);
-	al_count(&v->ctr, c, VC_pages_alloc, nr);
-	al_count(&v->ctr, c, VC_bytes_requested, real_size);
-	al_count(&v->ctr, c, VC_bytes_mapped, (uint64_t)nr << PAGE_SHIFT);
+	acct = al_ctr_block_acct(&v->ctr, c);
+	b = al_counters_on(&v->ctr) ? acct : NULL;
+	al_ctr_add(acct, VMAL_pages_alloc, nr);
+	al_ctr_add(b, VMAL_vmallocs, 1);
+	al_ctr_add(b, VMAL_bytes_requested, real_size);
 	if (shift > PAGE_SHIFT)
-		al_count(&v->ctr, c, VC_huge_areas, 1);
+		al_ctr_add(b, VMAL_huge_areas, 1);
 	return (void *)va->node.start;
 }
 
 static al_noinline al_cold int free_reject(struct vm *v, const struct al_ctx *c)
 {
-	al_count(&v->ctr, c, VC_invalid_frees, 1);
+	al_count(&v->ctr, c, VMAL_invalid_frees, 1);
 	return -EINVAL;
 }
 
 /* vfree(): unmap, free the pages, free the range lazily. */
 static int vm_free(struct vm *v, struct al_ctx *c, const void *addr)
 {
+	uint64_t *acct;
 	struct vmap_area *va;
 	unsigned nr;
 	int ret;
@@ -1064,9 +1071,9 @@ static int vm_free(struct vm *v, struct al_ctx *c, const void *addr)
 	array_put(v, c->cpu, va->pages, va->pages_class);
 	va->pages = NULL;
 	free_va_lazy(v, c, va);
-	al_count(&v->ctr, c, VC_vfrees, 1);
-	al_count(&v->ctr, c, VC_pages_freed, nr);
-	al_count(&v->ctr, c, VC_bytes_unmapped, (uint64_t)nr << PAGE_SHIFT);
+	acct = al_ctr_block_acct(&v->ctr, c);
+	al_ctr_add(acct, VMAL_pages_freed, nr);
+	al_ctr_add(al_counters_on(&v->ctr) ? acct : NULL, VMAL_vfrees, 1);
 	return ret;
 }
 
@@ -1078,7 +1085,7 @@ static void vb_free_block(struct vm *v, const struct al_ctx *c, struct vmap_area
 			 __ATOMIC_RELEASE);
 	if (unlink_va(v, c, vb->node.start, VA_BLOCK) == vb)
 		free_va_lazy(v, c, vb);
-	al_count(&v->ctr, c, VC_vb_freed, 1);
+	al_count(&v->ctr, c, VMAL_vb_freed, 1);
 }
 
 /* Retire a block: its pieces never handed out count as unmapped. */
@@ -1111,13 +1118,13 @@ static uintptr_t vb_alloc(struct vm *v, struct al_ctx *c, unsigned n)
 		__atomic_store_n(&v->vb_index[(vb->node.start - v->va_base) >> VMAP_BLOCK_SHIFT],
 				 vb, __ATOMIC_RELEASE);
 		vc->vb = vb;
-		al_count(&v->ctr, c, VC_vb_new, 1);
+		al_count(&v->ctr, c, VMAL_vb_new, 1);
 	}
 	addr = vb->node.start + ((uintptr_t)(VMAP_BBMAP_BITS - vb->vb_free) << PAGE_SHIFT);
 	vb->vb_free -= need;
 	if (!vb->vb_free)
 		vc->vb = NULL; /* full: off the queue */
-	al_count(&v->ctr, c, VC_vb_allocs, 1);
+	al_count(&v->ctr, c, VMAL_vb_allocs, 1);
 	return addr;
 }
 
@@ -1148,7 +1155,7 @@ static void *vm_map_ram(struct vm *v, struct al_ctx *c, const uint64_t *pfns, un
 	if (al_unlikely(c->level != AL_CTX_TASK || !n || !pfns ||
 			(size_t)n << PAGE_SHIFT > v->va_size / 2)) {
 		c->err = c->level != AL_CTX_TASK ? -EPERM : -EINVAL;
-		al_count(&v->ctr, c, VC_einval, 1);
+		al_count(&v->ctr, c, VMAL_einval, 1);
 		return NULL;
 	}
 	if (n <= VMAP_MAX_ALLOC) {
@@ -1173,7 +1180,7 @@ static void *vm_map_ram(struct vm *v, struct al_ctx *c, const uint64_t *pfns, un
 		c->err = ret;
 		return NULL;
 	}
-	al_count(&v->ctr, c, VC_map_ram, 1);
+	al_count(&v->ctr, c, VMAL_map_ram, 1);
 	return (void *)addr;
 }
 
@@ -1204,7 +1211,7 @@ static int vm_unmap_ram(struct vm *v, struct al_ctx *c, uintptr_t addr, unsigned
 		ret = 0;
 	}
 	if (!ret)
-		al_count(&v->ctr, c, VC_unmap_ram, 1);
+		al_count(&v->ctr, c, VMAL_unmap_ram, 1);
 	return ret;
 }
 
@@ -1407,25 +1414,26 @@ static void vmalloc_drain(struct al_allocator *a, struct al_ctx *c, unsigned sco
 	purge(v, c, true);
 }
 
+/* Counted at every stats level (al_ctr_block_acct). */
 static int64_t vm_held(const struct vm *v)
 {
-	return (int64_t)(al_counters_sum(&v->ctr, VC_bytes_mapped) -
-			 al_counters_sum(&v->ctr, VC_bytes_unmapped));
+	return (int64_t)(al_counters_sum(&v->ctr, VMAL_pages_alloc) -
+			 al_counters_sum(&v->ctr, VMAL_pages_freed))
+	       << PAGE_SHIFT;
 }
 
 static void vmalloc_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct vm *v = to_vm(a);
-	struct al_lock_stats busy = { 0 };
-	unsigned i;
 
 	out->layer = "vmalloc";
 	out->bytes_held = vm_held(v);
+	if (!al_counters_on(&v->ctr))
+		return;
+	al_stats_add(out, "bytes_mapped", al_counters_sum(&v->ctr, VMAL_pages_alloc) << PAGE_SHIFT);
+	al_stats_add(out, "bytes_unmapped",
+		     al_counters_sum(&v->ctr, VMAL_pages_freed) << PAGE_SHIFT);
 	al_counters_report(&v->ctr, out);
-	al_lock_report(&v->free_lock, va_lock_names, out);
-	for (i = 0; i < v->nr_nodes; i++)
-		al_lock_stats_add(&v->nodes[i].busy_lock, &busy);
-	al_lock_stats_report(&busy, busy_lock_names, out);
 	al_stats_add_gauge(out, "lazy_pages", __atomic_load_n(&v->lazy_nr, __ATOMIC_RELAXED));
 }
 
@@ -1702,7 +1710,7 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	v->nr_nodes = ncpu < MAX_NODES ? ncpu : MAX_NODES;
 	v->nodes_len = v->nr_nodes * sizeof(struct vnode);
 	v->cpus_len = ncpu * sizeof(struct vcpu);
-	if (al_counters_init(&v->ctr, VC_NR, vm_counter_names, ncpu))
+	if (al_counters_init_desc(&v->ctr, vm_counters, VMAL_NR, 0, ncpu))
 		goto out_free;
 	v->pte = al_meta_alloc(v->pte_len);
 	v->pmd = al_meta_alloc(v->pmd_len);
@@ -1717,10 +1725,12 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 		goto out_free;
 	v->va_base = align_up((uintptr_t)v->map, va_base_align(v->va_size));
 	al_lock_init(&v->free_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
+	al_lock_count_in(&v->free_lock, &v->ctr, VMAL_va_lock_acquired);
 	al_lock_init(&v->purge_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
 	for (i = 0; i < v->nr_nodes; i++) {
 		al_lock_init(&v->nodes[i].busy_lock, (uint64_t)params[P_LOCK_BUDGET],
 			     params[P_LOCK_TIMING]);
+		al_lock_count_in(&v->nodes[i].busy_lock, &v->ctr, VMAL_busy_lock_acquired);
 		al_lock_init(&v->nodes[i].lazy_lock, (uint64_t)params[P_LOCK_BUDGET],
 			     params[P_LOCK_TIMING]);
 	}
@@ -1781,6 +1791,8 @@ static const struct al_layer_desc vmalloc_desc = {
 	.max_size_of = vmalloc_max_size_of,
 	.nparams = P_NR,
 	.params = vmalloc_params,
+	.counters = vm_counters,
+	.ncounters = VMAL_NR,
 	.check_params = vmalloc_check_params,
 	.create = vmalloc_create,
 };

@@ -594,6 +594,8 @@ static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 	ret = -ENOMEM;
 	if (!m->buckets || !m->w)
 		goto out_free;
+	/* Not counted in any counters (no al_lock_count_in): the workload reports
+	 * its own lock_fails, nothing reports the locks' statistics. */
 	for (i = 0; i < m->nbuckets; i++)
 		al_lock_init(&m->buckets[i].lock, LS_BUCKET_BUDGET, false);
 	ret = al_defer_create(nworkers, &dp, &m->rcu);

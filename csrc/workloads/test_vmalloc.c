@@ -652,6 +652,7 @@ static int tv_setup(const int64_t *params, unsigned nworkers, void **shared)
 	(void)params;
 	if (!sh)
 		return -ENOMEM;
+	/* Not counted (no al_lock_count_in): nothing reports its statistics. */
 	al_lock_init(&sh->lock, 10000000000ull, false);
 	sh->ncpu = nworkers;
 	sh->rec_size = (sizeof(struct pcpu_chunk) + PCPU_UNIT_PAGES * nworkers * sizeof(uint64_t) +

@@ -5,6 +5,11 @@
  * of one batch, and a refill brings `batch` objects. Fewer, larger trips to
  * the backend on free-heavy phases; a colder cache afterwards.
  *
+ * Counters are declared once with docs (AL_COUNTERS_DEFINE): a hit adds to
+ * one per-CPU slot, found once per call; allocs follows from hits and
+ * refills and is derived when reported, and bytes_held comes from the
+ * backend's and the caches' state, so it is right at every stats level.
+ *
  * An example plugin: compile and run it beside the built-ins with
  *   alloclab run malloc-free --plugin examples/plugins/halfspill.c \
  *       --policy 'halfspill > buddy' --policy libarena-spill
@@ -24,17 +29,16 @@ static const struct al_param_desc hs_params[P_NR] = {
 	[P_batch] = { "batch", AL_PARAM_INT, 8, 1, 512, NULL, "objects per refill" },
 };
 
-#define HS_COUNTERS(X)                                   \
-	X(hits, "allocations served from the cache")     \
-	X(refills, "refills from the backend")           \
-	X(spills, "half-capacity spills to the backend") \
-	X(bytes_allocated, "class bytes handed out")     \
-	X(bytes_freed, "class bytes taken back")
+/* C: counted; D: derived from a formula, or ("") reported by hs_stats(). */
+#define HS_COUNTERS(C, D, P)                                                              \
+	C(P, hits, AL_CTR_KEY, "allocations served from the cache")                       \
+	C(P, refills, AL_CTR_KEY, "allocations that refilled the cache from the backend") \
+	D(P, allocs, AL_CTR_KEY, "hits+refills", "allocations of cached orders")          \
+	C(P, frees, AL_CTR_KEY, "frees kept in the cache")                                \
+	C(P, spills, AL_CTR_KEY, "half-capacity spills to the backend")                   \
+	D(P, objects_cached, AL_CTR_GAUGE, "", "objects in the per-CPU caches")
 
-#define X(name, doc) HS_##name,
-enum { HS_COUNTERS(X) HS_NR };
-#undef X
-static const char *const hs_names[] = { HS_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(HS_COUNTERS, HS_, hs_counters);
 
 struct hs_stack {
 	unsigned elems; /* objects cached */
@@ -83,10 +87,9 @@ static void *hs_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, uns
 		s->elems = (unsigned)n;
 		al_count(&h->ctr, c, HS_refills, 1);
 	} else {
-		al_count(&h->ctr, c, HS_hits, 1);
+		al_count(&h->ctr, c, HS_hits, 1); /* the hit path's one count */
 	}
 	p = s->objects[--s->elems];
-	al_count(&h->ctr, c, HS_bytes_allocated, (size_t)16 << order);
 	if (flags & AL_ZERO)
 		memset(p, 0, size);
 	return p;
@@ -98,22 +101,24 @@ static int hs_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	struct al_allocator *below = a->below;
 	int order = order_floor(p ? below->ops->usable_size(below, p) : 0);
 	struct hs_stack *s;
+	uint64_t *b;
 
 	if (!p)
 		return 0;
 	if (order < 0 || order >= HS_MAX_ORDERS)
 		return al_free(below, c, p);
 	s = stack_of(h, c->cpu, (unsigned)order);
+	b = al_ctr_block(&h->ctr, c); /* once per call; NULL when stats are off */
 	if (s->elems == h->capacity) {
 		unsigned half = h->capacity / 2;
 
 		if (al_free_bulk(below, c, &s->objects[s->elems - half], half) < 0)
 			return al_free(below, c, p);
 		s->elems -= half;
-		al_count(&h->ctr, c, HS_spills, 1);
+		al_ctr_add(b, HS_spills, 1);
 	}
 	s->objects[s->elems++] = p;
-	al_count(&h->ctr, c, HS_bytes_freed, (size_t)16 << order);
+	al_ctr_add(b, HS_frees, 1);
 	return 0;
 }
 
@@ -137,10 +142,21 @@ static void hs_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 static void hs_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct halfspill *h = (struct halfspill *)a;
+	uint64_t cached = 0, cached_bytes = 0;
+	unsigned cpu, o;
 
-	out->bytes_held = (int64_t)(al_counters_sum(&h->ctr, HS_bytes_allocated) -
-				    al_counters_sum(&h->ctr, HS_bytes_freed));
-	al_counters_report(&h->ctr, out);
+	for (cpu = 0; cpu < a->ncpu; cpu++)
+		for (o = 0; o < HS_MAX_ORDERS; o++) {
+			uint64_t n = __atomic_load_n(&stack_of(h, cpu, o)->elems, __ATOMIC_RELAXED);
+
+			cached += n;
+			cached_bytes += n * ((uint64_t)16 << o);
+		}
+	/* The backend counts the cached objects as allocated: callers hold the rest. */
+	out->bytes_held = al_below_bytes_held(a) - (int64_t)cached_bytes;
+	al_counters_report(&h->ctr, out); /* nothing when stats are off */
+	if (al_counters_on(&h->ctr))
+		al_stats_add_gauge(out, "objects_cached", cached);
 }
 
 /* Free what create made; a part not made yet is skipped. */
@@ -190,7 +206,7 @@ static int hs_create(const struct al_layer_desc *d, const int64_t *p, struct al_
 	h->slots_len = sizeof(void *) * h->capacity * ncpu * HS_MAX_ORDERS;
 	h->stacks = al_meta_alloc(h->stacks_len);
 	h->slots = al_meta_alloc(h->slots_len);
-	if (!h->stacks || !h->slots || al_counters_init(&h->ctr, HS_NR, hs_names, ncpu))
+	if (!h->stacks || !h->slots || al_counters_init_desc(&h->ctr, hs_counters, HS_NR, 0, ncpu))
 		goto out_free;
 	for (i = 0; i < ncpu * HS_MAX_ORDERS; i++)
 		h->stacks[i].objects = h->slots + (size_t)i * h->capacity;
@@ -209,6 +225,8 @@ static const struct al_layer_desc hs_desc = {
 	.features = AL_F_BACKEND | AL_F_OWNS | AL_F_USABLE,
 	.nparams = P_NR,
 	.params = hs_params,
+	.counters = hs_counters, /* their docs reach `alloclab list halfspill` */
+	.ncounters = HS_NR,
 	.create = hs_create,
 };
 

@@ -7,7 +7,9 @@
  * (alloc/free of every order, split_page, alloc_pages_bulk,
  * free_pages_bulk, drains), free_pages_bulk's aligned blocks, invalid and
  * double frees, exhaustion and recovery, and a two-thread stress with
- * cross-CPU frees (run under ASan and TSan by CI).
+ * cross-CPU frees (run under ASan and TSan by CI). The counters: declared
+ * with docs, derived entries exact against the per-order counts, lock
+ * counts, and stats levels (off keeps bytes_held and the walker right).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -615,6 +617,160 @@ TEST(test_two_thread_stress)
 	al_stack_destroy(sh.a);
 }
 
+/* Every counter is documented, and every formula sums counted entries of
+ * the same list (a misspelt term would add nothing, silently). */
+static int check_descs(const struct al_layer_desc *d)
+{
+	unsigned i, j, bad = 0;
+
+	for (i = 0; i < d->ncounters; i++) {
+		const struct al_counter_desc *e = &d->counters[i];
+		const char *f = e->formula;
+
+		if (!e->doc || !*e->doc)
+			bad++;
+		if (!(e->flags & AL_CTR_DERIVED))
+			continue;
+		while (f && *f) {
+			size_t n = strcspn(f, "+-");
+
+			for (j = 0; j < d->ncounters; j++)
+				if (strlen(d->counters[j].name) == n &&
+				    !memcmp(d->counters[j].name, f, n) &&
+				    !(d->counters[j].flags & (AL_CTR_DERIVED | AL_CTR_REPORTED)))
+					break;
+			if (j == d->ncounters) {
+				fprintf(stderr, "%s: bad term in %s = %s\n", d->name, e->name,
+					e->formula);
+				bad++;
+			}
+			f += n + (f[n] != 0);
+		}
+	}
+	return (int)bad;
+}
+
+/* The flags of the counter named `name` in d's list, or -1. */
+static int ctr_flags(const struct al_layer_desc *d, const char *name)
+{
+	unsigned i;
+
+	for (i = 0; i < d->ncounters; i++)
+		if (!strcmp(d->counters[i].name, name))
+			return (int)d->counters[i].flags;
+	return -1;
+}
+
+/*
+ * A PCP hit counts one per-order slot; blocks, pages and PCP hits are
+ * derived from the per-order counts: split_page adds its pages as blocks,
+ * a bulk-freed block counts its pages as frees.
+ */
+TEST(test_counters_declared_and_derived)
+{
+	const struct al_layer_desc *d = al_layer_find("pages");
+	struct al_allocator *a = make_pages(16 << 20, 63, 1000, 1);
+	uint64_t p0, p2, p5, split[4];
+	struct al_ctx c;
+	unsigned i;
+
+	CHECK(d && d->counters && d->ncounters > 50);
+	CHECK_EQ(check_descs(d), 0);
+	CHECK_EQ(ctr_flags(d, "allocs"), AL_CTR_KEY | AL_CTR_DERIVED);
+	CHECK_EQ(ctr_flags(d, "pcp_allocs"), AL_CTR_KEY | AL_CTR_DERIVED);
+	CHECK_EQ(ctr_flags(d, "pages_alloc"), AL_CTR_REPORTED);
+	CHECK_EQ(ctr_flags(d, "alloc_o0"), AL_CTR_KEY);
+	CHECK_EQ(ctr_flags(d, "zone_lock_acquired"), AL_CTR_KEY);
+	CHECK_EQ(ctr_flags(d, "pcp_lock_wait_ns"), AL_CTR_NS);
+	CHECK_EQ(ctr_flags(d, "free_pages"), AL_CTR_GAUGE | AL_CTR_REPORTED);
+	CHECK(a != NULL);
+	al_ctx_init(&c, 0);
+	CHECK_EQ(al_alloc_pages(a, &c, 0, 0, &p0), 0); /* refill, then a PCP hit */
+	CHECK_EQ(al_alloc_pages(a, &c, 2, 0, &p2), 0);
+	CHECK_EQ(al_alloc_pages(a, &c, 5, 0, &p5), 0); /* not PCP-allowed: the zone */
+	CHECK_EQ(t_stat(a, 0, "alloc_o0"), 1);
+	CHECK_EQ(t_stat(a, 0, "alloc_o2"), 1);
+	CHECK_EQ(t_stat(a, 0, "alloc_o5"), 1);
+	CHECK_EQ(t_stat(a, 0, "allocs"), 3);
+	CHECK_EQ(t_stat(a, 0, "pcp_allocs"), 2);
+	CHECK_EQ(t_stat(a, 0, "zone_allocs"), 1);
+	CHECK_EQ(t_stat(a, 0, "pages_alloc"), 1 + 4 + 32);
+	CHECK_EQ(t_stat(a, 0, "bytes_held"), 37 * 4096);
+	CHECK_EQ(t_stat(a, 0, "pcp_lock_acquired"), 2);
+	CHECK_EQ(t_stat(a, 0, "zone_lock_acquired"), 3); /* two refills, one rmqueue_buddy */
+	CHECK_EQ(t_stat(a, 0, "zone_lock_wait_ns"), -1); /* timed at stats=full only */
+	CHECK_EQ(al_split_page(a, &c, p2, 2), 0);
+	CHECK_EQ(t_stat(a, 0, "split_pages"), 1);
+	CHECK_EQ(t_stat(a, 0, "split_page_blocks"), 3);
+	CHECK_EQ(t_stat(a, 0, "allocs"), 6);
+	CHECK_EQ(t_stat(a, 0, "pages_alloc"), 37);
+	CHECK_EQ(walk(a), 0);
+	for (i = 0; i < 4; i++)
+		split[i] = p2 + i;
+	CHECK_EQ(al_free_pages_bulk(a, &c, split, 4), 4); /* one aligned order-2 block */
+	CHECK_EQ(t_stat(a, 0, "bulk_free_blocks"), 1);
+	CHECK_EQ(t_stat(a, 0, "bulk_free_pages"), 4);
+	CHECK_EQ(t_stat(a, 0, "frees"), 4);
+	CHECK_EQ(al_free_pages(a, &c, p5, 5), 0);
+	CHECK_EQ(al_free_pages(a, &c, p0, 0), 0);
+	CHECK_EQ(t_stat(a, 0, "free_o0"), 1);
+	CHECK_EQ(t_stat(a, 0, "free_o2"), 1);
+	CHECK_EQ(t_stat(a, 0, "free_o5"), 1);
+	CHECK_EQ(t_stat(a, 0, "frees"), 6);
+	CHECK_EQ(t_stat(a, 0, "pcp_frees"), 2);
+	CHECK_EQ(t_stat(a, 0, "zone_frees"), 1);
+	CHECK_EQ(t_stat(a, 0, "pages_freed"), 37);
+	CHECK_EQ(t_stat(a, 0, "bytes_held"), 0);
+	CHECK_EQ(walk(a), 0);
+	al_stack_destroy(a);
+}
+
+/* A stack made at one stats level: allocate, check, free, check. */
+static struct al_allocator *pages_at(unsigned level)
+{
+	unsigned prev = al_stats_level_set(level);
+	struct al_allocator *a = make_pages(16 << 20, 63, 1000, 1);
+
+	al_stats_level_set(prev);
+	return a;
+}
+
+/* stats=off counts and reports nothing, yet bytes_held (the leak check)
+ * and the walker stay right; stats=full adds the lock times. */
+TEST(test_stats_levels)
+{
+	struct al_allocator *a = pages_at(AL_STATS_OFF);
+	uint64_t pfn[8], big;
+	struct al_ctx c;
+
+	CHECK(a != NULL);
+	al_ctx_init(&c, 0);
+	CHECK_EQ(al_alloc_pages_bulk(a, &c, 0, 8, 0, pfn), 8);
+	CHECK_EQ(al_alloc_pages(a, &c, 6, 0, &big), 0);
+	CHECK_EQ(t_stat(a, 0, "bytes_held"), (8 + 64) * 4096);
+	CHECK_EQ(t_stat(a, 0, "allocs"), -1);
+	CHECK_EQ(t_stat(a, 0, "alloc_o0"), -1);
+	CHECK_EQ(t_stat(a, 0, "zone_lock_acquired"), -1);
+	CHECK_EQ(t_stat(a, 0, "free_pages"), -1);
+	CHECK_EQ(walk(a), 0);
+	CHECK_EQ(al_free_pages_bulk(a, &c, pfn, 8), 8);
+	CHECK_EQ(al_free_pages(a, &c, big, 6), 0);
+	CHECK_EQ(t_stat(a, 0, "bytes_held"), 0);
+	CHECK_EQ(walk(a), 0);
+	al_stack_destroy(a);
+
+	a = pages_at(AL_STATS_FULL);
+	CHECK(a != NULL);
+	CHECK_EQ(al_alloc_pages(a, &c, 6, 0, &big), 0);
+	CHECK_EQ(t_stat(a, 0, "zone_lock_acquired"), 1);
+	CHECK(t_stat(a, 0, "zone_lock_wait_ns") >= 0);
+	CHECK(t_stat(a, 0, "pcp_lock_hold_ns") >= 0);
+	CHECK_EQ(al_free_pages(a, &c, big, 6), 0);
+	CHECK_EQ(t_stat(a, 0, "zone_lock_acquired"), 2);
+	CHECK_EQ(t_stat(a, 0, "bytes_held"), 0);
+	al_stack_destroy(a);
+}
+
 int main(void)
 {
 	RUN(test_geometry_and_formulas);
@@ -629,5 +785,7 @@ int main(void)
 	RUN(test_alloc_bulk_and_pcp_only);
 	RUN(test_random_sequence_walker);
 	RUN(test_two_thread_stress);
+	RUN(test_counters_declared_and_derived);
+	RUN(test_stats_levels);
 	return TEST_SUMMARY();
 }

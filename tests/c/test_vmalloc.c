@@ -7,8 +7,8 @@
  * mapped pages, unmapped areas fault), lazy purge and range reuse,
  * alignment, vm_map_ram (vmap blocks and large areas), invalid frees,
  * exhaustion of pages and of virtual space with recovery, the walkers of
- * both layers after every step of a random sequence, and a two-thread
- * stress with cross-CPU frees.
+ * both layers after every step of a random sequence, a two-thread
+ * stress with cross-CPU frees, and the counters at each stats level.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -625,6 +625,8 @@ static double metric(const struct al_run_result *r, const char *name)
 	return -1;
 }
 
+static int tv_stats_level; /* of the runs run_tv makes (AL_STATS_*) */
+
 static int run_tv(struct al_run_result *res, int alloc, int fr, int64_t mask, int64_t nr_pages,
 		  int64_t huge, unsigned producers, int timing)
 {
@@ -656,6 +658,7 @@ static int run_tv(struct al_run_result *res, int alloc, int fr, int64_t mask, in
 	cfg.cycles = 1;
 	cfg.warmup_cycles = 1;
 	cfg.seed = 3;
+	cfg.stats_level = tv_stats_level;
 	return al_run(&cfg, res);
 }
 
@@ -735,6 +738,99 @@ TEST(test_workload_all_tests_two_threads)
 	}
 }
 
+/* A vmalloc stack made at one stats level. */
+static struct al_allocator *vm_at(unsigned level)
+{
+	unsigned prev = al_stats_level_set(level);
+	struct al_allocator *a = make_vm((struct cfg){ .alloc = S_ORDER0, .free = F_BULK }, 1);
+
+	al_stats_level_set(prev);
+	return a;
+}
+
+/*
+ * The bytes mapped and unmapped follow from the page counts; the free-range
+ * lock and the busy locks count as va_lock_* and busy_lock_*. With stats
+ * off nothing is reported, yet both layers' bytes_held (the leak check) and
+ * the walkers stay right.
+ */
+TEST(test_counters_and_stats_levels)
+{
+	const struct al_layer_desc *d = al_layer_find("vmalloc");
+	struct al_allocator *a = vm_at(AL_STATS_LITE);
+	unsigned i, undocumented = 0;
+	struct al_ctx c;
+	void *p, *q;
+
+	CHECK(d && d->counters && d->ncounters > 40);
+	for (i = 0; d && i < d->ncounters; i++)
+		undocumented += !d->counters[i].doc || !*d->counters[i].doc;
+	CHECK_EQ(undocumented, 0);
+	CHECK(a != NULL);
+	al_ctx_init(&c, 0);
+	p = al_vmalloc(a, &c, 3 * 4096, 0, 0);
+	CHECK(p != NULL);
+	CHECK_EQ(VM("vmallocs"), 1);
+	CHECK_EQ(VM("pages_alloc"), 3);
+	CHECK_EQ(VM("bytes_mapped"), 3 * 4096);
+	CHECK_EQ(VM("bytes_held"), 3 * 4096);
+	CHECK_EQ(VM("busy_lock_acquired"), 1);
+	CHECK(VM("va_lock_acquired") >= 1);
+	CHECK_EQ(VM("va_lock_wait_ns"), -1);
+	CHECK_EQ(al_vfree(a, &c, p), 0);
+	CHECK_EQ(VM("vfrees"), 1);
+	CHECK_EQ(VM("pages_freed"), 3);
+	CHECK_EQ(VM("bytes_unmapped"), 3 * 4096);
+	CHECK_EQ(VM("busy_lock_acquired"), 2);
+	CHECK_EQ(VM("bytes_held"), 0);
+	CHECK_EQ(walk(a), 0);
+	al_stack_destroy(a);
+
+	a = vm_at(AL_STATS_OFF);
+	CHECK(a != NULL);
+	p = al_vmalloc(a, &c, 3 * 4096, 0, 0);
+	q = al_vmalloc(a, &c, 40 * 4096, 0, 0);
+	CHECK(p && q);
+	CHECK_EQ(VM("bytes_held"), 43 * 4096);
+	CHECK_EQ(PG("bytes_held"), 43 * 4096);
+	CHECK_EQ(VM("vmallocs"), -1);
+	CHECK_EQ(VM("bytes_mapped"), -1);
+	CHECK_EQ(VM("busy_lock_acquired"), -1);
+	CHECK_EQ(PG("alloc_o0"), -1);
+	CHECK_EQ(walk(a), 0);
+	CHECK_EQ(al_vfree(a, &c, q), 0);
+	CHECK_EQ(VM("bytes_held"), 3 * 4096);
+	CHECK_EQ(al_vfree(a, &c, p), 0);
+	CHECK_EQ(VM("bytes_held"), 0);
+	CHECK_EQ(PG("bytes_held"), 0);
+	CHECK_EQ(walk(a), 0);
+	al_stack_destroy(a);
+}
+
+/* Runs with stats off (every test, every strategy, two threads) pass the
+ * engine's leak check, which reads both layers' bytes_held, and report no
+ * counters. */
+TEST(test_workload_stats_off)
+{
+	static struct al_run_result res;
+	int s, ret;
+
+	tv_stats_level = AL_STATS_OFF;
+	for (s = 0; s < 3; s++) {
+		ret = run_tv(&res, s, s ? F_BULK : F_PER_PAGE, 0x7ff, 5, s == 2, 2,
+			     AL_TIMING_BATCH);
+		if (ret)
+			fprintf(stderr, "strategy %d, stats off: %s\n", s, res.error);
+		CHECK_EQ(ret, 0);
+		CHECK_EQ(res.nlayers, 2);
+		CHECK_EQ(res.leaked[0], 0);
+		CHECK_EQ(res.leaked[1], 0);
+		CHECK_EQ(res.layers[0].n, 0);
+		CHECK_EQ(res.layers[1].n, 0);
+	}
+	tv_stats_level = AL_STATS_LITE;
+}
+
 int main(void)
 {
 	RUN(test_stack_shape);
@@ -754,5 +850,7 @@ int main(void)
 	RUN(test_two_thread_stress);
 	RUN(test_workload_each_test);
 	RUN(test_workload_all_tests_two_threads);
+	RUN(test_counters_and_stats_levels);
+	RUN(test_workload_stats_off);
 	return TEST_SUMMARY();
 }
