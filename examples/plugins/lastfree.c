@@ -8,9 +8,8 @@
 #include <string.h>
 #include <alloclab/alloclab.h>
 
-#define LF_COUNTERS(C, D, P)                                              \
-	C(P, hits, AL_CTR_KEY, "allocations served by the parked object") \
-	C(P, parked, 0, "frees that parked their object")
+#define LF_COUNTERS(C, D, P) \
+	C(P, hits, AL_CTR_KEY, "parked objects reused") C(P, parked, 0, "parks")
 AL_COUNTERS_DEFINE(LF_COUNTERS, LF_, lf_counters);
 
 struct lastfree {
@@ -69,9 +68,8 @@ static int64_t lf_held(struct al_allocator *a)
 
 static void lf_fini(struct al_allocator *a)
 {
-	struct al_ctx c;
+	struct al_ctx c = { 0 }; /* CPU 0 at task level */
 
-	al_ctx_init(&c, 0);
 	lf_drain(a, &c, AL_DRAIN_ALL); /* parked objects go back before the layer below does */
 }
 
