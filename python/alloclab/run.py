@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from . import errors, machine, peers, plugin, schema
+from . import _counters, errors, machine, peers, plugin, schema
 from .executors import _check_executor
 from ._ffi import cstr, error, ffi, lib
 from .policy import Policy, check_compatible
@@ -45,8 +45,10 @@ CPU_MODES = {"auto": lib.AL_CPU_AUTO, "pinned": lib.AL_CPU_PINNED,
 CPU_MODE_NAMES = {v: k for k, v in CPU_MODES.items()}
 TIMINGS = {"batch": lib.AL_TIMING_BATCH, "per_op_sum": lib.AL_TIMING_PER_OP_SUM}
 # What the stacks of a run count (counters.h): "lite" (the default) every event
-# counter and lock acquisition counts; "off" nothing (counter metrics are
-# absent: not measured, never 0); "full" also lock hold and wait times (*_ns).
+# counter and lock acquisition counts, no clock reads; "off" nothing (the
+# layers' counter metrics are absent: not measured, never 0; tables show
+# "n/a"; bytes held and the leak check remain); "full" also the locks' hold
+# and wait times (the <layer>.*_ns metrics).
 STATS_LEVELS = {cstr(lib.al_stats_level_names[i]): i for i in range(lib.AL_STATS_NR)}
 DEFAULT_STATS = "lite"
 MAX_PRODUCERS = lib.AL_MAX_PRODUCERS
@@ -532,23 +534,6 @@ def _run_error(rc, res, task, run_index):
     return error(rc, what, detail, cls=errors.RunError)
 
 
-def _measured(layer, name, gauge, level):
-    """Whether a counter a layer reported was measured at stats ``level``: at
-    "off" only gauges (levels read from the layer's state) are; lock times
-    (unit ns: the descriptor's, else the lock counters' *_wait_ns/*_hold_ns
-    names) only at "full". A layer that reports more than its level measures
-    would otherwise show a 0 that was never counted."""
-    if level == "off":
-        return gauge
-    if level == "full":
-        return True
-    sch = schema.layers().get(layer)
-    c = sch.counter(name) if sch is not None else None
-    if c is not None:
-        return c.unit != "ns"
-    return not name.endswith(("_wait_ns", "_hold_ns"))
-
-
 def _raw_layers(res, level=DEFAULT_STATS):
     """Each layer's counters, gauges, bytes held and leaked, top first; the
     counters the stats ``level`` does not measure are left out (absent, not 0)."""
@@ -558,7 +543,7 @@ def _raw_layers(res, level=DEFAULT_STATS):
         name = cstr(st.layer)
         stats = [(cstr(st.v[j].name), int(st.v[j].value), bool(st.v[j].flags & lib.AL_STAT_GAUGE))
                  for j in range(min(st.n, lib.AL_STATS_MAX))]
-        stats = [s for s in stats if _measured(name, s[0], s[2], level)]
+        stats = [s for s in stats if _counters.measured(name, s[0], s[2], level)]
         layers.append({
             "layer": name,
             "bytes_held": int(st.bytes_held),
@@ -689,13 +674,8 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     mem_sample: seconds between memory samples in the measured phase (peak
     bytes held, requested and RSS), 0 = at the phase's ends only.
 
-    stats: what the layers count, a level or a list of them (an axis like
-    timing; every point records its level as its "stats" parameter):
-    "lite" (the default: every event counter and lock acquisition counts,
-    no clock reads), "off" (nothing counted: the layers' counter metrics
-    are absent, i.e. not measured, and tables show "n/a"; bytes held and
-    the leak check remain) or "full" (also the locks' hold and wait times,
-    the <layer>.*_ns metrics).
+    stats: "lite" (default), "off" or "full", or a list (an axis, each
+    point's "stats" parameter): what the layers count; see STATS_LEVELS.
 
     Returns a Result. Raises AllocatorExhausted when a run runs out of memory
     and RunError when a run fails otherwise.
@@ -722,6 +702,7 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         prog.close()
     meta = collect_metadata()
     meta["run"] = settings
+    meta["counters"] = _counters.layer_docs(Policy(p) for p in settings["sweep"]["policy"])
     meta["load_before"], meta["load_after"] = load_before, machine.loadavg()
     return Result.from_raw(meta, out)
 

@@ -277,7 +277,8 @@ class Counter:
 
     @property
     def levels(self):
-        """The stats levels at which the counter is measured."""
+        """The stats levels at which the counter is measured (at "off" a
+        layer reports none of its declared counters, gauges included)."""
         return ("full",) if self.unit == "ns" else ("lite", "full")
 
     def to_dict(self):
