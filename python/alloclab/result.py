@@ -924,6 +924,17 @@ class Result:
         s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
         return s
 
+    def stats_line(self):
+        """The stats level(s) the points ran at (their "stats" parameter): what
+        their counter metrics hold."""
+        levels = _uniq([p.params.get("stats") for p in self.points])
+        what = {"lite": "every event counter, no lock times", "off": "no counters (n/a)",
+                "full": "every counter and lock time"}
+        if levels == [None]:
+            return "stats: not recorded (a result made before stats levels: every counter)"
+        return "stats: " + "; ".join("%s (%s)" % (lv, what.get(lv, "?")) if lv else
+                                     "not recorded" for lv in levels)
+
     def truncated(self):
         """[(point params, [run indexes])] of the runs the duration cut short
         (a fixed loop that did not finish: figures of a partial loop)."""

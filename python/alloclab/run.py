@@ -685,12 +685,7 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, **params)
-    adaptive = _adaptive_options(target_ci, budget)
-    if executor is not None:  # warns when a local pool would overlap timed runs
-        _check_executor(executor, allow_concurrent=True)
-        if adaptive:
-            raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
-                                         "other: it does not take an executor")
+    adaptive = _adaptive_options(target_ci, budget, executor)
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
     load_before = machine.loadavg()  # machine state: the load around the whole run
     try:
@@ -744,7 +739,20 @@ def _run_on(executor, tasks, runs, prog):
 MAX_ADAPTIVE_RUNS = 100  # runs per cell at most, whatever the budget
 
 
-def _adaptive_options(target_ci, budget):
+def _adaptive_options(target_ci, budget, executor=None):
+    """The adaptive-runs options checked ({target_ci, budget}, or None), then
+    the executor (warns when a local pool would overlap timed runs; adaptive
+    runs take none)."""
+    opts = _adaptive_checked(target_ci, budget)
+    if executor is not None:
+        _check_executor(executor, allow_concurrent=True)
+        if opts:
+            raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
+                                         "other: it does not take an executor")
+    return opts
+
+
+def _adaptive_checked(target_ci, budget):
     if target_ci is None:
         return None
     if isinstance(target_ci, bool) or not isinstance(target_ci, numbers.Real) or \
