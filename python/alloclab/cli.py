@@ -25,6 +25,7 @@ import math
 import os
 import pathlib
 import sys
+import warnings
 
 import numpy as np
 
@@ -801,26 +802,21 @@ def _load_result(path):
 
 
 def cmd_compare(args):
-    from .compare import compare
+    from .compare import StatsLevelWarning, compare
 
     _check_outputs(("--plot", args.plot, "plot"))
     results = [_load_result(f) for f in args.files]
     metrics = args.metric or ["alloc_ns", "free_ns"]
     on = _split(args.on) if args.on else None
     names = _split(args.names) if args.names else None
-    if args.baseline is not None:
-        if len(results) != 1:
-            raise UsageError("--baseline compares inside one file, not %d" % len(results))
-        cmp = compare(results[0], metric=metrics, test=args.test, threshold=args.threshold,
-                      alpha=args.alpha, on=on, baseline=args.baseline, by=args.by, names=names,
-                      pool=args.pool)
-    else:
-        if len(results) < 2:
-            raise UsageError("compare needs two or more files (the first is the baseline), "
-                             "or one file and --baseline POLICY")
-        cmp = compare(results[0], results[1:], metric=metrics, test=args.test,
-                      threshold=args.threshold, alpha=args.alpha, on=on, names=names,
-                      pool=args.pool)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StatsLevelWarning)
+        cmp = _compare_files(compare, args, results, metrics, on, names)
+    for w in caught:  # one line each, as the tool's other messages
+        if issubclass(w.category, StatsLevelWarning):
+            sys.stderr.write("%s: warning: %s\n" % (PROG, w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     print(cmp.to_markdown() if args.markdown else cmp.to_text())
     if args.plot:
         import matplotlib
@@ -828,6 +824,22 @@ def cmd_compare(args):
         from . import plot
         _write_output("--plot", args.plot, lambda: plot.save([cmp.heatmap()], args.plot))
     return 0
+
+
+def _compare_files(compare, args, results, metrics, on, names):
+    """compare() of the loaded files as the flags ask."""
+    if args.baseline is not None:
+        if len(results) != 1:
+            raise UsageError("--baseline compares inside one file, not %d" % len(results))
+        return compare(results[0], metric=metrics, test=args.test, threshold=args.threshold,
+                       alpha=args.alpha, on=on, baseline=args.baseline, by=args.by,
+                       names=names, pool=args.pool)
+    if len(results) < 2:
+        raise UsageError("compare needs two or more files (the first is the baseline), "
+                         "or one file and --baseline POLICY")
+    return compare(results[0], results[1:], metric=metrics, test=args.test,
+                   threshold=args.threshold, alpha=args.alpha, on=on, names=names,
+                   pool=args.pool)
 
 
 def cmd_check(args):
