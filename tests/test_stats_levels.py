@@ -222,6 +222,14 @@ def test_level_is_recorded_and_survives_json(tmp_path):
     assert back.metadata["counters"]["percpu"] == al.counters("percpu")
 
 
+def test_level_reaches_child_processes():
+    res = al.run("malloc-free", "percpu(guard=local) > buddy", stats=["off", "full"],
+                 processes=True, **RUN)
+    off, full = res.points
+    assert _counter_metrics(off, "percpu") == [] and list(off["percpu.leaked"]) == [0]
+    assert full["percpu.hits"][0] > 0
+
+
 def test_default_level_is_lite():
     res = al.run("malloc-free", "null", **RUN)
     assert res.points[0].params["stats"] == "lite"
@@ -317,3 +325,14 @@ def test_libarena_counters_na_at_off():
     spills = [ln for ln in lite.counters().splitlines() if "spills/op" in ln]
     assert waits and all(ln.split()[-1] == "n/a" for ln in waits)
     assert spills and all(ln.split()[-1] != "n/a" for ln in spills)
+
+
+def test_plot_marks_unmeasured_lines():
+    import matplotlib
+    matplotlib.use("Agg")
+    res = al.run("malloc-free", "percpu(guard=local) > buddy", stats=["off", "lite"], **RUN)
+    fig = res.plot("percpu.hits_per_op", x="producers", hue="stats")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["off (n/a: stats=off)", "lite"]
+    only_off = res.filter(stats="off").plot("percpu.hits_per_op")
+    assert "n/a: not measured (stats=off)" in [t.get_text() for t in only_off.axes[0].texts]
