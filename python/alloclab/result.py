@@ -402,8 +402,9 @@ class Table:
         """The warnings, grouped by kind, a line each (for under the table)."""
         lines = _stats.warning_lines(
             [(self.cell_label(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
-        if self.unmeasured:
-            whys = _uniq(sorted(self.unmeasured.values()))
+        shown = [why for k, why in self.unmeasured.items() if math.isnan(self.cube[k])]
+        if shown:
+            whys = _uniq(sorted(shown))
             lines.append("n/a: not measured at the run's stats level (%s)" % "; ".join(whys))
         if self.truncated:
             lines.append(truncated_line(
