@@ -24,6 +24,7 @@ from conftest import FAST
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LASTFREE = os.path.join(ROOT, "examples", "plugins", "lastfree.c")
+HALFSPILL = os.path.join(ROOT, "examples", "plugins", "halfspill.c")
 RUN = dict(FAST, mem_sample=0)
 PRESETS = sorted(p for p in al.presets if al.peers.needed(al.presets[p]) is None)
 
@@ -37,6 +38,12 @@ def _cli(*args):
 def lastfree(tmp_path_factory):
     os.environ.setdefault("ALLOCLAB_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
     return plugin.compile_file(LASTFREE)[0].name
+
+
+@pytest.fixture(scope="module")
+def halfspill(tmp_path_factory):
+    os.environ.setdefault("ALLOCLAB_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    return plugin.compile_file(HALFSPILL)[0].name
 
 
 def documented_layers():
@@ -115,17 +122,23 @@ def test_describe_every_documented_counter_of_a_run():
             assert k + "_per_op" not in res.metrics()
 
 
-def test_describe_undocumented_and_unknown():
-    res = al.run("malloc-free", "buddy", **RUN)
-    if schema.layer("buddy").counters:
-        pytest.skip("buddy documents its counters")
-    d = res.describe("buddy.frees")
-    assert d["doc"] == schema.NO_DOC and d["kind"] == "counter"
-    assert res.describe("buddy.frees_per_op")["doc"] == schema.NO_DOC
-    with pytest.raises(al.UnknownNameError, match="buddy.frees"):
+def test_undocumented_layer_counters(halfspill):
+    assert al.counters(halfspill) == []  # counters by name only (al_counters_init)
+    res = al.run("malloc-free", "halfspill > buddy", stats=["lite", "off"], isolate=False,
+                 **RUN)
+    lite, off = res.points
+    assert lite["halfspill.hits"][0] > 0 and _counter_metrics(off, "halfspill") == []
+    d = res.describe("halfspill.hits")
+    assert (d["doc"], d["kind"], d["measured_at"]) == (schema.NO_DOC, "counter", ["lite"])
+    assert res.describe("halfspill.hits_per_op")["doc"] == schema.NO_DOC
+    assert res.describe("halfspill.bytes_held")["kind"] == "gauge"
+    assert "n/a" in res.table("halfspill.hits", cols="stats").to_text()
+    with pytest.raises(al.UnknownNameError, match="halfspill.hits"):
         res.describe("alloc_ns")
     with pytest.raises(al.UnknownNameError):
         res.describe("nosuch.frees")
+    out = _cli("list", halfspill, "--plugin", HALFSPILL)
+    assert out.returncode == 0 and "counters: not declared" in out.stdout
 
 
 def test_counters_of_an_unknown_layer():

@@ -115,8 +115,8 @@ def describe(res, metric):
     docs = res.metadata.get("counters")
     d = _desc(layer, name, docs)
     if d is None:
-        kind = "gauge" if name not in ACCOUNTING and "%s.%s_per_op" % (key, name) not in known \
-            and "%s.%s" % (key, name) in known else "counter"
+        kind = "gauge" if name in ACCOUNTING or ("%s.%s_per_op" % (key, name) not in known
+                                                 and "%s.%s" % (key, name) in known) else "counter"
         d = {"name": name, "doc": schema.NO_DOC, "kind": kind, "formula": None, "key": False,
              "unit": "ns" if name.endswith(_LOCK_TIME_SUFFIXES) else "", "reported": False,
              "levels": ["full"] if name.endswith(_LOCK_TIME_SUFFIXES) else
