@@ -19,11 +19,23 @@ Verdict per cell: "within +-3%" when the whole 95% interval lies inside
 
     python bench/ab_builds.py --base 83472e9 [--pairs 4] [--rounds 15] [--duration 0.05]
 
+Either side may be built with extra compiler flags (--base-cflags,
+--new-cflags; appended to csrc/CFLAGS as setup.py's CFLAGS), and --base
+WORKTREE builds the working tree as the base too. What counting costs
+altogether, the default stats level against counters compiled out:
+
+    python bench/ab_builds.py --base WORKTREE --new-cflags=-DAL_STATS_COMPILED=0
+
+A side with extra flags is built from a fresh copy of its sources, since
+setup.py reuses objects whose sources did not change whatever CFLAGS says.
+
 Writes bench/results/ab_builds.json and prints the table with the load average.
 """
 import argparse
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,18 +84,47 @@ for line in sys.stdin:
 """ % {"fastpath": FASTPATH}
 
 
-def build(src_rev, dest):
-    """src_rev (None: the working tree as it is) built by pip, as users install it,
-    into dest/site; returns the directory to put on PYTHONPATH."""
-    src = ROOT
+WORKTREE = "WORKTREE"  # --base value: the working tree as it is
+
+
+def _fresh_copy(src_rev, dest):
+    """A fresh copy of src_rev's sources (None: the working tree's tracked and
+    untracked, not ignored, files) in dest, with no build outputs in it."""
+    if os.path.isdir(dest):
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", dest],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(dest, ignore_errors=True)
     if src_rev is not None:
+        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", dest, src_rev],
+                       check=True, stdout=subprocess.DEVNULL)
+        return dest
+    files = subprocess.run(["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard", "-z"],
+                           check=True, capture_output=True).stdout.decode().split("\0")
+    for f in filter(None, files):
+        if os.path.isfile(os.path.join(ROOT, f)):
+            os.makedirs(os.path.dirname(os.path.join(dest, f)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, f), os.path.join(dest, f))
+    return dest
+
+
+def build(src_rev, dest, cflags=""):
+    """src_rev (None: the working tree as it is) built by pip, as users install it,
+    into dest/site, with ``cflags`` appended to the library's flags; returns the
+    directory to put on PYTHONPATH."""
+    src = ROOT
+    if cflags:
+        src = _fresh_copy(src_rev, dest + "-src")
+    elif src_rev is not None:
         src = dest + "-src"
         if not os.path.isdir(src):
             subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", src, src_rev],
                            check=True, stdout=subprocess.DEVNULL)
     site = os.path.join(dest, "site")
+    shutil.rmtree(site, ignore_errors=True)
+    env = dict(os.environ, CFLAGS=" ".join(shlex.split(os.environ.get("CFLAGS", "")) +
+                                           shlex.split(cflags)))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade",
-                    "--target", site, src], check=True, stdout=subprocess.DEVNULL)
+                    "--target", site, src], check=True, stdout=subprocess.DEVNULL, env=env)
     return site
 
 
@@ -158,9 +199,11 @@ def measure(base_tree, new_tree, a):
 
 
 def report(rows, a, head, load0, load1):
-    print("base %s vs new %s (working tree): %d process pairs x %d alternating rounds, one "
-          "%.2f s run per cell and round; ratio new/base, 95%% t interval over the pairs"
-          % (a.base, head, a.pairs, a.rounds, a.duration))
+    print("base %s%s vs new %s (working tree)%s: %d process pairs x %d alternating rounds, "
+          "one %.2f s run per cell and round; ratio new/base, 95%% t interval over the pairs"
+          % (a.base, " CFLAGS+=%s" % a.base_cflags if a.base_cflags else "", head,
+             " CFLAGS+=%s" % a.new_cflags if a.new_cflags else "", a.pairs, a.rounds,
+             a.duration))
     print("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f" % (load0 + load1))
     print("  %-62s %8s %8s %7s  %-17s %s" % ("cell (median ns/op)", "base", "new", "ratio",
                                              "95% CI", ""))
@@ -175,7 +218,13 @@ def report(rows, a, head, load0, load1):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=True, help="git revision of the 'before' build")
+    ap.add_argument("--base", required=True,
+                    help="git revision of the 'before' build, or WORKTREE (the working tree)")
+    ap.add_argument("--base-cflags", default="", metavar="FLAGS",
+                    help="extra compiler flags of the base build")
+    ap.add_argument("--new-cflags", default="", metavar="FLAGS",
+                    help="extra compiler flags of the new build (the working tree), e.g. "
+                         "-DAL_STATS_COMPILED=0")
     ap.add_argument("--pairs", type=int, default=4, help="pairs of measuring processes")
     ap.add_argument("--rounds", type=int, default=15, help="alternating rounds per pair")
     ap.add_argument("--duration", type=float, default=0.05)
@@ -184,8 +233,12 @@ def main():
     a = ap.parse_args()
 
     tmp = tempfile.gettempdir()
-    base_tree = build(a.base, os.path.join(tmp, "alloclab-ab-base"))
-    new_tree = build(None, os.path.join(tmp, "alloclab-ab-new"))
+    if a.base == WORKTREE and a.base_cflags == a.new_cflags:
+        ap.error("the two sides would be the same build: give --base REV, or different "
+                 "--base-cflags/--new-cflags")
+    base_rev = None if a.base == WORKTREE else a.base
+    base_tree = build(base_rev, os.path.join(tmp, "alloclab-ab-base"), a.base_cflags)
+    new_tree = build(None, os.path.join(tmp, "alloclab-ab-new"), a.new_cflags)
     load0 = os.getloadavg()
     base, new, pair_of = measure(base_tree, new_tree, a)
     load1 = os.getloadavg()
@@ -196,7 +249,8 @@ def main():
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         cells = list(base[0])  # raw values: one row per round, in the order of cells
-        json.dump(dict(base=a.base, new=head, pairs=a.pairs, rounds=a.rounds,
+        json.dump(dict(base=a.base, new=head, base_cflags=a.base_cflags,
+                       new_cflags=a.new_cflags, pairs=a.pairs, rounds=a.rounds,
                        duration=a.duration, load_before=load0, load_after=load1, rows=rows,
                        cells=cells, pair_of=pair_of,
                        raw_base=[[round(r[c], 3) for c in cells] for r in base],

@@ -164,7 +164,7 @@ def test_malloc_free_counters(layer, producers):
     assert pt.info["cpu_mode"] in ("pinned", "virtual")
     assert pt.params == {"workload": "malloc-free", "policy": layer, "size": 64,
                          "allocs_per_cycle": apc, "producers": producers, "timing": "batch",
-                         "cpu": "auto"}
+                         "cpu": "auto", "stats": "lite"}
 
 
 @pytest.mark.parametrize("spec", stacks())

@@ -46,7 +46,7 @@ from .errors import (
     RunStalled,
     UnknownNameError,
 )
-from .policy import Policy, policies, presets, workloads
+from .policy import Policy, counters, policies, presets, workloads
 from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
@@ -63,6 +63,7 @@ __all__ = [
     "Policy",
     "presets",
     "policies",
+    "counters",
     "workloads",
     "run",
     "sweep",

@@ -77,6 +77,18 @@ struct al_param_desc {
     ...;
 };
 
+/* ---- counters.h ---- */
+enum al_stats_level { AL_STATS_LITE, AL_STATS_OFF, AL_STATS_FULL, AL_STATS_NR, ... };
+enum al_ctr_flags { AL_CTR_KEY, AL_CTR_GAUGE, AL_CTR_DERIVED, AL_CTR_REPORTED, AL_CTR_NS, ... };
+struct al_counter_desc {
+    const char *name;
+    const char *doc;
+    unsigned flags;
+    const char *formula;
+    ...;
+};
+extern const char *const al_stats_level_names[];
+
 struct al_allocator;
 struct al_layer_desc {
     unsigned abi_version;
@@ -92,6 +104,8 @@ struct al_layer_desc {
     int (*create)(const struct al_layer_desc *d, const int64_t *params,
                   struct al_allocator *below, unsigned ncpu, struct al_allocator **out);
     size_t min_align;
+    const struct al_counter_desc *counters;
+    unsigned ncounters;
     ...;
 };
 
@@ -262,6 +276,7 @@ struct al_run_config {
     int histogram;
     uint64_t mem_sample_ns;
     uint64_t watchdog_ns;
+    int stats_level;
     ...;
 };
 

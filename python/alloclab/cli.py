@@ -25,14 +25,15 @@ import math
 import os
 import pathlib
 import sys
+import warnings
 
 import numpy as np
 
-from . import errors, schema
+from . import _counters, errors, schema
 from ._version import __version__
 from .policy import Policy, presets
 from .result import BASE_METRICS, _fmt
-from .run import CPU_MODES, MAX_SECONDS, TIMINGS, plan, run
+from .run import CPU_MODES, DEFAULT_STATS, MAX_SECONDS, STATS_LEVELS, TIMINGS, plan, run
 
 PROG = "alloclab"
 
@@ -123,7 +124,43 @@ def _param_line(p):
         p.name, p.type_name, p.format(p.default), rng, p.doc)
 
 
+def _counter_line(c):
+    """One counter of `alloclab list LAYER`: name, kind, key mark, doc, what
+    it is derived from, and the level that measures lock times."""
+    notes = []
+    if c.formula:
+        notes.append("= " + c.formula)
+    if c.unit == "ns":
+        notes.append("ns, stats=full only")
+    return "    %-26s %-7s %-3s %s%s" % (c.name, c.kind, "key" if c.key else "", c.doc,
+                                         " (%s)" % "; ".join(notes) if notes else "")
+
+
+def _layer_text(s):
+    """`alloclab list LAYER`: the layer's doc, features, parameters and counters."""
+    feats = ", ".join(s.features) or "-"
+    mx = schema.format_size(s.max_size) if s.max_size else "any"
+    al_txt = ("%d bytes" % s.min_align) if s.min_align else "that of the layer below"
+    out = ["%s: %s" % (s.name, s.doc),
+           "  features: %s; max size: %s; alignment: %s%s" % (
+               feats, mx, al_txt, "; needs a layer below" if s.needs_backend else ""),
+           "  parameters:" if s.params else "  parameters: none"]
+    out += [_param_line(p) for p in s.params]
+    if s.counters:
+        out.append("  counters (metrics <layer>.<name> and <layer>.<name>_per_op; "
+                   "key = shown by default; none at --stats off):")
+        out += [_counter_line(c) for c in s.counters]
+    else:
+        out.append("  counters: not declared by the layer (reported by name only, "
+                   "%s)" % schema.NO_DOC)
+    return "\n".join(out)
+
+
 def cmd_list(args):
+    if args.layer is not None:
+        s = schema.layer(args.layer)  # UnknownNameError listing the valid ones
+        print(json.dumps(s.to_dict(), indent=2) if args.json else _layer_text(s))
+        return 0
     if args.json:
         from .policy import policies, workloads
         print(json.dumps({"layers": policies(), "workloads": workloads(), "presets": presets},
@@ -205,6 +242,8 @@ def _run_flags(g):
                    help="timing mode(s) (default: batch; per_op_sum with --hist)")
     g.add_argument("--cpu", type=_choice_list("cpu mode", list(CPU_MODES)), default=["auto"],
                    metavar="|".join(CPU_MODES), help="CPU model(s) (default: auto)")
+    _stats_flag(g, "stats level(s), swept like --timing: lite counts every event (the "
+                   "default), off nothing (counters n/a), full also times the locks (*_ns)")
     g.add_argument("--duration", type=_duration, default=None, metavar="SECONDS",
                    help="measured phase per run when --cycles is not given (default: 0.25; "
                         "--quick 0.1, --rigorous 0.5)")
@@ -229,6 +268,14 @@ def _run_flags(g):
     g.add_argument("--budget", type=_duration, default=60.0, metavar="SECONDS",
                    help="time budget of --target-ci (default: 60)")
     g.add_argument("--seed", type=int, default=1, metavar="N", help="PRNG seed (default: 1)")
+
+
+def _stats_flag(g, what, sweep=True):
+    """--stats LEVEL (a comma-separated list when ``sweep``): what the layers count."""
+    levels = sorted(STATS_LEVELS, key=STATS_LEVELS.get)
+    g.add_argument("--stats", type=_choice_list("stats level", levels) if sweep else None,
+                   choices=None if sweep else levels, default=None, metavar="|".join(levels),
+                   help="%s (default: %s)" % (what, DEFAULT_STATS))
 
 
 def _output_flags(o):
@@ -298,6 +345,8 @@ def _counters_text(res):
         keep += [k for k in names if k not in keep and
                  any(mean(p, k) not in (0.0,) and not math.isnan(mean(p, k)) for p in pts)]
         if not keep:
+            if all(p.params.get("stats") == "off" for p in pts):
+                out += ["counters per op, %s: not measured (stats=off)" % pol, ""]
             continue
         keep.sort(key=lambda k: (k.split(".", 1)[0], not k.endswith(".lock_acquired_per_op")))
         labels = []
@@ -305,7 +354,8 @@ def _counters_text(res):
             parts = [("%sp" % p.params[k]) if k == "producers" else str(p.params[k])
                      for k in swept]
             labels.append("/".join(parts) or "all")
-        cells = [[_fmt(mean(p, k)) for p in pts] for k in keep]
+        cells = [["n/a" if _counters.unmeasured(p, k, res.metadata.get("counters")) else
+                  _fmt(mean(p, k)) for p in pts] for k in keep]
         first = [k[:-len("_per_op")] for k in keep]
         fw = max(len(s) for s in first) + 2
         cw = max([len(s) for s in labels] + [len(s) for row in cells for s in row])
@@ -473,7 +523,7 @@ def _run_kwargs(wl, args):
     kwargs = dict(runs=args.runs, producers=args.producers, cpu=args.cpu, timing=args.timing,
                   warmup_cycles=args.warmup_cycles, cycles=args.cycles, duration=args.duration,
                   seed=args.seed, effort=args.effort, processes=args.processes,
-                  isolate=args.isolate, **params)
+                  isolate=args.isolate, stats=args.stats or DEFAULT_STATS, **params)
     if args.hist:  # histograms time every operation: per_op_sum unless --timing says
         kwargs["histogram"] = True
     if args.watchdog is not None:
@@ -497,7 +547,7 @@ def _check_metric_names(metrics, policy):
 
 def _table_axes(wl, args, settings):
     """(rows, cols) parameters of the printed tables, checked."""
-    keys = ["policy"] + [p.name for p in wl.params] + ["producers", "timing", "cpu"]
+    keys = ["policy"] + [p.name for p in wl.params] + ["producers", "timing", "cpu", "stats"]
     for flag, key in (("--rows", args.rows), ("--cols", args.cols)):
         if key is not None and key.replace("-", "_") not in keys:
             raise UsageError(str(errors.UnknownNameError.make(
@@ -537,6 +587,7 @@ def _print_run(res, args, metrics, rows, cols):
         print(_hist_text(res))
         print()
     print(res.cpu_line())
+    print(res.stats_line())
     mw = res.machine_warnings()  # what was bad in the machine state around the run
     if mw:
         print("machine:")
@@ -751,26 +802,21 @@ def _load_result(path):
 
 
 def cmd_compare(args):
-    from .compare import compare
+    from .compare import StatsLevelWarning, compare
 
     _check_outputs(("--plot", args.plot, "plot"))
     results = [_load_result(f) for f in args.files]
     metrics = args.metric or ["alloc_ns", "free_ns"]
     on = _split(args.on) if args.on else None
     names = _split(args.names) if args.names else None
-    if args.baseline is not None:
-        if len(results) != 1:
-            raise UsageError("--baseline compares inside one file, not %d" % len(results))
-        cmp = compare(results[0], metric=metrics, test=args.test, threshold=args.threshold,
-                      alpha=args.alpha, on=on, baseline=args.baseline, by=args.by, names=names,
-                      pool=args.pool)
-    else:
-        if len(results) < 2:
-            raise UsageError("compare needs two or more files (the first is the baseline), "
-                             "or one file and --baseline POLICY")
-        cmp = compare(results[0], results[1:], metric=metrics, test=args.test,
-                      threshold=args.threshold, alpha=args.alpha, on=on, names=names,
-                      pool=args.pool)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StatsLevelWarning)
+        cmp = _compare_files(compare, args, results, metrics, on, names)
+    for w in caught:  # one line each, as the tool's other messages
+        if issubclass(w.category, StatsLevelWarning):
+            sys.stderr.write("%s: warning: %s\n" % (PROG, w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     print(cmp.to_markdown() if args.markdown else cmp.to_text())
     if args.plot:
         import matplotlib
@@ -778,6 +824,22 @@ def cmd_compare(args):
         from . import plot
         _write_output("--plot", args.plot, lambda: plot.save([cmp.heatmap()], args.plot))
     return 0
+
+
+def _compare_files(compare, args, results, metrics, on, names):
+    """compare() of the loaded files as the flags ask."""
+    if args.baseline is not None:
+        if len(results) != 1:
+            raise UsageError("--baseline compares inside one file, not %d" % len(results))
+        return compare(results[0], metric=metrics, test=args.test, threshold=args.threshold,
+                       alpha=args.alpha, on=on, baseline=args.baseline, by=args.by,
+                       names=names, pool=args.pool)
+    if len(results) < 2:
+        raise UsageError("compare needs two or more files (the first is the baseline), "
+                         "or one file and --baseline POLICY")
+    return compare(results[0], results[1:], metric=metrics, test=args.test,
+                   threshold=args.threshold, alpha=args.alpha, on=on, names=names,
+                   pool=args.pool)
 
 
 def cmd_check(args):
@@ -799,6 +861,8 @@ def _main_parser():
     p.add_argument("--version", action="version", version="%(prog)s " + __version__)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     lp = sub.add_parser("list", help="layers, workloads, parameters and presets")
+    lp.add_argument("layer", nargs="?", metavar="LAYER",
+                    help="one layer: its doc, parameters and counters with their docs")
     lp.add_argument("--json", action="store_true", help="as JSON")
     lp.add_argument("--plugin", action="append", metavar="FILE.c",
                     help="compile and register a C plugin layer first")
@@ -872,6 +936,9 @@ def _libarena_parser(rsub):
     lib_p.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)),
                        default=["per_op_sum"],
                        help="per_op_sum (as the seed's bench, the default) and/or batch")
+    _stats_flag(lib_p, "what the layers count: lite (every event), off (nothing: the "
+                       "counters n/a) or full (also lock times: the wait ns/op rows)",
+                sweep=False)
     lib_p.add_argument("--workloads", type=_choice_list("workload", ["malloc-free",
                                                                      "malloc-xfree"]),
                        default=["malloc-free", "malloc-xfree"])
@@ -1106,7 +1173,7 @@ def cmd_reproduce(args, parser):
                                  size=args.size[0], timings=args.timing,
                                  workloads=args.workloads, duration=args.duration,
                                    baseline=not args.no_baseline, effort=args.effort,
-                                   progress=args.progress),
+                                   progress=args.progress, stats=args.stats or DEFAULT_STATS),
         args)
 
 

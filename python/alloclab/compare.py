@@ -55,11 +55,13 @@ the key, and sides that ran different workloads are refused
 
 A cell never silently pools different cells: when a side holds several
 values of a parameter outside the key (two policies on side A with
-``on=["producers"]``; a size, timing or cpu mode) compare() raises
-PoolingError naming the parameter and its values, unless ``pool=True``,
-which pools their runs and says in the legend what was pooled. Points with
-equal parameters (one cell run twice, Result.concat) are one cell and pool
-as before.
+``on=["producers"]``; a size, timing, cpu mode or stats level) compare()
+raises PoolingError naming the parameter and its values, unless
+``pool=True``, which pools their runs and says in the legend what was
+pooled. Points with equal parameters (one cell run twice, Result.concat)
+are one cell and pool as before. Sides that counted at different stats
+levels say so in the legend, and when they also differ in something else
+(a policy) compare() warns (StatsLevelWarning): counting costs time.
 """
 
 import html
@@ -480,8 +482,10 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     skip = {by} if baseline is not None else set()
     pairs, unmatched, pooled = _pairs(old, news, cols, key, metrics, skip, pool, base_name)
     cells = _judge(pairs, test, threshold, alpha, directions)
+    differ = _differing(old, news, key)
+    _warn_stats_levels(differ, old, news)
     return Comparison(cells, cols, base_name, key, metrics, directions, test, threshold, alpha,
-                      unmatched, _differing(old, news, key), pooled)
+                      unmatched, differ, pooled)
 
 
 def _check_options(metric, test, threshold, alpha, on):
@@ -648,6 +652,32 @@ def _judge(pairs, test, threshold, alpha, directions):
     return cells
 
 
+class StatsLevelWarning(UserWarning):
+    """compare() set side by side results whose runs counted at different
+    stats levels together with another difference: counting costs time, so
+    the latency change mixes the instrument with what was meant to differ."""
+
+
+def _stats_levels(res):
+    return sorted({str(p.params.get("stats", "not recorded")) for p in res.points})
+
+
+def _warn_stats_levels(differ, old, news):
+    """Warn when the sides differ in their stats level and in something else
+    (a policy): their latency difference includes what counting costs. A
+    comparison of stats levels alone (the instrument's own cost) is meant."""
+    if "stats" not in differ or len(differ) < 2:
+        return
+    import warnings
+    warnings.warn(
+        "the sides ran at different stats levels (%s) and also differ in %s: counting costs "
+        "time, so their latency difference includes the instrument's; rerun at one level "
+        "(stats=...) to compare %s" % (
+            " vs ".join("/".join(_stats_levels(r)) for r in [old] + news),
+            ", ".join(k for k in differ if k != "stats"),
+            ", ".join(k for k in differ if k != "stats")), StatsLevelWarning, stacklevel=3)
+
+
 def _differing(old, news, key):
     """The parameters outside the key whose values differ between points."""
     differ = []
@@ -751,6 +781,9 @@ class Comparison:
         runs = sorted({c.old.n for c in self.cells} | {c.new.n for c in self.cells})
         lines.append("Runs per cell: %s.%s" % ("/".join(map(str, runs)), (
             " The sides differ in: %s." % ", ".join(self.differ)) if self.differ else ""))
+        if "stats" in self.differ:
+            lines.append("The sides counted at different stats levels: counting costs time, "
+                         "and a counter one level does not measure has no cell.")
         if self.pooled:
             lines.append("Pooled on request (pool=True), each cell's runs taken together: %s." % (
                 "; ".join("%s: %d values of %s (%s)" % (side, len(vals), k, "; ".join(vals))

@@ -111,8 +111,10 @@ def _latency_lines(ax, sub, metric, x, hue, error):
     """A line per value of ``hue``: the mean of ``metric`` over runs at each
     value of ``x``, with its error bars."""
     hues = _uniq([p.params.get(hue) for p in sub.points]) if hue else [None]
+    unmeasured = []
     for hv in hues:
         pts = sub.filter(**{hue: [hv]}) if hue else sub
+        why = _uniq([w for w in (sub._unmeasured(p, metric) for p in pts.points) if w])
         xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
         ys, es = [], []
         for xv in xs:
@@ -122,8 +124,14 @@ def _latency_lines(ax, sub, metric, x, hue, error):
             ys.append(s.mean)
             e = s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan
             es.append(0.0 if math.isnan(e) else e)
-        ax.errorbar(xs, ys, yerr=es if error else None, marker="o", capsize=3,
-                    label=str(hv) if hue else metric)
+        label = str(hv) if hue else metric
+        if why:  # points whose stats level did not measure the counter: no value, "n/a"
+            label += " (n/a: %s)" % "; ".join(why)
+            unmeasured += why
+        ax.errorbar(xs, ys, yerr=es if error else None, marker="o", capsize=3, label=label)
+    if unmeasured and all(p.data.get(metric) is None for p in sub.points):
+        ax.text(0.5, 0.5, "n/a: not measured (%s)" % "; ".join(_uniq(unmeasured)),
+                ha="center", va="center", transform=ax.transAxes, fontsize="small")
 
 
 def _latency_axes(ax, sub, pkeys, pv, x, usable, logy):

@@ -413,8 +413,22 @@ def _incompatible(wl, pol):
 
 def policies():
     """Every layer as a dict: name, doc, features, max_size, params (each with
-    type, default, min, max, choices, doc)."""
+    type, default, min, max, choices, doc) and counters (as counters())."""
     return [s.to_dict() for s in schema.layers().values()]
+
+
+def counters(layer):
+    """The documented counters of ``layer`` (a layer name), in declaration
+    order, each a dict: name, doc, kind ("counter" or "gauge"), formula (of
+    a derived counter, e.g. "hits+misses"; else None), key (shown by
+    default), unit ("ns" for lock times; "" for counts), reported (reported
+    by the layer's own code) and levels (the stats levels that measure it).
+    [] for a layer that declares no descriptors: its counters are reported
+    by name only ("(no description)"). UnknownNameError for an unknown layer."""
+    if not isinstance(layer, str):
+        raise errors.ParameterTypeError("layer must be a layer name (str), not %r" % (layer,),
+                                        name="layer", value=layer)
+    return [c.to_dict() for c in schema.layer(layer).counters]
 
 
 def workloads():

@@ -10,7 +10,10 @@ computed from data, never from one number. Metrics:
   steal_pct: as the engine reports them
 - "<layer>.<counter>" for every counter of every layer, "<layer>.bytes_held"
   (after the measured phase) and "<layer>.leaked" (after teardown), and
-  "<layer>.<counter>_per_op" = counter / (alloc_ops + free_ops)
+  "<layer>.<counter>_per_op" = counter / (alloc_ops + free_ops); a counter
+  the point's stats level did not measure ("stats" parameter: none at
+  "off", no lock times at "lite") is absent from its data, shown "n/a" in
+  tables, never 0; ``describe(metric)`` gives a counter's doc and kind
 - "wl.<name>" for every metric the workload reports (e.g. test_vmalloc's
   "wl.fix_size_alloc_test.avg_usec", local-storage-create's wl.creates_per_s)
 
@@ -40,7 +43,7 @@ import stat
 
 import numpy as np
 
-from . import _measures, errors, machine
+from . import _counters, _measures, errors, machine
 from . import stats as _stats
 from .metrics import BASE_METRICS, METRIC_INFO
 from ._ffi import cstr, lib
@@ -285,7 +288,7 @@ class Table:
     (rows, blocks × cols) views, blocks side by side."""
 
     def __init__(self, title, metric, stat, row_key, col_key, rows, cols, blocks, cube, sd_cube,
-                 n, cell_stats=None, truncated=None):
+                 n, cell_stats=None, truncated=None, unmeasured=None):
         self.title = title
         self.metric = metric
         self.stat = stat
@@ -304,6 +307,9 @@ class Table:
             self.ci_cube[b, r, c] = st.ci_half
         # {(block, row, col): (truncated runs, runs)} for cells with any
         self.truncated = truncated or {}
+        # {(block, row, col): why}: cells whose runs did not measure the
+        # metric (a counter at a stats level that leaves it out): "n/a"
+        self.unmeasured = unmeasured or {}
 
     @property
     def values(self):
@@ -327,6 +333,8 @@ class Table:
         col_labels = [_label(self.col_key, c) if self.col_key else self.metric for c in self.cols]
 
         def cell(b, r, c):
+            if (b, r, c) in self.unmeasured and math.isnan(self.cube[b, r, c]):
+                return "n/a"
             s = _fmt(float(self.cube[b, r, c]))
             if sd and self.n[b, r, c] > 1 and not math.isnan(self.sd_cube[b, r, c]):
                 s += " ±" + _fmt(float(self.sd_cube[b, r, c]))
@@ -394,6 +402,10 @@ class Table:
         """The warnings, grouped by kind, a line each (for under the table)."""
         lines = _stats.warning_lines(
             [(self.cell_label(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
+        shown = [why for k, why in self.unmeasured.items() if math.isnan(self.cube[k])]
+        if shown:
+            whys = _uniq(sorted(shown))
+            lines.append("n/a: not measured at the run's stats level (%s)" % "; ".join(whys))
         if self.truncated:
             lines.append(truncated_line(
                 ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
@@ -672,8 +684,26 @@ class Result:
         return _plot.latency(self, metric=metric, x=x, hue=hue, **kw)
 
     def _check_metric(self, metric):
-        if metric not in self.metrics():
+        """UnknownNameError unless some point has ``metric`` or left it out
+        because its stats level does not measure it."""
+        if metric not in self.metrics() and not any(
+                self._unmeasured(p, metric) for p in self.points):
             raise errors.UnknownNameError.make("metric", metric, self.metrics())
+
+    def _unmeasured(self, point, metric):
+        return _counters.unmeasured(point, metric, self.metadata.get("counters"))
+
+    def describe(self, metric):
+        """What a layer's counter metric means, as a dict: metric, layer,
+        counter, per_op (a "_per_op" metric), doc ("(no description)" for a
+        counter its layer does not document), kind ("counter" or "gauge"),
+        formula (a derived counter's, e.g. "hits+misses"; else None), key
+        (shown by default), unit ("ns" for lock times), levels (the stats
+        levels that measure it) and measured_at (the levels of this
+        Result's points that have it). Docs come from the descriptors
+        recorded when the Result was made, else from the registry.
+        UnknownNameError for a metric that is not a layer counter here."""
+        return _counters.describe(self, metric)
 
     # -- tables --
 
@@ -698,13 +728,16 @@ class Result:
         cube = np.full((nb, nr, nc), np.nan)
         sd = np.full((nb, nr, nc), np.nan)
         n = np.zeros((nb, nr, nc), dtype=np.int64)
-        samples, pts = {}, {}
+        samples, pts, unmeasured = {}, {}, {}
         for p in self.points:
-            if metric not in p.data:
-                continue
             b = block_vals.index(tuple(p.params.get(k) for k in block_keys))
             r = row_vals.index(p.params.get(row_key)) if row_key else 0
             c = col_vals.index(p.params.get(col_key)) if col_key else 0
+            if metric not in p.data:
+                why = self._unmeasured(p, metric)
+                if why:
+                    unmeasured[(b, r, c)] = why
+                continue
             samples.setdefault((b, r, c), []).append(np.asarray(p.data[metric], dtype=float))
             pts.setdefault((b, r, c), []).append(p)
         cell_stats = {k: _stats.describe(np.concatenate(v), **_stats.run_context(pts[k]))
@@ -724,7 +757,7 @@ class Result:
         blocks = [dict(zip(block_keys, bv)) for bv in block_vals]
         title = self._title(metric, stat, blocks)
         return Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
-                     n, cell_stats=cell_stats, truncated=truncated)
+                     n, cell_stats=cell_stats, truncated=truncated, unmeasured=unmeasured)
 
     def _title(self, metric, stat, blocks):
         wl = self.points[0].params.get("workload", "") if self.points else ""
@@ -891,6 +924,17 @@ class Result:
             s += ", timer overhead %s ns" % _fmt(float(np.mean(ovh)))
         s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
         return s
+
+    def stats_line(self):
+        """The stats level(s) the points ran at (their "stats" parameter): what
+        their counter metrics hold."""
+        levels = _uniq([p.params.get("stats") for p in self.points])
+        what = {"lite": "every event counter, no lock times", "off": "no counters (n/a)",
+                "full": "every counter and lock time"}
+        if levels == [None]:
+            return "stats: not recorded (a result made before stats levels: every counter)"
+        return "stats: " + "; ".join("%s (%s)" % (lv, what.get(lv, "?")) if lv else
+                                     "not recorded" for lv in levels)
 
     def truncated(self):
         """[(point params, [run indexes])] of the runs the duration cut short

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from . import errors, machine, peers, plugin, schema
+from . import _counters, errors, machine, peers, plugin, schema
 from .executors import _check_executor
 from ._ffi import cstr, error, ffi, lib
 from .policy import Policy, check_compatible
@@ -44,6 +44,13 @@ CPU_MODES = {"auto": lib.AL_CPU_AUTO, "pinned": lib.AL_CPU_PINNED,
              "virtual": lib.AL_CPU_VIRTUAL}
 CPU_MODE_NAMES = {v: k for k, v in CPU_MODES.items()}
 TIMINGS = {"batch": lib.AL_TIMING_BATCH, "per_op_sum": lib.AL_TIMING_PER_OP_SUM}
+# What the stacks of a run count (counters.h): "lite" (the default) every event
+# counter and lock acquisition counts, no clock reads; "off" nothing (the
+# layers' counter metrics are absent: not measured, never 0; tables show
+# "n/a"; bytes held and the leak check remain); "full" also the locks' hold
+# and wait times (the <layer>.*_ns metrics).
+STATS_LEVELS = {cstr(lib.al_stats_level_names[i]): i for i in range(lib.AL_STATS_NR)}
+DEFAULT_STATS = "lite"
 MAX_PRODUCERS = lib.AL_MAX_PRODUCERS
 _U64_MAX = (1 << 64) - 1
 
@@ -119,7 +126,7 @@ def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
 def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
          warmup_cycles=None, cycles=None, duration=None, seed=1, histogram=False,
          mem_sample=0.01, watchdog=30.0, effort="normal", processes=False, isolate=None,
-         check=None, **params):
+         check=None, stats=DEFAULT_STATS, **params):
     """Validate a run() request and return (settings, tasks) without running.
 
     effort: "quick", "normal" or "rigorous" sets runs, duration and
@@ -152,6 +159,7 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     policies = _policies(wl, policy)
     isolate, check, plugins = _isolation(policies, processes, isolate, check)
     axes = _axes(wl, producers, cpu, opts["timing"], params)
+    axes["stats"] = _stats_levels(stats)
     tasks = _tasks(wl, policies, axes, opts, isolate, check, plugins)
     by_name = {pol.name: pol for pol in policies}
     for task in tasks:  # the engine's own checks, before anything runs
@@ -212,6 +220,20 @@ def _policies(wl, policy):
     return policies
 
 
+def _stats_levels(stats):
+    """The stats level(s) asked for, validated: InvalidArgument naming the bad
+    value and the valid ones."""
+    out = []
+    for v in _as_list(stats, "stats"):
+        if not isinstance(v, str) or v not in STATS_LEVELS:
+            raise errors.InvalidArgument(
+                "stats=%r is not a stats level; valid levels: %s" % (
+                    v, ", ".join(sorted(STATS_LEVELS, key=STATS_LEVELS.get))))
+        if v not in out:
+            out.append(v)
+    return out
+
+
 def _axes(wl, producers, cpu, timing, params):
     """Every axis of the grid but the policy, validated: producers, cpu,
     timing and each workload parameter (by name, dashes or underscores)."""
@@ -237,14 +259,14 @@ def _tasks(wl, policies, axes, opts, isolate, check, plugins):
     """One plain, picklable dict per grid point, policy-major, in grid order."""
     tasks = []
     for pol, *rest in itertools.product(policies, *axes["wparams"], axes["producers"],
-                                        axes["timing"], axes["cpu"]):
-        wraw, (nprod, tim, cpu_mode) = rest[:len(wl.params)], rest[len(wl.params):]
+                                        axes["timing"], axes["cpu"], axes["stats"]):
+        wraw, (nprod, tim, cpu_mode, level) = rest[:len(wl.params)], rest[len(wl.params):]
         point = {"workload": wl.name, "policy": pol.name}
         point.update({p.name: p.value(v) for p, v in zip(wl.params, wraw)})
-        point.update({"producers": nprod, "timing": tim, "cpu": cpu_mode})
+        point.update({"producers": nprod, "timing": tim, "cpu": cpu_mode, "stats": level})
         tasks.append({
             "point": point, "workload": wl.name, "policy": pol.name, "wparams": list(wraw),
-            "producers": nprod, "cpu": cpu_mode, "timing": tim,
+            "producers": nprod, "cpu": cpu_mode, "timing": tim, "stats": level,
             "warmup_cycles": opts["warmup_cycles"], "cycles": opts["cycles"] or 0,
             "duration_ns": opts["duration_ns"], "seed": opts["seed"], "runs": opts["runs"],
             "histogram": opts["histogram"], "mem_sample_ns": opts["mem_sample_ns"],
@@ -272,6 +294,7 @@ def _settings(wl, policies, axes, opts, isolate, check):
         "producers": axes["producers"],
         "timing": axes["timing"],
         "cpu": axes["cpu"],
+        "stats": axes["stats"],
     }
     return out
 
@@ -493,6 +516,7 @@ def _config(task, run_index=0, pol=None):
     cfg.histogram = 1 if task.get("histogram") else 0
     cfg.mem_sample_ns = task.get("mem_sample_ns", 0)
     cfg.watchdog_ns = task.get("watchdog_ns", 0)
+    cfg.stats_level = STATS_LEVELS[task.get("stats", DEFAULT_STATS)]
     return cfg
 
 
@@ -510,19 +534,22 @@ def _run_error(rc, res, task, run_index):
     return error(rc, what, detail, cls=errors.RunError)
 
 
-def _raw_layers(res):
-    """Each layer's counters, gauges, bytes held and leaked, top first."""
+def _raw_layers(res, level=DEFAULT_STATS):
+    """Each layer's counters, gauges, bytes held and leaked, top first; the
+    counters the stats ``level`` does not measure are left out (absent, not 0)."""
     layers = []
     for i in range(min(res.nlayers, lib.AL_MAX_LAYERS)):
         st = res.layers[i]
+        name = cstr(st.layer)
+        stats = [(cstr(st.v[j].name), int(st.v[j].value), bool(st.v[j].flags & lib.AL_STAT_GAUGE))
+                 for j in range(min(st.n, lib.AL_STATS_MAX))]
+        stats = [s for s in stats if _counters.measured(name, s[0], s[2], level)]
         layers.append({
-            "layer": cstr(st.layer),
+            "layer": name,
             "bytes_held": int(st.bytes_held),
             "leaked": int(res.leaked[i]),
-            "counters": [(cstr(st.v[j].name), int(st.v[j].value))
-                         for j in range(min(st.n, lib.AL_STATS_MAX))],
-            "gauges": [cstr(st.v[j].name) for j in range(min(st.n, lib.AL_STATS_MAX))
-                       if st.v[j].flags & lib.AL_STAT_GAUGE],
+            "counters": [(n, v) for n, v, _ in stats],
+            "gauges": [n for n, _, g in stats if g],
         })
     return layers
 
@@ -541,7 +568,7 @@ def _raw_result(res, cfg, task, t_start):
         **{k: float(getattr(res, k)) for k in ("alloc_ns", "free_ns", "elapsed_ns", "steal_pct")},
         # workers whose measured phase the duration cut short (0 = whole)
         "truncated": int(res.truncated),
-        "layers": _raw_layers(res),
+        "layers": _raw_layers(res, task.get("stats", DEFAULT_STATS)),
         **_raw_measures(res, task),
         # Scheduling in the measured phase (machine.run_metrics reads it).
         "sched": {
@@ -617,7 +644,7 @@ class _Progress:
 def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
         histogram=False, mem_sample=0.01, effort="normal", processes=False, isolate=None,
-        check=None, target_ci=None, budget=60.0, **params):
+        check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -647,6 +674,9 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     mem_sample: seconds between memory samples in the measured phase (peak
     bytes held, requested and RSS), 0 = at the phase's ends only.
 
+    stats: "lite" (default), "off" or "full", or a list (an axis, each
+    point's "stats" parameter): what the layers count; see STATS_LEVELS.
+
     Returns a Result. Raises AllocatorExhausted when a run runs out of memory
     and RunError when a run fails otherwise.
     """
@@ -654,13 +684,8 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
-                           isolate=isolate, check=check, **params)
-    adaptive = _adaptive_options(target_ci, budget)
-    if executor is not None:  # warns when a local pool would overlap timed runs
-        _check_executor(executor, allow_concurrent=True)
-        if adaptive:
-            raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
-                                         "other: it does not take an executor")
+                           isolate=isolate, check=check, stats=stats, **params)
+    adaptive = _adaptive_options(target_ci, budget, executor)
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
     load_before = machine.loadavg()  # machine state: the load around the whole run
     try:
@@ -672,6 +697,7 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
         prog.close()
     meta = collect_metadata()
     meta["run"] = settings
+    meta["counters"] = _counters.layer_docs(Policy(p) for p in settings["sweep"]["policy"])
     meta["load_before"], meta["load_after"] = load_before, machine.loadavg()
     return Result.from_raw(meta, out)
 
@@ -713,7 +739,20 @@ def _run_on(executor, tasks, runs, prog):
 MAX_ADAPTIVE_RUNS = 100  # runs per cell at most, whatever the budget
 
 
-def _adaptive_options(target_ci, budget):
+def _adaptive_options(target_ci, budget, executor=None):
+    """The adaptive-runs options checked ({target_ci, budget}, or None), then
+    the executor (warns when a local pool would overlap timed runs; adaptive
+    runs take none)."""
+    opts = _adaptive_checked(target_ci, budget)
+    if executor is not None:
+        _check_executor(executor, allow_concurrent=True)
+        if opts:
+            raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
+                                         "other: it does not take an executor")
+    return opts
+
+
+def _adaptive_checked(target_ci, budget):
     if target_ci is None:
         return None
     if isinstance(target_ci, bool) or not isinstance(target_ci, numbers.Real) or \

@@ -253,6 +253,59 @@ def _read_params(descs, n, owner):
     return tuple(out)
 
 
+NO_DOC = "(no description)"  # what an undocumented counter's doc reads
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One counter of a layer, as its C descriptor (struct al_counter_desc)
+    declares it: name, doc, kind ("counter": events, summed over the run;
+    "gauge": a level read at the end), the formula of a derived counter
+    ("hits+misses", computed when reported, never counted; None otherwise),
+    whether it is a key counter (the tables need it), its unit ("ns" for
+    lock times, measured at stats="full" only; "" for counts), and whether
+    the layer's own stats() code reports it rather than the counter block."""
+
+    name: str
+    doc: str
+    kind: str
+    formula: Optional[str]
+    key: bool
+    unit: str
+    reported: bool = False
+    layer: str = ""
+
+    @property
+    def levels(self):
+        """The stats levels at which the counter is measured (at "off" a
+        layer reports none of its declared counters, gauges included)."""
+        return ("full",) if self.unit == "ns" else ("lite", "full")
+
+    def to_dict(self):
+        return {"name": self.name, "doc": self.doc, "kind": self.kind,
+                "formula": self.formula, "key": self.key, "unit": self.unit,
+                "reported": self.reported, "levels": list(self.levels)}
+
+
+def _read_counters(d, layer):
+    """The counter descriptors of a layer descriptor; () when it has none or
+    was built before descriptors had them (its desc_size ends earlier)."""
+    end = ffi.offsetof("struct al_layer_desc", "ncounters") + ffi.sizeof("unsigned")
+    if d.desc_size < end or d.counters == ffi.NULL:
+        return ()
+    out = []
+    for i in range(d.ncounters):
+        c = d.counters[i]
+        f = c.flags
+        out.append(Counter(
+            name=cstr(c.name), doc=cstr(c.doc) if c.doc != ffi.NULL and cstr(c.doc) else NO_DOC,
+            kind="gauge" if f & lib.AL_CTR_GAUGE else "counter",
+            formula=cstr(c.formula) if f & lib.AL_CTR_DERIVED and c.formula != ffi.NULL else None,
+            key=bool(f & lib.AL_CTR_KEY), unit="ns" if f & lib.AL_CTR_NS else "",
+            reported=bool(f & lib.AL_CTR_REPORTED), layer=layer))
+    return tuple(out)
+
+
 class _HasParams:
     """param(name) for a schema with .name, .params and a _kind."""
 
@@ -267,7 +320,9 @@ class _HasParams:
 
 @dataclass(frozen=True)
 class LayerSchema(_HasParams):
-    """A layer of the registry: name, doc, features, max_size, params, min_align."""
+    """A layer of the registry: name, doc, features, max_size, params,
+    min_align and counters (() for a layer that declares none: its counters
+    are reported by name only, undocumented)."""
 
     _kind = "layer"
 
@@ -278,6 +333,14 @@ class LayerSchema(_HasParams):
     params: Tuple[Param, ...]
     desc: object = field(repr=False, compare=False, hash=False, default=None)
     min_align: int = 0  # 0 = that of the layer below
+    counters: Tuple[Counter, ...] = ()
+
+    def counter(self, name):
+        """The Counter ``name`` of this layer, or None when it is undocumented."""
+        for c in self.counters:
+            if c.name == name:
+                return c
+        return None
 
     @property
     def features(self):
@@ -301,6 +364,7 @@ class LayerSchema(_HasParams):
             "max_size": self.max_size,
             "min_align": self.min_align,
             "params": [p.to_dict() for p in self.params],
+            "counters": [c.to_dict() for c in self.counters],
         }
 
 
@@ -355,7 +419,8 @@ def _read_layer(d):
     return LayerSchema(name=name, doc=cstr(d.doc), features_mask=d.features,
                        max_size=int(d.max_size),
                        params=_read_params(d.params, d.nparams, "layer %s" % name), desc=d,
-                       min_align=int(lib.al_layer_min_align(d)))
+                       min_align=int(lib.al_layer_min_align(d)),
+                       counters=_read_counters(d, name))
 
 
 def _read_workload(d):

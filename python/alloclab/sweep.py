@@ -47,9 +47,10 @@ import sys
 import threading
 import time
 
-from . import errors, machine
+from . import _counters, errors, machine
 from .executors import ConcurrentExecutorWarning, _check_executor, _is_dask  # noqa: F401
 from .result import Result, collect_metadata
+from .policy import Policy
 from .run import plan, run_once
 
 JOURNAL_FORMAT = "alloclab-sweep-journal"
@@ -407,6 +408,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
 
     md = dict(jr.metadata if jr else meta)
     md["run"] = settings
+    md["counters"] = _counters.layer_docs(Policy(p) for p in settings["sweep"]["policy"])
     md["load_before"], md["load_after"] = load_before, machine.loadavg()
     md["sweep"] = _sweep_info(shuffle, order_seed, units, resumed, journal, executor, wall,
                               session_run_s, done)

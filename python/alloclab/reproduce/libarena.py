@@ -19,7 +19,7 @@ on counters (buddy locks per operation), which 3 runs fix to well under 1%.
 
 import numpy as np
 
-from .. import machine
+from .. import _counters, machine
 from .. import verdict as V
 from .._ffi import lib
 from ..result import Result
@@ -65,7 +65,7 @@ SEED_NS = {
 
 def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
              timings=("per_op_sum",), workloads=WORKLOADS, duration=None, warmup_cycles=20,
-             baseline=True, effort="normal", threshold=0.05, progress=False):
+             baseline=True, effort="normal", threshold=0.05, progress=False, stats="lite"):
     """Run the seed's grid and return a LibarenaReport.
 
     Every workload x design x producers x allocs/cycle x timing point is run
@@ -73,7 +73,10 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     effort ("quick", "normal", "rigorous") sets runs and duration where they
     are not given; cells at producers above the usable CPUs (virtual CPUs,
     judged on counters) get at most half the runs, at least 3. threshold:
-    the margin of "the same" (the seed's "within noise"). Memory is read at
+    the margin of "the same" (the seed's "within noise"). stats: the stats
+    level of every run ("lite": every counter but the lock times, whose
+    rows read "n/a"; "full" times the locks too; "off": no counters, every
+    counter row "n/a"). Memory is read at
     the ends of the measured phase only: the engine's sampler, reading the
     counters the workers write, would add its own noise to their latency.
     """
@@ -97,11 +100,11 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
                                   allocs_per_cycle=allocs_per_cycle, size=size,
                                   timing=list(timings), duration=duration,
                                   warmup_cycles=warmup_cycles, mem_sample=0,
-                                  progress=progress))
+                                  progress=progress, stats=stats))
         results[wl] = Result.concat(parts) if len(parts) > 1 else parts[0]
     settings = {"designs": [list(d) for d in designs], "effort": effort, "runs": runs,
                 "virtual_runs": vruns if virt else None, "duration": duration, "size": size,
-                "threshold": threshold, "usable_cpus": usable}
+                "threshold": threshold, "usable_cpus": usable, "stats": stats}
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LibarenaReport(results, settings)
 
@@ -207,8 +210,15 @@ class LibarenaReport(Report):
     )
 
     def counter(self, workload, design, name, timing, producers, allocs_per_cycle):
+        """The counter row ``name``'s mean in one cell; None where the run's
+        stats level did not measure it (shown "n/a"), NaN where no run has it."""
         key = dict(self.COUNTERS)[name]
         c = lambda k: self.mean(workload, design, k, timing, producers, allocs_per_cycle)
+        pts = self.points(workload, design, timing, producers, allocs_per_cycle)
+        keys = [key] if key is not None else ["transfer.remove_hits", "transfer.insert_hits",
+                                              "transfer.remove_misses", "transfer.insert_misses"]
+        if pts and any(_counters.unmeasured(p, k) for p in pts for k in keys):
+            return None
         if key is not None:
             return c(key)
         hits = c("transfer.remove_hits") + c("transfer.insert_hits")
@@ -235,7 +245,11 @@ class LibarenaReport(Report):
                             continue
                         vals = [self.counter(wl, d, name, timing, p, a) for p in prods]
                         lines.append("  %-16s %-22s" % (d, name) + "".join(
-                            ("%.3f" % v if np.isfinite(v) else "-").rjust(9) for v in vals))
+                            ("n/a" if v is None else "%.3f" % v if np.isfinite(v) else "-")
+                            .rjust(9) for v in vals))
+        if any("n/a" in line for line in lines):
+            lines += ["", "n/a: not measured at stats=%s (lock times need stats=full; "
+                      "stats=off counts nothing)" % self.settings.get("stats", "lite")]
         return "\n".join(lines)
 
     # -- claims --
@@ -373,6 +387,9 @@ class LibarenaReport(Report):
                     parts.append(self.table(wl, m, t))
         parts.append(self.cpu_note())
         parts.append(self.counters())
+        if self.settings.get("stats") == "off" and self._grid()[2]:
+            parts.append("n/a: the claims judged on counters (virtual-CPU cells) need "
+                         "stats=lite or full; this run counted nothing (stats=off)")
         return parts
 
     def figures(self):
