@@ -31,6 +31,11 @@ unsigned al_stats_level_set(unsigned level)
 	return old;
 }
 
+int al_stats_compiled(void)
+{
+	return AL_STATS_COMPILED;
+}
+
 unsigned al_stats_level_get(void)
 {
 	return stats_level;

@@ -88,6 +88,7 @@ struct al_counter_desc {
     ...;
 };
 extern const char *const al_stats_level_names[];
+int al_stats_compiled(void);
 
 struct al_allocator;
 struct al_layer_desc {

@@ -82,6 +82,7 @@ def collect_metadata():
         "kernel": platform.release(),
         "machine": platform.machine(),
         "build_flags": cstr(lib.al_build_flags()),
+        "stats_compiled": bool(lib.al_stats_compiled()),
         "library_version": cstr(lib.al_version()),
         "alloclab_version": __version__,
         "python": platform.python_version(),
@@ -931,6 +932,9 @@ class Result:
         levels = _uniq([p.params.get("stats") for p in self.points])
         what = {"lite": "every event counter, no lock times", "off": "no counters (n/a)",
                 "full": "every counter and lock time"}
+        if self.metadata.get("stats_compiled") is False:
+            return ("stats: counting compiled out of this build (-DAL_STATS_COMPILED=0): "
+                    "no counters at any level")
         if levels == [None]:
             return "stats: not recorded (a result made before stats levels: every counter)"
         return "stats: " + "; ".join("%s (%s)" % (lv, what.get(lv, "?")) if lv else

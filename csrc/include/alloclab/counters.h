@@ -142,6 +142,8 @@ static inline bool al_counters_on(const struct al_counters *k)
  * returns the previous one. */
 AL_API unsigned al_stats_level_set(unsigned level);
 AL_API unsigned al_stats_level_get(void);
+/* 1, or 0 in a library built with -DAL_STATS_COMPILED=0 (nothing is ever counted). */
+AL_API int al_stats_compiled(void);
 AL_API extern const char *const al_stats_level_names[AL_STATS_NR]; /* "lite", "off", "full" */
 
 /* The calling context's block: find it once per call. NULL when not counting. */
