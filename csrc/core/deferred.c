@@ -227,21 +227,12 @@ struct defer_cpu {
 	uint64_t nbatches;	     /* batches this CPU allocated (freed at destroy) */
 } __attribute__((aligned(AL_CACHELINE)));
 
-/* Reported with the owning layer's counters (al_defer_report). */
-#define DEFER_COUNTERS(C, D, P)                                                       \
-	C(P, irq_work_queued, 0, "irq_work queued")                                   \
-	C(P, irq_work_busy, 0, "irq_work queue calls that found it already pending")  \
-	C(P, irq_work_runs, 0, "irq_work functions run")                              \
-	C(P, rcu_callbacks, 0, "call_rcu callbacks queued")                           \
-	C(P, rcu_callbacks_run, 0, "call_rcu callbacks run after their grace period") \
-	C(P, kfree_rcu_objects, 0, "objects queued by kfree_rcu")                     \
-	C(P, kfree_rcu_freed, 0, "kfree_rcu objects freed after their grace period")  \
-	C(P, kfree_rcu_failed, AL_CTR_KEY, "kfree_rcu frees the allocator refused")   \
-	C(P, rcu_batches, 0, "RCU batches sealed (one grace-period request each)")    \
-	C(P, rcu_batches_remote, 0, "batches run on another CPU (rcu_nocb)")          \
-	C(P, rcu_refused, AL_CTR_KEY, "call_rcu/kfree_rcu refused (NMI level, no memory)")
-
-AL_COUNTERS_DEFINE(DEFER_COUNTERS, DEFER_, defer_counters);
+/* The domain counts every entry of AL_DEFER_COUNTERS (deferred.h), which
+ * the owning layer's list declares as reported by its stats(). */
+#define DEFER_ENUM_(P, name, flags, formula, doc) P##name,
+#define DEFER_DESC_(P, name, flags, formula, doc) { #name, doc, (flags), NULL },
+enum { AL_DEFER_COUNTERS(DEFER_ENUM_, DEFER_) DEFER_NR };
+static const struct al_counter_desc defer_counters[] = { AL_DEFER_COUNTERS(DEFER_DESC_, DEFER_) };
 
 struct defer {
 	struct al_defer pub;	/* must be first */

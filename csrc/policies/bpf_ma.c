@@ -144,7 +144,8 @@ static const struct al_param_desc bpf_ma_params[P_NR] = {
 	D(P, bytes_allocated, 0, "", "unit bytes handed out")                                      \
 	D(P, bytes_freed, 0, "", "unit bytes taken back")                                          \
 	D(P, nmi_frees_deferred, 0, "", "NMI frees that found active held (freed later)")          \
-	D(P, objects_cached, AL_CTR_GAUGE, "", "objects on the CPUs' free lists")
+	D(P, objects_cached, AL_CTR_GAUGE, "", "objects on the CPUs' free lists")                  \
+	AL_DEFER_COUNTERS(D, P)
 
 AL_COUNTERS_DEFINE(BPF_MA_COUNTERS, BMA_, bpf_ma_counters);
 

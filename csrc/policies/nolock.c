@@ -52,9 +52,10 @@ static const struct al_param_desc nolock_params[P_NR] = {
 };
 
 /*
- * allocs, bytes_allocated and bytes_freed are kept at every stats level
- * (al_ctr_block_acct): bytes_held is made of the bytes, and allocs bounds
- * the deferred-list walks that detect a cycle. A free adds to its kind
+ * allocs, bytes_allocated, bytes_freed and corrupt_lists are kept at every
+ * stats level (al_ctr_block_acct): bytes_held is made of the bytes, allocs
+ * bounds the deferred-list walks that detect a cycle, and check() reports
+ * corrupt_lists. A free adds to its kind
  * (direct or deferred) and its bytes; frees is their sum.
  */
 #define NOLOCK_COUNTERS(C, D, P)                                                            \
@@ -77,7 +78,8 @@ static const struct al_param_desc nolock_params[P_NR] = {
 	C(P, bytes_allocated, 0, "usable bytes handed out")                                 \
 	C(P, bytes_freed, 0, "usable bytes taken back")                                     \
 	D(P, nmi_frees_deferred, 0, "", "frees deferred at NMI level")                      \
-	D(P, deferred_pending, AL_CTR_GAUGE, "", "objects on the deferred lists")
+	D(P, deferred_pending, AL_CTR_GAUGE, "", "objects on the deferred lists")           \
+	AL_DEFER_COUNTERS(D, P)
 
 AL_COUNTERS_DEFINE(NOLOCK_COUNTERS, NOLK_, nolock_counters);
 
@@ -236,7 +238,8 @@ static void drain_deferred(struct al_irq_work *w, struct al_ctx *x)
 			if (!bound)
 				bound = al_counters_sum(&nl->ctr, NOLK_allocs) + DEFER_WALK_CHEAP;
 			if (steps > bound) {
-				al_count(&nl->ctr, x, NOLK_corrupt_lists, 1);
+				/* kept at every stats level: check() reports it */
+				al_ctr_add(al_ctr_block_acct(&nl->ctr, x), NOLK_corrupt_lists, 1);
 				return;
 			}
 		}
