@@ -227,23 +227,12 @@ struct defer_cpu {
 	uint64_t nbatches;	     /* batches this CPU allocated (freed at destroy) */
 } __attribute__((aligned(AL_CACHELINE)));
 
-#define DEFER_COUNTERS(X)                                                       \
-	X(irq_work_queued, "irq_work queued")                                   \
-	X(irq_work_busy, "irq_work queue calls that found it already pending")  \
-	X(irq_work_runs, "irq_work functions run")                              \
-	X(rcu_callbacks, "call_rcu callbacks queued")                           \
-	X(rcu_callbacks_run, "call_rcu callbacks run after their grace period") \
-	X(kfree_rcu_objects, "objects queued by kfree_rcu")                     \
-	X(kfree_rcu_freed, "kfree_rcu objects freed after their grace period")  \
-	X(kfree_rcu_failed, "kfree_rcu frees the allocator refused")            \
-	X(rcu_batches, "RCU batches sealed (one grace-period request each)")    \
-	X(rcu_batches_remote, "batches run on another CPU (rcu_nocb)")          \
-	X(rcu_refused, "call_rcu/kfree_rcu refused (NMI level, no memory)")
-
-#define X(name, doc) DC_##name,
-enum { DEFER_COUNTERS(X) DC_NR };
-#undef X
-static const char *const defer_counter_names[] = { DEFER_COUNTERS(AL_CTR_NAME) };
+/* The domain counts every entry of AL_DEFER_COUNTERS (deferred.h), which
+ * the owning layer's list declares as reported by its stats(). */
+#define DEFER_ENUM_(P, name, flags, formula, doc) P##name,
+#define DEFER_DESC_(P, name, flags, formula, doc) { #name, doc, (flags), NULL },
+enum { AL_DEFER_COUNTERS(DEFER_ENUM_, DEFER_) DEFER_NR };
+static const struct al_counter_desc defer_counters[] = { AL_DEFER_COUNTERS(DEFER_DESC_, DEFER_) };
 
 struct defer {
 	struct al_defer pub;	/* must be first */
@@ -300,7 +289,7 @@ bool al_irq_work_queue(struct al_defer *pub, struct al_irq_work *w, const struct
 
 	if (!__atomic_compare_exchange_n(&w->pending, &zero, 1, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_RELAXED)) {
-		al_count(&d->ctr, c, DC_irq_work_busy, 1);
+		al_count(&d->ctr, c, DEFER_irq_work_busy, 1);
 		return false;
 	}
 	old = __atomic_load_n(&dc->raised, __ATOMIC_RELAXED);
@@ -309,7 +298,7 @@ bool al_irq_work_queue(struct al_defer *pub, struct al_irq_work *w, const struct
 	while (!__atomic_compare_exchange_n(&dc->raised, &old, w, true, __ATOMIC_RELEASE,
 					    __ATOMIC_RELAXED));
 	__atomic_fetch_or(&pub->pcpu[w->cpu].todo, AL_DEFER_IRQ, __ATOMIC_RELEASE);
-	al_count(&d->ctr, c, DC_irq_work_queued, 1);
+	al_count(&d->ctr, c, DEFER_irq_work_queued, 1);
 	wake_helper(d);
 	return true;
 }
@@ -329,7 +318,7 @@ static void run_irq_work(struct defer *d, struct al_ctx *x)
 	for (w = rev; w; w = next) {
 		next = w->next;
 		__atomic_store_n(&w->pending, 0, __ATOMIC_RELEASE); /* may be queued again */
-		al_count(&d->ctr, x, DC_irq_work_runs, 1);
+		al_count(&d->ctr, x, DEFER_irq_work_runs, 1);
 		x->err = 0;
 		w->func(w, x);
 	}
@@ -395,7 +384,7 @@ int al_call_rcu(struct al_defer *pub, struct al_ctx *c, struct al_rcu_head *h,
 	struct rcu_batch *b;
 
 	if (c->level == AL_CTX_NMI || !(b = open_batch(d, c))) {
-		al_count(&d->ctr, c, DC_rcu_refused, 1);
+		al_count(&d->ctr, c, DEFER_rcu_refused, 1);
 		return c->level == AL_CTX_NMI ? -EBUSY : -ENOMEM;
 	}
 	h->func = func;
@@ -406,7 +395,7 @@ int al_call_rcu(struct al_defer *pub, struct al_ctx *c, struct al_rcu_head *h,
 		b->cb_head = h;
 	b->cb_tail = h;
 	b->ncb++;
-	al_count(&d->ctr, c, DC_rcu_callbacks, 1);
+	al_count(&d->ctr, c, DEFER_rcu_callbacks, 1);
 	return 0;
 }
 
@@ -416,7 +405,7 @@ int al_kfree_rcu(struct al_defer *pub, struct al_ctx *c, struct al_allocator *a,
 	struct rcu_batch *b;
 
 	if (c->level == AL_CTX_NMI) {
-		al_count(&d->ctr, c, DC_rcu_refused, 1);
+		al_count(&d->ctr, c, DEFER_rcu_refused, 1);
 		return -EBUSY;
 	}
 	b = d->cpu[c->cpu].open;
@@ -424,12 +413,12 @@ int al_kfree_rcu(struct al_defer *pub, struct al_ctx *c, struct al_allocator *a,
 		seal(d, c->cpu); /* full, or for another allocator */
 	b = open_batch(d, c);
 	if (!b) {
-		al_count(&d->ctr, c, DC_rcu_refused, 1);
+		al_count(&d->ctr, c, DEFER_rcu_refused, 1);
 		return -ENOMEM;
 	}
 	b->kfree_a = a;
 	b->ptrs[b->nptr++] = ptr;
-	al_count(&d->ctr, c, DC_kfree_rcu_objects, 1);
+	al_count(&d->ctr, c, DEFER_kfree_rcu_objects, 1);
 	return 0;
 }
 
@@ -439,21 +428,23 @@ static void run_batch(struct defer *d, struct rcu_batch *b, struct al_ctx *x)
 	unsigned i;
 	int n;
 
+	uint64_t *k = al_ctr_block(&d->ctr, x);
+
 	if (b->owner != x->cpu)
-		al_count(&d->ctr, x, DC_rcu_batches_remote, 1);
+		al_ctr_add(k, DEFER_rcu_batches_remote, 1);
 	for (h = b->cb_head; h; h = next) {
 		next = h->next;
 		x->err = 0;
 		h->func(h, x);
 	}
-	al_count(&d->ctr, x, DC_rcu_callbacks_run, b->ncb);
+	al_ctr_add(k, DEFER_rcu_callbacks_run, b->ncb);
 	if (b->nptr) {
 		n = al_free_bulk(b->kfree_a, x, b->ptrs, b->nptr);
 		if (n < 0) /* refused as a whole (a lock failed): one by one */
 			for (i = 0, n = 0; i < b->nptr; i++)
 				n += !al_free(b->kfree_a, x, b->ptrs[i]);
-		al_count(&d->ctr, x, DC_kfree_rcu_freed, (uint64_t)n);
-		al_count(&d->ctr, x, DC_kfree_rcu_failed, b->nptr - (unsigned)n);
+		al_ctr_add(k, DEFER_kfree_rcu_freed, (uint64_t)n);
+		al_ctr_add(k, DEFER_kfree_rcu_failed, b->nptr - (unsigned)n);
 	}
 	push_batch(&d->cpu[b->owner].pool, b);
 }
@@ -634,7 +625,8 @@ int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_de
 	d->pub.poll_inline = d->mode == AL_IRQ_WORK_INLINE;
 	d->pub.pcpu = al_meta_alloc(sizeof(struct al_defer_cpu) * ncpu);
 	d->cpu = al_meta_alloc(sizeof(struct defer_cpu) * ncpu);
-	if (!d->pub.pcpu || !d->cpu || al_counters_init(&d->ctr, DC_NR, defer_counter_names, ncpu))
+	if (!d->pub.pcpu || !d->cpu ||
+	    al_counters_init_desc(&d->ctr, defer_counters, DEFER_NR, 0, ncpu))
 		goto out_free;
 	pthread_mutex_init(&d->run_lock, NULL);
 	if (d->mode == AL_IRQ_WORK_THREAD) {
@@ -700,16 +692,17 @@ void al_defer_destroy(struct al_defer *pub)
 	al_meta_free(d, sizeof(*d));
 }
 
+/* From the counters: 0 at AL_STATS_OFF, where nothing is counted. */
 uint64_t al_defer_pending(struct al_defer *pub)
 {
 	struct defer *d = to_defer(pub);
-	uint64_t q = al_counters_sum(&d->ctr, DC_rcu_callbacks) +
-		     al_counters_sum(&d->ctr, DC_kfree_rcu_objects);
-	uint64_t r = al_counters_sum(&d->ctr, DC_rcu_callbacks_run) +
-		     al_counters_sum(&d->ctr, DC_kfree_rcu_freed) +
-		     al_counters_sum(&d->ctr, DC_kfree_rcu_failed);
-	uint64_t wq = al_counters_sum(&d->ctr, DC_irq_work_queued);
-	uint64_t wr = al_counters_sum(&d->ctr, DC_irq_work_runs);
+	uint64_t q = al_counters_sum(&d->ctr, DEFER_rcu_callbacks) +
+		     al_counters_sum(&d->ctr, DEFER_kfree_rcu_objects);
+	uint64_t r = al_counters_sum(&d->ctr, DEFER_rcu_callbacks_run) +
+		     al_counters_sum(&d->ctr, DEFER_kfree_rcu_freed) +
+		     al_counters_sum(&d->ctr, DEFER_kfree_rcu_failed);
+	uint64_t wq = al_counters_sum(&d->ctr, DEFER_irq_work_queued);
+	uint64_t wr = al_counters_sum(&d->ctr, DEFER_irq_work_runs);
 
 	return (q - r) + (wq - wr);
 }

@@ -109,36 +109,51 @@ static const struct al_param_desc bpf_ma_params[P_NR] = {
 			   "trim (RCU tasks-trace grace period)" },
 };
 
-#define BPF_MA_COUNTERS(X)                                                              \
-	X(allocs, "allocations that returned memory")                                   \
-	X(frees, "frees")                                                               \
-	X(alloc_hits, "allocations popped from the CPU's free list")                    \
-	X(alloc_empty, "allocations that found the list empty (NULL, refill queued)")   \
-	X(reentrant_allocs, "allocations that found active held (NULL, refill queued)") \
-	X(reentrant_frees, "frees that found active held (to the extra list)")          \
-	X(fallback_kmallocs, "AL_MAYSLEEP allocations served by a direct kmalloc")      \
-	X(refills, "refill irq_work runs that allocated (count below low)")             \
-	X(refill_objects, "objects added by refills")                                   \
-	X(refill_kmallocs, "refill objects kmalloc'ed from the layer below")            \
-	X(refill_reused, "refill objects taken back from the return-to-slab lists")     \
-	X(trims, "irq_work runs that trimmed (count above high)")                       \
-	X(trim_objects, "objects trimmed toward the slab (incl. the extra list)")       \
-	X(ttrace_batches, "grace periods requested for trimmed objects")                \
-	X(ttrace_freed, "trimmed objects kfree'd to the layer below after the GP")      \
-	X(drain_free_retries, "drain frees the layer below failed and were retried")    \
-	X(prefills, "caches prefilled")                                                 \
-	X(prefill_objects, "objects added by prefills")                                 \
-	X(instances, "fixed-size instances created")                                    \
-	X(no_instance, "allocations refused: 8 fixed-size instances already exist")     \
-	X(einval, "allocations rejected: size 0 or too large for the mode")             \
-	X(invalid_frees, "frees rejected: not an object of this allocator")             \
-	X(bytes_allocated, "unit bytes handed out")                                     \
-	X(bytes_freed, "unit bytes taken back")
+/*
+ * A successful allocation adds to one slot, its cache's (instance, bucket)
+ * entry of the per-unit arrays after the named counters, and a free to the
+ * other: allocs, frees, alloc_hits and the bytes follow from them and are
+ * reported, not counted. The slots are kept at every stats level
+ * (al_ctr_block_acct): bytes_held is made of them.
+ */
+#define BPF_MA_COUNTERS(C, D, P)                                                                   \
+	D(P, allocs, AL_CTR_KEY, "", "allocations that returned memory")                           \
+	D(P, frees, AL_CTR_KEY, "", "frees")                                                       \
+	D(P, alloc_hits, AL_CTR_KEY, "", "allocations popped from the CPU's free list")            \
+	C(P, alloc_empty, AL_CTR_KEY,                                                              \
+	  "allocations that found the list empty (NULL, refill queued)")                           \
+	C(P, reentrant_allocs, AL_CTR_KEY,                                                         \
+	  "allocations that found active held (NULL, refill queued)")                              \
+	C(P, reentrant_frees, AL_CTR_KEY, "frees that found active held (to the extra list)")      \
+	C(P, fallback_kmallocs, 0, "AL_MAYSLEEP allocations served by a direct kmalloc")           \
+	C(P, refills, AL_CTR_KEY, "refill irq_work runs that allocated (count below low)")         \
+	C(P, refill_objects, 0, "objects added by refills")                                        \
+	C(P, refill_kmallocs, 0, "refill objects kmalloc'ed from the layer below")                 \
+	C(P, refill_reused, 0, "refill objects taken back from the return-to-slab lists")          \
+	C(P, trims, AL_CTR_KEY, "irq_work runs that trimmed (count above high)")                   \
+	C(P, trim_objects, 0, "objects trimmed toward the slab (incl. the extra list)")            \
+	C(P, ttrace_batches, 0, "grace periods requested for trimmed objects")                     \
+	C(P, ttrace_freed, 0, "trimmed objects kfree'd to the layer below after the GP")           \
+	C(P, drain_free_retries, 0, "drain frees the layer below failed and were retried")         \
+	C(P, prefills, 0, "caches prefilled")                                                      \
+	C(P, prefill_objects, 0, "objects added by prefills")                                      \
+	C(P, instances, 0, "fixed-size instances created")                                         \
+	C(P, no_instance, AL_CTR_KEY, "allocations refused: 8 fixed-size instances already exist") \
+	C(P, einval, 0, "allocations rejected: size 0 or too large for the mode")                  \
+	C(P, invalid_frees, AL_CTR_KEY, "frees rejected: not an object of this allocator")         \
+	D(P, bytes_allocated, 0, "", "unit bytes handed out")                                      \
+	D(P, bytes_freed, 0, "", "unit bytes taken back")                                          \
+	D(P, nmi_frees_deferred, 0, "", "NMI frees that found active held (freed later)")          \
+	D(P, objects_cached, AL_CTR_GAUGE, "", "objects on the CPUs' free lists")                  \
+	AL_DEFER_COUNTERS(D, P)
 
-#define X(name, doc) MC_##name,
-enum { BPF_MA_COUNTERS(X) MC_NR };
-#undef X
-static const char *const bpf_ma_counter_names[] = { BPF_MA_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(BPF_MA_COUNTERS, BMA_, bpf_ma_counters);
+
+/* The per-unit slots after the named counters: one per (instance, bucket). */
+#define BMA_UNITS	  (MA_MAX_INST * MA_NR_BUCKETS)
+#define BMA_ALLOC_SLOT(u) (BMA_NR + (u))
+#define BMA_FREE_SLOT(u)  (BMA_NR + BMA_UNITS + (u))
+#define BMA_EXTRA	  (2 * BMA_UNITS)
 
 struct ma_inst;
 
@@ -154,6 +169,7 @@ struct ma_cache {
 	unsigned unit_size;		/* object size including the header */
 	unsigned cpu;			/* owning CPU */
 	unsigned bucket;		/* index in the instance */
+	unsigned unit;			/* (instance, bucket): its counter slots */
 	bool need_prefill;		/* prefill at the next allocation */
 	int refill_err;			/* 0, or why the last refill got nothing (-ENOMEM) */
 	struct ma_cache *tgt;		/* owner of the last freed object: trim target */
@@ -315,12 +331,12 @@ static int ma_alloc_bulk(struct bpf_ma *ma, struct ma_cache *mc, int cnt, struct
 		if (!obj)
 			obj = llist_del_first(&mc->waiting_for_gp_ttrace);
 		if (obj) {
-			al_count(&ma->ctr, x, MC_refill_reused, 1);
+			al_count(&ma->ctr, x, BMA_refill_reused, 1);
 		} else {
 			obj = al_alloc(ma->base.below, x, mc->unit_size, flags);
 			if (!obj)
 				break;
-			al_count(&ma->ctr, x, MC_refill_kmallocs, 1);
+			al_count(&ma->ctr, x, BMA_refill_kmallocs, 1);
 		}
 		add_obj_to_free_list(ma, mc, obj);
 	}
@@ -341,7 +357,7 @@ static void do_call_rcu_ttrace(struct bpf_ma *ma, struct ma_cache *c, struct al_
 		next = link_get(obj);
 		llist_add(&c->waiting_for_gp_ttrace, obj);
 	}
-	al_count(&ma->ctr, x, MC_ttrace_batches, 1);
+	al_count(&ma->ctr, x, BMA_ttrace_batches, 1);
 	if (al_call_rcu(ma->defer, x, &c->rcu_ttrace, free_ttrace))
 		free_ttrace(&c->rcu_ttrace, x); /* no batch memory: at once */
 }
@@ -359,7 +375,7 @@ static void free_ttrace(struct al_rcu_head *h, struct al_ctx *x)
 			body_poison(c, obj);
 			llist_add(&c->free_by_rcu_ttrace, obj); /* a lock failed: next round */
 		} else {
-			al_count(&ma->ctr, x, MC_ttrace_freed, 1);
+			al_count(&ma->ctr, x, BMA_ttrace_freed, 1);
 		}
 	}
 	__atomic_store_n(&c->call_rcu_ttrace_in_progress, 0, __ATOMIC_RELEASE);
@@ -395,8 +411,8 @@ static void ma_free_bulk(struct bpf_ma *ma, struct ma_cache *mc, struct al_ctx *
 		next = link_get(obj);
 		llist_add(&tgt->free_by_rcu_ttrace, obj);
 	}
-	al_count(&ma->ctr, x, MC_trims, 1);
-	al_count(&ma->ctr, x, MC_trim_objects, (uint64_t)n);
+	al_count(&ma->ctr, x, BMA_trims, 1);
+	al_count(&ma->ctr, x, BMA_trim_objects, (uint64_t)n);
 	do_call_rcu_ttrace(ma, tgt, x);
 }
 
@@ -415,8 +431,8 @@ static void refill_fn(struct al_irq_work *w, struct al_ctx *x)
 		 * (refill pending) only once a refill found nothing below. */
 		__atomic_store_n(&mc->refill_err, n > 0 ? 0 : (x->err ? x->err : -ENOMEM),
 				 __ATOMIC_RELAXED);
-		al_count(&ma->ctr, x, MC_refills, 1);
-		al_count(&ma->ctr, x, MC_refill_objects, (uint64_t)n);
+		al_count(&ma->ctr, x, BMA_refills, 1);
+		al_count(&ma->ctr, x, BMA_refill_objects, (uint64_t)n);
 	} else if (cnt > mc->high_watermark) {
 		ma_free_bulk(ma, mc, x);
 	}
@@ -430,6 +446,7 @@ static void init_cache(struct ma_cache *mc, struct ma_inst *in, unsigned cpu, un
 	mc->inst = in;
 	mc->cpu = cpu;
 	mc->bucket = bucket;
+	mc->unit = (unsigned)(in - in->ma->inst) * MA_NR_BUCKETS + bucket;
 	mc->unit_size = unit;
 	if (unit <= 256) {
 		mc->low_watermark = 32;
@@ -494,11 +511,11 @@ static struct ma_inst *inst_for(struct bpf_ma *ma, struct al_ctx *c, size_t size
 	if (!in && n < MA_MAX_INST && !inst_init(ma, n, 1, size)) {
 		in = &ma->inst[n];
 		__atomic_store_n(&ma->ninst, n + 1, __ATOMIC_RELEASE);
-		al_count(&ma->ctr, c, MC_instances, 1);
+		al_count(&ma->ctr, c, BMA_instances, 1);
 	}
 	__atomic_store_n(&ma->inst_lock, 0, __ATOMIC_RELEASE);
 	if (!in && n >= MA_MAX_INST) {
-		al_count(&ma->ctr, c, MC_no_instance, 1);
+		al_count(&ma->ctr, c, BMA_no_instance, 1);
 		c->err = -ENOSPC;
 	} else if (!in) {
 		c->err = -ENOMEM;
@@ -525,7 +542,7 @@ static inline void *unit_alloc(struct bpf_ma *ma, struct ma_cache *mc, struct al
 			body_unpoison(mc, obj);
 		}
 	} else {
-		al_count(&ma->ctr, c, MC_reentrant_allocs, 1);
+		al_count(&ma->ctr, c, BMA_reentrant_allocs, 1);
 		*busy = true;
 	}
 	active_dec(ma, mc);
@@ -550,7 +567,7 @@ static inline void unit_free(struct bpf_ma *ma, struct ma_cache *mc, void *obj, 
 		__atomic_store_n(&mc->free_cnt, cnt, __ATOMIC_RELAXED);
 	} else {
 		llist_add(&mc->free_llist_extra, obj);
-		al_count(&ma->ctr, c, MC_reentrant_frees, 1);
+		al_count(&ma->ctr, c, BMA_reentrant_frees, 1);
 	}
 	active_dec(ma, mc);
 	if (cnt > mc->high_watermark)
@@ -562,8 +579,8 @@ static al_noinline void prefill(struct bpf_ma *ma, struct ma_cache *mc, struct a
 	int n = ma_alloc_bulk(ma, mc, mc->unit_size <= 256 ? 4 : 1, c, 0);
 
 	mc->need_prefill = false;
-	al_count(&ma->ctr, c, MC_prefills, 1);
-	al_count(&ma->ctr, c, MC_prefill_objects, (uint64_t)n);
+	al_count(&ma->ctr, c, BMA_prefills, 1);
+	al_count(&ma->ctr, c, BMA_prefill_objects, (uint64_t)n);
 }
 
 static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
@@ -595,13 +612,11 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	if (al_unlikely(mc->need_prefill) && c->level == AL_CTX_TASK && !(flags & AL_NOSPIN))
 		prefill(ma, mc, c);
 	obj = unit_alloc(ma, mc, c, &busy);
-	if (al_likely(obj))
-		al_count(&ma->ctr, c, MC_alloc_hits, 1);
-	else if ((flags & AL_MAYSLEEP) && c->level == AL_CTX_TASK) {
+	if (al_unlikely(!obj) && (flags & AL_MAYSLEEP) && c->level == AL_CTX_TASK) {
 		obj = al_alloc(a->below, c, mc->unit_size, 0); /* GFP_KERNEL: direct kmalloc */
 		if (obj) {
 			link_set(obj, mc);
-			al_count(&ma->ctr, c, MC_fallback_kmallocs, 1);
+			al_count(&ma->ctr, c, BMA_fallback_kmallocs, 1);
 		}
 	}
 	al_defer_poll(ma->defer, c); /* IRQs back on: the refill runs now */
@@ -610,19 +625,18 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 			c->err = -EBUSY;
 			return NULL;
 		}
-		al_count(&ma->ctr, c, MC_alloc_empty, 1);
+		al_count(&ma->ctr, c, BMA_alloc_empty, 1);
 		c->err = __atomic_load_n(&mc->refill_err, __ATOMIC_RELAXED) == -ENOMEM ? -ENOMEM
 										       : -EAGAIN;
 		return NULL;
 	}
-	al_count(&ma->ctr, c, MC_allocs, 1);
-	al_count(&ma->ctr, c, MC_bytes_allocated, mc->unit_size);
+	al_ctr_add(al_ctr_block_acct(&ma->ctr, c), BMA_ALLOC_SLOT(mc->unit), 1);
 	obj = (char *)obj + MA_HDR;
 	if (flags & AL_ZERO)
 		memset(obj, 0, size);
 	return obj;
 einval:
-	al_count(&ma->ctr, c, MC_einval, 1);
+	al_count(&ma->ctr, c, BMA_einval, 1);
 	c->err = -EINVAL;
 	return NULL;
 }
@@ -658,13 +672,12 @@ static int bpf_ma_free(struct al_allocator *a, struct al_ctx *c, void *p)
 		return 0;
 	owner = owner_of(ma, p);
 	if (al_unlikely(!owner)) {
-		al_count(&ma->ctr, c, MC_invalid_frees, 1);
+		al_count(&ma->ctr, c, BMA_invalid_frees, 1);
 		return -EINVAL;
 	}
 	in = owner->inst;
 	mc = &in->caches[c->cpu * in->nbuckets + owner->bucket]; /* this CPU's cache */
-	al_count(&ma->ctr, c, MC_frees, 1);
-	al_count(&ma->ctr, c, MC_bytes_freed, owner->unit_size);
+	al_ctr_add(al_ctr_block_acct(&ma->ctr, c), BMA_FREE_SLOT(owner->unit), 1);
 	unit_free(ma, mc, (char *)p - MA_HDR, c);
 	al_defer_poll(ma->defer, c);
 	return 0;
@@ -695,7 +708,7 @@ static void free_list(struct bpf_ma *ma, const struct ma_cache *mc, struct al_ct
 		/* A backend free can fail transiently (a lock budget, an injected
 		 * fault): retry rather than lose the object. */
 		for (tries = 0; tries < 4 && al_free(ma->base.below, c, obj); tries++)
-			al_count(&ma->ctr, c, MC_drain_free_retries, 1);
+			al_count(&ma->ctr, c, BMA_drain_free_retries, 1);
 	}
 }
 
@@ -737,22 +750,46 @@ static void bpf_ma_drain(struct al_allocator *a, struct al_ctx *c, unsigned scop
 	}
 }
 
+/* The slots of every unit that exists: events and unit bytes. */
+static void sum_units(const struct bpf_ma *ma, unsigned first, uint64_t *n, uint64_t *bytes)
+{
+	unsigned i, b, ninst = __atomic_load_n(&ma->ninst, __ATOMIC_ACQUIRE);
+
+	*n = *bytes = 0;
+	for (i = 0; i < ninst; i++)
+		for (b = 0; b < ma->inst[i].nbuckets; b++) {
+			uint64_t v = al_counters_sum(&ma->ctr, first + i * MA_NR_BUCKETS + b);
+
+			*n += v;
+			*bytes += v * ma->inst[i].caches[b].unit_size;
+		}
+}
+
 static void bpf_ma_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct bpf_ma *ma = to_ma(a);
-	unsigned i, n = __atomic_load_n(&ma->ninst, __ATOMIC_ACQUIRE), k;
-	uint64_t cached = 0;
+	const struct al_counters *k = &ma->ctr;
+	unsigned i, n = __atomic_load_n(&ma->ninst, __ATOMIC_ACQUIRE), j;
+	uint64_t cached = 0, allocs, abytes, frees, fbytes;
 
-	out->bytes_held = (int64_t)(al_counters_sum(&ma->ctr, MC_bytes_allocated) -
-				    al_counters_sum(&ma->ctr, MC_bytes_freed));
-	al_counters_report(&ma->ctr, out);
+	sum_units(ma, BMA_ALLOC_SLOT(0), &allocs, &abytes);
+	sum_units(ma, BMA_FREE_SLOT(0), &frees, &fbytes);
+	out->bytes_held = (int64_t)(abytes - fbytes);
+	if (!al_counters_on(k))
+		return;
+	al_stats_add(out, "allocs", allocs);
+	al_stats_add(out, "frees", frees);
+	al_stats_add(out, "alloc_hits", allocs - al_counters_sum(k, BMA_fallback_kmallocs));
+	al_stats_add(out, "bytes_allocated", abytes);
+	al_stats_add(out, "bytes_freed", fbytes);
+	al_counters_report(k, out);
 	/* NMI frees that found `active` held: to the extra list, freed later */
 	al_stats_add(out, "nmi_frees_deferred",
-		     al_counters_sum_level(&ma->ctr, MC_reentrant_frees, AL_CTX_NMI));
+		     al_counters_sum_level(k, BMA_reentrant_frees, AL_CTX_NMI));
 	al_defer_report(ma->defer, out);
 	for (i = 0; i < n; i++)
-		for (k = 0; k < ma->inst[i].nbuckets * a->ncpu; k++)
-			cached += (uint64_t)__atomic_load_n(&ma->inst[i].caches[k].free_cnt,
+		for (j = 0; j < ma->inst[i].nbuckets * a->ncpu; j++)
+			cached += (uint64_t)__atomic_load_n(&ma->inst[i].caches[j].free_cnt,
 							    __ATOMIC_RELAXED);
 	al_stats_add_gauge(out, "objects_cached", cached);
 }
@@ -864,7 +901,7 @@ static int bpf_ma_create(const struct al_layer_desc *d, const int64_t *p,
 	ma->atomic = p[P_irq_work] == AL_IRQ_WORK_THREAD;
 	ma->below_flags = ma->atomic ? AL_NOCPU : 0;
 	al_allocator_init(&ma->base, &bpf_ma_ops, d, below, ncpu); /* inst_init reads ncpu */
-	ret = al_counters_init(&ma->ctr, MC_NR, bpf_ma_counter_names, ncpu);
+	ret = al_counters_init_desc(&ma->ctr, bpf_ma_counters, BMA_NR, BMA_EXTRA, ncpu);
 	if (ret)
 		goto out_free;
 	ret = al_defer_create(ncpu, &dp, &ma->defer);
@@ -900,6 +937,8 @@ static const struct al_layer_desc bpf_ma_desc = {
 	.params = bpf_ma_params,
 	.check_params = bpf_ma_check_params,
 	.create = bpf_ma_create,
+	.counters = bpf_ma_counters,
+	.ncounters = BMA_NR,
 };
 
 AL_REGISTER_LAYER(bpf_ma_desc)

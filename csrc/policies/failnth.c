@@ -25,20 +25,18 @@
 
 #include "alloclab/alloclab.h"
 
-#define FAILNTH_COUNTERS(X)                                           \
-	X(calls_alloc, "alloc calls seen")                            \
-	X(calls_alloc_bulk, "alloc_bulk calls seen")                  \
-	X(calls_free, "free calls seen (free and free_flags)")        \
-	X(calls_free_bulk, "free_bulk calls seen")                    \
-	X(failed_alloc, "alloc calls failed by injection")            \
-	X(failed_alloc_bulk, "alloc_bulk calls failed by injection")  \
-	X(failed_free, "free calls failed by injection (-ETIMEDOUT)") \
-	X(failed_free_bulk, "free_bulk calls failed by injection (-ETIMEDOUT)")
+/* The calls_* and failed_* entries are in the order of the FN_* kinds. */
+#define FAILNTH_COUNTERS(C, D, P)                                                    \
+	C(P, calls_alloc, 0, "alloc calls seen")                                     \
+	C(P, calls_alloc_bulk, 0, "alloc_bulk calls seen")                           \
+	C(P, calls_free, 0, "free calls seen (free and free_flags)")                 \
+	C(P, calls_free_bulk, 0, "free_bulk calls seen")                             \
+	C(P, failed_alloc, AL_CTR_KEY, "alloc calls failed by injection")            \
+	C(P, failed_alloc_bulk, AL_CTR_KEY, "alloc_bulk calls failed by injection")  \
+	C(P, failed_free, AL_CTR_KEY, "free calls failed by injection (-ETIMEDOUT)") \
+	C(P, failed_free_bulk, AL_CTR_KEY, "free_bulk calls failed by injection (-ETIMEDOUT)")
 
-#define FN_CTR_ENUM(name, doc) FC_##name,
-enum { FAILNTH_COUNTERS(FN_CTR_ENUM) FC_NR };
-
-static const char *const failnth_counter_names[FC_NR] = { FAILNTH_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(FAILNTH_COUNTERS, FNTH_, failnth_counters);
 
 /* Kinds of call, in the order of the `op` choices; FN_ANY selects them all. */
 enum { FN_ALLOC, FN_ALLOC_BULK, FN_FREE, FN_FREE_BULK, FN_ANY };
@@ -66,15 +64,16 @@ static inline struct failnth *to_fn(struct al_allocator *a)
 /* Count a call of `kind`; true when this one is to fail. */
 static inline bool fn_fail(struct failnth *f, struct al_ctx *c, unsigned kind)
 {
+	uint64_t *b = al_ctr_block(&f->ctr, c);
 	uint64_t n;
 
-	al_count(&f->ctr, c, FC_calls_alloc + kind, 1);
+	al_ctr_add(b, FNTH_calls_alloc + kind, 1);
 	if (!f->nth || (f->op != FN_ANY && f->op != kind))
 		return false;
 	n = __atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED);
 	if (f->every ? n % f->nth : n != f->nth)
 		return false;
-	al_count(&f->ctr, c, FC_failed_alloc + kind, 1);
+	al_ctr_add(b, FNTH_failed_alloc + kind, 1);
 	return true;
 }
 
@@ -184,7 +183,7 @@ static int fn_create(const struct al_layer_desc *d, const int64_t *params,
 	f->nth = (uint64_t)params[P_NTH];
 	f->every = params[P_EVERY];
 	f->err = errs[params[P_ERR]];
-	ret = al_counters_init(&f->ctr, FC_NR, failnth_counter_names, ncpu);
+	ret = al_counters_init_desc(&f->ctr, failnth_counters, FNTH_NR, 0, ncpu);
 	if (ret)
 		goto out_free;
 	*out = al_allocator_init(&f->base, &fn_ops, d, below, ncpu);
@@ -215,6 +214,8 @@ static const struct al_layer_desc failnth_desc = {
 	.nparams = P_NR,
 	.params = fn_params,
 	.create = fn_create,
+	.counters = failnth_counters,
+	.ncounters = FNTH_NR,
 };
 
 AL_REGISTER_LAYER(failnth_desc)

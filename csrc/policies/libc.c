@@ -23,18 +23,20 @@
 
 #include "alloclab/alloclab.h"
 
-#define LIBC_COUNTERS(X)                              \
-	X(allocs, "successful allocations")           \
-	X(frees, "frees")                             \
-	X(bytes_requested, "bytes asked for")         \
-	X(bytes_allocated, "usable bytes handed out") \
-	X(bytes_freed, "usable bytes given back")     \
-	X(enomem, "allocations that returned NULL")
+/*
+ * bytes_allocated and bytes_freed are what bytes_held is made of and malloc
+ * keeps no total to compute it from: they are counted through
+ * al_ctr_block_acct, at every stats level.
+ */
+#define LIBC_COUNTERS(C, D, P)                              \
+	C(P, allocs, AL_CTR_KEY, "successful allocations")  \
+	C(P, frees, AL_CTR_KEY, "frees")                    \
+	C(P, bytes_requested, 0, "bytes asked for")         \
+	C(P, bytes_allocated, 0, "usable bytes handed out") \
+	C(P, bytes_freed, 0, "usable bytes given back")     \
+	C(P, enomem, AL_CTR_KEY, "allocations that returned NULL")
 
-#define X(name, doc) LC_##name,
-enum { LIBC_COUNTERS(X) LC_NR };
-#undef X
-static const char *const libc_counter_names[] = { LIBC_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(LIBC_COUNTERS, LIBC_, libc_counters);
 
 struct libc_layer {
 	struct al_allocator base; /* must be first */
@@ -46,14 +48,19 @@ static void *libc_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 	struct libc_layer *l = (struct libc_layer *)a;
 	void *p = (flags & AL_ZERO) ? calloc(1, size) : malloc(size);
 
+	uint64_t *b;
+
 	if (al_unlikely(!p)) {
 		c->err = -ENOMEM;
-		al_count(&l->ctr, c, LC_enomem, 1);
+		al_count(&l->ctr, c, LIBC_enomem, 1);
 		return NULL;
 	}
-	al_count(&l->ctr, c, LC_allocs, 1);
-	al_count(&l->ctr, c, LC_bytes_requested, size);
-	al_count(&l->ctr, c, LC_bytes_allocated, malloc_usable_size(p));
+	b = al_ctr_block_acct(&l->ctr, c);
+	al_ctr_add(b, LIBC_bytes_allocated, malloc_usable_size(p));
+	if (al_counters_on(&l->ctr)) {
+		al_ctr_add(b, LIBC_allocs, 1);
+		al_ctr_add(b, LIBC_bytes_requested, size);
+	}
 	return p;
 }
 
@@ -61,10 +68,14 @@ static int libc_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	struct libc_layer *l = (struct libc_layer *)a;
 
+	uint64_t *b;
+
 	if (!p)
 		return 0;
-	al_count(&l->ctr, c, LC_frees, 1);
-	al_count(&l->ctr, c, LC_bytes_freed, malloc_usable_size(p));
+	b = al_ctr_block_acct(&l->ctr, c);
+	al_ctr_add(b, LIBC_bytes_freed, malloc_usable_size(p));
+	if (al_counters_on(&l->ctr))
+		al_ctr_add(b, LIBC_frees, 1);
 	free(p);
 	return 0;
 }
@@ -79,8 +90,8 @@ static void libc_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct libc_layer *l = (struct libc_layer *)a;
 
-	out->bytes_held = (int64_t)(al_counters_sum(&l->ctr, LC_bytes_allocated) -
-				    al_counters_sum(&l->ctr, LC_bytes_freed));
+	out->bytes_held = (int64_t)(al_counters_sum(&l->ctr, LIBC_bytes_allocated) -
+				    al_counters_sum(&l->ctr, LIBC_bytes_freed));
 	al_counters_report(&l->ctr, out);
 }
 
@@ -113,7 +124,7 @@ static int libc_create(const struct al_layer_desc *d, const int64_t *params,
 	l = al_meta_alloc(sizeof(*l));
 	if (!l)
 		return -ENOMEM;
-	if (al_counters_init(&l->ctr, LC_NR, libc_counter_names, ncpu))
+	if (al_counters_init_desc(&l->ctr, libc_counters, LIBC_NR, 0, ncpu))
 		goto out_free;
 	*out = al_allocator_init(&l->base, &libc_ops, d, below, ncpu);
 	return 0;
@@ -133,6 +144,8 @@ static const struct al_layer_desc libc_desc = {
 	.nparams = 0,
 	.params = NULL,
 	.create = libc_create,
+	.counters = libc_counters,
+	.ncounters = LIBC_NR,
 };
 
 AL_REGISTER_LAYER(libc_desc)
@@ -180,6 +193,8 @@ static const struct al_layer_desc system_desc = {
 	.nparams = 1,
 	.params = system_params,
 	.create = system_create,
+	.counters = libc_counters,
+	.ncounters = LIBC_NR,
 };
 
 AL_REGISTER_LAYER(system_desc)

@@ -51,27 +51,37 @@ static const struct al_param_desc nolock_params[P_NR] = {
 		      "kmalloc_nolock fires the kmalloc tracepoint (6.18: it does not)" },
 };
 
-#define NOLOCK_COUNTERS(X)                                                                   \
-	X(allocs, "kmalloc_nolock calls that returned memory")                               \
-	X(frees, "kfree_nolock calls")                                                       \
-	X(retries, "allocations retried in the next size class (-EBUSY)")                    \
-	X(retry_ok, "retries that returned memory")                                          \
-	X(alloc_failed, "kmalloc_nolock calls that returned NULL")                           \
-	X(frees_direct, "frees the layer below took at once")                                \
-	X(frees_deferred, "frees pushed on the deferred list (trylock or not the CPU slab)") \
-	X(deferred_freed, "deferred objects freed by the irq_work")                          \
-	X(deferred_requeued, "deferred objects the irq_work could not free yet")             \
-	X(deferred_refused, "deferred objects the layer below refused (freed twice)")        \
-	X(double_frees, "frees refused: the object is already the deferred list's head")     \
-	X(corrupt_lists, "deferred lists found cyclic (a double free): the rest leaked")     \
-	X(einval, "allocations rejected: size 0 or above 8 KiB")                             \
-	X(bytes_allocated, "usable bytes handed out")                                        \
-	X(bytes_freed, "usable bytes taken back")
+/*
+ * allocs, bytes_allocated, bytes_freed and corrupt_lists are kept at every
+ * stats level (al_ctr_block_acct): bytes_held is made of the bytes, allocs
+ * bounds the deferred-list walks that detect a cycle, and check() reports
+ * corrupt_lists. A free adds to its kind
+ * (direct or deferred) and its bytes; frees is their sum.
+ */
+#define NOLOCK_COUNTERS(C, D, P)                                                            \
+	C(P, allocs, AL_CTR_KEY, "kmalloc_nolock calls that returned memory")               \
+	D(P, frees, AL_CTR_KEY, "frees_direct+frees_deferred", "kfree_nolock calls")        \
+	C(P, retries, AL_CTR_KEY, "allocations retried in the next size class (-EBUSY)")    \
+	C(P, retry_ok, 0, "retries that returned memory")                                   \
+	C(P, alloc_failed, AL_CTR_KEY, "kmalloc_nolock calls that returned NULL")           \
+	C(P, frees_direct, 0, "frees the layer below took at once")                         \
+	C(P, frees_deferred, AL_CTR_KEY,                                                    \
+	  "frees pushed on the deferred list (trylock or not the CPU slab)")                \
+	C(P, deferred_freed, 0, "deferred objects freed by the irq_work")                   \
+	C(P, deferred_requeued, 0, "deferred objects the irq_work could not free yet")      \
+	C(P, deferred_refused, 0, "deferred objects the layer below refused (freed twice)") \
+	C(P, double_frees, AL_CTR_KEY,                                                      \
+	  "frees refused: the object is already the deferred list's head")                  \
+	C(P, corrupt_lists, AL_CTR_KEY,                                                     \
+	  "deferred lists found cyclic (a double free): the rest leaked")                   \
+	C(P, einval, 0, "allocations rejected: size 0 or above 8 KiB")                      \
+	C(P, bytes_allocated, 0, "usable bytes handed out")                                 \
+	C(P, bytes_freed, 0, "usable bytes taken back")                                     \
+	D(P, nmi_frees_deferred, 0, "", "frees deferred at NMI level")                      \
+	D(P, deferred_pending, AL_CTR_GAUGE, "", "objects on the deferred lists")           \
+	AL_DEFER_COUNTERS(D, P)
 
-#define X(name, doc) NC_##name,
-enum { NOLOCK_COUNTERS(X) NC_NR };
-#undef X
-static const char *const nolock_counter_names[] = { NOLOCK_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(NOLOCK_COUNTERS, NOLK_, nolock_counters);
 
 struct nolock;
 
@@ -109,26 +119,28 @@ static void *nolock_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	void *p;
 
 	if (al_unlikely(ci < 0)) {
-		al_count(&nl->ctr, c, NC_einval, 1);
+		al_count(&nl->ctr, c, NOLK_einval, 1);
 		c->err = -EINVAL;
 		return NULL;
 	}
 	p = al_alloc(below, c, size, f);
 	if (al_unlikely(!p) && c->err == -EBUSY && ci + 1 < KM_NR_CLASSES) {
 		/* the next kmalloc bucket: its locks are independent */
-		al_count(&nl->ctr, c, NC_retries, 1);
+		al_count(&nl->ctr, c, NOLK_retries, 1);
 		c->err = 0;
 		p = al_alloc(below, c, km_class_size[ci] + 1, f);
 		if (p)
-			al_count(&nl->ctr, c, NC_retry_ok, 1);
+			al_count(&nl->ctr, c, NOLK_retry_ok, 1);
 	}
 	if (al_unlikely(!p)) {
-		al_count(&nl->ctr, c, NC_alloc_failed, 1);
+		al_count(&nl->ctr, c, NOLK_alloc_failed, 1);
 		if (!c->err)
 			c->err = -ENOMEM;
 	} else {
-		al_count(&nl->ctr, c, NC_allocs, 1);
-		al_count(&nl->ctr, c, NC_bytes_allocated, usable(below, p));
+		uint64_t *b = al_ctr_block_acct(&nl->ctr, c);
+
+		al_ctr_add(b, NOLK_allocs, 1);
+		al_ctr_add(b, NOLK_bytes_allocated, usable(below, p));
 	}
 	al_defer_poll(nl->defer, c);
 	return p;
@@ -181,6 +193,7 @@ static int nolock_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	struct nolock *nl = to_nl(a);
 	struct al_allocator *below = a->below;
+	uint64_t *acct;
 	size_t n;
 	int ret;
 
@@ -190,19 +203,19 @@ static int nolock_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	if (al_unlikely(!n))
 		return al_free(below, c, p); /* not a live object below: it says why */
 	ret = al_free_flags(below, c, p, AL_NOSPIN);
+	acct = al_ctr_block_acct(&nl->ctr, c);
 	if (al_likely(!ret)) {
-		al_count(&nl->ctr, c, NC_frees_direct, 1);
+		al_ctr_add(al_counters_on(&nl->ctr) ? acct : NULL, NOLK_frees_direct, 1);
 	} else if (ret == -EBUSY) {
 		if (al_unlikely(defer_free(nl, c, c->cpu, p))) {
-			al_count(&nl->ctr, c, NC_double_frees, 1);
+			al_count(&nl->ctr, c, NOLK_double_frees, 1);
 			return -EINVAL;
 		}
-		al_count(&nl->ctr, c, NC_frees_deferred, 1);
+		al_count(&nl->ctr, c, NOLK_frees_deferred, 1);
 	} else {
 		return ret; /* not an object of the layer below: untouched */
 	}
-	al_count(&nl->ctr, c, NC_frees, 1);
-	al_count(&nl->ctr, c, NC_bytes_freed, n);
+	al_ctr_add(acct, NOLK_bytes_freed, n);
 	al_defer_poll(nl->defer, c);
 	return 0;
 }
@@ -223,9 +236,10 @@ static void drain_deferred(struct al_irq_work *w, struct al_ctx *x)
 		 * only once the walk is long, so a short list costs nothing. */
 		if (al_unlikely(++steps > DEFER_WALK_CHEAP)) {
 			if (!bound)
-				bound = al_counters_sum(&nl->ctr, NC_allocs) + DEFER_WALK_CHEAP;
+				bound = al_counters_sum(&nl->ctr, NOLK_allocs) + DEFER_WALK_CHEAP;
 			if (steps > bound) {
-				al_count(&nl->ctr, x, NC_corrupt_lists, 1);
+				/* kept at every stats level: check() reports it */
+				al_ctr_add(al_ctr_block_acct(&nl->ctr, x), NOLK_corrupt_lists, 1);
 				return;
 			}
 		}
@@ -233,13 +247,13 @@ static void drain_deferred(struct al_irq_work *w, struct al_ctx *x)
 		defer_track(nl, p, false);
 		ret = al_free_flags(nl->base.below, x, p, AL_NOCPU);
 		if (!ret) {
-			al_count(&nl->ctr, x, NC_deferred_freed, 1);
+			al_count(&nl->ctr, x, NOLK_deferred_freed, 1);
 		} else if (ret == -EINVAL) { /* already free below: drop it */
-			al_count(&nl->ctr, x, NC_deferred_refused, 1);
+			al_count(&nl->ctr, x, NOLK_deferred_refused, 1);
 		} else { /* a lock failed (budget, or a helper beside its CPU): later */
-			al_count(&nl->ctr, x, NC_deferred_requeued, 1);
+			al_count(&nl->ctr, x, NOLK_deferred_requeued, 1);
 			if (defer_free(nl, x, w->cpu, p))
-				al_count(&nl->ctr, x, NC_deferred_refused, 1);
+				al_count(&nl->ctr, x, NOLK_deferred_refused, 1);
 		}
 	}
 }
@@ -253,24 +267,26 @@ static void nolock_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct nolock *nl = to_nl(a);
 
-	out->bytes_held = (int64_t)(al_counters_sum(&nl->ctr, NC_bytes_allocated) -
-				    al_counters_sum(&nl->ctr, NC_bytes_freed));
+	out->bytes_held = (int64_t)(al_counters_sum(&nl->ctr, NOLK_bytes_allocated) -
+				    al_counters_sum(&nl->ctr, NOLK_bytes_freed));
+	if (!al_counters_on(&nl->ctr))
+		return;
 	al_counters_report(&nl->ctr, out);
 	/* the share of NMI frees deferred, as the nmi workload reports it */
 	al_stats_add(out, "nmi_frees_deferred",
-		     al_counters_sum_level(&nl->ctr, NC_frees_deferred, AL_CTX_NMI));
+		     al_counters_sum_level(&nl->ctr, NOLK_frees_deferred, AL_CTX_NMI));
 	al_defer_report(nl->defer, out);
 	al_stats_add_gauge(out, "deferred_pending",
-			   al_counters_sum(&nl->ctr, NC_frees_deferred) -
-				   al_counters_sum(&nl->ctr, NC_deferred_freed) -
-				   al_counters_sum(&nl->ctr, NC_deferred_refused));
+			   al_counters_sum(&nl->ctr, NOLK_frees_deferred) -
+				   al_counters_sum(&nl->ctr, NOLK_deferred_freed) -
+				   al_counters_sum(&nl->ctr, NOLK_deferred_refused));
 }
 
 static int nolock_check(struct al_allocator *a, char *err, size_t errlen)
 {
 	struct nolock *nl = to_nl(a);
-	uint64_t n, bound = al_counters_sum(&nl->ctr, NC_allocs),
-		    bad = al_counters_sum(&nl->ctr, NC_corrupt_lists);
+	uint64_t n, bound = al_counters_sum(&nl->ctr, NOLK_allocs),
+		    bad = al_counters_sum(&nl->ctr, NOLK_corrupt_lists);
 	unsigned cpu;
 	void *p;
 
@@ -336,7 +352,7 @@ static int nolock_create(const struct al_layer_desc *d, const int64_t *p,
 	nl->cpus_len = sizeof(struct nolock_cpu) * ncpu;
 	nl->cpus = al_meta_alloc(nl->cpus_len);
 	ret = -ENOMEM;
-	if (!nl->cpus || al_counters_init(&nl->ctr, NC_NR, nolock_counter_names, ncpu))
+	if (!nl->cpus || al_counters_init_desc(&nl->ctr, nolock_counters, NOLK_NR, 0, ncpu))
 		goto out_free;
 	ret = al_defer_create(ncpu, &dp, &nl->defer);
 	if (ret)
@@ -364,6 +380,8 @@ static const struct al_layer_desc nolock_desc = {
 	.nparams = P_NR,
 	.params = nolock_params,
 	.create = nolock_create,
+	.counters = nolock_counters,
+	.ncounters = NOLK_NR,
 };
 
 AL_REGISTER_LAYER(nolock_desc)

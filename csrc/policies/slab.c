@@ -115,49 +115,71 @@ static const struct al_param_desc slab_params[P_NR] = {
 			    "measure lock hold time (list_lock_hold_ns)" },
 };
 
-#define SLAB_COUNTERS(X)                                                                       \
-	X(kmallocs, "objects handed out (alloc and alloc_bulk)")                               \
-	X(traced_kmallocs, "allocations the kmalloc tracepoint sees (not AL_NOTRACE)")         \
-	X(kfrees, "objects freed (free, free_bulk, free_flags)")                               \
-	X(alloc_fastpath, "allocations popped from the CPU freelist by cmpxchg16b")            \
-	X(alloc_slowpath, "allocations through ___slab_alloc (CPU slab refill)")               \
-	X(alloc_partial, "allocations from a partial slab under list_lock (sheaves form)")     \
-	X(free_fastpath, "frees pushed onto the CPU freelist by cmpxchg16b")                   \
-	X(free_slowpath, "__slab_free calls (object not in the CPU slab)")                     \
-	X(free_frozen, "__slab_free into another CPU's (frozen) slab")                         \
-	X(bulk_allocs, "alloc_bulk calls")                                                     \
-	X(bulk_frees, "free_bulk calls")                                                       \
-	X(cmpxchg_retries, "failed cmpxchg16b on a CPU freelist (interrupted), retried")       \
-	X(slab_cmpxchg_retries, "failed cmpxchg16b on a slab freelist (remote race), retried") \
-	X(slab_allocs, "new slabs from the page source")                                       \
-	X(slab_frees, "empty slabs discarded to the page source")                              \
-	X(partial_gets, "slabs taken from the partial list")                                   \
-	X(get_freelist, "CPU slab refills from its own remote frees")                          \
-	X(deactivations, "CPU slabs given up (full or flushed)")                               \
-	X(nospin_busy, "AL_NOSPIN calls that found a lock held (-EBUSY)")                      \
-	X(nmi_deadlock, "spinning calls in NMI that found the local lock held (-EDEADLK)")     \
-	X(page_grows, "arena grows (1 MiB each)")                                              \
-	X(einval, "allocations rejected: size 0 or above 8 KiB")                               \
-	X(enomem, "allocations failed: no memory for a new slab")                              \
-	X(invalid_frees, "frees rejected: not an object of this allocator")                    \
-	X(double_frees, "frees rejected: the object is already at the freelist head")          \
-	X(corrupt_freelists, "freelists found longer than their slab (a cycle): leaked")       \
-	X(bytes_allocated, "class bytes handed out")                                           \
-	X(bytes_freed, "class bytes freed")
+/*
+ * An object handed out or freed adds to one slot, its class's entry of the
+ * per-class arrays after the named counters, by path: the fast path
+ * (cmpxchg16b on the CPU freelist), any other single call, and the bulk
+ * calls. Counts and bytes follow from the slots (kmallocs, kfrees,
+ * alloc_fastpath, bytes_*) and are reported, not counted. The slots and
+ * corrupt_freelists are kept at every stats level (al_ctr_block_acct):
+ * bytes_held is made of the slots and check() reads both.
+ */
+#define SLAB_COUNTERS(C, D, P)                                                                   \
+	D(P, kmallocs, AL_CTR_KEY, "", "objects handed out (alloc and alloc_bulk)")              \
+	D(P, traced_kmallocs, 0, "", "allocations the kmalloc tracepoint sees (not AL_NOTRACE)") \
+	C(P, untraced_kmallocs, 0, "single allocations with AL_NOTRACE (kmalloc_nolock)")        \
+	D(P, kfrees, AL_CTR_KEY, "", "objects freed (free, free_bulk, free_flags)")              \
+	D(P, alloc_fastpath, AL_CTR_KEY, "",                                                     \
+	  "allocations popped from the CPU freelist by cmpxchg16b")                              \
+	C(P, alloc_slowpath, AL_CTR_KEY, "allocations through ___slab_alloc (CPU slab refill)")  \
+	C(P, alloc_partial, 0, "allocations from a partial slab under list_lock (sheaves form)") \
+	D(P, free_fastpath, AL_CTR_KEY, "", "frees pushed onto the CPU freelist by cmpxchg16b")  \
+	C(P, free_fastpath_chains, 0, "free_bulk chains pushed onto the CPU freelist")           \
+	C(P, free_slowpath, AL_CTR_KEY, "__slab_free calls (object not in the CPU slab)")        \
+	C(P, free_frozen, 0, "__slab_free into another CPU's (frozen) slab")                     \
+	C(P, bulk_allocs, 0, "alloc_bulk calls")                                                 \
+	C(P, bulk_frees, 0, "free_bulk calls")                                                   \
+	C(P, cmpxchg_retries, 0, "failed cmpxchg16b on a CPU freelist (interrupted), retried")   \
+	C(P, slab_cmpxchg_retries, 0,                                                            \
+	  "failed cmpxchg16b on a slab freelist (remote race), retried")                         \
+	C(P, slab_allocs, AL_CTR_KEY, "new slabs from the page source")                          \
+	C(P, slab_frees, AL_CTR_KEY, "empty slabs discarded to the page source")                 \
+	C(P, partial_gets, AL_CTR_KEY, "slabs taken from the partial list")                      \
+	C(P, get_freelist, 0, "CPU slab refills from its own remote frees")                      \
+	C(P, deactivations, 0, "CPU slabs given up (full or flushed)")                           \
+	C(P, nospin_busy, AL_CTR_KEY, "AL_NOSPIN calls that found a lock held (-EBUSY)")         \
+	C(P, nmi_deadlock, AL_CTR_KEY,                                                           \
+	  "spinning calls in NMI that found the local lock held (-EDEADLK)")                     \
+	C(P, page_grows, 0, "arena grows (1 MiB each)")                                          \
+	C(P, einval, 0, "allocations rejected: size 0 or above 8 KiB")                           \
+	C(P, enomem, AL_CTR_KEY, "allocations failed: no memory for a new slab")                 \
+	C(P, invalid_frees, AL_CTR_KEY, "frees rejected: not an object of this allocator")       \
+	C(P, double_frees, AL_CTR_KEY,                                                           \
+	  "frees rejected: the object is already at the freelist head")                          \
+	C(P, corrupt_freelists, AL_CTR_KEY,                                                      \
+	  "freelists found longer than their slab (a cycle): leaked")                            \
+	D(P, bytes_allocated, 0, "", "class bytes handed out")                                   \
+	D(P, bytes_freed, 0, "", "class bytes freed")                                            \
+	AL_LOCK_COUNTERS(C, P, list_lock, "the caches' list_lock")                               \
+	AL_LOCK_COUNTERS(C, P, page_lock, "page_lock (the zone lock)")                           \
+	D(P, slabs, AL_CTR_GAUGE, "", "slabs in use")                                            \
+	D(P, partial_slabs, AL_CTR_GAUGE, "", "slabs on the partial lists")                      \
+	D(P, bytes_committed, AL_CTR_GAUGE, "", "arena bytes committed for slabs")
 
-#define X(name, doc) SC_##name,
-enum { SLAB_COUNTERS(X) SC_NR };
-#undef X
-static const char *const slab_counter_names[] = { SLAB_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(SLAB_COUNTERS, SLAB_, slab_counters);
 
-static const char *const list_lock_names[6] = {
-	"list_lock_acquired", "list_lock_contended", "list_lock_failed",
-	"list_lock_wait_ns",  "list_lock_hold_ns",   "list_lock_owner_switches",
+/* The per-class slot arrays after the named counters, by path. */
+enum {
+	SLOT_ALLOC_FAST,
+	SLOT_ALLOC_SLOW,
+	SLOT_ALLOC_BULK,
+	SLOT_FREE_FAST,
+	SLOT_FREE_SLOW,
+	SLOT_FREE_BULK,
+	SLOT_NR
 };
-static const char *const page_lock_names[6] = {
-	"page_lock_acquired", "page_lock_contended", "page_lock_failed",
-	"page_lock_wait_ns",  "page_lock_hold_ns",   "page_lock_owner_switches",
-};
+#define SLAB_SLOT(path, cls) (SLAB_NR + (path)*KM_NR_CLASSES + (cls))
+#define SLAB_EXTRA	     (SLOT_NR * KM_NR_CLASSES)
 
 /* The kernel's struct slab, one per frame. */
 struct slab {
@@ -381,7 +403,7 @@ static uint32_t page_alloc(struct slab_layer *sa, struct al_ctx *c, unsigned fla
 		/* A trylock caller takes the lock-free pending frames (whole, so no
 		 * ABA), or grows: the model's page source does not fail a nolock
 		 * caller for contention (alloc_pages_nolock rarely does: PCP). */
-		al_count(&sa->ctr, c, SC_nospin_busy, 1);
+		al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
 		f = __atomic_exchange_n(&sa->pending, NOSLAB, __ATOMIC_ACQUIRE);
 		if (f != NOSLAB) {
 			first = frame(sa, f)->next;
@@ -407,7 +429,7 @@ static uint32_t page_alloc(struct slab_layer *sa, struct al_ctx *c, unsigned fla
 		c->err = -ENOMEM;
 		return NOSLAB;
 	}
-	al_count(&sa->ctr, c, SC_page_grows, 1);
+	al_count(&sa->ctr, c, SLAB_page_grows, 1);
 	first = frame_of(sa, p);
 	n = GROW_BYTES / FRAME_SIZE;
 	for (i = 1; i + 1 < n; i++)
@@ -455,14 +477,14 @@ static struct slab *new_slab(struct slab_layer *sa, struct kmem_cache *s, struct
 	__atomic_store_n(&slab->freelist, base, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->counters, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->cls, (uint16_t)(s->cls + 1), __ATOMIC_RELEASE);
-	al_count(&sa->ctr, c, SC_slab_allocs, 1);
+	al_count(&sa->ctr, c, SLAB_slab_allocs, 1);
 	return slab;
 }
 
 static void discard_slab(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, unsigned flags)
 {
 	__atomic_store_n(&slab->cls, 0, __ATOMIC_RELEASE);
-	al_count(&sa->ctr, c, SC_slab_frees, 1);
+	al_count(&sa->ctr, c, SLAB_slab_frees, 1);
 	page_free(sa, c, (uint32_t)(slab - sa->frames), flags);
 }
 
@@ -545,19 +567,20 @@ static void *take_freelist(struct slab_layer *sa, struct al_ctx *c, struct slab 
 		if (cas2(&slab->freelist, fl, cn, NULL,
 			 COUNTERS(slab->objects, frozen < 0 ? fl != NULL : frozen)))
 			return fl;
-		al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
+		al_count(&sa->ctr, c, SLAB_slab_cmpxchg_retries, 1);
 	}
 }
 
 static al_noinline al_cold int double_free(struct slab_layer *sa, const struct al_ctx *c)
 {
-	al_count(&sa->ctr, c, SC_double_frees, 1);
+	al_count(&sa->ctr, c, SLAB_double_frees, 1);
 	return -EINVAL;
 }
 
 static al_noinline al_cold void corrupt(struct slab_layer *sa, struct al_ctx *c)
 {
-	al_count(&sa->ctr, c, SC_corrupt_freelists, 1);
+	/* kept at every stats level: check() reports it */
+	al_ctr_add(al_ctr_block_acct(&sa->ctr, c), SLAB_corrupt_freelists, 1);
 	c->err = -EFAULT;
 }
 
@@ -575,7 +598,7 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 	void *prior;
 	int ret;
 
-	al_count(&sa->ctr, c, SC_free_slowpath, 1);
+	al_count(&sa->ctr, c, SLAB_free_slowpath, 1);
 	for (;;) {
 		prior = __atomic_load_n(&slab->freelist, __ATOMIC_ACQUIRE);
 		cn = __atomic_load_n(&slab->counters, __ATOMIC_RELAXED);
@@ -589,7 +612,7 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 			/* full -> partial or -> empty: the list changes */
 			ret = list_lock(sa, s, c, flags);
 			if (ret) {
-				al_count(&sa->ctr, c, SC_nospin_busy, 1);
+				al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
 				return ret;
 			}
 			locked = true;
@@ -598,10 +621,10 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 		set_fp(tail, prior);
 		if (cas2(&slab->freelist, prior, cn, head, COUNTERS(inuse, FROZEN(cn))))
 			break;
-		al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
+		al_count(&sa->ctr, c, SLAB_slab_cmpxchg_retries, 1);
 	}
 	if (FROZEN(cn)) {
-		al_count(&sa->ctr, c, SC_free_frozen, 1);
+		al_count(&sa->ctr, c, SLAB_free_frozen, 1);
 	} else if (locked) {
 		uint8_t on = __atomic_load_n(&slab->on_partial, __ATOMIC_RELAXED);
 
@@ -640,25 +663,25 @@ static bool refill_cpu_locked(struct slab_layer *sa, struct kmem_cache *s, struc
 		slab = frame(sa, cs->slab);
 		fl = take_freelist(sa, c, slab, -1);
 		if (fl) {
-			al_count(&sa->ctr, c, SC_get_freelist, 1);
+			al_count(&sa->ctr, c, SLAB_get_freelist, 1);
 			goto load;
 		}
 		/* The slab is full and now unfrozen (on no list): deactivate it. */
-		al_count(&sa->ctr, c, SC_deactivations, 1);
+		al_count(&sa->ctr, c, SLAB_deactivations, 1);
 		cs->slab = NOSLAB;
 	}
 	if (__atomic_load_n(&s->nr_partial, __ATOMIC_RELAXED) ||
 	    __atomic_load_n(&s->orphans, __ATOMIC_RELAXED) != NOSLAB) {
 		ret = list_lock(sa, s, c, flags);
 		if (ret) { /* get_partial_node: a failed trylock means "no partial slab" */
-			al_count(&sa->ctr, c, SC_nospin_busy, 1);
+			al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
 			goto new_slab;
 		}
 		if (s->partial_head != NOSLAB) {
 			slab = frame(sa, s->partial_head);
 			remove_partial(sa, s, slab);
 			fl = take_freelist(sa, c, slab, 1);
-			al_count(&sa->ctr, c, SC_partial_gets, 1);
+			al_count(&sa->ctr, c, SLAB_partial_gets, 1);
 		}
 		al_lock_release(&s->list_lock, c);
 		if (fl)
@@ -682,10 +705,10 @@ static bool local_lock(struct slab_layer *sa, struct cpu_slab *cs, struct al_ctx
 	if (al_unlikely(__atomic_load_n(&cs->locked, __ATOMIC_RELAXED))) {
 		/* an interrupted lower level holds it on this CPU */
 		if (flags & AL_NOSPIN) {
-			al_count(&sa->ctr, c, SC_nospin_busy, 1);
+			al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
 			c->err = -EBUSY;
 		} else {
-			al_count(&sa->ctr, c, SC_nmi_deadlock, 1);
+			al_count(&sa->ctr, c, SLAB_nmi_deadlock, 1);
 			c->err = -EDEADLK;
 		}
 		return false;
@@ -709,7 +732,7 @@ static al_noinline void *alloc_slow(struct slab_layer *sa, struct kmem_cache *s,
 	if (!local_lock(sa, cs, c, flags))
 		return NULL;
 	AL_INJECT("slab.cpu_locked", c, (void *)(uintptr_t)s->size);
-	al_count(&sa->ctr, c, SC_alloc_slowpath, 1);
+	al_count(&sa->ctr, c, SLAB_alloc_slowpath, 1);
 	if (cs->freelist || refill_cpu_locked(sa, s, cs, c, flags)) {
 		obj = cs->freelist;
 		cs->freelist = get_fp(obj);
@@ -738,13 +761,13 @@ static unsigned alloc_from_partial(struct slab_layer *sa, struct kmem_cache *s, 
 
 	locked = !list_lock(sa, s, c, flags);
 	if (!locked)
-		al_count(&sa->ctr, c, SC_nospin_busy, 1);
+		al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
 	while (got < n) {
 		slab = NULL;
 		if (locked && s->partial_head != NOSLAB) {
 			slab = frame(sa, s->partial_head);
 			remove_partial(sa, s, slab);
-			al_count(&sa->ctr, c, SC_partial_gets, 1);
+			al_count(&sa->ctr, c, SLAB_partial_gets, 1);
 		} else {
 			if (locked)
 				al_lock_release(&s->list_lock, c);
@@ -778,7 +801,7 @@ static unsigned alloc_from_partial(struct slab_layer *sa, struct kmem_cache *s, 
 			set_fp(tail, prior);
 			if (cas2(&slab->freelist, prior, cn, rest, COUNTERS(INUSE(cn) - k, 0)))
 				break;
-			al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
+			al_count(&sa->ctr, c, SLAB_slab_cmpxchg_retries, 1);
 		}
 		if (!locked)
 			locked = !list_lock(sa, s, c, flags);
@@ -806,25 +829,28 @@ static unsigned alloc_from_partial(struct slab_layer *sa, struct kmem_cache *s, 
 
 static al_noinline al_cold void *bad_size(struct slab_layer *sa, struct al_ctx *c)
 {
-	al_count(&sa->ctr, c, SC_einval, 1);
+	al_count(&sa->ctr, c, SLAB_einval, 1);
 	c->err = -EINVAL;
 	return NULL;
 }
 
+/* An allocation by `path` (SLOT_ALLOC_*) is done: one slot, one block. */
 static inline void *alloc_done(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
-			       void *obj, unsigned flags)
+			       void *obj, unsigned flags, unsigned path)
 {
+	uint64_t *b;
+
 	if (al_unlikely(!obj)) {
 		if (!c->err)
 			c->err = -ENOMEM;
 		if (c->err == -ENOMEM)
-			al_count(&sa->ctr, c, SC_enomem, 1);
+			al_count(&sa->ctr, c, SLAB_enomem, 1);
 		return NULL;
 	}
-	al_count(&sa->ctr, c, SC_kmallocs, 1);
-	if (!(flags & AL_NOTRACE))
-		al_count(&sa->ctr, c, SC_traced_kmallocs, 1);
-	al_count(&sa->ctr, c, SC_bytes_allocated, s->size);
+	b = al_ctr_block_acct(&sa->ctr, c);
+	al_ctr_add(b, SLAB_SLOT(path, s->cls), 1);
+	if (al_unlikely(flags & AL_NOTRACE) && al_counters_on(&sa->ctr))
+		al_ctr_add(b, SLAB_untraced_kmallocs, 1);
 	obj_unpoison(s, obj);
 	if (sa->zero || (flags & AL_ZERO))
 		memset(obj, 0, s->size);
@@ -846,25 +872,26 @@ static void *slab_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 	if (al_unlikely(sa->form != F_CPU_SLAB || (flags & AL_NOCPU))) {
 		obj = alloc_from_partial(sa, s, c, 1, &obj, flags) ? obj : NULL;
 		if (obj)
-			al_count(&sa->ctr, c, SC_alloc_partial, 1);
-		return alloc_done(sa, s, c, obj, flags);
+			al_count(&sa->ctr, c, SLAB_alloc_partial, 1);
+		return alloc_done(sa, s, c, obj, flags, SLOT_ALLOC_SLOW);
 	}
 	cs = &s->cpu[c->cpu];
 	if (al_unlikely(c->level == AL_CTX_NMI && __atomic_load_n(&cs->locked, __ATOMIC_RELAXED)))
-		return alloc_done(sa, s, c, alloc_slow(sa, s, cs, c, flags), flags); /* fails */
+		return alloc_done(sa, s, c, alloc_slow(sa, s, cs, c, flags), flags,
+				  SLOT_ALLOC_SLOW); /* fails */
 redo:
 	tid = __atomic_load_n(&cs->tid, __ATOMIC_RELAXED);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	obj = __atomic_load_n(&cs->freelist, __ATOMIC_RELAXED);
 	if (al_unlikely(!obj || __atomic_load_n(&cs->slab, __ATOMIC_RELAXED) == NOSLAB))
-		return alloc_done(sa, s, c, alloc_slow(sa, s, cs, c, flags), flags);
+		return alloc_done(sa, s, c, alloc_slow(sa, s, cs, c, flags), flags,
+				  SLOT_ALLOC_SLOW);
 	next = get_fp(obj);
 	if (al_unlikely(!cas2_local(cs, obj, tid, next, tid + sa->tid_step))) {
-		al_count(&sa->ctr, c, SC_cmpxchg_retries, 1);
+		al_count(&sa->ctr, c, SLAB_cmpxchg_retries, 1);
 		goto redo;
 	}
-	al_count(&sa->ctr, c, SC_alloc_fastpath, 1);
-	return alloc_done(sa, s, c, obj, flags);
+	return alloc_done(sa, s, c, obj, flags, SLOT_ALLOC_FAST);
 }
 
 static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
@@ -881,12 +908,12 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 		return 0;
 	}
 	s = &sa->caches[ci];
-	al_count(&sa->ctr, c, SC_bulk_allocs, 1);
+	al_count(&sa->ctr, c, SLAB_bulk_allocs, 1);
 	if (!n)
 		return 0;
 	if (sa->form != F_CPU_SLAB || (flags & AL_NOCPU)) {
 		got = alloc_from_partial(sa, s, c, n, out, flags);
-		al_count(&sa->ctr, c, SC_alloc_partial, got);
+		al_count(&sa->ctr, c, SLAB_alloc_partial, got);
 	} else {
 		/* __kmem_cache_alloc_bulk: pop under the local lock, refilling as needed. */
 		cs = &s->cpu[c->cpu];
@@ -907,8 +934,7 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 			c->err = -ENOMEM;
 		return 0;
 	}
-	al_count(&sa->ctr, c, SC_kmallocs, got);
-	al_count(&sa->ctr, c, SC_bytes_allocated, (uint64_t)got * s->size);
+	al_ctr_add(al_ctr_block_acct(&sa->ctr, c), SLAB_SLOT(SLOT_ALLOC_BULK, ci), got);
 	al_track_unpoison_all(out, got, s->size);
 	if (sa->zero || (flags & AL_ZERO))
 		for (i = 0; i < got; i++)
@@ -916,8 +942,9 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 	return (int)got;
 }
 
-/* Free a chain head..tail of cnt objects of one slab. 0, -EBUSY (NOSPIN), or
- * -EINVAL when tail is already the head of the freelist it would join. */
+/* Free a chain head..tail of cnt objects of one slab. 1 (pushed on the CPU
+ * freelist), 0 (__slab_free), -EBUSY (NOSPIN), or -EINVAL when tail is
+ * already the head of the freelist it would join. */
 static int publish_chain(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, void *head,
 			 void *tail, unsigned cnt, unsigned flags)
 {
@@ -936,7 +963,7 @@ redo:
 	if (__atomic_load_n(&cs->slab, __ATOMIC_RELAXED) != f ||
 	    (c->level != AL_CTX_TASK && __atomic_load_n(&cs->locked, __ATOMIC_RELAXED))) {
 		if (flags & AL_NOSPIN) { /* kfree_nolock: 6.18 defers these */
-			al_count(&sa->ctr, c, SC_nospin_busy, 1);
+			al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
 			return -EBUSY;
 		}
 		return __slab_free(sa, s, c, slab, head, tail, cnt, flags);
@@ -946,11 +973,10 @@ redo:
 		return double_free(sa, c);
 	set_fp(tail, fl);
 	if (al_unlikely(!cas2_local(cs, fl, tid, head, tid + sa->tid_step))) {
-		al_count(&sa->ctr, c, SC_cmpxchg_retries, 1);
+		al_count(&sa->ctr, c, SLAB_cmpxchg_retries, 1);
 		goto redo;
 	}
-	al_count(&sa->ctr, c, SC_free_fastpath, 1);
-	return 0;
+	return 1;
 }
 
 /* Poison (or unpoison) the bodies of the chain head.. of cnt objects. */
@@ -982,7 +1008,7 @@ static int free_chain(struct slab_layer *sa, struct al_ctx *c, struct slab *slab
 	al_assert(cnt && cnt <= slab->objects);
 	track_chain(s, head, cnt, true);
 	ret = publish_chain(sa, c, slab, head, tail, cnt, flags);
-	if (al_unlikely(ret))
+	if (al_unlikely(ret < 0))
 		track_chain(s, head, cnt, false);
 	return ret;
 }
@@ -991,23 +1017,23 @@ static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, un
 {
 	struct slab_layer *sa = to_sa(a);
 	struct slab *slab;
-	unsigned size;
+	unsigned cls;
 	int ret;
 
 	if (!p)
 		return 0;
 	slab = lookup(sa, p);
 	if (al_unlikely(!slab)) {
-		al_count(&sa->ctr, c, SC_invalid_frees, 1);
+		al_count(&sa->ctr, c, SLAB_invalid_frees, 1);
 		return -EINVAL;
 	}
-	size = sa->caches[slab->cls - 1].size; /* before: the free may discard the slab */
+	cls = slab->cls - 1u; /* before: the free may discard the slab */
 	ret = free_chain(sa, c, slab, p, p, 1, flags);
-	if (!ret) {
-		al_count(&sa->ctr, c, SC_kfrees, 1);
-		al_count(&sa->ctr, c, SC_bytes_freed, size);
-	}
-	return ret;
+	if (al_unlikely(ret < 0))
+		return ret;
+	al_ctr_add(al_ctr_block_acct(&sa->ctr, c),
+		   SLAB_SLOT(ret ? SLOT_FREE_FAST : SLOT_FREE_SLOW, cls), 1);
+	return 0;
 }
 
 static int slab_free(struct al_allocator *a, struct al_ctx *c, void *p)
@@ -1042,12 +1068,12 @@ static inline uintptr_t batch_mark(void *const *ptrs)
 static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
 	struct slab_layer *sa = to_sa(a);
-	unsigned size = n, i, freed = 0, refused = 0, osize;
+	unsigned size = n, i, refused = 0, cls;
 	uintptr_t mark = batch_mark(ptrs);
-	uint64_t bytes = 0;
+	uint64_t *acct = al_ctr_block_acct(&sa->ctr, c);
 	int ret;
 
-	al_count(&sa->ctr, c, SC_bulk_frees, 1);
+	al_count(&sa->ctr, c, SLAB_bulk_frees, 1);
 	for (i = 0; i < n; i++) {
 		struct slab *slab;
 
@@ -1055,10 +1081,10 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 			continue;
 		slab = lookup(sa, ptrs[i]);
 		if (al_unlikely(!slab)) {
-			al_count(&sa->ctr, c, SC_invalid_frees, 1);
+			al_count(&sa->ctr, c, SLAB_invalid_frees, 1);
 		} else if (al_unlikely((uintptr_t)get_fp(ptrs[i]) == mark ||
 				       at_freelist_head(sa, c, slab, ptrs[i]))) {
-			al_count(&sa->ctr, c, SC_double_frees, 1);
+			al_count(&sa->ctr, c, SLAB_double_frees, 1);
 		} else {
 			set_fp(ptrs[i], (void *)mark);
 			continue;
@@ -1095,7 +1121,7 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 		}
 		if (!next_size)
 			next_size = size;
-		osize = sa->caches[slab->cls - 1].size; /* before: the slab may be discarded */
+		cls = slab->cls - 1u; /* before: the slab may be discarded */
 		ret = free_chain(sa, c, slab, head, tail, cnt, 0);
 		while (al_unlikely(ret == -EINVAL)) {
 			/* tail became a freelist head meanwhile (a double free
@@ -1107,14 +1133,13 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 				tail = get_fp(tail);
 			ret = free_chain(sa, c, slab, head, tail, cnt, 0);
 		}
-		if (!ret && cnt) {
-			freed += cnt;
-			bytes += (uint64_t)cnt * osize;
+		if (ret >= 0 && cnt) {
+			al_ctr_add(acct, SLAB_SLOT(SLOT_FREE_BULK, cls), cnt);
+			if (ret)
+				al_count(&sa->ctr, c, SLAB_free_fastpath_chains, 1);
 		}
 		size = next_size;
 	}
-	al_count(&sa->ctr, c, SC_kfrees, freed);
-	al_count(&sa->ctr, c, SC_bytes_freed, bytes);
 	if (al_unlikely(refused))
 		c->err = -EINVAL;
 	return (int)(n - refused);
@@ -1170,9 +1195,9 @@ static void flush_cpu_slab(struct slab_layer *sa, struct kmem_cache *s, struct c
 			set_fp(tail, prior);
 		if (cas2(&slab->freelist, prior, cn, tail ? head : prior, COUNTERS(inuse, 0)))
 			break;
-		al_count(&sa->ctr, c, SC_slab_cmpxchg_retries, 1);
+		al_count(&sa->ctr, c, SLAB_slab_cmpxchg_retries, 1);
 	}
-	al_count(&sa->ctr, c, SC_deactivations, 1);
+	al_count(&sa->ctr, c, SLAB_deactivations, 1);
 	if (!inuse && s->nr_partial >= s->min_partial)
 		discard = true;
 	else if (inuse < slab->objects)
@@ -1206,29 +1231,69 @@ static void slab_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 	}
 }
 
-static int64_t bytes_held(struct slab_layer *sa)
+/* Sums of the per-class slots of the paths in mask (1 << SLOT_*): objects
+ * and class bytes. */
+static void sum_slots(const struct slab_layer *sa, unsigned mask, uint64_t *n, uint64_t *bytes)
 {
-	return (int64_t)(al_counters_sum(&sa->ctr, SC_bytes_allocated) -
-			 al_counters_sum(&sa->ctr, SC_bytes_freed));
+	unsigned path, ci;
+
+	*n = *bytes = 0;
+	for (path = 0; path < SLOT_NR; path++)
+		for (ci = 0; mask & (1u << path) && ci < KM_NR_CLASSES; ci++) {
+			uint64_t v = al_counters_sum(&sa->ctr, SLAB_SLOT(path, ci));
+
+			*n += v;
+			*bytes += v * km_class_size[ci];
+		}
+}
+
+#define ALLOC_PATHS (1u << SLOT_ALLOC_FAST | 1u << SLOT_ALLOC_SLOW | 1u << SLOT_ALLOC_BULK)
+#define FREE_PATHS  (1u << SLOT_FREE_FAST | 1u << SLOT_FREE_SLOW | 1u << SLOT_FREE_BULK)
+
+static int64_t bytes_held(const struct slab_layer *sa)
+{
+	uint64_t n, allocated, freed;
+
+	sum_slots(sa, ALLOC_PATHS, &n, &allocated);
+	sum_slots(sa, FREE_PATHS, &n, &freed);
+	return (int64_t)(allocated - freed);
+}
+
+/* What follows from the slots: counts by path, totals and bytes. */
+static void report_slots(const struct slab_layer *sa, struct al_stats *out)
+{
+	const struct al_counters *k = &sa->ctr;
+	uint64_t n, bytes, fast, single;
+
+	sum_slots(sa, ALLOC_PATHS, &n, &bytes);
+	al_stats_add(out, "kmallocs", n);
+	al_stats_add(out, "bytes_allocated", bytes);
+	sum_slots(sa, 1u << SLOT_ALLOC_FAST | 1u << SLOT_ALLOC_SLOW, &single, &bytes);
+	al_stats_add(out, "traced_kmallocs", single - al_counters_sum(k, SLAB_untraced_kmallocs));
+	sum_slots(sa, 1u << SLOT_ALLOC_FAST, &fast, &bytes);
+	al_stats_add(out, "alloc_fastpath", fast);
+	sum_slots(sa, FREE_PATHS, &n, &bytes);
+	al_stats_add(out, "kfrees", n);
+	al_stats_add(out, "bytes_freed", bytes);
+	sum_slots(sa, 1u << SLOT_FREE_FAST, &fast, &bytes);
+	al_stats_add(out, "free_fastpath", fast + al_counters_sum(k, SLAB_free_fastpath_chains));
 }
 
 static void slab_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct slab_layer *sa = to_sa(a);
-	struct al_lock_stats ll = { 0 };
 	uint64_t partial = 0, slabs;
 	unsigned ci;
 
 	out->bytes_held = bytes_held(sa);
+	if (!al_counters_on(&sa->ctr))
+		return;
+	report_slots(sa, out);
 	al_counters_report(&sa->ctr, out);
-	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
-		al_lock_stats_add(&sa->caches[ci].list_lock, &ll);
+	for (ci = 0; ci < KM_NR_CLASSES; ci++)
 		partial += __atomic_load_n(&sa->caches[ci].nr_partial, __ATOMIC_RELAXED);
-	}
-	al_lock_stats_report(&ll, list_lock_names, out);
-	al_lock_report(&sa->page_lock, page_lock_names, out);
-	slabs = al_counters_sum(&sa->ctr, SC_slab_allocs) -
-		al_counters_sum(&sa->ctr, SC_slab_frees);
+	slabs = al_counters_sum(&sa->ctr, SLAB_slab_allocs) -
+		al_counters_sum(&sa->ctr, SLAB_slab_frees);
 	al_stats_add_gauge(out, "slabs", slabs);
 	al_stats_add_gauge(out, "partial_slabs", partial);
 	al_stats_add_gauge(out, "bytes_committed",
@@ -1247,7 +1312,7 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 	size_t nf = __atomic_load_n(&sa->arena.used, __ATOMIC_RELAXED) >> FRAME_SHIFT, f;
 	int64_t held = 0;
 	unsigned ci, cpu;
-	uint64_t bad = al_counters_sum(&sa->ctr, SC_corrupt_freelists);
+	uint64_t bad = al_counters_sum(&sa->ctr, SLAB_corrupt_freelists);
 
 	if (bad)
 		CHECK_FAIL("%llu freelists were found cyclic (a double free of an object not at "
@@ -1411,8 +1476,9 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 	sa->cpus = al_meta_alloc(sa->cpus_len);
 	if (!sa->frames || !sa->caches || !sa->cpus)
 		goto out_free;
-	if (al_counters_init(&sa->ctr, SC_NR, slab_counter_names, ncpu))
+	if (al_counters_init_desc(&sa->ctr, slab_counters, SLAB_NR, SLAB_EXTRA, ncpu))
 		goto out_free;
+	al_lock_count_in(&sa->page_lock, &sa->ctr, SLAB_page_lock_acquired);
 	ret = al_arena_init(&sa->arena, sa->nframes << FRAME_SHIFT, FRAME_SIZE, false);
 	if (ret)
 		goto out_free;
@@ -1421,6 +1487,7 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 
 		init_cache(s, ci, (unsigned)p[P_min_objects], (uint64_t)p[P_lock_budget],
 			   p[P_lock_timing]);
+		al_lock_count_in(&s->list_lock, &sa->ctr, SLAB_list_lock_acquired);
 		s->cpu = &sa->cpus[(size_t)ci * ncpu];
 		for (cpu = 0; cpu < ncpu; cpu++) {
 			s->cpu[cpu].slab = NOSLAB;
@@ -1447,6 +1514,8 @@ static const struct al_layer_desc slab_desc = {
 	.nparams = P_NR,
 	.params = slab_params,
 	.create = slab_create,
+	.counters = slab_counters,
+	.ncounters = SLAB_NR,
 };
 
 AL_REGISTER_LAYER(slab_desc)

@@ -228,8 +228,16 @@ TEST(test_fixed_instances_per_size)
 	CHECK_EQ(al_call_usable_size(a, e), 136);
 	CHECK_EQ(al_call_usable_size(a, s), 176);
 	CHECK_EQ(al_call_usable_size(a->below, (char *)e - 8), 192); /* kmalloc-192 below */
+	/* one slot per (instance, bucket): each counted at its unit size */
+	CHECK_EQ(S(a, 0, "allocs"), 2);
+	CHECK_EQ(S(a, 0, "alloc_hits"), 2);
+	CHECK_EQ(S(a, 0, "bytes_allocated"), 144 + 184);
+	CHECK_EQ(S(a, 0, "bytes_held"), 144 + 184);
 	CHECK_EQ(al_free(a, &c1, e), 0); /* into CPU 1's cache of the selem instance */
+	CHECK_EQ(S(a, 0, "bytes_held"), 184);
 	CHECK_EQ(al_free(a, &c1, s), 0);
+	CHECK_EQ(S(a, 0, "frees"), 2);
+	CHECK_EQ(S(a, 0, "bytes_freed"), 144 + 184);
 	CHECK_EQ(S(a, 0, "instances"), 2);
 	CHECK(al_alloc(a, &c0, 8185, 0) == NULL);
 	CHECK_EQ(c0.err, -EINVAL);
@@ -285,6 +293,9 @@ TEST(test_maysleep_fallback_kmalloc)
 	t_inject_off();
 	CHECK(nested_p != NULL);
 	CHECK_EQ(S(a, 0, "fallback_kmallocs"), 1);
+	CHECK_EQ(S(a, 0, "allocs"), 2); /* a fallback is an allocation, not a hit */
+	CHECK_EQ(S(a, 0, "alloc_hits"), 1);
+	CHECK_EQ(S(a, 0, "bytes_allocated"), 2 * 64);
 	CHECK_EQ(al_free(a, &c, nested_p), 0); /* its header names the cache */
 	t_teardown(a);
 }

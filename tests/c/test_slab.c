@@ -196,6 +196,139 @@ TEST(test_kzalloc_and_invalid_frees)
 	t_teardown(a);
 }
 
+/* The cpu_slab form's bulk calls and single calls by path: every object is
+ * counted once under its class (kmallocs, bytes), the tracepoint sees single
+ * allocations without AL_NOTRACE only, and a free_bulk chain pushed onto the
+ * CPU freelist is one fast-path free, as a single free is. */
+TEST(test_cpu_slab_counts_by_path)
+{
+	struct al_allocator *a = t_spec("slab", 1);
+	struct al_ctx c;
+	void *v[10], *p, *q;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	CHECK_EQ(al_alloc_bulk(a, &c, 64, 10, v, 0), 10);
+	CHECK_EQ(S(a, 0, "bulk_allocs"), 1);
+	CHECK_EQ(S(a, 0, "kmallocs"), 10);
+	CHECK_EQ(S(a, 0, "traced_kmallocs"), 0);
+	CHECK_EQ(S(a, 0, "bytes_allocated"), 10 * 64);
+	p = al_alloc(a, &c, 100, 0);	      /* kmalloc-128: a new CPU slab */
+	q = al_alloc(a, &c, 100, AL_NOTRACE); /* kmalloc_nolock's: not traced */
+	CHECK_EQ(S(a, 0, "alloc_slowpath"), 1);
+	CHECK_EQ(S(a, 0, "alloc_fastpath"), 1);
+	CHECK_EQ(S(a, 0, "kmallocs"), 12);
+	CHECK_EQ(S(a, 0, "traced_kmallocs"), 1);
+	CHECK_EQ(S(a, 0, "untraced_kmallocs"), 1);
+	CHECK_EQ(S(a, 0, "bytes_allocated"), 10 * 64 + 2 * 128);
+	CHECK_EQ(S(a, 0, "bytes_held"), 10 * 64 + 2 * 128);
+	t_check(a); /* the slabs' objects in use match bytes_held */
+	/* two slabs, each from the page source under page_lock; no partial list */
+	CHECK_EQ(S(a, 0, "page_lock_acquired"), 2);
+	CHECK_EQ(S(a, 0, "page_lock_contended"), 0);
+	CHECK_EQ(S(a, 0, "list_lock_acquired"), 0);
+	CHECK_EQ(al_free_bulk(a, &c, v, 10), 10); /* one chain, the CPU slab's */
+	CHECK_EQ(S(a, 0, "free_fastpath"), 1);
+	CHECK_EQ(S(a, 0, "kfrees"), 10);
+	CHECK_EQ(S(a, 0, "bytes_freed"), 10 * 64);
+	CHECK_EQ(al_free(a, &c, p), 0);
+	CHECK_EQ(al_free(a, &c, q), 0);
+	CHECK_EQ(S(a, 0, "free_fastpath"), 3);
+	CHECK_EQ(S(a, 0, "free_slowpath"), 0);
+	CHECK_EQ(S(a, 0, "kfrees"), 12);
+	CHECK_EQ(S(a, 0, "bytes_freed"), 10 * 64 + 2 * 128);
+	CHECK_EQ(S(a, 0, "bytes_held"), 0);
+	t_teardown(a);
+}
+
+/* Lock times are measured and reported at stats=full only; counts at both. */
+TEST(test_lock_times_at_full_only)
+{
+	unsigned old, level;
+
+	for (level = AL_STATS_LITE; level < AL_STATS_NR; level++) {
+		struct al_allocator *a;
+		struct al_ctx c;
+		void *p;
+
+		if (level == AL_STATS_OFF)
+			continue;
+		old = al_stats_level_set(level);
+		a = t_spec("slab(form=sheaves)", 1);
+		al_stats_level_set(old);
+		CHECK(a != NULL);
+		if (!a)
+			return;
+		al_ctx_init(&c, 0);
+		p = al_alloc(a, &c, 64, 0); /* list_lock twice: take, put back */
+		CHECK(p != NULL);
+		CHECK_EQ(al_free(a, &c, p), 0);
+		CHECK(S(a, 0, "list_lock_acquired") > 0);
+		CHECK_EQ(S(a, 0, "page_lock_acquired"), 1);
+		CHECK_EQ(S(a, 0, "list_lock_hold_ns") >= 0, level == AL_STATS_FULL);
+		CHECK_EQ(S(a, 0, "page_lock_wait_ns") >= 0, level == AL_STATS_FULL);
+		t_teardown(a);
+	}
+}
+
+/* At stats=off nothing is reported, but bytes_held stays exact (the leak
+ * check) and check() still compares the slabs with it: every layer of this
+ * group, with objects of several classes live. */
+TEST(test_stats_off_keeps_bytes_held)
+{
+	static const struct {
+		const char *spec;
+		size_t hdr; /* bytes a layer keeps per object beyond the usable size */
+	} st[] = {
+		{ "slab", 0 },
+		{ "slab(form=sheaves)", 0 },
+		{ "nolock > slab", 0 },
+		{ "nolock > sheaves > slab(form=sheaves)", 0 },
+		{ "bpf_ma > slab", 8 },
+		{ "bpf_ma(mode=fixed) > slab", 8 },
+		{ "failnth(nth=3) > slab", 0 },
+		{ "libc", 0 },
+	};
+	static const size_t sizes[] = { 8, 64, 100, 1000, 4000 };
+	unsigned i, k;
+
+	for (i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
+		unsigned old = al_stats_level_set(AL_STATS_OFF);
+		struct al_allocator *a = t_spec(st[i].spec, 1);
+		struct al_stats out[AL_MAX_LAYERS];
+		void *v[sizeof(sizes) / sizeof(sizes[0])];
+		long long held = 0;
+		struct al_ctx c;
+
+		al_stats_level_set(old);
+		CHECK(a != NULL);
+		if (!a)
+			continue;
+		al_ctx_init(&c, 0);
+		for (k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+			v[k] = al_alloc(a, &c, sizes[k], 0);
+			if (!v[k]) /* failnth: its third call fails */
+				v[k] = al_alloc(a, &c, sizes[k], 0);
+			CHECK(v[k] != NULL);
+			held += (long long)(al_call_usable_size(a, v[k]) + st[i].hdr);
+		}
+		CHECK_EQ(S(a, 0, "bytes_held"), held);
+		CHECK(al_stack_stats(a, out, AL_MAX_LAYERS) >= 1);
+		CHECK_EQ(out[0].n, 0);
+		t_check(a);
+		for (k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+			int ret = al_free(a, &c, v[k]);
+
+			CHECK_EQ(ret ? al_free(a, &c, v[k]) : 0, 0); /* failnth fails one */
+		}
+		if (t_failed_checks)
+			fprintf(stderr, "     at stats=off: %s\n", st[i].spec);
+		t_teardown(a);
+	}
+}
+
 /* ---- kmalloc_nolock ---- */
 
 static struct al_allocator *nested_a;
@@ -484,6 +617,9 @@ int main(void)
 	RUN(test_remote_free_into_frozen_slab);
 	RUN(test_sheaves_form_bulk);
 	RUN(test_kzalloc_and_invalid_frees);
+	RUN(test_cpu_slab_counts_by_path);
+	RUN(test_lock_times_at_full_only);
+	RUN(test_stats_off_keeps_bytes_held);
 	RUN(test_nolock_retries_next_class);
 	RUN(test_kmalloc_in_nmi_with_lock_held_fails);
 	RUN(test_kfree_nolock_defers_remote_slab);

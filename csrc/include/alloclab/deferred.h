@@ -72,6 +72,24 @@ enum al_irq_work_mode {
 
 enum { AL_DEFER_IRQ = 1u << 0, AL_DEFER_RCU = 1u << 1 };
 
+/*
+ * What a domain counts and al_defer_report appends to its owner's stats: a
+ * layer that owns a domain lists AL_DEFER_COUNTERS(D, P) in its counters
+ * X-macro, so the names are documented as reported by its stats().
+ */
+#define AL_DEFER_COUNTERS(D, P)                                                           \
+	D(P, irq_work_queued, 0, "", "irq_work queued")                                   \
+	D(P, irq_work_busy, 0, "", "irq_work queue calls that found it already pending")  \
+	D(P, irq_work_runs, 0, "", "irq_work functions run")                              \
+	D(P, rcu_callbacks, 0, "", "call_rcu callbacks queued")                           \
+	D(P, rcu_callbacks_run, 0, "", "call_rcu callbacks run after their grace period") \
+	D(P, kfree_rcu_objects, 0, "", "objects queued by kfree_rcu")                     \
+	D(P, kfree_rcu_freed, 0, "", "kfree_rcu objects freed after their grace period")  \
+	D(P, kfree_rcu_failed, AL_CTR_KEY, "", "kfree_rcu frees the allocator refused")   \
+	D(P, rcu_batches, 0, "", "RCU batches sealed (one grace-period request each)")    \
+	D(P, rcu_batches_remote, 0, "", "batches run on another CPU (rcu_nocb)")          \
+	D(P, rcu_refused, AL_CTR_KEY, "", "call_rcu/kfree_rcu refused (NMI level, no memory)")
+
 /* Per-CPU state read by the inline al_defer_poll(); one cache line per CPU. */
 struct al_defer_cpu {
 	uint64_t todo;	    /* AL_DEFER_*: raised irq_work, or a new or incoming RCU batch */
@@ -108,7 +126,7 @@ AL_API int al_kfree_rcu(struct al_defer *d, struct al_ctx *c, struct al_allocato
 AL_API void al_defer_run(struct al_defer *d, struct al_ctx *c);
 /* Everything queued on c's CPU (scope AL_DRAIN_CPU) or on every CPU, now. */
 AL_API void al_defer_flush(struct al_defer *d, struct al_ctx *c, unsigned scope);
-/* Appends irq_work_queued, irq_work_runs, rcu_callbacks, kfree_rcu_objects, ... */
+/* Appends the counters of AL_DEFER_COUNTERS (nothing at AL_STATS_OFF). */
 AL_API void al_defer_report(struct al_defer *d, struct al_stats *out);
 /* Objects and callbacks queued and not yet run (a gauge for tests). */
 AL_API uint64_t al_defer_pending(struct al_defer *d);
