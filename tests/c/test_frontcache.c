@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 
-#include "test.h"
+#include "t_spec.h"
 
 typedef int64_t params_t[AL_MAX_PARAMS];
 
@@ -625,39 +625,43 @@ TEST(test_stress_all_stacks)
 	stress_stack(s4, 3);
 }
 
+/* Engine runs over every front layer at stats lite and off: the run's leak
+ * check (each layer's bytes_held back at its baseline) passes at both. */
 TEST(test_run_engine_over_stacks)
 {
 	static const char *const wl[] = { "malloc-free", "malloc-xfree" };
+	static const char *const stacks[] = { "percpu > transfer > buddy", "magazine > buddy",
+					      "sheaves > buddy" };
+	static const int level[] = { AL_STATS_LITE, AL_STATS_OFF };
 	struct al_run_config cfg;
 	struct al_run_result res;
-	unsigned w;
+	unsigned w, s, l;
 
-	for (w = 0; w < 2; w++) {
-		memset(&cfg, 0, sizeof(cfg));
-		cfg.workload = al_workload_find(wl[w]);
-		al_params_default(cfg.workload->params, cfg.workload->nparams, cfg.wparams);
-		cfg.wparams[1] = 256;
-		cfg.stack.n = 3;
-		cfg.stack.layer[0].desc = al_layer_find("percpu");
-		cfg.stack.layer[1].desc = al_layer_find("transfer");
-		cfg.stack.layer[2].desc = al_layer_find("buddy");
-		for (unsigned l = 0; l < 3; l++)
-			al_params_default(cfg.stack.layer[l].desc->params,
-					  cfg.stack.layer[l].desc->nparams,
-					  cfg.stack.layer[l].params);
-		cfg.producers = 4;
-		cfg.cpu_mode = AL_CPU_VIRTUAL;
-		cfg.warmup_cycles = 2;
-		cfg.cycles = 20;
-		CHECK_EQ(al_run(&cfg, &res), 0);
-		if (res.status)
-			fprintf(stderr, "%s\n", res.error);
-		CHECK_EQ(res.alloc_ops, 4 * 20 * 256);
-		if (w == 0)
-			CHECK_EQ(res.free_ops, 4 * 20 * 256);
-		else
-			CHECK(res.cross_frees > 0);
-	}
+	for (w = 0; w < 2; w++)
+		for (s = 0; s < 3; s++)
+			for (l = 0; l < 2; l++) {
+				memset(&cfg, 0, sizeof(cfg));
+				cfg.workload = al_workload_find(wl[w]);
+				al_params_default(cfg.workload->params, cfg.workload->nparams,
+						  cfg.wparams);
+				cfg.wparams[1] = 256;
+				CHECK_EQ(t_spec_fill(stacks[s], &cfg.stack), 0);
+				cfg.producers = 4;
+				cfg.cpu_mode = AL_CPU_VIRTUAL;
+				cfg.warmup_cycles = 2;
+				cfg.cycles = 20;
+				cfg.stats_level = level[l];
+				CHECK_EQ(al_run(&cfg, &res), 0);
+				CHECK_EQ(res.status, 0);
+				if (res.status)
+					fprintf(stderr, "%s (%s, stats level %d)\n", res.error,
+						stacks[s], level[l]);
+				CHECK_EQ(res.alloc_ops, 4 * 20 * 256);
+				if (w == 0)
+					CHECK_EQ(res.free_ops, 4 * 20 * 256);
+				else
+					CHECK(res.cross_frees > 0);
+			}
 }
 
 int main(void)
