@@ -473,7 +473,8 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, u
 static al_noinline al_cold void drain_deferred_locked(struct buddy *b, const struct al_ctx *c)
 {
 	uintptr_t p = __atomic_exchange_n(&b->nmi_deferred, 0, __ATOMIC_ACQUIRE), next;
-	uint64_t *acct = al_ctr_block_acct(&b->ctr, c), *blk = al_ctr_block(&b->ctr, c), n = 0;
+	uint64_t *acct = al_ctr_block_acct(&b->ctr, c), *blk = al_ctr_block(&b->ctr, c);
+	uint64_t n = 0;
 	int ret;
 
 	al_lock_assert_held(&b->lock, c);
