@@ -84,7 +84,10 @@
  * alloc: O(chunks x norders) list-head scan + O(norders) splits; free:
  * O(1) validation + O(norders) merges; all under the one lock, so CPUs
  * serialise on it. Metadata: 41,104 B per 1 MiB chunk (3.9%); internal
- * fragmentation up to 50% (power-of-two blocks).
+ * fragmentation up to 50% (power-of-two blocks). Counting: each call finds
+ * its per-CPU counters block once; an allocation adds to its order's object
+ * slot and to bytes_requested, a free to its order's slot (splits and merges
+ * when there were any); the lock counts in the same block.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -116,39 +119,54 @@ _Static_assert(sizeof(struct buddy_header) == 8, "header must fit bytes 8..15 of
 _Static_assert(BUDDY_HEADER_OFF + sizeof(struct buddy_header) <= BUDDY_MIN_BYTES,
 	       "header must fit the smallest block");
 
-#define BUDDY_COUNTERS(X)                                                                       \
-	X(allocs, "objects allocated (alloc and alloc_bulk)")                                   \
-	X(frees, "objects freed (free and free_bulk)")                                          \
-	X(alloc_bulk_calls, "alloc_bulk calls")                                                 \
-	X(free_bulk_calls, "free_bulk calls")                                                   \
-	X(bulk_objects, "objects returned by alloc_bulk")                                       \
-	X(bulk_freed, "objects freed by free_bulk")                                             \
-	X(splits, "blocks split in two")                                                        \
-	X(merges, "buddy pairs merged on free")                                                 \
-	X(chunks, "chunks linked into the allocator")                                           \
-	X(chunks_deferred, "chunks grown while the lock then failed (linked later)")            \
-	X(chunks_relinked, "deferred chunks linked by a later allocation")                      \
-	X(bytes_requested, "bytes asked for by successful allocations")                         \
-	X(bytes_allocated, "block bytes handed out")                                            \
-	X(bytes_freed, "block bytes returned")                                                  \
-	X(invalid_frees, "frees rejected: not an allocated block (double frees excluded)")      \
-	X(free_outside, "invalid frees: outside every linked chunk")                            \
-	X(free_misaligned, "invalid frees: not 16-byte aligned")                                \
-	X(free_metadata, "invalid frees: inside a chunk's metadata")                            \
-	X(free_not_block_start, "invalid frees: not the start of a block")                      \
-	X(double_frees, "frees rejected: the block is already free")                            \
-	X(enomem, "allocations failed: arena exhausted")                                        \
-	X(einval, "allocations rejected: size 0 or above the largest block")                    \
-	X(lock_failed_allocs, "allocations that returned NULL because the lock failed")         \
-	X(lock_failed_frees, "free/free_bulk calls that freed nothing because the lock failed") \
-	X(nmi_alloc_refused, "NMI allocations: NULL at once (-EBUSY)")                          \
-	X(nmi_frees_deferred, "NMI frees pushed on the deferred list")                          \
-	X(deferred_drained, "NMI-deferred frees done by a later operation")
+/*
+ * The paths every object takes count in one block found once per call: the
+ * objects allocated and freed per order go to the slots after the named
+ * counters (al_ctr_block_acct: kept at every stats level, since bytes_held
+ * and the leak check are made of them), and allocs, frees and their bytes
+ * are reported from those slots, never counted.
+ */
+#define BUDDY_COUNTERS(C, D, P)                                                              \
+	D(P, allocs, AL_CTR_KEY, "", "objects allocated (alloc and alloc_bulk)")             \
+	D(P, frees, AL_CTR_KEY, "", "objects freed (free, free_bulk and drained NMI frees)") \
+	C(P, alloc_bulk_calls, 0, "alloc_bulk calls")                                        \
+	C(P, free_bulk_calls, 0, "free_bulk calls")                                          \
+	C(P, bulk_objects, 0, "objects returned by alloc_bulk")                              \
+	C(P, bulk_freed, 0, "objects freed by free_bulk")                                    \
+	C(P, splits, 0, "blocks split in two")                                               \
+	C(P, merges, 0, "buddy pairs merged on free")                                        \
+	C(P, chunks, 0, "chunks linked into the allocator")                                  \
+	C(P, chunks_deferred, 0, "chunks grown while the lock then failed (linked later)")   \
+	C(P, chunks_relinked, 0, "deferred chunks linked by a later allocation")             \
+	C(P, bytes_requested, 0, "bytes asked for by successful allocations")                \
+	D(P, bytes_allocated, 0, "", "block bytes handed out")                               \
+	D(P, bytes_freed, 0, "", "block bytes returned")                                     \
+	C(P, invalid_frees, AL_CTR_KEY,                                                      \
+	  "frees rejected: not an allocated block (double frees excluded)")                  \
+	C(P, free_outside, 0, "invalid frees: outside every linked chunk")                   \
+	C(P, free_misaligned, 0, "invalid frees: not 16-byte aligned")                       \
+	C(P, free_metadata, 0, "invalid frees: inside a chunk's metadata")                   \
+	C(P, free_not_block_start, 0, "invalid frees: not the start of a block")             \
+	C(P, double_frees, AL_CTR_KEY, "frees rejected: the block is already free")          \
+	C(P, enomem, AL_CTR_KEY, "allocations failed: arena exhausted")                      \
+	C(P, einval, 0, "allocations rejected: size 0 or above the largest block")           \
+	C(P, lock_failed_allocs, AL_CTR_KEY,                                                 \
+	  "allocations that returned NULL because the lock failed")                          \
+	C(P, lock_failed_frees, AL_CTR_KEY,                                                  \
+	  "free/free_bulk calls that freed nothing because the lock failed")                 \
+	C(P, nmi_alloc_refused, 0, "NMI allocations: NULL at once (-EBUSY)")                 \
+	C(P, nmi_frees_deferred, 0, "NMI frees pushed on the deferred list")                 \
+	C(P, deferred_drained, 0, "NMI-deferred frees done by a later operation")            \
+	AL_LOCK_COUNTERS(C, P, lock, "the buddy lock")                                       \
+	D(P, chunks_committed, AL_CTR_GAUGE, "", "chunks the arena has committed")           \
+	D(P, arena_bytes_committed, AL_CTR_GAUGE, "", "arena bytes committed (chunks x chunk_size)")
 
-#define BUDDY_CTR_ENUM(name, doc) BC_##name,
-enum { BUDDY_COUNTERS(BUDDY_CTR_ENUM) BC_NR };
+AL_COUNTERS_DEFINE(BUDDY_COUNTERS, BUD_, buddy_counters);
 
-static const char *const buddy_counter_names[BC_NR] = { BUDDY_COUNTERS(AL_CTR_NAME) };
+/* The per-order object slots after the named counters (al_ctr_block_acct). */
+#define BUD_ALLOC_N(order) (BUD_NR + (order))
+#define BUD_FREE_N(order)  (BUD_NR + BUDDY_MAX_ORDERS + (order))
+#define BUD_EXTRA	   (2 * BUDDY_MAX_ORDERS)
 
 enum { P_CHUNK_SIZE, P_ARENA_LIMIT, P_LOCK_BUDGET, P_LOCK_TIMING, P_FILL, P_POPULATE, P_NR };
 
@@ -180,7 +198,7 @@ struct buddy {
 	bool fill;		  /* fill 0xD0 on alloc and 0xDF on free */
 	uint8_t *scratch;	  /* check(): three bitmaps of items bits */
 	size_t scratch_len;	  /* bytes of scratch */
-	struct al_counters ctr;	  /* BUDDY_COUNTERS, per [cpu][level] */
+	struct al_counters ctr;	  /* buddy_counters, then BUD_EXTRA slots */
 };
 
 static inline struct buddy *to_buddy(struct al_allocator *a)
@@ -376,7 +394,7 @@ static void chunk_link(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
 	b->nchunks++;
 	/* Release: a lock-free reader that sees the bit sees the metadata. */
 	__atomic_fetch_or(&b->linked[n / 64], 1ull << (n % 64), __ATOMIC_RELEASE);
-	al_count(&b->ctr, c, BC_chunks, 1);
+	al_count(&b->ctr, c, BUD_chunks, 1);
 }
 
 static void chunk_link_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch)
@@ -394,7 +412,7 @@ static al_noinline al_cold uintptr_t link_pending_locked(struct buddy *b, const 
 	for (; ch; ch = next) {
 		next = *chunk_next(b, ch);
 		chunk_link_locked(b, c, ch);
-		al_count(&b->ctr, c, BC_chunks_relinked, 1);
+		al_count(&b->ctr, c, BUD_chunks_relinked, 1);
 	}
 	return b->first;
 }
@@ -430,7 +448,7 @@ static al_noinline uintptr_t take_grow(struct buddy *b, struct al_ctx *c, unsign
 
 	ch = (uintptr_t)al_arena_grow(&b->arena, b->chunk_size);
 	if (!ch)
-		return take_fail(b, c, -ENOMEM, BC_enomem);
+		return take_fail(b, c, -ENOMEM, BUD_enomem);
 	chunk_init(b, ch);
 	ret = buddy_lock(b, c, flags);
 	if (ret) {
@@ -439,38 +457,37 @@ static al_noinline uintptr_t take_grow(struct buddy *b, struct al_ctx *c, unsign
 			*chunk_next(b, ch) = head;
 		while (!__atomic_compare_exchange_n(&b->pending, &head, ch, true, __ATOMIC_RELEASE,
 						    __ATOMIC_RELAXED));
-		al_count(&b->ctr, c, BC_chunks_deferred, 1);
-		return take_fail(b, c, ret, BC_lock_failed_allocs);
+		al_count(&b->ctr, c, BUD_chunks_deferred, 1);
+		return take_fail(b, c, ret, BUD_lock_failed_allocs);
 	}
 	chunk_link_locked(b, c, ch);
 	idx = chunk_alloc_locked(b, ch, order, k, &splits); /* a fresh chunk always fits */
 	al_lock_release(&b->lock, c);
-	al_count(&b->ctr, c, BC_splits, splits);
+	al_count(&b->ctr, c, BUD_splits, splits);
 	return ch + ((uintptr_t)idx << BUDDY_MIN_SHIFT);
 }
 
-static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p);
+static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, uintptr_t p);
 
 /* Free, under the lock, every block an NMI deferred. */
 static al_noinline al_cold void drain_deferred_locked(struct buddy *b, const struct al_ctx *c)
 {
 	uintptr_t p = __atomic_exchange_n(&b->nmi_deferred, 0, __ATOMIC_ACQUIRE), next;
-	uint64_t n = 0, bytes = 0;
+	uint64_t *acct = al_ctr_block_acct(&b->ctr, c), *blk = al_ctr_block(&b->ctr, c);
+	uint64_t n = 0;
 	int ret;
 
 	al_lock_assert_held(&b->lock, c);
 	for (; p; p = next) {
 		next = __atomic_load_n((uintptr_t *)p, __ATOMIC_RELAXED);
 		__atomic_store_n((uint64_t *)p + 1, 0, __ATOMIC_RELAXED); /* the tag */
-		ret = free_locked(b, c, p);
+		ret = free_locked(b, c, blk, p);
 		if (ret < 0)
 			continue;
 		n++;
-		bytes += (uint64_t)BUDDY_MIN_BYTES << ret;
+		al_ctr_add(acct, BUD_FREE_N(ret), 1);
 	}
-	al_count(&b->ctr, c, BC_frees, n);
-	al_count(&b->ctr, c, BC_bytes_freed, bytes);
-	al_count(&b->ctr, c, BC_deferred_drained, n);
+	al_ctr_add(blk, BUD_deferred_drained, n);
 }
 
 /* Call with the lock held: the next ordinary operation drains NMI frees. */
@@ -483,9 +500,10 @@ static inline void drain_deferred(struct buddy *b, const struct al_ctx *c)
 /*
  * Allocate a block of order + k carved into 2^k objects of `order`: first
  * fit over the chunks, newest first. Returns its address, or 0 with c->err.
+ * blk: the caller's counters block (al_ctr_block).
  */
-static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, unsigned order, unsigned k,
-				   unsigned flags)
+static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, uint64_t *blk, unsigned order,
+				   unsigned k, unsigned flags)
 {
 	unsigned splits = 0;
 	uint32_t idx = b->items;
@@ -494,7 +512,7 @@ static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, unsigned o
 
 	ret = buddy_lock(b, c, flags);
 	if (al_unlikely(ret))
-		return take_fail(b, c, ret, BC_lock_failed_allocs);
+		return take_fail(b, c, ret, BUD_lock_failed_allocs);
 	drain_deferred(b, c);
 	for (ch = b->first; ch; ch = *chunk_next(b, ch)) {
 		idx = chunk_alloc_locked(b, ch, order, k, &splits);
@@ -509,7 +527,7 @@ static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, unsigned o
 	if (al_unlikely(!ch))
 		return take_grow(b, c, order, k, flags);
 	if (splits)
-		al_count(&b->ctr, c, BC_splits, splits);
+		al_ctr_add(blk, BUD_splits, splits);
 	return ch + ((uintptr_t)idx << BUDDY_MIN_SHIFT);
 }
 
@@ -528,7 +546,7 @@ static inline void object_prepare(const struct buddy *b, uintptr_t p, size_t siz
 static al_noinline al_cold void *alloc_einval(struct buddy *b, struct al_ctx *c)
 {
 	c->err = -EINVAL;
-	al_count(&b->ctr, c, BC_einval, 1);
+	al_count(&b->ctr, c, BUD_einval, 1);
 	return NULL;
 }
 
@@ -536,13 +554,14 @@ static al_noinline al_cold void *alloc_einval(struct buddy *b, struct al_ctx *c)
 static al_noinline al_cold void *alloc_nmi_refused(struct buddy *b, struct al_ctx *c)
 {
 	c->err = -EBUSY;
-	al_count(&b->ctr, c, BC_nmi_alloc_refused, 1);
+	al_count(&b->ctr, c, BUD_nmi_alloc_refused, 1);
 	return NULL;
 }
 
 static void *buddy_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	struct buddy *b = to_buddy(a);
+	uint64_t *blk;
 	unsigned order;
 	uintptr_t p;
 
@@ -551,13 +570,13 @@ static void *buddy_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, 
 	if (al_unlikely(size - 1 >= b->max_size))
 		return alloc_einval(b, c);
 	order = size_to_order(size);
-	p = buddy_take(b, c, order, 0, flags);
+	blk = al_ctr_block(&b->ctr, c);
+	p = buddy_take(b, c, blk, order, 0, flags);
 	if (al_unlikely(!p))
 		return NULL;
 	object_prepare(b, p, size, order, flags);
-	al_count(&b->ctr, c, BC_allocs, 1);
-	al_count(&b->ctr, c, BC_bytes_requested, size);
-	al_count(&b->ctr, c, BC_bytes_allocated, (size_t)BUDDY_MIN_BYTES << order);
+	al_ctr_add(al_ctr_block_acct(&b->ctr, c), BUD_ALLOC_N(order), 1);
+	al_ctr_add(blk, BUD_bytes_requested, size);
 	return (void *)p;
 }
 
@@ -565,11 +584,12 @@ static int buddy_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t siz
 			    void **out, unsigned flags)
 {
 	struct buddy *b = to_buddy(a);
+	uint64_t *blk = al_ctr_block(&b->ctr, c);
 	unsigned order, k, j, cnt;
 	size_t bs;
 	uintptr_t p;
 
-	al_count(&b->ctr, c, BC_alloc_bulk_calls, 1);
+	al_ctr_add(blk, BUD_alloc_bulk_calls, 1);
 	if (al_unlikely(c->level == AL_CTX_NMI)) {
 		alloc_nmi_refused(b, c);
 		return 0;
@@ -582,7 +602,7 @@ static int buddy_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t siz
 	k = al_fls64(n) - 1;
 	if (order + k >= b->norders)
 		k = b->norders - 1 - order;
-	p = buddy_take(b, c, order, k, flags);
+	p = buddy_take(b, c, blk, order, k, flags);
 	if (al_unlikely(!p))
 		return 0;
 	cnt = 1u << k;
@@ -591,10 +611,9 @@ static int buddy_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t siz
 		out[j] = (void *)(p + j * bs);
 		object_prepare(b, p + j * bs, size, order, flags);
 	}
-	al_count(&b->ctr, c, BC_allocs, cnt);
-	al_count(&b->ctr, c, BC_bulk_objects, cnt);
-	al_count(&b->ctr, c, BC_bytes_requested, (uint64_t)size * cnt);
-	al_count(&b->ctr, c, BC_bytes_allocated, (uint64_t)bs * cnt);
+	al_ctr_add(al_ctr_block_acct(&b->ctr, c), BUD_ALLOC_N(order), cnt);
+	al_ctr_add(blk, BUD_bulk_objects, cnt);
+	al_ctr_add(blk, BUD_bytes_requested, (uint64_t)size * cnt);
 	return (int)cnt;
 }
 
@@ -622,16 +641,16 @@ static al_noinline al_cold int free_reject(struct buddy *b, const struct al_ctx 
 					   enum buddy_reject why)
 {
 	static const unsigned ctr[] = {
-		[R_OUTSIDE] = BC_free_outside,
-		[R_MISALIGNED] = BC_free_misaligned,
-		[R_METADATA] = BC_free_metadata,
-		[R_NOT_START] = BC_free_not_block_start,
+		[R_OUTSIDE] = BUD_free_outside,
+		[R_MISALIGNED] = BUD_free_misaligned,
+		[R_METADATA] = BUD_free_metadata,
+		[R_NOT_START] = BUD_free_not_block_start,
 	};
 
 	if (why == R_DOUBLE) {
-		al_count(&b->ctr, c, BC_double_frees, 1);
+		al_count(&b->ctr, c, BUD_double_frees, 1);
 	} else {
-		al_count(&b->ctr, c, BC_invalid_frees, 1);
+		al_count(&b->ctr, c, BUD_invalid_frees, 1);
 		al_count(&b->ctr, c, ctr[why], 1);
 	}
 	return -EINVAL;
@@ -653,9 +672,9 @@ static inline bool chunk_valid(struct buddy *b, uintptr_t ch)
 
 /*
  * Validate and free one pointer. Returns the freed block's order, or
- * -EINVAL (counted) with nothing written.
+ * -EINVAL (counted) with nothing written. blk: the caller's counters block.
  */
-static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
+static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, uintptr_t p)
 {
 	uintptr_t off = p - b->arena.base, ch;
 	unsigned order, o, merges = 0;
@@ -696,7 +715,7 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uintptr_t p)
 	push_locked(b, ch, idx, o);
 	al_assert_walk(chunk_valid(b, ch));
 	if (merges)
-		al_count(&b->ctr, c, BC_merges, merges);
+		al_ctr_add(blk, BUD_merges, merges);
 	return (int)order;
 }
 
@@ -734,13 +753,13 @@ static al_noinline int free_nmi(struct buddy *b, const struct al_ctx *c, uintptr
 		__atomic_store_n((uintptr_t *)p, head, __ATOMIC_RELAXED);
 	while (!__atomic_compare_exchange_n(&b->nmi_deferred, &head, p, true, __ATOMIC_RELEASE,
 					    __ATOMIC_RELAXED));
-	al_count(&b->ctr, c, BC_nmi_frees_deferred, 1);
+	al_count(&b->ctr, c, BUD_nmi_frees_deferred, 1);
 	return 0;
 }
 
 static al_noinline al_cold int free_lock_failed(struct buddy *b, const struct al_ctx *c, int err)
 {
-	al_count(&b->ctr, c, BC_lock_failed_frees, 1);
+	al_count(&b->ctr, c, BUD_lock_failed_frees, 1);
 	return err;
 }
 
@@ -757,12 +776,11 @@ static int buddy_free(struct al_allocator *a, struct al_ctx *c, void *ptr)
 	if (al_unlikely(ret))
 		return free_lock_failed(b, c, ret);
 	drain_deferred(b, c);
-	ret = free_locked(b, c, (uintptr_t)ptr);
+	ret = free_locked(b, c, al_ctr_block(&b->ctr, c), (uintptr_t)ptr);
 	al_lock_release(&b->lock, c);
 	if (al_unlikely(ret < 0))
 		return ret;
-	al_count(&b->ctr, c, BC_frees, 1);
-	al_count(&b->ctr, c, BC_bytes_freed, (size_t)BUDDY_MIN_BYTES << ret);
+	al_ctr_add(al_ctr_block_acct(&b->ctr, c), BUD_FREE_N(ret), 1);
 	return 0;
 }
 
@@ -772,11 +790,11 @@ static int buddy_free(struct al_allocator *a, struct al_ctx *c, void *ptr)
 static int buddy_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
 {
 	struct buddy *b = to_buddy(a);
-	uint64_t freed = 0, bytes = 0;
-	unsigned i, refused = 0;
+	uint64_t *acct = al_ctr_block_acct(&b->ctr, c), *blk = al_ctr_block(&b->ctr, c);
+	unsigned i, freed = 0, refused = 0;
 	int ret;
 
-	al_count(&b->ctr, c, BC_free_bulk_calls, 1);
+	al_ctr_add(blk, BUD_free_bulk_calls, 1);
 	if (!n)
 		return 0;
 	if (al_unlikely(c->level == AL_CTX_NMI)) {
@@ -792,18 +810,16 @@ static int buddy_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs
 	for (i = 0; i < n; i++) {
 		if (!ptrs[i])
 			continue;
-		ret = free_locked(b, c, (uintptr_t)ptrs[i]);
+		ret = free_locked(b, c, blk, (uintptr_t)ptrs[i]);
 		if (ret < 0) {
 			refused++;
 			continue;
 		}
 		freed++;
-		bytes += (uint64_t)BUDDY_MIN_BYTES << ret;
+		al_ctr_add(acct, BUD_FREE_N(ret), 1);
 	}
 	al_lock_release(&b->lock, c);
-	al_count(&b->ctr, c, BC_frees, freed);
-	al_count(&b->ctr, c, BC_bulk_freed, freed);
-	al_count(&b->ctr, c, BC_bytes_freed, bytes);
+	al_ctr_add(blk, BUD_bulk_freed, freed);
 out:
 	if (al_unlikely(refused))
 		c->err = -EINVAL;
@@ -847,20 +863,46 @@ static void buddy_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope
 	al_lock_release(&b->lock, c);
 }
 
+/* Sum of a per-order slot array: objects and block bytes. */
+static void sum_orders(const struct buddy *b, unsigned first, uint64_t *n, uint64_t *bytes)
+{
+	unsigned o;
+
+	*n = *bytes = 0;
+	for (o = 0; o < b->norders; o++) {
+		uint64_t v = al_counters_sum(&b->ctr, first + o);
+
+		*n += v;
+		*bytes += v << (o + BUDDY_MIN_SHIFT);
+	}
+}
+
+/* Block bytes allocated outside the metadata, at every stats level. */
 static int64_t bytes_held(const struct buddy *b)
 {
-	return (int64_t)(al_counters_sum(&b->ctr, BC_bytes_allocated) -
-			 al_counters_sum(&b->ctr, BC_bytes_freed));
+	uint64_t n, in, out;
+
+	sum_orders(b, BUD_ALLOC_N(0), &n, &in);
+	sum_orders(b, BUD_FREE_N(0), &n, &out);
+	return (int64_t)(in - out);
 }
 
 static void buddy_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct buddy *b = to_buddy(a);
+	uint64_t allocs, frees, in, gone;
 
 	out->layer = "buddy";
-	out->bytes_held = bytes_held(b);
+	sum_orders(b, BUD_ALLOC_N(0), &allocs, &in);
+	sum_orders(b, BUD_FREE_N(0), &frees, &gone);
+	out->bytes_held = (int64_t)(in - gone);
+	if (!al_counters_on(&b->ctr))
+		return;
+	al_stats_add(out, "allocs", allocs);
+	al_stats_add(out, "frees", frees);
+	al_stats_add(out, "bytes_allocated", in);
+	al_stats_add(out, "bytes_freed", gone);
 	al_counters_report(&b->ctr, out);
-	al_lock_report(&b->lock, al_lock_stat_names, out);
 	al_stats_add_gauge(out, "chunks_committed",
 			   __atomic_load_n(&b->arena.commits, __ATOMIC_RELAXED));
 	al_stats_add_gauge(out, "arena_bytes_committed",
@@ -1141,9 +1183,10 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	b->scratch = al_meta_alloc(b->scratch_len);
 	if (!b->linked || !b->scratch)
 		goto out_free;
-	ret = al_counters_init(&b->ctr, BC_NR, buddy_counter_names, ncpu);
+	ret = al_counters_init_desc(&b->ctr, buddy_counters, BUD_NR, BUD_EXTRA, ncpu);
 	if (ret)
 		goto out_free;
+	al_lock_count_in(&b->lock, &b->ctr, BUD_lock_acquired);
 	ret = al_arena_init(&b->arena, b->max_chunks << b->chunk_shift, b->chunk_size,
 			    params[P_POPULATE]);
 	if (ret)
@@ -1179,7 +1222,7 @@ static const struct al_param_desc buddy_params[P_NR] = {
 			    "how long a waiter spins on the lock before the call fails "
 			    "(ETIMEDOUT)" },
 	[P_LOCK_TIMING] = { "lock_timing", AL_PARAM_BOOL, 1, 0, 1, NULL,
-			    "measure lock hold time (lock_hold_ns)" },
+			    "measure lock hold time (lock_hold_ns, at stats=full)" },
 	[P_FILL] = { "fill", AL_PARAM_BOOL, 0, 0, 1, NULL,
 		     "debug: fill 0xD0 on alloc and 0xDF on free, as mimalloc" },
 	[P_POPULATE] = { "populate", AL_PARAM_BOOL, 0, 0, 1, NULL,
@@ -1205,6 +1248,8 @@ static const struct al_layer_desc buddy_desc = {
 	.params = buddy_params,
 	.check_params = buddy_check_params,
 	.create = buddy_create,
+	.counters = buddy_counters,
+	.ncounters = BUD_NR,
 };
 
 AL_REGISTER_LAYER(buddy_desc)

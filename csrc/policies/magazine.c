@@ -27,9 +27,10 @@
  * ASan: a cached round is poisoned over its class size (frontcache.h), from
  * the free that caches it (or the refill that brings it) to the pop.
  * Lock order: depot lock -> backend only in drain (teardown).
- * Cost: hits touch two pointers; a depot exchange moves one pointer under a
- * per-order lock, whatever M is (Bonwick's point: the depot moves magazines,
- * not objects).
+ * Cost: hits touch two pointers and add to one per-order counter slot of
+ * the CPU's block; a depot exchange moves one pointer under a per-order
+ * lock, whatever M is (Bonwick's point: the depot moves magazines, not
+ * objects).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -51,27 +52,42 @@ static const struct al_param_desc magazine_params[P_NR] = {
 			    "spin budget of the depot locks" },
 };
 
-#define MAGAZINE_COUNTERS(X)                                               \
-	X(allocs, "allocations through this layer")                        \
-	X(frees, "frees through this layer")                               \
-	X(hits, "allocations served by cur or prev")                       \
-	X(free_hits, "frees taken by cur or prev")                         \
-	X(swaps, "cur/prev exchanges")                                     \
-	X(depot_gets, "full magazines taken from the depot")               \
-	X(depot_puts, "full magazines put in the depot")                   \
-	X(backend_refills, "magazines filled with one backend alloc_bulk") \
-	X(backend_flushes, "magazines emptied with one backend free_bulk") \
-	X(refill_failed, "refills that brought nothing")                   \
-	X(lock_failures, "depot lock acquisitions that failed")            \
-	X(guard_busy, "operations that found the guard held")              \
-	X(uncached, "operations on orders that are not cached")            \
-	X(bytes_allocated, "class bytes handed out")                       \
-	X(bytes_freed, "class bytes taken back")
+/*
+ * The hit paths add to one slot each, found once per call: the per-order
+ * alloc_hit[] and free_hit[] arrays after the named counters. Counts that
+ * follow from them (hits, allocs, frees, bytes) are reported, not counted.
+ */
+#define MAGAZINE_COUNTERS(C, D, P)                                                          \
+	D(P, allocs, AL_CTR_KEY, "", "allocations of cached classes through this layer")    \
+	D(P, frees, AL_CTR_KEY, "", "frees of cached classes through this layer")           \
+	D(P, hits, AL_CTR_KEY, "", "allocations served by cur or prev")                     \
+	D(P, free_hits, AL_CTR_KEY, "", "frees taken by cur or prev")                       \
+	C(P, swaps, 0, "cur/prev exchanges")                                                \
+	C(P, depot_gets, AL_CTR_KEY, "full magazines taken from the depot")                 \
+	C(P, depot_puts, AL_CTR_KEY, "full magazines put in the depot")                     \
+	C(P, backend_refills, AL_CTR_KEY, "magazines filled with one backend alloc_bulk")   \
+	C(P, backend_flushes, AL_CTR_KEY, "magazines emptied with one backend free_bulk")   \
+	C(P, refill_failed, AL_CTR_KEY, "refills that brought nothing")                     \
+	C(P, lock_failures, AL_CTR_KEY, "depot lock acquisitions that failed")              \
+	C(P, guard_busy, 0, "operations that found the guard held")                         \
+	C(P, uncached, 0, "operations on orders that are not cached")                       \
+	D(P, bytes_allocated, 0, "", "class bytes handed out")                              \
+	D(P, bytes_freed, 0, "", "class bytes taken back")                                  \
+	C(P, routed_hits, 0, "hits from the magazines of the class an order is routed to")  \
+	C(P, other_allocs, 0, "allocations of a cached class that were not hits")           \
+	C(P, other_bytes_allocated, 0, "class bytes of other_allocs (and refused refills)") \
+	C(P, other_frees, 0, "frees of a cached class that cur and prev could not take")    \
+	C(P, other_bytes_freed, 0, "class bytes of other_frees")                            \
+	AL_LOCK_COUNTERS(C, P, lock, "the depot locks")                                     \
+	D(P, depot_full_magazines, AL_CTR_GAUGE, "", "full magazines in the depots")        \
+	D(P, objects_cached, AL_CTR_GAUGE, "", "rounds in the CPUs' magazines and the depots")
 
-#define X(name, doc) MG_##name,
-enum { MAGAZINE_COUNTERS(X) MG_NR };
-#undef X
-static const char *const magazine_counter_names[] = { MAGAZINE_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(MAGAZINE_COUNTERS, MAG_, magazine_counters);
+
+/* The per-order slots after the named counters. */
+#define MAG_ALLOC_HIT(order) (MAG_NR + (order))
+#define MAG_FREE_HIT(order)  (MAG_NR + FC_ORDERS + (order))
+#define MAG_EXTRA	     (2 * FC_ORDERS)
 
 struct mag {
 	uint32_t rounds; /* objects held */
@@ -107,7 +123,7 @@ struct magazine {
 	size_t pool_len;
 	size_t cpus_len;
 	uint8_t route[FC_ORDERS]; /* the class each order is served from (fc_route_get) */
-	struct al_counters ctr;	  /* MAGAZINE_COUNTERS */
+	struct al_counters ctr;	  /* magazine_counters, then MAG_EXTRA slots */
 };
 
 static inline struct mg_cpu *mg_cpu_ptr(struct magazine *mg, unsigned cpu)
@@ -141,16 +157,16 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 			pair[1] = cur;
 			pair[0] = cur = d->full[--d->nfull];
 			al_lock_release(&d->lock, c);
-			al_count(&mg->ctr, c, MG_depot_gets, 1);
+			al_count(&mg->ctr, c, MAG_depot_gets, 1);
 			return cur->obj[--cur->rounds];
 		}
 		al_lock_release(&d->lock, c);
 	} else {
-		al_count(&mg->ctr, c, MG_lock_failures, 1);
+		al_count(&mg->ctr, c, MAG_lock_failures, 1);
 	}
 	n = al_alloc_bulk(mg->base.below, c, fc_class_size(order), mg->m, cur->obj, 0);
 	if (n <= 0) {
-		al_count(&mg->ctr, c, MG_refill_failed, 1);
+		al_count(&mg->ctr, c, MAG_refill_failed, 1);
 		if (!c->err)
 			c->err = -ENOMEM;
 		return NULL;
@@ -160,17 +176,19 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 	keep = fc_keep_class(mg->base.below, c, cur->obj, (unsigned)n, order, mg->norders, got,
 			     &stuck);
 	if (al_unlikely(stuck))
-		al_count(&mg->ctr, c, MG_bytes_allocated, (uint64_t)stuck * fc_class_size(order));
+		al_count(&mg->ctr, c, MAG_other_bytes_allocated,
+			 (uint64_t)stuck * fc_class_size(order));
 	if (al_unlikely(!keep))
 		return NULL; /* *got: the class the backend hands out instead */
 	*got = (int)order;
-	al_count(&mg->ctr, c, MG_backend_refills, 1);
+	al_count(&mg->ctr, c, MAG_backend_refills, 1);
 	al_track_poison_all(cur->obj, keep - 1, fc_class_size(order));
 	cur->rounds = keep - 1;
 	return cur->obj[keep - 1];
 }
 
-/* Pop from the CPU's pair of class `order`: cur, prev, the depot, a refill. */
+/* Pop from the CPU's pair of class `order` that requests of another order
+ * are routed to: cur, prev, the depot, a refill. */
 static void *mg_pop(struct magazine *mg, struct al_ctx *c, struct mag **pair, unsigned order,
 		    int *got)
 {
@@ -178,9 +196,9 @@ static void *mg_pop(struct magazine *mg, struct al_ctx *c, struct mag **pair, un
 	if (pair[0]->rounds || pair[1]->rounds) {
 		if (!pair[0]->rounds) {
 			swap_pair(pair);
-			al_count(&mg->ctr, c, MG_swaps, 1);
+			al_count(&mg->ctr, c, MAG_swaps, 1);
 		}
-		al_count(&mg->ctr, c, MG_hits, 1);
+		al_count(&mg->ctr, c, MAG_routed_hits, 1);
 		return pair[0]->obj[--pair[0]->rounds];
 	}
 	return mg_alloc_slow(mg, c, pair, order, got);
@@ -214,10 +232,62 @@ static al_noinline void *mg_alloc_miss(struct magazine *mg, struct al_ctx *c, st
 	p = al_alloc(mg->base.below, c, size, 0);
 	*cls = fc_class_of(mg->base.below, p, mg->norders);
 	if (p && *cls < 0)
-		al_count(&mg->ctr, c, MG_uncached, 1);
+		al_count(&mg->ctr, c, MAG_uncached, 1);
 	return p;
 }
 
+/* An allocation that was not a hit of its own order is done: p of class cls
+ * (-1: not a cached class, the backend's own). */
+static void *mg_alloc_done(struct magazine *mg, struct al_ctx *c, void *p, int cls, size_t size,
+			   unsigned flags)
+{
+	uint64_t *blk;
+
+	if (al_unlikely(!p))
+		return NULL;
+	if (cls >= 0) /* a round of that class (or the backend's object) */
+		al_track_unpoison(p, fc_class_size((unsigned)cls));
+	if (flags & AL_ZERO)
+		memset(p, 0, size);
+	if (cls < 0)
+		return p;
+	blk = al_ctr_block(&mg->ctr, c);
+	al_ctr_add(blk, MAG_other_allocs, 1);
+	al_ctr_add(blk, MAG_other_bytes_allocated, fc_class_size((unsigned)cls));
+	return p;
+}
+
+/* Orders that are not cached go to the backend. It may round one into a
+ * cached class: the free files it there, so it is counted alike. */
+static al_noinline void *mg_alloc_uncached(struct magazine *mg, struct al_ctx *c, size_t size,
+					   unsigned flags)
+{
+	void *p = al_alloc(mg->base.below, c, size, flags);
+	int cls = fc_class_of(mg->base.below, p, mg->norders);
+
+	if (p && cls < 0) {
+		al_count(&mg->ctr, c, MAG_uncached, 1);
+	} else if (p) { /* as the backend exposed it: never cached, nothing to unpoison */
+		uint64_t *blk = al_ctr_block(&mg->ctr, c);
+
+		al_ctr_add(blk, MAG_other_allocs, 1);
+		al_ctr_add(blk, MAG_other_bytes_allocated, fc_class_size((unsigned)cls));
+	}
+	return p;
+}
+
+/* A nested operation on this CPU holds the guard: the backend serves it. */
+static al_noinline void *mg_alloc_guard_busy(struct magazine *mg, struct al_ctx *c, unsigned order,
+					     size_t size, unsigned flags)
+{
+	void *p;
+
+	al_count(&mg->ctr, c, MAG_guard_busy, 1);
+	p = al_alloc(mg->base.below, c, fc_class_size(order), 0);
+	return mg_alloc_done(mg, c, p, fc_class_of(mg->base.below, p, mg->norders), size, flags);
+}
+
+/* The hit path: the guard, a pop from cur (or prev) and one count. */
 static void *magazine_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	struct magazine *mg = (struct magazine *)a;
@@ -227,49 +297,27 @@ static void *magazine_alloc(struct al_allocator *a, struct al_ctx *c, size_t siz
 	struct mag **pair;
 	void *p;
 
-	if (al_unlikely(order >= mg->norders || !size)) {
-		p = al_alloc(a->below, c, size, flags);
-		/* The backend may round it into a cached class: the free will
-		 * file it there, so count it alike. */
-		cls = fc_class_of(a->below, p, mg->norders);
-		if (p && cls < 0) {
-			al_count(&mg->ctr, c, MG_uncached, 1);
-			return p;
-		}
-		goto out_count;
-	}
+	if (al_unlikely(order >= mg->norders || !size))
+		return mg_alloc_uncached(mg, c, size, flags);
 	pc = mg_cpu_ptr(mg, c->cpu);
-	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard))) {
-		al_count(&mg->ctr, c, MG_guard_busy, 1);
-		p = al_alloc(a->below, c, fc_class_size(order), 0);
-		cls = fc_class_of(a->below, p, mg->norders);
-		goto out;
-	}
+	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard)))
+		return mg_alloc_guard_busy(mg, c, order, size, flags);
 	pair = pc->pair[order];
-	if (al_likely(pair[0]->rounds)) {
-		p = pair[0]->obj[--pair[0]->rounds];
-		al_count(&mg->ctr, c, MG_hits, 1);
-	} else if (pair[1]->rounds) {
+	if (al_unlikely(!pair[0]->rounds)) {
+		if (!pair[1]->rounds) {
+			p = mg_alloc_miss(mg, c, pc, order, size, &cls);
+			fc_guard_exit(&pc->active, mg->guard);
+			return mg_alloc_done(mg, c, p, cls, size, flags);
+		}
 		swap_pair(pair);
-		p = pair[0]->obj[--pair[0]->rounds];
-		al_count(&mg->ctr, c, MG_swaps, 1);
-		al_count(&mg->ctr, c, MG_hits, 1);
-	} else {
-		p = mg_alloc_miss(mg, c, pc, order, size, &cls);
+		al_count(&mg->ctr, c, MAG_swaps, 1);
 	}
+	p = pair[0]->obj[--pair[0]->rounds];
 	fc_guard_exit(&pc->active, mg->guard);
-out:
-	if (al_unlikely(!p))
-		return NULL;
-	if (cls >= 0) /* a round of that class (or the backend's object) */
-		al_track_unpoison(p, fc_class_size((unsigned)cls));
-	if (flags & AL_ZERO)
+	al_count(&mg->ctr, c, MAG_ALLOC_HIT(order), 1);
+	al_track_unpoison(p, fc_class_size(order));
+	if (al_unlikely(flags & AL_ZERO))
 		memset(p, 0, size);
-out_count:
-	if (al_unlikely(!p || cls < 0))
-		return p;
-	al_count(&mg->ctr, c, MG_allocs, 1);
-	al_count(&mg->ctr, c, MG_bytes_allocated, fc_class_size((unsigned)cls));
 	return p;
 }
 
@@ -286,13 +334,13 @@ static al_noinline int mg_free_slow(struct magazine *mg, struct al_ctx *c, struc
 			pair[1] = pair[0];
 			pair[0] = d->empty[--d->nempty];
 			al_lock_release(&d->lock, c);
-			al_count(&mg->ctr, c, MG_depot_puts, 1);
+			al_count(&mg->ctr, c, MAG_depot_puts, 1);
 			pair[0]->obj[pair[0]->rounds++] = p;
 			return 0;
 		}
 		al_lock_release(&d->lock, c);
 	} else {
-		al_count(&mg->ctr, c, MG_lock_failures, 1);
+		al_count(&mg->ctr, c, MAG_lock_failures, 1);
 	}
 	al_track_unpoison_all(prev->obj, prev->rounds, fc_class_size(order));
 	if (al_free_bulk(mg->base.below, c, prev->obj, prev->rounds) < 0) {
@@ -300,58 +348,80 @@ static al_noinline int mg_free_slow(struct magazine *mg, struct al_ctx *c, struc
 		al_track_unpoison(p, fc_class_size(order));
 		return al_free(mg->base.below, c, p);
 	}
-	al_count(&mg->ctr, c, MG_backend_flushes, 1);
+	al_count(&mg->ctr, c, MAG_backend_flushes, 1);
 	prev->rounds = 0;
 	swap_pair(pair);
 	pair[0]->obj[pair[0]->rounds++] = p;
 	return 0;
 }
 
+/* A free of a cached class that cur and prev did not take is done. */
+static void count_other_free(struct magazine *mg, struct al_ctx *c, unsigned order)
+{
+	uint64_t *blk = al_ctr_block(&mg->ctr, c);
+
+	al_ctr_add(blk, MAG_other_frees, 1);
+	al_ctr_add(blk, MAG_other_bytes_freed, fc_class_size(order));
+}
+
+/* Not a cacheable order, or not a live object of the backend: it decides. */
+static al_noinline int mg_free_uncached(struct magazine *mg, struct al_ctx *c, void *p, int order)
+{
+	int ret = al_free(mg->base.below, c, p);
+
+	if (!ret && order >= 0)
+		al_count(&mg->ctr, c, MAG_uncached, 1);
+	return ret;
+}
+
+static al_noinline int mg_free_guard_busy(struct magazine *mg, struct al_ctx *c, void *p,
+					  unsigned order)
+{
+	int ret;
+
+	al_count(&mg->ctr, c, MAG_guard_busy, 1);
+	ret = al_free(mg->base.below, c, p);
+	if (!ret)
+		count_other_free(mg, c, order);
+	return ret;
+}
+
+/* The push path: the guard, a push onto cur (or prev) and one count. */
 static int magazine_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	struct magazine *mg = (struct magazine *)a;
 	struct al_allocator *below = a->below;
 	struct mg_cpu *pc;
 	struct mag **pair;
-	int order, ret = 0;
+	int order, ret;
 
 	if (!p)
 		return 0;
 	order = fc_order_floor(below->ops->usable_size(below, p));
-	if (al_unlikely(order < 0 || order >= (int)mg->norders)) {
-		ret = al_free(below, c, p);
-		if (!ret && order >= 0)
-			al_count(&mg->ctr, c, MG_uncached, 1);
-		return ret;
-	}
+	if (al_unlikely(order < 0 || order >= (int)mg->norders))
+		return mg_free_uncached(mg, c, p, order);
 	pc = mg_cpu_ptr(mg, c->cpu);
-	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard))) {
-		al_count(&mg->ctr, c, MG_guard_busy, 1);
-		ret = al_free(below, c, p);
-		goto out;
-	}
+	if (al_unlikely(!fc_guard_enter(&pc->active, mg->guard)))
+		return mg_free_guard_busy(mg, c, p, (unsigned)order);
 	pair = pc->pair[order];
 	al_assert(pair[0]->rounds <= mg->m && pair[1]->rounds <= mg->m);
 	/* cached by every branch below; mg_free_slow unpoisons it if not */
 	al_track_poison(p, fc_class_size((unsigned)order));
-	if (al_likely(pair[0]->rounds < mg->m)) {
-		pair[0]->obj[pair[0]->rounds++] = p;
-		al_count(&mg->ctr, c, MG_free_hits, 1);
-	} else if (!pair[1]->rounds) {
+	if (al_unlikely(pair[0]->rounds >= mg->m)) {
+		if (pair[1]->rounds) {
+			ret = mg_free_slow(mg, c, pair, (unsigned)order, p);
+			fc_guard_exit(&pc->active, mg->guard);
+			if (!ret)
+				count_other_free(mg, c, (unsigned)order);
+			return ret;
+		}
 		swap_pair(pair);
-		pair[0]->obj[pair[0]->rounds++] = p;
-		al_count(&mg->ctr, c, MG_swaps, 1);
-		al_count(&mg->ctr, c, MG_free_hits, 1);
-	} else {
-		ret = mg_free_slow(mg, c, pair, (unsigned)order, p);
+		al_count(&mg->ctr, c, MAG_swaps, 1);
 	}
+	pair[0]->obj[pair[0]->rounds++] = p;
 	fc_guard_exit(&pc->active, mg->guard);
-out:
-	if (!ret) {
-		al_count(&mg->ctr, c, MG_frees, 1);
-		al_count(&mg->ctr, c, MG_bytes_freed, fc_class_size((unsigned)order));
-	}
-	return ret;
+	al_count(&mg->ctr, c, MAG_FREE_HIT(order), 1);
+	return 0;
 }
 
 /* Empty a magazine into the backend. A batch it refuses (a transient
@@ -406,22 +476,78 @@ static void magazine_drain(struct al_allocator *a, struct al_ctx *c, unsigned sc
 	}
 }
 
+/* Rounds cached per CPU and in the depots, and their class bytes. Relaxed
+ * reads: every magazine lives as long as the layer, so a racing reader
+ * sees a recent count, never freed memory. */
+static uint64_t cached_bytes(struct magazine *mg, uint64_t *objects, uint64_t *full)
+{
+	uint64_t bytes = 0, n;
+	unsigned o, cpu, i;
+
+	*objects = *full = 0;
+	for (o = 0; o < mg->norders; o++) {
+		struct depot *d = &mg->depots[o];
+		unsigned nfull = __atomic_load_n(&d->nfull, __ATOMIC_RELAXED);
+
+		n = 0;
+		for (cpu = 0; cpu < mg->base.ncpu; cpu++)
+			for (i = 0; i < 2; i++) {
+				struct mag *m = __atomic_load_n(&mg_cpu_ptr(mg, cpu)->pair[o][i],
+								__ATOMIC_RELAXED);
+
+				n += __atomic_load_n(&m->rounds, __ATOMIC_RELAXED);
+			}
+		for (i = 0; i < nfull; i++)
+			n += __atomic_load_n(
+				&__atomic_load_n(&d->full[i], __ATOMIC_RELAXED)->rounds,
+				__ATOMIC_RELAXED);
+		*objects += n;
+		*full += nfull;
+		bytes += n * fc_class_size(o);
+	}
+	return bytes;
+}
+
+/* Sum of a per-order slot array: events and class bytes. */
+static void sum_orders(const struct magazine *mg, unsigned first, uint64_t *n, uint64_t *bytes)
+{
+	unsigned o;
+
+	*n = *bytes = 0;
+	for (o = 0; o < mg->norders; o++) {
+		uint64_t v = al_counters_sum(&mg->ctr, first + o);
+
+		*n += v;
+		*bytes += v * fc_class_size(o);
+	}
+}
+
 static void magazine_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct magazine *mg = (struct magazine *)a;
-	struct al_lock_stats locks = { 0 };
-	uint64_t full = 0;
-	unsigned o;
+	const struct al_counters *k = &mg->ctr;
+	uint64_t cached, full, hits, hit_bytes, pushes, push_bytes;
+	uint64_t cbytes = cached_bytes(mg, &cached, &full);
 
-	out->bytes_held = (int64_t)(al_counters_sum(&mg->ctr, MG_bytes_allocated) -
-				    al_counters_sum(&mg->ctr, MG_bytes_freed));
-	al_counters_report(&mg->ctr, out);
-	for (o = 0; o < mg->norders; o++) {
-		al_lock_stats_add(&mg->depots[o].lock, &locks);
-		full += __atomic_load_n(&mg->depots[o].nfull, __ATOMIC_RELAXED);
+	if (!al_counters_on(k)) {
+		/* Every cached round is allocated from the backend's view. */
+		out->bytes_held = al_below_bytes_held(a) - (int64_t)cbytes;
+		return;
 	}
-	al_lock_stats_report(&locks, al_lock_stat_names, out);
+	sum_orders(mg, MAG_ALLOC_HIT(0), &hits, &hit_bytes);
+	sum_orders(mg, MAG_FREE_HIT(0), &pushes, &push_bytes);
+	al_stats_add(out, "allocs", hits + al_counters_sum(k, MAG_other_allocs));
+	al_stats_add(out, "frees", pushes + al_counters_sum(k, MAG_other_frees));
+	al_stats_add(out, "hits", hits + al_counters_sum(k, MAG_routed_hits));
+	al_stats_add(out, "free_hits", pushes);
+	hit_bytes += al_counters_sum(k, MAG_other_bytes_allocated);
+	push_bytes += al_counters_sum(k, MAG_other_bytes_freed);
+	al_stats_add(out, "bytes_allocated", hit_bytes);
+	al_stats_add(out, "bytes_freed", push_bytes);
+	out->bytes_held = (int64_t)(hit_bytes - push_bytes);
+	al_counters_report(k, out);
 	al_stats_add_gauge(out, "depot_full_magazines", full);
+	al_stats_add_gauge(out, "objects_cached", cached);
 }
 
 static int magazine_check(struct al_allocator *a, char *err, size_t errlen)
@@ -529,13 +655,14 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 	mg->pool = al_meta_alloc(mg->pool_len);
 	mg->depots = al_meta_alloc(sizeof(struct depot) * mg->norders);
 	if (!mg->cpus || !mg->pool || !mg->depots ||
-	    al_counters_init(&mg->ctr, MG_NR, magazine_counter_names, ncpu))
+	    al_counters_init_desc(&mg->ctr, magazine_counters, MAG_NR, MAG_EXTRA, ncpu))
 		goto out_free;
 	q = mg->pool;
 	for (o = 0; o < mg->norders; o++) {
 		struct depot *dp = &mg->depots[o];
 
 		al_lock_init(&dp->lock, (uint64_t)p[P_lock_budget], false);
+		al_lock_count_in(&dp->lock, &mg->ctr, MAG_lock_acquired);
 		dp->full = (struct mag **)q;
 		q += mg->depot_max * sizeof(struct mag *);
 		dp->empty = (struct mag **)q;
@@ -569,6 +696,8 @@ static const struct al_layer_desc magazine_desc = {
 	.nparams = P_NR,
 	.params = magazine_params,
 	.create = magazine_create,
+	.counters = magazine_counters,
+	.ncounters = MAG_NR,
 };
 
 AL_REGISTER_LAYER(magazine_desc)

@@ -55,8 +55,9 @@
  * Lock order: per-CPU trylock -> barn lock -> (layer below). Sheaf memory
  * comes from a pool of al_meta_alloc chunks under pool_lock (a leaf).
  *
- * Cost: a hit is a trylock, a load and a store; a miss costs a barn lock
- * round trip per `capacity` objects, or one alloc_bulk/free_bulk below.
+ * Cost: a hit is a trylock, a load and a store, and one add to its class's
+ * slot of the CPU's counters block; a miss costs a barn lock round trip per
+ * `capacity` objects, or one alloc_bulk/free_bulk below.
  * Not modelled: kfree_rcu sheaves, prefilled sheaves, NUMA.
  */
 #include <errno.h>
@@ -84,46 +85,59 @@ static const struct al_param_desc sheaves_params[P_NR] = {
 			    "how long a barn lock waiter spins before failing" },
 };
 
-#define SHEAVES_COUNTERS(X)                                                            \
-	X(allocs, "allocations through this layer")                                    \
-	X(frees, "frees through this layer")                                           \
-	X(alloc_fastpath, "allocations popped from main")                              \
-	X(alloc_fallback, "allocations passed to the layer below (no sheaf, or busy)") \
-	X(free_fastpath, "frees pushed onto main")                                     \
-	X(free_fallback, "frees passed to the layer below (busy)")                     \
-	X(lock_busy_allocs, "allocations that found the per-CPU lock held")            \
-	X(lock_busy_frees, "frees that found the per-CPU lock held")                   \
-	X(spare_swaps, "main and spare swapped")                                       \
-	X(barn_get, "empty main exchanged for a full sheaf of the barn")               \
-	X(barn_get_fail, "allocations that found no full sheaf in the barn")           \
-	X(barn_put, "full main exchanged for an empty sheaf of the barn")              \
-	X(barn_put_fail, "full sheaves the barn refused (full: -E2BIG)")               \
-	X(barn_empty_get, "empty sheaves taken from the barn")                         \
-	X(refills, "sheaves refilled from the layer below (one alloc_bulk)")           \
-	X(refill_objects, "objects brought in by refills")                             \
-	X(refill_failed, "refills that brought nothing")                               \
-	X(flushes, "sheaves flushed to the layer below")                               \
-	X(flush_objects, "objects flushed")                                            \
-	X(sheaf_allocs, "sheaves allocated")                                           \
-	X(sheaf_frees, "sheaves freed (barn had barn_empty empty ones)")               \
-	X(nospin_fail, "kfree_nolock frees that could not proceed without spinning")   \
-	X(double_frees, "frees refused: the object is already on top of main")         \
-	X(traced_kmallocs, "allocations the kmalloc tracepoint sees (not AL_NOTRACE)") \
-	X(einval, "allocations rejected: size 0 or above 8 KiB")                       \
-	X(class_probes, "first allocations of a class, which learn the class below")   \
-	X(uncached, "allocations below rounds beyond 8 KiB, passed through uncached")  \
-	X(bytes_allocated, "class bytes handed out")                                   \
-	X(bytes_freed, "class bytes taken back")
+/*
+ * The fast paths add to one slot each, found once per call: the per-class
+ * alloc_fast[] and free_fast[] arrays after the named counters. What follows
+ * from them (the fastpath counts, allocs, frees, traced allocations and the
+ * bytes) is reported, not counted.
+ */
+#define SHEAVES_COUNTERS(C, D, P)                                                                  \
+	D(P, allocs, AL_CTR_KEY, "", "allocations through this layer")                             \
+	D(P, frees, AL_CTR_KEY, "", "frees through this layer")                                    \
+	D(P, alloc_fastpath, AL_CTR_KEY, "", "allocations popped from main")                       \
+	C(P, alloc_fallback, AL_CTR_KEY,                                                           \
+	  "allocations passed to the layer below (no sheaf, or busy)")                             \
+	D(P, free_fastpath, AL_CTR_KEY, "", "frees pushed onto main")                              \
+	C(P, free_fallback, AL_CTR_KEY, "frees passed to the layer below (busy)")                  \
+	C(P, lock_busy_allocs, 0, "allocations that found the per-CPU lock held")                  \
+	C(P, lock_busy_frees, 0, "frees that found the per-CPU lock held")                         \
+	C(P, spare_swaps, 0, "main and spare swapped")                                             \
+	C(P, barn_get, AL_CTR_KEY, "empty main exchanged for a full sheaf of the barn")            \
+	C(P, barn_get_fail, 0, "allocations that found no full sheaf in the barn")                 \
+	C(P, barn_put, AL_CTR_KEY, "full main exchanged for an empty sheaf of the barn")           \
+	C(P, barn_put_fail, 0, "full sheaves the barn refused (full: -E2BIG)")                     \
+	C(P, barn_empty_get, 0, "empty sheaves taken from the barn")                               \
+	C(P, refills, AL_CTR_KEY, "sheaves refilled from the layer below (one alloc_bulk)")        \
+	C(P, refill_objects, 0, "objects brought in by refills")                                   \
+	C(P, refill_failed, AL_CTR_KEY, "refills that brought nothing")                            \
+	C(P, flushes, AL_CTR_KEY, "sheaves flushed to the layer below")                            \
+	C(P, flush_objects, 0, "objects flushed")                                                  \
+	C(P, sheaf_allocs, 0, "sheaves allocated")                                                 \
+	C(P, sheaf_frees, 0, "sheaves freed (barn had barn_empty empty ones)")                     \
+	C(P, nospin_fail, AL_CTR_KEY,                                                              \
+	  "kfree_nolock frees that could not proceed without spinning")                            \
+	C(P, double_frees, AL_CTR_KEY, "frees refused: the object is already on top of main")      \
+	D(P, traced_kmallocs, 0, "", "allocations the kmalloc tracepoint sees (not AL_NOTRACE)")   \
+	C(P, untraced_allocs, 0, "allocations with AL_NOTRACE (the tracepoint does not see them)") \
+	C(P, einval, 0, "allocations rejected: size 0 or above 8 KiB")                             \
+	C(P, class_probes, 0, "first allocations of a class, which learn the class below")         \
+	C(P, uncached, 0, "allocations below rounds beyond 8 KiB, passed through uncached")        \
+	D(P, bytes_allocated, 0, "", "class bytes handed out")                                     \
+	D(P, bytes_freed, 0, "", "class bytes taken back")                                         \
+	C(P, fallback_bytes_allocated, 0, "class (or usable) bytes of alloc_fallback")             \
+	C(P, fallback_bytes_freed, 0, "class (or usable) bytes of free_fallback")                  \
+	AL_LOCK_COUNTERS(C, P, barn_lock, "the barn locks")                                        \
+	D(P, objects_cached, AL_CTR_GAUGE, "",                                                     \
+	  "objects in main, spare and the barns' full sheaves")                                    \
+	D(P, barn_full, AL_CTR_GAUGE, "", "full sheaves in the barns")                             \
+	D(P, barn_empty, AL_CTR_GAUGE, "", "empty sheaves in the barns")
 
-#define X(name, doc) SH_##name,
-enum { SHEAVES_COUNTERS(X) SH_NR };
-#undef X
-static const char *const sheaves_counter_names[] = { SHEAVES_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(SHEAVES_COUNTERS, SHV_, sheaves_counters);
 
-static const char *const barn_lock_names[6] = {
-	"barn_lock_acquired", "barn_lock_contended", "barn_lock_failed",
-	"barn_lock_wait_ns",  "barn_lock_hold_ns",   "barn_lock_owner_switches",
-};
+/* The per-class slots after the named counters. */
+#define SHV_ALLOC_FAST(ci) (SHV_NR + (ci))
+#define SHV_FREE_FAST(ci)  (SHV_NR + KM_NR_CLASSES + (ci))
+#define SHV_EXTRA	   (2 * KM_NR_CLASSES)
 
 struct sheaf {
 	struct sheaf *next; /* barn list or pool link */
@@ -164,7 +178,7 @@ struct sheaves {
 	size_t barns_len;	      /* bytes of barns[] */
 	int pool_lock;		      /* guards barns[].pool and chunks */
 	struct pool_chunk *chunks;    /* sheaf memory */
-	struct al_counters ctr;	      /* SHEAVES_COUNTERS */
+	struct al_counters ctr;	      /* sheaves_counters, then SHV_EXTRA slots */
 	/* kmalloc class -> the class of the objects the layer below returns for
 	 * it (see "Other backends"); -1 until learnt, AL_KM_UNCACHED when below
 	 * rounds it beyond KM_MAX_SIZE */
@@ -253,7 +267,7 @@ static struct sheaf *sheaf_alloc(struct sheaves *sh, unsigned ci, struct al_ctx 
 	s->size = 0;
 	s->capacity = sh->cap[ci];
 	if (c) /* NULL: a main sheaf made with the cache */
-		al_count(&sh->ctr, c, SH_sheaf_allocs, 1);
+		al_count(&sh->ctr, c, SHV_sheaf_allocs, 1);
 	return s;
 }
 
@@ -263,7 +277,7 @@ static void sheaf_free(struct sheaves *sh, unsigned ci, struct al_ctx *c, struct
 	s->next = sh->barns[ci].pool;
 	sh->barns[ci].pool = s;
 	pool_unlock(sh);
-	al_count(&sh->ctr, c, SH_sheaf_frees, 1);
+	al_count(&sh->ctr, c, SHV_sheaf_frees, 1);
 }
 
 /* ---- barn ---- */
@@ -309,7 +323,7 @@ static struct sheaf *barn_get_empty(struct sheaves *sh, unsigned ci, struct al_c
 	}
 	al_lock_release(&b->lock, c);
 	if (e)
-		al_count(&sh->ctr, c, SH_barn_empty_get, 1);
+		al_count(&sh->ctr, c, SHV_barn_empty_get, 1);
 	return e;
 }
 
@@ -383,8 +397,8 @@ static void sheaf_flush(struct sheaves *sh, struct sheaf *s, unsigned ci, struct
 
 	if (!s->size)
 		return;
-	al_count(&sh->ctr, c, SH_flushes, 1);
-	al_count(&sh->ctr, c, SH_flush_objects, s->size);
+	al_count(&sh->ctr, c, SHV_flushes, 1);
+	al_count(&sh->ctr, c, SHV_flush_objects, s->size);
 	al_assert(s->size <= s->capacity);
 	al_track_unpoison_all(s->objects, s->size, km_class_size[ci]);
 	while (s->size) {
@@ -409,13 +423,13 @@ static void refill(struct sheaves *sh, unsigned ci, struct sheaf *s, struct al_c
 	int n = al_alloc_bulk(sh->base.below, c, km_class_size[ci], s->capacity - s->size,
 			      &s->objects[s->size], (flags | AL_NOTRACE) & ~AL_ZERO);
 
-	al_count(&sh->ctr, c, SH_refills, 1);
+	al_count(&sh->ctr, c, SHV_refills, 1);
 	if (n > 0) {
 		al_track_poison_all(&s->objects[s->size], (unsigned)n, km_class_size[ci]);
 		s->size += (uint32_t)n;
-		al_count(&sh->ctr, c, SH_refill_objects, (uint64_t)n);
+		al_count(&sh->ctr, c, SHV_refill_objects, (uint64_t)n);
 	} else {
-		al_count(&sh->ctr, c, SH_refill_failed, 1);
+		al_count(&sh->ctr, c, SHV_refill_failed, 1);
 	}
 }
 
@@ -432,16 +446,16 @@ static bool replace_empty_main(struct sheaves *sh, unsigned ci, struct pcs *p, s
 		full = p->spare;
 		p->spare = p->main;
 		p->main = full;
-		al_count(&sh->ctr, c, SH_spare_swaps, 1);
+		al_count(&sh->ctr, c, SHV_spare_swaps, 1);
 		return true;
 	}
 	full = barn_replace_empty(sh, ci, p->main, c, flags);
 	if (full) {
 		p->main = full;
-		al_count(&sh->ctr, c, SH_barn_get, 1);
+		al_count(&sh->ctr, c, SHV_barn_get, 1);
 		return true;
 	}
-	al_count(&sh->ctr, c, SH_barn_get_fail, 1);
+	al_count(&sh->ctr, c, SHV_barn_get_fail, 1);
 	if (flags & AL_NOSPIN) {
 		pcs_unlock(p);
 		return false;
@@ -489,15 +503,17 @@ static bool replace_empty_main(struct sheaves *sh, unsigned ci, struct pcs *p, s
 	return false;
 }
 
-/* Every allocation that returns memory ends here: counted, zeroed for kzalloc. */
-static inline void *alloc_done(struct sheaves *sh, struct al_ctx *c, void *obj, size_t bytes,
-			       unsigned flags)
+/* An allocation the layer below served ends here: counted, zeroed for kzalloc. */
+static void *alloc_fallback_done(struct sheaves *sh, struct al_ctx *c, void *obj, size_t bytes,
+				 unsigned flags)
 {
-	al_count(&sh->ctr, c, SH_allocs, 1);
-	if (!(flags & AL_NOTRACE))
-		al_count(&sh->ctr, c, SH_traced_kmallocs, 1);
-	al_count(&sh->ctr, c, SH_bytes_allocated, bytes);
-	al_track_unpoison(obj, bytes); /* it may come from a sheaf */
+	uint64_t *blk = al_ctr_block(&sh->ctr, c);
+
+	al_ctr_add(blk, SHV_alloc_fallback, 1);
+	al_ctr_add(blk, SHV_fallback_bytes_allocated, bytes);
+	if (flags & AL_NOTRACE)
+		al_ctr_add(blk, SHV_untraced_allocs, 1);
+	al_track_unpoison(obj, bytes);
 	if (flags & AL_ZERO)
 		memset(obj, 0, bytes);
 	return obj;
@@ -524,7 +540,7 @@ static void *sheaves_alloc_below(struct sheaves *sh, struct al_ctx *c, unsigned 
 	if (k < (int)ci || usable > KM_MAX_SIZE) { /* beyond the classes (or short) */
 		k = AL_KM_UNCACHED;
 		bytes = usable;
-		al_count(&sh->ctr, c, SH_uncached, 1);
+		al_count(&sh->ctr, c, SHV_uncached, 1);
 	} else {
 		bytes = km_class_size[k];
 	}
@@ -538,14 +554,13 @@ static void *sheaves_alloc_below(struct sheaves *sh, struct al_ctx *c, unsigned 
 	}
 	if (__atomic_compare_exchange_n(&sh->alias[ci], &want, (int8_t)k, false, __ATOMIC_RELAXED,
 					__ATOMIC_RELAXED)) {
-		al_count(&sh->ctr, c, SH_class_probes, 1);
+		al_count(&sh->ctr, c, SHV_class_probes, 1);
 		want = -1;
 		if (k >= 0 && k != (int)ci) /* the learnt class is its own */
 			__atomic_compare_exchange_n(&sh->alias[k], &want, (int8_t)k, false,
 						    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 	}
-	al_count(&sh->ctr, c, SH_alloc_fallback, 1);
-	return alloc_done(sh, c, obj, bytes, flags);
+	return alloc_fallback_done(sh, c, obj, bytes, flags);
 }
 
 static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
@@ -553,10 +568,11 @@ static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size
 	struct sheaves *sh = to_sh(a);
 	int ci = km_class(size), k;
 	struct pcs *p;
+	uint64_t *blk;
 	void *obj;
 
 	if (al_unlikely(ci < 0)) {
-		al_count(&sh->ctr, c, SH_einval, 1);
+		al_count(&sh->ctr, c, SHV_einval, 1);
 		c->err = -EINVAL;
 		return NULL;
 	}
@@ -568,7 +584,7 @@ static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size
 		goto fallback;
 	p = pcs_of(sh, (unsigned)ci, c->cpu);
 	if (al_unlikely(!pcs_trylock(p, c))) {
-		al_count(&sh->ctr, c, SH_lock_busy_allocs, 1);
+		al_count(&sh->ctr, c, SHV_lock_busy_allocs, 1);
 		goto fallback;
 	}
 	AL_INJECT("sheaves.locked", c, (void *)(uintptr_t)km_class_size[ci]);
@@ -576,15 +592,19 @@ static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size
 		goto fallback;
 	obj = p->main->objects[--p->main->size];
 	pcs_unlock(p);
-	al_count(&sh->ctr, c, SH_alloc_fastpath, 1);
-	goto done;
+	blk = al_ctr_block(&sh->ctr, c);
+	al_ctr_add(blk, SHV_ALLOC_FAST(ci), 1);
+	if (al_unlikely(flags & AL_NOTRACE))
+		al_ctr_add(blk, SHV_untraced_allocs, 1);
+	al_track_unpoison(obj, km_class_size[ci]); /* it was poisoned in the sheaf */
+	if (flags & AL_ZERO)
+		memset(obj, 0, km_class_size[ci]);
+	return obj;
 fallback:
 	obj = al_alloc(a->below, c, km_class_size[ci], (flags | AL_NOTRACE) & ~AL_ZERO);
 	if (!obj)
 		return NULL;
-	al_count(&sh->ctr, c, SH_alloc_fallback, 1);
-done:
-	return alloc_done(sh, c, obj, km_class_size[ci], flags);
+	return alloc_fallback_done(sh, c, obj, km_class_size[ci], flags);
 }
 
 /* ---- free ---- */
@@ -607,7 +627,7 @@ static void install_empty(struct sheaves *sh, unsigned ci, struct pcs *p, struct
 		barn_put_empty(sh, ci, empty, c);
 		return;
 	}
-	al_count(&sh->ctr, c, SH_barn_put, 1);
+	al_count(&sh->ctr, c, SHV_barn_put, 1);
 	p->main = empty;
 }
 
@@ -634,13 +654,13 @@ static bool replace_full_main(struct sheaves *sh, unsigned ci, struct pcs *p, st
 		tmp = p->spare;
 		p->spare = p->main;
 		p->main = tmp;
-		al_count(&sh->ctr, c, SH_spare_swaps, 1);
+		al_count(&sh->ctr, c, SHV_spare_swaps, 1);
 		return true;
 	}
 	ret = barn_replace_full(sh, ci, p->main, &empty, c, flags);
 	if (!ret) {
 		p->main = empty;
-		al_count(&sh->ctr, c, SH_barn_put, 1);
+		al_count(&sh->ctr, c, SHV_barn_put, 1);
 		return true;
 	}
 	if (ret == -EBUSY || (flags & AL_NOSPIN)) {
@@ -648,7 +668,7 @@ static bool replace_full_main(struct sheaves *sh, unsigned ci, struct pcs *p, st
 		return false; /* a flush or an allocation: not without spinning */
 	}
 	if (ret == -E2BIG) {
-		al_count(&sh->ctr, c, SH_barn_put_fail, 1);
+		al_count(&sh->ctr, c, SHV_barn_put_fail, 1);
 		empty = p->spare; /* full */
 		p->spare = NULL;
 		pcs_unlock(p);
@@ -677,6 +697,15 @@ got_empty:
 	return true;
 }
 
+/* A free the layer below took is done: counted. */
+static void free_fallback_done(struct sheaves *sh, struct al_ctx *c, size_t bytes)
+{
+	uint64_t *blk = al_ctr_block(&sh->ctr, c);
+
+	al_ctr_add(blk, SHV_free_fallback, 1);
+	al_ctr_add(blk, SHV_fallback_bytes_freed, bytes);
+}
+
 /* What no sheaf caches: below decides (a bogus pointer's error is its). */
 static int sheaves_free_uncached(struct sheaves *sh, struct al_ctx *c, void *ptr, size_t usable,
 				 unsigned flags)
@@ -685,9 +714,7 @@ static int sheaves_free_uncached(struct sheaves *sh, struct al_ctx *c, void *ptr
 
 	if (ret || !usable)
 		return ret;
-	al_count(&sh->ctr, c, SH_free_fallback, 1);
-	al_count(&sh->ctr, c, SH_frees, 1);
-	al_count(&sh->ctr, c, SH_bytes_freed, usable);
+	free_fallback_done(sh, c, usable);
 	return 0;
 }
 
@@ -709,7 +736,7 @@ static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *pt
 		goto fallback;
 	p = pcs_of(sh, (unsigned)ci, c->cpu);
 	if (al_unlikely(!pcs_trylock(p, c))) {
-		al_count(&sh->ctr, c, SH_lock_busy_frees, 1);
+		al_count(&sh->ctr, c, SHV_lock_busy_frees, 1);
 		goto fallback;
 	}
 	AL_INJECT("sheaves.locked", c, (void *)(uintptr_t)km_class_size[ci]);
@@ -717,7 +744,7 @@ static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *pt
 		/* the object freed last on this CPU, freed again: refuse it
 		 * before it is cached twice (a compare of a line already hot) */
 		pcs_unlock(p);
-		al_count(&sh->ctr, c, SH_double_frees, 1);
+		al_count(&sh->ctr, c, SHV_double_frees, 1);
 		return -EINVAL;
 	}
 	if (al_unlikely(p->main->size == p->main->capacity) &&
@@ -727,20 +754,17 @@ static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *pt
 	al_track_poison(ptr, km_class_size[ci]);
 	p->main->objects[p->main->size++] = ptr;
 	pcs_unlock(p);
-	al_count(&sh->ctr, c, SH_free_fastpath, 1);
-	goto done;
+	al_count(&sh->ctr, c, SHV_FREE_FAST(ci), 1);
+	return 0;
 fallback:
 	if (flags & AL_NOSPIN) { /* kfree_nolock: the caller defers it */
-		al_count(&sh->ctr, c, SH_nospin_fail, 1);
+		al_count(&sh->ctr, c, SHV_nospin_fail, 1);
 		return -EBUSY;
 	}
 	ret = al_free_flags(below, c, ptr, flags);
 	if (ret)
 		return ret;
-	al_count(&sh->ctr, c, SH_free_fallback, 1);
-done:
-	al_count(&sh->ctr, c, SH_frees, 1);
-	al_count(&sh->ctr, c, SH_bytes_freed, km_class_size[ci]);
+	free_fallback_done(sh, c, km_class_size[ci]);
 	return 0;
 }
 
@@ -796,33 +820,77 @@ static void sheaves_drain(struct al_allocator *a, struct al_ctx *c, unsigned sco
 	}
 }
 
-static void sheaves_stats(struct al_allocator *a, struct al_stats *out)
+/* Objects cached in every CPU's main and spare and in the barns' full
+ * sheaves, and their class bytes; *nfull, *nempty: the barns' sheaves.
+ * Relaxed reads: sheaf memory lives as long as the layer. */
+static uint64_t cached_bytes(struct sheaves *sh, uint64_t *objects, uint64_t *nfull,
+			     uint64_t *nempty)
 {
-	struct sheaves *sh = to_sh(a);
-	struct al_lock_stats bl = { 0 };
-	uint64_t cached = 0, nfull = 0, nempty = 0;
+	uint64_t bytes = 0, n;
 	unsigned ci, cpu;
 
-	out->bytes_held = (int64_t)(al_counters_sum(&sh->ctr, SH_bytes_allocated) -
-				    al_counters_sum(&sh->ctr, SH_bytes_freed));
-	al_counters_report(&sh->ctr, out);
+	*objects = *nfull = *nempty = 0;
 	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
 		struct barn *b = &sh->barns[ci];
+		uint32_t full = __atomic_load_n(&b->nr_full, __ATOMIC_RELAXED);
 
-		al_lock_stats_add(&b->lock, &bl);
-		nfull += __atomic_load_n(&b->nr_full, __ATOMIC_RELAXED);
-		nempty += __atomic_load_n(&b->nr_empty, __ATOMIC_RELAXED);
-		for (cpu = 0; cpu < a->ncpu; cpu++) {
+		n = (uint64_t)full * sh->cap[ci];
+		*nfull += full;
+		*nempty += __atomic_load_n(&b->nr_empty, __ATOMIC_RELAXED);
+		for (cpu = 0; cpu < sh->base.ncpu; cpu++) {
 			struct pcs *p = pcs_of(sh, ci, cpu);
 			struct sheaf *m = __atomic_load_n(&p->main, __ATOMIC_RELAXED);
 			struct sheaf *s = __atomic_load_n(&p->spare, __ATOMIC_RELAXED);
 
-			cached += m ? __atomic_load_n(&m->size, __ATOMIC_RELAXED) : 0;
-			cached += s ? __atomic_load_n(&s->size, __ATOMIC_RELAXED) : 0;
+			n += m ? __atomic_load_n(&m->size, __ATOMIC_RELAXED) : 0;
+			n += s ? __atomic_load_n(&s->size, __ATOMIC_RELAXED) : 0;
 		}
-		cached += (uint64_t)__atomic_load_n(&b->nr_full, __ATOMIC_RELAXED) * sh->cap[ci];
+		*objects += n;
+		bytes += n * km_class_size[ci];
 	}
-	al_lock_stats_report(&bl, barn_lock_names, out);
+	return bytes;
+}
+
+/* Sum of a per-class slot array: events and class bytes. */
+static void sum_classes(const struct sheaves *sh, unsigned first, uint64_t *n, uint64_t *bytes)
+{
+	unsigned ci;
+
+	*n = *bytes = 0;
+	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+		uint64_t v = al_counters_sum(&sh->ctr, first + ci);
+
+		*n += v;
+		*bytes += v * km_class_size[ci];
+	}
+}
+
+static void sheaves_stats(struct al_allocator *a, struct al_stats *out)
+{
+	struct sheaves *sh = to_sh(a);
+	const struct al_counters *k = &sh->ctr;
+	uint64_t cached, nfull, nempty, fast, fast_bytes, pushes, push_bytes, allocs;
+	uint64_t cbytes = cached_bytes(sh, &cached, &nfull, &nempty);
+
+	if (!al_counters_on(k)) {
+		/* Every cached object is a live object of the layer below. */
+		out->bytes_held = al_below_bytes_held(a) - (int64_t)cbytes;
+		return;
+	}
+	sum_classes(sh, SHV_ALLOC_FAST(0), &fast, &fast_bytes);
+	sum_classes(sh, SHV_FREE_FAST(0), &pushes, &push_bytes);
+	allocs = fast + al_counters_sum(k, SHV_alloc_fallback);
+	al_stats_add(out, "allocs", allocs);
+	al_stats_add(out, "frees", pushes + al_counters_sum(k, SHV_free_fallback));
+	al_stats_add(out, "alloc_fastpath", fast);
+	al_stats_add(out, "free_fastpath", pushes);
+	al_stats_add(out, "traced_kmallocs", allocs - al_counters_sum(k, SHV_untraced_allocs));
+	fast_bytes += al_counters_sum(k, SHV_fallback_bytes_allocated);
+	push_bytes += al_counters_sum(k, SHV_fallback_bytes_freed);
+	al_stats_add(out, "bytes_allocated", fast_bytes);
+	al_stats_add(out, "bytes_freed", push_bytes);
+	out->bytes_held = (int64_t)(fast_bytes - push_bytes);
+	al_counters_report(k, out);
 	al_stats_add_gauge(out, "objects_cached", cached);
 	al_stats_add_gauge(out, "barn_full", nfull);
 	al_stats_add_gauge(out, "barn_empty", nempty);
@@ -977,10 +1045,12 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 	sh->pcs = al_meta_alloc(sh->pcs_len);
 	sh->barns = al_meta_alloc(sh->barns_len);
 	if (!sh->pcs || !sh->barns ||
-	    al_counters_init(&sh->ctr, SH_NR, sheaves_counter_names, ncpu))
+	    al_counters_init_desc(&sh->ctr, sheaves_counters, SHV_NR, SHV_EXTRA, ncpu))
 		goto out_free;
-	for (ci = 0; ci < KM_NR_CLASSES; ci++)
+	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
 		al_lock_init(&sh->barns[ci].lock, (uint64_t)p[P_lock_budget], false);
+		al_lock_count_in(&sh->barns[ci].lock, &sh->ctr, SHV_barn_lock_acquired);
+	}
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
 		sh->alias[ci] =
 			below->desc && (below->desc->features & AL_F_KM_CLASSES) ? (int8_t)ci : -1;
@@ -1014,6 +1084,8 @@ static const struct al_layer_desc sheaves_desc = {
 	.nparams = P_NR,
 	.params = sheaves_params,
 	.create = sheaves_create,
+	.counters = sheaves_counters,
+	.ncounters = SHV_NR,
 };
 
 AL_REGISTER_LAYER(sheaves_desc)

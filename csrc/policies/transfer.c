@@ -25,7 +25,9 @@
  * object of the backend of that order, and under ASan poisoned over its
  * class size (poisoned under the order lock as it is parked, unpoisoned by
  * whoever took it out, once it is theirs).
- * Cost: a hit is one uncontended per-order lock and a memcpy of n pointers.
+ * Cost: a hit is one uncontended per-order lock and a memcpy of n pointers,
+ * counted with two adds to the CPU's counters block (the event and its
+ * objects, per order); the lock counts in the same block.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -51,26 +53,36 @@ static const struct al_param_desc transfer_params[P_NR] = {
 			    "spin budget of the per-order locks" },
 };
 
-#define TRANSFER_COUNTERS(X)                                                            \
-	X(remove_hits, "refills served from the transfer cache")                        \
-	X(remove_misses, "refills passed to the backend")                               \
-	X(insert_hits, "spills parked in the transfer cache")                           \
-	X(insert_misses, "spills that found the array full")                            \
-	X(peek_skips_remove, "refills that skipped the lock: array too empty")          \
-	X(peek_skips_insert, "spills that skipped the lock: array too full")            \
-	X(refused, "spills refused (full=single)")                                      \
-	X(backend_flushes, "batches sent to the backend in one free_bulk")              \
-	X(backend_refills, "refills taken from the backend in one alloc_bulk")          \
-	X(lock_failures, "per-order lock acquisitions that failed (treated as misses)") \
-	X(single_allocs, "single allocations passed through")                           \
-	X(single_frees, "single frees passed through")                                  \
-	X(bytes_allocated, "class bytes handed out")                                    \
-	X(bytes_freed, "class bytes taken back")
+/*
+ * A hit counts its event and its objects in one block found once per call;
+ * the objects go to per-order slots after the named counters, so the class
+ * bytes (and bytes_held) are reported from them, never counted.
+ */
+#define TRANSFER_COUNTERS(C, D, P)                                                            \
+	C(P, remove_hits, AL_CTR_KEY, "refills served from the transfer cache")               \
+	C(P, remove_misses, AL_CTR_KEY, "refills passed to the backend")                      \
+	C(P, insert_hits, AL_CTR_KEY, "spills parked in the transfer cache")                  \
+	C(P, insert_misses, AL_CTR_KEY, "spills that found the array full")                   \
+	C(P, peek_skips_remove, 0, "refills that skipped the lock: array too empty")          \
+	C(P, peek_skips_insert, 0, "spills that skipped the lock: array too full")            \
+	C(P, refused, AL_CTR_KEY, "spills refused (full=single)")                             \
+	C(P, backend_flushes, AL_CTR_KEY, "batches sent to the backend in one free_bulk")     \
+	C(P, backend_refills, AL_CTR_KEY, "refills taken from the backend in one alloc_bulk") \
+	C(P, lock_failures, AL_CTR_KEY,                                                       \
+	  "per-order lock acquisitions that failed (treated as misses)")                      \
+	C(P, single_allocs, 0, "single allocations passed through")                           \
+	C(P, single_frees, 0, "single frees passed through")                                  \
+	D(P, bytes_allocated, 0, "", "class bytes handed out")                                \
+	D(P, bytes_freed, 0, "", "class bytes taken back")                                    \
+	AL_LOCK_COUNTERS(C, P, lock, "the per-order transfer locks")                          \
+	D(P, objects_parked, AL_CTR_GAUGE, "", "objects in the transfer arrays")
 
-#define X(name, doc) TC_##name,
-enum { TRANSFER_COUNTERS(X) TC_NR };
-#undef X
-static const char *const transfer_counter_names[] = { TRANSFER_COUNTERS(AL_CTR_NAME) };
+AL_COUNTERS_DEFINE(TRANSFER_COUNTERS, XFER_, transfer_counters);
+
+/* Objects of each cached class handed out and taken back, after the named counters. */
+#define XFER_OUT_N(order) (XFER_NR + (order))
+#define XFER_IN_N(order)  (XFER_NR + FC_ORDERS + (order))
+#define XFER_EXTRA	  (2 * FC_ORDERS)
 
 struct tc_order {
 	struct al_lock lock; /* protects count and objects */
@@ -87,7 +99,7 @@ struct transfer {
 	struct tc_order *orders;  /* norders entries */
 	void **slots;		  /* norders x capacity pointers */
 	size_t slots_len;
-	struct al_counters ctr; /* TRANSFER_COUNTERS */
+	struct al_counters ctr; /* transfer_counters, then XFER_EXTRA slots */
 };
 
 static inline uint32_t peek_count(struct tc_order *t)
@@ -101,17 +113,19 @@ static int transfer_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t 
 	struct transfer *tc = (struct transfer *)a;
 	unsigned order = fc_order(size);
 	struct tc_order *t;
+	uint64_t *blk;
 	int got, cls;
 
 	if (order >= tc->norders || n > tc->capacity)
 		return al_alloc_bulk(a->below, c, size, n, out, flags);
 	t = &tc->orders[order];
+	blk = al_ctr_block(&tc->ctr, c);
 	if (tc->peek && peek_count(t) < n) {
-		al_count(&tc->ctr, c, TC_peek_skips_remove, 1);
+		al_ctr_add(blk, XFER_peek_skips_remove, 1);
 		goto miss;
 	}
 	if (al_lock_acquire(&t->lock, c)) {
-		al_count(&tc->ctr, c, TC_lock_failures, 1);
+		al_ctr_add(blk, XFER_lock_failures, 1);
 		goto miss;
 	}
 	al_assert(t->count <= tc->capacity);
@@ -122,27 +136,25 @@ static int transfer_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t 
 		__atomic_store_n(&t->count, left, __ATOMIC_RELAXED);
 		al_lock_release(&t->lock, c);
 		al_track_unpoison_all(out, n, fc_class_size(order));
-		al_count(&tc->ctr, c, TC_remove_hits, 1);
+		al_ctr_add(blk, XFER_remove_hits, 1);
+		al_ctr_add(blk, XFER_OUT_N(order), n);
 		got = (int)n;
-		goto out_zero;
+		goto zero;
 	}
 	al_lock_release(&t->lock, c);
 miss:
-	al_count(&tc->ctr, c, TC_remove_misses, 1);
+	al_ctr_add(blk, XFER_remove_misses, 1);
 	got = al_alloc_bulk(a->below, c, fc_class_size(order), n, out, flags & ~AL_ZERO);
 	if (got <= 0)
 		return got;
-	al_count(&tc->ctr, c, TC_backend_refills, 1);
+	al_ctr_add(blk, XFER_backend_refills, 1);
 	/* Each counted under the class it is of, as its free will be (a page
 	 * allocator hands out pages of no cached class for any size). */
 	for (int i = 0; i < got; i++) {
 		cls = fc_class_of(a->below, out[i], tc->norders);
 		if (cls >= 0)
-			al_count(&tc->ctr, c, TC_bytes_allocated, fc_class_size((unsigned)cls));
+			al_ctr_add(blk, XFER_OUT_N(cls), 1);
 	}
-	goto zero;
-out_zero:
-	al_count(&tc->ctr, c, TC_bytes_allocated, (uint64_t)got * fc_class_size(order));
 zero:
 	if (flags & AL_ZERO)
 		for (int i = 0; i < got; i++)
@@ -171,6 +183,7 @@ static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p
 	struct al_allocator *below = a->below;
 	int order, ret, first = 0;
 	struct tc_order *t;
+	uint64_t *blk;
 	unsigned i;
 
 	if (!n)
@@ -185,15 +198,16 @@ static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p
 		}
 		return first && first != -EINVAL ? first : (int)n;
 	}
+	blk = al_ctr_block(&tc->ctr, c);
 	if (n > tc->capacity)
 		goto flush; /* can never fit: straight to the backend */
 	t = &tc->orders[order];
 	if (tc->peek && peek_count(t) + n > tc->capacity) {
-		al_count(&tc->ctr, c, TC_peek_skips_insert, 1);
+		al_ctr_add(blk, XFER_peek_skips_insert, 1);
 		goto full;
 	}
 	if (al_lock_acquire(&t->lock, c)) {
-		al_count(&tc->ctr, c, TC_lock_failures, 1);
+		al_ctr_add(blk, XFER_lock_failures, 1);
 		goto full;
 	}
 	al_assert(t->count <= tc->capacity);
@@ -202,24 +216,23 @@ static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p
 		memcpy(&t->objects[t->count], ptrs, n * sizeof(void *));
 		__atomic_store_n(&t->count, t->count + n, __ATOMIC_RELAXED);
 		al_lock_release(&t->lock, c);
-		al_count(&tc->ctr, c, TC_insert_hits, 1);
-		ret = (int)n;
-		goto out_count;
+		al_ctr_add(blk, XFER_insert_hits, 1);
+		al_ctr_add(blk, XFER_IN_N(order), n);
+		return (int)n;
 	}
 	al_lock_release(&t->lock, c);
 full:
-	al_count(&tc->ctr, c, TC_insert_misses, 1);
+	al_ctr_add(blk, XFER_insert_misses, 1);
 	if (tc->full == FULL_SINGLE) {
-		al_count(&tc->ctr, c, TC_refused, 1);
+		al_ctr_add(blk, XFER_refused, 1);
 		return -ENOMEM;
 	}
 flush:
 	ret = al_free_bulk(below, c, ptrs, n);
 	if (ret < 0)
 		return ret;
-	al_count(&tc->ctr, c, TC_backend_flushes, 1);
-out_count:
-	al_count(&tc->ctr, c, TC_bytes_freed, (uint64_t)n * fc_class_size((unsigned)order));
+	al_ctr_add(blk, XFER_backend_flushes, 1);
+	al_ctr_add(blk, XFER_IN_N(order), n);
 	return ret;
 }
 
@@ -227,14 +240,15 @@ static void *transfer_alloc(struct al_allocator *a, struct al_ctx *c, size_t siz
 {
 	struct transfer *tc = (struct transfer *)a;
 	unsigned order = fc_order(size);
+	uint64_t *blk = al_ctr_block(&tc->ctr, c);
 	void *p;
 	int cls;
 
-	al_count(&tc->ctr, c, TC_single_allocs, 1);
+	al_ctr_add(blk, XFER_single_allocs, 1);
 	p = al_alloc(a->below, c, order >= tc->norders ? size : fc_class_size(order), flags);
 	cls = fc_class_of(a->below, p, tc->norders); /* as transfer_free will count it */
 	if (cls >= 0)
-		al_count(&tc->ctr, c, TC_bytes_allocated, fc_class_size((unsigned)cls));
+		al_ctr_add(blk, XFER_OUT_N(cls), 1);
 	return p;
 }
 
@@ -249,9 +263,11 @@ static int transfer_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	order = fc_order_floor(below->ops->usable_size(below, p));
 	ret = al_free(below, c, p);
 	if (!ret) {
-		al_count(&tc->ctr, c, TC_single_frees, 1);
+		uint64_t *blk = al_ctr_block(&tc->ctr, c);
+
+		al_ctr_add(blk, XFER_single_frees, 1);
 		if (order >= 0 && order < (int)tc->norders)
-			al_count(&tc->ctr, c, TC_bytes_freed, fc_class_size((unsigned)order));
+			al_ctr_add(blk, XFER_IN_N(order), 1);
 	}
 	return ret;
 }
@@ -278,21 +294,40 @@ static void transfer_drain(struct al_allocator *a, struct al_ctx *c, unsigned sc
 	}
 }
 
+/* Class bytes of a per-order object slot array. */
+static uint64_t sum_bytes(const struct transfer *tc, unsigned first)
+{
+	uint64_t bytes = 0;
+	unsigned o;
+
+	for (o = 0; o < tc->norders; o++)
+		bytes += al_counters_sum(&tc->ctr, first + o) * fc_class_size(o);
+	return bytes;
+}
+
 static void transfer_stats(struct al_allocator *a, struct al_stats *out)
 {
 	struct transfer *tc = (struct transfer *)a;
-	struct al_lock_stats locks = { 0 };
-	uint64_t parked = 0;
+	uint64_t parked = 0, parked_bytes = 0, in, gone;
 	unsigned o;
 
-	out->bytes_held = (int64_t)(al_counters_sum(&tc->ctr, TC_bytes_allocated) -
-				    al_counters_sum(&tc->ctr, TC_bytes_freed));
-	al_counters_report(&tc->ctr, out);
 	for (o = 0; o < tc->norders; o++) {
-		al_lock_stats_add(&tc->orders[o].lock, &locks);
-		parked += peek_count(&tc->orders[o]);
+		uint32_t n = peek_count(&tc->orders[o]);
+
+		parked += n;
+		parked_bytes += n * fc_class_size(o);
 	}
-	al_lock_stats_report(&locks, al_lock_stat_names, out);
+	if (!al_counters_on(&tc->ctr)) {
+		/* Every parked object is allocated from the backend's view. */
+		out->bytes_held = al_below_bytes_held(a) - (int64_t)parked_bytes;
+		return;
+	}
+	in = sum_bytes(tc, XFER_OUT_N(0));
+	gone = sum_bytes(tc, XFER_IN_N(0));
+	out->bytes_held = (int64_t)(in - gone);
+	al_stats_add(out, "bytes_allocated", in);
+	al_stats_add(out, "bytes_freed", gone);
+	al_counters_report(&tc->ctr, out);
 	al_stats_add_gauge(out, "objects_parked", parked);
 }
 
@@ -391,10 +426,11 @@ static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
 	tc->slots_len = (size_t)tc->norders * tc->capacity * sizeof(void *);
 	tc->slots = al_meta_alloc(tc->slots_len);
 	if (!tc->orders || !tc->slots ||
-	    al_counters_init(&tc->ctr, TC_NR, transfer_counter_names, ncpu))
+	    al_counters_init_desc(&tc->ctr, transfer_counters, XFER_NR, XFER_EXTRA, ncpu))
 		goto out_free;
 	for (o = 0; o < tc->norders; o++) {
 		al_lock_init(&tc->orders[o].lock, (uint64_t)p[P_lock_budget], false);
+		al_lock_count_in(&tc->orders[o].lock, &tc->ctr, XFER_lock_acquired);
 		tc->orders[o].objects = tc->slots + (size_t)o * tc->capacity;
 	}
 	*out = al_allocator_init(&tc->base, &transfer_ops, d, below, ncpu);
@@ -415,6 +451,8 @@ static const struct al_layer_desc transfer_desc = {
 	.nparams = P_NR,
 	.params = transfer_params,
 	.create = transfer_create,
+	.counters = transfer_counters,
+	.ncounters = XFER_NR,
 };
 
 AL_REGISTER_LAYER(transfer_desc)

@@ -851,10 +851,74 @@ TEST(test_trylock_budget)
 	CHECK_EQ(ctr(a, "lock_acquired"), 128);
 	CHECK_EQ(ctr(a, "lock_failed"), 0);
 	CHECK_EQ(ctr(a, "lock_contended"), 0);
-	CHECK_EQ(ctr(a, "lock_hold_ns"), 0); /* not timed */
+	CHECK_EQ(ctr(a, "lock_hold_ns"), -1); /* times are reported at stats=full only */
 	CHECK_EQ(ctr(a, "lock_failed_allocs"), 0);
 	CHECK_EQ(ctr(a, "lock_failed_frees"), 0);
 	CHECK_EQ(ctr(a, "bytes_held"), 0);
+	al_stack_destroy(a);
+}
+
+/* Lock times at stats=full: measured when lock_timing is on, 0 when off. */
+TEST(test_lock_times_at_full)
+{
+	int64_t p[1][AL_MAX_PARAMS];
+	unsigned old = al_stats_level_set(AL_STATS_FULL), timing;
+	struct al_allocator *a;
+	struct al_ctx c;
+	void *v;
+
+	al_ctx_init(&c, 0);
+	for (timing = 0; timing < 2; timing++) {
+		defaults(p);
+		p[0][P_LOCK_TIMING] = timing;
+		a = mk(p, 1);
+		CHECK(a != NULL);
+		if (!a)
+			break;
+		v = al_alloc(a, &c, 64, 0);
+		CHECK_EQ(al_free(a, &c, v), 0);
+		CHECK_EQ(ctr(a, "lock_acquired"), 2);
+		CHECK_EQ(ctr(a, "lock_wait_ns"), 0); /* never contended */
+		if (timing)
+			CHECK(ctr(a, "lock_hold_ns") >= 0);
+		else
+			CHECK_EQ(ctr(a, "lock_hold_ns"), 0);
+		al_stack_destroy(a);
+	}
+	al_stats_level_set(old);
+}
+
+/* stats=off: nothing is reported, but bytes_held (the leak check) and
+ * check()'s comparison with the blocks still hold, through bulk calls too. */
+TEST(test_stats_off_bytes_held)
+{
+	unsigned old = al_stats_level_set(AL_STATS_OFF);
+	struct al_allocator *a = mk_default();
+	void *v[8], *w[4];
+	struct al_ctx c;
+	int i;
+
+	al_stats_level_set(old);
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	for (i = 0; i < 8; i++)
+		v[i] = al_alloc(a, &c, 16u << i, 0);
+	CHECK_EQ(al_alloc_bulk(a, &c, 100, 4, w, 0), 4);
+	CHECK_EQ(ctr(a, "bytes_held"), (16 << 8) - 16 + 4 * 128);
+	CHECK_EQ(ctr(a, "allocs"), -1);
+	CHECK_EQ(ctr(a, "lock_acquired"), -1);
+	CK(a);
+	for (i = 0; i < 8; i += 2)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(al_free_bulk(a, &c, w, 4), 4);
+	CHECK_EQ(ctr(a, "bytes_held"), 32 + 128 + 512 + 2048);
+	CK(a);
+	for (i = 1; i < 8; i += 2)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(ctr(a, "bytes_held"), 0);
+	CK(a);
 	al_stack_destroy(a);
 }
 
@@ -1197,6 +1261,8 @@ int main(void)
 	RUN(test_exhaustion);
 	RUN(test_growth);
 	RUN(test_trylock_budget);
+	RUN(test_lock_times_at_full);
+	RUN(test_stats_off_bytes_held);
 	RUN(test_stress);
 	RUN(test_contention_trylock);
 	return TEST_SUMMARY();

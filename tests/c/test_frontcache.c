@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 
-#include "test.h"
+#include "t_spec.h"
 
 typedef int64_t params_t[AL_MAX_PARAMS];
 
@@ -371,15 +371,29 @@ TEST(test_magazine_exact)
 	alloc_n(a, &c, v, 24, 64);
 	CHECK_EQ(t_stat(a, 0, "backend_refills"), 3);
 	CHECK_EQ(t_stat(a, 1, "lock_acquired"), 3);
+	CHECK_EQ(t_stat(a, 0, "hits"), 21);
+	CHECK_EQ(t_stat(a, 0, "allocs"), 24);
+	CHECK_EQ(t_stat(a, 0, "other_allocs"), 3); /* the refills' first objects */
+	CHECK_EQ(t_stat(a, 0, "bytes_allocated"), 24 * 64);
 	free_n(a, &c, v, 24);
 	/* cur fills (8), swap with the empty prev (8), both full: prev to the depot */
 	CHECK_EQ(t_stat(a, 0, "swaps"), 1);
 	CHECK_EQ(t_stat(a, 0, "depot_puts"), 1);
 	CHECK_EQ(t_stat(a, 0, "backend_flushes"), 0);
+	CHECK_EQ(t_stat(a, 0, "free_hits"), 23);
+	CHECK_EQ(t_stat(a, 0, "frees"), 24);
+	CHECK_EQ(t_stat(a, 0, "other_frees"), 1);
+	CHECK_EQ(t_stat(a, 0, "objects_cached"), 24);
+	CHECK_EQ(t_stat(a, 0, "depot_full_magazines"), 1);
+	CHECK_EQ(t_stat(a, 0, "bytes_held"), 0);
 	alloc_n(a, &c, v, 24, 64);
 	/* cur empties, swap with the full prev, both empty: a full one from the depot */
 	CHECK_EQ(t_stat(a, 0, "swaps"), 2);
 	CHECK_EQ(t_stat(a, 0, "depot_gets"), 1);
+	CHECK_EQ(t_stat(a, 0, "hits"), 21 + 23);
+	CHECK_EQ(t_stat(a, 0, "allocs"), 48);
+	/* the depot: looked at by the 3 refills, then one put and one get */
+	CHECK_EQ(t_stat(a, 0, "lock_acquired"), 5);
 	CHECK_EQ(t_stat(a, 0, "backend_refills"), 3);
 	CHECK_EQ(t_stat(a, 1, "lock_acquired"), 3); /* the buddy saw nothing more */
 	check_ok(a);
@@ -406,6 +420,63 @@ TEST(test_magazine_depot_full_flushes)
 	CHECK_EQ(t_stat(a, 1, "free_bulk_calls"), 1);
 	check_ok(a);
 	teardown_empty(a);
+}
+
+/* The same script at stats=lite, off and full: every layer holds the same
+ * bytes (at off a front layer's bytes_held is its backend's less what it
+ * caches, as the leak check needs), and nothing else is reported at off. */
+static void held_script(const char *const *names, unsigned n, unsigned level,
+			long long held[2][AL_MAX_LAYERS])
+{
+	unsigned old = al_stats_level_set(level), l;
+	struct al_allocator *a = make(names, n, NULL, 0, 2);
+	struct al_ctx c, c1;
+	void *v[40];
+
+	al_stats_level_set(old);
+	memset(held, 0, sizeof(long long) * 2 * AL_MAX_LAYERS);
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	al_ctx_init(&c1, 1);
+	alloc_n(a, &c, v, 40, 64);
+	free_n(a, &c1, v, 25); /* on the other CPU: spills, batches parked */
+	for (l = 0; l < n; l++)
+		held[0][l] = t_stat(a, l, "bytes_held");
+	free_n(a, &c1, v + 25, 15);
+	for (l = 0; l < n; l++)
+		held[1][l] = t_stat(a, l, "bytes_held");
+	CHECK_EQ(held[0][0], 15 * 64);
+	CHECK_EQ(held[1][0], 0);
+	CHECK_EQ(t_stat(a, 0, "frees"), level == AL_STATS_OFF ? -1 : 40);
+	if (level == AL_STATS_OFF)
+		CHECK_EQ(t_stat(a, n - 1, "lock_acquired"), -1);
+	else
+		CHECK(t_stat(a, n - 1, "lock_acquired") > 0);
+	teardown_empty(a);
+}
+
+TEST(test_bytes_held_at_every_level)
+{
+	static const char *const spill_transfer[] = { "percpu", "transfer", "buddy" };
+	static const char *const mag[] = { "magazine", "buddy" };
+	static const struct {
+		const char *const *names;
+		unsigned n;
+	} stacks[] = { { spill_transfer, 3 }, { mag, 2 } };
+	long long lite[2][AL_MAX_LAYERS], other[2][AL_MAX_LAYERS];
+	unsigned s, level, i, l;
+
+	for (s = 0; s < 2; s++) {
+		held_script(stacks[s].names, stacks[s].n, AL_STATS_LITE, lite);
+		for (level = AL_STATS_OFF; level <= AL_STATS_FULL; level++) {
+			held_script(stacks[s].names, stacks[s].n, level, other);
+			for (i = 0; i < 2; i++)
+				for (l = 0; l < stacks[s].n; l++)
+					CHECK_EQ(other[i][l], lite[i][l]);
+		}
+	}
 }
 
 /* ---- stress ---- */
@@ -554,39 +625,43 @@ TEST(test_stress_all_stacks)
 	stress_stack(s4, 3);
 }
 
+/* Engine runs over every front layer at stats lite and off: the run's leak
+ * check (each layer's bytes_held back at its baseline) passes at both. */
 TEST(test_run_engine_over_stacks)
 {
 	static const char *const wl[] = { "malloc-free", "malloc-xfree" };
+	static const char *const stacks[] = { "percpu > transfer > buddy", "magazine > buddy",
+					      "sheaves > buddy" };
+	static const int level[] = { AL_STATS_LITE, AL_STATS_OFF };
 	struct al_run_config cfg;
 	struct al_run_result res;
-	unsigned w;
+	unsigned w, s, l;
 
-	for (w = 0; w < 2; w++) {
-		memset(&cfg, 0, sizeof(cfg));
-		cfg.workload = al_workload_find(wl[w]);
-		al_params_default(cfg.workload->params, cfg.workload->nparams, cfg.wparams);
-		cfg.wparams[1] = 256;
-		cfg.stack.n = 3;
-		cfg.stack.layer[0].desc = al_layer_find("percpu");
-		cfg.stack.layer[1].desc = al_layer_find("transfer");
-		cfg.stack.layer[2].desc = al_layer_find("buddy");
-		for (unsigned l = 0; l < 3; l++)
-			al_params_default(cfg.stack.layer[l].desc->params,
-					  cfg.stack.layer[l].desc->nparams,
-					  cfg.stack.layer[l].params);
-		cfg.producers = 4;
-		cfg.cpu_mode = AL_CPU_VIRTUAL;
-		cfg.warmup_cycles = 2;
-		cfg.cycles = 20;
-		CHECK_EQ(al_run(&cfg, &res), 0);
-		if (res.status)
-			fprintf(stderr, "%s\n", res.error);
-		CHECK_EQ(res.alloc_ops, 4 * 20 * 256);
-		if (w == 0)
-			CHECK_EQ(res.free_ops, 4 * 20 * 256);
-		else
-			CHECK(res.cross_frees > 0);
-	}
+	for (w = 0; w < 2; w++)
+		for (s = 0; s < 3; s++)
+			for (l = 0; l < 2; l++) {
+				memset(&cfg, 0, sizeof(cfg));
+				cfg.workload = al_workload_find(wl[w]);
+				al_params_default(cfg.workload->params, cfg.workload->nparams,
+						  cfg.wparams);
+				cfg.wparams[1] = 256;
+				CHECK_EQ(t_spec_fill(stacks[s], &cfg.stack), 0);
+				cfg.producers = 4;
+				cfg.cpu_mode = AL_CPU_VIRTUAL;
+				cfg.warmup_cycles = 2;
+				cfg.cycles = 20;
+				cfg.stats_level = level[l];
+				CHECK_EQ(al_run(&cfg, &res), 0);
+				CHECK_EQ(res.status, 0);
+				if (res.status)
+					fprintf(stderr, "%s (%s, stats level %d)\n", res.error,
+						stacks[s], level[l]);
+				CHECK_EQ(res.alloc_ops, 4 * 20 * 256);
+				if (w == 0)
+					CHECK_EQ(res.free_ops, 4 * 20 * 256);
+				else
+					CHECK(res.cross_frees > 0);
+			}
 }
 
 int main(void)
@@ -599,6 +674,7 @@ int main(void)
 	RUN(test_guard_fallback);
 	RUN(test_magazine_exact);
 	RUN(test_magazine_depot_full_flushes);
+	RUN(test_bytes_held_at_every_level);
 	RUN(test_stress_all_stacks);
 	RUN(test_run_engine_over_stacks);
 	return TEST_SUMMARY();

@@ -60,6 +60,11 @@ TEST(test_sheaves_script)
 	CHECK_EQ(S(a, 0, "objects_cached"), 3);
 	CHECK_EQ(S(a, 0, "barn_empty"), 1);
 	CHECK_EQ(S(a, 1, "bulk_allocs"), 4);
+	/* each refill after the first takes an empty sheaf from the barn and
+	 * puts the empty main back: 1 + 3 x 2 barn lock acquisitions */
+	CHECK_EQ(S(a, 0, "barn_lock_acquired"), 7);
+	CHECK_EQ(S(a, 0, "barn_lock_contended"), 0);
+	CHECK_EQ(S(a, 0, "barn_lock_owner_switches"), 0);
 	/* 13 frees: main fills (f1), the barn's empty sheaf becomes main (f2),
 	 * main and spare full: main goes to the barn for a new empty (f6), the
 	 * barn is full: the full spare is flushed to the slab and reused (f10). */
@@ -81,6 +86,8 @@ TEST(test_sheaves_script)
 	for (i = 10; i < 13; i++)
 		CHECK_EQ(al_free(a, &c, v[i]), 0);
 	CHECK_EQ(S(a, 0, "free_fastpath"), 13);
+	/* f2 empty from the barn, f6 no empty there then main put in: +3 */
+	CHECK_EQ(S(a, 0, "barn_lock_acquired"), 10);
 	CHECK_EQ(S(a, 0, "objects_cached"), 12); /* main 4, spare 4, barn 4 */
 	CHECK_EQ(S(a, 1, "bytes_held"), 12 * 64);
 	CHECK_EQ(S(a, 0, "bytes_held"), 0);
@@ -95,8 +102,80 @@ TEST(test_sheaves_script)
 	CHECK_EQ(S(a, 0, "objects_cached"), 3);
 	for (i = 0; i < 9; i++)
 		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	/* the barn's full sheaf (a9), then main for its empty one (f6) */
+	CHECK_EQ(S(a, 0, "barn_lock_acquired"), 12);
+	CHECK_EQ(S(a, 0, "barn_lock_wait_ns"), -1); /* times at stats=full only */
 	t_check(a);
 	t_teardown(a);
+}
+
+/* Fast-path allocations and frees count in one per-class slot; allocs,
+ * frees, the fastpath counts, traced allocations and bytes follow. */
+TEST(test_reported_counts)
+{
+	struct al_allocator *a = t_spec("sheaves > slab(form=sheaves)", 1);
+	struct al_ctx c;
+	void *v[5];
+	unsigned i;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	for (i = 0; i < 5; i++)
+		v[i] = al_alloc(a, &c, 64, i < 3 ? 0 : AL_NOTRACE);
+	CHECK_EQ(S(a, 0, "allocs"), 5);
+	CHECK_EQ(S(a, 0, "alloc_fastpath"), 5);
+	CHECK_EQ(S(a, 0, "alloc_fallback"), 0);
+	CHECK_EQ(S(a, 0, "traced_kmallocs"), 3);
+	CHECK_EQ(S(a, 0, "untraced_allocs"), 2);
+	CHECK_EQ(S(a, 0, "bytes_allocated"), 5 * 64);
+	CHECK_EQ(S(a, 0, "bytes_held"), 5 * 64);
+	for (i = 0; i < 5; i++)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(S(a, 0, "frees"), 5);
+	CHECK_EQ(S(a, 0, "free_fastpath"), 5);
+	CHECK_EQ(S(a, 0, "bytes_freed"), 5 * 64);
+	CHECK_EQ(S(a, 0, "bytes_held"), 0);
+	t_teardown(a);
+}
+
+/* The same script over buddy at stats=lite and stats=off: the same
+ * bytes_held in both layers (at off, the sheaves' is what buddy holds less
+ * what the sheaves cache), and nothing else reported at off. */
+static void held_script(unsigned level)
+{
+	unsigned old = al_stats_level_set(level);
+	struct al_allocator *a = t_spec("sheaves(capacity=4) > buddy", 1);
+	struct al_ctx c;
+	void *v[6];
+	unsigned i;
+
+	al_stats_level_set(old);
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	for (i = 0; i < 6; i++) /* a probe, then 5 of two refills of 4 */
+		v[i] = al_alloc(a, &c, 96, 0);
+	CHECK_EQ(S(a, 0, "bytes_held"), 6 * 128);
+	CHECK_EQ(S(a, 1, "bytes_held"), 9 * 128);
+	CHECK_EQ(S(a, 0, "allocs"), level == AL_STATS_OFF ? -1 : 6);
+	for (i = 0; i < 3; i++)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(S(a, 0, "bytes_held"), 3 * 128);
+	CHECK_EQ(S(a, 1, "bytes_held"), 9 * 128);
+	for (i = 3; i < 6; i++)
+		CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(S(a, 0, "bytes_held"), 0);
+	t_teardown(a);
+}
+
+TEST(test_bytes_held_at_every_level)
+{
+	held_script(AL_STATS_LITE);
+	held_script(AL_STATS_OFF);
+	held_script(AL_STATS_FULL);
 }
 
 /* kfree_nolock in an NMI that interrupts a free holding the per-CPU lock. */
@@ -278,5 +357,7 @@ int main(void)
 	RUN(test_stress_nolock_sheaves);
 	RUN(test_class_learnt_over_buddy);
 	RUN(test_uncached_over_libc);
+	RUN(test_reported_counts);
+	RUN(test_bytes_held_at_every_level);
 	return TEST_SUMMARY();
 }
