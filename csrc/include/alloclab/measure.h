@@ -72,9 +72,11 @@ AL_API uint64_t al_hist_bucket_hi(unsigned i); /* largest value of bucket i */
 /* ---- memory during a run ---- */
 
 /*
- * The engine's main thread samples memory while it waits for the measured
- * phase to end: at the start and the end of the phase (workers quiescent)
- * and every mem_sample_ns in between. A sample reads
+ * The engine samples memory at the start and the end of the measured phase
+ * (workers quiescent) and every mem_sample_ns in between, never on a
+ * worker's CPU during a cycle: the main thread does it from CPUs no worker
+ * is pinned to, or, when every CPU runs a pinned worker, worker 0 does it
+ * between two of its cycles (untimed). A sample reads
  *  - requested: the sum of the workers' live_bytes (AL_WL_LIVE workloads:
  *    bytes asked for and not yet freed, updated per batch, outside timed
  *    regions), -1 when the workload does not keep it;
@@ -83,8 +85,7 @@ AL_API uint64_t al_hist_bucket_hi(unsigned i); /* largest value of bucket i */
  *    the ends only when the bottom layer has AL_F_STATS_ANYTIME (its
  *    stats() may run while workers operate), else at the ends only;
  *  - rss: the resident set size (/proc/self/statm, kept open).
- * A sample costs a few microseconds on the unpinned main thread, which
- * sleeps between samples. Peaks are of the samples: a lower bound of the
+ * A sample costs a few microseconds, outside every timed region. Peaks are of the samples: a lower bound of the
  * true peak, close when the peak lasts longer than a period.
  */
 struct al_mem {
