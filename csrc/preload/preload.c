@@ -198,7 +198,7 @@ static __thread int writing_record __attribute__((tls_model("initial-exec")));
 
 /* Counters of threads without a model CPU go to CPU 0's IRQ-level block, a
  * level no model CPU uses here, with atomics. */
-static void count(struct shim_thread *t, unsigned idx)
+static inline void count(struct shim_thread *t, unsigned idx)
 {
 	if (t) {
 		al_ctr_add(t->blk, idx, 1);
@@ -221,17 +221,18 @@ static void thread_exit(void *arg)
 	__atomic_store_n(&t->live, 0, __ATOMIC_RELEASE);
 }
 
-/* This thread's model CPU, taking one on first use; NULL if none is left. */
-static struct shim_thread *thread_self(void)
+/* Take a model CPU for this thread; NULL if none is left. */
+static al_noinline struct shim_thread *thread_take(void)
 {
 	unsigned i;
 
-	if (al_likely(self != NULL))
-		return self;
 	for (i = 0; i < ncpu; i++) {
 		int zero = 0;
 
-		if (__atomic_compare_exchange_n(&threads[i].live, &zero, 1, false, __ATOMIC_ACQUIRE,
+		/* a plain load first: a failed CAS would take the line of a slot
+		 * in use away from its thread */
+		if (!__atomic_load_n(&threads[i].live, __ATOMIC_RELAXED) &&
+		    __atomic_compare_exchange_n(&threads[i].live, &zero, 1, false, __ATOMIC_ACQUIRE,
 						__ATOMIC_RELAXED)) {
 			al_ctx_init(&threads[i].ctx, i);
 			threads[i].blk = al_ctr_block(&ctr, &threads[i].ctx);
@@ -245,6 +246,14 @@ static struct shim_thread *thread_self(void)
 		}
 	}
 	return NULL;
+}
+
+/* This thread's model CPU, taking one on first use: one TLS load after that. */
+static inline struct shim_thread *thread_self(void)
+{
+	struct shim_thread *t = self;
+
+	return al_likely(t != NULL) ? t : thread_take();
 }
 
 /* ---- stats records: JSON through a small stack buffer and write(2) ---- */
