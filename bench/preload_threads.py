@@ -19,8 +19,11 @@ Repetitions are interleaved (every program under every policy once per
 round), so a change of load hits all cells alike; the median of the rounds
 and its ratio to glibc's are reported with the load average before and
 after, in bench/results/preload_threads.{txt,json}. --counters runs each
-program once more per policy with the shim's stats on and prints the shim's
-counters per operation and the busiest lock's, to explain the ratios.
+program once more per policy with the shim's stats on and adds the shim's
+counters and the layers' lock counts (acquisitions, contended ones, owner
+switches), summed over the program's processes, to explain the ratios.
+Numbers taken while other work runs on the machine are labelled by the load
+average printed beside them.
 """
 import argparse
 import json

@@ -62,6 +62,18 @@
  * kernel's GFP_KERNEL): bpf_ma answers an empty cache with a direct kmalloc
  * from the layer below, as bpf_mem_cache_alloc_flags(GFP_KERNEL) does.
  *
+ * Cost per call, above the policy's own: a load of the state, two
+ * thread-local loads (the reentrancy flag's thread, the model CPU), the
+ * reentrancy flag set and cleared in the thread's own cache line (one per
+ * model CPU), one indirect call into the policy and one counter added to the
+ * thread's block (found once, when the thread took its model CPU). free adds
+ * one owns() on the layer that owns the memory: the cache layers whose
+ * owns() is their backend's (percpu, transfer, magazine, ...) are skipped.
+ * Start-up: the policy is built and the clock calibrated for 1 ms in every
+ * process image, which a compiler driver or a shell script pays per process.
+ * Lock order: init_lock (start-up) before record_lock (a record being
+ * written) before any lock the layers' stats() take.
+ *
  * fork(): pthread_atfork takes every policy lock before the fork and releases
  *    them in parent and child (ops.fork_lock), so the child never inherits a
  *    lock held by a thread that does not exist there; the child zeroes its
@@ -598,22 +610,11 @@ static void set_stats_prefix(const char *env)
 		snprintf(stats_prefix, sizeof(stats_prefix), "%s%s%s", cwd, sep, env);
 }
 
-static al_noinline al_cold void shim_init(void)
+/* The environment's settings, and the library's for a shim's threads. */
+static void shim_settings(void)
 {
-	static struct al_stack_spec spec;
 	const char *env;
-	int ret;
 
-	bootstrapping = 1; /* everything below may call malloc: it gets glibc's */
-	pthread_mutex_lock(&init_lock);
-	if (state != ST_UNINIT)
-		goto out_unlock;
-	state = ST_INIT;
-	my_pid = getpid();
-	/* glibc initialises its malloc on the main thread, not in two worker
-	 * threads falling back at once (see the header). */
-	if (syscall(SYS_gettid) == my_pid)
-		__libc_free(__libc_malloc(1));
 	libc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
 	env = getenv("ALLOCLAB_VERBOSE");
 	verbose = env && *env && strcmp(env, "0");
@@ -628,6 +629,24 @@ static al_noinline al_cold void shim_init(void)
 	/* Every process the program starts pays for the clock's calibration
 	 * (the locks' time budget reads the TSC): 1 ms is within 1e-4. */
 	al_clock_calibration_ns = 1000000;
+}
+
+static al_noinline al_cold void shim_init(void)
+{
+	static struct al_stack_spec spec;
+	int ret;
+
+	bootstrapping = 1; /* everything below may call malloc: it gets glibc's */
+	pthread_mutex_lock(&init_lock);
+	if (state != ST_UNINIT)
+		goto out_unlock;
+	state = ST_INIT;
+	my_pid = getpid();
+	/* glibc initialises its malloc on the main thread, not in two worker
+	 * threads falling back at once (see the header). */
+	if (syscall(SYS_gettid) == my_pid)
+		__libc_free(__libc_malloc(1));
+	shim_settings();
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	atexit(atexit_stats);
 	if (al_counters_init_desc(&ctr, shim_counters, SHIM_NR, 0, ncpu) ||
