@@ -5,6 +5,7 @@ allowed; bad input is refused before the program starts.
 """
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,58 @@ def test_multithreaded_c_program(policy, programs, tmp_path):
     assert sh["threads"] >= 9 and sh["thread_exits"] == 8  # caches drained per thread
     if al.Policy(spec(policy)).layers[-1][0] == "buddy":
         assert sh["libc_aligned"] == 0  # buddy blocks are naturally aligned
+
+
+@pytest.mark.parametrize("policy", ["libarena-transfer", "libarena-spill", "buddy"])
+def test_four_times_as_many_threads_as_cpus(policy, programs, tmp_path):
+    """Threads preempted while they hold a model CPU or a policy lock: every
+    thread gets a model CPU of its own, every block comes back, every cache
+    is drained at the thread's exit."""
+    n = 4 * (os.cpu_count() or 1)
+    proc, st = run(policy, [programs["mt"], str(n)], tmp_path, text=True)
+    assert proc.returncode == 0 and "done 0" in proc.stdout, proc.stderr
+    sh = st["shim"]
+    assert sh["policy_allocs"] > n * 500 * 256 and sh["free_errors"] == 0
+    assert sh["threads"] >= n + 1 and sh["thread_exits"] == n
+    assert sh["libc_threads"] == 0 and sh["libc_refused"] == 0
+    assert_on_policy(st)
+
+
+def test_mt_refuses_a_bad_thread_count(programs):
+    for bad in ("0", "1025", "x"):
+        proc = subprocess.run([programs["mt"], bad], capture_output=True, text=True)
+        assert proc.returncode == 2 and "threads must be 1..1024" in proc.stderr
+
+
+@pytest.mark.parametrize("policy", SHIM_PRESETS)
+def test_every_policy_block_is_freed_as_policy_memory(policy, programs, tmp_path):
+    """free tells the policy's blocks from glibc's by asking the layer that
+    owns the memory (below the cache layers): a program that frees all it
+    allocates frees exactly what the policy served, and none of it as
+    glibc's."""
+    proc, st = run(policy, [programs["freeall"]], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (p,) = st["processes"]
+    sh = p["shim"]
+    assert sh["policy_allocs"] >= 100000 and sh["free_errors"] == 0
+    assert sh["policy_frees"] == sh["policy_allocs"], sh
+    glibc = sum(sh[k] for k in ("libc_early", "libc_large", "libc_refused", "libc_aligned",
+                                "libc_threads"))
+    assert sh["libc_frees"] <= glibc, sh
+
+
+def test_the_shim_starts_in_a_few_ms_of_cpu(tmp_path):
+    """Every process a program starts builds the policy: that costs a few ms
+    of CPU (the clock is calibrated for 1 ms, not 20), so a compiler driver's
+    or a shell script's processes are not each 20 ms slower."""
+    env = dict(os.environ, LD_PRELOAD=al.preload_path(),
+               ALLOCLAB_POLICY=spec("libarena-transfer"))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for _ in range(20):
+        subprocess.run(["true"], env=env, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < 20 * 0.010, "%.1f ms per start" % (cpu / 20 * 1000)
 
 
 @pytest.mark.parametrize("policy", SHIM_PRESETS)

@@ -2,14 +2,16 @@
 /*
  * The calibrated clock. With an invariant TSC (constant_tsc + nonstop_tsc in
  * /proc/cpuinfo) al_ticks() is one rdtsc; otherwise CLOCK_MONOTONIC in ns.
- * Calibration runs once (pthread_once): ~20 ms of TSC against the monotonic
- * clock, then the cost of a back-to-back al_ticks() pair, reported with every
- * result as the timer overhead. Nothing here calls malloc.
+ * Calibration runs once (pthread_once): al_clock_calibration_ns of TSC
+ * against the monotonic clock (20 ms by default; the preload shim, which
+ * starts in every process a program runs, asks for 1 ms), then the cost of a
+ * back-to-back al_ticks() pair, reported with every result as the timer
+ * overhead. Nothing here calls malloc.
  *
  * Invariant: al_clock is written only by the calibration, inside
  * pthread_once, and read-only after al_clock_init() returned; every reader
  * calls al_clock_init() first (a lock or a run does, at init), so readers
- * take no lock. Cost: the first al_clock_init() takes about 20 ms; later
+ * take no lock. Cost: the first al_clock_init() takes the calibration time; later
  * calls are one pthread_once check. A tick read is one rdtsc (lfence first
  * in al_ticks) or one clock_gettime without TSC.
  */
@@ -23,6 +25,8 @@
 #include "alloclab/alloclab.h"
 
 struct al_clock al_clock = { .tsc = 0, .ticks_per_ns = 1.0, .overhead_ticks = 0 };
+
+unsigned long al_clock_calibration_ns = 20000000;
 
 static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
 
@@ -70,7 +74,7 @@ static void clock_calibrate(void)
 		c0 = al_ticks();
 		do
 			t1 = al_mono_ns();
-		while (t1 - t0 < 20000000);
+		while (t1 - t0 < al_clock_calibration_ns);
 		c1 = al_ticks();
 		if (c1 > c0 && t1 > t0)
 			al_clock.ticks_per_ns = (double)(c1 - c0) / (double)(t1 - t0);

@@ -62,6 +62,18 @@
  * kernel's GFP_KERNEL): bpf_ma answers an empty cache with a direct kmalloc
  * from the layer below, as bpf_mem_cache_alloc_flags(GFP_KERNEL) does.
  *
+ * Cost per call, above the policy's own: a load of the state, two
+ * thread-local loads (the reentrancy flag's thread, the model CPU), the
+ * reentrancy flag set and cleared in the thread's own cache line (one per
+ * model CPU), one indirect call into the policy and one counter added to the
+ * thread's block (found once, when the thread took its model CPU). free adds
+ * one owns() on the layer that owns the memory: the cache layers whose
+ * owns() is their backend's (percpu, transfer, magazine, ...) are skipped.
+ * Start-up: the policy is built and the clock calibrated for 1 ms in every
+ * process image, which a compiler driver or a shell script pays per process.
+ * Lock order: init_lock (start-up) before record_lock (a record being
+ * written) before any lock the layers' stats() take.
+ *
  * fork(): pthread_atfork takes every policy lock before the fork and releases
  *    them in parent and child (ops.fork_lock), so the child never inherits a
  *    lock held by a thread that does not exist there; the child zeroes its
@@ -117,24 +129,26 @@ extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 extern char **environ;
 
-#define SHIM_COUNTERS(X)                                                          \
-	X(policy_allocs, "allocations served by the policy")                      \
-	X(policy_frees, "frees of policy memory")                                 \
-	X(libc_early, "allocations before the policy existed or inside the shim") \
-	X(libc_large, "allocations above the policy's max size")                  \
-	X(libc_refused, "allocations the policy returned NULL for")               \
-	X(libc_aligned, "allocations the policy could not align")                 \
-	X(libc_threads, "allocations by threads beyond AL_MAX_CPUS")              \
-	X(libc_frees, "frees of glibc memory")                                    \
-	X(free_errors, "policy frees that returned an error")                     \
-	X(threads, "threads that took a model CPU")                               \
-	X(thread_exits, "threads whose caches were drained at exit")              \
-	X(forks, "forks with every policy lock held")
-
-#define X(name, doc) SC_##name,
-enum { SHIM_COUNTERS(X) SC_NR };
-#undef X
-static const char *const shim_counter_names[] = { SHIM_COUNTERS(AL_CTR_NAME) };
+/*
+ * The shim's own counters (prefix SHIM_). Each thread finds its block once,
+ * when it takes its model CPU, and keeps it beside its context; a thread
+ * without one counts in CPU 0's IRQ-level block, with atomics.
+ */
+#define SHIM_COUNTERS(C, D, P)                                                          \
+	C(P, policy_allocs, AL_CTR_KEY, "allocations served by the policy")             \
+	C(P, policy_frees, AL_CTR_KEY, "frees of policy memory")                        \
+	C(P, libc_early, AL_CTR_KEY,                                                    \
+	  "allocations glibc served before the policy existed or inside the shim")      \
+	C(P, libc_large, AL_CTR_KEY, "allocations above the policy's max size (glibc)") \
+	C(P, libc_refused, AL_CTR_KEY, "allocations the policy returned NULL for")      \
+	C(P, libc_aligned, AL_CTR_KEY, "allocations the policy could not align")        \
+	C(P, libc_threads, AL_CTR_KEY, "allocations by threads beyond AL_MAX_CPUS")     \
+	C(P, libc_frees, 0, "frees of glibc memory")                                    \
+	C(P, free_errors, AL_CTR_KEY, "policy frees that returned an error")            \
+	C(P, threads, 0, "threads that took a model CPU")                               \
+	C(P, thread_exits, 0, "threads whose caches were drained at exit")              \
+	C(P, forks, 0, "forks with every policy lock held")
+AL_COUNTERS_DEFINE(SHIM_COUNTERS, SHIM_, shim_counters);
 
 enum { ST_UNINIT, ST_INIT, ST_READY, ST_OFF };
 
@@ -142,15 +156,21 @@ enum { ST_UNINIT, ST_INIT, ST_READY, ST_OFF };
 enum { ALIGN_NONE, ALIGN_ROUND, ALIGN_PAD };
 static const char *const align_names[] = { "none", "round", "pad" };
 
+/* One per model CPU, a cache line each: its thread writes `inside` twice per
+ * call, which must not move a line another thread uses. */
 struct shim_thread {
 	struct al_ctx ctx; /* this thread's model CPU */
+	uint64_t *blk;	   /* its block of the shim's counters; NULL when not counting */
 	int inside;	   /* reentrancy guard */
 	int live;	   /* slot in use */
-};
+} __attribute__((aligned(AL_CACHELINE)));
 
 static int state = ST_UNINIT;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct al_allocator *top;
+/* The layer whose owns() answers for the stack: the top one, or below the
+ * cache layers whose owns() is their backend's (see owner_layer). */
+static struct al_allocator *owner;
 static size_t max_size;	 /* largest request the caller may make, 0 = any */
 static size_t min_align; /* what the stack declares */
 static int align_mode;
@@ -190,11 +210,11 @@ static __thread int writing_record __attribute__((tls_model("initial-exec")));
 
 /* Counters of threads without a model CPU go to CPU 0's IRQ-level block, a
  * level no model CPU uses here, with atomics. */
-static void count(struct shim_thread *t, unsigned idx)
+static inline void count(struct shim_thread *t, unsigned idx)
 {
 	if (t) {
-		al_count(&ctr, &t->ctx, idx, 1);
-	} else if (ctr.v) {
+		al_ctr_add(t->blk, idx, 1);
+	} else if (ctr.v && al_counters_on(&ctr)) {
 		__atomic_fetch_add(&ctr.v[AL_CTX_IRQ * ctr.stride + idx], 1, __ATOMIC_RELAXED);
 	}
 }
@@ -207,35 +227,45 @@ static void thread_exit(void *arg)
 		return;
 	t->inside = 1;
 	al_stack_drain(top, &t->ctx, AL_DRAIN_CPU);
-	count(t, SC_thread_exits);
+	count(t, SHIM_thread_exits);
 	t->inside = 0;
 	self = NULL;
 	__atomic_store_n(&t->live, 0, __ATOMIC_RELEASE);
 }
 
-/* This thread's model CPU, taking one on first use; NULL if none is left. */
-static struct shim_thread *thread_self(void)
+/* Take a model CPU for this thread; NULL if none is left. */
+static al_noinline struct shim_thread *thread_take(void)
 {
 	unsigned i;
 
-	if (al_likely(self != NULL))
-		return self;
 	for (i = 0; i < ncpu; i++) {
 		int zero = 0;
 
-		if (__atomic_compare_exchange_n(&threads[i].live, &zero, 1, false, __ATOMIC_ACQUIRE,
+		/* a plain load first: a failed CAS would take the line of a slot
+		 * in use away from its thread */
+		if (!__atomic_load_n(&threads[i].live, __ATOMIC_RELAXED) &&
+		    __atomic_compare_exchange_n(&threads[i].live, &zero, 1, false, __ATOMIC_ACQUIRE,
 						__ATOMIC_RELAXED)) {
 			al_ctx_init(&threads[i].ctx, i);
+			threads[i].blk = al_ctr_block(&ctr, &threads[i].ctx);
 			threads[i].inside = 0;
 			self = &threads[i];
 			self->inside = 1; /* pthread_setspecific may allocate */
 			pthread_setspecific(exit_key, self);
-			count(self, SC_threads);
+			count(self, SHIM_threads);
 			self->inside = 0;
 			return self;
 		}
 	}
 	return NULL;
+}
+
+/* This thread's model CPU, taking one on first use: one TLS load after that. */
+static inline struct shim_thread *thread_self(void)
+{
+	struct shim_thread *t = self;
+
+	return al_likely(t != NULL) ? t : thread_take();
 }
 
 /* ---- stats records: JSON through a small stack buffer and write(2) ---- */
@@ -384,8 +414,8 @@ static void record_write_locked(const char *end)
 		jw_fmt(&w, ", \"exec_preload\": %s", exec_preload ? "true" : "false");
 	}
 	jw_put(&w, ", \"shim\": {", 11);
-	for (i = 0; i < SC_NR; i++)
-		jw_fmt(&w, "%s\"%s\": %llu", i ? ", " : "", shim_counter_names[i],
+	for (i = 0; i < SHIM_NR; i++)
+		jw_fmt(&w, "%s\"%s\": %llu", i ? ", " : "", shim_counters[i].name,
 		       (unsigned long long)(ctr.v ? al_counters_sum(&ctr, i) : 0));
 	jw_put(&w, "}, \"layers\": [", 14);
 	if (state == ST_READY)
@@ -467,7 +497,7 @@ static void fork_prepare(void)
 	fork_ctx = self ? self->ctx : threads[0].ctx;
 	fork_locked = !al_stack_fork_lock(top, &fork_ctx);
 	if (fork_locked && self)
-		count(self, SC_forks);
+		count(self, SHIM_forks);
 }
 
 static void fork_parent(void)
@@ -518,6 +548,28 @@ static const struct al_layer_desc *object_layer(const struct al_stack_spec *s)
 	return s->layer[s->n - 1].desc;
 }
 
+/*
+ * The layer whose owns() answers for the whole stack. These layers' owns() is
+ * their backend's (their objects are its objects, al_below_owns), so a free
+ * asks the first layer below them directly and saves a call per layer.
+ */
+static struct al_allocator *owner_layer(struct al_allocator *a)
+{
+	static const char *const delegating[] = { "percpu",  "transfer", "magazine",
+						  "sheaves", "nolock",	 "failnth" };
+	unsigned i;
+
+	while (a->below) {
+		for (i = 0; i < sizeof(delegating) / sizeof(delegating[0]); i++)
+			if (!strcmp(a->desc->name, delegating[i]))
+				break;
+		if (i == sizeof(delegating) / sizeof(delegating[0]) || !a->below->ops->owns)
+			return a;
+		a = a->below;
+	}
+	return a;
+}
+
 /* Choose how malloc reaches SHIM_ALIGN on this stack (see the header). */
 static void choose_alignment(const struct al_stack_spec *s)
 {
@@ -558,10 +610,30 @@ static void set_stats_prefix(const char *env)
 		snprintf(stats_prefix, sizeof(stats_prefix), "%s%s%s", cwd, sep, env);
 }
 
+/* The environment's settings, and the library's for a shim's threads. */
+static void shim_settings(void)
+{
+	const char *env;
+
+	libc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+	env = getenv("ALLOCLAB_VERBOSE");
+	verbose = env && *env && strcmp(env, "0");
+	set_stats_prefix(getenv("ALLOCLAB_STATS"));
+	env = getenv("ALLOCLAB_POLICY");
+	snprintf(policy_text, sizeof(policy_text), "%s", env ? env : "percpu > transfer > buddy");
+	ncpu = AL_MAX_CPUS;
+	/* Threads may outnumber CPUs and are preempted anywhere: test-and-set
+	 * locks (no FIFO convoy behind a preempted waiter) that yield early. */
+	al_lock_yield_mask = 63;
+	al_lock_fair = 0;
+	/* Every process the program starts pays for the clock's calibration
+	 * (the locks' time budget reads the TSC): 1 ms is within 1e-4. */
+	al_clock_calibration_ns = 1000000;
+}
+
 static al_noinline al_cold void shim_init(void)
 {
 	static struct al_stack_spec spec;
-	const char *env;
 	int ret;
 
 	bootstrapping = 1; /* everything below may call malloc: it gets glibc's */
@@ -574,20 +646,10 @@ static al_noinline al_cold void shim_init(void)
 	 * threads falling back at once (see the header). */
 	if (syscall(SYS_gettid) == my_pid)
 		__libc_free(__libc_malloc(1));
-	libc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-	env = getenv("ALLOCLAB_VERBOSE");
-	verbose = env && *env && strcmp(env, "0");
-	set_stats_prefix(getenv("ALLOCLAB_STATS"));
-	env = getenv("ALLOCLAB_POLICY");
-	snprintf(policy_text, sizeof(policy_text), "%s", env ? env : "percpu > transfer > buddy");
-	ncpu = AL_MAX_CPUS;
-	/* Threads may outnumber CPUs and are preempted anywhere: test-and-set
-	 * locks (no FIFO convoy behind a preempted waiter) that yield early. */
-	al_lock_yield_mask = 63;
-	al_lock_fair = 0;
+	shim_settings();
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	atexit(atexit_stats);
-	if (al_counters_init(&ctr, SC_NR, shim_counter_names, ncpu) ||
+	if (al_counters_init_desc(&ctr, shim_counters, SHIM_NR, 0, ncpu) ||
 	    pthread_key_create(&exit_key, thread_exit)) {
 		snprintf(policy_error, sizeof(policy_error), "out of memory for the shim");
 		goto out_off;
@@ -621,6 +683,7 @@ static al_noinline al_cold void shim_init(void)
 		goto out_off;
 	}
 	choose_alignment(&spec);
+	owner = owner_layer(top);
 	__atomic_store_n(&state, ST_READY, __ATOMIC_RELEASE);
 	say("alloclab preload: pid %d: malloc on %s (alignment: %s)\n", (int)my_pid, policy_text,
 	    align_names[align_mode]);
@@ -666,7 +729,7 @@ static al_noinline void *alloc_slow(size_t size, unsigned flags, size_t align)
 	if (s == ST_READY && !bootstrapping)
 		return policy_alloc(size, flags, align);
 	if (s != ST_OFF)
-		count(NULL, SC_libc_early);
+		count(NULL, SHIM_libc_early);
 	return libc_alloc(size, flags, align);
 }
 
@@ -679,11 +742,11 @@ static inline struct shim_thread *enter(void)
 		return NULL;
 	t = thread_self();
 	if (al_unlikely(!t)) {
-		count(NULL, SC_libc_threads);
+		count(NULL, SHIM_libc_threads);
 		return NULL;
 	}
 	if (al_unlikely(t->inside)) {
-		count(t, SC_libc_early);
+		count(t, SHIM_libc_early);
 		return NULL;
 	}
 	t->inside = 1;
@@ -695,11 +758,12 @@ static inline void leave(struct shim_thread *t)
 	t->inside = 0;
 }
 
-/* Whether p (a pointer the caller got) is policy memory. */
+/* Whether p (a pointer the caller got) is policy memory: one owns() call on
+ * the layer that answers it, not a walk down the stack. */
 static inline bool ours(const void *p)
 {
 	return p && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == ST_READY &&
-	       top->ops->owns(top, (const char *)p - pad);
+	       owner->ops->owns(owner, (const char *)p - pad);
 }
 
 static void *policy_alloc(size_t size, unsigned flags, size_t align)
@@ -714,7 +778,7 @@ static void *policy_alloc(size_t size, unsigned flags, size_t align)
 	if (!t)
 		goto out_libc;
 	if (al_unlikely(align > SHIM_ALIGN && pad)) {
-		count(t, SC_libc_aligned); /* no power-of-two block under a pad */
+		count(t, SHIM_libc_aligned); /* no power-of-two block under a pad */
 		goto out_leave;
 	}
 	/* malloc(0) is a unique pointer: the smallest object. */
@@ -722,22 +786,22 @@ static void *policy_alloc(size_t size, unsigned flags, size_t align)
 	if (align_mode == ALIGN_ROUND)
 		req = (req + SHIM_ALIGN - 1) & ~(SHIM_ALIGN - 1);
 	if (al_unlikely(req < size || (max_size && req > max_size))) {
-		count(t, SC_libc_large);
+		count(t, SHIM_libc_large);
 		goto out_leave;
 	}
 	p = top->ops->alloc(top, &t->ctx, req + pad, flags | AL_MAYSLEEP);
 	if (al_unlikely(!p)) {
-		count(t, SC_libc_refused);
+		count(t, SHIM_libc_refused);
 		goto out_leave;
 	}
 	p += pad;
 	if (al_unlikely((uintptr_t)p & ((align > SHIM_ALIGN ? align : SHIM_ALIGN) - 1))) {
 		if (top->ops->free(top, &t->ctx, p - pad))
-			count(t, SC_free_errors);
-		count(t, SC_libc_aligned);
+			count(t, SHIM_free_errors);
+		count(t, SHIM_libc_aligned);
 		goto out_leave;
 	}
-	count(t, SC_policy_allocs);
+	count(t, SHIM_policy_allocs);
 	leave(t);
 	return p;
 out_leave:
@@ -778,7 +842,7 @@ SHIM_API void free(void *p)
 		return;
 	if (!ours(p)) {
 		if (self && state == ST_READY)
-			count(self, SC_libc_frees);
+			count(self, SHIM_libc_frees);
 		__libc_free(p);
 		return;
 	}
@@ -793,13 +857,13 @@ SHIM_API void free(void *p)
 		al_ctx_init(&c, 0);
 		c.level = AL_CTX_IRQ;
 		if (top->ops->free(top, &c, p))
-			count(NULL, SC_free_errors);
+			count(NULL, SHIM_free_errors);
 		return;
 	}
 	if (free_retry(&t->ctx, p))
-		count(t, SC_free_errors);
+		count(t, SHIM_free_errors);
 	else
-		count(t, SC_policy_frees);
+		count(t, SHIM_policy_frees);
 	leave(t);
 }
 
@@ -1011,8 +1075,8 @@ static void vfork_record(char *path, size_t size, const char *end, const char *t
 		jw_fmt(&w, ", \"exec_preload\": %s", keeps ? "true" : "false");
 	}
 	jw_put(&w, ", \"shim\": {", 11);
-	for (i = 0; i < SC_NR; i++)
-		jw_fmt(&w, "%s\"%s\": 0", i ? ", " : "", shim_counter_names[i]);
+	for (i = 0; i < SHIM_NR; i++)
+		jw_fmt(&w, "%s\"%s\": 0", i ? ", " : "", shim_counters[i].name);
 	jw_put(&w, "}, \"layers\": []}\n", 17);
 	jw_flush(&w);
 	close(w.fd);

@@ -1,8 +1,9 @@
 /*
- * A multi-threaded malloc user for the preload shim tests: 8 threads allocate
- * random sizes up to 3000 bytes, fill them, realloc them, free them; each
- * checks posix_memalign and aligned_alloc alignment and the fill pattern.
- * Exit 0 and "done 0" when every check passed.
+ * A multi-threaded malloc user for the preload shim tests: 8 threads (or
+ * argv[1], 1..MAX_THREADS) allocate random sizes up to 3000 bytes, fill them,
+ * realloc them, free them; each checks posix_memalign and aligned_alloc
+ * alignment and the fill pattern. Exit 0 and "done 0" when every check
+ * passed; 2 for a bad thread count.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -53,15 +54,22 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int main(void)
-{
-	pthread_t t[8];
-	void *r;
-	long i, bad = 0;
+#define MAX_THREADS 1024
 
-	for (i = 0; i < 8; i++)
-		pthread_create(&t[i], 0, worker, (void *)i);
-	for (i = 0; i < 8; i++) {
+int main(int argc, char **argv)
+{
+	static pthread_t t[MAX_THREADS];
+	long i, n = argc > 1 ? atol(argv[1]) : 8, bad = 0;
+	void *r;
+
+	if (n < 1 || n > MAX_THREADS) {
+		fprintf(stderr, "mt: threads must be 1..%d, not %s\n", MAX_THREADS, argv[1]);
+		return 2;
+	}
+	for (i = 0; i < n; i++)
+		if (pthread_create(&t[i], 0, worker, (void *)i))
+			return 2;
+	for (i = 0; i < n; i++) {
 		pthread_join(t[i], &r);
 		bad |= (long)r;
 	}

@@ -28,7 +28,10 @@ struct al_clock {
 };
 
 AL_API extern struct al_clock al_clock;
-AL_API int al_clock_init(void);	  /* calibrates once; later calls are free */
+AL_API int al_clock_init(void); /* calibrates once; later calls are free */
+/* How long the calibration compares the TSC with the monotonic clock (set
+ * before the first al_clock_init; the error is about 50 ns over this). */
+AL_API extern unsigned long al_clock_calibration_ns;
 AL_API uint64_t al_mono_ns(void); /* CLOCK_MONOTONIC in ns */
 
 #if defined(__x86_64__) || defined(__i386__)
