@@ -46,6 +46,42 @@ def halfspill(tmp_path_factory):
     return plugin.compile_file(HALFSPILL)[0].name
 
 
+# A layer whose counters have names only (al_counters_init): no docs, no kinds.
+NAMED_SRC = r"""
+#include <alloclab/alloclab.h>
+static const char *const nm_names[] = { "hits" };
+struct named { struct al_allocator base; struct al_counters ctr; };
+static int nm_init(struct al_allocator *a, const int64_t *p)
+{
+	(void)p;
+	return al_counters_init(&((struct named *)a)->ctr, 1, nm_names, a->ncpu);
+}
+static void nm_fini(struct al_allocator *a) { al_counters_fini(&((struct named *)a)->ctr); }
+static void *nm_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	al_count(&((struct named *)a)->ctr, c, 0, 1);
+	return al_alloc(a->below, c, size, flags);
+}
+static void nm_stats(struct al_allocator *a, struct al_stats *out)
+{
+	out->bytes_held = al_below_bytes_held(a);
+	al_counters_report(&((struct named *)a)->ctr, out);
+}
+AL_LAYER(named, struct named, nm_init, nm_fini,
+	 (.alloc = nm_alloc, .free = al_below_free, .owns = al_below_owns,
+	  .usable_size = al_below_usable_size, .stats = nm_stats),
+	 (.doc = "counters by name only", .features = AL_F_BACKEND | AL_F_OWNS | AL_F_USABLE))
+"""
+
+
+@pytest.fixture(scope="module")
+def named(tmp_path_factory):
+    os.environ.setdefault("ALLOCLAB_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    src = tmp_path_factory.mktemp("named") / "named.c"
+    src.write_text(NAMED_SRC)
+    return plugin.compile_file(str(src))[0].name, str(src)
+
+
 def documented_layers():
     return [n for n, s in schema.layers().items() if s.counters]
 
@@ -72,8 +108,9 @@ def _check_docs(layer):
         assert c["levels"] == (["full"] if c["unit"] == "ns" else ["lite", "full"])
     out = _cli("list", layer, *(["--plugin", LASTFREE] if layer == "lastfree" else []))
     assert out.returncode == 0, out.stderr
+    listed = out.stdout.split("  counters", 1)[1].splitlines()  # parameters may share names
     for c in cs:
-        line = next(ln for ln in out.stdout.splitlines() if ln.split()[:1] == [c["name"]])
+        line = next(ln for ln in listed if ln.split()[:1] == [c["name"]])
         assert c["doc"] in line and c["kind"] in line
     return cs
 
@@ -98,13 +135,13 @@ def test_plugin_counter_docs_reach_python(lastfree):
     assert [(c["name"], c["key"]) for c in cs] == [("hits", True), ("parked", False)]
     res = al.run("malloc-free", "lastfree > buddy", allocs_per_cycle=4, isolate=False, **RUN)
     d = res.describe("lastfree.hits_per_op")
-    assert d["doc"] == "allocations served by the parked object, per alloc+free operation"
+    assert d["doc"] == "parked objects reused, per alloc+free operation"
     assert (d["layer"], d["counter"], d["per_op"], d["kind"]) == ("lastfree", "hits", True,
                                                                   "counter")
     # the docs travel with the saved Result, without the plugin
     back = al.Result.from_json(res.to_json())
     assert back.metadata["counters"]["lastfree"] == cs
-    assert back.describe("lastfree.parked")["doc"] == "frees that parked their object"
+    assert back.describe("lastfree.parked")["doc"] == "frees parked"
 
 
 def test_describe_every_documented_counter_of_a_run():
@@ -122,22 +159,22 @@ def test_describe_every_documented_counter_of_a_run():
             assert k + "_per_op" not in res.metrics()
 
 
-def test_undocumented_layer_counters(halfspill):
-    assert al.counters(halfspill) == []  # counters by name only (al_counters_init)
-    res = al.run("malloc-free", "halfspill > buddy", stats=["lite", "off"], isolate=False,
-                 **RUN)
+def test_undocumented_layer_counters(named):
+    layer, src = named
+    assert al.counters(layer) == []  # counters by name only (al_counters_init)
+    res = al.run("malloc-free", "named > buddy", stats=["lite", "off"], isolate=False, **RUN)
     lite, off = res.points
-    assert lite["halfspill.hits"][0] > 0 and _counter_metrics(off, "halfspill") == []
-    d = res.describe("halfspill.hits")
+    assert lite["named.hits"][0] > 0 and _counter_metrics(off, "named") == []
+    d = res.describe("named.hits")
     assert (d["doc"], d["kind"], d["measured_at"]) == (schema.NO_DOC, "counter", ["lite"])
-    assert res.describe("halfspill.hits_per_op")["doc"] == schema.NO_DOC
-    assert res.describe("halfspill.bytes_held")["kind"] == "gauge"
-    assert "n/a" in res.table("halfspill.hits", cols="stats").to_text()
-    with pytest.raises(al.UnknownNameError, match="halfspill.hits"):
+    assert res.describe("named.hits_per_op")["doc"] == schema.NO_DOC
+    assert res.describe("named.bytes_held")["kind"] == "gauge"
+    assert "n/a" in res.table("named.hits", cols="stats").to_text()
+    with pytest.raises(al.UnknownNameError, match="named.hits"):
         res.describe("alloc_ns")
     with pytest.raises(al.UnknownNameError):
         res.describe("nosuch.frees")
-    out = _cli("list", halfspill, "--plugin", HALFSPILL)
+    out = _cli("list", layer, "--plugin", src)
     assert out.returncode == 0 and "counters: not declared" in out.stdout
 
 

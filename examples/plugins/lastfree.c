@@ -9,7 +9,7 @@
 #include <alloclab/alloclab.h>
 
 #define LF_COUNTERS(C, D, P) \
-	C(P, hits, AL_CTR_KEY, "parked objects reused") C(P, parked, 0, "parks")
+	C(P, hits, AL_CTR_KEY, "parked objects reused") C(P, parked, 0, "frees parked")
 AL_COUNTERS_DEFINE(LF_COUNTERS, LF_, lf_counters);
 
 struct lastfree {
