@@ -191,6 +191,7 @@ struct buddy {
 	unsigned norders;	  /* orders 0..norders-1 */
 	uint32_t items;		  /* 16-B items per chunk; also the NIL index */
 	uint32_t meta_items;	  /* items taken by the metadata reservation */
+	struct al_index index;	  /* where usable sizes are read, by us and layers above */
 	size_t alloc_off;	  /* byte offset of allocated[] in a chunk */
 	size_t fl_off;		  /* byte offset of freelists[] */
 	size_t next_off;	  /* byte offset of the next-chunk pointer */
@@ -833,21 +834,16 @@ static bool buddy_owns(struct al_allocator *a, const void *ptr)
 	return al_arena_contains(&to_buddy(a)->arena, ptr);
 }
 
-/* Lock-free: exact for a block the caller owns (its start nibble cannot change). */
+/* Lock-free: exact for a block the caller owns (its start nibble cannot
+ * change). The same inline read the layers above make (index.h). */
 static size_t buddy_usable_size(struct al_allocator *a, const void *ptr)
 {
-	struct buddy *b = to_buddy(a);
-	uintptr_t p = (uintptr_t)ptr, off = p - b->arena.base, ch;
-	uint32_t idx;
+	return al_index_usable(&to_buddy(a)->index, ptr);
+}
 
-	if (off >= b->arena.limit || (p & (BUDDY_MIN_BYTES - 1)) ||
-	    !chunk_linked(b, off >> b->chunk_shift))
-		return 0;
-	ch = p & ~(uintptr_t)(b->chunk_size - 1);
-	idx = (uint32_t)((p - ch) >> BUDDY_MIN_SHIFT);
-	if (idx < b->meta_items || !test_alloc(b, ch, idx))
-		return 0;
-	return (size_t)BUDDY_MIN_BYTES << get_order(ch, idx);
+static const struct al_index *buddy_index(struct al_allocator *a)
+{
+	return &to_buddy(a)->index;
 }
 
 static void buddy_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
@@ -1120,6 +1116,7 @@ static const struct al_ops buddy_ops = {
 	.free_bulk = buddy_free_bulk,
 	.owns = buddy_owns,
 	.usable_size = buddy_usable_size,
+	.index = buddy_index,
 	.drain = buddy_drain,
 	.stats = buddy_stats,
 	.destroy = buddy_destroy,
@@ -1201,6 +1198,13 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	b->meta_items = 0;
 	while (b->meta_items < b->items && test_alloc(b, ch, b->meta_items))
 		b->meta_items += 1u << get_order(ch, b->meta_items);
+	b->index = (struct al_index){ .base = b->arena.base,
+				      .limit = b->arena.limit,
+				      .linked = b->linked,
+				      .alloc_off = b->alloc_off,
+				      .chunk_shift = b->chunk_shift,
+				      .min_shift = BUDDY_MIN_SHIFT,
+				      .meta_items = b->meta_items };
 	al_ctx_init(&c0, 0);
 	chunk_link(b, &c0, ch); /* nothing runs concurrently yet: no lock */
 	*out = &b->base;

@@ -46,6 +46,14 @@ static inline size_t fc_class_size(unsigned order)
  * object, so allocations count by the object too, never by the request: a
  * backend whose objects are larger than asked (a page allocator hands out
  * whole pages) is then counted alike both ways. */
+/* The usable size of p in the backend: read from its index inline when it
+ * has one (index.h: libarena reads the order from the buddy's index), else
+ * through its usable_size. */
+static inline size_t fc_usable(struct al_allocator *below, const struct al_index *ix, const void *p)
+{
+	return ix ? al_index_usable(ix, p) : below->ops->usable_size(below, p);
+}
+
 static inline int fc_class_of(struct al_allocator *below, const void *p, unsigned norders)
 {
 	int o;

@@ -115,11 +115,12 @@ struct magazine {
 	unsigned depot_max;	  /* full magazines per order in the depot */
 	unsigned norders;
 	int guard;
-	size_t mag_size;      /* bytes per magazine */
-	size_t cpu_stride;    /* bytes per mg_cpu, 64-aligned */
-	char *cpus;	      /* ncpu mg_cpu blocks */
-	struct depot *depots; /* norders */
-	char *pool;	      /* every magazine and the depot stacks */
+	size_t mag_size;	      /* bytes per magazine */
+	size_t cpu_stride;	      /* bytes per mg_cpu, 64-aligned */
+	char *cpus;		      /* ncpu mg_cpu blocks */
+	struct depot *depots;	      /* norders */
+	const struct al_index *index; /* the backend's object index, or NULL (index.h) */
+	char *pool;		      /* every magazine and the depot stacks */
 	size_t pool_len;
 	size_t cpus_len;
 	uint8_t route[FC_ORDERS]; /* the class each order is served from (fc_route_get) */
@@ -397,7 +398,7 @@ static int magazine_free(struct al_allocator *a, struct al_ctx *c, void *p)
 
 	if (!p)
 		return 0;
-	order = fc_order_floor(below->ops->usable_size(below, p));
+	order = fc_order_floor(fc_usable(below, mg->index, p));
 	if (al_unlikely(order < 0 || order >= (int)mg->norders))
 		return mg_free_uncached(mg, c, p, order);
 	pc = mg_cpu_ptr(mg, c->cpu);
@@ -641,6 +642,7 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 	mg->norders = (unsigned)p[P_orders];
 	mg->guard = (int)p[P_guard];
 	fc_route_init(mg->route);
+	mg->index = al_below_index(below);
 	mg->mag_size = (sizeof(struct mag) + mg->m * sizeof(void *) + AL_CACHELINE - 1) &
 		       ~(size_t)(AL_CACHELINE - 1);
 	mg->cpu_stride = (sizeof(struct mg_cpu) + mg->norders * 2 * sizeof(struct mag *) +

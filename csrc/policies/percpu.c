@@ -346,7 +346,7 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	if (!p)
 		return 0;
 	/* libarena reads the order from the buddy's index, without a call */
-	usable = pc->index ? al_index_usable(pc->index, p) : below->ops->usable_size(below, p);
+	usable = fc_usable(below, pc->index, p);
 	order = fc_order_floor(usable);
 	if (al_unlikely(order < 0 || order >= (int)pc->norders))
 		return free_uncached(pc, c, p, usable);
@@ -371,7 +371,7 @@ static size_t percpu_usable_size(struct al_allocator *a, const void *p)
 {
 	struct al_allocator *below = a->below;
 	const struct al_index *ix = ((struct percpu *)a)->index;
-	size_t usable = ix ? al_index_usable(ix, p) : below->ops->usable_size(below, p);
+	size_t usable = fc_usable(below, ix, p);
 	int order = fc_order_floor(usable);
 
 	/* A cached class hands out class-sized objects. */

@@ -99,7 +99,8 @@ struct transfer {
 	struct tc_order *orders;  /* norders entries */
 	void **slots;		  /* norders x capacity pointers */
 	size_t slots_len;
-	struct al_counters ctr; /* transfer_counters, then XFER_EXTRA slots */
+	struct al_counters ctr;	      /* transfer_counters, then XFER_EXTRA slots */
+	const struct al_index *index; /* the backend's object index, or NULL (index.h) */
 };
 
 static inline uint32_t peek_count(struct tc_order *t)
@@ -168,11 +169,11 @@ static int transfer_free(struct al_allocator *a, struct al_ctx *c, void *p);
  * per-CPU front spills), or -1 for a mixed or uncached batch. */
 static int batch_order(struct transfer *tc, struct al_allocator *below, void **ptrs, unsigned n)
 {
-	int order = ptrs[0] ? fc_order_floor(below->ops->usable_size(below, ptrs[0])) : -1;
+	int order = ptrs[0] ? fc_order_floor(fc_usable(below, tc->index, ptrs[0])) : -1;
 	unsigned i;
 
 	for (i = 1; i < n && order >= 0; i++)
-		if (!ptrs[i] || fc_order_floor(below->ops->usable_size(below, ptrs[i])) != order)
+		if (!ptrs[i] || fc_order_floor(fc_usable(below, tc->index, ptrs[i])) != order)
 			order = -1;
 	return order < (int)tc->norders ? order : -1;
 }
@@ -260,7 +261,7 @@ static int transfer_free(struct al_allocator *a, struct al_ctx *c, void *p)
 
 	if (!p)
 		return 0;
-	order = fc_order_floor(below->ops->usable_size(below, p));
+	order = fc_order_floor(fc_usable(below, tc->index, p));
 	ret = al_free(below, c, p);
 	if (!ret) {
 		uint64_t *blk = al_ctr_block(&tc->ctr, c);
@@ -399,6 +400,7 @@ static const struct al_ops transfer_ops = {
 	.free_bulk = transfer_free_bulk,
 	.owns = al_below_owns,
 	.usable_size = al_below_usable_size,
+	.index = al_below_index, /* parked objects are the backend's, unchanged */
 	.drain = transfer_drain,
 	.stats = transfer_stats,
 	.destroy = transfer_destroy,
@@ -422,6 +424,7 @@ static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
 	tc->norders = (unsigned)p[P_orders];
 	tc->peek = p[P_peek];
 	tc->full = (int)p[P_full];
+	tc->index = al_below_index(below);
 	tc->orders = al_meta_alloc(sizeof(struct tc_order) * tc->norders);
 	tc->slots_len = (size_t)tc->norders * tc->capacity * sizeof(void *);
 	tc->slots = al_meta_alloc(tc->slots_len);

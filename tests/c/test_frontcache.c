@@ -664,9 +664,47 @@ TEST(test_run_engine_over_stacks)
 			}
 }
 
+/* The buddy's index reaches the caches above it through a transfer layer,
+ * and reads what usable_size says for live, freed, interior and foreign
+ * pointers; a backend without an index gives none. */
+TEST(test_index_through_the_stack)
+{
+	struct al_allocator *a = t_spec("percpu > transfer > buddy", 1), *tc, *b;
+	struct al_allocator *s = t_spec("percpu > slab", 1);
+	const struct al_index *ix;
+	struct al_ctx c;
+	char local;
+	void *p, *q;
+
+	if (!a || !s)
+		return;
+	tc = a->below;
+	b = tc->below;
+	al_ctx_init(&c, 0);
+	ix = b->ops->index(b);
+	CHECK(ix != NULL && tc->ops->index(tc) == ix);
+	CHECK(al_below_index(s) == NULL);
+	p = al_alloc(b, &c, 100, 0);
+	q = al_alloc(a, &c, 64, 0);
+	CHECK(p && q);
+	CHECK_EQ(al_index_usable(ix, p), 128);
+	CHECK_EQ(al_index_usable(ix, q), 64);
+	CHECK_EQ(al_index_usable(ix, (char *)p + 16), 0);   /* not a block start */
+	CHECK_EQ(al_index_usable(ix, (char *)p + 1), 0);    /* misaligned */
+	CHECK_EQ(al_index_usable(ix, &local), 0);	    /* outside the arena */
+	CHECK_EQ(al_index_usable(ix, (void *)ix->base), 0); /* the chunk's metadata */
+	CHECK_EQ(a->ops->usable_size(a, q), 64);
+	CHECK_EQ(al_free(b, &c, p), 0);
+	CHECK_EQ(al_index_usable(ix, p), 0); /* freed */
+	CHECK_EQ(al_free(a, &c, q), 0);
+	al_stack_destroy(a);
+	al_stack_destroy(s);
+}
+
 int main(void)
 {
 	RUN(test_percpu_refill_and_spill_exact);
+	RUN(test_index_through_the_stack);
 	RUN(test_transfer_peek_exact);
 	RUN(test_transfer_v1_nine_hundred_of_thousand);
 	RUN(test_transfer_moves_batches_between_cpus);
