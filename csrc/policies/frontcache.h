@@ -54,13 +54,14 @@ static inline size_t fc_usable(struct al_allocator *below, const struct al_index
 	return ix ? al_index_usable(ix, p) : below->ops->usable_size(below, p);
 }
 
-static inline int fc_class_of(struct al_allocator *below, const void *p, unsigned norders)
+static inline int fc_class_of(struct al_allocator *below, const struct al_index *ix, const void *p,
+			      unsigned norders)
 {
 	int o;
 
-	if (!p || !below->ops->usable_size)
+	if (!p || (!ix && !below->ops->usable_size))
 		return -1;
-	o = fc_order_floor(below->ops->usable_size(below, p));
+	o = fc_order_floor(fc_usable(below, ix, p));
 	return o < (int)norders ? o : -1;
 }
 
@@ -102,16 +103,16 @@ static inline unsigned fc_give_back(struct al_allocator *below, struct al_ctx *c
  * Returns how many were kept; *other is the class of one that was not
  * (-1: of no cached class; `cls` when all were kept), *stuck how many the
  * backend would not take back (left after the kept ones). */
-static inline unsigned fc_keep_class(struct al_allocator *below, struct al_ctx *c, void **objs,
-				     unsigned n, unsigned cls, unsigned norders, int *other,
-				     unsigned *stuck)
+static inline unsigned fc_keep_class(struct al_allocator *below, const struct al_index *ix,
+				     struct al_ctx *c, void **objs, unsigned n, unsigned cls,
+				     unsigned norders, int *other, unsigned *stuck)
 {
 	unsigned keep = 0, i;
 	void *t;
 
 	*other = (int)cls;
 	for (i = 0; i < n; i++) {
-		int k = fc_class_of(below, objs[i], norders);
+		int k = fc_class_of(below, ix, objs[i], norders);
 
 		if (k != (int)cls) {
 			*other = k;

@@ -174,8 +174,8 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 	}
 	/* Objects of another class go back; what the backend will not take
 	 * back stays counted as handed out, for the leak check to name. */
-	keep = fc_keep_class(mg->base.below, c, cur->obj, (unsigned)n, order, mg->norders, got,
-			     &stuck);
+	keep = fc_keep_class(mg->base.below, mg->index, c, cur->obj, (unsigned)n, order,
+			     mg->norders, got, &stuck);
 	if (al_unlikely(stuck))
 		al_count(&mg->ctr, c, MAG_other_bytes_allocated,
 			 (uint64_t)stuck * fc_class_size(order));
@@ -231,7 +231,7 @@ static al_noinline void *mg_alloc_miss(struct magazine *mg, struct al_ctx *c, st
 		fc_route_set(mg->route, order, -1); /* no stable class: uncached from now on */
 	}
 	p = al_alloc(mg->base.below, c, size, 0);
-	*cls = fc_class_of(mg->base.below, p, mg->norders);
+	*cls = fc_class_of(mg->base.below, mg->index, p, mg->norders);
 	if (p && *cls < 0)
 		al_count(&mg->ctr, c, MAG_uncached, 1);
 	return p;
@@ -264,7 +264,7 @@ static al_noinline void *mg_alloc_uncached(struct magazine *mg, struct al_ctx *c
 					   unsigned flags)
 {
 	void *p = al_alloc(mg->base.below, c, size, flags);
-	int cls = fc_class_of(mg->base.below, p, mg->norders);
+	int cls = fc_class_of(mg->base.below, mg->index, p, mg->norders);
 
 	if (p && cls < 0) {
 		al_count(&mg->ctr, c, MAG_uncached, 1);
@@ -285,7 +285,8 @@ static al_noinline void *mg_alloc_guard_busy(struct magazine *mg, struct al_ctx 
 
 	al_count(&mg->ctr, c, MAG_guard_busy, 1);
 	p = al_alloc(mg->base.below, c, fc_class_size(order), 0);
-	return mg_alloc_done(mg, c, p, fc_class_of(mg->base.below, p, mg->norders), size, flags);
+	return mg_alloc_done(mg, c, p, fc_class_of(mg->base.below, mg->index, p, mg->norders), size,
+			     flags);
 }
 
 /* The hit path: the guard, a pop from cur (or prev) and one count. */

@@ -151,8 +151,8 @@ static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsig
 	/* Objects of another class cannot sit in this stack; one that the
 	 * backend will not take back stays counted as handed out, so the leak
 	 * check names it rather than losing it silently. */
-	keep = fc_keep_class(pc->base.below, c, s->objects, (unsigned)n, cls, pc->norders, got,
-			     &stuck);
+	keep = fc_keep_class(pc->base.below, pc->index, c, s->objects, (unsigned)n, cls,
+			     pc->norders, got, &stuck);
 	if (al_unlikely(stuck))
 		al_count(&pc->ctr, c, PCPU_other_bytes_allocated,
 			 (uint64_t)stuck * fc_class_size(cls));
@@ -203,7 +203,7 @@ static al_noinline void *percpu_alloc_slow(struct percpu *pc, struct al_ctx *c, 
 	fc_route_set(pc->route, order, -1); /* no stable class: uncached from now on */
 direct:
 	p = al_alloc(pc->base.below, c, size, flags & ~AL_ZERO);
-	*cls = fc_class_of(pc->base.below, p, pc->norders);
+	*cls = fc_class_of(pc->base.below, pc->index, p, pc->norders);
 	if (p && *cls < 0)
 		al_count(&pc->ctr, c, PCPU_uncached_allocs, 1);
 	return p;
@@ -232,7 +232,7 @@ static al_noinline void *alloc_uncached(struct percpu *pc, struct al_ctx *c, siz
 					unsigned flags)
 {
 	void *p = al_alloc(pc->base.below, c, size, flags);
-	int cls = fc_class_of(pc->base.below, p, pc->norders);
+	int cls = fc_class_of(pc->base.below, pc->index, p, pc->norders);
 
 	if (p && cls < 0)
 		al_count(&pc->ctr, c, PCPU_uncached_allocs, 1);
@@ -251,7 +251,8 @@ static al_noinline void *alloc_guard_busy(struct percpu *pc, struct al_ctx *c, u
 
 	al_count(&pc->ctr, c, PCPU_guard_busy_allocs, 1);
 	p = al_alloc(pc->base.below, c, fc_class_size(order), flags & ~AL_ZERO);
-	return alloc_done(pc, c, p, fc_class_of(pc->base.below, p, pc->norders), size, flags);
+	return alloc_done(pc, c, p, fc_class_of(pc->base.below, pc->index, p, pc->norders), size,
+			  flags);
 }
 
 /* The hit path: the guard, a pop and one count, in the CPU's own lines. */

@@ -152,7 +152,7 @@ miss:
 	/* Each counted under the class it is of, as its free will be (a page
 	 * allocator hands out pages of no cached class for any size). */
 	for (int i = 0; i < got; i++) {
-		cls = fc_class_of(a->below, out[i], tc->norders);
+		cls = fc_class_of(a->below, tc->index, out[i], tc->norders);
 		if (cls >= 0)
 			al_ctr_add(blk, XFER_OUT_N(cls), 1);
 	}
@@ -247,7 +247,7 @@ static void *transfer_alloc(struct al_allocator *a, struct al_ctx *c, size_t siz
 
 	al_ctr_add(blk, XFER_single_allocs, 1);
 	p = al_alloc(a->below, c, order >= tc->norders ? size : fc_class_size(order), flags);
-	cls = fc_class_of(a->below, p, tc->norders); /* as transfer_free will count it */
+	cls = fc_class_of(a->below, tc->index, p, tc->norders); /* as transfer_free will count it */
 	if (cls >= 0)
 		al_ctr_add(blk, XFER_OUT_N(cls), 1);
 	return p;
