@@ -546,7 +546,7 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->norders = (unsigned)p[P_orders];
 	pc->guard = (int)p[P_guard];
 	fc_route_init(pc->route);
-	pc->index = al_below_index(below);
+	pc->index = al_index_of(below);
 	pc->order_stride =
 		(sizeof(struct pc_stack) + pc->capacity * sizeof(void *) + AL_CACHELINE - 1) &
 		~(size_t)(AL_CACHELINE - 1);

@@ -664,6 +664,51 @@ TEST(test_run_engine_over_stacks)
 			}
 }
 
+static struct al_ops counted_ops;
+static size_t (*real_usable)(struct al_allocator *a, const void *p);
+static unsigned usable_calls;
+
+static size_t counted_usable(struct al_allocator *a, const void *p)
+{
+	usable_calls++;
+	return real_usable(a, p);
+}
+
+/* The caches find orders in the buddy's index: their refills, hits, spills
+ * and frees never call its usable_size. */
+TEST(test_caches_read_the_index_inline)
+{
+	static const char *const specs[] = { "percpu(capacity=4,batch=2) > buddy",
+					     "percpu(capacity=4,batch=2) > transfer > buddy",
+					     "magazine(rounds=2) > buddy" };
+	struct al_ctx c;
+	void *p[32];
+	unsigned s, i, r;
+
+	al_ctx_init(&c, 0);
+	for (s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+		struct al_allocator *a = t_spec(specs[s], 1), *b;
+
+		if (!a)
+			return;
+		for (b = a; b->below; b = b->below)
+			;
+		counted_ops = *b->ops;
+		real_usable = b->ops->usable_size;
+		counted_ops.usable_size = counted_usable;
+		b->ops = &counted_ops;
+		usable_calls = 0;
+		for (r = 0; r < 3; r++) {
+			for (i = 0; i < 32; i++)
+				CHECK((p[i] = al_alloc(a, &c, 48 + i % 16, 0)) != NULL);
+			for (i = 0; i < 32; i++)
+				CHECK_EQ(al_free(a, &c, p[i]), 0);
+		}
+		CHECK_EQ(usable_calls, 0);
+		al_stack_destroy(a);
+	}
+}
+
 /* The buddy's index reaches the caches above it through a transfer layer,
  * and reads what usable_size says for live, freed, interior and foreign
  * pointers; a backend without an index gives none. */
@@ -705,6 +750,7 @@ int main(void)
 {
 	RUN(test_percpu_refill_and_spill_exact);
 	RUN(test_index_through_the_stack);
+	RUN(test_caches_read_the_index_inline);
 	RUN(test_transfer_peek_exact);
 	RUN(test_transfer_v1_nine_hundred_of_thousand);
 	RUN(test_transfer_moves_batches_between_cpus);

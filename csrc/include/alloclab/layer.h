@@ -104,13 +104,17 @@ static inline size_t al_below_usable_size(struct al_allocator *a, const void *p)
 	return b->ops->usable_size ? b->ops->usable_size(b, p) : 0;
 }
 
-/* The object index of the layer below (index.h), or NULL: what a layer reads
- * usable sizes from inline, and what a pass-through layer's index() returns. */
+/* The object index of layer a (index.h), or NULL: what the layer above a
+ * reads usable sizes from inline (found once, at its create). */
+static inline const struct al_index *al_index_of(struct al_allocator *a)
+{
+	return a && a->ops->index ? a->ops->index(a) : NULL;
+}
+
+/* The index() of a layer that hands out its backend's objects unchanged. */
 static inline const struct al_index *al_below_index(struct al_allocator *a)
 {
-	struct al_allocator *b = a->below;
-
-	return b && b->ops->index ? b->ops->index(b) : NULL;
+	return al_index_of(a->below);
 }
 
 /* bytes_held of the layer below: what the callers of a layer that keeps
