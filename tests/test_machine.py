@@ -386,3 +386,14 @@ def test_cli_run_prints_machine_warnings(monkeypatch, capsys):
     assert "  load average 9.00 before the run on %d usable CPU%s" % (
         n, "" if n == 1 else "s") in lines[i + 1:]
     assert lines.index("machine:") > max(k for k, x in enumerate(lines) if "latency" in x)
+
+
+def test_numpy_blas_gets_one_thread_unless_the_user_chose():
+    """OpenBLAS's spinning threads would run on the pinned workers' CPUs."""
+    code = "import alloclab, os; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "1", out.stderr
+    env["OPENBLAS_NUM_THREADS"] = "3"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "3", out.stderr

@@ -20,10 +20,19 @@ reproduce reruns the seed discussions; cli is the command line over all of
 it.
 
 Importing the package loads the library and NumPy; matplotlib and pandas
-are imported only by the functions that need them.
+are imported only by the functions that need them. NumPy's BLAS gets one
+thread unless the environment says otherwise: OpenBLAS otherwise starts a
+thread per CPU that spins after each call, on the CPUs the pinned workers
+measure on (5% of a 2-CPU run's samples), and alloclab does no linear
+algebra that needs threads.
 """
 
-from ._version import __version__
+import os as _os
+
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+    _os.environ.setdefault(_var, "1")
+
+from ._version import __version__  # noqa: E402
 from ._ffi import include_dir, lib_path, preload_path
 from .errors import (
     AllocatorExhausted,
