@@ -19,6 +19,13 @@ Verdict per cell: "within +-3%" when the whole 95% interval lies inside
 
     python bench/ab_builds.py --base 83472e9 [--pairs 4] [--rounds 15] [--duration 0.05]
 
+--suite scaling measures buddy, libarena-spill and libarena-transfer at 256
+allocs/cycle with 2 pinned producers instead: where the lock's bookkeeping
+(its shared statistics line, clock reads in the critical section, yields)
+shows, e.g. against the revision before the per-CPU lock counts:
+
+    python bench/ab_builds.py --base 34784bb --suite scaling --out bench/results/ab_scaling.json
+
 Either side may be built with extra compiler flags (--base-cflags,
 --new-cflags; appended to csrc/CFLAGS as setup.py's CFLAGS), and --base
 WORKTREE builds the working tree as the base too. What counting costs
@@ -61,9 +68,23 @@ import json, sys
 import numpy as np
 import alloclab as al
 duration = float(sys.argv[1])
+suite = sys.argv[2]
 fastpath = %(fastpath)r
 
+def scaling():
+    # the lock's handoff cells: 2 pinned producers, 256 allocs/cycle
+    out = {}
+    res = al.run("malloc-free", ["buddy", "libarena-spill", "libarena-transfer"], size=64,
+                 allocs_per_cycle=256, producers=2, cpu="pinned", runs=1, duration=duration,
+                 timing="batch")
+    for p in res.points:
+        for m in ("alloc_ns", "free_ns"):
+            out["2 producers | %%s | %%s" %% (p.params["policy"], m)] = float(p[m][0])
+    return out
+
 def measure():
+    if suite == "scaling":
+        return scaling()
     out = {}
     fp = al.run("malloc-free", fastpath, size=64, allocs_per_cycle=16, producers=1,
                 runs=1, duration=duration, timing="batch")
@@ -133,9 +154,11 @@ class Worker:
     every cell (one run each), so the two builds can alternate every second
     or so and the machine's drift falls on both alike."""
 
-    def __init__(self, tree, duration):
-        env = dict(os.environ, PYTHONPATH=tree)
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(duration)], env=env,
+    def __init__(self, tree, duration, suite="fastpath"):
+        # one BLAS thread on both sides (older builds do not set it themselves)
+        env = dict(os.environ, PYTHONPATH=tree, OPENBLAS_NUM_THREADS="1")
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(duration), suite],
+                                     env=env,
                                      cwd=tempfile.gettempdir(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
 
@@ -185,7 +208,8 @@ def measure(base_tree, new_tree, a):
     """a.pairs pairs of measuring processes, a.rounds alternating rounds each."""
     base, new, pair_of = [], [], []
     for pair in range(a.pairs):
-        workers = {"base": Worker(base_tree, a.duration), "new": Worker(new_tree, a.duration)}
+        workers = {"base": Worker(base_tree, a.duration, a.suite),
+                   "new": Worker(new_tree, a.duration, a.suite)}
         for i in range(a.rounds):
             order = ["base", "new"] if (i + pair) % 2 == 0 else ["new", "base"]
             got = {side: workers[side].measure() for side in order}
@@ -225,6 +249,9 @@ def main():
     ap.add_argument("--new-cflags", default="", metavar="FLAGS",
                     help="extra compiler flags of the new build (the working tree), e.g. "
                          "-DAL_STATS_COMPILED=0")
+    ap.add_argument("--suite", default="fastpath", choices=["fastpath", "scaling"],
+                    help="fastpath: the 1-producer fast path and the floor; scaling: buddy, "
+                         "spill and transfer with 2 pinned producers (the lock's handoffs)")
     ap.add_argument("--pairs", type=int, default=4, help="pairs of measuring processes")
     ap.add_argument("--rounds", type=int, default=15, help="alternating rounds per pair")
     ap.add_argument("--duration", type=float, default=0.05)
@@ -237,7 +264,9 @@ def main():
         ap.error("the two sides would be the same build: give --base REV, or different "
                  "--base-cflags/--new-cflags")
     base_rev = None if a.base == WORKTREE else a.base
-    base_tree = build(base_rev, os.path.join(tmp, "alloclab-ab-base"), a.base_cflags)
+    # one directory per revision: a worktree left by another base is never reused
+    base_tree = build(base_rev, os.path.join(tmp, "alloclab-ab-base-%s" % (base_rev or "worktree")),
+                      a.base_cflags)
     new_tree = build(None, os.path.join(tmp, "alloclab-ab-new"), a.new_cflags)
     load0 = os.getloadavg()
     base, new, pair_of = measure(base_tree, new_tree, a)
