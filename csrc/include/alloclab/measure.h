@@ -85,8 +85,9 @@ AL_API uint64_t al_hist_bucket_hi(unsigned i); /* largest value of bucket i */
  *    the ends only when the bottom layer has AL_F_STATS_ANYTIME (its
  *    stats() may run while workers operate), else at the ends only;
  *  - rss: the resident set size (/proc/self/statm, kept open).
- * A sample costs a few microseconds, outside every timed region. Peaks are of the samples: a lower bound of the
- * true peak, close when the peak lasts longer than a period.
+ * A sample costs a few microseconds, outside every timed region. Peaks are
+ * of the samples: a lower bound of the true peak, close when the peak lasts
+ * longer than a period.
  */
 struct al_mem {
 	uint64_t samples;	/* samples taken (rss, requested) */
