@@ -61,9 +61,10 @@ static const struct al_param_desc percpu_params[P_NR] = {
 };
 
 /*
- * The hit paths add to one slot each, found once per call: the per-order
- * alloc_hit[] and free_push[] arrays after the named counters. Counts that
- * follow from them (hits, allocs, frees, bytes) are reported, not counted.
+ * The hit paths count one event each in the header of the stack they pop or
+ * push (struct pc_stack: the line the hit writes anyway), not in the
+ * counters' blocks. Counts that follow from those (hits, allocs, frees,
+ * bytes) are reported by stats(), not counted.
  */
 #define PERCPU_COUNTERS(C, D, P)                                                            \
 	D(P, allocs, AL_CTR_KEY, "", "allocations through this layer")                      \
@@ -91,14 +92,13 @@ static const struct al_param_desc percpu_params[P_NR] = {
 
 AL_COUNTERS_DEFINE(PERCPU_COUNTERS, PCPU_, percpu_counters);
 
-/* The per-order slots after the named counters. */
-#define PCPU_ALLOC_HIT(order) (PCPU_NR + (order))
-#define PCPU_FREE_PUSH(order) (PCPU_NR + FC_ORDERS + (order))
-#define PCPU_EXTRA	      (2 * FC_ORDERS)
-
 struct pc_stack {
 	uint32_t elems; /* objects cached */
 	uint32_t pad;
+	/* Hits and pushes of this stack, counted in its header line, which the
+	 * hit already writes (SLUB keeps stat[] in kmem_cache_cpu): a hit moves
+	 * no other line. Written by the CPU inside its guard, read relaxed. */
+	uint64_t hits, pushes;
 	void *objects[]; /* capacity slots, LIFO */
 };
 
@@ -114,12 +114,19 @@ struct percpu {
 	size_t cpus_len;	      /* mapping length */
 	uint8_t route[FC_ORDERS];     /* the class each order is served from (fc_route_get) */
 	const struct al_index *index; /* the backend's object index, or NULL (index.h) */
-	struct al_counters ctr;	      /* percpu_counters, then PCPU_EXTRA slots */
+	bool counting;		/* the stats level counts (the stack headers' hits and pushes) */
+	struct al_counters ctr; /* percpu_counters (hits and pushes: in the stacks) */
 };
 
 static inline int *cpu_active(struct percpu *pc, unsigned cpu)
 {
 	return (int *)(pc->cpus + (size_t)cpu * pc->cpu_stride);
+}
+
+/* One event in a stack header: its CPU is the only writer (inside the guard). */
+static inline void stack_count(uint64_t *v)
+{
+	__atomic_store_n(v, __atomic_load_n(v, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
 static inline struct pc_stack *cpu_stack(struct percpu *pc, unsigned cpu, unsigned order)
@@ -272,8 +279,9 @@ static void *percpu_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	s = cpu_stack(pc, c->cpu, order);
 	if (al_likely(s->elems)) {
 		p = s->objects[--s->elems];
+		if (AL_STATS_COMPILED && pc->counting)
+			stack_count(&s->hits);
 		fc_guard_exit(active, pc->guard);
-		al_count(&pc->ctr, c, PCPU_ALLOC_HIT(order), 1);
 		al_track_unpoison(p, fc_class_size(order));
 		if (al_unlikely(flags & AL_ZERO))
 			memset(p, 0, size);
@@ -363,8 +371,9 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	al_assert(s->elems < pc->capacity);
 	al_track_poison(p, fc_class_size((unsigned)order));
 	s->objects[s->elems++] = p;
+	if (AL_STATS_COMPILED && pc->counting)
+		stack_count(&s->pushes);
 	fc_guard_exit(active, pc->guard);
-	al_count(&pc->ctr, c, PCPU_FREE_PUSH(order), 1);
 	return 0;
 }
 
@@ -413,18 +422,24 @@ static void percpu_drain(struct al_allocator *a, struct al_ctx *c, unsigned scop
 	fc_guard_exit(active, pc->guard);
 }
 
-/* Sum of a per-order slot array: events and class bytes. */
-static void sum_orders(const struct percpu *pc, unsigned first, uint64_t *n, uint64_t *bytes)
+/* The stacks' hit and push counts over every CPU, and their class bytes. */
+static void sum_stacks(struct percpu *pc, uint64_t *hits, uint64_t *hit_bytes, uint64_t *pushes,
+		       uint64_t *push_bytes)
 {
-	unsigned o;
+	unsigned cpu, o;
 
-	*n = *bytes = 0;
-	for (o = 0; o < pc->norders; o++) {
-		uint64_t v = al_counters_sum(&pc->ctr, first + o);
+	*hits = *hit_bytes = *pushes = *push_bytes = 0;
+	for (cpu = 0; cpu < pc->base.ncpu; cpu++)
+		for (o = 0; o < pc->norders; o++) {
+			struct pc_stack *s = cpu_stack(pc, cpu, o);
+			uint64_t h = __atomic_load_n(&s->hits, __ATOMIC_RELAXED);
+			uint64_t u = __atomic_load_n(&s->pushes, __ATOMIC_RELAXED);
 
-		*n += v;
-		*bytes += v * fc_class_size(o);
-	}
+			*hits += h;
+			*hit_bytes += h * fc_class_size(o);
+			*pushes += u;
+			*push_bytes += u * fc_class_size(o);
+		}
 }
 
 static void percpu_stats(struct al_allocator *a, struct al_stats *out)
@@ -447,8 +462,7 @@ static void percpu_stats(struct al_allocator *a, struct al_stats *out)
 		out->bytes_held = al_below_bytes_held(a) - (int64_t)cached_bytes;
 		return;
 	}
-	sum_orders(pc, PCPU_ALLOC_HIT(0), &hits, &hit_bytes);
-	sum_orders(pc, PCPU_FREE_PUSH(0), &pushes, &push_bytes);
+	sum_stacks(pc, &hits, &hit_bytes, &pushes, &push_bytes);
 	al_stats_add(out, "allocs", hits + al_counters_sum(k, PCPU_other_allocs));
 	al_stats_add(out, "frees", pushes + al_counters_sum(k, PCPU_other_frees));
 	al_stats_add(out, "hits", hits + al_counters_sum(k, PCPU_routed_hits));
@@ -553,9 +567,9 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->cpu_stride = AL_CACHELINE + pc->norders * pc->order_stride;
 	pc->cpus_len = pc->cpu_stride * ncpu;
 	pc->cpus = al_meta_alloc(pc->cpus_len);
-	if (!pc->cpus ||
-	    al_counters_init_desc(&pc->ctr, percpu_counters, PCPU_NR, PCPU_EXTRA, ncpu))
+	if (!pc->cpus || al_counters_init_desc(&pc->ctr, percpu_counters, PCPU_NR, 0, ncpu))
 		goto out_free;
+	pc->counting = al_counters_on(&pc->ctr);
 	*out = al_allocator_init(&pc->base, &percpu_ops, d, below, ncpu);
 	return 0;
 
