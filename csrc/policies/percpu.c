@@ -279,7 +279,7 @@ static void *percpu_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 	s = cpu_stack(pc, c->cpu, order);
 	if (al_likely(s->elems)) {
 		p = s->objects[--s->elems];
-		if (AL_STATS_COMPILED && pc->counting)
+		if (AL_STATS_COMPILED && al_likely(pc->counting))
 			stack_count(&s->hits);
 		fc_guard_exit(active, pc->guard);
 		al_track_unpoison(p, fc_class_size(order));
@@ -371,7 +371,7 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	al_assert(s->elems < pc->capacity);
 	al_track_poison(p, fc_class_size((unsigned)order));
 	s->objects[s->elems++] = p;
-	if (AL_STATS_COMPILED && pc->counting)
+	if (AL_STATS_COMPILED && al_likely(pc->counting))
 		stack_count(&s->pushes);
 	fc_guard_exit(active, pc->guard);
 	return 0;
