@@ -225,9 +225,9 @@ def test_lock_times_at_full_only(policy):
     times = lambda p: sorted(k for k in p.data if k.endswith(("_wait_ns", "_hold_ns")))
     assert times(lite) == [] and times(off) == []
     locks = [k for k in full.data if k.endswith("lock_acquired")]
-    for k in locks:  # every lock that reports its counts reports its times at full
+    for k in locks:  # every lock that reports its counts reports its waits at full
         assert k[:-len("acquired")] + "wait_ns" in full.data, k
-        assert k[:-len("acquired")] + "hold_ns" in full.data, k
+        # hold times only for timed locks (lock_timing): an untimed one's is absent, not 0
     for k in times(full):
         assert res.describe(k)["levels"] == ["full"]
         assert res.describe(k)["measured_at"] == ["full"]

@@ -152,6 +152,8 @@ void al_counters_report(const struct al_counters *k, struct al_stats *out)
 			continue;
 		if ((d->flags & AL_CTR_NS) && k->level != AL_STATS_FULL)
 			continue; /* not measured below full */
+		if (i < 64 && (k->unmeasured >> i & 1))
+			continue; /* e.g. the hold time of an untimed lock */
 		if (d->flags & AL_CTR_DERIVED)
 			al_stats_add(out, d->name, derive(k, d->formula));
 		else if (d->flags & AL_CTR_NS) /* kept in ticks */

@@ -80,6 +80,9 @@ void al_lock_count_in(struct al_lock *l, struct al_counters *k, unsigned idx)
 {
 	l->ctr = k;
 	l->ctr_idx = idx;
+	l->wait_timed = k->level == AL_STATS_FULL; /* the wait path reads the clock anyway */
+	if (!l->timed && idx + AL_LOCK_HOLD < 64)
+		k->unmeasured |= 1ull << (idx + AL_LOCK_HOLD); /* not 0: not measured */
 	if (k->level != AL_STATS_FULL)
 		l->timed = false; /* times are kept at full only */
 }
@@ -116,8 +119,8 @@ static inline void lock_waited(struct al_lock *l, const struct al_ctx *c, uint64
 	uint64_t *b = lock_block(l, c);
 
 	al_ctr_add(b, AL_LOCK_CONTENDED, 1);
-	if (l->timed)
-		al_ctr_add(b, AL_LOCK_WAIT, l->t_acquired - start);
+	if (l->wait_timed)
+		al_ctr_add(b, AL_LOCK_WAIT, (l->timed ? l->t_acquired : al_ticks_fast()) - start);
 }
 
 static void lock_failed(struct al_lock *l, const struct al_ctx *c)

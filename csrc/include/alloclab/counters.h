@@ -77,13 +77,14 @@ struct al_counter_desc {
 };
 
 struct al_counters {
-	unsigned n;			     /* named counters (descs or names) */
-	unsigned nblocks;		     /* ncpu * AL_CTX_NR */
-	unsigned stride;		     /* u64 per block, a multiple of 8 (64 B) */
-	unsigned level;			     /* enum al_stats_level, fixed at init */
-	bool on;			     /* counting (level is not OFF) */
-	uint64_t *v;			     /* nblocks * stride values */
-	const char *const *names;	     /* n names (al_counters_init), or NULL */
+	unsigned n;		  /* named counters (descs or names) */
+	unsigned nblocks;	  /* ncpu * AL_CTX_NR */
+	unsigned stride;	  /* u64 per block, a multiple of 8 (64 B) */
+	unsigned level;		  /* enum al_stats_level, fixed at init */
+	bool on;		  /* counting (level is not OFF) */
+	uint64_t unmeasured;	  /* bit i: entry i (< 64) is never measured here, not reported */
+	uint64_t *v;		  /* nblocks * stride values */
+	const char *const *names; /* n names (al_counters_init), or NULL */
 	const struct al_counter_desc *descs; /* n descriptors (al_counters_init_desc), or NULL */
 };
 

@@ -68,7 +68,8 @@ struct al_lock {
 	uint32_t head;		 /* the last ticket granted: next_ticket - head <= slots */
 	uint32_t tas;		 /* the lock word when !fair (test-and-set mode) */
 	bool fair;		 /* queued FIFO (default) or test-and-set (al_lock_fair = 0) */
-	bool timed;		 /* time holds and waits (needs AL_STATS_FULL counters) */
+	bool timed;		 /* time holds (needs AL_STATS_FULL counters) */
+	bool wait_timed;	 /* time waits (AL_STATS_FULL counters) */
 	uint32_t ticket;	 /* the holder's ticket */
 	uint32_t owner_cpu;	 /* last owner's CPU + 1 (0 = none), for owner switches */
 	uint32_t holder_cpu;	 /* current holder's CPU + 1 (0 = free), for AA detection */
@@ -80,9 +81,10 @@ struct al_lock {
 	uint64_t slot[AL_LOCK_SLOTS] __attribute__((aligned(AL_CACHELINE))); /* per-ticket grants */
 };
 
-/* budget_ns: how long a waiter spins before failing. timed: time holds and
- * waits when the lock counts in AL_STATS_FULL counters. Not counted until
- * al_lock_count_in(). */
+/* budget_ns: how long a waiter spins before failing. timed: time holds when
+ * the lock counts in AL_STATS_FULL counters (waits are timed there always;
+ * an untimed lock's hold time is not reported, rather than 0). Not counted
+ * until al_lock_count_in(). */
 AL_API void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed);
 /* Count the lock's statistics in k's per-CPU blocks, entries idx..idx+5 as
  * declared by AL_LOCK_COUNTERS (several locks may share them: their sum). */
