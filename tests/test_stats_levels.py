@@ -386,3 +386,13 @@ def test_plot_marks_unmeasured_lines():
     assert labels == ["off (n/a: stats=off)", "lite"]
     only_off = res.filter(stats="off").plot("percpu.hits_per_op")
     assert "n/a: not measured (stats=off)" in [t.get_text() for t in only_off.axes[0].texts]
+
+
+def test_cli_metric_the_level_leaves_out_is_a_table_of_na():
+    out = _cli("run", "malloc-free", "--policy", "buddy", "--stats", "lite", "--metric",
+               "buddy.lock_wait_ns", "--runs", "1", "--duration", "0.01")
+    assert out.returncode == 0, out.stderr
+    assert "n/a" in out.stdout and "lock times need stats=full" in out.stdout
+    out = _cli("run", "malloc-free", "--policy", "buddy", "--metric", "buddy.nosuch",
+               "--runs", "1", "--duration", "0.01")
+    assert out.returncode == 2 and out.stderr.count("alloclab: error:") == 1

@@ -66,28 +66,29 @@ static const struct al_param_desc percpu_params[P_NR] = {
  * counters' blocks. Counts that follow from those (hits, allocs, frees,
  * bytes) are reported by stats(), not counted.
  */
-#define PERCPU_COUNTERS(C, D, P)                                                            \
-	D(P, allocs, AL_CTR_KEY, "", "allocations through this layer")                      \
-	D(P, frees, AL_CTR_KEY, "", "frees through this layer")                             \
-	D(P, hits, AL_CTR_KEY, "", "allocations served from the CPU's cache")               \
-	C(P, misses, AL_CTR_KEY, "allocations that refilled from the backend")              \
-	C(P, refill_objects, 0, "objects brought in by refills")                            \
-	C(P, refill_failed, 0, "refills that brought nothing (backend NULL)")               \
-	D(P, free_hits, AL_CTR_KEY, "", "frees pushed without a spill")                     \
-	C(P, spills, AL_CTR_KEY, "full caches spilled with free_bulk")                      \
-	C(P, spill_objects, 0, "objects spilled")                                           \
-	C(P, spill_failed, 0, "spills the backend refused (object freed alone)")            \
-	C(P, guard_busy_allocs, 0, "allocations that found the guard held")                 \
-	C(P, guard_busy_frees, 0, "frees that found the guard held")                        \
-	C(P, uncached_allocs, 0, "allocations of orders that are not cached")               \
-	C(P, uncached_frees, 0, "frees of orders that are not cached, or unknown")          \
-	D(P, bytes_allocated, 0, "", "class bytes handed out")                              \
-	D(P, bytes_freed, 0, "", "class bytes taken back")                                  \
-	C(P, routed_hits, 0, "hits from the stack of the class an order is routed to")      \
-	C(P, other_allocs, 0, "allocations of a cached class that were not hits")           \
-	C(P, other_bytes_allocated, 0, "class bytes of other_allocs (and refused refills)") \
-	C(P, other_frees, 0, "frees of a cached class that were not pushed")                \
-	C(P, other_bytes_freed, 0, "class bytes of other_frees")                            \
+#define PERCPU_COUNTERS(C, D, P)                                                                 \
+	D(P, allocs, AL_CTR_KEY, "",                                                             \
+	  "allocations of a cached class (uncached orders: uncached_allocs)")                    \
+	D(P, frees, AL_CTR_KEY, "", "frees of a cached class (uncached orders: uncached_frees)") \
+	D(P, hits, AL_CTR_KEY, "", "allocations served from the CPU's cache")                    \
+	C(P, misses, AL_CTR_KEY, "allocations that refilled from the backend")                   \
+	C(P, refill_objects, 0, "objects brought in by refills")                                 \
+	C(P, refill_failed, 0, "refills that brought nothing (backend NULL)")                    \
+	D(P, free_hits, AL_CTR_KEY, "", "frees pushed without a spill")                          \
+	C(P, spills, AL_CTR_KEY, "full caches spilled with free_bulk")                           \
+	C(P, spill_objects, 0, "objects spilled")                                                \
+	C(P, spill_failed, 0, "spills the backend refused (object freed alone)")                 \
+	C(P, guard_busy_allocs, 0, "allocations that found the guard held")                      \
+	C(P, guard_busy_frees, 0, "frees that found the guard held")                             \
+	C(P, uncached_allocs, 0, "allocations of orders that are not cached")                    \
+	C(P, uncached_frees, 0, "frees of orders that are not cached, or unknown")               \
+	D(P, bytes_allocated, 0, "", "class bytes handed out")                                   \
+	D(P, bytes_freed, 0, "", "class bytes taken back")                                       \
+	C(P, routed_hits, 0, "hits from the stack of the class an order is routed to")           \
+	C(P, other_allocs, 0, "allocations of a cached class that were not hits")                \
+	C(P, other_bytes_allocated, 0, "class bytes of other_allocs (and refused refills)")      \
+	C(P, other_frees, 0, "frees of a cached class that were not pushed")                     \
+	C(P, other_bytes_freed, 0, "class bytes of other_frees")                                 \
 	D(P, objects_cached, AL_CTR_GAUGE, "", "objects in the per-CPU stacks")
 
 AL_COUNTERS_DEFINE(PERCPU_COUNTERS, PCPU_, percpu_counters);

@@ -148,7 +148,7 @@ def _layer_text(s):
     out += [_param_line(p) for p in s.params]
     if s.counters:
         out.append("  counters (metrics <layer>.<name> and <layer>.<name>_per_op; "
-                   "key = shown by default; none at --stats off):")
+                   "key = one the tables need; none at --stats off):")
         out += [_counter_line(c) for c in s.counters]
     else:
         out.append("  counters: not declared by the layer (reported by name only, "
@@ -576,10 +576,11 @@ def _check_run_outputs(args, settings):
 def _print_run(res, args, metrics, rows, cols):
     """The tables of every metric, histograms, CPU and machine lines, the
     workload's own metrics and the per-op counters."""
-    known = res.metrics()
-    for m in metrics:
-        if m not in known:
-            raise UsageError(str(errors.UnknownNameError.make("metric", m, known)))
+    for m in metrics:  # a counter the stats level left out is a table of n/a
+        try:
+            res._check_metric(m)
+        except errors.UnknownNameError as e:
+            raise UsageError(str(e)) from None
     for m in metrics:
         print(res.table(m, rows=rows, cols=cols, stat=args.stat).to_text(sd=args.sd, ci=args.ci))
         print()

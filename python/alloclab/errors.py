@@ -70,8 +70,9 @@ class UnknownNameError(AlloclabError, ValueError):
     def make(cls, kind, name, valid, context="", extra=""):
         valid = list(valid)
         where = " in %s" % context if context else ""
-        msg = "unknown %s %r%s; valid %ss: %s" % (
-            kind, name, where, kind, ", ".join(valid) if valid else "(none)")
+        plural = kind if kind.endswith("s") else kind + "s"
+        msg = "unknown %s %r%s; valid %s: %s" % (
+            kind, name, where, plural, ", ".join(valid) if valid else "(none)")
         if extra:
             msg += "; " + extra
         return cls(msg, name=name, kind=kind, valid=valid)

@@ -699,7 +699,7 @@ class Result:
         counter, per_op (a "_per_op" metric), doc ("(no description)" for a
         counter its layer does not document), kind ("counter" or "gauge"),
         formula (a derived counter's, e.g. "hits+misses"; else None), key
-        (shown by default), unit ("ns" for lock times), levels (the stats
+        (one the tables need), unit ("ns" for lock times), levels (the stats
         levels that measure it) and measured_at (the levels of this
         Result's points that have it). Docs come from the descriptors
         recorded when the Result was made, else from the registry.

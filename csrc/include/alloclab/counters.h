@@ -62,7 +62,7 @@ enum al_stats_level {
 
 /* Counter flags. */
 enum al_ctr_flags {
-	AL_CTR_KEY = 1u << 0,	   /* shown by default: the tables need it */
+	AL_CTR_KEY = 1u << 0,	   /* the tables and reproductions need it */
 	AL_CTR_GAUGE = 1u << 1,	   /* a level (reported at the end), not an event count */
 	AL_CTR_DERIVED = 1u << 2,  /* computed from `formula` when reported, never counted */
 	AL_CTR_REPORTED = 1u << 3, /* reported by the layer's stats() code, not counted here */
