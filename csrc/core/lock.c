@@ -56,11 +56,6 @@ unsigned al_lock_yield_mask = 1023;
 int al_lock_fair = 1;
 static __thread bool spin_only;
 
-const char *const al_lock_stat_names[6] = {
-	"lock_acquired", "lock_contended", "lock_failed",
-	"lock_wait_ns",	 "lock_hold_ns",   "lock_owner_switches",
-};
-
 void al_lock_spin_only(bool on)
 {
 	spin_only = on;
@@ -306,36 +301,4 @@ void al_lock_stats_get(const struct al_lock *l, struct al_lock_stats *out)
 	out->wait_ticks = al_counters_sum(k, l->ctr_idx + AL_LOCK_WAIT);
 	out->hold_ticks = al_counters_sum(k, l->ctr_idx + AL_LOCK_HOLD);
 	out->owner_switches = al_counters_sum(k, l->ctr_idx + AL_LOCK_OWNER_SWITCHES);
-}
-
-void al_lock_stats_add(const struct al_lock *l, struct al_lock_stats *sum)
-{
-	struct al_lock_stats st;
-
-	al_lock_stats_get(l, &st);
-	sum->acquired += st.acquired;
-	sum->contended += st.contended;
-	sum->failed += st.failed;
-	sum->wait_ticks += st.wait_ticks;
-	sum->hold_ticks += st.hold_ticks;
-	sum->owner_switches += st.owner_switches;
-}
-
-void al_lock_stats_report(const struct al_lock_stats *st, const char *const names[6],
-			  struct al_stats *out)
-{
-	al_stats_add(out, names[0], st->acquired);
-	al_stats_add(out, names[1], st->contended);
-	al_stats_add(out, names[2], st->failed);
-	al_stats_add(out, names[3], (uint64_t)al_ticks_to_ns((double)st->wait_ticks));
-	al_stats_add(out, names[4], (uint64_t)al_ticks_to_ns((double)st->hold_ticks));
-	al_stats_add(out, names[5], st->owner_switches);
-}
-
-void al_lock_report(const struct al_lock *l, const char *const names[6], struct al_stats *out)
-{
-	struct al_lock_stats sum = { 0 };
-
-	al_lock_stats_add(l, &sum);
-	al_lock_stats_report(&sum, names, out);
 }

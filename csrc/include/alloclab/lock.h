@@ -98,15 +98,7 @@ AL_API int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c);
 AL_API void al_lock_release(struct al_lock *l, const struct al_ctx *c);
 /* The statistics the lock counted in its counters (zero when not counted). */
 AL_API void al_lock_stats_get(const struct al_lock *l, struct al_lock_stats *out);
-/* Reporting a lock's statistics outside the counters list (sum several locks
- * with al_lock_stats_add, report with al_lock_stats_report). */
-AL_API void al_lock_report(const struct al_lock *l, const char *const names[6],
-			   struct al_stats *out);
-AL_API void al_lock_stats_add(const struct al_lock *l, struct al_lock_stats *sum);
-AL_API void al_lock_stats_report(const struct al_lock_stats *st, const char *const names[6],
-				 struct al_stats *out);
-AL_API extern const char *const al_lock_stat_names[6]; /* "lock_acquired", ... */
-AL_API extern unsigned al_lock_yield_mask;	       /* waiters yield every (mask + 1) spins */
+AL_API extern unsigned al_lock_yield_mask; /* waiters yield every (mask + 1) spins */
 /* Set on a thread that never shares its CPU with another worker (the
  * engine's pinned workers): its waits spin without yielding. */
 AL_API void al_lock_spin_only(bool on);
