@@ -5,9 +5,9 @@ so a layer's counter metrics ("<layer>.<counter>" and its "_per_op") are
 absent, not 0; "lite" counts every event but times no lock, so the lock
 times (a counter whose descriptor has the ns unit; for a layer without
 descriptors, the lock counters' "*_wait_ns"/"*_hold_ns" names) are absent;
-"full" measures all of them. Gauges (levels read from the layer's state at
-the end) are measured at every level, as are "<layer>.bytes_held" and
-"<layer>.leaked" (the leak check).
+"full" measures all of them. The library reports only what a level
+measured; "<layer>.bytes_held" and "<layer>.leaked" (the leak check) exist
+at every level. This module explains why a metric is absent.
 
 Docs come from the layers' counter descriptors (schema.Counter), recorded
 in a Result's metadata["counters"] when it is made so that a saved Result
@@ -49,15 +49,6 @@ def is_time(layer, name, docs=None):
     if d is not None:
         return d["unit"] == "ns"
     return name.endswith(_LOCK_TIME_SUFFIXES)
-
-
-def measured(layer, name, gauge, level, docs=None):
-    """Whether a counter a layer reported is measured at stats ``level``."""
-    if level == "off":
-        return gauge
-    if level == "full":
-        return True
-    return not is_time(layer, name, docs)
 
 
 def split(metric):

@@ -534,16 +534,16 @@ def _run_error(rc, res, task, run_index):
     return error(rc, what, detail, cls=errors.RunError)
 
 
-def _raw_layers(res, level=DEFAULT_STATS):
-    """Each layer's counters, gauges, bytes held and leaked, top first; the
-    counters the stats ``level`` does not measure are left out (absent, not 0)."""
+def _raw_layers(res):
+    """Each layer's counters, gauges, bytes held and leaked, top first. The
+    library reports only what the run's stats level measured (counters.h), so
+    what it left out is absent here, not 0."""
     layers = []
     for i in range(min(res.nlayers, lib.AL_MAX_LAYERS)):
         st = res.layers[i]
         name = cstr(st.layer)
         stats = [(cstr(st.v[j].name), int(st.v[j].value), bool(st.v[j].flags & lib.AL_STAT_GAUGE))
                  for j in range(min(st.n, lib.AL_STATS_MAX))]
-        stats = [s for s in stats if _counters.measured(name, s[0], s[2], level)]
         layers.append({
             "layer": name,
             "bytes_held": int(st.bytes_held),
@@ -568,7 +568,7 @@ def _raw_result(res, cfg, task, t_start):
         **{k: float(getattr(res, k)) for k in ("alloc_ns", "free_ns", "elapsed_ns", "steal_pct")},
         # workers whose measured phase the duration cut short (0 = whole)
         "truncated": int(res.truncated),
-        "layers": _raw_layers(res, task.get("stats", DEFAULT_STATS)),
+        "layers": _raw_layers(res),
         **_raw_measures(res, task),
         # Scheduling in the measured phase (machine.run_metrics reads it).
         "sched": {
