@@ -398,6 +398,52 @@ static const int AL_F_NEEDS_DISTINCT;
 static const int AL_F_TASK_ONLY;
 static const int AL_F_BELOW_IN_IRQ;
 static const int AL_WL_DISTINCT;
+/* ---- trace.h ---- */
+#define AL_TRACE_NOID ...
+#define AL_TRACE_MAX_THREADS ...
+enum al_trace_kind { AL_TK_MALLOC, AL_TK_CALLOC, AL_TK_REALLOC, AL_TK_FREE,
+                     AL_TK_POSIX_MEMALIGN, AL_TK_ALIGNED_ALLOC, AL_TK_MEMALIGN,
+                     AL_TK_VALLOC, AL_TK_PVALLOC, AL_TK_USABLE_SIZE,
+                     AL_TK_THREAD_START, AL_TK_THREAD_EXIT, AL_TK_NR, ... };
+enum al_trace_flags { AL_TF_NULL, AL_TF_MOVED, AL_TF_CROSS, AL_TF_UNKNOWN, AL_TF_ZERO, ... };
+struct al_trace_op {
+    uint64_t size;
+    uint64_t aux;
+    uint32_t id;
+    uint32_t ref;
+    uint32_t dt;
+    uint8_t kind;
+    uint8_t flags;
+    ...;
+};
+struct al_trace_thread {
+    uint32_t parent;
+    uint64_t nops;
+    struct al_trace_op *ops;
+    uint64_t *seq;
+    uint64_t *t_ns;
+    ...;
+};
+struct al_trace {
+    unsigned nthreads;
+    unsigned sealed;
+    struct al_trace_thread *threads;
+    uint64_t nops;
+    uint64_t nobjects;
+    uint32_t *owner;
+    uint64_t unknown_refs;
+    uint64_t cross_refs;
+    uint64_t kind_ops[...];
+    ...;
+};
+struct al_trace *al_trace_new(unsigned nthreads);
+int al_trace_push(struct al_trace *t, unsigned thread, const struct al_trace_op *op,
+                  uint64_t seq, uint64_t t_ns);
+int al_trace_seal(struct al_trace *t, char *err, size_t errlen);
+void al_trace_free(struct al_trace *t);
+int64_t al_trace_register(const struct al_trace *t);
+void al_trace_unregister(int64_t handle);
+const struct al_trace *al_trace_lookup(int64_t handle);
 """
 
 # Paths are relative to the project root, where setup.py runs.

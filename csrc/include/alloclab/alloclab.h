@@ -20,6 +20,7 @@
  *   measure.h   latency histograms, memory during a run
  *   run.h       runs: configuration, result, start/wait/stop
  *   spec.h      policy spec parsing with fault reports, stack and run checks
+ *   trace.h     a recorded program's allocations, decoded (replay)
  *   pages.h     the page-allocator API of a `pages` layer
  *   vmalloc.h   the vmalloc API of a `vmalloc` layer
  *
@@ -49,6 +50,7 @@
 #include "measure.h"
 #include "run.h"
 #include "spec.h"
+#include "trace.h"
 
 /* The APIs of particular layers. */
 #include "pages.h"
