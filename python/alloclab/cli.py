@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from . import _counters, errors, schema
+from . import _counters, cli_record, cli_trace, errors, schema
 from ._version import __version__
 from .policy import Policy, presets
 from .result import BASE_METRICS, _fmt
@@ -882,6 +882,8 @@ def _main_parser():
     _vmalloc_parser(rsub)
     _local_storage_parser(rsub)
     rp.set_defaults(seed=None, seeds=tuple(rsub.choices))  # named when none is given
+    cli_record.add_parser(sub)
+    cli_trace.add_parser(sub)
     return p
 
 
@@ -1226,6 +1228,10 @@ def main(argv=None):
             return cmd_compare(args)
         if args.cmd == "check":
             return cmd_check(args)
+        if args.cmd == "record":
+            return cli_record.cmd_record(args)
+        if args.cmd == "trace":
+            return cli_trace.cmd_trace(args)
         p.print_help()
         return 0 if not argv else 2
     except (UsageError, errors.AlloclabError, argparse.ArgumentError) as e:

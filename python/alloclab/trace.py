@@ -15,16 +15,7 @@ import numpy as np
 from . import errors
 from ._ffi import ffi, lib
 
-NOID = 0xFFFFFFFF
-
-KINDS = ("malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc",
-         "memalign", "valloc", "pvalloc", "usable_size", "thread_start", "thread_exit")
-
-FLAG_NULL, FLAG_MOVED, FLAG_CROSS, FLAG_UNKNOWN, FLAG_ZERO = 1, 2, 4, 8, 16
-
-# One op as C lays it out (struct al_trace_op, 32 bytes).
-OP_DTYPE = np.dtype([("size", "<u8"), ("aux", "<u8"), ("id", "<u4"), ("ref", "<u4"),
-                     ("dt", "<u4"), ("kind", "u1"), ("flags", "u1"), ("pad", "<u2")])
+from ._tracefmt import KINDS, NOID, OP_DTYPE
 
 
 def _kind_index(kind):
