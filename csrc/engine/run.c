@@ -822,6 +822,8 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	if (t)
 		token_release(t);
 	al_rcu_quiescent(&s->rcu); /* between cycles: nothing is held */
+	if (ret == AL_CYCLE_DONE)
+		return ret; /* the worker leaves the phase (worker_warmup/measure) */
 	if (ret) {
 		engine_fail(e, ret, "worker %u: %s", s->w.id,
 			    s->err[0] ? s->err : al_strerror(ret));
@@ -909,7 +911,7 @@ static void worker_measure(struct worker_slot *s)
 	struct engine *e = s->e;
 	struct token *t = e->tokens ? &e->tok[1][s->group] : NULL;
 	uint64_t i, deadline, nvcsw0, nivcsw0, nvcsw1, nivcsw1;
-	bool deadline_hit = false;
+	bool deadline_hit = false, done = false;
 	int ret;
 
 	ctxsw_read(&nvcsw0, &nivcsw0);
@@ -925,6 +927,11 @@ static void worker_measure(struct worker_slot *s)
 		ret = run_cycle(s, t);
 		if (e->worker_samples && !s->w.id)
 			worker_sample(e);
+		if (ret == AL_CYCLE_DONE) {
+			done = true;
+			i++; /* the cycle that finished counts */
+			break;
+		}
 		if (ret) {
 			/* A worker still waiting for its turn when main declares the
 			 * phase over sees the end before its own deadline (taken a
@@ -938,6 +945,8 @@ static void worker_measure(struct worker_slot *s)
 	if (deadline && al_ticks() >= deadline)
 		deadline_hit = true;
 	s->truncated = s->w.cut || (e->cfg->cycles && i < e->cfg->cycles && deadline_hit);
+	if (e->cfg->workload->flags & AL_WL_FINITE) /* not done: its part was cut short */
+		s->truncated = !done;
 	s->w.deadline = 0;
 	ctxsw_read(&nvcsw1, &nivcsw1);
 	s->nvcsw = nvcsw1 - nvcsw0;
@@ -1111,7 +1120,7 @@ int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t 
 		return refuse(fault, AL_RUN_HISTOGRAM, err, errlen,
 			      "histogram needs timing per_op_sum (a clock pair around every "
 			      "operation)");
-	if (!cfg->cycles && !cfg->duration_ns)
+	if (!cfg->cycles && !cfg->duration_ns && !(wl->flags & AL_WL_FINITE))
 		return refuse(fault, AL_RUN_NO_END, err, errlen,
 			      "the measured phase needs cycles > 0 or duration > 0");
 	shared = al_spec_shared_layer(&cfg->stack);

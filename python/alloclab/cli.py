@@ -33,7 +33,7 @@ from . import _counters, cli_record, cli_trace, errors, schema
 from ._version import __version__
 from .policy import Policy, presets
 from .result import BASE_METRICS, _fmt
-from .run import CPU_MODES, DEFAULT_STATS, MAX_SECONDS, STATS_LEVELS, TIMINGS, plan, run
+from .run import CPU_MODES, DEFAULT_STATS, MAX_SECONDS, REPLAY_TIME_LIMIT, STATS_LEVELS, TIMINGS, plan, run
 
 PROG = "alloclab"
 
@@ -232,8 +232,8 @@ def _run_flags(g):
     g.add_argument("--policy", action="append", metavar="SPEC",
                    help="policy spec or preset, repeatable (default: buddy); e.g. "
                         "'buddy(arena_limit=64M)'")
-    g.add_argument("--producers", type=_int_list("producers"), default=[1], metavar="N[,N...]",
-                   help="worker threads (default: 1)")
+    g.add_argument("--producers", type=_int_list("producers"), default=None, metavar="N[,N...]",
+                   help="worker threads (default: 1; replay: the trace's threads)")
     g.add_argument("--runs", type=int, default=None, metavar="N",
                    help="runs per grid point, each on a fresh allocator (default: 5; --quick "
                         "3, --rigorous 10)")
@@ -299,6 +299,12 @@ def _workload_flags(p, wl):
     w = p.add_argument_group("%s parameters (comma-separated lists are swept)" % wl.name)
     for prm in wl.params:
         flag = "--" + prm.name.replace("_", "-")
+        if wl.name == "replay" and prm.name == "trace":  # a file, not the C side's handle
+            w.add_argument(flag, dest="w_trace", default=None, metavar="FILE",
+                           help="the trace file to replay (written by `alloclab record`); "
+                                "one pass per run, --duration is its time limit (default "
+                                "%gs), the producers are its threads" % REPLAY_TIME_LIMIT)
+            continue
         rng = "one of " + ", ".join(prm.choices or ()) if prm.type == schema.ENUM else \
             "%s..%s" % (prm.format(prm.min), prm.format(prm.max))
         w.add_argument(flag, dest="w_" + prm.name, type=_param_list(prm), default=None,

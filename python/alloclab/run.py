@@ -123,7 +123,7 @@ def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
             e["warmup_cycles"] if warmup_cycles is None else warmup_cycles)
 
 
-def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
+def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
          warmup_cycles=None, cycles=None, duration=None, seed=1, histogram=False,
          mem_sample=0.01, watchdog=30.0, effort="normal", processes=False, isolate=None,
          check=None, stats=DEFAULT_STATS, **params):
@@ -153,18 +153,88 @@ def plan(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
     also with ``cycles``: a run it cuts short is marked truncated (its
     figures are not those of the loop asked for; verdicts leave it out).
     With cycles and no duration, the cycles alone end the phase.
+
+    The replay workload takes ``trace`` (a trace file's path or an
+    alloclab.Trace); its producers are the trace's threads (another value
+    is refused), each run is one pass of the trace, and duration is a time
+    limit (REPLAY_TIME_LIMIT by default): a pass it cuts short is truncated.
     """
+    trace = None
+    if schema.workload(workload).name == "replay":
+        trace, producers, duration, warmup_cycles = _replay_options(
+            params, producers, cycles, duration, warmup_cycles)
     wl, opts = _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram,
                         mem_sample, watchdog, effort, processes, timing)
     policies = _policies(wl, policy)
     isolate, check, plugins = _isolation(policies, processes, isolate, check)
-    axes = _axes(wl, producers, cpu, opts["timing"], params)
+    axes = _axes(wl, 1 if producers is None else producers, cpu, opts["timing"], params)
     axes["stats"] = _stats_levels(stats)
     tasks = _tasks(wl, policies, axes, opts, isolate, check, plugins)
+    if trace is not None:
+        _replay_tasks(wl, tasks, trace, policies)
     by_name = {pol.name: pol for pol in policies}
     for task in tasks:  # the engine's own checks, before anything runs
         _check_cell(wl, task, by_name[task["policy"]])
-    return _settings(wl, policies, axes, opts, isolate, check), tasks
+    settings = _settings(wl, policies, axes, opts, isolate, check)
+    if trace is not None:
+        settings["trace"] = {k: v for k, v in trace.items() if k not in ("key", "label")}
+    return settings, tasks
+
+
+# A replay's default time limit per run (seconds): a pass normally ends
+# long before; the limit only ends a replay that would run on for too long.
+REPLAY_TIME_LIMIT = 600.0
+
+
+def _replay_options(params, producers, cycles, duration, warmup_cycles):
+    """The replay workload's trace ref (popped from params) and its producers,
+    duration and warmup: a pass is the unit of a run, so cycles do not apply,
+    the duration is a time limit and there is no warmup."""
+    from . import replay
+    if "trace" not in params:
+        raise errors.InvalidArgument("workload replay needs trace=FILE (a trace recorded "
+                                     "by `alloclab record`) or an alloclab.Trace")
+    value = params.pop("trace")
+    if isinstance(value, (list, tuple)):
+        raise errors.InvalidArgument("workload replay takes one trace per run, not a list: "
+                                     "run each trace on its own and compare the results")
+    ref = replay.resolve(value)
+    if cycles is not None:
+        raise errors.InvalidArgument(
+            "workload replay runs one pass of the trace per run: cycles=%r does not apply "
+            "(duration is a time limit)" % (cycles,))
+    nthreads = ref["threads"]
+    for p in _as_list(producers, "producers") if producers is not None else ():
+        if p != nthreads:
+            raise errors.ParameterRangeError(
+                "producers=%r, but the trace has %d threads and replay runs one producer "
+                "per thread: leave producers out (or pass %d)" % (p, nthreads, nthreads),
+                name="producers", value=p, min=nthreads, max=nthreads)
+    return (ref, nthreads, REPLAY_TIME_LIMIT if duration is None else duration,
+            0 if warmup_cycles is None else warmup_cycles)
+
+
+def _replay_tasks(wl, tasks, ref, policies):
+    """Every task carries the trace's ref (its handle is found where the run
+    happens); a run in a child process gets a ref with a file. Refuses touch
+    over a stack that hands out one block per CPU (the objects would overlap)."""
+    from . import replay
+    idx = [p.name for p in wl.params].index("trace")
+    by_name = {pol.name: pol for pol in policies}
+    child = {}
+    for task in tasks:
+        pol = by_name[task["policy"]]
+        if task["point"].get("touch", "none") != "none" and pol.shared_layer is not None:
+            raise errors.UnsupportedCombination(
+                "workload replay with touch=%s writes what it allocates, but layer %s of "
+                "policy %r hands out one block per CPU: use touch=none, or a real allocator"
+                % (task["point"]["touch"], pol.shared_layer, pol.name))
+        in_child = task["isolate"] or task["processes"] or peers.needed(pol) is not None
+        if in_child and "ref" not in child:
+            child["ref"] = replay.for_child(ref)
+        task["trace"] = child["ref"] if in_child else ref
+        task["trace_index"] = idx
+        task["point"]["trace"] = ref["label"]
 
 
 def _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram, mem_sample,
@@ -506,6 +576,9 @@ def _config(task, run_index=0, pol=None):
         cfg.wparams[i] = v
     (pol or Policy(task["policy"])).fill_spec(cfg.stack)
     cfg.stack.check = task.get("check_mask", 0)
+    if task.get("trace") is not None:  # replay: the trace's handle in this process
+        from . import replay
+        cfg.wparams[task["trace_index"]] = replay.handle(task["trace"])
     cfg.producers = task["producers"]
     cfg.cpu_mode = CPU_MODES[task["cpu"]]
     cfg.timing = TIMINGS[task["timing"]]
@@ -641,7 +714,7 @@ class _Progress:
             sys.stderr.flush()
 
 
-def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
+def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
         warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
         histogram=False, mem_sample=0.01, effort="normal", processes=False, isolate=None,
         check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, **params):
@@ -676,6 +749,9 @@ def run(workload, policy, runs=None, producers=1, cpu="auto", timing=None,
 
     stats: "lite" (default), "off" or "full", or a list (an axis, each
     point's "stats" parameter): what the layers count; see STATS_LEVELS.
+
+    producers: 1 when not given; for ``run("replay", pol, trace=FILE)`` the
+    trace's threads (see plan()).
 
     Returns a Result. Raises AllocatorExhausted when a run runs out of memory
     and RunError when a run fails otherwise.

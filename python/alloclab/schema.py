@@ -52,6 +52,7 @@ WORKLOAD_FLAGS = [
     ("one_producer", lib.AL_WL_ONE_PRODUCER),
     ("live", lib.AL_WL_LIVE),  # keeps live requested bytes
     ("distinct", lib.AL_WL_DISTINCT),  # links, checks or shares objects: not on shared_blocks
+    ("finite", lib.AL_WL_FINITE),  # a worker's work ends (replay): the phase ends when all are done
 ]
 
 _SIZE_UNITS = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)]

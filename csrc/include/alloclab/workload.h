@@ -115,6 +115,9 @@ static inline bool al_worker_stopping(struct al_worker *w)
 
 struct al_run_result;
 
+/* A cycle's return: the worker has finished its part of the phase. */
+#define AL_CYCLE_DONE 1
+
 enum al_workload_flags {
 	AL_WL_RESET = 1u << 0,	      /* allocator recreated (untimed) after every cycle */
 	AL_WL_ONE_PRODUCER = 1u << 1, /* exactly one producer, as the modelled bench */
@@ -123,6 +126,12 @@ enum al_workload_flags {
 	 * their contents, or keeps them live while other workers write theirs;
 	 * a stack with an AL_F_SHARED_BLOCKS layer (null) is refused */
 	AL_WL_DISTINCT = 1u << 3,
+	/* Its work is finite (replay: one pass of a trace): a cycle returns
+	 * AL_CYCLE_DONE once the worker's part of the phase is done, and the
+	 * worker then leaves the phase. A measured phase that ends before
+	 * (duration, stop) is reported truncated; the phase may be bounded by
+	 * neither cycles nor duration (it ends when every worker is done). */
+	AL_WL_FINITE = 1u << 4,
 	/* What a policy must be, known before a run (Python checks it when it
 	 * plans; the workload refuses others again when it starts): */
 	AL_WL_NMI = 1u << 8, /* calls the policy at NMI: an NMI-safe stack (al_stack_nmi_unsafe) */
@@ -149,7 +158,8 @@ struct al_workload_desc {
 	/* Shared state; may be NULL. 0 or -errno. */
 	int (*setup)(const int64_t *params, unsigned nworkers, void **shared);
 	int (*worker_init)(struct al_worker *w);
-	/* One cycle. 0 or -errno (e.g. -ENOMEM with w->err filled in). */
+	/* One cycle. 0, -errno (e.g. -ENOMEM with w->err filled in), or
+	 * AL_CYCLE_DONE (AL_WL_FINITE): this worker's part of the phase is done. */
 	int (*cycle)(struct al_worker *w);
 	/* Free what this worker still holds (untimed). */
 	void (*worker_fini)(struct al_worker *w);

@@ -1,0 +1,135 @@
+"""The replay workload's trace parameter, as run() plans and runs it.
+
+A user names the trace to replay with a file path (what ``alloclab
+record`` wrote) or an ``alloclab.Trace``; the C workload takes the handle
+of a registered trace (trace.h). plan() turns the value into a *ref*, a
+plain JSON-able dict that a task carries to wherever the run happens (this
+process, a peer's child process, an executor's worker): the file's path, a
+key, and the trace's identity (program, threads, ops, objects, a digest of
+the decoded ops). ``handle(ref)`` then gives the registered handle in the
+running process, loading the file there once (a child loads its own copy);
+the handle never leaves the process that registered it, and results record
+the path and the identity, never the handle.
+
+A Trace built in memory has no file: it replays in this process, and is
+saved to a temporary file (kept until the interpreter exits) when a run
+must happen in a child process, or refused when it cannot be saved.
+
+Cost: the digest reads every op once (SHA-256 of the op and seq arrays)
+when the trace is planned; nothing is done per run beyond a dict lookup.
+"""
+
+import atexit
+import hashlib
+import os
+import tempfile
+
+from . import errors
+from .trace import Trace
+
+_LOADED = {}  # key -> Trace: the traces this process has loaded or was given
+_TEMP = []  # temporary trace files written for child processes
+
+
+def digest(trace):
+    """SHA-256 (hex) of the decoded ops and sequence numbers, thread by thread:
+    the same trace gives the same digest whatever file or codec it came from."""
+    h = hashlib.sha256()
+    h.update(b"%d\0" % trace.nthreads)
+    for k in range(trace.nthreads):
+        h.update(b"%d\0" % len(trace.ops(k)))
+        h.update(trace.ops(k).tobytes())
+        h.update(trace.seq(k).tobytes())
+    return h.hexdigest()
+
+
+def identity(trace):
+    """What a result records of a trace (never its handle)."""
+    meta = trace.meta or {}
+    return {"program": meta.get("program"), "threads": int(trace.nthreads),
+            "ops": int(trace.nops), "objects": int(trace.nobjects), "digest": digest(trace)}
+
+
+def _load_file(path):
+    """The Trace in file ``path`` (alloclab.trace.load), with clear errors."""
+    from . import trace as _trace
+    load = getattr(_trace, "load", None)
+    if load is None:
+        raise errors.InvalidArgument("trace=%r: this build cannot read trace files "
+                                     "(alloclab.trace.load is missing)" % path)
+    if not os.path.isfile(path):
+        raise errors.InvalidArgument("trace=%r: no such trace file" % path)
+    return load(path)
+
+
+def resolve(value):
+    """The ref of a trace given as a path or a Trace: ParameterTypeError for
+    anything else (an int handle is the C side's, not a user's)."""
+    if isinstance(value, Trace):
+        if value._t is None:
+            raise errors.InvalidArgument("trace: this Trace is closed")
+        key = "mem:%x" % id(value)
+        _LOADED[key] = value
+        path = value.meta.get("path") if isinstance(value.meta, dict) else None
+        return dict(identity(value), path=path, key=key, label=path or "<memory>")
+    if isinstance(value, (str, os.PathLike)):
+        path = os.path.abspath(os.fspath(value))
+        try:
+            st = os.stat(path)
+        except OSError:
+            raise errors.InvalidArgument("trace=%r: no such trace file" % os.fspath(value)) \
+                from None
+        key = "file:%s:%d:%d" % (path, st.st_mtime_ns, st.st_size)  # a rewritten file reloads
+        if key not in _LOADED:
+            _LOADED[key] = _load_file(path)
+        return dict(identity(_LOADED[key]), path=path, key=key, label=os.fspath(value))
+    raise errors.ParameterTypeError(
+        "trace must be a trace file's path or an alloclab.Trace, not %r" % (value,),
+        name="trace", value=value)
+
+
+def for_child(ref):
+    """The ref a child process can load: a Trace without a file is saved to
+    a temporary file; InvalidArgument when it cannot be."""
+    if ref.get("path"):
+        return ref
+    tr = _LOADED.get(ref["key"])
+    save = getattr(tr, "save", None)
+    if tr is None or save is None:
+        raise errors.InvalidArgument(
+            "this run happens in a child process (a peer allocator, processes=True or an "
+            "isolated plugin), which loads the trace from its file, and this Trace was "
+            "built in memory: save it (Trace.save(path)) and pass trace=path")
+    fd, path = tempfile.mkstemp(prefix="alloclab-replay-", suffix=".altrace")
+    os.close(fd)
+    _TEMP.append(path)
+    save(path)
+    key = "file:" + path
+    _LOADED[key] = tr
+    return dict(ref, path=path, key=key)
+
+
+def handle(ref):
+    """The registered handle of ``ref``'s trace in this process, loading its
+    file here first when needed (a child process). InvalidArgument when the
+    file no longer holds the trace that was planned (its digest changed)."""
+    tr = _LOADED.get(ref["key"])
+    if tr is None or tr._t is None:
+        if not ref.get("path"):
+            raise errors.InvalidArgument("trace %s is not loaded in this process"
+                                         % ref.get("label"))
+        tr = _load_file(ref["path"])
+        if digest(tr) != ref["digest"]:
+            raise errors.InvalidArgument("trace file %r changed since the run was planned"
+                                         % ref["path"])
+        _LOADED[ref["key"]] = tr
+    return tr.handle()
+
+
+@atexit.register
+def _remove_temp():
+    for path in _TEMP:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
