@@ -1,0 +1,270 @@
+"""The replay workload: a recorded program's trace replayed on a policy.
+
+Traces are built with Trace.from_ops from a program-order list of
+(thread, op), so every op's seq is its place in that list: the counts a
+replay must report (ops per kind, cross-thread frees, copied bytes) are
+known exactly from the list. Covers every in-process preset, unknown
+frees (counted; strict fails), realloc copies, determinism on buddy,
+virtual CPUs with more threads than CPUs, stopping a replay, the duration
+as a time limit, bad handles and the Python-side refusals.
+"""
+
+import os
+import signal
+import time
+
+import pytest
+
+import alloclab as al
+from alloclab import errors, peers
+from alloclab._ffi import cstr, ffi, lib
+from alloclab._tracefmt import FLAG_NULL, FLAG_UNKNOWN, KINDS
+from alloclab.policy import presets
+from alloclab.run import _config, plan, run_once
+from alloclab.trace import Trace
+
+ONE = dict(runs=1)
+
+
+def build(program, nthreads=None):
+    """A sealed Trace from [(thread, op dict)] in program order (seq = index)."""
+    n = nthreads or 1 + max(k for k, _ in program)
+    threads = [[] for _ in range(n)]
+    for seq, (k, op) in enumerate(program):
+        threads[k].append(dict(op, seq=seq + 1))
+    return Trace.from_ops(threads)
+
+
+def every_kind():
+    """Two threads, every op kind: thread 1 frees, reallocs and asks the size
+    of thread 0's objects; an unknown free, free(NULL), a malloc the program
+    was refused. Returns (trace, {kind: ops}, cross frees, copied bytes)."""
+    p = [(0, dict(kind="thread_start", aux=None)),
+         (0, dict(kind="malloc", size=32, id=0)),
+         (0, dict(kind="calloc", size=96, aux=3, id=1)),
+         (0, dict(kind="malloc", size=0, id=2, flags=16)),
+         (0, dict(kind="posix_memalign", size=100, aux=64, id=3)),
+         (0, dict(kind="aligned_alloc", size=48, aux=16, id=4)),
+         (0, dict(kind="memalign", size=40, aux=32, id=5)),
+         (0, dict(kind="valloc", size=200, aux=4096, id=6)),
+         (0, dict(kind="pvalloc", size=300, aux=4096, id=7)),
+         (0, dict(kind="realloc", size=64, aux=0, ref=None, id=8)),
+         (0, dict(kind="malloc", size=1 << 20, flags=FLAG_NULL)),  # the program got NULL
+         (1, dict(kind="thread_start", aux=0)),
+         (1, dict(kind="usable_size", ref=0, size=32)),
+         (0, dict(kind="realloc", size=100, aux=32, ref=0, id=9)),  # waits for the read
+         (1, dict(kind="free", ref=1)),
+         (1, dict(kind="realloc", size=16, aux=100, ref=9, id=10)),  # copies 16
+         (1, dict(kind="free", ref=None, flags=FLAG_UNKNOWN)),
+         (1, dict(kind="free", ref=None, flags=FLAG_NULL)),  # free(NULL)
+         (0, dict(kind="usable_size", ref=3, size=128)),
+         (0, dict(kind="realloc", size=0, aux=48, ref=4)),  # realloc(p, 0) frees p
+         (1, dict(kind="free", ref=5)),
+         (0, dict(kind="free", ref=10)),
+         (0, dict(kind="free", ref=2)),
+         (1, dict(kind="thread_exit")),
+         (0, dict(kind="thread_exit"))]
+    kinds = {k: 0 for k in KINDS}
+    for _, op in p:
+        kinds[op["kind"]] += 1
+    # consuming ops on another thread's object: free 1, realloc 9, free 5, free 10
+    return build(p), kinds, 4, 32 + 16
+
+
+def wl(res, name, i=0):
+    return res.rows()[i]["wl." + name]
+
+
+IN_PROCESS = sorted(n for n, spec in presets.items() if peers.needed(spec) is None)
+
+
+@pytest.mark.parametrize("preset", IN_PROCESS)
+def test_every_kind_counted_exactly_on_every_preset(preset):
+    tr, kinds, cross, copied = every_kind()
+    res = al.run("replay", preset, trace=tr, **ONE)
+    row = res.rows()[0]
+    for k, n in kinds.items():
+        assert row["wl.%s_ops" % k] == n, k
+    alloc_side = sum(kinds[k] for k in KINDS[:9] if k != "free")
+    assert row["alloc_ops"] == alloc_side and row["free_ops"] == kinds["free"]
+    assert row["wl.unknown_frees"] == 1 and row["wl.unfinished_ops"] == 0
+    assert row["producers"] == 2 and res.truncated() == []
+    leaks = {k: v for k, v in row.items() if k.endswith(".leaked")}
+    assert leaks and all(v == 0 for v in leaks.values())  # the live objects were freed
+    if row["wl.refused"] == 0:  # a policy that refuses an object skips its later ops
+        assert row["wl.skipped"] == 0 and row["cross_frees"] == cross
+        if presets[preset] != "null":  # one block per CPU: nothing to copy
+            assert row["wl.reallocs_copied_bytes"] == copied
+    else:
+        assert row["cross_frees"] <= cross
+
+
+def test_unknown_frees_are_counted_and_strict_refuses_them():
+    tr, _, _, _ = every_kind()
+    assert wl(al.run("replay", "buddy", trace=tr, **ONE), "unknown_frees") == 1
+    with pytest.raises(errors.RunError, match=r"thread 1, op \d+: free of an object "
+                                              r"allocated before recording began"):
+        al.run("replay", "buddy", trace=tr, strict=True, **ONE)
+
+
+def _realloc_chain(n=50):
+    """One thread: an object grown and shrunk by realloc n times."""
+    p, size, copied = [(0, dict(kind="malloc", size=10, id=0))], 10, 0
+    for i in range(1, n):
+        new = 10 + (i * 37) % 500
+        p.append((0, dict(kind="realloc", size=new, aux=size, ref=i - 1, id=i)))
+        copied += min(size, new)
+        size = new
+    p.append((0, dict(kind="free", ref=n - 1)))
+    return build(p), copied
+
+
+@pytest.mark.parametrize("touch", ["none", "first", "all"])
+def test_realloc_copies_the_bytes(touch):
+    # With touch, every object is filled with a byte of its id and each
+    # realloc checks that the new object holds the old one's bytes: a copy
+    # that lost them fails the run.
+    tr, copied = _realloc_chain()
+    res = al.run("replay", ["buddy", "libarena-transfer"], trace=tr, touch=touch, **ONE)
+    for i in range(2):
+        assert wl(res, "reallocs_copied_bytes", i) == copied
+        assert wl(res, "realloc_ops", i) == 49
+
+
+def _random_program(nthreads, nops, seed, cross=True):
+    """A program of mallocs and frees; with cross, a thread frees objects of
+    the thread before it (a ring), so most frees wait for another thread."""
+    import random
+    rnd = random.Random(seed)
+    live = [[] for _ in range(nthreads)]
+    p, nid, ncross = [], 0, 0
+    for _ in range(nops):
+        k = rnd.randrange(nthreads)
+        src = (k - 1) % nthreads if cross else k
+        if live[src] and rnd.random() < 0.45:
+            obj = live[src].pop(rnd.randrange(len(live[src])))
+            p.append((k, dict(kind="free", ref=obj)))
+            ncross += src != k
+        else:
+            p.append((k, dict(kind="malloc", size=rnd.choice([8, 24, 64, 200, 1000, 4000]),
+                              id=nid)))
+            live[k].append(nid)
+            nid += 1
+    return p, ncross
+
+
+def _layer_counters(res):
+    return {k: v for k, v in res.rows()[0].items()
+            if k.startswith("buddy.") and not k.endswith("_per_op")}
+
+
+def test_single_thread_replay_is_deterministic_on_buddy():
+    p, _ = _random_program(1, 5000, seed=3, cross=False)
+    tr = build(p)
+    a = al.run("replay", "buddy", trace=tr, **ONE)
+    b = al.run("replay", "buddy", trace=tr, **ONE)
+    assert _layer_counters(a) and _layer_counters(a) == _layer_counters(b)
+    for k in ("malloc_ops", "free_ops", "refused", "skipped"):
+        assert wl(a, k) == wl(b, k)
+
+
+def test_cross_thread_trace_on_more_threads_than_cpus():
+    n = max(4, 2 * lib.al_cpus_usable())
+    p, ncross = _random_program(n, 6000, seed=5)
+    tr = build(p, n)
+    t0 = time.monotonic()
+    res = al.run("replay", ["buddy", "libarena-transfer"], trace=tr, cpu="virtual", runs=1,
+                 duration=60)
+    assert time.monotonic() - t0 < 60
+    nfree = sum(op["kind"] == "free" for _, op in p)
+    for i in range(2):
+        row = res.rows()[i]
+        assert row["producers"] == n and row["cpu_mode_used"] == "virtual"
+        assert row["free_ops"] == nfree and row["cross_frees"] == ncross
+        assert row["wl.unfinished_ops"] == 0
+    assert res.truncated() == []
+
+
+def _slow_trace(nops=50, gap=10 ** 9):
+    """One thread: 5 ops back to back, then each after a recorded gap of `gap` ns."""
+    p = []
+    for i in range(nops):
+        p.append((0, dict(kind="malloc", size=64, id=i, dt=gap if i >= 5 else 0)))
+    return build(p)
+
+
+def test_duration_is_a_time_limit_and_the_cut_pass_is_truncated():
+    tr = _slow_trace()
+    t0 = time.monotonic()
+    res = al.run("replay", "buddy", trace=tr, think="recorded", duration=0.2, **ONE)
+    assert time.monotonic() - t0 < 30
+    assert res.truncated() and wl(res, "unfinished_ops") == 45
+    assert wl(res, "malloc_ops") == 5 and res.rows()[0]["buddy.leaked"] == 0
+
+
+def test_stop_ends_a_replay_promptly():
+    _, tasks = plan("replay", "buddy", trace=_slow_trace(), think="recorded", runs=1)
+
+    def on_phase(phase):
+        if phase == lib.AL_RUN_MEASURED:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_once(tasks[0], on_phase=on_phase)
+    assert time.monotonic() - t0 < 10
+    tr, kinds, _, _ = every_kind()  # the next replay runs
+    assert wl(al.run("replay", "buddy", trace=tr, **ONE), "malloc_ops") == kinds["malloc"]
+
+
+def test_histograms_count_every_timed_op():
+    tr, kinds, _, _ = every_kind()
+    res = al.run("replay", "buddy", trace=tr, histogram=True, **ONE)
+    row = res.rows()[0]
+    assert res.histogram(op="alloc").count == row["alloc_ops"]
+    assert res.histogram(op="free").count == row["free_ops"]
+
+
+def test_bad_handle_is_refused_by_the_engine():
+    tr, _, _, _ = every_kind()
+    _, tasks = plan("replay", "buddy", trace=tr, runs=1)
+    cfg = _config(tasks[0])
+    cfg.wparams[tasks[0]["trace_index"]] = 987654321
+    err = ffi.new("char[]", 256)
+    assert lib.al_run_check(cfg, ffi.NULL, err, 256) == -22
+    assert "trace=987654321 is not a registered trace handle" in cstr(err)
+
+
+def test_python_refusals_name_the_bad_value():
+    tr, _, _, _ = every_kind()
+    with pytest.raises(errors.ParameterRangeError, match="producers=3, but the trace has 2"):
+        plan("replay", "buddy", trace=tr, producers=3)
+    with pytest.raises(errors.ParameterTypeError, match="trace must be a trace file"):
+        plan("replay", "buddy", trace=5)
+    with pytest.raises(errors.InvalidArgument, match="needs trace=FILE"):
+        plan("replay", "buddy")
+    with pytest.raises(errors.InvalidArgument, match="cycles=4 does not apply"):
+        plan("replay", "buddy", trace=tr, cycles=4)
+    with pytest.raises(errors.InvalidArgument, match="no such trace file"):
+        plan("replay", "buddy", trace="/nonexistent/x.altrace")
+    with pytest.raises(errors.UnsupportedCombination, match="layer null"):
+        plan("replay", "null", trace=tr, touch="all")
+
+
+def test_result_records_the_trace_identity_not_the_handle():
+    tr, _, _, _ = every_kind()
+    res = al.run("replay", "buddy", trace=tr, **ONE)
+    ident = res.metadata["run"]["trace"]
+    assert ident["threads"] == 2 and ident["ops"] == tr.nops and len(ident["digest"]) == 64
+    assert res.rows()[0]["trace"] == "<memory>"
+    assert "key" not in ident
+
+
+def test_in_memory_trace_in_a_child_process():
+    tr, kinds, _, _ = every_kind()
+    if getattr(tr, "save", None) is None:
+        with pytest.raises(errors.InvalidArgument, match="built in memory"):
+            plan("replay", "buddy", trace=tr, processes=True)
+    else:  # saved to a temporary file the child loads
+        res = al.run("replay", "buddy", trace=tr, processes=True, **ONE)
+        assert wl(res, "malloc_ops") == kinds["malloc"]
