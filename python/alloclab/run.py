@@ -749,9 +749,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
 
     stats: "lite" (default), "off" or "full", or a list (an axis, each
     point's "stats" parameter): what the layers count; see STATS_LEVELS.
-
-    producers: 1 when not given; for ``run("replay", pol, trace=FILE)`` the
-    trace's threads (see plan()).
+    producers: 1 by default; replay's (trace=FILE): the trace's threads (plan()).
 
     Returns a Result. Raises AllocatorExhausted when a run runs out of memory
     and RunError when a run fails otherwise.
