@@ -268,3 +268,28 @@ def test_in_memory_trace_in_a_child_process():
     else:  # saved to a temporary file the child loads
         res = al.run("replay", "buddy", trace=tr, processes=True, **ONE)
         assert wl(res, "malloc_ops") == kinds["malloc"]
+
+
+def test_memory_over_the_replay_is_kept_as_a_series():
+    p, _ = _random_program(1, 20000, seed=7, cross=False)
+    res = al.run("replay", "buddy", trace=build(p), mem_sample=0.0001, **ONE)
+    (_, run, s), = res.mem_series()
+    row = res.rows()[0]
+    assert run == 0 and 2 <= len(s["t_ns"]) <= lib.AL_MEM_SERIES
+    assert list(s["t_ns"]) == sorted(s["t_ns"])
+    assert s["requested"][0] == 0 and s["requested"][-1] == row["mem_requested"]
+    assert s["rss"][-1] == row["mem_rss"] and max(s["requested"]) <= row["mem_requested_peak"]
+    again = al.Result.from_json(res.to_json()).mem_series()[0][2]
+    assert all(list(again[k]) == list(s[k]) for k in s)
+
+
+def test_a_long_series_is_thinned_within_its_bound():
+    res = al.run("malloc-free", "buddy", duration=0.2, mem_sample=0.0001, **ONE)
+    (_, _, s), = res.mem_series()
+    n = res.rows()[0]["mem_samples"]
+    assert len(s["t_ns"]) <= lib.AL_MEM_SERIES
+    if n > lib.AL_MEM_SERIES:  # halved at least once: more than half the bound is kept
+        assert len(s["t_ns"]) > lib.AL_MEM_SERIES // 2
+    else:
+        assert len(s["t_ns"]) == n
+    assert list(s["t_ns"]) == sorted(s["t_ns"])

@@ -8,6 +8,8 @@
  * fields their fast paths write without atomics, which is fine when workers
  * wait at a barrier and not otherwise. RSS comes from /proc/self/statm,
  * opened once and read with pread(), so a sample makes no allocation.
+ * Samples also go into a bounded series (measure.h: AL_MEM_SERIES points,
+ * thinned by halving when full), so a run's memory over time is kept.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -41,6 +43,8 @@ void al_mem_begin(struct al_mem_sampler *s, struct al_mem *m)
 	s->statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
 	memset(m, 0, sizeof(*m));
 	m->requested = m->requested_peak = -1;
+	m->series_every = 1;
+	s->t0_ns = al_mono_ns();
 	m->rss_start = read_rss(s);
 }
 
@@ -62,6 +66,34 @@ static bool read_held(struct al_mem_sampler *s, struct al_allocator *top, bool q
 	return true;
 }
 
+/* Keep every other point and from now on one sample in twice as many. */
+static void series_halve(struct al_mem *m)
+{
+	for (unsigned i = 0; 2 * i < m->nseries; i++)
+		m->series[i] = m->series[2 * i];
+	m->nseries = (m->nseries + 1) / 2;
+	m->series_every *= 2;
+}
+
+/* The sample as a point of the series when it falls on the kept spacing,
+ * or always (the last sample). */
+static void series_add(struct al_mem_sampler *s, bool always, bool held_ok, int64_t held,
+		       int64_t requested, uint64_t rss)
+{
+	struct al_mem *m = s->m;
+	struct al_mem_point *pt;
+
+	if (!always && m->samples % m->series_every)
+		return;
+	if (m->nseries == AL_MEM_SERIES)
+		series_halve(m);
+	pt = &m->series[m->nseries++];
+	pt->t_ns = al_mono_ns() - s->t0_ns;
+	pt->requested = requested;
+	pt->held = held_ok ? held : -1;
+	pt->rss = rss;
+}
+
 static void record(struct al_mem *m, bool held_ok, int64_t held, int64_t requested, uint64_t rss)
 {
 	if (held_ok) {
@@ -81,8 +113,10 @@ void al_mem_sample(struct al_mem_sampler *s, struct al_allocator *top, int64_t r
 {
 	int64_t held = 0;
 	bool ok = read_held(s, top, quiescent, &held);
+	uint64_t rss = read_rss(s);
 
-	record(s->m, ok, held, requested, read_rss(s));
+	series_add(s, false, ok, held, requested, rss);
+	record(s->m, ok, held, requested, rss);
 }
 
 void al_mem_end(struct al_mem_sampler *s, struct al_allocator *top, int64_t requested)
@@ -92,6 +126,7 @@ void al_mem_end(struct al_mem_sampler *s, struct al_allocator *top, int64_t requ
 	bool ok = read_held(s, top, true, &held);
 	uint64_t rss = read_rss(s);
 
+	series_add(s, true, ok, held, requested, rss);
 	record(m, ok, held, requested, rss);
 	m->held = held;
 	m->requested = requested;

@@ -17,6 +17,7 @@ struct al_mem_sampler {
 	int statm_fd;	     /* /proc/self/statm, or -1 */
 	uint64_t page_size;  /* bytes per page, for statm */
 	struct al_stats bot; /* scratch for the bottom layer's stats */
+	uint64_t t0_ns;	     /* the phase's start (al_mono_ns), for the series */
 };
 
 /* Open /proc/self/statm and reset *m. */

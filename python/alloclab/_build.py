@@ -246,6 +246,13 @@ struct al_hist {
     uint64_t b[...];
     ...;
 };
+#define AL_MEM_SERIES ...
+struct al_mem_point {
+    uint64_t t_ns;
+    int64_t requested;
+    int64_t held;
+    uint64_t rss;
+};
 struct al_mem {
     uint64_t samples;
     uint64_t held_samples;
@@ -256,6 +263,9 @@ struct al_mem {
     uint64_t rss_start;
     uint64_t rss;
     uint64_t rss_peak;
+    unsigned nseries;
+    unsigned series_every;
+    struct al_mem_point series[...];
     ...;
 };
 void al_hist_reset(struct al_hist *h);

@@ -226,6 +226,10 @@ def _point_info(raws):
         info["run_starts"] = [x["t_start"] for x in raws]
     if all("pid" in x for x in raws):  # which process ran each run (processes=True)
         info["pids"] = [x["pid"] for x in raws]
+    if all((x.get("mem") or {}).get("series") for x in raws):
+        # per run: memory over the measured phase ({t_ns, requested, held,
+        # rss}: lists; -1 = not known at that sample), Result.mem_series
+        info["mem_series"] = [x["mem"]["series"] for x in raws]
     if any(x.get("truncated") for x in raws):
         # per run: workers whose measured phase the duration cut short (a
         # fixed loop that did not finish); verdicts leave such runs out
@@ -939,6 +943,16 @@ class Result:
             return "stats: not recorded (a result made before stats levels: every counter)"
         return "stats: " + "; ".join("%s (%s)" % (lv, what.get(lv, "?")) if lv else
                                      "not recorded" for lv in levels)
+
+    def mem_series(self, **where):
+        """[(point params, run index, {"t_ns", "requested", "held", "rss"}:
+        int64 arrays)]: memory sampled over each run's measured phase (every
+        mem_sample seconds, at most a few hundred points, thinned evenly),
+        -1 where a value was not known at a sample (held mid-phase for a
+        layer whose stats cannot be read while workers run)."""
+        res = self.filter(**where) if where else self
+        return [(dict(p.params), i, {k: np.asarray(v, dtype=np.int64) for k, v in s.items()})
+                for p in res.points for i, s in enumerate(p.info.get("mem_series", ()))]
 
     def truncated(self):
         """[(point params, [run indexes])] of the runs the duration cut short

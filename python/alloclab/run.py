@@ -663,6 +663,10 @@ def _raw_measures(res, task):
     out = {"mem": {k: int(getattr(m, k)) for k in (
         "samples", "held_samples", "held", "held_peak", "requested", "requested_peak",
         "rss_start", "rss", "rss_peak")}}
+    pts = [m.series[i] for i in range(min(m.nseries, lib.AL_MEM_SERIES))]
+    # the samples over time (measure.h: bounded, evenly thinned): t_ns, requested, held, rss
+    out["mem"]["series"] = {k: [int(getattr(p, k)) for p in pts]
+                            for k in ("t_ns", "requested", "held", "rss")}
     if task.get("histogram"):
         tpn = float(res.ticks_per_ns)
         out["hist"] = {"alloc": Histogram.from_c(res.hist[lib.AL_HIST_ALLOC], tpn).to_dict(),

@@ -89,6 +89,21 @@ AL_API uint64_t al_hist_bucket_hi(unsigned i); /* largest value of bucket i */
  * of the samples: a lower bound of the true peak, close when the peak lasts
  * longer than a period.
  */
+/*
+ * The samples over time: at most AL_MEM_SERIES points, the phase's first
+ * and last samples included. When the series is full every other point is
+ * dropped and from then on one sample in twice as many is kept, so a phase
+ * of any length gets an evenly spaced series within the bound.
+ */
+#define AL_MEM_SERIES 256
+
+struct al_mem_point {
+	uint64_t t_ns;	   /* since the start of the measured phase */
+	int64_t requested; /* workers' live bytes; -1 unknown */
+	int64_t held;	   /* bottom layer's bytes_held; -1 when not readable mid-phase */
+	uint64_t rss;	   /* resident set size */
+};
+
 struct al_mem {
 	uint64_t samples;	/* samples taken (rss, requested) */
 	uint64_t held_samples;	/* of which held was read; 2 = only the two ends */
@@ -99,6 +114,9 @@ struct al_mem {
 	uint64_t rss_start;	/* resident set size (bytes) at the start of the phase */
 	uint64_t rss;		/* at the end */
 	uint64_t rss_peak;	/* the largest sampled */
+	unsigned nseries;	/* points in series[] */
+	unsigned series_every;	/* one point kept per this many samples (a power of two) */
+	struct al_mem_point series[AL_MEM_SERIES];
 };
 
 #ifdef __cplusplus
