@@ -132,6 +132,9 @@ def run_expectation(workload, preset, producers):
     peer = _peer(preset)
     if peer is not None and peer != "glibc" and not peers.available(peer):
         return "refuse", ((errors.PeerUnavailable,), [peer, "install"])
+    if workload == "replay" and peer is not None and \
+            not isinstance(_replay_trace(producers), str):
+        return "refuse", ((errors.InvalidArgument,), ["built in memory", "save"])
     if wl.one_producer and producers != 1:
         return "refuse", ((errors.ParameterRangeError,), ["producers"])
     if workload == "test_vmalloc" and "vmalloc" not in pol.names:
@@ -143,6 +146,46 @@ def run_expectation(workload, preset, producers):
     if (workload, preset) in MAY_FAIL:
         return "ok_or_fail", MAY_FAIL[(workload, preset)]
     return "ok", None
+
+
+_REPLAY_TRACES = {}
+
+
+def _replay_trace(nthreads):
+    """A small trace of nthreads threads for the replay cells: each thread
+    allocates (every alloc kind), reallocs, asks sizes and frees, and frees
+    half of the objects of the thread before it (a ring of cross-thread
+    frees). Saved to a file when the build can (a peer's child loads it);
+    else the in-memory Trace (peers then refuse it, see run_expectation)."""
+    if nthreads in _REPLAY_TRACES:
+        return _REPLAY_TRACES[nthreads]
+    from alloclab.trace import Trace
+    kinds = ("malloc", "calloc", "posix_memalign", "aligned_alloc", "memalign", "malloc")
+    threads, nid = [[] for _ in range(nthreads)], 0
+    for rnd in range(40):
+        for k in range(nthreads):
+            a, b = nid, nid + 1
+            nid += 3
+            threads[k].append(dict(kind=kinds[rnd % 6], size=8 + 24 * rnd, aux=16, id=a,
+                                   seq=rnd * 1000 + k * 10 + 1))
+            threads[k].append(dict(kind="malloc", size=rnd, id=b, seq=rnd * 1000 + k * 10 + 2))
+            threads[k].append(dict(kind="realloc", size=4 * rnd + 1, aux=rnd, ref=b, id=b + 1,
+                                   seq=rnd * 1000 + k * 10 + 3))
+            threads[k].append(dict(kind="usable_size", ref=b + 1,
+                                   seq=rnd * 1000 + k * 10 + 4))
+            threads[k].append(dict(kind="free", ref=b + 1, seq=rnd * 1000 + k * 10 + 5))
+    for k in range(nthreads):  # the ring: thread k frees thread k-1's first allocations
+        src = (k - 1) % nthreads
+        for rnd in range(40):
+            threads[k].append(dict(kind="free", ref=(rnd * nthreads + src) * 3,
+                                   seq=100000 + rnd * nthreads + k))
+    tr = Trace.from_ops(threads)
+    if getattr(tr, "save", None) is not None:
+        path = os.path.join(tempfile.mkdtemp(prefix="alloclab-redteam-"), "t.altrace")
+        tr.save(path)
+        tr = path
+    _REPLAY_TRACES[nthreads] = tr
+    return tr
 
 
 def run_cells():
@@ -794,9 +837,13 @@ def run_cell(cell):
     producers = int(p[1:])
     want, refuse = run_expectation(workload, preset, producers)
     params = dict(TINY_PARAMS.get(workload, {}))
+    settings = dict(RUN_SETTINGS)
+    if workload == "replay":  # one pass of a small trace: no cycles, no warmup
+        del settings["cycles"], settings["warmup_cycles"]
+        params["trace"] = _replay_trace(producers)
 
     def run():
-        return al.run(workload, preset, producers=producers, **RUN_SETTINGS, **params)
+        return al.run(workload, preset, producers=producers, **settings, **params)
 
     if want == "refuse":
         classes, words = refuse

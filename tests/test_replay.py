@@ -11,6 +11,8 @@ as a time limit, bad handles and the Python-side refusals.
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -293,3 +295,22 @@ def test_a_long_series_is_thinned_within_its_bound():
     else:
         assert len(s["t_ns"]) == n
     assert list(s["t_ns"]) == sorted(s["t_ns"])
+
+
+def test_thread_start_naming_itself_as_parent_does_not_wait():
+    tr = build([(0, dict(kind="thread_start", aux=0)), (0, dict(kind="malloc", size=8, id=0)),
+                (0, dict(kind="free", ref=0))])
+    res = al.run("replay", "buddy", trace=tr, duration=30, **ONE)
+    assert wl(res, "thread_start_ops") == 1 and res.truncated() == []
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trace", "/nonexistent/x.altrace"], "trace='/nonexistent/x.altrace': no such trace file"),
+    ([], "workload replay needs trace=FILE"),
+])
+def test_cli_refusals_are_one_error_line(args, words):
+    p = subprocess.run([sys.executable, "-m", "alloclab", "run", "replay", "--policy", "buddy",
+                        *args], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == ["alloclab: error: " + words + p.stderr.strip()
+                                             .split(words, 1)[1]]

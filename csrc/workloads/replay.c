@@ -576,7 +576,7 @@ static inline bool rp_ready(struct rp_shared *s, struct rp_worker *r, const stru
 	const struct rp_obj *o;
 
 	if (al_unlikely(op->kind == AL_TK_THREAD_START)) {
-		if (op->aux == AL_TRACE_NOID)
+		if (op->aux == AL_TRACE_NOID || op->aux == r->tid) /* no parent to wait for */
 			return true;
 		return __atomic_load_n(&s->prog[op->aux].next_seq, __ATOMIC_ACQUIRE) >
 		       r->th->seq[r->next];
