@@ -263,13 +263,48 @@ def test_result_records_the_trace_identity_not_the_handle():
 
 
 def test_in_memory_trace_in_a_child_process():
+    # saved to a temporary file that the child loads
     tr, kinds, _, _ = every_kind()
-    if getattr(tr, "save", None) is None:
-        with pytest.raises(errors.InvalidArgument, match="built in memory"):
-            plan("replay", "buddy", trace=tr, processes=True)
-    else:  # saved to a temporary file the child loads
-        res = al.run("replay", "buddy", trace=tr, processes=True, **ONE)
-        assert wl(res, "malloc_ops") == kinds["malloc"]
+    res = al.run("replay", "buddy", trace=tr, processes=True, **ONE)
+    assert wl(res, "malloc_ops") == kinds["malloc"] and res.rows()[0]["trace"] == "<memory>"
+    assert res.points[0].info["pids"] != [os.getpid()]
+
+
+PEERS = [n for n in peers.NAMES if peers.available(n)]
+
+
+@pytest.mark.skipif(not PEERS, reason="no peer allocator installed")
+def test_peers_replay_the_same_file(tmp_path):
+    tr, kinds, cross, _ = every_kind()
+    path = str(tmp_path / "every.altrace")
+    tr.save(path)
+    res = al.run("replay", ["buddy"] + PEERS, trace=path, **ONE)
+    assert res.metadata["run"]["trace"]["path"] == path
+    for row in res.rows():
+        assert row["trace"] == path
+        for k, n in kinds.items():
+            assert row["wl.%s_ops" % k] == n, (row["policy"], k)
+        assert row["wl.unfinished_ops"] == 0 and row["cross_frees"] <= cross
+
+
+def test_a_file_changed_after_planning_is_refused(tmp_path):
+    path = str(tmp_path / "t.altrace")
+    every_kind()[0].save(path)
+    _, tasks = plan("replay", "buddy", trace=path, processes=True, runs=1)
+    _realloc_chain()[0].save(path)  # another trace in the same file
+    with pytest.raises(errors.AlloclabError, match="changed since the run was planned"):
+        run_once(tasks[0])
+
+
+def test_cli_replays_a_file(tmp_path):
+    path = str(tmp_path / "t.altrace")
+    every_kind()[0].save(path)
+    p = subprocess.run([sys.executable, "-m", "alloclab", "run", "replay", "--trace", path,
+                        "--policy", "buddy", "--runs", "1", "--metric", "wl.malloc_ops"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("replay, malloc_ops (workload metric")
+    assert any(line.split() == [path, "3"] for line in p.stdout.splitlines())
 
 
 def test_memory_over_the_replay_is_kept_as_a_series():
