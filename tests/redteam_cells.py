@@ -149,6 +149,7 @@ def run_expectation(workload, preset, producers):
 
 
 _REPLAY_TRACES = {}
+_REPLAY_DIR = []  # a TemporaryDirectory, removed when the worker exits
 
 
 def _replay_trace(nthreads):
@@ -181,7 +182,9 @@ def _replay_trace(nthreads):
                                    seq=100000 + rnd * nthreads + k))
     tr = Trace.from_ops(threads)
     if getattr(tr, "save", None) is not None:
-        path = os.path.join(tempfile.mkdtemp(prefix="alloclab-redteam-"), "t.altrace")
+        if not _REPLAY_DIR:
+            _REPLAY_DIR.append(tempfile.TemporaryDirectory(prefix="alloclab-redteam-"))
+        path = os.path.join(_REPLAY_DIR[0].name, "t%d.altrace" % nthreads)
         tr.save(path)
         tr = path
     _REPLAY_TRACES[nthreads] = tr
