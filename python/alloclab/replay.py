@@ -17,6 +17,8 @@ must happen in a child process, or refused when it cannot be saved.
 
 Cost: the digest reads every op once (SHA-256 of the op and seq arrays)
 when the trace is planned; nothing is done per run beyond a dict lookup.
+A process keeps every trace it loaded or was given (their handles stay
+valid for any run planned with them): at most the registry's 64.
 """
 
 import atexit
@@ -123,7 +125,13 @@ def handle(ref):
             raise errors.InvalidArgument("trace file %r changed since the run was planned"
                                          % ref["path"])
         _LOADED[ref["key"]] = tr
-    return tr.handle()
+    try:
+        return tr.handle()
+    except errors.RunError:
+        raise errors.RunError(
+            "cannot register trace %s for replay: this process holds %d traces, as many as "
+            "the registry takes; replay the others in a fresh process (processes=True)"
+            % (ref.get("label"), len(_LOADED))) from None
 
 
 @atexit.register
