@@ -251,6 +251,9 @@ def test_python_refusals_name_the_bad_value():
         plan("replay", "buddy", trace="/nonexistent/x.altrace")
     with pytest.raises(errors.UnsupportedCombination, match="layer null"):
         plan("replay", "null", trace=tr, touch="all")
+    many = Trace.from_ops([[dict(kind="malloc", size=8, id=k)] for k in range(1025)])
+    with pytest.raises(errors.InvalidArgument, match="1025 threads.* at most 1024 producers"):
+        plan("replay", "buddy", trace=many)
 
 
 def test_result_records_the_trace_identity_not_the_handle():

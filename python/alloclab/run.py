@@ -204,6 +204,10 @@ def _replay_options(params, producers, cycles, duration, warmup_cycles):
             "workload replay runs one pass of the trace per run: cycles=%r does not apply "
             "(duration is a time limit)" % (cycles,))
     nthreads = ref["threads"]
+    if nthreads > MAX_PRODUCERS:
+        raise errors.InvalidArgument(
+            "the trace has %d threads, one producer each, and a run takes at most %d "
+            "producers" % (nthreads, MAX_PRODUCERS))
     for p in _as_list(producers, "producers") if producers is not None else ():
         if p != nthreads:
             raise errors.ParameterRangeError(
