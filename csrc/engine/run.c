@@ -49,9 +49,8 @@
  * A finite workload (AL_WL_FINITE: replay's one pass of a trace) ends a
  * worker's phase itself: its cycle returns AL_CYCLE_DONE after the worker's
  * last piece of work, the worker leaves the phase (giving its CPU token
- * away), and a phase that ended otherwise (duration, stop) is truncated. Its
- * warmup cycles return AL_CYCLE_DONE at once, and it may run bounded by
- * neither cycles nor duration.
+ * away), and a phase that ended otherwise (duration, stop) is truncated. It
+ * may run bounded by neither cycles nor duration (al_run_check).
  *
  * Workloads with AL_WL_RESET (one producer) get a new allocator after every
  * cycle (untimed), as the libarena bench resets its buddy; the counters of
