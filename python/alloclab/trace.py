@@ -19,6 +19,9 @@ old file as it was.
 
 Lifetime: the C trace is freed when the Trace is closed or collected; a
 trace registered for replay (``handle()``) stays registered until then.
+The arrays ops(), seq(), t_ns() and owner() return are read-only views that
+hold the Trace: the memory outlives neither, and a close() while a view
+lives only unregisters and leaves the freeing to the collection.
 """
 
 import bz2
@@ -29,6 +32,7 @@ import os
 import platform
 import struct
 import tempfile
+import weakref
 import zlib
 
 import numpy as np
@@ -43,7 +47,7 @@ FORMAT_VERSION = 1
 # magic, format version, header length, CRC-32 of the header
 _PREFIX = struct.Struct("<12sIII")
 COMPRESSORS = ("lzma", "zlib", "bz2", "none")
-DEFAULT_COMPRESSOR = "lzma"
+DEFAULT_COMPRESSOR = "zlib"
 # The metadata every header has (None where the saver did not know it).
 META_KEYS = ("program", "argv", "pid", "ppid", "policy", "recorded", "machine")
 # What the header states about the trace and its body, with their types.
@@ -61,6 +65,11 @@ def _kind_index(kind):
     return int(kind)
 
 
+class _TraceView(np.ndarray):
+    """An ndarray over a trace's C arrays; ``_owner`` holds the Trace, so
+    the arrays outlive neither it nor any view derived from them."""
+
+
 class Trace:
     """A sealed, decoded trace. ``meta`` is the file header's metadata
     (program, argv, machine, ...; {} for a built trace)."""
@@ -69,6 +78,8 @@ class Trace:
         assert ffi.sizeof("struct al_trace_op") == OP_DTYPE.itemsize
         self._t = ptr
         self._handle = None
+        self._views = []  # weak references to the arrays _view handed out
+        self._pending = None  # closed while views lived: freed by __del__
         self.meta = dict(meta or {})
 
     @classmethod
@@ -132,27 +143,41 @@ class Trace:
 
     def ops(self, thread):
         """Thread ``thread``'s ops as a structured array (OP_DTYPE), no copy."""
-        th = self._t.threads[thread]
-        if not th.nops:
-            return np.zeros(0, OP_DTYPE)
-        buf = ffi.buffer(th.ops, th.nops * OP_DTYPE.itemsize)
-        return np.frombuffer(buf, OP_DTYPE)
+        th = self._thread(thread)
+        return self._view(th.ops, th.nops, OP_DTYPE)
 
     def seq(self, thread):
-        th = self._t.threads[thread]
-        return np.frombuffer(ffi.buffer(th.seq, th.nops * 8), "<u8") if th.nops else \
-            np.zeros(0, "<u8")
+        th = self._thread(thread)
+        return self._view(th.seq, th.nops, np.dtype("<u8"))
 
     def t_ns(self, thread):
-        th = self._t.threads[thread]
-        return np.frombuffer(ffi.buffer(th.t_ns, th.nops * 8), "<u8") if th.nops else \
-            np.zeros(0, "<u8")
+        th = self._thread(thread)
+        return self._view(th.t_ns, th.nops, np.dtype("<u8"))
 
     def owner(self):
         """The thread that created each object id."""
-        n = self._t.nobjects
-        return np.frombuffer(ffi.buffer(self._t.owner, n * 4), "<u4") if n else \
-            np.zeros(0, "<u4")
+        return self._view(self._t.owner, self._t.nobjects, np.dtype("<u4"))
+
+    def _thread(self, thread):
+        if self._t is None:
+            raise errors.InvalidArgument("this trace is closed")
+        if not 0 <= thread < self._t.nthreads:
+            raise errors.ParameterRangeError(
+                "thread %r is outside 0..%d" % (thread, self._t.nthreads - 1),
+                value=thread, min=0, max=self._t.nthreads - 1)
+        return self._t.threads[thread]
+
+    def _view(self, ptr, n, dtype):
+        """A read-only array over n items of the C trace at ptr that keeps
+        this Trace (and so the memory) alive while any view of it lives."""
+        if not n:
+            return np.zeros(0, dtype)
+        a = np.frombuffer(ffi.buffer(ptr, n * dtype.itemsize), dtype).view(_TraceView)
+        a._owner = self
+        a.flags.writeable = False
+        self._views = [r for r in self._views if r() is not None]
+        self._views.append(weakref.ref(a))
+        return a
 
     # ---- files ----
     def save(self, path, compress=DEFAULT_COMPRESSOR):
@@ -214,11 +239,18 @@ class Trace:
         if self._handle is not None:
             lib.al_trace_unregister(self._handle)
             self._handle = None
-        lib.al_trace_free(self._t)
+        if any(r() is not None for r in self._views):
+            self._pending = self._t
+        else:
+            lib.al_trace_free(self._t)
         self._t = None
 
     def __del__(self):
         self.close()
+        # Views hold this Trace, so none is left once it is collected.
+        if self._pending is not None:
+            lib.al_trace_free(self._pending)
+            self._pending = None
 
     def __enter__(self):
         return self
@@ -247,7 +279,7 @@ def _compress(name, body):
     if name == "lzma":
         return lzma.compress(body, preset=6, check=lzma.CHECK_NONE)
     if name == "zlib":
-        return zlib.compress(body, 9)
+        return zlib.compress(body, 6)
     if name == "bz2":
         return bz2.compress(body, 9)
     return bytes(body)
