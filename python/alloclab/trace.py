@@ -65,11 +65,6 @@ def _kind_index(kind):
     return int(kind)
 
 
-class _TraceView(np.ndarray):
-    """An ndarray over a trace's C arrays; ``_owner`` holds the Trace, so
-    the arrays outlive neither it nor any view derived from them."""
-
-
 class Trace:
     """A sealed, decoded trace. ``meta`` is the file header's metadata
     (program, argv, machine, ...; {} for a built trace)."""
@@ -169,11 +164,12 @@ class Trace:
 
     def _view(self, ptr, n, dtype):
         """A read-only array over n items of the C trace at ptr that keeps
-        this Trace (and so the memory) alive while any view of it lives."""
+        this Trace (and so the memory) alive while any view of it lives:
+        the buffer holds a cdata whose (empty) destructor holds the Trace."""
         if not n:
             return np.zeros(0, dtype)
-        a = np.frombuffer(ffi.buffer(ptr, n * dtype.itemsize), dtype).view(_TraceView)
-        a._owner = self
+        keep = ffi.gc(ffi.cast("char *", ptr), lambda _p, owner=self: None)
+        a = np.frombuffer(ffi.buffer(keep, n * dtype.itemsize), dtype)
         a.flags.writeable = False
         self._views = [r for r in self._views if r() is not None]
         self._views.append(weakref.ref(a))
