@@ -314,3 +314,35 @@ def test_thread_index_checked(small):
     for bad in (3, -1):
         with pytest.raises(errors.ParameterRangeError, match="thread %d is outside 0..2" % bad):
             t.ops(bad)
+
+
+@pytest.mark.parametrize("compress", trace.COMPRESSORS)
+def test_levels(tmp_path, compress):
+    t = sample()
+    lo, default, hi = trace.LEVELS[compress]
+    for level in {lo, default, hi}:
+        t.save(tmp_path / "l.altrace", compress=compress, level=level)
+        same(t, trace.load(tmp_path / "l.altrace"))
+    if hi is None:
+        with pytest.raises(errors.InvalidArgument, match="takes no level; 3 given"):
+            t.save(tmp_path / "l.altrace", compress=compress, level=3)
+        return
+    for bad in (lo - 1, hi + 1, 2.0, True):
+        with pytest.raises(errors.ParameterRangeError, match="level %r is outside %d..%d"
+                           % (bad, lo, hi)):
+            t.save(tmp_path / "l.altrace", compress=compress, level=bad)
+
+
+def test_file_mode_follows_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        sample().save(tmp_path / "u.altrace")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "u.altrace").stat().st_mode & 0o777 == 0o644
+
+
+def test_meta_that_is_not_json_refused(tmp_path):
+    with pytest.raises(errors.InvalidArgument, match="meta is not JSON"):
+        sample({"program": object()}).save(tmp_path / "j.altrace")
+    assert not os.listdir(tmp_path)

@@ -33,8 +33,9 @@
  * fits the bytes left (a header entry is at least 4 bytes), each thread's
  * op count fits its stream (an op is at least 3 bytes: head and the two
  * deltas), and the streams' lengths add up to exactly the body. Arrays are
- * then sized once per thread (48 bytes an op, so at most 16 times the
- * body). Every read is bounds-checked against its stream's end; an error
+ * then sized once per thread: 48 bytes an op, and seal's 20 an object (an
+ * object per op at most), so memory stays within about 23 times the body.
+ * Every read is bounds-checked against its stream's end; an error
  * names the body offset and what was being read, and the result is sealed
  * (al_trace_seal's checks) before it is returned.
  *
