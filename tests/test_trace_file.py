@@ -346,3 +346,24 @@ def test_meta_that_is_not_json_refused(tmp_path):
     with pytest.raises(errors.InvalidArgument, match="meta is not JSON"):
         sample({"program": object()}).save(tmp_path / "j.altrace")
     assert not os.listdir(tmp_path)
+
+
+def test_implausible_body_length(tmp_path):
+    craft(tmp_path / "c", {"compressor": "zlib", "body_length": 1 << 70}, b"x")
+    expect(tmp_path / "c", "body_length 1180591620717411303424 is beyond", 24)
+
+
+def test_read_meta_checks_the_header(small):
+    path, data = small
+    assert trace.read_meta(path)["program"] == "p"
+    for bad in (data[:10], data[:30], b"#!" + data[2:]):
+        path.write_bytes(bad)
+        with pytest.raises(errors.FileFormatError, match="truncated|not an alloclab trace"):
+            trace.read_meta(path)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_round_trip_random_program_like(tmp_path, seed):
+    t = tracegen.program_like(1500 + 500 * seed, threads=1 + seed * 3, seed=100 + seed)
+    t.save(tmp_path / "r.altrace", compress=trace.COMPRESSORS[seed])
+    same(t, trace.load(tmp_path / "r.altrace"))

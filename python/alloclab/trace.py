@@ -31,6 +31,7 @@ import lzma
 import os
 import platform
 import struct
+import sys
 import weakref
 import zlib
 
@@ -369,6 +370,9 @@ def _check_header(path, offset, header):
         if not isinstance(v, typ) or isinstance(v, bool) or typ is int and v < 0:
             raise _bad(path, offset, "the header's %r is %r; expected a%s %s" % (
                 key, v, "" if typ is str else " non-negative", typ.__name__))
+    if header["body_length"] >= sys.maxsize:
+        raise _bad(path, offset, "the header's body_length %d is beyond what this machine "
+                   "can hold" % header["body_length"])
     if header["compressor"] not in COMPRESSORS:
         raise _bad(path, offset, "the header's compressor %r is not one of %s"
                    % (header["compressor"], ", ".join(COMPRESSORS)))
