@@ -64,6 +64,7 @@ from . import plot, stats
 from .compare import Comparison, compare
 from .hist import Histogram
 from .sweep import sweep
+from .traceinfo import TraceInfo, trace_info
 from . import machine, verdict
 from .verdict import Claim, Verdict, claim, judge
 
@@ -76,6 +77,8 @@ __all__ = [
     "workloads",
     "run",
     "sweep",
+    "trace_info",
+    "TraceInfo",
     "compare",
     "Comparison",
     "claim",

@@ -12,7 +12,7 @@ trace registered for replay (``handle()``) stays registered until then.
 
 import numpy as np
 
-from . import errors
+from . import errors, traceinfo
 from ._ffi import ffi, lib
 
 from ._tracefmt import KINDS, NOID, OP_DTYPE
@@ -118,6 +118,12 @@ class Trace:
         n = self._t.nobjects
         return np.frombuffer(ffi.buffer(self._t.owner, n * 4), "<u4") if n else \
             np.zeros(0, "<u4")
+
+    def info(self, points=1000):
+        """What the trace holds: alloclab.traceinfo.trace_info(self) (a
+        TraceInfo: ops by kind, sizes, lifetimes, live bytes and their peak,
+        threads, cross-thread frees, reallocs; .text(), .to_dict())."""
+        return traceinfo.trace_info(self, points=points)
 
     # ---- replay ----
     def handle(self):
