@@ -251,8 +251,9 @@ def _series_by_seq(live, objs, points):
 
 def _series_by_time(tm, live, points):
     """At most ``points`` buckets of equal time span over the monotone time
-    axis: each bucket's start (ns) and maximum live bytes; a bucket no op
-    falls in carries the level of the op before it."""
+    axis: each bucket's start (ns) and the maximum live bytes in it, which
+    counts the level it starts at (held until its first op) as well as the
+    level after each op in it; a bucket no op falls in holds that level."""
     t0, t1 = int(tm[0]), int(tm[-1])
     if t1 == t0:
         return {"t_ns": np.array([t0], np.uint64), "bytes": np.array([live.max()])}
@@ -261,7 +262,8 @@ def _series_by_time(tm, live, points):
     vals = np.maximum.reduceat(live, idx)
     empty = np.append(idx[1:] == idx[:-1], False)
     before = np.where(idx > 0, live[np.maximum(idx - 1, 0)], 0)
-    return {"t_ns": edges.astype(np.uint64), "bytes": np.where(empty, before, vals)}
+    return {"t_ns": edges.astype(np.uint64),
+            "bytes": np.where(empty, before, np.maximum(vals, before))}
 
 
 def _live(c, f, cm, fm, pos, at, points):
@@ -552,15 +554,26 @@ def _hist_table(hist, label, unit_head):
 
 
 def _head_lines(info):
+    """The program, when and where it was recorded, the file's bytes per op
+    (from the header's metadata, when the trace came from a file), and the
+    counts."""
     s, m = info.summary, info.summary["meta"]
     out = []
-    prog = m.get("program") or (m.get("argv") or [None])[0]
-    if prog:
-        argv = m.get("argv") or []
-        out.append("trace of %s" % " ".join(str(a) for a in argv) if argv else prog)
-        extra = ["%s=%s" % (k, m[k]) for k in ("pid", "policy") if m.get(k) is not None]
-        if extra:
-            out[-1] += " (%s)" % ", ".join(extra)
+    argv = [str(a) for a in (m.get("argv") or [])]
+    if argv or m.get("program"):
+        extra = ["%s %s" % (k, m[k]) for k in ("pid", "ppid") if m.get(k) is not None]
+        out.append("trace of %s%s" % (" ".join(argv) or m["program"],
+                                      " (%s)" % ", ".join(extra) if extra else ""))
+    mach = m.get("machine") or {}
+    where = [x for x in (m.get("recorded") and "recorded %s" % m["recorded"],
+                         mach.get("cpu_model") and "on %s" % mach["cpu_model"],
+                         mach.get("cpus") and "(%s CPUs)" % mach["cpus"],
+                         m.get("policy") and "policy %s" % m["policy"]) if x]
+    if where:
+        out.append(" ".join(where))
+    if m.get("stored_length") and s["nops"]:
+        out.append("file body: %d bytes, %s (%.2f bytes/op)" % (
+            m["stored_length"], m.get("compressor", "?"), m["stored_length"] / s["nops"]))
     out.append("%d threads, %d ops, %d objects, over %s" % (
         s["nthreads"], s["nops"], s["nobjects"], _ns(s["duration_ns"])))
     return out
