@@ -445,3 +445,13 @@ def test_thread_plot_and_lifetimes_plot(tmp_path):
 def test_plots_refuse_what_is_not_an_analysis():
     with pytest.raises(al.InvalidArgument, match="TraceInfo"):
         plot_trace.overview(cross_trace())
+
+
+def test_the_analysis_outlives_its_trace():
+    tr = cross_trace()
+    info = tr.info()
+    before = info.to_dict()
+    tr.close()
+    junk = [Trace.from_ops([[op("malloc", size=99, id=0)]]) for _ in range(4)]  # reuse memory
+    assert info.to_dict() == before and "thread 0 -> thread 1" in info.text()
+    del junk
