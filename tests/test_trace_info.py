@@ -455,3 +455,17 @@ def test_the_analysis_outlives_its_trace():
     junk = [Trace.from_ops([[op("malloc", size=99, id=0)]]) for _ in range(4)]  # reuse memory
     assert info.to_dict() == before and "thread 0 -> thread 1" in info.text()
     del junk
+
+
+@pytest.mark.parametrize("kw", [dict(points=0), dict(points=2.5), dict(top_pairs=0),
+                                dict(points=True)])
+def test_bad_arguments_are_named(kw):
+    with pytest.raises(al.ParameterRangeError, match=list(kw)[0]):
+        al.trace_info(cross_trace(), **kw)
+
+
+def test_a_closed_trace_is_refused():
+    tr = cross_trace()
+    tr.close()
+    with pytest.raises(al.InvalidArgument, match="closed"):
+        tr.info()

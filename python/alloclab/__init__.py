@@ -60,7 +60,7 @@ from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
 from . import peers, plugin
-from . import plot, stats
+from . import plot, plot_trace, stats
 from .compare import Comparison, compare
 from .hist import Histogram
 from .sweep import sweep
@@ -90,6 +90,7 @@ __all__ = [
     "Histogram",
     "stats",
     "plot",
+    "plot_trace",
     "Result",
     "Point",
     "Table",

@@ -158,6 +158,8 @@ class Trace:
         """What the trace holds: alloclab.traceinfo.trace_info(self) (a
         TraceInfo: ops by kind, sizes, lifetimes, live bytes and their peak,
         threads, cross-thread frees, reallocs; .text(), .to_dict())."""
+        if self._t is None:
+            raise errors.InvalidArgument("this trace is closed")
         return traceinfo.trace_info(self, points=points)
 
     # ---- files ----

@@ -39,6 +39,7 @@ import math
 
 import numpy as np
 
+from . import errors
 from ._tracefmt import FLAG_MOVED, FLAG_NULL, FLAG_UNKNOWN, FLAG_ZERO, KINDS, NOID
 
 K = {name: i for i, name in enumerate(KINDS)}
@@ -487,6 +488,10 @@ def trace_info(trace, points=1000, top_pairs=64):
     """Analyse a sealed trace (an alloclab.Trace). ``points``: the most
     buckets a series over seq or time keeps (each its maximum);
     ``top_pairs``: the most (allocating, freeing) thread pairs kept."""
+    for name, v in (("points", points), ("top_pairs", top_pairs)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise errors.ParameterRangeError("%s=%r: give an integer of 1 or more" % (name, v),
+                                             value=v, min=1, max=None)
     c = _gather(trace)
     pos, at = _global_order(c["seq"])
     o, f, g, cm, fm = _objects(trace, c, pos)
