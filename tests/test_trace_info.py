@@ -5,6 +5,8 @@ saved files and its errors, and the plots."""
 
 import json
 import random
+import subprocess
+import sys
 
 import matplotlib
 
@@ -469,3 +471,13 @@ def test_a_closed_trace_is_refused():
     tr.close()
     with pytest.raises(al.InvalidArgument, match="closed"):
         tr.info()
+
+
+def test_cli_as_a_user_runs_it(saved, tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "alloclab", "trace", "info", saved, "--top", "3"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and ok.stderr == "" and "reallocs: 8" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "alloclab", "trace", "info",
+                          str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == "alloclab: error: trace file %s does not exist\n" % (tmp_path / "none")
