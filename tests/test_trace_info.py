@@ -142,6 +142,9 @@ def test_threads_parent_tree_and_counts():
         (5, 4, 1, 32), (4, 0, 2, 0), (2, 0, 1, 0)]
     assert [(t["started"], t["exited"]) for t in th] == [(False, False), (True, True),
                                                          (True, False)]
+    assert [t["by_kind"] for t in th] == [{"malloc": 4, "free": 1},
+                                          {"free": 2, "thread_start": 1, "thread_exit": 1},
+                                          {"free": 1, "thread_start": 1}]
     lines = info.text().splitlines()
     i = next(i for i, ln in enumerate(lines) if ln.startswith("threads"))
     assert [ln.split()[0] for ln in lines[i + 2:i + 5]] == ["0", "1", "2"]
@@ -436,7 +439,10 @@ def test_size_plot_stacks_kinds():
 def test_thread_plot_and_lifetimes_plot(tmp_path):
     info = cross_trace().info()
     ax = plot_trace.threads(info).axes[0]
-    assert len(ax.patches) == 3 * 3  # allocations, frees, other for each thread
+    assert len(ax.patches) == 4 * 3  # allocations, frees, reallocs, other for each thread
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == [4, 0, 0, 1, 2, 1, 0, 0, 0, 0, 2, 1]  # class by class, thread by thread
+    assert [sum(heights[k::3]) for k in range(3)] == [t["ops"] for t in info.threads]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2"]
     fig = plot_trace.lifetimes(lifetimes_trace().info())
     assert sum(p.get_height() for p in fig.axes[0].patches) == 2

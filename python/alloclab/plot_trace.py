@@ -125,18 +125,24 @@ def _on_lifetimes(ax, info, unit):
     ax.set_ylabel("objects freed")
 
 
+_THREAD_CLASSES = (("allocations", ("malloc", "calloc", "posix_memalign", "aligned_alloc",
+                                     "memalign", "valloc", "pvalloc")),
+                   ("frees", ("free",)), ("reallocs", ("realloc",)))
+
+
 def _on_threads(ax, info, limit=MAX_THREAD_BARS):
-    """Ops per thread (the ``limit`` busiest, in thread order), stacked:
-    allocations, frees, other ops."""
+    """Ops per thread (the ``limit`` busiest, in thread order), stacked by
+    kind: allocations, frees, reallocs, other ops (usable-size queries,
+    thread events); the stack is the thread's ops."""
     ths = sorted(sorted(info.threads, key=lambda t: -t["ops"])[:limit],
                  key=lambda t: t["thread"])
     xs = list(range(len(ths)))
-    a = [t["allocs"] for t in ths]
-    f = [t["frees"] for t in ths]
-    o = [max(0, t["ops"] - t["allocs"] - t["frees"]) for t in ths]
-    ax.bar(xs, a, label="allocations")
-    ax.bar(xs, f, bottom=a, label="frees")
-    ax.bar(xs, o, bottom=[x + y for x, y in zip(a, f)], label="other")
+    bottom = [0] * len(ths)
+    for label, kinds in _THREAD_CLASSES + (("other", None),):
+        ys = [t["ops"] - sum(_classified(t)) if kinds is None else
+              sum(t["by_kind"].get(k, 0) for k in kinds) for t in ths]
+        ax.bar(xs, ys, bottom=bottom, label=label)
+        bottom = [a + b for a, b in zip(bottom, ys)]
     ax.set_xticks(xs)
     ax.set_xticklabels([str(t["thread"]) for t in ths], fontsize="small",
                        rotation=90 if len(ths) > 16 else 0)
@@ -144,6 +150,11 @@ def _on_threads(ax, info, limit=MAX_THREAD_BARS):
     ax.set_ylabel("ops")
     ax.legend(fontsize="small")
     ax.grid(True, axis="y", alpha=0.3)
+
+
+def _classified(t):
+    """The thread's ops in the named classes (the rest are "other")."""
+    return [sum(t["by_kind"].get(k, 0) for k in kinds) for _, kinds in _THREAD_CLASSES]
 
 
 def _title(info, what):

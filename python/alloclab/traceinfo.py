@@ -325,10 +325,14 @@ def _parents(trace):
 
 
 def _threads(trace, c, cm, fm):
-    """Per thread: its ops, allocations, frees, requested bytes, its parent
-    (from its thread_start op), its first and last op times and span."""
-    n = trace.nthreads
+    """Per thread: its ops (and per kind), allocations (ops that created an
+    object), frees (ops that consumed one; a resizing realloc is both),
+    requested bytes, its parent (from its thread_start op), its first and
+    last op times and span."""
+    n, nk = trace.nthreads, len(KINDS)
     lens = [int(trace.ops(k).shape[0]) for k in range(n)]
+    kinds = np.bincount(c["thr"].astype(np.intp) * nk + c["kind"], minlength=n * nk)
+    kinds = kinds[:n * nk].reshape(n, nk)
     starts = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)])
     allocs, frees = _per_thread(cm, None, starts), _per_thread(fm, None, starts)
     nbytes = _per_thread(cm, c["size"], starts)
@@ -338,7 +342,9 @@ def _threads(trace, c, cm, fm):
         t = trace.t_ns(k)
         first, last = (int(t[0]), int(t[-1])) if len(t) else (None, None)
         out.append({"thread": k, "parent": None if parent[k] < 0 else int(parent[k]),
-                    "ops": lens[k], "allocs": int(allocs[k]), "frees": int(frees[k]),
+                    "ops": lens[k], "by_kind": {KINDS[i]: int(v) for i, v in
+                                                enumerate(kinds[k]) if v},
+                    "allocs": int(allocs[k]), "frees": int(frees[k]),
                     "bytes": int(nbytes[k]), "first_ns": first, "last_ns": last,
                     "span_ns": None if first is None else last - first,
                     "started": k in started, "exited": k in exited})
@@ -689,7 +695,8 @@ def _threads_lines(info, top):
         t = info.threads[k]
         rows.append(["  " * d + str(k), "-" if t["parent"] is None else t["parent"], t["ops"],
                      t["allocs"], t["frees"], _bytes(t["bytes"]), _ns(t["span_ns"]),
-                     ("start" if t["started"] else "") + ("/exit" if t["exited"] else "")])
+                     "/".join(e for e, on in (("start", t["started"]), ("exit", t["exited"]))
+                              if on)])
     out = ["threads (in parent-tree order, children indented; span: first to last op):"]
     out += _table(["thread", "parent", "ops", "allocs", "frees", "bytes", "span", "events"],
                   rows)
