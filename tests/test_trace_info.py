@@ -332,6 +332,16 @@ def test_to_dict_round_trips_through_json():
     assert set(back) == {"summary", *al.TraceInfo.SECTIONS}
 
 
+def test_text_header_and_non_empty_bins():
+    text = lifetimes_trace().info().text()
+    assert "1 threads, 5 ops, 3 objects, from 10 ns to 100 ns after the trace began" in text
+    info = size_mix().info()
+    assert (info.summary["first_ns"], info.summary["last_ns"]) == (0, 0)
+    rows = [ln.split()[0] for ln in info.text().splitlines() if ln.startswith("  ")]
+    assert "4K-8K" in rows and "16-32" in rows
+    assert "4-8" not in rows and "32-64" not in rows  # empty bins are not printed
+
+
 def test_text_report_names_the_numbers():
     text = str(cross_trace().info())
     assert "4 threads" not in text and "3 threads, 11 ops, 4 objects" in text

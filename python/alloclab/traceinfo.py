@@ -504,7 +504,8 @@ def trace_info(trace, points=1000, top_pairs=64):
     t = c["t"]
     summary = {"nthreads": int(trace.nthreads), "nops": int(len(pos)),
                "nobjects": int(trace.nobjects),
-               "duration_ns": int(t.max() - t.min()) if len(t) else 0,
+               "first_ns": int(t.min()) if len(t) else None,
+               "last_ns": int(t.max()) if len(t) else None,
                "meta": dict(getattr(trace, "meta", {}) or {})}
     return TraceInfo(summary, kinds=_kinds(c, g), sizes=_sizes(g), lifetimes=_lifetimes(f),
                      live=_live(c, f, cm, fm, pos, at, points), end=_end(o),
@@ -562,7 +563,8 @@ def _bar(n, most, width=30):
 
 
 def _hist_table(hist, label, unit_head):
-    rows = hist.rows()
+    """A histogram's non-empty bins (the JSON keeps the empty ones)."""
+    rows = [r for r in hist.rows() if r[2]]
     total = hist.total
     most = max((c for _, _, c in rows), default=0)
     return _table([unit_head, "count", "share", ""],
@@ -590,8 +592,9 @@ def _head_lines(info):
     if m.get("stored_length") and s["nops"]:
         out.append("file body: %d bytes, %s (%.2f bytes/op)" % (
             m["stored_length"], m.get("compressor", "?"), m["stored_length"] / s["nops"]))
-    out.append("%d threads, %d ops, %d objects, over %s" % (
-        s["nthreads"], s["nops"], s["nobjects"], _ns(s["duration_ns"])))
+    out.append("%d threads, %d ops, %d objects%s" % (
+        s["nthreads"], s["nops"], s["nobjects"], "" if s["last_ns"] is None else
+        ", from %s to %s after the trace began" % (_ns(s["first_ns"]), _ns(s["last_ns"]))))
     return out
 
 
@@ -620,10 +623,10 @@ def _sizes_lines(info):
     if not allh.total:
         return ["sizes: no object was created"]
     rows = []
-    for lo, hi, c in allh.rows():
+    for lo, hi, c in (r for r in allh.rows() if r[2]):
         rows.append([_size_label(lo, hi), c, _share(c, allh.total)] +
                     [info.sizes[k].count(lo) or "" for k in kinds])
-    return (["sizes of the objects created (bytes, bins [lo, hi)), per kind:"] +
+    return (["sizes of the objects created (bytes, non-empty bins [lo, hi)), per kind:"] +
             _table(["size", "all", "share"] + kinds, rows))
 
 
