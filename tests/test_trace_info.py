@@ -497,3 +497,33 @@ def test_cli_as_a_user_runs_it(saved, tmp_path):
                           str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "alloclab: error: trace file %s does not exist\n" % (tmp_path / "none")
+
+
+def test_header_names_the_recording():
+    meta = {"program": "/usr/bin/gcc", "argv": ["gcc", "-c", "x.c"], "pid": 42, "ppid": 41,
+            "recorded": "2026-01-02T03:04:05+00:00", "policy": "buddy",
+            "machine": {"cpu_model": "Some CPU", "cpus": 8}, "end": "killed",
+            "complete": False, "note": "no exit record", "unrecorded": 3}
+    lines = Trace.from_ops([[op("malloc", size=1, id=0)]], meta=meta).info().text().splitlines()
+    assert lines[:3] == [
+        "trace of gcc -c x.c (pid 42, ppid 41)",
+        "recorded 2026-01-02T03:04:05+00:00 on Some CPU (8 CPUs) policy buddy",
+        "process image ended by killed, incomplete: no exit record, 3 calls not recorded"]
+
+
+def test_cli_names_the_other_images_of_a_recording(capsys, saved):
+    images = [{"file": "t.trace", "pid": 1, "ops": 15},
+              {"file": "t.2.trace", "pid": 2, "argv": ["sh", "-c", "x"], "ops": 7},
+              {"file": "t.3.trace", "pid": 3, "exe": "/bin/cc", "ops": 90, "complete": False}]
+    with open(saved + ".index.json", "w") as f:
+        json.dump({"images": images}, f)
+    rc, out, _ = run_cli(capsys, "trace", "info", saved)
+    assert rc == 0
+    assert out.splitlines()[-3:] == [
+        "this recording holds 2 more process images (t.trace.index.json), most ops first:",
+        "  t.3.trace: pid 3, /bin/cc, 90 ops (incomplete)",
+        "  t.2.trace: pid 2, sh -c x, 7 ops"]
+    with open(saved + ".index.json", "w") as f:
+        f.write("{not json")
+    rc, out, err = run_cli(capsys, "trace", "info", saved)
+    assert rc == 0 and "more process images" not in out and err == ""

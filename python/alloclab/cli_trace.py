@@ -91,6 +91,30 @@ def _write_plot(info, path):
         sys.stderr.write("%s: wrote %s\n" % (PROG, p))
 
 
+def _index_lines(path, top=5):
+    """When ``path`` is the first image of a recording whose index
+    (PATH.index.json, written by `alloclab record`) lists other process
+    images, a note naming them, most ops first; nothing when there is no
+    readable index (the report stands without it)."""
+    try:
+        with open(path + ".index.json") as f:
+            images = json.load(f)["images"]
+        others = sorted(images[1:], key=lambda im: -int(im.get("ops") or 0))
+        rows = ["  %s: pid %s, %s, %s ops%s" % (
+            im["file"], im.get("pid"), " ".join(map(str, im.get("argv") or [])) or im.get("exe"),
+            im.get("ops"), "" if im.get("complete", True) else " (incomplete)")
+            for im in others[:top]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    if not others:
+        return []
+    out = ["", "this recording holds %d more process images (%s.index.json), most ops first:"
+           % (len(others), os.path.basename(path))] + rows
+    if len(others) > top:
+        out.append("  ... %d more" % (len(others) - top))
+    return out
+
+
 def cmd_info(args):
     if args.top < 1:
         raise errors.ParameterRangeError("--top %d: give 1 or more rows" % args.top,
@@ -102,7 +126,7 @@ def cmd_info(args):
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
     else:
-        print(info.text(top=args.top))
+        print("\n".join([info.text(top=args.top)] + _index_lines(args.file, args.top)))
     if args.plot is not None:
         _write_plot(info, args.plot)
     return 0

@@ -589,6 +589,12 @@ def _head_lines(info):
                          m.get("policy") and "policy %s" % m["policy"]) if x]
     if where:
         out.append(" ".join(where))
+    image = [x for x in (m.get("end") and "ended by %s" % m["end"],
+                         m.get("complete") is False and "incomplete%s" % (
+                             ": %s" % m["note"] if m.get("note") else ""),
+                         m.get("unrecorded") and "%s calls not recorded" % m["unrecorded"]) if x]
+    if image:
+        out.append("process image " + ", ".join(image))
     if m.get("stored_length") and s["nops"]:
         out.append("file body: %d bytes, %s (%.2f bytes/op)" % (
             m["stored_length"], m.get("compressor", "?"), m["stored_length"] / s["nops"]))
