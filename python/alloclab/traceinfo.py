@@ -13,10 +13,13 @@ moved share, growth factors, chains of reallocs of one object).
 Algorithm: every thread's columns are concatenated once; the global order
 is the seq order, found without sorting when the seqs are dense (the
 recorder's case: a bincount proves seq - min is a permutation) and by one
-stable argsort otherwise. Per object (ids are dense), creation and
-consumption are scattered into arrays indexed by id: its size, the position
-and time it was created and consumed. A free, and a realloc that resized
-(a new id) or freed (size 0), consumes its ref; a failed realloc leaves it.
+stable argsort otherwise. Per object (ids are dense) its size and the
+position and time it was created are scattered into arrays indexed by id;
+each consuming op gathers its ref's from them, which gives lifetimes,
+cross-thread frees and the bytes a free takes away. A free, and a realloc
+that resized (a new id) or freed (size 0), consumes its ref; a failed
+realloc leaves it. Columns are selected by index arrays (take), several
+times faster than boolean masks on ten million ops.
 Live bytes are the running sum of +size per creation and -size of the ref
 per consumption in global order, so they return to exactly the bytes of
 the objects live at the end. Time on the time axis is the running maximum
@@ -29,10 +32,11 @@ Invariants the tests hold: the ops of all kinds sum to nops; live bytes
 end at end_bytes; lifetimes are counted for freed objects only, so freed +
 end_objects == nobjects.
 
-Cost: O(ops) time and about 60 bytes per op and 40 per object of scratch,
-all vectorised: ten million ops take seconds. The series are reduced to at
-most ``points`` buckets that keep each bucket's maximum, so no peak is lost
-in a plot. Imports _tracefmt only, never alloclab.trace (which imports this).
+Cost: O(ops) time (O(ops log ops) for sparse seqs) and about 70 bytes per
+op of scratch, all vectorised: ten million ops take seconds. The series are
+reduced to at most ``points`` buckets that keep each bucket's maximum, so
+no peak is lost in a plot. Imports _tracefmt and errors, never
+alloclab.trace (which imports this). The text report is at the end.
 """
 
 import math
@@ -45,7 +49,6 @@ from ._tracefmt import FLAG_MOVED, FLAG_NULL, FLAG_UNKNOWN, FLAG_ZERO, KINDS, NO
 K = {name: i for i, name in enumerate(KINDS)}
 ALLOC_KINDS = ("malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign",
                "valloc", "pvalloc")
-_IS_ALLOC = np.array([k in ALLOC_KINDS for k in KINDS] + [False] * (256 - len(KINDS)))
 # Growth factors (new size / old size) of reallocs that resized an object.
 FACTOR_BINS = ("<=1/4", "1/4-1/2", "1/2-1", "same", "1-1.25", "1.25-1.5", "1.5-2", "2-4", ">4",
                "from 0")
