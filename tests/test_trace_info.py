@@ -13,6 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -248,9 +250,42 @@ def test_pow2hist_bounds_and_count():
 
 # ------------------------------------------------------------------ against a per-op walk
 
+def _random_op(rng, live, nid):
+    """One op on the objects in ``live`` (ids; changed in place): returns
+    the op (without seq, t_ns) and the next free id."""
+    r = rng.random()
+    if r < 0.4 or not live:
+        kind = rng.choice(["malloc", "calloc", "posix_memalign", "aligned_alloc"])
+        size = rng.choice([0, 8, 24, 100, 5000])
+        live.append(nid)
+        return dict(kind=kind, size=size, id=nid, flags=FLAG_ZERO if size == 0 else 0), nid + 1
+    if r < 0.7:
+        return dict(kind="free", ref=live.pop(rng.randrange(len(live)))), nid
+    if r < 0.82:
+        live.append(nid)
+        return dict(kind="realloc", ref=live.pop(rng.randrange(len(live) - 1)), id=nid,
+                    size=rng.choice([1, 16, 64, 300]),
+                    flags=rng.choice([0, FLAG_MOVED])), nid + 1
+    other = [lambda: dict(kind="free", flags=FLAG_UNKNOWN),
+             lambda: dict(kind="free", flags=FLAG_NULL),
+             lambda: dict(kind="malloc", size=1 << 50, flags=FLAG_NULL),
+             lambda: dict(kind="realloc", ref=rng.choice(live), size=1 << 50, flags=FLAG_NULL),
+             lambda: dict(kind="realloc", ref=live.pop(rng.randrange(len(live))), size=0,
+                          flags=FLAG_ZERO | FLAG_NULL),
+             lambda: dict(kind="usable_size", ref=rng.choice(live), size=32),
+             lambda: dict(kind="realloc", size=40, id=nid)]
+    o = other[rng.randrange(len(other))]()
+    if o.get("id") is not None:
+        live.append(nid)
+        nid += 1
+    return o, nid
+
+
 def random_ops(seed, nthreads=3, nops=300, dense=True):
-    """A consistent random trace (mallocs, callocs, frees from any thread,
-    reallocs, unknown frees) as from_ops threads with explicit seq and t_ns."""
+    """A consistent random trace of every kind of outcome (allocations,
+    frees from any thread, resizing, failed and freeing reallocs, NULL
+    returns, unknown frees, free(NULL), usable-size queries) as from_ops
+    threads with explicit seq and t_ns."""
     rng = random.Random(seed)
     threads = [[] for _ in range(nthreads)]
     now = [0] * nthreads
@@ -259,35 +294,25 @@ def random_ops(seed, nthreads=3, nops=300, dense=True):
         k = rng.randrange(nthreads)
         seq += 1 if dense else rng.randint(1, 5)
         now[k] += rng.randint(0, 40)
-        r = rng.random()
-        o = dict(seq=seq, t_ns=now[k])
-        if r < 0.45 or not live:
-            o.update(kind=rng.choice(["malloc", "calloc"]), size=rng.choice([0, 8, 24, 100, 5000]),
-                     id=nid)
-            live.append(nid)
-            nid += 1
-        elif r < 0.8:
-            o.update(kind="free", ref=live.pop(rng.randrange(len(live))))
-        elif r < 0.93:
-            o.update(kind="realloc", ref=live.pop(rng.randrange(len(live))), id=nid,
-                     size=rng.choice([1, 16, 64, 300]))
-            live.append(nid)
-            nid += 1
-        else:
-            o.update(kind="free", flags=FLAG_UNKNOWN)
+        o, nid = _random_op(rng, live, nid)
+        o.update(seq=seq, t_ns=now[k])
         threads[k].append(o)
     return threads
 
 
 def walk(threads):
     """The analysis as a per-op walk in seq order: live bytes after each op,
-    lifetimes, cross-thread frees, live objects at the end."""
+    lifetimes, cross-thread frees, live objects at the end. An op consumes
+    its ref when it is a free or a realloc that returned an object or had
+    size 0."""
     ops = sorted(((o["seq"], k, o) for k, th in enumerate(threads) for o in th),
                  key=lambda x: x[0])
     obj, live, series, life_ops, life_ns, cross = {}, 0, [], [], [], {}
     for pos, (_, k, o) in enumerate(ops):
         ref, new = o.get("ref"), o.get("id")
-        if ref is not None:
+        gone = o["kind"] == "free" or (o["kind"] == "realloc" and (
+            new is not None or o["size"] == 0))
+        if ref is not None and gone:
             size, owner, cpos, ct = obj.pop(ref)
             live -= size
             life_ops.append(pos - cpos)
@@ -301,7 +326,7 @@ def walk(threads):
     return series, life_ops, life_ns, cross, obj
 
 
-@pytest.mark.parametrize("seed,dense", [(s, d) for s in range(6) for d in (True, False)])
+@pytest.mark.parametrize("seed,dense", [(s, d) for s in range(8) for d in (True, False)])
 def test_vectorised_analysis_matches_a_per_op_walk(seed, dense):
     threads = random_ops(seed, nthreads=1 + seed % 4, dense=dense)
     info = Trace.from_ops(threads).info(points=10_000)
@@ -317,6 +342,27 @@ def test_vectorised_analysis_matches_a_per_op_walk(seed, dense):
     assert info.cross["total"] == sum(cross.values())
     assert {(p["from"], p["to"]): p["count"] for p in info.cross["pairs"]} == cross
     assert sum(t["ops"] for t in info.threads) == info.summary["nops"]
+
+
+@given(st.integers(0, 2**32), st.integers(1, 6), st.integers(0, 200), st.booleans())
+def test_invariants_of_any_trace(seed, nthreads, nops, dense):
+    info = Trace.from_ops(random_ops(seed, nthreads, nops, dense)).info(points=7)
+    s, k = info.summary, info.kinds
+    assert sum(k["ops"].values()) == s["nops"] == sum(t["ops"] for t in info.threads)
+    assert info.lifetimes["freed"] + info.end["objects"] == s["nobjects"]
+    assert info.lifetimes["ops"].total == info.lifetimes["freed"]
+    assert info.sizes["all"].total == s["nobjects"]
+    assert sum(h.total for n, h in info.sizes.items() if n != "all") == s["nobjects"]
+    if s["nops"]:
+        assert info.live["by_seq"]["bytes"].max() == info.live["peak_bytes"]
+        assert info.live["by_time"]["bytes"].max() == info.live["peak_bytes"]
+        assert len(info.live["by_seq"]["pos"]) <= 7 and len(info.live["by_time"]["t_ns"]) <= 7
+    r = info.realloc
+    assert r["grow"] + r["shrink"] + r["same"] == r["resized"] == sum(r["factors"].values())
+    assert r["failed"] + r["from_null"] + r["unknown"] + r["to_zero"] + r["resized"] == r["total"]
+    assert sum(p["count"] for p in info.cross["pairs"]) == info.cross["total"]
+    assert json.loads(json.dumps(info.to_dict())) == info.to_dict()
+    assert info.text()
 
 
 # ------------------------------------------------------------------ JSON and text
