@@ -528,6 +528,12 @@ def test_bad_arguments_are_named(kw):
         al.trace_info(cross_trace(), **kw)
 
 
+@pytest.mark.parametrize("what", ["t.trace", None, {"ops": []}])
+def test_what_is_not_a_trace_is_refused(what):
+    with pytest.raises(al.InvalidArgument, match="alloclab.trace.load"):
+        al.trace_info(what)
+
+
 def test_a_closed_trace_is_refused():
     tr = cross_trace()
     tr.close()

@@ -497,6 +497,9 @@ def trace_info(trace, points=1000, top_pairs=64):
     """Analyse a sealed trace (an alloclab.Trace). ``points``: the most
     buckets a series over seq or time keeps (each its maximum);
     ``top_pairs``: the most (allocating, freeing) thread pairs kept."""
+    if not all(hasattr(trace, a) for a in ("ops", "seq", "t_ns", "owner", "nthreads")):
+        raise errors.InvalidArgument("trace_info takes an alloclab Trace (alloclab.trace.load "
+                                     "reads a file into one), not %r" % (trace,))
     for name, v in (("points", points), ("top_pairs", top_pairs)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise errors.ParameterRangeError("%s=%r: give an integer of 1 or more" % (name, v),
