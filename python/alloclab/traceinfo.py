@@ -386,15 +386,20 @@ def _factor_bins(old, new):
 
 def _chains(o, ids, refs):
     """Chains of reallocs of one object: each resize links its new id to
-    the old; the root of every id is found by pointer jumping."""
+    the old; the root of every id is found by pointer jumping. A sealed
+    trace creates a ref before the id that replaces it, so the links have
+    no cycle and each round doubles the reach: 64 rounds cover any chain,
+    and a 65th change means a trace that was not sealed."""
     n = len(o["size"])
     root = np.arange(n, dtype=np.int64)
     root[ids] = refs
-    while True:
+    for _ in range(65):
         nxt = root[root]
         if np.array_equal(nxt, root):
             break
         root = nxt
+    else:
+        raise errors.InvalidArgument("realloc links form a cycle: the trace is not sealed")
     length = np.bincount(root[ids], minlength=n) if len(ids) else np.zeros(n, np.int64)
     lens = length[length > 0]
     out = {"objects": int(len(lens)), "lengths": Pow2Hist(lens),
