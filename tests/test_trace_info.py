@@ -579,3 +579,13 @@ def test_cli_names_the_other_images_of_a_recording(capsys, saved):
         f.write("{not json")
     rc, out, err = run_cli(capsys, "trace", "info", saved)
     assert rc == 0 and "more process images" not in out and err == ""
+
+
+def test_cyclic_realloc_links_are_an_error_not_a_hang():
+    from alloclab.traceinfo import _chains
+    o = {"size": np.zeros(3, np.uint64), "cpos": np.zeros(3, np.int64),
+         "owner": np.zeros(3, np.uint32)}
+    with pytest.raises(al.InvalidArgument, match="cycle"):
+        _chains(o, np.array([0, 1, 2]), np.array([1, 2, 0]))
+    chain = _chains(o, np.array([1, 2]), np.array([0, 1]))  # 0 -> 1 -> 2
+    assert chain["objects"] == 1 and chain["longest"]["reallocs"] == 2
