@@ -393,7 +393,8 @@ def test_text_report_names_the_numbers():
     assert "4 threads" not in text and "3 threads, 11 ops, 4 objects" in text
     assert "cross-thread frees: 3 of 4 frees" in text and "(75.0%)" in text
     assert "thread 0 -> thread 1" in text
-    assert "live requested bytes: peak 32 B (32 bytes, 4 objects) at seq 4" in text
+    assert "live requested bytes: peak 32 B (32 bytes, 4 objects)\n  at seq 4 (a malloc of " \
+        "thread 0), 0 ns into the trace" in text
 
 
 # ------------------------------------------------------------------ the command line

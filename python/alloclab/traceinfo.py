@@ -627,8 +627,8 @@ def _kinds_lines(info):
                      _bytes(k["bytes"][kind]) if kind in k["bytes"] else "",
                      k["null_returns"].get(kind, "") or "",
                      k["zero_requests"].get(kind, "") or "", k["unknown"].get(kind, "") or ""])
-    out = ["ops by kind (bytes: requested by the calls that succeeded; unknown: on objects "
-           "allocated before recording began):"]
+    out = ["ops by kind (bytes: requested by calls that succeeded; unknown: objects from "
+           "before recording):"]
     out += _table(["kind", "ops", "share", "bytes", "NULL", "size 0", "unknown"], rows)
     out.append("  free(NULL): %d" % k["free_null"])
     return out
@@ -653,8 +653,8 @@ def _lifetime_lines(info):
         return ["lifetimes: no object was freed"]
     pct = ", ".join("p%s %s ops / %s" % (q, _fmt_num(lt["ops_pct"][q]), _ns(lt["ns_pct"][q]))
                     for q in lt["ops_pct"])
-    out = ["lifetimes of the %d objects freed (a realloc ends one and starts another): %s"
-           % (lt["freed"], pct), " in ops (global sequence positions between alloc and free):"]
+    out = ["lifetimes of the %d objects freed (a realloc ends one and starts another):"
+           % lt["freed"], "  " + pct, " in ops (global sequence positions between alloc and free):"]
     out += _hist_table(lt["ops"], lambda lo, hi: "0" if hi == 1 else "%d-%d" % (lo, hi),
                        "ops [lo, hi)")
     out.append(" in time:")
@@ -672,15 +672,16 @@ def _live_lines(info):
     if lv["peak_seq"] is None:
         out = ["live bytes: no byte was ever live"]
     else:
-        out = ["live requested bytes: peak %s (%d bytes, %d objects) at seq %d (a %s of "
-               "thread %d), %s into the trace" % (
-                   _bytes(lv["peak_bytes"]), lv["peak_bytes"], lv["peak_objects"],
+        out = ["live requested bytes: peak %s (%d bytes, %d objects)" % (
+                   _bytes(lv["peak_bytes"]), lv["peak_bytes"], lv["peak_objects"]),
+               "  at seq %d (a %s of thread %d), %s into the trace" % (
                    lv["peak_seq"], lv["peak_kind"], lv["peak_thread"], _ns(lv["peak_t_ns"]))]
     out.append("live at the end: %d objects, %s (%d bytes)" % (e["objects"], _bytes(e["bytes"]),
                                                                e["bytes"]))
     if e["by_thread"]:
-        out.append("  by allocating thread: " + ", ".join(
-            "%s: %d" % (k, v) for k, v in sorted(e["by_thread"].items(), key=lambda x: -x[1])[:8]))
+        most = sorted(e["by_thread"].items(), key=lambda x: -x[1])
+        out.append("  objects per allocating thread: " + ", ".join(
+            "thread %s %d" % (k, v) for k, v in most[:8]) + (", ..." if len(most) > 8 else ""))
     return out
 
 
@@ -743,11 +744,11 @@ def _realloc_lines(info):
     r = info.realloc
     if not r["total"]:
         return ["reallocs: none"]
-    out = ["reallocs: %d: %d resized (%d grow, %d shrink, %d same; %s moved), %d from NULL, "
-           "%d to size 0, %d failed, %d of objects from before recording" % (
+    out = ["reallocs: %d: %d resized (%d grow, %d shrink, %d same; %s moved)" % (
                r["total"], r["resized"], r["grow"], r["shrink"], r["same"],
-               _share(r["moved"], r["resized"]), r["from_null"], r["to_zero"], r["failed"],
-               r["unknown"])]
+               _share(r["moved"], r["resized"])),
+           "  %d from NULL, %d to size 0, %d failed, %d of objects from before recording" % (
+               r["from_null"], r["to_zero"], r["failed"], r["unknown"])]
     if r["resized"]:
         most = max(r["factors"].values())
         out += _table(["growth (new/old)", "count", "share", ""],
@@ -756,10 +757,10 @@ def _realloc_lines(info):
     ch = r["chains"]
     if ch["objects"]:
         lg = ch["longest"]
-        out.append("chains: %d objects reallocated, %.2f reallocs each on average; longest: %d "
-                   "reallocs of id %d (thread %d), %d -> %d bytes" % (
-                       ch["objects"], ch["mean"], lg["reallocs"], lg["first_id"], lg["thread"],
-                       lg["first_size"], lg["last_size"]))
+        out.append("chains: %d objects reallocated, %.2f reallocs each on average" % (
+            ch["objects"], ch["mean"]))
+        out.append("  longest: %d reallocs of id %d (thread %d), %d -> %d bytes" % (
+            lg["reallocs"], lg["first_id"], lg["thread"], lg["first_size"], lg["last_size"]))
         out += _hist_table(ch["lengths"], lambda lo, hi: "%d-%d" % (lo, hi - 1) if hi - lo > 1
                            else str(lo), "reallocs per object")
     return out
