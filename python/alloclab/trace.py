@@ -37,7 +37,7 @@ import zlib
 
 import numpy as np
 
-from . import errors
+from . import errors, traceinfo
 from ._ffi import ffi, lib
 
 from ._tracefmt import KINDS, NOID, OP_DTYPE
@@ -178,6 +178,14 @@ class Trace:
         self._views = [r for r in self._views if r() is not None]
         self._views.append(weakref.ref(a))
         return a
+
+    def info(self, points=1000):
+        """What the trace holds: alloclab.traceinfo.trace_info(self) (a
+        TraceInfo: ops by kind, sizes, lifetimes, live bytes and their peak,
+        threads, cross-thread frees, reallocs; .text(), .to_dict())."""
+        if self._t is None:
+            raise errors.InvalidArgument("this trace is closed")
+        return traceinfo.trace_info(self, points=points)
 
     # ---- files ----
     def save(self, path, compress=DEFAULT_COMPRESSOR, level=None):
