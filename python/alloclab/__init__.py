@@ -60,10 +60,11 @@ from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
 from . import peers, plugin
-from . import plot, stats
+from . import plot, plot_trace, stats
 from .compare import Comparison, compare
 from .hist import Histogram
 from .sweep import sweep
+from .traceinfo import TraceInfo, trace_info
 from . import machine, verdict
 from .verdict import Claim, Verdict, claim, judge
 
@@ -76,6 +77,8 @@ __all__ = [
     "workloads",
     "run",
     "sweep",
+    "trace_info",
+    "TraceInfo",
     "compare",
     "Comparison",
     "claim",
@@ -87,6 +90,7 @@ __all__ = [
     "Histogram",
     "stats",
     "plot",
+    "plot_trace",
     "Result",
     "Point",
     "Table",
