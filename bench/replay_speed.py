@@ -14,6 +14,7 @@ wall time: one pass). Run on an otherwise idle machine for figures.
 
     python bench/replay_speed.py [--ops N] [--threads 1,2] [--cross]
                                  [--policy null --policy buddy ...] [--runs 5]
+                                 [--trace FILE ...]  (recorded traces instead)
 """
 
 import argparse
@@ -91,11 +92,18 @@ def main(argv=None):
     ap.add_argument("--policy", action="append",
                     help="repeatable (default: null, buddy, libarena-transfer)")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--trace", action="append", metavar="FILE",
+                    help="replay these recorded traces instead of synthetic ones")
     args = ap.parse_args(argv)
     policies = args.policy or ["null", "buddy", "libarena-transfer"]
     print("%-20s %7s %12s %10s %14s" % ("policy", "threads", "ops", "runs", "Mops/s/prod"))
-    for n in [int(x) for x in args.threads.split(",")]:
-        tr = build(n, args.ops, args.cross)
+    if args.trace:
+        from alloclab.trace import load
+        traces = [load(path) for path in args.trace]
+    else:
+        traces = [build(int(x), args.ops, args.cross) for x in args.threads.split(",")]
+    for tr in traces:
+        n = tr.nthreads
         res = al.run("replay", policies, trace=tr, runs=args.runs, mem_sample=0)
         for p in res.points:
             el = p.data["elapsed_ns"]
