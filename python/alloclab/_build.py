@@ -441,6 +441,10 @@ int al_trace_push(struct al_trace *t, unsigned thread, const struct al_trace_op 
                   uint64_t seq, uint64_t t_ns);
 int al_trace_seal(struct al_trace *t, char *err, size_t errlen);
 void al_trace_free(struct al_trace *t);
+int al_trace_encode(const struct al_trace *t, void *buf, size_t cap, size_t *len, char *err,
+                    size_t errlen);
+int al_trace_decode(const void *buf, size_t len, struct al_trace **out, char *err,
+                    size_t errlen);
 int64_t al_trace_register(const struct al_trace *t);
 void al_trace_unregister(int64_t handle);
 const struct al_trace *al_trace_lookup(int64_t handle);

@@ -2,13 +2,34 @@
 
 A Trace owns a sealed C ``struct al_trace`` (trace.h): per program thread,
 its operations in order, objects named by dense ids. ``Trace.from_ops``
-builds one from Python tuples (tests, synthetic traces); the file format is
-read and written here too (docs/traces.md). ``ops(thread)`` is a NumPy view
-of a thread's ops (no copy), valid while the Trace lives.
+builds one from Python tuples (tests, synthetic traces). ``ops(thread)`` is
+a NumPy view of a thread's ops (no copy), valid while the Trace lives.
+
+The file (docs/traces.md) is read and written here: a fixed prefix (magic,
+format version, header length, the header's CRC-32), a JSON header (the
+metadata, ``Trace.meta``, plus the counts and how the body is stored), then
+the body: the C codec's bytes (codec.c), compressed. Loading trusts nothing:
+the lengths are checked against the file, the header and the stored body
+against their checksums, decompression is bounded by the header's body
+length, the C decoder checks every read, and the counts in the header must
+match the decoded trace. Every failure is a FileFormatError naming the path,
+the byte offset and what is wrong. Saving writes a temporary file in the
+same directory and renames it over the target, so a failed save leaves any
+old file as it was.
 
 Lifetime: the C trace is freed when the Trace is closed or collected; a
 trace registered for replay (``handle()``) stays registered until then.
 """
+
+import bz2
+import datetime
+import json
+import lzma
+import os
+import platform
+import struct
+import tempfile
+import zlib
 
 import numpy as np
 
@@ -16,6 +37,19 @@ from . import errors
 from ._ffi import ffi, lib
 
 from ._tracefmt import KINDS, NOID, OP_DTYPE
+
+MAGIC = b"\x89ALTRACE\r\n\x1a\n"
+FORMAT_VERSION = 1
+# magic, format version, header length, CRC-32 of the header
+_PREFIX = struct.Struct("<12sIII")
+COMPRESSORS = ("lzma", "zlib", "bz2", "none")
+DEFAULT_COMPRESSOR = "lzma"
+# The metadata every header has (None where the saver did not know it).
+META_KEYS = ("program", "argv", "pid", "ppid", "policy", "recorded", "machine")
+# What the header states about the trace and its body, with their types.
+_STORED_KEYS = {"threads": int, "ops": int, "objects": int, "compressor": str,
+                "body_length": int, "stored_length": int, "body_crc32": int}
+_MAX_HEADER = 64 << 20
 
 
 def _kind_index(kind):
@@ -44,7 +78,8 @@ class Trace:
         index) and any of ``size``, ``aux``, ``id``, ``ref`` (None = no
         object), ``dt``, ``flags``, ``seq``, ``t_ns``. Without ``seq`` an
         op's seq is its position in the list of all threads' ops, thread by
-        thread; without ``t_ns`` the running sum of the thread's dt.
+        thread; without ``t_ns`` the previous op's t_ns (0 before the
+        first) plus dt.
         Raises InvalidArgument naming the thread and op when the trace is
         inconsistent (an id used before it is created, freed twice, ...)."""
         if not threads:
@@ -67,8 +102,8 @@ class Trace:
                 op.ref = NOID if o.get("ref") is None else o["ref"]
                 op.dt = o.get("dt", 0)
                 op.flags = o.get("flags", 0)
-                now += op.dt
-                rc = lib.al_trace_push(t, k, op, o.get("seq", seq), o.get("t_ns", now))
+                now = o.get("t_ns", now + op.dt)
+                rc = lib.al_trace_push(t, k, op, o.get("seq", seq), now)
                 if rc:
                     raise errors.InvalidArgument("thread %d: op %r refused (%d)" % (k, o, rc))
         self._seal()
@@ -119,6 +154,48 @@ class Trace:
         return np.frombuffer(ffi.buffer(self._t.owner, n * 4), "<u4") if n else \
             np.zeros(0, "<u4")
 
+    # ---- files ----
+    def save(self, path, compress=DEFAULT_COMPRESSOR):
+        """Write the trace to ``path`` (docs/traces.md). ``compress`` is one
+        of COMPRESSORS ("none" or None stores the body as it is). The
+        header's metadata is ``meta`` plus the counts and the body's
+        length, compressor and checksum; returns that header (a dict)."""
+        name = "none" if compress is None else compress
+        if name not in COMPRESSORS:
+            raise errors.UnknownNameError.make("trace compressor", name, COMPRESSORS)
+        body = self._encode()
+        stored = _compress(name, body)
+        header = {key: None for key in META_KEYS}
+        header.update(self.meta)
+        header.update(threads=int(self.nthreads), ops=int(self.nops),
+                      objects=int(self.nobjects), compressor=name, body_length=len(body),
+                      stored_length=len(stored), body_crc32=zlib.crc32(stored))
+        text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(text), zlib.crc32(text))
+        _write_atomic(os.fspath(path), (prefix, text, stored))
+        return header
+
+    def _encode(self):
+        if self._t is None:
+            raise errors.InvalidArgument("this trace is closed")
+        err = ffi.new("char[256]")
+        n = ffi.new("size_t *")
+        rc = lib.al_trace_encode(self._t, ffi.NULL, 0, n, err, 256)
+        buf = bytearray(n[0]) if rc == 0 else None
+        if buf is not None:
+            rc = lib.al_trace_encode(self._t, ffi.from_buffer(buf), len(buf), n, err, 256)
+        if rc == -12:
+            raise errors.AllocatorExhausted("out of memory encoding a trace")
+        if rc:
+            raise errors.InvalidArgument("cannot encode the trace: "
+                                         + ffi.string(err).decode("utf-8", "replace"))
+        return buf
+
+    @classmethod
+    def load(cls, path):
+        """Read a trace file; FileFormatError when it is not a valid one."""
+        return load(path)
+
     # ---- replay ----
     def handle(self):
         """The registry handle the replay workload's ``trace`` parameter takes."""
@@ -148,3 +225,168 @@ class Trace:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# ---------------------------------------------------------------- the file
+
+
+
+def machine_info():
+    """The machine a recording is made on, as the header's ``machine``."""
+    from .result import _cpu_model
+    return {"uname": dict(platform.uname()._asdict()), "cpu_model": _cpu_model(),
+            "cpus": os.cpu_count()}
+
+
+def now_utc():
+    """A recording's ``recorded`` time: UTC, ISO 8601, to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _compress(name, body):
+    if name == "lzma":
+        return lzma.compress(body, preset=6, check=lzma.CHECK_NONE)
+    if name == "zlib":
+        return zlib.compress(body, 9)
+    if name == "bz2":
+        return bz2.compress(body, 9)
+    return bytes(body)
+
+
+def _decompressor(name):
+    return {"lzma": lzma.LZMADecompressor, "zlib": zlib.decompressobj,
+            "bz2": bz2.BZ2Decompressor}[name]()
+
+
+def _write_atomic(path, parts):
+    """Write parts to path through a temporary file renamed over it."""
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path),
+                               dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for part in parts:
+                f.write(part)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _bad(path, offset, what):
+    return errors.FileFormatError("%s: byte %d: %s" % (path, offset, what),
+                                  path=path, offset=offset)
+
+
+def _read_header(path, data):
+    """The header dict and the body's file offset; checks the prefix."""
+    n = _PREFIX.size
+    head = bytes(data[:len(MAGIC)])
+    if head != MAGIC[:len(head)]:
+        raise _bad(path, 0, "not an alloclab trace (the file does not start with %r)"
+                   % MAGIC)
+    if len(data) < n:
+        raise _bad(path, len(data), "truncated: the file ends inside its %d-byte prefix"
+                   % n)
+    _, version, hlen, hcrc = _PREFIX.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise _bad(path, len(MAGIC), "format version %d; this alloclab reads version %d"
+                   % (version, FORMAT_VERSION))
+    if hlen > min(_MAX_HEADER, len(data) - n):
+        raise _bad(path, len(data), "truncated: the header of %d bytes runs past the "
+                   "end of the file" % hlen)
+    text = data[n:n + hlen]
+    if zlib.crc32(text) != hcrc:
+        raise _bad(path, n, "the header's checksum does not match (CRC-32 %#010x, "
+                   "expected %#010x)" % (zlib.crc32(text), hcrc))
+    try:
+        header = json.loads(bytes(text).decode("utf-8"))
+    except ValueError as e:
+        raise _bad(path, n, "the header is not JSON: %s" % e) from None
+    _check_header(path, n, header)
+    return header, n + hlen
+
+
+def _check_header(path, offset, header):
+    if not isinstance(header, dict):
+        raise _bad(path, offset, "the header is not a JSON object")
+    for key, typ in _STORED_KEYS.items():
+        v = header.get(key)
+        if not isinstance(v, typ) or isinstance(v, bool) or typ is int and v < 0:
+            raise _bad(path, offset, "the header's %r is %r; expected a%s %s" % (
+                key, v, "" if typ is str else " non-negative", typ.__name__))
+    if header["compressor"] not in COMPRESSORS:
+        raise _bad(path, offset, "the header's compressor %r is not one of %s"
+                   % (header["compressor"], ", ".join(COMPRESSORS)))
+
+
+def _read_body(path, data, header, at):
+    """The body's bytes, checked against the header's length and checksum."""
+    stored = memoryview(data)[at:]
+    want = header["stored_length"]
+    if len(stored) < want:
+        raise _bad(path, len(data), "truncated: the body needs %d bytes, the file has %d"
+                   % (want, len(stored)))
+    if len(stored) > want:
+        raise _bad(path, at + want, "%d bytes after the body" % (len(stored) - want))
+    if zlib.crc32(stored) != header["body_crc32"]:
+        raise _bad(path, at, "the body's checksum does not match (CRC-32 %#010x, "
+                   "expected %#010x)" % (zlib.crc32(stored), header["body_crc32"]))
+    name, size = header["compressor"], header["body_length"]
+    if name == "none":
+        body = stored
+    else:
+        try:
+            d = _decompressor(name)
+            body = d.decompress(stored, size + 1)
+            done = d.eof and not d.unused_data
+        except (lzma.LZMAError, zlib.error, OSError, EOFError, ValueError) as e:
+            raise _bad(path, at, "the %s body does not decompress: %s" % (name, e)) from None
+        if not done:
+            raise _bad(path, at, "the %s body does not decompress to one stream of %d "
+                       "bytes" % (name, size))
+    if len(body) != size:
+        raise _bad(path, at, "the body is %d bytes; the header says %d" % (len(body), size))
+    return body
+
+
+def _decode(path, body, at):
+    out = ffi.new("struct al_trace **")
+    err = ffi.new("char[512]")
+    rc = lib.al_trace_decode(ffi.from_buffer(body), len(body), out, err, 512)
+    if rc == -12:
+        raise errors.AllocatorExhausted("%s: out of memory decoding a %d-byte trace body"
+                                        % (path, len(body)))
+    if rc:
+        raise _bad(path, at, "the body (after decompression) does not decode: %s"
+                   % ffi.string(err).decode("utf-8", "replace"))
+    return out[0]
+
+
+def load(path):
+    """Read the trace file at ``path`` into a Trace whose ``meta`` is the
+    file's header. Raises FileFormatError (naming the path, the byte offset
+    and what is wrong) for a file that is not a valid trace; OSError when it
+    cannot be read."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    header, at = _read_header(path, data)
+    body = _read_body(path, data, header, at)
+    t = Trace(_decode(path, body, at), header)
+    got = {"threads": t.nthreads, "ops": t.nops, "objects": t.nobjects}
+    for key, v in got.items():
+        if header[key] != v:
+            t.close()
+            raise _bad(path, _PREFIX.size, "the header says %d %s, the body holds %d"
+                       % (header[key], key, v))
+    return t
+
+
+def read_meta(path):
+    """A trace file's header alone (checked, the body not read)."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read(_PREFIX.size)
+        if len(data) == _PREFIX.size:
+            data += f.read(min(_PREFIX.unpack_from(data)[2], _MAX_HEADER))
+    return _read_header(path, data)[0]

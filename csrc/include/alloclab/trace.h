@@ -11,10 +11,10 @@
  *
  * Per thread three parallel arrays: ops[] (what replay reads: 32 bytes an
  * op), seq[] (the global sequence number: a total order of all threads'
- * operations) and t_ns[] (ns since the trace began, for analysis). The file
- * format, its compression and its header belong to alloclab.trace (Python);
- * this header is the decoded form shared by the codec, the recorder's
- * finaliser, the replay workload and the analysis.
+ * operations) and t_ns[] (ns since the trace began, for analysis). The
+ * file's outer header and its compression belong to alloclab.trace
+ * (Python); this header is the decoded form shared by the body codec, the
+ * recorder's finaliser, the replay workload and the analysis.
  *
  * Building: al_trace_new, al_trace_push per op (in each thread's order),
  * then al_trace_seal, which checks the whole trace (ids created once, used
@@ -107,6 +107,25 @@ AL_API int al_trace_push(struct al_trace *t, unsigned thread, const struct al_tr
  * the op index and what is wrong (-ENOMEM on ENOMEM). Idempotent. */
 AL_API int al_trace_seal(struct al_trace *t, char *err, size_t errlen);
 AL_API void al_trace_free(struct al_trace *t);
+
+/* ---- the body codec (codec.c; the file around it: docs/traces.md) ----
+ *
+ * The body is the trace's ops as bytes: a header (thread count; per thread
+ * its parent, op count, start time and stream length) then one stream per
+ * thread, each op varint-coded as deltas from the thread's previous op.
+ *
+ * Encode: a sealed trace into buf. With buf NULL, only *len = the size
+ * needed (0). Else 0 and *len = bytes written; -ENOSPC (*len = the size
+ * needed) when cap is too small; -EINVAL with err when the trace is not
+ * sealed or an op has flag bits the format does not define. */
+AL_API int al_trace_encode(const struct al_trace *t, void *buf, size_t cap, size_t *len, char *err,
+			   size_t errlen);
+/* Decode a body into a new sealed trace (*out; al_trace_free it). The input
+ * is not trusted: 0, or -EINVAL with err naming the body offset and what
+ * was expected there (or, for a body that decodes but does not seal, the
+ * thread, the op and what is wrong), -ENOMEM. *out is NULL on error. */
+AL_API int al_trace_decode(const void *buf, size_t len, struct al_trace **out, char *err,
+			   size_t errlen);
 
 /* Replay's handles: register a sealed trace (the registry does not own it:
  * unregister before freeing it). >0, or -EINVAL (not sealed), -ENOSPC. */
