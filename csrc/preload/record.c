@@ -51,7 +51,7 @@
  *
  * Cost per recorded call: a TLS load and store (busy), the fetch-add, one
  * unfenced rdtsc, 8-20 bytes of varints into the thread's buffer and a
- * store; a 40-byte chunk header and a pwrite per 64 KiB.
+ * store; a 32-byte chunk header and a pwrite per 64 KiB.
  * Lock order: a buffer's flush lock is a leaf (no other lock is taken while
  * it is held); the end flush takes them one at a time.
  */

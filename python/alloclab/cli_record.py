@@ -47,6 +47,9 @@ def _summary(rec):
             line += "; incomplete: " + im["note"]
         out.append(line)
     out.append("index: %s" % rec.index)
+    if rec.stats and rec.stats["on_glibc"]:
+        out.append("warning: not every call was the policy's: " +
+                   "; ".join(rec.stats["on_glibc"]))
     return out
 
 

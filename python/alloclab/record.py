@@ -41,16 +41,22 @@ _END = {0: "killed", 1: "exit", 2: "exec"}
 class Recording:
     """What ``record`` did: ``returncode`` (the command's status, negative
     for a signal), ``images`` (one dict per process image, the first
-    process first: file, pid, ppid, exe, argv, how, parent, ops, threads,
+    process first: path, pid, ppid, exe, argv, how, parent, ops, threads,
     objects, complete, end, note, unrecorded; ``trace`` when kept in
-    memory), ``index`` (the index file's path, None in memory) and
-    ``out`` (the first image's trace file)."""
+    memory), ``index`` (the index file's path, None in memory), ``out``
+    (the first image's trace file), ``stdout`` and ``stderr`` (with
+    capture_output) and, with a policy, ``stats`` (the shim's merged
+    stats, preload.collect: ``on_glibc`` names any process the policy did
+    not serve)."""
 
-    def __init__(self, returncode, images, out, index):
+    def __init__(self, returncode, images, out, index, stats=None, proc=None):
         self.returncode = returncode
+        self.stdout = getattr(proc, "stdout", None)  # with capture_output
+        self.stderr = getattr(proc, "stderr", None)
         self.images = images
         self.out = out
         self.index = index
+        self.stats = stats
 
     @property
     def files(self):
@@ -118,9 +124,12 @@ def check_command(cmd):
 
 def command(argv, raw_dir, policy=None, env=None):
     """(argv, env) that run argv recording into raw_dir (the shim's
-    ALLOCLAB_RECORD), on the policy or, without one, on glibc."""
+    ALLOCLAB_RECORD), on the policy or, without one, on glibc. With a
+    policy every process also writes its stats record into raw_dir/stats
+    (preload.collect reads them)."""
     if policy is not None:
-        argv, env = preload.command(policy, argv, env=env)
+        argv, env = preload.command(policy, argv, stats=os.path.join(raw_dir, "stats"),
+                                    env=env)
     else:
         shim = preload_path()
         if not os.path.exists(shim):
@@ -258,6 +267,8 @@ def record(cmd, out=None, policy=None, env=None, forward_signals=False, **kwargs
                                   "statically linked or setuid program ignores LD_PRELOAD)"
                                   % cmd[0], proc=proc)
         _lineage(images, os.getpid())
+        stats = preload.collect(os.path.join(raw_dir, "stats"), pol, allow_glibc=True,
+                                root_ppid=os.getpid()) if pol else None
         index = _write(out, images, cmd, pol, proc.returncode) if out is not None else None
     except BaseException:
         for im in images:
@@ -269,4 +280,4 @@ def record(cmd, out=None, policy=None, env=None, forward_signals=False, **kwargs
         for im in images:
             im.pop("trace").close()
     return Recording(proc.returncode, images, os.fspath(out) if out is not None else None,
-                     index)
+                     index, stats, proc)
