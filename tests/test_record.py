@@ -298,7 +298,8 @@ def test_finish_refuses_corrupt_and_foreign_files(tmp_path):
     raw = Raw()
     c = raw.chunk(0, [("thread_start", 0, 1, 1001, 0)])
     raw.data = raw.data[:-len(c)] + c[:-1] + b"\xff"  # a varint that never ends
-    with pytest.raises(errors.FileFormatError, match="corrupt chunk at offset %d" % Raw.HDR.size):
+    with pytest.raises(errors.FileFormatError,
+                       match="corrupt chunk at offset %d" % Raw.HDR.size):
         finish(raw.write(tmp_path / "c"))
     (tmp_path / "n").write_bytes(b"not a raw file " * 8)
     with pytest.raises(errors.FileFormatError, match="bad magic at offset 0"):

@@ -151,8 +151,10 @@ static void flag_unlock(int *l)
 /* Write the buffer's published ops as a chunk; the lock is held. */
 static void buf_write_locked(struct rec_buf *b)
 {
-	uint64_t pub = __atomic_load_n(&b->pub, __ATOMIC_ACQUIRE);
+	uint64_t pub;
 
+	al_flag_assert_held(&b->lock);
+	pub = __atomic_load_n(&b->pub, __ATOMIC_ACQUIRE);
 	if (!(uint32_t)pub)
 		return;
 	b->hdr.magic = REC_CHUNK_MAGIC;
@@ -164,6 +166,7 @@ static void buf_write_locked(struct rec_buf *b)
 /* Start a new chunk after the thread's last op; the lock is held. */
 static void buf_reset_locked(struct rec_buf *b)
 {
+	al_flag_assert_held(&b->lock);
 	b->wlen = b->wnops = 0;
 	b->last_addr = 0;
 	b->hdr.base_seq = b->last_seq;
@@ -723,7 +726,9 @@ static void rec_fork_child(void)
 		b->hdr.thread = rec_nthreads++;
 		b->last_seq = 0;
 		b->last_tick = rec_start_tick;
+		flag_lock(&b->lock);
 		buf_reset_locked(b);
+		flag_unlock(&b->lock);
 		rec_parent = 0;
 		rec_thread_start(b);
 	}

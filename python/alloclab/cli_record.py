@@ -17,6 +17,8 @@ import os
 import sys
 import threading
 
+PROG = "alloclab"  # as cli.PROG (cli imports this module)
+
 
 def add_parser(sub):
     rp = sub.add_parser(
@@ -56,17 +58,17 @@ def _summary(rec):
 def cmd_record(args):
     from . import errors
     from .record import record
-    from .cli import PROG, UsageError
 
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
-        raise UsageError("record needs a command: alloclab record --out FILE -- CMD ...")
+        raise errors.InvalidArgument("record needs a command: alloclab record --out FILE -- "
+                                     "CMD ...")
     sys.stdout.flush()
     try:
         rec = record(cmd, args.out, policy=args.policy,
                      forward_signals=threading.current_thread() is threading.main_thread())
-    except errors.RunError as e:
-        raise UsageError(str(e)) from None
+    except errors.RunError as e:  # nothing recorded: bad input as far as the user can tell
+        raise errors.InvalidArgument(str(e)) from None
     if not args.quiet:
         for line in _summary(rec):
             sys.stderr.write("%s: %s\n" % (PROG, line))
