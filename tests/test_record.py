@@ -187,6 +187,7 @@ def test_exit_status_passes_through(tmp_path):
     (["--", "no-such-command-xyz"], "command not found"),
     (["--policy", "libc", "--", "true"], "cannot back a program's malloc"),
     (["--policy", "nosuch", "--", "true"], "unknown layer"),
+    (["--compress", "zip", "--", "true"], "zip"),
 ])
 def test_bad_input_is_one_error_line_and_nothing_written(args, what, tmp_path):
     proc = subprocess.run(CLI + ["--out", str(tmp_path / "x.trace")] + args,

@@ -30,11 +30,14 @@ def add_parser(sub):
                     "process image beside it (OUT's stem, .PID, OUT's extension) and "
                     "OUT.index.json naming them all. glibc serves the calls unless --policy "
                     "is given. Exits with CMD's status.",
-        usage="alloclab record --out FILE [--policy SPEC] -- CMD [ARGS...]")
+        usage="alloclab record --out FILE [--policy SPEC] [--compress NAME] -- CMD [ARGS...]")
     rp.add_argument("--out", required=True, metavar="FILE",
                     help="the trace of CMD's process (further processes beside it)")
     rp.add_argument("--policy", default=None,
                     help="serve the calls from this policy spec or preset (default: glibc)")
+    rp.add_argument("--compress", default=None, metavar="NAME",
+                    help="the trace files' compressor: lzma (the default: smallest, slowest "
+                         "to write), zlib, bz2 or none")
     rp.add_argument("--quiet", action="store_true", help="no summary on stderr")
     rp.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
 
@@ -65,7 +68,8 @@ def cmd_record(args):
                                      "CMD ...")
     sys.stdout.flush()
     try:
-        rec = record(cmd, args.out, policy=args.policy,
+        kw = {"compress": args.compress} if args.compress else {}
+        rec = record(cmd, args.out, policy=args.policy, **kw,
                      forward_signals=threading.current_thread() is threading.main_thread())
     except errors.RunError as e:  # nothing recorded: bad input as far as the user can tell
         raise errors.InvalidArgument(str(e)) from None

@@ -28,11 +28,12 @@ op while it merges the threads.
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 
 from . import errors, preload
 from ._ffi import ffi, lib, preload_path
-from .trace import Trace, machine_info, now_utc
+from .trace import COMPRESSORS, DEFAULT_COMPRESSOR, Trace, machine_info, now_utc
 
 INDEX_SUFFIX = ".index.json"
 _END = {0: "killed", 1: "exit", 2: "exec"}
@@ -209,7 +210,7 @@ def _names(out, images):
         im["path"] = "%s.%d%s%s" % (stem, im["pid"], ".%d" % n if n else "", ext)
 
 
-def _write(out, images, cmd, policy, returncode):
+def _write(out, images, cmd, policy, returncode, compress):
     """Save every trace and the index under temporary names, then rename
     them all into place; on failure remove what was written."""
     _names(out, images)
@@ -218,7 +219,7 @@ def _write(out, images, cmd, policy, returncode):
     try:
         for im in images:
             tmps.append((im["path"] + ".tmp-rec", im["path"]))
-            im["trace"].save(tmps[-1][0])
+            im["trace"].save(tmps[-1][0], compress=compress)
         doc = {"command": list(cmd), "policy": policy, "returncode": returncode,
                "first": os.path.basename(images[0]["path"]),
                "images": [dict({k: v for k, v in im.items() if k not in ("trace", "path")},
@@ -237,47 +238,61 @@ def _write(out, images, cmd, policy, returncode):
     return index
 
 
-def record(cmd, out=None, policy=None, env=None, forward_signals=False, **kwargs):
+def _run(cmd, raw_dir, pol, env, forward_signals, kwargs):
+    """Run the command recording into raw_dir; (proc, images, stats)."""
+    argv, env = command(cmd, raw_dir, pol, env)
+    if forward_signals:
+        proc = preload._run_forwarding(argv, env, **kwargs)
+    else:
+        proc = subprocess.run(argv, env=env, **kwargs)
+    images = []
+    try:
+        for entry in _read_index(raw_dir):
+            images.append(_image(raw_dir, entry, pol))
+    except BaseException:
+        for im in images:
+            im["trace"].close()
+        raise
+    if not images:
+        raise errors.RunError("nothing was recorded: no process of %s loaded the shim (a "
+                              "statically linked or setuid program ignores LD_PRELOAD)"
+                              % cmd[0], proc=proc)
+    stats = preload.collect(os.path.join(raw_dir, "stats"), pol, allow_glibc=True,
+                            root_ppid=os.getpid()) if pol else None
+    return proc, _lineage(images, os.getpid()), stats
+
+
+def record(cmd, out=None, policy=None, env=None, forward_signals=False,
+           compress=DEFAULT_COMPRESSOR, **kwargs):
     """Run cmd recording its malloc-family calls; returns a Recording.
     ``out``: the first process image's trace file (the others beside it,
     and ``<out>.index.json``); None keeps the traces in memory. ``policy``:
     serve the calls from this policy (else glibc). ``forward_signals``
     (main thread only): SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this
     process go on to the command, as ``alloclab preload`` does; kwargs go to
-    subprocess. Raises InvalidArgument before anything runs when the input
-    is bad, RunError when no process image was recorded (a static or setuid
-    program ignores LD_PRELOAD)."""
+    subprocess. ``compress``: the trace files' compressor (COMPRESSORS;
+    lzma is the smallest and the slowest to write). Raises InvalidArgument
+    before anything runs when the input is bad, RunError when no process
+    image was recorded (a static or setuid program ignores LD_PRELOAD)."""
     cmd = list(cmd)
+    if compress not in COMPRESSORS:
+        raise errors.UnknownNameError.make("trace compressor", compress, COMPRESSORS)
     check_command(cmd)
     if out is not None:
         check_out(out)
     pol = str(preload.check(policy)) if policy is not None else None
     raw_dir = tempfile.mkdtemp(prefix="alloclab-record-")
-    images = []
     try:
-        argv, env = command(cmd, raw_dir, pol, env)
-        if forward_signals:
-            proc = preload._run_forwarding(argv, env, **kwargs)
-        else:
-            proc = __import__("subprocess").run(argv, env=env, **kwargs)
-        for entry in _read_index(raw_dir):
-            images.append(_image(raw_dir, entry, pol))
-        if not images:
-            raise errors.RunError("nothing was recorded: no process of %s loaded the shim (a "
-                                  "statically linked or setuid program ignores LD_PRELOAD)"
-                                  % cmd[0], proc=proc)
-        _lineage(images, os.getpid())
-        stats = preload.collect(os.path.join(raw_dir, "stats"), pol, allow_glibc=True,
-                                root_ppid=os.getpid()) if pol else None
-        index = _write(out, images, cmd, pol, proc.returncode) if out is not None else None
-    except BaseException:
-        for im in images:
-            im["trace"].close()
-        raise
+        proc, images, stats = _run(cmd, raw_dir, pol, env, forward_signals, kwargs)
     finally:
         shutil.rmtree(raw_dir, ignore_errors=True)
-    if out is not None:
-        for im in images:
-            im.pop("trace").close()
+    index = None
+    try:
+        if out is not None:
+            index = _write(out, images, cmd, pol, proc.returncode, compress)
+    finally:
+        if out is not None:
+            for im in images:
+                im.pop("trace").close()
     return Recording(proc.returncode, images, os.fspath(out) if out is not None else None,
                      index, stats, proc)
