@@ -108,6 +108,7 @@ static __thread struct rec_buf *rec_me __attribute__((tls_model("initial-exec"))
 static __thread int rec_busy __attribute__((tls_model("initial-exec")));
 static __thread int rec_done __attribute__((tls_model("initial-exec")));
 static __thread uint32_t rec_parent __attribute__((tls_model("initial-exec")));
+static __thread int rec_ending __attribute__((tls_model("initial-exec")));
 
 /* ---- the raw file ---- */
 
@@ -668,7 +669,7 @@ static void image_open(void)
 /* The image ends (exit, _exit, exec): every thread's published ops, then
  * the end chunk. Ops recorded after it (later exit handlers) are written
  * by a later end if any. Not in a vfork child, whose memory is the
- * parent's. */
+ * parent's, nor again from a signal handler that interrupted an end. */
 void al_rec_end(int exec)
 {
 	struct {
@@ -676,11 +677,15 @@ void al_rec_end(int exec)
 		struct rec_end e;
 	} end;
 	struct rec_buf *b;
+	int busy = rec_busy;
 
-	if (!al_rec_on || getpid() != rec_pid)
+	if (!al_rec_on || getpid() != rec_pid || rec_ending)
 		return;
+	rec_ending = 1;
 	for (b = __atomic_load_n(&rec_bufs, __ATOMIC_ACQUIRE); b; b = b->next) {
-		if (!__atomic_load_n(&b->live, __ATOMIC_ACQUIRE))
+		/* This thread's own buffer while a signal handler interrupted a
+		 * recorded call (which may hold its lock) is left out. */
+		if (!__atomic_load_n(&b->live, __ATOMIC_ACQUIRE) || (b == rec_me && busy))
 			continue;
 		flag_lock(&b->lock);
 		buf_write_locked(b);
@@ -695,6 +700,7 @@ void al_rec_end(int exec)
 	end.e.threads = __atomic_load_n(&rec_nthreads, __ATOMIC_RELAXED);
 	end.e.why = exec ? REC_END_EXEC : REC_END_EXIT;
 	rec_append(&end, sizeof(end));
+	rec_ending = 0;
 }
 
 static void rec_atexit(void)
