@@ -4,21 +4,23 @@
  *
  * Pass 1 walks the chunks: the file ends at the first chunk that is not
  * whole (bad magic, payload past the end: a process killed mid-write, or a
- * chunk reserved but never written), and counts each thread's ops. Pass 2
- * decodes each thread's chunks, in file order, into events with absolute
- * seq, clock and addresses; ops whose seq is not above the thread's last are
- * copies (an end-of-image flush of a buffer its owner flushed again) and are
- * dropped. The merge then takes events in global seq order through a heap of
- * threads; a realloc is two events (its old object goes at its first seq,
- * its new one comes at its second), which is what keeps the address map
- * consistent when another thread reuses the old address in between. The
- * address map (open addressing, backward-shift deletion) holds the live
- * objects: address -> (id, requested size); ids are handed out in merge
- * order, so they are dense and in creation order, as trace.h asks.
+ * chunk reserved but never written); each thread's chunk offsets are kept.
+ * The merge then decodes each thread's ops one at a time, in its chunks'
+ * file order, with absolute seq, clock and addresses, and takes them in
+ * global seq order through a heap of threads keyed by their next op's seq.
+ * Ops whose seq is not above the thread's last are copies (an end-of-image
+ * flush of a buffer its owner flushed again) and are dropped. A realloc is
+ * two events (its old object goes at its first seq, its new one comes at
+ * its second), which keeps the address map right when another thread
+ * reuses the old address in between. The address map (open addressing,
+ * Fibonacci hashing, backward-shift deletion) holds the live objects:
+ * address -> (id, requested size); ids are handed out in merge order, so
+ * they are dense and in creation order, as trace.h asks.
  *
- * Memory: metadata only (al_meta_alloc), never the allocator under test;
- * about 64 bytes per event plus 24 per live object plus the trace.
- * Single-threaded; the file is mapped read-only.
+ * Memory: metadata only (al_meta_alloc), never the allocator under test:
+ * the trace (48 bytes per op), 24 bytes per live object (at most half the
+ * table full), 8 per chunk. Time: O(ops * log threads). Single-threaded;
+ * the file is mapped read-only.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,14 +41,24 @@ struct ev {
 	uint8_t kind, flags; /* enum al_trace_kind, REC_F_* */
 };
 
+struct rd {
+	const uint8_t *p, *end;
+	int bad;
+};
+
 struct fthread {
-	struct ev *ev;
-	uint64_t n, cap, pos;
-	uint64_t last_seq, prev_tick;
-	uint32_t dense;	  /* index in the trace, AL_TRACE_NOID when empty */
+	uint64_t *chunks; /* offsets of its chunks, in file order */
+	uint64_t nchunks, ci;
+	struct rd r;			/* the chunk being decoded */
+	uint64_t coff, seq, tick, addr; /* its offset and decoding state */
+	uint64_t last_seq;		/* the last op taken: copies are not above it */
+	struct ev cur;			/* the next event, when has */
+	int has;
+	int phase; /* 1: cur is a realloc that has had its first event */
+	uint64_t nops, prev_tick;
+	uint32_t dense;	  /* index in the trace */
 	uint32_t pend_id; /* a realloc between its two events: the old object */
 	uint64_t pend_size;
-	int phase; /* 1: the realloc at pos has had its first event */
 };
 
 struct slot {
@@ -62,6 +74,7 @@ struct fin {
 	uint32_t nth;
 	struct slot *map;
 	uint64_t mcap, mn;
+	unsigned mshift; /* 64 - log2(mcap) */
 	uint32_t *heap, nheap;
 	uint64_t next_id;
 	struct al_trace *t;
@@ -78,9 +91,10 @@ static int fail(struct fin *f, int ret, const char *fmt, uint64_t a, uint64_t b)
 
 /* ---- the address map ---- */
 
+/* Fibonacci hashing: the product's top bits, which every address bit feeds. */
 static uint64_t slot_of(const struct fin *f, uint64_t addr)
 {
-	return ((addr >> 4) * 0x9e3779b97f4a7c15ull) & (f->mcap - 1);
+	return ((addr >> 4) * 0x9e3779b97f4a7c15ull) >> f->mshift;
 }
 
 static int map_grow(struct fin *f)
@@ -89,6 +103,7 @@ static int map_grow(struct fin *f)
 	uint64_t ocap = f->mcap;
 
 	f->mcap = ocap ? ocap * 2 : 1024;
+	f->mshift = (unsigned)__builtin_clzll(f->mcap) + 1;
 	f->map = al_meta_alloc(sizeof(*f->map) * f->mcap);
 	if (!f->map)
 		return -ENOMEM;
@@ -225,7 +240,7 @@ static int scan(struct fin *f)
 							     "index %llu is out of range",
 							     off, c->thread)
 						      : ret;
-			f->th[c->thread].cap += c->nops;
+			f->th[c->thread].nchunks++;
 		}
 		last_end = c->thread == REC_END_THREAD;
 		f->info->chunks++;
@@ -246,12 +261,7 @@ static int scan(struct fin *f)
 	return 0;
 }
 
-/* ---- pass 2: decoding ---- */
-
-struct rd {
-	const uint8_t *p, *end;
-	int bad;
-};
+/* ---- pass 2: decoding, one op at a time as the merge asks ---- */
 
 static uint64_t get_v(struct rd *r)
 {
@@ -307,68 +317,79 @@ static void get_fields(struct rd *r, struct ev *e, uint64_t *addr)
 		e->x = get_v(r);
 }
 
-/* A chunk's ops into its thread's events; copies of ops already read are
- * dropped. -EINVAL when an op does not decode within the chunk. */
-static int decode_chunk(struct fin *f, const struct rec_chunk *c, uint64_t off)
-{
-	struct fthread *th = &f->th[c->thread];
-	struct rd r = { (const uint8_t *)(c + 1), (const uint8_t *)(c + 1) + c->len, 0 };
-	uint64_t seq = c->base_seq, tick = c->base_tick, addr = 0;
-
-	while (r.p < r.end) {
-		struct ev e;
-		uint8_t kf = *r.p++;
-
-		memset(&e, 0, sizeof(e));
-		e.kind = kf & 0x0f;
-		e.flags = kf & 0xf0;
-		seq += get_v(&r);
-		tick += get_v(&r);
-		e.seq = seq;
-		e.tick = tick;
-		get_fields(&r, &e, &addr);
-		if (r.bad || (e.kind == AL_TK_REALLOC && e.seq2 <= e.seq))
-			return fail(f, -EINVAL,
-				    "corrupt chunk at offset %llu: op at offset %llu "
-				    "does not decode",
-				    off,
-				    off + sizeof(*c) + (uint64_t)(r.p - (const uint8_t *)(c + 1)));
-		if (e.seq <= th->last_seq) {
-			f->info->duplicates++;
-			continue;
-		}
-		if (th->n == th->cap)
-			return fail(f, -EINVAL,
-				    "corrupt chunk at offset %llu: more ops than its "
-				    "header's %llu",
-				    off, c->nops);
-		th->last_seq = e.kind == AL_TK_REALLOC ? e.seq2 : e.seq;
-		th->ev[th->n++] = e;
-	}
-	return 0;
-}
-
-static int decode(struct fin *f)
+/* Each thread's chunk offsets, in file order. */
+static int index_chunks(struct fin *f)
 {
 	uint64_t off = f->h->hdr_size;
 
 	for (uint32_t k = 0; k < f->nth; k++) {
-		f->th[k].dense = AL_TRACE_NOID;
-		if (!f->th[k].cap)
+		if (!f->th[k].nchunks)
 			continue;
-		f->th[k].ev = al_meta_alloc(sizeof(struct ev) * f->th[k].cap);
-		if (!f->th[k].ev)
+		f->th[k].chunks = al_meta_alloc(sizeof(uint64_t) * f->th[k].nchunks);
+		if (!f->th[k].chunks)
 			return -ENOMEM;
+		f->th[k].nchunks = 0;
 	}
 	while (off < f->valid) {
 		const struct rec_chunk *c = chunk_at(f, off);
-		int ret = c->thread == REC_END_THREAD ? 0 : decode_chunk(f, c, off);
 
-		if (ret)
-			return ret;
+		if (c->thread != REC_END_THREAD)
+			f->th[c->thread].chunks[f->th[c->thread].nchunks++] = off;
 		off += sizeof(*c) + c->len;
 	}
 	return 0;
+}
+
+/* Start decoding the thread's next chunk; 0 when it has none left. */
+static int next_chunk(struct fin *f, struct fthread *th)
+{
+	const struct rec_chunk *c;
+
+	if (th->ci == th->nchunks)
+		return 0;
+	th->coff = th->chunks[th->ci++];
+	c = chunk_at(f, th->coff);
+	th->r = (struct rd){ (const uint8_t *)(c + 1), (const uint8_t *)(c + 1) + c->len, 0 };
+	th->seq = c->base_seq;
+	th->tick = c->base_tick;
+	th->addr = 0;
+	return 1;
+}
+
+/* The thread's next event into cur (has = 0 at its end); copies of ops
+ * already taken are dropped. -EINVAL when an op does not decode. */
+static int advance(struct fin *f, struct fthread *th)
+{
+	struct ev *e = &th->cur;
+
+	for (;;) {
+		uint8_t kf;
+
+		while (th->r.p >= th->r.end)
+			if (!next_chunk(f, th)) {
+				th->has = 0;
+				return 0;
+			}
+		kf = *th->r.p++;
+		memset(e, 0, sizeof(*e));
+		e->kind = kf & 0x0f;
+		e->flags = kf & 0xf0;
+		e->seq = th->seq += get_v(&th->r);
+		e->tick = th->tick += get_v(&th->r);
+		get_fields(&th->r, e, &th->addr);
+		if (th->r.bad || (e->kind == AL_TK_REALLOC && e->seq2 <= e->seq))
+			return fail(
+				f, -EINVAL,
+				"corrupt chunk at offset %llu: op at offset %llu does not decode",
+				th->coff, (uint64_t)(th->r.p - f->buf));
+		if (e->seq <= th->last_seq) {
+			f->info->duplicates++;
+			continue;
+		}
+		th->last_seq = e->kind == AL_TK_REALLOC ? e->seq2 : e->seq;
+		th->has = 1;
+		return 0;
+	}
 }
 
 /* ---- the merge ---- */
@@ -377,9 +398,8 @@ static int decode(struct fin *f)
 static uint64_t next_key(const struct fin *f, uint32_t k)
 {
 	const struct fthread *th = &f->th[k];
-	const struct ev *e = &th->ev[th->pos];
 
-	return th->phase ? e->seq2 : e->seq;
+	return th->phase ? th->cur.seq2 : th->cur.seq;
 }
 
 static void heap_down(struct fin *f, uint32_t i)
@@ -477,7 +497,7 @@ static int make_op(struct fin *f, struct fthread *th, struct al_trace_op *op, co
 static int step(struct fin *f, uint32_t k)
 {
 	struct fthread *th = &f->th[k];
-	const struct ev *e = &th->ev[th->pos];
+	const struct ev *e = &th->cur;
 	struct al_trace_op op;
 	uint64_t dt;
 	int ret;
@@ -495,13 +515,13 @@ static int step(struct fin *f, uint32_t k)
 	ret = make_op(f, th, &op, e);
 	if (ret)
 		return ret;
-	dt = th->pos ? ticks_ns(f, e->tick - th->prev_tick) : 0;
+	dt = th->nops++ ? ticks_ns(f, e->tick - th->prev_tick) : 0;
 	op.dt = dt > UINT32_MAX ? UINT32_MAX : (uint32_t)dt;
 	th->prev_tick = e->tick;
 	th->phase = 0;
-	th->pos++;
-	return al_trace_push(f->t, th->dense, &op, e->kind == AL_TK_REALLOC ? e->seq2 : e->seq,
-			     ticks_ns(f, e->tick - f->h->start_tick));
+	ret = al_trace_push(f->t, th->dense, &op, e->kind == AL_TK_REALLOC ? e->seq2 : e->seq,
+			    ticks_ns(f, e->tick - f->h->start_tick));
+	return ret ? ret : advance(f, th);
 }
 
 static int merge(struct fin *f)
@@ -512,11 +532,16 @@ static int merge(struct fin *f)
 	f->heap = al_meta_alloc(sizeof(*f->heap) * (f->nth ? f->nth : 1));
 	if (!f->heap)
 		return -ENOMEM;
-	for (uint32_t k = 0; k < f->nth; k++)
-		if (f->th[k].n) {
+	for (uint32_t k = 0; k < f->nth; k++) {
+		f->th[k].dense = AL_TRACE_NOID;
+		ret = advance(f, &f->th[k]);
+		if (ret)
+			return ret;
+		if (f->th[k].has) {
 			f->th[k].dense = dense++;
 			f->heap[f->nheap++] = k;
 		}
+	}
 	f->t = al_trace_new(dense ? dense : 1);
 	if (!f->t)
 		return -ENOMEM;
@@ -528,7 +553,7 @@ static int merge(struct fin *f)
 		ret = step(f, k);
 		if (ret)
 			return ret;
-		if (f->th[k].pos == f->th[k].n)
+		if (!f->th[k].has)
 			f->heap[0] = f->heap[--f->nheap];
 		heap_down(f, 0);
 	}
@@ -572,7 +597,7 @@ static int open_raw(struct fin *f, const char *path)
 static void fin_free(struct fin *f)
 {
 	for (uint32_t k = 0; k < f->nth; k++)
-		al_meta_free(f->th[k].ev, sizeof(struct ev) * f->th[k].cap);
+		al_meta_free(f->th[k].chunks, sizeof(uint64_t) * f->th[k].nchunks);
 	al_meta_free(f->th, sizeof(*f->th) * f->nth);
 	al_meta_free(f->map, sizeof(*f->map) * f->mcap);
 	al_meta_free(f->heap, sizeof(*f->heap) * (f->nth ? f->nth : 1));
@@ -605,7 +630,7 @@ int al_rec_finish(const char *path, struct al_trace **out, struct al_rec_info *i
 		ret = scan(&f);
 	}
 	if (!ret)
-		ret = decode(&f);
+		ret = index_chunks(&f);
 	if (!ret && !(ret = map_grow(&f)))
 		ret = merge(&f);
 	if (!ret)

@@ -21,8 +21,8 @@ so a failure leaves nothing half-written. ``out=None`` keeps the traces in
 memory (``rec.images[i]["trace"]``, open alloclab.Trace objects).
 
 ``finish(raw)`` is the finaliser alone: (Trace, info) of one raw file.
-Cost: the finaliser reads the raw file once and keeps about 80 bytes per
-op while it merges the threads.
+Cost: the finaliser reads the raw file once, decoding as it merges the
+threads; it holds the trace (48 bytes per op) and its live objects.
 """
 
 import json

@@ -16,7 +16,8 @@
  * with the calibration in the file's header.
  *
  * Cost: one pass over the file, a heap merge of the threads (log threads per
- * op), a hash table of live addresses; about 80 bytes per op while it runs.
+ * op), a hash table of live addresses; the trace (48 bytes per op) and
+ * about 48 bytes per live object while it runs.
  */
 #ifndef ALLOCLAB_RECORD_H
 #define ALLOCLAB_RECORD_H
