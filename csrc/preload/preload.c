@@ -62,7 +62,8 @@
  * kernel's GFP_KERNEL): bpf_ma answers an empty cache with a direct kmalloc
  * from the layer below, as bpf_mem_cache_alloc_flags(GFP_KERNEL) does.
  *
- * Cost per call, above the policy's own: a load of the state, two
+ * Cost per call, above the policy's own: a load of the recording flag
+ * (al_rec_on, with its branch), a load of the state, two
  * thread-local loads (the reentrancy flag's thread, the model CPU), the
  * reentrancy flag set and cleared in the thread's own cache line (one per
  * model CPU), one indirect call into the policy and one counter added to the

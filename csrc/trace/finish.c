@@ -181,14 +181,14 @@ static uint32_t map_get(const struct fin *f, uint64_t addr)
 
 /* ---- pass 1: chunks ---- */
 
-static const struct rec_chunk *chunk_at(const struct fin *f, uint64_t off)
+/* The chunk header at off, copied (chunks are not aligned in the file);
+ * false when no whole chunk is there. */
+static bool chunk_at(const struct fin *f, uint64_t off, struct rec_chunk *c)
 {
-	const struct rec_chunk *c = (const void *)(f->buf + off);
-
-	if (f->size - off < sizeof(*c) || c->magic != REC_CHUNK_MAGIC ||
-	    f->size - off - sizeof(*c) < c->len)
-		return NULL;
-	return c;
+	if (f->size - off < sizeof(*c))
+		return false;
+	memcpy(c, f->buf + off, sizeof(*c));
+	return c->magic == REC_CHUNK_MAGIC && f->size - off - sizeof(*c) >= c->len;
 }
 
 static int thread_slot(struct fin *f, uint32_t thread)
@@ -213,12 +213,12 @@ static int thread_slot(struct fin *f, uint32_t thread)
 	return 0;
 }
 
-static void end_chunk(struct fin *f, const struct rec_chunk *c)
+static void end_chunk(struct fin *f, const struct rec_chunk *c, uint64_t off)
 {
 	struct rec_end e;
 
 	memset(&e, 0, sizeof(e));
-	memcpy(&e, c + 1, c->len < sizeof(e) ? c->len : sizeof(e));
+	memcpy(&e, f->buf + off + sizeof(*c), c->len < sizeof(e) ? c->len : sizeof(e));
 	f->info->unrecorded = e.unrecorded;
 	f->info->end = e.why;
 }
@@ -226,25 +226,25 @@ static void end_chunk(struct fin *f, const struct rec_chunk *c)
 static int scan(struct fin *f)
 {
 	uint64_t off = f->h->hdr_size;
-	const struct rec_chunk *c;
+	struct rec_chunk c;
 	int ret, last_end = 0;
 
-	while ((c = chunk_at(f, off))) {
-		if (c->thread == REC_END_THREAD) {
-			end_chunk(f, c);
+	while (chunk_at(f, off, &c)) {
+		if (c.thread == REC_END_THREAD) {
+			end_chunk(f, &c, off);
 		} else {
-			ret = thread_slot(f, c->thread);
+			ret = thread_slot(f, c.thread);
 			if (ret)
 				return ret == -EINVAL ? fail(f, ret,
 							     "chunk at offset %llu: thread "
 							     "index %llu is out of range",
-							     off, c->thread)
+							     off, c.thread)
 						      : ret;
-			f->th[c->thread].nchunks++;
+			f->th[c.thread].nchunks++;
 		}
-		last_end = c->thread == REC_END_THREAD;
+		last_end = c.thread == REC_END_THREAD;
 		f->info->chunks++;
-		off += sizeof(*c) + c->len;
+		off += sizeof(c) + c.len;
 	}
 	f->valid = off;
 	f->info->valid_bytes = off;
@@ -331,11 +331,12 @@ static int index_chunks(struct fin *f)
 		f->th[k].nchunks = 0;
 	}
 	while (off < f->valid) {
-		const struct rec_chunk *c = chunk_at(f, off);
+		struct rec_chunk c;
 
-		if (c->thread != REC_END_THREAD)
-			f->th[c->thread].chunks[f->th[c->thread].nchunks++] = off;
-		off += sizeof(*c) + c->len;
+		chunk_at(f, off, &c); /* whole: scan read it */
+		if (c.thread != REC_END_THREAD)
+			f->th[c.thread].chunks[f->th[c.thread].nchunks++] = off;
+		off += sizeof(c) + c.len;
 	}
 	return 0;
 }
@@ -343,15 +344,17 @@ static int index_chunks(struct fin *f)
 /* Start decoding the thread's next chunk; 0 when it has none left. */
 static int next_chunk(struct fin *f, struct fthread *th)
 {
-	const struct rec_chunk *c;
+	struct rec_chunk c;
 
 	if (th->ci == th->nchunks)
 		return 0;
 	th->coff = th->chunks[th->ci++];
-	c = chunk_at(f, th->coff);
-	th->r = (struct rd){ (const uint8_t *)(c + 1), (const uint8_t *)(c + 1) + c->len, 0 };
-	th->seq = c->base_seq;
-	th->tick = c->base_tick;
+	chunk_at(f, th->coff, &c);
+	th->r.p = f->buf + th->coff + sizeof(c);
+	th->r.end = th->r.p + c.len;
+	th->r.bad = 0;
+	th->seq = c.base_seq;
+	th->tick = c.base_tick;
 	th->addr = 0;
 	return 1;
 }
