@@ -33,8 +33,9 @@
  * fits the bytes left (a header entry is at least 4 bytes), each thread's
  * op count fits its stream (an op is at least 3 bytes: head and the two
  * deltas), and the streams' lengths add up to exactly the body. Arrays are
- * then sized once per thread (48 bytes an op, so at most 16 times the
- * body). Every read is bounds-checked against its stream's end; an error
+ * then sized once per thread: 48 bytes an op, and seal's 20 an object (an
+ * object per op at most), so memory stays within about 23 times the body.
+ * Every read is bounds-checked against its stream's end; an error
  * names the body offset and what was being read, and the result is sealed
  * (al_trace_seal's checks) before it is returned.
  *
@@ -328,8 +329,11 @@ static int get_ident(struct rbuf *r, int64_t last, uint32_t *out, const char *na
 	d = unzigzag(v - 1);
 	id = d > -(int64_t)AL_TRACE_NOID && d < (int64_t)AL_TRACE_NOID ? last + d : -1;
 	if (id < 0 || id >= (int64_t)AL_TRACE_NOID)
-		return fail(r, at, "%s %s: %s delta %lld from id %lld is outside 0..%u", r->where,
-			    r->what, name, (long long)d, (long long)last, AL_TRACE_NOID - 1);
+		return fail(
+			r, at,
+			"%s: %s %lld (delta %lld from the thread's last id %lld) is outside 0..%u",
+			r->where, name, (long long)id, (long long)d, (long long)last,
+			AL_TRACE_NOID - 1);
 	*out = (uint32_t)id;
 	return 0;
 }
@@ -344,13 +348,13 @@ static int get_head(struct rbuf *r, struct al_trace_op *op, uint8_t *ext)
 	if (get_u8(r, &head))
 		return -EINVAL;
 	if ((head & H_KIND) >= AL_TK_NR)
-		return fail(r, at, "%s %s: kind %u; kinds are 0..%d", r->where, r->what,
-			    head & H_KIND, AL_TK_NR - 1);
+		return fail(r, at, "%s: op kind %u; kinds are 0..%d", r->where, head & H_KIND,
+			    AL_TK_NR - 1);
 	if ((head & H_EXT) && get_u8(r, ext))
 		return -EINVAL;
 	if (*ext & ~X_ALL)
-		return fail(r, at + 1, "%s %s: extension bits 0x%x; defined are 0x%x", r->where,
-			    r->what, *ext, X_ALL);
+		return fail(r, at + 1, "%s: op extension bits 0x%x; defined are 0x%x", r->where,
+			    *ext, X_ALL);
 	memset(op, 0, sizeof(*op));
 	op->id = op->ref = AL_TRACE_NOID;
 	op->kind = head & H_KIND;
@@ -368,14 +372,14 @@ static int get_times(struct rbuf *r, struct al_trace_op *op, uint8_t ext, struct
 	if (get_var(r, &dseq) || get_var(r, &d))
 		return -EINVAL;
 	if (dseq > UINT64_MAX - s->seq || d > UINT64_MAX - s->t)
-		return fail(r, at, "%s %s: seq or time past 2^64", r->where, r->what);
+		return fail(r, at, "%s: op seq or time past 2^64", r->where);
 	dt = sat32(d);
 	if (ext & X_DT) {
 		at = r->pos;
 		if (get_var(r, &dt))
 			return -EINVAL;
 		if (dt > UINT32_MAX)
-			return fail(r, at, "%s %s: dt %llu is past 2^32", r->where, r->what,
+			return fail(r, at, "%s: op dt %llu is past 2^32", r->where,
 				    (unsigned long long)dt);
 	}
 	op->dt = (uint32_t)dt;

@@ -61,10 +61,11 @@ from .result import Point, Result, Table
 from .run import run
 from .record import record
 from . import peers, plugin
-from . import plot, stats
+from . import plot, plot_trace, stats
 from .compare import Comparison, compare
 from .hist import Histogram
 from .sweep import sweep
+from .traceinfo import TraceInfo, trace_info
 from . import machine, verdict
 from .verdict import Claim, Verdict, claim, judge
 
@@ -78,6 +79,8 @@ __all__ = [
     "run",
     "record",
     "sweep",
+    "trace_info",
+    "TraceInfo",
     "compare",
     "Comparison",
     "claim",
@@ -89,6 +92,7 @@ __all__ = [
     "Histogram",
     "stats",
     "plot",
+    "plot_trace",
     "Result",
     "Point",
     "Table",

@@ -1,12 +1,139 @@
-"""`alloclab trace`: what a recorded trace holds (docs/traces.md).
+"""`alloclab trace info FILE [--json] [--plot PATH]`: what a recorded trace
+holds (docs/traces-info.md), as text tables, as JSON, and as a figure.
 
-Placeholder until the analysis lands: the parser exists so that the main
-parser's layout is fixed."""
+Flow: the outputs are checked first (the --plot file's directory and
+format), then the file (it exists, is a file, can be read), then it is
+loaded with alloclab.trace.load (a file that is not a trace, or a damaged
+one, is its FileFormatError naming the offset), analysed
+(alloclab.traceinfo) and printed; the figure is written last and announced
+on stderr, as every file the CLI writes is. Every bad input is an
+AlloclabError, which cli.main prints as one ``alloclab: error:`` line with
+exit status 2; a figure that cannot be written is an OSError (exit 1). This module does not import alloclab.cli (which imports it).
+"""
+
+import json
+import os
+import sys
+
+from . import errors
+
+PROG = "alloclab"
 
 
 def add_parser(sub):
-    sub.add_parser("trace", help="what a recorded trace holds")
+    tp = sub.add_parser("trace", help="what a recorded trace holds",
+                        description="Inspect a trace written by `alloclab record`.")
+    tsub = tp.add_subparsers(dest="trace_cmd", metavar="COMMAND")
+    ip = tsub.add_parser(
+        "info", help="ops by kind, sizes, lifetimes, live bytes, threads, cross-thread frees, "
+                     "reallocs",
+        description="Summarise a trace: ops by kind (NULL returns, size-0 requests, free(NULL), "
+                    "frees of objects allocated before recording), power-of-two size "
+                    "histograms per kind, object lifetimes in ops and in time, live requested "
+                    "bytes over time and their peak, the objects live at the end, threads "
+                    "(parent tree, ops, span), cross-thread frees by thread pair, and realloc "
+                    "patterns (grow/shrink, moved share, growth factors, chains).")
+    ip.add_argument("file", metavar="FILE", help="a trace file")
+    ip.add_argument("--json", action="store_true",
+                    help="print the analysis as JSON instead of tables")
+    ip.add_argument("--plot", metavar="PATH",
+                    help="write a figure of six panels: live bytes over time and over ops, "
+                         "sizes, lifetimes in ops and in time, ops per thread (PNG/PDF/SVG by "
+                         "extension)")
+    ip.add_argument("--top", type=int, default=16, metavar="N",
+                    help="rows of the threads and thread-pairs tables (default 16)")
+    tp.set_defaults(trace_cmd=None, trace_commands=tuple(tsub.choices))
+
+
+def _check_plot_path(path):
+    """Refuse, before the trace is read, a --plot file that could not be
+    written: a directory, a missing directory, a format matplotlib lacks."""
+    if os.path.isdir(path):
+        raise errors.InvalidArgument("--plot %s is a directory; give a file name" % path)
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise errors.InvalidArgument("--plot %s: directory %s does not exist" % (path, d))
+    ext = os.path.splitext(path)[1][1:].lower()
+    if ext:  # no extension: matplotlib writes PNG
+        from matplotlib.backend_bases import FigureCanvasBase
+        fmts = sorted(FigureCanvasBase.get_supported_filetypes())
+        if ext not in fmts:
+            raise errors.UnknownNameError.make("plot format", ext, fmts, context="--plot " + path)
+
+
+def _load(path):
+    """The trace in ``path``; a missing, unreadable or non-regular file is
+    an InvalidArgument naming it, a file that is not a trace the loader's
+    FileFormatError."""
+    from . import trace
+
+    if not os.path.exists(path):
+        raise errors.InvalidArgument("trace file %s does not exist" % path)
+    if os.path.isdir(path):
+        raise errors.InvalidArgument("trace file %s is a directory" % path)
+    try:
+        return trace.load(path)
+    except OSError as e:
+        raise errors.InvalidArgument("trace file %s cannot be read: %s" % (
+            path, e.strerror or e)) from None
+
+
+def _write_plot(info, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    from . import plot, plot_trace
+
+    try:
+        written = plot.save([plot_trace.overview(info)], path)
+    except OSError as e:  # a full disk: exit 1 as a failed write, after the report
+        raise OSError("--plot %s: cannot write: %s" % (path, e.strerror or e)) from None
+    for p in written:
+        sys.stderr.write("%s: wrote %s\n" % (PROG, p))
+
+
+def _index_lines(path, top=5):
+    """When ``path`` is the first image of a recording whose index
+    (PATH.index.json, written by `alloclab record`) lists other process
+    images, a note naming them, most ops first; nothing when there is no
+    readable index (the report stands without it)."""
+    try:
+        with open(path + ".index.json") as f:
+            images = json.load(f)["images"]
+        others = sorted(images[1:], key=lambda im: -int(im.get("ops") or 0))
+        rows = ["  %s: pid %s, %s, %s ops%s" % (
+            im["file"], im.get("pid"), " ".join(map(str, im.get("argv") or [])) or im.get("exe"),
+            im.get("ops"), "" if im.get("complete", True) else " (incomplete)")
+            for im in others[:top]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    if not others:
+        return []
+    out = ["", "this recording holds %d more process images (%s.index.json), most ops first:"
+           % (len(others), os.path.basename(path))] + rows
+    if len(others) > top:
+        out.append("  ... %d more" % (len(others) - top))
+    return out
+
+
+def cmd_info(args):
+    if args.top < 1:
+        raise errors.ParameterRangeError("--top %d: give 1 or more rows" % args.top,
+                                         value=args.top, min=1, max=None)
+    if args.plot is not None:
+        _check_plot_path(args.plot)
+    with _load(args.file) as tr:
+        info = tr.info()
+    if args.json:
+        print(json.dumps(info.to_dict(), indent=2))
+    else:
+        print("\n".join([info.text(top=args.top)] + _index_lines(args.file, args.top)))
+    if args.plot is not None:
+        _write_plot(info, args.plot)
+    return 0
 
 
 def cmd_trace(args):
-    raise NotImplementedError("alloclab trace")
+    if args.trace_cmd == "info":
+        return cmd_info(args)
+    raise errors.InvalidArgument("alloclab trace needs a command; valid commands: %s" % (
+        ", ".join(args.trace_commands)))

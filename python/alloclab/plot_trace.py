@@ -1,0 +1,230 @@
+"""Plots of what a trace holds (a TraceInfo); each function returns a
+matplotlib Figure, in plot.py's style (its pyplot loader; al.plot.save
+writes them).
+
+    info = al.trace_info(trace)
+    al.plot_trace.overview(info)        # the six panels below in one figure
+    al.plot_trace.live_bytes(info)      # live requested bytes over time and ops, peak marked
+    al.plot_trace.sizes(info)           # sizes created, power-of-two bins, stacked per kind
+    al.plot_trace.lifetimes(info)       # lifetimes in ops and in time
+    al.plot_trace.threads(info)         # ops per thread: allocations, frees, others
+
+Each panel is drawn by an ``_on_*`` function on a given Axes, so the
+overview and the single plots draw the same thing. The series are the
+bucket maxima trace_info kept (at most ``points`` buckets), so a peak is
+never smoothed away; bytes are scaled to the unit that suits the peak.
+matplotlib is imported when a function is called, as in plot.py.
+"""
+
+from . import errors
+from .plot import _plt
+from .schema import format_size
+
+_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
+_TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
+MAX_THREAD_BARS = 32
+
+
+def _check(info):
+    if not all(hasattr(info, a) for a in ("live", "sizes", "lifetimes", "threads")):
+        raise errors.InvalidArgument("trace plots take a TraceInfo (alloclab.trace_info), "
+                                     "not %r" % (info,))
+
+
+def _byte_unit(peak):
+    return next((u, s) for u, s in _UNITS if peak >= s or s == 1)
+
+
+def _time_unit(span):
+    return next((u, s) for u, s in _TIME_UNITS if span >= s or s == 1.0)
+
+
+def _bin_axis(ax, bounds, xlabel, fmt=format_size):
+    """Power-of-two bins at x = 0, 1, ..., labelled by each bin's lower bound."""
+    xs = list(range(len(bounds)))
+    step = max(1, len(bounds) // 12)
+    ax.set_xticks(xs[::step])
+    ax.set_xticklabels(["0" if hi == 1 else fmt(lo) for lo, hi in bounds][::step],
+                       rotation=45, ha="right", fontsize="small")
+    ax.set_xlabel(xlabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    return xs
+
+
+def _on_live(ax, info, x):
+    """Live requested bytes against time (x="time") or global op position
+    (x="seq"), each point a bucket's maximum; the peak marked."""
+    lv = info.live
+    series = lv["by_time"] if x == "time" else lv["by_seq"]
+    if series is None:
+        ax.text(0.5, 0.5, "no ops", ha="center", va="center", transform=ax.transAxes)
+        return
+    unit, scale = _byte_unit(max(1, lv["peak_bytes"]))
+    xs = series["t_ns"] if x == "time" else series["pos"]
+    if x == "time":
+        tu, ts = _time_unit(float(xs[-1]) if len(xs) else 0.0)
+        xs, xlabel = xs / ts, "time since the trace began (%s)" % tu
+    else:
+        xlabel = "ops (global sequence order)"
+    ax.step(xs, series["bytes"] / scale, where="post", label="live bytes (bucket max)")
+    if lv["peak_seq"] is not None:
+        px = lv["peak_t_ns"] / ts if x == "time" else _peak_pos(series, lv)
+        ax.plot([px], [lv["peak_bytes"] / scale], "o", color="C3",
+                label="peak %.4g %s" % (lv["peak_bytes"] / scale, unit))
+        ax.legend(fontsize="small")
+    ax.set_xlabel(xlabel)
+    if x != "time":
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 4))
+    ax.set_ylabel("live requested bytes (%s)" % unit)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+
+
+def _peak_pos(series, lv):
+    """The seq panel's x of the peak: the first bucket whose maximum is it."""
+    b = series["bytes"]
+    i = next((i for i in range(len(b)) if b[i] == lv["peak_bytes"]), 0)
+    return series["pos"][i]
+
+
+def _on_sizes(ax, info):
+    """Sizes created per power-of-two bin, stacked per allocating kind."""
+    allh = info.sizes["all"]
+    if not allh.total:
+        ax.text(0.5, 0.5, "no object created", ha="center", va="center", transform=ax.transAxes)
+        return
+    bounds = [(lo, hi) for lo, hi, _ in allh.rows()]
+    xs = _bin_axis(ax, bounds, "request size (bytes, bin start)")
+    bottom = [0] * len(xs)
+    for k, h in info.sizes.items():
+        if k == "all":
+            continue
+        ys = [h.count(lo) for lo, _ in bounds]
+        ax.bar(xs, ys, bottom=bottom, label=k, width=0.85)
+        bottom = [a + b for a, b in zip(bottom, ys)]
+    ax.set_ylabel("objects created")
+    ax.legend(fontsize="small")
+
+
+def _fmt_ns(v):
+    u, s = _time_unit(v)
+    return "%.3g%s" % (v / s, u)
+
+
+def _on_lifetimes(ax, info, unit):
+    """Lifetimes of the freed objects in ops or in ns, power-of-two bins."""
+    h = info.lifetimes[unit]
+    if not h.total:
+        ax.text(0.5, 0.5, "no object freed", ha="center", va="center", transform=ax.transAxes)
+        return
+    rows = h.rows()
+    xs = _bin_axis(ax, [(lo, hi) for lo, hi, _ in rows],
+                   "lifetime in %s (bin start)" % ("ops" if unit == "ops" else "time"),
+                   fmt=str if unit == "ops" else _fmt_ns)
+    ax.bar(xs, [c for _, _, c in rows], width=0.85)
+    ax.set_ylabel("objects freed")
+
+
+_THREAD_CLASSES = (("allocations", ("malloc", "calloc", "posix_memalign", "aligned_alloc",
+                                     "memalign", "valloc", "pvalloc")),
+                   ("frees", ("free",)), ("reallocs", ("realloc",)))
+
+
+def _on_threads(ax, info, limit=MAX_THREAD_BARS):
+    """Ops per thread (the ``limit`` busiest, in thread order), stacked by
+    kind: allocations, frees, reallocs, other ops (usable-size queries,
+    thread events); the stack is the thread's ops."""
+    ths = sorted(sorted(info.threads, key=lambda t: -t["ops"])[:limit],
+                 key=lambda t: t["thread"])
+    xs = list(range(len(ths)))
+    bottom = [0] * len(ths)
+    for label, kinds in _THREAD_CLASSES + (("other", None),):
+        ys = [t["ops"] - sum(_classified(t)) if kinds is None else
+              sum(t["by_kind"].get(k, 0) for k in kinds) for t in ths]
+        ax.bar(xs, ys, bottom=bottom, label=label)
+        bottom = [a + b for a, b in zip(bottom, ys)]
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(t["thread"]) for t in ths], fontsize="small",
+                       rotation=90 if len(ths) > 16 else 0)
+    ax.set_xlabel("thread" + (" (the %d busiest)" % limit if len(info.threads) > limit else ""))
+    ax.set_ylabel("ops")
+    ax.legend(fontsize="small")
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def _classified(t):
+    """The thread's ops in the named classes (the rest are "other")."""
+    return [sum(t["by_kind"].get(k, 0) for k in kinds) for _, kinds in _THREAD_CLASSES]
+
+
+def _title(info, what):
+    m = info.summary.get("meta") or {}
+    prog = " ".join(str(a) for a in (m.get("argv") or [])) or m.get("program") or "trace"
+    if len(prog) > 60:
+        prog = prog[:57] + "..."
+    return "%s: %s" % (prog, what)
+
+
+def live_bytes(info, title=None, figsize=None):
+    """Live requested bytes over time and over ops, the peak marked."""
+    _check(info)
+    fig, (a1, a2) = _plt().subplots(1, 2, figsize=figsize or (10, 3.6))
+    _on_live(a1, info, "time")
+    _on_live(a2, info, "seq")
+    fig.suptitle(title or _title(info, "live requested bytes"), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def sizes(info, title=None, figsize=None):
+    """The sizes of the objects created, stacked per allocating kind."""
+    _check(info)
+    fig, ax = _plt().subplots(figsize=figsize or (6, 3.6))
+    _on_sizes(ax, info)
+    ax.set_title(title or _title(info, "request sizes"), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def lifetimes(info, title=None, figsize=None):
+    """Lifetimes of the freed objects: in ops beside in time."""
+    _check(info)
+    fig, (a1, a2) = _plt().subplots(1, 2, figsize=figsize or (10, 3.6))
+    _on_lifetimes(a1, info, "ops")
+    _on_lifetimes(a2, info, "ns")
+    fig.suptitle(title or _title(info, "object lifetimes"), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def threads(info, title=None, figsize=None):
+    """Ops per thread."""
+    _check(info)
+    fig, ax = _plt().subplots(figsize=figsize or (6, 3.6))
+    _on_threads(ax, info)
+    ax.set_title(title or _title(info, "ops per thread"), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def overview(info, title=None, figsize=None):
+    """Everything in one figure of six panels: live bytes over time and over
+    ops, sizes, lifetimes in ops and in time, ops per thread."""
+    _check(info)
+    fig, axes = _plt().subplots(2, 3, figsize=figsize or (15, 7.6))
+    _on_live(axes[0][0], info, "time")
+    _on_live(axes[0][1], info, "seq")
+    _on_sizes(axes[0][2], info)
+    _on_lifetimes(axes[1][0], info, "ops")
+    _on_lifetimes(axes[1][1], info, "ns")
+    _on_threads(axes[1][2], info)
+    fig.suptitle(title or _title(info, "%d ops, %d threads, peak %s live" % (
+        info.summary["nops"], info.summary["nthreads"],
+        _fmt_bytes(info.live["peak_bytes"]))), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def _fmt_bytes(v):
+    u, s = _byte_unit(max(1, v))
+    return "%.4g %s" % (v / s, u)
