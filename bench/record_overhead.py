@@ -13,7 +13,8 @@ moment of the machine hits all three alike):
   shim      under the recording shim (ALLOCLAB_RECORD): the recording's
             cost to the program, which the goal (<= 2x) is about
   record    the whole `alloclab.record`: the run, finalising every raw file
-            and writing the compressed traces
+            and writing the traces compressed with --compress (lzma, the
+            default, takes minutes on python3's 14 M ops; zlib seconds)
 and, from the last run, the ops recorded (all images), raw bytes per op (the
 shim's stream) and trace-file bytes per op (the codec, compressed; goal
 <= 6).
@@ -29,6 +30,7 @@ import time
 
 import alloclab as al
 from alloclab.record import command, finish
+from alloclab.trace import COMPRESSORS, DEFAULT_COMPRESSOR
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from preload_slowdown import SCRIPT, SQL  # noqa: E402
@@ -77,11 +79,12 @@ def shim_run(argv, env, stdin, tmp):
         shutil.rmtree(raw, ignore_errors=True)
 
 
-def full_run(argv, env, stdin, tmp):
+def full_run(argv, env, stdin, tmp, compress):
     """The whole alloclab.record; (seconds, trace-file bytes)."""
     out = os.path.join(tmp, "rec.trace")
     t = time.perf_counter()
-    rec = al.record(argv, out, env=env, input=stdin, capture_output=True, text=True)
+    rec = al.record(argv, out, env=env, input=stdin, capture_output=True, text=True,
+                    compress=compress)
     t = time.perf_counter() - t
     if rec.returncode:
         raise SystemExit("%s exited %d under record" % (argv[0], rec.returncode))
@@ -91,7 +94,7 @@ def full_run(argv, env, stdin, tmp):
     return t, size
 
 
-def measure(argv, stdin, runs, tmp):
+def measure(argv, stdin, runs, tmp, compress):
     env = dict(os.environ, PYTHONMALLOC="malloc")
     times = {"glibc": [], "shim": [], "record": []}
     for _ in range(runs):
@@ -101,7 +104,7 @@ def measure(argv, stdin, runs, tmp):
         t, ops, raw = shim_run(argv, env, stdin, tmp)
         times["shim"].append(t)
         clean(tmp)
-        t, size = full_run(argv, env, stdin, tmp)
+        t, size = full_run(argv, env, stdin, tmp, compress)
         times["record"].append(t)
     return {k: statistics.median(v) for k, v in times.items()}, ops, raw, size
 
@@ -109,13 +112,15 @@ def measure(argv, stdin, runs, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--compress", default=DEFAULT_COMPRESSOR, choices=COMPRESSORS,
+                    help="the trace files' compressor (default %(default)s)")
     a = ap.parse_args()
     print("%-24s %9s %9s %7s %9s %7s %11s %8s %8s" % (
         "program", "glibc s", "shim s", "shim x", "record s", "rec x", "ops", "raw B/op",
         "file B/op"))
     with tempfile.TemporaryDirectory() as tmp:
         for name, (argv, stdin) in programs(tmp).items():
-            med, ops, raw, size = measure(argv, stdin, a.runs, tmp)
+            med, ops, raw, size = measure(argv, stdin, a.runs, tmp, a.compress)
             g = med["glibc"]
             print("%-24s %9.3f %9.3f %6.2fx %9.3f %6.2fx %11d %8.2f %8.2f" % (
                 name, g, med["shim"], med["shim"] / g, med["record"], med["record"] / g, ops,

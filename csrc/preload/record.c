@@ -59,6 +59,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,10 @@ struct rec_buf {
 };
 
 #define REC_CAP (REC_BUF_SIZE - sizeof(struct rec_buf))
+/* A chunk is written with one pwrite from hdr through the payload. */
+_Static_assert(offsetof(struct rec_buf, payload) ==
+		       offsetof(struct rec_buf, hdr) + sizeof(struct rec_chunk),
+	       "the chunk header must sit right before the payload");
 
 int al_rec_on;
 static char rec_dir[512];
