@@ -66,7 +66,7 @@ $(BUILD)/liballoclab.so: $(OBJS)
 	$(Q)$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,liballoclab.so -o $@ $(OBJS) -lm
 
 # The LD_PRELOAD shim: the library again with its API hidden, plus csrc/preload.
-PRELOAD_OBJS := $(patsubst %.c,$(BUILD)/preload-objs/%.o,$(SRCS) csrc/preload/preload.c)
+PRELOAD_OBJS := $(patsubst %.c,$(BUILD)/preload-objs/%.o,$(SRCS) csrc/preload/preload.c csrc/preload/record.c)
 
 $(BUILD)/preload-objs/%.o: %.c $(HDRS) $(INTERNAL_HDRS) Makefile csrc/CFLAGS
 	@mkdir -p $(dir $@)

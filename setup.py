@@ -138,7 +138,7 @@ class build_ext_alloclab(build_ext):
             # The shim embeds the library with its API hidden (AL_PRELOAD_BUILD).
             pre_objs = list(pool.map(
                 lambda src: compile_one(src, pre_dir, sets["preload"]),
-                srcs + ["csrc/preload/preload.c"]))
+                srcs + ["csrc/preload/preload.c", "csrc/preload/record.c"]))
 
         os.makedirs(out_dir, exist_ok=True)
         lib = os.path.join(out_dir, LIB_NAME)

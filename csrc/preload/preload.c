@@ -62,7 +62,8 @@
  * kernel's GFP_KERNEL): bpf_ma answers an empty cache with a direct kmalloc
  * from the layer below, as bpf_mem_cache_alloc_flags(GFP_KERNEL) does.
  *
- * Cost per call, above the policy's own: a load of the state, two
+ * Cost per call, above the policy's own: a load of the recording flag
+ * (al_rec_on, with its branch), a load of the state, two
  * thread-local loads (the reentrancy flag's thread, the model CPU), the
  * reentrancy flag set and cleared in the thread's own cache line (one per
  * model CPU), one indirect call into the policy and one counter added to the
@@ -98,6 +99,12 @@
  * `alloclab preload` gives the program a private PREFIX and merges them.
  * Nothing here calls libc malloc or starts threads; the library reaches the
  * OS through mmap only.
+ *
+ * Recording: ALLOCLAB_RECORD=DIR makes every image write its calls to a raw
+ * file in DIR (record.c, which says how). Without ALLOCLAB_POLICY the shim
+ * then stays on glibc (state off, "recording on glibc") and records; with
+ * one, the policy serves and is recorded. The exits and execs above end the
+ * image's raw file as they write its stats record.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -115,6 +122,7 @@
 #include <unistd.h>
 
 #include "alloclab/alloclab.h"
+#include "record.h"
 
 #define SHIM_API __attribute__((visibility("default")))
 
@@ -634,7 +642,7 @@ static void shim_settings(void)
 static al_noinline al_cold void shim_init(void)
 {
 	static struct al_stack_spec spec;
-	int ret;
+	int ret, recording = 0;
 
 	bootstrapping = 1; /* everything below may call malloc: it gets glibc's */
 	pthread_mutex_lock(&init_lock);
@@ -649,6 +657,13 @@ static al_noinline al_cold void shim_init(void)
 	shim_settings();
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	atexit(atexit_stats);
+	/* Recording without a policy passes every call through to glibc. */
+	recording = al_rec_init(getenv("ALLOCLAB_POLICY") != NULL);
+	if (recording && !getenv("ALLOCLAB_POLICY")) {
+		policy_text[0] = 0;
+		snprintf(policy_error, sizeof(policy_error), "recording on glibc (no policy)");
+		goto out_off;
+	}
 	if (al_counters_init_desc(&ctr, shim_counters, SHIM_NR, 0, ncpu) ||
 	    pthread_key_create(&exit_key, thread_exit)) {
 		snprintf(policy_error, sizeof(policy_error), "out of memory for the shim");
@@ -696,6 +711,8 @@ out_off:
 	say("alloclab preload: pid %d: %s; running on glibc malloc\n", (int)my_pid, policy_error);
 	record_write("running");
 out_unlock:
+	if (recording)
+		al_rec_start();
 	pthread_mutex_unlock(&init_lock);
 	bootstrapping = 0;
 }
@@ -810,7 +827,20 @@ out_libc:
 	return libc_alloc(size, flags, align);
 }
 
+/* Recording (record.c): each public function below tests al_rec_on first,
+ * one load and branch when not recording; the recorder serves the call
+ * through the al_shim_* twin, which is the function's own body. Not while
+ * bootstrapping: dlsym's and the start-up's calls are the shim's. */
+#define RECORDING() (al_unlikely(al_rec_on) && !bootstrapping)
+
 SHIM_API void *malloc(size_t size)
+{
+	if (RECORDING())
+		return al_rec_malloc(size);
+	return policy_alloc(size, 0, 0);
+}
+
+void *al_shim_malloc(size_t size)
 {
 	return policy_alloc(size, 0, 0);
 }
@@ -834,7 +864,7 @@ static int free_retry(struct al_ctx *c, void *p)
 	return ret;
 }
 
-SHIM_API void free(void *p)
+static inline void free_impl(void *p)
 {
 	struct shim_thread *t;
 
@@ -867,7 +897,21 @@ SHIM_API void free(void *p)
 	leave(t);
 }
 
-SHIM_API void *calloc(size_t n, size_t size)
+SHIM_API void free(void *p)
+{
+	if (RECORDING()) {
+		al_rec_free(p);
+		return;
+	}
+	free_impl(p);
+}
+
+void al_shim_free(void *p)
+{
+	free_impl(p);
+}
+
+void *al_shim_calloc(size_t n, size_t size)
 {
 	size_t total;
 
@@ -878,6 +922,13 @@ SHIM_API void *calloc(size_t n, size_t size)
 	return policy_alloc(total, AL_ZERO, 0);
 }
 
+SHIM_API void *calloc(size_t n, size_t size)
+{
+	if (RECORDING())
+		return al_rec_calloc(n, size);
+	return al_shim_calloc(n, size);
+}
+
 static size_t usable(void *p)
 {
 	if (ours(p))
@@ -885,12 +936,19 @@ static size_t usable(void *p)
 	return libc_usable_size ? libc_usable_size(p) : 0;
 }
 
-SHIM_API size_t malloc_usable_size(void *p)
+size_t al_shim_usable_size(void *p)
 {
 	return p ? usable(p) : 0;
 }
 
-SHIM_API void *realloc(void *p, size_t size)
+SHIM_API size_t malloc_usable_size(void *p)
+{
+	if (RECORDING())
+		return al_rec_usable_size(p);
+	return p ? usable(p) : 0;
+}
+
+void *al_shim_realloc(void *p, size_t size)
 {
 	size_t old;
 	void *q;
@@ -914,10 +972,19 @@ SHIM_API void *realloc(void *p, size_t size)
 	return q;
 }
 
+SHIM_API void *realloc(void *p, size_t size)
+{
+	if (RECORDING())
+		return al_rec_realloc(p, size);
+	return al_shim_realloc(p, size);
+}
+
 SHIM_API void *reallocarray(void *p, size_t n, size_t size)
 {
 	size_t total;
 
+	if (RECORDING())
+		return al_rec_reallocarray(p, n, size);
 	if (__builtin_mul_overflow(n, size, &total)) {
 		errno = ENOMEM;
 		return NULL;
@@ -930,7 +997,7 @@ static bool pow2(size_t a)
 	return a && !(a & (a - 1));
 }
 
-SHIM_API int posix_memalign(void **out, size_t align, size_t size)
+int al_shim_posix_memalign(void **out, size_t align, size_t size)
 {
 	void *p;
 
@@ -943,34 +1010,56 @@ SHIM_API int posix_memalign(void **out, size_t align, size_t size)
 	return 0;
 }
 
-SHIM_API void *aligned_alloc(size_t align, size_t size)
+SHIM_API int posix_memalign(void **out, size_t align, size_t size)
 {
+	if (RECORDING())
+		return al_rec_posix_memalign(out, align, size);
+	return al_shim_posix_memalign(out, align, size);
+}
+
+/* aligned_alloc and memalign (a power of two), valloc and pvalloc (the
+ * page; pvalloc rounds the size up to pages). */
+void *al_shim_aligned(unsigned kind, size_t align, size_t size)
+{
+	if (kind == AL_TK_PVALLOC)
+		size = (size + align - 1) & ~(align - 1);
 	if (!pow2(align)) {
 		errno = EINVAL;
 		return NULL;
 	}
 	return policy_alloc(size, 0, align);
+}
+
+SHIM_API void *aligned_alloc(size_t align, size_t size)
+{
+	if (RECORDING())
+		return al_rec_aligned(AL_TK_ALIGNED_ALLOC, align, size);
+	return al_shim_aligned(AL_TK_ALIGNED_ALLOC, align, size);
 }
 
 SHIM_API void *memalign(size_t align, size_t size)
 {
-	if (!pow2(align)) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return policy_alloc(size, 0, align);
+	if (RECORDING())
+		return al_rec_aligned(AL_TK_MEMALIGN, align, size);
+	return al_shim_aligned(AL_TK_MEMALIGN, align, size);
 }
 
 SHIM_API void *valloc(size_t size)
 {
-	return policy_alloc(size, 0, (size_t)sysconf(_SC_PAGESIZE));
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	if (RECORDING())
+		return al_rec_aligned(AL_TK_VALLOC, page, size);
+	return policy_alloc(size, 0, page);
 }
 
 SHIM_API void *pvalloc(size_t size)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 
-	return policy_alloc((size + page - 1) & ~(page - 1), 0, page);
+	if (RECORDING())
+		return al_rec_aligned(AL_TK_PVALLOC, page, size);
+	return al_shim_aligned(AL_TK_PVALLOC, page, size);
 }
 
 /*
@@ -985,7 +1074,7 @@ SHIM_API void *pvalloc(size_t size)
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 
-static void *next_sym(const char *name)
+void *al_shim_next_sym(const char *name)
 {
 	void *f;
 
@@ -1000,7 +1089,7 @@ static int next_execve(const char *path, char *const argv[], char *const envp[])
 	static execve_fn f;
 
 	if (!f)
-		f = (execve_fn)next_sym("execve");
+		f = (execve_fn)al_shim_next_sym("execve");
 	if (!f) {
 		errno = ENOSYS;
 		return -1;
@@ -1013,7 +1102,7 @@ static int next_execvpe(const char *file, char *const argv[], char *const envp[]
 	static execve_fn f;
 
 	if (!f)
-		f = (execve_fn)next_sym("execvpe");
+		f = (execve_fn)al_shim_next_sym("execvpe");
 	if (!f) {
 		errno = ENOSYS;
 		return -1;
@@ -1117,6 +1206,7 @@ static void before_exec(const char *path, char *vrec, char *const envp[])
 {
 	int saved = errno, keeps = env_preloads_shim(envp);
 
+	al_rec_end(1);
 	vrec[0] = 0;
 	if (in_vfork_child()) {
 		vfork_record(vrec, VREC_SIZE, "exec", path ? path : "", keeps);
@@ -1196,7 +1286,7 @@ SHIM_API int fexecve(int fd, char *const argv[], char *const envp[])
 
 	before_fexec(fd, vrec, envp);
 	if (!f)
-		f = (fexecve_fn)next_sym("fexecve");
+		f = (fexecve_fn)al_shim_next_sym("fexecve");
 	if (!f) {
 		errno = ENOSYS;
 		return -1;
@@ -1266,12 +1356,14 @@ static __attribute__((noreturn)) void exit_now(int status)
 
 SHIM_API void _exit(int status)
 {
+	al_rec_end(0);
 	record_write("exit");
 	exit_now(status);
 }
 
 SHIM_API void _Exit(int status)
 {
+	al_rec_end(0);
 	record_write("exit");
 	exit_now(status);
 }

@@ -59,6 +59,7 @@ from .policy import Policy, counters, policies, presets, workloads
 from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
+from .record import record
 from . import peers, plugin
 from . import plot, plot_trace, stats
 from .compare import Comparison, compare
@@ -76,6 +77,7 @@ __all__ = [
     "counters",
     "workloads",
     "run",
+    "record",
     "sweep",
     "trace_info",
     "TraceInfo",

@@ -460,6 +460,25 @@ int al_trace_decode(const void *buf, size_t len, struct al_trace **out, char *er
 int64_t al_trace_register(const struct al_trace *t);
 void al_trace_unregister(int64_t handle);
 const struct al_trace *al_trace_lookup(int64_t handle);
+/* ---- record.h ---- */
+struct al_rec_info {
+    int32_t pid, ppid;
+    uint32_t version;
+    uint32_t complete;
+    uint32_t end;
+    uint32_t threads;
+    uint64_t start_ns;
+    uint64_t file_bytes;
+    uint64_t valid_bytes;
+    uint64_t chunks;
+    uint64_t ops;
+    uint64_t duplicates;
+    uint64_t unrecorded;
+    double ticks_per_ns;
+    char note[256];
+};
+int al_rec_finish(const char *path, struct al_trace **out, struct al_rec_info *info,
+                  char *err, size_t errlen);
 """
 
 # Paths are relative to the project root, where setup.py runs.

@@ -21,6 +21,7 @@
  *   run.h       runs: configuration, result, start/wait/stop
  *   spec.h      policy spec parsing with fault reports, stack and run checks
  *   trace.h     a recorded program's allocations, decoded (replay)
+ *   record.h    the recorder's finaliser: a raw recording to a trace
  *   pages.h     the page-allocator API of a `pages` layer
  *   vmalloc.h   the vmalloc API of a `vmalloc` layer
  *
@@ -51,6 +52,7 @@
 #include "run.h"
 #include "spec.h"
 #include "trace.h"
+#include "record.h"
 
 /* The APIs of particular layers. */
 #include "pages.h"

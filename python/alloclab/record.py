@@ -1,0 +1,298 @@
+"""Record a program's malloc-family calls into traces (docs/record.md).
+
+    rec = alloclab.record(["gcc", "-O2", "-c", "x.c"], "gcc.trace")
+    rec.returncode, rec.images[0]["file"], rec.index
+
+``record(cmd, out, policy=None)`` runs cmd under the preload shim in record
+mode (ALLOCLAB_RECORD: every process image writes a raw file into a private
+temporary directory, see csrc/preload/record.c), waits for it, finalises
+each raw file into a sealed trace (al_rec_finish) and writes them: ``out``
+for the first process image (the command itself), every further image (a
+fork child, an exec'd program) beside it as ``<stem>.<pid>[.<n>]<ext>``, and
+the index ``<out>.index.json`` naming them all with how each began (first,
+fork, exec, spawn) and its parent image. Without a policy glibc serves and
+is recorded; with one, the policy serves (as ``alloclab preload``).
+
+Everything that can be refused is refused before the command starts: no
+command, a command that cannot be found, an --out whose directory does not
+exist or cannot be written, a policy the shim cannot run. The traces are
+written under temporary names and renamed into place once all are written,
+so a failure leaves nothing half-written. ``out=None`` keeps the traces in
+memory (``rec.images[i]["trace"]``, open alloclab.Trace objects).
+
+``finish(raw)`` is the finaliser alone: (Trace, info) of one raw file.
+Cost: the finaliser reads the raw file once, decoding as it merges the
+threads; it holds the trace (48 bytes per op) and its live objects.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from . import errors, preload
+from ._ffi import ffi, lib, preload_path
+from .trace import COMPRESSORS, DEFAULT_COMPRESSOR, Trace, machine_info, now_utc
+
+INDEX_SUFFIX = ".index.json"
+_END = {0: "killed", 1: "exit", 2: "exec"}
+
+
+class Recording:
+    """What ``record`` did: ``returncode`` (the command's status, negative
+    for a signal), ``images`` (one dict per process image, the first
+    process first: path, pid, ppid, exe, argv, how, parent, ops, threads,
+    objects, complete, end, note, unrecorded; ``trace`` when kept in
+    memory), ``index`` (the index file's path, None in memory), ``out``
+    (the first image's trace file), ``stdout`` and ``stderr`` (with
+    capture_output) and, with a policy, ``stats`` (the shim's merged
+    stats, preload.collect: ``on_glibc`` names any process the policy did
+    not serve)."""
+
+    def __init__(self, returncode, images, out, index, stats=None, proc=None):
+        self.returncode = returncode
+        self.stdout = getattr(proc, "stdout", None)  # with capture_output
+        self.stderr = getattr(proc, "stderr", None)
+        self.images = images
+        self.out = out
+        self.index = index
+        self.stats = stats
+
+    @property
+    def files(self):
+        """Every file written: the traces and the index."""
+        return [im["path"] for im in self.images if im.get("path")] + \
+            ([self.index] if self.index else [])
+
+    def close(self):
+        for im in self.images:
+            if im.get("trace") is not None:
+                im["trace"].close()
+
+
+def finish(raw):
+    """(Trace, info dict) of one raw file (al_rec_finish): a file cut short
+    is finalised up to its last complete chunk (info["complete"] False and
+    info["note"] says where). FileFormatError when it is not a raw file of
+    this version or does not decode."""
+    out = ffi.new("struct al_trace **")
+    info = ffi.new("struct al_rec_info *")
+    err = ffi.new("char[512]")
+    rc = lib.al_rec_finish(os.fsencode(raw), out, info, err, 512)
+    msg = ffi.string(err).decode("utf-8", "replace")
+    if rc == -12:
+        raise errors.AllocatorExhausted("out of memory finalising %s" % raw)
+    if rc:
+        raise errors.FileFormatError("%s: %s" % (raw, msg or os.strerror(-rc)))
+    d = {k: getattr(info, k) for k in ("pid", "ppid", "version", "threads", "start_ns",
+                                       "file_bytes", "valid_bytes", "chunks", "ops",
+                                       "duplicates", "unrecorded", "ticks_per_ns")}
+    d["complete"] = bool(info.complete)
+    d["end"] = _END.get(info.end, "killed")
+    d["note"] = ffi.string(info.note).decode("utf-8", "replace")
+    return Trace(out[0]), d
+
+
+def check_out(out):
+    """Raise InvalidArgument unless trace files can be written at ``out``
+    (checked before the command runs; nothing is created)."""
+    out = os.fspath(out)
+    if os.path.isdir(out):
+        raise errors.InvalidArgument("cannot write the trace %s: it is a directory" % out,
+                                     value=out)
+    d = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(d):
+        raise errors.InvalidArgument("cannot write the trace %s: directory %s does not exist"
+                                     % (out, d), value=out)
+    if not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(out)
+                                                and not os.access(out, os.W_OK)):
+        raise errors.InvalidArgument("cannot write the trace %s: permission denied" % out,
+                                     value=out)
+
+
+def check_command(cmd):
+    """Raise InvalidArgument unless cmd names a program that can be run."""
+    if not cmd:
+        raise errors.InvalidArgument("record needs a command: record(['prog', 'arg'], out)")
+    prog = cmd[0]
+    path = prog if os.sep in prog else shutil.which(prog)
+    if not path or not os.path.exists(path):
+        raise errors.InvalidArgument("cannot run %s: command not found" % prog, value=prog)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise errors.InvalidArgument("cannot run %s: not an executable file" % prog, value=prog)
+
+
+def command(argv, raw_dir, policy=None, env=None):
+    """(argv, env) that run argv recording into raw_dir (the shim's
+    ALLOCLAB_RECORD), on the policy or, without one, on glibc. With a
+    policy every process also writes its stats record into raw_dir/stats
+    (preload.collect reads them)."""
+    if policy is not None:
+        argv, env = preload.command(policy, argv, stats=os.path.join(raw_dir, "stats"),
+                                    env=env)
+    else:
+        shim = preload_path()
+        if not os.path.exists(shim):
+            raise errors.AlloclabError("the preload shim is not built: %s is missing" % shim)
+        env = dict(os.environ if env is None else env)
+        pre = [p for p in env.get("LD_PRELOAD", "").split() if p and p != shim]
+        env["LD_PRELOAD"] = " ".join([shim] + pre)
+        env.pop("ALLOCLAB_POLICY", None)
+        env.pop("ALLOCLAB_STATS", None)
+    env["ALLOCLAB_RECORD"] = os.path.abspath(raw_dir)
+    return list(argv), env
+
+
+def _read_index(raw_dir):
+    path = os.path.join(raw_dir, "index.jsonl")
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue  # a line cut short by a killed process
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def _lineage(images, root_ppid):
+    """Order the images (the first process first, then by start) and say
+    how each began: 'first', 'exec' (an earlier image of its pid), 'fork'
+    (a child of a recorded image) or 'spawn' (its parent was not recorded)."""
+    images.sort(key=lambda im: im["start_ns"])
+    firsts = [im for im in images if im["ppid"] == root_ppid]
+    if firsts:
+        images.remove(firsts[0])
+        images.insert(0, firsts[0])
+    for i, im in enumerate(images):
+        earlier = [j for j, o in enumerate(images[:i]) if o["start_ns"] <= im["start_ns"]]
+        same = [j for j in earlier if images[j]["pid"] == im["pid"]]
+        par = [j for j in earlier if images[j]["pid"] == im["ppid"]]
+        if i == 0 and not same:
+            im["how"], im["parent"] = "first", None
+        elif same:
+            im["how"], im["parent"] = "exec", same[-1]
+        elif par:
+            im["how"], im["parent"] = "fork", par[-1]
+        else:
+            im["how"], im["parent"] = "spawn", None
+    return images
+
+
+def _image(raw_dir, entry, policy):
+    trace, info = finish(os.path.join(raw_dir, entry["file"]))
+    trace.meta.update(program=entry.get("exe"), argv=entry.get("argv"), pid=entry["pid"],
+                      ppid=entry["ppid"], policy=policy, recorded=now_utc(),
+                      machine=machine_info(), complete=info["complete"], end=info["end"],
+                      note=info["note"], unrecorded=info["unrecorded"])
+    im = {"pid": entry["pid"], "ppid": entry["ppid"], "exe": entry.get("exe"),
+          "argv": entry.get("argv"), "start_ns": entry["start_ns"], "ops": int(trace.nops),
+          "threads": int(trace.nthreads), "objects": int(trace.nobjects),
+          "raw_bytes": info["valid_bytes"], "trace": trace}
+    im.update({k: info[k] for k in ("complete", "end", "note", "unrecorded", "duplicates")})
+    return im
+
+
+def _names(out, images):
+    """The trace file of each image: out for the first, <stem>.<pid>[.<n>]<ext>."""
+    stem, ext = os.path.splitext(os.fspath(out))
+    seen = {}
+    for i, im in enumerate(images):
+        if i == 0:
+            im["path"] = os.fspath(out)
+            continue
+        n = seen.get(im["pid"], 0)
+        seen[im["pid"]] = n + 1
+        im["path"] = "%s.%d%s%s" % (stem, im["pid"], ".%d" % n if n else "", ext)
+
+
+def _write(out, images, cmd, policy, returncode, compress):
+    """Save every trace and the index under temporary names, then rename
+    them all into place; on failure remove what was written."""
+    _names(out, images)
+    index = os.fspath(out) + INDEX_SUFFIX
+    tmps = []
+    try:
+        for im in images:
+            tmps.append((im["path"] + ".tmp-rec", im["path"]))
+            im["trace"].save(tmps[-1][0], compress=compress)
+        doc = {"command": list(cmd), "policy": policy, "returncode": returncode,
+               "first": os.path.basename(images[0]["path"]),
+               "images": [dict({k: v for k, v in im.items() if k not in ("trace", "path")},
+                               file=os.path.basename(im["path"])) for im in images]}
+        tmps.append((index + ".tmp-rec", index))
+        with open(tmps[-1][0], "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        for tmp, final in tmps:
+            os.replace(tmp, final)
+    except BaseException:
+        for tmp, _ in tmps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise
+    return index
+
+
+def _run(cmd, raw_dir, pol, env, forward_signals, kwargs):
+    """Run the command recording into raw_dir; (proc, images, stats)."""
+    argv, env = command(cmd, raw_dir, pol, env)
+    if forward_signals:
+        proc = preload._run_forwarding(argv, env, **kwargs)
+    else:
+        proc = subprocess.run(argv, env=env, **kwargs)
+    images = []
+    try:
+        for entry in _read_index(raw_dir):
+            images.append(_image(raw_dir, entry, pol))
+    except BaseException:
+        for im in images:
+            im["trace"].close()
+        raise
+    if not images:
+        raise errors.RunError("nothing was recorded: no process of %s loaded the shim (a "
+                              "statically linked or setuid program ignores LD_PRELOAD)"
+                              % cmd[0], proc=proc)
+    stats = preload.collect(os.path.join(raw_dir, "stats"), pol, allow_glibc=True,
+                            root_ppid=os.getpid()) if pol else None
+    return proc, _lineage(images, os.getpid()), stats
+
+
+def record(cmd, out=None, policy=None, env=None, forward_signals=False,
+           compress=DEFAULT_COMPRESSOR, **kwargs):
+    """Run cmd recording its malloc-family calls; returns a Recording.
+    ``out``: the first process image's trace file (the others beside it,
+    and ``<out>.index.json``); None keeps the traces in memory. ``policy``:
+    serve the calls from this policy (else glibc). ``forward_signals``
+    (main thread only): SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this
+    process go on to the command, as ``alloclab preload`` does; kwargs go to
+    subprocess. ``compress``: the trace files' compressor (COMPRESSORS;
+    lzma is the smallest and the slowest to write). Raises InvalidArgument
+    before anything runs when the input is bad, RunError when no process
+    image was recorded (a static or setuid program ignores LD_PRELOAD)."""
+    cmd = list(cmd)
+    if compress not in COMPRESSORS:
+        raise errors.UnknownNameError.make("trace compressor", compress, COMPRESSORS)
+    check_command(cmd)
+    if out is not None:
+        check_out(out)
+    pol = str(preload.check(policy)) if policy is not None else None
+    raw_dir = tempfile.mkdtemp(prefix="alloclab-record-")
+    try:
+        proc, images, stats = _run(cmd, raw_dir, pol, env, forward_signals, kwargs)
+    finally:
+        shutil.rmtree(raw_dir, ignore_errors=True)
+    index = None
+    try:
+        if out is not None:
+            index = _write(out, images, cmd, pol, proc.returncode, compress)
+    finally:
+        if out is not None:
+            for im in images:
+                im.pop("trace").close()
+    return Recording(proc.returncode, images, os.fspath(out) if out is not None else None,
+                     index, stats, proc)

@@ -1,0 +1,373 @@
+"""The recorder: `alloclab record` and alloclab.record capture every
+malloc-family call of a program (tests/preload/recprog.c: calls whose
+kinds, sizes, alignments, NULL results and moves are known) with threads
+and their parents, cross-thread frees, one trace per process image (fork,
+exec) named in the index, a process killed mid-run finalised up to its last
+chunk, on glibc and on a policy; the finaliser (al_rec_finish) on raw files
+built here: copies dropped, address reuse inside a realloc, unknown frees,
+truncated and corrupt files; bad input refused before anything runs.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+
+import alloclab as al
+from alloclab import errors
+from alloclab._tracefmt import (FLAG_CROSS, FLAG_MOVED, FLAG_NULL, FLAG_UNKNOWN, FLAG_ZERO,
+                                KINDS, NOID)
+from alloclab.record import finish
+from alloclab.trace import load
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MARK = 987654
+CLI = [sys.executable, "-m", "alloclab", "record"]
+POLICIES = [None, "libarena-transfer"]
+K = {name: i for i, name in enumerate(KINDS)}
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.fixture(scope="module")
+def prog(tmp_path_factory):
+    exe = str(tmp_path_factory.mktemp("record") / "recprog")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    subprocess.check_call([cc, "-O1", "-fno-builtin", "-w", "-pthread", "-o", exe,
+                           os.path.join(HERE, "preload", "recprog.c")])
+    return exe
+
+
+def marked(trace, thread=0):
+    """The ops of `thread` between malloc(MARK) and malloc(MARK + 1)."""
+    ops = trace.ops(thread)
+    marks = [i for i, o in enumerate(ops) if o["kind"] == K["malloc"]
+             and o["size"] in (MARK, MARK + 1)]
+    assert len(marks) == 2, [(KINDS[o["kind"]], o["size"]) for o in ops]
+    return ops[marks[0] + 1:marks[1]]
+
+
+def rows(ops):
+    return [(KINDS[o["kind"]], int(o["size"]), int(o["aux"]),
+             int(o["flags"]) & ~(FLAG_MOVED | FLAG_CROSS)) for o in ops]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_kind_recorded_with_its_arguments(policy, prog):
+    rec = al.record([prog, "calls"], policy=policy, capture_output=True, text=True)
+    try:
+        assert rec.returncode == 0 and rec.out is None and rec.index is None
+        (im,) = rec.images
+        assert im["complete"] and im["end"] == "exit" and im["how"] == "first"
+        t = im["trace"]
+        ops = marked(t)
+        huge = (1 << 63) - 1
+        assert rows(ops) == [
+            ("malloc", 100, 0, 0), ("malloc", 0, 0, FLAG_ZERO), ("calloc", 120, 3, 0),
+            ("realloc", 1 << 20, 100, 0), ("realloc", (1 << 20) - 4096, 1 << 20, 0),
+            ("free", 0, 0, FLAG_NULL), ("posix_memalign", 300, 64, 0),
+            ("aligned_alloc", 256, 128, 0), ("memalign", 50, 32, 0), ("valloc", 10, PAGE, 0),
+            ("pvalloc", 10, PAGE, 0), ("usable_size", int(ops[11]["size"]), 0, 0),
+            ("malloc", huge, 0, FLAG_NULL), ("realloc", 2**64 - 1, 120, FLAG_NULL)] + \
+            [("free", 0, 0, 0)] * 8 + [("free", 0, 0, FLAG_NULL)]
+        ids = [int(o["id"]) for o in ops]
+        refs = [int(o["ref"]) for o in ops]
+        a, z, b, big, r, c, d, e, f, g = (ids[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10))
+        assert NOID not in (a, z, b, big, r, c, d, e, f, g)
+        assert len({a, z, b, big, r, c, d, e, f, g}) == 10 and ids[12] == ids[13] == NOID
+        assert refs[3] == a and refs[4] == big and refs[11] == c and refs[13] == b
+        assert refs[14:22] == [b, z, r, c, d, e, f, g] and refs[5] == refs[22] == NOID
+        assert ops[11]["size"] >= 300  # what malloc_usable_size returned
+        moved, inplace = (int(w) for w in rec_words(rec.stdout, ("moved", "inplace")))
+        assert bool(ops[3]["flags"] & FLAG_MOVED) == bool(moved)
+        assert bool(ops[4]["flags"] & FLAG_MOVED) == (not inplace)
+        assert t._t.unknown_refs == 0 and t._t.cross_refs == 0
+        seq = t.seq(0)
+        assert (seq[1:] > seq[:-1]).all()
+        if policy:
+            assert rec.stats["on_glibc"] == [] and rec.stats["served"] == 1.0
+    finally:
+        rec.close()
+
+
+def rec_words(text, names):
+    words = text.split()
+    return [words[words.index(n) + 1] for n in names]
+
+
+def test_threads_parents_and_cross_thread_frees(prog):
+    rec = al.record([prog, "threads"])
+    try:
+        t = rec.images[0]["trace"]
+        assert t.nthreads == 6
+        kinds = t._t.kind_ops
+        assert kinds[K["thread_start"]] == 6 and kinds[K["thread_exit"]] == 5
+        parents = [t._t.threads[i].parent for i in range(6)]
+        sizes = {}
+        for k in range(1, 6):
+            ops = t.ops(k)
+            assert ops[0]["kind"] == K["thread_start"] and ops[-1]["kind"] == K["thread_exit"]
+            mine = [int(o["size"]) for o in ops if o["kind"] == K["malloc"]]
+            sizes[k] = set(mine)
+            if len(mine) == 100:
+                assert len(set(mine)) == 1 and 32 <= mine[0] < 36
+        workers = {min(s): k for k, s in sizes.items() if len(s) == 1 and min(s) != 55}
+        nested = [k for k, s in sizes.items() if s == {55}]
+        assert sorted(workers) == [32, 33, 34, 35] and len(nested) == 1
+        assert parents[0] == NOID and all(parents[k] == 0 for k in workers.values())
+        assert parents[nested[0]] == workers[32]
+        objs = {int(o["id"]) for k in workers.values() for o in t.ops(k)
+                if o["kind"] == K["malloc"]}
+        # main frees the workers' objects (pthread_join frees glibc's own too)
+        frees = [o for o in marked(t) if o["kind"] == K["free"] and int(o["ref"]) in objs]
+        owner = t.owner()
+        assert len(objs) == len(frees) == 400
+        assert all(o["flags"] & FLAG_CROSS for o in frees)
+        assert sorted(int(owner[o["ref"]]) for o in frees) == \
+            sorted(k for k in workers.values() for _ in range(100))
+    finally:
+        rec.close()
+
+
+@pytest.fixture(scope="module")
+def stress(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stress")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    built = {}
+    for name in ("xstress", "mt"):
+        built[name] = str(out / name)
+        subprocess.check_call([cc, "-O1", "-pthread", "-o", built[name],
+                               os.path.join(HERE, "preload", name + ".c")])
+    return built
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("name, args", [("xstress", []), ("mt", ["4"])])
+def test_threads_handing_objects_over_give_a_consistent_trace(name, args, policy, stress):
+    """Objects freed and reallocated across threads, addresses reused at
+    once: the finaliser's seal (every id created once, used after its
+    creation and before its free, in seq order) holds, so the seq order
+    the shim took agrees with every address reuse."""
+    rec = al.record([stress[name]] + args, policy=policy, capture_output=True, text=True)
+    try:
+        assert rec.returncode == 0 and "done 0" in rec.stdout
+        (im,) = rec.images
+        t = im["trace"]
+        assert im["complete"] and im["duplicates"] == 0
+        # glibc's own teardown of a thread (__libc_thread_freeres frees its
+        # per-thread buffers) comes after the thread's exit was recorded
+        assert im["unrecorded"] <= 4 * 4
+        assert t.nthreads == 5 and t._t.kind_ops[K["thread_exit"]] == 4
+        assert t._t.unknown_refs == 0
+        if name == "xstress":
+            assert t._t.cross_refs > 100 and t._t.kind_ops[K["realloc"]] > 1000
+        else:
+            assert t.nops > 4 * 500 * 256
+    finally:
+        rec.close()
+
+
+def test_fork_and_exec_are_traces_of_their_own(prog, tmp_path):
+    out = tmp_path / "f.trace"
+    rec = al.record([prog, "fork"], out, capture_output=True, text=True)
+    assert rec.returncode == 0
+    child = int(rec_words(rec.stdout, ("child",))[0])
+    assert [im["how"] for im in rec.images] == ["first", "fork", "exec"]
+    assert [im["parent"] for im in rec.images] == [None, 0, 1]
+    assert [im["pid"] for im in rec.images][1:] == [child, child]
+    with open(rec.index) as f:
+        index = json.load(f)
+    assert rec.index == str(out) + ".index.json"
+    files = [im["file"] for im in index["images"]]
+    assert files == ["f.trace", "f.%d.trace" % child, "f.%d.1.trace" % child]
+    assert sorted(os.listdir(tmp_path)) == sorted(files + ["f.trace.index.json"])
+    assert index["returncode"] == 0 and index["command"] == [prog, "fork"]
+    sizes = []
+    for name in files:
+        t = load(tmp_path / name)
+        sizes.append(sorted({int(s) for s in t.ops(0)["size"]} & {111, 222, 333}))
+        assert t.meta["pid"] in (child, rec.images[0]["pid"]) and t.meta["complete"]
+        t.close()
+    # the child never sees the parent's unflushed calls; exec starts afresh
+    assert sizes == [[111], [222], [333]]
+
+
+def test_killed_process_is_finalised_up_to_its_last_chunk(prog, tmp_path):
+    out = tmp_path / "k.trace"
+    proc = subprocess.run(CLI + ["--out", str(out), "--", prog, "kill"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 128 + 9, proc.stderr
+    assert "incomplete" in proc.stderr
+    with open(str(out) + ".index.json") as f:
+        (im,) = json.load(f)["images"]
+    assert not im["complete"] and im["end"] == "killed" and "no end record" in im["note"]
+    t = load(out)
+    ops = t.ops(0)[2:]  # after the start and the mark: malloc/free pairs in order
+    n = len(ops) // 2
+    assert 1000 < n < 50000 and t.meta["complete"] is False
+    assert (ops["size"][0:2 * n:2] == [16 + (i & 255) for i in range(n)]).all()
+    assert (ops["kind"][1:2 * n:2] == K["free"]).all()
+    assert (ops["ref"][1:2 * n:2] == ops["id"][0:2 * n:2]).all()
+    t.close()
+
+
+def test_a_signal_to_alloclab_goes_on_to_the_command(tmp_path):
+    """SIGTERM sent to `alloclab record` ends the command, which is waited
+    for; its trace is still written (cut short: no exit handlers ran)."""
+    import signal
+    out = tmp_path / "t.trace"
+    script = "import signal; print('ready', flush=True); signal.pause()"
+    proc = subprocess.Popen(CLI + ["--out", str(out), "--", sys.executable, "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONMALLOC="malloc"))
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    with open(str(out) + ".index.json") as f:
+        index = json.load(f)
+    assert index["returncode"] == -signal.SIGTERM
+    # what python3 had flushed: its start-up is more than a buffer of calls
+    assert index["images"][0]["end"] == "killed" and index["images"][0]["ops"] > 1000
+
+
+def test_exit_status_passes_through(tmp_path):
+    proc = subprocess.run(CLI + ["--out", str(tmp_path / "s.trace"), "--quiet", "--", "sh",
+                                 "-c", "exit 5"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 5 and proc.stderr == ""
+    assert os.path.exists(tmp_path / "s.trace")
+
+
+@pytest.mark.parametrize("args, what", [
+    ([], "needs a command"),
+    (["--", "no-such-command-xyz"], "command not found"),
+    (["--policy", "libc", "--", "true"], "cannot back a program's malloc"),
+    (["--policy", "nosuch", "--", "true"], "unknown layer"),
+    (["--compress", "zip", "--", "true"], "zip"),
+])
+def test_bad_input_is_one_error_line_and_nothing_written(args, what, tmp_path):
+    proc = subprocess.run(CLI + ["--out", str(tmp_path / "x.trace")] + args,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("alloclab: error: ") and proc.stderr.count("\n") == 1
+    assert what in proc.stderr and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("out", ["nodir/x.trace", "."])
+def test_unwritable_out_is_refused(out, tmp_path):
+    proc = subprocess.run(CLI + ["--out", str(tmp_path / out), "--", "true"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("alloclab: error: cannot write")
+    assert os.listdir(tmp_path) == []
+
+
+# ---- the finaliser on raw files built here (csrc/trace/raw.h) ----
+
+def varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def zz(d):
+    return varint(d << 1 if d >= 0 else (-d << 1) - 1)
+
+
+class Raw:
+    """A raw file: header, then chunks of ops encoded as the shim does."""
+    NULL, ZERO, OLD = 0x10, 0x20, 0x40
+
+    HDR = struct.Struct("<8sIIQdiiIIQQQ")  # struct rec_file_hdr
+
+    def __init__(self, version=1):
+        self.data = self.HDR.pack(b"ALRECRAW", version, self.HDR.size, 1000, 1.0, 42, 1, 0,
+                                  0, 0, 0, 0)
+
+    def chunk(self, thread, ops, base_seq=0, base_tick=1000):
+        """ops: (kind, seq, tick, fields...) with addresses as ("a", value)."""
+        body, seq, tick, last = bytearray(), base_seq, base_tick, 0
+        for kind, flags, s, t, *fields in ops:
+            body += bytes([K[kind] | flags]) + varint(s - seq) + varint(t - tick)
+            seq, tick = s, t
+            for f in fields:
+                if isinstance(f, tuple):
+                    body += zz(f[1] - last)
+                    last = f[1]
+                else:
+                    body += varint(f)
+        c = struct.pack("<IIIIQQ", 0x4B43524C, thread, len(body), len(ops), base_seq,
+                        base_tick) + bytes(body)
+        self.data += c
+        return c
+
+    def end(self):
+        self.data += struct.pack("<IIIIQQQQII", 0x4B43524C, 0xFFFFFFFF, 24, 0, 0, 0,
+                                 2000, 0, 1, 1)
+
+    def write(self, path):
+        path.write_bytes(self.data)
+        return str(path)
+
+
+def test_finish_drops_copies_and_keeps_addresses_consistent_inside_a_realloc(tmp_path):
+    raw = Raw()
+    t0 = [("thread_start", 0, 1, 1001, 0), ("malloc", 0, 2, 1002, 64, ("a", 0x1000)),
+          ("realloc", Raw.OLD, 3, 1003, ("a", 0x1000), 128, 3, ("a", 0x2000))]
+    raw.chunk(0, t0)
+    raw.chunk(0, t0)  # written twice (an end flush, then the owner's)
+    # thread 1 gets 0x1000 between the realloc's two seqs (3 and 6)
+    raw.chunk(1, [("thread_start", 0, 4, 1004, 1), ("malloc", 0, 5, 1005, 32, ("a", 0x1000)),
+                  ("free", 0, 7, 1007, ("a", 0x1000)), ("free", 0, 8, 1008, ("a", 0x9000)),
+                  ("free", Raw.NULL, 9, 1009)])
+    raw.end()
+    t, info = finish(raw.write(tmp_path / "raw"))
+    assert info["complete"] and info["duplicates"] == 3 and info["end"] == "exit"
+    assert info["pid"] == 42 and info["threads"] == 2 and info["note"] == ""
+    r0, r1 = t.ops(0), t.ops(1)
+    assert list(r0["id"][1:]) == [0, 2] and r0[2]["ref"] == 0 and r0[2]["aux"] == 64
+    assert r0[2]["flags"] & FLAG_MOVED and list(t.seq(0)) == [1, 2, 6]
+    assert r1[1]["id"] == 1 and r1[2]["ref"] == 1 and r1[0]["aux"] == 0
+    assert r1[3]["ref"] == NOID and r1[3]["flags"] & FLAG_UNKNOWN
+    assert r1[4]["flags"] & FLAG_NULL and t._t.unknown_refs == 1
+    assert t.t_ns(1)[2] == 7 and r1[2]["dt"] == 2
+    t.close()
+
+
+def test_finish_of_a_truncated_file_stops_at_the_last_whole_chunk(tmp_path):
+    raw = Raw()
+    raw.chunk(0, [("thread_start", 0, 1, 1001, 0), ("malloc", 0, 2, 1002, 8, ("a", 0x10))])
+    whole = len(raw.data)
+    raw.chunk(0, [("free", 0, 3, 1003, ("a", 0x10))], base_seq=2, base_tick=1002)
+    raw.data = raw.data[:-3]
+    t, info = finish(raw.write(tmp_path / "raw"))
+    assert not info["complete"] and info["valid_bytes"] == whole
+    assert "offset %d" % whole in info["note"] and t.nops == 2
+    t.close()
+
+
+def test_finish_refuses_corrupt_and_foreign_files(tmp_path):
+    raw = Raw(version=7)
+    with pytest.raises(errors.FileFormatError, match="version 7 at offset 8"):
+        finish(raw.write(tmp_path / "v"))
+    raw = Raw()
+    c = raw.chunk(0, [("thread_start", 0, 1, 1001, 0)])
+    raw.data = raw.data[:-len(c)] + c[:-1] + b"\xff"  # a varint that never ends
+    with pytest.raises(errors.FileFormatError,
+                       match="corrupt chunk at offset %d" % Raw.HDR.size):
+        finish(raw.write(tmp_path / "c"))
+    (tmp_path / "n").write_bytes(b"not a raw file " * 8)
+    with pytest.raises(errors.FileFormatError, match="bad magic at offset 0"):
+        finish(str(tmp_path / "n"))
+    (tmp_path / "s").write_bytes(b"ALRECRAW")
+    with pytest.raises(errors.FileFormatError, match="8 bytes, shorter than its header"):
+        finish(str(tmp_path / "s"))
+    with pytest.raises(errors.FileFormatError):
+        finish(str(tmp_path / "missing"))
