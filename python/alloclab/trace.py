@@ -304,14 +304,22 @@ def _level(name, level):
     return level
 
 
+# Compressed in pieces, so that Ctrl-C is seen between them: a single call
+# over a large body (lzma takes minutes on tens of millions of ops) holds
+# the interpreter until it returns. The stream is the same as one call's.
+_PIECE = 4 << 20
+
+
 def _compress(name, body, level):
-    if name == "lzma":
-        return lzma.compress(body, preset=level, check=lzma.CHECK_NONE)
-    if name == "zlib":
-        return zlib.compress(body, level)
-    if name == "bz2":
-        return bz2.compress(body, level)
-    return bytes(body)
+    if name == "none":
+        return bytes(body)
+    c = {"lzma": lambda: lzma.LZMACompressor(preset=level, check=lzma.CHECK_NONE),
+         "zlib": lambda: zlib.compressobj(level),
+         "bz2": lambda: bz2.BZ2Compressor(level)}[name]()
+    view = memoryview(body)
+    out = [c.compress(view[i:i + _PIECE]) for i in range(0, len(view), _PIECE)]
+    out.append(c.flush())
+    return b"".join(out)
 
 
 def _decompressor(name):
