@@ -25,7 +25,10 @@
  *
  * Timing: batch = one clock pair per run of consecutive ops of one kind
  * (so the per-kind totals are exact); per_op_sum = a pair per op, with
- * histograms when asked; wl.<kind>_ns is the mean per op of that kind,
+ * histograms when asked; wl.clock_reads counts the clock reads inside
+ * timed runs, so that Python can say how much of a figure they are when a
+ * program's ops alternate kinds (then batch timing reads the clock at
+ * nearly every op); wl.<kind>_ns is the mean per op of that kind,
  * as alloc_ns and free_ns are. Alloc-side kinds (malloc, calloc, realloc, the
  * memalign family) add to alloc_ns, frees to free_ns, usable_size to its
  * own metric only. Untimed: think (spinning the recorded gap), touch
@@ -102,6 +105,7 @@ struct rp_worker {
 	uint64_t kind_ops[AL_TK_NR];
 	uint64_t kind_ticks[AL_TK_NR];
 	uint64_t refused, unknown, cross_waits, copied, skipped, cross;
+	uint64_t clock_reads; /* in timed runs: each costs part of what the ops measure */
 	int64_t live; /* requested bytes not yet published with al_worker_live */
 	/* the clock: batch = a run of one kind since t0; per-op = this op since t0 */
 	uint64_t t0;
@@ -280,6 +284,7 @@ static inline void rp_clock_stop(struct rp_worker *r)
 	if (r->cur != RP_NOKIND) {
 		r->kind_ticks[r->cur] += al_ticks() - r->t0;
 		r->cur = RP_NOKIND;
+		r->clock_reads++;
 	}
 }
 
@@ -290,10 +295,12 @@ static inline void rp_clock_op(struct rp_worker *r, unsigned kind)
 
 	if (r->per_op) {
 		r->t0 = al_ticks();
+		r->clock_reads += 2;
 		return;
 	}
 	if (kind == r->cur)
 		return;
+	r->clock_reads++;
 	if (r->cur == RP_NOKIND) {
 		r->t0 = al_ticks(); /* a run starts: a measurement boundary */
 	} else {
@@ -723,6 +730,7 @@ static void rp_worker_fini(struct al_worker *w)
 	al_worker_metric(w, "refused", (double)r->refused, AL_METRIC_SUM);
 	al_worker_metric(w, "unknown_frees", (double)r->unknown, AL_METRIC_SUM);
 	al_worker_metric(w, "cross_waits", (double)r->cross_waits, AL_METRIC_SUM);
+	al_worker_metric(w, "clock_reads", (double)r->clock_reads, AL_METRIC_SUM);
 	al_worker_metric(w, "reallocs_copied_bytes", (double)r->copied, AL_METRIC_SUM);
 	al_worker_metric(w, "skipped", (double)r->skipped, AL_METRIC_SUM);
 	al_worker_metric(w, "unfinished_ops", (double)(r->th->nops - r->next), AL_METRIC_SUM);

@@ -274,6 +274,38 @@ def _uniq(vals):
     return out
 
 
+def _clock_share(metric, pts):
+    """For a latency metric of workloads that count the clock reads in
+    their timed regions (replay: wl.clock_reads), the largest share of an op
+    the clock is, over the cells: (reads per op, ns of clock per op), or
+    None when the clock is under a tenth of a read per op. A clock read
+    costs half a measured pair (timer_overhead_ns)."""
+    if not (metric in ("alloc_ns", "free_ns") or (metric.startswith("wl.") and
+                                                 metric.endswith("_ns"))):
+        return None
+    worst = None
+    for ps in pts.values():
+        reads = sum(float(np.sum(p.data.get("wl.clock_reads", [0]))) for p in ps)
+        ops = sum(float(np.sum(p.data.get("alloc_ops", [0])) + np.sum(p.data.get("free_ops", [0])))
+                  for p in ps)
+        ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in ps
+               if len(p.data.get("timer_overhead_ns", ()))]
+        if not ops or not ovh:
+            continue
+        per_op = reads / ops
+        if per_op >= 0.1 and (worst is None or per_op > worst[0]):
+            worst = (per_op, per_op * float(np.mean(ovh)) / 2)
+    return worst
+
+
+def clock_line(clock):
+    """The note under a table whose ops read the clock often."""
+    return ("clock: the timed runs read the clock %.2f times per op (the ops alternate kinds), "
+            "about %.0f ns of each op's figure at this machine's timer cost; compare policies "
+            "by difference or ratio on the same trace, or use a trace with longer runs of "
+            "one kind" % clock)
+
+
 def truncated_line(labels, limit=6):
     """The warning under a table for cells with truncated runs."""
     more = len(labels) - limit
@@ -315,6 +347,7 @@ class Table:
         # {(block, row, col): why}: cells whose runs did not measure the
         # metric (a counter at a stats level that leaves it out): "n/a"
         self.unmeasured = unmeasured or {}
+        self.clock = None  # (clock reads per op, ns per op) when the clock is a share
 
     @property
     def values(self):
@@ -415,6 +448,8 @@ class Table:
             lines.append(truncated_line(
                 ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
                  for k, (cut, n) in sorted(self.truncated.items())], limit))
+        if self.clock:
+            lines.append(clock_line(self.clock))
         return lines
 
     def __str__(self):
@@ -752,6 +787,7 @@ class Result:
             cut = sum(sum(1 for t in p.info.get("truncated", ()) if t) for p in ps)
             if cut:
                 truncated[k] = (cut, sum(p.runs for p in ps))
+        clock = _clock_share(metric, pts)
         for (b, r, c), arrs in samples.items():
             x = np.concatenate(arrs)
             x = x[~np.isnan(x)]
@@ -761,8 +797,10 @@ class Result:
                 sd[b, r, c] = np.std(x, ddof=1) if len(x) > 1 else np.nan
         blocks = [dict(zip(block_keys, bv)) for bv in block_vals]
         title = self._title(metric, stat, blocks)
-        return Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
-                     n, cell_stats=cell_stats, truncated=truncated, unmeasured=unmeasured)
+        t = Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
+                  n, cell_stats=cell_stats, truncated=truncated, unmeasured=unmeasured)
+        t.clock = clock
+        return t
 
     def _title(self, metric, stat, blocks):
         wl = self.points[0].params.get("workload", "") if self.points else ""
