@@ -17,6 +17,7 @@ EXPECT = {
     "vmalloc.ipynb": ["micromm/vmalloc", "zone locks/vmalloc"],
     "local_storage.ipynb": ["Socket local storage", "kmallocs/create", "deferred frees"],
     "tutorial.ipynb": ["presets:", "buddy locks/op", "refused:"],
+    "replay.ipynb": ["exit status 0", "ops by kind", "replay, allocation latency", "peak held"],
 }
 
 

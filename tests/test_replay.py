@@ -352,3 +352,27 @@ def test_cli_refusals_are_one_error_line(args, words):
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == ["alloclab: error: " + words + p.stderr.strip()
                                              .split(words, 1)[1]]
+
+
+def _alternating(n, run):
+    """One thread: runs of `run` mallocs then `run` frees, n objects in all."""
+    prog, oid = [], 0
+    while oid < n:
+        ids = list(range(oid, oid + run))
+        prog += [(0, {"kind": "malloc", "id": i, "size": 64}) for i in ids]
+        prog += [(0, {"kind": "free", "ref": i}) for i in ids]
+        oid += run
+    return build(prog)
+
+
+def test_clock_reads_are_counted_and_a_table_says_when_they_are_a_share():
+    alt = al.run("replay", "buddy", trace=_alternating(4096, 1), **ONE)
+    runs = al.run("replay", "buddy", trace=_alternating(4096, 512), **ONE)
+    # batch timing reads the clock once where one kind gives way to the other
+    assert wl(alt, "clock_reads") >= 8192 - 1
+    assert wl(runs, "clock_reads") <= 2 * 4096 / 512 + 2
+    assert any(line.startswith("clock: the timed regions read the clock 1.00 times per op")
+               for line in alt.table("alloc_ns").warning_lines())
+    assert not any(line.startswith("clock:") for line in runs.table("alloc_ns").warning_lines())
+    assert not any(line.startswith("clock:")
+                   for line in alt.table("buddy.allocs_per_op").warning_lines())

@@ -40,6 +40,7 @@ import math
 import os
 import platform
 import stat
+import textwrap
 
 import numpy as np
 
@@ -300,10 +301,10 @@ def _clock_share(metric, pts):
 
 def clock_line(clock):
     """The note under a table whose ops read the clock often."""
-    return ("clock: the timed runs read the clock %.2f times per op (the ops alternate kinds), "
-            "about %.0f ns of each op's figure at this machine's timer cost; compare policies "
-            "by difference or ratio on the same trace, or use a trace with longer runs of "
-            "one kind" % clock)
+    return ("clock: the timed regions read the clock %.2f times per op (batch timing reads it "
+            "where the op kind changes, per-op timing twice an op), about %.0f ns of each op's "
+            "figure at this machine's timer cost; compare policies by difference or ratio on "
+            "the same trace" % clock)
 
 
 def truncated_line(labels, limit=6):
@@ -449,7 +450,7 @@ class Table:
                 ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
                  for k, (cut, n) in sorted(self.truncated.items())], limit))
         if self.clock:
-            lines.append(clock_line(self.clock))
+            lines += textwrap.wrap(clock_line(self.clock), 104, subsequent_indent="    ")
         return lines
 
     def __str__(self):
