@@ -13,8 +13,8 @@ moment of the machine hits all three alike):
   shim      under the recording shim (ALLOCLAB_RECORD): the recording's
             cost to the program, which the goal (<= 2x) is about
   record    the whole `alloclab.record`: the run, finalising every raw file
-            and writing the traces compressed with --compress (lzma, the
-            default, takes minutes on python3's 14 M ops; zlib seconds)
+            and writing the traces compressed with --compress (zlib, the
+            default, takes seconds on python3's 14 M ops; lzma minutes)
 and, from the last run, the ops recorded (all images), raw bytes per op (the
 shim's stream) and trace-file bytes per op (the codec, compressed; goal
 <= 6).

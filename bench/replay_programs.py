@@ -4,7 +4,8 @@ each replay did.
 
     python bench/replay_programs.py [--runs 1] [--out DIR]
 
-Programs: python3 running bench/preload_slowdown.py's 4-thread script, the
+Programs: python3 running bench/preload_slowdown.py's 4-thread script
+(PYTHONMALLOC=malloc, so that every object is a malloc call), the
 sqlite3 batch, `gcc -O2 -c csrc/pages/pages.c` (cc1's image is replayed:
 the image with the most ops of the recording) and tests/preload/xstress.c
 (4 threads handing objects to each other: cross-thread frees), compiled
@@ -54,7 +55,8 @@ def record_all(tmp):
     traces = {}
     for name, (argv, stdin) in progs.items():
         rec = al.record(argv, os.path.join(tmp, name.split()[0] + ".altrace"), input=stdin,
-                        capture_output=True, text=True)
+                        env=dict(os.environ, PYTHONMALLOC="malloc"), capture_output=True,
+                        text=True)
         if rec.returncode:
             raise SystemExit("%s exited with %d under record" % (name, rec.returncode))
         traces[name] = max(rec.images, key=lambda im: im["ops"])["path"]
