@@ -60,6 +60,8 @@ from .allocator import Allocator
 from .result import Point, Result, Table
 from .run import run
 from .record import record
+from . import trace
+from .trace import Trace
 from . import peers, plugin
 from . import plot, plot_trace, stats
 from .compare import Comparison, compare
@@ -78,6 +80,8 @@ __all__ = [
     "workloads",
     "run",
     "record",
+    "Trace",
+    "trace",
     "sweep",
     "trace_info",
     "TraceInfo",
