@@ -133,6 +133,23 @@ def test_realloc_copies_the_bytes(touch):
         assert wl(res, "realloc_ops", i) == 49
 
 
+def test_touch_finishes_writing_an_object_before_another_thread_may_take_it():
+    # Thread 1 reallocs each of thread 0's large objects as soon as it
+    # exists. The creator fills an object (touch) before it publishes it:
+    # published first, the copy could read a half-written object (the run
+    # failed its check) and the creator write into memory already freed.
+    n, size, p = 80, 256 << 10, []
+    for i in range(n):
+        p.append((0, dict(kind="malloc", size=size, id=2 * i)))
+        p.append((1, dict(kind="realloc", size=size, aux=size, ref=2 * i, id=2 * i + 1)))
+        p.append((1, dict(kind="free", ref=2 * i + 1)))
+    res = al.run("replay", ["buddy", "libarena-transfer"], trace=build(p), touch="all",
+                 runs=3)
+    for i in range(6):
+        assert wl(res, "reallocs_copied_bytes", i) == n * size
+        assert res.rows()[i]["cross_frees"] == n
+
+
 def _random_program(nthreads, nops, seed, cross=True):
     """A program of mallocs and frees; with cross, a thread frees objects of
     the thread before it (a ring), so most frees wait for another thread."""

@@ -106,7 +106,7 @@ struct rp_worker {
 	uint64_t kind_ticks[AL_TK_NR];
 	uint64_t refused, unknown, cross_waits, copied, skipped, cross;
 	uint64_t clock_reads; /* in timed runs: each costs part of what the ops measure */
-	int64_t live; /* requested bytes not yet published with al_worker_live */
+	int64_t live;	      /* requested bytes not yet published with al_worker_live */
 	/* the clock: batch = a run of one kind since t0; per-op = this op since t0 */
 	uint64_t t0;
 	unsigned cur; /* the kind being timed, RP_NOKIND when stopped */
@@ -404,12 +404,13 @@ static inline void rp_created(struct rp_worker *r, struct rp_shared *s, uint32_t
 	}
 	s->obj[id].size = size;
 	r->live += (int64_t)size;
-	__atomic_store_n(&s->obj[id].p, p, __ATOMIC_RELEASE);
-	if (s->touch != TOUCH_NONE) {
+	if (s->touch != TOUCH_NONE) { /* published once written (rp_post) */
 		r->post_p = p;
 		r->post_n = s->touch == TOUCH_ALL || size < RP_TOUCH_FIRST ? size : RP_TOUCH_FIRST;
 		r->post_id = id;
+		return;
 	}
+	__atomic_store_n(&s->obj[id].p, p, __ATOMIC_RELEASE);
 }
 
 /* malloc, calloc and the memalign family. */
@@ -548,21 +549,25 @@ static al_noinline int rp_verify(struct al_worker *w, struct rp_worker *r,
 	return 0;
 }
 
-/* Drop an object the program did not get, or touch a new one. */
+/* Drop an object the program did not get, or touch a new one and only then
+ * publish it: another thread may realloc or free it as soon as it sees the
+ * pointer, so the creator must be done writing it. After an op that failed
+ * (ret), the object is published untouched, for teardown to free. */
 static al_noinline int rp_post(struct al_worker *w, struct rp_worker *r,
-			       const struct al_trace_op *op)
+			       const struct al_trace_op *op, int ret)
 {
-	int ret = 0;
-
 	rp_clock_stop(r);
 	if (r->post_drop) {
-		ret = w->a->ops->free(w->a, &w->ctx, r->post_p);
-		if (ret)
-			ret = rp_free_failed(w, r, op, r->post_p, ret);
+		int fret = w->a->ops->free(w->a, &w->ctx, r->post_p);
+
+		if (fret && !ret)
+			ret = rp_free_failed(w, r, op, r->post_p, fret);
 	} else {
-		if (r->verify_n)
+		if (r->verify_n && !ret)
 			ret = rp_verify(w, r, op);
 		memset(r->post_p, rp_fill(r->post_id), r->post_n);
+		__atomic_store_n(&((struct rp_shared *)w->shared)->obj[r->post_id].p, r->post_p,
+				 __ATOMIC_RELEASE);
 	}
 	r->post_p = NULL;
 	r->post_drop = 0;
@@ -641,8 +646,8 @@ static int rp_run(struct al_worker *w, struct rp_shared *s, struct rp_worker *r,
 		if (r->per_op)
 			rp_clock_done(w, r, op->kind);
 		r->kind_ops[op->kind]++;
-		if (al_unlikely(r->post_p) && !ret)
-			ret = rp_post(w, r, op);
+		if (al_unlikely(r->post_p))
+			ret = rp_post(w, r, op, ret);
 		if (al_unlikely(ret))
 			break;
 	}
