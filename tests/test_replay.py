@@ -150,6 +150,17 @@ def test_touch_finishes_writing_an_object_before_another_thread_may_take_it():
         assert res.rows()[i]["cross_frees"] == n
 
 
+@pytest.mark.parametrize("preset", ["buddy", "libarena-transfer", "kmalloc-sheaves"])
+def test_memalign_of_an_alignment_not_a_power_of_two_is_rounded_up(preset):
+    # glibc's memalign rounds such an alignment up (0 asks nothing): the
+    # program got these objects, so the replay must not count them refused.
+    p = [(0, dict(kind="memalign", size=40, aux=a, id=i)) for i, a in enumerate((0, 3, 24, 100))]
+    p += [(0, dict(kind="free", ref=i)) for i in range(4)]
+    row = al.run("replay", preset, trace=build(p), **ONE).rows()[0]
+    assert row["wl.memalign_ops"] == 4 and row["free_ops"] == 4
+    assert row["wl.refused"] == 0 and row["wl.skipped"] == 0
+
+
 def _random_program(nthreads, nops, seed, cross=True):
     """A program of mallocs and frees; with cross, a thread frees objects of
     the thread before it (a ring), so most frees wait for another thread."""

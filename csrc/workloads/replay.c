@@ -424,6 +424,9 @@ static int rp_alloc(struct al_worker *w, struct rp_worker *r, const struct al_tr
 		flags = AL_ZERO;
 	else if (op->kind != AL_TK_MALLOC)
 		align = op->aux;
+	/* memalign rounds an alignment up to a power of two, as glibc's does */
+	if (op->kind == AL_TK_MEMALIGN && (align & (align - 1)) && align <= (UINT64_MAX >> 1) + 1)
+		align = (uint64_t)1 << (64 - __builtin_clzll(align - 1));
 	if (al_unlikely(align & (align - 1))) { /* the program was refused (EINVAL) */
 		rp_created(r, w->shared, op->id, NULL, op->size);
 		return 0;
