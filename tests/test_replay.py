@@ -318,6 +318,19 @@ def test_peers_replay_the_same_file(tmp_path):
         assert row["wl.unfinished_ops"] == 0 and row["cross_frees"] <= cross
 
 
+def test_more_trace_files_than_the_registry_holds_replay_in_one_process(tmp_path):
+    # The registry has 64 handles: the traces loaded from files are closed
+    # to free theirs, and a file replayed again is loaded again.
+    paths = []
+    for i in range(70):
+        paths.append(str(tmp_path / ("t%d.altrace" % i)))
+        build([(0, dict(kind="malloc", size=16 + i, id=0)), (0, dict(kind="free", ref=0))]) \
+            .save(paths[-1])
+    for i, path in enumerate(paths + paths[:2]):
+        row = al.run("replay", "buddy", trace=path, **ONE).rows()[0]
+        assert row["buddy.bytes_requested"] == 16 + i % 70 and row["free_ops"] == 1
+
+
 def test_a_file_changed_after_planning_is_refused(tmp_path):
     path = str(tmp_path / "t.altrace")
     every_kind()[0].save(path)
