@@ -331,6 +331,20 @@ def test_more_trace_files_than_the_registry_holds_replay_in_one_process(tmp_path
         assert row["buddy.bytes_requested"] == 16 + i % 70 and row["free_ops"] == 1
 
 
+def test_a_table_says_which_cells_refused_what_the_program_got():
+    # The program got 1 TiB; buddy refuses it and skips its free, so its
+    # cell times fewer ops than the program made: the table says so.
+    tr = build([(0, dict(kind="malloc", size=1 << 40, id=0)),
+                (0, dict(kind="malloc", size=64, id=1)),
+                (0, dict(kind="free", ref=0)), (0, dict(kind="free", ref=1))])
+    res = al.run("replay", "buddy", trace=tr, runs=2)
+    assert wl(res, "refused") == 1 and wl(res, "skipped") == 1
+    (line,) = [x for x in res.table("alloc_ns").warning_lines() if x.startswith("refused:")]
+    assert line.endswith("1p (1 objects, 1 ops a run)")
+    fine = al.run("replay", "buddy", trace=_realloc_chain()[0], runs=2)
+    assert not [x for x in fine.table("free_ns").warning_lines() if x.startswith("refused:")]
+
+
 def test_a_file_changed_after_planning_is_refused(tmp_path):
     path = str(tmp_path / "t.altrace")
     every_kind()[0].save(path)
