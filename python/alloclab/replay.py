@@ -62,6 +62,8 @@ def _load_file(path):
     if load is None:
         raise errors.InvalidArgument("trace=%r: this build cannot read trace files "
                                      "(alloclab.trace.load is missing)" % path)
+    if os.path.isdir(path):
+        raise errors.InvalidArgument("trace=%r is a directory, not a trace file" % path)
     if not os.path.isfile(path):
         raise errors.InvalidArgument("trace=%r: no such trace file" % path)
     return load(path)
