@@ -232,6 +232,16 @@ def test_duration_is_a_time_limit_and_the_cut_pass_is_truncated():
     assert wl(res, "malloc_ops") == 5 and res.rows()[0]["buddy.leaked"] == 0
 
 
+def test_recorded_gaps_longer_than_the_watchdog_are_progress():
+    # Three gaps of 0.4 s in one chunk: spinning them is the replay going as
+    # the program went, so the watchdog (0.3 s) must not take it for a stall.
+    res = al.run("replay", "buddy", trace=_slow_trace(nops=8, gap=4 * 10 ** 8),
+                 think="recorded", watchdog=0.3, **ONE)
+    row = res.rows()[0]
+    assert row["wl.malloc_ops"] == 8 and row["wl.unfinished_ops"] == 0
+    assert row["elapsed_ns"] >= 3 * 4 * 10 ** 8 and res.truncated() == []
+
+
 def test_stop_ends_a_replay_promptly():
     _, tasks = plan("replay", "buddy", trace=_slow_trace(), think="recorded", runs=1)
 
@@ -400,6 +410,8 @@ def test_thread_start_naming_itself_as_parent_does_not_wait():
 @pytest.mark.parametrize("args, words", [
     (["--trace", "/nonexistent/x.altrace"], "trace='/nonexistent/x.altrace': no such trace file"),
     ([], "workload replay needs trace=FILE"),
+    (["--trace", os.path.dirname(os.path.abspath(__file__))],
+     "trace=%r is a directory, not a trace file" % os.path.dirname(os.path.abspath(__file__))),
 ])
 def test_cli_refusals_are_one_error_line(args, words):
     p = subprocess.run([sys.executable, "-m", "alloclab", "run", "replay", "--policy", "buddy",

@@ -73,11 +73,12 @@ static const struct al_param_desc rp_params[P_NR] = {
 		       "counted and skipped)" },
 };
 
-#define RP_CHUNK       4096u		      /* ops per cycle at most */
-#define RP_SPIN	       256u		      /* readiness checks before a blocked cycle ends */
-#define RP_TOUCH_FIRST 64u		      /* bytes touch=first writes */
-#define RP_REFUSED     ((void *)(uintptr_t)1) /* the policy refused what the program got */
-#define RP_NOKIND      AL_TK_NR
+#define RP_CHUNK	  4096u			 /* ops per cycle at most */
+#define RP_SPIN		  256u			 /* readiness checks before a blocked cycle ends */
+#define RP_TOUCH_FIRST	  64u			 /* bytes touch=first writes */
+#define RP_REFUSED	  ((void *)(uintptr_t)1) /* the policy refused what the program got */
+#define RP_THINK_SLICE_NS 100000000ull		 /* think spins at most this long per cycle */
+#define RP_NOKIND	  AL_TK_NR
 
 struct rp_obj {
 	void *p;	/* NULL until created (and after it is gone), or RP_REFUSED */
@@ -119,6 +120,8 @@ struct rp_worker {
 	int post_drop;
 	uint64_t verify_n; /* realloc with touch: bytes of the old fill to check */
 	uint8_t verify_byte;
+	uint64_t think_op;  /* 1 + the op whose recorded gap is being spun, 0: none */
+	uint64_t think_end; /* ticks when that gap ends */
 };
 
 static bool rp_alloc_side(unsigned kind)
@@ -578,15 +581,23 @@ static al_noinline int rp_post(struct al_worker *w, struct rp_worker *r,
 	return ret;
 }
 
-/* Spin the recorded gap before an op (untimed); false when stopping. */
+/* Spin the recorded gap before op r->next (untimed): true once it is over;
+ * false when stopping, or after RP_THINK_SLICE_NS of it, so that the cycle
+ * ends and the engine's watchdog sees progress through a long gap (the next
+ * cycle spins the rest, to the same end). */
 static al_noinline bool rp_think(struct al_worker *w, struct rp_worker *r, uint32_t dt)
 {
-	uint64_t end;
+	uint64_t now, slice_end;
 
 	rp_clock_stop(r);
-	end = al_ticks() + (uint64_t)((double)dt * al_clock.ticks_per_ns);
-	while (al_ticks() < end)
-		if (al_worker_stopping(w))
+	now = al_ticks();
+	if (r->think_op != r->next + 1) { /* this op's gap starts now */
+		r->think_op = r->next + 1;
+		r->think_end = now + (uint64_t)((double)dt * al_clock.ticks_per_ns);
+	}
+	slice_end = now + (uint64_t)((double)RP_THINK_SLICE_NS * al_clock.ticks_per_ns);
+	while ((now = al_ticks()) < r->think_end)
+		if (al_worker_stopping(w) || now >= slice_end)
 			return false;
 	return true;
 }
