@@ -133,6 +133,34 @@ def test_realloc_copies_the_bytes(touch):
         assert wl(res, "realloc_ops", i) == 49
 
 
+def test_touch_finishes_writing_an_object_before_another_thread_may_take_it():
+    # Thread 1 reallocs each of thread 0's large objects as soon as it
+    # exists. The creator fills an object (touch) before it publishes it:
+    # published first, the copy could read a half-written object (the run
+    # failed its check) and the creator write into memory already freed.
+    n, size, p = 80, 256 << 10, []
+    for i in range(n):
+        p.append((0, dict(kind="malloc", size=size, id=2 * i)))
+        p.append((1, dict(kind="realloc", size=size, aux=size, ref=2 * i, id=2 * i + 1)))
+        p.append((1, dict(kind="free", ref=2 * i + 1)))
+    res = al.run("replay", ["buddy", "libarena-transfer"], trace=build(p), touch="all",
+                 runs=3)
+    for i in range(6):
+        assert wl(res, "reallocs_copied_bytes", i) == n * size
+        assert res.rows()[i]["cross_frees"] == n
+
+
+@pytest.mark.parametrize("preset", ["buddy", "libarena-transfer", "kmalloc-sheaves"])
+def test_memalign_of_an_alignment_not_a_power_of_two_is_rounded_up(preset):
+    # glibc's memalign rounds such an alignment up (0 asks nothing): the
+    # program got these objects, so the replay must not count them refused.
+    p = [(0, dict(kind="memalign", size=40, aux=a, id=i)) for i, a in enumerate((0, 3, 24, 100))]
+    p += [(0, dict(kind="free", ref=i)) for i in range(4)]
+    row = al.run("replay", preset, trace=build(p), **ONE).rows()[0]
+    assert row["wl.memalign_ops"] == 4 and row["free_ops"] == 4
+    assert row["wl.refused"] == 0 and row["wl.skipped"] == 0
+
+
 def _random_program(nthreads, nops, seed, cross=True):
     """A program of mallocs and frees; with cross, a thread frees objects of
     the thread before it (a ring), so most frees wait for another thread."""
@@ -202,6 +230,16 @@ def test_duration_is_a_time_limit_and_the_cut_pass_is_truncated():
     assert time.monotonic() - t0 < 30
     assert res.truncated() and wl(res, "unfinished_ops") == 45
     assert wl(res, "malloc_ops") == 5 and res.rows()[0]["buddy.leaked"] == 0
+
+
+def test_recorded_gaps_longer_than_the_watchdog_are_progress():
+    # Three gaps of 0.4 s in one chunk: spinning them is the replay going as
+    # the program went, so the watchdog (0.3 s) must not take it for a stall.
+    res = al.run("replay", "buddy", trace=_slow_trace(nops=8, gap=4 * 10 ** 8),
+                 think="recorded", watchdog=0.3, **ONE)
+    row = res.rows()[0]
+    assert row["wl.malloc_ops"] == 8 and row["wl.unfinished_ops"] == 0
+    assert row["elapsed_ns"] >= 3 * 4 * 10 ** 8 and res.truncated() == []
 
 
 def test_stop_ends_a_replay_promptly():
@@ -290,6 +328,33 @@ def test_peers_replay_the_same_file(tmp_path):
         assert row["wl.unfinished_ops"] == 0 and row["cross_frees"] <= cross
 
 
+def test_more_trace_files_than_the_registry_holds_replay_in_one_process(tmp_path):
+    # The registry has 64 handles: the traces loaded from files are closed
+    # to free theirs, and a file replayed again is loaded again.
+    paths = []
+    for i in range(70):
+        paths.append(str(tmp_path / ("t%d.altrace" % i)))
+        build([(0, dict(kind="malloc", size=16 + i, id=0)), (0, dict(kind="free", ref=0))]) \
+            .save(paths[-1])
+    for i, path in enumerate(paths + paths[:2]):
+        row = al.run("replay", "buddy", trace=path, **ONE).rows()[0]
+        assert row["buddy.bytes_requested"] == 16 + i % 70 and row["free_ops"] == 1
+
+
+def test_a_table_says_which_cells_refused_what_the_program_got():
+    # The program got 1 TiB; buddy refuses it and skips its free, so its
+    # cell times fewer ops than the program made: the table says so.
+    tr = build([(0, dict(kind="malloc", size=1 << 40, id=0)),
+                (0, dict(kind="malloc", size=64, id=1)),
+                (0, dict(kind="free", ref=0)), (0, dict(kind="free", ref=1))])
+    res = al.run("replay", "buddy", trace=tr, runs=2)
+    assert wl(res, "refused") == 1 and wl(res, "skipped") == 1
+    (line,) = [x for x in res.table("alloc_ns").warning_lines() if x.startswith("refused:")]
+    assert line.endswith("1p (1 objects, 1 ops a run)")
+    fine = al.run("replay", "buddy", trace=_realloc_chain()[0], runs=2)
+    assert not [x for x in fine.table("free_ns").warning_lines() if x.startswith("refused:")]
+
+
 def test_a_file_changed_after_planning_is_refused(tmp_path):
     path = str(tmp_path / "t.altrace")
     every_kind()[0].save(path)
@@ -345,6 +410,8 @@ def test_thread_start_naming_itself_as_parent_does_not_wait():
 @pytest.mark.parametrize("args, words", [
     (["--trace", "/nonexistent/x.altrace"], "trace='/nonexistent/x.altrace': no such trace file"),
     ([], "workload replay needs trace=FILE"),
+    (["--trace", os.path.dirname(os.path.abspath(__file__))],
+     "trace=%r is a directory, not a trace file" % os.path.dirname(os.path.abspath(__file__))),
 ])
 def test_cli_refusals_are_one_error_line(args, words):
     p = subprocess.run([sys.executable, "-m", "alloclab", "run", "replay", "--policy", "buddy",

@@ -4,6 +4,7 @@ straightforward per-op walk of random traces, the JSON form, the CLI on
 saved files and its errors, and the plots."""
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -550,6 +551,24 @@ def test_cli_as_a_user_runs_it(saved, tmp_path):
                           str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "alloclab: error: trace file %s does not exist\n" % (tmp_path / "none")
+
+
+def test_a_command_line_with_dollars_is_drawn_as_written(tmp_path):
+    # matplotlib reads $...$ as mathtext: `sh -c "kill -SEGV $$"` must still draw.
+    meta = {"program": "/bin/sh", "argv": ["sh", "-c", "kill -SEGV $$"]}
+    info = Trace.from_ops([[op("malloc", size=1, id=0)]], meta=meta).info()
+    for fig in (plot_trace.overview(info), plot_trace.sizes(info)):
+        fig.canvas.draw()
+    paths = plot.save([plot_trace.overview(info)], str(tmp_path / "d.png"))
+    assert os.path.getsize(paths[0]) > 0
+    assert info.text().splitlines()[0] == "trace of sh -c kill -SEGV $$"
+
+
+def test_a_hand_edited_argv_that_is_one_string_is_shown_whole():
+    meta = {"program": "/bin/x", "argv": "x --flag"}
+    info = Trace.from_ops([[op("malloc", size=1, id=0)]], meta=meta).info()
+    assert info.text().splitlines()[0] == "trace of x --flag"
+    assert plot_trace.overview(info)._suptitle.get_text().startswith("x --flag: ")
 
 
 def test_header_names_the_recording():

@@ -1017,12 +1017,16 @@ SHIM_API int posix_memalign(void **out, size_t align, size_t size)
 	return al_shim_posix_memalign(out, align, size);
 }
 
-/* aligned_alloc and memalign (a power of two), valloc and pvalloc (the
- * page; pvalloc rounds the size up to pages). */
+/* aligned_alloc (a power of two), memalign (any alignment), valloc and
+ * pvalloc (the page; pvalloc rounds the size up to pages). memalign is
+ * glibc's: an alignment that is not a power of two is rounded up to one (0
+ * and 1 ask nothing beyond malloc's), past the largest one it is EINVAL. */
 void *al_shim_aligned(unsigned kind, size_t align, size_t size)
 {
 	if (kind == AL_TK_PVALLOC)
 		size = (size + align - 1) & ~(align - 1);
+	if (kind == AL_TK_MEMALIGN && !pow2(align) && align <= SIZE_MAX / 2 + 1)
+		align = align <= 1 ? 1 : (size_t)1 << (64 - __builtin_clzll(align - 1));
 	if (!pow2(align)) {
 		errno = EINVAL;
 		return NULL;

@@ -73,11 +73,12 @@ static const struct al_param_desc rp_params[P_NR] = {
 		       "counted and skipped)" },
 };
 
-#define RP_CHUNK       4096u		      /* ops per cycle at most */
-#define RP_SPIN	       256u		      /* readiness checks before a blocked cycle ends */
-#define RP_TOUCH_FIRST 64u		      /* bytes touch=first writes */
-#define RP_REFUSED     ((void *)(uintptr_t)1) /* the policy refused what the program got */
-#define RP_NOKIND      AL_TK_NR
+#define RP_CHUNK	  4096u			 /* ops per cycle at most */
+#define RP_SPIN		  256u			 /* readiness checks before a blocked cycle ends */
+#define RP_TOUCH_FIRST	  64u			 /* bytes touch=first writes */
+#define RP_REFUSED	  ((void *)(uintptr_t)1) /* the policy refused what the program got */
+#define RP_THINK_SLICE_NS 100000000ull		 /* think spins at most this long per cycle */
+#define RP_NOKIND	  AL_TK_NR
 
 struct rp_obj {
 	void *p;	/* NULL until created (and after it is gone), or RP_REFUSED */
@@ -106,7 +107,7 @@ struct rp_worker {
 	uint64_t kind_ticks[AL_TK_NR];
 	uint64_t refused, unknown, cross_waits, copied, skipped, cross;
 	uint64_t clock_reads; /* in timed runs: each costs part of what the ops measure */
-	int64_t live; /* requested bytes not yet published with al_worker_live */
+	int64_t live;	      /* requested bytes not yet published with al_worker_live */
 	/* the clock: batch = a run of one kind since t0; per-op = this op since t0 */
 	uint64_t t0;
 	unsigned cur; /* the kind being timed, RP_NOKIND when stopped */
@@ -119,6 +120,8 @@ struct rp_worker {
 	int post_drop;
 	uint64_t verify_n; /* realloc with touch: bytes of the old fill to check */
 	uint8_t verify_byte;
+	uint64_t think_op;  /* 1 + the op whose recorded gap is being spun, 0: none */
+	uint64_t think_end; /* ticks when that gap ends */
 };
 
 static bool rp_alloc_side(unsigned kind)
@@ -404,12 +407,13 @@ static inline void rp_created(struct rp_worker *r, struct rp_shared *s, uint32_t
 	}
 	s->obj[id].size = size;
 	r->live += (int64_t)size;
-	__atomic_store_n(&s->obj[id].p, p, __ATOMIC_RELEASE);
-	if (s->touch != TOUCH_NONE) {
+	if (s->touch != TOUCH_NONE) { /* published once written (rp_post) */
 		r->post_p = p;
 		r->post_n = s->touch == TOUCH_ALL || size < RP_TOUCH_FIRST ? size : RP_TOUCH_FIRST;
 		r->post_id = id;
+		return;
 	}
+	__atomic_store_n(&s->obj[id].p, p, __ATOMIC_RELEASE);
 }
 
 /* malloc, calloc and the memalign family. */
@@ -423,6 +427,9 @@ static int rp_alloc(struct al_worker *w, struct rp_worker *r, const struct al_tr
 		flags = AL_ZERO;
 	else if (op->kind != AL_TK_MALLOC)
 		align = op->aux;
+	/* memalign rounds an alignment up to a power of two, as glibc's does */
+	if (op->kind == AL_TK_MEMALIGN && (align & (align - 1)) && align <= (UINT64_MAX >> 1) + 1)
+		align = (uint64_t)1 << (64 - __builtin_clzll(align - 1));
 	if (al_unlikely(align & (align - 1))) { /* the program was refused (EINVAL) */
 		rp_created(r, w->shared, op->id, NULL, op->size);
 		return 0;
@@ -548,21 +555,25 @@ static al_noinline int rp_verify(struct al_worker *w, struct rp_worker *r,
 	return 0;
 }
 
-/* Drop an object the program did not get, or touch a new one. */
+/* Drop an object the program did not get, or touch a new one and only then
+ * publish it: another thread may realloc or free it as soon as it sees the
+ * pointer, so the creator must be done writing it. After an op that failed
+ * (ret), the object is published untouched, for teardown to free. */
 static al_noinline int rp_post(struct al_worker *w, struct rp_worker *r,
-			       const struct al_trace_op *op)
+			       const struct al_trace_op *op, int ret)
 {
-	int ret = 0;
-
 	rp_clock_stop(r);
 	if (r->post_drop) {
-		ret = w->a->ops->free(w->a, &w->ctx, r->post_p);
-		if (ret)
-			ret = rp_free_failed(w, r, op, r->post_p, ret);
+		int fret = w->a->ops->free(w->a, &w->ctx, r->post_p);
+
+		if (fret && !ret)
+			ret = rp_free_failed(w, r, op, r->post_p, fret);
 	} else {
-		if (r->verify_n)
+		if (r->verify_n && !ret)
 			ret = rp_verify(w, r, op);
 		memset(r->post_p, rp_fill(r->post_id), r->post_n);
+		__atomic_store_n(&((struct rp_shared *)w->shared)->obj[r->post_id].p, r->post_p,
+				 __ATOMIC_RELEASE);
 	}
 	r->post_p = NULL;
 	r->post_drop = 0;
@@ -570,15 +581,23 @@ static al_noinline int rp_post(struct al_worker *w, struct rp_worker *r,
 	return ret;
 }
 
-/* Spin the recorded gap before an op (untimed); false when stopping. */
+/* Spin the recorded gap before op r->next (untimed): true once it is over;
+ * false when stopping, or after RP_THINK_SLICE_NS of it, so that the cycle
+ * ends and the engine's watchdog sees progress through a long gap (the next
+ * cycle spins the rest, to the same end). */
 static al_noinline bool rp_think(struct al_worker *w, struct rp_worker *r, uint32_t dt)
 {
-	uint64_t end;
+	uint64_t now, slice_end;
 
 	rp_clock_stop(r);
-	end = al_ticks() + (uint64_t)((double)dt * al_clock.ticks_per_ns);
-	while (al_ticks() < end)
-		if (al_worker_stopping(w))
+	now = al_ticks();
+	if (r->think_op != r->next + 1) { /* this op's gap starts now */
+		r->think_op = r->next + 1;
+		r->think_end = now + (uint64_t)((double)dt * al_clock.ticks_per_ns);
+	}
+	slice_end = now + (uint64_t)((double)RP_THINK_SLICE_NS * al_clock.ticks_per_ns);
+	while ((now = al_ticks()) < r->think_end)
+		if (al_worker_stopping(w) || now >= slice_end)
 			return false;
 	return true;
 }
@@ -641,8 +660,8 @@ static int rp_run(struct al_worker *w, struct rp_shared *s, struct rp_worker *r,
 		if (r->per_op)
 			rp_clock_done(w, r, op->kind);
 		r->kind_ops[op->kind]++;
-		if (al_unlikely(r->post_p) && !ret)
-			ret = rp_post(w, r, op);
+		if (al_unlikely(r->post_p))
+			ret = rp_post(w, r, op, ret);
 		if (al_unlikely(ret))
 			break;
 	}

@@ -158,11 +158,19 @@ def _classified(t):
 
 
 def _title(info, what):
+    """The command line and `what`; its $ escaped, which matplotlib would
+    take for mathtext (`sh -c 'echo $$'` would not draw)."""
     m = info.summary.get("meta") or {}
-    prog = " ".join(str(a) for a in (m.get("argv") or [])) or m.get("program") or "trace"
+    prog = " ".join(_argv(m)) or str(m.get("program") or "trace")
     if len(prog) > 60:
         prog = prog[:57] + "..."
-    return "%s: %s" % (prog, what)
+    return "%s: %s" % (prog.replace("$", r"\$"), what)
+
+
+def _argv(meta):
+    """The header's argv as strings (a hand-edited header may hold one string)."""
+    argv = meta.get("argv") or []
+    return [str(a) for a in argv] if isinstance(argv, list) else [str(argv)]
 
 
 def live_bytes(info, title=None, figsize=None):

@@ -17,8 +17,10 @@ must happen in a child process, or refused when it cannot be saved.
 
 Cost: the digest reads every op once (SHA-256 of the op and seq arrays)
 when the trace is planned; nothing is done per run beyond a dict lookup.
-A process keeps every trace it loaded or was given (their handles stay
-valid for any run planned with them): at most the registry's 64.
+A process keeps every trace it was given and the traces it loaded from
+files; when the registry's 64 handles are taken, the traces it loaded from
+files (other than the one about to run) are closed, and a later run reloads
+its file (checked against the digest it was planned with).
 """
 
 import atexit
@@ -31,6 +33,7 @@ from .trace import Trace
 
 _LOADED = {}  # key -> Trace: the traces this process has loaded or was given
 _TEMP = []  # temporary trace files written for child processes
+_OWNED = set()  # keys of the traces loaded here from files: closed to free handles
 
 
 def digest(trace):
@@ -59,6 +62,8 @@ def _load_file(path):
     if load is None:
         raise errors.InvalidArgument("trace=%r: this build cannot read trace files "
                                      "(alloclab.trace.load is missing)" % path)
+    if os.path.isdir(path):
+        raise errors.InvalidArgument("trace=%r is a directory, not a trace file" % path)
     if not os.path.isfile(path):
         raise errors.InvalidArgument("trace=%r: no such trace file" % path)
     return load(path)
@@ -84,6 +89,7 @@ def resolve(value):
         key = "file:%s:%d:%d" % (path, st.st_mtime_ns, st.st_size)  # a rewritten file reloads
         if key not in _LOADED:
             _LOADED[key] = _load_file(path)
+            _OWNED.add(key)
         return dict(identity(_LOADED[key]), path=path, key=key, label=os.fspath(value))
     raise errors.ParameterTypeError(
         "trace must be a trace file's path or an alloclab.Trace, not %r" % (value,),
@@ -125,13 +131,32 @@ def handle(ref):
             raise errors.InvalidArgument("trace file %r changed since the run was planned"
                                          % ref["path"])
         _LOADED[ref["key"]] = tr
+        _OWNED.add(ref["key"])
     try:
         return tr.handle()
     except errors.RunError:
+        if _close_loaded(ref["key"]):
+            try:
+                return tr.handle()
+            except errors.RunError:
+                pass
         raise errors.RunError(
-            "cannot register trace %s for replay: this process holds %d traces, as many as "
-            "the registry takes; replay the others in a fresh process (processes=True)"
-            % (ref.get("label"), len(_LOADED))) from None
+            "cannot register trace %s for replay: the registry's 64 handles are taken by "
+            "the alloclab.Trace objects given to runs in this process; close some "
+            "(Trace.close()) or replay in a fresh process (processes=True)"
+            % ref.get("label")) from None
+
+
+def _close_loaded(keep):
+    """Close the traces loaded here from files, other than ``keep``, freeing
+    their handles and memory (a later run reloads the file); how many."""
+    keys = [k for k in _OWNED if k != keep]
+    for k in keys:
+        _OWNED.discard(k)
+        tr = _LOADED.pop(k, None)
+        if tr is not None:
+            tr.close()
+    return len(keys)
 
 
 @atexit.register

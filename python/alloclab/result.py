@@ -307,6 +307,30 @@ def clock_line(clock):
             "the same trace" % clock)
 
 
+def _refused_cells(pts):
+    """{cell: (objects, ops)}: per run at most, the allocations the program
+    got that the policy refused, and the later ops on them that were
+    skipped (replay: wl.refused, wl.skipped), for the cells with any."""
+    out = {}
+    for k, ps in pts.items():
+        ref = [float(np.max(p.data["wl.refused"])) for p in ps
+               if len(p.data.get("wl.refused", ()))]
+        if ref and max(ref) > 0:
+            skip = [float(np.max(p.data["wl.skipped"])) for p in ps
+                    if len(p.data.get("wl.skipped", ()))]
+            out[k] = (max(ref), max(skip or [0]))
+    return out
+
+
+def refused_line(labels, limit=6):
+    """The warning under a table for cells whose policy refused objects."""
+    more = len(labels) - limit
+    names = ", ".join(labels[:limit]) + (" and %d more" % more if more > 0 else "")
+    return ("refused: the policy refused allocations the program got (each timed as a "
+            "failed call) and skipped the later ops on them, so these cells do not replay the "
+            "whole program: %s" % names)
+
+
 def truncated_line(labels, limit=6):
     """The warning under a table for cells with truncated runs."""
     more = len(labels) - limit
@@ -349,6 +373,7 @@ class Table:
         # metric (a counter at a stats level that leaves it out): "n/a"
         self.unmeasured = unmeasured or {}
         self.clock = None  # (clock reads per op, ns per op) when the clock is a share
+        self.refused = {}  # {(block, row, col): (objects, ops) refused and skipped a run}
 
     @property
     def values(self):
@@ -449,6 +474,10 @@ class Table:
             lines.append(truncated_line(
                 ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
                  for k, (cut, n) in sorted(self.truncated.items())], limit))
+        if self.refused:
+            lines.append(refused_line(
+                ["%s (%d objects, %d ops a run)" % (self.cell_label(*k), o, n)
+                 for k, (o, n) in sorted(self.refused.items())], limit))
         if self.clock:
             lines += textwrap.wrap(clock_line(self.clock), 104, subsequent_indent="    ")
         return lines
@@ -801,6 +830,7 @@ class Result:
         t = Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
                   n, cell_stats=cell_stats, truncated=truncated, unmeasured=unmeasured)
         t.clock = clock
+        t.refused = _refused_cells(pts)
         return t
 
     def _title(self, metric, stat, blocks):

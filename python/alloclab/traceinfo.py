@@ -588,7 +588,8 @@ def _head_lines(info):
     counts."""
     s, m = info.summary, info.summary["meta"]
     out = []
-    argv = [str(a) for a in (m.get("argv") or [])]
+    argv = m.get("argv") or []
+    argv = [str(a) for a in argv] if isinstance(argv, list) else [str(argv)]
     if argv or m.get("program"):
         extra = ["%s %s" % (k, m[k]) for k in ("pid", "ppid") if m.get(k) is not None]
         out.append("trace of %s%s" % (" ".join(argv) or m["program"],

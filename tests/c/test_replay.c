@@ -4,8 +4,8 @@
  * freeing (and asking the usable size of) the objects the thread before it
  * allocated, so most ops wait on another worker's ready slot; run pinned
  * and on virtual CPUs with more workers than CPUs, on a plain and a cached
- * stack; exact op counts and cross frees, no leak; and al_run_stop ends a
- * replay that spins long recorded gaps.
+ * stack, writing every object (touch=all) or not; exact op counts and cross frees, no leak; and
+ * al_run_stop ends a replay that spins long recorded gaps.
  *
  * No sleeps: the stop test waits for the measured phase in al_run_wait
  * slices before it stops the run.
@@ -86,18 +86,20 @@ TEST(test_ring)
 
 	CHECK(h > 0);
 	for (unsigned p = 0; p < 2; p++)
-		for (int mode = AL_CPU_AUTO; mode <= AL_CPU_VIRTUAL; mode += 2) {
-			cfg_init(&cfg, policies[p], h, mode);
-			CHECK_EQ(al_run(&cfg, &res), 0);
-			CHECK_EQ(res.alloc_ops, NTHREADS * PER);
-			CHECK_EQ(res.free_ops, NTHREADS * PER);
-			CHECK_EQ(res.cross_frees, NTHREADS * PER);
-			CHECK_EQ(res.truncated, 0);
-			CHECK(metric(&res, "usable_size_ops") == NTHREADS * PER);
-			CHECK(metric(&res, "unfinished_ops") == 0);
-			for (unsigned l = 0; l < res.nlayers; l++)
-				CHECK_EQ(res.leaked[l], 0);
-		}
+		for (int mode = AL_CPU_AUTO; mode <= AL_CPU_VIRTUAL; mode += 2)
+			for (int touch = 0; touch <= 2; touch += 2) {
+				cfg_init(&cfg, policies[p], h, mode);
+				cfg.wparams[2] = touch; /* none, all */
+				CHECK_EQ(al_run(&cfg, &res), 0);
+				CHECK_EQ(res.alloc_ops, NTHREADS * PER);
+				CHECK_EQ(res.free_ops, NTHREADS * PER);
+				CHECK_EQ(res.cross_frees, NTHREADS * PER);
+				CHECK_EQ(res.truncated, 0);
+				CHECK(metric(&res, "usable_size_ops") == NTHREADS * PER);
+				CHECK(metric(&res, "unfinished_ops") == 0);
+				for (unsigned l = 0; l < res.nlayers; l++)
+					CHECK_EQ(res.leaked[l], 0);
+			}
 	cfg_init(&cfg, "buddy", h + 1, AL_CPU_AUTO); /* a handle nobody registered */
 	CHECK_EQ(al_run(&cfg, &res), -EINVAL);
 	CHECK(strstr(res.error, "not a registered trace handle") != NULL);

@@ -5,7 +5,8 @@
  * and alignments up to a page. malloc_usable_size is at least the size
  * asked, and a block keeps its bytes across realloc. Every block of 16 bytes
  * or more also takes an aligned SSE store (movdqa), which faults on a
- * misaligned address as ordinary vectorised code does. Prints
+ * misaligned address as ordinary vectorised code does. memalign takes any
+ * alignment, as glibc's does (rounded up to a power of two). Prints
  * "misaligned N" and exits 1 when N > 0 (or dies of SIGSEGV).
  */
 #include <malloc.h>
@@ -49,6 +50,8 @@ int main(void)
 	size_t size, align, page = (size_t)sysconf(_SC_PAGESIZE);
 	void *keep[64];
 	int k = 0;
+	static const size_t odd[] = { 0, 1, 3, 24, 48, 100, 3000 };
+	size_t k2;
 
 	for (size = 0; size <= 4200; size++) {
 		void *p = malloc(size), *q = calloc(1, size), *r;
@@ -79,6 +82,17 @@ int main(void)
 			free(q);
 			free(r);
 		}
+	/* memalign as glibc's: an alignment that is not a power of two is
+	 * rounded up to one, 0 and 1 are malloc's */
+	for (k2 = 0; k2 < sizeof(odd) / sizeof(odd[0]); k2++) {
+		size_t want = odd[k2] < A ? A : 1;
+		void *r = memalign(odd[k2], 40);
+
+		while (want < odd[k2])
+			want *= 2;
+		check(r, want, 40, "memalign");
+		free(r);
+	}
 	{
 		void *v = valloc(100), *pv = pvalloc(100);
 
