@@ -443,3 +443,14 @@ def test_clock_reads_are_counted_and_a_table_says_when_they_are_a_share():
     assert not any(line.startswith("clock:") for line in runs.table("alloc_ns").warning_lines())
     assert not any(line.startswith("clock:")
                    for line in alt.table("buddy.allocs_per_op").warning_lines())
+
+
+def test_an_empty_trace_is_refused(tmp_path):
+    empty = Trace.from_ops([[]])
+    with pytest.raises(al.InvalidArgument, match="has no ops: nothing to replay"):
+        al.run("replay", "buddy", trace=empty, **ONE)
+
+
+def test_a_comma_in_a_missing_trace_path_says_one_trace_per_run(tmp_path):
+    with pytest.raises(al.InvalidArgument, match="one trace per run"):
+        al.run("replay", "buddy", trace=str(tmp_path / "a.altrace,b.altrace"), **ONE)

@@ -86,7 +86,7 @@ def test_lifetimes_in_ops_and_ns():
     assert lt["freed"] == 2
     assert lt["ops"].rows() == [(2, 4, 2)]  # 3 and 2 ops
     assert lt["ns"].rows() == [(32, 64, 1), (64, 128, 1)]  # 60 and 70 ns
-    assert lt["ops_pct"]["50"] == 2.5 and lt["ns_pct"]["50"] == 65.0
+    assert lt["ops_pct"]["50"] == 2 and lt["ns_pct"]["50"] == 60  # nearest rank
     assert info.end["objects"] == 1 and info.end["bytes"] == 20
 
 
@@ -450,7 +450,11 @@ def test_cli_errors(capsys, saved, tmp_path):
     junk.write_bytes(b"not a trace at all\n")
     cut = tmp_path / "cut.trace"
     cut.write_bytes(open(saved, "rb").read()[:-7])
+    index = tmp_path / "rec.trace.index.json"
+    index.write_text('{"images": [{"file": "rec.trace"}, {"file": "rec.77.trace"}]}')
     cases = [
+        (["trace", "info", str(index)], "index of a recording, not a trace; its traces: "
+                                        "rec.trace, rec.77.trace"),
         (["trace", "info", str(tmp_path / "none.trace")], "does not exist"),
         (["trace", "info", str(tmp_path)], "is a directory"),
         (["trace", "info", str(junk)], "not an alloclab trace"),
@@ -580,7 +584,7 @@ def test_header_names_the_recording():
     assert lines[:3] == [
         "trace of gcc -c x.c (pid 42, ppid 41)",
         "recorded 2026-01-02T03:04:05+00:00 on Some CPU (8 CPUs) policy buddy",
-        "process image ended by killed, incomplete: no exit record, 3 calls not recorded"]
+        "process image was killed, incomplete: no exit record, 3 calls not recorded"]
 
 
 def test_cli_names_the_other_images_of_a_recording(capsys, saved):

@@ -61,6 +61,22 @@ def _check_plot_path(path):
             raise errors.UnknownNameError.make("plot format", ext, fmts, context="--plot " + path)
 
 
+def _refuse_index(path):
+    """An index of a recording (alloclab record's FILE.index.json) is not a
+    trace: say so and name the traces it lists."""
+    if not path.endswith(".index.json"):
+        return
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        names = [im.get("path") or im.get("file") for im in doc.get("images", ())]
+    except (OSError, ValueError, AttributeError):
+        return
+    names = [n for n in names if n]
+    raise errors.InvalidArgument("%s is the index of a recording, not a trace; its traces: %s"
+                                 % (path, ", ".join(names) or "none"))
+
+
 def _load(path):
     """The trace in ``path``; a missing, unreadable or non-regular file is
     an InvalidArgument naming it, a file that is not a trace the loader's
@@ -71,6 +87,7 @@ def _load(path):
         raise errors.InvalidArgument("trace file %s does not exist" % path)
     if os.path.isdir(path):
         raise errors.InvalidArgument("trace file %s is a directory" % path)
+    _refuse_index(path)
     try:
         return trace.load(path)
     except OSError as e:

@@ -71,7 +71,15 @@ def _load_file(path):
 
 def resolve(value):
     """The ref of a trace given as a path or a Trace: ParameterTypeError for
-    anything else (an int handle is the C side's, not a user's)."""
+    anything else (an int handle is the C side's, not a user's); a trace
+    without ops is refused (a replay of it would measure nothing)."""
+    ref = _resolve(value)
+    if not ref["ops"]:
+        raise errors.InvalidArgument("trace=%s has no ops: nothing to replay" % ref["label"])
+    return ref
+
+
+def _resolve(value):
     if isinstance(value, Trace):
         if value._t is None:
             raise errors.InvalidArgument("trace: this Trace is closed")
@@ -84,8 +92,10 @@ def resolve(value):
         try:
             st = os.stat(path)
         except OSError:
-            raise errors.InvalidArgument("trace=%r: no such trace file" % os.fspath(value)) \
-                from None
+            hint = "; replay takes one trace per run (run again for another)" \
+                if "," in os.fspath(value) else ""
+            raise errors.InvalidArgument("trace=%r: no such trace file%s"
+                                         % (os.fspath(value), hint)) from None
         key = "file:%s:%d:%d" % (path, st.st_mtime_ns, st.st_size)  # a rewritten file reloads
         if key not in _LOADED:
             _LOADED[key] = _load_file(path)

@@ -110,7 +110,9 @@ class Pow2Hist:
 def _pct(values, qs=(50, 90, 99)):
     if not len(values):
         return {str(q): None for q in qs}
-    return {str(q): float(v) for q, v in zip(qs, np.percentile(values, qs))}
+    # nearest rank: a percentile is one of the values (a whole number of ops)
+    return {str(q): float(v) for q, v in zip(qs, np.percentile(values, qs,
+                                                               method="inverted_cdf"))}
 
 
 # ---------------------------------------------------------------- gathering
@@ -601,7 +603,8 @@ def _head_lines(info):
                          m.get("policy") and "policy %s" % m["policy"]) if x]
     if where:
         out.append(" ".join(where))
-    image = [x for x in (m.get("end") and "ended by %s" % m["end"],
+    ends = {"exit": "ended by exit", "exec": "ended by exec", "killed": "was killed"}
+    image = [x for x in (m.get("end") and ends.get(m["end"], "ended by %s" % m["end"]),
                          m.get("complete") is False and "incomplete%s" % (
                              ": %s" % m["note"] if m.get("note") else ""),
                          m.get("unrecorded") and "%s calls not recorded" % m["unrecorded"]) if x]
