@@ -454,3 +454,20 @@ def test_an_empty_trace_is_refused(tmp_path):
 def test_a_comma_in_a_missing_trace_path_says_one_trace_per_run(tmp_path):
     with pytest.raises(al.InvalidArgument, match="one trace per run"):
         al.run("replay", "buddy", trace=str(tmp_path / "a.altrace,b.altrace"), **ONE)
+
+
+def test_cli_help_gives_replay_its_own_duration_cycles_and_warmup(capsys):
+    from alloclab.cli import main
+    from alloclab.run import REPLAY_TIME_LIMIT
+
+    def flag_help(workload):
+        with pytest.raises(SystemExit):
+            main(["run", workload, "--help"])
+        return " ".join(capsys.readouterr().out.split())
+
+    replay, synthetic = flag_help("replay"), flag_help("malloc-free")
+    assert "--duration SECONDS a time limit per run: a pass it cuts short is truncated " \
+           "(default: %g)" % REPLAY_TIME_LIMIT in replay
+    assert "--cycles N refused" in replay and "--warmup-cycles N none" in replay
+    assert "measured phase per run when --cycles is not given (default: 0.25" in synthetic
+    assert "a time limit per run" not in synthetic

@@ -216,7 +216,7 @@ def _run_parser(wl):
                 epilog=None if wl else "workloads: " + ", ".join(schema.workloads()))
     if not wl:
         p.add_argument("workload", help="one of: " + ", ".join(schema.workloads()))
-    _run_flags(p.add_argument_group("run"))
+    _run_flags(p.add_argument_group("run"), finite=bool(wl and "finite" in wl.flags))
     _output_flags(p.add_argument_group("output"))
     _run_measure_flags(p)
     if wl and wl.params:
@@ -224,9 +224,11 @@ def _run_parser(wl):
     return p
 
 
-def _run_flags(g):
+def _run_flags(g, finite=False):
     """What `alloclab run` runs: plugins, policies, producers, runs, timing,
-    CPU model, duration, effort, isolation, adaptive runs, seed."""
+    CPU model, duration, effort, isolation, adaptive runs, seed. ``finite``:
+    a workload that ends its own pass (replay), whose duration is a time
+    limit and which takes no cycles or warmup."""
     g.add_argument("--plugin", action="append", metavar="FILE.c",
                    help="compile and register a C plugin layer first, repeatable")
     g.add_argument("--policy", action="append", metavar="SPEC",
@@ -245,12 +247,16 @@ def _run_flags(g):
     _stats_flag(g, "stats level(s), swept like --timing: lite counts every event (the "
                    "default), off nothing (counters n/a), full also times the locks (*_ns)")
     g.add_argument("--duration", type=_duration, default=None, metavar="SECONDS",
-                   help="measured phase per run when --cycles is not given (default: 0.25; "
+                   help="a time limit per run: a pass it cuts short is truncated (default: %g)"
+                        % REPLAY_TIME_LIMIT if finite else
+                        "measured phase per run when --cycles is not given (default: 0.25; "
                         "--quick 0.1, --rigorous 0.5)")
     g.add_argument("--cycles", type=int, default=None, metavar="N",
-                   help="measured cycles per worker (instead of --duration)")
+                   help="refused: a run is one pass of the work" if finite else
+                        "measured cycles per worker (instead of --duration)")
     g.add_argument("--warmup-cycles", type=int, default=None, metavar="N",
-                   help="untimed cycles first (default: 100; --quick 50, --rigorous 200)")
+                   help="none: a pass is measured from its first op" if finite else
+                        "untimed cycles first (default: 100; --quick 50, --rigorous 200)")
     _effort_flags(g)
     g.add_argument("--processes", action="store_true",
                    help="run every run in a fresh process (its own heap and memory layout)")
