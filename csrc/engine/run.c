@@ -1666,7 +1666,7 @@ static uint64_t run_watch(struct al_run *h, uint64_t now)
 	}
 	if (!limit)
 		return UINT64_MAX;
-	if (now - base < limit)
+	if (now < base || now - base < limit)
 		return base + limit;
 	policy_name(&h->cfg, pol, sizeof(pol));
 	if (h->stop_ns) {
@@ -1690,12 +1690,16 @@ static uint64_t run_watch(struct al_run *h, uint64_t now)
 
 int al_run_wait(struct al_run *h, uint64_t timeout_ns)
 {
-	uint64_t now = al_mono_ns(), end, next;
+	uint64_t now, end, next;
 	struct timespec ts;
 	int ret;
 
-	end = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+	/* The clock is read under h->m: a step the engine started before we
+	 * held it then never lies in our future (now - step_ns would wrap and
+	 * fire the watchdog at once). */
 	pthread_mutex_lock(&h->m);
+	now = al_mono_ns();
+	end = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
 	for (;;) {
 		if (h->done && !h->ended) {
 			memcpy(h->out, h->res, sizeof(*h->out));
