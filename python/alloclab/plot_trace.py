@@ -173,46 +173,46 @@ def _argv(meta):
     return [str(a) for a in argv] if isinstance(argv, list) else [str(argv)]
 
 
-def live_bytes(info, title=None, figsize=None):
-    """Live requested bytes over time and over ops, the peak marked."""
+def _figure(info, draws, what, title, figsize):
+    """One figure of len(draws) panels side by side (each draw(ax) fills
+    one), titled ``title`` or the trace's ``what``."""
     _check(info)
-    fig, (a1, a2) = _plt().subplots(1, 2, figsize=figsize or (10, 3.6))
-    _on_live(a1, info, "time")
-    _on_live(a2, info, "seq")
-    fig.suptitle(title or _title(info, "live requested bytes"), fontsize="medium")
+    n = len(draws)
+    fig, axes = _plt().subplots(1, n, figsize=figsize or (5 * n if n > 1 else 6, 3.6))
+    axes = list(axes) if n > 1 else [axes]
+    for ax, draw in zip(axes, draws):
+        draw(ax)
+    text = title or _title(info, what)
+    if n > 1:
+        fig.suptitle(text, fontsize="medium")
+    else:
+        axes[0].set_title(text, fontsize="medium")
     fig.tight_layout()
     return fig
+
+
+def live_bytes(info, title=None, figsize=None):
+    """Live requested bytes over time and over ops, the peak marked."""
+    return _figure(info, [lambda ax: _on_live(ax, info, "time"),
+                          lambda ax: _on_live(ax, info, "seq")],
+                   "live requested bytes", title, figsize)
 
 
 def sizes(info, title=None, figsize=None):
     """The sizes of the objects created, stacked per allocating kind."""
-    _check(info)
-    fig, ax = _plt().subplots(figsize=figsize or (6, 3.6))
-    _on_sizes(ax, info)
-    ax.set_title(title or _title(info, "request sizes"), fontsize="medium")
-    fig.tight_layout()
-    return fig
+    return _figure(info, [lambda ax: _on_sizes(ax, info)], "request sizes", title, figsize)
 
 
 def lifetimes(info, title=None, figsize=None):
     """Lifetimes of the freed objects: in ops beside in time."""
-    _check(info)
-    fig, (a1, a2) = _plt().subplots(1, 2, figsize=figsize or (10, 3.6))
-    _on_lifetimes(a1, info, "ops")
-    _on_lifetimes(a2, info, "ns")
-    fig.suptitle(title or _title(info, "object lifetimes"), fontsize="medium")
-    fig.tight_layout()
-    return fig
+    return _figure(info, [lambda ax: _on_lifetimes(ax, info, "ops"),
+                          lambda ax: _on_lifetimes(ax, info, "ns")],
+                   "object lifetimes", title, figsize)
 
 
 def threads(info, title=None, figsize=None):
     """Ops per thread."""
-    _check(info)
-    fig, ax = _plt().subplots(figsize=figsize or (6, 3.6))
-    _on_threads(ax, info)
-    ax.set_title(title or _title(info, "ops per thread"), fontsize="medium")
-    fig.tight_layout()
-    return fig
+    return _figure(info, [lambda ax: _on_threads(ax, info)], "ops per thread", title, figsize)
 
 
 def overview(info, title=None, figsize=None):
