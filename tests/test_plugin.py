@@ -577,3 +577,35 @@ def test_a_journal_resumes_whatever_isolate_says(tmp_path):
     again = sweep("malloc-free", "buddy", isolate=True, check=True, **kw)
     assert again.metadata["sweep"]["resumed_units"] == 1
     assert again.select()[0]["alloc_ops"][0] == first.select()[0]["alloc_ops"][0]
+
+
+def test_parameter_values_take_the_syntax_of_a_spec(tmp_path):
+    # a size schema written as "1M" as a spec would; a duration as "250ms"
+    src = COUNTING.replace("counting", "specsyntax").replace("k->bias = params[0];",
+                                                             "k->bias = params[0] >> 10;")
+    plugin.compile("specsyntax", src, create="specsyntax_create", features=["backend", "usable",
+                                                                           "owns"],
+                   params=[("limit", "size", "1M", "4K", "1G", "bytes"),
+                           ("wait", "ns", "250ms", 0, "1s", "a wait"),
+                           ("zero", "bool", "false", 0, 1, "zeroes")])
+    sch = {q["name"]: q for q in [d for d in al.policies() if d["name"] == "specsyntax"][0]
+           ["params"]}
+    assert (sch["limit"]["default"], sch["limit"]["min"], sch["limit"]["max"]) == \
+        (1 << 20, 4 << 10, 1 << 30)
+    assert (sch["wait"]["default"], sch["wait"]["max"]) == (250_000_000, 10**9)
+    assert sch["zero"]["default"] is False
+    assert str(al.Policy("specsyntax > buddy")) == "specsyntax > buddy"
+    with al.Allocator("specsyntax(limit=2M) > buddy") as a:
+        a.free(a.alloc(64))
+        assert a.stats()[0]["bias"] == 2048  # 2M >> 10
+
+
+@pytest.mark.parametrize("param, needle", [
+    (("limit", "size", "1Q", 0, 10, "x"), r"'limit': default must be a size: 4096 or \"4K\""),
+    (("n", "int", "3", 1, 9, "x"), r"'n': default must be an integer, not '3'"),
+    (("b", "bool", "maybe", 0, 1, "x"), r"'b': default must be a bool"),
+    (("t", "ns", 1.5, 0, 10, "x"), r"'t': default must be a duration in ns"),
+])
+def test_parameter_values_in_a_bad_syntax_are_named(param, needle):
+    with pytest.raises(al.ParameterTypeError, match=needle):
+        plugin.compile("badsyntax", COUNTING, create="counting_create", params=[param])

@@ -6,7 +6,9 @@ during the measured phase, see csrc/include/alloclab/measure.h):
 - mem_requested(_peak): bytes the workload asked for and has not freed
   (the workers' live bytes), at the end of the phase (peak: largest sample)
 - mem_held(_peak): the bottom layer's bytes_held, i.e. what the stack took
-  from its backing memory for the workload, caches above it included
+  from its backing memory for the workload, caches above it included; the
+  peak is NaN (not measured) when the bottom layer's stats() may not run
+  mid-phase (no stats_anytime feature) and samples were taken in between
 - mem_rss(_peak): the process's resident set size
 - mem_fragmentation: mem_held / mem_requested when the phase ends, with the
   workers quiescent so both are exact (1.0 = nothing lost to rounding or
@@ -37,6 +39,14 @@ METRIC_INFO = {
     "mem_fragmentation": ("fragmentation, held / requested at the end", "ratio", True),
     "mem_samples": ("memory samples", "", None),
 }
+# Why a memory metric is NaN in a run (tables show "n/a" and this reason).
+NOT_MEASURED = {
+    "mem_held_peak": "mem_held_peak: the bottom layer's bytes held is read mid-run only "
+                     "when it has the stats_anytime feature",
+    "mem_requested": "mem_requested: the workload does not keep its live bytes",
+    "mem_requested_peak": "mem_requested_peak: the workload does not keep its live bytes",
+    "mem_fragmentation": "mem_fragmentation: nothing requested was live at the phase's end",
+}
 for _name in _hist.METRIC_NAMES:
     _op, _what = _name.split("_", 1)
     METRIC_INFO[_name] = ("%s latency, %s" % ("allocation" if _op == "alloc" else "free",
@@ -53,7 +63,11 @@ def run_metrics(raw):
         m["mem_requested"] = req
         m["mem_requested_peak"] = req_peak
         m["mem_held"] = mem["held"]
-        m["mem_held_peak"] = mem["held_peak"]
+        # The bottom layer's bytes_held is read mid-phase only when its stats()
+        # may run beside the workers (stats_anytime); without it only the two
+        # ends were read, and their larger is no peak: not measured.
+        whole = mem.get("held_samples", mem["samples"]) >= mem["samples"]
+        m["mem_held_peak"] = mem["held_peak"] if whole else math.nan
         m["mem_rss"] = mem["rss"]
         m["mem_rss_peak"] = mem["rss_peak"]
         m["mem_fragmentation"] = mem["held"] / req if req == req and req > 0 else math.nan

@@ -98,6 +98,30 @@ def _c_string(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
+_TEXT_TYPES = {"size": (schema.SIZE, 'a size: 4096 or "4K", "1M", "1G"'),
+               "ns": (schema.NS, 'a duration in ns: 250000000 or "500ns", "10us", "250ms", "1s"'),
+               "bool": (schema.BOOL, 'a bool: True/False, 0/1, "true"/"false"')}
+
+
+def _param_value(name, typ, what, v):
+    """A schema value as the raw integer the registry stores, read with the
+    syntax of a policy spec: a size 4096 or "4K", a duration 250000000 or
+    "250ms", a bool True, 1 or "true"; an int is an int."""
+    if typ in _TEXT_TYPES:
+        code, expected = _TEXT_TYPES[typ]
+        probe = schema.Param(name, code, 0, -(1 << 63), (1 << 63) - 1, None, "")
+        try:
+            return probe.parse(v)
+        except (errors.ParameterTypeError, errors.ParameterRangeError):
+            pass
+    else:
+        expected = "an integer"
+        if schema._is_int(v):
+            return int(v)
+    raise errors.ParameterTypeError("parameter %r: %s must be %s, not %r" % (
+        name, what, expected, v), name=name, value=v)
+
+
 def _param_rows(params):
     """Validate the Python-side schema; returns C initialisers."""
     rows, seen = [], set()
@@ -126,11 +150,10 @@ def _param_rows(params):
                     raise errors.UnknownNameError.make("choice", default, list(choices))
                 default = list(choices).index(default)
         if typ == "bool":
-            lo, hi, default = 0, 1, int(bool(default))
-        for what, v in (("default", default), ("min", lo), ("max", hi)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise errors.ParameterTypeError(
-                    "parameter %r: %s must be an integer, not %r" % (name, what, v))
+            lo, hi, default = 0, 1, _param_value(name, typ, "default", default)
+        else:
+            default, lo, hi = (_param_value(name, typ, what, v) for what, v in
+                               (("default", default), ("min", lo), ("max", hi)))
         if not lo <= default <= hi:
             raise errors.ParameterRangeError(
                 "parameter %r: default %d is outside [%d, %d]" % (name, default, lo, hi),
@@ -220,7 +243,8 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
 
     Either ``source`` registers the layer itself (``AL_REGISTER_LAYER``), or
     ``create`` names its constructor and ``params`` (tuples ``(name, type,
-    default, min, max, doc[, choices])``, type one of int/size/bool/enum/ns),
+    default, min, max, doc[, choices])``, type one of int/size/bool/enum/ns,
+    values written as in a policy spec: ``"1M"``, ``"250ms"``, ``"true"``),
     ``features`` (bulk, owns, backend, usable, validates), ``doc``,
     ``max_size`` and ``min_align`` (the alignment of every object it hands
     out; 0, the default: that of the layer below) describe it. Returns a

@@ -466,10 +466,14 @@ class Table:
         """The warnings, grouped by kind, a line each (for under the table)."""
         lines = _stats.warning_lines(
             [(self.cell_label(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
-        shown = [why for k, why in self.unmeasured.items() if math.isnan(self.cube[k])]
-        if shown:
-            whys = _uniq(sorted(shown))
-            lines.append("n/a: not measured at the run's stats level (%s)" % "; ".join(whys))
+        shown = _uniq(sorted(why for k, why in self.unmeasured.items()
+                             if math.isnan(self.cube[k])))
+        levels = [why for why in shown if why.startswith("stats=")]
+        if levels:
+            lines.append("n/a: not measured at the run's stats level (%s)" % "; ".join(levels))
+        if len(levels) < len(shown):
+            lines.append("n/a: not measured (%s)" % "; ".join(
+                why for why in shown if why not in levels))
         if self.truncated:
             lines.append(truncated_line(
                 ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
@@ -810,6 +814,9 @@ class Result:
                 continue
             samples.setdefault((b, r, c), []).append(np.asarray(p.data[metric], dtype=float))
             pts.setdefault((b, r, c), []).append(p)
+        for k in [k for k, v in samples.items() if np.isnan(np.concatenate(v)).all()]:
+            unmeasured[k] = _measures.NOT_MEASURED.get(metric, "%s: NaN in every run" % metric)
+            del samples[k]  # a value no run measured has no statistics, only "n/a"
         cell_stats = {k: _stats.describe(np.concatenate(v), **_stats.run_context(pts[k]))
                       for k, v in samples.items()}
         truncated = {}
