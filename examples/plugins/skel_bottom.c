@@ -35,7 +35,7 @@ static int sb_init(struct al_allocator *a, const int64_t *params)
 	s->slot = (size_t)params[P_slot];
 	if (s->slot & (s->slot - 1))
 		return -EINVAL;
-	al_lock_init(&s->lock, 0, false);
+	al_lock_init(&s->lock, 10 * 1000 * 1000, false); /* a waiter gives up after 10 ms */
 	return al_arena_init(&s->arena, (size_t)params[P_limit], CHUNK, false);
 }
 
