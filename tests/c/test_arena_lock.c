@@ -60,7 +60,7 @@ TEST(test_nested_spins_until_budget)
 	CHECK_EQ(al_lock_acquire(&lk, &nmi), 0);
 	al_lock_release(&lk, &nmi);
 	CHECK_EQ(al_lock_arena_nodes_used(0), 0);
-	CHECK_EQ(lk.pending, 0);
+	CHECK_EQ(__atomic_load_n(&lk.pending, __ATOMIC_ACQUIRE), 0);
 }
 
 TEST(test_queued_mode_refuses_nested)
@@ -127,7 +127,7 @@ TEST(test_nodes_run_out)
 		await_waiters(i + 2, 0, i);
 	}
 	CHECK_EQ(al_lock_arena_nodes_used(0), 4);
-	CHECK_EQ(lk.pending, 1);
+	CHECK_EQ(__atomic_load_n(&lk.pending, __ATOMIC_ACQUIRE), 1);
 	CHECK_EQ(al_lock_acquire(&lk, &extra), -EBUSY);
 	CHECK_EQ(sum(AT_lock_no_node), 1);
 	al_lock_release(&lk, &holder);
@@ -137,7 +137,7 @@ TEST(test_nodes_run_out)
 		CHECK_EQ(w[i].order, i); /* FIFO, the abandoned ticket skipped */
 	}
 	CHECK_EQ(al_lock_arena_nodes_used(0), 0);
-	CHECK_EQ(lk.pending, 0);
+	CHECK_EQ(__atomic_load_n(&lk.pending, __ATOMIC_ACQUIRE), 0);
 	CHECK_EQ(sum(AT_lock_acquired), 6);
 	CHECK_EQ(sum(AT_lock_failed), 1);
 }
@@ -175,7 +175,7 @@ TEST(test_arena_mutual_exclusion)
 	CHECK_EQ(sum(AT_lock_failed), 0);
 	for (i = 0; i < 4; i++)
 		CHECK_EQ(al_lock_arena_nodes_used(i), 0);
-	CHECK_EQ(lk.pending, 0);
+	CHECK_EQ(__atomic_load_n(&lk.pending, __ATOMIC_ACQUIRE), 0);
 }
 
 int main(void)
