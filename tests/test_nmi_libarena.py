@@ -46,3 +46,23 @@ def test_lock_mode_is_a_parameter(layer):
     assert al.Policy(layer.replace(top, top + "(lock=queued)", 1)).params(0)["lock"] == "queued"
     with pytest.raises(al.errors.AlloclabError, match="mcs"):
         al.Policy(layer.replace(top, top + "(lock=mcs)", 1))
+
+
+@pytest.mark.parametrize("preset", ["buddy"] + LIBARENA)
+def test_irq_context_is_masked_by_the_arena_lock(preset):
+    """context=irq: the signal is an IRQ, held pending while its worker holds
+    an arena lock (irqsave) and run at the release. The handler then never
+    interrupts a critical section of its own CPU, and the buddy, which
+    refuses only NMIs, serves every handler allocation: nothing refused, no
+    lock failure. As an NMI (the default) the buddy refuses them all."""
+    kw = dict(runs=1, warmup_cycles=5, duration=0.2, producers=2, cpu="virtual", rate=10000,
+              handler_objs=2, handler_frees=2)
+    p = al.run("nmi", preset, context="irq", **kw).points[0]
+    runs = p["wl.nmi_handler_runs"][0]
+    assert runs > 0 and p["wl.nmi_served"][0] == 2 * runs
+    assert p["wl.nmi_free_errors"][0] == 0
+    assert p["buddy.nmi_alloc_refused"][0] == 0 and p["buddy.lock_failed"][0] == 0
+    if preset == "buddy":
+        q = al.run("nmi", preset, **kw).points[0]
+        assert q["wl.nmi_served"][0] == 0
+        assert q["buddy.nmi_alloc_refused"][0] == q["wl.nmi_refused"][0] > 0

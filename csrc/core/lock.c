@@ -58,7 +58,9 @@
  * (the slot ring), so layers keep a few, not one per object.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 
 #include "alloclab/alloclab.h"
@@ -316,7 +318,51 @@ static inline bool take_ticket(struct al_lock *l, uint32_t *t)
 	return true;
 }
 
+static int lock_acquire(struct al_lock *l, const struct al_ctx *c);
+
+/*
+ * arena_spin_lock_irqsave: with al_lock_irq_mask set, a task-level context
+ * blocks those signals before it asks for an arena lock and unblocks them
+ * when it has released its last one (or failed), so a signal standing for
+ * an IRQ stays pending while the lock is held and is delivered at the
+ * release, as local_irq_restore delivers it. Two syscalls per outermost
+ * hold, paid only where the mask is set (the nmi workload's context=irq).
+ */
+const sigset_t *al_lock_irq_mask;
+static __thread unsigned irq_depth;
+
+static void irq_save(void)
+{
+	if (!irq_depth++)
+		pthread_sigmask(SIG_BLOCK, al_lock_irq_mask, NULL);
+}
+
+static void irq_restore(void)
+{
+	if (!--irq_depth)
+		pthread_sigmask(SIG_UNBLOCK, al_lock_irq_mask, NULL);
+}
+
+static inline bool irq_masked(const struct al_lock *l, const struct al_ctx *c)
+{
+	return l->arena && c->level == AL_CTX_TASK &&
+	       __atomic_load_n(&al_lock_irq_mask, __ATOMIC_RELAXED);
+}
+
 int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
+{
+	int ret;
+
+	if (al_likely(!irq_masked(l, c)))
+		return lock_acquire(l, c);
+	irq_save();
+	ret = lock_acquire(l, c);
+	if (ret)
+		irq_restore();
+	return ret;
+}
+
+static int lock_acquire(struct al_lock *l, const struct al_ctx *c)
 {
 	uint32_t t;
 	uint64_t *s;
@@ -347,7 +393,22 @@ int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
 	return lock_wait(l, c, t);
 }
 
+static int lock_tryacquire(struct al_lock *l, const struct al_ctx *c);
+
 int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
+{
+	int ret;
+
+	if (al_likely(!irq_masked(l, c)))
+		return lock_tryacquire(l, c);
+	irq_save();
+	ret = lock_tryacquire(l, c);
+	if (ret)
+		irq_restore();
+	return ret;
+}
+
+static int lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 {
 	uint32_t t = __atomic_load_n(&l->next_ticket, __ATOMIC_RELAXED), zero = 0;
 	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
@@ -372,7 +433,16 @@ int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 	return 0;
 }
 
+static void lock_release(struct al_lock *l, const struct al_ctx *c);
+
 void al_lock_release(struct al_lock *l, const struct al_ctx *c)
+{
+	lock_release(l, c);
+	if (al_unlikely(irq_masked(l, c)))
+		irq_restore();
+}
+
+static void lock_release(struct al_lock *l, const struct al_ctx *c)
 {
 	uint32_t n = l->ticket + 1;
 	uint64_t expected;

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include "test.h"
 
@@ -178,6 +179,66 @@ TEST(test_arena_mutual_exclusion)
 	CHECK_EQ(__atomic_load_n(&lk.pending, __ATOMIC_ACQUIRE), 0);
 }
 
+static volatile sig_atomic_t irq_ran;
+
+static void on_irq(int sig)
+{
+	(void)sig;
+	irq_ran++;
+}
+
+static bool blocked(int sig)
+{
+	sigset_t cur;
+
+	pthread_sigmask(SIG_BLOCK, NULL, &cur);
+	return sigismember(&cur, sig);
+}
+
+/* arena_spin_lock_irqsave: with al_lock_irq_mask set, a task-level holder
+ * keeps the signal pending until it releases its last arena lock, and the
+ * signal runs then; nested contexts and queued-mode locks block nothing. */
+TEST(test_irqsave_holds_the_signal)
+{
+	static struct al_lock inner;
+	struct al_ctx task, irq;
+	struct sigaction sa;
+	sigset_t set;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_irq;
+	sigaction(SIGUSR2, &sa, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR2);
+	al_ctx_init(&task, 0);
+	al_ctx_nested(&irq, &task, AL_CTX_IRQ);
+	lk_init(1000000000ull, true);
+	al_lock_init(&inner, 1000000000ull, false);
+	al_lock_set_arena(&inner);
+	al_lock_irq_mask = &set;
+	irq_ran = 0;
+	CHECK_EQ(al_lock_acquire(&lk, &task), 0);
+	CHECK(blocked(SIGUSR2));
+	raise(SIGUSR2);
+	CHECK_EQ(irq_ran, 0); /* pending while the lock is held */
+	CHECK_EQ(al_lock_tryacquire(&inner, &task), 0);
+	al_lock_release(&inner, &task);
+	CHECK(blocked(SIGUSR2)); /* the outer lock is still held */
+	CHECK_EQ(irq_ran, 0);
+	al_lock_release(&lk, &task);
+	CHECK(!blocked(SIGUSR2));
+	CHECK_EQ(irq_ran, 1);			 /* delivered at the release */
+	CHECK_EQ(al_lock_acquire(&lk, &irq), 0); /* a nested context masks nothing */
+	CHECK(!blocked(SIGUSR2));
+	al_lock_release(&lk, &irq);
+	lk_init(1000000000ull, false); /* queued mode: not an arena lock */
+	CHECK_EQ(al_lock_acquire(&lk, &task), 0);
+	CHECK(!blocked(SIGUSR2));
+	al_lock_release(&lk, &task);
+	al_lock_irq_mask = NULL;
+	signal(SIGUSR2, SIG_DFL);
+}
+
 int main(void)
 {
 	al_clock_init();
@@ -185,6 +246,7 @@ int main(void)
 	RUN(test_queued_mode_refuses_nested);
 	RUN(test_nodes_run_out);
 	RUN(test_arena_mutual_exclusion);
+	RUN(test_irqsave_holds_the_signal);
 	al_counters_fini(&ctr);
 	return TEST_SUMMARY();
 }

@@ -29,6 +29,8 @@
 #ifndef ALLOCLAB_LOCK_H
 #define ALLOCLAB_LOCK_H
 
+#include <signal.h>
+
 #include "ops.h"
 #include "counters.h"
 
@@ -141,6 +143,11 @@ AL_API void al_lock_spin_only(bool on);
  * behind a preempted waiter): the preload shim's mode, for programs with more
  * threads than CPUs. The engine keeps the default, queued FIFO locks. */
 AL_API extern int al_lock_fair;
+/* Signals an arena lock's task-level holder blocks while it holds it
+ * (arena_spin_lock_irqsave with those signals as IRQs), or NULL (default:
+ * nothing blocked). Set while no lock is held (the nmi workload's
+ * context=irq, for its run). */
+AL_API extern const sigset_t *al_lock_irq_mask;
 
 #ifdef __cplusplus
 }
