@@ -12,3 +12,4 @@ alloclab reproduce libarena --json results/libarena.json \
 # libarena in NMI context (10k signals/s per worker) and with --realtime workers.
 python3 libarena_nmi.py --json results/libarena_nmi.json | tee results/libarena_nmi.txt
 python3 libarena_realtime.py --json results/libarena_realtime.json | tee results/libarena_realtime.txt
+python3 libarena_nmi.py --context irq --json results/libarena_nmi_irq.json | tee results/libarena_nmi_irq.txt

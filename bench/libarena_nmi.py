@@ -9,7 +9,8 @@ reason (EBUSY: a lock or guard held below, ENOMEM: nothing cached and no
 refill at NMI), every layer lock's failures by reason (timeout, deadlock,
 no queue node), and the worker's alloc/free time with and without signals.
 
-    python bench/libarena_nmi.py [--runs 3] [--duration 0.5] [--rate 10000] [--json FILE]
+    python bench/libarena_nmi.py [--runs 3] [--duration 0.5] [--rate 10000]
+        [--context nmi|irq] [--json FILE]
 
 Run it alone (the lead runs the benches at the end): timing figures.
 """
@@ -33,7 +34,8 @@ def mean(p, m):
 
 def measure(preset, producers, rate, args):
     r = al.run("nmi", preset, runs=args.runs, producers=producers, cpu="pinned",
-               duration=args.duration, rate=rate, handler_objs=2, handler_frees=2)
+               duration=args.duration, rate=rate, handler_objs=2, handler_frees=2,
+               context=args.context)
     p = r.points[0]
     out = {m: mean(p, m) for m in ("alloc_ns", "free_ns")}
     out.update({m: mean(p, "wl." + m) for m in WL})
@@ -48,6 +50,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=0.5)
     ap.add_argument("--rate", type=int, default=10000)
+    ap.add_argument("--context", choices=("nmi", "irq"), default="nmi")
     ap.add_argument("--json")
     args = ap.parse_args()
     usable = int(lib.al_cpus_usable())
@@ -67,7 +70,8 @@ def main():
     print("errors: none (a failed run raises)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "rate": args.rate, "usable_cpus": usable}, f, indent=1)
+            json.dump({"rows": rows, "rate": args.rate, "context": args.context,
+                       "usable_cpus": usable}, f, indent=1)
 
 
 if __name__ == "__main__":

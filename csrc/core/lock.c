@@ -33,8 +33,10 @@
  *    kernel's rqspinlock does (the header's own exit leaves its pending bit
  *    or its node in the queue; the model does not reproduce that breakage).
  *    Preemption and IRQs: the header disables both; a user-space holder can
- *    be preempted (the engine's --realtime runs workers SCHED_FIFO), and the
- *    nmi workload's signal stands for an NMI, which irqsave does not mask.
+ *    be preempted (the engine's --realtime runs workers SCHED_FIFO). IRQs:
+ *    with al_lock_irq_mask set, a task-level holder blocks those signals
+ *    (below); the nmi workload sets it for context=irq. Its default signal
+ *    stands for an NMI, which irqsave does not mask.
  * Invariant: fewer than AL_LOCK_SLOTS tickets are outstanding at once
  * (waiters + abandoned tickets not yet passed by a release): tickets are
  * taken with a CAS that refuses one (-EBUSY, counted as failed) when
