@@ -18,7 +18,7 @@
  *    "NMI" interrupting the holder) fails at once with -EDEADLK, as
  *    rqspinlock's AA detection does, instead of burning its budget.
  *  - Arena mode models the BPF selftests' arena_spinlock_t
- *    (bpf_arena_spin_lock.h), whose outcomes differ in three ways: there is
+ *    (bpf_arena_spin_lock.h), whose outcomes differ in these ways: there is
  *    no AA check (arena_spin_lock_slowpath has none), so the nested context
  *    spins until its budget ends (the header bounds every loop with
  *    cond_break, whose timed may_goto budget is 250 ms, the default here);
@@ -48,9 +48,10 @@
  * (al_lock_count_in): acquired, contended, owner switches and, at
  * AL_STATS_FULL for a timed lock, hold and wait ticks by the new holder;
  * failed by the failing waiter, and by reason (timeout, deadlock, no node)
- * where the layer gave the entries (al_lock_count_reasons_in). Nothing but the lock word, the
- * holder fields beside it and the slots is shared, so a handoff moves no extra line and the
- * critical section reads no clock below full.
+ * where the layer gave the entries (al_lock_count_reasons_in). Nothing but
+ * the lock word, the holder fields beside it and the slots is shared, so a
+ * handoff moves no extra line and the critical section reads no clock below
+ * full.
  *
  * Lock order: this is the primitive; the order between locks is each
  * layer's (see its design header). Cost: an uncontended acquire is one CAS

@@ -161,11 +161,8 @@ def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     figures are not those of the loop asked for; verdicts leave it out).
     With cycles and no duration, the cycles alone end the phase.
 
-    realtime=True runs the workers SCHED_FIFO (the kernel's arena lock
-    holders cannot be preempted; user-space ones can): only with fewer
-    producers than usable CPUs (ParameterRangeError otherwise) and where the
-    process may (CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; RunError with EPERM
-    otherwise). Recorded in the Result's metadata["run"]["realtime"].
+    realtime=True: workers SCHED_FIFO, with fewer producers than usable CPUs
+    (else ParameterRangeError), where permitted (else RunError, EPERM).
 
     The replay workload takes ``trace`` (a trace file's path or an
     alloclab.Trace); its producers are the trace's threads (another value
@@ -177,8 +174,7 @@ def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
         trace, producers, duration, warmup_cycles = _replay_options(
             params, producers, cycles, duration, warmup_cycles)
     wl, opts = _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram,
-                        mem_sample, watchdog, effort, processes, timing)
-    opts["realtime"] = _bool("realtime", realtime)
+                        mem_sample, watchdog, effort, processes, timing, realtime)
     policies = _policies(wl, policy)
     isolate, check, plugins = _isolation(policies, processes, isolate, check)
     axes = _axes(wl, 1 if producers is None else producers, cpu, opts["timing"], params)
@@ -256,7 +252,7 @@ def _replay_tasks(wl, tasks, ref, policies):
 
 
 def _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram, mem_sample,
-             watchdog, effort, processes, timing):
+             watchdog, effort, processes, timing, realtime=False):
     """The options every cell shares, validated: (workload schema, {name: value})."""
     duration_given = duration is not None
     runs, duration, warmup_cycles = effort_defaults(effort, runs, duration, warmup_cycles)
@@ -277,7 +273,8 @@ def _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram, m
                 "warmup_cycles": warmup_cycles, "cycles": cycles, "duration": duration,
                 "duration_ns": duration_ns, "seed": _int_in("seed", seed, 0, _U64_MAX),
                 "histogram": histogram, "mem_sample_ns": mem_sample_ns,
-                "watchdog_ns": watchdog_ns, "timing": timing}
+                "watchdog_ns": watchdog_ns, "timing": timing,
+                "realtime": _bool("realtime", realtime)}
 
 
 def _duration(duration, cycles_end_it):
@@ -754,8 +751,7 @@ class _Progress:
 def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
         warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
         histogram=False, mem_sample=0.01, effort="normal", processes=False, isolate=None,
-        check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, realtime=False,
-        **params):
+        check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, realtime=False, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -788,7 +784,6 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     stats: "lite" (default), "off" or "full", or a list (an axis, each
     point's "stats" parameter): what the layers count; see STATS_LEVELS.
     producers: 1 by default; replay's (trace=FILE): the trace's threads (plan()).
-    realtime=True: the workers run SCHED_FIFO (see plan()).
 
     Returns a Result. Raises AllocatorExhausted when a run runs out of memory
     and RunError when a run fails otherwise.
@@ -797,8 +792,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
-                           isolate=isolate, check=check, stats=stats, realtime=realtime,
-                           **params)
+                           isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
     adaptive = _adaptive_options(target_ci, budget, executor)
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
     load_before = machine.loadavg()  # machine state: the load around the whole run
