@@ -17,6 +17,26 @@
  *  - A context that finds the lock held by its own CPU at a lower level (an
  *    "NMI" interrupting the holder) fails at once with -EDEADLK, as
  *    rqspinlock's AA detection does, instead of burning its budget.
+ *  - Arena mode models the BPF selftests' arena_spinlock_t
+ *    (bpf_arena_spin_lock.h), whose outcomes differ in these ways: there is
+ *    no AA check (arena_spin_lock_slowpath has none), so the nested context
+ *    spins until its budget ends (the header bounds every loop with
+ *    cond_break, whose timed may_goto budget is 250 ms, the default here);
+ *    the first waiter spins as the "pending" waiter (a flag on the waiters'
+ *    line; the header's pending bit) and needs no queue node; every other
+ *    waiter first takes one of its CPU's AL_ARENA_NODES nodes (the header's
+ *    qnodes[cpu][_Q_MAX_NODES] and count; here a bitmap claimed by CAS, so
+ *    contexts of a model CPU shared by threads stay exclusive) and fails
+ *    with -EBUSY when none is free. The queue itself stays the slot ring:
+ *    the same FIFO handover with each waiter spinning on its own word as the
+ *    header's MCS nodes, and a timed-out waiter leaves it cleanly, as the
+ *    kernel's rqspinlock does (the header's own exit leaves its pending bit
+ *    or its node in the queue; the model does not reproduce that breakage).
+ *    Preemption and IRQs: the header disables both; a user-space holder can
+ *    be preempted (the engine's --realtime runs workers SCHED_FIFO). IRQs:
+ *    with al_lock_irq_mask set, a task-level holder blocks those signals
+ *    (below); the nmi workload sets it for context=irq. Its default signal
+ *    stands for an NMI, which irqsave does not mask.
  * Invariant: fewer than AL_LOCK_SLOTS tickets are outstanding at once
  * (waiters + abandoned tickets not yet passed by a release): tickets are
  * taken with a CAS that refuses one (-EBUSY, counted as failed) when
@@ -27,9 +47,11 @@
  * Statistics go to the acquirer's per-CPU block of the layer's counters
  * (al_lock_count_in): acquired, contended, owner switches and, at
  * AL_STATS_FULL for a timed lock, hold and wait ticks by the new holder;
- * failed by the failing waiter. Nothing but the lock word, the holder
- * fields beside it and the slots is shared, so a handoff moves no extra
- * line and the critical section reads no clock below full.
+ * failed by the failing waiter, and by reason (timeout, deadlock, no node)
+ * where the layer gave the entries (al_lock_count_reasons_in). Nothing but
+ * the lock word, the holder fields beside it and the slots is shared, so a
+ * handoff moves no extra line and the critical section reads no clock below
+ * full.
  *
  * Lock order: this is the primitive; the order between locks is each
  * layer's (see its design header). Cost: an uncontended acquire is one CAS
@@ -39,7 +61,9 @@
  * (the slot ring), so layers keep a few, not one per object.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 
 #include "alloclab/alloclab.h"
@@ -56,6 +80,31 @@ unsigned al_lock_yield_mask = 1023;
 int al_lock_fair = 1;
 static __thread bool spin_only;
 
+/* Arena mode: the queue nodes in use per model CPU, one bit each; a line per
+ * CPU, as the header's per-CPU qnodes. */
+static struct {
+	uint32_t used;
+} __attribute__((aligned(AL_CACHELINE))) arena_nodes[AL_MAX_CPUS];
+
+static int arena_node_get(unsigned cpu)
+{
+	uint32_t *u = &arena_nodes[cpu % AL_MAX_CPUS].used;
+	uint32_t old = __atomic_load_n(u, __ATOMIC_RELAXED), bit;
+
+	do {
+		if (old == (1u << AL_ARENA_NODES) - 1)
+			return -1;
+		bit = (uint32_t)__builtin_ctz(~old);
+	} while (!__atomic_compare_exchange_n(u, &old, old | (1u << bit), true, __ATOMIC_ACQUIRE,
+					      __ATOMIC_RELAXED));
+	return (int)bit;
+}
+
+static void arena_node_put(unsigned cpu, int node)
+{
+	__atomic_fetch_and(&arena_nodes[cpu % AL_MAX_CPUS].used, ~(1u << node), __ATOMIC_RELEASE);
+}
+
 void al_lock_spin_only(bool on)
 {
 	spin_only = on;
@@ -69,6 +118,23 @@ void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed)
 	l->timed = timed;
 	l->fair = al_lock_fair;
 	l->slot[0] = GRANT(0);
+	l->reason_idx = UINT32_MAX;
+}
+
+void al_lock_set_arena(struct al_lock *l)
+{
+	l->arena = l->fair; /* a test-and-set lock has no queue to model */
+}
+
+unsigned al_lock_arena_nodes_used(unsigned cpu)
+{
+	return (unsigned)__builtin_popcount(
+		__atomic_load_n(&arena_nodes[cpu % AL_MAX_CPUS].used, __ATOMIC_ACQUIRE));
+}
+
+void al_lock_count_reasons_in(struct al_lock *l, unsigned idx)
+{
+	l->reason_idx = idx;
 }
 
 void al_lock_count_in(struct al_lock *l, struct al_counters *k, unsigned idx)
@@ -118,9 +184,21 @@ static inline void lock_waited(struct al_lock *l, const struct al_ctx *c, uint64
 		al_ctr_add(b, AL_LOCK_WAIT, (l->timed ? l->t_acquired : al_ticks_fast()) - start);
 }
 
-static void lock_failed(struct al_lock *l, const struct al_ctx *c)
+/* A failed acquisition; err: its reason (-ETIMEDOUT, -EDEADLK, -EBUSY for a
+ * full queue), or 0 for a trylock that found the lock held (no reason). */
+static void lock_failed(struct al_lock *l, const struct al_ctx *c, int err)
 {
-	al_ctr_add(lock_block(l, c), AL_LOCK_FAILED, 1);
+	uint64_t *b = l->ctr ? al_ctr_block(l->ctr, c) : NULL;
+
+	if (!b)
+		return;
+	al_ctr_add(b + l->ctr_idx, AL_LOCK_FAILED, 1);
+	if (err && l->reason_idx != UINT32_MAX)
+		al_ctr_add(b + l->reason_idx,
+			   err == -ETIMEDOUT ? AL_LOCK_TIMEOUTS
+			   : err == -EDEADLK ? AL_LOCK_DEADLOCKS
+					     : AL_LOCK_NO_NODE,
+			   1);
 }
 
 static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint32_t t)
@@ -137,7 +215,7 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 		if (++spins & 63)
 			continue;
 		/* every 64 spins: deadlock check, budget, maybe yield */
-		if (__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
+		if (!l->arena && __atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
 		    __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level)
 			ret = -EDEADLK;
 		else if (al_ticks_fast() - start < l->budget_ticks) {
@@ -148,7 +226,7 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 		expected = 0;
 		if (__atomic_compare_exchange_n(s, &expected, ABANDON(t), false, __ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE)) {
-			lock_failed(l, c);
+			lock_failed(l, c, ret);
 			return ret;
 		}
 		break; /* the grant won the race: we hold the lock */
@@ -178,10 +256,12 @@ static al_noinline int tas_wait(struct al_lock *l, const struct al_ctx *c)
 		if ((__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
 		     __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level) ||
 		    al_ticks_fast() - start >= l->budget_ticks) {
-			lock_failed(l, c);
-			return __atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1
-				       ? -EDEADLK
-				       : -ETIMEDOUT;
+			int err = __atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1
+					  ? -EDEADLK
+					  : -ETIMEDOUT;
+
+			lock_failed(l, c, err);
+			return err;
 		}
 		if (!(spins & al_lock_yield_mask) && !spin_only)
 			sched_yield();
@@ -189,6 +269,40 @@ static al_noinline int tas_wait(struct al_lock *l, const struct al_ctx *c)
 	lock_taken(l, c, 0);
 	lock_waited(l, c, start);
 	return 0;
+}
+
+/*
+ * Arena mode's wait: the pending waiter needs no node, any other takes one of
+ * its CPU's nodes for the wait or, finding none, gives its ticket up.
+ */
+static al_noinline int arena_wait(struct al_lock *l, const struct al_ctx *c, uint32_t t)
+{
+	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS], expected = 0;
+	uint32_t zero = 0;
+	int node = -1, ret;
+
+	if (!__atomic_compare_exchange_n(&l->pending, &zero, 1, false, __ATOMIC_ACQUIRE,
+					 __ATOMIC_RELAXED)) {
+		node = arena_node_get(c->cpu);
+		if (node < 0) {
+			if (__atomic_compare_exchange_n(s, &expected, ABANDON(t), false,
+							__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+				lock_failed(l, c, -EBUSY);
+				return -EBUSY;
+			}
+			/* the grant arrived first: the lock is ours */
+			__atomic_store_n(s, 0, __ATOMIC_RELAXED);
+			lock_taken(l, c, t);
+			lock_waited(l, c, al_ticks_fast());
+			return 0;
+		}
+	}
+	ret = lock_wait(l, c, t);
+	if (node < 0)
+		__atomic_store_n(&l->pending, 0, __ATOMIC_RELEASE);
+	else
+		arena_node_put(c->cpu, node);
+	return ret;
 }
 
 /* Take a ticket unless the ring is full. */
@@ -207,7 +321,51 @@ static inline bool take_ticket(struct al_lock *l, uint32_t *t)
 	return true;
 }
 
+static int lock_acquire(struct al_lock *l, const struct al_ctx *c);
+
+/*
+ * arena_spin_lock_irqsave: with al_lock_irq_mask set, a task-level context
+ * blocks those signals before it asks for an arena lock and unblocks them
+ * when it has released its last one (or failed), so a signal standing for
+ * an IRQ stays pending while the lock is held and is delivered at the
+ * release, as local_irq_restore delivers it. Two syscalls per outermost
+ * hold, paid only where the mask is set (the nmi workload's context=irq).
+ */
+const sigset_t *al_lock_irq_mask;
+static __thread unsigned irq_depth;
+
+static void irq_save(void)
+{
+	if (!irq_depth++)
+		pthread_sigmask(SIG_BLOCK, al_lock_irq_mask, NULL);
+}
+
+static void irq_restore(void)
+{
+	if (!--irq_depth)
+		pthread_sigmask(SIG_UNBLOCK, al_lock_irq_mask, NULL);
+}
+
+static inline bool irq_masked(const struct al_lock *l, const struct al_ctx *c)
+{
+	return l->arena && c->level == AL_CTX_TASK &&
+	       __atomic_load_n(&al_lock_irq_mask, __ATOMIC_RELAXED);
+}
+
 int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
+{
+	int ret;
+
+	if (al_likely(!irq_masked(l, c)))
+		return lock_acquire(l, c);
+	irq_save();
+	ret = lock_acquire(l, c);
+	if (ret)
+		irq_restore();
+	return ret;
+}
+
+static int lock_acquire(struct al_lock *l, const struct al_ctx *c)
 {
 	uint32_t t;
 	uint64_t *s;
@@ -223,7 +381,7 @@ int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
 		return tas_wait(l, c);
 	}
 	if (al_unlikely(!take_ticket(l, &t))) {
-		lock_failed(l, c);
+		lock_failed(l, c, -EBUSY);
 		return -EBUSY;
 	}
 	s = &l->slot[t % AL_LOCK_SLOTS];
@@ -233,10 +391,27 @@ int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
 		lock_taken(l, c, t);
 		return 0;
 	}
+	if (al_unlikely(l->arena))
+		return arena_wait(l, c, t);
 	return lock_wait(l, c, t);
 }
 
+static int lock_tryacquire(struct al_lock *l, const struct al_ctx *c);
+
 int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
+{
+	int ret;
+
+	if (al_likely(!irq_masked(l, c)))
+		return lock_tryacquire(l, c);
+	irq_save();
+	ret = lock_tryacquire(l, c);
+	if (ret)
+		irq_restore();
+	return ret;
+}
+
+static int lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 {
 	uint32_t t = __atomic_load_n(&l->next_ticket, __ATOMIC_RELAXED), zero = 0;
 	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
@@ -244,7 +419,7 @@ int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 	if (!l->fair) {
 		if (!__atomic_compare_exchange_n(&l->tas, &zero, 1, false, __ATOMIC_ACQUIRE,
 						 __ATOMIC_RELAXED)) {
-			lock_failed(l, c);
+			lock_failed(l, c, 0);
 			return -EBUSY;
 		}
 		lock_taken(l, c, 0);
@@ -253,7 +428,7 @@ int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 	if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != GRANT(t) ||
 	    !__atomic_compare_exchange_n(&l->next_ticket, &t, t + 1, false, __ATOMIC_ACQUIRE,
 					 __ATOMIC_RELAXED)) {
-		lock_failed(l, c);
+		lock_failed(l, c, 0);
 		return -EBUSY;
 	}
 	__atomic_store_n(s, 0, __ATOMIC_RELAXED);
@@ -261,7 +436,16 @@ int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 	return 0;
 }
 
+static void lock_release(struct al_lock *l, const struct al_ctx *c);
+
 void al_lock_release(struct al_lock *l, const struct al_ctx *c)
+{
+	lock_release(l, c);
+	if (al_unlikely(irq_masked(l, c)))
+		irq_restore();
+}
+
+static void lock_release(struct al_lock *l, const struct al_ctx *c)
 {
 	uint32_t n = l->ticket + 1;
 	uint64_t expected;

@@ -18,6 +18,16 @@
  * Gauges (AL_STAT_GAUGE: objects cached now) are reported as they are at
  * the end.
  *
+ * Realtime runs (cfg->realtime): each worker makes itself SCHED_FIFO at
+ * priority 1 after pinning, before barrier A, so a lock holder is never
+ * preempted by an ordinary thread, as the kernel's arena lock holders run
+ * with preemption disabled. Only with fewer producers than usable CPUs: the
+ * main thread and the watchdog run SCHED_OTHER on the CPU left over (a
+ * SCHED_FIFO worker never yields its CPU to them). al_run_check refuses a
+ * process that may not use SCHED_FIFO (neither CAP_SYS_NICE nor
+ * RLIMIT_RTPRIO >= 1); a worker the kernel still refuses (a cgroup without
+ * realtime time) fails the run with EPERM, naming the worker.
+ *
  * Scheduling noise is recorded beside the numbers it disturbs: each worker
  * reads its own context switches (getrusage(RUSAGE_THREAD)) after barrier C
  * and after its last measured cycle, outside every timed region, so the
@@ -77,6 +87,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/capability.h>
 
 #include "alloclab/alloclab.h"
 #include "../core/cpu.h"
@@ -860,6 +873,16 @@ static void worker_start(struct worker_slot *s)
 		CPU_SET(s->pin_cpu, &set);
 		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 	}
+	if (e->cfg->realtime) {
+		struct sched_param sp = { .sched_priority = 1 };
+
+		ret = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+		if (ret)
+			engine_fail(e, -ret,
+				    "worker %u: realtime: the kernel refused SCHED_FIFO (%s); a "
+				    "cgroup may give this process no realtime time",
+				    s->w.id, al_strerror(-ret));
+	}
 	al_ctx_set_current(&s->w.ctx); /* for signal handlers (the NMI model) */
 	/* A pinned worker has its CPU to itself: lock waits never yield. */
 	al_lock_spin_only(e->res->cpu_mode == AL_CPU_PINNED);
@@ -1092,6 +1115,21 @@ static int check_wparams(const struct al_run_config *cfg, int *fault, char *err,
 	return 0;
 }
 
+/* Whether this process may make a thread SCHED_FIFO at priority 1: the
+ * capability, or a realtime priority limit (what sched_setscheduler checks). */
+static bool realtime_permitted(void)
+{
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct data[2];
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_RTPRIO, &rl) && rl.rlim_cur >= 1)
+		return true;
+	memset(data, 0, sizeof(data));
+	return !syscall(SYS_capget, &hdr, data) &&
+	       (data[CAP_SYS_NICE / 32].effective & (1u << (CAP_SYS_NICE % 32)));
+}
+
 int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t errlen)
 {
 	const struct al_workload_desc *wl = cfg->workload;
@@ -1122,6 +1160,16 @@ int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t 
 			      "cpu=pinned needs producers <= usable CPUs (%u), not %u; use "
 			      "cpu=virtual",
 			      usable, cfg->producers);
+	if (cfg->realtime && cfg->producers >= usable)
+		return refuse(fault, AL_RUN_REALTIME, err, errlen,
+			      "realtime needs fewer producers than usable CPUs (%u), not %u: the "
+			      "main thread and the watchdog keep a CPU",
+			      usable, cfg->producers);
+	if (cfg->realtime && !realtime_permitted())
+		return refuse(fault, AL_RUN_REALTIME_PERM, err, errlen,
+			      "realtime: this process may not use SCHED_FIFO (no CAP_SYS_NICE, "
+			      "RLIMIT_RTPRIO is 0): run as root, grant CAP_SYS_NICE or raise the "
+			      "limit (ulimit -r 1)");
 	if (cfg->histogram && cfg->timing != AL_TIMING_PER_OP_SUM)
 		return refuse(fault, AL_RUN_HISTOGRAM, err, errlen,
 			      "histogram needs timing per_op_sum (a clock pair around every "

@@ -56,8 +56,9 @@
  *
  * Locking
  * -------
- * One global al_lock (a queued spinlock with a time budget, like
- * arena_spinlock_t) guards every chunk's metadata, the chunk list and the
+ * One global al_lock in arena mode (lock=arena: arena_spinlock_t as the
+ * BPF header has it, see lock.c; lock=queued: with rqspinlock's deadlock
+ * check) guards every chunk's metadata, the chunk list and the
  * linked[] bitmap. Acquisition can fail: alloc returns NULL (-ETIMEDOUT, or
  * -EBUSY under AL_NOSPIN), free returns the error and frees nothing. A
  * chunk grown while the lock then fails is not leaked: it goes on a
@@ -158,6 +159,7 @@ _Static_assert(BUDDY_HEADER_OFF + sizeof(struct buddy_header) <= BUDDY_MIN_BYTES
 	C(P, nmi_frees_deferred, 0, "NMI frees pushed on the deferred list")                 \
 	C(P, deferred_drained, 0, "NMI-deferred frees done by a later operation")            \
 	AL_LOCK_COUNTERS(C, P, lock, "the buddy lock")                                       \
+	AL_LOCK_REASON_COUNTERS(C, P, lock, "the buddy lock")                                \
 	D(P, chunks_committed, AL_CTR_GAUGE, "", "chunks the arena has committed")           \
 	D(P, arena_bytes_committed, AL_CTR_GAUGE, "", "arena bytes committed (chunks x chunk_size)")
 
@@ -168,7 +170,17 @@ AL_COUNTERS_DEFINE(BUDDY_COUNTERS, BUD_, buddy_counters);
 #define BUD_FREE_N(order)  (BUD_NR + BUDDY_MAX_ORDERS + (order))
 #define BUD_EXTRA	   (2 * BUDDY_MAX_ORDERS)
 
-enum { P_CHUNK_SIZE, P_ARENA_LIMIT, P_LOCK_BUDGET, P_LOCK_TIMING, P_FILL, P_POPULATE, P_NR };
+enum {
+	P_CHUNK_SIZE,
+	P_ARENA_LIMIT,
+	P_LOCK_BUDGET,
+	P_LOCK_TIMING,
+	P_FILL,
+	P_POPULATE,
+	P_LOCK,
+	P_NR
+};
+enum { BUDDY_LOCK_ARENA, BUDDY_LOCK_QUEUED };
 
 /* Why a free was rejected. */
 enum buddy_reject { R_OUTSIDE, R_MISALIGNED, R_METADATA, R_NOT_START, R_DOUBLE };
@@ -1175,6 +1187,8 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	b->linked_len = (b->max_chunks + 63) / 64 * sizeof(uint64_t);
 	b->scratch_len = 3 * (size_t)b->items / 8;
 	al_lock_init(&b->lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
+	if (params[P_LOCK] == BUDDY_LOCK_ARENA)
+		al_lock_set_arena(&b->lock);
 	ret = -ENOMEM;
 	b->linked = al_meta_alloc(b->linked_len);
 	b->scratch = al_meta_alloc(b->scratch_len);
@@ -1184,6 +1198,7 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	if (ret)
 		goto out_free;
 	al_lock_count_in(&b->lock, &b->ctr, BUD_lock_acquired);
+	al_lock_count_reasons_in(&b->lock, BUD_lock_timeouts);
 	ret = al_arena_init(&b->arena, b->max_chunks << b->chunk_shift, b->chunk_size,
 			    params[P_POPULATE]);
 	if (ret)
@@ -1232,6 +1247,10 @@ static const struct al_param_desc buddy_params[P_NR] = {
 	[P_POPULATE] = { "populate", AL_PARAM_BOOL, 0, 0, 1, NULL,
 			 "prefault chunks when they are grown, as the kernel allocates arena "
 			 "pages" },
+	[P_LOCK] = { "lock", AL_PARAM_ENUM, BUDDY_LOCK_ARENA, 0, 1, "arena,queued",
+		     "arena: arena_spinlock_t as the BPF header has it (no deadlock check, "
+		     "4 queue nodes per CPU); queued: fails at once when its own CPU holds it "
+		     "(EDEADLK)" },
 };
 
 static size_t buddy_max_size_of(const int64_t *p)

@@ -26,6 +26,9 @@
  *        to the backend directly when that class is not cached.
  * ASan: a cached round is poisoned over its class size (frontcache.h), from
  * the free that caches it (or the refill that brings it) to the pop.
+ * Locks: the per-order depot locks are arena_spinlock_t (lock=arena, as
+ * bdepot's; lock.c: no deadlock check, four queue nodes per CPU, failures
+ * counted by reason), or the queued lock with its deadlock check.
  * Lock order: depot lock -> backend only in drain (teardown).
  * Cost: hits touch two pointers and add to one per-order counter slot of
  * the CPU's block; a depot exchange moves one pointer under a per-order
@@ -38,7 +41,8 @@
 
 #include "frontcache.h"
 
-enum { P_rounds, P_depot, P_orders, P_guard, P_lock_budget, P_NR };
+enum { P_rounds, P_depot, P_orders, P_guard, P_lock_budget, P_lock, P_NR };
+enum { MLOCK_ARENA, MLOCK_QUEUED };
 
 static const struct al_param_desc magazine_params[P_NR] = {
 	[P_rounds] = { "rounds", AL_PARAM_INT, 8, 1, 512, NULL,
@@ -50,6 +54,10 @@ static const struct al_param_desc magazine_params[P_NR] = {
 		      "per-CPU guard: atomic cmpxchg or a local flag" },
 	[P_lock_budget] = { "lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
 			    "spin budget of the depot locks" },
+	[P_lock] = { "lock", AL_PARAM_ENUM, MLOCK_ARENA, 0, 1, "arena,queued",
+		     "arena: arena_spinlock_t as the BPF header has it (no deadlock check, "
+		     "4 queue nodes per CPU); queued: fails at once when its own CPU holds it "
+		     "(EDEADLK)" },
 };
 
 /*
@@ -79,6 +87,7 @@ static const struct al_param_desc magazine_params[P_NR] = {
 	C(P, other_frees, 0, "frees of a cached class that cur and prev could not take")    \
 	C(P, other_bytes_freed, 0, "class bytes of other_frees")                            \
 	AL_LOCK_COUNTERS(C, P, lock, "the depot locks")                                     \
+	AL_LOCK_REASON_COUNTERS(C, P, lock, "the depot locks")                              \
 	D(P, depot_full_magazines, AL_CTR_GAUGE, "", "full magazines in the depots")        \
 	D(P, objects_cached, AL_CTR_GAUGE, "", "rounds in the CPUs' magazines and the depots")
 
@@ -666,6 +675,9 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 
 		al_lock_init(&dp->lock, (uint64_t)p[P_lock_budget], false);
 		al_lock_count_in(&dp->lock, &mg->ctr, MAG_lock_acquired);
+		al_lock_count_reasons_in(&dp->lock, MAG_lock_timeouts);
+		if (p[P_lock] == MLOCK_ARENA)
+			al_lock_set_arena(&dp->lock);
 		dp->full = (struct mag **)q;
 		q += mg->depot_max * sizeof(struct mag *);
 		dp->empty = (struct mag **)q;

@@ -19,6 +19,14 @@
  *     v1 path, kept as parameters (peek=false, full=single).
  * alloc/free of single objects pass through to the backend.
  *
+ * NMI context: every call may run in a handler (nmi_safe). The per-order
+ * locks are arena_spinlock_t (lock=arena, lock.c): at NMI a refill or spill
+ * takes its order's lock like any caller, and if the code it interrupted on
+ * this CPU holds that lock it spins until the budget ends and the call is a
+ * miss (lock_failures, lock_timeouts), as the header's nested acquisition
+ * does. Behind percpu that does not happen: a nested call finds percpu's
+ * guard held and comes here as a single alloc or free, which passes through.
+ *
  * Lock order: transfer order lock -> backend locks, and only in drain (teardown);
  * the hot paths never hold a transfer lock while calling the backend.
  * Invariants: 0 <= count <= batches*batch; every parked object is a live
@@ -35,7 +43,8 @@
 
 #include "frontcache.h"
 
-enum { P_batches, P_batch, P_orders, P_peek, P_full, P_lock_budget, P_NR };
+enum { P_batches, P_batch, P_orders, P_peek, P_full, P_lock_budget, P_lock, P_NR };
+enum { XLOCK_ARENA, XLOCK_QUEUED };
 
 enum { FULL_BULK = 0, FULL_SINGLE = 1 };
 
@@ -51,6 +60,10 @@ static const struct al_param_desc transfer_params[P_NR] = {
 		     "v1)" },
 	[P_lock_budget] = { "lock_budget", AL_PARAM_NS, 250000000, 0, 10000000000ll, NULL,
 			    "spin budget of the per-order locks" },
+	[P_lock] = { "lock", AL_PARAM_ENUM, XLOCK_ARENA, 0, 1, "arena,queued",
+		     "arena: arena_spinlock_t as the BPF header has it (no deadlock check, "
+		     "4 queue nodes per CPU); queued: fails at once when its own CPU holds it "
+		     "(EDEADLK)" },
 };
 
 /*
@@ -75,6 +88,7 @@ static const struct al_param_desc transfer_params[P_NR] = {
 	D(P, bytes_allocated, 0, "", "class bytes handed out")                                \
 	D(P, bytes_freed, 0, "", "class bytes taken back")                                    \
 	AL_LOCK_COUNTERS(C, P, lock, "the per-order transfer locks")                          \
+	AL_LOCK_REASON_COUNTERS(C, P, lock, "the per-order transfer locks")                   \
 	D(P, objects_parked, AL_CTR_GAUGE, "", "objects in the transfer arrays")
 
 AL_COUNTERS_DEFINE(TRANSFER_COUNTERS, XFER_, transfer_counters);
@@ -434,6 +448,9 @@ static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
 	for (o = 0; o < tc->norders; o++) {
 		al_lock_init(&tc->orders[o].lock, (uint64_t)p[P_lock_budget], false);
 		al_lock_count_in(&tc->orders[o].lock, &tc->ctr, XFER_lock_acquired);
+		al_lock_count_reasons_in(&tc->orders[o].lock, XFER_lock_timeouts);
+		if (p[P_lock] == XLOCK_ARENA)
+			al_lock_set_arena(&tc->orders[o].lock);
 		tc->orders[o].objects = tc->slots + (size_t)o * tc->capacity;
 	}
 	*out = al_allocator_init(&tc->base, &transfer_ops, d, below, ncpu);
@@ -449,7 +466,8 @@ static const struct al_layer_desc transfer_desc = {
 	AL_LAYER_DESC_INIT,
 	.doc = "per-order transfer caches of whole batches shared between CPUs, under per-order "
 	       "locks (seed 000 'transfer cache')",
-	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS | AL_F_USABLE,
+	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS | AL_F_USABLE |
+		    AL_F_NMI_SAFE,
 	.max_size = 0,
 	.nparams = P_NR,
 	.params = transfer_params,

@@ -13,6 +13,13 @@
  * at NMI: a BPF program freeing, in NMI, map elements allocated elsewhere (the path that reaches
  * a layer's deferred NMI free even where every NMI allocation is refused, as in the buddy).
  *
+ * context=irq makes the signal an IRQ instead: the handler runs at
+ * AL_CTX_IRQ, and a worker holding an arena lock blocks the signal until it
+ * releases it (al_lock_irq_mask: arena_spin_lock_irqsave), so the handler
+ * never runs inside that critical section and the buddy serves it (it
+ * refuses only NMIs). context=nmi (default): an NMI, which irqsave does not
+ * mask.
+ *
  * The handler works only while its worker runs a cycle (signals between
  * cycles, at the engine's barriers, return at once), so its counts and the
  * layers' counters cover the same measured window.
@@ -59,7 +66,18 @@
 #define NMI_MAX_OBJS 64		    /* handler_objs limit */
 #define NMI_RETRY    4096	    /* objects whose NMI free failed, freed later */
 
-enum { P_size, P_allocs_per_cycle, P_rate, P_handler_objs, P_keep, P_mode, P_handler_frees, P_NR };
+enum {
+	P_size,
+	P_allocs_per_cycle,
+	P_rate,
+	P_handler_objs,
+	P_keep,
+	P_mode,
+	P_handler_frees,
+	P_context,
+	P_NR
+};
+enum { C_NMI, C_IRQ };
 enum { M_FREE, M_XFREE };
 
 static const struct al_param_desc nmi_params[P_NR] = {
@@ -79,6 +97,10 @@ static const struct al_param_desc nmi_params[P_NR] = {
 	[P_handler_frees] = { "handler_frees", AL_PARAM_INT, 0, 0, NMI_MAX_OBJS, NULL,
 			      "objects the worker allocates for its handler to free at NMI "
 			      "(refilled when the handler has taken them)" },
+	[P_context] = { "context", AL_PARAM_ENUM, C_NMI, 0, 1, "nmi,irq",
+			"what the signal stands for: an NMI (never masked) or an IRQ, masked "
+			"while the worker holds an arena lock (arena_spin_lock_irqsave) and run "
+			"at the release" },
 };
 
 /* malloc-xfree: worker i hands its batch to worker i + 1 through box i + 1. */
@@ -90,6 +112,7 @@ struct nmi_box {
 
 struct nmi_shared {
 	int64_t rate;	     /* signals per second per worker */
+	bool irq;	     /* context=irq: al_lock_irq_mask set for the run */
 	unsigned nworkers;   /* boxes */
 	unsigned per;	     /* slots per box */
 	struct nmi_box *box; /* one per worker */
@@ -104,6 +127,7 @@ struct nmi_worker {
 	size_t arr_len;		  /* mapping length of arr */
 	size_t size;		  /* bytes per object */
 	unsigned objs;		  /* handler_objs */
+	unsigned level;		  /* the handler's context level (AL_CTX_NMI or AL_CTX_IRQ) */
 	bool keep;		  /* keep=1 */
 	int armed;		  /* the handler works only while 1 */
 	int in_cycle;		  /* ... and the worker runs a cycle */
@@ -161,7 +185,7 @@ static void nmi_handler(int sig, siginfo_t *si, void *uc)
 	    !__atomic_load_n(&m->in_cycle, __ATOMIC_RELAXED) || !(cur = al_ctx_current()))
 		return;
 	t0 = al_ticks();
-	al_ctx_nested(&nmi, cur, AL_CTX_NMI);
+	al_ctx_nested(&nmi, cur, m->level);
 	for (i = 0; i < m->objs; i++) {
 		void *p;
 
@@ -429,6 +453,14 @@ static int nmi_setup(const int64_t *params, unsigned nworkers, void **shared)
 		sh->box[i].objs = sh->slots + (size_t)i * sh->per;
 	}
 	*shared = sh;
+	if (params[P_context] == C_IRQ) {
+		static sigset_t irq_set; /* the set the arena locks block */
+
+		sigemptyset(&irq_set);
+		sigaddset(&irq_set, NMI_SIG);
+		sh->irq = true;
+		__atomic_store_n(&al_lock_irq_mask, &irq_set, __ATOMIC_RELEASE);
+	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = nmi_handler;
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
@@ -444,6 +476,8 @@ static void nmi_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 
 	if (!sh)
 		return;
+	if (sh->irq)
+		__atomic_store_n(&al_lock_irq_mask, NULL, __ATOMIC_RELEASE);
 	for (i = 0; i < sh->nworkers; i++) {
 		for (j = 0; j < sh->box[i].n; j++)
 			al_free(a, c, sh->box[i].objs[j]);
@@ -489,6 +523,7 @@ static int nmi_worker_init(struct al_worker *w)
 	m->a = w->a;
 	m->size = (size_t)w->params[P_size];
 	m->objs = (unsigned)w->params[P_handler_objs];
+	m->level = w->params[P_context] == C_IRQ ? AL_CTX_IRQ : AL_CTX_NMI;
 	m->keep = w->params[P_keep];
 	m->hand_objs = (unsigned)w->params[P_handler_frees];
 	m->arr_len = (size_t)w->params[P_allocs_per_cycle] * sizeof(void *);

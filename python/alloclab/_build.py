@@ -198,7 +198,8 @@ int al_spec_parse_report(const char *text, struct al_stack_spec *out, struct al_
 int al_stack_check(const struct al_stack_spec *s, struct al_spec_error *e);
 enum al_run_fault { AL_RUN_OK, AL_RUN_NO_WORKLOAD, AL_RUN_PRODUCERS, AL_RUN_ONE_PRODUCER,
                     AL_RUN_MODE, AL_RUN_PINNED, AL_RUN_HISTOGRAM, AL_RUN_NO_END,
-                    AL_RUN_DISTINCT, AL_RUN_WPARAMS, AL_RUN_SIZE, ... };
+                    AL_RUN_DISTINCT, AL_RUN_WPARAMS, AL_RUN_SIZE, AL_RUN_REALTIME,
+                    AL_RUN_REALTIME_PERM, ... };
 
 int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
                     char *err, size_t errlen);
@@ -288,6 +289,7 @@ struct al_run_config {
     uint64_t mem_sample_ns;
     uint64_t watchdog_ns;
     int stats_level;
+    int realtime;
     ...;
 };
 

@@ -540,6 +540,8 @@ def _run_kwargs(wl, args):
         kwargs["histogram"] = True
     if args.watchdog is not None:
         kwargs["watchdog"] = args.watchdog
+    if args.realtime:
+        kwargs["realtime"] = True
     pols = args.policy or ["buddy"]
     return kwargs, [Policy(s) for s in pols]
 
@@ -687,6 +689,10 @@ def _run_measure_flags(p):
     g.add_argument("--watchdog", type=float, metavar="SECONDS",
                    help="end a run whose workers make no progress for this long (default 30; "
                         "0 = never)")
+    g.add_argument("--realtime", action="store_true",
+                   help="run the workers SCHED_FIFO, as the kernel's arena lock holders run "
+                        "with preemption off (fewer producers than CPUs; needs CAP_SYS_NICE "
+                        "or ulimit -r >= 1)")
     g.add_argument("--ci", action="store_true",
                    help="show the 95%% confidence interval of the mean in cells (±half width)")
     g.add_argument("--plot", metavar="FILE",

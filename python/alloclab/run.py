@@ -81,6 +81,13 @@ def _int_in(name, v, lo, hi=None):
     return v
 
 
+def _bool(name, v):
+    if not isinstance(v, bool):
+        raise errors.ParameterTypeError("%s must be True or False, not %r" % (name, v),
+                                        name=name, value=v)
+    return v
+
+
 def _choice(kind, v, table):
     if not isinstance(v, str) or v not in table:
         raise errors.UnknownNameError.make(kind, v, list(table))
@@ -126,7 +133,7 @@ def effort_defaults(effort, runs=None, duration=None, warmup_cycles=None):
 def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
          warmup_cycles=None, cycles=None, duration=None, seed=1, histogram=False,
          mem_sample=0.01, watchdog=30.0, effort="normal", processes=False, isolate=None,
-         check=None, stats=DEFAULT_STATS, **params):
+         check=None, stats=DEFAULT_STATS, realtime=False, **params):
     """Validate a run() request and return (settings, tasks) without running.
 
     effort: "quick", "normal" or "rigorous" sets runs, duration and
@@ -154,6 +161,9 @@ def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     figures are not those of the loop asked for; verdicts leave it out).
     With cycles and no duration, the cycles alone end the phase.
 
+    realtime=True: workers SCHED_FIFO, with fewer producers than usable CPUs
+    (else ParameterRangeError), where permitted (else RunError, EPERM).
+
     The replay workload takes ``trace`` (a trace file's path or an
     alloclab.Trace); its producers are the trace's threads (another value
     is refused), each run is one pass of the trace, and duration is a time
@@ -164,7 +174,7 @@ def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
         trace, producers, duration, warmup_cycles = _replay_options(
             params, producers, cycles, duration, warmup_cycles)
     wl, opts = _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram,
-                        mem_sample, watchdog, effort, processes, timing)
+                        mem_sample, watchdog, effort, processes, timing, realtime)
     policies = _policies(wl, policy)
     isolate, check, plugins = _isolation(policies, processes, isolate, check)
     axes = _axes(wl, 1 if producers is None else producers, cpu, opts["timing"], params)
@@ -242,7 +252,7 @@ def _replay_tasks(wl, tasks, ref, policies):
 
 
 def _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram, mem_sample,
-             watchdog, effort, processes, timing):
+             watchdog, effort, processes, timing, realtime=False):
     """The options every cell shares, validated: (workload schema, {name: value})."""
     duration_given = duration is not None
     runs, duration, warmup_cycles = effort_defaults(effort, runs, duration, warmup_cycles)
@@ -263,7 +273,8 @@ def _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram, m
                 "warmup_cycles": warmup_cycles, "cycles": cycles, "duration": duration,
                 "duration_ns": duration_ns, "seed": _int_in("seed", seed, 0, _U64_MAX),
                 "histogram": histogram, "mem_sample_ns": mem_sample_ns,
-                "watchdog_ns": watchdog_ns, "timing": timing}
+                "watchdog_ns": watchdog_ns, "timing": timing,
+                "realtime": _bool("realtime", realtime)}
 
 
 def _duration(duration, cycles_end_it):
@@ -345,7 +356,7 @@ def _tasks(wl, policies, axes, opts, isolate, check, plugins):
             "duration_ns": opts["duration_ns"], "seed": opts["seed"], "runs": opts["runs"],
             "histogram": opts["histogram"], "mem_sample_ns": opts["mem_sample_ns"],
             "watchdog_ns": opts["watchdog_ns"], "processes": opts["processes"],
-            "isolate": isolate,
+            "isolate": isolate, "realtime": opts["realtime"],
             # layers whose objects the engine checks (bit i: layer i, top first)
             "check_mask": sum(1 << i for i, n in enumerate(pol.names)
                               if check and n in plugins[pol.name]),
@@ -360,7 +371,7 @@ def _settings(wl, policies, axes, opts, isolate, check):
     out.update({k: opts[k] for k in ("effort", "processes")})
     out.update(isolate=isolate, check=check)
     out.update({k: opts[k] for k in ("runs", "warmup_cycles", "cycles", "duration", "seed",
-                                     "histogram")})
+                                     "histogram", "realtime")})
     out["mem_sample"] = opts["mem_sample_ns"] / 1e9
     out["sweep"] = {
         "policy": [p.name for p in policies],
@@ -395,6 +406,8 @@ def _cell_refusal(wl, task, pol, fault, why):
             "cpu=pinned needs producers <= usable CPUs (%d), not producers=%d; "
             "use cpu=\"virtual\" or \"auto\"" % (usable, nprod),
             name="producers", value=nprod, min=1, max=usable)
+    if fault in (lib.AL_RUN_REALTIME, lib.AL_RUN_REALTIME_PERM):
+        return _realtime_refusal(fault, nprod, why)
     if fault == lib.AL_RUN_HISTOGRAM:
         return errors.InvalidArgument(
             "histogram=True times every operation with its own clock pair, which is "
@@ -405,6 +418,18 @@ def _cell_refusal(wl, task, pol, fault, why):
     if fault == lib.AL_RUN_WPARAMS:  # the engine's words: "<workload>: <why>"
         return errors.InvalidArgument("workload %s" % why)
     return errors.InvalidArgument("workload %s: %s" % (wl.name, why))
+
+
+def _realtime_refusal(fault, nprod, why):
+    """realtime=True refused: too many producers, or not permitted here."""
+    if fault == lib.AL_RUN_REALTIME:
+        usable = lib.al_cpus_usable()
+        return errors.ParameterRangeError(
+            "realtime=True needs fewer producers than usable CPUs (%d), not producers=%d: "
+            "the main thread and the watchdog keep a CPU; use producers <= %d or leave "
+            "realtime off" % (usable, nprod, usable - 1),
+            name="producers", value=nprod, min=1, max=usable - 1)
+    return errors.RunError(why, code=-errno.EPERM)
 
 
 def _size_refusal(wl, task, pol):
@@ -594,6 +619,7 @@ def _config(task, run_index=0, pol=None):
     cfg.mem_sample_ns = task.get("mem_sample_ns", 0)
     cfg.watchdog_ns = task.get("watchdog_ns", 0)
     cfg.stats_level = STATS_LEVELS[task.get("stats", DEFAULT_STATS)]
+    cfg.realtime = 1 if task.get("realtime") else 0
     return cfg
 
 
@@ -725,7 +751,7 @@ class _Progress:
 def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
         warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
         histogram=False, mem_sample=0.01, effort="normal", processes=False, isolate=None,
-        check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, **params):
+        check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, realtime=False, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -766,7 +792,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
-                           isolate=isolate, check=check, stats=stats, **params)
+                           isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
     adaptive = _adaptive_options(target_ci, budget, executor)
     prog = _Progress(len(tasks) * settings["runs"], bool(progress))
     load_before = machine.loadavg()  # machine state: the load around the whole run

@@ -99,7 +99,8 @@ TEST(test_registry)
 {
 	const struct al_layer_desc *d = al_layer_find("buddy");
 	static const char *const names[] = { "chunk_size",  "arena_limit", "lock_budget",
-					     "lock_timing", "fill",	   "populate" };
+					     "lock_timing", "fill",	   "populate",
+					     "lock" };
 	int64_t p[AL_MAX_PARAMS];
 	struct al_allocator *a, *below;
 	char err[256];
@@ -111,8 +112,8 @@ TEST(test_registry)
 	CHECK_EQ(d->features, AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES |
 				      AL_F_STATS_ANYTIME | AL_F_NMI_SAFE);
 	CHECK_EQ(d->max_size, 512 * KIB);
-	CHECK_EQ(d->nparams, 6);
-	for (i = 0; i < 6 && i < d->nparams; i++)
+	CHECK_EQ(d->nparams, 7);
+	for (i = 0; i < 7 && i < d->nparams; i++)
 		CHECK(!strcmp(d->params[i].name, names[i]));
 	al_params_default(d->params, d->nparams, p);
 	CHECK_EQ(p[P_CHUNK_SIZE], MIB);

@@ -14,12 +14,22 @@
  * held at one context level at a time: a nested context (IRQ, NMI) of the
  * holder's CPU that asks for it gets -EDEADLK.
  *
+ * Arena mode (al_lock_set_arena) models the BPF selftests' arena_spinlock_t
+ * (bpf_arena_spin_lock.h) instead: it has no deadlock check, so a nested
+ * context of the holder's CPU spins until its budget runs out (-ETIMEDOUT);
+ * the first waiter spins as the "pending" waiter without a queue node, every
+ * further waiter needs one of its CPU's AL_ARENA_NODES queue nodes and fails
+ * with -EBUSY when they are all in use (deeper nesting, or more contexts of
+ * one model CPU). Failures are counted by reason (al_lock_count_reasons_in).
+ *
  * Cost: an uncontended acquire is one CAS on the ticket dispenser and one
  * load of the slot; counts go to the acquirer's per-CPU block; timed locks
  * at AL_STATS_FULL add two clock reads per hold.
  */
 #ifndef ALLOCLAB_LOCK_H
 #define ALLOCLAB_LOCK_H
+
+#include <signal.h>
 
 #include "ops.h"
 #include "counters.h"
@@ -34,7 +44,17 @@ extern "C" {
  * its ticket with a CAS on the slot, and the unlocker skips abandoned
  * tickets, so acquisition can fail as arena_spinlock and rqspinlock can.
  */
-#define AL_LOCK_SLOTS 4096 /* > the most waiters at once (CPUs x levels) */
+#define AL_LOCK_SLOTS  4096 /* > the most waiters at once (CPUs x levels) */
+#define AL_ARENA_NODES 4    /* queue nodes per CPU (the header's _Q_MAX_NODES) */
+
+/* Three entries for a lock's failures by reason, after its six (any order in
+ * the layer's counters; al_lock_count_reasons_in gives the first). */
+#define AL_LOCK_REASON_COUNTERS(C, P, LOCK, WHAT)                                               \
+	C(P, LOCK##_timeouts, 0, "acquisitions of " WHAT " that ran out of budget (ETIMEDOUT)") \
+	C(P, LOCK##_deadlocks, 0,                                                               \
+	  "acquisitions of " WHAT " refused: held by this CPU below (EDEADLK; not in arena "    \
+	  "mode)")                                                                              \
+	C(P, LOCK##_no_node, 0, "acquisitions of " WHAT " that found no queue node free (EBUSY)")
 
 struct al_lock_stats {
 	uint64_t acquired;	 /* successful acquisitions */
@@ -55,6 +75,9 @@ enum {
 	AL_LOCK_OWNER_SWITCHES
 };
 
+/* Offsets of the three reason entries (AL_LOCK_REASON_COUNTERS). */
+enum { AL_LOCK_TIMEOUTS, AL_LOCK_DEADLOCKS, AL_LOCK_NO_NODE };
+
 /*
  * Everything an uncontended acquire and release touch is in the first cache
  * line (the ticket dispenser, the holder): the statistics are counted in the
@@ -70,6 +93,7 @@ struct al_lock {
 	bool fair;		 /* queued FIFO (default) or test-and-set (al_lock_fair = 0) */
 	bool timed;		 /* time holds (needs AL_STATS_FULL counters) */
 	bool wait_timed;	 /* time waits (AL_STATS_FULL counters) */
+	bool arena;		 /* arena_spinlock_t mode: no AA check, per-CPU nodes */
 	uint32_t ticket;	 /* the holder's ticket */
 	uint32_t owner_cpu;	 /* last owner's CPU + 1 (0 = none), for owner switches */
 	uint32_t holder_cpu;	 /* current holder's CPU + 1 (0 = free), for AA detection */
@@ -78,6 +102,10 @@ struct al_lock {
 	struct al_counters *ctr; /* where acquisitions are counted, or NULL (not counted) */
 	uint64_t t_acquired;	 /* ticks at acquisition, when timed */
 	uint64_t budget_ticks;	 /* spin budget; 0 = give up at the first check */
+	/* Touched by waiters only, on a line of its own: */
+	uint32_t pending
+		__attribute__((aligned(AL_CACHELINE))); /* arena: a waiter spins nodeless */
+	uint32_t reason_idx; /* first of the three reason entries, or UINT32_MAX */
 	uint64_t slot[AL_LOCK_SLOTS] __attribute__((aligned(AL_CACHELINE))); /* per-ticket grants */
 };
 
@@ -89,9 +117,18 @@ AL_API void al_lock_init(struct al_lock *l, uint64_t budget_ns, bool timed);
 /* Count the lock's statistics in k's per-CPU blocks, entries idx..idx+5 as
  * declared by AL_LOCK_COUNTERS (several locks may share them: their sum). */
 AL_API void al_lock_count_in(struct al_lock *l, struct al_counters *k, unsigned idx);
+/* Also count failures by reason in k (set by al_lock_count_in) at idx..idx+2
+ * (AL_LOCK_REASON_COUNTERS). */
+AL_API void al_lock_count_reasons_in(struct al_lock *l, unsigned idx);
+/* Model arena_spinlock_t (see above); call after al_lock_init, before use.
+ * Ignored for a test-and-set lock (al_lock_fair = 0). */
+AL_API void al_lock_set_arena(struct al_lock *l);
+/* Arena mode: how many of model CPU cpu's queue nodes are in use now. */
+AL_API unsigned al_lock_arena_nodes_used(unsigned cpu);
 /* 0, or -ETIMEDOUT when the budget ran out, -EDEADLK when this CPU holds it at a
- * lower context level, -EBUSY when AL_LOCK_SLOTS tickets are outstanding
- * (the lock is not held on failure). */
+ * lower context level (not in arena mode), -EBUSY when AL_LOCK_SLOTS tickets
+ * are outstanding or (arena mode) no queue node of this CPU is free (the
+ * lock is not held on failure). */
 AL_API int al_lock_acquire(struct al_lock *l, const struct al_ctx *c);
 /* 0, or -EBUSY. Never waits. */
 AL_API int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c);
@@ -106,6 +143,11 @@ AL_API void al_lock_spin_only(bool on);
  * behind a preempted waiter): the preload shim's mode, for programs with more
  * threads than CPUs. The engine keeps the default, queued FIFO locks. */
 AL_API extern int al_lock_fair;
+/* Signals an arena lock's task-level holder blocks while it holds it
+ * (arena_spin_lock_irqsave with those signals as IRQs), or NULL (default:
+ * nothing blocked). Set while no lock is held (the nmi workload's
+ * context=irq, for its run). */
+AL_API extern const sigset_t *al_lock_irq_mask;
 
 #ifdef __cplusplus
 }

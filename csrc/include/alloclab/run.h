@@ -50,6 +50,11 @@ struct al_run_config {
 	uint64_t watchdog_ns;
 	/* enum al_stats_level (counters.h) of the run's stacks; 0 = AL_STATS_LITE */
 	int stats_level;
+	/* Run the workers SCHED_FIFO (priority 1), as the kernel's arena lock
+	 * holders run with preemption off: only with fewer producers than usable
+	 * CPUs, so the main thread and the watchdog keep one; needs CAP_SYS_NICE
+	 * or RLIMIT_RTPRIO >= 1 (al_run_check refuses otherwise). */
+	int realtime;
 };
 
 struct al_run_result {

@@ -17,11 +17,14 @@ on counters (buddy locks per operation), which 3 runs fix to well under 1%.
     r.plot("alloc_ns")    # latency against producers, a panel per allocs/cycle
 """
 
+import re
+
 import numpy as np
 
 from .. import _counters, machine
 from .. import verdict as V
 from .._ffi import lib
+from ..policy import Policy
 from ..result import Result
 from ..run import effort_defaults, run as _run
 from ._report import Report, side
@@ -39,6 +42,16 @@ DURATION = {"quick": 0.05, "normal": 0.1, "rigorous": 0.5}
 # Rows where the 16-slot per-CPU cache overflows (the seed's "interesting rows").
 CACHE_CAPACITY = 16
 BATCH = 8  # objects per refill/spill: a design constant of the modelled code
+
+# The transfer cache's capacity per order, in batches of BATCH objects, swept
+# at SWEEP_APC allocs/cycle (where its hit rate is lowest): the seed's "batches
+# rarely go back to the buddy" holds from the smallest capacity at which at
+# most RARELY of the spilled batches are flushed to the buddy, in every cell.
+SWEEP_PREFIX = "transfer capacity, "
+CAPACITIES = (1, 2, 4, 8, 16, 32, 64)
+QUICK_CAPACITIES = (2, 8, 32)
+SWEEP_APC = 256
+RARELY = 0.10
 
 # The seed's tables (16-vCPU VM, mean of 3 runs, ns): (workload, metric, design,
 # allocs/cycle) -> [1p, 2p, 4p, 8p]. Shown beside the verdicts, never in them.
@@ -65,7 +78,8 @@ SEED_NS = {
 
 def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
              timings=("per_op_sum",), workloads=WORKLOADS, duration=None, warmup_cycles=20,
-             baseline=True, effort="normal", threshold=0.05, progress=False, stats="lite"):
+             baseline=True, effort="normal", threshold=0.05, progress=False, stats="lite",
+             capacities=None):
     """Run the seed's grid and return a LibarenaReport.
 
     Every workload x design x producers x allocs/cycle x timing point is run
@@ -79,6 +93,9 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     counter row "n/a"). Memory is read at
     the ends of the measured phase only: the engine's sampler, reading the
     counters the workers write, would add its own noise to their latency.
+    capacities: the transfer cache's batches per order to sweep at
+    SWEEP_APC allocs/cycle (default CAPACITIES, QUICK_CAPACITIES at quick;
+    () skips the sweep); judged on counters, so short runs suffice.
     """
     runs, _, _ = effort_defaults(effort, runs, None, 0)
     duration = DURATION[effort] if duration is None else duration
@@ -102,11 +119,30 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
                                   warmup_cycles=warmup_cycles, mem_sample=0,
                                   progress=progress, stats=stats))
         results[wl] = Result.concat(parts) if len(parts) > 1 else parts[0]
+    if capacities is None:
+        capacities = QUICK_CAPACITIES if effort == "quick" else CAPACITIES
+    for wl in workloads if capacities else ():
+        results[SWEEP_PREFIX + wl] = _run(
+            wl, [_capacity_spec(b) for b in capacities], runs=min(runs, 3),
+            producers=list(producers), allocs_per_cycle=SWEEP_APC, size=size,
+            timing="batch", duration=duration, warmup_cycles=warmup_cycles, mem_sample=0,
+            progress=progress, stats="lite" if stats == "off" else stats)
     settings = {"designs": [list(d) for d in designs], "effort": effort, "runs": runs,
                 "virtual_runs": vruns if virt else None, "duration": duration, "size": size,
                 "threshold": threshold, "usable_cpus": usable, "stats": stats}
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LibarenaReport(results, settings)
+
+
+def _capacity_spec(batches):
+    return "percpu > transfer(batches=%d) > buddy" % batches
+
+
+def _batches_of(policy):
+    """The transfer layer's batches in a swept spec (its default when the
+    spec, normalised, leaves it out)."""
+    m = re.search(r"transfer\(.*?batches=(\d+)", policy)
+    return int(m.group(1)) if m else Policy("transfer > buddy").params(0)["batches"]
 
 
 def _seed_factor(wl, metric, new, old, apcs, prods):
@@ -142,6 +178,11 @@ class LibarenaReport(Report):
 
     # -- access --
 
+    @property
+    def workloads(self):
+        """The seed's workloads run (the capacity sweep's Results aside)."""
+        return [k for k in self.results if not k.startswith(SWEEP_PREFIX)]
+
     def points(self, workload, design, timing, producers, allocs_per_cycle):
         res = self.results.get(workload)
         if res is None:
@@ -159,7 +200,7 @@ class LibarenaReport(Report):
         return float(np.nanmean(v)) if v is not None and len(v) else float("nan")
 
     def _axis(self, key):
-        return sorted({p.params[key] for res in self.results.values() for p in res.points})
+        return sorted({p.params[key] for wl in self.workloads for p in self.results[wl].points})
 
     @property
     def producers(self):
@@ -174,8 +215,8 @@ class LibarenaReport(Report):
         return [t for t in ("per_op_sum", "batch") if t in self._axis("timing")]
 
     def _runs(self):
-        return "/".join(str(r) for r in sorted({p.runs for res in self.results.values()
-                                                for p in res.points}))
+        return "/".join(str(r) for r in sorted({p.runs for wl in self.workloads
+                                                for p in self.results[wl].points}))
 
     # -- the seed's tables --
 
@@ -232,7 +273,7 @@ class LibarenaReport(Report):
         prods = self.producers
         lines = ["Counters that explain it (measured phase, per alloc+free op; %s timing):"
                  % timing]
-        for wl in self.results:
+        for wl in self.workloads:
             for a in rows:
                 lines += ["", "libarena-%s, %d allocs/cycle:" % (wl, a),
                           "  %-16s %-22s" % ("design", "counter") +
@@ -252,11 +293,75 @@ class LibarenaReport(Report):
                       "stats=off counts nothing)" % self.settings.get("stats", "lite")]
         return "\n".join(lines)
 
+    # -- the transfer cache's capacity --
+
+    def capacity_rows(self, workload):
+        """The capacity sweep on ``workload``: {batches: {producers: (flushed,
+        hit rate)}}, flushed = the share of spilled batches sent to the buddy
+        (backend_flushes over insert hits and misses), hit rate as the
+        counters' row. Empty when the sweep was not run."""
+        res = self.results.get(SWEEP_PREFIX + workload)
+        out = {}
+        for p in res.points if res is not None else ():
+            out.setdefault(_batches_of(p.params["policy"]), {}).setdefault(
+                p.params["producers"], []).append(p)
+        for b, by in out.items():
+            for prods, pts in by.items():
+                c = lambda k: float(np.nanmean(side(pts, k).values))
+                spilled = c("transfer.insert_hits") + c("transfer.insert_misses")
+                moved = spilled + c("transfer.remove_hits") + c("transfer.remove_misses")
+                hits = c("transfer.insert_hits") + c("transfer.remove_hits")
+                by[prods] = (c("transfer.backend_flushes") / spilled if spilled else np.nan,
+                             hits / moved if moved else np.nan)
+        return dict(sorted(out.items()))
+
+    def capacity_holds(self, workload):
+        """The smallest batches per order from which at most RARELY of the
+        spilled batches go back to the buddy at every producer count (and at
+        every larger capacity swept), or None."""
+        rows = self.capacity_rows(workload)
+        found = None
+        for b in sorted(rows, reverse=True):
+            if not all(f <= RARELY for f, _ in rows[b].values()):
+                break
+            found = b
+        return found
+
+    def capacity_table(self, workload):
+        rows = self.capacity_rows(workload)
+        if not rows:
+            return ""
+        prods = sorted({p for by in rows.values() for p in by})
+        w = 7 * len(prods)
+        lines = ["libarena-%s, transfer cache capacity swept at %d allocs/cycle "
+                 "(percpu > transfer(batches=B) > buddy, %d objects per batch; counters):"
+                 % (workload, SWEEP_APC, BATCH), "",
+                 "  batches  objects  " + "flushed to buddy".center(w) + "  " +
+                 "transfer hit rate".center(w),
+                 " " * 19 + "".join(("%dp" % p).rjust(7) for p in prods) + "  " +
+                 "".join(("%dp" % p).rjust(7) for p in prods)]
+        for b, by in rows.items():
+            cell = lambda i: "".join(("%.3f" % by[p][i] if p in by else "-").rjust(7)
+                                     for p in prods)
+            lines.append("%9d%9d  %s  %s" % (b, b * BATCH, cell(0), cell(1)))
+        lines += ["", self._capacity_line(workload, rows)]
+        return "\n".join(lines)
+
+    def _capacity_line(self, workload, rows):
+        b = self.capacity_holds(workload)
+        claim = "'batches rarely go back to the buddy' (at most %d%% of spilled batches " \
+            "flushed, every producer count)" % round(100 * RARELY)
+        if b is None:
+            return "%s does not hold up to batches=%d." % (claim, max(rows))
+        hit = [h for _, h in rows[b].values()]
+        return "%s holds from batches=%d (%d objects per order), transfer hit rate " \
+            "%.2f-%.2f there." % (claim, b, b * BATCH, min(hit), max(hit))
+
     # -- claims --
 
     def _cells(self, new, old, metrics, producers, apcs, timing, workloads=None):
         cells = []
-        for wl in workloads or list(self.results):
+        for wl in workloads or self.workloads:
             for p in producers:
                 for a in apcs:
                     for m in metrics:
@@ -273,7 +378,7 @@ class LibarenaReport(Report):
     def claims(self, timing=None):
         timing = timing or self.timings[0]
         out = []
-        for wl in self.results:
+        for wl in self.workloads:
             out += self._design_claims(wl, timing)
         if any(d == BASELINE[0] for d, _ in self.designs):
             out += self._baseline_claims(timing)
@@ -382,11 +487,12 @@ class LibarenaReport(Report):
     def body(self):
         parts = []
         for t in self.timings:
-            for wl in self.results:
+            for wl in self.workloads:
                 for m, _ in METRICS:
                     parts.append(self.table(wl, m, t))
         parts.append(self.cpu_note())
         parts.append(self.counters())
+        parts += [t for t in (self.capacity_table(wl) for wl in self.workloads) if t]
         if self.settings.get("stats") == "off" and self._grid()[2]:
             parts.append("n/a: the claims judged on counters (virtual-CPU cells) need "
                          "stats=lite or full; this run counted nothing (stats=off)")
@@ -394,7 +500,7 @@ class LibarenaReport(Report):
 
     def figures(self):
         return [(self.plot(m, wl), "" if i == 0 else str(i)) for i, (wl, m) in enumerate(
-            (wl, m) for wl in self.results for m, _ in METRICS)]
+            (wl, m) for wl in self.workloads for m, _ in METRICS)]
 
     # -- plots --
 
