@@ -24,25 +24,20 @@ import math
 import os
 import sys
 import textwrap
-import warnings
 
-from . import cli_format, cli_list, cli_quoting, cli_record, cli_show, cli_trace, errors, schema
+from . import cli_compare, cli_format, cli_list, cli_quoting, cli_record, cli_show, cli_trace, errors, schema
 from ._version import __version__
 from .cli_format import PROG, UsageError
 from .cli_format import Parser as _Parser
 from .cli_format import RunFailed as _RunFailed
 from .cli_format import err as _err
+from .cli_format import check_outputs as _check_outputs
+from .cli_format import split as _split
+from .cli_format import write_output as _write_output
 from .cli_format import wrote as _wrote
 from .policy import Policy
 from .result import BASE_METRICS
 from .run import CPU_MODES, DEFAULT_STATS, MAX_SECONDS, REPLAY_TIME_LIMIT, STATS_LEVELS, TIMINGS, plan, run
-
-
-def _split(text):
-    items = [s.strip() for s in text.split(",")]
-    if not items or any(not s for s in items):
-        raise UsageError("empty value in list %r" % text)
-    return items
 
 
 def _int_list(name):
@@ -456,68 +451,6 @@ def _check_run_outputs(args, settings):
         check_journal(args.journal, settings)
 
 
-# ------------------------------------------------------------------ output files
-
-def _plot_formats():
-    """File extensions matplotlib writes (png, pdf, svg, ...)."""
-    from matplotlib.backend_bases import FigureCanvasBase
-    return sorted(FigureCanvasBase.get_supported_filetypes())
-
-
-def _check_output(flag, path, plot=False):
-    """Refuse, before anything runs, an output file that could not be
-    written: a directory, a missing or unwritable directory, a plot
-    extension matplotlib has no writer for. Nothing is left behind: an
-    existing file is not changed, a new one is created and removed again."""
-    if not path:
-        raise UsageError("%s needs a file name" % flag)
-    if os.path.isdir(path):
-        raise UsageError("%s %s is a directory; give a file name" % (flag, path))
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(d):
-        raise UsageError("%s %s: directory %s does not exist" % (flag, path, d))
-    if not os.path.isdir(d):
-        raise UsageError("%s %s: %s is not a directory" % (flag, path, d))
-    from .sweep import writable
-    why = writable(path)
-    if why:
-        raise UsageError("%s %s cannot be written: %s" % (flag, path, why))
-    if plot:
-        ext = os.path.splitext(os.path.basename(path))[1][1:].lower()
-        if ext:  # no extension: matplotlib writes PNG
-            fmts = _plot_formats()
-            if ext not in fmts:
-                raise UsageError("%s %s: unknown plot format %r; valid extensions: %s"
-                                 % (flag, path, ext, ", ".join(fmts)))
-
-
-def _check_outputs(*outputs):
-    """(flag, path or None, "file"|"plot"|"journal") for every file a command
-    writes: each checked as _check_output does (a journal by sweep's own
-    check), and no two naming the same file, which one would overwrite."""
-    seen = {}
-    for flag, path, kind in outputs:
-        if path is None:
-            continue
-        if kind != "journal":
-            _check_output(flag, path, plot=kind == "plot")
-        real = os.path.realpath(path)
-        if real in seen:
-            raise UsageError("%s and %s both name %s: one would overwrite the other"
-                             % (seen[real], flag, path))
-        seen[real] = flag
-
-
-def _write_output(flag, path, write):
-    """Write an output file after the run; a failure (a full disk, /dev/full)
-    is one error line naming the flag and the file."""
-    try:
-        write()
-    except OSError as e:
-        raise _RunFailed("%s %s: cannot write: %s" % (
-            flag, path, e.strerror or e)) from None
-
-
 # ------------------------------------------------------------------ measurement
 
 def _run_measure_flags(p):
@@ -565,107 +498,6 @@ def _save_run_plots(res, metric, x, path, hist):
     return plot.save(figs, path)
 
 
-def _compare_parser(sub):
-    cp = sub.add_parser(
-        "compare", help="A/B comparison of result files, (I)/(R) where significant",
-        description="Compare result files (alloclab run --json) cell by cell. Each cell shows "
-                    "the old and new mean with the half width of its 95% confidence interval "
-                    "and the unit, the change in percent (positive = better), (I)/(R) when "
-                    "significant after Benjamini-Hochberg over the table and at least the "
-                    "threshold, else 'not significant' or 'significant, < 2%', and pyperf's "
-                    "reading aid (1.29x slower/faster for times and rates, more/fewer for "
-                    "counts); a geometric-mean row per metric follows. The test: Welch's "
-                    "t-test, or Mann-Whitney U with >= 6 runs a side where it can reach the "
-                    "corrected threshold; the legend says which and why. The first file is the "
-                    "baseline; each other file is a column. With one file and --baseline, each "
-                    "other policy in it is compared with that one. A side whose cells differ "
-                    "in a parameter --on leaves out (two policies, sizes, timings...) is "
-                    "refused unless --pool; different workloads are always refused.",
-        epilog="example cell: 24.1 ±0.3 ns -> 31.0 ±0.5 ns  -22.26% (R)  1.29x slower")
-    cp.add_argument("files", nargs="+", metavar="RESULT.json")
-    cp.add_argument("--metric", action="append", metavar="NAME",
-                    help="metric to compare, repeatable (default: alloc_ns and free_ns)")
-    cp.add_argument("--baseline", metavar="VALUE",
-                    help="compare inside one file: the value of --by (a policy) to compare "
-                         "the others against")
-    cp.add_argument("--by", default="policy", metavar="PARAM",
-                    help="with --baseline: the parameter whose values are compared "
-                         "(default: policy)")
-    cp.add_argument("--on", metavar="PARAM[,PARAM...]",
-                    help="the parameters that identify a cell (default: every parameter both "
-                         "sides have, less those that differ wholesale between them)")
-    cp.add_argument("--test", default="auto", choices=["auto", "welch", "mannwhitney"],
-                    help="significance test (default: auto = Mann-Whitney U when both sides "
-                         "have >= 6 runs and its smallest possible p is below alpha/cells, "
-                         "else Welch's t-test)")
-    cp.add_argument("--threshold", type=_fraction("--threshold"), default=0.02,
-                    metavar="PCT", help="smallest change marked (default: 2%%)")
-    cp.add_argument("--alpha", type=_fraction("--alpha"), default=0.05,
-                    help="significance level after Benjamini-Hochberg (default: 0.05)")
-    cp.add_argument("--names", metavar="NAME[,NAME...]",
-                    help="column labels, one per compared file/value")
-    cp.add_argument("--pool", action="store_true",
-                    help="pool the runs of cells that differ in a parameter --on leaves out "
-                         "(e.g. two policies on one side); refused without it. The legend says "
-                         "what was pooled. Different workloads are never compared.")
-    cp.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    cp.add_argument("--plot", metavar="FILE", help="write a heatmap of the changes")
-    return cp
-
-
-def _fraction(flag):
-    def conv(text):
-        t = text.strip()
-        try:
-            return float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                "%s takes a fraction (0.02) or a percentage (2%%), not %r" % (flag, text)) \
-                from None
-    return conv
-
-
-def cmd_compare(args):
-    from .compare import StatsLevelWarning, compare
-
-    _check_outputs(("--plot", args.plot, "plot"))
-    results = [cli_show.load_result(f) for f in args.files]
-    metrics = args.metric or ["alloc_ns", "free_ns"]
-    on = _split(args.on) if args.on else None
-    names = _split(args.names) if args.names else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", StatsLevelWarning)
-        cmp = _compare_files(compare, args, results, metrics, on, names)
-    for w in caught:  # one line each, as the tool's other messages
-        if issubclass(w.category, StatsLevelWarning):
-            sys.stderr.write("%s: warning: %s\n" % (PROG, w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    print(cmp.to_markdown() if args.markdown else cmp.to_text())
-    if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        from . import plot
-        _write_output("--plot", args.plot, lambda: plot.save([cmp.heatmap()], args.plot))
-    return 0
-
-
-def _compare_files(compare, args, results, metrics, on, names):
-    """compare() of the loaded files as the flags ask."""
-    if args.baseline is not None:
-        if len(results) != 1:
-            raise UsageError("--baseline compares inside one file, not %d" % len(results))
-        return compare(results[0], metric=metrics, test=args.test, threshold=args.threshold,
-                       alpha=args.alpha, on=on, baseline=args.baseline, by=args.by,
-                       names=names, pool=args.pool)
-    if len(results) < 2:
-        raise UsageError("compare needs two or more files (the first is the baseline), "
-                         "or one file and --baseline POLICY")
-    return compare(results[0], results[1:], metric=metrics, test=args.test,
-                   threshold=args.threshold, alpha=args.alpha, on=on, names=names,
-                   pool=args.pool)
-
-
 def cmd_check(args):
     from . import machine
 
@@ -683,7 +515,7 @@ def _main_parser():
     cli_list.add_parser(sub)
     sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
     cli_show.add_parser(sub)
-    _compare_parser(sub)
+    cli_compare.add_parser(sub)
     ck = sub.add_parser(
         "check", help="the machine state that makes numbers noisy, and what to change",
         description="Print what /sys and /proc say about the CPU frequency governor, turbo "
@@ -1038,7 +870,7 @@ def main(argv=None):
         if args.cmd == "reproduce":
             return cmd_reproduce(args, p)
         if args.cmd == "compare":
-            return cmd_compare(args)
+            return cli_compare.cmd_compare(args)
         if args.cmd == "check":
             return cmd_check(args)
         if args.cmd == "record":

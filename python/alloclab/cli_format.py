@@ -28,6 +28,7 @@ only; nothing runs.
 import argparse
 import io
 import math
+import os
 import sys
 
 import numpy as np
@@ -86,6 +87,76 @@ def add_view_flags(g, counters_help="per-op counter rows"):
                         "on stdout")
     f.add_argument("--markdown", dest="format", action="store_const", const="markdown",
                    help="the same as --format markdown")
+
+
+def split(text):
+    items = [s.strip() for s in text.split(",")]
+    if not items or any(not s for s in items):
+        raise UsageError("empty value in list %r" % text)
+    return items
+
+
+
+# ------------------------------------------------------------------ output files
+
+def plot_formats():
+    """File extensions matplotlib writes (png, pdf, svg, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def check_output(flag, path, plot=False):
+    """Refuse, before anything runs, an output file that could not be
+    written: a directory, a missing or unwritable directory, a plot
+    extension matplotlib has no writer for. Nothing is left behind: an
+    existing file is not changed, a new one is created and removed again."""
+    if not path:
+        raise UsageError("%s needs a file name" % flag)
+    if os.path.isdir(path):
+        raise UsageError("%s %s is a directory; give a file name" % (flag, path))
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(d):
+        raise UsageError("%s %s: directory %s does not exist" % (flag, path, d))
+    if not os.path.isdir(d):
+        raise UsageError("%s %s: %s is not a directory" % (flag, path, d))
+    from .sweep import writable
+    why = writable(path)
+    if why:
+        raise UsageError("%s %s cannot be written: %s" % (flag, path, why))
+    if plot:
+        ext = os.path.splitext(os.path.basename(path))[1][1:].lower()
+        if ext:  # no extension: matplotlib writes PNG
+            fmts = plot_formats()
+            if ext not in fmts:
+                raise UsageError("%s %s: unknown plot format %r; valid extensions: %s"
+                                 % (flag, path, ext, ", ".join(fmts)))
+
+
+def check_outputs(*outputs):
+    """(flag, path or None, "file"|"plot"|"journal") for every file a command
+    writes: each checked as check_output does (a journal by sweep's own
+    check), and no two naming the same file, which one would overwrite."""
+    seen = {}
+    for flag, path, kind in outputs:
+        if path is None:
+            continue
+        if kind != "journal":
+            check_output(flag, path, plot=kind == "plot")
+        real = os.path.realpath(path)
+        if real in seen:
+            raise UsageError("%s and %s both name %s: one would overwrite the other"
+                             % (seen[real], flag, path))
+        seen[real] = flag
+
+
+def write_output(flag, path, write):
+    """Write an output file after the run; a failure (a full disk, /dev/full)
+    is one error line naming the flag and the file."""
+    try:
+        write()
+    except OSError as e:
+        raise RunFailed("%s %s: cannot write: %s" % (
+            flag, path, e.strerror or e)) from None
 
 
 # ------------------------------------------------------------------ counters
