@@ -728,8 +728,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     warmup_cycles: untimed cycles first. effort: "quick", "normal" or
     "rigorous" sets runs, duration and warmup_cycles where they are not
     given (pyperf's --fast / --rigorous; see EFFORT). progress: a bar on
-    stderr; None = when stderr is a terminal and the job lasts (progress.py).
-    executor: a concurrent.futures.Executor to run
+    stderr (progress.py). executor: a concurrent.futures.Executor to run
     grid points in parallel (default: one after the other). processes=True
     runs every run in a fresh child process. isolate and check: see plan()
     (by default a policy with a plugin layer runs isolated and checked, so a
