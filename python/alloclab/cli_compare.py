@@ -165,8 +165,8 @@ def _counter_text(compare, args, results, on, names):
         keep = [g for g in grid if any(c.old.mean != c.new.mean for c in g[2].values())]
     else:
         keep = [g for g in grid if any(c.old.mean or c.new.mean for c in g[2].values())]
-    head = ["counters per op: %s -> each column (mean over runs; shown, not judged)"
-            % cmp.base_name]
+    head = ["counters per op, %s -> %s (mean over runs; shown, not judged)"
+            % (cmp.base_name, ", ".join(map(str, cmp.columns)))]
     rows = [[label] + ["%s -> %s  %s" % (cli_format._fmt(c.old.mean), cli_format._fmt(c.new.mean),
                                          c.aid()) if c is not None else "-"
                        for c in (cells.get(col) for col in cmp.columns)]

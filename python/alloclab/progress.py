@@ -17,6 +17,8 @@ a lock orders the counts. Cost: one lock and a tqdm update per finished run
 (tqdm redraws at most every 0.1 s); nothing while a run measures.
 """
 
+import io
+import os
 import sys
 import threading
 
@@ -32,6 +34,16 @@ def wanted(progress, file=None):
     try:
         return bool(f.isatty())
     except (AttributeError, ValueError):  # a closed or file-less stream
+        return False
+
+
+def _has_width(f):
+    """Whether ``f`` is a terminal that reports its size: a pseudo-terminal
+    nobody sized (a test harness, `script`, some CI runners) reports 0 x 0,
+    which tqdm takes literally and draws nothing; 80 x 20 are assumed then."""
+    try:
+        return os.get_terminal_size(f.fileno()).columns > 0
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         return False
 
 
@@ -54,8 +66,11 @@ class Bar:
             from tqdm import tqdm
         except ImportError:  # pragma: no cover - tqdm is a dependency
             return
+        sized = _has_width(f)
         self._tqdm = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=f,
-                          dynamic_ncols=True, leave=True, mininterval=0.1,
+                          dynamic_ncols=sized, ncols=None if sized else 80,
+                          nrows=None if sized else 20, leave=True,
+                          mininterval=0.1,
                           delay=0 if progress else DELAY_S,
                           bar_format="{desc}: {percentage:3.0f}%%|{bar}| {n_fmt}/{total_fmt} "
                                      "%ss [{elapsed}<{remaining}, {rate_fmt}{postfix}]" % unit)
@@ -73,9 +88,10 @@ class Bar:
 
     def note(self, text):
         """A short word after the counts ("measuring"); "" clears it."""
-        if self._tqdm is not None:
-            with self._lock:
-                self._tqdm.set_postfix_str(text)  # drawn now: a run may last minutes
+        with self._lock:
+            t = self._tqdm
+            if t is not None:  # drawn now (a run may last minutes), unless still hidden
+                t.set_postfix_str(text, refresh=t._time() - t.start_t >= t.delay)
 
     def close(self):
         with self._lock:
