@@ -23,7 +23,7 @@ import argparse
 import sys
 import warnings
 
-from . import cli_format, cli_show
+from . import cli_format, cli_show, errors
 from .cli_format import PROG, UsageError
 
 def add_parser(sub):
@@ -141,12 +141,13 @@ def _compare_files(compare, args, results, metrics, on, names):
 
 
 def _counter_metrics(results, mode):
-    """The per-op counter metrics every result has, key ones for ``key``."""
+    """The per-op counter metrics every point of every result has (a layer
+    both sides run), key ones for ``key``."""
     docs = {}
     for r in results:
         docs.update(r.metadata.get("counters") or {})
-    common = [m for m in results[0].metrics() if m.endswith("_per_op") and
-              "." in m and not m.startswith("wl.") and all(m in r.metrics() for r in results[1:])]
+    common = [m for m in results[0].metrics() if m.endswith("_per_op") and "." in m and
+              not m.startswith("wl.") and all(m in p.data for r in results for p in r.points)]
     return [m for m in common if mode == "all" or cli_format._is_key(m, docs)]
 
 
@@ -159,7 +160,10 @@ def _counter_text(compare, args, results, on, names):
         return ""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # said once, under the main table
-        cmp = _compare_files(compare, args, results, metrics, on, names)
+        try:
+            cmp = _compare_files(compare, args, results, metrics, on, names)
+        except errors.AlloclabError:  # cells the counters cannot pair: no counter rows
+            return ""
     grid = cmp.grid()
     if args.counters == "all":
         keep = [g for g in grid if any(c.old.mean != c.new.mean for c in g[2].values())]
