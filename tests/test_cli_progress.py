@@ -3,6 +3,7 @@ on a terminal once a job lasts, always with --progress, none with
 --no-progress; the command line and the library alike."""
 
 import io
+import json
 import os
 import pty
 import subprocess
@@ -88,3 +89,35 @@ def test_library_default_is_quiet_when_piped(capsys):
     assert capsys.readouterr().err == ""
     al.run("malloc-free", "buddy", runs=2, cycles=20, warmup_cycles=2, progress=True)
     assert "2/2 runs" in capsys.readouterr().err
+
+
+def test_reproductions_draw_bars_with_progress_only(tmp_path):
+    small = {
+        "local-storage": ["--storage-types", "socket", "--batch-sizes", "16", "--runs", "1",
+                          "--duration", "20ms", "--sample", "10ms", "--owner-work", "none"],
+        "vmalloc": ["--tests", "fix_size_alloc_test", "--no-rezki", "--runs", "2",
+                    "--scale", "0.001"],
+        "libarena": ["--producers", "1", "--allocs-per-cycle", "16", "--runs", "2",
+                     "--timing", "batch", "--duration", "5ms", "--workloads", "malloc-free",
+                     "--no-baseline"],
+    }
+    for seed, args in small.items():
+        quiet = cli("reproduce", seed, *args, check=0)
+        assert quiet.stderr == "", (seed, quiet.stderr)  # piped: no bar
+        loud = cli("reproduce", seed, *args, "--progress", check=0)
+        unit = "rows" if seed == "vmalloc" else "runs"
+        assert "100%" in loud.stderr and " %s [" % unit in loud.stderr, (seed, loud.stderr)
+
+
+def test_show_prints_a_report_as_the_reproduction_did(tmp_path):
+    j = tmp_path / "ls.json"
+    p = cli("reproduce", "local-storage", "--storage-types", "socket", "--batch-sizes", "16",
+            "--runs", "1", "--duration", "20ms", "--sample", "10ms", "--owner-work", "none",
+            "--json", str(j), check=0)
+    assert p.stderr == "alloclab: wrote %s\n" % j
+    assert cli("show", str(j), check=0).stdout == p.stdout
+    assert json.loads(cli("show", str(j), "--format", "json", check=0).stdout) == \
+        json.loads(j.read_text())
+    err = cli("show", str(j), "--format", "csv", check=2).stderr
+    assert err == "alloclab: error: %s is a reproduction's report: it prints as text or " \
+        "json, not csv\n" % j
