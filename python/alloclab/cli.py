@@ -1,5 +1,11 @@
-"""The alloclab command line: ``alloclab list``, ``alloclab run WORKLOAD ...``,
-``alloclab check`` (the machine state that makes numbers noisy).
+"""The alloclab command line: ``alloclab run WORKLOAD ...``, ``alloclab
+check`` (the machine state that makes numbers noisy), ``alloclab preload``
+and ``alloclab reproduce SEED``, and the dispatch to the other commands'
+modules: cli_list (``list [NAME]``), cli_show (``show FILE``), cli_compare
+(``compare``), cli_record, cli_trace. cli_format holds what they share: the
+output formats (--format, --counters), the file checks and notices, the
+error types; cli_quoting the hint for an unquoted '>' in --policy; the
+progress bars are alloclab.progress (--progress / --no-progress).
 
 The flags of ``alloclab run WORKLOAD`` are built from that workload's C
 schema: every parameter becomes ``--dashed-name`` taking a comma-separated
@@ -13,7 +19,9 @@ Flow of ``alloclab run``: the workload is found first among the words
 itself), its schema then builds the full parser; the flags become run()'s
 keyword arguments, and everything (the plan, metric names, table axes,
 output files, a journal to resume) is checked before the first run starts,
-so a typo costs milliseconds; then run() or sweep(), the tables, the files.
+so a typo costs milliseconds; then run() or sweep(), the tables (or the
+--format output: stdout holds nothing else), the files, each announced on
+stderr ("alloclab: wrote FILE").
 The other commands parse with one argparse tree (_main_parser) and
 dispatch in main(). SIGTERM and SIGHUP are raised as Ctrl-C is, so a run
 in progress is stopped and its child processes reaped either way.
