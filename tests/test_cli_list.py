@@ -26,7 +26,7 @@ def test_overview_is_a_line_per_entry():
 def test_list_layer(name):
     s = schema.layer(name)
     out = cli("list", name, check=0).stdout
-    assert out.startswith("layer %s: %s\n" % (name, s.doc))
+    assert out.startswith("%s: %s\n  a layer; features: " % (name, s.doc))
     for p in s.params:
         assert "    %-20s" % p.name in out
     for c in s.counters:
@@ -39,7 +39,7 @@ def test_list_layer(name):
 def test_list_workload(name):
     w = schema.workloads()[name]
     out = cli("list", name, check=0).stdout
-    assert out.startswith("workload %s: " % name)
+    assert out.startswith("%s: %s\n  a workload: `alloclab run %s`" % (name, w.doc, name))
     for p in w.params:
         assert "    %-20s %-5s default %s" % (p.name, p.type_name, p.format(p.default)) in out
     assert json.loads(cli("list", name, "--json", check=0).stdout)["kind"] == "workload"
@@ -49,7 +49,7 @@ def test_list_workload(name):
 def test_list_preset(name):
     from alloclab.policy import Policy
     out = cli("list", name, check=0).stdout
-    assert out.startswith("preset %s: %s\n" % (name, presets[name]))
+    assert out.startswith("%s: %s\n  a preset (--policy %s); " % (name, presets[name], name))
     for i, (layer, nondefault) in enumerate(Policy(name).layers):
         assert "  %d. %s: " % (i + 1, layer) in out
         for k in nondefault:

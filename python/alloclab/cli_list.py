@@ -79,7 +79,7 @@ def _features_line(s):
 
 def layer_text(s):
     """`alloclab list LAYER`: the layer's doc, features, parameters and counters."""
-    out = ["layer %s: %s" % (s.name, s.doc), _features_line(s),
+    out = ["%s: %s" % (s.name, s.doc), "  a layer; " + _features_line(s)[2:],
            "  parameters:" if s.params else "  parameters: none"]
     out += [param_line(p) for p in s.params]
     if s.counters:
@@ -94,11 +94,11 @@ def layer_text(s):
 
 def workload_text(w):
     """`alloclab list WORKLOAD`: its doc and parameters (run's flags)."""
-    out = ["workload %s: %s" % (w.name, w.doc)]
-    if w.one_producer:
-        out.append("  one producer only")
-    out.append("  parameters (flags --dashed-name of `alloclab run %s`, comma-separated lists "
-               "are swept):" % w.name if w.params else "  parameters: none")
+    out = ["%s: %s" % (w.name, w.doc),
+           "  a workload: `alloclab run %s`%s" % (w.name, "; one producer only"
+                                                   if w.one_producer else "")]
+    out.append("  parameters (flags --dashed-name, comma-separated lists are swept):"
+               if w.params else "  parameters: none")
     out += [param_line(p) for p in w.params]
     return "\n".join(out)
 
@@ -106,8 +106,8 @@ def workload_text(w):
 def preset_text(name):
     """`alloclab list PRESET`: the spec and the stack, top first."""
     pol = Policy(name)
-    out = ["preset %s: %s" % (name, presets[name]),
-           "  stack (top first; * = not the default):"]
+    out = ["%s: %s" % (name, presets[name]),
+           "  a preset (--policy %s); its stack, top first (* = not the default):" % name]
     for i, (layer, _) in enumerate(pol.layers):
         sch = schema.layer(layer)
         out.append("  %d. %s: %s" % (i + 1, layer, sch.doc))
@@ -138,13 +138,13 @@ def overview_text():
     """`alloclab list`: a line per entry."""
     from . import peers
 
-    out = ["layers (a policy stacks them top first: 'percpu > transfer > buddy'):"]
+    out = ["layers: a policy stacks them top first ('percpu > transfer > buddy')"]
     out += ["  %-14s %s" % (s.name, s.doc) for s in schema.layers().values()]
-    out += ["", "workloads (`alloclab run WORKLOAD`):"]
+    out += ["", "workloads: `alloclab run WORKLOAD`"]
     out += ["  %-22s %s" % (w.name, w.doc) for w in schema.workloads().values()]
-    out += ["", "presets (--policy NAME):"]
+    out += ["", "presets: --policy NAME"]
     out += ["  %-22s %s" % (k, v) for k, v in presets.items()]
-    out += ["", "peer allocators (the system layer; run under LD_PRELOAD in a child process):"]
+    out += ["", "peer allocators: the system layer, run under LD_PRELOAD in a child process"]
     for name, (ok, path, hint) in peers.status().items():
         where = "this process's malloc" if name == peers.current() else (path or "")
         out.append("  %-22s %s" % (name, ("available  " + where) if ok else
