@@ -33,7 +33,8 @@ import os
 import sys
 import textwrap
 
-from . import cli_compare, cli_format, cli_list, cli_quoting, cli_record, cli_show, cli_trace, errors, schema
+from . import cli_compare, cli_format, cli_list, cli_quoting, cli_record, cli_show, cli_trace
+from . import errors, schema
 from ._version import __version__
 from .cli_format import PROG, UsageError
 from .cli_format import Parser as _Parser

@@ -445,7 +445,12 @@ def _markdown(res, view, tables):
     w = unwrapped(merged_warnings(tables)) + ["machine: " + x for x in res.machine_warnings()]
     if w:
         out.append("Warnings:\n\n" + "\n".join("- " + x for x in w))
+    if view.hist and has_hist(res):
+        out.append("```\n%s\n```" % hist_text(res))
     out.append("- %s\n- %s" % (res.cpu_line(), res.stats_line()))
+    wtext = workload_metrics_text(res)
+    if wtext:
+        out.append("```\n%s\n```" % wtext)
     c = counters_markdown(res, view.counters)
     if c:
         out.append(c)
