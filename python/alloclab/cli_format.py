@@ -13,13 +13,17 @@ machine's go to stderr, so stdout stays parseable.
 Counters (``--counters``): per policy, a table of the per-op counters, one
 column per grid point. ``key`` keeps the counters the layer declares key
 (schema.Counter.key, counters.h) and hides those that are zero or not
-measured in every column; ``all`` keeps every counter but those constant across the columns
-(zero, n/a, or with two or more columns the same everywhere); ``none``
-prints no counter table. Either way the table says how many it hid.
+measured in every column; ``all`` keeps every counter but those constant
+across the columns (zero, n/a, or with two or more columns the same
+everywhere); ``none`` prints no counter table. Either way the table says
+how many it hid. A layer that declares no counters has no key set: all of
+its nonzero ones are kept.
 
-Warnings under several tables are merged: one line per kind of warning,
-each line once, naming the metrics it applies to, so three metrics with the
-same unstable cells give one line, not three.
+Warnings under several tables are merged into one list after the last
+table: one line per kind of run-stability warning over the cells of every
+table (each cell named with its metric), so three metrics with unstable
+cells give one line, not three; the other lines (n/a, truncated, refused,
+clock) once each.
 
 This module imports no other cli module (they import it). Cost: formatting
 only; nothing runs.
@@ -90,11 +94,11 @@ def add_view_flags(g, counters_help="per-op counter rows"):
 
 
 def split(text):
+    """The items of a comma-separated flag value; an empty one is refused."""
     items = [s.strip() for s in text.split(",")]
     if not items or any(not s for s in items):
         raise UsageError("empty value in list %r" % text)
     return items
-
 
 
 # ------------------------------------------------------------------ output files
