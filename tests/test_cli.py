@@ -89,7 +89,10 @@ def test_failed_run_exits_1():
 def test_list():
     p = cli("list", check=0)
     assert "buddy" in p.stdout and "malloc-free" in p.stdout and "presets" in p.stdout
-    assert "arena_limit" in p.stdout and "allocs_per_cycle" in p.stdout
+    assert "arena_limit" not in p.stdout  # parameters are one `list NAME` away
+    assert len(p.stdout.splitlines()) < 80
+    assert "arena_limit" in cli("list", "buddy", check=0).stdout
+    assert "allocs_per_cycle" in cli("list", "malloc-free", check=0).stdout
     p = cli("list", "--json", check=0)
     d = json.loads(p.stdout)
     assert {"layers", "workloads", "presets"} <= set(d)

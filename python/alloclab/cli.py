@@ -1,5 +1,11 @@
-"""The alloclab command line: ``alloclab list``, ``alloclab run WORKLOAD ...``,
-``alloclab check`` (the machine state that makes numbers noisy).
+"""The alloclab command line: ``alloclab run WORKLOAD ...``, ``alloclab
+check`` (the machine state that makes numbers noisy), ``alloclab preload``
+and ``alloclab reproduce SEED``, and the dispatch to the other commands'
+modules: cli_list (``list [NAME]``), cli_show (``show FILE``), cli_compare
+(``compare``), cli_record, cli_trace. cli_format holds what they share: the
+output formats (--format, --counters), the file checks and notices, the
+error types; cli_quoting the hint for an unquoted '>' in --policy; the
+progress bars are alloclab.progress (--progress / --no-progress).
 
 The flags of ``alloclab run WORKLOAD`` are built from that workload's C
 schema: every parameter becomes ``--dashed-name`` taking a comma-separated
@@ -13,47 +19,34 @@ Flow of ``alloclab run``: the workload is found first among the words
 itself), its schema then builds the full parser; the flags become run()'s
 keyword arguments, and everything (the plan, metric names, table axes,
 output files, a journal to resume) is checked before the first run starts,
-so a typo costs milliseconds; then run() or sweep(), the tables, the files.
+so a typo costs milliseconds; then run() or sweep(), the tables (or the
+--format output: stdout holds nothing else), the files, each announced on
+stderr ("alloclab: wrote FILE").
 The other commands parse with one argparse tree (_main_parser) and
 dispatch in main(). SIGTERM and SIGHUP are raised as Ctrl-C is, so a run
 in progress is stopped and its child processes reaped either way.
 """
 
 import argparse
-import json
 import math
 import os
-import pathlib
 import sys
-import warnings
+import textwrap
 
-import numpy as np
-
-from . import _counters, cli_record, cli_trace, errors, schema
+from . import cli_compare, cli_format, cli_list, cli_quoting, cli_record, cli_show, cli_trace
+from . import errors, schema
 from ._version import __version__
-from .policy import Policy, presets
-from .result import BASE_METRICS, _fmt
+from .cli_format import PROG, UsageError
+from .cli_format import Parser as _Parser
+from .cli_format import RunFailed as _RunFailed
+from .cli_format import err as _err
+from .cli_format import check_outputs as _check_outputs
+from .cli_format import split as _split
+from .cli_format import write_output as _write_output
+from .cli_format import wrote as _wrote
+from .policy import Policy
+from .result import BASE_METRICS
 from .run import CPU_MODES, DEFAULT_STATS, MAX_SECONDS, REPLAY_TIME_LIMIT, STATS_LEVELS, TIMINGS, plan, run
-
-PROG = "alloclab"
-
-
-class UsageError(Exception):
-    """Bad command-line input (exit 2)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so main() prints one format."""
-
-    def error(self, message):
-        raise UsageError(message)
-
-
-def _split(text):
-    items = [s.strip() for s in text.split(",")]
-    if not items or any(not s for s in items):
-        raise UsageError("empty value in list %r" % text)
-    return items
 
 
 def _int_list(name):
@@ -112,91 +105,6 @@ def _param_list(p):
     return conv
 
 
-# ------------------------------------------------------------------ list
-
-def _param_line(p):
-    rng = ""
-    if p.type == schema.ENUM:
-        rng = "one of " + "|".join(p.choices or ())
-    elif p.type != schema.BOOL:
-        rng = "[%s, %s]" % (p.format(p.min), p.format(p.max))
-    return "    %-20s %-5s default %-8s %-24s %s" % (
-        p.name, p.type_name, p.format(p.default), rng, p.doc)
-
-
-def _counter_line(c):
-    """One counter of `alloclab list LAYER`: name, kind, key mark, doc, what
-    it is derived from, and the level that measures lock times."""
-    notes = []
-    if c.formula:
-        notes.append("= " + c.formula)
-    if c.unit == "ns":
-        notes.append("ns, stats=full only")
-    return "    %-26s %-7s %-3s %s%s" % (c.name, c.kind, "key" if c.key else "", c.doc,
-                                         " (%s)" % "; ".join(notes) if notes else "")
-
-
-def _layer_text(s):
-    """`alloclab list LAYER`: the layer's doc, features, parameters and counters."""
-    feats = ", ".join(s.features) or "-"
-    mx = schema.format_size(s.max_size) if s.max_size else "any"
-    al_txt = ("%d bytes" % s.min_align) if s.min_align else "that of the layer below"
-    out = ["%s: %s" % (s.name, s.doc),
-           "  features: %s; max size: %s; alignment: %s%s" % (
-               feats, mx, al_txt, "; needs a layer below" if s.needs_backend else ""),
-           "  parameters:" if s.params else "  parameters: none"]
-    out += [_param_line(p) for p in s.params]
-    if s.counters:
-        out.append("  counters (metrics <layer>.<name> and <layer>.<name>_per_op; "
-                   "key = one the tables need; none at --stats off):")
-        out += [_counter_line(c) for c in s.counters]
-    else:
-        out.append("  counters: not declared by the layer (reported by name only, "
-                   "%s)" % schema.NO_DOC)
-    return "\n".join(out)
-
-
-def cmd_list(args):
-    if args.layer is not None:
-        s = schema.layer(args.layer)  # UnknownNameError listing the valid ones
-        print(json.dumps(s.to_dict(), indent=2) if args.json else _layer_text(s))
-        return 0
-    if args.json:
-        from .policy import policies, workloads
-        print(json.dumps({"layers": policies(), "workloads": workloads(), "presets": presets},
-                         indent=2))
-        return 0
-    out = ["layers (top first in a policy, separated by '>'; a bottom layer is last):"]
-    for s in schema.layers().values():
-        feats = ", ".join(s.features) or "-"
-        mx = schema.format_size(s.max_size) if s.max_size else "any"
-        out.append("  %s: %s" % (s.name, s.doc))
-        al_txt = ("%d bytes" % s.min_align) if s.min_align else "that of the layer below"
-        out.append("    features: %s; max size: %s; alignment: %s%s" % (
-            feats, mx, al_txt, "; needs a layer below" if s.needs_backend else ""))
-        out += [_param_line(p) for p in s.params]
-    out.append("")
-    out.append("workloads (parameters are --dashed-name flags of `alloclab run WORKLOAD`):")
-    for w in schema.workloads().values():
-        out.append("  %s: %s" % (w.name, w.doc))
-        if w.one_producer:
-            out.append("    one producer only")
-        out += [_param_line(p) for p in w.params]
-    out.append("")
-    out.append("presets:")
-    for k, v in presets.items():
-        out.append("  %-20s %s" % (k, v))
-    out.append("")
-    out.append("peer allocators (system layer; run under LD_PRELOAD in a child process):")
-    from . import peers
-    for name, (ok, path, hint) in peers.status().items():
-        where = "this process's malloc" if name == peers.current() else (path or "")
-        out.append("  %-20s %s" % (name, ("available  " + where) if ok else
-                                  "unavailable: " + hint))
-    print("\n".join(out))
-    return 0
-
-
 # ------------------------------------------------------------------ run
 
 def _effort_flags(g):
@@ -208,12 +116,19 @@ def _effort_flags(g):
                    help="more and longer runs: tighter intervals, more verdicts decided")
 
 
+_METRICS_HELP = "\n".join(textwrap.wrap(
+    "metrics (--metric NAME): %s; <layer>.<counter> and <layer>.<counter>_per_op for a layer "
+    "of the policy (`alloclab list LAYER` lists its counters); wl.<name> for the workload's "
+    "own; `alloclab list metrics` describes them" % ", ".join(BASE_METRICS), 78))
+
+
 def _run_parser(wl):
     name = wl.name if wl else "WORKLOAD"
     desc = wl.doc if wl else "Run a workload; `alloclab run WORKLOAD --help` lists its flags."
+    epilog = _METRICS_HELP if wl else "workloads: %s\n\n%s" % (
+        ", ".join(schema.workloads()), _METRICS_HELP)
     p = _Parser(prog="%s run %s" % (PROG, name), description=desc,
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog=None if wl else "workloads: " + ", ".join(schema.workloads()))
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog)
     if not wl:
         p.add_argument("workload", help="one of: " + ", ".join(schema.workloads()))
     _run_flags(p.add_argument_group("run"), finite=bool(wl and "finite" in wl.flags))
@@ -296,7 +211,18 @@ def _output_flags(o):
     o.add_argument("--sd", action="store_true", help="show the standard deviation in cells")
     o.add_argument("--json", metavar="FILE", help="write the full result as JSON")
     o.add_argument("--csv", metavar="FILE", help="write tidy rows (one per run) as CSV")
-    o.add_argument("--progress", action="store_true", help="print progress to stderr")
+    cli_format.add_view_flags(o)
+    _progress_flags(o)
+
+
+def _progress_flags(o):
+    """--progress / --no-progress (progress.py); neither: a bar on a terminal."""
+    o.add_argument("--progress", action="store_const", const=True, default=None,
+                   help="a progress bar on stderr from the start, even when stderr is not a "
+                        "terminal (default: a bar on a terminal once the job lasts 2 s, "
+                        "nothing when stderr is piped)")
+    o.add_argument("--no-progress", dest="progress", action="store_const", const=False,
+                   help="no progress bar")
 
 
 def _workload_flags(p, wl):
@@ -316,90 +242,6 @@ def _workload_flags(p, wl):
         w.add_argument(flag, dest="w_" + prm.name, type=_param_list(prm), default=None,
                        metavar=prm.type_name.upper(),
                        help="%s (%s; default: %s)" % (prm.doc, rng, prm.format(prm.default)))
-
-
-def _default_rows(wl, sweep):
-    names = [p.name for p in wl.params]
-    swept = [n for n in names if len(sweep.get(n, [])) > 1]
-    if "allocs_per_cycle" in swept or (not swept and "allocs_per_cycle" in names):
-        return "allocs_per_cycle"
-    if swept:
-        return swept[0]
-    others = [n for n in names if n != wl.size_param]
-    return others[0] if others else (names[0] if names else None)
-
-
-def _counters_text(res):
-    """Per policy: lock_acquired_per_op and every other non-zero per-op counter,
-    one column per grid point."""
-    out = []
-    pols = []
-    for p in res.points:
-        if p.params["policy"] not in pols:
-            pols.append(p.params["policy"])
-    swept = [k for k in res.swept() if k not in ("policy", "workload")]
-    for pol in pols:
-        pts = [p for p in res.points if p.params["policy"] == pol]
-        names = []
-        for p in pts:
-            for k in p.data:
-                if k.endswith("_per_op") and k not in names:
-                    names.append(k)
-
-        def mean(p, k):
-            a = p.data.get(k)
-            if a is None or not len(a):
-                return math.nan
-            a = np.asarray(a, dtype=float)
-            return float(np.nanmean(a)) if not np.all(np.isnan(a)) else math.nan
-
-        keep = [k for k in names if k.split(".", 1)[-1] == "lock_acquired_per_op"]
-        keep += [k for k in names if k not in keep and
-                 any(mean(p, k) not in (0.0,) and not math.isnan(mean(p, k)) for p in pts)]
-        if not keep:
-            if all(p.params.get("stats") == "off" for p in pts):
-                out += ["counters per op, %s: not measured (stats=off)" % pol, ""]
-            continue
-        keep.sort(key=lambda k: (k.split(".", 1)[0], not k.endswith(".lock_acquired_per_op")))
-        labels = []
-        for p in pts:
-            parts = [("%sp" % p.params[k]) if k == "producers" else str(p.params[k])
-                     for k in swept]
-            labels.append("/".join(parts) or "all")
-        cells = [["n/a" if _counters.unmeasured(p, k, res.metadata.get("counters")) else
-                  _fmt(mean(p, k)) for p in pts] for k in keep]
-        first = [k[:-len("_per_op")] for k in keep]
-        fw = max(len(s) for s in first) + 2
-        cw = max([len(s) for s in labels] + [len(s) for row in cells for s in row])
-        head = "counters per op, %s" % pol
-        if swept:
-            head += " (columns: %s)" % "/".join(swept)
-        out.append(head)
-        out.append(" " * fw + "  " + " ".join("%*s" % (cw, s) for s in labels))
-        for f, row in zip(first, cells):
-            out.append(("  %-*s" % (fw, f)) + " ".join("%*s" % (cw, s) for s in row))
-        out.append("")
-    return "\n".join(out).rstrip()
-
-
-def _workload_metrics_text(res):
-    """The workload's own results: test_vmalloc's kernel summary lines, or
-    every wl.<name> metric (mean over runs) per grid point."""
-    if not any(k.startswith("wl.") for p in res.points for k in p.data):
-        return ""
-    if res.points[0].params.get("workload") == "test_vmalloc":
-        from .reproduce.vmalloc import summary_text
-        return summary_text(res)
-    out = ["workload metrics (mean over runs):"]
-    for p in res.points:
-        out.append("  %s" % ", ".join("%s=%s" % (k, v) for k, v in p.params.items()
-                                      if k != "workload"))
-        for k, v in p.data.items():
-            if k.startswith("wl."):
-                x = np.asarray(v, dtype=float)
-                x = x[~np.isnan(x)]
-                out.append("    %-40s %s" % (k[3:], _fmt(float(x.mean())) if len(x) else "-"))
-    return "\n".join(out)
 
 
 def _takes_value(parser):
@@ -474,37 +316,69 @@ def _load_plugins(argv):
 
 def cmd_run(argv):
     """`alloclab run`: parse, validate everything (exit 2 before any run),
-    run or sweep, print the tables, write the files."""
+    run or sweep, print the tables (or --format's output), write the files."""
     _load_plugins(argv)
     parsed = _parse_run(argv)
     if parsed is None:
         return 0
     wl, args = parsed
-    kwargs, policy = _run_kwargs(wl, args)
-    settings, _ = plan(wl.name, policy, **kwargs)  # all validation: exit 2 on error
+    kwargs, policy, settings = _plan_run(wl, args)
     metrics = args.metric or ["alloc_ns", "free_ns"]
     _check_metric_names(metrics, policy)
     rows, cols = _table_axes(wl, args, settings)
     _check_run_outputs(args, settings)
+    cli_quoting.hint(args.policy or [])
+    res = _run_or_sweep(wl, policy, args, kwargs)
+    cli_show.check_metrics(res, metrics)  # a workload metric is known only now
+    print(cli_format.render(res, cli_format.View(
+        metrics, rows, cols, stat=args.stat, sd=args.sd, ci=args.ci, hist=args.hist,
+        counters=args.counters, fmt=args.format, explicit_metrics=bool(args.metric))))
+    sys.stdout.flush()
+    if args.json:
+        _write_output("--json", args.json, lambda: res.to_json(args.json, indent=1))
+        _wrote(args.json)
+    if args.csv:
+        _write_output("--csv", args.csv, lambda: res.to_csv(args.csv))
+        _wrote(args.csv)
+    if args.journal:
+        _wrote(args.journal)
+    if args.plot:
+        written = []
+        _write_output("--plot", args.plot, lambda: written.extend(
+            _save_run_plots(res, metrics[0], cols, args.plot, args.hist)))
+        for path in written:
+            _wrote(path)
+    return 0
+
+
+def _plan_run(wl, args):
+    """(run keyword arguments, [Policy], settings): every check of the run
+    (exit 2 on error); a refused spec that looks like an unquoted '>' gets
+    the quoting hint."""
+    try:
+        kwargs, policy = _run_kwargs(wl, args)
+        settings, _ = plan(wl.name, policy, **kwargs)
+    except errors.AlloclabError as e:
+        hint = cli_quoting.hint_text(args.policy or [])
+        if hint:
+            raise UsageError("%s; %s" % (e, hint)) from None
+        raise
+    return kwargs, policy, settings
+
+
+def _run_or_sweep(wl, policy, args, kwargs):
+    """run() (or, with --journal, sweep()) as the flags ask; a failed run is
+    _RunFailed (exit 1)."""
     try:
         if args.journal:
             from .sweep import sweep
-            res = sweep(wl.name, policy, journal=args.journal, progress=args.progress, **kwargs)
-        else:
-            if args.target_ci is not None:
-                kwargs.update(target_ci=args.target_ci, budget=args.budget)
-            res = run(wl.name, policy, progress=args.progress, **kwargs)
+            return sweep(wl.name, policy, journal=args.journal, progress=args.progress,
+                         **kwargs)
+        if args.target_ci is not None:
+            kwargs.update(target_ci=args.target_ci, budget=args.budget)
+        return run(wl.name, policy, progress=args.progress, **kwargs)
     except errors.AlloclabError as e:
         raise _RunFailed(str(e)) from None
-    _print_run(res, args, metrics, rows, cols)
-    if args.json:
-        _write_output("--json", args.json, lambda: res.to_json(args.json, indent=1))
-    if args.csv:
-        _write_output("--csv", args.csv, lambda: res.to_csv(args.csv))
-    if args.plot:
-        _write_output("--plot", args.plot,
-                      lambda: _save_run_plots(res, metrics[0], cols, args.plot, args.hist))
-    return 0
 
 
 def _parse_run(argv):
@@ -566,7 +440,8 @@ def _table_axes(wl, args, settings):
         if key is not None and key.replace("-", "_") not in keys:
             raise UsageError(str(errors.UnknownNameError.make(
                 "parameter", key, keys, context=flag)))
-    rows = args.rows.replace("-", "_") if args.rows else _default_rows(wl, settings["sweep"])
+    rows = args.rows.replace("-", "_") if args.rows else cli_show.default_rows(
+        wl, settings["sweep"])
     return rows, args.cols.replace("-", "_")
 
 
@@ -585,98 +460,6 @@ def _check_run_outputs(args, settings):
     if args.journal:  # a file that is not this sweep's journal is refused unwritten
         from .sweep import check_journal
         check_journal(args.journal, settings)
-
-
-def _print_run(res, args, metrics, rows, cols):
-    """The tables of every metric, histograms, CPU and machine lines, the
-    workload's own metrics and the per-op counters."""
-    for m in metrics:  # a counter the stats level left out is a table of n/a
-        try:
-            res._check_metric(m)
-        except errors.UnknownNameError as e:
-            raise UsageError(str(e)) from None
-    for m in metrics:
-        print(res.table(m, rows=rows, cols=cols, stat=args.stat).to_text(sd=args.sd, ci=args.ci))
-        print()
-    if args.hist:
-        print(_hist_text(res))
-        print()
-    print(res.cpu_line())
-    print(res.stats_line())
-    mw = res.machine_warnings()  # what was bad in the machine state around the run
-    if mw:
-        print("machine:")
-        print("\n".join("  " + x for x in mw))
-    wtext = _workload_metrics_text(res)
-    if wtext:
-        print()
-        print(wtext)
-    ctext = _counters_text(res)
-    if ctext:
-        print()
-        print(ctext)
-
-
-# ------------------------------------------------------------------ output files
-
-def _plot_formats():
-    """File extensions matplotlib writes (png, pdf, svg, ...)."""
-    from matplotlib.backend_bases import FigureCanvasBase
-    return sorted(FigureCanvasBase.get_supported_filetypes())
-
-
-def _check_output(flag, path, plot=False):
-    """Refuse, before anything runs, an output file that could not be
-    written: a directory, a missing or unwritable directory, a plot
-    extension matplotlib has no writer for. Nothing is left behind: an
-    existing file is not changed, a new one is created and removed again."""
-    if not path:
-        raise UsageError("%s needs a file name" % flag)
-    if os.path.isdir(path):
-        raise UsageError("%s %s is a directory; give a file name" % (flag, path))
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(d):
-        raise UsageError("%s %s: directory %s does not exist" % (flag, path, d))
-    if not os.path.isdir(d):
-        raise UsageError("%s %s: %s is not a directory" % (flag, path, d))
-    from .sweep import writable
-    why = writable(path)
-    if why:
-        raise UsageError("%s %s cannot be written: %s" % (flag, path, why))
-    if plot:
-        ext = os.path.splitext(os.path.basename(path))[1][1:].lower()
-        if ext:  # no extension: matplotlib writes PNG
-            fmts = _plot_formats()
-            if ext not in fmts:
-                raise UsageError("%s %s: unknown plot format %r; valid extensions: %s"
-                                 % (flag, path, ext, ", ".join(fmts)))
-
-
-def _check_outputs(*outputs):
-    """(flag, path or None, "file"|"plot"|"journal") for every file a command
-    writes: each checked as _check_output does (a journal by sweep's own
-    check), and no two naming the same file, which one would overwrite."""
-    seen = {}
-    for flag, path, kind in outputs:
-        if path is None:
-            continue
-        if kind != "journal":
-            _check_output(flag, path, plot=kind == "plot")
-        real = os.path.realpath(path)
-        if real in seen:
-            raise UsageError("%s and %s both name %s: one would overwrite the other"
-                             % (seen[real], flag, path))
-        seen[real] = flag
-
-
-def _write_output(flag, path, write):
-    """Write an output file after the run; a failure (a full disk, /dev/full)
-    is one error line naming the flag and the file."""
-    try:
-        write()
-    except OSError as e:
-        raise _RunFailed("%s %s: cannot write: %s" % (
-            flag, path, e.strerror or e)) from None
 
 
 # ------------------------------------------------------------------ measurement
@@ -705,25 +488,6 @@ def _run_measure_flags(p):
                         "in a seeded random order)")
 
 
-def _hist_text(res):
-    """Per point and operation: percentiles from the merged histograms."""
-    from .hist import OPS
-    swept = [k for k in res.swept() if k != "workload"]
-    lines = ["per-operation latency (histograms over all runs; each value includes one clock "
-             "pair, the timer overhead):"]
-    for p in res.points:
-        label = ", ".join(str(p.params[k]) if k == "policy" else "%s=%s" % (k, p.params[k])
-                          for k in swept) or str(p.params.get("policy"))
-        for op in OPS:
-            hs = p.hist.get(op)
-            if not hs or not sum(h.count for h in hs):
-                continue
-            h = sum(hs[1:], hs[0].copy())
-            ovh = float(np.mean(p.data["timer_overhead_ns"]))
-            lines.append("  %-40s %-5s %s" % (label, op, h.summary(ovh)))
-    return "\n".join(lines)
-
-
 def _more_plots(path, hist):
     """The other files --plot writes with --hist (plot.save names them
     FILE-1.ext, FILE-2.ext), or none. A PDF holds every figure."""
@@ -746,119 +510,7 @@ def _save_run_plots(res, metric, x, path, hist):
         figs.append(plot.latency_hist(res, "alloc"))
         if any(h.count for p in res.points for h in p.hist.get("free", ())):
             figs.append(plot.latency_hist(res, "free"))
-    plot.save(figs, path)
-
-
-def _compare_parser(sub):
-    cp = sub.add_parser(
-        "compare", help="A/B comparison of result files, (I)/(R) where significant",
-        description="Compare result files (alloclab run --json) cell by cell. Each cell shows "
-                    "the old and new mean with the half width of its 95% confidence interval "
-                    "and the unit, the change in percent (positive = better), (I)/(R) when "
-                    "significant after Benjamini-Hochberg over the table and at least the "
-                    "threshold, else 'not significant' or 'significant, < 2%', and pyperf's "
-                    "reading aid (1.29x slower/faster for times and rates, more/fewer for "
-                    "counts); a geometric-mean row per metric follows. The test: Welch's "
-                    "t-test, or Mann-Whitney U with >= 6 runs a side where it can reach the "
-                    "corrected threshold; the legend says which and why. The first file is the "
-                    "baseline; each other file is a column. With one file and --baseline, each "
-                    "other policy in it is compared with that one. A side whose cells differ "
-                    "in a parameter --on leaves out (two policies, sizes, timings...) is "
-                    "refused unless --pool; different workloads are always refused.",
-        epilog="example cell: 24.1 ±0.3 ns -> 31.0 ±0.5 ns  -22.26% (R)  1.29x slower")
-    cp.add_argument("files", nargs="+", metavar="RESULT.json")
-    cp.add_argument("--metric", action="append", metavar="NAME",
-                    help="metric to compare, repeatable (default: alloc_ns and free_ns)")
-    cp.add_argument("--baseline", metavar="VALUE",
-                    help="compare inside one file: the value of --by (a policy) to compare "
-                         "the others against")
-    cp.add_argument("--by", default="policy", metavar="PARAM",
-                    help="with --baseline: the parameter whose values are compared "
-                         "(default: policy)")
-    cp.add_argument("--on", metavar="PARAM[,PARAM...]",
-                    help="the parameters that identify a cell (default: every parameter both "
-                         "sides have, less those that differ wholesale between them)")
-    cp.add_argument("--test", default="auto", choices=["auto", "welch", "mannwhitney"],
-                    help="significance test (default: auto = Mann-Whitney U when both sides "
-                         "have >= 6 runs and its smallest possible p is below alpha/cells, "
-                         "else Welch's t-test)")
-    cp.add_argument("--threshold", type=_fraction("--threshold"), default=0.02,
-                    metavar="PCT", help="smallest change marked (default: 2%%)")
-    cp.add_argument("--alpha", type=_fraction("--alpha"), default=0.05,
-                    help="significance level after Benjamini-Hochberg (default: 0.05)")
-    cp.add_argument("--names", metavar="NAME[,NAME...]",
-                    help="column labels, one per compared file/value")
-    cp.add_argument("--pool", action="store_true",
-                    help="pool the runs of cells that differ in a parameter --on leaves out "
-                         "(e.g. two policies on one side); refused without it. The legend says "
-                         "what was pooled. Different workloads are never compared.")
-    cp.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    cp.add_argument("--plot", metavar="FILE", help="write a heatmap of the changes")
-    return cp
-
-
-def _fraction(flag):
-    def conv(text):
-        t = text.strip()
-        try:
-            return float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                "%s takes a fraction (0.02) or a percentage (2%%), not %r" % (flag, text)) \
-                from None
-    return conv
-
-
-def _load_result(path):
-    from .result import Result
-    try:
-        return Result.from_json(pathlib.Path(path))  # a path, whatever its text
-    except OSError as e:
-        raise UsageError("cannot read %s: %s" % (path, e.strerror or e)) from None
-    except errors.FileFormatError as e:  # the message names the file and what is wrong
-        raise UsageError("%s (compare reads the files alloclab run --json writes)" % e) \
-            from None
-
-
-def cmd_compare(args):
-    from .compare import StatsLevelWarning, compare
-
-    _check_outputs(("--plot", args.plot, "plot"))
-    results = [_load_result(f) for f in args.files]
-    metrics = args.metric or ["alloc_ns", "free_ns"]
-    on = _split(args.on) if args.on else None
-    names = _split(args.names) if args.names else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", StatsLevelWarning)
-        cmp = _compare_files(compare, args, results, metrics, on, names)
-    for w in caught:  # one line each, as the tool's other messages
-        if issubclass(w.category, StatsLevelWarning):
-            sys.stderr.write("%s: warning: %s\n" % (PROG, w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    print(cmp.to_markdown() if args.markdown else cmp.to_text())
-    if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        from . import plot
-        _write_output("--plot", args.plot, lambda: plot.save([cmp.heatmap()], args.plot))
-    return 0
-
-
-def _compare_files(compare, args, results, metrics, on, names):
-    """compare() of the loaded files as the flags ask."""
-    if args.baseline is not None:
-        if len(results) != 1:
-            raise UsageError("--baseline compares inside one file, not %d" % len(results))
-        return compare(results[0], metric=metrics, test=args.test, threshold=args.threshold,
-                       alpha=args.alpha, on=on, baseline=args.baseline, by=args.by,
-                       names=names, pool=args.pool)
-    if len(results) < 2:
-        raise UsageError("compare needs two or more files (the first is the baseline), "
-                         "or one file and --baseline POLICY")
-    return compare(results[0], results[1:], metric=metrics, test=args.test,
-                   threshold=args.threshold, alpha=args.alpha, on=on, names=names,
-                   pool=args.pool)
+    return plot.save(figs, path)
 
 
 def cmd_check(args):
@@ -868,10 +520,6 @@ def cmd_check(args):
     return 0
 
 
-class _RunFailed(Exception):
-    """A run failed (exit 1)."""
-
-
 # ------------------------------------------------------------------ main
 
 def _main_parser():
@@ -879,14 +527,10 @@ def _main_parser():
                 epilog="`alloclab run WORKLOAD --help` lists a workload's flags.")
     p.add_argument("--version", action="version", version="%(prog)s " + __version__)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-    lp = sub.add_parser("list", help="layers, workloads, parameters and presets")
-    lp.add_argument("layer", nargs="?", metavar="LAYER",
-                    help="one layer: its doc, parameters and counters with their docs")
-    lp.add_argument("--json", action="store_true", help="as JSON")
-    lp.add_argument("--plugin", action="append", metavar="FILE.c",
-                    help="compile and register a C plugin layer first")
+    cli_list.add_parser(sub)
     sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
-    _compare_parser(sub)
+    cli_show.add_parser(sub)
+    cli_compare.add_parser(sub)
     ck = sub.add_parser(
         "check", help="the machine state that makes numbers noisy, and what to change",
         description="Print what /sys and /proc say about the CPU frequency governor, turbo "
@@ -972,7 +616,7 @@ def _libarena_parser(rsub):
     lib_p.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
     lib_p.add_argument("--plot", metavar="FILE",
                        help="write alloc and free latency plots (PNG/PDF/SVG by extension)")
-    lib_p.add_argument("--progress", action="store_true", help="progress line on stderr")
+    _progress_flags(lib_p)
 
 
 def cmd_preload(args):
@@ -1047,10 +691,6 @@ def _emit_report(make, args):
     return 0
 
 
-def _wrote(path):
-    sys.stderr.write("%s: wrote %s\n" % (PROG, path))
-
-
 def _vmalloc_parser(rsub):
     """`alloclab reproduce vmalloc` (seed 004)."""
     from .reproduce.vmalloc import TEST_BITS
@@ -1094,7 +734,7 @@ def _vmalloc_parser(rsub):
     p.add_argument("--plot", metavar="FILE",
                    help="write the change plot (PNG/PDF/SVG by extension; a second file "
                         "'-sizes' holds ns per loop against nr_pages)")
-    p.add_argument("--progress", action="store_true", help="progress line on stderr")
+    _progress_flags(p)
     return p
 
 
@@ -1153,7 +793,7 @@ def _local_storage_parser(rsub):
     ls.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
     ls.add_argument("--plot", metavar="FILE",
                     help="write creation-speed and kmallocs plots (PNG/PDF/SVG by extension)")
-    ls.add_argument("--progress", action="store_true", help="progress line on stderr")
+    _progress_flags(ls)
 
 
 def cmd_reproduce_local_storage(args):
@@ -1237,13 +877,15 @@ def main(argv=None):
             for f in ([args.plugin] if isinstance(args.plugin, str) else args.plugin):
                 _load_plugins(["--plugin", f])
         if args.cmd == "list":
-            return cmd_list(args)
+            return cli_list.cmd_list(args)
+        if args.cmd == "show":
+            return cli_show.cmd_show(args)
         if args.cmd == "preload":
             return cmd_preload(args)
         if args.cmd == "reproduce":
             return cmd_reproduce(args, p)
         if args.cmd == "compare":
-            return cmd_compare(args)
+            return cli_compare.cmd_compare(args)
         if args.cmd == "check":
             return cmd_check(args)
         if args.cmd == "record":
@@ -1271,11 +913,6 @@ def main(argv=None):
     except OSError as e:
         _err(str(e))
         return 1
-
-
-def _err(msg):
-    sys.stderr.write("%s: error: %s\n" % (PROG, msg))
-    sys.stderr.flush()
 
 
 if __name__ == "__main__":

@@ -28,11 +28,10 @@ import itertools
 import math
 import numbers
 import os
-import sys
-import threading
 import time
 
 from . import _counters, errors, machine, peers, plugin, schema
+from . import progress as _progress
 from .executors import _check_executor
 from ._ffi import cstr, error, ffi, lib
 from .policy import Policy, check_compatible
@@ -723,29 +722,21 @@ def run_point(task, on_run=None):
 
 
 class _Progress:
-    def __init__(self, total, enabled):
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.lock = threading.Lock()
+    """run()'s progress.Bar over its runs; ``phase`` notes a measured phase."""
+
+    def __init__(self, total, progress, desc):
+        self.bar = _progress.Bar(total, desc, progress)
 
     def step(self, n=1):
-        if not self.enabled:
-            return
-        with self.lock:
-            self.done += n
-            sys.stderr.write("\ralloclab: %d/%d runs" % (self.done, self.total))
-            sys.stderr.flush()
+        self.bar.update(n)
 
     def phase(self, phase):
         """A run entered its measured phase: say so (Ctrl-C stops it)."""
-        if self.enabled and phase == lib.AL_RUN_MEASURED:
-            with self.lock:
-                sys.stderr.write("\ralloclab: %d/%d runs, measuring" % (self.done, self.total))
-                sys.stderr.flush()
+        if self.bar.shown:
+            self.bar.note("measuring" if phase == lib.AL_RUN_MEASURED else "")
 
     def close(self):
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        self.bar.close()
 
 
 def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
@@ -762,8 +753,8 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     worker (else the measured phase lasts ``duration`` seconds).
     warmup_cycles: untimed cycles first. effort: "quick", "normal" or
     "rigorous" sets runs, duration and warmup_cycles where they are not
-    given (pyperf's --fast / --rigorous; see EFFORT). progress=True prints a
-    progress line to stderr. executor: a concurrent.futures.Executor to run
+    given (pyperf's --fast / --rigorous; see EFFORT). progress: a bar on
+    stderr (progress.py). executor: a concurrent.futures.Executor to run
     grid points in parallel (default: one after the other). processes=True
     runs every run in a fresh child process. isolate and check: see plan()
     (by default a policy with a plugin layer runs isolated and checked, so a
@@ -794,7 +785,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
     adaptive = _adaptive_options(target_ci, budget, executor)
-    prog = _Progress(len(tasks) * settings["runs"], bool(progress))
+    prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run
     try:
         if executor is None:

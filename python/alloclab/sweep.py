@@ -12,7 +12,7 @@ with run.run_once(), as run() does, and adds:
   policies) are in a random order drawn from ``order_seed`` (default: the
   sweep's seed), so that machine drift (thermal, a neighbour on a shared
   host) does not favour one side of an A/B comparison;
-- a progress bar (tqdm: done/total, rate and ETA) on stderr;
+- a progress bar (tqdm: done/total, rate and ETA) on stderr (progress.py);
 - resumability: with ``journal=PATH`` each finished unit is appended to a
   JSON Lines file as soon as it is done (a header line with the sweep's
   settings first). Run the same sweep again with the same journal and the
@@ -43,7 +43,6 @@ import json
 import os
 import random
 import signal
-import sys
 import threading
 import time
 
@@ -51,6 +50,7 @@ from . import _counters, errors, machine
 from .executors import ConcurrentExecutorWarning, _check_executor, _is_dask  # noqa: F401
 from .result import Result, collect_metadata
 from .policy import Policy
+from .progress import Bar
 from .run import plan, run_once
 
 JOURNAL_FORMAT = "alloclab-sweep-journal"
@@ -348,24 +348,14 @@ def _sigint_deferred():
                 raise KeyboardInterrupt
 
 
-def _progress_bar(total, initial, enabled):
-    if not enabled:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return None
-    return tqdm(total=total, initial=initial, desc="alloclab sweep", unit="run",
-                dynamic_ncols=True, file=sys.stderr)
-
-
 def sweep(workload, policy, runs=None, journal=None, executor=None, progress=None, shuffle=True,
           order_seed=None, allow_concurrent=False, **kw):
     """Run ``workload`` on ``policy`` over the product of every list given,
     as run() does (same arguments: producers, cpu, timing, warmup_cycles,
     cycles, duration, seed, histogram, mem_sample, effort, processes, isolate,
     check and the workload's parameters), with the order, progress, journal and executor described
-    in the module doc. progress: None = when stderr is a terminal.
+    in the module doc. progress: None = a bar when stderr is a terminal and
+    the sweep lasts (progress.py).
     shuffle=False keeps grid order within each round of runs.
 
     Returns the Result of every cell and run, resumed ones included.
@@ -381,9 +371,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
     done = dict(jr.done) if jr else {}
     resumed = sum(1 for i, r in units if (_cell_key(tasks[i]["point"]), r) in done)
     todo = [(i, r) for i, r in units if (_cell_key(tasks[i]["point"]), r) not in done]
-    if progress is None:
-        progress = sys.stderr.isatty()
-    bar = _progress_bar(len(units), resumed, progress)
+    bar = Bar(len(units), "alloclab sweep", progress, initial=resumed)
     t_start = time.perf_counter()
     session_run_s = 0.0
     load_before = machine.loadavg()  # machine state: the load around this session's runs
@@ -394,14 +382,12 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
         session_run_s += wall
         if jr:
             jr.add(tasks[i]["point"], r, raw, wall)
-        if bar is not None:
-            bar.update(1)
+        bar.update(1)
 
     try:
         _execute(tasks, todo, executor, finished)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
         if jr:
             jr.close()
     wall = time.perf_counter() - t_start

@@ -8,11 +8,16 @@ not to trust, and reads and writes the same JSON for all three:
 
     {"format": "alloclab-<name>-report", "version": 2, "settings": {...},
      "results": {key: Result.to_dict(), ...}}
+
+Progress: each reproduction counts its runs (or rows) on a progress_bar
+(progress.Bar): a tqdm bar on a terminal for a job that lasts, none when
+stderr is piped, always with progress=True (--progress).
 """
 
 from .. import errors, machine
 from .. import stats as _stats
 from .. import verdict as V
+from ..progress import Bar as progress_bar  # noqa: F401 (the reproductions' bars)
 from ..result import Result, dump_json, load_json
 
 REPORT_VERSION = 2

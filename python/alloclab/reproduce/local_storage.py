@@ -43,7 +43,7 @@ from .. import machine
 from .. import verdict as V
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report
+from ._report import Report, progress_bar
 
 WORKLOAD = "local-storage-create"
 
@@ -147,19 +147,13 @@ def _run_pairs(pairs, runs, progress):
     """{id(task): [raw per run]}: round by round, the two eras of each cell
     back to back, their order alternating between rounds."""
     raws = {id(t): [] for pair in pairs for t in pair}
-    total, done = len(raws) * runs, 0
+    bar = progress_bar(len(raws) * runs, "alloclab reproduce local-storage", progress)
     for i in range(runs):
         for pair in pairs:
             for t in (pair if i % 2 == 0 else pair[::-1]):
                 raws[id(t)].append(_run_once(t, i))
-                done += 1
-                if progress:
-                    import sys
-                    sys.stderr.write("\ralloclab: %d/%d runs" % (done, total))
-                    sys.stderr.flush()
-    if progress:
-        import sys
-        sys.stderr.write("\n")
+                bar.update()
+    bar.close()
     return raws
 
 

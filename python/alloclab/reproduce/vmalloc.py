@@ -58,7 +58,7 @@ from .._ffi import lib
 from ..policy import Policy, presets
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report, side
+from ._report import Report, progress_bar, side
 
 # Changes smaller than this are never marked (R)/(I), as alloclab.compare.
 THRESHOLD_PCT = 2.0
@@ -169,6 +169,7 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
     load_before = machine.loadavg()
     results, loops_used, ns_per_loop = {}, {}, {}
     todo = list(dict.fromkeys(rows))
+    bar = progress_bar(len(todo), "alloclab reproduce vmalloc", progress, unit="row")
     for i, (t, p, h, l) in enumerate(todo):
         key = _row_key(t, p, h)
         if scale is not None:
@@ -183,11 +184,8 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
         meta = collect_metadata()
         meta["run"] = {"workload": "test_vmalloc", "runs": runs, "row": key}
         results[key] = Result.from_raw(meta, [(tk["point"], r) for tk, r in zip(tasks, raws)])
-        if progress:
-            _progress("measuring", i + 1, len(todo))
-    if progress:
-        import sys
-        sys.stderr.write("\n")
+        bar.update()
+    bar.close()
     settings = {"scale": scale, "min_time": None if scale is not None else min_time,
                 "runs": runs, "effort": effort, "threads": threads, "arch": arch, "cpus": cpus,
                 "designs": [[k, p, s] for (k, p), s in zip(designs, specs)],
@@ -266,12 +264,6 @@ def calibrated_loops(min_time, ns_per_loop, seed_loops):
     if not ns_per_loop > 0:
         return seed_loops
     return max(1, min(seed_loops, int(math.ceil(1.1 * min_time * 1e9 / ns_per_loop))))
-
-
-def _progress(what, i, n):
-    import sys
-    sys.stderr.write("\ralloclab: %s %d/%d rows" % (what, i, n))
-    sys.stderr.flush()
 
 
 # ---------------------------------------------------------------- the report
