@@ -292,7 +292,7 @@ def _heat_colorbar(fig, ax, im, lim, cmp):
     """The colour bar in ratios (0.5x, 1x, 2x), the better side labelled."""
     cb = fig.colorbar(im, ax=ax, fraction=0.06, pad=0.02)
     step = max(1, int(math.ceil(lim / 4.0))) if lim >= 1 else None
-    ticks = (np.arange(-math.floor(lim), math.floor(lim) + 1, step) if step else
+    ticks = (step * np.arange(-math.floor(lim / step), math.floor(lim / step) + 1) if step else
              np.log2([1.0 / 2 ** lim, 1.0 / 1.1, 1.0, 1.1, 2 ** lim]))
     ticks = [t for t in ticks if abs(t) <= lim + 1e-9]
     cb.set_ticks(ticks)

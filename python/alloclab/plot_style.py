@@ -151,7 +151,8 @@ def legend_above(ax, ncol=None, order=None, **kw):
     if title:
         ax.set_title("")
         kw.update(title=title, title_fontsize=RC["axes.titlesize"])
-    ncol = ncol or min(len(h), 4)
+    width = ax.figure.get_figwidth() * min(1.0, ax.get_position().width + 0.15)
+    ncol = _fit_columns(labels, ncol or min(len(h), 4), width)
     return ax.legend(h, labels, loc="lower center", bbox_to_anchor=(0.5, 1.01), ncol=ncol,
                      borderaxespad=0.0, frameon=False, handlelength=1.6, columnspacing=1.0,
                      **kw)
@@ -163,7 +164,16 @@ def fig_legend(fig, ax, where="outside right upper", ncol=1, **kw):
     h, labels = ax.get_legend_handles_labels()
     if not h:
         return None
+    ncol = _fit_columns(labels, ncol, fig.get_figwidth())
     return fig.legend(h, labels, loc=where, ncol=ncol, frameon=False, **kw)
+
+
+def _fit_columns(labels, ncol, width_in):
+    """At most ``ncol`` legend columns, fewer when a row of the longest
+    label (at the legend's 8 pt, with its handle) would not fit in
+    ``width_in``."""
+    entry = max(len(s) for s in labels) * 0.5 * RC["legend.fontsize"] / 72.0 + 0.4
+    return max(1, min(ncol, len(labels), int((width_in - 0.2) // entry)))
 
 
 def errorbars(ax, xs, ys, es, log=False, floor=None, **kw):
@@ -187,9 +197,11 @@ def errorbars(ax, xs, ys, es, log=False, floor=None, **kw):
 
 
 def log_floor(ys, es):
-    """The bottom of a log axis for means ``ys`` with error arms ``es``: the
-    lowest lower end that stays positive, but no more than a decade under
-    the lowest mean (a lower arm reaching further is cut there)."""
+    """The bottom of a log axis for means ``ys`` with error arms ``es``: 0.8
+    of the lowest lower end, where a lower end at zero or below counts as a
+    decade under the lowest mean (its arm is cut there), and no lower end
+    takes the axis more than two decades under the lowest mean. None when
+    no mean is positive."""
     ys = np.asarray(ys, dtype=float)
     es = np.nan_to_num(np.asarray(es, dtype=float), nan=0.0)
     ok = np.isfinite(ys) & (ys > 0)
@@ -197,8 +209,8 @@ def log_floor(ys, es):
         return None
     low = float(ys[ok].min())
     ends = ys[ok] - es[ok]
-    pos = ends[ends > 0]
-    return max(low / 10.0, float(pos.min()) if pos.size else low / 10.0) * 0.8
+    cand = list(ends[ends > 0]) + [low / 10.0 if (ends <= 0).any() else low]
+    return max(min(cand), low / 100.0) * 0.8
 
 
 def mark_bar(ax, x, text, color="0.3"):
