@@ -96,20 +96,27 @@ def _plain(v, _pos=None):
     return "%g" % v
 
 
+_LOG_SUBS = (tuple(np.arange(1.0, 10.0, 0.5)), (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
+             (1.0, 2.0, 5.0), (1.0, 3.0), (1.0,))
+
+
 def plain_log(ax, which="y"):
-    """Plain labels on a log axis: major ticks at 1, 2, 5 x 10^k (every
-    integer multiple when the view spans under a decade and a half, powers
-    of ten alone over six decades), minor ticks unlabelled. Call once the
-    data are drawn: the tick density follows the current view."""
+    """Plain labels on a log axis: major ticks at 1, 2, 5 x 10^k or as many
+    multiples of each power of ten as the axis' length holds (about two
+    labels an inch across, three up), minor ticks unlabelled. Call once
+    the data are drawn: the tick density follows the current view."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     axis = ax.yaxis if which == "y" else ax.xaxis
     lo, hi = ax.get_ylim() if which == "y" else ax.get_xlim()
     lo, hi = min(lo, hi), max(lo, hi)
-    decades = math.log10(hi / lo) if lo > 0 and hi > 0 else 1.0
-    subs = ((1.0,) if decades > 6 else (1.0, 2.0, 5.0) if decades > 1.5 else
-            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0) if decades > 0.5 else
-            tuple(np.arange(1.0, 10.0, 0.5)))
-    axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=30))
+    decades = max(math.log10(hi / lo), 0.1) if lo > 0 and hi > 0 else 1.0
+    pos = ax.get_position()
+    inches = (pos.height * ax.figure.get_figheight() * 3.0 if which == "y" else
+              pos.width * ax.figure.get_figwidth() * 2.0)
+    subs = next((s for s in _LOG_SUBS if decades * len(s) <= max(3.0, inches)), (1.0,))
+    step = max(1, int(math.ceil(decades / max(3.0, inches)))) if subs == (1.0,) else 1
+    axis.set_major_locator(LogLocator(base=10.0 ** step, subs=subs, numticks=30)
+                           if step == 1 else LogLocator(base=10.0 ** step, numticks=30))
     axis.set_major_formatter(FuncFormatter(_plain))
     axis.set_minor_formatter(NullFormatter())
 
