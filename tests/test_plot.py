@@ -56,10 +56,11 @@ def test_latency_one_line_per_policy_panel_per_allocs(res):
         al.plot.latency(res, "alloc_ns", x="nope")
 
 
-def test_latency_hue_other_than_policy_names_its_parameter(res):
+def test_latency_legend_is_titled_by_its_parameter(res):
     fig = al.plot.latency(res.filter(policy="libc"), "alloc_ns", hue="allocs_per_cycle")
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
-        "allocs/cycle=1", "allocs/cycle=16"]
+    leg = fig.legends[0]
+    assert [t.get_text() for t in leg.get_texts()] == ["1", "16"]
+    assert leg.get_title().get_text() == "allocs/cycle"
 
 
 def _tick_texts(ax, which="y"):

@@ -87,7 +87,8 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
         axes[0][0].set_ylabel(_metric_label(metric))
         if hue:
             n = len(axes[0][-1].get_legend_handles_labels()[0])
-            S.fig_legend(fig, axes[0][-1], "outside lower center", ncol=min(4, max(1, n)))
+            S.fig_legend(fig, axes[0][-1], "outside lower center", ncol=min(4, max(1, n)),
+                         title=_HUE_LABELS.get(hue, hue))
         wl = _uniq([p.params.get("workload") for p in res.points])
         S.suptitle(fig, title or "%s%s%s" % (", ".join(map(str, wl)), ": " if wl else "",
                                              _metric_label(metric)) +
@@ -126,9 +127,7 @@ def _latency_series(sub, metric, x, hue, error):
             ys.append(s.mean)
             e = s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan
             es.append(0.0 if math.isnan(e) else e)
-        label = metric if not hue else str(hv) if hue == "policy" else "%s=%s" % (
-            _HUE_LABELS.get(hue, hue), hv)
-        out.append((label, xs, ys, es, why))
+        out.append((str(hv) if hue else metric, xs, ys, es, why))
     return out
 
 
@@ -319,8 +318,8 @@ def _hist_series(data, op, by, where):
                                      % (data,))
     res = data.filter(**where) if where else data
     vals = _uniq([p.params.get(by) for p in res.points]) if by else [None]
-    series = [(op if not by else str(v) if by == "policy" else "%s=%s" % (by, v),
-               (res.filter(**{by: [v]}) if by else res).histogram(op)) for v in vals]
+    series = [(str(v) if by else op, (res.filter(**{by: [v]}) if by else res).histogram(op))
+              for v in vals]
     ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in res.points
            if "timer_overhead_ns" in p.data]
     return series, (float(np.mean(ovh)) if ovh else None)
@@ -380,7 +379,8 @@ def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), 
             ax2.step(x, f, where="post", label=label, linewidth=1.5, color="C%d" % i)
         _hist_axes(ax1, ax2, op, overhead, series, percentiles)
         if len(series) > 1:
-            S.fig_legend(fig, ax2, "outside lower center", ncol=min(4, len(series)))
+            S.fig_legend(fig, ax2, "outside lower center", ncol=min(4, len(series)),
+                         title=by)
         S.suptitle(fig, title or "per-operation %s latency%s" % (
             op, " (dotted: one clock pair, %.0f ns, included)" % overhead if overhead else ""))
     return S.finish(fig)
