@@ -126,6 +126,8 @@ def test_heatmap_colours_log2_ratio_of_significant_cells(res):
                 assert arr[i, j] == pytest.approx(np.log2(1 + vals[i, j] / 100))
     g = np.log2([cmp.geomean(c, "alloc_ns").ratio for c in cols])
     assert np.allclose(arr[8, :], g) and not arr.mask[8, :].any()
+    alpha = np.asarray(im.get_alpha())  # the untested geometric means at half strength
+    assert (alpha[:8] == 1.0).all() and (alpha[8:] == al.plot.GEOMEAN_ALPHA).all()
     assert ax.get_xlabel().startswith("against buddy; grey: not significant")
     texts = [t.get_text() for t in ax.texts]
     assert len(texts) == 20

@@ -182,6 +182,7 @@ def _heat_note(pct, verdict, aid):
     return head + ("\n" + aid if aid else "")
 
 
+GEOMEAN_ALPHA = 0.5  # geometric means are untested summaries: lighter than a tested cell
 _RATIO_STEPS = (1.1, 1.25, 1.5) + tuple(2.0 ** k for k in range(1, 11))
 
 
@@ -189,7 +190,8 @@ def _heat_cells(cmp, geomean):
     """(row labels, columns, change % (rows x columns), coloured: a boolean
     mask of the cells drawn in colour, notes, rows of cells above the
     geometric means). A cell is coloured when marked (significant and over
-    the threshold); geometric-mean rows are summaries, always coloured."""
+    the threshold); geometric-mean rows are summaries, always coloured
+    (at GEOMEAN_ALPHA)."""
     labels, cols, vals, marks = cmp.matrix()
     notes = [["" for _ in cols] for _ in labels]
     for i, (_, _, cells) in enumerate(cmp.grid()):
@@ -234,7 +236,8 @@ def heatmap(cmp, vmax=None, cmap=S.DIVERGING, title=None, figsize=None, annotate
     are grey, "n/a" where a column has no value. Cells print their change
     with its mark (or n.s. = not significant, <2% = under the threshold)
     and the reading aid ("1.29x slower"); with ``geomean`` a
-    geometric-mean row per metric under a line (always coloured)."""
+    geometric-mean row per metric under a line, coloured at half strength
+    (a summary no test judged)."""
     if vmax is not None and not (isinstance(vmax, (int, float)) and vmax > 1):
         raise errors.InvalidArgument("heatmap vmax is a ratio above 1 (2: colours "
                                      "saturate at 2x better or worse), not %r" % (vmax,))
@@ -251,7 +254,9 @@ def heatmap(cmp, vmax=None, cmap=S.DIVERGING, title=None, figsize=None, annotate
         fig, axes = S.subplots(figsize=figsize or (S.FIGSIZE[0], h))
         ax = axes[0][0]
         cm = S.plt().get_cmap(cmap).with_extremes(bad=S.NOT_SIGNIFICANT)
-        im = ax.imshow(shown, cmap=cm, vmin=-lim, vmax=lim, aspect="auto")
+        alpha = np.where(np.arange(len(labels))[:, None] < ncell, 1.0, GEOMEAN_ALPHA)
+        im = ax.imshow(shown, cmap=cm, vmin=-lim, vmax=lim, aspect="auto",
+                       alpha=np.broadcast_to(alpha, shown.shape))
         _heat_axes(ax, cmp, labels, cols, ncell)
         if annotate:
             _heat_text(ax, notes, shown, lim, ncell)
@@ -280,7 +285,7 @@ def _heat_text(ax, notes, shown, lim, ncell):
         for j, note in enumerate(row):
             if not note:
                 continue
-            dark = not shown.mask[i, j] and abs(float(shown[i, j])) > 0.6 * lim
+            dark = i < ncell and not shown.mask[i, j] and abs(float(shown[i, j])) > 0.6 * lim
             ax.text(j, i, note, ha="center", va="center", fontsize=S.NOTE,
                     color="white" if dark else "black",
                     fontweight="bold" if not shown.mask[i, j] and i < ncell else "normal",

@@ -34,7 +34,7 @@ MIN_FONT = 8
 RC = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8,
       "ytick.labelsize": 8, "legend.fontsize": 8, "legend.title_fontsize": 8,
       "figure.titlesize": 10, "axes.formatter.useoffset": False,
-      "axes.formatter.limits": (-4, 6), "svg.fonttype": "none"}
+      "axes.formatter.limits": (-4, 6)}
 NOTE = 8  # annotations, cell texts, "n/a" marks
 # Colour-blind-safe diverging map (ColorBrewer RdBu): red worse, blue better.
 DIVERGING = "RdBu"
