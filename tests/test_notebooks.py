@@ -18,6 +18,7 @@ EXPECT = {
     "local_storage.ipynb": ["Socket local storage", "kmallocs/create", "deferred frees"],
     "tutorial.ipynb": ["presets:", "buddy locks/op", "refused:"],
     "replay.ipynb": ["exit status 0", "ops by kind", "replay, allocation latency", "peak held"],
+    "gallery.ipynb": ["16 figures checked, 0 with problems", "heatmap", "trace overview"],
 }
 
 

@@ -42,8 +42,9 @@ def test_latency_one_line_per_policy_panel_per_allocs(res):
         xs = [list(c.lines[0].get_xdata()) for c in ax.containers]
         assert xs == [[1, 2]] * 3
     assert axes[0].get_ylabel() == "allocation latency (ns)"
-    legend = axes[-1].get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == [
+    # one legend for the figure, outside every panel
+    assert all(ax.get_legend() is None for ax in axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
         "buddy", "libc", "libarena-spill"]  # the name the user gave
     # the plotted means are the table's
     t = res.table("alloc_ns")
@@ -55,68 +56,186 @@ def test_latency_one_line_per_policy_panel_per_allocs(res):
         al.plot.latency(res, "alloc_ns", x="nope")
 
 
-def test_heatmap_colour_range_and_labels(res):
+def test_latency_legend_is_titled_by_its_parameter(res):
+    fig = al.plot.latency(res.filter(policy="libc"), "alloc_ns", hue="allocs_per_cycle")
+    leg = fig.legends[0]
+    assert [t.get_text() for t in leg.get_texts()] == ["1", "16"]
+    assert leg.get_title().get_text() == "allocs/cycle"
+
+
+def _tick_texts(ax, which="y"):
+    ax.figure.canvas.draw()
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    return [t.label1.get_text() for t in axis._update_ticks() if t.label1.get_text()]
+
+
+def test_log_axes_have_plain_tick_labels(res):
+    fig = al.plot.latency(res, "alloc_ns", logy=True)
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log"
+        labels = _tick_texts(ax)
+        assert labels and all(set(lab) <= set("0123456789.kMG") for lab in labels), labels
+    assert al.plot_style._plain(600) == "600" and al.plot_style._plain(20000) == "20k"
+    assert al.plot_style._plain(0.5) == "0.5" and al.plot_style._plain(1.5e6) == "1.5M"
+
+
+def test_log_error_bars_are_cut_at_the_floor_and_marked():
+    fig, axes = al.plot_style.subplots()
+    ax = axes[0][0]
+    ax.set_yscale("log")
+    ys, es = [10.0, 100.0], [30.0, 5.0]  # the first reaches below zero
+    floor = al.plot_style.log_floor(ys, es)
+    assert floor == pytest.approx(0.8 * 1.0)  # a decade under the lowest mean, 10
+    c = al.plot_style.errorbars(ax, [1, 2], ys, es, log=True, floor=floor)
+    segs = c.lines[2][0].get_segments()
+    assert [s[0][1] for s in segs] == pytest.approx([floor, 95.0])  # lower ends
+    assert [s[1][1] for s in segs] == pytest.approx([40.0, 105.0])  # upper ends unchanged
+    carets = [ln for ln in ax.get_lines() if ln.get_marker() == "v"]
+    assert len(carets) == 1 and list(carets[0].get_ydata()) == [floor]
+
+
+def test_latency_on_log_axis_keeps_error_bars_inside(res):
+    fig = al.plot.latency(res, "alloc_ns", logy=True, error="sd")
+    for ax in fig.axes:
+        lo, hi = ax.get_ylim()
+        for c in ax.containers:
+            for seg in c.lines[2][0].get_segments():
+                assert lo * 0.999 <= seg[0][1] and seg[1][1] <= hi * 1.001
+
+
+def test_heatmap_colours_log2_ratio_of_significant_cells(res):
     cmp = al.compare(res, baseline="buddy", metric=["alloc_ns", "free_ns"])
     fig = al.plot.heatmap(cmp)
     ax = fig.axes[0]
     im = ax.get_images()[0]
     lo, hi = im.get_clim()
-    assert lo == -hi and 5 <= hi <= 100  # symmetric about "no change"
-    assert im.get_cmap().name == "RdYlGn"
+    assert lo == -hi and hi > 0  # symmetric about 1x
+    assert im.get_cmap().name.startswith("RdBu")  # colour-blind safe, diverging
     labels, cols, vals, marks = cmp.matrix()
     geo = [label for label, _ in cmp.geo_rows()]
     assert geo == ["alloc_ns: geometric mean", "free_ns: geometric mean"]
     assert [t.get_text() for t in ax.get_yticklabels()] == labels + geo
     assert [t.get_text() for t in ax.get_xticklabels()] == cols
-    assert im.get_array().shape == (len(labels) + 2, 2) == (10, 2)
-    assert np.allclose(im.get_array()[8, :], [cmp.geomean(c, "alloc_ns").change_pct for c in cols])
-    assert ax.get_xlabel() == "against buddy"
+    arr = im.get_array()
+    assert arr.shape == (len(labels) + 2, 2) == (10, 2)
+    for i in range(len(labels)):
+        for j in range(len(cols)):
+            # grey (masked) unless significant and over the threshold
+            assert bool(arr.mask[i, j]) == (not marks[i][j])
+            if marks[i][j]:
+                assert arr[i, j] == pytest.approx(np.log2(1 + vals[i, j] / 100))
+    g = np.log2([cmp.geomean(c, "alloc_ns").ratio for c in cols])
+    assert np.allclose(arr[8, :], g) and not arr.mask[8, :].any()
+    alpha = np.asarray(im.get_alpha())  # the untested geometric means at half strength
+    assert (alpha[:8] == 1.0).all() and (alpha[8:] == al.plot.GEOMEAN_ALPHA).all()
+    assert ax.get_xlabel().startswith("against buddy; grey: not significant")
     texts = [t.get_text() for t in ax.texts]
     assert len(texts) == 20
-    # each cell: its change (with mark, n.s. or <2%), then the reading aid
-    for t in texts:
+    for t in texts:  # each cell: its change (with mark, n.s. or <2%), then the reading aid
         first, aid = t.split("\n")
         assert first.split()[-1].endswith("%") or first.split()[-1] in ("n.s.", "<2%")
         assert aid.endswith(("slower", "faster")) or aid == "no change"
     c = cmp.cells[0]
     assert any(t.endswith("\n" + c.aid()) and ("%+.1f%%" % c.change_pct) in t for t in texts)
-    assert "positive = better" in fig.axes[1].get_ylabel()  # the colour bar
+    cbar = fig.axes[1]
+    assert "> 1x = better" in cbar.get_ylabel()
+    fig.canvas.draw()
+    assert "1x" in [t.get_text() for t in cbar.get_yticklabels()]
     assert len(al.plot.heatmap(cmp, geomean=False).axes[0].texts) == 16
-    fig = cmp.heatmap(vmax=30)
-    assert fig.axes[0].get_images()[0].get_clim() == (-30, 30)
+    assert cmp.heatmap(vmax=2).axes[0].get_images()[0].get_clim() == (-1.0, 1.0)
+    for bad in (1, 0.5, "2x", -3):
+        with pytest.raises(al.InvalidArgument, match="ratio above 1"):
+            al.plot.heatmap(cmp, vmax=bad)
 
 
-def test_latency_histogram_and_cdf(res):
+def test_heatmap_marks_a_missing_column_na(res):
+    cmp = al.compare(res, baseline="buddy", metric=["alloc_ns"])
+    c = cmp.cells.pop(0)  # one column of one row has no value
+    fig = al.plot.heatmap(cmp, geomean=False)
+    ax = fig.axes[0]
+    labels, cols, _, _ = cmp.matrix()
+    i, j = labels.index(cmp.row_label(c.metric, c.key)), cols.index(c.column)
+    assert ax.get_images()[0].get_array().mask[i, j]
+    assert "n/a" in [t.get_text() for t in ax.texts]
+
+
+def test_ratio_labels():
+    lab = al.plot_style.ratio_label
+    assert [lab(r) for r in (1 / 16, 0.25, 0.5, 0.8, 1, 2, 16)] == [
+        "1/16x", "1/4x", "0.5x", "0.8x", "1x", "2x", "16x"]
+
+
+def test_latency_histogram_and_ccdf(res):
     fig = al.plot.latency_hist(res, "alloc")
-    ax1, ax2 = fig.axes
+    ax1, ax2 = fig.axes[:2]
     assert "latency (ns" in ax1.get_xlabel() and ax1.get_xscale() == "log"
-    assert ax1.get_ylabel() == "fraction of operations"
-    assert ax2.get_ylabel() == "fraction <= latency"
-    assert len(_lines(ax2)) == 3  # a CDF per policy
+    assert ax1.get_ylabel() == "fraction of operations per bin"
+    assert ax2.get_ylabel() == "fraction slower than x (CCDF)" and ax2.get_yscale() == "log"
+    assert len(_lines(ax2)) == 3  # a CCDF per policy
     for ln in _lines(ax2):
         y = ln.get_ydata()
-        assert y[-1] == pytest.approx(1.0) and np.all(np.diff(y) >= 0)
+        assert y[0] == 1.0 and y[-1] > 0 and np.all(np.diff(y) <= 0)
+    # the histogram: outlined bins whose fractions sum to 1
+    stairs = [p for p in ax1.patches if p.get_label() in ("buddy", "libc", "libarena-spill")]
+    assert len(stairs) == 3
+    assert all(sum(s.get_data().values) == pytest.approx(1.0) for s in stairs)
+    # percentiles read off the right-hand scale
+    right = ax2.child_axes
+    fig.canvas.draw()
+    assert [t.get_text() for t in right[0].get_yticklabels()] == ["p50", "p90", "p99",
+                                                                 "p99.9"]
     one = al.plot.latency_hist(res.histogram("free", policy="libc"), "free")
     assert len(_lines(one.axes[1])) == 1
-    assert [t.get_text() for t in one.axes[1].texts] == ["p50", "p90", "p99", "p99.9"]
+    assert [t.get_text().split()[0] for t in one.axes[1].texts] == ["p50", "p90", "p99",
+                                                                   "p99.9"]
     with pytest.raises(al.InvalidArgument):
         al.plot.latency_hist(42)
 
 
-def test_counters_bars(res):
+def test_rebin_and_ccdf_agree_with_the_histogram(res):
+    h = res.histogram("alloc", policy="buddy")
+    edges, frac = al.plot.rebin(h)
+    assert frac.sum() == pytest.approx(1.0) and len(edges) == len(frac) + 1
+    assert np.allclose(np.diff(np.log2(edges)), 1.0 / al.plot.BINS_PER_OCTAVE)
+    x, f = al.plot.ccdf(h)
+    assert f[0] == 1.0 and np.all(np.diff(f) <= 0) and np.all(np.diff(x) > 0)
+    for q in (50, 90, 99):
+        # at the first step at or past the q-th percentile (a bucket's upper
+        # edge), at most 1 - q/100 of the operations are slower
+        i = np.searchsorted(x, h.percentile(q), side="left")
+        assert i == len(x) or f[i] <= 1 - q / 100 + 1e-12
+    empty = al.Histogram()
+    assert [len(a) for a in al.plot.rebin(empty) + al.plot.ccdf(empty)] == [0, 0, 0, 0]
+
+
+def test_counters_bars_and_na_marks(res):
     sub = res.filter(producers=2, allocs_per_cycle=16)
     fig = al.plot.counters(sub, names=["buddy.lock_acquired", "buddy.allocs"])
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["buddy.lock_acquired",
                                                              "buddy.allocs"]
-    assert len(ax.patches) == 3 * 2  # a bar per policy per counter
     assert ax.get_ylabel() == "per operation (alloc + free)"
-    heights = [p.get_height() for p in ax.patches]
     buddy = sub.filter(policy="buddy").points[0]
-    assert heights[0] == pytest.approx(np.mean(buddy.data["buddy.lock_acquired_per_op"]))
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in ax.containers}
+    assert bars["buddy"] == pytest.approx([np.mean(buddy.data["buddy.lock_acquired_per_op"]),
+                                           np.mean(buddy.data["buddy.allocs_per_op"])])
+    # libc has no buddy layer: no bar, "n/a" in each place, never a zero bar
+    assert bars["libc"] == []
+    notes = [t.get_text() for t in ax.texts]
+    assert notes.count("n/a") == 2
+    assert sum(map(len, bars.values())) + notes.count("n/a") == 3 * 2  # a bar or n/a each
+    assert notes.count("0") == sum(h == 0 for h in bars["libarena-spill"])
+    assert ax.get_legend() is not None  # above the axes, not over the bars
     auto = al.plot.counters(sub)
     names = [t.get_text() for t in auto.axes[0].get_xticklabels()]
     assert names and all("bytes" not in n and not n.endswith("_ns") for n in names)
+
+
+def test_counters_tell_a_zero_from_a_missing_value():
+    res = al.run("malloc-free", ["buddy", "libc"], allocs_per_cycle=4, **FAST)
+    fig = al.plot.counters(res, names=["buddy.lock_contended"])  # 0 on one producer
+    notes = sorted(t.get_text() for t in fig.axes[0].texts)
+    assert notes == ["0", "n/a"]
 
 
 def test_save(tmp_path, res):

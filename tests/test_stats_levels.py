@@ -382,7 +382,7 @@ def test_plot_marks_unmeasured_lines():
     matplotlib.use("Agg")
     res = al.run("malloc-free", "percpu(guard=local) > buddy", stats=["off", "lite"], **RUN)
     fig = res.plot("percpu.hits_per_op", x="producers", hue="stats")
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["off (n/a: stats=off)", "lite"]
     only_off = res.filter(stats="off").plot("percpu.hits_per_op")
     assert "n/a: not measured (stats=off)" in [t.get_text() for t in only_off.axes[0].texts]

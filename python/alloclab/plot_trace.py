@@ -1,9 +1,9 @@
 """Plots of what a trace holds (a TraceInfo); each function returns a
-matplotlib Figure, in plot.py's style (its pyplot loader; al.plot.save
-writes them).
+matplotlib Figure in the house style of plot_style (7 x 4.3 in at 200 dpi;
+the six-panel overview is twice as tall), al.plot.save writes them.
 
     info = al.trace_info(trace)
-    al.plot_trace.overview(info)        # the six panels below in one figure
+    al.plot_trace.overview(info)        # the six panels below in one figure, 3 rows of 2
     al.plot_trace.live_bytes(info)      # live requested bytes over time and ops, peak marked
     al.plot_trace.sizes(info)           # sizes created, power-of-two bins, stacked per kind
     al.plot_trace.lifetimes(info)       # lifetimes in ops and in time
@@ -17,12 +17,13 @@ matplotlib is imported when a function is called, as in plot.py.
 """
 
 from . import errors
-from .plot import _plt
+from . import plot_style as S
 from .schema import format_size
 
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
 _TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
 MAX_THREAD_BARS = 32
+OVERVIEW_SIZE = (S.FIGSIZE[0], 2 * S.FIGSIZE[1])  # three rows of two panels
 
 
 def _check(info):
@@ -39,13 +40,14 @@ def _time_unit(span):
     return next((u, s) for u, s in _TIME_UNITS if span >= s or s == 1.0)
 
 
-def _bin_axis(ax, bounds, xlabel, fmt=format_size):
-    """Power-of-two bins at x = 0, 1, ..., labelled by each bin's lower bound."""
+def _bin_axis(ax, bounds, xlabel, fmt=format_size, most=10):
+    """Power-of-two bins at x = 0, 1, ..., labelled by each bin's lower bound
+    (at most ``most`` labels, every other one or fewer when there are more)."""
     xs = list(range(len(bounds)))
-    step = max(1, len(bounds) // 12)
+    step = max(1, -(-len(bounds) // most))
     ax.set_xticks(xs[::step])
     ax.set_xticklabels(["0" if hi == 1 else fmt(lo) for lo, hi in bounds][::step],
-                       rotation=45, ha="right", fontsize="small")
+                       rotation=45, ha="right", rotation_mode="anchor")
     ax.set_xlabel(xlabel)
     ax.grid(True, axis="y", alpha=0.3)
     return xs
@@ -66,17 +68,20 @@ def _on_live(ax, info, x):
         xs, xlabel = xs / ts, "time since the trace began (%s)" % tu
     else:
         xlabel = "ops (global sequence order)"
-    ax.step(xs, series["bytes"] / scale, where="post", label="live bytes (bucket max)")
+    ax.step(xs, series["bytes"] / scale, where="post")
+    top = max(1, lv["peak_bytes"]) / scale
     if lv["peak_seq"] is not None:
         px = lv["peak_t_ns"] / ts if x == "time" else _peak_pos(series, lv)
-        ax.plot([px], [lv["peak_bytes"] / scale], "o", color="C3",
-                label="peak %.4g %s" % (lv["peak_bytes"] / scale, unit))
-        ax.legend(fontsize="small")
+        ax.plot([px], [lv["peak_bytes"] / scale], "o", color="C3")
+        right = len(xs) and px > (float(xs[0]) + float(xs[-1])) / 2
+        ax.annotate("peak %.4g %s" % (lv["peak_bytes"] / scale, unit),
+                    (px, lv["peak_bytes"] / scale), xytext=(-6 if right else 6, -2),
+                    textcoords="offset points", ha="right" if right else "left", va="top",
+                    fontsize=S.NOTE, color="C3")
     ax.set_xlabel(xlabel)
-    if x != "time":
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 4))
-    ax.set_ylabel("live requested bytes (%s)" % unit)
-    ax.set_ylim(bottom=0)
+    S.plain_linear(ax, "x")
+    ax.set_ylabel("live bytes, %s (bucket max)" % unit)
+    ax.set_ylim(0, top * 1.08)
     ax.grid(True, alpha=0.3)
 
 
@@ -103,7 +108,8 @@ def _on_sizes(ax, info):
         ax.bar(xs, ys, bottom=bottom, label=k, width=0.85)
         bottom = [a + b for a, b in zip(bottom, ys)]
     ax.set_ylabel("objects created")
-    ax.legend(fontsize="small")
+    S.plain_linear(ax, "y")
+    S.legend_above(ax)
 
 
 def _fmt_ns(v):
@@ -123,6 +129,7 @@ def _on_lifetimes(ax, info, unit):
                    fmt=str if unit == "ops" else _fmt_ns)
     ax.bar(xs, [c for _, _, c in rows], width=0.85)
     ax.set_ylabel("objects freed")
+    S.plain_linear(ax, "y")
 
 
 _THREAD_CLASSES = (("allocations", ("malloc", "calloc", "posix_memalign", "aligned_alloc",
@@ -144,11 +151,12 @@ def _on_threads(ax, info, limit=MAX_THREAD_BARS):
         ax.bar(xs, ys, bottom=bottom, label=label)
         bottom = [a + b for a, b in zip(bottom, ys)]
     ax.set_xticks(xs)
-    ax.set_xticklabels([str(t["thread"]) for t in ths], fontsize="small",
+    ax.set_xticklabels([str(t["thread"]) for t in ths],
                        rotation=90 if len(ths) > 16 else 0)
     ax.set_xlabel("thread" + (" (the %d busiest)" % limit if len(info.threads) > limit else ""))
     ax.set_ylabel("ops")
-    ax.legend(fontsize="small")
+    S.plain_linear(ax, "y")
+    S.legend_above(ax)
     ax.grid(True, axis="y", alpha=0.3)
 
 
@@ -177,18 +185,12 @@ def _figure(info, draws, what, title, figsize):
     """One figure of len(draws) panels side by side (each draw(ax) fills
     one), titled ``title`` or the trace's ``what``."""
     _check(info)
-    n = len(draws)
-    fig, axes = _plt().subplots(1, n, figsize=figsize or (5 * n if n > 1 else 6, 3.6))
-    axes = list(axes) if n > 1 else [axes]
-    for ax, draw in zip(axes, draws):
-        draw(ax)
-    text = title or _title(info, what)
-    if n > 1:
-        fig.suptitle(text, fontsize="medium")
-    else:
-        axes[0].set_title(text, fontsize="medium")
-    fig.tight_layout()
-    return fig
+    with S.rc():
+        fig, axes = S.subplots(1, len(draws), figsize=figsize)
+        for ax, draw in zip(axes[0], draws):
+            draw(ax)
+        S.suptitle(fig, title or _title(info, what))
+    return S.finish(fig)
 
 
 def live_bytes(info, title=None, figsize=None):
@@ -216,21 +218,22 @@ def threads(info, title=None, figsize=None):
 
 
 def overview(info, title=None, figsize=None):
-    """Everything in one figure of six panels: live bytes over time and over
-    ops, sizes, lifetimes in ops and in time, ops per thread."""
+    """Everything in one figure of six panels, three rows of two, twice the
+    usual height: live bytes over time and over ops, sizes and ops per
+    thread, lifetimes in ops and in time."""
     _check(info)
-    fig, axes = _plt().subplots(2, 3, figsize=figsize or (15, 7.6))
-    _on_live(axes[0][0], info, "time")
-    _on_live(axes[0][1], info, "seq")
-    _on_sizes(axes[0][2], info)
-    _on_lifetimes(axes[1][0], info, "ops")
-    _on_lifetimes(axes[1][1], info, "ns")
-    _on_threads(axes[1][2], info)
-    fig.suptitle(title or _title(info, "%d ops, %d threads, peak %s live" % (
-        info.summary["nops"], info.summary["nthreads"],
-        _fmt_bytes(info.live["peak_bytes"]))), fontsize="medium")
-    fig.tight_layout()
-    return fig
+    with S.rc():
+        fig, axes = S.subplots(3, 2, figsize=figsize or OVERVIEW_SIZE)
+        _on_live(axes[0][0], info, "time")
+        _on_live(axes[0][1], info, "seq")
+        _on_sizes(axes[1][0], info)
+        _on_threads(axes[1][1], info)
+        _on_lifetimes(axes[2][0], info, "ops")
+        _on_lifetimes(axes[2][1], info, "ns")
+        S.suptitle(fig, title or _title(info, "%d ops, %d threads, peak %s live" % (
+            info.summary["nops"], info.summary["nthreads"],
+            _fmt_bytes(info.live["peak_bytes"]))))
+    return S.finish(fig)
 
 
 def _fmt_bytes(v):

@@ -506,33 +506,7 @@ class LibarenaReport(Report):
 
     def plot(self, metric="alloc_ns", workload="malloc-free", timing=None, ax=None):
         """Latency against producers, one line per design, one panel per
-        allocs/cycle; error bars are the 95% CI of the mean. Returns the figure."""
-        import matplotlib.pyplot as plt
-
-        timing = timing or self.timings[0]
-        apcs = self.allocs_per_cycle
-        fig, axes = plt.subplots(1, len(apcs), figsize=(3.2 * len(apcs), 3.2), sharey=False,
-                                 squeeze=False)
-        from .. import stats
-        for ax, a in zip(axes[0], apcs):
-            for d, _ in self.designs:
-                ys, es = [], []
-                for p in self.producers:
-                    v = self.cell(workload, d, metric, timing, p, a)
-                    st = stats.describe(v if v is not None else [])
-                    ys.append(st.mean)
-                    es.append(st.ci_half if np.isfinite(st.ci_half) else 0)
-                ax.errorbar(self.producers, ys, yerr=es, marker="o", capsize=3, label=d)
-            ax.set_title("%d allocs/cycle" % a)
-            ax.set_yscale("log")
-            ax.set_xlabel("producers")
-            ax.set_xticks(self.producers)
-            if self.usable < max(self.producers):
-                ax.axvspan(self.usable + 0.5, max(self.producers) + 0.5, color="0.92",
-                           zorder=0)
-        axes[0][0].set_ylabel("%s (ns/op)" % metric)
-        axes[0][-1].legend(fontsize="small")
-        fig.suptitle("libarena-%s, %s, %s timing (shaded: virtual CPUs; bars: 95%% CI)" % (
-            workload, dict(METRICS).get(metric, metric), timing))
-        fig.tight_layout()
-        return fig
+        allocs/cycle; error bars are the 95% CI of the mean. Returns the
+        figure (alloclab.plot_reproduce.libarena)."""
+        from .. import plot_reproduce
+        return plot_reproduce.libarena(self, metric, workload, timing, METRICS)

@@ -435,56 +435,14 @@ class LocalStorageReport(Report):
     # -- plots --
 
     def plot(self, ax=None):
-        """Creation speed (k/s, ± sd) against batch size, a panel per storage
-        type, the seed's numbers dashed. Returns the figure."""
-        import matplotlib.pyplot as plt
-
-        sts = self.storage_types
-        fig, axes = plt.subplots(1, len(sts), figsize=(5 * len(sts), 3.6), squeeze=False)
-        bs = self.batch_sizes
-        for ax, st in zip(axes[0], sts):
-            for e, (label, _) in enumerate(self.eras[st]):
-                ms = [self.speed(st, e, b) for b in bs]
-                line = ax.errorbar(bs, [m for m, _ in ms], yerr=[s for _, s in ms],
-                                   marker="o", capsize=3, label=label)
-                seed = [SEED.get((st, e, b), (np.nan,))[0] for b in bs]
-                if np.any(np.isfinite(seed)):
-                    ax.plot(bs, seed, linestyle="--", marker="x",
-                            color=line[0].get_color(), label="%s (seed)" % label)
-            ax.set_title(TITLES[st])
-            ax.set_xlabel("batch size")
-            ax.set_xticks(bs)
-            ax.set_ylabel("creates (k/s)")
-            ax.legend(fontsize="small")
-        fig.tight_layout()
-        return fig
+        """Creation speed (k/s, +- sd) against batch size, a panel per storage
+        type, the seed's numbers dashed (alloclab.plot_reproduce). Returns
+        the figure."""
+        from .. import plot_reproduce
+        return plot_reproduce.local_storage_speed(self, SEED, TITLES)
 
     def plot_kmallocs(self):
-        """kmallocs per create per era and batch size: the model's traced and
-        slab-level counts, and the seed's owner background stacked on the
-        traced bar, hatched and labelled as taken from the seed."""
-        import matplotlib.pyplot as plt
-
-        sts = self.storage_types
-        fig, axes = plt.subplots(1, len(sts), figsize=(5 * len(sts), 3.6), squeeze=False)
-        bs = self.batch_sizes
-        w = 0.2
-        for ax, st in zip(axes[0], sts):
-            x = np.arange(len(bs))
-            bg = SEED_BACKGROUND[st]
-            for e, (label, _) in enumerate(self.eras[st]):
-                tr = [self.kmallocs(st, e, b)[0] for b in bs]
-                sl = [self.kmallocs(st, e, b)[1] for b in bs]
-                xs = x + (2 * e - 1.5) * w
-                ax.bar(xs, tr, w, label="%s, traced (model)" % label)
-                ax.bar(xs, [bg] * len(bs), w, bottom=tr, fill=False, hatch="//",
-                       label="owner background %.2f (from the seed)" % bg if e == 0 else None)
-                ax.bar(x + (2 * e - 0.5) * w, sl, w, label="%s, slab (model)" % label)
-            ax.set_xticks(x)
-            ax.set_xticklabels([str(b) for b in bs])
-            ax.set_xlabel("batch size")
-            ax.set_ylabel("kmallocs per create")
-            ax.set_title(TITLES[st])
-            ax.legend(fontsize="x-small")
-        fig.tight_layout()
-        return fig
+        """kmallocs per create per era and batch size, the seed's owner
+        background stacked on the traced bar (alloclab.plot_reproduce)."""
+        from .. import plot_reproduce
+        return plot_reproduce.local_storage_kmallocs(self, SEED_BACKGROUND, TITLES)

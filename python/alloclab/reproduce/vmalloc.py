@@ -606,60 +606,16 @@ class VmallocReport(Report):
     # -- plots --
 
     def plot(self, ax=None):
-        """Percent change per row for each design (bars), the seed's values
-        as markers."""
-        import matplotlib.pyplot as plt
-
-        rows = self.seed_rows()
-        if ax is None:
-            fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) * len(self.columns) + 1.5))
-        else:
-            fig = ax.figure
-        y = np.arange(len(rows))
-        hgt = 0.8 / max(1, len(self.columns))
-        for i, c in enumerate(self.columns):
-            vals = [self.change(t, p, h, c)[0] for t, p, h, *_ in rows]
-            ax.barh(y + i * hgt, vals, height=hgt, label=c)
-        for j, (k, _) in enumerate(DESIGNS):
-            i = self.columns.index(k)
-            vals = [r[4 + j][0] for r in rows]
-            ax.plot(vals, y + i * hgt, "k" + "dx"[j], label="seed %s" % k)
-        ax.set_yticks(y + hgt * (len(self.columns) - 1) / 2)
-        ax.set_yticklabels(["%s p:%d h:%d" % (_short(t), p, h) for t, p, h, *_ in rows],
-                           fontsize=8)
-        ax.invert_yaxis()
-        ax.axvline(0, color="grey", lw=0.8)
-        ax.set_xscale("symlog", linthresh=20)
-        ax.set_xlabel("change against v6.18, % (positive = faster; symlog)")
-        ax.set_title("test_vmalloc: seed 004's kernels as policies")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)
-        fig.tight_layout()
-        return fig
+        """Each design's speed against v6.18 per row (bars), the seed's as
+        markers (alloclab.plot_reproduce.vmalloc_rows)."""
+        from .. import plot_reproduce
+        return plot_reproduce.vmalloc_rows(self, DESIGNS, _short, ax=ax)
 
     def plot_sizes(self, ax=None):
         """fix_size_alloc_test: ns per loop against nr_pages, one line per
-        design (h:0 solid, h:1 dashed)."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            fig, ax = plt.subplots(figsize=(7, 4.5))
-        else:
-            fig = ax.figure
-        fs = sorted({(p, h) for t, p, h, *_ in self.seed_rows() if t == "fix_size_alloc_test"})
-        for i, (k, _, _) in enumerate(self.designs):
-            for h, style in ((0, "-o"), (1, "--s")):
-                pts = [(p, np.nanmean(self.samples("fix_size_alloc_test", p, hh, k)))
-                       for p, hh in fs if hh == h]
-                if pts:
-                    ax.plot(*zip(*pts), style, color="C%d" % i, label="%s h:%d" % (k, h))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("nr_pages")
-        ax.set_ylabel("ns per loop (vmalloc + write + vfree)")
-        ax.set_title("fix_size_alloc_test")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        return fig
+        design (alloclab.plot_reproduce.vmalloc_sizes)."""
+        from .. import plot_reproduce
+        return plot_reproduce.vmalloc_sizes(self, ax=ax)
 
 
 def _short(test):
