@@ -580,7 +580,7 @@ static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size
 	if (al_unlikely(k < 0)) /* not learnt yet, or not cacheable */
 		return sheaves_alloc_below(sh, c, (unsigned)ci, flags);
 	ci = k;
-	if (al_unlikely(flags & AL_NOCPU))
+	if (al_unlikely(flags & (AL_NOCPU | AL_SLOWPATH)))
 		goto fallback;
 	p = pcs_of(sh, (unsigned)ci, c->cpu);
 	if (al_unlikely(!pcs_trylock(p, c))) {

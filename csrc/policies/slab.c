@@ -32,8 +32,18 @@
  *    else a new slab from the page source.
  *  free fast path: if the object's slab is the CPU slab, push with the same
  *    cmpxchg16b; else __slab_free: push onto the slab's freelist with the
- *    locked cmpxchg16b, taking list_lock only on state changes (full ->
- *    partial, empty -> discarded when min_partial slabs are already kept).
+ *    locked cmpxchg16b, taking list_lock only on state changes (partial ->
+ *    empty: discarded when min_partial slabs are already kept and the slab
+ *    is on the node list).
+ *  per-CPU partial slabs (cpu_partial=true, CONFIG_SLUB_CPU_PARTIAL; unfrozen
+ *    as since v6.8): a full slab that a free makes partial goes on the
+ *    FREEING CPU's partial list under its local lock, no list_lock
+ *    (put_cpu_partial); a list already holding cpu_partial slabs (2 x
+ *    120/52/24/6 objects' worth by size) is first moved whole to the node
+ *    list under one list_lock hold (__put_partials, empty slabs discarded
+ *    beyond min_partial). ___slab_alloc takes the next CPU partial slab
+ *    before the node list, and get_partial_node moves up to half a list more
+ *    from the node list to the CPU's in the same list_lock hold.
  *  kmalloc_nolock (AL_NOSPIN): every lock is a trylock (-EBUSY); in NMI, a
  *    cache whose local lock is held is skipped at once (-EBUSY, the
  *    interrupted slow path is mid-update), as 6.18 does.
@@ -44,15 +54,19 @@
  *    under list_lock, alloc_bulk (refill_objects) takes many under one
  *    acquisition; frees are __slab_free. Meant to sit under `sheaves`.
  * AL_NOCPU (a helper thread running a CPU's deferred work): the sheaves-form
- *    paths, never the CPU's freelist.
+ *    paths, never the CPU's freelist or partial list. AL_SLOWPATH (irq_work
+ *    on the CPU): frees go to __slab_free, which may use the CPU's partial
+ *    list.
  *
  * Invariants (slab_check): per slab, free objects on its freelist + inuse =
- * objects; a slab is frozen iff it is some CPU's slab; the partial list holds
- * exactly the non-frozen slabs with free objects (and empty ones kept up to
- * min_partial), nr_partial counts them; bytes_held = objects in use outside
- * CPU freelists, times the class size.
+ * objects; a slab is frozen iff it is some CPU's slab; every non-frozen slab
+ * with free objects is on the node partial list, a CPU partial list or the
+ * orphan stack; nr_partial and partial_nr count the lists; a CPU partial
+ * list holds unfrozen slabs of its class that have free objects;
+ * bytes_held = objects in use outside CPU freelists, times the class size.
  *
- * Lock order: local lock (per CPU per cache) -> list_lock -> page_lock. All
+ * Lock order: local lock (per CPU per cache) -> list_lock -> page_lock (a CPU
+ * partial list is moved to the node list after the local lock is dropped). All
  * are leaves with respect to other layers.
  *
  * Cost: a fast-path alloc or free is ~3 loads and one unlocked cmpxchg16b.
@@ -79,8 +93,8 @@
  * publishes it and unpoisoned (whole) once an allocation owns it; a frame is
  * unpoisoned whole before it is carved for another class.
  *
- * Not modelled: per-CPU partial lists (CONFIG_SLUB_CPU_PARTIAL), NUMA nodes,
- * debugging, large kmalloc above 8 KiB (-EINVAL), full double-free detection.
+ * Not modelled: NUMA nodes, debugging, large kmalloc above 8 KiB (-EINVAL),
+ * full double-free detection.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -98,7 +112,16 @@
 enum { F_CPU_SLAB = 0, F_SHEAVES = 1 };
 #define FORM_CHOICES "cpu_slab,sheaves"
 
-enum { P_form, P_zero, P_min_objects, P_arena_limit, P_lock_budget, P_lock_timing, P_NR };
+enum {
+	P_form,
+	P_zero,
+	P_min_objects,
+	P_arena_limit,
+	P_lock_budget,
+	P_lock_timing,
+	P_cpu_partial,
+	P_NR
+};
 
 static const struct al_param_desc slab_params[P_NR] = {
 	[P_form] = { "form", AL_PARAM_ENUM, F_CPU_SLAB, 0, 1, FORM_CHOICES,
@@ -113,6 +136,10 @@ static const struct al_param_desc slab_params[P_NR] = {
 			    "how long list_lock and page_lock waiters spin before failing" },
 	[P_lock_timing] = { "lock_timing", AL_PARAM_BOOL, 1, 0, 1, NULL,
 			    "measure lock hold time (list_lock_hold_ns)" },
+	[P_cpu_partial] = { "cpu_partial", AL_PARAM_BOOL, 1, 0, 1, NULL,
+			    "per-CPU partial slabs (CONFIG_SLUB_CPU_PARTIAL, cpu_slab form): "
+			    "up to 2 x 120/52/24/6 objects' worth of slabs per CPU per cache by "
+			    "object size, as v6.18" },
 };
 
 /*
@@ -147,6 +174,13 @@ static const struct al_param_desc slab_params[P_NR] = {
 	C(P, partial_gets, AL_CTR_KEY, "slabs taken from the partial list")                      \
 	C(P, get_freelist, 0, "CPU slab refills from its own remote frees")                      \
 	C(P, deactivations, 0, "CPU slabs given up (full or flushed)")                           \
+	C(P, cpu_partial_alloc, AL_CTR_KEY,                                                      \
+	  "CPU slab refills from this CPU's partial list (no list_lock)")                        \
+	C(P, cpu_partial_free, AL_CTR_KEY,                                                       \
+	  "full slabs a free put on the freeing CPU's partial list (no list_lock)")              \
+	C(P, cpu_partial_node, 0, "slabs moved from the node list to a CPU's in get_partial")    \
+	C(P, cpu_partial_drain, AL_CTR_KEY,                                                      \
+	  "CPU partial lists moved to the node list (full list, or flushed)")                    \
 	C(P, nospin_busy, AL_CTR_KEY, "AL_NOSPIN calls that found a lock held (-EBUSY)")         \
 	C(P, nmi_deadlock, AL_CTR_KEY,                                                           \
 	  "spinning calls in NMI that found the local lock held (-EDEADLK)")                     \
@@ -190,7 +224,8 @@ struct slab {
 	uint32_t next;	    /* ... NOSLAB ends a list */
 	uint32_t objects;   /* objects in this slab */
 	uint16_t cls;	    /* size class + 1; 0: the frame is not a slab */
-	uint8_t on_partial; /* 1: on its cache's partial list; 2: on the orphan stack */
+	uint8_t on_partial; /* 1: on its cache's partial list; 2: on the orphan stack;
+			     * 3: on a CPU's partial list */
 	uint8_t pad;	    /* unused */
 } __attribute__((aligned(16)));
 
@@ -198,10 +233,12 @@ _Static_assert(offsetof(struct slab, counters) == 8, "freelist+counters must be 
 
 /* kmem_cache_cpu: one per CPU per cache. */
 struct cpu_slab {
-	void *freelist; /* lockless per-CPU freelist; pair with tid */
-	uint64_t tid;	/* transaction id, += TID_STEP per change */
-	uint32_t slab;	/* frame of the CPU slab, NOSLAB if none */
-	int locked;	/* local lock: holder's level + 1, 0 = free */
+	void *freelist;	     /* lockless per-CPU freelist; pair with tid */
+	uint64_t tid;	     /* transaction id, += TID_STEP per change */
+	uint32_t slab;	     /* frame of the CPU slab, NOSLAB if none */
+	int locked;	     /* local lock: holder's level + 1, 0 = free */
+	uint32_t partial;    /* CPU partial list (slab.next links), NOSLAB if empty */
+	uint32_t partial_nr; /* slabs on it */
 } __attribute__((aligned(AL_CACHELINE)));
 
 /* One kmalloc cache. */
@@ -211,6 +248,7 @@ struct kmem_cache {
 	unsigned objects;	  /* objects per slab */
 	unsigned min_partial;	  /* empty slabs kept on the partial list */
 	unsigned cls;		  /* class index */
+	unsigned cpu_partial;	  /* slabs a CPU partial list holds at most; 0: none */
 	uint64_t recip;		  /* ceil(2^32 / size): offset -> object index */
 	uint32_t partial_head;	  /* first partial slab (list_lock) */
 	uint32_t nr_partial;	  /* partial slabs (list_lock; read racily) */
@@ -571,6 +609,97 @@ static void *take_freelist(struct slab_layer *sa, struct al_ctx *c, struct slab 
 	}
 }
 
+/*
+ * __put_partials: move a chain of CPU-partial slabs (linked by .next) to the
+ * node list under one list_lock hold; an empty one is discarded instead
+ * when min_partial slabs are already kept. A caller that cannot have the
+ * lock (its budget ran out) leaves them on the orphan stack for the next
+ * holder.
+ */
+static void put_partials(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c, uint32_t f)
+{
+	uint32_t next, discard = NOSLAB;
+	bool locked = !list_lock(sa, s, c, 0);
+
+	al_count(&sa->ctr, c, SLAB_cpu_partial_drain, 1);
+	for (; f != NOSLAB; f = next) {
+		struct slab *slab = frame(sa, f);
+
+		next = slab->next;
+		if (!locked) {
+			orphan_push(sa, s, slab);
+		} else if (!INUSE(__atomic_load_n(&slab->counters, __ATOMIC_RELAXED)) &&
+			   s->nr_partial >= s->min_partial) {
+			__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
+			slab->next = discard;
+			discard = f;
+		} else {
+			add_partial(sa, s, slab);
+		}
+	}
+	if (locked)
+		al_lock_release(&s->list_lock, c);
+	for (; discard != NOSLAB; discard = next) {
+		next = frame(sa, discard)->next;
+		discard_slab(sa, c, frame(sa, discard), 0);
+	}
+}
+
+/* Local lock held: push slab on this CPU's partial list. With drain, a full
+ * list is detached first and returned (the caller puts it to the node list
+ * after unlocking), as put_cpu_partial does; NOSLAB otherwise. */
+static uint32_t cpu_partial_push(struct slab_layer *sa, struct kmem_cache *s, struct cpu_slab *cs,
+				 struct slab *slab, bool drain)
+{
+	uint32_t to_put = NOSLAB;
+
+	if (drain && cs->partial != NOSLAB && cs->partial_nr >= s->cpu_partial) {
+		to_put = cs->partial;
+		cs->partial = NOSLAB;
+		cs->partial_nr = 0;
+	}
+	slab->next = cs->partial;
+	__atomic_store_n(&slab->on_partial, 3, __ATOMIC_RELAXED);
+	cs->partial = (uint32_t)(slab - sa->frames);
+	cs->partial_nr++;
+	return to_put;
+}
+
+static void local_unlock(struct cpu_slab *cs);
+
+/*
+ * put_cpu_partial: a full slab that a free made partial goes on the freeing
+ * CPU's partial list, without list_lock. When this CPU's local lock is held
+ * by the level this call interrupted, the slab goes to the node list (or
+ * the orphan stack when list_lock cannot be had either).
+ */
+static void put_cpu_partial(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
+			    struct slab *slab)
+{
+	struct cpu_slab *cs = &s->cpu[c->cpu];
+	uint32_t to_put;
+	int err = c->err;
+
+	if (al_unlikely(__atomic_load_n(&cs->locked, __ATOMIC_RELAXED))) {
+		/* held by the level this call interrupted: the node list */
+		if (list_lock(sa, s, c, 0)) {
+			c->err = err;
+			orphan_push(sa, s, slab);
+			return;
+		}
+		add_partial(sa, s, slab);
+		al_lock_release(&s->list_lock, c);
+		return;
+	}
+	__atomic_store_n(&cs->locked, (int)c->level + 1, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	to_put = cpu_partial_push(sa, s, cs, slab, true);
+	local_unlock(cs);
+	al_count(&sa->ctr, c, SLAB_cpu_partial_free, 1);
+	if (to_put != NOSLAB)
+		put_partials(sa, s, c, to_put);
+}
+
 static al_noinline al_cold int double_free(struct slab_layer *sa, const struct al_ctx *c)
 {
 	al_count(&sa->ctr, c, SLAB_double_frees, 1);
@@ -593,6 +722,8 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 		       struct slab *slab, void *head, void *tail, unsigned cnt, unsigned flags)
 {
 	bool locked = false, discard = false;
+	/* the freeing CPU's partial list: cpu_slab form, a CPU of our own */
+	bool cpu_partial = s->cpu_partial && sa->form == F_CPU_SLAB && !(flags & AL_NOCPU);
 	uint32_t inuse;
 	uint64_t cn;
 	void *prior;
@@ -608,8 +739,9 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 			return double_free(sa, c);
 		}
 		inuse = INUSE(cn) - cnt;
-		if (!locked && !FROZEN(cn) && (!inuse || !prior)) {
-			/* full -> partial or -> empty: the list changes */
+		if (!locked && !FROZEN(cn) && (!inuse || !prior) && (!cpu_partial || prior)) {
+			/* full -> partial or -> empty: the list changes (a full slab
+			 * goes to this CPU's partial list instead, without the lock) */
 			ret = list_lock(sa, s, c, flags);
 			if (ret) {
 				al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
@@ -625,11 +757,14 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 	}
 	if (FROZEN(cn)) {
 		al_count(&sa->ctr, c, SLAB_free_frozen, 1);
+	} else if (!locked && !prior && cpu_partial) {
+		put_cpu_partial(sa, s, c, slab);
 	} else if (locked) {
 		uint8_t on = __atomic_load_n(&slab->on_partial, __ATOMIC_RELAXED);
 
-		if (on == 2) {
-			/* on the orphan stack: the next list_lock holder lists it */
+		if (on == 2 || (on != 1 && prior)) {
+			/* on the orphan stack (the next list_lock holder lists it),
+			 * or on (or bound for) a CPU partial list: left there */
 		} else if (!inuse && s->nr_partial >= s->min_partial) {
 			if (on)
 				remove_partial(sa, s, slab);
@@ -646,6 +781,37 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 }
 
 /* ---- form=cpu_slab: ___slab_alloc ---- */
+
+/*
+ * get_partial_node (list_lock held): the first node partial slab becomes
+ * the CPU slab (frozen, its freelist returned), and up to half a CPU
+ * partial list more move to this CPU's partial list in the same hold.
+ */
+static void *get_partial_node(struct slab_layer *sa, struct kmem_cache *s, struct cpu_slab *cs,
+			      struct al_ctx *c, struct slab **out)
+{
+	unsigned moved = 0;
+	struct slab *slab;
+	void *fl = NULL;
+
+	while (s->partial_head != NOSLAB) {
+		slab = frame(sa, s->partial_head);
+		remove_partial(sa, s, slab);
+		if (!fl) {
+			fl = take_freelist(sa, c, slab, 1);
+			*out = slab;
+			al_count(&sa->ctr, c, SLAB_partial_gets, 1);
+			if (!s->cpu_partial)
+				break;
+			continue;
+		}
+		cpu_partial_push(sa, s, cs, slab, false);
+		al_count(&sa->ctr, c, SLAB_cpu_partial_node, 1);
+		if (++moved > s->cpu_partial / 2)
+			break;
+	}
+	return fl;
+}
 
 /*
  * Local lock held: make cs->freelist non-empty. false with c->err set when
@@ -670,6 +836,18 @@ static bool refill_cpu_locked(struct slab_layer *sa, struct kmem_cache *s, struc
 		al_count(&sa->ctr, c, SLAB_deactivations, 1);
 		cs->slab = NOSLAB;
 	}
+	while (cs->partial != NOSLAB) { /* this CPU's partial slabs: no list_lock */
+		slab = frame(sa, cs->partial);
+		cs->partial = slab->next;
+		cs->partial_nr--;
+		slab->next = NOSLAB;
+		__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
+		fl = take_freelist(sa, c, slab, -1); /* freeze_slab */
+		if (fl) {
+			al_count(&sa->ctr, c, SLAB_cpu_partial_alloc, 1);
+			goto install;
+		}
+	}
 	if (__atomic_load_n(&s->nr_partial, __ATOMIC_RELAXED) ||
 	    __atomic_load_n(&s->orphans, __ATOMIC_RELAXED) != NOSLAB) {
 		ret = list_lock(sa, s, c, flags);
@@ -677,12 +855,7 @@ static bool refill_cpu_locked(struct slab_layer *sa, struct kmem_cache *s, struc
 			al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
 			goto new_slab;
 		}
-		if (s->partial_head != NOSLAB) {
-			slab = frame(sa, s->partial_head);
-			remove_partial(sa, s, slab);
-			fl = take_freelist(sa, c, slab, 1);
-			al_count(&sa->ctr, c, SLAB_partial_gets, 1);
-		}
+		fl = get_partial_node(sa, s, cs, c, &slab);
 		al_lock_release(&s->list_lock, c);
 		if (fl)
 			goto install;
@@ -954,7 +1127,7 @@ static int publish_chain(struct slab_layer *sa, struct al_ctx *c, struct slab *s
 	uint64_t tid;
 	void *fl;
 
-	if (sa->form != F_CPU_SLAB || (flags & AL_NOCPU))
+	if (sa->form != F_CPU_SLAB || (flags & (AL_NOCPU | AL_SLOWPATH)))
 		return __slab_free(sa, s, c, slab, head, tail, cnt, flags);
 	cs = &s->cpu[c->cpu];
 redo:
@@ -1168,6 +1341,13 @@ static void flush_cpu_slab(struct slab_layer *sa, struct kmem_cache *s, struct c
 	uint64_t cn;
 	bool discard = false;
 
+	if (cs->partial != NOSLAB) { /* this CPU's partial slabs go to the node list */
+		uint32_t f = cs->partial;
+
+		cs->partial = NOSLAB;
+		cs->partial_nr = 0;
+		put_partials(sa, s, c, f);
+	}
 	if (cs->slab == NOSLAB)
 		return;
 	slab = frame(sa, cs->slab);
@@ -1306,6 +1486,23 @@ static void slab_stats(struct al_allocator *a, struct al_stats *out)
 		return -EFAULT;                     \
 	} while (0)
 
+/* 0, or (the slabs walked) + 1 when cs's partial list is not cs->partial_nr
+ * unfrozen slabs of s with free objects, marked as on a CPU list. */
+static uint32_t check_cpu_partial(struct slab_layer *sa, const struct kmem_cache *s,
+				  const struct cpu_slab *cs, size_t nf)
+{
+	uint32_t n = 0, f;
+
+	for (f = cs->partial; f != NOSLAB && n <= nf; f = frame(sa, f)->next, n++) {
+		const struct slab *slab = frame(sa, f);
+
+		if (slab->cls != s->cls + 1 || slab->on_partial != 3 || FROZEN(slab->counters) ||
+		    !slab->freelist)
+			return n + 1;
+	}
+	return n == cs->partial_nr ? 0 : n + 1;
+}
+
 static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 {
 	struct slab_layer *sa = to_sa(a);
@@ -1347,6 +1544,11 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 
 			if (cs->locked)
 				CHECK_FAIL("class %u cpu %u: local lock held", s->size, cpu);
+			if (check_cpu_partial(sa, s, cs, nf))
+				CHECK_FAIL("class %u cpu %u: CPU partial list of %u slabs is not "
+					   "%u unfrozen slabs of the class with free objects",
+					   s->size, cpu, check_cpu_partial(sa, s, cs, nf),
+					   cs->partial_nr);
 			if (cs->slab == NOSLAB) {
 				if (cs->freelist)
 					CHECK_FAIL("class %u cpu %u: freelist without a slab",
@@ -1385,7 +1587,7 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 		if (k + INUSE(slab->counters) != slab->objects)
 			CHECK_FAIL("slab %zu: %u free + %u in use != %u objects", f, k,
 				   INUSE(slab->counters), slab->objects);
-		if (!FROZEN(slab->counters) && k && slab->on_partial != 1 && slab->on_partial != 2)
+		if (!FROZEN(slab->counters) && k && !slab->on_partial)
 			CHECK_FAIL("slab %zu has %u free objects but is on no list", f, k);
 		held += (int64_t)INUSE(slab->counters) * s->size;
 	}
@@ -1428,6 +1630,15 @@ static const struct al_ops slab_ops = {
 	.check = slab_check,
 	.free_flags = slab_free_flags,
 };
+
+/* set_cpu_partial: objects a CPU partial list is meant to hold by object
+ * size, as slabs: twice that many objects' worth (slub_set_cpu_partial). */
+static unsigned cpu_partial_slabs(const struct kmem_cache *s)
+{
+	unsigned nr = s->size >= 4096 ? 6 : s->size >= 1024 ? 24 : s->size >= 256 ? 52 : 120;
+
+	return (nr * 2 + s->objects - 1) / s->objects;
+}
 
 static void init_cache(struct kmem_cache *s, unsigned ci, unsigned min_objects, uint64_t budget,
 		       bool timing)
@@ -1488,9 +1699,12 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 		init_cache(s, ci, (unsigned)p[P_min_objects], (uint64_t)p[P_lock_budget],
 			   p[P_lock_timing]);
 		al_lock_count_in(&s->list_lock, &sa->ctr, SLAB_list_lock_acquired);
+		if (sa->form == F_CPU_SLAB && p[P_cpu_partial])
+			s->cpu_partial = cpu_partial_slabs(s);
 		s->cpu = &sa->cpus[(size_t)ci * ncpu];
 		for (cpu = 0; cpu < ncpu; cpu++) {
 			s->cpu[cpu].slab = NOSLAB;
+			s->cpu[cpu].partial = NOSLAB;
 			s->cpu[cpu].tid = cpu;
 		}
 	}
