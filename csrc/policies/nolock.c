@@ -118,7 +118,7 @@ static void *nolock_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 {
 	struct nolock *nl = to_nl(a);
 	struct al_allocator *below = a->below;
-	unsigned f = (flags & (AL_ZERO | AL_NOCPU)) | AL_NOSPIN | nl->trace_flag;
+	unsigned f = (flags & (AL_ZERO | AL_NOCPU | AL_ACCOUNT)) | AL_NOSPIN | nl->trace_flag;
 	int ci = km_class(size);
 	void *p;
 

@@ -101,6 +101,7 @@
 #include <string.h>
 
 #include "kmalloc.h"
+#include "memcg.h"
 
 #include "../core/track.h"
 
@@ -120,8 +121,12 @@ enum {
 	P_lock_budget,
 	P_lock_timing,
 	P_cpu_partial,
+	P_memcg,
+	P_memcg_depth,
 	P_NR
 };
+
+#define NR_CACHES (2 * KM_NR_CLASSES) /* kmalloc-N, then kmalloc-cg-N */
 
 static const struct al_param_desc slab_params[P_NR] = {
 	[P_form] = { "form", AL_PARAM_ENUM, F_CPU_SLAB, 0, 1, FORM_CHOICES,
@@ -140,6 +145,13 @@ static const struct al_param_desc slab_params[P_NR] = {
 			    "per-CPU partial slabs (CONFIG_SLUB_CPU_PARTIAL, cpu_slab form): "
 			    "up to 2 x 120/52/24/6 objects' worth of slabs per CPU per cache by "
 			    "object size, as v6.18" },
+	[P_memcg] = { "memcg", AL_PARAM_BOOL, 1, 0, 1, NULL,
+		      "charge AL_ACCOUNT (__GFP_ACCOUNT) allocations: kmalloc-cg caches whose "
+		      "slabs get an obj_exts vector (a traced kcalloc), obj_cgroup per-CPU "
+		      "byte stock, memcg page stock, page counters" },
+	[P_memcg_depth] = { "memcg_depth", AL_PARAM_INT, 3, 1, MEMCG_MAX_DEPTH, NULL,
+			    "page counters charged per page batch: the cgroup and its "
+			    "ancestors below the root (user.slice/user-UID.slice/session)" },
 };
 
 /*
@@ -192,6 +204,19 @@ static const struct al_param_desc slab_params[P_NR] = {
 	  "frees rejected: the object is already at the freelist head")                          \
 	C(P, corrupt_freelists, AL_CTR_KEY,                                                      \
 	  "freelists found longer than their slab (a cycle): leaked")                            \
+	C(P, memcg_charges, AL_CTR_KEY, "objects charged to the memcg (kmalloc-cg caches)")      \
+	C(P, memcg_uncharges, 0, "objects uncharged at free")                                    \
+	C(P, memcg_stock_hits, AL_CTR_KEY, "charges the per-CPU obj_stock served")               \
+	C(P, memcg_stock_refills, 0, "charges that charged a page and refilled the obj_stock")   \
+	C(P, memcg_page_charges, AL_CTR_KEY,                                                     \
+	  "page_counter charges of a 64-page batch (atomic adds up the hierarchy)")              \
+	C(P, memcg_page_drains, 0, "memcg stocks drained to the page counters")                  \
+	C(P, memcg_stock_busy, 0, "charges and uncharges that found the stock locked")           \
+	C(P, obj_exts_allocs, AL_CTR_KEY,                                                        \
+	  "obj_exts vectors kcalloc'ed for new kmalloc-cg slabs (kmallocs of their own)")        \
+	C(P, obj_exts_failed, 0, "new kmalloc-cg slabs whose vector could not be had")           \
+	C(P, obj_exts_bytes, 0, "class bytes of obj_exts vectors allocated")                     \
+	C(P, obj_exts_bytes_freed, 0, "class bytes of obj_exts vectors freed")                   \
 	D(P, bytes_allocated, 0, "", "class bytes handed out")                                   \
 	D(P, bytes_freed, 0, "", "class bytes freed")                                            \
 	AL_LOCK_COUNTERS(C, P, list_lock, "the caches' list_lock")                               \
@@ -227,6 +252,7 @@ struct slab {
 	uint8_t on_partial; /* 1: on its cache's partial list; 2: on the orphan stack;
 			     * 3: on a CPU's partial list */
 	uint8_t pad;	    /* unused */
+	void **obj_exts;    /* kmalloc-cg slabs: per object {objcg, codetag}, or NULL */
 } __attribute__((aligned(16)));
 
 _Static_assert(offsetof(struct slab, counters) == 8, "freelist+counters must be one 16-B pair");
@@ -247,7 +273,8 @@ struct kmem_cache {
 	unsigned size;		  /* object size: the class size */
 	unsigned objects;	  /* objects per slab */
 	unsigned min_partial;	  /* empty slabs kept on the partial list */
-	unsigned cls;		  /* class index */
+	unsigned cls;		  /* class index (counter slots, sizes) */
+	unsigned idx;		  /* cache index: cls, or KM_NR_CLASSES + cls for -cg */
 	unsigned cpu_partial;	  /* slabs a CPU partial list holds at most; 0: none */
 	uint64_t recip;		  /* ceil(2^32 / size): offset -> object index */
 	uint32_t partial_head;	  /* first partial slab (list_lock) */
@@ -269,11 +296,14 @@ struct slab_layer {
 	struct slab *frames;	   /* metadata of every frame */
 	size_t nframes;		   /* frames in the arena */
 	size_t frames_len;	   /* bytes of frames[] */
-	struct kmem_cache *caches; /* KM_NR_CLASSES */
+	struct kmem_cache *caches; /* NR_CACHES */
 	size_t caches_len;	   /* bytes of caches[] */
-	struct cpu_slab *cpus;	   /* KM_NR_CLASSES * ncpu */
+	struct cpu_slab *cpus;	   /* NR_CACHES * ncpu */
 	size_t cpus_len;	   /* bytes of cpus[] */
 	struct al_counters ctr;	   /* SLAB_COUNTERS */
+	bool memcg_on;		   /* P_memcg */
+	struct memcg memcg;	   /* the charged cgroup */
+	size_t stock_len;	   /* bytes of memcg.stock */
 };
 
 static inline struct slab_layer *to_sa(struct al_allocator *a)
@@ -488,6 +518,106 @@ static void page_free(struct slab_layer *sa, struct al_ctx *c, uint32_t f, unsig
 	al_lock_release(&sa->page_lock, c);
 }
 
+static void *slab_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags);
+static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags);
+
+/* The class bytes of a kmalloc-cg slab's obj_exts vector. */
+static inline uint64_t obj_exts_bytes(const struct kmem_cache *s)
+{
+	return km_class_size[km_class((size_t)s->objects * OBJ_EXT_SIZE)];
+}
+
+/*
+ * alloc_slab_obj_exts for a new kmalloc-cg slab: a zeroed vector of one
+ * slabobj_ext per object, kcalloc'ed from the plain kmalloc caches, so it
+ * fires the kmalloc tracepoint (kmalloc_nolock's callers get it from
+ * kmalloc_nolock: untraced). Without it the slab's objects go uncharged.
+ */
+static al_noinline void alloc_obj_exts(struct slab_layer *sa, const struct kmem_cache *s,
+				       struct al_ctx *c, struct slab *slab, unsigned flags)
+{
+	unsigned f =
+		AL_ZERO | (flags & AL_NOCPU) | (flags & AL_NOSPIN ? AL_NOSPIN | AL_NOTRACE : 0);
+	int err = c->err;
+
+	slab->obj_exts = slab_alloc(&sa->base, c, (size_t)s->objects * OBJ_EXT_SIZE, f);
+	if (!slab->obj_exts) {
+		c->err = err; /* the slab itself is fine */
+		al_count(&sa->ctr, c, SLAB_obj_exts_failed, 1);
+		return;
+	}
+	al_count(&sa->ctr, c, SLAB_obj_exts_allocs, 1);
+	al_ctr_add(al_ctr_block_acct(&sa->ctr, c), SLAB_obj_exts_bytes, obj_exts_bytes(s));
+}
+
+/* free_slab_obj_exts when a kmalloc-cg slab goes back to the page source. */
+static al_noinline void free_obj_exts(struct slab_layer *sa, struct al_ctx *c, struct slab *slab,
+				      unsigned flags)
+{
+	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
+	void *vec = slab->obj_exts;
+
+	slab->obj_exts = NULL;
+	if (slab_free_flags(&sa->base, c, vec, flags & (AL_NOSPIN | AL_NOCPU)) == -EBUSY)
+		slab_free_flags(&sa->base, c, vec, AL_NOCPU); /* the slow path, spinning */
+	al_ctr_add(al_ctr_block_acct(&sa->ctr, c), SLAB_obj_exts_bytes_freed, obj_exts_bytes(s));
+}
+
+/* A memcg event's counts. */
+static void memcg_count(struct slab_layer *sa, const struct al_ctx *c, const struct memcg_event *ev)
+{
+	al_count(&sa->ctr, c, SLAB_memcg_stock_hits, ev->hit);
+	al_count(&sa->ctr, c, SLAB_memcg_stock_refills, ev->refill);
+	al_count(&sa->ctr, c, SLAB_memcg_page_charges, ev->page_charge);
+	al_count(&sa->ctr, c, SLAB_memcg_page_drains, ev->page_drain);
+	al_count(&sa->ctr, c, SLAB_memcg_stock_busy, ev->busy);
+}
+
+/* The object's slabobj_ext objcg slot in its kmalloc-cg slab, or NULL. */
+static inline void **objcg_slot(struct slab_layer *sa, const struct kmem_cache *s, void *obj)
+{
+	struct slab *slab = &sa->frames[frame_of(sa, obj)];
+	uint32_t off = (uint32_t)((uintptr_t)obj & (FRAME_SIZE - 1));
+
+	if (!slab->obj_exts)
+		return NULL;
+	return &slab->obj_exts[(((uint64_t)off * s->recip) >> 32) *
+			       (OBJ_EXT_SIZE / sizeof(void *))];
+}
+
+/* memcg_slab_post_alloc_hook: charge obj_full_size through the per-CPU
+ * stock and record the objcg in the object's slabobj_ext. */
+static void memcg_post_alloc(struct slab_layer *sa, const struct kmem_cache *s, struct al_ctx *c,
+			     void *obj)
+{
+	void **slot = objcg_slot(sa, s, obj);
+	struct memcg_event ev = { 0 };
+
+	if (!slot)
+		return;
+	memcg_charge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, &ev);
+	*slot = &sa->memcg;
+	al_count(&sa->ctr, c, SLAB_memcg_charges, 1);
+	memcg_count(sa, c, &ev);
+}
+
+/* memcg_slab_free_hook: uncharge an object whose slabobj_ext names the
+ * objcg, and clear it (a deferred free that comes back here finds it
+ * cleared). */
+static void memcg_free_hook(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, void *obj)
+{
+	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
+	void **slot;
+	struct memcg_event ev = { 0 };
+
+	if (s->idx < KM_NR_CLASSES || !(slot = objcg_slot(sa, s, obj)) || !*slot)
+		return;
+	*slot = NULL;
+	memcg_uncharge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, &ev);
+	al_count(&sa->ctr, c, SLAB_memcg_uncharges, 1);
+	memcg_count(sa, c, &ev);
+}
+
 /* A new slab of cache s: frozen (for a CPU) or not; all objects on its freelist. */
 static struct slab *new_slab(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
 			     unsigned flags)
@@ -514,13 +644,18 @@ static struct slab *new_slab(struct slab_layer *sa, struct kmem_cache *s, struct
 	__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->freelist, base, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->counters, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&slab->cls, (uint16_t)(s->cls + 1), __ATOMIC_RELEASE);
+	__atomic_store_n(&slab->cls, (uint16_t)(s->idx + 1), __ATOMIC_RELEASE);
 	al_count(&sa->ctr, c, SLAB_slab_allocs, 1);
+	slab->obj_exts = NULL;
+	if (s->idx >= KM_NR_CLASSES)
+		alloc_obj_exts(sa, s, c, slab, flags);
 	return slab;
 }
 
 static void discard_slab(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, unsigned flags)
 {
+	if (slab->obj_exts)
+		free_obj_exts(sa, c, slab, flags);
 	__atomic_store_n(&slab->cls, 0, __ATOMIC_RELEASE);
 	al_count(&sa->ctr, c, SLAB_slab_frees, 1);
 	page_free(sa, c, (uint32_t)(slab - sa->frames), flags);
@@ -1027,6 +1162,8 @@ static inline void *alloc_done(struct slab_layer *sa, struct kmem_cache *s, stru
 	obj_unpoison(s, obj);
 	if (sa->zero || (flags & AL_ZERO))
 		memset(obj, 0, s->size);
+	if (s->idx >= KM_NR_CLASSES)
+		memcg_post_alloc(sa, s, c, obj);
 	return obj;
 }
 
@@ -1041,7 +1178,7 @@ static void *slab_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 
 	if (al_unlikely(ci < 0))
 		return bad_size(sa, c);
-	s = &sa->caches[ci];
+	s = &sa->caches[ci + (al_unlikely(flags & AL_ACCOUNT) && sa->memcg_on ? KM_NR_CLASSES : 0)];
 	if (al_unlikely(sa->form != F_CPU_SLAB || (flags & AL_NOCPU))) {
 		obj = alloc_from_partial(sa, s, c, 1, &obj, flags) ? obj : NULL;
 		if (obj)
@@ -1080,7 +1217,7 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 		bad_size(sa, c);
 		return 0;
 	}
-	s = &sa->caches[ci];
+	s = &sa->caches[ci + ((flags & AL_ACCOUNT) && sa->memcg_on ? KM_NR_CLASSES : 0)];
 	al_count(&sa->ctr, c, SLAB_bulk_allocs, 1);
 	if (!n)
 		return 0;
@@ -1112,6 +1249,8 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 	if (sa->zero || (flags & AL_ZERO))
 		for (i = 0; i < got; i++)
 			memset(out[i], 0, s->size);
+	for (i = 0; s->idx >= KM_NR_CLASSES && i < got; i++)
+		memcg_post_alloc(sa, s, c, out[i]);
 	return (int)got;
 }
 
@@ -1200,7 +1339,9 @@ static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, un
 		al_count(&sa->ctr, c, SLAB_invalid_frees, 1);
 		return -EINVAL;
 	}
-	cls = slab->cls - 1u; /* before: the free may discard the slab */
+	cls = sa->caches[slab->cls - 1].cls; /* before: the free may discard the slab */
+	if (al_unlikely(slab->obj_exts))     /* a second free finds its slot cleared */
+		memcg_free_hook(sa, c, slab, p);
 	ret = free_chain(sa, c, slab, p, p, 1, flags);
 	if (al_unlikely(ret < 0))
 		return ret;
@@ -1259,6 +1400,8 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 				       at_freelist_head(sa, c, slab, ptrs[i]))) {
 			al_count(&sa->ctr, c, SLAB_double_frees, 1);
 		} else {
+			if (al_unlikely(slab->obj_exts))
+				memcg_free_hook(sa, c, slab, ptrs[i]);
 			set_fp(ptrs[i], (void *)mark);
 			continue;
 		}
@@ -1294,7 +1437,7 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 		}
 		if (!next_size)
 			next_size = size;
-		cls = slab->cls - 1u; /* before: the slab may be discarded */
+		cls = sa->caches[slab->cls - 1].cls; /* before: the slab may be discarded */
 		ret = free_chain(sa, c, slab, head, tail, cnt, 0);
 		while (al_unlikely(ret == -EINVAL)) {
 			/* tail became a freelist head meanwhile (a double free
@@ -1392,9 +1535,11 @@ static void slab_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 	struct slab_layer *sa = to_sa(a);
 	unsigned ci, cpu;
 
+	if (sa->memcg_on && scope == AL_DRAIN_ALL)
+		memcg_drain_all(&sa->memcg, a->ncpu);
 	if (sa->form != F_CPU_SLAB)
 		return;
-	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+	for (ci = 0; ci < NR_CACHES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 
 		for (cpu = 0; cpu < a->ncpu; cpu++) {
@@ -1436,7 +1581,10 @@ static int64_t bytes_held(const struct slab_layer *sa)
 
 	sum_slots(sa, ALLOC_PATHS, &n, &allocated);
 	sum_slots(sa, FREE_PATHS, &n, &freed);
-	return (int64_t)(allocated - freed);
+	/* the obj_exts vectors are the slab layer's own metadata, not the caller's */
+	return (int64_t)(allocated - freed) -
+	       (int64_t)(al_counters_sum(&sa->ctr, SLAB_obj_exts_bytes) -
+			 al_counters_sum(&sa->ctr, SLAB_obj_exts_bytes_freed));
 }
 
 /* What follows from the slots: counts by path, totals and bytes. */
@@ -1470,7 +1618,7 @@ static void slab_stats(struct al_allocator *a, struct al_stats *out)
 		return;
 	report_slots(sa, out);
 	al_counters_report(&sa->ctr, out);
-	for (ci = 0; ci < KM_NR_CLASSES; ci++)
+	for (ci = 0; ci < NR_CACHES; ci++)
 		partial += __atomic_load_n(&sa->caches[ci].nr_partial, __ATOMIC_RELAXED);
 	slabs = al_counters_sum(&sa->ctr, SLAB_slab_allocs) -
 		al_counters_sum(&sa->ctr, SLAB_slab_frees);
@@ -1496,7 +1644,7 @@ static uint32_t check_cpu_partial(struct slab_layer *sa, const struct kmem_cache
 	for (f = cs->partial; f != NOSLAB && n <= nf; f = frame(sa, f)->next, n++) {
 		const struct slab *slab = frame(sa, f);
 
-		if (slab->cls != s->cls + 1 || slab->on_partial != 3 || FROZEN(slab->counters) ||
+		if (slab->cls != s->idx + 1 || slab->on_partial != 3 || FROZEN(slab->counters) ||
 		    !slab->freelist)
 			return n + 1;
 	}
@@ -1515,7 +1663,7 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 		CHECK_FAIL("%llu freelists were found cyclic (a double free of an object not at "
 			   "the freelist head) and leaked",
 			   (unsigned long long)bad);
-	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+	for (ci = 0; ci < NR_CACHES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 		uint32_t n = 0, p, prev = NOSLAB;
 
@@ -1591,6 +1739,8 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 			CHECK_FAIL("slab %zu has %u free objects but is on no list", f, k);
 		held += (int64_t)INUSE(slab->counters) * s->size;
 	}
+	held -= (int64_t)(al_counters_sum(&sa->ctr, SLAB_obj_exts_bytes) -
+			  al_counters_sum(&sa->ctr, SLAB_obj_exts_bytes_freed));
 	if (held != bytes_held(sa))
 		CHECK_FAIL("slabs hold %lld bytes in use, counters say bytes_held %lld",
 			   (long long)held, (long long)bytes_held(sa));
@@ -1604,6 +1754,7 @@ static void slab_free_parts(struct slab_layer *sa)
 	al_track_unpoison(sa->arena.base, __atomic_load_n(&sa->arena.used, __ATOMIC_RELAXED));
 	al_arena_destroy(&sa->arena);
 	al_counters_fini(&sa->ctr);
+	al_meta_free(sa->memcg.stock, sa->stock_len);
 	al_meta_free(sa->cpus, sa->cpus_len);
 	al_meta_free(sa->caches, sa->caches_len);
 	al_meta_free(sa->frames, sa->frames_len);
@@ -1680,12 +1831,16 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 	al_lock_init(&sa->page_lock, (uint64_t)p[P_lock_budget], p[P_lock_timing]);
 	sa->nframes = (size_t)p[P_arena_limit] >> FRAME_SHIFT;
 	sa->frames_len = sa->nframes * sizeof(struct slab);
-	sa->caches_len = sizeof(struct kmem_cache) * KM_NR_CLASSES;
-	sa->cpus_len = sizeof(struct cpu_slab) * KM_NR_CLASSES * ncpu;
+	sa->caches_len = sizeof(struct kmem_cache) * NR_CACHES;
+	sa->cpus_len = sizeof(struct cpu_slab) * NR_CACHES * ncpu;
+	sa->memcg_on = p[P_memcg];
+	sa->memcg.depth = (unsigned)p[P_memcg_depth];
+	sa->stock_len = sizeof(struct memcg_stock) * ncpu;
+	sa->memcg.stock = al_meta_alloc(sa->stock_len);
 	sa->frames = al_meta_alloc(sa->frames_len);
 	sa->caches = al_meta_alloc(sa->caches_len);
 	sa->cpus = al_meta_alloc(sa->cpus_len);
-	if (!sa->frames || !sa->caches || !sa->cpus)
+	if (!sa->frames || !sa->caches || !sa->cpus || !sa->memcg.stock)
 		goto out_free;
 	if (al_counters_init_desc(&sa->ctr, slab_counters, SLAB_NR, SLAB_EXTRA, ncpu))
 		goto out_free;
@@ -1693,11 +1848,12 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 	ret = al_arena_init(&sa->arena, sa->nframes << FRAME_SHIFT, FRAME_SIZE, false);
 	if (ret)
 		goto out_free;
-	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+	for (ci = 0; ci < NR_CACHES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 
-		init_cache(s, ci, (unsigned)p[P_min_objects], (uint64_t)p[P_lock_budget],
-			   p[P_lock_timing]);
+		init_cache(s, ci % KM_NR_CLASSES, (unsigned)p[P_min_objects],
+			   (uint64_t)p[P_lock_budget], p[P_lock_timing]);
+		s->idx = ci;
 		al_lock_count_in(&s->list_lock, &sa->ctr, SLAB_list_lock_acquired);
 		if (sa->form == F_CPU_SLAB && p[P_cpu_partial])
 			s->cpu_partial = cpu_partial_slabs(s);

@@ -704,7 +704,8 @@ static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 	m->charge = p[P_charge];
 	m->batch = (unsigned)p[P_batch_size];
 	m->elem_size = LS_ELEM_HDR + (size_t)p[P_value_size];
-	m->flags = AL_ZERO | (m->storage_type == ST_SOCKET ? AL_MAYSLEEP : 0);
+	/* bpf_map_kzalloc / bpf_map_kmalloc_nolock / bpf_mem_alloc: __GFP_ACCOUNT */
+	m->flags = AL_ZERO | AL_ACCOUNT | (m->storage_type == ST_SOCKET ? AL_MAYSLEEP : 0);
 	al_clock_init();
 	m->sample_ticks = (uint64_t)((double)p[P_sample] * al_clock.ticks_per_ns);
 	m->nworkers = nworkers;

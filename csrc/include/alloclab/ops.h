@@ -57,9 +57,11 @@ enum al_flags {
 				* kmalloc tracepoint (kmalloc_nolock): not counted as traced */
 	AL_NOCPU = 1u << 4,    /* do not touch the calling CPU's per-CPU caches (a helper
 				* thread running a CPU's deferred work concurrently with it) */
-	AL_SLOWPATH = 1u << 5  /* free through the slab's slow path (__slab_free) on the
+	AL_SLOWPATH = 1u << 5, /* free through the slab's slow path (__slab_free) on the
 				* calling CPU, past its object caches: irq_work running on
 				* that CPU (free_deferred_objects) */
+	AL_ACCOUNT = 1u << 6   /* charge to the memory cgroup (__GFP_ACCOUNT): slab's
+				* kmalloc-cg caches when its memcg is on */
 };
 
 /* The calling "CPU". One per worker thread; never shared between threads. */
