@@ -604,7 +604,8 @@ static void memcg_post_alloc(struct slab_layer *sa, const struct kmem_cache *s, 
 /* memcg_slab_free_hook: uncharge an object whose slabobj_ext names the
  * objcg, and clear it (a deferred free that comes back here finds it
  * cleared). */
-static void memcg_free_hook(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, void *obj)
+static al_noinline void memcg_uncharge_obj(struct slab_layer *sa, struct al_ctx *c,
+					   struct slab *slab, void *obj)
 {
 	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
 	void **slot;
@@ -616,6 +617,13 @@ static void memcg_free_hook(struct slab_layer *sa, struct al_ctx *c, struct slab
 	memcg_uncharge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, &ev);
 	al_count(&sa->ctr, c, SLAB_memcg_uncharges, 1);
 	memcg_count(sa, c, &ev);
+}
+
+static inline void memcg_free_hook(struct slab_layer *sa, struct al_ctx *c, struct slab *slab,
+				   void *obj)
+{
+	if (al_unlikely(slab->obj_exts))
+		memcg_uncharge_obj(sa, c, slab, obj);
 }
 
 /* A new slab of cache s: frozen (for a CPU) or not; all objects on its freelist. */
@@ -1340,8 +1348,7 @@ static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, un
 		return -EINVAL;
 	}
 	cls = sa->caches[slab->cls - 1].cls; /* before: the free may discard the slab */
-	if (al_unlikely(slab->obj_exts))     /* a second free finds its slot cleared */
-		memcg_free_hook(sa, c, slab, p);
+	memcg_free_hook(sa, c, slab, p);     /* a second free finds its slot cleared */
 	ret = free_chain(sa, c, slab, p, p, 1, flags);
 	if (al_unlikely(ret < 0))
 		return ret;
@@ -1400,8 +1407,7 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 				       at_freelist_head(sa, c, slab, ptrs[i]))) {
 			al_count(&sa->ctr, c, SLAB_double_frees, 1);
 		} else {
-			if (al_unlikely(slab->obj_exts))
-				memcg_free_hook(sa, c, slab, ptrs[i]);
+			memcg_free_hook(sa, c, slab, ptrs[i]);
 			set_fp(ptrs[i], (void *)mark);
 			continue;
 		}
