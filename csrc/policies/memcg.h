@@ -20,7 +20,8 @@
  *    whole pages beyond one go back to the memcg stock (refill_stock), and a
  *    memcg stock above the batch is drained to the page counters
  *    (drain_stock: an atomic sub on every level).
- *  A call that finds the per-CPU lock held charges or uncharges the page
+ *  A call that finds the per-CPU lock held (or a helper thread running
+ *    beside the CPU, AL_NOCPU) charges or uncharges the page
  *    counters directly, and the sub-page remainder goes to the objcg's
  *    shared nr_charged_bytes (an atomic), as the kernel does.
  * Invariant: page counters = pages charged in stocks and by live objects
@@ -118,13 +119,14 @@ static inline void memcg_refill_obj_stock(struct memcg *m, struct memcg_stock *s
 	}
 }
 
-/* obj_cgroup_charge of bytes (<= a page) on c's CPU. */
-static inline void memcg_charge(struct memcg *m, const struct al_ctx *c, unsigned bytes,
+/* obj_cgroup_charge of bytes (<= a page) on c's CPU; nocpu: a helper thread
+ * beside that CPU, which may not touch its stocks. */
+static inline void memcg_charge(struct memcg *m, const struct al_ctx *c, unsigned bytes, bool nocpu,
 				struct memcg_event *ev)
 {
 	struct memcg_stock *st = &m->stock[c->cpu];
 
-	if (al_unlikely(!memcg_stock_lock(st, c))) {
+	if (al_unlikely(nocpu || !memcg_stock_lock(st, c))) {
 		ev->busy++;
 		memcg_counters_add(m, 1);
 		__atomic_fetch_add(&m->nr_charged_bytes, (int64_t)(MEMCG_PAGE - bytes),
@@ -147,13 +149,13 @@ static inline void memcg_charge(struct memcg *m, const struct al_ctx *c, unsigne
 	memcg_stock_unlock(st);
 }
 
-/* obj_cgroup_uncharge of bytes on c's CPU. */
+/* obj_cgroup_uncharge of bytes on c's CPU (nocpu: as memcg_charge). */
 static inline void memcg_uncharge(struct memcg *m, const struct al_ctx *c, unsigned bytes,
-				  struct memcg_event *ev)
+				  bool nocpu, struct memcg_event *ev)
 {
 	struct memcg_stock *st = &m->stock[c->cpu];
 
-	if (al_unlikely(!memcg_stock_lock(st, c))) {
+	if (al_unlikely(nocpu || !memcg_stock_lock(st, c))) {
 		ev->busy++;
 		__atomic_fetch_add(&m->nr_charged_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
 		return;

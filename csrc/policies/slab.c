@@ -588,14 +588,14 @@ static inline void **objcg_slot(struct slab_layer *sa, const struct kmem_cache *
 /* memcg_slab_post_alloc_hook: charge obj_full_size through the per-CPU
  * stock and record the objcg in the object's slabobj_ext. */
 static void memcg_post_alloc(struct slab_layer *sa, const struct kmem_cache *s, struct al_ctx *c,
-			     void *obj)
+			     void *obj, unsigned flags)
 {
 	void **slot = objcg_slot(sa, s, obj);
 	struct memcg_event ev = { 0 };
 
 	if (!slot)
 		return;
-	memcg_charge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, &ev);
+	memcg_charge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, flags & AL_NOCPU, &ev);
 	*slot = &sa->memcg;
 	al_count(&sa->ctr, c, SLAB_memcg_charges, 1);
 	memcg_count(sa, c, &ev);
@@ -605,7 +605,7 @@ static void memcg_post_alloc(struct slab_layer *sa, const struct kmem_cache *s, 
  * objcg, and clear it (a deferred free that comes back here finds it
  * cleared). */
 static al_noinline void memcg_uncharge_obj(struct slab_layer *sa, struct al_ctx *c,
-					   struct slab *slab, void *obj)
+					   struct slab *slab, void *obj, unsigned flags)
 {
 	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
 	void **slot;
@@ -614,16 +614,16 @@ static al_noinline void memcg_uncharge_obj(struct slab_layer *sa, struct al_ctx 
 	if (s->idx < KM_NR_CLASSES || !(slot = objcg_slot(sa, s, obj)) || !*slot)
 		return;
 	*slot = NULL;
-	memcg_uncharge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, &ev);
+	memcg_uncharge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, flags & AL_NOCPU, &ev);
 	al_count(&sa->ctr, c, SLAB_memcg_uncharges, 1);
 	memcg_count(sa, c, &ev);
 }
 
 static inline void memcg_free_hook(struct slab_layer *sa, struct al_ctx *c, struct slab *slab,
-				   void *obj)
+				   void *obj, unsigned flags)
 {
 	if (al_unlikely(slab->obj_exts))
-		memcg_uncharge_obj(sa, c, slab, obj);
+		memcg_uncharge_obj(sa, c, slab, obj, flags);
 }
 
 /* A new slab of cache s: frozen (for a CPU) or not; all objects on its freelist. */
@@ -1171,7 +1171,7 @@ static inline void *alloc_done(struct slab_layer *sa, struct kmem_cache *s, stru
 	if (sa->zero || (flags & AL_ZERO))
 		memset(obj, 0, s->size);
 	if (s->idx >= KM_NR_CLASSES)
-		memcg_post_alloc(sa, s, c, obj);
+		memcg_post_alloc(sa, s, c, obj, flags);
 	return obj;
 }
 
@@ -1258,7 +1258,7 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 		for (i = 0; i < got; i++)
 			memset(out[i], 0, s->size);
 	for (i = 0; s->idx >= KM_NR_CLASSES && i < got; i++)
-		memcg_post_alloc(sa, s, c, out[i]);
+		memcg_post_alloc(sa, s, c, out[i], flags);
 	return (int)got;
 }
 
@@ -1347,8 +1347,8 @@ static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, un
 		al_count(&sa->ctr, c, SLAB_invalid_frees, 1);
 		return -EINVAL;
 	}
-	cls = sa->caches[slab->cls - 1].cls; /* before: the free may discard the slab */
-	memcg_free_hook(sa, c, slab, p);     /* a second free finds its slot cleared */
+	cls = sa->caches[slab->cls - 1].cls;	/* before: the free may discard the slab */
+	memcg_free_hook(sa, c, slab, p, flags); /* a second free finds its slot cleared */
 	ret = free_chain(sa, c, slab, p, p, 1, flags);
 	if (al_unlikely(ret < 0))
 		return ret;
@@ -1407,7 +1407,7 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 				       at_freelist_head(sa, c, slab, ptrs[i]))) {
 			al_count(&sa->ctr, c, SLAB_double_frees, 1);
 		} else {
-			memcg_free_hook(sa, c, slab, ptrs[i]);
+			memcg_free_hook(sa, c, slab, ptrs[i], 0);
 			set_fp(ptrs[i], (void *)mark);
 			continue;
 		}
