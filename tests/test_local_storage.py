@@ -234,3 +234,71 @@ def test_cli_run_workload_metric():
                         "--sample", "1ms"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "creates_per_s (workload metric" in r.stdout
+
+
+# ---- the owner's lifetime, per-CPU partial slabs, memcg charging ----
+
+def test_task_storage_goes_with_the_task_struct_one_producer():
+    """task_exit=rcu: every joined task queues delayed_put_task_struct, whose
+    callback frees the storage on the worker that runs it (one producer:
+    its own CPU); inline frees at the join."""
+    p = one("bpf-ma", storage_type="task")
+    n = 10 * 16
+    assert p["wl.task_puts"][0] == n
+    assert p["wl.task_frees"][0] == n and p["wl.task_frees_remote"][0] == 0
+    assert p["wl.reuse_now"][0] == 2 * n
+    assert not leaks(p)
+    q = one("bpf-ma", storage_type="task", task_exit="inline")
+    assert q["wl.task_puts"][0] == 0 and q["wl.task_frees"][0] == 0
+    assert q["wl.reuse_now"][0] == 2 * n
+    # socket storage is freed at close whatever task_exit says
+    s = one("kzalloc", storage_type="socket")
+    assert s["wl.task_puts"][0] == 0
+
+
+def test_remote_task_frees_charge_bpf_ma_per_refill():
+    """With the callbacks on the next producer's CPU (rcu_nocb) every task's
+    storage is freed remotely, into that CPU's bpf_ma cache; whatever
+    refills follow, bpf_mem_alloc charges the memcg per refilled object
+    (kmalloc_node with __GFP_ACCOUNT), never per allocation."""
+    p = one("bpf-ma", storage_type="task", producers=2, rcu_nocb=True)
+    assert p["wl.task_frees"][0] > 0
+    assert p["wl.task_frees_remote"][0] == p["wl.task_frees"][0]
+    assert p["slab.memcg_charges"][0] == (p["bpf_ma.refill_kmallocs"][0]
+                                          + p["bpf_ma.fallback_kmallocs"][0])
+    assert p["slab.memcg_charges"][0] < p["wl.creates"][0]
+    assert not leaks(p)
+
+
+def test_cpu_partial_slabs_avoid_list_lock():
+    base = one("slab(zero=true, cpu_partial=false)", storage_type="socket")
+    cp = one("kzalloc", storage_type="socket")
+    assert base["slab.cpu_partial_free"][0] == 0 == base["slab.cpu_partial_alloc"][0]
+    assert cp["slab.cpu_partial_free"][0] > 0 and cp["slab.cpu_partial_alloc"][0] > 0
+    assert cp["slab.list_lock_acquired"][0] * 4 <= base["slab.list_lock_acquired"][0]
+    assert not leaks(cp) and not leaks(base)
+
+
+def test_memcg_charges_every_map_object_through_the_stock():
+    n = 10 * 16
+    p = one("kzalloc", storage_type="socket")
+    assert p["slab.memcg_charges"][0] == 2 * n
+    assert p["slab.memcg_stock_hits"][0] + p["slab.memcg_stock_refills"][0] == 2 * n
+    # obj_full_size 200 B: a charged page serves 20 objects; frees give bytes back
+    assert 0 < p["slab.memcg_stock_refills"][0] * 10 < p["slab.memcg_stock_hits"][0]
+    off = one("slab(zero=true, memcg=false)", storage_type="socket")
+    assert off["slab.memcg_charges"][0] == 0 and off["slab.obj_exts_allocs"][0] == 0
+    assert off["slab.traced_kmallocs"][0] == 2 * n
+
+
+@pytest.mark.parametrize("policy, traced", [("kzalloc", True), ("kmalloc-nolock", False)])
+def test_new_cg_slabs_kcalloc_their_obj_exts(policy, traced):
+    """Each new kmalloc-cg slab gets an obj_exts vector: a kmalloc of its own,
+    traced under kzalloc, untraced under kmalloc_nolock."""
+    p = one(policy, storage_type="socket", batch_size=512)
+    n = 10 * 512
+    ext = p["slab.obj_exts_allocs"][0]
+    assert ext > 0
+    assert p["slab.kmallocs"][0] == 2 * n + ext
+    assert p["slab.traced_kmallocs"][0] == (2 * n + ext if traced else 0)
+    assert not leaks(p)

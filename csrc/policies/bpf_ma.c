@@ -39,7 +39,8 @@
  *   the count is above high, queue the irq_work.
  * irq_work (bpf_mem_refill): below low, alloc_bulk(batch): objects from
  *   free_by_rcu_ttrace, then waiting_for_gp_ttrace, then kmalloc of the unit
- *   size below (one traced call per object, as kmalloc_node), each added
+ *   size below (one traced call per object, as kmalloc_node, AL_ACCOUNT: the
+ *   memcg is charged per refilled object, never per allocation), each added
  *   under active. Above high, free_bulk: pop to tgt's free_by_rcu_ttrace
  *   while the count is above (high + low) / 2, move the extra list there
  *   too, then do_call_rcu_ttrace(tgt): unless a grace period is already in
@@ -333,7 +334,8 @@ static int ma_alloc_bulk(struct bpf_ma *ma, struct ma_cache *mc, int cnt, struct
 		if (obj) {
 			al_count(&ma->ctr, x, BMA_refill_reused, 1);
 		} else {
-			obj = al_alloc(ma->base.below, x, mc->unit_size, flags);
+			/* kmalloc_node(__GFP_ACCOUNT): charged to the map's memcg */
+			obj = al_alloc(ma->base.below, x, mc->unit_size, flags | AL_ACCOUNT);
 			if (!obj)
 				break;
 			al_count(&ma->ctr, x, BMA_refill_kmallocs, 1);
@@ -613,7 +615,8 @@ static void *bpf_ma_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 		prefill(ma, mc, c);
 	obj = unit_alloc(ma, mc, c, &busy);
 	if (al_unlikely(!obj) && (flags & AL_MAYSLEEP) && c->level == AL_CTX_TASK) {
-		obj = al_alloc(a->below, c, mc->unit_size, 0); /* GFP_KERNEL: direct kmalloc */
+		/* GFP_KERNEL | __GFP_ACCOUNT: a direct kmalloc, charged */
+		obj = al_alloc(a->below, c, mc->unit_size, AL_ACCOUNT);
 		if (obj) {
 			link_set(obj, mc);
 			al_count(&ma->ctr, c, BMA_fallback_kmallocs, 1);

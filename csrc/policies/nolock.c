@@ -18,7 +18,9 @@
  *   (a CAS push through the object's first word, NMI-safe) and the CPU's
  *   irq_work is queued; the irq_work (free_deferred_objects) takes the whole
  *   list with one exchange and frees each object through the slow path
- *   (AL_NOCPU: __slab_free, never a CPU cache), where spinning is allowed.
+ *   (__slab_free, never a CPU freelist or sheaf), where spinning is allowed:
+ *   AL_SLOWPATH when it runs on the CPU (inline: the CPU's partial slab list
+ *   may take the slab, as in the kernel), AL_NOCPU from the helper thread.
  * The irq_work runs at the end of this layer's next top-level operation on
  * that CPU (irq_work=inline) or on a helper thread (irq_work=thread).
  *
@@ -97,6 +99,8 @@ struct nolock {
 	struct nolock_cpu *cpus;  /* ncpu entries */
 	size_t cpus_len;	  /* bytes of cpus[] */
 	unsigned trace_flag;	  /* 0, or AL_NOTRACE */
+	unsigned drain_flag;	  /* how the irq_work frees: AL_SLOWPATH on the CPU (inline),
+				   * AL_NOCPU beside it (thread) */
 	struct al_counters ctr;	  /* NOLOCK_COUNTERS */
 };
 
@@ -114,7 +118,7 @@ static void *nolock_alloc(struct al_allocator *a, struct al_ctx *c, size_t size,
 {
 	struct nolock *nl = to_nl(a);
 	struct al_allocator *below = a->below;
-	unsigned f = (flags & (AL_ZERO | AL_NOCPU)) | AL_NOSPIN | nl->trace_flag;
+	unsigned f = (flags & (AL_ZERO | AL_NOCPU | AL_ACCOUNT)) | AL_NOSPIN | nl->trace_flag;
 	int ci = km_class(size);
 	void *p;
 
@@ -245,7 +249,7 @@ static void drain_deferred(struct al_irq_work *w, struct al_ctx *x)
 		}
 		next = *(void **)p;
 		defer_track(nl, p, false);
-		ret = al_free_flags(nl->base.below, x, p, AL_NOCPU);
+		ret = al_free_flags(nl->base.below, x, p, nl->drain_flag);
 		if (!ret) {
 			al_count(&nl->ctr, x, NOLK_deferred_freed, 1);
 		} else if (ret == -EINVAL) { /* already free below: drop it */
@@ -349,6 +353,7 @@ static int nolock_create(const struct al_layer_desc *d, const int64_t *p,
 	if (!nl)
 		return -ENOMEM;
 	nl->trace_flag = p[P_trace] ? 0 : AL_NOTRACE;
+	nl->drain_flag = p[P_irq_work] == AL_IRQ_WORK_THREAD ? AL_NOCPU : AL_SLOWPATH;
 	nl->cpus_len = sizeof(struct nolock_cpu) * ncpu;
 	nl->cpus = al_meta_alloc(nl->cpus_len);
 	ret = -ENOMEM;

@@ -58,7 +58,8 @@
  * Cost: a hit is a trylock, a load and a store, and one add to its class's
  * slot of the CPU's counters block; a miss costs a barn lock round trip per
  * `capacity` objects, or one alloc_bulk/free_bulk below.
- * Not modelled: kfree_rcu sheaves, prefilled sheaves, NUMA.
+ * Not modelled: kfree_rcu sheaves, prefilled sheaves, NUMA, the kmalloc-cg
+ * caches' own sheaves (AL_ACCOUNT is dropped: cached objects are uncharged).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -421,7 +422,7 @@ static void refill(struct sheaves *sh, unsigned ci, struct sheaf *s, struct al_c
 		   unsigned flags)
 {
 	int n = al_alloc_bulk(sh->base.below, c, km_class_size[ci], s->capacity - s->size,
-			      &s->objects[s->size], (flags | AL_NOTRACE) & ~AL_ZERO);
+			      &s->objects[s->size], (flags | AL_NOTRACE) & ~(AL_ZERO | AL_ACCOUNT));
 
 	al_count(&sh->ctr, c, SHV_refills, 1);
 	if (n > 0) {
@@ -532,7 +533,7 @@ static void *sheaves_alloc_below(struct sheaves *sh, struct al_ctx *c, unsigned 
 	void *obj;
 	int k;
 
-	obj = al_alloc(below, c, km_class_size[ci], (flags | AL_NOTRACE) & ~AL_ZERO);
+	obj = al_alloc(below, c, km_class_size[ci], (flags | AL_NOTRACE) & ~(AL_ZERO | AL_ACCOUNT));
 	if (!obj)
 		return NULL;
 	usable = below->ops->usable_size(below, obj);
@@ -548,7 +549,8 @@ static void *sheaves_alloc_below(struct sheaves *sh, struct al_ctx *c, unsigned 
 		/* Ask again for the whole class: below may expose only what was
 		 * asked (the buddy under ASan), and the object will be reused as
 		 * one of class k. A refused free keeps the first one. */
-		obj = al_alloc(below, c, km_class_size[k], (flags | AL_NOTRACE) & ~AL_ZERO);
+		obj = al_alloc(below, c, km_class_size[k],
+			       (flags | AL_NOTRACE) & ~(AL_ZERO | AL_ACCOUNT));
 		if (!obj)
 			return NULL;
 	}
@@ -601,7 +603,8 @@ static void *sheaves_alloc(struct al_allocator *a, struct al_ctx *c, size_t size
 		memset(obj, 0, km_class_size[ci]);
 	return obj;
 fallback:
-	obj = al_alloc(a->below, c, km_class_size[ci], (flags | AL_NOTRACE) & ~AL_ZERO);
+	obj = al_alloc(a->below, c, km_class_size[ci],
+		       (flags | AL_NOTRACE) & ~(AL_ZERO | AL_ACCOUNT));
 	if (!obj)
 		return NULL;
 	return alloc_fallback_done(sh, c, obj, km_class_size[ci], flags);
@@ -732,7 +735,7 @@ static int sheaves_free_flags(struct al_allocator *a, struct al_ctx *c, void *pt
 	ci = km_class_floor(usable);
 	if (al_unlikely(ci < 0 || usable > KM_MAX_SIZE))
 		return sheaves_free_uncached(sh, c, ptr, usable, flags);
-	if (al_unlikely(flags & AL_NOCPU))
+	if (al_unlikely(flags & (AL_NOCPU | AL_SLOWPATH)))
 		goto fallback;
 	p = pcs_of(sh, (unsigned)ci, c->cpu);
 	if (al_unlikely(!pcs_trylock(p, c))) {

@@ -32,8 +32,18 @@
  *    else a new slab from the page source.
  *  free fast path: if the object's slab is the CPU slab, push with the same
  *    cmpxchg16b; else __slab_free: push onto the slab's freelist with the
- *    locked cmpxchg16b, taking list_lock only on state changes (full ->
- *    partial, empty -> discarded when min_partial slabs are already kept).
+ *    locked cmpxchg16b, taking list_lock only on state changes (partial ->
+ *    empty: discarded when min_partial slabs are already kept and the slab
+ *    is on the node list).
+ *  per-CPU partial slabs (cpu_partial=true, CONFIG_SLUB_CPU_PARTIAL; unfrozen
+ *    as since v6.8): a full slab that a free makes partial goes on the
+ *    FREEING CPU's partial list under its local lock, no list_lock
+ *    (put_cpu_partial); a list already holding cpu_partial slabs (2 x
+ *    120/52/24/6 objects' worth by size) is first moved whole to the node
+ *    list under one list_lock hold (__put_partials, empty slabs discarded
+ *    beyond min_partial). ___slab_alloc takes the next CPU partial slab
+ *    before the node list, and get_partial_node moves up to half a list more
+ *    from the node list to the CPU's in the same list_lock hold.
  *  kmalloc_nolock (AL_NOSPIN): every lock is a trylock (-EBUSY); in NMI, a
  *    cache whose local lock is held is skipped at once (-EBUSY, the
  *    interrupted slow path is mid-update), as 6.18 does.
@@ -44,15 +54,19 @@
  *    under list_lock, alloc_bulk (refill_objects) takes many under one
  *    acquisition; frees are __slab_free. Meant to sit under `sheaves`.
  * AL_NOCPU (a helper thread running a CPU's deferred work): the sheaves-form
- *    paths, never the CPU's freelist.
+ *    paths, never the CPU's freelist or partial list. AL_SLOWPATH (irq_work
+ *    on the CPU): frees go to __slab_free, which may use the CPU's partial
+ *    list.
  *
  * Invariants (slab_check): per slab, free objects on its freelist + inuse =
- * objects; a slab is frozen iff it is some CPU's slab; the partial list holds
- * exactly the non-frozen slabs with free objects (and empty ones kept up to
- * min_partial), nr_partial counts them; bytes_held = objects in use outside
- * CPU freelists, times the class size.
+ * objects; a slab is frozen iff it is some CPU's slab; every non-frozen slab
+ * with free objects is on the node partial list, a CPU partial list or the
+ * orphan stack; nr_partial and partial_nr count the lists; a CPU partial
+ * list holds unfrozen slabs of its class that have free objects;
+ * bytes_held = objects in use outside CPU freelists, times the class size.
  *
- * Lock order: local lock (per CPU per cache) -> list_lock -> page_lock. All
+ * Lock order: local lock (per CPU per cache) -> list_lock -> page_lock (a CPU
+ * partial list is moved to the node list after the local lock is dropped). All
  * are leaves with respect to other layers.
  *
  * Cost: a fast-path alloc or free is ~3 loads and one unlocked cmpxchg16b.
@@ -79,14 +93,15 @@
  * publishes it and unpoisoned (whole) once an allocation owns it; a frame is
  * unpoisoned whole before it is carved for another class.
  *
- * Not modelled: per-CPU partial lists (CONFIG_SLUB_CPU_PARTIAL), NUMA nodes,
- * debugging, large kmalloc above 8 KiB (-EINVAL), full double-free detection.
+ * Not modelled: NUMA nodes, debugging, large kmalloc above 8 KiB (-EINVAL),
+ * full double-free detection.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kmalloc.h"
+#include "memcg.h"
 
 #include "../core/track.h"
 
@@ -98,7 +113,20 @@
 enum { F_CPU_SLAB = 0, F_SHEAVES = 1 };
 #define FORM_CHOICES "cpu_slab,sheaves"
 
-enum { P_form, P_zero, P_min_objects, P_arena_limit, P_lock_budget, P_lock_timing, P_NR };
+enum {
+	P_form,
+	P_zero,
+	P_min_objects,
+	P_arena_limit,
+	P_lock_budget,
+	P_lock_timing,
+	P_cpu_partial,
+	P_memcg,
+	P_memcg_depth,
+	P_NR
+};
+
+#define NR_CACHES (2 * KM_NR_CLASSES) /* kmalloc-N, then kmalloc-cg-N */
 
 static const struct al_param_desc slab_params[P_NR] = {
 	[P_form] = { "form", AL_PARAM_ENUM, F_CPU_SLAB, 0, 1, FORM_CHOICES,
@@ -113,6 +141,17 @@ static const struct al_param_desc slab_params[P_NR] = {
 			    "how long list_lock and page_lock waiters spin before failing" },
 	[P_lock_timing] = { "lock_timing", AL_PARAM_BOOL, 1, 0, 1, NULL,
 			    "measure lock hold time (list_lock_hold_ns)" },
+	[P_cpu_partial] = { "cpu_partial", AL_PARAM_BOOL, 1, 0, 1, NULL,
+			    "per-CPU partial slabs (CONFIG_SLUB_CPU_PARTIAL, cpu_slab form): "
+			    "up to 2 x 120/52/24/6 objects' worth of slabs per CPU per cache by "
+			    "object size, as v6.18" },
+	[P_memcg] = { "memcg", AL_PARAM_BOOL, 1, 0, 1, NULL,
+		      "charge AL_ACCOUNT (__GFP_ACCOUNT) allocations: kmalloc-cg caches whose "
+		      "slabs get an obj_exts vector (a traced kcalloc), obj_cgroup per-CPU "
+		      "byte stock, memcg page stock, page counters" },
+	[P_memcg_depth] = { "memcg_depth", AL_PARAM_INT, 3, 1, MEMCG_MAX_DEPTH, NULL,
+			    "page counters charged per page batch: the cgroup and its "
+			    "ancestors below the root (user.slice/user-UID.slice/session)" },
 };
 
 /*
@@ -147,6 +186,13 @@ static const struct al_param_desc slab_params[P_NR] = {
 	C(P, partial_gets, AL_CTR_KEY, "slabs taken from the partial list")                      \
 	C(P, get_freelist, 0, "CPU slab refills from its own remote frees")                      \
 	C(P, deactivations, 0, "CPU slabs given up (full or flushed)")                           \
+	C(P, cpu_partial_alloc, AL_CTR_KEY,                                                      \
+	  "CPU slab refills from this CPU's partial list (no list_lock)")                        \
+	C(P, cpu_partial_free, AL_CTR_KEY,                                                       \
+	  "full slabs a free put on the freeing CPU's partial list (no list_lock)")              \
+	C(P, cpu_partial_node, 0, "slabs moved from the node list to a CPU's in get_partial")    \
+	C(P, cpu_partial_drain, AL_CTR_KEY,                                                      \
+	  "CPU partial lists moved to the node list (full list, or flushed)")                    \
 	C(P, nospin_busy, AL_CTR_KEY, "AL_NOSPIN calls that found a lock held (-EBUSY)")         \
 	C(P, nmi_deadlock, AL_CTR_KEY,                                                           \
 	  "spinning calls in NMI that found the local lock held (-EDEADLK)")                     \
@@ -158,6 +204,19 @@ static const struct al_param_desc slab_params[P_NR] = {
 	  "frees rejected: the object is already at the freelist head")                          \
 	C(P, corrupt_freelists, AL_CTR_KEY,                                                      \
 	  "freelists found longer than their slab (a cycle): leaked")                            \
+	C(P, memcg_charges, AL_CTR_KEY, "objects charged to the memcg (kmalloc-cg caches)")      \
+	C(P, memcg_uncharges, 0, "objects uncharged at free")                                    \
+	C(P, memcg_stock_hits, AL_CTR_KEY, "charges the per-CPU obj_stock served")               \
+	C(P, memcg_stock_refills, 0, "charges that charged a page and refilled the obj_stock")   \
+	C(P, memcg_page_charges, AL_CTR_KEY,                                                     \
+	  "page_counter charges of a 64-page batch (atomic adds up the hierarchy)")              \
+	C(P, memcg_page_drains, 0, "memcg stocks drained to the page counters")                  \
+	C(P, memcg_stock_busy, 0, "charges and uncharges that found the stock locked")           \
+	C(P, obj_exts_allocs, AL_CTR_KEY,                                                        \
+	  "obj_exts vectors kcalloc'ed for new kmalloc-cg slabs (kmallocs of their own)")        \
+	C(P, obj_exts_failed, 0, "new kmalloc-cg slabs whose vector could not be had")           \
+	C(P, obj_exts_bytes, 0, "class bytes of obj_exts vectors allocated")                     \
+	C(P, obj_exts_bytes_freed, 0, "class bytes of obj_exts vectors freed")                   \
 	D(P, bytes_allocated, 0, "", "class bytes handed out")                                   \
 	D(P, bytes_freed, 0, "", "class bytes freed")                                            \
 	AL_LOCK_COUNTERS(C, P, list_lock, "the caches' list_lock")                               \
@@ -190,18 +249,22 @@ struct slab {
 	uint32_t next;	    /* ... NOSLAB ends a list */
 	uint32_t objects;   /* objects in this slab */
 	uint16_t cls;	    /* size class + 1; 0: the frame is not a slab */
-	uint8_t on_partial; /* 1: on its cache's partial list; 2: on the orphan stack */
+	uint8_t on_partial; /* 1: on its cache's partial list; 2: on the orphan stack;
+			     * 3: on a CPU's partial list */
 	uint8_t pad;	    /* unused */
+	void **obj_exts;    /* kmalloc-cg slabs: per object {objcg, codetag}, or NULL */
 } __attribute__((aligned(16)));
 
 _Static_assert(offsetof(struct slab, counters) == 8, "freelist+counters must be one 16-B pair");
 
 /* kmem_cache_cpu: one per CPU per cache. */
 struct cpu_slab {
-	void *freelist; /* lockless per-CPU freelist; pair with tid */
-	uint64_t tid;	/* transaction id, += TID_STEP per change */
-	uint32_t slab;	/* frame of the CPU slab, NOSLAB if none */
-	int locked;	/* local lock: holder's level + 1, 0 = free */
+	void *freelist;	     /* lockless per-CPU freelist; pair with tid */
+	uint64_t tid;	     /* transaction id, += TID_STEP per change */
+	uint32_t slab;	     /* frame of the CPU slab, NOSLAB if none */
+	int locked;	     /* local lock: holder's level + 1, 0 = free */
+	uint32_t partial;    /* CPU partial list (slab.next links), NOSLAB if empty */
+	uint32_t partial_nr; /* slabs on it */
 } __attribute__((aligned(AL_CACHELINE)));
 
 /* One kmalloc cache. */
@@ -210,7 +273,9 @@ struct kmem_cache {
 	unsigned size;		  /* object size: the class size */
 	unsigned objects;	  /* objects per slab */
 	unsigned min_partial;	  /* empty slabs kept on the partial list */
-	unsigned cls;		  /* class index */
+	unsigned cls;		  /* class index (counter slots, sizes) */
+	unsigned idx;		  /* cache index: cls, or KM_NR_CLASSES + cls for -cg */
+	unsigned cpu_partial;	  /* slabs a CPU partial list holds at most; 0: none */
 	uint64_t recip;		  /* ceil(2^32 / size): offset -> object index */
 	uint32_t partial_head;	  /* first partial slab (list_lock) */
 	uint32_t nr_partial;	  /* partial slabs (list_lock; read racily) */
@@ -231,11 +296,14 @@ struct slab_layer {
 	struct slab *frames;	   /* metadata of every frame */
 	size_t nframes;		   /* frames in the arena */
 	size_t frames_len;	   /* bytes of frames[] */
-	struct kmem_cache *caches; /* KM_NR_CLASSES */
+	struct kmem_cache *caches; /* NR_CACHES */
 	size_t caches_len;	   /* bytes of caches[] */
-	struct cpu_slab *cpus;	   /* KM_NR_CLASSES * ncpu */
+	struct cpu_slab *cpus;	   /* NR_CACHES * ncpu */
 	size_t cpus_len;	   /* bytes of cpus[] */
 	struct al_counters ctr;	   /* SLAB_COUNTERS */
+	bool memcg_on;		   /* P_memcg */
+	struct memcg memcg;	   /* the charged cgroup */
+	size_t stock_len;	   /* bytes of memcg.stock */
 };
 
 static inline struct slab_layer *to_sa(struct al_allocator *a)
@@ -450,6 +518,114 @@ static void page_free(struct slab_layer *sa, struct al_ctx *c, uint32_t f, unsig
 	al_lock_release(&sa->page_lock, c);
 }
 
+static void *slab_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags);
+static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags);
+
+/* The class bytes of a kmalloc-cg slab's obj_exts vector. */
+static inline uint64_t obj_exts_bytes(const struct kmem_cache *s)
+{
+	return km_class_size[km_class((size_t)s->objects * OBJ_EXT_SIZE)];
+}
+
+/*
+ * alloc_slab_obj_exts for a new kmalloc-cg slab: a zeroed vector of one
+ * slabobj_ext per object, kcalloc'ed from the plain kmalloc caches, so it
+ * fires the kmalloc tracepoint (kmalloc_nolock's callers get it from
+ * kmalloc_nolock: untraced). Without it the slab's objects go uncharged.
+ */
+static al_noinline void alloc_obj_exts(struct slab_layer *sa, const struct kmem_cache *s,
+				       struct al_ctx *c, struct slab *slab, unsigned flags)
+{
+	unsigned f =
+		AL_ZERO | (flags & AL_NOCPU) | (flags & AL_NOSPIN ? AL_NOSPIN | AL_NOTRACE : 0);
+	int err = c->err;
+
+	slab->obj_exts = slab_alloc(&sa->base, c, (size_t)s->objects * OBJ_EXT_SIZE, f);
+	if (!slab->obj_exts) {
+		c->err = err; /* the slab itself is fine */
+		al_count(&sa->ctr, c, SLAB_obj_exts_failed, 1);
+		return;
+	}
+	al_count(&sa->ctr, c, SLAB_obj_exts_allocs, 1);
+	al_ctr_add(al_ctr_block_acct(&sa->ctr, c), SLAB_obj_exts_bytes, obj_exts_bytes(s));
+}
+
+/* free_slab_obj_exts when a kmalloc-cg slab goes back to the page source. */
+static al_noinline void free_obj_exts(struct slab_layer *sa, struct al_ctx *c, struct slab *slab,
+				      unsigned flags)
+{
+	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
+	void *vec = slab->obj_exts;
+
+	slab->obj_exts = NULL;
+	if (slab_free_flags(&sa->base, c, vec, flags & (AL_NOSPIN | AL_NOCPU)) == -EBUSY)
+		slab_free_flags(&sa->base, c, vec, AL_NOCPU); /* the slow path, spinning */
+	al_ctr_add(al_ctr_block_acct(&sa->ctr, c), SLAB_obj_exts_bytes_freed, obj_exts_bytes(s));
+}
+
+/* A memcg event's counts. */
+static void memcg_count(struct slab_layer *sa, const struct al_ctx *c, const struct memcg_event *ev)
+{
+	al_count(&sa->ctr, c, SLAB_memcg_stock_hits, ev->hit);
+	al_count(&sa->ctr, c, SLAB_memcg_stock_refills, ev->refill);
+	al_count(&sa->ctr, c, SLAB_memcg_page_charges, ev->page_charge);
+	al_count(&sa->ctr, c, SLAB_memcg_page_drains, ev->page_drain);
+	al_count(&sa->ctr, c, SLAB_memcg_stock_busy, ev->busy);
+}
+
+/* The object's slabobj_ext objcg slot in its kmalloc-cg slab, or NULL. */
+static inline void **objcg_slot(struct slab_layer *sa, const struct kmem_cache *s, void *obj)
+{
+	struct slab *slab = &sa->frames[frame_of(sa, obj)];
+	uint32_t off = (uint32_t)((uintptr_t)obj & (FRAME_SIZE - 1));
+
+	if (!slab->obj_exts)
+		return NULL;
+	return &slab->obj_exts[(((uint64_t)off * s->recip) >> 32) *
+			       (OBJ_EXT_SIZE / sizeof(void *))];
+}
+
+/* memcg_slab_post_alloc_hook: charge obj_full_size through the per-CPU
+ * stock and record the objcg in the object's slabobj_ext. */
+static void memcg_post_alloc(struct slab_layer *sa, const struct kmem_cache *s, struct al_ctx *c,
+			     void *obj, unsigned flags)
+{
+	void **slot = objcg_slot(sa, s, obj);
+	struct memcg_event ev = { 0 };
+
+	if (!slot)
+		return;
+	memcg_charge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, flags & AL_NOCPU, &ev);
+	*slot = &sa->memcg;
+	al_count(&sa->ctr, c, SLAB_memcg_charges, 1);
+	memcg_count(sa, c, &ev);
+}
+
+/* memcg_slab_free_hook: uncharge an object whose slabobj_ext names the
+ * objcg, and clear it (a deferred free that comes back here finds it
+ * cleared). */
+static al_noinline void memcg_uncharge_obj(struct slab_layer *sa, struct al_ctx *c,
+					   struct slab *slab, void *obj, unsigned flags)
+{
+	const struct kmem_cache *s = &sa->caches[slab->cls - 1];
+	void **slot;
+	struct memcg_event ev = { 0 };
+
+	if (s->idx < KM_NR_CLASSES || !(slot = objcg_slot(sa, s, obj)) || !*slot)
+		return;
+	*slot = NULL;
+	memcg_uncharge(&sa->memcg, c, s->size + OBJCG_PTR_SIZE, flags & AL_NOCPU, &ev);
+	al_count(&sa->ctr, c, SLAB_memcg_uncharges, 1);
+	memcg_count(sa, c, &ev);
+}
+
+static inline void memcg_free_hook(struct slab_layer *sa, struct al_ctx *c, struct slab *slab,
+				   void *obj, unsigned flags)
+{
+	if (al_unlikely(slab->obj_exts))
+		memcg_uncharge_obj(sa, c, slab, obj, flags);
+}
+
 /* A new slab of cache s: frozen (for a CPU) or not; all objects on its freelist. */
 static struct slab *new_slab(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
 			     unsigned flags)
@@ -476,13 +652,18 @@ static struct slab *new_slab(struct slab_layer *sa, struct kmem_cache *s, struct
 	__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->freelist, base, __ATOMIC_RELAXED);
 	__atomic_store_n(&slab->counters, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&slab->cls, (uint16_t)(s->cls + 1), __ATOMIC_RELEASE);
+	__atomic_store_n(&slab->cls, (uint16_t)(s->idx + 1), __ATOMIC_RELEASE);
 	al_count(&sa->ctr, c, SLAB_slab_allocs, 1);
+	slab->obj_exts = NULL;
+	if (s->idx >= KM_NR_CLASSES)
+		alloc_obj_exts(sa, s, c, slab, flags);
 	return slab;
 }
 
 static void discard_slab(struct slab_layer *sa, struct al_ctx *c, struct slab *slab, unsigned flags)
 {
+	if (slab->obj_exts)
+		free_obj_exts(sa, c, slab, flags);
 	__atomic_store_n(&slab->cls, 0, __ATOMIC_RELEASE);
 	al_count(&sa->ctr, c, SLAB_slab_frees, 1);
 	page_free(sa, c, (uint32_t)(slab - sa->frames), flags);
@@ -571,6 +752,97 @@ static void *take_freelist(struct slab_layer *sa, struct al_ctx *c, struct slab 
 	}
 }
 
+/*
+ * __put_partials: move a chain of CPU-partial slabs (linked by .next) to the
+ * node list under one list_lock hold; an empty one is discarded instead
+ * when min_partial slabs are already kept. A caller that cannot have the
+ * lock (its budget ran out) leaves them on the orphan stack for the next
+ * holder.
+ */
+static void put_partials(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c, uint32_t f)
+{
+	uint32_t next, discard = NOSLAB;
+	bool locked = !list_lock(sa, s, c, 0);
+
+	al_count(&sa->ctr, c, SLAB_cpu_partial_drain, 1);
+	for (; f != NOSLAB; f = next) {
+		struct slab *slab = frame(sa, f);
+
+		next = slab->next;
+		if (!locked) {
+			orphan_push(sa, s, slab);
+		} else if (!INUSE(__atomic_load_n(&slab->counters, __ATOMIC_RELAXED)) &&
+			   s->nr_partial >= s->min_partial) {
+			__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
+			slab->next = discard;
+			discard = f;
+		} else {
+			add_partial(sa, s, slab);
+		}
+	}
+	if (locked)
+		al_lock_release(&s->list_lock, c);
+	for (; discard != NOSLAB; discard = next) {
+		next = frame(sa, discard)->next;
+		discard_slab(sa, c, frame(sa, discard), 0);
+	}
+}
+
+/* Local lock held: push slab on this CPU's partial list. With drain, a full
+ * list is detached first and returned (the caller puts it to the node list
+ * after unlocking), as put_cpu_partial does; NOSLAB otherwise. */
+static uint32_t cpu_partial_push(struct slab_layer *sa, struct kmem_cache *s, struct cpu_slab *cs,
+				 struct slab *slab, bool drain)
+{
+	uint32_t to_put = NOSLAB;
+
+	if (drain && cs->partial != NOSLAB && cs->partial_nr >= s->cpu_partial) {
+		to_put = cs->partial;
+		cs->partial = NOSLAB;
+		cs->partial_nr = 0;
+	}
+	slab->next = cs->partial;
+	__atomic_store_n(&slab->on_partial, 3, __ATOMIC_RELAXED);
+	cs->partial = (uint32_t)(slab - sa->frames);
+	cs->partial_nr++;
+	return to_put;
+}
+
+static void local_unlock(struct cpu_slab *cs);
+
+/*
+ * put_cpu_partial: a full slab that a free made partial goes on the freeing
+ * CPU's partial list, without list_lock. When this CPU's local lock is held
+ * by the level this call interrupted, the slab goes to the node list (or
+ * the orphan stack when list_lock cannot be had either).
+ */
+static void put_cpu_partial(struct slab_layer *sa, struct kmem_cache *s, struct al_ctx *c,
+			    struct slab *slab)
+{
+	struct cpu_slab *cs = &s->cpu[c->cpu];
+	uint32_t to_put;
+	int err = c->err;
+
+	if (al_unlikely(__atomic_load_n(&cs->locked, __ATOMIC_RELAXED))) {
+		/* held by the level this call interrupted: the node list */
+		if (list_lock(sa, s, c, 0)) {
+			c->err = err;
+			orphan_push(sa, s, slab);
+			return;
+		}
+		add_partial(sa, s, slab);
+		al_lock_release(&s->list_lock, c);
+		return;
+	}
+	__atomic_store_n(&cs->locked, (int)c->level + 1, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	to_put = cpu_partial_push(sa, s, cs, slab, true);
+	local_unlock(cs);
+	al_count(&sa->ctr, c, SLAB_cpu_partial_free, 1);
+	if (to_put != NOSLAB)
+		put_partials(sa, s, c, to_put);
+}
+
 static al_noinline al_cold int double_free(struct slab_layer *sa, const struct al_ctx *c)
 {
 	al_count(&sa->ctr, c, SLAB_double_frees, 1);
@@ -593,6 +865,8 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 		       struct slab *slab, void *head, void *tail, unsigned cnt, unsigned flags)
 {
 	bool locked = false, discard = false;
+	/* the freeing CPU's partial list: cpu_slab form, a CPU of our own */
+	bool cpu_partial = s->cpu_partial && sa->form == F_CPU_SLAB && !(flags & AL_NOCPU);
 	uint32_t inuse;
 	uint64_t cn;
 	void *prior;
@@ -608,8 +882,9 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 			return double_free(sa, c);
 		}
 		inuse = INUSE(cn) - cnt;
-		if (!locked && !FROZEN(cn) && (!inuse || !prior)) {
-			/* full -> partial or -> empty: the list changes */
+		if (!locked && !FROZEN(cn) && (!inuse || !prior) && (!cpu_partial || prior)) {
+			/* full -> partial or -> empty: the list changes (a full slab
+			 * goes to this CPU's partial list instead, without the lock) */
 			ret = list_lock(sa, s, c, flags);
 			if (ret) {
 				al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
@@ -625,11 +900,14 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 	}
 	if (FROZEN(cn)) {
 		al_count(&sa->ctr, c, SLAB_free_frozen, 1);
+	} else if (!locked && !prior && cpu_partial) {
+		put_cpu_partial(sa, s, c, slab);
 	} else if (locked) {
 		uint8_t on = __atomic_load_n(&slab->on_partial, __ATOMIC_RELAXED);
 
-		if (on == 2) {
-			/* on the orphan stack: the next list_lock holder lists it */
+		if (on == 2 || (on != 1 && prior)) {
+			/* on the orphan stack (the next list_lock holder lists it),
+			 * or on (or bound for) a CPU partial list: left there */
 		} else if (!inuse && s->nr_partial >= s->min_partial) {
 			if (on)
 				remove_partial(sa, s, slab);
@@ -646,6 +924,37 @@ static int __slab_free(struct slab_layer *sa, struct kmem_cache *s, struct al_ct
 }
 
 /* ---- form=cpu_slab: ___slab_alloc ---- */
+
+/*
+ * get_partial_node (list_lock held): the first node partial slab becomes
+ * the CPU slab (frozen, its freelist returned), and up to half a CPU
+ * partial list more move to this CPU's partial list in the same hold.
+ */
+static void *get_partial_node(struct slab_layer *sa, struct kmem_cache *s, struct cpu_slab *cs,
+			      struct al_ctx *c, struct slab **out)
+{
+	unsigned moved = 0;
+	struct slab *slab;
+	void *fl = NULL;
+
+	while (s->partial_head != NOSLAB) {
+		slab = frame(sa, s->partial_head);
+		remove_partial(sa, s, slab);
+		if (!fl) {
+			fl = take_freelist(sa, c, slab, 1);
+			*out = slab;
+			al_count(&sa->ctr, c, SLAB_partial_gets, 1);
+			if (!s->cpu_partial)
+				break;
+			continue;
+		}
+		cpu_partial_push(sa, s, cs, slab, false);
+		al_count(&sa->ctr, c, SLAB_cpu_partial_node, 1);
+		if (++moved > s->cpu_partial / 2)
+			break;
+	}
+	return fl;
+}
 
 /*
  * Local lock held: make cs->freelist non-empty. false with c->err set when
@@ -670,6 +979,18 @@ static bool refill_cpu_locked(struct slab_layer *sa, struct kmem_cache *s, struc
 		al_count(&sa->ctr, c, SLAB_deactivations, 1);
 		cs->slab = NOSLAB;
 	}
+	while (cs->partial != NOSLAB) { /* this CPU's partial slabs: no list_lock */
+		slab = frame(sa, cs->partial);
+		cs->partial = slab->next;
+		cs->partial_nr--;
+		slab->next = NOSLAB;
+		__atomic_store_n(&slab->on_partial, 0, __ATOMIC_RELAXED);
+		fl = take_freelist(sa, c, slab, -1); /* freeze_slab */
+		if (fl) {
+			al_count(&sa->ctr, c, SLAB_cpu_partial_alloc, 1);
+			goto install;
+		}
+	}
 	if (__atomic_load_n(&s->nr_partial, __ATOMIC_RELAXED) ||
 	    __atomic_load_n(&s->orphans, __ATOMIC_RELAXED) != NOSLAB) {
 		ret = list_lock(sa, s, c, flags);
@@ -677,12 +998,7 @@ static bool refill_cpu_locked(struct slab_layer *sa, struct kmem_cache *s, struc
 			al_count(&sa->ctr, c, SLAB_nospin_busy, 1);
 			goto new_slab;
 		}
-		if (s->partial_head != NOSLAB) {
-			slab = frame(sa, s->partial_head);
-			remove_partial(sa, s, slab);
-			fl = take_freelist(sa, c, slab, 1);
-			al_count(&sa->ctr, c, SLAB_partial_gets, 1);
-		}
+		fl = get_partial_node(sa, s, cs, c, &slab);
 		al_lock_release(&s->list_lock, c);
 		if (fl)
 			goto install;
@@ -854,6 +1170,8 @@ static inline void *alloc_done(struct slab_layer *sa, struct kmem_cache *s, stru
 	obj_unpoison(s, obj);
 	if (sa->zero || (flags & AL_ZERO))
 		memset(obj, 0, s->size);
+	if (s->idx >= KM_NR_CLASSES)
+		memcg_post_alloc(sa, s, c, obj, flags);
 	return obj;
 }
 
@@ -868,7 +1186,7 @@ static void *slab_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, u
 
 	if (al_unlikely(ci < 0))
 		return bad_size(sa, c);
-	s = &sa->caches[ci];
+	s = &sa->caches[ci + (al_unlikely(flags & AL_ACCOUNT) && sa->memcg_on ? KM_NR_CLASSES : 0)];
 	if (al_unlikely(sa->form != F_CPU_SLAB || (flags & AL_NOCPU))) {
 		obj = alloc_from_partial(sa, s, c, 1, &obj, flags) ? obj : NULL;
 		if (obj)
@@ -907,7 +1225,7 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 		bad_size(sa, c);
 		return 0;
 	}
-	s = &sa->caches[ci];
+	s = &sa->caches[ci + ((flags & AL_ACCOUNT) && sa->memcg_on ? KM_NR_CLASSES : 0)];
 	al_count(&sa->ctr, c, SLAB_bulk_allocs, 1);
 	if (!n)
 		return 0;
@@ -939,6 +1257,8 @@ static int slab_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size
 	if (sa->zero || (flags & AL_ZERO))
 		for (i = 0; i < got; i++)
 			memset(out[i], 0, s->size);
+	for (i = 0; s->idx >= KM_NR_CLASSES && i < got; i++)
+		memcg_post_alloc(sa, s, c, out[i], flags);
 	return (int)got;
 }
 
@@ -954,7 +1274,7 @@ static int publish_chain(struct slab_layer *sa, struct al_ctx *c, struct slab *s
 	uint64_t tid;
 	void *fl;
 
-	if (sa->form != F_CPU_SLAB || (flags & AL_NOCPU))
+	if (sa->form != F_CPU_SLAB || (flags & (AL_NOCPU | AL_SLOWPATH)))
 		return __slab_free(sa, s, c, slab, head, tail, cnt, flags);
 	cs = &s->cpu[c->cpu];
 redo:
@@ -1027,7 +1347,8 @@ static int slab_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, un
 		al_count(&sa->ctr, c, SLAB_invalid_frees, 1);
 		return -EINVAL;
 	}
-	cls = slab->cls - 1u; /* before: the free may discard the slab */
+	cls = sa->caches[slab->cls - 1].cls;	/* before: the free may discard the slab */
+	memcg_free_hook(sa, c, slab, p, flags); /* a second free finds its slot cleared */
 	ret = free_chain(sa, c, slab, p, p, 1, flags);
 	if (al_unlikely(ret < 0))
 		return ret;
@@ -1086,6 +1407,7 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 				       at_freelist_head(sa, c, slab, ptrs[i]))) {
 			al_count(&sa->ctr, c, SLAB_double_frees, 1);
 		} else {
+			memcg_free_hook(sa, c, slab, ptrs[i], 0);
 			set_fp(ptrs[i], (void *)mark);
 			continue;
 		}
@@ -1121,7 +1443,7 @@ static int slab_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs,
 		}
 		if (!next_size)
 			next_size = size;
-		cls = slab->cls - 1u; /* before: the slab may be discarded */
+		cls = sa->caches[slab->cls - 1].cls; /* before: the slab may be discarded */
 		ret = free_chain(sa, c, slab, head, tail, cnt, 0);
 		while (al_unlikely(ret == -EINVAL)) {
 			/* tail became a freelist head meanwhile (a double free
@@ -1168,6 +1490,13 @@ static void flush_cpu_slab(struct slab_layer *sa, struct kmem_cache *s, struct c
 	uint64_t cn;
 	bool discard = false;
 
+	if (cs->partial != NOSLAB) { /* this CPU's partial slabs go to the node list */
+		uint32_t f = cs->partial;
+
+		cs->partial = NOSLAB;
+		cs->partial_nr = 0;
+		put_partials(sa, s, c, f);
+	}
 	if (cs->slab == NOSLAB)
 		return;
 	slab = frame(sa, cs->slab);
@@ -1212,9 +1541,11 @@ static void slab_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope)
 	struct slab_layer *sa = to_sa(a);
 	unsigned ci, cpu;
 
+	if (sa->memcg_on && scope == AL_DRAIN_ALL)
+		memcg_drain_all(&sa->memcg, a->ncpu);
 	if (sa->form != F_CPU_SLAB)
 		return;
-	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+	for (ci = 0; ci < NR_CACHES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 
 		for (cpu = 0; cpu < a->ncpu; cpu++) {
@@ -1256,7 +1587,10 @@ static int64_t bytes_held(const struct slab_layer *sa)
 
 	sum_slots(sa, ALLOC_PATHS, &n, &allocated);
 	sum_slots(sa, FREE_PATHS, &n, &freed);
-	return (int64_t)(allocated - freed);
+	/* the obj_exts vectors are the slab layer's own metadata, not the caller's */
+	return (int64_t)(allocated - freed) -
+	       (int64_t)(al_counters_sum(&sa->ctr, SLAB_obj_exts_bytes) -
+			 al_counters_sum(&sa->ctr, SLAB_obj_exts_bytes_freed));
 }
 
 /* What follows from the slots: counts by path, totals and bytes. */
@@ -1290,7 +1624,7 @@ static void slab_stats(struct al_allocator *a, struct al_stats *out)
 		return;
 	report_slots(sa, out);
 	al_counters_report(&sa->ctr, out);
-	for (ci = 0; ci < KM_NR_CLASSES; ci++)
+	for (ci = 0; ci < NR_CACHES; ci++)
 		partial += __atomic_load_n(&sa->caches[ci].nr_partial, __ATOMIC_RELAXED);
 	slabs = al_counters_sum(&sa->ctr, SLAB_slab_allocs) -
 		al_counters_sum(&sa->ctr, SLAB_slab_frees);
@@ -1306,6 +1640,23 @@ static void slab_stats(struct al_allocator *a, struct al_stats *out)
 		return -EFAULT;                     \
 	} while (0)
 
+/* 0, or (the slabs walked) + 1 when cs's partial list is not cs->partial_nr
+ * unfrozen slabs of s with free objects, marked as on a CPU list. */
+static uint32_t check_cpu_partial(struct slab_layer *sa, const struct kmem_cache *s,
+				  const struct cpu_slab *cs, size_t nf)
+{
+	uint32_t n = 0, f;
+
+	for (f = cs->partial; f != NOSLAB && n <= nf; f = frame(sa, f)->next, n++) {
+		const struct slab *slab = frame(sa, f);
+
+		if (slab->cls != s->idx + 1 || slab->on_partial != 3 || FROZEN(slab->counters) ||
+		    !slab->freelist)
+			return n + 1;
+	}
+	return n == cs->partial_nr ? 0 : n + 1;
+}
+
 static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 {
 	struct slab_layer *sa = to_sa(a);
@@ -1318,7 +1669,7 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 		CHECK_FAIL("%llu freelists were found cyclic (a double free of an object not at "
 			   "the freelist head) and leaked",
 			   (unsigned long long)bad);
-	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+	for (ci = 0; ci < NR_CACHES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 		uint32_t n = 0, p, prev = NOSLAB;
 
@@ -1347,6 +1698,11 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 
 			if (cs->locked)
 				CHECK_FAIL("class %u cpu %u: local lock held", s->size, cpu);
+			if (check_cpu_partial(sa, s, cs, nf))
+				CHECK_FAIL("class %u cpu %u: CPU partial list of %u slabs is not "
+					   "%u unfrozen slabs of the class with free objects",
+					   s->size, cpu, check_cpu_partial(sa, s, cs, nf),
+					   cs->partial_nr);
 			if (cs->slab == NOSLAB) {
 				if (cs->freelist)
 					CHECK_FAIL("class %u cpu %u: freelist without a slab",
@@ -1385,10 +1741,12 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 		if (k + INUSE(slab->counters) != slab->objects)
 			CHECK_FAIL("slab %zu: %u free + %u in use != %u objects", f, k,
 				   INUSE(slab->counters), slab->objects);
-		if (!FROZEN(slab->counters) && k && slab->on_partial != 1 && slab->on_partial != 2)
+		if (!FROZEN(slab->counters) && k && !slab->on_partial)
 			CHECK_FAIL("slab %zu has %u free objects but is on no list", f, k);
 		held += (int64_t)INUSE(slab->counters) * s->size;
 	}
+	held -= (int64_t)(al_counters_sum(&sa->ctr, SLAB_obj_exts_bytes) -
+			  al_counters_sum(&sa->ctr, SLAB_obj_exts_bytes_freed));
 	if (held != bytes_held(sa))
 		CHECK_FAIL("slabs hold %lld bytes in use, counters say bytes_held %lld",
 			   (long long)held, (long long)bytes_held(sa));
@@ -1402,6 +1760,7 @@ static void slab_free_parts(struct slab_layer *sa)
 	al_track_unpoison(sa->arena.base, __atomic_load_n(&sa->arena.used, __ATOMIC_RELAXED));
 	al_arena_destroy(&sa->arena);
 	al_counters_fini(&sa->ctr);
+	al_meta_free(sa->memcg.stock, sa->stock_len);
 	al_meta_free(sa->cpus, sa->cpus_len);
 	al_meta_free(sa->caches, sa->caches_len);
 	al_meta_free(sa->frames, sa->frames_len);
@@ -1428,6 +1787,15 @@ static const struct al_ops slab_ops = {
 	.check = slab_check,
 	.free_flags = slab_free_flags,
 };
+
+/* set_cpu_partial: objects a CPU partial list is meant to hold by object
+ * size, as slabs: twice that many objects' worth (slub_set_cpu_partial). */
+static unsigned cpu_partial_slabs(const struct kmem_cache *s)
+{
+	unsigned nr = s->size >= 4096 ? 6 : s->size >= 1024 ? 24 : s->size >= 256 ? 52 : 120;
+
+	return (nr * 2 + s->objects - 1) / s->objects;
+}
 
 static void init_cache(struct kmem_cache *s, unsigned ci, unsigned min_objects, uint64_t budget,
 		       bool timing)
@@ -1469,12 +1837,16 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 	al_lock_init(&sa->page_lock, (uint64_t)p[P_lock_budget], p[P_lock_timing]);
 	sa->nframes = (size_t)p[P_arena_limit] >> FRAME_SHIFT;
 	sa->frames_len = sa->nframes * sizeof(struct slab);
-	sa->caches_len = sizeof(struct kmem_cache) * KM_NR_CLASSES;
-	sa->cpus_len = sizeof(struct cpu_slab) * KM_NR_CLASSES * ncpu;
+	sa->caches_len = sizeof(struct kmem_cache) * NR_CACHES;
+	sa->cpus_len = sizeof(struct cpu_slab) * NR_CACHES * ncpu;
+	sa->memcg_on = p[P_memcg];
+	sa->memcg.depth = (unsigned)p[P_memcg_depth];
+	sa->stock_len = sizeof(struct memcg_stock) * ncpu;
+	sa->memcg.stock = al_meta_alloc(sa->stock_len);
 	sa->frames = al_meta_alloc(sa->frames_len);
 	sa->caches = al_meta_alloc(sa->caches_len);
 	sa->cpus = al_meta_alloc(sa->cpus_len);
-	if (!sa->frames || !sa->caches || !sa->cpus)
+	if (!sa->frames || !sa->caches || !sa->cpus || !sa->memcg.stock)
 		goto out_free;
 	if (al_counters_init_desc(&sa->ctr, slab_counters, SLAB_NR, SLAB_EXTRA, ncpu))
 		goto out_free;
@@ -1482,15 +1854,19 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 	ret = al_arena_init(&sa->arena, sa->nframes << FRAME_SHIFT, FRAME_SIZE, false);
 	if (ret)
 		goto out_free;
-	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
+	for (ci = 0; ci < NR_CACHES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 
-		init_cache(s, ci, (unsigned)p[P_min_objects], (uint64_t)p[P_lock_budget],
-			   p[P_lock_timing]);
+		init_cache(s, ci % KM_NR_CLASSES, (unsigned)p[P_min_objects],
+			   (uint64_t)p[P_lock_budget], p[P_lock_timing]);
+		s->idx = ci;
 		al_lock_count_in(&s->list_lock, &sa->ctr, SLAB_list_lock_acquired);
+		if (sa->form == F_CPU_SLAB && p[P_cpu_partial])
+			s->cpu_partial = cpu_partial_slabs(s);
 		s->cpu = &sa->cpus[(size_t)ci * ncpu];
 		for (cpu = 0; cpu < ncpu; cpu++) {
 			s->cpu[cpu].slab = NOSLAB;
+			s->cpu[cpu].partial = NOSLAB;
 			s->cpu[cpu].tid = cpu;
 		}
 	}

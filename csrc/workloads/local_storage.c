@@ -82,6 +82,9 @@
 enum { ST_SOCKET, ST_TASK };
 enum { OW_NONE, OW_REAL };
 enum { FP_AUTO, FP_KFREE_RCU, FP_REUSE_NOW, FP_CALL_RCU };
+enum { TX_RCU, TX_INLINE };
+
+#define LS_TASK_CHUNK 256 /* task records allocated at a time per worker */
 
 enum {
 	P_storage_type,
@@ -93,6 +96,7 @@ enum {
 	P_rcu_nocb,
 	P_charge,
 	P_sample,
+	P_task_exit,
 	P_NR
 };
 
@@ -120,6 +124,11 @@ static const struct al_param_desc ls_params[P_NR] = {
 		       "charge and uncharge socket memory (sk_omem_charge against optmem_max)" },
 	[P_sample] = { "sample", AL_PARAM_NS, 1000000000, 1000000, 60000000000ll, NULL,
 		       "length of one creates/s sample (the bench: 1 s)" },
+	[P_task_exit] = { "task_exit", AL_PARAM_ENUM, TX_RCU, 0, 1, "rcu,inline",
+			  "task storage: rcu frees it with the task_struct, in an RCU callback "
+			  "(delayed_put_task_struct -> free_task -> bpf_task_storage_free) run "
+			  "by whichever worker runs it (with rcu_nocb, the next one); inline: by "
+			  "the creating worker at the join" },
 };
 
 struct ls_owner;
@@ -161,6 +170,21 @@ struct ls_owner {
 	pthread_t th;		    /* the real thread */
 };
 
+/* The part of a task_struct that outlives the thread: its storage, freed by
+ * the RCU callback that drops the last reference. */
+struct ls_task {
+	struct al_rcu_head rcu;	    /* delayed_put_task_struct */
+	struct ls_storage *storage; /* task->bpf_storage */
+	struct ls_map *m;	    /* the map */
+	unsigned home;		    /* the worker whose pool it returns to */
+	struct ls_task *next;	    /* pool link */
+};
+
+struct ls_task_chunk {
+	struct ls_task_chunk *next;	 /* chunks, freed at teardown */
+	struct ls_task t[LS_TASK_CHUNK]; /* records */
+};
+
 struct ls_bucket {
 	struct al_lock lock;   /* the bucket lock (can fail) */
 	struct ls_selem *head; /* elements */
@@ -170,19 +194,23 @@ struct ls_bucket {
 struct ls_count {
 	uint64_t creates, create_errs, eagain, charges, uncharges, charge_fails, lock_fails;
 	uint64_t owner_errs, kfree_rcu, call_rcu, reuse_now, callbacks_run;
-	uint64_t cycle_ticks; /* measured cycles' time */
+	uint64_t task_puts, task_frees, task_frees_remote; /* delayed_put_task_struct */
+	uint64_t cycle_ticks;				   /* measured cycles' time */
 };
 
 struct ls_worker {
-	struct ls_owner *owners; /* batch_size */
-	size_t owners_len;	 /* mapping length */
-	struct ls_count n;	 /* this worker's counts */
-	int measuring;		 /* counts were reset for the measured phase */
-	int free_path;		 /* FP_* resolved for the run's policy */
-	uint64_t first_t;	 /* sampler (worker 0): first measured cycle's start */
-	uint64_t end_t;		 /* sampler: last measured cycle's end */
-	uint64_t last_t;	 /* sampler: last sample time */
-	uint64_t last_creates;	 /* sampler: creates_total then */
+	struct ls_owner *owners;      /* batch_size */
+	size_t owners_len;	      /* mapping length */
+	struct ls_count n;	      /* this worker's counts */
+	int measuring;		      /* counts were reset for the measured phase */
+	int free_path;		      /* FP_* resolved for the run's policy */
+	uint64_t first_t;	      /* sampler (worker 0): first measured cycle's start */
+	uint64_t end_t;		      /* sampler: last measured cycle's end */
+	uint64_t last_t;	      /* sampler: last sample time */
+	uint64_t last_creates;	      /* sampler: creates_total then */
+	struct ls_task *tasks;	      /* free task records (this worker only) */
+	struct ls_task *returned;     /* records other workers' callbacks freed (lock-free) */
+	struct ls_task_chunk *chunks; /* this worker's record memory */
 } __attribute__((aligned(AL_CACHELINE)));
 
 /* struct bpf_local_storage_map plus the run's shared state. */
@@ -192,6 +220,7 @@ struct ls_map {
 	int free_path;			/* P_free_path (FP_AUTO: each worker resolves it) */
 	int storage_type;		/* ST_* */
 	int owner_work;			/* OW_* */
+	int task_exit;			/* TX_* (task storage; socket storage: inline) */
 	bool charge;			/* P_charge */
 	unsigned batch;			/* P_batch_size */
 	size_t elem_size;		/* 72 + value_size */
@@ -286,15 +315,14 @@ static void storage_free_cb(struct al_rcu_head *h, struct al_ctx *x)
 	al_free(m->a, x, st);
 }
 
-/* Free an object by the era's path. 0 or the allocator's error. */
-static int ls_free(struct al_worker *w, struct ls_map *m, void *p, struct al_rcu_head *h,
-		   void (*cb)(struct al_rcu_head *, struct al_ctx *))
+/* Free an object by the era's path, on the CPU of c. 0 or the allocator's
+ * error. */
+static int free_obj(struct ls_map *m, struct al_ctx *c, void *p, struct al_rcu_head *h,
+		    void (*cb)(struct al_rcu_head *, struct al_ctx *))
 {
-	struct al_ctx *c = &w->ctx;
-	uint64_t t0 = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
 	int ret;
 
-	switch (m->w[w->id].free_path) {
+	switch (m->w[c->cpu].free_path) {
 	case FP_REUSE_NOW:
 		ret = al_free(m->a, c, p);
 		cnt(m, c)->reuse_now++;
@@ -308,6 +336,16 @@ static int ls_free(struct al_worker *w, struct ls_map *m, void *p, struct al_rcu
 		cnt(m, c)->kfree_rcu++;
 		break;
 	}
+	return ret;
+}
+
+/* free_obj by a worker, timed and counted as its free. */
+static int ls_free(struct al_worker *w, struct ls_map *m, void *p, struct al_rcu_head *h,
+		   void (*cb)(struct al_rcu_head *, struct al_ctx *))
+{
+	uint64_t t0 = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
+	int ret = free_obj(m, &w->ctx, p, h, cb);
+
 	if (w->timing == AL_TIMING_PER_OP_SUM)
 		w->free_ticks += al_ticks() - t0;
 	w->free_ops++;
@@ -465,32 +503,116 @@ out_err:
 	return ret;
 }
 
-/* bpf_local_storage_destroy(reuse_now), then close the owner. */
-static int destroy(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
+/* bpf_local_storage_destroy(reuse_now) on the CPU of c: unlink and free
+ * every element, then the storage; w (the worker, for its timing) or NULL
+ * (an RCU callback). o: the owner to uncharge, NULL for task storage. */
+static int storage_destroy(struct ls_map *m, struct al_ctx *c, struct al_worker *w,
+			   struct ls_owner *o, struct ls_storage *st)
 {
-	struct al_ctx *c = &w->ctx;
-	struct ls_storage *st = o->storage;
 	struct ls_selem *s, *next;
 	int ret = 0, r;
 
-	if (st && st->owner == o) { /* a failed publish may have left another storage */
-		raw_lock(&st->lock);
-		for (s = st->list; s; s = next) {
-			next = s->snode_next;
-			bucket_unlink(m, c, s);
-			mem_uncharge(m, c, o, m->elem_size);
-			r = ls_free(w, m, s, &s->rcu, selem_free_cb);
-			ret = ret ? ret : r;
-		}
-		st->list = NULL;
-		raw_unlock(&st->lock);
-		o->storage = NULL;
-		mem_uncharge(m, c, o, LS_STORAGE_SIZE);
-		r = ls_free(w, m, st, &st->rcu, storage_free_cb);
+	raw_lock(&st->lock);
+	for (s = st->list; s; s = next) {
+		next = s->snode_next;
+		bucket_unlink(m, c, s);
+		mem_uncharge(m, c, o, m->elem_size);
+		r = w ? ls_free(w, m, s, &s->rcu, selem_free_cb)
+		      : free_obj(m, c, s, &s->rcu, selem_free_cb);
 		ret = ret ? ret : r;
 	}
+	st->list = NULL;
+	raw_unlock(&st->lock);
+	mem_uncharge(m, c, o, LS_STORAGE_SIZE);
+	r = w ? ls_free(w, m, st, &st->rcu, storage_free_cb)
+	      : free_obj(m, c, st, &st->rcu, storage_free_cb);
+	return ret ? ret : r;
+}
+
+/* A free task record of worker lw, or NULL (no memory). */
+static struct ls_task *task_get(struct ls_worker *lw)
+{
+	struct ls_task_chunk *ch;
+	struct ls_task *t;
+	unsigned i;
+
+	if (!lw->tasks) /* what other workers' callbacks gave back, taken whole */
+		lw->tasks = __atomic_exchange_n(&lw->returned, NULL, __ATOMIC_ACQUIRE);
+	if (!lw->tasks) {
+		ch = al_meta_alloc(sizeof(*ch));
+		if (!ch)
+			return NULL;
+		ch->next = lw->chunks;
+		lw->chunks = ch;
+		for (i = 0; i < LS_TASK_CHUNK; i++) {
+			ch->t[i].next = lw->tasks;
+			lw->tasks = &ch->t[i];
+		}
+	}
+	t = lw->tasks;
+	lw->tasks = t->next;
+	return t;
+}
+
+/*
+ * delayed_put_task_struct: the grace period after the task exited ended; the
+ * last reference goes and free_task frees the task's storage
+ * (bpf_task_storage_free: bpf_local_storage_destroy with reuse_now) on the
+ * CPU running the callback, which need not be the one that created it.
+ */
+static void put_task_cb(struct al_rcu_head *h, struct al_ctx *x)
+{
+	struct ls_task *t = (struct ls_task *)((char *)h - offsetof(struct ls_task, rcu));
+	struct ls_map *m = t->m;
+	struct ls_worker *home = &m->w[t->home];
+	struct ls_count *n = cnt(m, x);
+
+	n->task_frees++;
+	if (x->cpu != t->home)
+		n->task_frees_remote++;
+	storage_destroy(m, x, NULL, NULL, t->storage);
+	t->next = __atomic_load_n(&home->returned, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(&home->returned, &t->next, t, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED))
+		;
+}
+
+/* The task exited (joined): release_task's put_task_struct_rcu_user queues
+ * delayed_put_task_struct. false when no record could be had (the caller
+ * frees the storage at once). */
+static bool task_put(struct al_worker *w, struct ls_map *m, struct ls_storage *st)
+{
+	struct ls_task *t = task_get(&m->w[w->id]);
+
+	if (!t)
+		return false;
+	t->storage = st;
+	t->m = m;
+	t->home = w->id;
+	if (al_call_rcu(m->rcu, &w->ctx, &t->rcu, put_task_cb)) {
+		t->next = m->w[w->id].tasks;
+		m->w[w->id].tasks = t;
+		return false;
+	}
+	cnt(m, &w->ctx)->task_puts++;
+	return true;
+}
+
+/* The owner goes: close the socket / join the thread; its storage goes with
+ * it (socket: bpf_sk_storage_free at once) or with the task_struct, one
+ * grace period later (task_exit=rcu). */
+static int destroy(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
+{
+	struct ls_storage *st = o->storage;
+	int ret = 0;
+
 	o->storage = NULL;
 	owner_close(o);
+	if (!st || st->owner != o) /* a failed publish may have left another storage */
+		return 0;
+	if (m->storage_type == ST_TASK && m->task_exit == TX_RCU && task_put(w, m, st))
+		return 0;
+	ret = storage_destroy(m, &w->ctx, w, o, st);
 	return ret;
 }
 
@@ -577,11 +699,13 @@ static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 		return -ENOMEM;
 	m->storage_type = (int)p[P_storage_type];
 	m->owner_work = (int)p[P_owner_work];
+	m->task_exit = (int)p[P_task_exit];
 	m->free_path = (int)p[P_free_path];
 	m->charge = p[P_charge];
 	m->batch = (unsigned)p[P_batch_size];
 	m->elem_size = LS_ELEM_HDR + (size_t)p[P_value_size];
-	m->flags = AL_ZERO | (m->storage_type == ST_SOCKET ? AL_MAYSLEEP : 0);
+	/* bpf_map_kzalloc / bpf_map_kmalloc_nolock / bpf_mem_alloc: __GFP_ACCOUNT */
+	m->flags = AL_ZERO | AL_ACCOUNT | (m->storage_type == ST_SOCKET ? AL_MAYSLEEP : 0);
 	al_clock_init();
 	m->sample_ticks = (uint64_t)((double)p[P_sample] * al_clock.ticks_per_ns);
 	m->nworkers = nworkers;
@@ -671,6 +795,9 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 		t.call_rcu += n->call_rcu;
 		t.reuse_now += n->reuse_now;
 		t.callbacks_run += n->callbacks_run;
+		t.task_puts += n->task_puts;
+		t.task_frees += n->task_frees;
+		t.task_frees_remote += n->task_frees_remote;
 		ticks += (double)n->cycle_ticks;
 	}
 	if (!m->nsamples && m->w[0].end_t > m->w[0].first_t && m->w[0].first_t) {
@@ -705,16 +832,27 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 	al_result_value(res, "reuse_now", (double)t.reuse_now);
 	al_result_value(res, "rcu_callbacks_run", (double)t.callbacks_run);
 	al_result_value(res, "free_path", m->w[0].free_path);
+	al_result_value(res, "task_puts", (double)t.task_puts);
+	al_result_value(res, "task_frees", (double)t.task_frees);
+	al_result_value(res, "task_frees_remote", (double)t.task_frees_remote);
 }
 
 static void ls_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 {
 	struct ls_map *m = shared;
+	unsigned i;
 
 	(void)a;
 	if (!m)
 		return;
-	al_defer_destroy(m->rcu); /* runs every callback left: nothing is lost */
+	al_defer_destroy(m->rcu);	  /* runs every callback left: nothing is lost */
+	for (i = 0; i < m->nworkers; i++) /* task records, all back in their pools */
+		while (m->w[i].chunks) {
+			struct ls_task_chunk *ch = m->w[i].chunks;
+
+			m->w[i].chunks = ch->next;
+			al_meta_free(ch, sizeof(*ch));
+		}
 	al_meta_free(m->w, m->w_len);
 	al_meta_free(m->buckets, m->buckets_len);
 	al_meta_free(m, sizeof(*m));

@@ -42,8 +42,12 @@ TEST(test_watermarks_exact)
 	CHECK_EQ(S(a, 0, "refills"), 2);
 	CHECK_EQ(S(a, 0, "objects_cached"), 79);
 	CHECK_EQ(S(a, 0, "alloc_hits"), 21);
-	CHECK_EQ(S(a, 1, "kmallocs"), 100);
-	CHECK_EQ(S(a, 1, "traced_kmallocs"), 100); /* kmalloc_node per object */
+	/* kmalloc_node(__GFP_ACCOUNT) per object, from kmalloc-cg-64 (64 per
+	 * slab): 2 slabs, each with its kcalloc'ed obj_exts vector */
+	CHECK_EQ(S(a, 1, "obj_exts_allocs"), 2);
+	CHECK_EQ(S(a, 1, "kmallocs"), 102);
+	CHECK_EQ(S(a, 1, "traced_kmallocs"), 102);
+	CHECK_EQ(S(a, 1, "memcg_charges"), 100); /* charged per refilled object */
 	for (i = 0; i < 17; i++)
 		CHECK_EQ(al_free(a, &c, v[i]), 0);
 	CHECK_EQ(S(a, 0, "objects_cached"), 96); /* at high: no trim yet */

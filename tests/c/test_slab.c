@@ -46,7 +46,7 @@ TEST(test_size_classes)
 
 TEST(test_cpu_slab_exact)
 {
-	struct al_allocator *a = t_spec("slab", 1);
+	struct al_allocator *a = t_spec("slab(cpu_partial=false)", 1);
 	struct al_ctx c;
 	void *v[65];
 	unsigned i;
@@ -89,7 +89,7 @@ TEST(test_cpu_slab_exact)
 
 TEST(test_min_partial_discards)
 {
-	struct al_allocator *a = t_spec("slab", 1);
+	struct al_allocator *a = t_spec("slab(cpu_partial=false)", 1);
 	struct al_ctx c;
 	static void *v[7 * 64];
 	unsigned i;
@@ -111,6 +111,54 @@ TEST(test_min_partial_discards)
 	for (; i < 7 * 64; i++)
 		CHECK_EQ(al_free(a, &c, v[i]), 0);
 	CHECK_EQ(S(a, 0, "free_fastpath"), 64);
+	t_check(a);
+	t_teardown(a);
+}
+
+/* Per-CPU partial slabs: a full slab made partial by a free goes on the
+ * freeing CPU's list without list_lock, the next CPU slab comes from there,
+ * and a list already at its limit (kmalloc-64: ceil(2 * 120 / 64) = 4 slabs)
+ * moves whole to the node list under one list_lock hold. */
+TEST(test_cpu_partial_exact)
+{
+	struct al_allocator *a = t_spec("slab", 2);
+	struct al_ctx c, c1;
+	static void *v[129 + 6 * 64];
+	unsigned i;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	al_ctx_init(&c1, 1);
+	for (i = 0; i < 65; i++)
+		v[i] = al_alloc(a, &c, 64, 0);
+	CHECK_EQ(al_free(a, &c, v[0]), 0); /* full -> this CPU's partial list */
+	CHECK_EQ(S(a, 0, "cpu_partial_free"), 1);
+	CHECK_EQ(S(a, 0, "list_lock_acquired"), 0);
+	CHECK_EQ(S(a, 0, "partial_slabs"), 0);
+	for (i = 65; i < 128; i++) /* the rest of the CPU slab */
+		v[i] = al_alloc(a, &c, 64, 0);
+	v[128] = al_alloc(a, &c, 64, 0); /* the CPU partial slab becomes the CPU slab */
+	CHECK_EQ(S(a, 0, "cpu_partial_alloc"), 1);
+	CHECK_EQ(S(a, 0, "slab_allocs"), 2);
+	CHECK_EQ(S(a, 0, "list_lock_acquired"), 0);
+	CHECK(v[128] == v[0]);
+	/* five full slabs made partial by CPU 1's frees: the fifth finds CPU
+	 * 1's list at 4 and moves it to the node list (one list_lock) */
+	for (i = 129; i < 129 + 6 * 64; i++) /* five full slabs and the CPU slab */
+		v[i] = al_alloc(a, &c, 64, 0);
+	for (i = 0; i < 5; i++)
+		CHECK_EQ(al_free(a, &c1, v[129 + 64 * i]), 0);
+	CHECK_EQ(S(a, 0, "cpu_partial_free"), 6);
+	CHECK_EQ(S(a, 0, "cpu_partial_drain"), 1);
+	CHECK_EQ(S(a, 0, "list_lock_acquired"), 1);
+	CHECK_EQ(S(a, 0, "partial_slabs"), 4);
+	t_check(a);
+	for (i = 1; i < 129 + 6 * 64; i++)
+		if (i < 129 || (i - 129) % 64 || i >= 129 + 5 * 64)
+			CHECK_EQ(al_free(a, &c, v[i]), 0);
+	CHECK_EQ(S(a, 0, "bytes_held"), 0);
 	t_check(a);
 	t_teardown(a);
 }
@@ -614,6 +662,7 @@ int main(void)
 	RUN(test_size_classes);
 	RUN(test_cpu_slab_exact);
 	RUN(test_min_partial_discards);
+	RUN(test_cpu_partial_exact);
 	RUN(test_remote_free_into_frozen_slab);
 	RUN(test_sheaves_form_bulk);
 	RUN(test_kzalloc_and_invalid_frees);

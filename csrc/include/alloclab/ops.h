@@ -55,8 +55,13 @@ enum al_flags {
 	AL_MAYSLEEP = 1u << 2, /* may block (unused by the spin-only models) */
 	AL_NOTRACE = 1u << 3,  /* part of a call already traced above, or an API without the
 				* kmalloc tracepoint (kmalloc_nolock): not counted as traced */
-	AL_NOCPU = 1u << 4     /* do not touch the calling CPU's per-CPU caches (a helper
+	AL_NOCPU = 1u << 4,    /* do not touch the calling CPU's per-CPU caches (a helper
 				* thread running a CPU's deferred work concurrently with it) */
+	AL_SLOWPATH = 1u << 5, /* free through the slab's slow path (__slab_free) on the
+				* calling CPU, past its object caches: irq_work running on
+				* that CPU (free_deferred_objects) */
+	AL_ACCOUNT = 1u << 6   /* charge to the memory cgroup (__GFP_ACCOUNT): slab's
+				* kmalloc-cg caches when its memcg is on */
 };
 
 /* The calling "CPU". One per worker thread; never shared between threads. */
