@@ -293,7 +293,8 @@ enum {
 struct pages {
 	struct al_allocator base; /* must be first */
 	struct zone zone;	  /* the one zone */
-	struct pcp *pcp;	  /* ncpu per-CPU page lists */
+	struct pcp *pcp;	  /* npcp per-CPU page lists */
+	unsigned npcp;		  /* ncpu + the kworker CPU (al_kworker_cpu) */
 	size_t pcp_len;		  /* bytes of pcp[] */
 	struct page *map;	  /* mem_map: one descriptor per frame */
 	size_t map_len;		  /* bytes of map[] */
@@ -946,7 +947,7 @@ retry:
 		 * the buddy (drain_all_pages) before the allocation gives up. */
 		unsigned cpu;
 
-		for (cpu = 0; cpu < pg->base.ncpu; cpu++)
+		for (cpu = 0; cpu < pg->npcp; cpu++)
 			drain_cpu(pg, c, cpu);
 		drained = true;
 		al_count(&pg->ctr, c, PAGE_drain_all, 1);
@@ -1349,7 +1350,7 @@ int al_pages_info(const struct al_allocator *a, struct al_pages_info *out, unsig
 		memset(out, 0, sizeof(*out));
 		out->nr_pages = pg->npages;
 		out->free_pages = __atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED);
-		for (i = 0; i < a->ncpu; i++)
+		for (i = 0; i < pg->npcp; i++)
 			out->pcp_pages += (uint64_t)pg->pcp[i].count;
 		for (o = 0; o <= MAX_ORDER; o++)
 			out->nr_free[o] = pg->zone.area[o].nr_free;
@@ -1548,7 +1549,7 @@ static void pages_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope
 	unsigned i;
 
 	if (scope == AL_DRAIN_ALL) {
-		for (i = 0; i < a->ncpu; i++)
+		for (i = 0; i < pg->npcp; i++)
 			drain_cpu(pg, c, i);
 	} else {
 		drain_cpu(pg, c, c->cpu);
@@ -1563,7 +1564,7 @@ static int64_t pages_held(const struct pages *pg)
 		       (int64_t)__atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED);
 	unsigned i;
 
-	for (i = 0; i < pg->base.ncpu; i++)
+	for (i = 0; i < pg->npcp; i++)
 		held -= __atomic_load_n(&pg->pcp[i].count, __ATOMIC_RELAXED);
 	return held * (int64_t)PAGE_SIZE;
 }
@@ -1592,7 +1593,7 @@ static void pages_stats(struct al_allocator *a, struct al_stats *out)
 	al_stats_add(out, "pages_alloc", pages_counted(pg, PAGE_alloc_o0));
 	al_stats_add(out, "pages_freed", pages_counted(pg, PAGE_free_o0));
 	al_counters_report(&pg->ctr, out);
-	for (i = 0; i < a->ncpu; i++) {
+	for (i = 0; i < pg->npcp; i++) {
 		pcp_pages += (uint64_t)__atomic_load_n(&pg->pcp[i].count, __ATOMIC_RELAXED);
 		high += (uint64_t)__atomic_load_n(&pg->pcp[i].high, __ATOMIC_RELAXED);
 	}
@@ -1725,7 +1726,7 @@ static int pages_check(struct al_allocator *a, char *err, size_t errlen)
 			   (unsigned long long)pg->zone.free_pages, (unsigned long long)free_pages);
 	/* The pcp lists. */
 	listed = 0;
-	for (cpu = 0; cpu < a->ncpu; cpu++) {
+	for (cpu = 0; cpu < pg->npcp; cpu++) {
 		struct pcp *pcp = &pg->pcp[cpu];
 		int64_t count = 0;
 
@@ -2043,7 +2044,7 @@ static void pcp_init(struct pages *pg, const int64_t *params, unsigned ncpu)
 		high_min = zone_highsize((uint64_t)pg->zone.wmark_low, batch, split);
 		high_max = zone_highsize(pg->zone.managed / HIGH_FRACTION, batch, split);
 	}
-	for (cpu = 0; cpu < ncpu; cpu++) {
+	for (cpu = 0; cpu < pg->npcp; cpu++) {
 		struct pcp *pcp = &pg->pcp[cpu];
 
 		al_lock_init(&pcp->lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
@@ -2080,8 +2081,9 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 	pg->pageblock_len = (npb * PB_BITS + 63) / 64 * sizeof(uint64_t);
 	pg->nr_sections = (pg->npages + (1ull << SECTION_SHIFT) - 1) >> SECTION_SHIFT;
 	pg->sections_len = pg->nr_sections * sizeof(struct section);
-	pg->pcp_len = ncpu * sizeof(struct pcp);
-	if (al_counters_init_desc(&pg->ctr, pages_counters, PAGE_NR, 0, ncpu))
+	pg->npcp = ncpu + 1;
+	pg->pcp_len = pg->npcp * sizeof(struct pcp);
+	if (al_counters_init_desc(&pg->ctr, pages_counters, PAGE_NR, 0, pg->npcp))
 		goto out_free;
 	pg->map = map_get(pg->map_len, &pg->map_map_len);
 	pg->pageblock = al_meta_alloc(pg->pageblock_len);

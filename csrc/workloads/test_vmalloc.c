@@ -41,9 +41,17 @@
  * clock pairs then also count in avg_usec).
  *
  * Models of what test_vmalloc calls beyond vmalloc:
- *  - kvfree_rcu: no grace-period model yet: pointers are queued and every
- *    510 (one kvfree_rcu_bulk_data page) are vfree'd by the same thread; a
- *    test flushes its queue before it returns.
+ *  - kvfree_rcu: pointers are queued per worker in pages of 510 (one
+ *    kvfree_rcu_bulk_data page); a full page, and a test's last partial
+ *    one, goes to one shared kworker thread (kfree_rcu_monitor's work) that
+ *    vfree's it on the vmalloc layer's kworker CPU (al_vmalloc_kworker_cpu:
+ *    its own per-CPU lists, so the pages land on another CPU's PCP, as an
+ *    unbound kworker's do), outside the test thread's time. The grace period
+ *    itself is not waited for (nothing reads the areas after kvfree_rcu).
+ *    The harness waits for the kworker to go idle after it took a test's
+ *    end time (kvfree_rcu_barrier), so no page outlives a test. Hand-off and
+ *    wait use a mutex and condition variables, never a sleep; teardown
+ *    stops the thread after it has freed everything queued.
  *  - __alloc_percpu: a global allocator (one lock) of chunks of 16 pages per
  *    CPU, populated with order-0 pages (alloc_pages per page, as
  *    pcpu_alloc_pages) mapped by vm_map_ram; objects are carved in order
@@ -52,6 +60,7 @@
  * Nothing outlives a test function: no page is held between tests.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -112,8 +121,30 @@ struct pcpu_slab {
 	size_t len;		/* mapping length */
 };
 
-/* Shared state: the percpu allocator. */
+/* A page of kvfree_rcu pointers on its way to the kworker. */
+struct kv_batch {
+	struct kv_batch *next; /* queue or pool */
+	unsigned n;	       /* pointers in p[] */
+	void *p[KVFREE_BATCH];
+};
+
+/* The kvfree_rcu kworker, one per run (there is one kworker CPU). */
+struct kv_worker {
+	pthread_mutex_t mu;
+	pthread_cond_t wake;	/* queued work or stop */
+	pthread_cond_t idle;	/* queue empty and nothing being freed */
+	struct kv_batch *queue; /* batches to free (LIFO: order does not matter) */
+	struct kv_batch *pool;	/* empty batches */
+	struct al_allocator *a; /* the vmalloc layer */
+	pthread_t th;
+	bool busy;    /* a batch being freed */
+	bool stop;    /* teardown */
+	bool started; /* th runs */
+};
+
+/* Shared state: the percpu allocator, the kvfree_rcu kworker. */
 struct tv_shared {
+	struct kv_worker kv;	    /* kvfree_rcu's deferred frees */
 	struct al_lock lock;	    /* pcpu_lock */
 	struct pcpu_chunk *current; /* the chunk being carved */
 	struct pcpu_chunk *free;    /* unused chunk records */
@@ -143,8 +174,7 @@ struct tv {
 	void **ptr;		  /* pointer arrays (host memory) */
 	void **junk;		  /* full_fit's junk areas */
 	size_t ptr_len, junk_len; /* mapping lengths */
-	void **pending;		  /* kvfree_rcu queue */
-	unsigned npending;	  /* entries queued */
+	struct kv_batch *pending; /* kvfree_rcu page being filled */
 	uint64_t *pfns;		  /* vm_map_ram_test's pages */
 	struct pcpu_ref *pcpu;	  /* pcpu_alloc_test's objects */
 	size_t pcpu_len;	  /* mapping length */
@@ -529,22 +559,129 @@ static int pcpu_alloc_test(struct tv *t)
 	return rv;
 }
 
-/* -- kvfree_rcu: a simple deferred free -- */
+/* -- kvfree_rcu: frees deferred to the kworker -- */
 
-static void kvfree_flush(struct tv *t)
+/* kvfree_rcu_bulk(): vfree every pointer of a batch at the kworker CPU. */
+static void kv_free_batch(struct kv_worker *k, struct al_ctx *c, struct kv_batch *b)
 {
 	unsigned i;
 
-	for (i = 0; i < t->npending; i++)
-		tv_vfree(t, t->pending[i]);
-	t->npending = 0;
+	for (i = 0; i < b->n; i++)
+		al_vfree(k->a, c, b->p[i]);
+	b->n = 0;
 }
 
-static inline void kvfree_rcu(struct tv *t, void *p)
+static void *kv_main(void *arg)
 {
-	t->pending[t->npending++] = p;
-	if (t->npending == KVFREE_BATCH)
-		kvfree_flush(t);
+	struct kv_worker *k = arg;
+	struct kv_batch *b;
+	struct al_ctx x;
+
+	al_ctx_init(&x, al_vmalloc_kworker_cpu(k->a));
+	pthread_mutex_lock(&k->mu);
+	for (;;) {
+		while (!k->queue && !k->stop)
+			pthread_cond_wait(&k->wake, &k->mu);
+		b = k->queue;
+		if (!b)
+			break; /* stopping with nothing queued */
+		k->queue = b->next;
+		k->busy = true;
+		pthread_mutex_unlock(&k->mu);
+		kv_free_batch(k, &x, b);
+		pthread_mutex_lock(&k->mu);
+		b->next = k->pool;
+		k->pool = b;
+		k->busy = false;
+		if (!k->queue)
+			pthread_cond_broadcast(&k->idle);
+	}
+	pthread_mutex_unlock(&k->mu);
+	return NULL;
+}
+
+/* The worker's batch to the kworker; a fresh one from the pool back (or
+ * NULL when the pool is empty and a new one cannot be had). */
+static struct kv_batch *kv_hand_off(struct kv_worker *k, struct kv_batch *b)
+{
+	struct kv_batch *fresh;
+
+	pthread_mutex_lock(&k->mu);
+	b->next = k->queue;
+	k->queue = b;
+	fresh = k->pool;
+	if (fresh)
+		k->pool = fresh->next;
+	pthread_cond_signal(&k->wake);
+	pthread_mutex_unlock(&k->mu);
+	if (!fresh) {
+		fresh = al_meta_alloc(sizeof(*fresh));
+		if (fresh)
+			fresh->n = 0;
+	}
+	return fresh;
+}
+
+/* kvfree_rcu_barrier(): wait until every batch handed off is freed. */
+static void kv_barrier(struct kv_worker *k)
+{
+	pthread_mutex_lock(&k->mu);
+	while (k->queue || k->busy)
+		pthread_cond_wait(&k->idle, &k->mu);
+	pthread_mutex_unlock(&k->mu);
+}
+
+/* The kworker, started by the first worker (it needs the allocator). */
+static int kv_start(struct kv_worker *k, struct al_allocator *a)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&k->mu);
+	if (!k->started) {
+		k->a = a;
+		if (pthread_create(&k->th, NULL, kv_main, k))
+			ret = -EAGAIN;
+		else
+			k->started = true;
+	}
+	pthread_mutex_unlock(&k->mu);
+	return ret;
+}
+
+/* Free what is queued, stop the thread, free the batches. */
+static void kv_stop(struct kv_worker *k)
+{
+	struct kv_batch *b, *next;
+
+	pthread_mutex_lock(&k->mu);
+	k->stop = true;
+	pthread_cond_broadcast(&k->wake);
+	pthread_mutex_unlock(&k->mu);
+	if (k->started)
+		pthread_join(k->th, NULL);
+	for (b = k->pool; b; b = next) {
+		next = b->next;
+		al_meta_free(b, sizeof(*b));
+	}
+	k->pool = NULL;
+	pthread_cond_destroy(&k->wake);
+	pthread_cond_destroy(&k->idle);
+	pthread_mutex_destroy(&k->mu);
+}
+
+/* A partial batch goes too (the test's end); -1 when no new batch could be had. */
+static int kvfree_flush(struct tv *t)
+{
+	if (!t->pending->n)
+		return 0;
+	t->pending = kv_hand_off(&t->sh->kv, t->pending);
+	return t->pending ? 0 : -1;
+}
+
+static inline int kvfree_rcu(struct tv *t, void *p)
+{
+	t->pending->p[t->pending->n++] = p;
+	return t->pending->n == KVFREE_BATCH ? kvfree_flush(t) : 0;
 }
 
 static int kvfree_rcu_test(struct tv *t)
@@ -560,9 +697,13 @@ static int kvfree_rcu_test(struct tv *t)
 			break;
 		}
 		tv_write(t, p, RCU_HEAD_BYTES, 'a'); /* p->array[0] = 'a' */
-		kvfree_rcu(t, p);
+		if (kvfree_rcu(t, p)) {
+			rv = -1;
+			break;
+		}
 	}
-	kvfree_flush(t);
+	if (kvfree_flush(t))
+		rv = -1;
 	return rv;
 }
 
@@ -652,6 +793,11 @@ static int tv_setup(const int64_t *params, unsigned nworkers, void **shared)
 	(void)params;
 	if (!sh)
 		return -ENOMEM;
+	if (pthread_mutex_init(&sh->kv.mu, NULL) || pthread_cond_init(&sh->kv.wake, NULL) ||
+	    pthread_cond_init(&sh->kv.idle, NULL)) {
+		al_meta_free(sh, sizeof(*sh));
+		return -ENOMEM;
+	}
 	/* Not counted (no al_lock_count_in): nothing reports its statistics. */
 	al_lock_init(&sh->lock, 10000000000ull, false);
 	sh->ncpu = nworkers;
@@ -669,6 +815,7 @@ static void tv_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 
 	if (!sh)
 		return;
+	kv_stop(&sh->kv); /* before the allocator goes: it frees what is queued */
 	if (a && al_vmalloc_is(a) && sh->current)
 		pcpu_destroy_chunk(sh, a, c, sh->current);
 	for (s = sh->slabs; s; s = next) {
@@ -726,12 +873,17 @@ static int tv_worker_init(struct al_worker *w)
 	t->pcpu_len = sizeof(struct pcpu_ref) * t->nr_pcpu;
 	t->ptr = al_meta_alloc(t->ptr_len);
 	t->junk = al_meta_alloc(t->junk_len);
-	t->pending = al_meta_alloc(sizeof(void *) * KVFREE_BATCH);
+	t->pending = al_meta_alloc(sizeof(*t->pending));
 	t->pfns = al_meta_alloc(sizeof(uint64_t) * t->nr_pages);
 	t->pcpu = al_meta_alloc(t->pcpu_len);
 	if (!t->ptr || !t->junk || !t->pending || !t->pfns || !t->pcpu) {
 		tv_worker_fini(w);
 		return -ENOMEM;
+	}
+	if (kv_start(&t->sh->kv, w->a)) {
+		snprintf(w->err, w->errlen, "test_vmalloc: cannot start the kvfree_rcu kworker");
+		tv_worker_fini(w);
+		return -EAGAIN;
 	}
 	return 0;
 }
@@ -744,7 +896,9 @@ static void tv_worker_fini(struct al_worker *w)
 		return;
 	al_meta_free(t->ptr, t->ptr_len);
 	al_meta_free(t->junk, t->junk_len);
-	al_meta_free(t->pending, sizeof(void *) * KVFREE_BATCH);
+	if (t->pending && t->pending->n) /* a test cut short: its batch is freed here */
+		kv_free_batch(&t->sh->kv, t->c, t->pending);
+	al_meta_free(t->pending, sizeof(*t->pending));
 	al_meta_free(t->pfns, sizeof(uint64_t) * t->nr_pages);
 	al_meta_free(t->pcpu, t->pcpu_len);
 	al_meta_free(t, sizeof(*t));
@@ -792,6 +946,7 @@ static int tv_cycle(struct al_worker *w)
 				failed++;
 		}
 		t1 = al_ticks();
+		kv_barrier(&t->sh->kv); /* untimed: kvfree_rcu's frees end with the test */
 		if (!t->per_op) {
 			w->alloc_ticks += t1 - t0;
 			w->alloc_ops += t->iters;
