@@ -1595,7 +1595,8 @@ static void pages_stats(struct al_allocator *a, struct al_stats *out)
 	al_counters_report(&pg->ctr, out);
 	for (i = 0; i < pg->npcp; i++) {
 		pcp_pages += (uint64_t)__atomic_load_n(&pg->pcp[i].count, __ATOMIC_RELAXED);
-		high += (uint64_t)__atomic_load_n(&pg->pcp[i].high, __ATOMIC_RELAXED);
+		if (i < a->ncpu) /* the stack's CPUs: the kworker's list only holds pages */
+			high += (uint64_t)__atomic_load_n(&pg->pcp[i].high, __ATOMIC_RELAXED);
 	}
 	al_stats_add_gauge(out, "free_pages",
 			   __atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED));
