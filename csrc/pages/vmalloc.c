@@ -231,6 +231,7 @@ struct purge_worker {
 	pthread_cond_t wake; /* queued or stop */
 	pthread_cond_t idle; /* nothing queued or running */
 	unsigned queued;     /* work pending (atomic: vfree tests it lock-free) */
+	unsigned cpu;	     /* its model CPU, set before it starts */
 	bool running;	     /* a purge in progress (mu) */
 	bool stop;	     /* (mu) */
 	bool started;
@@ -646,7 +647,7 @@ static void *purge_main(void *arg)
 	struct purge_worker *w = &v->pw;
 	struct al_ctx x;
 
-	al_ctx_init(&x, PURGE_CPU(v));
+	al_ctx_init(&x, w->cpu);
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		while (!w->stop && !__atomic_load_n(&w->queued, __ATOMIC_ACQUIRE))
@@ -685,6 +686,7 @@ static int purge_start(struct vm *v)
 {
 	struct purge_worker *w = &v->pw;
 
+	w->cpu = PURGE_CPU(v);
 	if (pthread_mutex_init(&w->mu, NULL))
 		return -ENOMEM;
 	if (pthread_cond_init(&w->wake, NULL) || pthread_cond_init(&w->idle, NULL) ||
