@@ -15,9 +15,13 @@
  * descriptor per 4 MiB block. The frames' memory is one MAP_NORESERVE
  * mapping touched only where a caller writes; the allocator itself never
  * touches it (except to zero pages on request), as the kernel does not.
- * Beside the descriptors: a pageblock bitmap (4 bits of migratetype per
- * 2 MiB pageblock, read on every free as get_pfnblock_migratetype() is) and
- * memory sections (128 MiB, with a 2 MiB subsection map) for pfn_valid().
+ * Beside the descriptors: memory sections (128 MiB, with a 2 MiB subsection
+ * map) for pfn_valid(), each pointing at its part of a pageblock bitmap (4
+ * bits of migratetype per 2 MiB pageblock), read through the section on
+ * every free as get_pfnblock_migratetype() is.
+ *
+ * One more CPU's page lists than the stack has: the kworker CPU's
+ * (deferred frees run there: al_vmalloc_kworker_cpu).
  *
  * The kernel's memory is always there; a fresh host mapping is not: its
  * first touch of each page is a host page fault, which would be counted in
@@ -133,6 +137,7 @@
 #define SECTION_HAS_MEM_MAP  1ull
 #define PB_BITS		     4 /* pageblock flag bits (migratetype + skip) */
 #define PB_MT_MASK	     7ull
+#define PB_PER_SECTION	     (1ull << (SECTION_SHIFT - PAGEBLOCK_ORDER)) /* 64 */
 #define PCPF_PREV_FREE_HIGH  0x01 /* PCPF_PREV_FREE_HIGH_ORDER */
 #define PCPF_FREE_HIGH_BATCH 0x02
 #define DECAY_EVERY	     256 /* pcp operations between clock checks for decay */
@@ -194,6 +199,7 @@ struct pcp {
 struct section {
 	uint64_t flags;		 /* SECTION_HAS_MEM_MAP */
 	uint64_t subsection_map; /* one bit per 2 MiB subsection */
+	uint64_t *usage;	 /* its pageblocks' flags (ms->usage->pageblock_flags) */
 };
 
 /*
@@ -390,12 +396,18 @@ static inline void set_pflags(struct page *p, uint32_t f)
 	__atomic_store_n(&p->flags, f, __ATOMIC_RELAXED);
 }
 
+/*
+ * get_pfnblock_migratetype() -> __get_pfnblock_flags_mask(): the bitmap is
+ * found through the pfn's memory section (SPARSEMEM keeps it in the
+ * section's usage), then the pageblock's bits are read: two dependent loads.
+ */
 static inline unsigned pageblock_mt(const struct pages *pg, uint64_t pfn)
 {
-	uint64_t pb = pfn >> PAGEBLOCK_ORDER;
-	uint64_t w = __atomic_load_n(&pg->pageblock[pb * PB_BITS / 64], __ATOMIC_RELAXED);
+	const uint64_t *bitmap = pg->sections[pfn >> SECTION_SHIFT].usage;
+	uint64_t bit = ((pfn >> PAGEBLOCK_ORDER) & (PB_PER_SECTION - 1)) * PB_BITS;
+	uint64_t w = __atomic_load_n(&bitmap[bit / 64], __ATOMIC_RELAXED);
 
-	return (unsigned)((w >> (pb * PB_BITS % 64)) & PB_MT_MASK);
+	return (unsigned)((w >> (bit % 64)) & PB_MT_MASK);
 }
 
 static inline bool pcp_allowed(unsigned order)
@@ -2005,6 +2017,7 @@ static void sections_init(struct pages *pg)
 
 		ms->flags = SECTION_HAS_MEM_MAP;
 		ms->subsection_map |= 1ull << ((pfn >> SUBSECTION_SHIFT) & 63);
+		ms->usage = &pg->pageblock[(pfn >> SECTION_SHIFT) * PB_PER_SECTION * PB_BITS / 64];
 	}
 }
 
