@@ -13,9 +13,14 @@
  * lazy lists and return to the free tree in one purge (merging with their
  * free neighbours, one "TLB flush") once their pages exceed lazy_max_pages
  * (fls(CPUs) * 32 MiB, as lazy_max_pages()) or when an allocation finds no
- * range (purge, then retry once). The purge runs in the thread that crossed
- * the threshold (the kernel hands it to a worker); vmap pools and KASAN are
- * not modelled. Every vmalloc area has a guard page after it.
+ * range (purge, then retry once). The purge runs on a worker thread of the
+ * instance (drain_vmap_work's kworker), queued by the vfree that crosses the
+ * threshold with one atomic exchange when none is pending, so neither the
+ * merges nor the TLB flush are in the freeing thread's time; purge=inline
+ * runs it in that vfree instead. The worker has a model CPU of its own
+ * (record cache, counter block) past the kworker CPU that deferred frees use
+ * (al_vmalloc_kworker_cpu, whose pages layer lists exist too). vmap pools and
+ * KASAN are not modelled. Every vmalloc area has a guard page after it.
  *
  * The range is ordinary host memory too (one MAP_NORESERVE mapping, touched
  * only where written), so al_ops callers can dereference vmalloc pointers.
@@ -55,14 +60,19 @@
  * all unmapped is freed; one that cannot serve a request is retired with its
  * rest counted as dirty, the model's purge_fragmented_blocks).
  *
- * Metadata (area records, page arrays) comes from per-CPU caches carved
- * from al_meta_alloc chunks, never returned before destroy: the kernel's
- * kmem_cache and kvmalloc, at a cost that does not depend on the strategy.
+ * Metadata comes from per-CPU caches carved from al_meta_alloc chunks,
+ * never returned before destroy, at a cost that does not depend on the
+ * strategy: per area a vmap_area record (kmem_cache), a vm_struct record
+ * (kzalloc: zeroed), and pages[] (kvzalloc: every entry zeroed; arrays over a
+ * page of pointers are counted as kvmalloc's vmalloc side, whose own area is
+ * not modelled).
  *
  * Locks (al_lock): free_lock (the free tree), per node busy and lazy locks,
  * purge_lock (one purge at a time). Order: purge_lock, then a lazy lock or
  * free_lock, never two of the others at once; the pages layer's locks are
- * taken with none of these held.
+ * taken with none of these held. The purge worker's mutex guards only its
+ * queued/running/stop state and is never held across a purge; check() and
+ * drain() wait on its idle condition (flush_work), destroy joins it.
  *
  * Counters (vm_counters): vmalloc and vfree find their per-CPU block once;
  * pages_alloc and pages_freed are kept at every stats level, so bytes_held
