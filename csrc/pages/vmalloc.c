@@ -446,7 +446,8 @@ static inline int translate(const struct vm *v, uintptr_t addr, uint64_t *pfn)
 }
 
 /* vmap_pages_range(): map nr pages at addr with the given granule. 0, or
- * -EINVAL when a pfn is not valid (the pages mapped so far stay mapped). */
+ * -EINVAL when a pfn is not valid or an entry is already set (the pages
+ * mapped so far stay mapped). */
 static int vmap_pages(struct vm *v, const struct al_ctx *c, uintptr_t addr, const uint64_t *pfns,
 		      unsigned nr, unsigned shift, unsigned *mapped)
 {
@@ -486,7 +487,9 @@ static int vmap_pages(struct vm *v, const struct al_ctx *c, uintptr_t addr, cons
 				ptes += 16;
 				i += 16;
 			} else {
-				if (!al_pfn_valid(v->pg, pfns[i])) {
+				/* vmap_pages_pte_range(): the entry must be empty
+				 * (pte_none) and the page valid (pfn_valid). */
+				if (ld(pte) || !al_pfn_valid(v->pg, pfns[i])) {
 					ret = -EINVAL;
 					goto out;
 				}
