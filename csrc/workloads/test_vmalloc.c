@@ -37,8 +37,9 @@
  * all_tests_usec (a worker run, mean). Engine figures: timing=batch puts
  * each test's time in alloc_ns with one "op" per loop iteration (the
  * kernel's avg / loops; free_ns is not measured); timing=per_op_sum times
- * every vmalloc-family call into alloc_ns and every free into free_ns (the
- * clock pairs then also count in avg_usec).
+ * every vmalloc-family call into alloc_ns and every free the test thread
+ * makes into free_ns (the clock pairs then also count in avg_usec;
+ * kvfree_rcu's frees are the kworker's, not timed).
  *
  * Models of what test_vmalloc calls beyond vmalloc:
  *  - kvfree_rcu: pointers are queued per worker in pages of 510 (one
