@@ -60,10 +60,13 @@
  *    when its last object is (the current one at the end of the test).
  * Nothing outlives a test function: no page is held between tests.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloclab/alloclab.h"
 
@@ -632,18 +635,49 @@ static void kv_barrier(struct kv_worker *k)
 	pthread_mutex_unlock(&k->mu);
 }
 
+/*
+ * The kworker runs on the CPUs the creating worker is not pinned to (all of
+ * them when it is not pinned, or when none is left), as an unbound kworker
+ * runs beside the test's CPU: sharing a pinned worker's CPU, the worker's
+ * lock waits (which never yield there) could spin while the kworker holds
+ * the lock it waits for.
+ */
+static void kv_affinity(pthread_attr_t *attr)
+{
+	cpu_set_t mine, other;
+	long n = sysconf(_SC_NPROCESSORS_ONLN), i;
+
+	if (pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine))
+		return;
+	CPU_ZERO(&other);
+	for (i = 0; i < n && i < CPU_SETSIZE; i++)
+		if (!CPU_ISSET(i, &mine))
+			CPU_SET(i, &other);
+	if (!CPU_COUNT(&other))
+		for (i = 0; i < n && i < CPU_SETSIZE; i++)
+			CPU_SET(i, &other);
+	pthread_attr_setaffinity_np(attr, sizeof(other), &other);
+}
+
 /* The kworker, started by the first worker (it needs the allocator). */
 static int kv_start(struct kv_worker *k, struct al_allocator *a)
 {
+	pthread_attr_t attr;
 	int ret = 0;
 
 	pthread_mutex_lock(&k->mu);
 	if (!k->started) {
 		k->a = a;
-		if (pthread_create(&k->th, NULL, kv_main, k))
+		if (pthread_attr_init(&attr)) {
+			pthread_mutex_unlock(&k->mu);
+			return -EAGAIN;
+		}
+		kv_affinity(&attr);
+		if (pthread_create(&k->th, &attr, kv_main, k))
 			ret = -EAGAIN;
 		else
 			k->started = true;
+		pthread_attr_destroy(&attr);
 	}
 	pthread_mutex_unlock(&k->mu);
 	return ret;
