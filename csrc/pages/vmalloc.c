@@ -85,11 +85,14 @@
  * and not its guard page; free and lazy ranges below the high-water mark are
  * unmapped; lazy_nr and bytes_held match.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "alloclab/alloclab.h"
 #include "vatree.h"
@@ -695,20 +698,48 @@ static void purge_flush(struct vm *v)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/*
+ * The worker may run on any CPU but the creating thread's when that thread is
+ * pinned (a pinned worker's lock waits never yield, so it must not share its
+ * CPU with a thread that holds the locks it waits for).
+ */
+static void purge_affinity(pthread_attr_t *attr)
+{
+	cpu_set_t mine, other;
+	long n = sysconf(_SC_NPROCESSORS_ONLN), i;
+
+	if (pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine))
+		return;
+	CPU_ZERO(&other);
+	for (i = 0; i < n && i < CPU_SETSIZE; i++)
+		if (!CPU_ISSET(i, &mine))
+			CPU_SET(i, &other);
+	if (!CPU_COUNT(&other) || CPU_COUNT(&mine) > 1)
+		return; /* not pinned, or nowhere else to go: inherit */
+	pthread_attr_setaffinity_np(attr, sizeof(other), &other);
+}
+
 static int purge_start(struct vm *v)
 {
 	struct purge_worker *w = &v->pw;
+	pthread_attr_t attr;
+	int ret = 0;
 
 	w->cpu = PURGE_CPU(v);
-	if (pthread_mutex_init(&w->mu, NULL))
+	if (pthread_attr_init(&attr))
 		return -ENOMEM;
-	if (pthread_cond_init(&w->wake, NULL) || pthread_cond_init(&w->idle, NULL) ||
-	    pthread_create(&w->th, NULL, purge_main, v)) {
+	purge_affinity(&attr);
+	if (pthread_mutex_init(&w->mu, NULL)) {
+		ret = -ENOMEM;
+	} else if (pthread_cond_init(&w->wake, NULL) || pthread_cond_init(&w->idle, NULL) ||
+		   pthread_create(&w->th, &attr, purge_main, v)) {
 		pthread_mutex_destroy(&w->mu);
-		return -ENOMEM;
+		ret = -ENOMEM;
+	} else {
+		w->started = true;
 	}
-	w->started = true;
-	return 0;
+	pthread_attr_destroy(&attr);
+	return ret;
 }
 
 static void purge_stop(struct vm *v)
