@@ -2095,7 +2095,7 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 	pg->pageblock_len = (npb * PB_BITS + 63) / 64 * sizeof(uint64_t);
 	pg->nr_sections = (pg->npages + (1ull << SECTION_SHIFT) - 1) >> SECTION_SHIFT;
 	pg->sections_len = pg->nr_sections * sizeof(struct section);
-	pg->npcp = ncpu + 1;
+	pg->npcp = ncpu < AL_MAX_CPUS ? ncpu + 1 : ncpu; /* + the kworker CPU when it fits */
 	pg->pcp_len = pg->npcp * sizeof(struct pcp);
 	if (al_counters_init_desc(&pg->ctr, pages_counters, PAGE_NR, 0, pg->npcp))
 		goto out_free;

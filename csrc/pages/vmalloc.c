@@ -282,6 +282,7 @@ struct vm {
 	struct chunk *chunks;	     /* metadata chunks (lock-free stack) */
 	struct al_counters ctr;	     /* vm_counters */
 	unsigned purge_mode;	     /* PURGE_* */
+	unsigned nslots;	     /* per-CPU slots: ncpu, + kworker and purge CPUs if they fit */
 	struct purge_worker pw;	     /* PURGE_WORKER */
 };
 
@@ -289,7 +290,7 @@ struct vm {
  * pages layer's CPU of the same id) and the purge worker (vmalloc only). */
 #define KWORKER_CPU(v) ((v)->base.ncpu)
 #define PURGE_CPU(v)   ((v)->base.ncpu + 1)
-#define NR_SLOTS(n)    ((n) + 2)
+#define NR_SLOTS(n)    ((n) + 2 <= AL_MAX_CPUS ? (n) + 2 : (n))
 
 static const struct al_ops vm_ops;
 
@@ -1562,7 +1563,7 @@ unsigned al_vmalloc_kworker_cpu(const struct al_allocator *a)
 {
 	const struct vm *v = vm_of(a);
 
-	return v ? KWORKER_CPU(v) : ~0u;
+	return v && v->nslots > v->base.ncpu ? KWORKER_CPU(v) : ~0u;
 }
 
 /* ---- struct al_ops ---- */
@@ -1617,7 +1618,7 @@ static void vmalloc_drain(struct al_allocator *a, struct al_ctx *c, unsigned sco
 	unsigned i;
 
 	purge_flush(v);
-	for (i = 0; i < NR_SLOTS(a->ncpu); i++) {
+	for (i = 0; i < v->nslots; i++) {
 		struct vcpu *vc = &v->cpus[i];
 		struct vmap_area *vb = vc->vb;
 
@@ -1935,9 +1936,11 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	v->vb_index_len = (v->va_size >> VMAP_BLOCK_SHIFT) * sizeof(void *);
 	v->nr_nodes = ncpu < MAX_NODES ? ncpu : MAX_NODES;
 	v->nodes_len = v->nr_nodes * sizeof(struct vnode);
-	v->cpus_len = NR_SLOTS(ncpu) * sizeof(struct vcpu);
-	v->purge_mode = (unsigned)params[P_PURGE];
-	if (al_counters_init_desc(&v->ctr, vm_counters, VMAL_NR, 0, NR_SLOTS(ncpu)))
+	v->nslots = NR_SLOTS(ncpu);
+	v->cpus_len = v->nslots * sizeof(struct vcpu);
+	/* No CPU left for the worker (a stack of AL_MAX_CPUS): purge inline. */
+	v->purge_mode = v->nslots > ncpu ? (unsigned)params[P_PURGE] : PURGE_INLINE;
+	if (al_counters_init_desc(&v->ctr, vm_counters, VMAL_NR, 0, v->nslots))
 		goto out_free;
 	v->pte = al_meta_alloc(v->pte_len);
 	v->pmd = al_meta_alloc(v->pmd_len);

@@ -665,6 +665,8 @@ static int kv_start(struct kv_worker *k, struct al_allocator *a)
 	pthread_attr_t attr;
 	int ret = 0;
 
+	if (al_vmalloc_kworker_cpu(a) == ~0u)
+		return -ERANGE; /* a stack with no CPU left for the kworker */
 	pthread_mutex_lock(&k->mu);
 	if (!k->started) {
 		k->a = a;
