@@ -15,9 +15,13 @@
  * descriptor per 4 MiB block. The frames' memory is one MAP_NORESERVE
  * mapping touched only where a caller writes; the allocator itself never
  * touches it (except to zero pages on request), as the kernel does not.
- * Beside the descriptors: a pageblock bitmap (4 bits of migratetype per
- * 2 MiB pageblock, read on every free as get_pfnblock_migratetype() is) and
- * memory sections (128 MiB, with a 2 MiB subsection map) for pfn_valid().
+ * Beside the descriptors: memory sections (128 MiB, with a 2 MiB subsection
+ * map) for pfn_valid(), each pointing at its part of a pageblock bitmap (4
+ * bits of migratetype per 2 MiB pageblock), read through the section on
+ * every free as get_pfnblock_migratetype() is.
+ *
+ * One more CPU's page lists than the stack has: the kworker CPU's
+ * (deferred frees run there: al_vmalloc_kworker_cpu).
  *
  * The kernel's memory is always there; a fresh host mapping is not: its
  * first touch of each page is a host page fault, which would be counted in
@@ -133,6 +137,7 @@
 #define SECTION_HAS_MEM_MAP  1ull
 #define PB_BITS		     4 /* pageblock flag bits (migratetype + skip) */
 #define PB_MT_MASK	     7ull
+#define PB_PER_SECTION	     (1ull << (SECTION_SHIFT - PAGEBLOCK_ORDER)) /* 64 */
 #define PCPF_PREV_FREE_HIGH  0x01 /* PCPF_PREV_FREE_HIGH_ORDER */
 #define PCPF_FREE_HIGH_BATCH 0x02
 #define DECAY_EVERY	     256 /* pcp operations between clock checks for decay */
@@ -194,6 +199,7 @@ struct pcp {
 struct section {
 	uint64_t flags;		 /* SECTION_HAS_MEM_MAP */
 	uint64_t subsection_map; /* one bit per 2 MiB subsection */
+	uint64_t *usage;	 /* its pageblocks' flags (ms->usage->pageblock_flags) */
 };
 
 /*
@@ -293,7 +299,8 @@ enum {
 struct pages {
 	struct al_allocator base; /* must be first */
 	struct zone zone;	  /* the one zone */
-	struct pcp *pcp;	  /* ncpu per-CPU page lists */
+	struct pcp *pcp;	  /* npcp per-CPU page lists */
+	unsigned npcp;		  /* ncpu + the kworker CPU (al_kworker_cpu) */
 	size_t pcp_len;		  /* bytes of pcp[] */
 	struct page *map;	  /* mem_map: one descriptor per frame */
 	size_t map_len;		  /* bytes of map[] */
@@ -389,12 +396,18 @@ static inline void set_pflags(struct page *p, uint32_t f)
 	__atomic_store_n(&p->flags, f, __ATOMIC_RELAXED);
 }
 
+/*
+ * get_pfnblock_migratetype() -> __get_pfnblock_flags_mask(): the bitmap is
+ * found through the pfn's memory section (SPARSEMEM keeps it in the
+ * section's usage), then the pageblock's bits are read: two dependent loads.
+ */
 static inline unsigned pageblock_mt(const struct pages *pg, uint64_t pfn)
 {
-	uint64_t pb = pfn >> PAGEBLOCK_ORDER;
-	uint64_t w = __atomic_load_n(&pg->pageblock[pb * PB_BITS / 64], __ATOMIC_RELAXED);
+	const uint64_t *bitmap = pg->sections[pfn >> SECTION_SHIFT].usage;
+	uint64_t bit = ((pfn >> PAGEBLOCK_ORDER) & (PB_PER_SECTION - 1)) * PB_BITS;
+	uint64_t w = __atomic_load_n(&bitmap[bit / 64], __ATOMIC_RELAXED);
 
-	return (unsigned)((w >> (pb * PB_BITS % 64)) & PB_MT_MASK);
+	return (unsigned)((w >> (bit % 64)) & PB_MT_MASK);
 }
 
 static inline bool pcp_allowed(unsigned order)
@@ -946,7 +959,7 @@ retry:
 		 * the buddy (drain_all_pages) before the allocation gives up. */
 		unsigned cpu;
 
-		for (cpu = 0; cpu < pg->base.ncpu; cpu++)
+		for (cpu = 0; cpu < pg->npcp; cpu++)
 			drain_cpu(pg, c, cpu);
 		drained = true;
 		al_count(&pg->ctr, c, PAGE_drain_all, 1);
@@ -1349,7 +1362,7 @@ int al_pages_info(const struct al_allocator *a, struct al_pages_info *out, unsig
 		memset(out, 0, sizeof(*out));
 		out->nr_pages = pg->npages;
 		out->free_pages = __atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED);
-		for (i = 0; i < a->ncpu; i++)
+		for (i = 0; i < pg->npcp; i++)
 			out->pcp_pages += (uint64_t)pg->pcp[i].count;
 		for (o = 0; o <= MAX_ORDER; o++)
 			out->nr_free[o] = pg->zone.area[o].nr_free;
@@ -1548,7 +1561,7 @@ static void pages_drain(struct al_allocator *a, struct al_ctx *c, unsigned scope
 	unsigned i;
 
 	if (scope == AL_DRAIN_ALL) {
-		for (i = 0; i < a->ncpu; i++)
+		for (i = 0; i < pg->npcp; i++)
 			drain_cpu(pg, c, i);
 	} else {
 		drain_cpu(pg, c, c->cpu);
@@ -1563,7 +1576,7 @@ static int64_t pages_held(const struct pages *pg)
 		       (int64_t)__atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED);
 	unsigned i;
 
-	for (i = 0; i < pg->base.ncpu; i++)
+	for (i = 0; i < pg->npcp; i++)
 		held -= __atomic_load_n(&pg->pcp[i].count, __ATOMIC_RELAXED);
 	return held * (int64_t)PAGE_SIZE;
 }
@@ -1592,9 +1605,10 @@ static void pages_stats(struct al_allocator *a, struct al_stats *out)
 	al_stats_add(out, "pages_alloc", pages_counted(pg, PAGE_alloc_o0));
 	al_stats_add(out, "pages_freed", pages_counted(pg, PAGE_free_o0));
 	al_counters_report(&pg->ctr, out);
-	for (i = 0; i < a->ncpu; i++) {
+	for (i = 0; i < pg->npcp; i++) {
 		pcp_pages += (uint64_t)__atomic_load_n(&pg->pcp[i].count, __ATOMIC_RELAXED);
-		high += (uint64_t)__atomic_load_n(&pg->pcp[i].high, __ATOMIC_RELAXED);
+		if (i < a->ncpu) /* the stack's CPUs: the kworker's list only holds pages */
+			high += (uint64_t)__atomic_load_n(&pg->pcp[i].high, __ATOMIC_RELAXED);
 	}
 	al_stats_add_gauge(out, "free_pages",
 			   __atomic_load_n(&pg->zone.free_pages, __ATOMIC_RELAXED));
@@ -1725,7 +1739,7 @@ static int pages_check(struct al_allocator *a, char *err, size_t errlen)
 			   (unsigned long long)pg->zone.free_pages, (unsigned long long)free_pages);
 	/* The pcp lists. */
 	listed = 0;
-	for (cpu = 0; cpu < a->ncpu; cpu++) {
+	for (cpu = 0; cpu < pg->npcp; cpu++) {
 		struct pcp *pcp = &pg->pcp[cpu];
 		int64_t count = 0;
 
@@ -2003,6 +2017,7 @@ static void sections_init(struct pages *pg)
 
 		ms->flags = SECTION_HAS_MEM_MAP;
 		ms->subsection_map |= 1ull << ((pfn >> SUBSECTION_SHIFT) & 63);
+		ms->usage = &pg->pageblock[(pfn >> SECTION_SHIFT) * PB_PER_SECTION * PB_BITS / 64];
 	}
 }
 
@@ -2043,7 +2058,7 @@ static void pcp_init(struct pages *pg, const int64_t *params, unsigned ncpu)
 		high_min = zone_highsize((uint64_t)pg->zone.wmark_low, batch, split);
 		high_max = zone_highsize(pg->zone.managed / HIGH_FRACTION, batch, split);
 	}
-	for (cpu = 0; cpu < ncpu; cpu++) {
+	for (cpu = 0; cpu < pg->npcp; cpu++) {
 		struct pcp *pcp = &pg->pcp[cpu];
 
 		al_lock_init(&pcp->lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
@@ -2080,8 +2095,9 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 	pg->pageblock_len = (npb * PB_BITS + 63) / 64 * sizeof(uint64_t);
 	pg->nr_sections = (pg->npages + (1ull << SECTION_SHIFT) - 1) >> SECTION_SHIFT;
 	pg->sections_len = pg->nr_sections * sizeof(struct section);
-	pg->pcp_len = ncpu * sizeof(struct pcp);
-	if (al_counters_init_desc(&pg->ctr, pages_counters, PAGE_NR, 0, ncpu))
+	pg->npcp = ncpu < AL_MAX_CPUS ? ncpu + 1 : ncpu; /* + the kworker CPU when it fits */
+	pg->pcp_len = pg->npcp * sizeof(struct pcp);
+	if (al_counters_init_desc(&pg->ctr, pages_counters, PAGE_NR, 0, pg->npcp))
 		goto out_free;
 	pg->map = map_get(pg->map_len, &pg->map_map_len);
 	pg->pageblock = al_meta_alloc(pg->pageblock_len);

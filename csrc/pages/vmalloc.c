@@ -13,9 +13,14 @@
  * lazy lists and return to the free tree in one purge (merging with their
  * free neighbours, one "TLB flush") once their pages exceed lazy_max_pages
  * (fls(CPUs) * 32 MiB, as lazy_max_pages()) or when an allocation finds no
- * range (purge, then retry once). The purge runs in the thread that crossed
- * the threshold (the kernel hands it to a worker); vmap pools and KASAN are
- * not modelled. Every vmalloc area has a guard page after it.
+ * range (purge, then retry once). The purge runs on a worker thread of the
+ * instance (drain_vmap_work's kworker), queued by the vfree that crosses the
+ * threshold with one atomic exchange when none is pending, so neither the
+ * merges nor the TLB flush are in the freeing thread's time; purge=inline
+ * runs it in that vfree instead. The worker has a model CPU of its own
+ * (record cache, counter block) past the kworker CPU that deferred frees use
+ * (al_vmalloc_kworker_cpu, whose pages layer lists exist too). vmap pools and
+ * KASAN are not modelled. Every vmalloc area has a guard page after it.
  *
  * The range is ordinary host memory too (one MAP_NORESERVE mapping, touched
  * only where written), so al_ops callers can dereference vmalloc pointers.
@@ -55,14 +60,19 @@
  * all unmapped is freed; one that cannot serve a request is retired with its
  * rest counted as dirty, the model's purge_fragmented_blocks).
  *
- * Metadata (area records, page arrays) comes from per-CPU caches carved
- * from al_meta_alloc chunks, never returned before destroy: the kernel's
- * kmem_cache and kvmalloc, at a cost that does not depend on the strategy.
+ * Metadata comes from per-CPU caches carved from al_meta_alloc chunks,
+ * never returned before destroy, at a cost that does not depend on the
+ * strategy: per area a vmap_area record (kmem_cache), a vm_struct record
+ * (kzalloc: zeroed), and pages[] (kvzalloc: every entry zeroed; arrays over a
+ * page of pointers are counted as kvmalloc's vmalloc side, whose own area is
+ * not modelled).
  *
  * Locks (al_lock): free_lock (the free tree), per node busy and lazy locks,
  * purge_lock (one purge at a time). Order: purge_lock, then a lazy lock or
  * free_lock, never two of the others at once; the pages layer's locks are
- * taken with none of these held.
+ * taken with none of these held. The purge worker's mutex guards only its
+ * queued/running/stop state and is never held across a purge; check() and
+ * drain() wait on its idle condition (flush_work), destroy joins it.
  *
  * Counters (vm_counters): vmalloc and vfree find their per-CPU block once;
  * pages_alloc and pages_freed are kept at every stats level, so bytes_held
@@ -75,10 +85,14 @@
  * and not its guard page; free and lazy ranges below the high-water mark are
  * unmapped; lazy_nr and bytes_held match.
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "alloclab/alloclab.h"
 #include "vatree.h"
@@ -121,6 +135,7 @@ struct vmap_area {
 	uint32_t nr_pages;	/* pages mapped */
 	uint32_t pages_class;	/* size class of pages[] */
 	uint64_t *pages;	/* pfns (VA_VMALLOC) */
+	struct vmap_area *vm;	/* VA_VMALLOC: its vm_struct (a record of its own) */
 	uint32_t vb_free;	/* VA_BLOCK: pages not handed out yet (owner CPU) */
 	uint32_t vb_dirty;	/* VA_BLOCK: pages unmapped again (atomic) */
 	size_t requested;	/* bytes asked for */
@@ -186,6 +201,12 @@ struct chunk {
 	C(P, purged_areas, 0, "areas merged back into the free tree by purges")                    \
 	C(P, purge_retries, AL_CTR_KEY, "allocations that purged and retried for lack of a range") \
 	C(P, bytes_requested, 0, "bytes asked for by vmallocs")                                    \
+	C(P, vm_structs, 0, "vm_struct records allocated (kzalloc in __get_vm_area_node)")         \
+	C(P, pages_kmalloc, 0, "pages[] arrays of at most a page, zeroed (kmalloc in kvzalloc)")   \
+	C(P, pages_vmalloc, 0, "pages[] arrays over a page, zeroed (kvzalloc's vmalloc side)")     \
+	C(P, array_bytes_zeroed, 0, "bytes of pages[] zeroed (__GFP_ZERO on the array)")           \
+	C(P, purge_work_queued, AL_CTR_KEY,                                                        \
+	  "purges handed to the purge worker (drain_vmap_work queued)")                            \
 	D(P, bytes_mapped, 0, "", "bytes of vmalloc areas mapped (pages_alloc pages)")             \
 	D(P, bytes_unmapped, 0, "",                                                                \
 	  "bytes of vmalloc areas unmapped by vfree (pages_freed pages)")                          \
@@ -209,7 +230,24 @@ enum {
 	P_BULK_MAX,
 	P_LOCK_BUDGET,
 	P_LOCK_TIMING,
+	P_PURGE,
 	P_NR
+};
+
+enum { PURGE_WORKER, PURGE_INLINE };
+
+/* The drain_vmap_work kworker: one thread per instance, woken by the vfree
+ * that takes vmap_lazy_nr past lazy_max. */
+struct purge_worker {
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t wake; /* queued or stop */
+	pthread_cond_t idle; /* nothing queued or running */
+	unsigned queued;     /* work pending (atomic: vfree tests it lock-free) */
+	unsigned cpu;	     /* its model CPU, set before it starts */
+	bool running;	     /* a purge in progress (mu) */
+	bool stop;	     /* (mu) */
+	bool started;
 };
 
 struct vm {
@@ -243,7 +281,16 @@ struct vm {
 	size_t cpus_len;	     /* bytes of cpus[] */
 	struct chunk *chunks;	     /* metadata chunks (lock-free stack) */
 	struct al_counters ctr;	     /* vm_counters */
+	unsigned purge_mode;	     /* PURGE_* */
+	unsigned nslots;	     /* per-CPU slots: ncpu, + kworker and purge CPUs if they fit */
+	struct purge_worker pw;	     /* PURGE_WORKER */
 };
+
+/* Model CPUs past the stack's: the kworker of deferred frees (shared with the
+ * pages layer's CPU of the same id) and the purge worker (vmalloc only). */
+#define KWORKER_CPU(v) ((v)->base.ncpu)
+#define PURGE_CPU(v)   ((v)->base.ncpu + 1)
+#define NR_SLOTS(n)    ((n) + 2 <= AL_MAX_CPUS ? (n) + 2 : (n))
 
 static const struct al_ops vm_ops;
 
@@ -403,7 +450,8 @@ static inline int translate(const struct vm *v, uintptr_t addr, uint64_t *pfn)
 }
 
 /* vmap_pages_range(): map nr pages at addr with the given granule. 0, or
- * -EINVAL when a pfn is not valid (the pages mapped so far stay mapped). */
+ * -EINVAL when a pfn is not valid or an entry is already set (the pages
+ * mapped so far stay mapped). */
 static int vmap_pages(struct vm *v, const struct al_ctx *c, uintptr_t addr, const uint64_t *pfns,
 		      unsigned nr, unsigned shift, unsigned *mapped)
 {
@@ -443,7 +491,9 @@ static int vmap_pages(struct vm *v, const struct al_ctx *c, uintptr_t addr, cons
 				ptes += 16;
 				i += 16;
 			} else {
-				if (!al_pfn_valid(v->pg, pfns[i])) {
+				/* vmap_pages_pte_range(): the entry must be empty
+				 * (pte_none) and the page valid (pfn_valid). */
+				if (ld(pte) || !al_pfn_valid(v->pg, pfns[i])) {
 					ret = -EINVAL;
 					goto out;
 				}
@@ -590,6 +640,126 @@ static int purge(struct vm *v, const struct al_ctx *c, bool wait)
 	return (int)areas;
 }
 
+/*
+ * schedule_work(&drain_vmap_work): the purge and its TLB flush run on the
+ * worker thread, outside the freeing thread's time. Work already pending is
+ * not queued again (work_pending), so a crossing costs one atomic exchange.
+ */
+static void purge_queue(struct vm *v, const struct al_ctx *c)
+{
+	struct purge_worker *w = &v->pw;
+
+	if (__atomic_exchange_n(&w->queued, 1, __ATOMIC_ACQ_REL))
+		return;
+	pthread_mutex_lock(&w->mu);
+	pthread_cond_signal(&w->wake);
+	pthread_mutex_unlock(&w->mu);
+	al_count(&v->ctr, c, VMAL_purge_work_queued, 1);
+}
+
+/* drain_vmap_area_work(): purge whenever queued, until stopped. */
+static void *purge_main(void *arg)
+{
+	struct vm *v = arg;
+	struct purge_worker *w = &v->pw;
+	struct al_ctx x;
+
+	al_ctx_init(&x, w->cpu);
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->stop && !__atomic_load_n(&w->queued, __ATOMIC_ACQUIRE))
+			pthread_cond_wait(&w->wake, &w->mu);
+		if (w->stop)
+			break;
+		__atomic_store_n(&w->queued, 0, __ATOMIC_RELEASE);
+		w->running = true;
+		pthread_mutex_unlock(&w->mu);
+		purge(v, &x, true);
+		pthread_mutex_lock(&w->mu);
+		w->running = false;
+		if (!__atomic_load_n(&w->queued, __ATOMIC_ACQUIRE))
+			pthread_cond_broadcast(&w->idle);
+	}
+	w->running = false;
+	pthread_cond_broadcast(&w->idle);
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* flush_work(&drain_vmap_work): wait until no purge is queued or running. */
+static void purge_flush(struct vm *v)
+{
+	struct purge_worker *w = &v->pw;
+
+	if (!w->started)
+		return;
+	pthread_mutex_lock(&w->mu);
+	while (!w->stop && (w->running || __atomic_load_n(&w->queued, __ATOMIC_ACQUIRE)))
+		pthread_cond_wait(&w->idle, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/*
+ * The worker may run on any CPU but the creating thread's when that thread is
+ * pinned (a pinned worker's lock waits never yield, so it must not share its
+ * CPU with a thread that holds the locks it waits for).
+ */
+static void purge_affinity(pthread_attr_t *attr)
+{
+	cpu_set_t mine, other;
+	long n = sysconf(_SC_NPROCESSORS_ONLN), i;
+
+	if (pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine))
+		return;
+	CPU_ZERO(&other);
+	for (i = 0; i < n && i < CPU_SETSIZE; i++)
+		if (!CPU_ISSET(i, &mine))
+			CPU_SET(i, &other);
+	if (!CPU_COUNT(&other) || CPU_COUNT(&mine) > 1)
+		return; /* not pinned, or nowhere else to go: inherit */
+	pthread_attr_setaffinity_np(attr, sizeof(other), &other);
+}
+
+static int purge_start(struct vm *v)
+{
+	struct purge_worker *w = &v->pw;
+	pthread_attr_t attr;
+	int ret = 0;
+
+	w->cpu = PURGE_CPU(v);
+	if (pthread_attr_init(&attr))
+		return -ENOMEM;
+	purge_affinity(&attr);
+	if (pthread_mutex_init(&w->mu, NULL)) {
+		ret = -ENOMEM;
+	} else if (pthread_cond_init(&w->wake, NULL) || pthread_cond_init(&w->idle, NULL) ||
+		   pthread_create(&w->th, &attr, purge_main, v)) {
+		pthread_mutex_destroy(&w->mu);
+		ret = -ENOMEM;
+	} else {
+		w->started = true;
+	}
+	pthread_attr_destroy(&attr);
+	return ret;
+}
+
+static void purge_stop(struct vm *v)
+{
+	struct purge_worker *w = &v->pw;
+
+	if (!w->started)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = true;
+	pthread_cond_broadcast(&w->wake);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->th, NULL);
+	pthread_cond_destroy(&w->wake);
+	pthread_cond_destroy(&w->idle);
+	pthread_mutex_destroy(&w->mu);
+	w->started = false;
+}
+
 /* free_vmap_area_noflush(): to the lazy list; purge past lazy_max. */
 static void free_va_lazy(struct vm *v, const struct al_ctx *c, struct vmap_area *va)
 {
@@ -609,8 +779,12 @@ static void free_va_lazy(struct vm *v, const struct al_ctx *c, struct vmap_area 
 	__atomic_store_n(&vn->lazy, va, __ATOMIC_RELAXED);
 	al_lock_release(&vn->lazy_lock, c);
 	al_count(&v->ctr, c, VMAL_va_lazy, 1);
-	if (lazy > v->lazy_max)
-		purge(v, c, false);
+	if (lazy > v->lazy_max) {
+		if (v->purge_mode == PURGE_WORKER)
+			purge_queue(v, c);
+		else
+			purge(v, c, false);
+	}
 }
 
 /*
@@ -925,6 +1099,27 @@ static al_noinline al_cold void *vm_fail(struct vm *v, struct al_ctx *c, int err
 	return NULL;
 }
 
+/*
+ * __vmalloc_area_node()'s pages[]: kvzalloc of nr pointers, zeroed as the
+ * kernel's __GFP_ZERO array is (one store per entry). At most a page of
+ * pointers is a kmalloc; larger arrays are the kernel's nested vmalloc,
+ * here served by the same per-CPU array cache (counted apart: the nested
+ * area's own pages and mapping are not modelled).
+ */
+static uint64_t *pages_array(struct vm *v, const struct al_ctx *c, unsigned nr, uint32_t *cls)
+{
+	size_t bytes = (size_t)nr * sizeof(uint64_t);
+	uint64_t *pages = array_get(v, c->cpu, nr, cls), *b;
+
+	if (!pages)
+		return NULL;
+	memset(pages, 0, bytes);
+	b = al_ctr_block(&v->ctr, c);
+	al_ctr_add(b, bytes <= PAGE_SIZE ? VMAL_pages_kmalloc : VMAL_pages_vmalloc, 1);
+	al_ctr_add(b, VMAL_array_bytes_zeroed, bytes);
+	return pages;
+}
+
 /* __vmalloc_node_range(). */
 /* A new area that could not be populated: out of the busy tree, and its range
  * back to the free tree lazily. */
@@ -950,7 +1145,7 @@ static int area_populate(struct vm *v, struct al_ctx *c, struct vmap_area *va, u
 
 	*ctr = VMAL_enomem;
 	*short_pages = false;
-	pages = array_get(v, c->cpu, nr, &cls);
+	pages = pages_array(v, c, nr, &cls);
 	if (!pages) {
 		va_discard(v, c, va);
 		return -ENOMEM;
@@ -999,7 +1194,7 @@ static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align,
 	size_t real_size, real_align;
 	unsigned shift, nr, ctr;
 	unsigned gfp = (vmflags & AL_VM_ZERO) ? AL_GFP_ZERO : 0;
-	struct vmap_area *va;
+	struct vmap_area *va, *vm;
 	bool short_pages;
 	int ret;
 
@@ -1018,13 +1213,24 @@ static void *vm_alloc(struct vm *v, struct al_ctx *c, size_t size, size_t align,
 		size = align_up(real_size, 1ul << shift);
 	}
 	for (;;) {
+		/* __get_vm_area_node(): the vm_struct (kzalloc), then the range. */
+		vm = record_get(v, c->cpu);
+		if (!vm)
+			return vm_fail(v, c, -ENOMEM, VMAL_enomem);
+		al_count(&v->ctr, c, VMAL_vm_structs, 1);
 		va = alloc_va(v, c, size + PAGE_SIZE, align, VA_VMALLOC); /* + the guard page */
-		if (!va)
+		if (!va) {
+			record_put(v, c->cpu, vm);
 			return vm_fail(v, c, c->err, VMAL_enomem);
+		}
+		va->vm = vm;
+		vm->node.start = va->node.start; /* vm->addr, vm->size */
+		vm->node.end = va->node.end;
 		nr = (unsigned)(size >> PAGE_SHIFT);
 		ret = area_populate(v, c, va, shift, nr, gfp, &ctr, &short_pages);
 		if (!ret)
 			break;
+		record_put(v, c->cpu, vm);
 		if (!short_pages || shift == PAGE_SHIFT)
 			return vm_fail(v, c, ret, ctr);
 		/* The huge attempt failed: small pages, the caller's alignment. */
@@ -1068,8 +1274,10 @@ static int vm_free(struct vm *v, struct al_ctx *c, const void *addr)
 	nr = va->nr_pages;
 	vunmap_pages(v, c, va->node.start, nr);
 	ret = area_free_pages(v, c, va->pages, nr);
-	array_put(v, c->cpu, va->pages, va->pages_class);
+	array_put(v, c->cpu, va->pages, va->pages_class); /* kvfree(vm->pages) */
 	va->pages = NULL;
+	record_put(v, c->cpu, va->vm); /* kfree(vm) */
+	va->vm = NULL;
 	free_va_lazy(v, c, va);
 	acct = al_ctr_block_acct(&v->ctr, c);
 	al_ctr_add(acct, VMAL_pages_freed, nr);
@@ -1345,7 +1553,17 @@ int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c)
 {
 	struct vm *v = vm_of(a);
 
-	return v ? purge(v, c, true) : -EINVAL;
+	if (!v)
+		return -EINVAL;
+	purge_flush(v);
+	return purge(v, c, true);
+}
+
+unsigned al_vmalloc_kworker_cpu(const struct al_allocator *a)
+{
+	const struct vm *v = vm_of(a);
+
+	return v && v->nslots > v->base.ncpu ? KWORKER_CPU(v) : ~0u;
 }
 
 /* ---- struct al_ops ---- */
@@ -1399,7 +1617,8 @@ static void vmalloc_drain(struct al_allocator *a, struct al_ctx *c, unsigned sco
 	struct vm *v = to_vm(a);
 	unsigned i;
 
-	for (i = 0; i < a->ncpu; i++) {
+	purge_flush(v);
+	for (i = 0; i < v->nslots; i++) {
 		struct vcpu *vc = &v->cpus[i];
 		struct vmap_area *vb = vc->vb;
 
@@ -1504,7 +1723,7 @@ static void add_tree(struct range *r, size_t *k, const struct va_node *n, uint32
 	add_tree(r, k, n->right, kind);
 }
 
-static int vm_check(struct al_allocator *a, char *err, size_t errlen)
+static int vm_idle_check(struct al_allocator *a, char *err, size_t errlen)
 {
 	struct vm *v = to_vm(a);
 	size_t nfree = count_nodes(v->free_root), total = nfree, k = 0, i, len;
@@ -1619,11 +1838,19 @@ out:
 
 /* ---- lifetime ---- */
 
+/* The walk runs with the purge worker idle (a queued purge finishes first). */
+static int vm_check(struct al_allocator *a, char *err, size_t errlen)
+{
+	purge_flush(to_vm(a));
+	return vm_idle_check(a, err, errlen);
+}
+
 static void vmalloc_destroy(struct al_allocator *a)
 {
 	struct vm *v = to_vm(a);
 	struct chunk *ch, *next;
 
+	purge_stop(v);
 	for (ch = v->chunks; ch; ch = next) {
 		next = ch->next;
 		al_meta_free(ch, ch->len);
@@ -1709,8 +1936,11 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	v->vb_index_len = (v->va_size >> VMAP_BLOCK_SHIFT) * sizeof(void *);
 	v->nr_nodes = ncpu < MAX_NODES ? ncpu : MAX_NODES;
 	v->nodes_len = v->nr_nodes * sizeof(struct vnode);
-	v->cpus_len = ncpu * sizeof(struct vcpu);
-	if (al_counters_init_desc(&v->ctr, vm_counters, VMAL_NR, 0, ncpu))
+	v->nslots = NR_SLOTS(ncpu);
+	v->cpus_len = v->nslots * sizeof(struct vcpu);
+	/* No CPU left for the worker (a stack of AL_MAX_CPUS): purge inline. */
+	v->purge_mode = v->nslots > ncpu ? (unsigned)params[P_PURGE] : PURGE_INLINE;
+	if (al_counters_init_desc(&v->ctr, vm_counters, VMAL_NR, 0, v->nslots))
 		goto out_free;
 	v->pte = al_meta_alloc(v->pte_len);
 	v->pmd = al_meta_alloc(v->pmd_len);
@@ -1740,6 +1970,8 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	va->node.start = v->va_base;
 	va->node.end = v->va_base + v->va_size;
 	v->free_root = va_insert(NULL, &va->node);
+	if (v->purge_mode == PURGE_WORKER && purge_start(v))
+		goto out_free;
 	*out = &v->base;
 	return 0;
 
@@ -1772,6 +2004,9 @@ static const struct al_param_desc vmalloc_params[P_NR] = {
 			    "how long a waiter spins on a vmalloc lock before the call fails" },
 	[P_LOCK_TIMING] = { "lock_timing", AL_PARAM_BOOL, 0, 0, 1, NULL,
 			    "measure lock hold times" },
+	[P_PURGE] = { "purge", AL_PARAM_ENUM, PURGE_WORKER, 0, 1, "worker,inline",
+		      "lazy purge + TLB flush: on a worker thread (drain_vmap_work), or in the "
+		      "vfree that crosses lazy_max_pages" },
 };
 
 static size_t vmalloc_max_size_of(const int64_t *p)

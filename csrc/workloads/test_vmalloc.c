@@ -37,13 +37,22 @@
  * all_tests_usec (a worker run, mean). Engine figures: timing=batch puts
  * each test's time in alloc_ns with one "op" per loop iteration (the
  * kernel's avg / loops; free_ns is not measured); timing=per_op_sum times
- * every vmalloc-family call into alloc_ns and every free into free_ns (the
- * clock pairs then also count in avg_usec).
+ * every vmalloc-family call into alloc_ns and every free the test thread
+ * makes into free_ns (the clock pairs then also count in avg_usec;
+ * kvfree_rcu's frees are the kworker's, not timed).
  *
  * Models of what test_vmalloc calls beyond vmalloc:
- *  - kvfree_rcu: no grace-period model yet: pointers are queued and every
- *    510 (one kvfree_rcu_bulk_data page) are vfree'd by the same thread; a
- *    test flushes its queue before it returns.
+ *  - kvfree_rcu: pointers are queued per worker in pages of 510 (one
+ *    kvfree_rcu_bulk_data page); a full page, and a test's last partial
+ *    one, goes to one shared kworker thread (kfree_rcu_monitor's work) that
+ *    vfree's it on the vmalloc layer's kworker CPU (al_vmalloc_kworker_cpu:
+ *    its own per-CPU lists, so the pages land on another CPU's PCP, as an
+ *    unbound kworker's do), outside the test thread's time. The grace period
+ *    itself is not waited for (nothing reads the areas after kvfree_rcu).
+ *    The harness waits for the kworker to go idle after it took a test's
+ *    end time (kvfree_rcu_barrier), so no page outlives a test. Hand-off and
+ *    wait use a mutex and condition variables, never a sleep; teardown
+ *    stops the thread after it has freed everything queued.
  *  - __alloc_percpu: a global allocator (one lock) of chunks of 16 pages per
  *    CPU, populated with order-0 pages (alloc_pages per page, as
  *    pcpu_alloc_pages) mapped by vm_map_ram; objects are carved in order
@@ -51,9 +60,13 @@
  *    when its last object is (the current one at the end of the test).
  * Nothing outlives a test function: no page is held between tests.
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloclab/alloclab.h"
 
@@ -112,8 +125,30 @@ struct pcpu_slab {
 	size_t len;		/* mapping length */
 };
 
-/* Shared state: the percpu allocator. */
+/* A page of kvfree_rcu pointers on its way to the kworker. */
+struct kv_batch {
+	struct kv_batch *next; /* queue or pool */
+	unsigned n;	       /* pointers in p[] */
+	void *p[KVFREE_BATCH];
+};
+
+/* The kvfree_rcu kworker, one per run (there is one kworker CPU). */
+struct kv_worker {
+	pthread_mutex_t mu;
+	pthread_cond_t wake;	/* queued work or stop */
+	pthread_cond_t idle;	/* queue empty and nothing being freed */
+	struct kv_batch *queue; /* batches to free (LIFO: order does not matter) */
+	struct kv_batch *pool;	/* empty batches */
+	struct al_allocator *a; /* the vmalloc layer */
+	pthread_t th;
+	bool busy;    /* a batch being freed */
+	bool stop;    /* teardown */
+	bool started; /* th runs */
+};
+
+/* Shared state: the percpu allocator, the kvfree_rcu kworker. */
 struct tv_shared {
+	struct kv_worker kv;	    /* kvfree_rcu's deferred frees */
 	struct al_lock lock;	    /* pcpu_lock */
 	struct pcpu_chunk *current; /* the chunk being carved */
 	struct pcpu_chunk *free;    /* unused chunk records */
@@ -143,8 +178,7 @@ struct tv {
 	void **ptr;		  /* pointer arrays (host memory) */
 	void **junk;		  /* full_fit's junk areas */
 	size_t ptr_len, junk_len; /* mapping lengths */
-	void **pending;		  /* kvfree_rcu queue */
-	unsigned npending;	  /* entries queued */
+	struct kv_batch *pending; /* kvfree_rcu page being filled */
 	uint64_t *pfns;		  /* vm_map_ram_test's pages */
 	struct pcpu_ref *pcpu;	  /* pcpu_alloc_test's objects */
 	size_t pcpu_len;	  /* mapping length */
@@ -529,21 +563,172 @@ static int pcpu_alloc_test(struct tv *t)
 	return rv;
 }
 
-/* -- kvfree_rcu: a simple deferred free -- */
+/* -- kvfree_rcu: frees deferred to the kworker -- */
 
-static void kvfree_flush(struct tv *t)
+/* kvfree_rcu_bulk(): vfree every pointer of a batch at the kworker CPU. */
+static void kv_free_batch(struct kv_worker *k, struct al_ctx *c, struct kv_batch *b)
 {
 	unsigned i;
 
-	for (i = 0; i < t->npending; i++)
-		tv_vfree(t, t->pending[i]);
-	t->npending = 0;
+	for (i = 0; i < b->n; i++)
+		al_vfree(k->a, c, b->p[i]);
+	b->n = 0;
 }
 
+static void *kv_main(void *arg)
+{
+	struct kv_worker *k = arg;
+	struct kv_batch *b;
+	struct al_ctx x;
+
+	al_ctx_init(&x, al_vmalloc_kworker_cpu(k->a));
+	pthread_mutex_lock(&k->mu);
+	for (;;) {
+		while (!k->queue && !k->stop)
+			pthread_cond_wait(&k->wake, &k->mu);
+		b = k->queue;
+		if (!b)
+			break; /* stopping with nothing queued */
+		k->queue = b->next;
+		k->busy = true;
+		pthread_mutex_unlock(&k->mu);
+		kv_free_batch(k, &x, b);
+		pthread_mutex_lock(&k->mu);
+		b->next = k->pool;
+		k->pool = b;
+		k->busy = false;
+		if (!k->queue)
+			pthread_cond_broadcast(&k->idle);
+	}
+	pthread_mutex_unlock(&k->mu);
+	return NULL;
+}
+
+/* The worker's batch to the kworker; a fresh one from the pool back (or
+ * NULL when the pool is empty and a new one cannot be had). */
+static struct kv_batch *kv_hand_off(struct kv_worker *k, struct kv_batch *b)
+{
+	struct kv_batch *fresh;
+
+	pthread_mutex_lock(&k->mu);
+	b->next = k->queue;
+	k->queue = b;
+	fresh = k->pool;
+	if (fresh)
+		k->pool = fresh->next;
+	pthread_cond_signal(&k->wake);
+	pthread_mutex_unlock(&k->mu);
+	if (!fresh) {
+		fresh = al_meta_alloc(sizeof(*fresh));
+		if (fresh)
+			fresh->n = 0;
+	}
+	return fresh;
+}
+
+/* kvfree_rcu_barrier(): wait until every batch handed off is freed. */
+static void kv_barrier(struct kv_worker *k)
+{
+	pthread_mutex_lock(&k->mu);
+	while (k->queue || k->busy)
+		pthread_cond_wait(&k->idle, &k->mu);
+	pthread_mutex_unlock(&k->mu);
+}
+
+/*
+ * The kworker runs on the CPUs the creating worker is not pinned to (all of
+ * them when it is not pinned, or when none is left), as an unbound kworker
+ * runs beside the test's CPU: sharing a pinned worker's CPU, the worker's
+ * lock waits (which never yield there) could spin while the kworker holds
+ * the lock it waits for.
+ */
+static void kv_affinity(pthread_attr_t *attr)
+{
+	cpu_set_t mine, other;
+	long n = sysconf(_SC_NPROCESSORS_ONLN), i;
+
+	if (pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine))
+		return;
+	CPU_ZERO(&other);
+	for (i = 0; i < n && i < CPU_SETSIZE; i++)
+		if (!CPU_ISSET(i, &mine))
+			CPU_SET(i, &other);
+	if (!CPU_COUNT(&other))
+		for (i = 0; i < n && i < CPU_SETSIZE; i++)
+			CPU_SET(i, &other);
+	pthread_attr_setaffinity_np(attr, sizeof(other), &other);
+}
+
+/* The kworker, started by the first worker (it needs the allocator). */
+static int kv_start(struct kv_worker *k, struct al_allocator *a)
+{
+	pthread_attr_t attr;
+	int ret = 0;
+
+	if (al_vmalloc_kworker_cpu(a) == ~0u)
+		return -ERANGE; /* a stack with no CPU left for the kworker */
+	pthread_mutex_lock(&k->mu);
+	if (!k->started) {
+		k->a = a;
+		if (pthread_attr_init(&attr)) {
+			pthread_mutex_unlock(&k->mu);
+			return -EAGAIN;
+		}
+		kv_affinity(&attr);
+		if (pthread_create(&k->th, &attr, kv_main, k))
+			ret = -EAGAIN;
+		else
+			k->started = true;
+		pthread_attr_destroy(&attr);
+	}
+	pthread_mutex_unlock(&k->mu);
+	return ret;
+}
+
+/* Free what is queued, stop the thread, free the batches. */
+static void kv_stop(struct kv_worker *k)
+{
+	struct kv_batch *b, *next;
+
+	pthread_mutex_lock(&k->mu);
+	k->stop = true;
+	pthread_cond_broadcast(&k->wake);
+	pthread_mutex_unlock(&k->mu);
+	if (k->started)
+		pthread_join(k->th, NULL);
+	for (b = k->pool; b; b = next) {
+		next = b->next;
+		al_meta_free(b, sizeof(*b));
+	}
+	k->pool = NULL;
+	pthread_cond_destroy(&k->wake);
+	pthread_cond_destroy(&k->idle);
+	pthread_mutex_destroy(&k->mu);
+}
+
+/* A partial batch goes too (the test's end). Without a fresh batch the
+ * worker has none until one is free again. */
+static void kvfree_flush(struct tv *t)
+{
+	if (t->pending && t->pending->n)
+		t->pending = kv_hand_off(&t->sh->kv, t->pending);
+}
+
+/* Without a batch to queue in (no memory for one), the kernel's kvfree_rcu
+ * waits for a grace period and frees at once (synchronize_rcu + kvfree):
+ * here, an inline vfree. */
 static inline void kvfree_rcu(struct tv *t, void *p)
 {
-	t->pending[t->npending++] = p;
-	if (t->npending == KVFREE_BATCH)
+	if (al_unlikely(!t->pending)) {
+		t->pending = al_meta_alloc(sizeof(*t->pending));
+		if (!t->pending) {
+			tv_vfree(t, p);
+			return;
+		}
+		t->pending->n = 0;
+	}
+	t->pending->p[t->pending->n++] = p;
+	if (t->pending->n == KVFREE_BATCH)
 		kvfree_flush(t);
 }
 
@@ -652,6 +837,11 @@ static int tv_setup(const int64_t *params, unsigned nworkers, void **shared)
 	(void)params;
 	if (!sh)
 		return -ENOMEM;
+	if (pthread_mutex_init(&sh->kv.mu, NULL) || pthread_cond_init(&sh->kv.wake, NULL) ||
+	    pthread_cond_init(&sh->kv.idle, NULL)) {
+		al_meta_free(sh, sizeof(*sh));
+		return -ENOMEM;
+	}
 	/* Not counted (no al_lock_count_in): nothing reports its statistics. */
 	al_lock_init(&sh->lock, 10000000000ull, false);
 	sh->ncpu = nworkers;
@@ -669,6 +859,7 @@ static void tv_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 
 	if (!sh)
 		return;
+	kv_stop(&sh->kv); /* before the allocator goes: it frees what is queued */
 	if (a && al_vmalloc_is(a) && sh->current)
 		pcpu_destroy_chunk(sh, a, c, sh->current);
 	for (s = sh->slabs; s; s = next) {
@@ -726,12 +917,17 @@ static int tv_worker_init(struct al_worker *w)
 	t->pcpu_len = sizeof(struct pcpu_ref) * t->nr_pcpu;
 	t->ptr = al_meta_alloc(t->ptr_len);
 	t->junk = al_meta_alloc(t->junk_len);
-	t->pending = al_meta_alloc(sizeof(void *) * KVFREE_BATCH);
+	t->pending = al_meta_alloc(sizeof(*t->pending));
 	t->pfns = al_meta_alloc(sizeof(uint64_t) * t->nr_pages);
 	t->pcpu = al_meta_alloc(t->pcpu_len);
 	if (!t->ptr || !t->junk || !t->pending || !t->pfns || !t->pcpu) {
 		tv_worker_fini(w);
 		return -ENOMEM;
+	}
+	if (kv_start(&t->sh->kv, w->a)) {
+		snprintf(w->err, w->errlen, "test_vmalloc: cannot start the kvfree_rcu kworker");
+		tv_worker_fini(w);
+		return -EAGAIN;
 	}
 	return 0;
 }
@@ -744,7 +940,9 @@ static void tv_worker_fini(struct al_worker *w)
 		return;
 	al_meta_free(t->ptr, t->ptr_len);
 	al_meta_free(t->junk, t->junk_len);
-	al_meta_free(t->pending, sizeof(void *) * KVFREE_BATCH);
+	if (t->pending && t->pending->n) /* a test cut short: its batch is freed here */
+		kv_free_batch(&t->sh->kv, t->c, t->pending);
+	al_meta_free(t->pending, sizeof(*t->pending));
 	al_meta_free(t->pfns, sizeof(uint64_t) * t->nr_pages);
 	al_meta_free(t->pcpu, t->pcpu_len);
 	al_meta_free(t, sizeof(*t));
@@ -792,6 +990,7 @@ static int tv_cycle(struct al_worker *w)
 				failed++;
 		}
 		t1 = al_ticks();
+		kv_barrier(&t->sh->kv); /* untimed: kvfree_rcu's frees end with the test */
 		if (!t->per_op) {
 			w->alloc_ticks += t1 - t0;
 			w->alloc_ops += t->iters;

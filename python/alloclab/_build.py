@@ -396,6 +396,7 @@ int al_vmalloc_read(struct al_allocator *a, const void *addr, void *dst, size_t 
 int al_vmalloc_memset(struct al_allocator *a, void *addr, int byte, size_t len);
 int al_vmalloc_to_pfn(struct al_allocator *a, const void *addr, uint64_t *pfn);
 int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c);
+unsigned al_vmalloc_kworker_cpu(const struct al_allocator *a);
 /* ---- slab/sheaves/nolock/bpf_ma, deferred work, contexts ---- */
 static const int AL_F_TRYLOCK;
 static const int AL_NOTRACE;

@@ -413,7 +413,9 @@ TEST(test_lazy_purge_and_reuse)
 	for (i = 5; i < 10; i++)
 		CHECK_EQ(al_vfree(a, &c, p[i]), 0);
 	CHECK_EQ(VM("purges"), 0);
-	CHECK_EQ(al_vfree(a, &c, x), 0); /* 22 lazy pages > 20: purge */
+	CHECK_EQ(al_vfree(a, &c, x), 0); /* 22 lazy pages > 20: purge queued */
+	CHECK_EQ(VM("purge_work_queued"), 1);
+	CHECK_EQ(walk(a), 0); /* the check waits for the purge worker */
 	CHECK_EQ(VM("purges"), 1);
 	CHECK_EQ(VM("purged_areas"), 11);
 	CHECK_EQ(VM("lazy_pages"), 0);

@@ -67,6 +67,11 @@ AL_API int al_vmalloc_memset(struct al_allocator *a, void *addr, int byte, size_
 AL_API int al_vmalloc_to_pfn(struct al_allocator *a, const void *addr, uint64_t *pfn);
 /* Purge the lazily freed areas now (returns how many); drain() does it too. */
 AL_API int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c);
+/* The model CPU of deferred work (a kworker: kvfree_rcu's frees): one past
+ * the stack's CPUs, with per-CPU state of its own in the vmalloc and pages
+ * layers. One thread at a time may use it (al_ctx.cpu), at AL_CTX_TASK;
+ * returns ~0u when a is not a vmalloc layer. */
+AL_API unsigned al_vmalloc_kworker_cpu(const struct al_allocator *a);
 
 #ifdef __cplusplus
 }

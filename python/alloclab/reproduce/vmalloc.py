@@ -467,12 +467,20 @@ class VmallocReport(Report):
 
     # -- counters --
 
+    # (label, layer.counter): the pages layer's work, then the vmalloc
+    # layer's own per area (its records, pages[] zeroing, page-table writes,
+    # busy-tree locks, and the purges handed to the worker thread).
     COUNTERS = (
         ("zone locks/vmalloc", "pages.zone_lock_acquired"),
         ("pcp bypass/vmalloc", "pages.pcp_bypass"),
         ("pcp drains/vmalloc", "pages.pcp_drains"),
         ("merges/vmalloc", "pages.merges"),
         ("blocks freed/vmalloc", None),
+        ("vm_structs/vmalloc", "vmalloc.vm_structs"),
+        ("pages[] B zeroed/vmalloc", "vmalloc.array_bytes_zeroed"),
+        ("PTEs written/vmalloc", "vmalloc.pte_writes"),
+        ("busy-tree locks/vmalloc", "vmalloc.busy_lock_acquired"),
+        ("purges queued/vmalloc", "vmalloc.purge_work_queued"),
     )
 
     def counter(self, test, p, h, label, name):
@@ -502,7 +510,8 @@ class VmallocReport(Report):
                     [("fix_size_alloc_test", 100, 0)] if k in want and
                     _row_key(*k) in self.results]
         labels = [k for k, _, _ in self.designs]
-        out = ["Counters that explain it (measured phase, per vmalloc; pages layer):",
+        out = ["Counters that explain it (measured phase, per vmalloc; pages and vmalloc "
+               "layers):",
                "  %-34s %-22s" % ("row", "counter") + "".join(l[:16].rjust(17) for l in labels)]
         for t, p, h in rows:
             for name, _ in self.COUNTERS:
