@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,23 @@ int al_cpu_nth(unsigned i)
 		if (CPU_ISSET(c, &set) && seen++ == i)
 			return c;
 	return -1;
+}
+
+/* A helper thread off its pinned creator's CPU (see cpu.h). */
+void al_attr_off_pinned_cpu(pthread_attr_t *attr)
+{
+	cpu_set_t mine, other;
+	long n = sysconf(_SC_NPROCESSORS_ONLN), i;
+
+	if (pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine))
+		return;
+	CPU_ZERO(&other);
+	for (i = 0; i < n && i < CPU_SETSIZE; i++)
+		if (!CPU_ISSET(i, &mine))
+			CPU_SET(i, &other);
+	if (!CPU_COUNT(&other) || CPU_COUNT(&mine) > 1)
+		return; /* not pinned, or nowhere else to go: inherit */
+	pthread_attr_setaffinity_np(attr, sizeof(other), &other);
 }
 
 static ssize_t read_file(const char *path, char *buf, size_t len)

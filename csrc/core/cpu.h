@@ -6,12 +6,19 @@
  * affinity mask, wrapping around it: the CPU a pinned worker runs on (-1
  * when the mask cannot be read). al_read_steal() reads the total and steal
  * jiffies of the aggregate "cpu" line of /proc/stat (0, or -1 when it
- * cannot), so a run can report the steal time of its measured phase. Both are stateless
- * and lock-free; each costs a system call or a file read (cpu.c).
+ * cannot), so a run can report the steal time of its measured phase.
+ * al_attr_off_pinned_cpu() sets a helper thread's attribute (a kworker
+ * analogue) to the CPUs its creator is not pinned to, when the creator is
+ * pinned to one CPU and others exist; otherwise the thread inherits: a pinned
+ * worker's lock waits never yield, so a helper that shares its CPU and holds
+ * the lock it waits for would stall it. All are stateless and lock-free; each
+ * costs a system call or a file read (cpu.c).
  */
 #ifndef ALLOCLAB_CORE_CPU_H
 #define ALLOCLAB_CORE_CPU_H
+#include <pthread.h>
 #include <stdint.h>
 int al_cpu_nth(unsigned i);
 int al_read_steal(uint64_t *total, uint64_t *steal);
+void al_attr_off_pinned_cpu(pthread_attr_t *attr);
 #endif

@@ -95,6 +95,7 @@
 #include <unistd.h>
 
 #include "alloclab/alloclab.h"
+#include "../core/cpu.h"
 #include "vatree.h"
 
 #define PAGE_SHIFT	 AL_PAGE_SHIFT
@@ -699,27 +700,6 @@ static void purge_flush(struct vm *v)
 	pthread_mutex_unlock(&w->mu);
 }
 
-/*
- * The worker may run on any CPU but the creating thread's when that thread is
- * pinned (a pinned worker's lock waits never yield, so it must not share its
- * CPU with a thread that holds the locks it waits for).
- */
-static void purge_affinity(pthread_attr_t *attr)
-{
-	cpu_set_t mine, other;
-	long n = sysconf(_SC_NPROCESSORS_ONLN), i;
-
-	if (pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine))
-		return;
-	CPU_ZERO(&other);
-	for (i = 0; i < n && i < CPU_SETSIZE; i++)
-		if (!CPU_ISSET(i, &mine))
-			CPU_SET(i, &other);
-	if (!CPU_COUNT(&other) || CPU_COUNT(&mine) > 1)
-		return; /* not pinned, or nowhere else to go: inherit */
-	pthread_attr_setaffinity_np(attr, sizeof(other), &other);
-}
-
 static int purge_start(struct vm *v)
 {
 	struct purge_worker *w = &v->pw;
@@ -729,7 +709,7 @@ static int purge_start(struct vm *v)
 	w->cpu = PURGE_CPU(v);
 	if (pthread_attr_init(&attr))
 		return -ENOMEM;
-	purge_affinity(&attr);
+	al_attr_off_pinned_cpu(&attr); /* off a pinned creator's CPU */
 	if (pthread_mutex_init(&w->mu, NULL)) {
 		ret = -ENOMEM;
 	} else if (pthread_cond_init(&w->wake, NULL) || pthread_cond_init(&w->idle, NULL) ||

@@ -69,6 +69,7 @@
 #include <unistd.h>
 
 #include "alloclab/alloclab.h"
+#include "../core/cpu.h"
 
 enum {
 	P_run_test_mask,
@@ -635,30 +636,6 @@ static void kv_barrier(struct kv_worker *k)
 	pthread_mutex_unlock(&k->mu);
 }
 
-/*
- * The kworker runs on the CPUs the creating worker is not pinned to (all of
- * them when it is not pinned, or when none is left), as an unbound kworker
- * runs beside the test's CPU: sharing a pinned worker's CPU, the worker's
- * lock waits (which never yield there) could spin while the kworker holds
- * the lock it waits for.
- */
-static void kv_affinity(pthread_attr_t *attr)
-{
-	cpu_set_t mine, other;
-	long n = sysconf(_SC_NPROCESSORS_ONLN), i;
-
-	if (pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine))
-		return;
-	CPU_ZERO(&other);
-	for (i = 0; i < n && i < CPU_SETSIZE; i++)
-		if (!CPU_ISSET(i, &mine))
-			CPU_SET(i, &other);
-	if (!CPU_COUNT(&other))
-		for (i = 0; i < n && i < CPU_SETSIZE; i++)
-			CPU_SET(i, &other);
-	pthread_attr_setaffinity_np(attr, sizeof(other), &other);
-}
-
 /* The kworker, started by the first worker (it needs the allocator). */
 static int kv_start(struct kv_worker *k, struct al_allocator *a)
 {
@@ -674,7 +651,7 @@ static int kv_start(struct kv_worker *k, struct al_allocator *a)
 			pthread_mutex_unlock(&k->mu);
 			return -EAGAIN;
 		}
-		kv_affinity(&attr);
+		al_attr_off_pinned_cpu(&attr); /* as an unbound kworker beside the test's CPU */
 		if (pthread_create(&k->th, &attr, kv_main, k))
 			ret = -EAGAIN;
 		else
