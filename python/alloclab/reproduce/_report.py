@@ -9,10 +9,23 @@ not to trust, and reads and writes the same JSON for all three:
     {"format": "alloclab-<name>-report", "version": 2, "settings": {...},
      "results": {key: Result.to_dict(), ...}}
 
+Directions: each report names the cells of the seed's own table it
+measured (seed_cells) and direction_share() says how many of them the model
+moves the way the seed does. A seed cell's direction is its mark, or
+better/worse when the seed's relative difference is at least the report's
+threshold (direction_threshold: the minimum effect its verdicts use), else
+"same"; the model's is better/worse when the cell decides (no verdict-engine
+problem), its two-sided p-value (the engine's estimate: paired t, or Welch)
+is below alpha after Benjamini-Hochberg over the seed cells, and its change
+is at least the same threshold, else "same". Matching: the two are equal.
+
 Progress: each reproduction counts its runs (or rows) on a progress_bar
 (progress.Bar): a tqdm bar on a terminal for a job that lasts, none when
 stderr is piped, always with progress=True (--progress).
 """
+
+import math
+from collections import namedtuple
 
 from .. import errors, machine
 from .. import stats as _stats
@@ -21,6 +34,14 @@ from ..progress import Bar as progress_bar  # noqa: F401 (the reproductions' bar
 from ..result import Result, dump_json, load_json
 
 REPORT_VERSION = 2
+
+# One cell of the seed's own table: its name, the seed's change in percent
+# (positive = better), the seed's mark ("I", "R", "" or None when it has
+# none: then the direction comes from the change), the verdict engine's
+# comparison Cell of the same two sides here, and whether lower is better.
+SeedCell = namedtuple("SeedCell", "name seed_pct mark cell lower_is_better")
+
+_MARKS = {"I": "better", "R": "worse", "": "same"}
 
 
 class Report:
@@ -105,6 +126,90 @@ class Report:
             d += v.outcome != V.OPEN
         return d, n
 
+    # -- directions against the seed --
+
+    SEED_CELLS = "the cells of the seed's table"  # what seed_cells() returns, in words
+    DIRECTION_THRESHOLD = V.THRESHOLD
+
+    def seed_cells(self):
+        """[SeedCell]: the cells of the seed's own table measured here, at
+        producer counts that run on real CPUs."""
+        return []
+
+    def direction_threshold(self):
+        """The minimum relative change (a fraction) that has a direction."""
+        return self.DIRECTION_THRESHOLD
+
+    def _direction(self, pct):
+        thr = 100.0 * self.direction_threshold()
+        if not math.isfinite(pct) or abs(pct) < thr:
+            return "same"
+        return "better" if pct > 0 else "worse"
+
+    def direction_share(self):
+        """How many seed cells the model moves the seed's way: a dict with
+        cells (N), matching (K), share (K/N, None when N is 0),
+        same_sign_not_significant (M), opposite (the names, significant
+        the other way or where the seed has no change),
+        opposite_sign_not_significant, threshold, alpha, the definition,
+        and each cell's detail."""
+        cells = self.seed_cells()
+        ps = [_two_sided_p(c.cell.est) for c in cells]
+        adj = _stats.bh_adjust(ps) if cells else []
+        detail, k, same_sign, other_sign, opposite = [], 0, 0, 0, []
+        for c, pa in zip(cells, adj):
+            seed = _MARKS[c.mark] if c.mark is not None else self._direction(c.seed_pct)
+            pct = _improvement_pct(c.cell.est, c.lower_is_better)
+            model = self._direction(pct) if c.cell.decides and pa < self.alpha else "same"
+            if model == seed:
+                k += 1
+            elif model != "same":
+                opposite.append(c.name)
+            elif math.isfinite(pct) and (pct > 0) == (seed == "better"):
+                same_sign += 1
+            else:
+                other_sign += 1
+            detail.append({"cell": c.name, "seed": seed, "seed_pct": c.seed_pct,
+                           "model": model, "model_pct": pct, "p_adj": float(pa)})
+        n = len(cells)
+        return {"cells": n, "matching": k, "share": k / n if n else None,
+                "same_sign_not_significant": same_sign, "opposite": opposite,
+                "opposite_sign_not_significant": other_sign,
+                "threshold": self.direction_threshold(), "alpha": self.alpha,
+                "definition": self.direction_definition(), "detail": detail}
+
+    def direction_definition(self):
+        return ("a seed cell: %s; the seed's direction: its mark, else better/worse when its "
+                "change is at least %g%%, else same; the model's: better/worse when the "
+                "verdict engine's two-sided test of the cell is significant (p < %g after "
+                "Benjamini-Hochberg over the seed cells; none of the engine's problems: steal "
+                "time, bimodal, too few or truncated runs, latency on virtual CPUs) and the "
+                "change is at least %g%%, else same" % (
+                    self.SEED_CELLS, 100 * self.direction_threshold(), self.alpha,
+                    100 * self.direction_threshold()))
+
+    def direction_text(self, wrap=104):
+        """The direction share as printed: the count line, the opposite cells
+        by name, and the definition."""
+        d = self.direction_share()
+        n = d["cells"]
+        line = ("seed cells matching in direction: %d of %d (%s), at real-CPU producer counts; "
+                "%d with the seed's sign but not significant; %d opposite" % (
+                    d["matching"], n, "%.0f%%" % (100 * d["share"]) if n else "n/a",
+                    d["same_sign_not_significant"], len(d["opposite"])))
+        if d["opposite_sign_not_significant"]:
+            line += "; %d not significant with the opposite sign" % (
+                d["opposite_sign_not_significant"])
+        lines = [line]
+        by = {x["cell"]: x for x in d["detail"]}
+        if d["opposite"]:
+            lines.append("  opposite: " + "; ".join(
+                "%s (seed %s %+.1f%%, model %s %+.1f%%)" % (
+                    nm, by[nm]["seed"], by[nm]["seed_pct"], by[nm]["model"],
+                    by[nm]["model_pct"]) for nm in d["opposite"]))
+        lines += _wrap("(" + d["definition"] + ")", wrap, "  ")
+        return "\n".join(lines)
+
     # -- warnings --
 
     def warning_lines(self, wrap=104):
@@ -152,6 +257,7 @@ class Report:
         for block in self.body():
             parts += [block, ""]
         parts.append(self.verdict_text())
+        parts += ["", self.direction_text()]
         w = self.warning_lines()
         if w:
             parts += ["", "warnings:"] + ["  " + x for x in w]
@@ -163,7 +269,8 @@ class Report:
         return {"format": self.FORMAT, "version": REPORT_VERSION, "settings": self.settings,
                 "results": {k: r.to_dict() for k, r in self.results.items()},
                 "verdicts": [dict(v.to_dict(), section=s, seed=ctx)
-                             for s, v, ctx in self.verdicts()]}
+                             for s, v, ctx in self.verdicts()],
+                "direction_share": self.direction_share()}
 
     def to_json(self, path=None):
         return dump_json(self.to_dict(), path)
@@ -209,6 +316,27 @@ class Report:
         for f, _ in figs:
             plt.close(f)
         return written
+
+
+def _two_sided_p(est):
+    """The two-sided p-value of "no change" from a verdict-engine Estimate."""
+    p = 2.0 * min(est.p_above(0.0), est.p_below(0.0))
+    return min(1.0, p) if math.isfinite(p) else math.nan
+
+
+def _improvement_pct(est, lower_is_better):
+    """The estimate's change in percent, positive = better: old/new - 1 for
+    a lower-is-better metric (as the seeds normalise times), new/old - 1
+    otherwise."""
+    f = est.factor(est.theta)
+    if not (math.isfinite(f) and f > 0):
+        return math.nan
+    return 100.0 * ((1.0 / f if lower_is_better else f) - 1.0)
+
+
+def _wrap(text, width, indent):
+    import textwrap
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + " ")
 
 
 def side(points, metric, label=""):

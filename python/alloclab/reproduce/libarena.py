@@ -27,7 +27,7 @@ from .._ffi import lib
 from ..policy import Policy
 from ..result import Result
 from ..run import effort_defaults, run as _run
-from ._report import Report, side
+from ._report import Report, SeedCell, side
 
 DESIGNS = (("transfer cache", "libarena-transfer"), ("spill", "libarena-spill"))
 BASELINE = ("no cache", "buddy")
@@ -162,6 +162,30 @@ class LibarenaReport(Report):
     FORMAT = "alloclab-libarena-report"
     TITLE = ("Seed 000: per-CPU caches in front of libarena's buddy: transfer cache against "
              "spill (and no cache)")
+    SEED_CELLS = ("every (workload, metric, allocs/cycle, producers) cell of the seed's "
+                  "transfer-vs-spill table at producer counts on real CPUs here, transfer cache "
+                  "against spill (spill/transfer - 1)")
+
+    def direction_threshold(self):
+        return self.settings["threshold"]
+
+    def seed_cells(self, timing=None):
+        """The seed's table's cells at the real-CPU producer counts run."""
+        timing = timing or (self.timings or ["per_op_sum"])[0]
+        prods = [p for p in self.producers if p <= self.usable and p in SEED_PRODUCERS]
+        out = []
+        for (wl, m, d, a), ns in SEED_NS.items():
+            if d != "transfer cache" or wl not in self.workloads:
+                continue
+            spill = SEED_NS[(wl, m, "spill", a)]
+            for p in prods:
+                cells = self._cells("transfer cache", "spill", [m], [p], [a], timing, [wl])
+                i = SEED_PRODUCERS.index(p)
+                if cells:
+                    cells[0].label = "%s %s %dp/%d" % (wl, m, p, a)
+                    out.append(SeedCell(cells[0].label, 100.0 * (spill[i] / ns[i] - 1.0),
+                                        None, cells[0], True))
+        return out
 
     def cell_label(self, key, params):
         return "%s %s %dp/%d" % (key, params.get("policy"), params.get("producers", 0),

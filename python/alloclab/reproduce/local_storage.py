@@ -43,7 +43,7 @@ from .. import machine
 from .. import verdict as V
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report, progress_bar
+from ._report import Report, SeedCell, progress_bar
 
 WORKLOAD = "local-storage-create"
 
@@ -181,6 +181,8 @@ class LocalStorageReport(Report):
     FORMAT = "alloclab-local-storage-report"
     TITLE = "Seed 003: BPF local storage switching to kmalloc_nolock()"
     WARN_METRICS = ("wl.creates_per_s",)
+    SEED_CELLS = ("each (storage type, batch) cell of the seed's before/after table, creation "
+                  "speed after against before (after/before - 1)")
 
     def __init__(self, results, settings=None):
         if isinstance(results, Result):
@@ -370,6 +372,19 @@ class LocalStorageReport(Report):
                 cells.append(V.Claim.compare("batch %d" % b, "traced_kmallocs_per_create",
                                              sides[0], sides[1], scale="difference"))
         return cells
+
+    def seed_cells(self):
+        """The seed's (storage type, batch) cells that were run: creates/s,
+        after against before."""
+        out = []
+        for st in self.storage_types:
+            for c in self._speed_cells(st):
+                b = int(c.label.split()[1])
+                if (st, 0, b) in SEED:
+                    c.label = "%s batch %d" % (st, b)
+                    out.append(SeedCell(c.label, _diff(SEED[(st, 1, b)][0], SEED[(st, 0, b)][0]),
+                                        None, c, False))
+        return out
 
     def claims(self):
         out = []

@@ -58,7 +58,7 @@ from .._ffi import lib
 from ..policy import Policy, presets
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report, progress_bar, side
+from ._report import Report, SeedCell, progress_bar, side
 
 # Changes smaller than this are never marked (R)/(I), as alloclab.compare.
 THRESHOLD_PCT = 2.0
@@ -275,6 +275,9 @@ class VmallocReport(Report):
     TITLE = ("Seed 004: vmalloc with high-order pages and bulk vfree (lib/test_vmalloc), "
              "kernels as policies over one page allocator")
     WARN_METRICS = ()  # each row's own avg_usec metric: see warning_lines
+    SEED_CELLS = ("every (R)/(I)-marked cell of the seed's table (row x kernel, ns per loop "
+                  "against v6.18)")
+    DIRECTION_THRESHOLD = THRESHOLD_PCT / 100.0
 
     def __init__(self, results, settings):
         super().__init__(results, settings)
@@ -381,6 +384,17 @@ class VmallocReport(Report):
 
     def seed_rows(self):
         return [r for r in SEED_ROWS if _row_key(r[0], r[1], r[2]) in self.results]
+
+    def seed_cells(self):
+        """The seed's (R)/(I)-marked cells that were run, each design against v6.18."""
+        out = []
+        for t, p, h, _l, *seed in self.seed_rows():
+            for (label, _), (pct, mark) in zip(DESIGNS, seed):
+                cell = self._cell(t, p, h, label) if mark else None
+                if cell is not None:
+                    out.append(SeedCell("%s p:%d h:%d %s" % (_short(t), p, h, label), pct,
+                                        mark, cell, True))
+        return out
 
     # -- the seed's table --
 

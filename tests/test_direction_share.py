@@ -1,0 +1,173 @@
+"""The share of a seed's cells the model moves in the seed's direction
+(Report.direction_share): computed on synthetic cells whose data the test
+controls (all matching, one flipped, not significant, significant but under
+the threshold, undecided), its JSON round trip, and each reproduction
+printing the line at the fast test settings."""
+import json
+
+import numpy as np
+import pytest
+
+import alloclab.reproduce as rep
+from alloclab import verdict as V
+from alloclab.reproduce._report import Report, SeedCell
+from alloclab.result import dump_json
+
+BASE = np.array([100.0, 101.0, 99.0, 100.5, 99.5, 100.0])  # ns: tight runs
+NOISY = np.array([100.0, 130.0, 70.0, 100.0, 115.0, 85.0])  # ns: wide runs
+
+
+class Synthetic(Report):
+    """A report whose seed cells are given as (name, seed pct, mark, old
+    runs, new runs, cpu_mode): lower is better (a latency)."""
+
+    SEED_CELLS = "the synthetic cells"
+
+    def __init__(self, spec):
+        super().__init__({}, {})
+        self.spec = spec
+
+    def seed_cells(self):
+        out = []
+        for name, pct, mark, old, new, mode in self.spec:
+            cell = V.Claim.compare(name, "alloc_ns", V.Side(np.asarray(old), cpu_mode=mode),
+                                   V.Side(np.asarray(new), cpu_mode=mode))
+            out.append(SeedCell(name, pct, mark, cell, True))
+        return out
+
+
+def cells(flip=None):
+    """Four cells the model moves as the seed does; ``flip``: the one whose
+    model data go the other way."""
+    spec = [("faster by 20%", 20.0, None, BASE, BASE / 1.2),
+            ("slower by 20%", -20.0, None, BASE, BASE * 1.2),
+            ("marked I", 4.0, "I", BASE, BASE / 1.1),
+            ("marked R", -30.0, "R", BASE, BASE * 1.5)]
+    out = []
+    for name, pct, mark, old, new in spec:
+        if name == flip:
+            new = old * old / new
+        out.append((name, pct, mark, old, new, None))
+    return out
+
+
+def test_all_cells_matching():
+    r = Synthetic(cells())
+    d = r.direction_share()
+    assert (d["cells"], d["matching"], d["share"]) == (4, 4, 1.0)
+    assert d["opposite"] == [] and d["same_sign_not_significant"] == 0
+    assert [x["model"] for x in d["detail"]] == ["better", "worse", "better", "worse"]
+    assert d["threshold"] == V.THRESHOLD and d["alpha"] == V.ALPHA
+    assert ("seed cells matching in direction: 4 of 4 (100%), at real-CPU producer counts; "
+            "0 with the seed's sign but not significant; 0 opposite") in str(r)
+
+
+@pytest.mark.parametrize("flip", ["faster by 20%", "marked R"])
+def test_one_flipped_cell_drops_the_count_and_is_named(flip):
+    r = Synthetic(cells(flip))
+    d = r.direction_share()
+    assert (d["cells"], d["matching"]) == (4, 3)
+    assert d["opposite"] == [flip]
+    text = r.direction_text()
+    assert "3 of 4 (75%)" in text and "; 1 opposite" in text
+    assert "  opposite: %s (seed " % flip in text
+
+
+def test_a_not_significant_cell_counts_as_same():
+    # NOISY against NOISY / 1.05: 5% faster on the point estimate, far from significant
+    spec = [("seed same", 1.0, None, NOISY, NOISY / 1.05, None),
+            ("seed better", 10.0, None, NOISY, NOISY / 1.05, None),
+            ("seed worse", -10.0, None, NOISY, NOISY / 1.05, None),
+            ("seed marks it neither", 7.0, "", NOISY, NOISY / 1.05, None)]
+    d = Synthetic(spec).direction_share()
+    assert [x["model"] for x in d["detail"]] == ["same"] * 4
+    assert d["detail"][0]["model_pct"] == pytest.approx(5.0)
+    assert d["detail"][0]["p_adj"] > 0.05
+    # matching only where the seed's change is under the threshold (or unmarked)
+    assert d["matching"] == 2
+    assert d["same_sign_not_significant"] == 1  # "seed better": the model leans its way
+    assert d["opposite_sign_not_significant"] == 1  # "seed worse"
+    assert d["opposite"] == []
+    assert "; 1 not significant with the opposite sign" in Synthetic(spec).direction_text()
+
+
+def test_a_significant_change_under_the_threshold_is_same():
+    tight = np.array([100.0, 100.01, 99.99, 100.0, 100.005, 99.995])
+    spec = [("1% faster, seed same", 1.5, None, tight, tight / 1.01, None),
+            ("1% faster, seed better", 3.0, None, tight, tight / 1.01, None)]
+    d = Synthetic(spec).direction_share()
+    assert all(x["p_adj"] < 1e-6 for x in d["detail"])  # significant ...
+    assert [x["model"] for x in d["detail"]] == ["same", "same"]  # ... but under 2%
+    assert d["matching"] == 1 and d["same_sign_not_significant"] == 1
+
+
+def test_the_threshold_is_the_reports():
+    class FivePct(Synthetic):
+        DIRECTION_THRESHOLD = 0.05
+    spec = [("4% faster", 4.0, None, BASE, BASE / 1.04, None)]
+    assert Synthetic(spec).direction_share()["detail"][0]["model"] == "better"
+    d = FivePct(spec).direction_share()
+    assert d["detail"][0]["seed"] == d["detail"][0]["model"] == "same"
+    assert "at least 5%" in d["definition"]
+
+
+def test_an_undecided_cell_is_same():
+    # latency on virtual CPUs never decides: its clear 20% counts as no change
+    spec = [("virtual", 20.0, None, BASE, BASE / 1.2, "virtual")]
+    d = Synthetic(spec).direction_share()
+    assert d["detail"][0]["model"] == "same" and d["matching"] == 0
+    assert d["same_sign_not_significant"] == 1
+
+
+def test_no_seed_cells():
+    d = Synthetic([]).direction_share()
+    assert (d["cells"], d["matching"], d["share"]) == (0, 0, None)
+    assert "0 of 0 (n/a)" in Synthetic([]).direction_text()
+
+
+def test_json_round_trip():
+    r = Synthetic(cells("marked I"))
+    d = json.loads(dump_json(r.to_dict()))
+    assert d["direction_share"] == r.direction_share()
+    assert d["direction_share"]["opposite"] == ["marked I"]
+
+
+# ---------------------------------------------------------------- end to end
+
+def check_report(r, cls, n):
+    d = r.direction_share()
+    assert d["cells"] == n, d
+    assert "seed cells matching in direction: %d of %d" % (d["matching"], n) in str(r)
+    back = cls.from_json(r.to_json())
+    assert dump_json(back.direction_share()) == dump_json(d)
+    assert json.loads(r.to_json())["direction_share"]["cells"] == n
+    return d
+
+
+def test_vmalloc_prints_the_share():
+    r = rep.vmalloc(scale=0.002, runs=3, tests=["fix_align_alloc_test"], rezki=False,
+                    warm=False)
+    d = check_report(r, rep.VmallocReport, 2)  # the row's (R) and (I) cells
+    assert [x["seed"] for x in d["detail"]] == ["worse", "better"]
+    assert d["threshold"] == 0.02
+
+
+def test_libarena_prints_the_share():
+    r = rep.libarena(producers=[1], allocs_per_cycle=[4, 64], runs=3, timings=["batch"],
+                     duration=0.005, warmup_cycles=2, workloads=["malloc-free"],
+                     capacities=(), baseline=False)
+    d = check_report(r, rep.LibarenaReport, 2)  # alloc and free at 1p/64 (none at 4)
+    assert {x["cell"] for x in d["detail"]} == {"malloc-free alloc_ns 1p/64",
+                                                "malloc-free free_ns 1p/64"}
+    # the seed's 102 vs 75 ns and 137 vs 75 ns: transfer cache better, beyond 5%
+    assert [x["seed"] for x in d["detail"]] == ["better", "better"]
+    assert d["threshold"] == 0.05
+
+
+def test_local_storage_prints_the_share():
+    r = rep.local_storage(storage_types=["socket"], batch_sizes=[16], runs=3, duration=0.05,
+                          sample=0.02, owner_work="none", warmup_cycles=5)
+    d = check_report(r, rep.LocalStorageReport, 1)
+    assert d["detail"][0]["cell"] == "socket batch 16"
+    assert d["detail"][0]["seed"] == "worse"  # 100.566 against 104.217 k/s: -3.5%
+    assert d["detail"][0]["seed_pct"] == pytest.approx(-3.503, abs=1e-3)
