@@ -487,3 +487,18 @@ def test_a_fault_in_a_layer_reads_of_policy():
         al.Policy("percpu(capacity=16, capacity=8) > buddy")
     with pytest.raises(al.PolicySyntaxError, match=r"got 'buddy' in policy 'buddy buddy'"):
         al.Policy("buddy buddy")
+
+
+@pytest.mark.parametrize("spec", ["libarena-transfer(lock=queued)", "libarena-spill > buddy",
+                                  "percpu > kzalloc"])
+def test_a_preset_where_a_layer_goes_names_its_layers(spec):
+    # a preset is a whole spec: with parameters or inside a stack it is not
+    # an "unknown layer" (it is listed among the presets), it is to be spelled out
+    name = next(p for p in al.presets if p in spec and p not in schema.layers())
+    with pytest.raises(al.UnknownNameError) as ei:
+        al.Policy(spec)
+    msg = str(ei.value)
+    assert "%r in policy %r is a preset (%s)" % (name, spec, al.presets[name]) in msg
+    assert "write its layers instead: %r" % al.presets[name] in msg
+    assert ei.value.name == name and "transfer" in ei.value.valid
+    al.Policy(al.presets[name])  # the spelled-out stack is accepted
