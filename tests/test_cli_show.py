@@ -58,6 +58,21 @@ def test_show_prints_run_tables_again(tmp_path):
         assert cli("show", str(j), *flags, check=0).stdout == r.stdout
 
 
+def test_show_without_flags_prints_the_metrics_and_axes_run_chose(tmp_path):
+    """run --metric/--rows/--cols: a bare `show FILE` prints what the run
+    printed (not alloc_ns and free_ns by allocs/cycle); flags still override."""
+    j = tmp_path / "r.json"
+    r = cli("run", "malloc-free", "--policy", "buddy", "--producers", "1,2",
+            "--allocs-per-cycle", "1,16", "--runs", "2", "--json", str(j), "--metric", "alloc_ns",
+            "--rows", "producers", "--cols", "allocs_per_cycle", *FAST, check=0)
+    s = cli("show", str(j), check=0)
+    assert s.stdout == r.stdout and "free latency" not in s.stdout
+    assert "  producers" in s.stdout
+    o = cli("show", str(j), "--metric", "free_ns", "--rows", "allocs_per_cycle",
+            "--cols", "producers", check=0).stdout
+    assert "free latency" in o and "allocation latency" not in o and "  allocs/cycle" in o
+
+
 def test_show_known_text(known):
     out = cli("show", str(known), "--metric", "alloc_ns", "--counters", "none", check=0).stdout
     assert out == (
