@@ -19,7 +19,27 @@ def test_overview_is_a_line_per_entry():
     assert len(out) < entries + 25  # + headings and the peer allocators
     for name in list(schema.layers()) + list(schema.workloads()) + list(presets):
         assert any(line.split()[:1] == [name] for line in out), name
-    assert out[-1] == "metrics: `alloclab list metrics`; one entry in full: `alloclab list NAME`"
+    assert out[-1] == ("metrics: `alloclab list metrics`; one entry in full: `alloclab list "
+                       "NAME`; one kind: `alloclab list layers|workloads|presets|peers`")
+
+
+@pytest.mark.parametrize("kind, names", [
+    ("layers", list(schema.layers())), ("workloads", list(schema.workloads())),
+    ("presets", list(presets)),
+    ("peers", ["glibc", "jemalloc", "gperftools-tcmalloc", "mimalloc"])])
+def test_list_one_kind(kind, names):
+    """`list layers` (a user's first guess) prints that section of the
+    overview, an entry a line, and nothing else; --json its entries."""
+    out = cli("list", kind, check=0).stdout.splitlines()
+    assert out[0].startswith(kind[:-1]) and len(out) == 1 + len(names)
+    assert [line.split()[0] for line in out[1:]] == names
+    every = cli("list", "--json", check=0).stdout
+    js = json.loads(cli("list", kind, "--json", check=0).stdout)
+    got = js[kind]
+    assert list(js) == [kind]
+    assert ([e["name"] for e in got] if isinstance(got, list) else list(got)) == names
+    if kind != "peers":
+        assert js[kind] == json.loads(every)[kind]
 
 
 @pytest.mark.parametrize("name", list(schema.layers()))

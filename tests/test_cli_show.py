@@ -4,11 +4,14 @@ numbers where the exact output is asserted."""
 
 import csv
 import io
+import os
+import resource
 
 import numpy as np
 import pytest
 
 import alloclab as al
+from alloclab._ffi import lib
 from test_cli import cli
 
 FAST = ["--cycles", "20", "--warmup-cycles", "2"]
@@ -56,6 +59,40 @@ def test_show_prints_run_tables_again(tmp_path):
         r = cli("run", "malloc-free", "--policy", "buddy", "--runs", "2", "--json", str(j),
                 *FAST, *flags, check=0)
         assert cli("show", str(j), *flags, check=0).stdout == r.stdout
+
+
+def test_show_without_flags_prints_the_metrics_and_axes_run_chose(tmp_path):
+    """run --metric/--rows/--cols: a bare `show FILE` prints what the run
+    printed (not alloc_ns and free_ns by allocs/cycle); flags still override."""
+    j = tmp_path / "r.json"
+    r = cli("run", "malloc-free", "--policy", "buddy", "--producers", "1,2",
+            "--allocs-per-cycle", "1,16", "--runs", "2", "--json", str(j), "--metric", "alloc_ns",
+            "--rows", "producers", "--cols", "allocs_per_cycle", *FAST, check=0)
+    s = cli("show", str(j), check=0)
+    assert s.stdout == r.stdout and "free latency" not in s.stdout
+    assert "  producers" in s.stdout
+    o = cli("show", str(j), "--metric", "free_ns", "--rows", "allocs_per_cycle",
+            "--cols", "producers", check=0).stdout
+    assert "free latency" in o and "allocation latency" not in o and "  allocs/cycle" in o
+
+
+@pytest.mark.skipif(int(lib.al_cpus_usable()) < 2 or not (
+    os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] > 0),
+    reason="needs 2 CPUs and SCHED_FIFO rights")
+def test_realtime_runs_say_so_in_the_cpu_line(tmp_path):
+    """--realtime is named on the cpu line of run and of show, so that the
+    two sides of a with/without comparison cannot be mistaken."""
+    lines = {}
+    for flags in ([], ["--realtime"]):
+        j = tmp_path / ("rt%d.json" % len(flags))
+        r = cli("run", "malloc-free", "--policy", "buddy", "--runs", "1", "--json", str(j),
+                *FAST, *flags, check=0)
+        cpu = [line for line in r.stdout.splitlines() if line.startswith("cpu: ")]
+        assert cpu == [line for line in cli("show", str(j), check=0).stdout.splitlines()
+                       if line.startswith("cpu: ")]
+        lines[bool(flags)] = cpu[0]
+    assert lines[True].endswith(", realtime (SCHED_FIFO workers)")
+    assert "realtime" not in lines[False]
 
 
 def test_show_known_text(known):

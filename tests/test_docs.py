@@ -183,3 +183,21 @@ def test_the_skeletons_run_beside_a_builtin_with_exact_counts(tmp_path, monkeypa
         for p in ptrs:
             a.free(p)
         assert a.stats()[0]["bytes_held"] == 0
+
+
+def test_extras_install_from_the_checkout():
+    """alloclab is installed from a checkout, not from PyPI: an extra is
+    `pip install '.[name]'` (a bare 'alloclab[name]' would ask the index for
+    a package it does not have), and each extra named is one pyproject.toml
+    declares."""
+    toml = open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read()
+    declared = set(re.findall(r"^(\w+) = \[", toml.split("[project.optional-dependencies]")[1],
+                              re.M))
+    seen = 0
+    for page in PAGES:
+        text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+        for m in re.finditer(r"pip install (-\S+ )*'?([\w./-]*)\[(\w+)\]", text):
+            assert m.group(2) == ".", "%s: %s" % (page, m.group(0))
+            assert m.group(3) in declared, "%s: %s" % (page, m.group(0))
+            seen += 1
+    assert seen >= 2  # README's test and notebooks extras at least

@@ -102,3 +102,22 @@ def test_cli_refusal_is_one_line():
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("alloclab: error: realtime=True needs")
+
+
+def test_refusal_on_a_single_cpu_says_no_count_fits(monkeypatch):
+    # with one usable CPU no producer count is allowed: the refusal says so
+    # instead of suggesting producers <= 0
+    run_mod = sys.modules["alloclab.run"]
+
+    class OneCpu:
+        AL_RUN_REALTIME = lib.AL_RUN_REALTIME
+
+        def al_cpus_usable(self):
+            return 1
+
+    monkeypatch.setattr(run_mod, "lib", OneCpu())
+    e = run_mod._realtime_refusal(lib.AL_RUN_REALTIME, 1, "")
+    assert isinstance(e, al.errors.ParameterRangeError)
+    assert str(e) == ("realtime=True needs at least 2 usable CPUs (the main thread and the "
+                      "watchdog keep one), this process has 1: leave realtime off")
+    assert "<= 0" not in str(e)

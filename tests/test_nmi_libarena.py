@@ -66,3 +66,22 @@ def test_irq_context_is_masked_by_the_arena_lock(preset):
         q = al.run("nmi", preset, **kw).points[0]
         assert q["wl.nmi_served"][0] == 0
         assert q["buddy.nmi_alloc_refused"][0] == q["wl.nmi_refused"][0] > 0
+
+
+def test_the_counters_behind_a_refusal_are_key():
+    """`run --counters key` (the default) must keep what explains an NMI
+    refusal or a lock failure: each lock's failure counters by reason, the
+    per-CPU guards found held and the buddy's NMI refusals. Key counters that
+    are zero in every column are hidden, so this costs a normal table nothing."""
+    from alloclab import schema
+    want = {("percpu", "guard_busy_allocs"), ("magazine", "guard_busy"),
+            ("buddy", "nmi_alloc_refused")}
+    for name, layer in schema.layers().items():
+        for c in layer.counters:
+            if c.name.endswith(("lock_failed", "lock_timeouts", "lock_deadlocks",
+                                "lock_no_node")):
+                want.add((name, c.name))
+    assert ("transfer", "lock_timeouts") in want and ("buddy", "lock_failed") in want
+    key = {(n, c.name) for n, layer in schema.layers().items() for c in layer.counters
+           if c.key}
+    assert sorted(want - key) == []

@@ -487,3 +487,31 @@ def test_a_fault_in_a_layer_reads_of_policy():
         al.Policy("percpu(capacity=16, capacity=8) > buddy")
     with pytest.raises(al.PolicySyntaxError, match=r"got 'buddy' in policy 'buddy buddy'"):
         al.Policy("buddy buddy")
+
+
+@pytest.mark.parametrize("spec", ["libarena-transfer(lock=queued)", "libarena-spill > buddy",
+                                  "percpu > kzalloc"])
+def test_a_preset_where_a_layer_goes_names_its_layers(spec):
+    # a preset is a whole spec: with parameters or inside a stack it is not
+    # an "unknown layer" (it is listed among the presets), it is to be spelled out
+    name = next(p for p in al.presets if p in spec and p not in schema.layers())
+    with pytest.raises(al.UnknownNameError) as ei:
+        al.Policy(spec)
+    msg = str(ei.value)
+    assert "%r in policy %r is a preset (%s)" % (name, spec, al.presets[name]) in msg
+    assert "write its layers instead: %r" % al.presets[name] in msg
+    assert ei.value.name == name and "transfer" in ei.value.valid
+    al.Policy(al.presets[name])  # the spelled-out stack is accepted
+
+
+@pytest.mark.parametrize("bad", ["2", "y", "maybe"])
+def test_a_bad_bool_names_every_spelling_accepted(bad):
+    # the refusal lists the spellings the parser takes, and each of them parses
+    with pytest.raises(al.ParameterTypeError) as ei:
+        al.Policy("slab(cpu_partial=%s)" % bad)
+    msg = str(ei.value)
+    assert "must be a bool: true/false, yes/no, on/off or 1/0, not %r" % bad in msg
+    for pair in ("true/false", "yes/no", "on/off", "1/0"):
+        on, off = pair.split("/")
+        assert al.Policy("slab(memcg=%s)" % on).params(0)["memcg"] is True
+        assert al.Policy("slab(memcg=%s)" % off).params(0)["memcg"] is False

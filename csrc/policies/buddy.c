@@ -155,7 +155,7 @@ _Static_assert(BUDDY_HEADER_OFF + sizeof(struct buddy_header) <= BUDDY_MIN_BYTES
 	  "allocations that returned NULL because the lock failed")                          \
 	C(P, lock_failed_frees, AL_CTR_KEY,                                                  \
 	  "free/free_bulk calls that freed nothing because the lock failed")                 \
-	C(P, nmi_alloc_refused, 0, "NMI allocations: NULL at once (-EBUSY)")                 \
+	C(P, nmi_alloc_refused, AL_CTR_KEY, "NMI allocations: NULL at once (-EBUSY)")        \
 	C(P, nmi_frees_deferred, 0, "NMI frees pushed on the deferred list")                 \
 	C(P, deferred_drained, 0, "NMI-deferred frees done by a later operation")            \
 	AL_LOCK_COUNTERS(C, P, lock, "the buddy lock")                                       \

@@ -77,7 +77,7 @@ static const struct al_param_desc magazine_params[P_NR] = {
 	C(P, backend_flushes, AL_CTR_KEY, "magazines emptied with one backend free_bulk")   \
 	C(P, refill_failed, AL_CTR_KEY, "refills that brought nothing")                     \
 	C(P, lock_failures, AL_CTR_KEY, "depot lock acquisitions that failed")              \
-	C(P, guard_busy, 0, "operations that found the guard held")                         \
+	C(P, guard_busy, AL_CTR_KEY, "operations that found the guard held")                \
 	C(P, uncached, 0, "operations on orders that are not cached")                       \
 	D(P, bytes_allocated, 0, "", "class bytes handed out")                              \
 	D(P, bytes_freed, 0, "", "class bytes taken back")                                  \

@@ -78,7 +78,7 @@ static const struct al_param_desc percpu_params[P_NR] = {
 	C(P, spills, AL_CTR_KEY, "full caches spilled with free_bulk")                           \
 	C(P, spill_objects, 0, "objects spilled")                                                \
 	C(P, spill_failed, 0, "spills the backend refused (object freed alone)")                 \
-	C(P, guard_busy_allocs, 0, "allocations that found the guard held")                      \
+	C(P, guard_busy_allocs, AL_CTR_KEY, "allocations that found the guard held")             \
 	C(P, guard_busy_frees, 0, "frees that found the guard held")                             \
 	C(P, uncached_allocs, 0, "allocations of orders that are not cached")                    \
 	C(P, uncached_frees, 0, "frees of orders that are not cached, or unknown")               \

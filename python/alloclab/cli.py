@@ -330,6 +330,9 @@ def cmd_run(argv):
     cli_quoting.hint(args.policy or [])
     res = _run_or_sweep(wl, policy, args, kwargs)
     cli_show.check_metrics(res, metrics)  # a workload metric is known only now
+    # what the tables show, so that `alloclab show FILE` prints them again as here
+    res.metadata["view"] = {"metrics": list(metrics), "explicit": bool(args.metric),
+                            "rows": rows, "cols": cols}
     print(cli_format.render(res, cli_format.View(
         metrics, rows, cols, stat=args.stat, sd=args.sd, ci=args.ci, hist=args.hist,
         counters=args.counters, fmt=args.format, explicit_metrics=bool(args.metric))))

@@ -10,6 +10,8 @@ the overview fits a screen). With NAME, one entry in full:
 - a workload: its doc and parameters (the --dashed-name flags of `run`);
 - a preset: its spec and the stack it builds, top first, each layer with
   every parameter's value (non-default ones marked) and the layer's doc;
+- ``layers``, ``workloads``, ``presets``, ``peers``: that section of the
+  overview alone (``--json``: its entries as JSON);
 - ``metrics``: the base metrics with their descriptions and units, and the
   names layer counters and workload metrics take.
 
@@ -38,7 +40,8 @@ def add_parser(sub):
                     "'metrics'): that entry's parameters with defaults and docs, a layer's "
                     "counters, a preset's stack.")
     lp.add_argument("name", nargs="?", metavar="NAME",
-                    help="a layer, workload or preset, or 'metrics'")
+                    help="a layer, workload or preset, 'metrics', or a kind: layers, "
+                         "workloads, presets, peers")
     lp.add_argument("--json", action="store_true", help="as JSON")
     lp.add_argument("--plugin", action="append", metavar="FILE.c",
                     help="compile and register a C plugin layer first")
@@ -134,22 +137,35 @@ def metrics_text():
     return "\n".join(out)
 
 
-def overview_text():
-    """`alloclab list`: a line per entry."""
+def _sections():
+    """{kind: lines} of `alloclab list`, a section per kind; `list KIND`
+    (layers, workloads, presets, peers) prints one section."""
     from . import peers
 
-    out = ["layers: a policy stacks them top first ('percpu > transfer > buddy')"]
-    out += ["  %-14s %s" % (s.name, s.doc) for s in schema.layers().values()]
-    out += ["", "workloads: `alloclab run WORKLOAD`"]
-    out += ["  %-22s %s" % (w.name, w.doc) for w in schema.workloads().values()]
-    out += ["", "presets: --policy NAME"]
-    out += ["  %-22s %s" % (k, v) for k, v in presets.items()]
-    out += ["", "peer allocators: the system layer, run under LD_PRELOAD in a child process"]
+    out = {"layers": ["layers: a policy stacks them top first ('percpu > transfer > buddy')"]
+                     + ["  %-14s %s" % (s.name, s.doc) for s in schema.layers().values()],
+           "workloads": ["workloads: `alloclab run WORKLOAD`"]
+                        + ["  %-22s %s" % (w.name, w.doc) for w in schema.workloads().values()],
+           "presets": ["presets: --policy NAME"]
+                      + ["  %-22s %s" % (k, v) for k, v in presets.items()],
+           "peers": ["peer allocators: the system layer, run under LD_PRELOAD in a child process"]}
     for name, (ok, path, hint) in peers.status().items():
         where = "this process's malloc" if name == peers.current() else (path or "")
-        out.append("  %-22s %s" % (name, ("available  " + where) if ok else
-                                   "unavailable: " + hint))
-    out += ["", "metrics: `alloclab list metrics`; one entry in full: `alloclab list NAME`"]
+        out["peers"].append("  %-22s %s" % (name, ("available  " + where) if ok else
+                                            "unavailable: " + hint))
+    return out
+
+
+SECTIONS = ("layers", "workloads", "presets", "peers")
+
+
+def overview_text():
+    """`alloclab list`: a line per entry."""
+    out = []
+    for lines in _sections().values():
+        out += lines + [""]
+    out += ["metrics: `alloclab list metrics`; one entry in full: `alloclab list NAME`; "
+            "one kind: `alloclab list %s`" % "|".join(SECTIONS)]
     return "\n".join(out)
 
 
@@ -168,7 +184,8 @@ def _kind(name):
             return "workload", w
     if name in presets:
         return "preset", name
-    every = list(layers) + list(wls) + [p for p in presets if p not in layers] + [METRICS_NAME]
+    every = (list(layers) + list(wls) + [p for p in presets if p not in layers] + [METRICS_NAME]
+             + list(SECTIONS))
     close = difflib.get_close_matches(name, every, n=4, cutoff=0.5)
     raise errors.UnknownNameError(
         "unknown name %r: not a layer, workload or preset%s; layers: %s; workloads: %s; "
@@ -194,10 +211,24 @@ def _entry_json(kind, key):
         for m in BASE_METRICS]}
 
 
+def _everything():
+    """{kind: entries} as `list --json` prints them, peers included."""
+    from . import peers
+    from .policy import policies, workloads
+
+    return {"layers": policies(), "workloads": workloads(), "presets": presets,
+            "peers": {name: {"available": ok, "path": path, "hint": hint}
+                      for name, (ok, path, hint) in peers.status().items()}}
+
+
 def cmd_list(args):
     if args.name is not None:
         if not args.name.strip():
             raise UsageError("list NAME: an empty name")
+        if args.name in SECTIONS:
+            print(json.dumps({args.name: _everything()[args.name]}, indent=2) if args.json
+                  else "\n".join(_sections()[args.name]))
+            return 0
         kind, key = _kind(args.name)
         if args.json:
             print(json.dumps(_entry_json(kind, key), indent=2, default=str))
@@ -211,9 +242,9 @@ def cmd_list(args):
             print(metrics_text())
         return 0
     if args.json:
-        from .policy import policies, workloads
-        print(json.dumps({"layers": policies(), "workloads": workloads(), "presets": presets},
-                         indent=2))
+        every = _everything()
+        del every["peers"]  # the overview's JSON as it was
+        print(json.dumps(every, indent=2))
         return 0
     print(overview_text())
     return 0

@@ -35,8 +35,9 @@ def add_parser(sub):
                     "counters; or the result as Markdown, JSON or CSV.")
     sp.add_argument("file", metavar="FILE.json", help="a result (alloclab run --json FILE)")
     sp.add_argument("--metric", action="append", metavar="NAME",
-                    help="metric to tabulate, repeatable (default: alloc_ns and free_ns, or "
-                         "the file's first metric); `alloclab list metrics` names them")
+                    help="metric to tabulate, repeatable (default: those the run printed, else "
+                         "alloc_ns and free_ns, or the file's first metric); `alloclab list "
+                         "metrics` names them")
     sp.add_argument("--rows", metavar="PARAM", help="parameter for table rows")
     sp.add_argument("--cols", metavar="PARAM", default=None,
                     help="parameter for table columns (default: producers)")
@@ -144,6 +145,41 @@ def unknown_metric(res, metric):
     return msg
 
 
+def _saved_view(res):
+    """metadata["view"]: the metrics and table axes `run` printed the result
+    with (None for a file written otherwise, or one whose view is not that)."""
+    v = res.metadata.get("view")
+    if not isinstance(v, dict) or not isinstance(v.get("metrics"), list):
+        return None
+    if not v["metrics"] or not all(isinstance(m, str) for m in v["metrics"]):
+        return None
+    return v
+
+
+def _saved_metrics(res, args):
+    """(metrics, explicit): --metric's, else those `run` printed, else
+    alloc_ns and free_ns where the result has them, else its first metric."""
+    if args.metric:
+        return args.metric, True
+    v = _saved_view(res)
+    if v is not None:
+        return v["metrics"], bool(v.get("explicit"))
+    default = [m for m in ("alloc_ns", "free_ns") if m in res.metrics()] or res.metrics()[:1]
+    return default, False
+
+
+def _saved_axes(res, args):
+    """(rows, cols): _axes, with the axes `run` printed standing in for the
+    --rows/--cols not given where they are parameters of the result."""
+    v = _saved_view(res) or {}
+    params = res.params()
+    if args.rows is None and v.get("rows") in params:
+        args.rows = v["rows"]
+    if args.cols is None and v.get("cols") in params:
+        args.cols = v["cols"]
+    return _axes(res, args)
+
+
 def cmd_show(args):
     rep = _report(args.file)
     if rep is not None:
@@ -155,12 +191,11 @@ def cmd_show(args):
     res = load_result(args.file, "show")
     if not res.points:
         raise UsageError("%s holds no runs: nothing to show" % args.file)
-    default = [m for m in ("alloc_ns", "free_ns") if m in res.metrics()] or res.metrics()[:1]
-    metrics = args.metric or default
+    metrics, explicit = _saved_metrics(res, args)
     check_metrics(res, metrics)
-    rows, cols = _axes(res, args)
+    rows, cols = _saved_axes(res, args)
     view = cli_format.View(metrics, rows, cols, stat=args.stat, sd=args.sd, ci=args.ci,
                            hist=True, counters=args.counters, fmt=args.format,
-                           explicit_metrics=bool(args.metric))
+                           explicit_metrics=explicit)
     print(cli_format.render(res, view))
     return 0

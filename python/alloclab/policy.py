@@ -91,6 +91,16 @@ def _in_policy(why, spec):
                                 spec)
 
 
+def _preset_as_layer(name, spec):
+    """The refusal of a preset written where a layer goes (with parameters, or
+    stacked): a preset is a whole spec, so the fix is to spell out its layers."""
+    return errors.UnknownNameError(
+        "%r in policy %r is a preset (%s), not a layer: a preset takes no parameters "
+        "and stands alone; write its layers instead: %r; valid layers: %s"
+        % (name, spec, presets[name], presets[name], ", ".join(schema.layers())),
+        name=name, kind="layer", valid=list(schema.layers()))
+
+
 def _refusal(err, data, spec):
     """The exception for a spec the C parser refused: each fault as the
     schema words it, naming the bad text and the valid choices."""
@@ -102,6 +112,8 @@ def _refusal(err, data, spec):
         why = cstr(err.msg)
     if token and _shown(token) != token:
         why = why.replace(token, _shown(token))
+    if fault == lib.AL_SPEC_LAYER and token in presets:
+        return _preset_as_layer(token, spec)
     if fault == lib.AL_SPEC_LAYER:
         return errors.UnknownNameError.make(
             "layer", _shown(token), schema.layers(), context="policy %r" % spec,

@@ -1004,6 +1004,8 @@ class Result:
         if ovh:
             s += ", timer overhead %s ns" % _fmt(float(np.mean(ovh)))
         s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
+        if (md.get("run") or {}).get("realtime"):  # else a run with and without reads alike
+            s += ", realtime (SCHED_FIFO workers)"
         return s
 
     def stats_line(self):

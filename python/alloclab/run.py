@@ -423,6 +423,11 @@ def _realtime_refusal(fault, nprod, why):
     """realtime=True refused: too many producers, or not permitted here."""
     if fault == lib.AL_RUN_REALTIME:
         usable = lib.al_cpus_usable()
+        if usable < 2:  # no producer count fits: say so rather than "producers <= 0"
+            return errors.ParameterRangeError(
+                "realtime=True needs at least 2 usable CPUs (the main thread and the "
+                "watchdog keep one), this process has %d: leave realtime off" % usable,
+                name="producers", value=nprod, min=1, max=max(usable - 1, 0))
         return errors.ParameterRangeError(
             "realtime=True needs fewer producers than usable CPUs (%d), not producers=%d: "
             "the main thread and the watchdog keep a CPU; use producers <= %d or leave "

@@ -216,7 +216,7 @@ class Param:
         if t == BOOL:
             b = _BOOL_TEXT.get(s.lower())
             if b is None:
-                raise self._type_error(text, 'a bool: "true" or "false"')
+                raise self._type_error(text, 'a bool: true/false, yes/no, on/off or 1/0')
             return self._checked(int(b), s)
         if t == ENUM:
             choices = self.choices or ()

@@ -106,13 +106,14 @@ struct al_counters {
 
 /* Six entries for a lock's statistics, NAME_acquired ... NAME_owner_switches,
  * in the order al_lock_count_in() expects (LOCK: e.g. lock, zone_lock). */
-#define AL_LOCK_COUNTERS(C, P, LOCK, WHAT)                                                   \
-	C(P, LOCK##_acquired, AL_CTR_KEY, "acquisitions of " WHAT)                           \
-	C(P, LOCK##_contended, AL_CTR_KEY, "acquisitions of " WHAT " that had to wait")      \
-	C(P, LOCK##_failed, 0, "acquisitions of " WHAT " that failed (budget, AA, trylock)") \
-	C(P, LOCK##_wait_ns, AL_CTR_NS, "time spent waiting for " WHAT " (stats=full)")      \
-	C(P, LOCK##_hold_ns, AL_CTR_NS, "time " WHAT " was held (stats=full, timed locks)")  \
-	C(P, LOCK##_owner_switches, AL_CTR_KEY,                                              \
+#define AL_LOCK_COUNTERS(C, P, LOCK, WHAT)                                                  \
+	C(P, LOCK##_acquired, AL_CTR_KEY, "acquisitions of " WHAT)                          \
+	C(P, LOCK##_contended, AL_CTR_KEY, "acquisitions of " WHAT " that had to wait")     \
+	C(P, LOCK##_failed, AL_CTR_KEY,                                                     \
+	  "acquisitions of " WHAT " that failed (budget, AA, trylock)")                     \
+	C(P, LOCK##_wait_ns, AL_CTR_NS, "time spent waiting for " WHAT " (stats=full)")     \
+	C(P, LOCK##_hold_ns, AL_CTR_NS, "time " WHAT " was held (stats=full, timed locks)") \
+	C(P, LOCK##_owner_switches, AL_CTR_KEY,                                             \
 	  "acquisitions of " WHAT " by another CPU than the last")
 
 /*

@@ -49,12 +49,14 @@ extern "C" {
 
 /* Three entries for a lock's failures by reason, after its six (any order in
  * the layer's counters; al_lock_count_reasons_in gives the first). */
-#define AL_LOCK_REASON_COUNTERS(C, P, LOCK, WHAT)                                               \
-	C(P, LOCK##_timeouts, 0, "acquisitions of " WHAT " that ran out of budget (ETIMEDOUT)") \
-	C(P, LOCK##_deadlocks, 0,                                                               \
-	  "acquisitions of " WHAT " refused: held by this CPU below (EDEADLK; not in arena "    \
-	  "mode)")                                                                              \
-	C(P, LOCK##_no_node, 0, "acquisitions of " WHAT " that found no queue node free (EBUSY)")
+#define AL_LOCK_REASON_COUNTERS(C, P, LOCK, WHAT)                                            \
+	C(P, LOCK##_timeouts, AL_CTR_KEY,                                                    \
+	  "acquisitions of " WHAT " that ran out of budget (ETIMEDOUT)")                     \
+	C(P, LOCK##_deadlocks, AL_CTR_KEY,                                                   \
+	  "acquisitions of " WHAT " refused: held by this CPU below (EDEADLK; not in arena " \
+	  "mode)")                                                                           \
+	C(P, LOCK##_no_node, AL_CTR_KEY,                                                     \
+	  "acquisitions of " WHAT " that found no queue node free (EBUSY)")
 
 struct al_lock_stats {
 	uint64_t acquired;	 /* successful acquisitions */
