@@ -23,6 +23,9 @@ from conftest import FAST  # noqa: E402
 
 # Public functions of the plot modules that do not draw a figure.
 NOT_FIGURES = {"save", "rebin", "ccdf"}
+# Twelve policies: past the ten colours of the cycle, and 24 counter bar series.
+MANY = ["null", "buddy", "libc", "libarena-spill", "libarena-transfer", "libarena-magazine",
+        "kzalloc", "kmalloc-sheaves", "kmalloc-nolock", "bpf-ma", "pages", "percpu(batch=4) > buddy"]
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +40,11 @@ def data():
         "libarena": rep.libarena(producers=[1, 2], allocs_per_cycle=[4, 64], runs=2,
                                  timings=["batch"], duration=0.002, warmup_cycles=1,
                                  workloads=["malloc-free"]),
+        "libarena5": rep.libarena(producers=[1, 2], allocs_per_cycle=[1, 4, 16, 64, 256],
+                                  runs=2, timings=["batch"], duration=0.002, warmup_cycles=1,
+                                  workloads=["malloc-free"]),
+        "many": al.run("malloc-free", MANY, producers=[1, 2], allocs_per_cycle=[16], runs=1,
+                       cycles=5, warmup_cycles=1, mem_sample=0),
         "vmalloc": rep.vmalloc(scale=0.001, runs=2, warm=False,
                                tests=["fix_size_alloc_test", "vm_map_ram_test"]),
         "local_storage": rep.local_storage(batch_sizes=[16, 32], runs=2, duration=0.02,
@@ -56,6 +64,9 @@ FIGURES = [
     ("plot", "counters", lambda d: plot.counters(d["res"].filter(producers=2,
                                                                  allocs_per_cycle=16))),
     ("plot", "counters", lambda d: plot.counters(d["res"].filter(producers=1), logy=True)),
+    ("plot_reproduce", "libarena", lambda d: d["libarena5"].plot("alloc_ns", "malloc-free")),
+    ("plot", "latency", lambda d: plot.latency(d["many"], x="producers")),
+    ("plot", "counters", lambda d: plot.counters(d["many"])),
     ("plot_trace", "overview", lambda d: plot_trace.overview(d["info"])),
     ("plot_trace", "live_bytes", lambda d: plot_trace.live_bytes(d["info"])),
     ("plot_trace", "sizes", lambda d: plot_trace.sizes(d["info"])),
@@ -147,3 +158,17 @@ def test_cli_plot_writes_the_house_size(tmp_path):
     with open(out, "rb") as f:
         assert struct.unpack(">II", f.read(24)[16:24]) == (1400, 860)
     assert FAST["runs"] == 1
+
+
+def test_more_series_than_colours_stay_distinct(data):
+    """Past the ten colours of the cycle, lines change marker and style and
+    bars take a hatch: no two series of twelve policies look the same."""
+    fig = plot.latency(data["many"], x="producers")
+    lines = [c.lines[0] for c in fig.axes[0].containers if c.get_label() in MANY]
+    looks = {(ln.get_color(), ln.get_marker(), ln.get_linestyle()) for ln in lines}
+    assert len(lines) == len(MANY) and len(looks) == len(MANY)
+    fig = plot.counters(data["many"])
+    handles = fig.legends[0].legend_handles  # a bar series per policy and producer count
+    looks = {(tuple(h.get_facecolor()), h.get_hatch()) for h in handles}
+    assert len(handles) == 2 * len(MANY) and len(looks) == len(handles)
+    assert fig.get_size_inches()[1] > plot_style.FIGSIZE[1]  # taller for its legend rows

@@ -86,9 +86,7 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
             _latency_axes(ax, sub, pkeys, pv, x, usable, logy)
         axes[0][0].set_ylabel(_metric_label(metric))
         if hue:
-            n = len(axes[0][-1].get_legend_handles_labels()[0])
-            S.fig_legend(fig, axes[0][-1], "outside lower center", ncol=min(4, max(1, n)),
-                         title=_HUE_LABELS.get(hue, hue))
+            S.legend_below(fig, axes[0][-1], ncol=4, title=_HUE_LABELS.get(hue, hue))
         wl = _uniq([p.params.get("workload") for p in res.points])
         S.suptitle(fig, title or "%s%s%s" % (", ".join(map(str, wl)), ": " if wl else "",
                                              _metric_label(metric)) +
@@ -138,12 +136,12 @@ def _latency_lines(ax, sub, metric, x, hue, error, logy):
     floor = S.log_floor([y for s in series for y in s[2]],
                         [e for s in series for e in s[3]]) if logy and error else None
     unmeasured = []
-    for label, xs, ys, es, why in series:
+    for i, (label, xs, ys, es, why) in enumerate(series):
         if why:
             label += " (n/a: %s)" % "; ".join(why)
             unmeasured += why
         S.errorbars(ax, xs, ys, es if error else None, log=logy, floor=floor,
-                    marker="o", capsize=3, label=label)
+                    capsize=3, label=label, **S.line_style(i))
     if floor is not None:
         ax.set_ylim(bottom=floor)
     if unmeasured and all(p.data.get(metric) is None for p in sub.points):
@@ -378,14 +376,14 @@ def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), 
             edges, frac = rebin(h)
             if not len(frac):
                 continue
-            ax1.stairs(frac, edges, label=label, linewidth=1.5, color="C%d" % i,
+            ax1.stairs(frac, edges, label=label, linewidth=1.5, color=S.line_style(i)["color"],
                        fill=len(series) == 1, alpha=0.8 if len(series) == 1 else 1.0)
             x, f = ccdf(h)
-            ax2.step(x, f, where="post", label=label, linewidth=1.5, color="C%d" % i)
+            ax2.step(x, f, where="post", label=label, linewidth=1.5,
+                     color=S.line_style(i)["color"], linestyle=S.line_style(i)["linestyle"])
         _hist_axes(ax1, ax2, op, overhead, series, percentiles)
         if len(series) > 1:
-            S.fig_legend(fig, ax2, "outside lower center", ncol=min(4, len(series)),
-                         title=by)
+            S.legend_below(fig, ax2, ncol=4, title=by)
         S.suptitle(fig, title or "per-operation %s latency%s" % (
             op, " (dotted: one clock pair, %.0f ns, included)" % overhead if overhead else ""))
     return S.finish(fig)
@@ -502,7 +500,9 @@ def counters(res, names=None, per_op=True, limit=12, logy=False, title=None, fig
             pos = xs + (i - (len(groups) - 1) / 2.0) * width
             ys = np.array([_counter_mean(pts, k) for k in keys])
             ok = np.isfinite(ys) & ((ys > 0) | (not logy))
-            ax.bar(pos[ok], ys[ok], width, label=lab, color="C%d" % i)
+            # a series with no measured bar still gets its legend entry's look
+            ax.bar(pos[ok] if ok.any() else pos[:1], ys[ok] if ok.any() else [np.nan], width,
+                   label=lab, **S.bar_style(i))
             for x, y in zip(pos, ys):
                 if not np.isfinite(y) or y == 0:
                     S.mark_bar(ax, x, "n/a" if not np.isfinite(y) else "0")
@@ -523,7 +523,10 @@ def _counter_axes(ax, names, per_op, logy, ngroups):
     else:
         ax.set_ylim(bottom=0)
         S.plain_linear(ax, "y")
-    S.legend_above(ax, ncol=min(4, ngroups))
+    if ngroups <= 8:
+        S.legend_above(ax, ncol=min(4, ngroups))
+    else:  # many series: one legend below the axes, the figure taller for its rows
+        S.legend_below(ax.figure, ax, ncol=4)
     ax.grid(True, axis="y", alpha=0.3)
 
 

@@ -59,7 +59,9 @@ def libarena(report, metric="alloc_ns", workload="malloc-free", timing=None, met
 
 
 def _libarena_axes(ax, report, apc, floor):
-    ax.set_title("%d allocs/cycle" % apc)
+    # past three panels a one-line title is wider than its panel: two lines
+    ax.set_title(("%d\nallocs/cycle" if len(report.allocs_per_cycle) > 3 else
+                  "%d allocs/cycle") % apc)
     ax.set_yscale("log")
     if floor is not None:
         ax.set_ylim(bottom=floor)

@@ -175,6 +175,18 @@ def fig_legend(fig, ax, where="outside right upper", ncol=1, **kw):
     return fig.legend(h, labels, loc=where, ncol=ncol, frameon=False, **kw)
 
 
+def legend_below(fig, ax, ncol=4, **kw):
+    """One legend for the figure below every panel (fig_legend), the figure
+    made taller for each legend row past the second, so that many series
+    neither squeeze the panels nor leave the figure."""
+    h, labels = ax.get_legend_handles_labels()
+    if not h:
+        return None
+    ncol = _fit_columns(labels, ncol, fig.get_figwidth())
+    grow_for_legend(fig, legend_rows(len(labels), ncol))
+    return fig.legend(h, labels, loc="outside lower center", ncol=ncol, frameon=False, **kw)
+
+
 def _fit_columns(labels, ncol, width_in):
     """At most ``ncol`` legend columns, fewer when a row of the longest
     label (at the legend's 8 pt, with its handle) would not fit in
@@ -218,6 +230,42 @@ def log_floor(ys, es):
     ends = ys[ok] - es[ok]
     cand = list(ends[ends > 0]) + [low / 10.0 if (ends <= 0).any() else low]
     return max(min(cand), low / 100.0) * 0.8
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+LINESTYLES = ("-", "--", ":", "-.")
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
+
+
+def line_style(i):
+    """Series i's colour, marker and line style: ten colours (matplotlib's
+    colour-blind-aware default cycle), then the same colours with the next
+    marker and line style, so the 11th series never looks like the 1st."""
+    k = i // 10
+    return {"color": "C%d" % (i % 10), "marker": MARKERS[k % len(MARKERS)],
+            "linestyle": LINESTYLES[k % len(LINESTYLES)]}
+
+
+def bar_style(i):
+    """Bar series i's colour and hatch: past ten series the colours repeat
+    with a hatch, so every series stays distinct."""
+    return {"color": "C%d" % (i % 10), "hatch": HATCHES[(i // 10) % len(HATCHES)],
+            "edgecolor": "white" if i >= 10 else None, "linewidth": 0}
+
+
+def legend_rows(n, ncol):
+    """Rows a legend of n entries in ncol columns takes."""
+    return -(-n // max(1, ncol))
+
+
+def grow_for_legend(fig, rows, base_rows=2):
+    """Make the figure taller (never wider) by a legend row's height for
+    each row past ``base_rows``, so a long legend below or above the
+    panels does not squeeze them or leave the figure."""
+    extra = max(0, rows - base_rows) * 0.19
+    if extra:
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(w, h + extra)
 
 
 def mark_bar(ax, x, text, color="0.3"):
