@@ -60,7 +60,6 @@ class Bar:
         self._lock = threading.Lock()
         self._tqdm = None
         self._note = None
-        self._sized = False
         f = sys.stderr if file is None else file
         if not wanted(progress, f) or not total:
             return
@@ -68,7 +67,7 @@ class Bar:
             from tqdm import tqdm
         except ImportError:  # pragma: no cover - tqdm is a dependency
             return
-        sized = self._sized = _has_width(f)
+        sized = _has_width(f)
         self._tqdm = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=f,
                           dynamic_ncols=sized, ncols=None if sized else 80,
                           nrows=None if sized else 20, leave=True,
@@ -95,10 +94,9 @@ class Bar:
             if t is None or text == self._note:  # unchanged: the next update draws it
                 return
             self._note = text
-            # drawn now on a terminal (a run may last minutes), unless the bar is
-            # still hidden; into a file or pipe the next update writes it, so
-            # that a log gets one line per update
-            t.set_postfix_str(text, refresh=self._sized and t._time() - t.start_t >= t.delay)
+            # drawn now (a run may last minutes, and a reader waits for the
+            # phase), unless the bar is still hidden
+            t.set_postfix_str(text, refresh=t._time() - t.start_t >= t.delay)
 
     def close(self):
         with self._lock:
