@@ -344,9 +344,10 @@ static struct rcu_batch *batch_get(struct defer *d, unsigned cpu)
 	return b;
 }
 
-/* Seal cpu's open batch: request a GP and hand it to its executor. */
-static void seal(struct defer *d, unsigned cpu)
+/* Seal c's CPU's open batch: request a GP and hand it to its executor. */
+static void seal(struct defer *d, const struct al_ctx *c)
 {
+	unsigned cpu = c->cpu;
 	struct defer_cpu *dc = &d->cpu[cpu];
 	struct rcu_batch *b = dc->open;
 	unsigned target = d->nocb && d->ncpu > 1 ? (cpu + 1) % d->ncpu : cpu;
@@ -354,6 +355,7 @@ static void seal(struct defer *d, unsigned cpu)
 	if (!b || (!b->nptr && !b->ncb))
 		return;
 	dc->open = NULL;
+	al_count(&d->ctr, c, DEFER_rcu_batches, 1);
 	b->need = al_rcu_gp_request();
 	b->ready_at = d->latency_ticks ? al_ticks_fast() + d->latency_ticks : 0;
 	push_batch(&d->cpu[target].incoming, b);
@@ -410,7 +412,7 @@ int al_kfree_rcu(struct al_defer *pub, struct al_ctx *c, struct al_allocator *a,
 	}
 	b = d->cpu[c->cpu].open;
 	if (b && (b->nptr == BATCH_PTRS || (b->kfree_a && b->kfree_a != a)))
-		seal(d, c->cpu); /* full, or for another allocator */
+		seal(d, c); /* full, or for another allocator */
 	b = open_batch(d, c);
 	if (!b) {
 		al_count(&d->ctr, c, DEFER_rcu_refused, 1);
@@ -457,7 +459,7 @@ static void run_rcu(struct defer *d, struct al_ctx *x, bool force)
 	struct rcu_batch *b, *rev = NULL, *next;
 	uint64_t now = 0;
 
-	seal(d, x->cpu);
+	seal(d, x);
 	b = __atomic_exchange_n(&dc->incoming, NULL, __ATOMIC_ACQUIRE);
 	for (; b; b = next) {
 		next = b->next;

@@ -76,7 +76,6 @@ static const struct al_param_desc magazine_params[P_NR] = {
 	C(P, backend_refills, AL_CTR_KEY, "magazines filled with one backend alloc_bulk")   \
 	C(P, backend_flushes, AL_CTR_KEY, "magazines emptied with one backend free_bulk")   \
 	C(P, refill_failed, AL_CTR_KEY, "refills that brought nothing")                     \
-	C(P, lock_failures, AL_CTR_KEY, "depot lock acquisitions that failed")              \
 	C(P, guard_busy, AL_CTR_KEY, "operations that found the guard held")                \
 	C(P, uncached, 0, "operations on orders that are not cached")                       \
 	D(P, bytes_allocated, 0, "", "class bytes handed out")                              \
@@ -171,9 +170,7 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 			return cur->obj[--cur->rounds];
 		}
 		al_lock_release(&d->lock, c);
-	} else {
-		al_count(&mg->ctr, c, MAG_lock_failures, 1);
-	}
+	} /* a failed acquisition is the lock's lock_failed */
 	n = al_alloc_bulk(mg->base.below, c, fc_class_size(order), mg->m, cur->obj, 0);
 	if (n <= 0) {
 		al_count(&mg->ctr, c, MAG_refill_failed, 1);
@@ -350,9 +347,7 @@ static al_noinline int mg_free_slow(struct magazine *mg, struct al_ctx *c, struc
 			return 0;
 		}
 		al_lock_release(&d->lock, c);
-	} else {
-		al_count(&mg->ctr, c, MAG_lock_failures, 1);
-	}
+	} /* a failed acquisition is the lock's lock_failed */
 	al_track_unpoison_all(prev->obj, prev->rounds, fc_class_size(order));
 	if (al_free_bulk(mg->base.below, c, prev->obj, prev->rounds) < 0) {
 		al_track_poison_all(prev->obj, prev->rounds, fc_class_size(order));
@@ -706,7 +701,8 @@ static const struct al_layer_desc magazine_desc = {
 	AL_LAYER_DESC_INIT,
 	.doc = "Bonwick magazines: cur + prev per CPU and order, a depot of full and empty "
 	       "magazines (libarena bmag/bdepot)",
-	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_NMI_SAFE,
+	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE |
+		    AL_F_NMI_SAFE,
 	.max_size = 0,
 	.nparams = P_NR,
 	.params = magazine_params,

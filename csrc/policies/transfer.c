@@ -23,7 +23,7 @@
  * locks are arena_spinlock_t (lock=arena, lock.c): at NMI a refill or spill
  * takes its order's lock like any caller, and if the code it interrupted on
  * this CPU holds that lock it spins until the budget ends and the call is a
- * miss (lock_failures, lock_timeouts), as the header's nested acquisition
+ * miss (lock_failed, lock_timeouts), as the header's nested acquisition
  * does. Behind percpu that does not happen: a nested call finds percpu's
  * guard held and comes here as a single alloc or free, which passes through.
  *
@@ -81,8 +81,6 @@ static const struct al_param_desc transfer_params[P_NR] = {
 	C(P, refused, AL_CTR_KEY, "spills refused (full=single)")                             \
 	C(P, backend_flushes, AL_CTR_KEY, "batches sent to the backend in one free_bulk")     \
 	C(P, backend_refills, AL_CTR_KEY, "refills taken from the backend in one alloc_bulk") \
-	C(P, lock_failures, AL_CTR_KEY,                                                       \
-	  "per-order lock acquisitions that failed (treated as misses)")                      \
 	C(P, single_allocs, 0, "single allocations passed through")                           \
 	C(P, single_frees, 0, "single frees passed through")                                  \
 	D(P, bytes_allocated, 0, "", "class bytes handed out")                                \
@@ -139,10 +137,8 @@ static int transfer_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t 
 		al_ctr_add(blk, XFER_peek_skips_remove, 1);
 		goto miss;
 	}
-	if (al_lock_acquire(&t->lock, c)) {
-		al_ctr_add(blk, XFER_lock_failures, 1);
-		goto miss;
-	}
+	if (al_lock_acquire(&t->lock, c))
+		goto miss; /* counted by the lock: lock_failed, by reason */
 	al_assert(t->count <= tc->capacity);
 	if (t->count >= n) {
 		uint32_t left = t->count - n;
@@ -221,10 +217,8 @@ static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p
 		al_ctr_add(blk, XFER_peek_skips_insert, 1);
 		goto full;
 	}
-	if (al_lock_acquire(&t->lock, c)) {
-		al_ctr_add(blk, XFER_lock_failures, 1);
-		goto full;
-	}
+	if (al_lock_acquire(&t->lock, c))
+		goto full; /* counted by the lock: lock_failed, by reason */
 	al_assert(t->count <= tc->capacity);
 	if (t->count + n <= tc->capacity) {
 		al_track_poison_all(ptrs, n, fc_class_size((unsigned)order));
@@ -466,8 +460,8 @@ static const struct al_layer_desc transfer_desc = {
 	AL_LAYER_DESC_INIT,
 	.doc = "per-order transfer caches of whole batches shared between CPUs, under per-order "
 	       "locks (seed 000 'transfer cache')",
-	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS | AL_F_USABLE |
-		    AL_F_NMI_SAFE,
+	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS |
+		    AL_F_USABLE | AL_F_NMI_SAFE,
 	.max_size = 0,
 	.nparams = P_NR,
 	.params = transfer_params,
