@@ -291,6 +291,15 @@ def test_shared_layer(spec):
     p.check_workload("malloc-free")  # never refused
 
 
+def test_owns_below_is_declared_by_the_pass_through_layers():
+    """The preload shim skips the layers that declare owns_below when it asks
+    who owns a freed pointer: exactly the layers whose objects are their
+    backend's, and never a bottom layer (it has nothing below to ask)."""
+    assert {n for n, s in LAYERS.items() if s.has("owns_below")} == {
+        "percpu", "transfer", "magazine", "sheaves", "nolock", "failnth"}
+    assert all(s.needs_backend for s in LAYERS.values() if s.has("owns_below"))
+
+
 @pytest.mark.parametrize("spec", ["bpf_ma > vmalloc > pages",
                                   "bpf_ma(irq_work=thread) > vmalloc > pages",
                                   "bpf_ma > percpu > vmalloc > pages",

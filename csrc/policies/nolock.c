@@ -379,8 +379,8 @@ static const struct al_layer_desc nolock_desc = {
 	AL_LAYER_DESC_INIT,
 	.doc = "kmalloc_nolock/kfree_nolock: trylocks only, one retry in the next size class, "
 	       "refused frees deferred to a per-CPU lock-free list drained by irq_work",
-	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_TRYLOCK |
-		    AL_F_NMI_SAFE | AL_F_NMI_SHIELD,
+	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE |
+		    AL_F_TRYLOCK | AL_F_NMI_SAFE | AL_F_NMI_SHIELD,
 	.max_size = KM_MAX_SIZE,
 	.nparams = P_NR,
 	.params = nolock_params,

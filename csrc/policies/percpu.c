@@ -584,7 +584,8 @@ static const struct al_layer_desc percpu_desc = {
 	AL_LAYER_DESC_INIT,
 	.doc = "per-CPU LIFO caches per order; refill with alloc_bulk(batch), spill a batch "
 	       "with free_bulk (seed 000 'spill')",
-	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_NMI_SAFE,
+	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE |
+		    AL_F_NMI_SAFE,
 	.max_size = 0,
 	.nparams = P_NR,
 	.params = percpu_params,

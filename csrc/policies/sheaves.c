@@ -1082,7 +1082,7 @@ static const struct al_layer_desc sheaves_desc = {
 	AL_LAYER_DESC_INIT,
 	.doc = "SLUB per-CPU sheaves (main + spare behind a trylock) and a barn of at most 10 "
 	       "full and 10 empty sheaves per class; whole-sheaf exchanges",
-	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE,
+	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE,
 	.max_size = KM_MAX_SIZE,
 	.nparams = P_NR,
 	.params = sheaves_params,

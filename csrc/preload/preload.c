@@ -557,24 +557,15 @@ static const struct al_layer_desc *object_layer(const struct al_stack_spec *s)
 }
 
 /*
- * The layer whose owns() answers for the whole stack. These layers' owns() is
- * their backend's (their objects are its objects, al_below_owns), so a free
- * asks the first layer below them directly and saves a call per layer.
+ * The layer whose owns() answers for the whole stack: the layers that declare
+ * AL_F_OWNS_BELOW answer with their backend's owns() (their objects are its
+ * objects), so a free asks the first layer below them directly and saves a
+ * call per layer.
  */
 static struct al_allocator *owner_layer(struct al_allocator *a)
 {
-	static const char *const delegating[] = { "percpu",  "transfer", "magazine",
-						  "sheaves", "nolock",	 "failnth" };
-	unsigned i;
-
-	while (a->below) {
-		for (i = 0; i < sizeof(delegating) / sizeof(delegating[0]); i++)
-			if (!strcmp(a->desc->name, delegating[i]))
-				break;
-		if (i == sizeof(delegating) / sizeof(delegating[0]) || !a->below->ops->owns)
-			return a;
+	while (a->below && (a->desc->features & AL_F_OWNS_BELOW) && a->below->ops->owns)
 		a = a->below;
-	}
 	return a;
 }
 

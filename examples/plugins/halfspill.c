@@ -222,7 +222,7 @@ static const struct al_layer_desc hs_desc = {
 	.name = "halfspill",
 	AL_LAYER_DESC_INIT,
 	.doc = "plugin example: per-CPU cache that spills half its capacity when full",
-	.features = AL_F_BACKEND | AL_F_OWNS | AL_F_USABLE,
+	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_OWNS | AL_F_USABLE,
 	.nparams = P_NR,
 	.params = hs_params,
 	.counters = hs_counters, /* their docs reach `alloclab list halfspill` */

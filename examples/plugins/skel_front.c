@@ -105,5 +105,6 @@ AL_COUNTED_LAYER(skel_front, struct skel_front, sf_counters, sf_init, sf_fini, s
 		 (.alloc = sf_alloc, .free = sf_free, .owns = al_below_owns,
 		  .usable_size = al_below_usable_size, .drain = sf_drain),
 		 (.doc = "skeleton front layer: a per-CPU stack of objects of one size",
-		  .features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE,
+		  .features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS |
+			      AL_F_USABLE,
 		  .nparams = P_NR, .params = sf_params))

@@ -46,6 +46,7 @@ FEATURES = [
     ("needs_distinct", lib.AL_F_NEEDS_DISTINCT),  # caches freed objects: not over shared_blocks
     ("task_only", lib.AL_F_TASK_ONLY),  # allocates only at task level (may sleep)
     ("below_in_irq", lib.AL_F_BELOW_IN_IRQ),  # calls below from irq_work: not over task_only
+    ("owns_below", lib.AL_F_OWNS_BELOW),  # owns() is the backend's: ask it directly
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

@@ -188,7 +188,11 @@ enum al_features {
 	/* Reaches the layers below from irq_work, at AL_CTX_IRQ (bpf_ma's
 	 * refill): refused over an AL_F_TASK_ONLY layer, whose every refill
 	 * would fail */
-	AL_F_BELOW_IN_IRQ = 1u << 21
+	AL_F_BELOW_IN_IRQ = 1u << 21,
+	/* owns() is the layer below's (al_below_owns): its objects are its
+	 * backend's, so whoever asks who owns an address (the preload shim, on
+	 * every free) may ask the first layer below that does not say this */
+	AL_F_OWNS_BELOW = 1u << 22
 };
 
 struct al_layer_desc {
