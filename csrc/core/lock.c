@@ -126,6 +126,12 @@ void al_lock_set_arena(struct al_lock *l)
 	l->arena = l->fair; /* a test-and-set lock has no queue to model */
 }
 
+void al_lock_set_tas(struct al_lock *l)
+{
+	l->fair = false;
+	l->arena = false;
+}
+
 unsigned al_lock_arena_nodes_used(unsigned cpu)
 {
 	return (unsigned)__builtin_popcount(

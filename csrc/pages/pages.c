@@ -2062,6 +2062,7 @@ static void pcp_init(struct pages *pg, const int64_t *params, unsigned ncpu)
 		struct pcp *pcp = &pg->pcp[cpu];
 
 		al_lock_init(&pcp->lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
+		al_lock_set_tas(&pcp->lock); /* trylocked by its CPU: qspinlock's fast path */
 		al_lock_count_in(&pcp->lock, &pg->ctr, PAGE_pcp_lock_acquired); /* shared */
 		for (i = 0; i < NR_PCP_LISTS; i++)
 			plist_init(&pcp->lists[i]);

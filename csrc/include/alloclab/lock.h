@@ -125,6 +125,13 @@ AL_API void al_lock_count_reasons_in(struct al_lock *l, unsigned idx);
 /* Model arena_spinlock_t (see above); call after al_lock_init, before use.
  * Ignored for a test-and-set lock (al_lock_fair = 0). */
 AL_API void al_lock_set_arena(struct al_lock *l);
+/* Make l a test-and-set lock, whatever al_lock_fair says: for a spinlock_t
+ * that its owner CPU only trylocks on the hot path and others take rarely
+ * (the page allocator's pcp->lock), where nothing ever queues and the
+ * kernel pays qspinlock's uncontended cost, one cmpxchg to take it and a
+ * store to release it (the queued mode pays a second atomic, the release's
+ * CAS of the next slot). Call after al_lock_init, before use. */
+AL_API void al_lock_set_tas(struct al_lock *l);
 /* Arena mode: how many of model CPU cpu's queue nodes are in use now. */
 AL_API unsigned al_lock_arena_nodes_used(unsigned cpu);
 /* 0, or -ETIMEDOUT when the budget ran out, -EDEADLK when this CPU holds it at a
