@@ -115,6 +115,7 @@ struct percpu {
 	size_t cpus_len;	      /* mapping length */
 	uint8_t route[FC_ORDERS];     /* the class each order is served from (fc_route_get) */
 	const struct al_index *index; /* the backend's object index, or NULL (index.h) */
+	struct al_index ix;	      /* a copy of *index: the free path reads it from here */
 	bool counting;		/* the stats level counts (the stack headers' hits and pushes) */
 	struct al_counters ctr; /* percpu_counters (hits and pushes: in the stacks) */
 };
@@ -356,7 +357,7 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	if (!p)
 		return 0;
 	/* libarena reads the order from the buddy's index, without a call */
-	usable = fc_usable(below, pc->index, p);
+	usable = pc->index ? al_index_usable(&pc->ix, p) : below->ops->usable_size(below, p);
 	order = fc_order_floor(usable);
 	if (al_unlikely(order < 0 || order >= (int)pc->norders))
 		return free_uncached(pc, c, p, usable);
@@ -562,6 +563,8 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->guard = (int)p[P_guard];
 	fc_route_init(pc->route);
 	pc->index = al_index_of(below);
+	if (pc->index)
+		pc->ix = *pc->index;
 	pc->order_stride =
 		(sizeof(struct pc_stack) + pc->capacity * sizeof(void *) + AL_CACHELINE - 1) &
 		~(size_t)(AL_CACHELINE - 1);

@@ -18,6 +18,8 @@
  * item (high nibble first) and holds an allocated bit per item at alloc_off;
  * items below meta_items are the metadata itself.
  *
+ * The struct is filled when the backend is created and never changes, so a
+ * layer may keep a copy beside its other hot fields (percpu does).
  * Concurrency: lock-free relaxed reads, exact for a block the caller owns
  * (its start nibble and bit cannot change under it), as usable_size().
  * Cost: a range check, three loads (the linked bit, the allocated bit, the
