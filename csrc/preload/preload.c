@@ -179,6 +179,11 @@ static struct al_allocator *top;
 /* The layer whose owns() answers for the stack: the top one, or below the
  * cache layers whose owns() is their backend's (see owner_layer). */
 static struct al_allocator *owner;
+/* The arena of an owner with an object index (the buddy): owns() is this
+ * range check, made inline on every free instead of a call. limit 0: ask
+ * owner->ops->owns(). */
+static uintptr_t owner_base;
+static size_t owner_limit;
 static size_t max_size;	 /* largest request the caller may make, 0 = any */
 static size_t min_align; /* what the stack declares */
 static int align_mode;
@@ -690,6 +695,10 @@ static al_noinline al_cold void shim_init(void)
 	}
 	choose_alignment(&spec);
 	owner = owner_layer(top);
+	if (al_index_of(owner)) { /* an index covers the arena the owner owns */
+		owner_base = al_index_of(owner)->base;
+		owner_limit = al_index_of(owner)->limit;
+	}
 	__atomic_store_n(&state, ST_READY, __ATOMIC_RELEASE);
 	say("alloclab preload: pid %d: malloc on %s (alignment: %s)\n", (int)my_pid, policy_text,
 	    align_names[align_mode]);
@@ -770,8 +779,11 @@ static inline void leave(struct shim_thread *t)
  * the layer that answers it, not a walk down the stack. */
 static inline bool ours(const void *p)
 {
-	return p && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == ST_READY &&
-	       owner->ops->owns(owner, (const char *)p - pad);
+	if (!p || __atomic_load_n(&state, __ATOMIC_ACQUIRE) != ST_READY)
+		return false;
+	if (al_likely(owner_limit))
+		return (uintptr_t)p - pad - owner_base < owner_limit;
+	return owner->ops->owns(owner, (const char *)p - pad);
 }
 
 static void *policy_alloc(size_t size, unsigned flags, size_t align)

@@ -35,7 +35,8 @@ extern "C" {
 #endif
 
 struct al_index {
-	uintptr_t base;		/* arena start, aligned to the chunk size */
+	uintptr_t base;		/* arena start, aligned to the chunk size; [base, base + limit)
+				 * is what the backend's owns() answers for */
 	size_t limit;		/* arena bytes */
 	const uint64_t *linked; /* bit n: chunk n is in use (acquire loads) */
 	size_t alloc_off;	/* byte offset of the allocated bits in a chunk */
