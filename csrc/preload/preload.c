@@ -97,6 +97,13 @@
  * _exit and _Exit are wrapped as well, since shells and forked children end
  * that way.
  * `alloclab preload` gives the program a private PREFIX and merges them.
+ * ALLOCLAB_STATS_LEVEL=lite|off|full (default lite) is the level the policy's
+ * layers count at (al_stats_level_set around al_stack_create); the record
+ * names it ("stats_level"), and at off its layers carry no counters (not
+ * measured, not zero). The shim's own counters are kept at lite whatever the
+ * level, since the served share is read from them. A value that names no
+ * level keeps the process on glibc, the record saying why, as a bad policy
+ * does.
  * Nothing here calls libc malloc or starts threads; the library reaches the
  * OS through mmap only.
  *
@@ -194,6 +201,12 @@ static struct shim_thread threads[AL_MAX_CPUS];
 static pthread_key_t exit_key;
 static char policy_text[1024];
 static char policy_error[256];
+/* ALLOCLAB_STATS_LEVEL: what the policy's layers count (enum al_stats_level);
+ * -1 when the value names no level, which keeps the shim on glibc. The shim's
+ * own counters are kept at AL_STATS_LITE whatever it says: the served share
+ * is read from them. */
+static int stats_level = AL_STATS_LITE;
+static char stats_level_text[32];
 static int verbose;
 static size_t (*libc_usable_size)(void *);
 
@@ -362,6 +375,18 @@ static void jw_str(struct jw *w, const char *s)
 	jw_put(w, "\"", 1);
 }
 
+/* The layers' stats level, or null when ALLOCLAB_STATS_LEVEL named none (the
+ * error says what it was). At "off" the layers report no counters: absent,
+ * not zero. */
+static void jw_stats_level(struct jw *w)
+{
+	jw_put(w, ", \"stats_level\": ", 17);
+	if (stats_level < 0)
+		jw_put(w, "null", 4);
+	else
+		jw_str(w, al_stats_level_names[stats_level]);
+}
+
 /* Claim a record name for this pid: PREFIX.<pid>, or PREFIX.<pid>.<n> when an
  * earlier image of the same pid (before an exec) or an earlier process with
  * the same pid already holds it. O_EXCL makes the claim atomic. */
@@ -417,6 +442,7 @@ static void record_write_locked(const char *end)
 	jw_str(&w, policy_text);
 	jw_fmt(&w, ", \"state\": \"%s\", \"error\": ", state == ST_READY ? "ready" : "off");
 	jw_str(&w, policy_error);
+	jw_stats_level(&w);
 	jw_fmt(&w,
 	       ", \"end\": \"%s\", \"align\": \"%s\", \"align_pad\": %zu, \"min_align\": %zu, "
 	       "\"max_size\": %zu",
@@ -614,6 +640,21 @@ static void set_stats_prefix(const char *env)
 		snprintf(stats_prefix, sizeof(stats_prefix), "%s%s%s", cwd, sep, env);
 }
 
+/* An empty or missing value is the default level. */
+static void set_stats_level(const char *env)
+{
+	unsigned i;
+
+	stats_level = AL_STATS_LITE;
+	if (!env || !*env)
+		return;
+	snprintf(stats_level_text, sizeof(stats_level_text), "%s", env);
+	stats_level = -1;
+	for (i = 0; i < AL_STATS_NR; i++)
+		if (!strcmp(env, al_stats_level_names[i]))
+			stats_level = (int)i;
+}
+
 /* The environment's settings, and the library's for a shim's threads. */
 static void shim_settings(void)
 {
@@ -623,6 +664,7 @@ static void shim_settings(void)
 	env = getenv("ALLOCLAB_VERBOSE");
 	verbose = env && *env && strcmp(env, "0");
 	set_stats_prefix(getenv("ALLOCLAB_STATS"));
+	set_stats_level(getenv("ALLOCLAB_STATS_LEVEL"));
 	env = getenv("ALLOCLAB_POLICY");
 	snprintf(policy_text, sizeof(policy_text), "%s", env ? env : "percpu > transfer > buddy");
 	ncpu = AL_MAX_CPUS;
@@ -635,10 +677,57 @@ static void shim_settings(void)
 	al_clock_calibration_ns = 1000000;
 }
 
+/* Parse the policy and build its stack, its layers counting at the stats
+ * level asked for; 0, or -1 with policy_error saying why the shim cannot. */
+static int policy_build(struct al_stack_spec *spec)
+{
+	unsigned old_level;
+	int ret;
+
+	if (stats_level < 0) {
+		snprintf(policy_error, sizeof(policy_error),
+			 "ALLOCLAB_STATS_LEVEL=%s is not a stats level; valid levels: %s, %s, %s",
+			 stats_level_text, al_stats_level_names[AL_STATS_LITE],
+			 al_stats_level_names[AL_STATS_OFF], al_stats_level_names[AL_STATS_FULL]);
+		return -1;
+	}
+	if (al_spec_parse(policy_text, spec, policy_error, sizeof(policy_error)))
+		return -1;
+	if (!(spec->layer[spec->n - 1].desc->features & AL_F_OWNS)) {
+		snprintf(policy_error, sizeof(policy_error),
+			 "the bottom layer %s does not own its memory by address range (libc and "
+			 "system are malloc itself): the shim cannot use it",
+			 spec->layer[spec->n - 1].desc->name);
+		return -1;
+	}
+	if (spec_has_local_guard(spec)) {
+		snprintf(policy_error, sizeof(policy_error),
+			 "guard=local is refused under the preload shim (signal handlers may "
+			 "allocate); use guard=atomic");
+		return -1;
+	}
+	old_level = al_stats_level_set((unsigned)stats_level);
+	ret = al_stack_create(spec, ncpu, &top, policy_error, sizeof(policy_error));
+	al_stats_level_set(old_level);
+	if (ret)
+		return -1;
+	if (!top->ops->usable_size || !top->ops->owns) {
+		snprintf(policy_error, sizeof(policy_error),
+			 "the top layer %s cannot tell an object's size or owner (usable_size, "
+			 "owns): realloc and free need both",
+			 spec->layer[0].desc->name);
+		al_stack_destroy(top);
+		top = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 static al_noinline al_cold void shim_init(void)
 {
 	static struct al_stack_spec spec;
 	int ret, recording = 0;
+	unsigned old_level;
 
 	bootstrapping = 1; /* everything below may call malloc: it gets glibc's */
 	pthread_mutex_lock(&init_lock);
@@ -660,39 +749,17 @@ static al_noinline al_cold void shim_init(void)
 		snprintf(policy_error, sizeof(policy_error), "recording on glibc (no policy)");
 		goto out_off;
 	}
-	if (al_counters_init_desc(&ctr, shim_counters, SHIM_NR, 0, ncpu) ||
-	    pthread_key_create(&exit_key, thread_exit)) {
+	/* The shim's counters count at every level the layers may: the served
+	 * share and the fallbacks are read from them. */
+	old_level = al_stats_level_set(AL_STATS_LITE);
+	ret = al_counters_init_desc(&ctr, shim_counters, SHIM_NR, 0, ncpu);
+	al_stats_level_set(old_level);
+	if (ret || pthread_key_create(&exit_key, thread_exit)) {
 		snprintf(policy_error, sizeof(policy_error), "out of memory for the shim");
 		goto out_off;
 	}
-	ret = al_spec_parse(policy_text, &spec, policy_error, sizeof(policy_error));
-	if (ret)
+	if (policy_build(&spec))
 		goto out_off;
-	if (!(spec.layer[spec.n - 1].desc->features & AL_F_OWNS)) {
-		snprintf(policy_error, sizeof(policy_error),
-			 "the bottom layer %s does not own its memory by address range (libc and "
-			 "system are malloc itself): the shim cannot use it",
-			 spec.layer[spec.n - 1].desc->name);
-		goto out_off;
-	}
-	if (spec_has_local_guard(&spec)) {
-		snprintf(policy_error, sizeof(policy_error),
-			 "guard=local is refused under the preload shim (signal handlers may "
-			 "allocate); use guard=atomic");
-		goto out_off;
-	}
-	ret = al_stack_create(&spec, ncpu, &top, policy_error, sizeof(policy_error));
-	if (ret)
-		goto out_off;
-	if (!top->ops->usable_size || !top->ops->owns) {
-		snprintf(policy_error, sizeof(policy_error),
-			 "the top layer %s cannot tell an object's size or owner (usable_size, "
-			 "owns): realloc and free need both",
-			 spec.layer[0].desc->name);
-		al_stack_destroy(top);
-		top = NULL;
-		goto out_off;
-	}
 	choose_alignment(&spec);
 	owner = owner_layer(top);
 	if (al_index_of(owner)) { /* an index covers the arena the owner owns */
@@ -1161,6 +1228,7 @@ static void vfork_record(char *path, size_t size, const char *end, const char *t
 	jw_str(&w, policy_text);
 	jw_fmt(&w, ", \"state\": \"%s\", \"error\": ", state == ST_READY ? "ready" : "off");
 	jw_str(&w, policy_error);
+	jw_stats_level(&w);
 	jw_fmt(&w,
 	       ", \"end\": \"%s\", \"vfork\": true, \"align\": \"%s\", \"align_pad\": %zu, "
 	       "\"min_align\": %zu, \"max_size\": %zu",
