@@ -226,7 +226,7 @@ def test_plugin_under_the_preload_shim(tmp_path):
     stats = tmp_path / "s.json"
     env = dict(os.environ, ALLOCLAB_CACHE=str(tmp_path))
     out = subprocess.run([sys.executable, "-m", "alloclab", "preload", "--plugin", HALFSPILL,
-                          "--policy", "halfspill > buddy", "--stats", str(stats), "--",
+                          "--policy", "halfspill > buddy", "--json", str(stats), "--",
                           str(prog)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     from alloclab import preload

@@ -353,7 +353,7 @@ def test_real_program(name, policy, programs, reference, tmp_path):
 def test_ls_runs_on_the_policy_from_its_first_malloc(tmp_path):
     """ls's first malloc comes from a library constructor, before the shim's
     own: the built-in layers are found all the same."""
-    out = subprocess.run(CLI + ["--policy", "libarena-spill", "--stats",
+    out = subprocess.run(CLI + ["--policy", "libarena-spill", "--json",
                                 str(tmp_path / "s.json"), "--", "ls", "/"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stderr == ""
@@ -390,7 +390,7 @@ def test_a_process_without_the_policy_exits_125(tmp_path):
     marker = tmp_path / "ran"
     cmd = ["sh", "-c", "ALLOCLAB_POLICY='percpu > libc' ls / > /dev/null; touch %s; exit 3"
            % marker]
-    out = subprocess.run(CLI + ["--policy", "libarena-spill", "--stats",
+    out = subprocess.run(CLI + ["--policy", "libarena-spill", "--json",
                                 str(tmp_path / "s.json"), "--"] + cmd,
                          capture_output=True, text=True, timeout=120)
     assert marker.exists() and out.returncode == 125, out.stderr
@@ -402,7 +402,7 @@ def test_a_process_without_the_policy_exits_125(tmp_path):
     off = [p for p in st["processes"] if p["state"] == "off"]
     assert [p["argv0"] for p in off] == ["ls"] and off[0]["shim"]["policy_allocs"] == 0
     # allowed: the program's own status, and the stats say glibc ran
-    out = subprocess.run(CLI + ["--policy", "libarena-spill", "--allow-glibc", "--stats",
+    out = subprocess.run(CLI + ["--policy", "libarena-spill", "--allow-glibc", "--json",
                                 str(tmp_path / "s.json"), "--"] + cmd,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 3 and out.stderr == ""
@@ -432,8 +432,8 @@ def test_a_program_that_ignores_the_shim_exits_125(tmp_path):
     (["--policy", "percpu(capacity=-1) > buddy"], "capacity"),
     (["--policy", "libc"], "does not own its memory"),
     (["--policy", "percpu(guard=local) > buddy"], "guard=local is refused"),
-    (["--policy", "buddy", "--stats", "/nonexistent-dir/s.json"], "cannot write the stats"),
-    (["--policy", "buddy", "--stats", "/"], "cannot write the stats"),
+    (["--policy", "buddy", "--json", "/nonexistent-dir/s.json"], "cannot write the stats"),
+    (["--policy", "buddy", "--json", "/"], "cannot write the stats"),
 ])
 def test_bad_input_exits_2_before_the_program_starts(argv, needle, tmp_path):
     marker = tmp_path / "ran"
@@ -475,6 +475,115 @@ def test_shim_off_is_silent_and_counts_nothing(programs, tmp_path):
     assert "does not own its memory" in proc.stderr and "running on glibc" in proc.stderr
 
 
+@pytest.mark.parametrize("value", ["out.json", "s", "lite,off", "LITE"])
+def test_stats_takes_a_level_and_a_file_is_sent_to_json(value, tmp_path):
+    """--stats is the stats level, as in `alloclab run`; the old spelling
+    --stats FILE fails before the program starts, naming the levels and
+    --json, and writes no file."""
+    marker = tmp_path / "ran"
+    out = subprocess.run(CLI + ["--policy", "buddy", "--stats", value, "--", "touch",
+                                str(marker)], capture_output=True, text=True, timeout=60,
+                         cwd=str(tmp_path))
+    assert out.returncode == 2 and not marker.exists(), out.stderr
+    assert out.stderr.splitlines() == [
+        "alloclab: error: argument --stats: %r is not a stats level; valid levels: lite, "
+        "off, full; the counters record file is now --json FILE" % value]
+    assert os.listdir(str(tmp_path)) == []
+
+
+def _cli_stats(programs, tmp_path, policy, *flags):
+    stats = tmp_path / ("s%s.json" % "".join(flags))
+    out = subprocess.run(CLI + ["--policy", policy, "--json", str(stats)] + list(flags)
+                         + ["--", programs["freeall"]], capture_output=True, text=True,
+                         timeout=120)
+    return out, preload.read_stats(str(stats))
+
+
+def test_stats_off_leaves_the_layers_unmeasured_and_the_shim_counting(programs, tmp_path):
+    """At --stats off the layers report no counters (absent: not measured,
+    not 0) while the shim's own counters are exact, as at lite; --stats full
+    adds the lock times; the level is named in every record and the merge."""
+    runs = {}
+    for level in ("lite", "off", "full"):
+        out, st = _cli_stats(programs, tmp_path, "libarena-transfer", "--stats", level)
+        assert out.returncode == 0 and out.stderr == "", (level, out.stderr)
+        assert st["ok"] and st["stats_level"] == level
+        (rec,) = st["processes"]
+        assert rec["stats_level"] == level and rec["state"] == "ready"
+        runs[level] = st
+    out, st = _cli_stats(programs, tmp_path, "libarena-transfer")
+    assert out.returncode == 0 and st["stats_level"] == "lite"
+    assert st["shim"] == runs["lite"]["shim"]
+    # freeall makes 100000 mallocs and frees them all; the shim counts every
+    # one of them at every level
+    for level, run in runs.items():
+        assert run["shim"] == runs["lite"]["shim"], level
+        assert run["shim"]["policy_allocs"] == run["shim"]["policy_frees"] == 100000
+        assert run["served"] == 1.0
+    names = ["percpu", "transfer", "buddy"]
+    assert [la["layer"] for la in runs["off"]["layers"]] == names
+    for la in runs["off"]["layers"]:
+        assert set(la) == {"layer", "bytes_held"}, la
+    for la in runs["lite"]["layers"]:
+        assert "bytes_allocated" in la and not any(k.endswith("_ns") for k in la), la
+    # full counts what lite counts (one thread: the same run), and times the locks
+    assert "lock_hold_ns" in runs["full"]["layers"][2]
+    assert [{k: v for k, v in la.items() if not k.endswith("_ns")}
+            for la in runs["full"]["layers"]] == runs["lite"]["layers"]
+
+
+def test_stats_off_still_fails_a_run_on_glibc(programs, tmp_path):
+    """The served share is the shim's counters': a policy that refuses most
+    of the program's sizes still exits 125 when its layers count nothing."""
+    out, st = _cli_stats(programs, tmp_path, "bpf-ma", "--stats", "off")
+    assert out.returncode == 125
+    (line,) = out.stderr.splitlines()
+    assert "the policy served" in line and "allocations refused" in line
+    assert st["served"] < preload.MIN_SHARE and st["shim"]["libc_refused"] > 0
+    assert st["shim"]["policy_allocs"] + st["shim"]["libc_refused"] == 100000
+    assert all(set(la) == {"layer", "bytes_held"} for la in st["layers"])
+
+
+def test_a_bad_stats_level_in_the_environment_keeps_glibc(programs, tmp_path):
+    """ALLOCLAB_STATS_LEVEL naming no level: the shim stays on glibc and the
+    record says why, as for a bad policy; `alloclab preload` without --stats
+    drops an inherited one (the default, lite)."""
+    env = dict(os.environ, LD_PRELOAD=al.preload_path(), ALLOCLAB_POLICY="buddy",
+               ALLOCLAB_STATS=str(tmp_path), ALLOCLAB_STATS_LEVEL="bogus")
+    proc = subprocess.run([programs["freeall"]], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == ""
+    (rec,) = preload.records(str(tmp_path))
+    assert rec["state"] == "off" and rec["stats_level"] is None
+    assert rec["error"] == ("ALLOCLAB_STATS_LEVEL=bogus is not a stats level; valid levels: "
+                            "lite, off, full")
+    assert set(rec["shim"].values()) == {0} and rec["layers"] == []
+    assert preload.problems([rec]) == ["pid %d (freeall): no policy (%s)"
+                                       % (rec["pid"], rec["error"])]
+    env = dict(os.environ, ALLOCLAB_STATS_LEVEL="bogus")
+    stats = tmp_path / "s.json"
+    out = subprocess.run(CLI + ["--policy", "buddy", "--json", str(stats), "--",
+                                programs["freeall"]], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    st = preload.read_stats(str(stats))
+    assert st["ok"] and st["stats_level"] == "lite"
+
+
+def test_command_level():
+    _, env = preload.command("buddy", ["true"], level="off")
+    assert env["ALLOCLAB_STATS_LEVEL"] == "off"
+    _, env = preload.command("buddy", ["true"], env={"ALLOCLAB_STATS_LEVEL": "full"})
+    assert "ALLOCLAB_STATS_LEVEL" not in env
+    for bad in ("bogus", "Lite", 1, ""):
+        with pytest.raises(al.InvalidArgument) as e:
+            preload.command("buddy", ["true"], level=bad)
+        assert str(e.value) == ("level=%r is not a stats level; valid levels: lite, off, full"
+                                % (bad,))
+        assert e.value.value == bad and e.value.valid == ["lite", "off", "full"]
+    with pytest.raises(al.InvalidArgument, match="'bogus' is not a stats level"):
+        preload.run("buddy", ["true"], level="bogus")
+
+
 def test_python3_multithreaded(tmp_path):
     env = dict(os.environ, PYTHONMALLOC="malloc")
     ref = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
@@ -489,7 +598,7 @@ def test_python3_multithreaded(tmp_path):
 
 def test_cli_preload_runs_command(programs, tmp_path):
     stats = tmp_path / "s.json"
-    out = subprocess.run(CLI + ["--policy", "libarena-transfer", "--stats", str(stats),
+    out = subprocess.run(CLI + ["--policy", "libarena-transfer", "--json", str(stats),
                                 "--verbose", "--", programs["freeall"]],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -542,7 +651,7 @@ def test_a_signal_to_the_wrapper_reaches_the_program_and_stats_are_written(sig, 
             "    signal.signal(s, signal.SIG_DFL)\n"
             "print(os.getpid(), flush=True)\n"
             "sys.stdin.read()\n")
-    proc = subprocess.Popen(CLI + ["--policy", "kzalloc", "--stats", str(stats), "--",
+    proc = subprocess.Popen(CLI + ["--policy", "kzalloc", "--json", str(stats), "--",
                                    sys.executable, "-c", prog],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -569,7 +678,7 @@ def test_a_signal_to_the_wrapper_reaches_the_programs_process_group(tmp_path):
     if not shutil.which("setsid"):
         pytest.skip("no setsid(1)")
     stats = tmp_path / "s.json"
-    proc = subprocess.Popen(CLI + ["--policy", "kzalloc", "--stats", str(stats), "--",
+    proc = subprocess.Popen(CLI + ["--policy", "kzalloc", "--json", str(stats), "--",
                                    "setsid", "sh", "-c", "cat & echo $!; wait"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -595,14 +704,14 @@ def test_stats_record_allow_glibc_as_asked(programs, tmp_path):
     """The stats file says whether --allow-glibc was given, not what preload
     used internally: a refused run records false and no 'ran with' note."""
     stats = tmp_path / "s.json"
-    out = subprocess.run(CLI + ["--policy", "bpf-ma", "--stats", str(stats), "--",
+    out = subprocess.run(CLI + ["--policy", "bpf-ma", "--json", str(stats), "--",
                                 programs["freeall"]], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 125
     st = preload.read_stats(str(stats))
     assert st["allow_glibc"] is False and st["note"] == "" and not st["ok"]
     assert st["returncode"] == 0
-    out = subprocess.run(CLI + ["--policy", "bpf-ma", "--allow-glibc", "--stats", str(stats),
+    out = subprocess.run(CLI + ["--policy", "bpf-ma", "--allow-glibc", "--json", str(stats),
                                 "--", programs["freeall"]], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -633,7 +742,7 @@ def test_an_image_exec_d_without_the_shim_exits_125(shell, static_exe, tmp_path)
             ("env -i /bin/ls / > /dev/null; exit 0", "/bin/ls",
              "the environment it was given drops LD_PRELOAD or ALLOCLAB_POLICY"),
             ("%s; exit 0" % static_exe, static_exe, "a statically linked program")]:
-        out = subprocess.run(CLI + ["--policy", "kzalloc", "--stats", str(stats), "--",
+        out = subprocess.run(CLI + ["--policy", "kzalloc", "--json", str(stats), "--",
                                     shell, "-c", script],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 125, (script, out.stderr)
@@ -665,7 +774,7 @@ def test_a_failed_exec_is_not_an_image_without_the_shim(tmp_path):
                 pass
         os.kill(os.getpid(), signal.SIGKILL)
         """)
-    out = subprocess.run(CLI + ["--policy", "kzalloc", "--stats", str(stats), "--",
+    out = subprocess.run(CLI + ["--policy", "kzalloc", "--json", str(stats), "--",
                                 sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 128 + signal.SIGKILL, out.stderr

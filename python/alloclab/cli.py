@@ -191,11 +191,22 @@ def _run_flags(g, finite=False):
     g.add_argument("--seed", type=int, default=1, metavar="N", help="PRNG seed (default: 1)")
 
 
-def _stats_flag(g, what, sweep=True):
-    """--stats LEVEL (a comma-separated list when ``sweep``): what the layers count."""
+def _stats_flag(g, what, sweep=True, hint=None):
+    """--stats LEVEL (a comma-separated list when ``sweep``): what the layers
+    count. ``hint``: what an unknown level is told besides the valid ones."""
     levels = sorted(STATS_LEVELS, key=STATS_LEVELS.get)
-    g.add_argument("--stats", type=_choice_list("stats level", levels) if sweep else None,
-                   choices=None if sweep else levels, default=None, metavar="|".join(levels),
+    if sweep:
+        kind = _choice_list("stats level", levels)
+    elif hint:
+        def kind(text):
+            if text not in levels:
+                raise argparse.ArgumentTypeError("%r is not a stats level; valid levels: %s; %s"
+                                                 % (text, ", ".join(levels), hint))
+            return text
+    else:
+        kind = None
+    g.add_argument("--stats", type=kind, choices=None if sweep or hint else levels,
+                   default=None, metavar="|".join(levels),
                    help="%s (default: %s)" % (what, DEFAULT_STATS))
 
 
@@ -565,15 +576,19 @@ def _preload_parser(sub):
                     "was not built there, or it served less than %g%% of the allocations "
                     "(fallbacks by design, such as requests above its max size, excepted)."
                     % (EXIT_ON_GLIBC, 100 * MIN_SHARE),
-        usage="alloclab preload --policy SPEC [--stats FILE] [--allow-glibc] [--verbose] "
-              "-- CMD [ARGS...]")
+        usage="alloclab preload --policy SPEC [--json FILE] [--stats LEVEL] [--allow-glibc] "
+              "[--verbose] -- CMD [ARGS...]")
     pp.add_argument("--policy", default="libarena-transfer",
                     help="policy spec or preset (default libarena-transfer)")
     pp.add_argument("--plugin", metavar="FILE.c",
                     help="a C plugin layer to compile into the shim (and register here)")
-    pp.add_argument("--stats", metavar="FILE",
+    pp.add_argument("--json", metavar="FILE",
                     help="write every process's counters (the policy's and the shim's) and "
                          "their sum as JSON when CMD ends")
+    _stats_flag(pp, "what the policy's layers count in the shim: lite (every event), off "
+                    "(nothing: the layers' counters are not measured, the shim's own are "
+                    "kept) or full (also lock hold and wait times, *_ns)", sweep=False,
+                hint="the counters record file is now --json FILE")
     pp.add_argument("--allow-glibc", action="store_true",
                     help="exit with CMD's status even when processes ran on glibc (the "
                          "stats say so)")
@@ -639,23 +654,23 @@ def cmd_preload(args):
         except errors.AlloclabError as e:
             raise UsageError("--plugin %s: %s" % (args.plugin, e)) from None
     # Everything that can be wrong is found before CMD starts: the spec, the
-    # stack, the shim, the stats file.
-    preload.command(args.policy, cmd, shim=shim)
-    if args.stats:
-        preload.check_stats_path(args.stats)
+    # stack, the shim, the --json file.
+    preload.command(args.policy, cmd, shim=shim, level=args.stats)
+    if args.json:
+        preload.check_stats_path(args.json)
     sys.stdout.flush()
     # Signals sent to this process go on to CMD (a terminal's ^C reaches it
     # directly, as it would if CMD ran alone); CMD's stats are written once
     # it is gone, and its status is this process's.
     try:
-        proc = preload.run(args.policy, cmd, stats=args.stats, allow_glibc=args.allow_glibc,
-                           shim=shim, verbose=args.verbose,
+        proc = preload.run(args.policy, cmd, stats=args.json, allow_glibc=args.allow_glibc,
+                           shim=shim, verbose=args.verbose, level=args.stats,
                            forward_signals=threading.current_thread() is threading.main_thread())
     except errors.RunError as e:
         proc = e.proc
     except OSError as e:
         if e.filename != cmd[0]:
-            raise  # not the exec of CMD (the stats file, say): reported as such
+            raise  # not the exec of CMD (the --json file, say): reported as such
         # As env(1) and timeout(1): 127 when CMD is not found, 126 when it is
         # found but cannot be run.
         _err("cannot run %s: %s" % (cmd[0], e.strerror or e))

@@ -1,14 +1,19 @@
 """Run a program with its malloc on an alloclab policy (the LD_PRELOAD shim).
 
-    alloclab preload --policy libarena-transfer --stats out.json -- python3 script.py
+    alloclab preload --policy libarena-transfer --json out.json -- python3 script.py
 
 ``run(policy, argv, stats=None)`` runs argv under the shim and returns the
-CompletedProcess with the merged stats as ``.stats``; it raises RunError when
+CompletedProcess with the merged stats as ``.stats`` (written to the file
+``stats`` as JSON when given); it raises RunError when
 a process ran without the policy, or the policy refused more than 1% of a
 process's allocations (glibc served them), unless ``allow_glibc=True``.
 ``command(policy, argv, stats=DIR)`` returns (argv, env) to run yourself;
 ``collect(DIR, policy)`` then merges the records each process wrote.
-``read_stats(path)`` reads a merged stats file.
+``read_stats(path)`` reads a merged stats file. ``level`` (both) is the
+stats level the policy's layers count at, as ``alloclab.run(stats=...)``:
+lite (the default), off (the layers report no counters: not measured; the
+shim's own counters, which the served share is read from, are kept) or full
+(also lock hold and wait times).
 
 Every process image under the shim (the program, what it forks, what it or
 they exec: a compiler driver's cc1/as/ld, git's children, ``sh -c``'s
@@ -40,6 +45,7 @@ import tempfile
 from . import errors, schema
 from ._ffi import preload_path
 from .policy import Policy
+from .run import STATS_LEVELS
 
 MIN_SHARE = 0.99
 """The share of a process's allocations the policy must serve (refusals and
@@ -95,14 +101,28 @@ def check_stats_path(path):
         os.unlink(path)
 
 
-def command(policy, argv, stats=None, env=None, shim=None, verbose=False):
+def check_level(level):
+    """The stats level name, or an InvalidArgument naming it and the valid
+    ones (None: the default, lite)."""
+    if level is not None and (not isinstance(level, str) or level not in STATS_LEVELS):
+        raise errors.InvalidArgument(
+            "level=%r is not a stats level; valid levels: %s"
+            % (level, ", ".join(sorted(STATS_LEVELS, key=STATS_LEVELS.get))), value=level,
+            valid=sorted(STATS_LEVELS, key=STATS_LEVELS.get))
+    return level
+
+
+def command(policy, argv, stats=None, env=None, shim=None, verbose=False, level=None):
     """(argv, env) that run argv with its malloc on the policy. ``stats``: a
     directory (created if missing) where every process writes its record
     (merge them with ``collect``). ``shim``: a shim built with plugins in
     (alloclab.plugin.preload_shim), else the stock one. ``verbose``: the shim
     says on stderr what it does in each process (otherwise it writes nothing
-    there)."""
+    there). ``level``: the stats level the policy's layers count at (lite,
+    off or full; None: lite), set as ALLOCLAB_STATS_LEVEL (and an inherited
+    one removed when None); the shim's own counters count at every level."""
     pol = check(policy)
+    check_level(level)
     if not argv:
         raise errors.InvalidArgument("preload needs a command to run")
     shim = shim or preload_path()
@@ -121,6 +141,10 @@ def command(policy, argv, stats=None, env=None, shim=None, verbose=False):
         env["ALLOCLAB_VERBOSE"] = "1"
     else:
         env.pop("ALLOCLAB_VERBOSE", None)
+    if level is not None:
+        env["ALLOCLAB_STATS_LEVEL"] = level
+    else:
+        env.pop("ALLOCLAB_STATS_LEVEL", None)
     return list(argv), env
 
 
@@ -238,7 +262,9 @@ def collect(stats, policy=None, allow_glibc=False, min_share=MIN_SHARE, root_ppi
     (every record), ``shim`` (counters summed), ``served`` (the policy's
     share over all processes), ``on_glibc`` (problems()), ``ok``, and, for
     the first process (the one whose parent is root_ppid, after its execs),
-    its ``state`` and ``layers``."""
+    its ``state``, ``stats_level`` and ``layers`` (at stats level off each
+    layer has only ``layer`` and ``bytes_held``: its counters were not
+    measured)."""
     recs = records(stats)
     tot = {}
     for r in recs:
@@ -263,6 +289,7 @@ def collect(stats, policy=None, allow_glibc=False, min_share=MIN_SHARE, root_ppi
         "note": ("ran with --allow-glibc: %d process(es) partly or wholly on glibc, whose "
                  "figures are not the policy's" % len(bad)) if bad and allow_glibc else "",
         "state": "ready" if recs and all(r.get("state") == "ready" for r in recs) else "off",
+        "stats_level": root.get("stats_level"),
         "layers": root.get("layers", []),
         "root": root.get("pid"),
     }
@@ -355,9 +382,10 @@ _SI_KERNEL = 0x80
 
 
 def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=None,
-        verbose=False, forward_signals=False, **kwargs):
+        verbose=False, forward_signals=False, level=None, **kwargs):
     """Run argv under the shim; returns the CompletedProcess with the merged
     stats as ``.stats`` (written to the file ``stats`` as JSON when given).
+    ``level``: the stats level of the policy's layers (see command()).
     Raises RunError (with ``.proc`` and ``.stats``) when a process ran
     without the policy or it served less than min_share of a process's
     allocations, unless allow_glibc (then ``.stats["note"]`` says so).
@@ -371,7 +399,7 @@ def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=N
     tmp = tempfile.mkdtemp(prefix="alloclab-preload-")
     try:
         argv, env = command(policy, argv, stats=tmp, env=kwargs.pop("env", None),
-                            shim=shim, verbose=verbose)
+                            shim=shim, verbose=verbose, level=level)
         if forward_signals:
             proc = _run_forwarding(argv, env, **kwargs)
         else:
