@@ -350,17 +350,24 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	struct percpu *pc = (struct percpu *)a;
 	struct al_allocator *below = a->below;
 	size_t usable;
-	int order, ret = 0;
+	int order, shift, ret = 0;
 	int *active;
 	struct pc_stack *s;
 
 	if (!p)
 		return 0;
 	/* libarena reads the order from the buddy's index, without a call */
-	usable = pc->index ? al_index_usable(&pc->ix, p) : below->ops->usable_size(below, p);
-	order = fc_order_floor(usable);
-	if (al_unlikely(order < 0 || order >= (int)pc->norders))
-		return free_uncached(pc, c, p, usable);
+	if (pc->index) {
+		shift = al_index_shift(&pc->ix, p);
+		order = shift - FC_MIN_SHIFT;
+		if (al_unlikely(order < 0 || order >= (int)pc->norders))
+			return free_uncached(pc, c, p, shift < 0 ? 0 : (size_t)1 << shift);
+	} else {
+		usable = below->ops->usable_size(below, p);
+		order = fc_order_floor(usable);
+		if (al_unlikely(order < 0 || order >= (int)pc->norders))
+			return free_uncached(pc, c, p, usable);
+	}
 	active = cpu_active(pc, c->cpu);
 	if (al_unlikely(!fc_guard_enter(active, pc->guard)))
 		return free_guard_busy(pc, c, p, (unsigned)order);

@@ -45,9 +45,11 @@ struct al_index {
 	uint32_t meta_items;	/* items taken by each chunk's metadata */
 };
 
-/* The usable size of the live block starting at ptr, or 0 when ptr is not
- * one (outside the arena, misaligned, metadata, free, not a block start). */
-static inline size_t al_index_usable(const struct al_index *ix, const void *ptr)
+/* log2 of the usable size of the live block starting at ptr (the block's
+ * order plus min_shift), or -1 when ptr is not one (outside the arena,
+ * misaligned, metadata, free, not a block start). A cache above files the
+ * block by this shift, with no size to take the logarithm of again. */
+static inline int al_index_shift(const struct al_index *ix, const void *ptr)
 {
 	uintptr_t p = (uintptr_t)ptr, off = p - ix->base, ch;
 	size_t n = off >> ix->chunk_shift;
@@ -56,16 +58,25 @@ static inline size_t al_index_usable(const struct al_index *ix, const void *ptr)
 
 	if (off >= ix->limit || (p & (((uintptr_t)1 << ix->min_shift) - 1)) ||
 	    !((__atomic_load_n(&ix->linked[n / 64], __ATOMIC_ACQUIRE) >> (n % 64)) & 1))
-		return 0;
+		return -1;
 	ch = p & ~(((uintptr_t)1 << ix->chunk_shift) - 1);
 	idx = (uint32_t)((p - ch) >> ix->min_shift);
 	if (idx < ix->meta_items)
-		return 0;
+		return -1;
 	v = __atomic_load_n((const uint8_t *)ch + ix->alloc_off + (idx >> 3), __ATOMIC_RELAXED);
 	if (!((v >> (idx & 7)) & 1))
-		return 0;
+		return -1;
 	v = __atomic_load_n((const uint8_t *)ch + (idx >> 1), __ATOMIC_RELAXED);
-	return (size_t)1 << (ix->min_shift + ((idx & 1) ? v & 0xf : v >> 4));
+	return (int)ix->min_shift + ((idx & 1) ? v & 0xf : v >> 4);
+}
+
+/* The usable size of the live block starting at ptr, or 0 when ptr is not
+ * one. */
+static inline size_t al_index_usable(const struct al_index *ix, const void *ptr)
+{
+	int shift = al_index_shift(ix, ptr);
+
+	return shift < 0 ? 0 : (size_t)1 << shift;
 }
 
 #ifdef __cplusplus
