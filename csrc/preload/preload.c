@@ -79,8 +79,10 @@
  *    them in parent and child (ops.fork_lock), so the child never inherits a
  *    lock held by a thread that does not exist there; the child zeroes its
  *    counters and writes a stats record of its own.
- * guard=local is refused (a signal handler calling malloc would share the
- *    interrupted thread's cache unguarded): the shim then stays on glibc.
+ * guard=local is refused: a free from a thread without a model CPU of its
+ *    own, or from a signal handler that interrupted the shim, goes to CPU 0's
+ *    caches (at IRQ level) from another thread than CPU 0's, which only the
+ *    atomic guard excludes. The shim then stays on glibc.
  *
  * Stats: ALLOCLAB_STATS=PREFIX (or an existing directory DIR, meaning
  * DIR/alloclab) makes every process image write its own record,
@@ -702,8 +704,9 @@ static int policy_build(struct al_stack_spec *spec)
 	}
 	if (spec_has_local_guard(spec)) {
 		snprintf(policy_error, sizeof(policy_error),
-			 "guard=local is refused under the preload shim (signal handlers may "
-			 "allocate); use guard=atomic");
+			 "guard=local is refused under the preload shim (a free from a thread "
+			 "without a model CPU, or from a signal handler inside the shim, reaches "
+			 "CPU 0's caches from another thread); use guard=atomic");
 		return -1;
 	}
 	old_level = al_stats_level_set((unsigned)stats_level);
