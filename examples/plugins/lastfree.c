@@ -77,5 +77,4 @@ AL_COUNTED_LAYER(lastfree, struct lastfree, lf_counters, NULL, lf_fini, lf_held,
 		 (.alloc = lf_alloc, .free = lf_free, .owns = al_below_owns,
 		  .usable_size = al_below_usable_size, .drain = lf_drain),
 		 (.doc = "example front layer: one parked object per CPU",
-		  .features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS |
-			      AL_F_USABLE))
+		  .features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE))
