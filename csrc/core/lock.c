@@ -243,12 +243,17 @@ static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint
 	return 0;
 }
 
-/* Test-and-set mode: spin on the word, yield, give up at the budget. */
+/* Test-and-set mode: spin on the word, yield, give up at the budget. The
+ * waiter counts itself in `pending` while it waits, so that a trylock fails
+ * meanwhile, as qspinlock's trylock does while its pending bit or queue tail
+ * is set (a CPU that only trylocks cannot starve a drain waiting on it). */
 static al_noinline int tas_wait(struct al_lock *l, const struct al_ctx *c)
 {
 	uint64_t start = al_ticks_fast();
 	unsigned spins = 0;
+	int err = 0;
 
+	__atomic_fetch_add(&l->pending, 1, __ATOMIC_RELAXED);
 	for (;;) {
 		uint32_t zero = 0;
 
@@ -259,19 +264,21 @@ static al_noinline int tas_wait(struct al_lock *l, const struct al_ctx *c)
 		al_cpu_relax();
 		if (++spins & 63)
 			continue;
-		if ((__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
-		     __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level) ||
-		    al_ticks_fast() - start >= l->budget_ticks) {
-			int err = __atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1
-					  ? -EDEADLK
-					  : -ETIMEDOUT;
-
+		/* AA: held by this CPU at a lower level, which cannot run until we return */
+		if (__atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
+		    __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level)
+			err = -EDEADLK;
+		else if (al_ticks_fast() - start >= l->budget_ticks)
+			err = -ETIMEDOUT;
+		if (err) {
+			__atomic_fetch_sub(&l->pending, 1, __ATOMIC_RELAXED);
 			lock_failed(l, c, err);
 			return err;
 		}
 		if (!(spins & al_lock_yield_mask) && !spin_only)
 			sched_yield();
 	}
+	__atomic_fetch_sub(&l->pending, 1, __ATOMIC_RELAXED);
 	lock_taken(l, c, 0);
 	lock_waited(l, c, start);
 	return 0;
@@ -423,7 +430,8 @@ static int lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
 
 	if (!l->fair) {
-		if (!__atomic_compare_exchange_n(&l->tas, &zero, 1, false, __ATOMIC_ACQUIRE,
+		if (__atomic_load_n(&l->pending, __ATOMIC_RELAXED) ||
+		    !__atomic_compare_exchange_n(&l->tas, &zero, 1, false, __ATOMIC_ACQUIRE,
 						 __ATOMIC_RELAXED)) {
 			lock_failed(l, c, 0);
 			return -EBUSY;

@@ -418,6 +418,7 @@ TEST(test_lock_tas_mode)
 	CHECK_EQ(failed, 0);
 	CHECK_EQ(shared_counter, 80000);
 	CHECK_EQ(test_lock_stats().acquired, 80000);
+	CHECK_EQ(test_lock.pending, 0); /* every waiter counted itself out */
 
 	al_lock_fair = 0;
 	test_lock_init(200000, false);
@@ -434,6 +435,38 @@ TEST(test_lock_tas_mode)
 	CHECK_EQ(al_lock_tryacquire(&test_lock, &b), 0);
 	al_lock_release(&test_lock, &b);
 	CHECK_EQ(test_lock_stats().failed, 3);
+}
+
+/* al_lock_set_tas: a test-and-set lock whatever al_lock_fair says (the page
+ * allocator's pcp->lock). A trylock fails while a waiter is counted, as
+ * qspinlock's does while its pending bit is set, and a waiter that runs out
+ * of budget behind a holder of its own CPU at its own level times out: only
+ * a holder at a lower level is a deadlock. */
+TEST(test_lock_set_tas)
+{
+	struct al_ctx a, a2, b, irq;
+
+	al_ctx_init(&a, 0);
+	al_ctx_init(&a2, 0);
+	al_ctx_init(&b, 1);
+	al_ctx_init(&irq, 0);
+	irq.level = AL_CTX_IRQ;
+	test_lock_init(200000, false); /* 200 us */
+	al_lock_set_tas(&test_lock);
+	CHECK(!test_lock.fair && !test_lock.arena);
+	test_lock.pending = 1; /* a waiter spinning on the word */
+	CHECK_EQ(al_lock_tryacquire(&test_lock, &a), -EBUSY);
+	test_lock.pending = 0;
+	CHECK_EQ(al_lock_tryacquire(&test_lock, &a), 0);
+	CHECK_EQ(al_lock_acquire(&test_lock, &a2), -ETIMEDOUT);
+	CHECK_EQ(al_lock_acquire(&test_lock, &irq), -EDEADLK);
+	CHECK_EQ(al_lock_tryacquire(&test_lock, &b), -EBUSY);
+	CHECK_EQ(test_lock.pending, 0);
+	al_lock_release(&test_lock, &a);
+	CHECK_EQ(al_lock_acquire(&test_lock, &b), 0);
+	al_lock_release(&test_lock, &b);
+	CHECK_EQ(test_lock_stats().acquired, 2);
+	CHECK_EQ(test_lock_stats().failed, 4);
 }
 
 TEST(test_arena_limit)
@@ -474,6 +507,7 @@ int main(void)
 	RUN(test_lock_budget_and_aa);
 	RUN(test_lock_abandon_storm);
 	RUN(test_lock_tas_mode);
+	RUN(test_lock_set_tas);
 	RUN(test_arena_limit);
 	return TEST_SUMMARY();
 }

@@ -104,9 +104,9 @@ struct al_lock {
 	struct al_counters *ctr; /* where acquisitions are counted, or NULL (not counted) */
 	uint64_t t_acquired;	 /* ticks at acquisition, when timed */
 	uint64_t budget_ticks;	 /* spin budget; 0 = give up at the first check */
-	/* Touched by waiters only, on a line of its own: */
-	uint32_t pending
-		__attribute__((aligned(AL_CACHELINE))); /* arena: a waiter spins nodeless */
+	/* Touched by waiters only, on a line of its own (a trylock reads it):
+	 * arena mode, a waiter spins nodeless; test-and-set mode, waiters. */
+	uint32_t pending __attribute__((aligned(AL_CACHELINE)));
 	uint32_t reason_idx; /* first of the three reason entries, or UINT32_MAX */
 	uint64_t slot[AL_LOCK_SLOTS] __attribute__((aligned(AL_CACHELINE))); /* per-ticket grants */
 };
