@@ -175,6 +175,20 @@ TEST(test_nocb_runs_on_next_cpu)
 	al_defer_destroy(d);
 }
 
+/* One of the defer's own counters (al_defer_report), or -1 when not reported. */
+static double defer_stat(struct al_defer *d, const char *name)
+{
+	static struct al_stats st;
+	unsigned i;
+
+	memset(&st, 0, sizeof(st));
+	al_defer_report(d, &st);
+	for (i = 0; i < st.n; i++)
+		if (!strcmp(st.v[i].name, name))
+			return st.v[i].value;
+	return -1;
+}
+
 TEST(test_kfree_rcu_batches_into_free_bulk)
 {
 	struct al_allocator *a = t_spec("slab", 1);
@@ -193,12 +207,17 @@ TEST(test_kfree_rcu_batches_into_free_bulk)
 	CHECK_EQ(t_stat(a, 0, "kfrees"), 0);
 	al_defer_poll(d, &c);
 	CHECK_EQ(t_stat(a, 0, "kfrees"), 100);
-	CHECK_EQ(t_stat(a, 0, "bulk_frees"), 1); /* one kfree_bulk for the batch */
-	for (i = 100; i < 700; i++)		 /* more than a batch (504) holds: two batches */
+	CHECK_EQ(t_stat(a, 0, "bulk_frees"), 1);   /* one kfree_bulk for the batch */
+	CHECK_EQ(defer_stat(d, "rcu_batches"), 1); /* sealed by the poll */
+	for (i = 100; i < 700; i++)		   /* more than a batch (504) holds: two batches */
 		CHECK_EQ(al_kfree_rcu(d, &c, a, v[i]), 0);
+	CHECK_EQ(defer_stat(d, "rcu_batches"), 2); /* the full one, sealed by kfree_rcu */
 	al_defer_poll(d, &c);
 	CHECK_EQ(t_stat(a, 0, "kfrees"), 700);
 	CHECK_EQ(t_stat(a, 0, "bulk_frees"), 3);
+	CHECK_EQ(defer_stat(d, "rcu_batches"), 3);
+	al_defer_poll(d, &c); /* nothing open: nothing sealed */
+	CHECK_EQ(defer_stat(d, "rcu_batches"), 3);
 	al_defer_destroy(d);
 	t_teardown(a);
 }
