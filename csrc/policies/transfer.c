@@ -23,7 +23,7 @@
  * locks are arena_spinlock_t (lock=arena, lock.c): at NMI a refill or spill
  * takes its order's lock like any caller, and if the code it interrupted on
  * this CPU holds that lock it spins until the budget ends and the call is a
- * miss (lock_failed, lock_timeouts), as the header's nested acquisition
+ * miss (the lock's lock_failed and lock_timeouts), as the header's nested acquisition
  * does. Behind percpu that does not happen: a nested call finds percpu's
  * guard held and comes here as a single alloc or free, which passes through.
  *

@@ -51,9 +51,10 @@
  *    the alignment (libc_aligned). These are the ones that make a run's
  *    figures glibc's rather than the policy's; `alloclab preload` fails a run
  *    where they exceed 1% of a process's allocations.
- *  - free, realloc and malloc_usable_size find the owner by address range
- *    (ops.owns), never by a header: a pointer the policy does not own is
- *    glibc's.
+ *  - free, realloc and malloc_usable_size find the owner by address range,
+ *    never by a header: a pointer the policy does not own is glibc's. The
+ *    range is the owner's arena reservation when the owner has an object
+ *    index (the buddy; see ours()), else its ops.owns.
  * When the policy cannot be built (a bad spec, a refused stack), the process
  * runs on glibc, and the shim then costs one load and branch per call: it
  * counts nothing. It says why in its stats record, and on stderr only when
@@ -68,8 +69,9 @@
  * reentrancy flag set and cleared in the thread's own cache line (one per
  * model CPU), one indirect call into the policy and one counter added to the
  * thread's block (found once, when the thread took its model CPU). free adds
- * one owns() on the layer that owns the memory: the cache layers whose
- * owns() is their backend's (percpu, transfer, magazine, ...) are skipped.
+ * the owner check: a range check inline against the owner's index, or one
+ * owns() call on the layer that owns the memory, below the layers that
+ * declare AL_F_OWNS_BELOW (percpu, transfer, magazine, ...).
  * Start-up: the policy is built and the clock calibrated for 1 ms in every
  * process image, which a compiler driver or a shell script pays per process.
  * Lock order: init_lock (start-up) before record_lock (a record being
@@ -188,8 +190,11 @@ static struct al_allocator *top;
 /* The layer whose owns() answers for the stack: the top one, or below the
  * cache layers whose owns() is their backend's (see owner_layer). */
 static struct al_allocator *owner;
-/* The arena of an owner with an object index (the buddy): owns() is this
- * range check, made inline on every free instead of a call. limit 0: ask
+/* The arena reservation of an owner with an object index (the buddy),
+ * checked inline on every free instead of an owns() call. Its owns() answers
+ * for the part in use only; the rest is reserved by this process and no
+ * other allocator hands memory out there, so a pointer into it is the
+ * policy's to refuse (a counted free error), never glibc's. limit 0: ask
  * owner->ops->owns(). */
 static uintptr_t owner_base;
 static size_t owner_limit;

@@ -36,7 +36,9 @@ extern "C" {
 
 struct al_index {
 	uintptr_t base;		/* arena start, aligned to the chunk size; [base, base + limit)
-				 * is what the backend's owns() answers for */
+				 * is the arena's whole reservation, of which owns()
+				 * answers for the part in use: no other allocator
+				 * hands out memory in the rest */
 	size_t limit;		/* arena bytes */
 	const uint64_t *linked; /* bit n: chunk n is in use (acquire loads) */
 	size_t alloc_off;	/* byte offset of the allocated bits in a chunk */

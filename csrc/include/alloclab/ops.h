@@ -134,7 +134,9 @@ struct al_ops {
 	/* Optional: the object index the layers above may read inline for
 	 * usable sizes (index.h), the layer below's for a layer that hands its
 	 * objects out unchanged; NULL when there is none. Must agree with
-	 * usable_size for every pointer. */
+	 * usable_size for every pointer, and its [base, base + limit) must be
+	 * memory of this layer's own reservation (the preload shim takes a
+	 * pointer there for the policy's without asking owns()). */
 	const struct al_index *(*index)(struct al_allocator *a);
 };
 
@@ -191,7 +193,9 @@ enum al_features {
 	AL_F_BELOW_IN_IRQ = 1u << 21,
 	/* owns() is the layer below's (al_below_owns): its objects are its
 	 * backend's, so whoever asks who owns an address (the preload shim, on
-	 * every free) may ask the first layer below that does not say this */
+	 * every free) may ask the first layer below that does not say this.
+	 * Only with owns = al_below_owns: a layer that owned memory of its own
+	 * and said this would have the shim hand its objects to glibc's free */
 	AL_F_OWNS_BELOW = 1u << 22
 };
 
