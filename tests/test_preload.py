@@ -584,6 +584,25 @@ def test_command_level():
         preload.run("buddy", ["true"], level="bogus")
 
 
+def test_the_notebooks_layer_is_asked_below_for_its_owner(tmp_path):
+    """notebooks/custom_policy.ipynb's layer answers owns() with its
+    backend's (al_below_owns), and says so (AL_F_OWNS_BELOW): the shim asks
+    the layer below directly on every free."""
+    with open(os.path.join(HERE, "..", "notebooks", "custom_policy.ipynb")) as f:
+        cells = [("".join(c["source"]), c["cell_type"]) for c in json.load(f)["cells"]]
+    code = "".join(src for src, kind in cells if kind == "code" and "SOURCE =" in src)
+    assert ".owns = al_below_owns" in code
+    script = code + textwrap.dedent("""
+        import alloclab as al
+        al.plugin.compile("halfspill", SOURCE)
+        print(sorted(al.schema.layer("halfspill").features))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "owns_below" in out.stdout, out.stdout
+
+
 def test_python3_multithreaded(tmp_path):
     env = dict(os.environ, PYTHONMALLOC="malloc")
     ref = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
