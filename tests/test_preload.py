@@ -584,6 +584,22 @@ def test_command_level():
         preload.run("buddy", ["true"], level="bogus")
 
 
+def test_guard_local_is_refused_for_the_shims_reason():
+    """preload.check gives the reason the shim itself records."""
+    policy = "percpu(guard=local) > buddy"
+    with pytest.raises(al.InvalidArgument) as e:
+        preload.command(policy, ["true"])
+    env = dict(os.environ, LD_PRELOAD=al.preload_path(), ALLOCLAB_POLICY=policy,
+               ALLOCLAB_VERBOSE="1")
+    env.pop("ALLOCLAB_STATS", None)
+    out = subprocess.run(["true"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and str(e.value) in out.stderr, (str(e.value), out.stderr)
+    assert str(e.value) == (
+        "guard=local is refused under the preload shim (a free from a thread without a model "
+        "CPU, or from a signal handler inside the shim, reaches CPU 0's caches from another "
+        "thread); use guard=atomic")
+
+
 def test_the_notebooks_layer_is_asked_below_for_its_owner(tmp_path):
     """notebooks/custom_policy.ipynb's layer answers owns() with its
     backend's (al_below_owns), and says so (AL_F_OWNS_BELOW): the shim asks

@@ -29,8 +29,9 @@ The shim refuses what it cannot serve safely: a bottom layer that does not
 own its memory by address range (libc, system, null: the shim could not tell
 its frees from glibc's, and libc would call malloc, that is the shim itself),
 a top layer that cannot tell an object's size (realloc needs it), and
-guard=local (a signal handler that allocates would share the interrupted
-thread's cache unguarded). ``check()`` says so before anything runs.
+guard=local (a free from a thread without a model CPU, or from a signal
+handler inside the shim, reaches CPU 0's caches from another thread).
+``check()`` says so before anything runs, in the shim's words.
 """
 
 import glob
@@ -57,6 +58,13 @@ REFUSED = ("libc_refused", "libc_aligned")
 EXIT_ON_GLIBC = 125
 """The exit status of ``alloclab preload`` when a process ran on glibc."""
 
+GUARD_LOCAL_REFUSED = (
+    "guard=local is refused under the preload shim (a free from a thread without a model "
+    "CPU, or from a signal handler inside the shim, reaches CPU 0's caches from another "
+    "thread); use guard=atomic")
+"""The shim's own reason (csrc/preload/preload.c), word for word, so that
+``check()`` and a process's record say the same."""
+
 
 def check(policy):
     """The Policy, or an InvalidArgument saying why the shim cannot run it."""
@@ -75,12 +83,9 @@ def check(policy):
             "policy %r cannot back a program's malloc: its top layer %s cannot tell an "
             "object's size or owner (features usable and owns), which realloc and free need"
             % (str(pol), top), value=str(pol))
-    for i, (name, _) in enumerate(pol.layers):
+    for i in range(len(pol.layers)):
         if pol.params(i).get("guard") == "local":
-            raise errors.InvalidArgument(
-                "guard=local is refused under the preload shim (%s): a signal handler that "
-                "allocates would share the interrupted thread's cache unguarded; use "
-                "guard=atomic" % name, value="local")
+            raise errors.InvalidArgument(GUARD_LOCAL_REFUSED, value="local")
     return pol
 
 
