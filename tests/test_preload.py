@@ -475,20 +475,32 @@ def test_shim_off_is_silent_and_counts_nothing(programs, tmp_path):
     assert "does not own its memory" in proc.stderr and "running on glibc" in proc.stderr
 
 
-@pytest.mark.parametrize("value", ["out.json", "s", "lite,off", "LITE"])
-def test_stats_takes_a_level_and_a_file_is_sent_to_json(value, tmp_path):
-    """--stats is the stats level, as in `alloclab run`; the old spelling
-    --stats FILE fails before the program starts, naming the levels and
-    --json, and writes no file."""
+@pytest.mark.parametrize("value,is_path", [
+    ("out.json", True), ("sub/s", True), ("s", False), ("existing", True),
+    ("lite,off", False), ("LITE", False), ("OFF", False), ("bogus", False)])
+def test_stats_takes_a_level_and_a_file_is_sent_to_json(value, is_path, tmp_path):
+    """--stats is the stats level, told as `alloclab run` tells a bad one;
+    a value that looks like a file (a '/' or '.' in it, or a file of that
+    name here), the old spelling --stats FILE, is also sent to --json. It
+    fails before the program starts and writes no file."""
+    (tmp_path / "existing").write_text("")
     marker = tmp_path / "ran"
     out = subprocess.run(CLI + ["--policy", "buddy", "--stats", value, "--", "touch",
                                 str(marker)], capture_output=True, text=True, timeout=60,
                          cwd=str(tmp_path))
     assert out.returncode == 2 and not marker.exists(), out.stderr
-    assert out.stderr.splitlines() == [
-        "alloclab: error: argument --stats: %r is not a stats level; valid levels: lite, "
-        "off, full; the counters record file is now --json FILE" % value]
-    assert os.listdir(str(tmp_path)) == []
+    line = "alloclab: error: argument --stats: unknown stats level %r; valid: lite, off, full" \
+        % value
+    if is_path:
+        line += "; the counters record file is now --json FILE"
+    assert out.stderr.splitlines() == [line]
+    assert os.listdir(str(tmp_path)) == ["existing"]
+    if "," not in value:  # word for word what `alloclab run` says (it takes a list)
+        line = line.split("; the counters")[0]
+        out = subprocess.run([sys.executable, "-m", "alloclab", "run", "malloc-free", "--stats",
+                              value], capture_output=True, text=True, timeout=60,
+                             cwd=str(tmp_path))
+        assert out.returncode == 2 and out.stderr.splitlines() == [line]
 
 
 def _cli_stats(programs, tmp_path, policy, *flags):

@@ -193,15 +193,18 @@ def _run_flags(g, finite=False):
 
 def _stats_flag(g, what, sweep=True, hint=None):
     """--stats LEVEL (a comma-separated list when ``sweep``): what the layers
-    count. ``hint``: what an unknown level is told besides the valid ones."""
+    count. ``hint(value)``: what an unknown level is told besides the valid
+    ones, in `alloclab run`'s words ("" for nothing)."""
     levels = sorted(STATS_LEVELS, key=STATS_LEVELS.get)
     if sweep:
         kind = _choice_list("stats level", levels)
     elif hint:
         def kind(text):
             if text not in levels:
-                raise argparse.ArgumentTypeError("%r is not a stats level; valid levels: %s; %s"
-                                                 % (text, ", ".join(levels), hint))
+                more = hint(text)
+                raise argparse.ArgumentTypeError("unknown stats level %r; valid: %s%s"
+                                                 % (text, ", ".join(levels),
+                                                    "; " + more if more else ""))
             return text
     else:
         kind = None
@@ -563,6 +566,15 @@ def _main_parser():
     return p
 
 
+def _stats_file_hint(text):
+    """Where a --stats value that looks like a file (a '/' or '.' in it, or
+    a file of that name here) is sent: --stats FILE was the old spelling of
+    --json FILE. A typo such as OFF gets no hint."""
+    if "/" in text or "." in text or os.path.isfile(text):
+        return "the counters record file is now --json FILE"
+    return ""
+
+
 def _preload_parser(sub):
     """`alloclab preload`: its flags and the command after --."""
     from .preload import EXIT_ON_GLIBC, MIN_SHARE
@@ -588,7 +600,7 @@ def _preload_parser(sub):
     _stats_flag(pp, "what the policy's layers count in the shim: lite (every event), off "
                     "(nothing: the layers' counters are not measured, the shim's own are "
                     "kept) or full (also lock hold and wait times, *_ns)", sweep=False,
-                hint="the counters record file is now --json FILE")
+                hint=_stats_file_hint)
     pp.add_argument("--allow-glibc", action="store_true",
                     help="exit with CMD's status even when processes ran on glibc (the "
                          "stats say so)")
