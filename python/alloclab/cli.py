@@ -666,28 +666,39 @@ def cmd_preload(args):
         except errors.AlloclabError as e:
             raise UsageError("--plugin %s: %s" % (args.plugin, e)) from None
     # Everything that can be wrong is found before CMD starts: the spec, the
-    # stack, the shim, the --json file.
+    # stack, the shim, the --json file (an empty name, a path that cannot be
+    # written or is not a regular file: a FIFO's open would wait for a reader).
     preload.command(args.policy, cmd, shim=shim, level=args.stats)
-    if args.json:
-        preload.check_stats_path(args.json)
+    if args.json is not None:
+        preload.check_stats_path(args.json, what="--json file")
     sys.stdout.flush()
     # Signals sent to this process go on to CMD (a terminal's ^C reaches it
     # directly, as it would if CMD ran alone); CMD's stats are written once
     # it is gone, and its status is this process's.
     try:
-        proc = preload.run(args.policy, cmd, stats=args.json, allow_glibc=args.allow_glibc,
+        proc = preload.run(args.policy, cmd, allow_glibc=args.allow_glibc,
                            shim=shim, verbose=args.verbose, level=args.stats,
                            forward_signals=threading.current_thread() is threading.main_thread())
     except errors.RunError as e:
         proc = e.proc
     except OSError as e:
         if e.filename != cmd[0]:
-            raise  # not the exec of CMD (the --json file, say): reported as such
+            raise  # not the exec of CMD: reported as such
         # As env(1) and timeout(1): 127 when CMD is not found, 126 when it is
         # found but cannot be run.
         _err("cannot run %s: %s" % (cmd[0], e.strerror or e))
         return 127 if isinstance(e, FileNotFoundError) else 126
     st = proc.stats
+    if args.json is not None:
+        # Checked before CMD started, yet the write can still fail (a full
+        # disk, the directory gone): one line naming the file and what CMD's
+        # status was, which this exit status no longer carries.
+        try:
+            preload.write_stats(args.json, st)
+        except OSError as e:
+            _err("cannot write the --json file %s: %s (%s; its counters record is lost)"
+                 % (args.json, e.strerror or e, preload.status_text(proc.returncode)))
+            return 2
     if args.verbose:
         sys.stderr.write("%s: %s\n" % (PROG, preload.summary(st)))
     if st["on_glibc"] and not args.allow_glibc:
