@@ -7,6 +7,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -432,8 +433,12 @@ def test_a_program_that_ignores_the_shim_exits_125(tmp_path):
     (["--policy", "percpu(capacity=-1) > buddy"], "capacity"),
     (["--policy", "libc"], "does not own its memory"),
     (["--policy", "percpu(guard=local) > buddy"], "guard=local is refused"),
-    (["--policy", "buddy", "--json", "/nonexistent-dir/s.json"], "cannot write the stats"),
-    (["--policy", "buddy", "--json", "/"], "cannot write the stats"),
+    (["--policy", "buddy", "--json", "/nonexistent-dir/s.json"],
+     "cannot write the --json file /nonexistent-dir/s.json: No such file or directory"),
+    (["--policy", "buddy", "--json", "/"], "cannot write the --json file /: it is a directory"),
+    (["--policy", "buddy", "--json", ""], "cannot write the --json file '': the name is empty"),
+    (["--policy", "buddy", "--json", "/dev/full"],
+     "cannot write the --json file /dev/full: it is a character device, not a regular file"),
 ])
 def test_bad_input_exits_2_before_the_program_starts(argv, needle, tmp_path):
     marker = tmp_path / "ran"
@@ -475,20 +480,32 @@ def test_shim_off_is_silent_and_counts_nothing(programs, tmp_path):
     assert "does not own its memory" in proc.stderr and "running on glibc" in proc.stderr
 
 
-@pytest.mark.parametrize("value", ["out.json", "s", "lite,off", "LITE"])
-def test_stats_takes_a_level_and_a_file_is_sent_to_json(value, tmp_path):
-    """--stats is the stats level, as in `alloclab run`; the old spelling
-    --stats FILE fails before the program starts, naming the levels and
-    --json, and writes no file."""
+@pytest.mark.parametrize("value,is_path", [
+    ("out.json", True), ("sub/s", True), ("s", False), ("existing", True),
+    ("lite,off", False), ("LITE", False), ("OFF", False), ("bogus", False)])
+def test_stats_takes_a_level_and_a_file_is_sent_to_json(value, is_path, tmp_path):
+    """--stats is the stats level, told as `alloclab run` tells a bad one;
+    a value that looks like a file (a '/' or '.' in it, or a file of that
+    name here), the old spelling --stats FILE, is also sent to --json. It
+    fails before the program starts and writes no file."""
+    (tmp_path / "existing").write_text("")
     marker = tmp_path / "ran"
     out = subprocess.run(CLI + ["--policy", "buddy", "--stats", value, "--", "touch",
                                 str(marker)], capture_output=True, text=True, timeout=60,
                          cwd=str(tmp_path))
     assert out.returncode == 2 and not marker.exists(), out.stderr
-    assert out.stderr.splitlines() == [
-        "alloclab: error: argument --stats: %r is not a stats level; valid levels: lite, "
-        "off, full; the counters record file is now --json FILE" % value]
-    assert os.listdir(str(tmp_path)) == []
+    line = "alloclab: error: argument --stats: unknown stats level %r; valid: lite, off, full" \
+        % value
+    if is_path:
+        line += "; the counters record file is now --json FILE"
+    assert out.stderr.splitlines() == [line]
+    assert os.listdir(str(tmp_path)) == ["existing"]
+    if "," not in value:  # word for word what `alloclab run` says (it takes a list)
+        line = line.split("; the counters")[0]
+        out = subprocess.run([sys.executable, "-m", "alloclab", "run", "malloc-free", "--stats",
+                              value], capture_output=True, text=True, timeout=60,
+                             cwd=str(tmp_path))
+        assert out.returncode == 2 and out.stderr.splitlines() == [line]
 
 
 def _cli_stats(programs, tmp_path, policy, *flags):
@@ -582,6 +599,110 @@ def test_command_level():
         assert e.value.value == bad and e.value.valid == ["lite", "off", "full"]
     with pytest.raises(al.InvalidArgument, match="'bogus' is not a stats level"):
         preload.run("buddy", ["true"], level="bogus")
+
+
+@pytest.mark.parametrize("level", ["lite", "off", "full"])
+def test_stats_is_a_file_or_directory_and_a_level_name_is_refused(level, tmp_path,
+                                                                   monkeypatch):
+    """stats= is where the records go (run: the merged file; command: the
+    directory) and level= the stats level: a level name given as stats= is
+    refused, naming both, instead of writing a file of that name here."""
+    monkeypatch.chdir(tmp_path)
+    for call, what in [(preload.run, "file"), (preload.command, "directory")]:
+        with pytest.raises(al.InvalidArgument) as e:
+            call("buddy", ["true"], stats=level)
+        assert str(e.value) == (
+            "stats=%r is the %s the records are written to, not a stats level: the stats "
+            "level is level=%r (valid levels: lite, off, full)" % (level, what, level))
+        assert e.value.value == level and e.value.valid == ["lite", "off", "full"]
+    assert os.listdir(str(tmp_path)) == []
+    # a path is still a path, also one whose name is a level's
+    os.mkdir("sub")
+    proc = preload.run("buddy", ["true"], stats=os.path.join("sub", level), level=level)
+    assert proc.returncode == 0
+    assert preload.read_stats(os.path.join("sub", level))["stats_level"] == level
+    argv, env = preload.command("buddy", ["true"], stats="./" + level)
+    assert env["ALLOCLAB_STATS"] == str(tmp_path / level) and os.path.isdir(level)
+
+
+def test_json_refuses_a_named_pipe_before_the_program_starts(tmp_path):
+    """A FIFO with no reader would block the open for ever: any existing
+    --json path that is not a regular file is refused up front."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(str(fifo))
+    marker = tmp_path / "ran"
+    out = subprocess.run(CLI + ["--policy", "buddy", "--json", str(fifo), "--", "touch",
+                                str(marker)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and not marker.exists(), out.stderr
+    assert out.stderr.splitlines() == [
+        "alloclab: error: cannot write the --json file %s: it is a named pipe, not a regular "
+        "file" % fifo]
+    with pytest.raises(al.InvalidArgument) as e:
+        preload.run("buddy", ["touch", str(marker)], stats=str(fifo))
+    assert str(e.value) == ("cannot write the stats file %s: it is a named pipe, not a regular "
+                            "file" % fifo) and e.value.value == str(fifo)
+    assert not marker.exists()
+
+
+def test_a_json_file_that_cannot_be_written_after_the_run_exits_2(tmp_path):
+    """The --json file is checked before the program starts; if it cannot
+    be written when the program has ended (here the program removes its
+    directory), one line names the file and the program's status, exit 2."""
+    for rc, tail, status in [(3, "exit 3", "the program exited 3"),
+                             (128 + signal.SIGTERM, "kill -TERM $$",
+                              "the program was ended by SIGTERM")]:
+        where = tmp_path / "gone"
+        where.mkdir()
+        stats = where / "s.json"
+        out = subprocess.run(CLI + ["--policy", "buddy", "--json", str(stats), "--", "sh",
+                                    "-c", "rm -r %s; %s" % (where, tail)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.splitlines() == [
+            "alloclab: error: cannot write the --json file %s: No such file or directory "
+            "(%s; its counters record is lost)" % (stats, status)]
+    where.mkdir()
+    with pytest.raises(al.InvalidArgument) as e:
+        preload.run("buddy", ["sh", "-c", "rm -r %s; exit 3" % where], stats=str(stats))
+    assert str(e.value) == ("cannot write the stats file %s: No such file or directory (the "
+                            "program exited 3; its counters are .stats of this error)" % stats)
+    assert e.value.value == str(stats) and e.value.proc.returncode == 3
+    assert e.value.stats["returncode"] == 3 and e.value.stats["ok"]
+
+
+def test_guard_local_is_refused_for_the_shims_reason():
+    """preload.check gives the reason the shim itself records."""
+    policy = "percpu(guard=local) > buddy"
+    with pytest.raises(al.InvalidArgument) as e:
+        preload.command(policy, ["true"])
+    env = dict(os.environ, LD_PRELOAD=al.preload_path(), ALLOCLAB_POLICY=policy,
+               ALLOCLAB_VERBOSE="1")
+    env.pop("ALLOCLAB_STATS", None)
+    out = subprocess.run(["true"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and str(e.value) in out.stderr, (str(e.value), out.stderr)
+    assert str(e.value) == (
+        "guard=local is refused under the preload shim (a free from a thread without a model "
+        "CPU, or from a signal handler inside the shim, reaches CPU 0's caches from another "
+        "thread); use guard=atomic")
+
+
+def test_the_notebooks_layer_is_asked_below_for_its_owner(tmp_path):
+    """notebooks/custom_policy.ipynb's layer answers owns() with its
+    backend's (al_below_owns), and says so (AL_F_OWNS_BELOW): the shim asks
+    the layer below directly on every free."""
+    with open(os.path.join(HERE, "..", "notebooks", "custom_policy.ipynb")) as f:
+        cells = [("".join(c["source"]), c["cell_type"]) for c in json.load(f)["cells"]]
+    code = "".join(src for src, kind in cells if kind == "code" and "SOURCE =" in src)
+    assert ".owns = al_below_owns" in code
+    script = code + textwrap.dedent("""
+        import alloclab as al
+        al.plugin.compile("halfspill", SOURCE)
+        print(sorted(al.schema.layer("halfspill").features))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "owns_below" in out.stdout, out.stdout
 
 
 def test_python3_multithreaded(tmp_path):

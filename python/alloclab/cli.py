@@ -193,15 +193,18 @@ def _run_flags(g, finite=False):
 
 def _stats_flag(g, what, sweep=True, hint=None):
     """--stats LEVEL (a comma-separated list when ``sweep``): what the layers
-    count. ``hint``: what an unknown level is told besides the valid ones."""
+    count. ``hint(value)``: what an unknown level is told besides the valid
+    ones, in `alloclab run`'s words ("" for nothing)."""
     levels = sorted(STATS_LEVELS, key=STATS_LEVELS.get)
     if sweep:
         kind = _choice_list("stats level", levels)
     elif hint:
         def kind(text):
             if text not in levels:
-                raise argparse.ArgumentTypeError("%r is not a stats level; valid levels: %s; %s"
-                                                 % (text, ", ".join(levels), hint))
+                more = hint(text)
+                raise argparse.ArgumentTypeError("unknown stats level %r; valid: %s%s"
+                                                 % (text, ", ".join(levels),
+                                                    "; " + more if more else ""))
             return text
     else:
         kind = None
@@ -563,6 +566,15 @@ def _main_parser():
     return p
 
 
+def _stats_file_hint(text):
+    """Where a --stats value that looks like a file (a '/' or '.' in it, or
+    a file of that name here) is sent: --stats FILE was the old spelling of
+    --json FILE. A typo such as OFF gets no hint."""
+    if "/" in text or "." in text or os.path.isfile(text):
+        return "the counters record file is now --json FILE"
+    return ""
+
+
 def _preload_parser(sub):
     """`alloclab preload`: its flags and the command after --."""
     from .preload import EXIT_ON_GLIBC, MIN_SHARE
@@ -588,7 +600,7 @@ def _preload_parser(sub):
     _stats_flag(pp, "what the policy's layers count in the shim: lite (every event), off "
                     "(nothing: the layers' counters are not measured, the shim's own are "
                     "kept) or full (also lock hold and wait times, *_ns)", sweep=False,
-                hint="the counters record file is now --json FILE")
+                hint=_stats_file_hint)
     pp.add_argument("--allow-glibc", action="store_true",
                     help="exit with CMD's status even when processes ran on glibc (the "
                          "stats say so)")
@@ -654,28 +666,39 @@ def cmd_preload(args):
         except errors.AlloclabError as e:
             raise UsageError("--plugin %s: %s" % (args.plugin, e)) from None
     # Everything that can be wrong is found before CMD starts: the spec, the
-    # stack, the shim, the --json file.
+    # stack, the shim, the --json file (an empty name, a path that cannot be
+    # written or is not a regular file: a FIFO's open would wait for a reader).
     preload.command(args.policy, cmd, shim=shim, level=args.stats)
-    if args.json:
-        preload.check_stats_path(args.json)
+    if args.json is not None:
+        preload.check_stats_path(args.json, what="--json file")
     sys.stdout.flush()
     # Signals sent to this process go on to CMD (a terminal's ^C reaches it
     # directly, as it would if CMD ran alone); CMD's stats are written once
     # it is gone, and its status is this process's.
     try:
-        proc = preload.run(args.policy, cmd, stats=args.json, allow_glibc=args.allow_glibc,
+        proc = preload.run(args.policy, cmd, allow_glibc=args.allow_glibc,
                            shim=shim, verbose=args.verbose, level=args.stats,
                            forward_signals=threading.current_thread() is threading.main_thread())
     except errors.RunError as e:
         proc = e.proc
     except OSError as e:
         if e.filename != cmd[0]:
-            raise  # not the exec of CMD (the --json file, say): reported as such
+            raise  # not the exec of CMD: reported as such
         # As env(1) and timeout(1): 127 when CMD is not found, 126 when it is
         # found but cannot be run.
         _err("cannot run %s: %s" % (cmd[0], e.strerror or e))
         return 127 if isinstance(e, FileNotFoundError) else 126
     st = proc.stats
+    if args.json is not None:
+        # Checked before CMD started, yet the write can still fail (a full
+        # disk, the directory gone): one line naming the file and what CMD's
+        # status was, which this exit status no longer carries.
+        try:
+            preload.write_stats(args.json, st)
+        except OSError as e:
+            _err("cannot write the --json file %s: %s (%s; its counters record is lost)"
+                 % (args.json, e.strerror or e, preload.status_text(proc.returncode)))
+            return 2
     if args.verbose:
         sys.stderr.write("%s: %s\n" % (PROG, preload.summary(st)))
     if st["on_glibc"] and not args.allow_glibc:

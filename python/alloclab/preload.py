@@ -13,7 +13,14 @@ process's allocations (glibc served them), unless ``allow_glibc=True``.
 stats level the policy's layers count at, as ``alloclab.run(stats=...)``:
 lite (the default), off (the layers report no counters: not measured; the
 shim's own counters, which the served share is read from, are kept) or full
-(also lock hold and wait times).
+(also lock hold and wait times). Here ``stats`` is where the records go,
+never a level: a level's name given as ``stats`` is refused.
+
+The stats file is checked before the program starts: an existing path that
+is not a regular file (a directory, a FIFO whose open would block until a
+reader came, a device such as /dev/full) is refused. A write that still
+fails once the program has ended raises InvalidArgument naming the file
+and the program's status, with ``.proc`` and ``.stats``.
 
 Every process image under the shim (the program, what it forks, what it or
 they exec: a compiler driver's cc1/as/ld, git's children, ``sh -c``'s
@@ -29,8 +36,9 @@ The shim refuses what it cannot serve safely: a bottom layer that does not
 own its memory by address range (libc, system, null: the shim could not tell
 its frees from glibc's, and libc would call malloc, that is the shim itself),
 a top layer that cannot tell an object's size (realloc needs it), and
-guard=local (a signal handler that allocates would share the interrupted
-thread's cache unguarded). ``check()`` says so before anything runs.
+guard=local (a free from a thread without a model CPU, or from a signal
+handler inside the shim, reaches CPU 0's caches from another thread).
+``check()`` says so before anything runs, in the shim's words.
 """
 
 import glob
@@ -39,6 +47,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 
@@ -56,6 +65,17 @@ BY_DESIGN = ("libc_early", "libc_large", "libc_threads")
 REFUSED = ("libc_refused", "libc_aligned")
 EXIT_ON_GLIBC = 125
 """The exit status of ``alloclab preload`` when a process ran on glibc."""
+
+GUARD_LOCAL_REFUSED = (
+    "guard=local is refused under the preload shim (a free from a thread without a model "
+    "CPU, or from a signal handler inside the shim, reaches CPU 0's caches from another "
+    "thread); use guard=atomic")
+"""The shim's own reason (csrc/preload/preload.c), word for word, so that
+``check()`` and a process's record say the same."""
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
 
 
 def check(policy):
@@ -75,30 +95,78 @@ def check(policy):
             "policy %r cannot back a program's malloc: its top layer %s cannot tell an "
             "object's size or owner (features usable and owns), which realloc and free need"
             % (str(pol), top), value=str(pol))
-    for i, (name, _) in enumerate(pol.layers):
+    for i in range(len(pol.layers)):
         if pol.params(i).get("guard") == "local":
-            raise errors.InvalidArgument(
-                "guard=local is refused under the preload shim (%s): a signal handler that "
-                "allocates would share the interrupted thread's cache unguarded; use "
-                "guard=atomic" % name, value="local")
+            raise errors.InvalidArgument(GUARD_LOCAL_REFUSED, value="local")
     return pol
 
 
-def check_stats_path(path):
+def _levels():
+    return sorted(STATS_LEVELS, key=STATS_LEVELS.get)
+
+
+def _not_a_level(stats, what):
+    """Refuse a stats level's name given as stats= (the records' file or
+    directory): InvalidArgument naming it, level= and the valid levels."""
+    if isinstance(stats, str) and stats in STATS_LEVELS:
+        raise errors.InvalidArgument(
+            "stats=%r is the %s the records are written to, not a stats level: the stats "
+            "level is level=%r (valid levels: %s)" % (stats, what, stats, ", ".join(_levels())),
+            value=stats, valid=_levels())
+
+
+def _open_stats(path, mode):
+    """The stats file at path opened for writing (mode "a" or "w"); an open
+    that would wait (a FIFO made since the check, with no reader) fails with
+    ENXIO instead."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_TRUNC if mode == "w" else 0)
+    return os.fdopen(os.open(path, flags, 0o666), mode)
+
+
+def check_stats_path(path, what="stats file"):
     """Raise InvalidArgument unless a stats file can be written at path (it
-    is checked before the program starts, and left as it was)."""
-    if os.path.isdir(path):
-        raise errors.InvalidArgument("cannot write the stats file %s: it is a directory"
-                                     % path, value=path)
-    existed = os.path.exists(path)
+    is checked before the program starts, and left as it was). ``what``
+    names it in the message ("--json file" for the CLI)."""
+    if path == "":
+        raise errors.InvalidArgument("cannot write the %s '': the name is empty" % what,
+                                     value=path)
     try:
-        with open(path, "a"):
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None  # missing (the open below says why when it cannot be made)
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = next((k for test, k in _FILE_KINDS if test(mode)), "not a file")
+        raise errors.InvalidArgument(
+            "cannot write the %s %s: it is %s" % (what, path, kind)
+            + ("" if stat.S_ISDIR(mode) else ", not a regular file"), value=path)
+    made = os.path.realpath(path)  # what the open creates (a dangling link's target)
+    try:
+        with _open_stats(path, "a"):
             pass
     except OSError as e:
-        raise errors.InvalidArgument("cannot write the stats file %s: %s"
-                                     % (path, e.strerror), value=path) from None
-    if not existed:
-        os.unlink(path)
+        raise errors.InvalidArgument("cannot write the %s %s: %s"
+                                     % (what, path, e.strerror), value=path) from None
+    if mode is None:
+        os.unlink(made)
+
+
+def write_stats(path, st):
+    """Write merged stats (collect()) to path as JSON; OSError when it fails."""
+    with _open_stats(path, "w") as f:
+        json.dump(st, f, indent=1)
+        f.write("\n")
+
+
+def status_text(returncode):
+    """The program's end in words: "the program exited N" or "the program was
+    ended by SIGNAME"."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "signal %d" % -returncode
+        return "the program was ended by %s" % name
+    return "the program exited %s" % returncode
 
 
 def check_level(level):
@@ -107,22 +175,26 @@ def check_level(level):
     if level is not None and (not isinstance(level, str) or level not in STATS_LEVELS):
         raise errors.InvalidArgument(
             "level=%r is not a stats level; valid levels: %s"
-            % (level, ", ".join(sorted(STATS_LEVELS, key=STATS_LEVELS.get))), value=level,
-            valid=sorted(STATS_LEVELS, key=STATS_LEVELS.get))
+            % (level, ", ".join(_levels())), value=level, valid=_levels())
     return level
 
 
 def command(policy, argv, stats=None, env=None, shim=None, verbose=False, level=None):
     """(argv, env) that run argv with its malloc on the policy. ``stats``: a
     directory (created if missing) where every process writes its record
-    (merge them with ``collect``). ``shim``: a shim built with plugins in
-    (alloclab.plugin.preload_shim), else the stock one. ``verbose``: the shim
+    (merge them with ``collect``; a stats level's name is refused there).
+    ``shim``: a shim built with plugins in (alloclab.plugin.preload_shim),
+    else the stock one. ``verbose``: the shim
     says on stderr what it does in each process (otherwise it writes nothing
     there). ``level``: the stats level the policy's layers count at (lite,
     off or full; None: lite), set as ALLOCLAB_STATS_LEVEL (and an inherited
     one removed when None); the shim's own counters count at every level."""
     pol = check(policy)
     check_level(level)
+    _not_a_level(stats, "directory")
+    if stats == "":
+        raise errors.InvalidArgument("stats='' names no directory: give one, or None for "
+                                     "no records", value=stats)
     if not argv:
         raise errors.InvalidArgument("preload needs a command to run")
     shim = shim or preload_path()
@@ -132,7 +204,7 @@ def command(policy, argv, stats=None, env=None, shim=None, verbose=False, level=
     pre = [p for p in env.get("LD_PRELOAD", "").split() if p and p != shim]
     env["LD_PRELOAD"] = " ".join([shim] + pre)
     env["ALLOCLAB_POLICY"] = str(pol)
-    if stats:
+    if stats is not None:
         os.makedirs(stats, exist_ok=True)
         env["ALLOCLAB_STATS"] = os.path.abspath(stats)
     else:
@@ -393,8 +465,14 @@ def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=N
     ``forward_signals`` (main thread only; kwargs then go to Popen, so no
     capture_output or input): SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
     this process are passed on to the program, which is waited for, and its
-    stats are merged as for a run that ended by itself."""
-    if stats:
+    stats are merged as for a run that ended by itself.
+
+    ``stats`` is checked before argv starts (InvalidArgument: a stats
+    level's name, a path that cannot be written or is not a regular file);
+    a write that fails after the run raises InvalidArgument naming the file
+    and the program's status, with ``.proc`` and ``.stats``."""
+    _not_a_level(stats, "file")
+    if stats is not None:
         check_stats_path(stats)
     tmp = tempfile.mkdtemp(prefix="alloclab-preload-")
     try:
@@ -408,11 +486,15 @@ def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=N
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     st["returncode"] = proc.returncode
-    if stats:
-        with open(stats, "w") as f:
-            json.dump(st, f, indent=1)
-            f.write("\n")
     proc.stats = st
+    if stats is not None:
+        try:
+            write_stats(stats, st)
+        except OSError as e:
+            raise errors.InvalidArgument(
+                "cannot write the stats file %s: %s (%s; its counters are .stats of this "
+                "error)" % (stats, e.strerror or e, status_text(proc.returncode)),
+                value=stats, proc=proc, stats=st) from None
     if st["on_glibc"] and not allow_glibc:
         raise errors.RunError(glibc_error(st, proc.returncode), proc=proc, stats=st)
     return proc
