@@ -8,6 +8,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -437,8 +438,6 @@ def test_a_program_that_ignores_the_shim_exits_125(tmp_path):
      "cannot write the --json file /nonexistent-dir/s.json: No such file or directory"),
     (["--policy", "buddy", "--json", "/"], "cannot write the --json file /: it is a directory"),
     (["--policy", "buddy", "--json", ""], "cannot write the --json file '': the name is empty"),
-    (["--policy", "buddy", "--json", "/dev/full"],
-     "cannot write the --json file /dev/full: it is a character device, not a regular file"),
 ])
 def test_bad_input_exits_2_before_the_program_starts(argv, needle, tmp_path):
     marker = tmp_path / "ran"
@@ -626,8 +625,8 @@ def test_stats_is_a_file_or_directory_and_a_level_name_is_refused(level, tmp_pat
 
 
 def test_json_refuses_a_named_pipe_before_the_program_starts(tmp_path):
-    """A FIFO with no reader would block the open for ever: any existing
-    --json path that is not a regular file is refused up front."""
+    """A FIFO with no reader would block the open for ever: it is refused up
+    front (a pipe with a reader, /dev/stdout into jq, is written)."""
     fifo = tmp_path / "fifo"
     os.mkfifo(str(fifo))
     marker = tmp_path / "ran"
@@ -635,13 +634,41 @@ def test_json_refuses_a_named_pipe_before_the_program_starts(tmp_path):
                                 str(marker)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and not marker.exists(), out.stderr
     assert out.stderr.splitlines() == [
-        "alloclab: error: cannot write the --json file %s: it is a named pipe, not a regular "
-        "file" % fifo]
+        "alloclab: error: cannot write the --json file %s: it is a named pipe with no reader"
+        % fifo]
     with pytest.raises(al.InvalidArgument) as e:
         preload.run("buddy", ["touch", str(marker)], stats=str(fifo))
-    assert str(e.value) == ("cannot write the stats file %s: it is a named pipe, not a regular "
-                            "file" % fifo) and e.value.value == str(fifo)
+    assert str(e.value) == ("cannot write the stats file %s: it is a named pipe with no reader"
+                            % fifo) and e.value.value == str(fifo)
     assert not marker.exists()
+
+
+def test_json_to_devices_and_a_socket(tmp_path):
+    """/dev/null takes the record and the program's status stands; /dev/full
+    fails only when written, after the run: one line naming it, exit 2; a
+    socket is refused before the program starts."""
+    marker = tmp_path / "ran"
+    out = subprocess.run(CLI + ["--policy", "buddy", "--json", "/dev/null", "--", "sh", "-c",
+                                "touch %s; exit 3" % marker], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 3 and marker.exists() and out.stderr == "", out.stderr
+    out = subprocess.run(CLI + ["--policy", "buddy", "--json", "/dev/full", "--", "true"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("alloclab: error: cannot write the --json file /dev/full: ")
+    sock = tmp_path / "sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock))
+    try:
+        marker.unlink()
+        out = subprocess.run(CLI + ["--policy", "buddy", "--json", str(sock), "--", "touch",
+                                    str(marker)], capture_output=True, text=True, timeout=60)
+    finally:
+        s.close()
+    assert out.returncode == 2 and not marker.exists()
+    assert out.stderr.splitlines() == [
+        "alloclab: error: cannot write the --json file %s: it is a socket" % sock]
 
 
 def test_a_json_file_that_cannot_be_written_after_the_run_exits_2(tmp_path):

@@ -667,7 +667,7 @@ def cmd_preload(args):
             raise UsageError("--plugin %s: %s" % (args.plugin, e)) from None
     # Everything that can be wrong is found before CMD starts: the spec, the
     # stack, the shim, the --json file (an empty name, a path that cannot be
-    # written or is not a regular file: a FIFO's open would wait for a reader).
+    # written, a directory, a socket, a named pipe with no reader: its open would wait).
     preload.command(args.policy, cmd, shim=shim, level=args.stats)
     if args.json is not None:
         preload.check_stats_path(args.json, what="--json file")

@@ -16,9 +16,11 @@ shim's own counters, which the served share is read from, are kept) or full
 (also lock hold and wait times). Here ``stats`` is where the records go,
 never a level: a level's name given as ``stats`` is refused.
 
-The stats file is checked before the program starts: an existing path that
-is not a regular file (a directory, a FIFO whose open would block until a
-reader came, a device such as /dev/full) is refused. A write that still
+The stats file is checked before the program starts: a directory, a
+socket, a block device and a named pipe with no reader (its open would
+wait for one) are refused; a regular file, a character device (/dev/null,
+a terminal) and a pipe with a reader (/dev/stdout into `jq`) are written
+when the program ends. A write that still
 fails once the program has ended raises InvalidArgument naming the file
 and the program's status, with ``.proc`` and ``.stats``.
 
@@ -41,6 +43,7 @@ handler inside the shim, reaches CPU 0's caches from another thread).
 ``check()`` says so before anything runs, in the shim's words.
 """
 
+import errno
 import glob
 import json
 import os
@@ -117,10 +120,12 @@ def _not_a_level(stats, what):
 
 def _open_stats(path, mode):
     """The stats file at path opened for writing (mode "a" or "w"); an open
-    that would wait (a FIFO made since the check, with no reader) fails with
-    ENXIO instead."""
+    that would wait (a named pipe with no reader) fails with ENXIO instead.
+    The writes then block as usual (a pipe whose reader is slow)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_TRUNC if mode == "w" else 0)
-    return os.fdopen(os.open(path, flags, 0o666), mode)
+    fd = os.open(path, flags, 0o666)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, mode)
 
 
 def check_stats_path(path, what="stats file"):
@@ -134,18 +139,20 @@ def check_stats_path(path, what="stats file"):
         mode = os.stat(path).st_mode
     except OSError:
         mode = None  # missing (the open below says why when it cannot be made)
-    if mode is not None and not stat.S_ISREG(mode):
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)
+                                 or stat.S_ISFIFO(mode)):
         kind = next((k for test, k in _FILE_KINDS if test(mode)), "not a file")
-        raise errors.InvalidArgument(
-            "cannot write the %s %s: it is %s" % (what, path, kind)
-            + ("" if stat.S_ISDIR(mode) else ", not a regular file"), value=path)
+        raise errors.InvalidArgument("cannot write the %s %s: it is %s" % (what, path, kind),
+                                     value=path)
     made = os.path.realpath(path)  # what the open creates (a dangling link's target)
     try:
         with _open_stats(path, "a"):
             pass
     except OSError as e:
+        why = ("it is a named pipe with no reader" if e.errno == errno.ENXIO
+               and mode is not None and stat.S_ISFIFO(mode) else e.strerror)
         raise errors.InvalidArgument("cannot write the %s %s: %s"
-                                     % (what, path, e.strerror), value=path) from None
+                                     % (what, path, why), value=path) from None
     if mode is None:
         os.unlink(made)
 
