@@ -114,8 +114,8 @@ struct percpu {
 	char *cpus;		      /* ncpu blocks */
 	size_t cpus_len;	      /* mapping length */
 	uint8_t route[FC_ORDERS];     /* the class each order is served from (fc_route_get) */
-	const struct al_index *index; /* the backend's object index, or NULL (index.h) */
-	struct al_index ix;	      /* a copy of *index: the free path reads it from here */
+	const struct al_index *index; /* &ix when the backend has an object index, or NULL */
+	struct al_index ix;	/* a copy of the backend's index (index.h), beside the hot fields */
 	bool counting;		/* the stats level counts (the stack headers' hits and pushes) */
 	struct al_counters ctr; /* percpu_counters (hits and pushes: in the stacks) */
 };
@@ -358,7 +358,7 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 		return 0;
 	/* libarena reads the order from the buddy's index, without a call */
 	if (pc->index) {
-		shift = al_index_shift(&pc->ix, p);
+		shift = al_index_shift(&pc->ix, p); /* pc->index is &pc->ix: no load through it */
 		order = shift - FC_MIN_SHIFT;
 		if (al_unlikely(order < 0 || order >= (int)pc->norders))
 			return free_uncached(pc, c, p, shift < 0 ? 0 : (size_t)1 << shift);
@@ -569,9 +569,10 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->norders = (unsigned)p[P_orders];
 	pc->guard = (int)p[P_guard];
 	fc_route_init(pc->route);
-	pc->index = al_index_of(below);
-	if (pc->index)
-		pc->ix = *pc->index;
+	if (al_index_of(below)) {
+		pc->ix = *al_index_of(below);
+		pc->index = &pc->ix;
+	}
 	pc->order_stride =
 		(sizeof(struct pc_stack) + pc->capacity * sizeof(void *) + AL_CACHELINE - 1) &
 		~(size_t)(AL_CACHELINE - 1);

@@ -46,7 +46,8 @@ from .cli_format import write_output as _write_output
 from .cli_format import wrote as _wrote
 from .policy import Policy
 from .result import BASE_METRICS
-from .run import CPU_MODES, DEFAULT_STATS, MAX_SECONDS, REPLAY_TIME_LIMIT, STATS_LEVELS, TIMINGS, plan, run
+from .run import (CPU_MODES, DEFAULT_STATS, MAX_SECONDS, REPLAY_TIME_LIMIT, STATS_LEVEL_NAMES,
+                  TIMINGS, plan, run)
 
 
 def _int_list(name):
@@ -195,7 +196,7 @@ def _stats_flag(g, what, sweep=True, hint=None):
     """--stats LEVEL (a comma-separated list when ``sweep``): what the layers
     count. ``hint(value)``: what an unknown level is told besides the valid
     ones, in `alloclab run`'s words ("" for nothing)."""
-    levels = sorted(STATS_LEVELS, key=STATS_LEVELS.get)
+    levels = STATS_LEVEL_NAMES
     if sweep:
         kind = _choice_list("stats level", levels)
     elif hint:

@@ -57,7 +57,7 @@ import tempfile
 from . import errors, schema
 from ._ffi import preload_path
 from .policy import Policy
-from .run import STATS_LEVELS
+from .run import STATS_LEVEL_NAMES, STATS_LEVELS
 
 MIN_SHARE = 0.99
 """The share of a process's allocations the policy must serve (refusals and
@@ -104,18 +104,14 @@ def check(policy):
     return pol
 
 
-def _levels():
-    return sorted(STATS_LEVELS, key=STATS_LEVELS.get)
-
-
 def _not_a_level(stats, what):
     """Refuse a stats level's name given as stats= (the records' file or
     directory): InvalidArgument naming it, level= and the valid levels."""
     if isinstance(stats, str) and stats in STATS_LEVELS:
         raise errors.InvalidArgument(
             "stats=%r is the %s the records are written to, not a stats level: the stats "
-            "level is level=%r (valid levels: %s)" % (stats, what, stats, ", ".join(_levels())),
-            value=stats, valid=_levels())
+            "level is level=%r (valid levels: %s)" % (stats, what, stats, ", ".join(STATS_LEVEL_NAMES)),
+            value=stats, valid=STATS_LEVEL_NAMES)
 
 
 def _open_stats(path, mode):
@@ -182,7 +178,7 @@ def check_level(level):
     if level is not None and (not isinstance(level, str) or level not in STATS_LEVELS):
         raise errors.InvalidArgument(
             "level=%r is not a stats level; valid levels: %s"
-            % (level, ", ".join(_levels())), value=level, valid=_levels())
+            % (level, ", ".join(STATS_LEVEL_NAMES)), value=level, valid=STATS_LEVEL_NAMES)
     return level
 
 
@@ -475,7 +471,8 @@ def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=N
     stats are merged as for a run that ended by itself.
 
     ``stats`` is checked before argv starts (InvalidArgument: a stats
-    level's name, a path that cannot be written or is not a regular file);
+    level's name, a path that cannot be written, a directory, a socket, a
+    named pipe with no reader);
     a write that fails after the run raises InvalidArgument naming the file
     and the program's status, with ``.proc`` and ``.stats``."""
     _not_a_level(stats, "file")

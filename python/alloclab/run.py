@@ -50,6 +50,8 @@ TIMINGS = {"batch": lib.AL_TIMING_BATCH, "per_op_sum": lib.AL_TIMING_PER_OP_SUM}
 # and wait times (the <layer>.*_ns metrics).
 STATS_LEVELS = {cstr(lib.al_stats_level_names[i]): i for i in range(lib.AL_STATS_NR)}
 DEFAULT_STATS = "lite"
+# The level names in the library's order (lite, off, full), as messages list them.
+STATS_LEVEL_NAMES = sorted(STATS_LEVELS, key=STATS_LEVELS.get)
 MAX_PRODUCERS = lib.AL_MAX_PRODUCERS
 _U64_MAX = (1 << 64) - 1
 
@@ -312,7 +314,7 @@ def _stats_levels(stats):
         if not isinstance(v, str) or v not in STATS_LEVELS:
             raise errors.InvalidArgument(
                 "stats=%r is not a stats level; valid levels: %s" % (
-                    v, ", ".join(sorted(STATS_LEVELS, key=STATS_LEVELS.get))))
+                    v, ", ".join(STATS_LEVEL_NAMES)))
         if v not in out:
             out.append(v)
     return out
