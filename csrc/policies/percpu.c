@@ -120,9 +120,15 @@ struct percpu {
 	struct al_counters ctr; /* percpu_counters (hits and pushes: in the stacks) */
 };
 
+/* A CPU's block: its guard word first, then its stacks. */
+static inline char *cpu_block(struct percpu *pc, unsigned cpu)
+{
+	return pc->cpus + (size_t)cpu * pc->cpu_stride;
+}
+
 static inline int *cpu_active(struct percpu *pc, unsigned cpu)
 {
-	return (int *)(pc->cpus + (size_t)cpu * pc->cpu_stride);
+	return (int *)cpu_block(pc, cpu);
 }
 
 /* One event in a stack header: its CPU is the only writer (inside the guard). */
@@ -131,10 +137,14 @@ static inline void stack_count(uint64_t *v)
 	__atomic_store_n(v, __atomic_load_n(v, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
+static inline struct pc_stack *block_stack(struct percpu *pc, char *blk, unsigned order)
+{
+	return (struct pc_stack *)(blk + AL_CACHELINE + (size_t)order * pc->order_stride);
+}
+
 static inline struct pc_stack *cpu_stack(struct percpu *pc, unsigned cpu, unsigned order)
 {
-	return (struct pc_stack *)(pc->cpus + (size_t)cpu * pc->cpu_stride + AL_CACHELINE +
-				   (size_t)order * pc->order_stride);
+	return block_stack(pc, cpu_block(pc, cpu), order);
 }
 
 /* Refill the CPU's stack of class `cls` with requests of that class size and
@@ -264,43 +274,60 @@ static al_noinline void *alloc_guard_busy(struct percpu *pc, struct al_ctx *c, u
 			  flags);
 }
 
-/* The hit path: the guard, a pop and one count, in the CPU's own lines. */
-static void *percpu_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+/* The stack was empty (or the order is routed): the slow path, inside the
+ * guard the hit path entered, which this exits. */
+static al_noinline void *alloc_miss(struct percpu *pc, struct al_ctx *c, unsigned order,
+				    size_t size, unsigned flags, int *active)
 {
-	struct percpu *pc = (struct percpu *)a;
-	unsigned order = fc_order(size);
-	int *active, cls = (int)order;
-	struct pc_stack *s;
-	void *p;
+	int cls = (int)order;
+	void *p = percpu_alloc_slow(pc, c, order, size, flags, &cls);
 
-	if (al_unlikely(order >= pc->norders || !size))
-		return alloc_uncached(pc, c, size, flags);
-	active = cpu_active(pc, c->cpu);
-	if (al_unlikely(!fc_guard_enter(active, pc->guard)))
-		return alloc_guard_busy(pc, c, order, size, flags);
-	s = cpu_stack(pc, c->cpu, order);
-	if (al_likely(s->elems)) {
-		p = s->objects[--s->elems];
-		if (AL_STATS_COMPILED && al_likely(pc->counting))
-			stack_count(&s->hits);
-		fc_guard_exit(active, pc->guard);
-		al_track_unpoison(p, fc_class_size(order));
-		if (al_unlikely(flags & AL_ZERO))
-			memset(p, 0, size);
-		return p;
-	}
-	p = percpu_alloc_slow(pc, c, order, size, flags, &cls);
 	fc_guard_exit(active, pc->guard);
 	return alloc_done(pc, c, p, cls, size, flags);
 }
 
-/* Spill the top batch; on refusal free p alone. Returns 1 if p was consumed. */
-static al_noinline int percpu_spill(struct percpu *pc, struct al_ctx *c, struct pc_stack *s,
-				    unsigned order, void *p, int *ret)
+/* The hit path: the guard, a pop and one count, in the CPU's own lines.
+ * Everything else is a tail call, so the hit saves no registers; what the
+ * hit reads of pc is read before the guard's compiler fence. */
+static void *percpu_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	struct percpu *pc = (struct percpu *)a;
+	unsigned order = fc_order(size), e;
+	int guard = pc->guard;
+	bool counting = AL_STATS_COMPILED && pc->counting;
+	struct pc_stack *s;
+	char *blk;
+	void *p;
+
+	if (al_unlikely(order >= pc->norders || !size))
+		return alloc_uncached(pc, c, size, flags);
+	blk = cpu_block(pc, c->cpu);
+	s = block_stack(pc, blk, order);
+	if (al_unlikely(!fc_guard_enter((int *)blk, guard)))
+		return alloc_guard_busy(pc, c, order, size, flags);
+	e = s->elems;
+	if (al_unlikely(!e))
+		return alloc_miss(pc, c, order, size, flags, (int *)blk);
+	p = s->objects[--e];
+	s->elems = e;
+	if (al_likely(counting))
+		stack_count(&s->hits);
+	fc_guard_exit((int *)blk, guard);
+	al_track_unpoison(p, fc_class_size(order));
+	if (al_unlikely(flags & AL_ZERO))
+		return memset(p, 0, size);
+	return p;
+}
+
+/* The stack is full, inside the guard the push path entered: spill the top
+ * batch and push p, or on a refused spill free p alone; then exit the guard.
+ * Returns what free returns. */
+static al_noinline int free_spill_push(struct percpu *pc, struct al_ctx *c, struct pc_stack *s,
+				       unsigned order, void *p, int *active)
 {
 	unsigned b = pc->batch < s->elems ? pc->batch : s->elems;
 	size_t cs = fc_class_size(order);
-	int n;
+	int n, ret = 0;
 
 	al_assert(s->elems <= pc->capacity);
 	al_track_unpoison_all(&s->objects[s->elems - b], b, cs);
@@ -309,16 +336,22 @@ static al_noinline int percpu_spill(struct percpu *pc, struct al_ctx *c, struct 
 		s->elems -= b;
 		al_count(&pc->ctr, c, PCPU_spills, 1);
 		al_count(&pc->ctr, c, PCPU_spill_objects, b);
-		return 0;
+		al_assert(s->elems < pc->capacity);
+		al_track_poison(p, cs);
+		s->objects[s->elems++] = p;
+		if (AL_STATS_COMPILED && pc->counting)
+			stack_count(&s->pushes);
+	} else {
+		al_count(&pc->ctr, c, PCPU_spill_failed, 1);
+		al_track_poison_all(&s->objects[s->elems - b], b, cs);
+		ret = al_free(pc->base.below, c, p);
+		if (!ret) {
+			al_count(&pc->ctr, c, PCPU_other_frees, 1);
+			al_count(&pc->ctr, c, PCPU_other_bytes_freed, cs);
+		}
 	}
-	al_count(&pc->ctr, c, PCPU_spill_failed, 1);
-	al_track_poison_all(&s->objects[s->elems - b], b, cs);
-	*ret = al_free(pc->base.below, c, p);
-	if (!*ret) {
-		al_count(&pc->ctr, c, PCPU_other_frees, 1);
-		al_count(&pc->ctr, c, PCPU_other_bytes_freed, cs);
-	}
-	return 1;
+	fc_guard_exit(active, pc->guard);
+	return ret;
 }
 
 /* Not a cacheable order, or not a live object of the backend: it decides. */
@@ -344,45 +377,67 @@ static al_noinline int free_guard_busy(struct percpu *pc, struct al_ctx *c, void
 	return ret;
 }
 
-/* The push path: the guard, a push and one count, in the CPU's own lines. */
-static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
+/* Without the backend's index: the class from its usable_size(). */
+static al_noinline int free_by_usable(struct percpu *pc, struct al_ctx *c, void *p)
 {
-	struct percpu *pc = (struct percpu *)a;
-	struct al_allocator *below = a->below;
-	size_t usable;
-	int order, shift, ret = 0;
+	struct al_allocator *below = pc->base.below;
+	size_t usable = below->ops->usable_size(below, p);
+	int order = fc_order_floor(usable);
 	int *active;
 	struct pc_stack *s;
 
-	if (!p)
-		return 0;
-	/* libarena reads the order from the buddy's index, without a call */
-	if (pc->index) {
-		shift = al_index_shift(&pc->ix, p); /* pc->index is &pc->ix: no load through it */
-		order = shift - FC_MIN_SHIFT;
-		if (al_unlikely(order < 0 || order >= (int)pc->norders))
-			return free_uncached(pc, c, p, shift < 0 ? 0 : (size_t)1 << shift);
-	} else {
-		usable = below->ops->usable_size(below, p);
-		order = fc_order_floor(usable);
-		if (al_unlikely(order < 0 || order >= (int)pc->norders))
-			return free_uncached(pc, c, p, usable);
-	}
+	if (al_unlikely(order < 0 || order >= (int)pc->norders))
+		return free_uncached(pc, c, p, usable);
 	active = cpu_active(pc, c->cpu);
 	if (al_unlikely(!fc_guard_enter(active, pc->guard)))
 		return free_guard_busy(pc, c, p, (unsigned)order);
 	s = cpu_stack(pc, c->cpu, (unsigned)order);
-	if (al_unlikely(s->elems >= pc->capacity) &&
-	    percpu_spill(pc, c, s, (unsigned)order, p, &ret)) {
-		fc_guard_exit(active, pc->guard);
-		return ret;
-	}
-	al_assert(s->elems < pc->capacity);
+	if (al_unlikely(s->elems >= pc->capacity))
+		return free_spill_push(pc, c, s, (unsigned)order, p, active);
 	al_track_poison(p, fc_class_size((unsigned)order));
 	s->objects[s->elems++] = p;
-	if (AL_STATS_COMPILED && al_likely(pc->counting))
+	if (AL_STATS_COMPILED && pc->counting)
 		stack_count(&s->pushes);
 	fc_guard_exit(active, pc->guard);
+	return 0;
+}
+
+/* The push path: the guard, a push and one count, in the CPU's own lines;
+ * the order from the backend's index read inline, as libarena reads
+ * idx_get_order. Everything else is a tail call, as on the hit path. */
+static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	struct percpu *pc = (struct percpu *)a;
+	int guard = pc->guard;
+	bool counting = AL_STATS_COMPILED && pc->counting;
+	int order, shift;
+	unsigned e;
+	struct pc_stack *s;
+	char *blk;
+
+	if (!p)
+		return 0;
+	if (al_unlikely(!pc->index))
+		return free_by_usable(pc, c, p);
+	/* pc->ix is the backend's index, its items checked to be the classes'
+	 * 16 bytes at create: the shifts are constants. */
+	shift = al_index_shift_items(&pc->ix, p, FC_MIN_SHIFT);
+	order = shift - FC_MIN_SHIFT;
+	if (al_unlikely((unsigned)order >= pc->norders))
+		return free_uncached(pc, c, p, shift < 0 ? 0 : (size_t)1 << shift);
+	blk = cpu_block(pc, c->cpu);
+	s = block_stack(pc, blk, (unsigned)order);
+	if (al_unlikely(!fc_guard_enter((int *)blk, guard)))
+		return free_guard_busy(pc, c, p, (unsigned)order);
+	e = s->elems;
+	if (al_unlikely(e >= pc->capacity))
+		return free_spill_push(pc, c, s, (unsigned)order, p, (int *)blk);
+	al_track_poison(p, fc_class_size((unsigned)order));
+	s->objects[e] = p;
+	s->elems = e + 1;
+	if (al_likely(counting))
+		stack_count(&s->pushes);
+	fc_guard_exit((int *)blk, guard);
 	return 0;
 }
 
@@ -569,7 +624,9 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->norders = (unsigned)p[P_orders];
 	pc->guard = (int)p[P_guard];
 	fc_route_init(pc->route);
-	if (al_index_of(below)) {
+	/* The free path reads the backend's index with the classes' item size
+	 * as a constant; an index of other items is read through usable_size. */
+	if (al_index_of(below) && al_index_of(below)->min_shift == FC_MIN_SHIFT) {
 		pc->ix = *al_index_of(below);
 		pc->index = &pc->ix;
 	}

@@ -50,26 +50,34 @@ struct al_index {
 /* log2 of the usable size of the live block starting at ptr (the block's
  * order plus min_shift), or -1 when ptr is not one (outside the arena,
  * misaligned, metadata, free, not a block start). A cache above files the
- * block by this shift, with no size to take the logarithm of again. */
-static inline int al_index_shift(const struct al_index *ix, const void *ptr)
+ * block by this shift, with no size to take the logarithm of again.
+ * min_shift is ix->min_shift: a layer that checked it once against a
+ * constant passes the constant, and the masks and shifts fold. */
+static inline __attribute__((always_inline)) int
+al_index_shift_items(const struct al_index *ix, const void *ptr, unsigned min_shift)
 {
 	uintptr_t p = (uintptr_t)ptr, off = p - ix->base, ch;
 	size_t n = off >> ix->chunk_shift;
 	uint32_t idx;
 	uint8_t v;
 
-	if (off >= ix->limit || (p & (((uintptr_t)1 << ix->min_shift) - 1)) ||
+	if (off >= ix->limit || (p & (((uintptr_t)1 << min_shift) - 1)) ||
 	    !((__atomic_load_n(&ix->linked[n / 64], __ATOMIC_ACQUIRE) >> (n % 64)) & 1))
 		return -1;
 	ch = p & ~(((uintptr_t)1 << ix->chunk_shift) - 1);
-	idx = (uint32_t)((p - ch) >> ix->min_shift);
+	idx = (uint32_t)((p - ch) >> min_shift);
 	if (idx < ix->meta_items)
 		return -1;
 	v = __atomic_load_n((const uint8_t *)ch + ix->alloc_off + (idx >> 3), __ATOMIC_RELAXED);
 	if (!((v >> (idx & 7)) & 1))
 		return -1;
 	v = __atomic_load_n((const uint8_t *)ch + (idx >> 1), __ATOMIC_RELAXED);
-	return (int)ix->min_shift + ((idx & 1) ? v & 0xf : v >> 4);
+	return (int)min_shift + ((idx & 1) ? v & 0xf : v >> 4);
+}
+
+static inline int al_index_shift(const struct al_index *ix, const void *ptr)
+{
+	return al_index_shift_items(ix, ptr, ix->min_shift);
 }
 
 /* The usable size of the live block starting at ptr, or 0 when ptr is not
