@@ -8,8 +8,11 @@ Sections (malloc-free, size 64, batch timing, the default stats level):
             ratio per paired run, geometric mean and 95% t interval.
             Goals: <= 0.8x at 16, <= 1.5x at 256.
   floor     `null` at 64 and 256 allocs/cycle: alloc_ns and free_ns (goal
-            <= 1.0 each), beside a bare walk of a self-linked list compiled
-            here (the free loop's dependent load per object: its floor).
+            <= 1.0 each), beside two programs compiled here: a bare walk of a
+            self-linked list (the free loop's dependent load per object) and
+            the engine's alloc and free loops around a function that does
+            nothing, called through a pointer (what an op called as a layer's
+            is costs on this machine before any allocator work).
   scaling   buddy, libarena-spill and libarena-transfer at 256 allocs/cycle,
             1 and 2 pinned producers: 2p/1p ratios of alloc_ns and free_ns
             (goal for transfer: <= 2x each); then one stats=full run per cell
@@ -66,6 +69,66 @@ int main(int argc, char **argv) {
 """
 
 
+# The engine's two loops (csrc/workloads/list.h) around a function that does
+# nothing, called through a pointer loaded once as the engine loads the
+# layer's op: alloc links each returned object into a list, free walks the
+# list and calls free on each. What no allocator called this way can beat.
+CALL_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static void *cell[8] __attribute__((aligned(64)));
+__attribute__((noinline)) static void *nalloc(void *a, void *c, size_t size, unsigned flags) {
+	(void)a; (void)c; (void)size; (void)flags;
+	return cell;
+}
+__attribute__((noinline)) static int nfree(void *a, void *c, void *p) {
+	(void)a; (void)c; (void)p;
+	return 0;
+}
+void *(*volatile alloc_op)(void *, void *, size_t, unsigned) = nalloc;
+int (*volatile free_op)(void *, void *, void *) = nfree;
+static double since(const struct timespec *t0) {
+	struct timespec t1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (t1.tv_sec - t0->tv_sec) * 1e9 + (t1.tv_nsec - t0->tv_nsec);
+}
+int main(int argc, char **argv) {
+	unsigned n = (unsigned)atoi(argv[1]), reps = 400000, r, i;
+	void *(*alloc)(void *, void *, size_t, unsigned) = alloc_op;
+	int (*fr)(void *, void *, void *) = free_op;
+	void *head, *p, *next;
+	struct timespec t0;
+	double ta, tf;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (r = 0; r < reps; r++) {
+		head = NULL;
+		for (i = 0; i < n; i++) {
+			p = alloc(NULL, NULL, 64, 0);
+			if (!p)
+				abort();
+			*(void **)p = head;
+			head = p;
+		}
+	}
+	ta = since(&t0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (r = 0; r < reps; r++) {
+		head = cell;
+		for (i = 0; i < n; i++) {
+			next = *(void **)head;
+			if (fr(NULL, NULL, head))
+				abort();
+			head = next;
+		}
+	}
+	tf = since(&t0);
+	printf("%.4f %.4f\n", ta / ((double)reps * n), tf / ((double)reps * n));
+	return 0;
+}
+"""
+
+
 def ci(logs):
     """Geometric mean and 95% t interval of paired log-ratios."""
     logs = np.asarray(logs, dtype=float)
@@ -113,15 +176,18 @@ def fastpath(a, out):
     return lines
 
 
-def chase_ns(n):
+def c_floor(code, n):
+    """Median over 5 runs, pinned to CPU 0, of what the C program prints for n
+    steps per round (one figure or several)."""
     with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "chase.c"), os.path.join(d, "chase")
+        src, exe = os.path.join(d, "floor.c"), os.path.join(d, "floor")
         with open(src, "w") as f:
-            f.write(CHASE_C)
+            f.write(code)
         subprocess.run(["gcc", "-O2", "-o", exe, src], check=True)
-        vals = [float(subprocess.run(["taskset", "-c", "0", exe, str(n)], capture_output=True,
-                                     text=True, check=True).stdout) for _ in range(5)]
-    return float(np.median(vals))
+        vals = [[float(v) for v in subprocess.run(["taskset", "-c", "0", exe, str(n)],
+                                                  capture_output=True, text=True,
+                                                  check=True).stdout.split()] for _ in range(5)]
+    return [float(v) for v in np.median(np.asarray(vals), axis=0)]
 
 
 def floor(a, out):
@@ -130,14 +196,20 @@ def floor(a, out):
     rows = []
     for n in (64, 256):
         p = point(res, allocs_per_cycle=n)
+        (chase,) = c_floor(CHASE_C, n)
+        call_alloc, call_free = c_floor(CALL_C, n)
         rows.append(dict(allocs_per_cycle=n, alloc_ns=float(np.median(p["alloc_ns"])),
-                         free_ns=float(np.median(p["free_ns"])), chase_ns=chase_ns(n)))
+                         free_ns=float(np.median(p["free_ns"])), chase_ns=chase,
+                         call_alloc_ns=call_alloc, call_free_ns=call_free))
     out["floor"] = rows
-    lines = ["floor: null, 1 producer (goal <= 1.0 ns each); chase = one dependent load per "
-             "list step, no call"]
+    lines = ["floor: null, 1 producer (goal <= 1.0 ns each); list walk = one dependent load "
+             "per step, no call; call loops = the engine's two loops around a function that "
+             "does nothing, called through a pointer (no allocator, no clock inside)"]
     for r in rows:
-        lines.append("  %4d/cycle  alloc %.3f  free %.3f  (list walk alone %.3f ns/step)" % (
-            r["allocs_per_cycle"], r["alloc_ns"], r["free_ns"], r["chase_ns"]))
+        lines.append("  %4d/cycle  alloc %.3f  free %.3f  (list walk alone %.3f ns/step; call "
+                     "loops alone: alloc %.3f  free %.3f)" % (
+                         r["allocs_per_cycle"], r["alloc_ns"], r["free_ns"], r["chase_ns"],
+                         r["call_alloc_ns"], r["call_free_ns"]))
     return lines
 
 

@@ -49,9 +49,24 @@ static inline size_t fc_class_size(unsigned order)
 /* The usable size of p in the backend: read from its index inline when it
  * has one (index.h: libarena reads the order from the buddy's index), else
  * through its usable_size. */
+/* log2 of p's usable size from the index, or -1 when p is not a live block.
+ * An index of 16-byte items (every buddy's) is read with that size as a
+ * constant, so its masks and shifts fold. */
+static inline int fc_index_shift(const struct al_index *ix, const void *p)
+{
+	if (al_likely(ix->min_shift == FC_MIN_SHIFT))
+		return al_index_shift_items(ix, p, FC_MIN_SHIFT);
+	return al_index_shift(ix, p);
+}
+
 static inline size_t fc_usable(struct al_allocator *below, const struct al_index *ix, const void *p)
 {
-	return ix ? al_index_usable(ix, p) : below->ops->usable_size(below, p);
+	int shift;
+
+	if (!ix)
+		return below->ops->usable_size(below, p);
+	shift = fc_index_shift(ix, p);
+	return shift < 0 ? 0 : (size_t)1 << shift;
 }
 
 static inline int fc_class_of(struct al_allocator *below, const struct al_index *ix, const void *p,
@@ -61,8 +76,9 @@ static inline int fc_class_of(struct al_allocator *below, const struct al_index 
 
 	if (!p || (!ix && !below->ops->usable_size))
 		return -1;
-	o = fc_order_floor(fc_usable(below, ix, p));
-	return o < (int)norders ? o : -1;
+	/* the floor order of a power-of-two usable size is its log2 less 4 */
+	o = ix ? fc_index_shift(ix, p) - FC_MIN_SHIFT : fc_order_floor(fc_usable(below, ix, p));
+	return o >= 0 && o < (int)norders ? o : -1;
 }
 
 /* Where the requests of each order are served from: the order itself until
