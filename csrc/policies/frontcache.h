@@ -49,14 +49,21 @@ static inline size_t fc_class_size(unsigned order)
 /* The usable size of p in the backend: read from its index inline when it
  * has one (index.h: libarena reads the order from the buddy's index), else
  * through its usable_size. */
-/* log2 of p's usable size from the index, or -1 when p is not a live block.
- * An index of 16-byte items (every buddy's) is read with that size as a
- * constant, so its masks and shifts fold. */
+/* The backend's index when its items are the classes' 16 bytes (every
+ * buddy's), so that a cache reads it with that size as a constant and its
+ * masks and shifts fold; NULL otherwise (the cache asks usable_size()). */
+static inline const struct al_index *fc_index_of(struct al_allocator *below)
+{
+	const struct al_index *ix = al_index_of(below);
+
+	return ix && ix->min_shift == FC_MIN_SHIFT ? ix : NULL;
+}
+
+/* log2 of p's usable size from an index of fc_index_of(), or -1 when p is
+ * not a live block. */
 static inline int fc_index_shift(const struct al_index *ix, const void *p)
 {
-	if (al_likely(ix->min_shift == FC_MIN_SHIFT))
-		return al_index_shift_items(ix, p, FC_MIN_SHIFT);
-	return al_index_shift(ix, p);
+	return al_index_shift_items(ix, p, FC_MIN_SHIFT);
 }
 
 static inline size_t fc_usable(struct al_allocator *below, const struct al_index *ix, const void *p)

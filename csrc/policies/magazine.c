@@ -647,7 +647,7 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 	mg->norders = (unsigned)p[P_orders];
 	mg->guard = (int)p[P_guard];
 	fc_route_init(mg->route);
-	mg->index = al_index_of(below);
+	mg->index = fc_index_of(below);
 	mg->mag_size = (sizeof(struct mag) + mg->m * sizeof(void *) + AL_CACHELINE - 1) &
 		       ~(size_t)(AL_CACHELINE - 1);
 	mg->cpu_stride = (sizeof(struct mg_cpu) + mg->norders * 2 * sizeof(struct mag *) +

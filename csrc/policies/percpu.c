@@ -419,9 +419,8 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 		return 0;
 	if (al_unlikely(!pc->index))
 		return free_by_usable(pc, c, p);
-	/* pc->ix is the backend's index, its items checked to be the classes'
-	 * 16 bytes at create: the shifts are constants. */
-	shift = al_index_shift_items(&pc->ix, p, FC_MIN_SHIFT);
+	/* pc->ix is a copy of fc_index_of(backend), beside the hot fields */
+	shift = fc_index_shift(&pc->ix, p);
 	order = shift - FC_MIN_SHIFT;
 	if (al_unlikely((unsigned)order >= pc->norders))
 		return free_uncached(pc, c, p, shift < 0 ? 0 : (size_t)1 << shift);
@@ -624,10 +623,8 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->norders = (unsigned)p[P_orders];
 	pc->guard = (int)p[P_guard];
 	fc_route_init(pc->route);
-	/* The free path reads the backend's index with the classes' item size
-	 * as a constant; an index of other items is read through usable_size. */
-	if (al_index_of(below) && al_index_of(below)->min_shift == FC_MIN_SHIFT) {
-		pc->ix = *al_index_of(below);
+	if (fc_index_of(below)) {
+		pc->ix = *fc_index_of(below);
 		pc->index = &pc->ix;
 	}
 	pc->order_stride =

@@ -432,7 +432,7 @@ static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
 	tc->norders = (unsigned)p[P_orders];
 	tc->peek = p[P_peek];
 	tc->full = (int)p[P_full];
-	tc->index = al_index_of(below);
+	tc->index = fc_index_of(below);
 	tc->orders = al_meta_alloc(sizeof(struct tc_order) * tc->norders);
 	tc->slots_len = (size_t)tc->norders * tc->capacity * sizeof(void *);
 	tc->slots = al_meta_alloc(tc->slots_len);
