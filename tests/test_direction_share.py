@@ -125,6 +125,35 @@ def test_no_seed_cells():
     assert "0 of 0 (n/a)" in Synthetic([]).direction_text()
 
 
+@pytest.mark.parametrize("same_work", [True, False])
+def test_a_cell_whose_sides_did_the_same_work_is_labelled_not_missed(same_work):
+    # the seed marks a 3% gain; the model's two sides are the same: no change
+    class Labelled(Synthetic):
+        def seed_cells(self):
+            return [c._replace(same_work=same_work and c.name == "same work")
+                    for c in super().seed_cells()]
+    spec = cells() + [("same work", 3.0, "I", BASE, BASE * 1.2, None)]
+    r = Labelled(spec)
+    d = r.direction_share()
+    text = r.direction_text()
+    assert (d["cells"], d["matching"]) == (5, 4)  # never dropped from the denominator
+    assert d["detail"][-1]["same_work"] is same_work
+    if same_work:
+        assert d["opposite"] == [] and d["same_work"] == ["same work"]
+        assert (d["differing_cells"], d["differing_matching"]) == (4, 4)
+        assert "4 of 5 (80%)" in text
+        assert "; 4 of 4 (100%) where the model's kernels differ, 1 with the same work" in text
+        assert ("  same work in the model: no direction expected: same work (seed better "
+                "+3.0%, model worse -16.7%)") in text
+        assert "opposite:" not in text
+    else:  # an ordinary verdict: a significant change the other way
+        assert d["opposite"] == ["same work"] and d["same_work"] == []
+        assert (d["differing_cells"], d["differing_matching"]) == (5, 4)
+        assert "4 of 5 (80%)" in text and "; 1 opposite" in text
+        assert "where the model's kernels differ" not in text
+        assert "no direction expected" not in text
+
+
 def test_json_round_trip():
     r = Synthetic(cells("marked I"))
     d = json.loads(dump_json(r.to_dict()))
@@ -150,6 +179,26 @@ def test_vmalloc_prints_the_share():
     d = check_report(r, rep.VmallocReport, 2)  # the row's (R) and (I) cells
     assert [x["seed"] for x in d["detail"]] == ["worse", "better"]
     assert d["threshold"] == 0.02
+
+
+def test_vmalloc_h1_cells_of_6_19_are_same_work():
+    # h:1: v6.18 and 6.19-rc1 both populate huge mappings with high orders and
+    # free per page, so their counters per vmalloc agree; bulk free's differ,
+    # and so do the h:0 rows' high-order allocations
+    r = rep.vmalloc(scale=0.0005, runs=3, tests=["fix_size_alloc_test"], rezki=False,
+                    warm=False)
+    d = r.direction_share()
+    assert sorted(d["same_work"]) == ["fix_size p:256 h:1 6-19-0-rc1",
+                                      "fix_size p:512 h:1 6-19-0-rc1",
+                                      "fix_size p:64 h:1 6-19-0-rc1"]
+    assert r.same_work("fix_size_alloc_test", 16, 1, "6-19-0-rc1")
+    assert not r.same_work("fix_size_alloc_test", 16, 0, "6-19-0-rc1")
+    assert not r.same_work("fix_size_alloc_test", 64, 1, "vfree-high-order")
+    assert "pages.merges" in r.work_counters("fix_size_alloc_test", 16, 1)
+    assert d["differing_cells"] == d["cells"] - 3
+    assert "where the model's kernels differ, 3 with the same work in the model" in str(r)
+    back = rep.VmallocReport.from_json(r.to_json())
+    assert back.direction_share()["same_work"] == d["same_work"]
 
 
 def test_libarena_prints_the_share():

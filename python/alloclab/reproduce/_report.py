@@ -18,6 +18,11 @@ threshold (direction_threshold: the minimum effect its verdicts use), else
 problem), its two-sided p-value (the engine's estimate: paired t, or Welch)
 is below alpha after Benjamini-Hochberg over the seed cells, and its change
 is at least the same threshold, else "same". Matching: the two are equal.
+A seed cell whose two sides did the same counted work in the model
+(SeedCell.same_work: the reproduction says which) is labelled "same work in
+the model: no direction expected" instead of being counted as a miss; it
+stays in the share's denominator, and the share over the other cells is
+printed beside it.
 
 Progress: each reproduction counts its runs (or rows) on a progress_bar
 (progress.Bar): a tqdm bar on a terminal for a job that lasts, none when
@@ -38,8 +43,14 @@ REPORT_VERSION = 2
 # One cell of the seed's own table: its name, the seed's change in percent
 # (positive = better), the seed's mark ("I", "R", "" or None when it has
 # none: then the direction comes from the change), the verdict engine's
-# comparison Cell of the same two sides here, and whether lower is better.
-SeedCell = namedtuple("SeedCell", "name seed_pct mark cell lower_is_better")
+# comparison Cell of the same two sides here, whether lower is better, and
+# whether the model's two sides did the same counted work per operation
+# (then no direction can follow from the model: the cell is labelled so,
+# counted apart from the misses, and kept in the denominator).
+SeedCell = namedtuple("SeedCell", "name seed_pct mark cell lower_is_better same_work",
+                      defaults=(False,))
+
+SAME_WORK_LABEL = "same work in the model: no direction expected"
 
 _MARKS = {"I": "better", "R": "worse", "": "same"}
 
@@ -151,18 +162,27 @@ class Report:
         cells (N), matching (K), share (K/N, None when N is 0),
         same_sign_not_significant (M), opposite (the names, significant
         the other way or where the seed has no change),
-        opposite_sign_not_significant, threshold, alpha, the definition,
-        and each cell's detail."""
+        opposite_sign_not_significant, same_work (the names of the cells
+        whose two sides did the same counted work in the model: a miss
+        there is labelled, not counted as opposite or not significant),
+        differing_cells and differing_matching (N and K over the other
+        cells), threshold, alpha, the definition, and each cell's detail."""
         cells = self.seed_cells()
         ps = [_two_sided_p(c.cell.est) for c in cells]
         adj = _stats.bh_adjust(ps) if cells else []
-        detail, k, same_sign, other_sign, opposite = [], 0, 0, 0, []
+        detail, k, same_sign, other_sign, opposite, same_work = [], 0, 0, 0, [], []
+        k_differ = 0
         for c, pa in zip(cells, adj):
             seed = _MARKS[c.mark] if c.mark is not None else self._direction(c.seed_pct)
             pct = _improvement_pct(c.cell.est, c.lower_is_better)
             model = self._direction(pct) if c.cell.decides and pa < self.alpha else "same"
+            if c.same_work:
+                same_work.append(c.name)
             if model == seed:
                 k += 1
+                k_differ += not c.same_work
+            elif c.same_work:
+                pass  # no direction expected: labelled, not a miss
             elif model != "same":
                 opposite.append(c.name)
             elif math.isfinite(pct) and (pct > 0) == (seed == "better"):
@@ -170,11 +190,13 @@ class Report:
             else:
                 other_sign += 1
             detail.append({"cell": c.name, "seed": seed, "seed_pct": c.seed_pct,
-                           "model": model, "model_pct": pct, "p_adj": float(pa)})
+                           "model": model, "model_pct": pct, "p_adj": float(pa),
+                           "same_work": bool(c.same_work)})
         n = len(cells)
         return {"cells": n, "matching": k, "share": k / n if n else None,
                 "same_sign_not_significant": same_sign, "opposite": opposite,
-                "opposite_sign_not_significant": other_sign,
+                "opposite_sign_not_significant": other_sign, "same_work": same_work,
+                "differing_cells": n - len(same_work), "differing_matching": k_differ,
                 "threshold": self.direction_threshold(), "alpha": self.alpha,
                 "definition": self.direction_definition(), "detail": detail}
 
@@ -200,13 +222,23 @@ class Report:
         if d["opposite_sign_not_significant"]:
             line += "; %d not significant with the opposite sign" % (
                 d["opposite_sign_not_significant"])
+        if d["same_work"]:
+            m = d["differing_cells"]
+            line += ("; %d of %d (%s) where the model's kernels differ, %d with the same work "
+                     "in the model" % (d["differing_matching"], m,
+                                       "%.0f%%" % (100.0 * d["differing_matching"] / m)
+                                       if m else "n/a", len(d["same_work"])))
         lines = [line]
         by = {x["cell"]: x for x in d["detail"]}
+
+        def cell(nm):
+            return "%s (seed %s %+.1f%%, model %s %+.1f%%)" % (
+                nm, by[nm]["seed"], by[nm]["seed_pct"], by[nm]["model"], by[nm]["model_pct"])
         if d["opposite"]:
-            lines.append("  opposite: " + "; ".join(
-                "%s (seed %s %+.1f%%, model %s %+.1f%%)" % (
-                    nm, by[nm]["seed"], by[nm]["seed_pct"], by[nm]["model"],
-                    by[nm]["model_pct"]) for nm in d["opposite"]))
+            lines.append("  opposite: " + "; ".join(cell(nm) for nm in d["opposite"]))
+        if d["same_work"]:
+            lines.append("  %s: %s" % (SAME_WORK_LABEL, "; ".join(
+                cell(nm) for nm in d["same_work"])))
         lines += _wrap("(" + d["definition"] + ")", wrap, "  ")
         return "\n".join(lines)
 

@@ -393,8 +393,51 @@ class VmallocReport(Report):
                 cell = self._cell(t, p, h, label) if mark else None
                 if cell is not None:
                     out.append(SeedCell("%s p:%d h:%d %s" % (_short(t), p, h, label), pct,
-                                        mark, cell, True))
+                                        mark, cell, True, self.same_work(t, p, h, label)))
         return out
+
+    # Same work: every event counter within this share of v6.18's per vmalloc,
+    # plus SAME_WORK_ABS. Calibrated loops differ between policies, so the same
+    # work differs per vmalloc by the warm-up's and the purges' share.
+    SAME_WORK_REL = 0.02
+    SAME_WORK_ABS = 0.05
+
+    def work_counters(self, test, p, h):
+        """The pages and vmalloc event counters a row's runs have (a metric with
+        a per-op form: no gauges; no times)."""
+        res = self.results.get(_row_key(test, p, h))
+        if res is None:
+            return []
+        ms = set(res.metrics())
+        return sorted(m for m in ms if m.split(".", 1)[0] in ("pages", "vmalloc") and
+                      m + "_per_op" in ms and not m.endswith(("_ns", "_per_op")))
+
+    def same_work(self, test, p, h, label):
+        """Whether a design's runs of a row did the same counted work per vmalloc
+        as v6.18's (every work counter within SAME_WORK_REL + SAME_WORK_ABS),
+        as in the h:1 rows, where v6.18 and 6.19-rc1 both populate huge
+        mappings with high orders and free per page: no direction can follow
+        from the model there. False when either side has no counters."""
+        names = self.work_counters(test, p, h)
+        if not names:
+            return False
+        for m in names:
+            a = self.counter_per_vmalloc(test, p, h, BASELINE[0], m)
+            b = self.counter_per_vmalloc(test, p, h, label, m)
+            if not (np.isfinite(a) and np.isfinite(b)):
+                return False
+            if abs(a - b) > self.SAME_WORK_REL * max(abs(a), abs(b)) + self.SAME_WORK_ABS:
+                return False
+        return True
+
+    def counter_per_vmalloc(self, test, p, h, label, metric):
+        """A counter metric per vmalloc (mean over runs) for a row and design."""
+        vm = self.samples(test, p, h, label, "vmalloc.vmallocs")
+        v = self.samples(test, p, h, label, metric)
+        if vm is None or v is None:
+            return float("nan")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return float(np.nanmean(np.asarray(v, float) / np.asarray(vm, float)))
 
     # -- the seed's table --
 
