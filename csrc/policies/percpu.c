@@ -377,43 +377,50 @@ static al_noinline int free_guard_busy(struct percpu *pc, struct al_ctx *c, void
 	return ret;
 }
 
+/* Push p, of cached class `order`, on the CPU's stack: the guard, a push and
+ * one count, in the CPU's own lines; a busy guard or a full stack is a tail
+ * call, so the push saves no registers. */
+static inline __attribute__((always_inline)) int push(struct percpu *pc, struct al_ctx *c, void *p,
+						      unsigned order)
+{
+	int guard = pc->guard;
+	bool counting = AL_STATS_COMPILED && pc->counting;
+	char *blk = cpu_block(pc, c->cpu);
+	struct pc_stack *s = block_stack(pc, blk, order);
+	unsigned e;
+
+	if (al_unlikely(!fc_guard_enter((int *)blk, guard)))
+		return free_guard_busy(pc, c, p, order);
+	e = s->elems;
+	if (al_unlikely(e >= pc->capacity))
+		return free_spill_push(pc, c, s, order, p, (int *)blk);
+	al_track_poison(p, fc_class_size(order));
+	s->objects[e] = p;
+	s->elems = e + 1;
+	if (al_likely(counting))
+		stack_count(&s->pushes);
+	fc_guard_exit((int *)blk, guard);
+	return 0;
+}
+
 /* Without the backend's index: the class from its usable_size(). */
 static al_noinline int free_by_usable(struct percpu *pc, struct al_ctx *c, void *p)
 {
 	struct al_allocator *below = pc->base.below;
 	size_t usable = below->ops->usable_size(below, p);
 	int order = fc_order_floor(usable);
-	int *active;
-	struct pc_stack *s;
 
 	if (al_unlikely(order < 0 || order >= (int)pc->norders))
 		return free_uncached(pc, c, p, usable);
-	active = cpu_active(pc, c->cpu);
-	if (al_unlikely(!fc_guard_enter(active, pc->guard)))
-		return free_guard_busy(pc, c, p, (unsigned)order);
-	s = cpu_stack(pc, c->cpu, (unsigned)order);
-	if (al_unlikely(s->elems >= pc->capacity))
-		return free_spill_push(pc, c, s, (unsigned)order, p, active);
-	al_track_poison(p, fc_class_size((unsigned)order));
-	s->objects[s->elems++] = p;
-	if (AL_STATS_COMPILED && pc->counting)
-		stack_count(&s->pushes);
-	fc_guard_exit(active, pc->guard);
-	return 0;
+	return push(pc, c, p, (unsigned)order);
 }
 
-/* The push path: the guard, a push and one count, in the CPU's own lines;
- * the order from the backend's index read inline, as libarena reads
- * idx_get_order. Everything else is a tail call, as on the hit path. */
+/* The free path: the order from the backend's index read inline, as
+ * libarena reads idx_get_order, then the push. */
 static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	struct percpu *pc = (struct percpu *)a;
-	int guard = pc->guard;
-	bool counting = AL_STATS_COMPILED && pc->counting;
 	int order, shift;
-	unsigned e;
-	struct pc_stack *s;
-	char *blk;
 
 	if (!p)
 		return 0;
@@ -424,20 +431,7 @@ static int percpu_free(struct al_allocator *a, struct al_ctx *c, void *p)
 	order = shift - FC_MIN_SHIFT;
 	if (al_unlikely((unsigned)order >= pc->norders))
 		return free_uncached(pc, c, p, shift < 0 ? 0 : (size_t)1 << shift);
-	blk = cpu_block(pc, c->cpu);
-	s = block_stack(pc, blk, (unsigned)order);
-	if (al_unlikely(!fc_guard_enter((int *)blk, guard)))
-		return free_guard_busy(pc, c, p, (unsigned)order);
-	e = s->elems;
-	if (al_unlikely(e >= pc->capacity))
-		return free_spill_push(pc, c, s, (unsigned)order, p, (int *)blk);
-	al_track_poison(p, fc_class_size((unsigned)order));
-	s->objects[e] = p;
-	s->elems = e + 1;
-	if (al_likely(counting))
-		stack_count(&s->pushes);
-	fc_guard_exit((int *)blk, guard);
-	return 0;
+	return push(pc, c, p, (unsigned)order);
 }
 
 static size_t percpu_usable_size(struct al_allocator *a, const void *p)
