@@ -208,6 +208,47 @@ def test_report_plots(report):
         plt.close(fig)
 
 
+# The storage path alone against the seed's change per create: each reading
+# flips with the data.
+@pytest.mark.parametrize("seed, before, after, kind", [
+    (-1000.0, [100, 110, 105], [300, 310, 305], "exceeds"),    # saves more than it all costs
+    (-50.0, [100, 110, 105], [300, 310, 305], "opposite"),      # the path alone is slower
+    (-50.0, [300, 310, 305], [100, 110, 105], "same"),
+    (+300.0, [100, 110, 105], [300, 310, 305], "same"),
+    (+300.0, [300, 310, 305], [100, 110, 105], "opposite"),
+    (+300.0, [100, 200, 150], [110, 190, 160], "inconclusive"),
+    (+300.0, [100], [300, 310], "too few runs"),
+])
+def test_alone_reading_follows_the_data(seed, before, after, kind):
+    from alloclab.reproduce.local_storage import _alone_reading, _alone_words
+    r = _alone_reading(seed, before, after)
+    assert r["kind"] == kind
+    if kind != "too few runs":
+        assert r["diff_ns"] == pytest.approx(np.mean(after) - np.mean(before))
+        assert r["lo"] <= r["diff_ns"] <= r["hi"]
+    assert _alone_words(r)
+
+
+def test_report_with_the_path_alone(tmp_path):
+    r = rep.local_storage(batch_sizes=[16], runs=3, duration=0.05, sample=0.02,
+                          warmup_cycles=5, alone=True, owner_work="none")
+    assert r.alone is not None and len(r.alone_ns("task", 0, 16)) == 3
+    text = str(r)
+    assert "The storage path alone (owner_work=none, 3 runs" in text
+    assert "seed: after -1167 ns per create" in text  # 1e6/25.399 - 1e6/24.668
+    d = json.loads(r.to_json())
+    cells = {(x["storage_type"], x["batch_size"]): x for x in d["alone"]}
+    assert set(cells) == {("socket", 16), ("task", 16)}
+    assert cells[("task", 16)]["kind"] == r.alone_reading("task", 16)["kind"]
+    back = rep.LocalStorageReport.from_json(r.to_json())
+    assert str(back) == text
+    # without it, no section
+    r = rep.local_storage(storage_types=["socket"], batch_sizes=[16], runs=2, duration=0.02,
+                          sample=0.01, warmup_cycles=2, owner_work="none")
+    assert r.alone is None and "storage path alone" not in str(r)
+    assert "alone" not in json.loads(r.to_json())
+
+
 def test_report_rejects_unknown_storage_type():
     with pytest.raises(al.UnknownNameError, match="inode"):
         rep.local_storage(storage_types=["inode"])
@@ -226,6 +267,18 @@ def test_cli_reproduce_local_storage(tmp_path):
     r = subprocess.run([sys.executable, "-m", "alloclab", "reproduce", "local-storage",
                         "--storage-types", "inode"], capture_output=True, text=True)
     assert r.returncode == 2 and "inode" in r.stderr
+
+
+def test_cli_reproduce_local_storage_alone_flag():
+    base = [sys.executable, "-m", "alloclab", "reproduce", "local-storage", "--storage-types",
+            "socket", "--batch-sizes", "16", "--runs", "2", "--duration", "0.05", "--sample",
+            "0.02"]
+    r = subprocess.run(base, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "The storage path alone (owner_work=none, 2 runs" in r.stdout
+    r = subprocess.run(base + ["--no-alone"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "storage path alone" not in r.stdout
 
 
 def test_cli_run_workload_metric():

@@ -827,6 +827,10 @@ def _local_storage_parser(rsub):
     ls.add_argument("--owner-work", choices=["real", "none"], default="real",
                     help="real sockets/threads per owner as the bench (default), or none: the "
                          "allocators alone")
+    ls.add_argument("--no-alone", dest="alone", action="store_false",
+                    help="with real owners, skip the short runs of the storage path alone "
+                         "(owner_work=none) that the report sets against the seed's change "
+                         "per create")
     ls.add_argument("--producers", type=int, default=1, help="producers (default 1, as -p 1)")
     ls.add_argument("--gp-latency", type=_duration, default=0.0,
                     help="minimum grace period (default 0: the next quiescent point)")
@@ -853,7 +857,8 @@ def cmd_reproduce_local_storage(args):
                                       owner_work=args.owner_work, producers=args.producers,
                                       gp_latency=int(round(args.gp_latency * 1e9)),
                                         rcu_nocb=args.rcu_nocb, effort=args.effort,
-                                        progress=args.progress),
+                                        progress=args.progress,
+                                        alone=args.alone and args.owner_work == "real"),
         args)
 
 

@@ -40,12 +40,14 @@ import math
 import numpy as np
 
 from .. import machine
+from .. import stats as _stats
 from .. import verdict as V
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report, SeedCell, progress_bar
+from ._report import Report, SeedCell, _wrap, progress_bar
 
 WORKLOAD = "local-storage-create"
+ALONE_DURATION = 0.1  # seconds measured per run of the storage path alone
 
 # storage type -> ((label, preset), ...) before, after
 ERAS = {
@@ -108,7 +110,7 @@ COUNTERS = (
 def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), runs=None,
                   duration=None, sample=0.1, warmup_cycles=20, owner_work="real", producers=1,
                   gp_latency=0, rcu_nocb=False, timing="batch", effort="normal", progress=False,
-                  policies=None, **params):
+                  policies=None, alone=None, **params):
     """Run the seed's grid and return a LocalStorageReport.
 
     Every storage type x batch size x era cell runs ``runs`` times (each a
@@ -116,8 +118,11 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     samples), the two eras of a cell back to back in each round, their order
     alternating. effort ("quick", "normal", "rigorous") sets runs and
     duration where they are not given. ``policies`` overrides the
-    allocators: {storage type: (before spec, after spec)}. Extra keyword
-    arguments are workload parameters.
+    allocators: {storage type: (before spec, after spec)}. ``alone`` (default:
+    with real owners) also runs every cell with owner_work="none", for the
+    time the modelled storage path itself takes per create in each era,
+    beside the seed's change per create (LocalStorageReport.alone_reading).
+    Extra keyword arguments are workload parameters.
     """
     storage_types = list(storage_types)
     for st in storage_types:
@@ -128,31 +133,47 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     duration = DURATION[effort] if duration is None else duration
     eras = {st: [(lab, (policies or {}).get(st, (None, None))[i] or spec)
                  for i, (lab, spec) in enumerate(ERAS[st])] for st in storage_types}
+    if alone is None:
+        alone = owner_work == "real"
     load_before = machine.loadavg()
-    pairs = []
-    for st in storage_types:
-        for b in batch_sizes:
-            pair = []
-            for lab, spec in eras[st]:
-                _, t = _plan(WORKLOAD, spec, runs=runs, producers=producers,
-                             timing=timing, warmup_cycles=warmup_cycles,
-                             duration=duration, storage_type=st, batch_size=b,
-                             owner_work=owner_work, gp_latency=gp_latency,
-                             rcu_nocb=rcu_nocb, sample=int(sample * 1e9), mem_sample=0,
-                             **params)
-                pair += t
-            pairs.append(pair)
-    tasks = [t for pair in pairs for t in pair]
-    raws = _run_pairs(pairs, runs, progress)
-    meta = collect_metadata()
-    meta["run"] = {"workload": WORKLOAD, "runs": runs, "duration": duration,
-                   "sample": sample, "owner_work": owner_work, "producers": producers}
-    res = Result.from_raw(meta, [(t["point"], raws[id(t)]) for t in tasks])
+
+    def grid(ow, dur, smp):
+        pairs = []
+        for st in storage_types:
+            for b in batch_sizes:
+                pair = []
+                for lab, spec in eras[st]:
+                    _, t = _plan(WORKLOAD, spec, runs=runs, producers=producers,
+                                 timing=timing, warmup_cycles=warmup_cycles,
+                                 duration=dur, storage_type=st, batch_size=b,
+                                 owner_work=ow, gp_latency=gp_latency,
+                                 rcu_nocb=rcu_nocb, sample=int(smp * 1e9), mem_sample=0,
+                                 **params)
+                    pair += t
+                pairs.append(pair)
+        return pairs
+
+    def measure(pairs, ow, dur, smp):
+        raws = _run_pairs(pairs, runs, progress)
+        meta = collect_metadata()
+        meta["run"] = {"workload": WORKLOAD, "runs": runs, "duration": dur,
+                       "sample": smp, "owner_work": ow, "producers": producers}
+        return Result.from_raw(meta, [(t["point"], raws[id(t)])
+                                      for pair in pairs for t in pair])
+
+    results = {"all": measure(grid(owner_work, duration, sample), owner_work, duration, sample)}
     settings = {"eras": eras, "effort": effort, "runs": runs, "duration": duration,
                 "sample": sample, "owner_work": owner_work, "producers": producers,
                 "seed_background": dict(SEED_BACKGROUND, source=SEED_BACKGROUND_SOURCE)}
+    if alone:
+        # the storage path without its owner runs at millions of creates per
+        # second: a short phase per run measures it to well under a percent
+        dur = min(duration, ALONE_DURATION)
+        smp = min(sample, dur)
+        results["alone"] = measure(grid("none", dur, smp), "none", dur, smp)
+        settings["alone"] = {"runs": runs, "duration": dur}
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
-    return LocalStorageReport({"all": res}, settings)
+    return LocalStorageReport(results, settings)
 
 
 def _run_pairs(pairs, runs, progress):
@@ -167,6 +188,62 @@ def _run_pairs(pairs, runs, progress):
                 bar.update()
     bar.close()
     return raws
+
+
+def _alone_reading(seed_ns, before, after, confidence=0.95):
+    """What the storage path alone says of the seed's change per create.
+
+    seed_ns: the seed's after - before in ns per create (negative: after is
+    faster); before, after: ns per create in each run of the path alone.
+    kind: "exceeds" (the seed's saving is more than the whole before path
+    takes here, past its confidence bound: no change inside the path can
+    save it), "same" or "opposite" (after - before is significant, with or
+    against the seed's sign), "inconclusive" (its interval holds 0), or "too
+    few runs"."""
+    before = np.asarray([x for x in before if np.isfinite(x)], dtype=float)
+    after = np.asarray([x for x in after if np.isfinite(x)], dtype=float)
+    out = {"seed_ns": float(seed_ns), "before_ns": float("nan"), "after_ns": float("nan"),
+           "diff_ns": float("nan"), "lo": float("nan"), "hi": float("nan"),
+           "before_hi": float("nan")}
+    if len(before) < 2 or len(after) < 2 or not np.isfinite(seed_ns):
+        return dict(out, kind="too few runs")
+    q = 0.5 + confidence / 2
+    nb, na = len(before), len(after)
+    vb, va = float(np.var(before, ddof=1)) / nb, float(np.var(after, ddof=1)) / na
+    t0, t1 = float(np.mean(before)), float(np.mean(after))
+    d = t1 - t0
+    h = 0.0
+    if va + vb > 0:
+        df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
+        h = _stats.t_ppf(q, df) * math.sqrt(va + vb)
+    before_hi = t0 + _stats.t_ppf(q, nb - 1) * math.sqrt(vb)
+    out.update(before_ns=t0, after_ns=t1, diff_ns=d, lo=d - h, hi=d + h, before_hi=before_hi)
+    if seed_ns < 0 and -seed_ns > before_hi:
+        kind = "exceeds"
+    elif d - h > 0 or d + h < 0:
+        kind = "same" if (d > 0) == (seed_ns > 0) else "opposite"
+    else:
+        kind = "inconclusive"
+    return dict(out, kind=kind)
+
+
+def _alone_words(r):
+    """One reading of _alone_reading() in words."""
+    k = r["kind"]
+    if k == "too few runs":
+        return "too few runs of the storage path alone to say"
+    if k == "exceeds":
+        return ("does not follow from the storage path: the seed's after saves %.0f ns per "
+                "create, more than the whole before path takes here (%.0f ns, 95%% CI up to "
+                "%.0f): no change inside it can save that much" % (
+                    -r["seed_ns"], r["before_ns"], r["before_hi"]))
+    span = "%+.0f ns per create [%+.0f, %+.0f]" % (r["diff_ns"], r["lo"], r["hi"])
+    if k == "same":
+        return "the path alone moves the seed's way: after %s, %.0f%% of the seed's" % (
+            span, 100.0 * r["diff_ns"] / r["seed_ns"])
+    if k == "opposite":
+        return "the path alone moves the other way: after %s" % span
+    return "inconclusive: after %s, the interval holds 0" % span
 
 
 def _diff(new, old):
@@ -196,11 +273,13 @@ class LocalStorageReport(Report):
                                                     source=SEED_BACKGROUND_SOURCE))
         super().__init__(results, settings)
         self.result = res
+        self.alone = results.get("alone")  # the storage path without owners, or None
         self.eras = {st: [tuple(e) for e in v] for st, v in settings["eras"].items()}
 
     def cell_label(self, key, params):
-        return "%s batch %s %s" % (params.get("storage_type"), params.get("batch_size"),
-                                   params.get("policy"))
+        return "%s%s batch %s %s" % ("alone: " if key == "alone" else "",
+                                     params.get("storage_type"), params.get("batch_size"),
+                                     params.get("policy"))
 
     # -- access --
 
@@ -274,6 +353,57 @@ class LocalStorageReport(Report):
         """(traced kmallocs/create, slab kmallocs/create), the model's own."""
         return (self.per_create(storage_type, era, batch_size, None),
                 self.per_create(storage_type, era, batch_size, "slab.kmallocs"))
+
+    # -- the storage path alone --
+
+    def alone_ns(self, storage_type, era, batch_size):
+        """ns per create of the storage path alone (owner_work=none) in each run
+        of a cell; empty when the report has no such runs."""
+        if self.alone is None:
+            return np.array([])
+        out = []
+        for p in self.alone.select(policy=self.eras[storage_type][era][1],
+                                   storage_type=storage_type, batch_size=batch_size):
+            for x in np.asarray(p.data.get("wl.creates_per_s", []), dtype=float):
+                if np.isfinite(x) and x > 0:
+                    out.append(1e9 / x)
+        return np.array(out)
+
+    @staticmethod
+    def seed_change_ns(storage_type, batch_size):
+        """The seed's after - before in ns per create, from its k/s (negative:
+        after is faster), or NaN where the seed has no such cell."""
+        a, b = SEED.get((storage_type, 1, batch_size)), SEED.get((storage_type, 0, batch_size))
+        return 1e6 / a[0] - 1e6 / b[0] if a and b else float("nan")
+
+    def alone_reading(self, storage_type, batch_size):
+        """How far the storage path alone can account for the seed's change in a
+        cell (_alone_reading: kind, the seed's and the path's ns per create)."""
+        return _alone_reading(self.seed_change_ns(storage_type, batch_size),
+                              self.alone_ns(storage_type, 0, batch_size),
+                              self.alone_ns(storage_type, 1, batch_size))
+
+    def alone_text(self):
+        a = self.settings.get("alone", {})
+        lines = _wrap("The storage path alone (owner_work=none, %s runs of %s s per cell): the "
+                      "time the model's allocations, frees, RCU and linking take per create in "
+                      "each era, against the seed's change per create (from its k/s):" % (
+                          a.get("runs"), a.get("duration")), 104, "")
+        for st in self.storage_types:
+            for b in self.batch_sizes:
+                r = self.alone_reading(st, b)
+                lines.append("  %s batch %d: before %.0f ns, after %.0f ns; seed: after %+.0f "
+                             "ns per create" % (st, b, r["before_ns"], r["after_ns"],
+                                                r["seed_ns"]))
+                lines += _wrap(_alone_words(r), 104, "    ")
+        return "\n".join(lines)
+
+    def to_dict(self):
+        d = super().to_dict()
+        if self.alone is not None:
+            d["alone"] = [dict(self.alone_reading(st, b), storage_type=st, batch_size=b)
+                          for st in self.storage_types for b in self.batch_sizes]
+        return d
 
     def diff(self, storage_type, batch_size):
         """Creation speed of the second era against the first, in percent."""
@@ -458,7 +588,10 @@ class LocalStorageReport(Report):
         return "\n".join(lines)
 
     def body(self):
-        return [self.table(st) for st in self.storage_types] + [self.notes(), self.counters()]
+        out = [self.table(st) for st in self.storage_types] + [self.notes(), self.counters()]
+        if self.alone is not None:
+            out.append(self.alone_text())
+        return out
 
     def settings_line(self):
         return "Setup: effort %s." % self.settings.get("effort", "normal")
