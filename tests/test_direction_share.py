@@ -142,7 +142,7 @@ def test_a_cell_whose_sides_did_the_same_work_is_labelled_not_missed(same_work):
         assert d["opposite"] == [] and d["same_work"] == ["same work"]
         assert (d["differing_cells"], d["differing_matching"]) == (4, 4)
         assert "4 of 5 (80%)" in text
-        assert "; 4 of 4 (100%) where the model's kernels differ, 1 with the same work" in text
+        assert "; 4 of 4 (100%) where the model's two sides do different work, 1 with the same work" in text
         assert ("  same work in the model: no direction expected: same work (seed better "
                 "+3.0%, model worse -16.7%)") in text
         assert "opposite:" not in text
@@ -150,7 +150,7 @@ def test_a_cell_whose_sides_did_the_same_work_is_labelled_not_missed(same_work):
         assert d["opposite"] == ["same work"] and d["same_work"] == []
         assert (d["differing_cells"], d["differing_matching"]) == (5, 4)
         assert "4 of 5 (80%)" in text and "; 1 opposite" in text
-        assert "where the model's kernels differ" not in text
+        assert "where the model's two sides do different work" not in text
         assert "no direction expected" not in text
 
 
@@ -196,7 +196,7 @@ def test_vmalloc_h1_cells_of_6_19_are_same_work():
     assert not r.same_work("fix_size_alloc_test", 64, 1, "vfree-high-order")
     assert "pages.merges" in r.work_counters("fix_size_alloc_test", 16, 1)
     assert d["differing_cells"] == d["cells"] - 3
-    assert "where the model's kernels differ, 3 with the same work in the model" in str(r)
+    assert "where the model's two sides do different work, 3 with the same work in the model" in str(r)
     back = rep.VmallocReport.from_json(r.to_json())
     assert back.direction_share()["same_work"] == d["same_work"]
 

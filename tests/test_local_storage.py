@@ -210,41 +210,56 @@ def test_report_plots(report):
 
 # The storage path alone against the seed's change per create: each reading
 # flips with the data.
-@pytest.mark.parametrize("seed, before, after, kind", [
-    (-1000.0, [100, 110, 105], [300, 310, 305], "exceeds"),    # saves more than it all costs
-    (-50.0, [100, 110, 105], [300, 310, 305], "opposite"),      # the path alone is slower
-    (-50.0, [300, 310, 305], [100, 110, 105], "same"),
-    (+300.0, [100, 110, 105], [300, 310, 305], "same"),
-    (+300.0, [300, 310, 305], [100, 110, 105], "opposite"),
-    (+300.0, [100, 200, 150], [110, 190, 160], "inconclusive"),
-    (+300.0, [100], [300, 310], "too few runs"),
+@pytest.mark.parametrize("seed, sd, before, after, kind", [
+    (-1000.0, 100.0, [100, 110, 105], [300, 310, 305], "exceeds"),  # more than it all costs
+    (-1000.0, 450.0, [100, 110, 105], [300, 310, 305], "opposite"),  # not past twice its sd
+    (-1000.0, 600.0, [100, 110, 105], [300, 310, 305], "seed within its spread"),
+    (-50.0, 0.0, [100, 110, 105], [300, 310, 305], "opposite"),    # the path alone is slower
+    (-50.0, 0.0, [300, 310, 305], [100, 110, 105], "same"),
+    (+300.0, 10.0, [100, 110, 105], [300, 310, 305], "same"),
+    (+300.0, 10.0, [300, 310, 305], [100, 110, 105], "opposite"),
+    (+300.0, 10.0, [100, 200, 150], [110, 190, 160], "inconclusive"),
+    (+300.0, 10.0, [100], [300, 310], "too few runs"),
+    (float("nan"), float("nan"), [100, 110], [300, 310], "no seed cell"),
 ])
-def test_alone_reading_follows_the_data(seed, before, after, kind):
+def test_alone_reading_follows_the_data(seed, sd, before, after, kind):
     from alloclab.reproduce.local_storage import _alone_reading, _alone_words
-    r = _alone_reading(seed, before, after)
+    r = _alone_reading(seed, sd, 5000.0, before, after)
     assert r["kind"] == kind
-    if kind != "too few runs":
+    # the times measured are kept whatever the reading
+    assert r["before_ns"] == pytest.approx(np.mean(before))
+    assert r["after_ns"] == pytest.approx(np.mean(after))
+    if kind not in ("too few runs", "no seed cell"):
         assert r["diff_ns"] == pytest.approx(np.mean(after) - np.mean(before))
         assert r["lo"] <= r["diff_ns"] <= r["hi"]
+        # the path's change as a share of a whole create here (5000 ns)
+        assert r["pct"] == pytest.approx(100 * r["diff_ns"] / 5000.0)
     assert _alone_words(r)
+
+
+def test_seed_change_per_create():
+    ns, sd = rep.LocalStorageReport.seed_change_ns("task", 16)
+    assert ns == pytest.approx(1e6 / 25.399 - 1e6 / 24.668)   # -1167 ns: after is faster
+    assert sd == pytest.approx(math.hypot(1e6 * 0.142 / 25.399 ** 2, 1e6 * 0.121 / 24.668 ** 2))
+    assert all(math.isnan(x) for x in rep.LocalStorageReport.seed_change_ns("task", 8))
 
 
 def test_report_with_the_path_alone(tmp_path):
     r = rep.local_storage(batch_sizes=[16], runs=3, duration=0.05, sample=0.02,
-                          warmup_cycles=5, alone=True, owner_work="none")
-    assert r.alone is not None and len(r.alone_ns("task", 0, 16)) == 3
+                          warmup_cycles=5)   # real owners: the path alone runs too
+    assert r.alone is not None and len(r.alone_ns("task", 0, 16)) <= 3
     text = str(r)
     assert "The storage path alone (owner_work=none, 3 runs" in text
-    assert "seed: after -1167 ns per create" in text  # 1e6/25.399 - 1e6/24.668
+    assert "seed: after -1167 ns per create (sd 297), -2.9%" in text
     d = json.loads(r.to_json())
     cells = {(x["storage_type"], x["batch_size"]): x for x in d["alone"]}
     assert set(cells) == {("socket", 16), ("task", 16)}
     assert cells[("task", 16)]["kind"] == r.alone_reading("task", 16)["kind"]
     back = rep.LocalStorageReport.from_json(r.to_json())
     assert str(back) == text
-    # without it, no section
+    # without owners the main runs are the path alone: no second pass, no section
     r = rep.local_storage(storage_types=["socket"], batch_sizes=[16], runs=2, duration=0.02,
-                          sample=0.01, warmup_cycles=2, owner_work="none")
+                          sample=0.01, warmup_cycles=2, owner_work="none", alone=True)
     assert r.alone is None and "storage path alone" not in str(r)
     assert "alone" not in json.loads(r.to_json())
 

@@ -224,7 +224,7 @@ class Report:
                 d["opposite_sign_not_significant"])
         if d["same_work"]:
             m = d["differing_cells"]
-            line += ("; %d of %d (%s) where the model's kernels differ, %d with the same work "
+            line += ("; %d of %d (%s) where the model's two sides do different work, %d with the same work "
                      "in the model" % (d["differing_matching"], m,
                                        "%.0f%%" % (100.0 * d["differing_matching"] / m)
                                        if m else "n/a", len(d["same_work"])))

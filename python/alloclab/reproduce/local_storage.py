@@ -118,10 +118,11 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     samples), the two eras of a cell back to back in each round, their order
     alternating. effort ("quick", "normal", "rigorous") sets runs and
     duration where they are not given. ``policies`` overrides the
-    allocators: {storage type: (before spec, after spec)}. ``alone`` (default:
-    with real owners) also runs every cell with owner_work="none", for the
-    time the modelled storage path itself takes per create in each era,
-    beside the seed's change per create (LocalStorageReport.alone_reading).
+    allocators: {storage type: (before spec, after spec)}. ``alone`` (default
+    True; only with real owners, where the main runs are not the path alone
+    already) also runs every cell with owner_work="none", for the time the
+    modelled storage path itself takes per create in each era, beside the
+    seed's change per create (LocalStorageReport.alone_reading).
     Extra keyword arguments are workload parameters.
     """
     storage_types = list(storage_types)
@@ -133,8 +134,8 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     duration = DURATION[effort] if duration is None else duration
     eras = {st: [(lab, (policies or {}).get(st, (None, None))[i] or spec)
                  for i, (lab, spec) in enumerate(ERAS[st])] for st in storage_types}
-    if alone is None:
-        alone = owner_work == "real"
+    # without owners the main runs are the path alone already
+    alone = owner_work == "real" if alone is None else bool(alone) and owner_work == "real"
     load_before = machine.loadavg()
 
     def grid(ow, dur, smp):
@@ -167,7 +168,7 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
                 "seed_background": dict(SEED_BACKGROUND, source=SEED_BACKGROUND_SOURCE)}
     if alone:
         # the storage path without its owner runs at millions of creates per
-        # second: a short phase per run measures it to well under a percent
+        # second: a short phase per run holds hundreds of thousands of them
         dur = min(duration, ALONE_DURATION)
         smp = min(sample, dur)
         results["alone"] = measure(grid("none", dur, smp), "none", dur, smp)
@@ -190,35 +191,51 @@ def _run_pairs(pairs, runs, progress):
     return raws
 
 
-def _alone_reading(seed_ns, before, after, confidence=0.95):
-    """What the storage path alone says of the seed's change per create.
+def _alone_reading(seed_ns, seed_sd_ns, create_ns, before, after, confidence=0.95):
+    """What the model's storage path alone says of the seed's change per create.
 
     seed_ns: the seed's after - before in ns per create (negative: after is
-    faster); before, after: ns per create in each run of the path alone.
-    kind: "exceeds" (the seed's saving is more than the whole before path
-    takes here, past its confidence bound: no change inside the path can
-    save it), "same" or "opposite" (after - before is significant, with or
-    against the seed's sign), "inconclusive" (its interval holds 0), or "too
-    few runs"."""
+    faster) and seed_sd_ns its spread (from the seed's sd, taken as the
+    uncertainty of each era's mean: an overstatement, so a conservative
+    bound); create_ns: a whole create here with real owners, before (ns);
+    before, after: ns per create in each run of the path alone.
+    kind: "no seed cell", "too few runs", "seed within its spread" (the
+    seed's change is within 2 of its sd of 0), "exceeds" (the seed's saving,
+    less 2 of its sd, is more than the model's whole before path takes here,
+    past its confidence bound: the model's path cannot account for it),
+    "same" or "opposite" (after - before is significant, with or against the
+    seed's sign), else "inconclusive". The path's change is also given as a
+    share of a whole create here (pct), to set beside the seed's percent:
+    the two machines' nanoseconds do not compare."""
     before = np.asarray([x for x in before if np.isfinite(x)], dtype=float)
     after = np.asarray([x for x in after if np.isfinite(x)], dtype=float)
-    out = {"seed_ns": float(seed_ns), "before_ns": float("nan"), "after_ns": float("nan"),
-           "diff_ns": float("nan"), "lo": float("nan"), "hi": float("nan"),
-           "before_hi": float("nan")}
-    if len(before) < 2 or len(after) < 2 or not np.isfinite(seed_ns):
+    nan = float("nan")
+    out = {"seed_ns": float(seed_ns), "seed_sd_ns": float(seed_sd_ns),
+           "create_ns": float(create_ns), "before_ns": nan, "after_ns": nan, "diff_ns": nan,
+           "lo": nan, "hi": nan, "before_hi": nan, "pct": nan, "runs": [len(before), len(after)]}
+    if len(before):
+        out["before_ns"] = float(np.mean(before))
+    if len(after):
+        out["after_ns"] = float(np.mean(after))
+    if not np.isfinite(seed_ns):
+        return dict(out, kind="no seed cell")
+    if len(before) < 2 or len(after) < 2:
         return dict(out, kind="too few runs")
     q = 0.5 + confidence / 2
     nb, na = len(before), len(after)
     vb, va = float(np.var(before, ddof=1)) / nb, float(np.var(after, ddof=1)) / na
-    t0, t1 = float(np.mean(before)), float(np.mean(after))
-    d = t1 - t0
+    d = out["after_ns"] - out["before_ns"]
     h = 0.0
     if va + vb > 0:
         df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
         h = _stats.t_ppf(q, df) * math.sqrt(va + vb)
-    before_hi = t0 + _stats.t_ppf(q, nb - 1) * math.sqrt(vb)
-    out.update(before_ns=t0, after_ns=t1, diff_ns=d, lo=d - h, hi=d + h, before_hi=before_hi)
-    if seed_ns < 0 and -seed_ns > before_hi:
+    before_hi = out["before_ns"] + _stats.t_ppf(q, nb - 1) * math.sqrt(vb)
+    out.update(diff_ns=d, lo=d - h, hi=d + h, before_hi=before_hi,
+               pct=100.0 * d / create_ns if create_ns > 0 else nan)
+    sd = seed_sd_ns if np.isfinite(seed_sd_ns) else 0.0
+    if abs(seed_ns) <= 2 * sd:
+        kind = "seed within its spread"
+    elif seed_ns < 0 and -seed_ns - 2 * sd > before_hi:
         kind = "exceeds"
     elif d - h > 0 or d + h < 0:
         kind = "same" if (d > 0) == (seed_ns > 0) else "opposite"
@@ -230,20 +247,26 @@ def _alone_reading(seed_ns, before, after, confidence=0.95):
 def _alone_words(r):
     """One reading of _alone_reading() in words."""
     k = r["kind"]
+    if k == "no seed cell":
+        return "the seed has no such cell"
     if k == "too few runs":
         return "too few runs of the storage path alone to say"
+    if k == "seed within its spread":
+        return ("nothing to account for: the seed's change (%+.0f ns per create) is within "
+                "twice its own sd (%.0f ns)" % (r["seed_ns"], r["seed_sd_ns"]))
     if k == "exceeds":
-        return ("does not follow from the storage path: the seed's after saves %.0f ns per "
-                "create, more than the whole before path takes here (%.0f ns, 95%% CI up to "
-                "%.0f): no change inside it can save that much" % (
-                    -r["seed_ns"], r["before_ns"], r["before_hi"]))
-    span = "%+.0f ns per create [%+.0f, %+.0f]" % (r["diff_ns"], r["lo"], r["hi"])
+        return ("the model's storage path cannot account for it: the seed's after saves %.0f "
+                "ns per create (at least %.0f with twice its sd), more than the model's whole "
+                "before path takes here (%.0f ns, 95%% CI up to %.0f)" % (
+                    -r["seed_ns"], -r["seed_ns"] - 2 * r["seed_sd_ns"], r["before_ns"],
+                    r["before_hi"]))
+    span = "%+.0f ns per create [%+.0f, %+.0f], %+.1f%% of a create here with owners" % (
+        r["diff_ns"], r["lo"], r["hi"], r["pct"])
     if k == "same":
-        return "the path alone moves the seed's way: after %s, %.0f%% of the seed's" % (
-            span, 100.0 * r["diff_ns"] / r["seed_ns"])
+        return "the path alone moves the seed's way: after %s" % span
     if k == "opposite":
         return "the path alone moves the other way: after %s" % span
-    return "inconclusive: after %s, the interval holds 0" % span
+    return "inconclusive: after %s; the interval holds 0" % span
 
 
 def _diff(new, old):
@@ -364,39 +387,58 @@ class LocalStorageReport(Report):
         out = []
         for p in self.alone.select(policy=self.eras[storage_type][era][1],
                                    storage_type=storage_type, batch_size=batch_size):
-            for x in np.asarray(p.data.get("wl.creates_per_s", []), dtype=float):
-                if np.isfinite(x) and x > 0:
+            rate = np.asarray(p.data.get("wl.creates_per_s", []), dtype=float)
+            steal = np.asarray(p.data.get("steal_pct", np.zeros(len(rate))), dtype=float)
+            for x, st in zip(rate, np.resize(steal, len(rate))):
+                # a run with steal time is left out, as the verdict engine does
+                if np.isfinite(x) and x > 0 and not st > _stats.STEAL_WARN_PCT:
                     out.append(1e9 / x)
         return np.array(out)
 
     @staticmethod
     def seed_change_ns(storage_type, batch_size):
         """The seed's after - before in ns per create, from its k/s (negative:
-        after is faster), or NaN where the seed has no such cell."""
+        after is faster), and its spread from the seed's sds (each era's
+        1e6 sd / k^2, combined); NaNs where the seed has no such cell."""
         a, b = SEED.get((storage_type, 1, batch_size)), SEED.get((storage_type, 0, batch_size))
-        return 1e6 / a[0] - 1e6 / b[0] if a and b else float("nan")
+        if not (a and b):
+            return float("nan"), float("nan")
+        return (1e6 / a[0] - 1e6 / b[0],
+                math.hypot(1e6 * a[1] / a[0] ** 2, 1e6 * b[1] / b[0] ** 2))
 
     def alone_reading(self, storage_type, batch_size):
         """How far the storage path alone can account for the seed's change in a
         cell (_alone_reading: kind, the seed's and the path's ns per create)."""
-        return _alone_reading(self.seed_change_ns(storage_type, batch_size),
-                              self.alone_ns(storage_type, 0, batch_size),
+        seed, sd = self.seed_change_ns(storage_type, batch_size)
+        kps = self.speed(storage_type, 0, batch_size)[0]
+        create = 1e6 / kps if kps > 0 else float("nan")
+        return _alone_reading(seed, sd, create, self.alone_ns(storage_type, 0, batch_size),
                               self.alone_ns(storage_type, 1, batch_size))
 
     def alone_text(self):
         a = self.settings.get("alone", {})
-        lines = _wrap("The storage path alone (owner_work=none, %s runs of %s s per cell): the "
-                      "time the model's allocations, frees, RCU and linking take per create in "
-                      "each era, against the seed's change per create (from its k/s):" % (
-                          a.get("runs"), a.get("duration")), 104, "")
+        lines = _wrap("The storage path alone (owner_work=none, %s runs of %s s per cell; runs "
+                      "with steal time over %g%% left out): the time the model's allocations, "
+                      "frees, RCU and linking take per create in each era, against the seed's "
+                      "change per create (from its k/s and sd; the two machines' nanoseconds do "
+                      "not compare, so the path's change is also given as a share of a whole "
+                      "create here):" % (a.get("runs"), a.get("duration"),
+                                         _stats.STEAL_WARN_PCT), 104, "")
         for st in self.storage_types:
             for b in self.batch_sizes:
                 r = self.alone_reading(st, b)
                 lines.append("  %s batch %d: before %.0f ns, after %.0f ns; seed: after %+.0f "
-                             "ns per create" % (st, b, r["before_ns"], r["after_ns"],
-                                                r["seed_ns"]))
+                             "ns per create (sd %.0f), %+.1f%%" % (
+                                 st, b, r["before_ns"], r["after_ns"], r["seed_ns"],
+                                 r["seed_sd_ns"], self._seed_pct(st, b)))
                 lines += _wrap(_alone_words(r), 104, "    ")
         return "\n".join(lines)
+
+    @staticmethod
+    def _seed_pct(storage_type, batch_size):
+        """The seed's change in ns per create as a percent of its before create."""
+        a, b = SEED.get((storage_type, 1, batch_size)), SEED.get((storage_type, 0, batch_size))
+        return 100.0 * (b[0] / a[0] - 1.0) if a and b else float("nan")
 
     def to_dict(self):
         d = super().to_dict()

@@ -111,6 +111,19 @@ REZKI_LOOPS = 1000000
 
 # ---------------------------------------------------------------- statistics
 
+def _half_width(a, b, confidence=0.95):
+    """The Welch half-width of the difference of two samples' means; 0 when
+    neither varies (deterministic counters); a side of one run adds no
+    variance of its own."""
+    va = float(np.var(a, ddof=1)) / len(a) if len(a) > 1 else 0.0
+    vb = float(np.var(b, ddof=1)) / len(b) if len(b) > 1 else 0.0
+    if va + vb == 0:
+        return 0.0
+    terms = [v * v / (len(x) - 1) for v, x in ((va, a), (vb, b)) if v > 0]
+    df = (va + vb) ** 2 / sum(terms)
+    return stats.t_ppf(0.5 + confidence / 2, df) * math.sqrt(va + vb)
+
+
 def change_pct(old, new):
     """The seed's normalisation for times: old / new - 1, in percent
     (positive = improvement)."""
@@ -396,12 +409,14 @@ class VmallocReport(Report):
                                         mark, cell, True, self.same_work(t, p, h, label)))
         return out
 
-    # Same work: every event counter within this share of v6.18's per vmalloc,
-    # plus SAME_WORK_ABS, plus the larger spread (max - min) of either design's
-    # runs. Calibrated loops differ between policies, so the same work differs
-    # per vmalloc by the warm-up's share; and when the lazy purge runs is the
-    # scheduler's choice (its worker thread), so its counters vary from run to
-    # run of one design: a difference no larger than that is not one of work.
+    # Same work: every event counter's mean per vmalloc within SAME_WORK_REL of
+    # the larger of the two, plus SAME_WORK_ABS, plus the 95% half-width of the
+    # difference of the means (Welch, over the runs). Calibrated loops differ
+    # between policies, so the same work differs per vmalloc by the warm-up's
+    # share; and when the lazy purge runs is the scheduler's choice (its
+    # worker thread), so its counters vary between runs of one design: a
+    # difference within their uncertainty is not one of work. Counters that
+    # do not vary between runs get no such allowance.
     SAME_WORK_REL = 0.02
     SAME_WORK_ABS = 0.05
 
@@ -430,9 +445,8 @@ class VmallocReport(Report):
             if ra is None or rb is None:
                 return False
             a, b = float(np.mean(ra)), float(np.mean(rb))
-            spread = max(float(np.ptp(ra)), float(np.ptp(rb)))
             if abs(a - b) > (self.SAME_WORK_REL * max(abs(a), abs(b)) + self.SAME_WORK_ABS +
-                             spread):
+                             _half_width(ra, rb)):
                 return False
         return True
 
