@@ -137,32 +137,10 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     # without owners the main runs are the path alone already
     alone = owner_work == "real" if alone is None else bool(alone) and owner_work == "real"
     load_before = machine.loadavg()
-
-    def grid(ow, dur, smp):
-        pairs = []
-        for st in storage_types:
-            for b in batch_sizes:
-                pair = []
-                for lab, spec in eras[st]:
-                    _, t = _plan(WORKLOAD, spec, runs=runs, producers=producers,
-                                 timing=timing, warmup_cycles=warmup_cycles,
-                                 duration=dur, storage_type=st, batch_size=b,
-                                 owner_work=ow, gp_latency=gp_latency,
-                                 rcu_nocb=rcu_nocb, sample=int(smp * 1e9), mem_sample=0,
-                                 **params)
-                    pair += t
-                pairs.append(pair)
-        return pairs
-
-    def measure(pairs, ow, dur, smp):
-        raws = _run_pairs(pairs, runs, progress)
-        meta = collect_metadata()
-        meta["run"] = {"workload": WORKLOAD, "runs": runs, "duration": dur,
-                       "sample": smp, "owner_work": ow, "producers": producers}
-        return Result.from_raw(meta, [(t["point"], raws[id(t)])
-                                      for pair in pairs for t in pair])
-
-    results = {"all": measure(grid(owner_work, duration, sample), owner_work, duration, sample)}
+    grid = dict(storage_types=storage_types, batch_sizes=batch_sizes, eras=eras, runs=runs,
+                producers=producers, timing=timing, warmup_cycles=warmup_cycles,
+                gp_latency=gp_latency, rcu_nocb=rcu_nocb, params=params, progress=progress)
+    results = {"all": _measure(grid, owner_work, duration, sample)}
     settings = {"eras": eras, "effort": effort, "runs": runs, "duration": duration,
                 "sample": sample, "owner_work": owner_work, "producers": producers,
                 "seed_background": dict(SEED_BACKGROUND, source=SEED_BACKGROUND_SOURCE)}
@@ -170,11 +148,33 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
         # the storage path without its owner runs at millions of creates per
         # second: a short phase per run holds hundreds of thousands of them
         dur = min(duration, ALONE_DURATION)
-        smp = min(sample, dur)
-        results["alone"] = measure(grid("none", dur, smp), "none", dur, smp)
+        results["alone"] = _measure(grid, "none", dur, min(sample, dur))
         settings["alone"] = {"runs": runs, "duration": dur}
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LocalStorageReport(results, settings)
+
+
+def _measure(g, owner_work, duration, sample):
+    """One Result over the grid g (local_storage's settings) with these owners,
+    measured phase and sample: per cell, its two eras' tasks, run in pairs."""
+    pairs = []
+    for st in g["storage_types"]:
+        for b in g["batch_sizes"]:
+            pair = []
+            for lab, spec in g["eras"][st]:
+                _, t = _plan(WORKLOAD, spec, runs=g["runs"], producers=g["producers"],
+                             timing=g["timing"], warmup_cycles=g["warmup_cycles"],
+                             duration=duration, storage_type=st, batch_size=b,
+                             owner_work=owner_work, gp_latency=g["gp_latency"],
+                             rcu_nocb=g["rcu_nocb"], sample=int(sample * 1e9), mem_sample=0,
+                             **g["params"])
+                pair += t
+            pairs.append(pair)
+    raws = _run_pairs(pairs, g["runs"], g["progress"])
+    meta = collect_metadata()
+    meta["run"] = {"workload": WORKLOAD, "runs": g["runs"], "duration": duration,
+                   "sample": sample, "owner_work": owner_work, "producers": g["producers"]}
+    return Result.from_raw(meta, [(t["point"], raws[id(t)]) for pair in pairs for t in pair])
 
 
 def _run_pairs(pairs, runs, progress):
