@@ -46,9 +46,6 @@ static inline size_t fc_class_size(unsigned order)
  * object, so allocations count by the object too, never by the request: a
  * backend whose objects are larger than asked (a page allocator hands out
  * whole pages) is then counted alike both ways. */
-/* The usable size of p in the backend: read from its index inline when it
- * has one (index.h: libarena reads the order from the buddy's index), else
- * through its usable_size. */
 /* The backend's index when its items are the classes' 16 bytes (every
  * buddy's), so that a cache reads it with that size as a constant and its
  * masks and shifts fold; NULL otherwise (the cache asks usable_size()). */
@@ -66,6 +63,9 @@ static inline int fc_index_shift(const struct al_index *ix, const void *p)
 	return al_index_shift_items(ix, p, FC_MIN_SHIFT);
 }
 
+/* The usable size of p in the backend: read from its index inline when it
+ * has one (index.h: libarena reads the order from the buddy's index), else
+ * through its usable_size. */
 static inline size_t fc_usable(struct al_allocator *below, const struct al_index *ix, const void *p)
 {
 	int shift;

@@ -296,6 +296,19 @@ def welch(a, b):
     return TestResult("welch", t, p)
 
 
+def welch_half_width(a, b, confidence=0.95):
+    """The Welch half-width of the difference of two samples' means at this
+    confidence; 0 when neither varies (deterministic counters); a side of one
+    run adds no variance of its own."""
+    a, b = _clean(a), _clean(b)
+    va = float(np.var(a, ddof=1)) / len(a) if len(a) > 1 else 0.0
+    vb = float(np.var(b, ddof=1)) / len(b) if len(b) > 1 else 0.0
+    if va + vb == 0:
+        return 0.0
+    df = (va + vb) ** 2 / sum(v * v / (len(x) - 1) for v, x in ((va, a), (vb, b)) if v > 0)
+    return t_ppf(0.5 + confidence / 2, df) * math.sqrt(va + vb)
+
+
 def _rank_average(x):
     """Ranks 1..n with ties given their average rank; and the tie group sizes."""
     order = np.argsort(x, kind="mergesort")

@@ -221,15 +221,11 @@ def _alone_reading(seed_ns, seed_sd_ns, create_ns, before, after, confidence=0.9
         return dict(out, kind="no seed cell")
     if len(before) < 2 or len(after) < 2:
         return dict(out, kind="too few runs")
-    q = 0.5 + confidence / 2
-    nb, na = len(before), len(after)
-    vb, va = float(np.var(before, ddof=1)) / nb, float(np.var(after, ddof=1)) / na
+    nb = len(before)
     d = out["after_ns"] - out["before_ns"]
-    h = 0.0
-    if va + vb > 0:
-        df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
-        h = _stats.t_ppf(q, df) * math.sqrt(va + vb)
-    before_hi = out["before_ns"] + _stats.t_ppf(q, nb - 1) * math.sqrt(vb)
+    h = _stats.welch_half_width(before, after, confidence)
+    before_hi = out["before_ns"] + _stats.t_ppf(0.5 + confidence / 2, nb - 1) * math.sqrt(
+        float(np.var(before, ddof=1)) / nb)
     out.update(diff_ns=d, lo=d - h, hi=d + h, before_hi=before_hi,
                pct=100.0 * d / create_ns if create_ns > 0 else nan)
     sd = seed_sd_ns if np.isfinite(seed_sd_ns) else 0.0

@@ -111,19 +111,6 @@ REZKI_LOOPS = 1000000
 
 # ---------------------------------------------------------------- statistics
 
-def _half_width(a, b, confidence=0.95):
-    """The Welch half-width of the difference of two samples' means; 0 when
-    neither varies (deterministic counters); a side of one run adds no
-    variance of its own."""
-    va = float(np.var(a, ddof=1)) / len(a) if len(a) > 1 else 0.0
-    vb = float(np.var(b, ddof=1)) / len(b) if len(b) > 1 else 0.0
-    if va + vb == 0:
-        return 0.0
-    terms = [v * v / (len(x) - 1) for v, x in ((va, a), (vb, b)) if v > 0]
-    df = (va + vb) ** 2 / sum(terms)
-    return stats.t_ppf(0.5 + confidence / 2, df) * math.sqrt(va + vb)
-
-
 def change_pct(old, new):
     """The seed's normalisation for times: old / new - 1, in percent
     (positive = improvement)."""
@@ -446,7 +433,7 @@ class VmallocReport(Report):
                 return False
             a, b = float(np.mean(ra)), float(np.mean(rb))
             if abs(a - b) > (self.SAME_WORK_REL * max(abs(a), abs(b)) + self.SAME_WORK_ABS +
-                             _half_width(ra, rb)):
+                             stats.welch_half_width(ra, rb)):
                 return False
         return True
 
