@@ -300,6 +300,24 @@ def test_owns_below_is_declared_by_the_pass_through_layers():
     assert all(s.needs_backend for s in LAYERS.values() if s.has("owns_below"))
 
 
+def test_pow2_classes_is_the_buddy_s_and_true_of_it():
+    """pow2_classes lets a per-CPU cache above take a refill's objects as of
+    the class it asked for without reading each one: only the buddy declares
+    it, and every power-of-two size it serves is a block of exactly that
+    size, through alloc and alloc_bulk, and through the pass-through layers."""
+    assert {n for n, s in LAYERS.items() if s.has("pow2_classes")} == {"buddy"}
+    for spec in ("buddy", "transfer > buddy", "failnth > buddy"):
+        with al.Allocator(spec) as a:
+            size = 16
+            while size <= 64 << 10:
+                p = a.alloc(size)
+                bulk = a.alloc_bulk(size, 8)
+                assert [a.usable_size(x) for x in [p] + bulk] == [size] * 9, (spec, size)
+                a.free(p)
+                a.free_bulk(bulk)
+                size *= 2
+
+
 @pytest.mark.parametrize("spec", ["bpf_ma > vmalloc > pages",
                                   "bpf_ma(irq_work=thread) > vmalloc > pages",
                                   "bpf_ma > percpu > vmalloc > pages",

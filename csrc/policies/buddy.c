@@ -1264,7 +1264,7 @@ static const struct al_layer_desc buddy_desc = {
 	.min_align = 16,
 	.doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
 	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_STATS_ANYTIME |
-		    AL_F_NMI_SAFE,
+		    AL_F_NMI_SAFE | AL_F_POW2_CLASSES,
 	.max_size = BUDDY_MAX_CHUNK / 2,
 	.max_size_of = buddy_max_size_of,
 	.nparams = P_NR,

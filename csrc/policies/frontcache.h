@@ -118,22 +118,48 @@ static inline void fc_route_set(uint8_t *route, unsigned order, int got)
 }
 
 static inline unsigned fc_give_back(struct al_allocator *below, struct al_ctx *c, void **ptrs,
-				    unsigned n);
+				    unsigned n, size_t size);
+
+/* Whether `below` hands out, for a class size, a block of exactly that
+ * usable size (AL_F_POW2_CLASSES, seen through the layers that hand out
+ * their backend's objects): a refill's objects are then of the class it
+ * asked for, as libarena's refill knows the order it asked the buddy for,
+ * and nobody reads each one to file it. Found once, at create. */
+static inline bool fc_pow2_exact(struct al_allocator *below)
+{
+	for (; below && below->desc; below = below->below) {
+		unsigned f = below->desc->features;
+
+		if (f & AL_F_POW2_CLASSES)
+			return true;
+		if (!(f & AL_F_OWNS_BELOW))
+			return false;
+	}
+	return false;
+}
 
 /* A refill of class `cls` brought objs[0..n-1]: keep those of that class
  * at the front and give the others back (a backend may serve one size with
  * objects of different usable sizes: glibc reuses a larger free chunk).
  * Returns how many were kept; *other is the class of one that was not
  * (-1: of no cached class; `cls` when all were kept), *stuck how many the
- * backend would not take back (left after the kept ones). */
+ * backend would not take back (left after the kept ones). exact: the
+ * backend is fc_pow2_exact, so all are kept unread (asserted in debug
+ * builds). */
 static inline unsigned fc_keep_class(struct al_allocator *below, const struct al_index *ix,
 				     struct al_ctx *c, void **objs, unsigned n, unsigned cls,
-				     unsigned norders, int *other, unsigned *stuck)
+				     unsigned norders, bool exact, int *other, unsigned *stuck)
 {
 	unsigned keep = 0, i;
 	void *t;
 
 	*other = (int)cls;
+	*stuck = 0;
+	if (exact) {
+		for (i = 0; i < n; i++)
+			al_assert_expensive(fc_class_of(below, ix, objs[i], norders) == (int)cls);
+		return n;
+	}
 	for (i = 0; i < n; i++) {
 		int k = fc_class_of(below, ix, objs[i], norders);
 
@@ -145,20 +171,22 @@ static inline unsigned fc_keep_class(struct al_allocator *below, const struct al
 		objs[keep++] = objs[i];
 		objs[i] = t;
 	}
-	*stuck = keep < n ? fc_give_back(below, c, objs + keep, n - keep) : 0;
+	*stuck = keep < n ? fc_give_back(below, c, objs + keep, n - keep, 0) : 0;
 	return keep;
 }
 
-/* Give objects back to the backend: in one free_bulk, or one by one when it
+/* Give objects back to the backend: in one free_bulk (free_bulk_sized when
+ * they are all of the class of `size`; 0: not known), or one by one when it
  * refuses the batch (a transient failure, a full transfer array). Returns
  * how many are left (0 unless single frees failed too; those stay in ptrs[]
  * from index 0). */
 static inline unsigned fc_give_back(struct al_allocator *below, struct al_ctx *c, void **ptrs,
-				    unsigned n)
+				    unsigned n, size_t size)
 {
 	unsigned left = 0, i;
 
-	if (!n || al_free_bulk(below, c, ptrs, n) >= 0)
+	if (!n || (size ? al_free_bulk_sized(below, c, ptrs, n, size)
+			: al_free_bulk(below, c, ptrs, n)) >= 0)
 		return 0;
 	for (i = 0; i < n; i++)
 		if (al_free(below, c, ptrs[i]))
@@ -172,7 +200,7 @@ static inline unsigned fc_give_back_cached(struct al_allocator *below, struct al
 					   void **ptrs, unsigned n, size_t size)
 {
 	al_track_unpoison_all(ptrs, n, size);
-	n = fc_give_back(below, c, ptrs, n);
+	n = fc_give_back(below, c, ptrs, n, size);
 	al_track_poison_all(ptrs, n, size);
 	return n;
 }

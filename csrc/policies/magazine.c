@@ -128,7 +128,8 @@ struct magazine {
 	char *cpus;		      /* ncpu mg_cpu blocks */
 	struct depot *depots;	      /* norders */
 	const struct al_index *index; /* the backend's object index, or NULL (index.h) */
-	char *pool;		      /* every magazine and the depot stacks */
+	bool exact; /* fc_pow2_exact(backend): a refill's objects are of its class */
+	char *pool; /* every magazine and the depot stacks */
 	size_t pool_len;
 	size_t cpus_len;
 	uint8_t route[FC_ORDERS]; /* the class each order is served from (fc_route_get) */
@@ -181,7 +182,7 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 	/* Objects of another class go back; what the backend will not take
 	 * back stays counted as handed out, for the leak check to name. */
 	keep = fc_keep_class(mg->base.below, mg->index, c, cur->obj, (unsigned)n, order,
-			     mg->norders, got, &stuck);
+			     mg->norders, mg->exact, got, &stuck);
 	if (al_unlikely(stuck))
 		al_count(&mg->ctr, c, MAG_other_bytes_allocated,
 			 (uint64_t)stuck * fc_class_size(order));
@@ -349,7 +350,8 @@ static al_noinline int mg_free_slow(struct magazine *mg, struct al_ctx *c, struc
 		al_lock_release(&d->lock, c);
 	} /* a failed acquisition is the lock's lock_failed */
 	al_track_unpoison_all(prev->obj, prev->rounds, fc_class_size(order));
-	if (al_free_bulk(mg->base.below, c, prev->obj, prev->rounds) < 0) {
+	if (al_free_bulk_sized(mg->base.below, c, prev->obj, prev->rounds, fc_class_size(order)) <
+	    0) {
 		al_track_poison_all(prev->obj, prev->rounds, fc_class_size(order));
 		al_track_unpoison(p, fc_class_size(order));
 		return al_free(mg->base.below, c, p);
@@ -648,6 +650,7 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 	mg->guard = (int)p[P_guard];
 	fc_route_init(mg->route);
 	mg->index = fc_index_of(below);
+	mg->exact = fc_pow2_exact(below);
 	mg->mag_size = (sizeof(struct mag) + mg->m * sizeof(void *) + AL_CACHELINE - 1) &
 		       ~(size_t)(AL_CACHELINE - 1);
 	mg->cpu_stride = (sizeof(struct mg_cpu) + mg->norders * 2 * sizeof(struct mag *) +

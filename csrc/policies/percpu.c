@@ -117,6 +117,7 @@ struct percpu {
 	const struct al_index *index; /* &ix when the backend has an object index, or NULL */
 	struct al_index ix;	/* a copy of the backend's index (index.h), beside the hot fields */
 	bool counting;		/* the stats level counts (the stack headers' hits and pushes) */
+	bool exact;		/* fc_pow2_exact(backend): a refill's objects are of its class */
 	struct al_counters ctr; /* percpu_counters (hits and pushes: in the stacks) */
 };
 
@@ -171,7 +172,7 @@ static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsig
 	 * backend will not take back stays counted as handed out, so the leak
 	 * check names it rather than losing it silently. */
 	keep = fc_keep_class(pc->base.below, pc->index, c, s->objects, (unsigned)n, cls,
-			     pc->norders, got, &stuck);
+			     pc->norders, pc->exact, got, &stuck);
 	if (al_unlikely(stuck))
 		al_count(&pc->ctr, c, PCPU_other_bytes_allocated,
 			 (uint64_t)stuck * fc_class_size(cls));
@@ -331,7 +332,7 @@ static al_noinline int free_spill_push(struct percpu *pc, struct al_ctx *c, stru
 
 	al_assert(s->elems <= pc->capacity);
 	al_track_unpoison_all(&s->objects[s->elems - b], b, cs);
-	n = al_free_bulk(pc->base.below, c, &s->objects[s->elems - b], b);
+	n = al_free_bulk_sized(pc->base.below, c, &s->objects[s->elems - b], b, cs);
 	if (n >= 0) {
 		s->elems -= b;
 		al_count(&pc->ctr, c, PCPU_spills, 1);
@@ -617,6 +618,7 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 	pc->norders = (unsigned)p[P_orders];
 	pc->guard = (int)p[P_guard];
 	fc_route_init(pc->route);
+	pc->exact = fc_pow2_exact(below);
 	if (fc_index_of(below)) {
 		pc->ix = *fc_index_of(below);
 		pc->index = &pc->ix;

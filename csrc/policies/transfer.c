@@ -113,6 +113,7 @@ struct transfer {
 	size_t slots_len;
 	struct al_counters ctr;	      /* transfer_counters, then XFER_EXTRA slots */
 	const struct al_index *index; /* the backend's object index, or NULL (index.h) */
+	bool exact; /* fc_pow2_exact(backend): a refill's objects are of the class asked for */
 };
 
 static inline uint32_t peek_count(struct tc_order *t)
@@ -160,7 +161,12 @@ miss:
 		return got;
 	al_ctr_add(blk, XFER_backend_refills, 1);
 	/* Each counted under the class it is of, as its free will be (a page
-	 * allocator hands out pages of no cached class for any size). */
+	 * allocator hands out pages of no cached class for any size); over a
+	 * buddy that is the class asked for. */
+	if (tc->exact) {
+		al_ctr_add(blk, XFER_OUT_N(order), (uint64_t)got);
+		goto zero;
+	}
 	for (int i = 0; i < got; i++) {
 		cls = fc_class_of(a->below, tc->index, out[i], tc->norders);
 		if (cls >= 0)
@@ -188,27 +194,15 @@ static int batch_order(struct transfer *tc, struct al_allocator *below, void **p
 	return order < (int)tc->norders ? order : -1;
 }
 
-static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
+/* Park a batch of one cached order in its array (buddy_transfer_put_batch),
+ * or hand it to the backend when the array is full. */
+static int put_batch(struct transfer *tc, struct al_ctx *c, void **ptrs, unsigned n, int order)
 {
-	struct transfer *tc = (struct transfer *)a;
-	struct al_allocator *below = a->below;
-	int order, ret, first = 0;
+	struct al_allocator *below = tc->base.below;
 	struct tc_order *t;
 	uint64_t *blk;
-	unsigned i;
+	int ret;
 
-	if (!n)
-		return 0;
-	order = batch_order(tc, below, ptrs, n);
-	if (order < 0) {
-		/* Mixed sizes (a caller other than a per-CPU front): one by one. */
-		for (i = 0; i < n; i++) {
-			ret = transfer_free(a, c, ptrs[i]);
-			if (ret && !first)
-				first = ret;
-		}
-		return first && first != -EINVAL ? first : (int)n;
-	}
 	blk = al_ctr_block(&tc->ctr, c);
 	if (n > tc->capacity)
 		goto flush; /* can never fit: straight to the backend */
@@ -237,12 +231,50 @@ full:
 		return -ENOMEM;
 	}
 flush:
-	ret = al_free_bulk(below, c, ptrs, n);
+	ret = al_free_bulk_sized(below, c, ptrs, n, fc_class_size((unsigned)order));
 	if (ret < 0)
 		return ret;
 	al_ctr_add(blk, XFER_backend_flushes, 1);
 	al_ctr_add(blk, XFER_IN_N(order), n);
 	return ret;
+}
+
+static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n)
+{
+	struct transfer *tc = (struct transfer *)a;
+	int order, ret, first = 0;
+	unsigned i;
+
+	if (!n)
+		return 0;
+	order = batch_order(tc, a->below, ptrs, n);
+	if (order >= 0)
+		return put_batch(tc, c, ptrs, n, order);
+	/* Mixed sizes (a caller other than a per-CPU front): one by one. */
+	for (i = 0; i < n; i++) {
+		ret = transfer_free(a, c, ptrs[i]);
+		if (ret && !first)
+			first = ret;
+	}
+	return first && first != -EINVAL ? first : (int)n;
+}
+
+/* A per-CPU front's spill: one class, each object read when it was freed to
+ * the front, so the batch's order is not read again per object. */
+static int transfer_free_bulk_sized(struct al_allocator *a, struct al_ctx *c, void **ptrs,
+				    unsigned n, size_t size)
+{
+	struct transfer *tc = (struct transfer *)a;
+	int order = fc_order_floor(size);
+
+	if (!n)
+		return 0;
+	if (order < 0 || order >= (int)tc->norders)
+		return transfer_free_bulk(a, c, ptrs, n);
+	for (unsigned i = 0; i < n; i++)
+		al_assert_expensive(ptrs[i] && fc_order_floor(fc_usable(a->below, tc->index,
+									ptrs[i])) == order);
+	return put_batch(tc, c, ptrs, n, order);
 }
 
 static void *transfer_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
@@ -406,6 +438,7 @@ static const struct al_ops transfer_ops = {
 	.free = transfer_free,
 	.alloc_bulk = transfer_alloc_bulk,
 	.free_bulk = transfer_free_bulk,
+	.free_bulk_sized = transfer_free_bulk_sized,
 	.owns = al_below_owns,
 	.usable_size = al_below_usable_size,
 	.index = al_below_index, /* parked objects are the backend's, unchanged */
@@ -433,6 +466,7 @@ static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
 	tc->peek = p[P_peek];
 	tc->full = (int)p[P_full];
 	tc->index = fc_index_of(below);
+	tc->exact = fc_pow2_exact(below);
 	tc->orders = al_meta_alloc(sizeof(struct tc_order) * tc->norders);
 	tc->slots_len = (size_t)tc->norders * tc->capacity * sizeof(void *);
 	tc->slots = al_meta_alloc(tc->slots_len);

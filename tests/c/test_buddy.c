@@ -110,7 +110,7 @@ TEST(test_registry)
 	if (!d)
 		return;
 	CHECK_EQ(d->features, AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES |
-				      AL_F_STATS_ANYTIME | AL_F_NMI_SAFE);
+				      AL_F_STATS_ANYTIME | AL_F_NMI_SAFE | AL_F_POW2_CLASSES);
 	CHECK_EQ(d->max_size, 512 * KIB);
 	CHECK_EQ(d->nparams, 7);
 	for (i = 0; i < 7 && i < d->nparams; i++)

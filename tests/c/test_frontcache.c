@@ -709,6 +709,84 @@ TEST(test_caches_read_the_index_inline)
 	}
 }
 
+/* A per-CPU front spills a class through the layer below's free_bulk_sized
+ * (the transfer layer files the batch under the class without reading each
+ * object); the transfer layer counts exactly what free_bulk counts for the
+ * same batch; a layer whose ops predate free_bulk_sized (ops_size) or lack it
+ * gets free_bulk. */
+static struct al_ops sized_ops;
+static int (*real_free_bulk)(struct al_allocator *a, struct al_ctx *c, void **p, unsigned n);
+static int (*real_free_bulk_sized)(struct al_allocator *a, struct al_ctx *c, void **p, unsigned n,
+				   size_t size);
+static unsigned bulk_calls, sized_calls;
+static size_t sized_last;
+
+static int counted_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p, unsigned n)
+{
+	bulk_calls++;
+	return real_free_bulk(a, c, p, n);
+}
+
+static int counted_free_bulk_sized(struct al_allocator *a, struct al_ctx *c, void **p, unsigned n,
+				   size_t size)
+{
+	sized_calls++;
+	sized_last = size;
+	return real_free_bulk_sized(a, c, p, n, size);
+}
+
+TEST(test_spill_names_its_class)
+{
+	struct al_allocator *a = t_spec("percpu(capacity=4,batch=2) > transfer > buddy", 1);
+	struct al_allocator *b = t_spec("percpu(capacity=4,batch=2) > transfer > buddy", 1);
+	const struct al_ops *orig;
+	struct al_ctx c;
+	void *p[8], *q[8];
+	unsigned i;
+
+	if (!a || !b)
+		return;
+	al_ctx_init(&c, 0);
+	orig = a->below->ops;
+	sized_ops = *orig;
+	real_free_bulk = orig->free_bulk;
+	real_free_bulk_sized = orig->free_bulk_sized;
+	CHECK(real_free_bulk_sized != NULL);
+	sized_ops.free_bulk = counted_free_bulk;
+	sized_ops.free_bulk_sized = counted_free_bulk_sized;
+	a->below->ops = &sized_ops;
+	bulk_calls = sized_calls = 0;
+	alloc_n(a, &c, p, 8, 64);
+	free_n(a, &c, p, 8); /* 4 stay in the stack, two spills of 2 */
+	CHECK_EQ(sized_calls, 2);
+	CHECK_EQ(sized_last, 64);
+	CHECK_EQ(bulk_calls, 0);
+	CHECK_EQ(t_stat(a, 1, "insert_hits"), 2);
+	/* the same two batches through free_bulk: the same counts */
+	alloc_n(b->below, &c, q, 4, 64);
+	CHECK_EQ(al_free_bulk(b->below, &c, q, 2), 2);
+	CHECK_EQ(al_free_bulk_sized(b->below, &c, q + 2, 2, 64), 2);
+	CHECK_EQ(t_stat(b, 1, "insert_hits"), 2);
+	CHECK_EQ(t_stat(b, 1, "bytes_freed"), 4 * 64);
+	CHECK_EQ(t_stat(a, 1, "bytes_freed"), 4 * 64);
+	CHECK_EQ(t_stat(b, 1, "objects_parked"), 4);
+	/* ops that end before free_bulk_sized: free_bulk */
+	sized_ops.ops_size = offsetof(struct al_ops, free_bulk_sized);
+	bulk_calls = sized_calls = 0;
+	alloc_n(a->below, &c, p, 2, 64);
+	CHECK_EQ(al_free_bulk_sized(a->below, &c, p, 2, 64), 2);
+	CHECK_EQ(sized_calls, 0);
+	CHECK_EQ(bulk_calls, 1);
+	/* a layer without it (the buddy): free_bulk */
+	alloc_n(a->below->below, &c, p, 2, 64);
+	CHECK_EQ(al_free_bulk_sized(a->below->below, &c, p, 2, 64), 2);
+	for (i = 0; i < 2; i++)
+		CHECK_EQ(al_index_usable(al_index_of(a->below->below), p[i]), 0);
+	a->below->ops = orig;
+	teardown_empty(a);
+	teardown_empty(b);
+}
+
 /* The buddy's index reaches the caches above it through a transfer layer,
  * and reads what usable_size says for live, freed, interior and foreign
  * pointers; a backend without an index gives none. */
@@ -751,6 +829,7 @@ int main(void)
 	RUN(test_percpu_refill_and_spill_exact);
 	RUN(test_index_through_the_stack);
 	RUN(test_caches_read_the_index_inline);
+	RUN(test_spill_names_its_class);
 	RUN(test_transfer_peek_exact);
 	RUN(test_transfer_v1_nine_hundred_of_thousand);
 	RUN(test_transfer_moves_batches_between_cpus);

@@ -138,6 +138,15 @@ struct al_ops {
 	 * memory of this layer's own reservation (the preload shim takes a
 	 * pointer there for the policy's without asking owns()). */
 	const struct al_index *(*index)(struct al_allocator *a);
+	/* Optional: free_bulk of objects of one size class the caller knows:
+	 * each one's usable size here is at least `size` (a power of two) and
+	 * below twice it, read from this layer's usable_size or index when the
+	 * object entered the caller (a cache of size classes spilling one
+	 * class, as kmem_cache_free_bulk knows its cache). The layer may file
+	 * them under that class without reading each one again. Returns as
+	 * free_bulk. Read only when ops_size covers it (al_free_bulk_sized). */
+	int (*free_bulk_sized)(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n,
+			       size_t size);
 };
 
 /* Common header of every layer instance. */
@@ -196,7 +205,13 @@ enum al_features {
 	 * every free) may ask the first layer below that does not say this.
 	 * Only with owns = al_below_owns: a layer that owned memory of its own
 	 * and said this would have the shim hand its objects to glibc's free */
-	AL_F_OWNS_BELOW = 1u << 22
+	AL_F_OWNS_BELOW = 1u << 22,
+	/* An allocation of a power-of-two size of at least 16 bytes is a block
+	 * of exactly that usable size (a buddy), and so is every object of that
+	 * size a layer that hands out this layer's objects (AL_F_OWNS_BELOW)
+	 * hands out: a cache of power-of-two classes above takes a refill's
+	 * objects as of the class it asked for, without reading each one */
+	AL_F_POW2_CLASSES = 1u << 23
 };
 
 struct al_layer_desc {
@@ -261,6 +276,20 @@ static inline int al_free_flags(struct al_allocator *a, struct al_ctx *c, void *
 AL_API int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n,
 			 void **out, unsigned flags);
 AL_API int al_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
+
+/* free_bulk of objects all of usable size `size` in a (see al_ops.free_bulk_sized):
+ * the layer's free_bulk_sized when it has one (and its ops are recent enough to
+ * say), else al_free_bulk. */
+static inline int al_free_bulk_sized(struct al_allocator *a, struct al_ctx *c, void **ptrs,
+				     unsigned n, size_t size)
+{
+	const struct al_ops *o = a->ops;
+
+	if (o->ops_size >= offsetof(struct al_ops, free_bulk_sized) + sizeof(o->free_bulk_sized) &&
+	    o->free_bulk_sized)
+		return o->free_bulk_sized(a, c, ptrs, n, size);
+	return al_free_bulk(a, c, ptrs, n);
+}
 
 static inline void al_ctx_init(struct al_ctx *c, unsigned cpu)
 {
