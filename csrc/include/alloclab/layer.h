@@ -123,6 +123,20 @@ static inline const struct al_index *al_below_index(struct al_allocator *a)
  * so it is for stats() only. */
 AL_API int64_t al_below_bytes_held(struct al_allocator *a);
 
+/* free_bulk of objects of one size class (al_ops.free_bulk_sized): the layer's
+ * free_bulk_sized when it has one (and its ops are recent enough to say), else
+ * al_free_bulk. */
+static inline int al_free_bulk_sized(struct al_allocator *a, struct al_ctx *c, void **ptrs,
+				     unsigned n, size_t size)
+{
+	const struct al_ops *o = a->ops;
+
+	if (o->ops_size >= offsetof(struct al_ops, free_bulk_sized) + sizeof(o->free_bulk_sized) &&
+	    o->free_bulk_sized)
+		return o->free_bulk_sized(a, c, ptrs, n, size);
+	return al_free_bulk(a, c, ptrs, n);
+}
+
 /* free() of a layer that takes its objects back unchanged (a filter). */
 static inline int al_below_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {

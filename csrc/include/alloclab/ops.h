@@ -277,20 +277,6 @@ AL_API int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, 
 			 void **out, unsigned flags);
 AL_API int al_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n);
 
-/* free_bulk of objects all of usable size `size` in a (see al_ops.free_bulk_sized):
- * the layer's free_bulk_sized when it has one (and its ops are recent enough to
- * say), else al_free_bulk. */
-static inline int al_free_bulk_sized(struct al_allocator *a, struct al_ctx *c, void **ptrs,
-				     unsigned n, size_t size)
-{
-	const struct al_ops *o = a->ops;
-
-	if (o->ops_size >= offsetof(struct al_ops, free_bulk_sized) + sizeof(o->free_bulk_sized) &&
-	    o->free_bulk_sized)
-		return o->free_bulk_sized(a, c, ptrs, n, size);
-	return al_free_bulk(a, c, ptrs, n);
-}
-
 static inline void al_ctx_init(struct al_ctx *c, unsigned cpu)
 {
 	c->cpu = cpu;
