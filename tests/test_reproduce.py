@@ -187,3 +187,45 @@ def test_cli_reproduce_bad_input(args, needle):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+def _scripted_run_once(steals, log):
+    """run_once that returns the next steal figure of `steals` (per call)."""
+    it = iter(steals)
+
+    def run_once(task, run_index):
+        log.append((task, run_index))
+        return {"task": task, "steal_pct": next(it)}
+    return run_once
+
+
+def test_run_round_reruns_a_round_the_host_stole_from():
+    from alloclab.reproduce._report import run_round
+    # quiet: one attempt, in order
+    log = []
+    raws, extra = run_round(["A", "B"], 0, _scripted_run_once([0.0, 1.9], log))
+    assert extra == 0 and [r["task"] for r in raws] == ["A", "B"] and len(log) == 2
+    # steal in the first attempt only: the second is kept, both sides again,
+    # in the same (reversed) order
+    log = []
+    raws, extra = run_round(["A", "B"], 3, _scripted_run_once([0.0, 2.5, 0.1, 0.2], log),
+                            reverse=True)
+    assert extra == 1 and [r["steal_pct"] for r in raws] == [0.2, 0.1]
+    assert log == [("B", 3), ("A", 3), ("B", 3), ("A", 3)]
+    # every attempt disturbed: at most two more, the least disturbed kept
+    log = []
+    raws, extra = run_round(["A", "B"], 0, _scripted_run_once(
+        [9.0, 0.0, 3.0, 0.0, 5.0, float("nan")], log))
+    assert extra == 2 and len(log) == 6 and [r["steal_pct"] for r in raws] == [3.0, 0.0]
+    # reruns=0: never again
+    raws, extra = run_round(["A"], 0, _scripted_run_once([50.0], []), reruns=0)
+    assert extra == 0 and raws[0]["steal_pct"] == 50.0
+
+
+def test_setup_line_says_rounds_run_again_for_steal():
+    from alloclab.reproduce.vmalloc import VmallocReport
+    s = {"effort": "normal", "designs": [], "rounds": 40}
+    assert VmallocReport({}, s).settings_line() == "Setup: effort normal."
+    line = VmallocReport({}, dict(s, steal_reruns=3, steal_rerun_attempts=4)).settings_line()
+    assert line == ("Setup: effort normal, 3 rounds of 40 run again for steal time above 2% "
+                    "(4 attempts more in all, the least disturbed kept).")

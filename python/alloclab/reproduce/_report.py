@@ -24,6 +24,14 @@ the model: no direction expected" instead of being counted as a miss; it
 stays in the share's denominator, and the share over the other cells is
 printed beside it.
 
+Steal time: a reproduction that runs its A/B pairs itself (vmalloc,
+local-storage) runs a round again, both sides together and in the same
+order, when the host stole more than stats.STEAL_WARN_PCT of a run's CPU
+time (the verdict engine would leave that pair out), at most STEAL_RERUNS
+times, keeping the attempt with the least steal; the setup line says how
+many rounds were run again. Which attempt is kept depends only on the
+steal, never on the times measured.
+
 Progress: each reproduction counts its runs (or rows) on a progress_bar
 (progress.Bar): a tqdm bar on a terminal for a job that lasts, none when
 stderr is piped, always with progress=True (--progress).
@@ -39,6 +47,7 @@ from ..progress import Bar as progress_bar  # noqa: F401 (the reproductions' bar
 from ..result import Result, dump_json, load_json
 
 REPORT_VERSION = 2
+STEAL_RERUNS = 2  # a round disturbed by steal time is run again at most this many times
 
 # One cell of the seed's own table: its name, the seed's change in percent
 # (positive = better), the seed's mark ("I", "R", "" or None when it has
@@ -280,7 +289,23 @@ class Report:
             bits.append("%s runs per cell" % s["runs"])
         if s.get("duration") is not None:
             bits.append("%g s measured per run" % s["duration"])
-        return "Setup: " + ", ".join(bits) + "."
+        return "Setup: " + ", ".join(bits + self.rerun_bits()) + "."
+
+    def effort_line(self):
+        """The setup line of a report whose tables say their runs: the effort,
+        and the rounds run again for steal time."""
+        return "Setup: " + ", ".join(["effort %s" % self.settings.get("effort", "normal")]
+                                     + self.rerun_bits()) + "."
+
+    def rerun_bits(self):
+        """The setup line's note of rounds run again for steal time."""
+        n, tries = self.settings.get("steal_reruns"), self.settings.get("steal_rerun_attempts")
+        if not n:
+            return []
+        return ["%d round%s of %d run again for steal time above %g%% (%d attempt%s more in "
+                "all, the least disturbed kept)" % (
+                    n, "" if n == 1 else "s", self.settings.get("rounds", 0),
+                    _stats.STEAL_WARN_PCT, tries, "" if tries == 1 else "s")]
 
     # -- text --
 
@@ -348,6 +373,31 @@ class Report:
         for f, _ in figs:
             plt.close(f)
         return written
+
+
+def run_round(tasks, run_index, run_once, reverse=False, reruns=STEAL_RERUNS):
+    """One round of an A/B comparison: each task once, in order (reversed when
+    ``reverse``), run again as a whole while the host stole more than
+    stats.STEAL_WARN_PCT of any run's CPU time, at most ``reruns`` times.
+    Returns (raws in the tasks' order, attempts beyond the first); of the
+    attempts, the one whose worst run had the least steal is kept."""
+    best, extra = None, 0
+    order = list(reversed(range(len(tasks)))) if reverse else list(range(len(tasks)))
+    for extra in range(reruns + 1):
+        raws = [None] * len(tasks)
+        for j in order:
+            raws[j] = run_once(tasks[j], run_index)
+        worst = max(_steal(r) for r in raws)
+        if best is None or worst < best[0]:
+            best = (worst, raws)
+        if worst <= _stats.STEAL_WARN_PCT:
+            break
+    return best[1], extra
+
+
+def _steal(raw):
+    v = raw.get("steal_pct")
+    return 0.0 if v is None or v != v else float(v)
 
 
 def _two_sided_p(est):

@@ -44,7 +44,7 @@ from .. import stats as _stats
 from .. import verdict as V
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report, SeedCell, _wrap, progress_bar
+from ._report import Report, SeedCell, _wrap, progress_bar, run_round
 
 WORKLOAD = "local-storage-create"
 ALONE_DURATION = 0.1  # seconds measured per run of the storage path alone
@@ -139,7 +139,8 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     load_before = machine.loadavg()
     grid = dict(storage_types=storage_types, batch_sizes=batch_sizes, eras=eras, runs=runs,
                 producers=producers, timing=timing, warmup_cycles=warmup_cycles,
-                gp_latency=gp_latency, rcu_nocb=rcu_nocb, params=params, progress=progress)
+                gp_latency=gp_latency, rcu_nocb=rcu_nocb, params=params, progress=progress,
+                reran=[0, 0, 0])
     results = {"all": _measure(grid, owner_work, duration, sample)}
     settings = {"eras": eras, "effort": effort, "runs": runs, "duration": duration,
                 "sample": sample, "owner_work": owner_work, "producers": producers,
@@ -150,6 +151,8 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
         dur = min(duration, ALONE_DURATION)
         results["alone"] = _measure(grid, "none", dur, min(sample, dur))
         settings["alone"] = {"runs": runs, "duration": dur}
+    settings.update(steal_reruns=grid["reran"][0], steal_rerun_attempts=grid["reran"][1],
+                    rounds=grid["reran"][2])
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LocalStorageReport(results, settings)
 
@@ -170,23 +173,29 @@ def _measure(g, owner_work, duration, sample):
                              **g["params"])
                 pair += t
             pairs.append(pair)
-    raws = _run_pairs(pairs, g["runs"], g["progress"])
+    raws = _run_pairs(pairs, g["runs"], g["progress"], g["reran"])
     meta = collect_metadata()
     meta["run"] = {"workload": WORKLOAD, "runs": g["runs"], "duration": duration,
                    "sample": sample, "owner_work": owner_work, "producers": g["producers"]}
     return Result.from_raw(meta, [(t["point"], raws[id(t)]) for pair in pairs for t in pair])
 
 
-def _run_pairs(pairs, runs, progress):
+def _run_pairs(pairs, runs, progress, reran):
     """{id(task): [raw per run]}: round by round, the two eras of each cell
-    back to back, their order alternating between rounds."""
+    back to back, their order alternating between rounds; a pair disturbed
+    by steal time runs again (_report.run_round), counted in reran = [pairs
+    run again, attempts, pairs in all]."""
     raws = {id(t): [] for pair in pairs for t in pair}
     bar = progress_bar(len(raws) * runs, "alloclab reproduce local-storage", progress)
     for i in range(runs):
         for pair in pairs:
-            for t in (pair if i % 2 == 0 else pair[::-1]):
-                raws[id(t)].append(_run_once(t, i))
-                bar.update()
+            got, extra = run_round(pair, i, _run_once, reverse=i % 2 == 1)
+            for t, r in zip(pair, got):
+                raws[id(t)].append(r)
+            reran[0] += bool(extra)
+            reran[1] += extra
+            reran[2] += 1
+            bar.update(len(pair))
     bar.close()
     return raws
 
@@ -632,7 +641,7 @@ class LocalStorageReport(Report):
         return out
 
     def settings_line(self):
-        return "Setup: effort %s." % self.settings.get("effort", "normal")
+        return self.effort_line()
 
     def figures(self):
         return [(self.plot(), ""), (self.plot_kmallocs(), "1")]

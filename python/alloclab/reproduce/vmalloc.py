@@ -58,7 +58,7 @@ from .._ffi import lib
 from ..policy import Policy, presets
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report, SeedCell, progress_bar, side
+from ._report import STEAL_RERUNS, Report, SeedCell, progress_bar, run_round, side
 
 # Changes smaller than this are never marked (R)/(I), as alloclab.compare.
 THRESHOLD_PCT = 2.0
@@ -167,7 +167,7 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
         rows += [("fix_size_alloc_test", n, 0, REZKI_LOOPS) for n in sorted(SEED_REZKI)]
     task = _task_maker(threads, nr_pcpu_objects, seed)
     load_before = machine.loadavg()
-    results, loops_used, ns_per_loop = {}, {}, {}
+    results, loops_used, ns_per_loop, reran = {}, {}, {}, [0, 0]
     todo = list(dict.fromkeys(rows))
     bar = progress_bar(len(todo), "alloclab reproduce vmalloc", progress, unit="row")
     for i, (t, p, h, l) in enumerate(todo):
@@ -180,7 +180,7 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
             loops, ns_per_loop[key] = _calibrate(task, specs, (t, p, h, l), min_time, warm)
         loops_used[key] = {k: loops[s] for (k, _), s in zip(designs, specs)}
         tasks = [task(s, t, p, h, loops[s], runs) for s in specs]
-        raws = _rounds(tasks, runs)
+        raws = _rounds(tasks, runs, STEAL_RERUNS, reran)
         meta = collect_metadata()
         meta["run"] = {"workload": "test_vmalloc", "runs": runs, "row": key}
         results[key] = Result.from_raw(meta, [(tk["point"], r) for tk, r in zip(tasks, raws)])
@@ -191,7 +191,8 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
                 "designs": [[k, p, s] for (k, p), s in zip(designs, specs)],
                 "rows": [list(r) for r in todo], "loops": loops_used,
                 "calibration_ns_per_loop": ns_per_loop,
-                "nr_pcpu_objects": nr_pcpu_objects,
+                "nr_pcpu_objects": nr_pcpu_objects, "rounds": runs * len(todo),
+                "steal_reruns": reran[0], "steal_rerun_attempts": reran[1],
                 "load_before": load_before, "load_after": machine.loadavg()}
     return VmallocReport(results, settings)
 
@@ -223,12 +224,18 @@ def _task_maker(threads, nr_pcpu_objects, seed):
     return task
 
 
-def _rounds(tasks, nruns):
-    """Runs of each task, round by round, the policies back to back (ABBA)."""
+def _rounds(tasks, nruns, reruns=0, reran=None):
+    """Runs of each task, round by round, the policies back to back (ABBA); a
+    round disturbed by steal time is run again up to ``reruns`` times
+    (_report.run_round), counted in reran = [rounds, attempts]."""
     raws = [[] for _ in tasks]
     for i in range(nruns):
-        for j in (range(len(tasks)) if i % 2 == 0 else reversed(range(len(tasks)))):
-            raws[j].append(_run_once(tasks[j], i))
+        got, extra = run_round(tasks, i, _run_once, reverse=i % 2 == 1, reruns=reruns)
+        for j, r in enumerate(got):
+            raws[j].append(r)
+        if extra and reran is not None:
+            reran[0] += 1
+            reran[1] += extra
     return raws
 
 
@@ -660,7 +667,7 @@ class VmallocReport(Report):
         return parts
 
     def settings_line(self):
-        return "Setup: effort %s." % self.settings.get("effort", "normal")
+        return self.effort_line()
 
     def warning_lines(self, wrap=104):
         cells = []
