@@ -74,7 +74,14 @@ SEED = {
 SEED_BACKGROUND = {"socket": 1.13, "task": 2.51}
 SEED_BACKGROUND_SOURCE = ("taken from the seed: its kmalloc_nolock rows, whose tracepoint "
                           "counts come from the owner's creation alone")
-DURATION = {"quick": 0.2, "normal": 0.5, "rigorous": 1.0}  # seconds per run, per effort
+# Runs and seconds measured per run, per effort. Two runs of one era differ
+# by 6-12% however long they last (each has its own allocator, sockets or
+# threads, and host), so many short runs narrow a cell's interval more than
+# a few long ones in the same time (socket, batch 16 and 64 on a 2-vCPU VM:
+# the paired log-ratio's standard error 0.014-0.026 with 20 runs of 0.1 s,
+# 0.036-0.040 with 5 of 0.5 s).
+RUNS = {"quick": 6, "normal": 16, "rigorous": 30}
+DURATION = {"quick": 0.1, "normal": 0.15, "rigorous": 0.25}
 
 # (label, how to compute it per create from a point) for the counter table
 COUNTERS = (
@@ -130,7 +137,8 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
         if st not in ERAS:
             from .. import errors
             raise errors.UnknownNameError.make("storage type", st, list(ERAS))
-    runs, _, _ = effort_defaults(effort, runs, None, 0)
+    effort_defaults(effort)  # checks the name
+    runs = RUNS[effort] if runs is None else runs
     duration = DURATION[effort] if duration is None else duration
     eras = {st: [(lab, (policies or {}).get(st, (None, None))[i] or spec)
                  for i, (lab, spec) in enumerate(ERAS[st])] for st in storage_types}
