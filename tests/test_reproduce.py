@@ -226,6 +226,6 @@ def test_setup_line_says_rounds_run_again_for_steal():
     from alloclab.reproduce.vmalloc import VmallocReport
     s = {"effort": "normal", "designs": [], "rounds": 40}
     assert VmallocReport({}, s).settings_line() == "Setup: effort normal."
-    line = VmallocReport({}, dict(s, steal_reruns=3, steal_rerun_attempts=4)).settings_line()
+    line = VmallocReport({}, dict(s, steal_rerun_rounds=3, steal_rerun_attempts=4)).settings_line()
     assert line == ("Setup: effort normal, 3 rounds of 40 run again for steal time above 2% "
                     "(4 attempts more in all, the least disturbed kept).")

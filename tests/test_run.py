@@ -5,6 +5,7 @@ import errno
 import io
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -972,3 +973,33 @@ def test_run_and_policy_import_nothing_that_imports_them():
 
     assert "sweep" not in imports("run") and "run" not in imports("policy")
     assert "run" not in imports("executors") and "sweep" not in imports("executors")
+
+
+def test_steal_reruns_run_a_disturbed_round_again(monkeypatch):
+    """run(steal_reruns=N): a cell's round whose runs had steal time runs
+    again, its policies together, and the Result says how many did."""
+    R = sys.modules["alloclab.run"]
+    real, calls = R.run_once, []
+
+    def fake(task, i, **kw):
+        raw = real(task, i, **kw)
+        calls.append(task["policy"])
+        raw["steal_pct"] = 5.0 if len(calls) == 1 else 0.0  # the first run is disturbed
+        return raw
+    monkeypatch.setattr(R, "run_once", fake)
+    res = al.run("malloc-free", ["buddy", "libc"], runs=2, cycles=20, warmup_cycles=0,
+                 steal_reruns=2)
+    md = res.metadata["run"]
+    assert (md["steal_reruns"], md["steal_rerun_rounds"], md["steal_rerun_attempts"]) == (2, 1, 1)
+    assert len(calls) == 2 * 2 + 2  # the first round twice, both policies each time
+    assert calls[:2] == calls[2:4] and set(calls[:2]) == {str(al.Policy("buddy")), "libc"}
+    assert all(len(p["alloc_ns"]) == 2 for p in res.points)
+    calls.clear()
+    res = al.run("malloc-free", ["buddy", "libc"], runs=2, cycles=20, warmup_cycles=0)
+    assert len(calls) == 4 and "steal_rerun_rounds" not in res.metadata["run"]
+
+
+@pytest.mark.parametrize("bad", [-1, 11, 1.5, True, "2"])
+def test_steal_reruns_bad_values(bad):
+    with pytest.raises(al.InvalidArgument, match=r"steal_reruns=.*0 to 10"):
+        al.run("malloc-free", "buddy", runs=2, cycles=5, steal_reruns=bad)

@@ -37,7 +37,7 @@ from ._ffi import cstr, error, ffi, lib
 from .policy import Policy, check_compatible
 from .hist import Histogram
 from .result import Result, _run_metrics, collect_metadata
-from .stats import describe
+from .stats import STEAL_WARN_PCT, describe
 
 CPU_MODES = {"auto": lib.AL_CPU_AUTO, "pinned": lib.AL_CPU_PINNED,
              "virtual": lib.AL_CPU_VIRTUAL}
@@ -114,6 +114,7 @@ EFFORT = {
     "rigorous": {"runs": 10, "duration": 0.5, "warmup_cycles": 200},
 }
 MIN_PHASE_S = 0.1  # a measured phase shorter than this is flagged under tables
+STEAL_RERUNS = 2  # an A/B round disturbed by steal time is run again at most this many times
 # The longest duration, watchdog or sampling interval in seconds (about 31
 # years): the engine adds them to a nanosecond clock in 64 bits, and a
 # larger value would wrap its deadline, ending the phase at once.
@@ -710,6 +711,34 @@ def _raw_measures(res, task):
     return out
 
 
+def run_round(tasks, run_index, runner=None, reverse=False, reruns=STEAL_RERUNS):
+    """One round of an A/B comparison: each task once, in order (reversed when
+    ``reverse``), run again as a whole while the host stole more than
+    stats.STEAL_WARN_PCT of any run's CPU time, at most ``reruns`` times.
+    Returns (raws in the tasks' order, attempts beyond the first); of the
+    attempts, the one whose worst run had the least steal is kept (chosen by
+    the steal alone, never by the times). runner(task, run_index): run_once
+    by default."""
+    runner = runner or run_once
+    best, extra = None, 0
+    order = list(reversed(range(len(tasks)))) if reverse else list(range(len(tasks)))
+    for extra in range(reruns + 1):
+        raws = [None] * len(tasks)
+        for j in order:
+            raws[j] = runner(tasks[j], run_index)
+        worst = max(_steal(r) for r in raws)
+        if best is None or worst < best[0]:
+            best = (worst, raws)
+        if worst <= STEAL_WARN_PCT:
+            break
+    return best[1], extra
+
+
+def _steal(raw):
+    v = raw.get("steal_pct")
+    return 0.0 if v is None or v != v else float(v)
+
+
 def round_order(ntasks, npolicies, round_index):
     """The order of plan()'s tasks (policy-major) within round ``round_index``:
     cell by cell, a cell's policies back to back, reversed every other round."""
@@ -749,7 +778,8 @@ class _Progress:
 def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
         warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
         histogram=False, mem_sample=0.01, effort="normal", processes=False, isolate=None,
-        check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, realtime=False, **params):
+        check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, realtime=False,
+        steal_reruns=0, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -759,30 +789,29 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     per grid point, each on a fresh allocator. cycles: measured cycles per
     worker (else the measured phase lasts ``duration`` seconds).
     warmup_cycles: untimed cycles first. effort: "quick", "normal" or
-    "rigorous" sets runs, duration and warmup_cycles where they are not
-    given (pyperf's --fast / --rigorous; see EFFORT). progress: a bar on
-    stderr (progress.py). executor: a concurrent.futures.Executor to run
-    grid points in parallel (default: one after the other). processes=True
-    runs every run in a fresh child process. isolate and check: see plan()
-    (by default a policy with a plugin layer runs isolated and checked, so a
-    crashing plugin raises RunError instead of ending this process).
+    "rigorous" sets runs, duration and warmup_cycles where not given
+    (pyperf's --fast / --rigorous; EFFORT). progress: a bar on stderr.
+    executor: a concurrent.futures.Executor to run grid points in parallel
+    (default: one after the other). processes=True runs every run in a fresh
+    child process. isolate and check: see plan() (a policy with a plugin
+    layer runs isolated and checked by default, so a crashing plugin raises
+    RunError instead of ending this process).
 
     target_ci: adaptive runs: after the first ``runs`` rounds, cells whose
     95% confidence interval of the mean (alloc_ns and free_ns, or throughput)
     is wider than ``target_ci`` (a fraction of the mean: 0.02 = +-2%) get
     another round, all policies of the cell together so that their runs
     stay paired, until no cell is wider or ``budget`` seconds are spent. It
-    stops on the interval's width, never on a p-value.
+    stops on the interval's width, never on a p-value. steal_reruns: a
+    cell's round with steal time over 2% of a run's CPU time runs again, its
+    policies together, at most this many times (run_round).
 
     histogram=True records every operation's latency in a histogram (per-op
-    percentiles; implies timing="per_op_sum", the default then).
-    mem_sample: seconds between memory samples in the measured phase (peak
-    bytes held, requested and RSS), 0 = at the phase's ends only.
-
-    stats: "lite" (default), "off" or "full", or a list (an axis, each
-    point's "stats" parameter): what the layers count; see STATS_LEVELS.
-    producers: 1 by default; replay's (trace=FILE): the trace's threads (plan()).
-
+    percentiles; implies timing="per_op_sum", the default then). mem_sample:
+    seconds between memory samples in the measured phase (peak held,
+    requested, RSS), 0 = at the phase's ends only. stats: "lite" (default),
+    "off", "full" or a list of them: what the layers count (STATS_LEVELS).
+    producers: 1 by default; replay's (trace=FILE): the trace's threads.
     Returns a Result. Raises AllocatorExhausted when a run runs out of memory
     and RunError when a run fails otherwise.
     """
@@ -792,13 +821,12 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
     adaptive = _adaptive_options(target_ci, budget, executor)
+    settings["steal_reruns"] = _check_reruns(steal_reruns)
     prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run
     try:
-        if executor is None:
-            out = _run_interleaved(tasks, settings, adaptive, prog)
-        else:
-            out = _run_on(executor, tasks, settings["runs"], prog)
+        out = _run_interleaved(tasks, settings, adaptive, prog) if executor is None else \
+            _run_on(executor, tasks, settings["runs"], prog)
     finally:
         prog.close()
     meta = collect_metadata()
@@ -818,13 +846,33 @@ def _run_interleaved(tasks, settings, adaptive, prog):
     npol = len(settings["sweep"]["policy"])
     t0 = time.monotonic()
     raws = [[] for _ in tasks]
+    reran = [0, 0]
+
+    def runner(task, i):
+        return run_once(task, i, on_phase=prog.phase)
     for i in range(settings["runs"]):
-        for j in round_order(len(tasks), npol, i):
-            raws[j].append(run_once(tasks[j], i, on_phase=prog.phase))
-            prog.step()
+        order = round_order(len(tasks), npol, i)
+        per_cell = max(1, npol)
+        for k in range(0, len(order), per_cell):
+            cell = order[k:k + per_cell]
+            got, extra = run_round([tasks[j] for j in cell], i, runner,
+                                   reruns=settings.get("steal_reruns", 0))
+            for j, r in zip(cell, got):
+                raws[j].append(r)
+            prog.step(len(cell))
+            reran[0] += bool(extra)
+            reran[1] += extra
+    if settings.get("steal_reruns"):
+        settings["steal_rerun_rounds"], settings["steal_rerun_attempts"] = reran
     if adaptive:
         settings["adaptive"] = _adapt(tasks, raws, npol, adaptive, t0, prog)
     return [(t["point"], r) for t, r in zip(tasks, raws)]
+
+
+def _check_reruns(n):
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 0 <= n <= 10:
+        raise errors.InvalidArgument("steal_reruns=%r: a number of reruns from 0 to 10" % (n,))
+    return int(n)
 
 
 def _run_on(executor, tasks, runs, prog):

@@ -24,12 +24,12 @@ the model: no direction expected" instead of being counted as a miss; it
 stays in the share's denominator, and the share over the other cells is
 printed beside it.
 
-Steal time: a reproduction that runs its A/B pairs itself (vmalloc,
-local-storage) runs a round again, both sides together and in the same
+Steal time: every reproduction runs a round of its A/B comparison again, both sides together and in the same
 order, when the host stole more than stats.STEAL_WARN_PCT of a run's CPU
-time (the verdict engine would leave that pair out), at most STEAL_RERUNS
-times, keeping the attempt with the least steal; the setup line says how
-many rounds were run again. Which attempt is kept depends only on the
+time (the verdict engine would leave that pair out), at most
+run.STEAL_RERUNS times, keeping the attempt with the least steal
+(run.run_round; libarena through run()'s steal_reruns); the setup line
+says how many rounds were run again. Which attempt is kept depends only on the
 steal, never on the times measured.
 
 Progress: each reproduction counts its runs (or rows) on a progress_bar
@@ -45,9 +45,9 @@ from .. import stats as _stats
 from .. import verdict as V
 from ..progress import Bar as progress_bar  # noqa: F401 (the reproductions' bars)
 from ..result import Result, dump_json, load_json
+from ..run import STEAL_RERUNS, run_round  # noqa: F401 (the reproductions' rounds)
 
 REPORT_VERSION = 2
-STEAL_RERUNS = 2  # a round disturbed by steal time is run again at most this many times
 
 # One cell of the seed's own table: its name, the seed's change in percent
 # (positive = better), the seed's mark ("I", "R", "" or None when it has
@@ -299,7 +299,7 @@ class Report:
 
     def rerun_bits(self):
         """The setup line's note of rounds run again for steal time."""
-        n, tries = self.settings.get("steal_reruns"), self.settings.get("steal_rerun_attempts")
+        n, tries = self.settings.get("steal_rerun_rounds"), self.settings.get("steal_rerun_attempts")
         if not n:
             return []
         return ["%d round%s of %d run again for steal time above %g%% (%d attempt%s more in "
@@ -373,31 +373,6 @@ class Report:
         for f, _ in figs:
             plt.close(f)
         return written
-
-
-def run_round(tasks, run_index, run_once, reverse=False, reruns=STEAL_RERUNS):
-    """One round of an A/B comparison: each task once, in order (reversed when
-    ``reverse``), run again as a whole while the host stole more than
-    stats.STEAL_WARN_PCT of any run's CPU time, at most ``reruns`` times.
-    Returns (raws in the tasks' order, attempts beyond the first); of the
-    attempts, the one whose worst run had the least steal is kept."""
-    best, extra = None, 0
-    order = list(reversed(range(len(tasks)))) if reverse else list(range(len(tasks)))
-    for extra in range(reruns + 1):
-        raws = [None] * len(tasks)
-        for j in order:
-            raws[j] = run_once(tasks[j], run_index)
-        worst = max(_steal(r) for r in raws)
-        if best is None or worst < best[0]:
-            best = (worst, raws)
-        if worst <= _stats.STEAL_WARN_PCT:
-            break
-    return best[1], extra
-
-
-def _steal(raw):
-    v = raw.get("steal_pct")
-    return 0.0 if v is None or v != v else float(v)
 
 
 def _two_sided_p(est):

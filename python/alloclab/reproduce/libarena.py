@@ -17,6 +17,7 @@ on counters (buddy locks per operation), which 3 runs fix to well under 1%.
     r.plot("alloc_ns")    # latency against producers, a panel per allocs/cycle
 """
 
+import math
 import re
 
 import numpy as np
@@ -27,7 +28,7 @@ from .._ffi import lib
 from ..policy import Policy
 from ..result import Result
 from ..run import effort_defaults, run as _run
-from ._report import Report, SeedCell, side
+from ._report import STEAL_RERUNS, Report, SeedCell, side
 
 DESIGNS = (("transfer cache", "libarena-transfer"), ("spill", "libarena-spill"))
 BASELINE = ("no cache", "buddy")
@@ -117,7 +118,7 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
                                   allocs_per_cycle=allocs_per_cycle, size=size,
                                   timing=list(timings), duration=duration,
                                   warmup_cycles=warmup_cycles, mem_sample=0,
-                                  progress=progress, stats=stats))
+                                  progress=progress, stats=stats, steal_reruns=STEAL_RERUNS))
         results[wl] = Result.concat(parts) if len(parts) > 1 else parts[0]
     if capacities is None:
         capacities = QUICK_CAPACITIES if effort == "quick" else CAPACITIES
@@ -130,8 +131,24 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     settings = {"designs": [list(d) for d in designs], "effort": effort, "runs": runs,
                 "virtual_runs": vruns if virt else None, "duration": duration, "size": size,
                 "threshold": threshold, "usable_cpus": usable, "stats": stats}
+    settings.update(_rerun_totals([results[wl] for wl in workloads]))
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LibarenaReport(results, settings)
+
+
+def _rerun_totals(results):
+    """The rounds run again for steal time over the grid's Results (run()'s
+    steal_reruns), for the setup line: rounds, rounds run again, attempts."""
+    tot = {"rounds": 0, "steal_rerun_rounds": 0, "steal_rerun_attempts": 0}
+    for res in results:
+        for part in res.metadata.get("parts", [res.metadata]):
+            run = part.get("run", {})
+            sweep = dict(run.get("sweep", {}))
+            sweep.pop("policy", None)  # a round is a cell's policies together
+            tot["rounds"] += run.get("runs", 0) * math.prod(len(v) for v in sweep.values())
+            for k in ("steal_rerun_rounds", "steal_rerun_attempts"):
+                tot[k] += run.get(k, 0)
+    return tot
 
 
 def _capacity_spec(batches):

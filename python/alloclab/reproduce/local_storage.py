@@ -159,7 +159,7 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
         dur = min(duration, ALONE_DURATION)
         results["alone"] = _measure(grid, "none", dur, min(sample, dur))
         settings["alone"] = {"runs": runs, "duration": dur}
-    settings.update(steal_reruns=grid["reran"][0], steal_rerun_attempts=grid["reran"][1],
+    settings.update(steal_rerun_rounds=grid["reran"][0], steal_rerun_attempts=grid["reran"][1],
                     rounds=grid["reran"][2])
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LocalStorageReport(results, settings)

@@ -192,7 +192,7 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
                 "rows": [list(r) for r in todo], "loops": loops_used,
                 "calibration_ns_per_loop": ns_per_loop,
                 "nr_pcpu_objects": nr_pcpu_objects, "rounds": runs * len(todo),
-                "steal_reruns": reran[0], "steal_rerun_attempts": reran[1],
+                "steal_rerun_rounds": reran[0], "steal_rerun_attempts": reran[1],
                 "load_before": load_before, "load_after": machine.loadavg()}
     return VmallocReport(results, settings)
 
