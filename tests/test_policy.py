@@ -306,7 +306,11 @@ def test_pow2_classes_is_the_buddy_s_and_true_of_it():
     it, and every power-of-two size it serves is a block of exactly that
     size, through alloc and alloc_bulk, and through the pass-through layers."""
     assert {n for n, s in LAYERS.items() if s.has("pow2_classes")} == {"buddy"}
-    for spec in ("buddy", "transfer > buddy", "failnth > buddy"):
+    # the layers a cache sees it through: never kmalloc_nolock (its retry asks for more)
+    assert {n for n, s in LAYERS.items() if s.has("passes_size")} == {
+        "percpu", "transfer", "magazine", "failnth"}
+    for spec in ("buddy", "transfer > buddy", "failnth > buddy", "percpu > transfer > buddy",
+                 "magazine > failnth > buddy"):
         with al.Allocator(spec) as a:
             size = 16
             while size <= 64 << 10:

@@ -212,11 +212,17 @@ def test_run_round_reruns_a_round_the_host_stole_from():
                             reverse=True)
     assert extra == 1 and [r["steal_pct"] for r in raws] == [0.2, 0.1]
     assert log == [("B", 3), ("A", 3), ("B", 3), ("A", 3)]
-    # every attempt disturbed: at most two more, the least disturbed kept
-    log = []
+    # every attempt disturbed: at most two more, the least disturbed kept,
+    # and the tally counts them
+    from alloclab.reproduce._report import rerun_tally
+    log, tally = [], rerun_tally()
     raws, extra = run_round(["A", "B"], 0, _scripted_run_once(
-        [9.0, 0.0, 3.0, 0.0, 5.0, float("nan")], log))
+        [9.0, 0.0, 3.0, 0.0, 5.0, float("nan")], log), tally=tally)
     assert extra == 2 and len(log) == 6 and [r["steal_pct"] for r in raws] == [3.0, 0.0]
+    assert tally == {"rounds": 1, "steal_rerun_rounds": 1, "steal_rerun_attempts": 2,
+                     "steal_discarded_max_pct": 9.0}
+    run_round(["A", "B"], 1, _scripted_run_once([0.0, 0.0], []), tally=tally)
+    assert tally["rounds"] == 2 and tally["steal_rerun_rounds"] == 1
     # reruns=0: never again
     raws, extra = run_round(["A"], 0, _scripted_run_once([50.0], []), reruns=0)
     assert extra == 0 and raws[0]["steal_pct"] == 50.0
@@ -226,6 +232,8 @@ def test_setup_line_says_rounds_run_again_for_steal():
     from alloclab.reproduce.vmalloc import VmallocReport
     s = {"effort": "normal", "designs": [], "rounds": 40}
     assert VmallocReport({}, s).settings_line() == "Setup: effort normal."
-    line = VmallocReport({}, dict(s, steal_rerun_rounds=3, steal_rerun_attempts=4)).settings_line()
+    line = VmallocReport({}, dict(s, steal_rerun_rounds=3, steal_rerun_attempts=4,
+                                  steal_discarded_max_pct=7.25)).settings_line()
     assert line == ("Setup: effort normal, 3 rounds of 40 run again for steal time above 2% "
-                    "(4 attempts more in all, the least disturbed kept).")
+                    "(4 attempts more in all, the least disturbed kept; up to 7.2% stolen in "
+                    "one not kept).")

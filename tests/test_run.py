@@ -991,6 +991,7 @@ def test_steal_reruns_run_a_disturbed_round_again(monkeypatch):
                  steal_reruns=2)
     md = res.metadata["run"]
     assert (md["steal_reruns"], md["steal_rerun_rounds"], md["steal_rerun_attempts"]) == (2, 1, 1)
+    assert md["rounds"] == 2 and md["steal_discarded_max_pct"] == 5.0
     assert len(calls) == 2 * 2 + 2  # the first round twice, both policies each time
     assert calls[:2] == calls[2:4] and set(calls[:2]) == {str(al.Policy("buddy")), "libc"}
     assert all(len(p["alloc_ns"]) == 2 for p in res.points)

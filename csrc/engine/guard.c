@@ -444,7 +444,12 @@ int al_guard_wrap(struct al_allocator *a)
 		al_meta_free(g, sizeof(*g));
 		return -ENOMEM;
 	}
-	g->ops = *a->ops;
+	/* A table built before free_bulk_sized is shorter: copy what it has. The
+	 * copy has no free_bulk_sized, so sized spills come through the guarded
+	 * free_bulk and every freed object leaves the live set. */
+	memcpy(&g->ops, a->ops, a->ops->ops_size);
+	g->ops.ops_size = sizeof(g->ops);
+	g->ops.free_bulk_sized = NULL;
 	g->orig = a->ops;
 	g->magic = GUARD_MAGIC;
 	g->name = a->desc ? a->desc->name : a->ops->name;

@@ -267,12 +267,13 @@ static bool ops_refused(const struct al_ops *o, const char *name, char *err, siz
 {
 	const char *missing;
 
-	if (!o || o->abi_version != AL_ABI_VERSION || o->ops_size != sizeof(struct al_ops)) {
+	if (!o || o->abi_version != AL_ABI_VERSION ||
+	    (o->ops_size != sizeof(struct al_ops) && o->ops_size != AL_OPS_SIZE_V1)) {
 		snprintf(err, errlen,
 			 "%s: ops table of another ABI (version %u, %zu bytes; this library: %u, "
-			 "%zu): rebuild the layer against its headers",
+			 "%zu or %zu bytes): rebuild the layer against its headers",
 			 name, o ? o->abi_version : 0, o ? o->ops_size : 0,
-			 (unsigned)AL_ABI_VERSION, sizeof(struct al_ops));
+			 (unsigned)AL_ABI_VERSION, sizeof(struct al_ops), (size_t)AL_OPS_SIZE_V1);
 		return true;
 	}
 	missing = !o->alloc	? "alloc"

@@ -210,7 +210,8 @@ static const struct al_layer_desc failnth_desc = {
 	.name = "failnth",
 	AL_LAYER_DESC_INIT,
 	.doc = "fault injection: the layer below fails its Nth (or every Nth) call",
-	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_BULK | AL_F_OWNS | AL_F_USABLE,
+	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_BULK | AL_F_OWNS | AL_F_USABLE |
+		    AL_F_PASSES_SIZE,
 	.nparams = P_NR,
 	.params = fn_params,
 	.create = fn_create,

@@ -121,10 +121,10 @@ static inline unsigned fc_give_back(struct al_allocator *below, struct al_ctx *c
 				    unsigned n, size_t size);
 
 /* Whether `below` hands out, for a class size, a block of exactly that
- * usable size (AL_F_POW2_CLASSES, seen through the layers that hand out
- * their backend's objects): a refill's objects are then of the class it
- * asked for, as libarena's refill knows the order it asked the buddy for,
- * and nobody reads each one to file it. Found once, at create. */
+ * usable size (AL_F_POW2_CLASSES, seen through the layers that pass sizes
+ * down unchanged, AL_F_PASSES_SIZE): a refill's objects are then of the
+ * class it asked for, as libarena's refill knows the order it asked the
+ * buddy for, and nobody reads each one to file it. Found once, at create. */
 static inline bool fc_pow2_exact(struct al_allocator *below)
 {
 	for (; below && below->desc; below = below->below) {
@@ -132,7 +132,7 @@ static inline bool fc_pow2_exact(struct al_allocator *below)
 
 		if (f & AL_F_POW2_CLASSES)
 			return true;
-		if (!(f & AL_F_OWNS_BELOW))
+		if (!(f & AL_F_PASSES_SIZE))
 			return false;
 	}
 	return false;

@@ -705,7 +705,7 @@ static const struct al_layer_desc magazine_desc = {
 	.doc = "Bonwick magazines: cur + prev per CPU and order, a depot of full and empty "
 	       "magazines (libarena bmag/bdepot)",
 	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE |
-		    AL_F_NMI_SAFE,
+		    AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
 	.max_size = 0,
 	.nparams = P_NR,
 	.params = magazine_params,

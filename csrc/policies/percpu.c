@@ -646,7 +646,7 @@ static const struct al_layer_desc percpu_desc = {
 	.doc = "per-CPU LIFO caches per order; refill with alloc_bulk(batch), spill a batch "
 	       "with free_bulk (seed 000 'spill')",
 	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE |
-		    AL_F_NMI_SAFE,
+		    AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
 	.max_size = 0,
 	.nparams = P_NR,
 	.params = percpu_params,

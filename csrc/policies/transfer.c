@@ -243,20 +243,28 @@ static int transfer_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p
 {
 	struct transfer *tc = (struct transfer *)a;
 	int order, ret, first = 0;
-	unsigned i;
+	unsigned i, done = 0;
 
 	if (!n)
 		return 0;
 	order = batch_order(tc, a->below, ptrs, n);
 	if (order >= 0)
 		return put_batch(tc, c, ptrs, n, order);
-	/* Mixed sizes (a caller other than a per-CPU front): one by one. */
+	/* Mixed sizes (a caller other than a per-CPU front): one by one; the
+	 * refused ones (-EINVAL) are left, said in c->err, the rest freed. */
 	for (i = 0; i < n; i++) {
 		ret = transfer_free(a, c, ptrs[i]);
-		if (ret && !first)
+		if (!ret)
+			done++;
+		else if (!first)
 			first = ret;
 	}
-	return first && first != -EINVAL ? first : (int)n;
+	if (!first)
+		return (int)n;
+	if (!done && first != -EINVAL)
+		return first; /* nothing freed: the caller may retry the batch */
+	c->err = first;
+	return (int)done;
 }
 
 /* A per-CPU front's spill: one class, each object read when it was freed to
@@ -495,7 +503,7 @@ static const struct al_layer_desc transfer_desc = {
 	.doc = "per-order transfer caches of whole batches shared between CPUs, under per-order "
 	       "locks (seed 000 'transfer cache')",
 	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS |
-		    AL_F_USABLE | AL_F_NMI_SAFE,
+		    AL_F_USABLE | AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
 	.max_size = 0,
 	.nparams = P_NR,
 	.params = transfer_params,

@@ -412,6 +412,7 @@ static const int AL_F_TASK_ONLY;
 static const int AL_F_BELOW_IN_IRQ;
 static const int AL_F_OWNS_BELOW;
 static const int AL_F_POW2_CLASSES;
+static const int AL_F_PASSES_SIZE;
 static const int AL_WL_DISTINCT;
 static const int AL_WL_FINITE;
 #define AL_CYCLE_DONE ...

@@ -817,12 +817,12 @@ def _local_storage_parser(rsub):
     ls.add_argument("--batch-sizes", type=_int_list("--batch-sizes"), default=[16, 32, 64],
                     help="comma-separated (default 16,32,64)")
     ls.add_argument("--runs", type=int, default=None,
-                    help="runs per cell (default 16, --quick 6, --rigorous 30: many short runs, "
-                         "as runs of one era differ however long they last); the sd in the "
-                         "table is over samples, as the seed's")
+                    help="runs per cell (default 12, --quick 6, --rigorous 30: many short runs, "
+                         "as runs of one era differ however long they last); the table's sd "
+                         "pools the samples within runs and the runs' spread")
     ls.add_argument("--duration", type=_duration, default=None,
-                    help="measured phase per run (default 0.15 s, --quick 0.1 s, --rigorous "
-                         "0.25 s)")
+                    help="measured phase per run (default 0.2 s, --quick 0.1 s, --rigorous "
+                         "0.3 s; whole --sample lengths count)")
     ls.add_argument("--sample", type=_duration, default=0.1,
                     help="length of one creates/s sample (default 0.1 s; the bench: 1 s)")
     _effort_flags(ls)

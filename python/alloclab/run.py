@@ -711,27 +711,40 @@ def _raw_measures(res, task):
     return out
 
 
-def run_round(tasks, run_index, runner=None, reverse=False, reruns=STEAL_RERUNS):
+def rerun_tally():
+    """What run_round counts over a comparison (the settings' keys): rounds,
+    rounds run again, attempts beyond the first, and the most steal (% of a
+    run's CPU time) among the attempts not kept."""
+    return {"rounds": 0, "steal_rerun_rounds": 0, "steal_rerun_attempts": 0,
+            "steal_discarded_max_pct": 0.0}
+
+
+def run_round(tasks, run_index, runner=None, reverse=False, reruns=STEAL_RERUNS, tally=None):
     """One round of an A/B comparison: each task once, in order (reversed when
     ``reverse``), run again as a whole while the host stole more than
     stats.STEAL_WARN_PCT of any run's CPU time, at most ``reruns`` times.
     Returns (raws in the tasks' order, attempts beyond the first); of the
     attempts, the one whose worst run had the least steal is kept (chosen by
     the steal alone, never by the times). runner(task, run_index): run_once
-    by default."""
+    by default. tally: a rerun_tally() to count into."""
     runner = runner or run_once
-    best, extra = None, 0
+    tried, extra = [], 0
     order = list(reversed(range(len(tasks)))) if reverse else list(range(len(tasks)))
     for extra in range(reruns + 1):
         raws = [None] * len(tasks)
         for j in order:
             raws[j] = runner(tasks[j], run_index)
-        worst = max(_steal(r) for r in raws)
-        if best is None or worst < best[0]:
-            best = (worst, raws)
-        if worst <= STEAL_WARN_PCT:
+        tried.append((max(_steal(r) for r in raws), extra, raws))
+        if tried[-1][0] <= STEAL_WARN_PCT:
             break
-    return best[1], extra
+    kept = min(tried, key=lambda t: t[:2])
+    if tally is not None:
+        tally["rounds"] += 1
+        tally["steal_rerun_rounds"] += bool(extra)
+        tally["steal_rerun_attempts"] += extra
+        tally["steal_discarded_max_pct"] = max(
+            [tally["steal_discarded_max_pct"]] + [t[0] for t in tried if t is not kept])
+    return kept[2], extra
 
 
 def _steal(raw):
@@ -846,7 +859,7 @@ def _run_interleaved(tasks, settings, adaptive, prog):
     npol = len(settings["sweep"]["policy"])
     t0 = time.monotonic()
     raws = [[] for _ in tasks]
-    reran = [0, 0]
+    tally = rerun_tally()
 
     def runner(task, i):
         return run_once(task, i, on_phase=prog.phase)
@@ -855,15 +868,13 @@ def _run_interleaved(tasks, settings, adaptive, prog):
         per_cell = max(1, npol)
         for k in range(0, len(order), per_cell):
             cell = order[k:k + per_cell]
-            got, extra = run_round([tasks[j] for j in cell], i, runner,
-                                   reruns=settings.get("steal_reruns", 0))
+            got, _ = run_round([tasks[j] for j in cell], i, runner,
+                               reruns=settings.get("steal_reruns", 0), tally=tally)
             for j, r in zip(cell, got):
                 raws[j].append(r)
             prog.step(len(cell))
-            reran[0] += bool(extra)
-            reran[1] += extra
     if settings.get("steal_reruns"):
-        settings["steal_rerun_rounds"], settings["steal_rerun_attempts"] = reran
+        settings.update(tally)
     if adaptive:
         settings["adaptive"] = _adapt(tasks, raws, npol, adaptive, t0, prog)
     return [(t["point"], r) for t, r in zip(tasks, raws)]

@@ -48,6 +48,7 @@ FEATURES = [
     ("below_in_irq", lib.AL_F_BELOW_IN_IRQ),  # calls below from irq_work: not over task_only
     ("owns_below", lib.AL_F_OWNS_BELOW),  # owns() is the backend's: ask it directly
     ("pow2_classes", lib.AL_F_POW2_CLASSES),  # a power-of-two size gets exactly that block
+    ("passes_size", lib.AL_F_PASSES_SIZE),  # hands out below's objects for the size asked
 ]
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),

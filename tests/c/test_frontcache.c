@@ -712,8 +712,7 @@ TEST(test_caches_read_the_index_inline)
 /* A per-CPU front spills a class through the layer below's free_bulk_sized
  * (the transfer layer files the batch under the class without reading each
  * object); the transfer layer counts exactly what free_bulk counts for the
- * same batch; a layer whose ops predate free_bulk_sized (ops_size) or lack it
- * gets free_bulk. */
+ * same batch; a layer without it gets free_bulk. */
 static struct al_ops sized_ops;
 static int (*real_free_bulk)(struct al_allocator *a, struct al_ctx *c, void **p, unsigned n);
 static int (*real_free_bulk_sized)(struct al_allocator *a, struct al_ctx *c, void **p, unsigned n,
@@ -770,13 +769,6 @@ TEST(test_spill_names_its_class)
 	CHECK_EQ(t_stat(b, 1, "bytes_freed"), 4 * 64);
 	CHECK_EQ(t_stat(a, 1, "bytes_freed"), 4 * 64);
 	CHECK_EQ(t_stat(b, 1, "objects_parked"), 4);
-	/* ops that end before free_bulk_sized: free_bulk */
-	sized_ops.ops_size = offsetof(struct al_ops, free_bulk_sized);
-	bulk_calls = sized_calls = 0;
-	alloc_n(a->below, &c, p, 2, 64);
-	CHECK_EQ(al_free_bulk_sized(a->below, &c, p, 2, 64), 2);
-	CHECK_EQ(sized_calls, 0);
-	CHECK_EQ(bulk_calls, 1);
 	/* a layer without it (the buddy): free_bulk */
 	alloc_n(a->below->below, &c, p, 2, 64);
 	CHECK_EQ(al_free_bulk_sized(a->below->below, &c, p, 2, 64), 2);
@@ -785,6 +777,151 @@ TEST(test_spill_names_its_class)
 	a->below->ops = orig;
 	teardown_empty(a);
 	teardown_empty(b);
+}
+
+/* A layer built against the headers before free_bulk_sized (its ops table
+ * AL_OPS_SIZE_V1 bytes) still loads, and the spill above it goes through its
+ * free_bulk: the bytes past its table are never read (here they hold a trap). */
+struct v1pass {
+	struct al_allocator base;
+	unsigned bulk;
+};
+
+static int v1_trap(struct al_allocator *a, struct al_ctx *c, void **p, unsigned n, size_t size)
+{
+	(void)a, (void)c, (void)p, (void)n, (void)size;
+	CHECK(!"free_bulk_sized of a table that does not have it");
+	return -EINVAL;
+}
+
+static void *v1_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+{
+	return al_alloc(a->below, c, size, flags);
+}
+
+static int v1_free_bulk(struct al_allocator *a, struct al_ctx *c, void **p, unsigned n)
+{
+	((struct v1pass *)a)->bulk++;
+	return al_free_bulk(a->below, c, p, n);
+}
+
+static void v1_stats(struct al_allocator *a, struct al_stats *out)
+{
+	out->bytes_held = al_below_bytes_held(a);
+	al_stats_add(out, "bulk", ((struct v1pass *)a)->bulk);
+}
+
+static void v1_destroy(struct al_allocator *a)
+{
+	al_meta_free(a, sizeof(struct v1pass));
+}
+
+static struct al_ops v1_ops = {
+	.name = "v1pass",
+	AL_OPS_INIT,
+	.alloc = v1_alloc,
+	.free = al_below_free,
+	.free_bulk = v1_free_bulk,
+	.owns = al_below_owns,
+	.usable_size = al_below_usable_size,
+	.stats = v1_stats,
+	.destroy = v1_destroy,
+};
+
+static int v1_create(const struct al_layer_desc *d, const int64_t *params,
+		     struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+{
+	struct v1pass *v = al_meta_alloc(sizeof(*v));
+
+	(void)params;
+	if (!v)
+		return -ENOMEM;
+	*out = al_allocator_init(&v->base, &v1_ops, d, below, ncpu);
+	return 0;
+}
+
+static const struct al_layer_desc v1_desc = {
+	.name = "v1pass",
+	AL_LAYER_DESC_INIT,
+	.doc = "a pass-through layer with an ops table of the first size",
+	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_OWNS | AL_F_USABLE,
+	.create = v1_create,
+};
+
+TEST(test_old_ops_table_loads_and_gets_free_bulk)
+{
+	struct al_allocator *a;
+	struct al_ctx c;
+	void *p[8];
+
+	v1_ops.ops_size = AL_OPS_SIZE_V1;
+	v1_ops.free_bulk_sized = v1_trap;
+	CHECK_EQ(al_layer_register(&v1_desc), 0);
+	a = t_spec("percpu(capacity=4,batch=2) > v1pass > buddy", 1);
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	alloc_n(a, &c, p, 8, 64);
+	free_n(a, &c, p, 8); /* two spills of 2 */
+	CHECK_EQ(t_stat(a, 1, "bulk"), 2);
+	teardown_empty(a);
+	/* one byte short of either size: refused, naming both */
+	v1_ops.ops_size = AL_OPS_SIZE_V1 - 1;
+	CHECK(t_spec("percpu > v1pass > buddy", 1) == NULL);
+	v1_ops.ops_size = sizeof(struct al_ops);
+}
+
+/* Under the pointer guard (check=) the sized spill goes through the guarded
+ * free_bulk, so every spilled object leaves the live set and its next hand-out
+ * is not taken for a duplicate. */
+TEST(test_guarded_spill_leaves_the_live_set)
+{
+	struct al_stack_spec s;
+	struct al_allocator *a;
+	struct al_ctx c;
+	char err[256];
+	void *p[16];
+	unsigned r;
+
+	CHECK_EQ(t_spec_fill("percpu(capacity=4,batch=2) > transfer > buddy", &s), 0);
+	s.check = 1u << 1;
+	CHECK_EQ(al_stack_create(&s, 1, &a, err, sizeof(err)), 0);
+	al_ctx_init(&c, 0);
+	for (r = 0; r < 3; r++) {
+		alloc_n(a, &c, p, 16, 64);
+		free_n(a, &c, p, 16);
+	}
+	CHECK_EQ(al_stack_guard_error(a, err, sizeof(err)), 0);
+	teardown_empty(a);
+}
+
+/* kmalloc_nolock asks below for the next class when its trylock fails, so a
+ * cache over it must not take a refill as exact (no AL_F_PASSES_SIZE): the
+ * objects are filed by what they are, and nothing is lost. */
+TEST(test_exact_refills_stop_at_nolock)
+{
+	static const char *const specs[] = {
+		"percpu > nolock > failnth(op=alloc,nth=1,err=ebusy) > buddy",
+		"percpu > transfer > nolock > failnth(op=alloc,nth=1,err=ebusy) > buddy",
+		"magazine > nolock > failnth(op=alloc,nth=1,err=ebusy) > buddy",
+	};
+	struct al_ctx c;
+	void *p[8];
+	unsigned i;
+
+	al_ctx_init(&c, 0);
+	for (i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+		struct al_allocator *a = t_spec(specs[i], 1);
+
+		CHECK(a != NULL);
+		if (!a)
+			continue;
+		alloc_n(a, &c, p, 8, 64);
+		check_ok(a);
+		free_n(a, &c, p, 8);
+		teardown_empty(a);
+	}
 }
 
 /* The buddy's index reaches the caches above it through a transfer layer,
@@ -830,6 +967,9 @@ int main(void)
 	RUN(test_index_through_the_stack);
 	RUN(test_caches_read_the_index_inline);
 	RUN(test_spill_names_its_class);
+	RUN(test_old_ops_table_loads_and_gets_free_bulk);
+	RUN(test_guarded_spill_leaves_the_live_set);
+	RUN(test_exact_refills_stop_at_nolock);
 	RUN(test_transfer_peek_exact);
 	RUN(test_transfer_v1_nine_hundred_of_thousand);
 	RUN(test_transfer_moves_batches_between_cpus);

@@ -138,13 +138,11 @@ struct al_ops {
 	 * memory of this layer's own reservation (the preload shim takes a
 	 * pointer there for the policy's without asking owns()). */
 	const struct al_index *(*index)(struct al_allocator *a);
-	/* Optional: free_bulk of objects of one size class the caller knows:
-	 * each one's usable size here is at least `size` (a power of two) and
-	 * below twice it, read from this layer's usable_size or index when the
-	 * object entered the caller (a cache of size classes spilling one
-	 * class, as kmem_cache_free_bulk knows its cache). The layer may file
-	 * them under that class without reading each one again. Returns as
-	 * free_bulk. Read only when ops_size covers it (al_free_bulk_sized). */
+	/* Optional: free_bulk of objects the caller vouches for (a cache of size
+	 * classes spilling one class, as kmem_cache_free_bulk knows its cache):
+	 * each live, held once, of usable size in [size, 2 * size) here, read
+	 * when it entered the caller. The layer may file them unchecked: a wrong
+	 * object corrupts it. Returns as free_bulk (al_free_bulk_sized). */
 	int (*free_bulk_sized)(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned n,
 			       size_t size);
 };
@@ -206,12 +204,14 @@ enum al_features {
 	 * Only with owns = al_below_owns: a layer that owned memory of its own
 	 * and said this would have the shim hand its objects to glibc's free */
 	AL_F_OWNS_BELOW = 1u << 22,
-	/* An allocation of a power-of-two size of at least 16 bytes is a block
-	 * of exactly that usable size (a buddy), and so is every object of that
-	 * size a layer that hands out this layer's objects (AL_F_OWNS_BELOW)
-	 * hands out: a cache of power-of-two classes above takes a refill's
-	 * objects as of the class it asked for, without reading each one */
-	AL_F_POW2_CLASSES = 1u << 23
+	/* A power-of-two request of 16 bytes or more is a block of exactly that
+	 * size (a buddy): a cache of such classes above takes a refill's
+	 * objects as of the class it asked for, unread */
+	AL_F_POW2_CLASSES = 1u << 23,
+	/* What it hands out for a request of s is what the layer below handed
+	 * out for s or for the class of s, never for more (not nolock, whose
+	 * retry asks for the next class): exact over AL_F_POW2_CLASSES */
+	AL_F_PASSES_SIZE = 1u << 24
 };
 
 struct al_layer_desc {
@@ -248,6 +248,8 @@ struct al_layer_desc {
 
 /* desc_size of a descriptor without min_align, still accepted. */
 #define AL_LAYER_DESC_SIZE_V1 offsetof(struct al_layer_desc, min_align)
+/* The ops_size of a table built before free_bulk_sized: still accepted. */
+#define AL_OPS_SIZE_V1 offsetof(struct al_ops, free_bulk_sized)
 
 /* ---- dispatch helpers (what a layer uses to call the layer below) ---- */
 

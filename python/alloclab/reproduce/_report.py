@@ -45,7 +45,7 @@ from .. import stats as _stats
 from .. import verdict as V
 from ..progress import Bar as progress_bar  # noqa: F401 (the reproductions' bars)
 from ..result import Result, dump_json, load_json
-from ..run import STEAL_RERUNS, run_round  # noqa: F401 (the reproductions' rounds)
+from ..run import STEAL_RERUNS, rerun_tally, run_round  # noqa: F401 (the reproductions' rounds)
 
 REPORT_VERSION = 2
 
@@ -303,9 +303,10 @@ class Report:
         if not n:
             return []
         return ["%d round%s of %d run again for steal time above %g%% (%d attempt%s more in "
-                "all, the least disturbed kept)" % (
+                "all, the least disturbed kept; up to %.1f%% stolen in one not kept)" % (
                     n, "" if n == 1 else "s", self.settings.get("rounds", 0),
-                    _stats.STEAL_WARN_PCT, tries, "" if tries == 1 else "s")]
+                    _stats.STEAL_WARN_PCT, tries, "" if tries == 1 else "s",
+                    self.settings.get("steal_discarded_max_pct", float("nan")))]
 
     # -- text --
 

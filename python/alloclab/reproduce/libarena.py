@@ -17,7 +17,6 @@ on counters (buddy locks per operation), which 3 runs fix to well under 1%.
     r.plot("alloc_ns")    # latency against producers, a panel per allocs/cycle
 """
 
-import math
 import re
 
 import numpy as np
@@ -28,7 +27,7 @@ from .._ffi import lib
 from ..policy import Policy
 from ..result import Result
 from ..run import effort_defaults, run as _run
-from ._report import STEAL_RERUNS, Report, SeedCell, side
+from ._report import STEAL_RERUNS, Report, SeedCell, rerun_tally, side
 
 DESIGNS = (("transfer cache", "libarena-transfer"), ("spill", "libarena-spill"))
 BASELINE = ("no cache", "buddy")
@@ -137,17 +136,14 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
 
 
 def _rerun_totals(results):
-    """The rounds run again for steal time over the grid's Results (run()'s
-    steal_reruns), for the setup line: rounds, rounds run again, attempts."""
-    tot = {"rounds": 0, "steal_rerun_rounds": 0, "steal_rerun_attempts": 0}
+    """The rounds run again for steal time over the grid's Results (the
+    rerun_tally of each run() with steal_reruns), for the setup line."""
+    tot = rerun_tally()
     for res in results:
         for part in res.metadata.get("parts", [res.metadata]):
             run = part.get("run", {})
-            sweep = dict(run.get("sweep", {}))
-            sweep.pop("policy", None)  # a round is a cell's policies together
-            tot["rounds"] += run.get("runs", 0) * math.prod(len(v) for v in sweep.values())
-            for k in ("steal_rerun_rounds", "steal_rerun_attempts"):
-                tot[k] += run.get(k, 0)
+            for k, v in tot.items():
+                tot[k] = max(v, run.get(k, v)) if k.endswith("_max_pct") else v + run.get(k, 0)
     return tot
 
 

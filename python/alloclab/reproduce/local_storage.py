@@ -44,7 +44,7 @@ from .. import stats as _stats
 from .. import verdict as V
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report, SeedCell, _wrap, progress_bar, run_round
+from ._report import Report, SeedCell, _wrap, progress_bar, rerun_tally, run_round
 
 WORKLOAD = "local-storage-create"
 ALONE_DURATION = 0.1  # seconds measured per run of the storage path alone
@@ -79,9 +79,10 @@ SEED_BACKGROUND_SOURCE = ("taken from the seed: its kmalloc_nolock rows, whose t
 # threads, and host), so many short runs narrow a cell's interval more than
 # a few long ones in the same time (socket, batch 16 and 64 on a 2-vCPU VM:
 # the paired log-ratio's standard error 0.014-0.026 with 20 runs of 0.1 s,
-# 0.036-0.040 with 5 of 0.5 s).
-RUNS = {"quick": 6, "normal": 16, "rigorous": 30}
-DURATION = {"quick": 0.1, "normal": 0.15, "rigorous": 0.25}
+# 0.036-0.040 with 5 of 0.5 s). A run's rate averages whole samples (0.1 s
+# by default), so each length is a multiple of one.
+RUNS = {"quick": 6, "normal": 12, "rigorous": 30}
+DURATION = {"quick": 0.1, "normal": 0.2, "rigorous": 0.3}
 
 # (label, how to compute it per create from a point) for the counter table
 COUNTERS = (
@@ -148,7 +149,7 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     grid = dict(storage_types=storage_types, batch_sizes=batch_sizes, eras=eras, runs=runs,
                 producers=producers, timing=timing, warmup_cycles=warmup_cycles,
                 gp_latency=gp_latency, rcu_nocb=rcu_nocb, params=params, progress=progress,
-                reran=[0, 0, 0])
+                tally=rerun_tally())
     results = {"all": _measure(grid, owner_work, duration, sample)}
     settings = {"eras": eras, "effort": effort, "runs": runs, "duration": duration,
                 "sample": sample, "owner_work": owner_work, "producers": producers,
@@ -156,11 +157,12 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     if alone:
         # the storage path without its owner runs at millions of creates per
         # second: a short phase per run holds hundreds of thousands of them
+        main, grid["tally"] = grid["tally"], rerun_tally()
         dur = min(duration, ALONE_DURATION)
         results["alone"] = _measure(grid, "none", dur, min(sample, dur))
-        settings["alone"] = {"runs": runs, "duration": dur}
-    settings.update(steal_rerun_rounds=grid["reran"][0], steal_rerun_attempts=grid["reran"][1],
-                    rounds=grid["reran"][2])
+        settings["alone"] = {"runs": runs, "duration": dur, **grid["tally"]}
+        grid["tally"] = main
+    settings.update(grid["tally"])
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LocalStorageReport(results, settings)
 
@@ -181,28 +183,24 @@ def _measure(g, owner_work, duration, sample):
                              **g["params"])
                 pair += t
             pairs.append(pair)
-    raws = _run_pairs(pairs, g["runs"], g["progress"], g["reran"])
+    raws = _run_pairs(pairs, g["runs"], g["progress"], g["tally"])
     meta = collect_metadata()
     meta["run"] = {"workload": WORKLOAD, "runs": g["runs"], "duration": duration,
                    "sample": sample, "owner_work": owner_work, "producers": g["producers"]}
     return Result.from_raw(meta, [(t["point"], raws[id(t)]) for pair in pairs for t in pair])
 
 
-def _run_pairs(pairs, runs, progress, reran):
+def _run_pairs(pairs, runs, progress, tally):
     """{id(task): [raw per run]}: round by round, the two eras of each cell
     back to back, their order alternating between rounds; a pair disturbed
-    by steal time runs again (_report.run_round), counted in reran = [pairs
-    run again, attempts, pairs in all]."""
+    by steal time runs again (run.run_round), counted into tally."""
     raws = {id(t): [] for pair in pairs for t in pair}
     bar = progress_bar(len(raws) * runs, "alloclab reproduce local-storage", progress)
     for i in range(runs):
         for pair in pairs:
-            got, extra = run_round(pair, i, _run_once, reverse=i % 2 == 1)
+            got, _ = run_round(pair, i, _run_once, reverse=i % 2 == 1, tally=tally)
             for t, r in zip(pair, got):
                 raws[id(t)].append(r)
-            reran[0] += bool(extra)
-            reran[1] += extra
-            reran[2] += 1
             bar.update(len(pair))
     bar.close()
     return raws
@@ -430,13 +428,16 @@ class LocalStorageReport(Report):
 
     def alone_text(self):
         a = self.settings.get("alone", {})
-        lines = _wrap("The storage path alone (owner_work=none, %s runs of %s s per cell; runs "
-                      "with steal time over %g%% left out): the time the model's allocations, "
-                      "frees, RCU and linking take per create in each era, against the seed's "
-                      "change per create (from its k/s and sd; the two machines' nanoseconds do "
-                      "not compare, so the path's change is also given as a share of a whole "
-                      "create here):" % (a.get("runs"), a.get("duration"),
-                                         _stats.STEAL_WARN_PCT), 104, "")
+        rerun = ("; %d pair%s of %d run again for steal time" % (
+            a["steal_rerun_rounds"], "" if a["steal_rerun_rounds"] == 1 else "s", a["rounds"])
+                 if a.get("steal_rerun_rounds") else "")
+        lines = _wrap("The storage path alone (owner_work=none, %s runs of %s s per cell%s; runs "
+                      "with steal time over %g%% still left out): the time the model's "
+                      "allocations, frees, RCU and linking take per create in each era, against "
+                      "the seed's change per create (from its k/s and sd; the two machines' "
+                      "nanoseconds do not compare, so the path's change is also given as a share "
+                      "of a whole create here):" % (a.get("runs"), a.get("duration"), rerun,
+                                                    _stats.STEAL_WARN_PCT), 104, "")
         for st in self.storage_types:
             for b in self.batch_sizes:
                 r = self.alone_reading(st, b)

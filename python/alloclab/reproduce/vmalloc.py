@@ -58,7 +58,7 @@ from .._ffi import lib
 from ..policy import Policy, presets
 from ..result import Result, collect_metadata
 from ..run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import STEAL_RERUNS, Report, SeedCell, progress_bar, run_round, side
+from ._report import STEAL_RERUNS, Report, SeedCell, progress_bar, rerun_tally, run_round, side
 
 # Changes smaller than this are never marked (R)/(I), as alloclab.compare.
 THRESHOLD_PCT = 2.0
@@ -167,7 +167,7 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
         rows += [("fix_size_alloc_test", n, 0, REZKI_LOOPS) for n in sorted(SEED_REZKI)]
     task = _task_maker(threads, nr_pcpu_objects, seed)
     load_before = machine.loadavg()
-    results, loops_used, ns_per_loop, reran = {}, {}, {}, [0, 0]
+    results, loops_used, ns_per_loop, tally = {}, {}, {}, rerun_tally()
     todo = list(dict.fromkeys(rows))
     bar = progress_bar(len(todo), "alloclab reproduce vmalloc", progress, unit="row")
     for i, (t, p, h, l) in enumerate(todo):
@@ -180,7 +180,7 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
             loops, ns_per_loop[key] = _calibrate(task, specs, (t, p, h, l), min_time, warm)
         loops_used[key] = {k: loops[s] for (k, _), s in zip(designs, specs)}
         tasks = [task(s, t, p, h, loops[s], runs) for s in specs]
-        raws = _rounds(tasks, runs, STEAL_RERUNS, reran)
+        raws = _rounds(tasks, runs, STEAL_RERUNS, tally)
         meta = collect_metadata()
         meta["run"] = {"workload": "test_vmalloc", "runs": runs, "row": key}
         results[key] = Result.from_raw(meta, [(tk["point"], r) for tk, r in zip(tasks, raws)])
@@ -191,8 +191,7 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
                 "designs": [[k, p, s] for (k, p), s in zip(designs, specs)],
                 "rows": [list(r) for r in todo], "loops": loops_used,
                 "calibration_ns_per_loop": ns_per_loop,
-                "nr_pcpu_objects": nr_pcpu_objects, "rounds": runs * len(todo),
-                "steal_rerun_rounds": reran[0], "steal_rerun_attempts": reran[1],
+                "nr_pcpu_objects": nr_pcpu_objects, **tally,
                 "load_before": load_before, "load_after": machine.loadavg()}
     return VmallocReport(results, settings)
 
@@ -224,18 +223,15 @@ def _task_maker(threads, nr_pcpu_objects, seed):
     return task
 
 
-def _rounds(tasks, nruns, reruns=0, reran=None):
+def _rounds(tasks, nruns, reruns=0, tally=None):
     """Runs of each task, round by round, the policies back to back (ABBA); a
     round disturbed by steal time is run again up to ``reruns`` times
-    (_report.run_round), counted in reran = [rounds, attempts]."""
+    (run.run_round), counted into tally."""
     raws = [[] for _ in tasks]
     for i in range(nruns):
-        got, extra = run_round(tasks, i, _run_once, reverse=i % 2 == 1, reruns=reruns)
+        got, _ = run_round(tasks, i, _run_once, reverse=i % 2 == 1, reruns=reruns, tally=tally)
         for j, r in enumerate(got):
             raws[j].append(r)
-        if extra and reran is not None:
-            reran[0] += 1
-            reran[1] += extra
     return raws
 
 
