@@ -873,10 +873,11 @@ def _run_interleaved(tasks, settings, adaptive, prog):
             for j, r in zip(cell, got):
                 raws[j].append(r)
             prog.step(len(cell))
+    if adaptive:
+        settings["adaptive"] = _adapt(tasks, raws, npol, adaptive, t0, prog,
+                                      settings.get("steal_reruns", 0), tally)
     if settings.get("steal_reruns"):
         settings.update(tally)
-    if adaptive:
-        settings["adaptive"] = _adapt(tasks, raws, npol, adaptive, t0, prog)
     return [(t["point"], r) for t, r in zip(tasks, raws)]
 
 
@@ -951,9 +952,10 @@ def _rel_ci(raws):
     return widest
 
 
-def _adapt(tasks, raws, npol, opts, t0, prog):
+def _adapt(tasks, raws, npol, opts, t0, prog, reruns=0, tally=None):
     """Add rounds to the cells whose interval is wider than the target
-    (every policy of a cell together, ABBA order) until the budget is spent."""
+    (every policy of a cell together, ABBA order, run again for steal as the
+    first rounds: run_round) until the budget is spent."""
     per = len(tasks) // npol if npol else len(tasks)
     added = 0
     wide = []
@@ -967,10 +969,11 @@ def _adapt(tasks, raws, npol, opts, t0, prog):
             if time.monotonic() - t0 >= opts["budget"]:
                 break
             r = len(raws[c])
-            pols = range(npol) if r % 2 == 0 else reversed(range(npol))
-            for pi in pols:
-                raws[pi * per + c].append(run_once(tasks[pi * per + c], r))
-                added += 1
-                prog.step()
+            got, _ = run_round([tasks[pi * per + c] for pi in range(npol)], r,
+                               reverse=r % 2 == 1, reruns=reruns, tally=tally)
+            for pi, raw in enumerate(got):
+                raws[pi * per + c].append(raw)
+            added += npol
+            prog.step(npol)
     return dict(opts, added_runs=added, cells_wider_than_target=len(wide),
                 spent_s=round(time.monotonic() - t0, 3))

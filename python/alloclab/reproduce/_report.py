@@ -24,13 +24,13 @@ the model: no direction expected" instead of being counted as a miss; it
 stays in the share's denominator, and the share over the other cells is
 printed beside it.
 
-Steal time: every reproduction runs a round of its A/B comparison again, both sides together and in the same
-order, when the host stole more than stats.STEAL_WARN_PCT of a run's CPU
-time (the verdict engine would leave that pair out), at most
-run.STEAL_RERUNS times, keeping the attempt with the least steal
-(run.run_round; libarena through run()'s steal_reruns); the setup line
-says how many rounds were run again. Which attempt is kept depends only on the
-steal, never on the times measured.
+Steal time: every reproduction runs a round of its A/B comparison again,
+both sides together and in the same order, when the host stole more than
+stats.STEAL_WARN_PCT of a run's CPU time (the verdict engine would leave
+that pair out), at most run.STEAL_RERUNS times, keeping the attempt with
+the least steal (run.run_round; libarena through run()'s steal_reruns);
+the setup line says how many rounds were run again. Which attempt is kept
+depends only on the steal, never on the times measured.
 
 Progress: each reproduction counts its runs (or rows) on a progress_bar
 (progress.Bar): a tqdm bar on a terminal for a job that lasts, none when
