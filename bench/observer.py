@@ -18,7 +18,13 @@ Sections (malloc-free, size 64, batch timing, the default stats level):
             (goal for transfer: <= 2x each); then one stats=full run per cell
             for the counters that explain it: lock acquisitions, handoffs
             (owner switches) and contended acquisitions per op, wait per
-            contended acquisition.
+            contended acquisition, hold per acquisition; and the 2p - 1p
+            time per op of those runs split into waiting, longer holds (the
+            critical sections' lines last written by the other CPU) and the
+            rest, spent outside the locks; for the libarena presets the
+            absolute 2p - 1p beside seed 000's, as context (its 1p ops cost
+            104-156 ns in BPF, the model's 10-20 ns: a cross-CPU cost of the
+            same size is a far smaller ratio there).
 
     python bench/observer.py [--runs 9] [--duration 0.2] [--sections fastpath,floor,scaling]
 
@@ -41,6 +47,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SPILL = "percpu(guard=local) > buddy"
 TRANSFER = "percpu(guard=local) > transfer > buddy"
 SCALING = ["buddy", "libarena-spill", "libarena-transfer"]
+# Seed 000's libarena-malloc-free table, 256 allocs/cycle, 1p and 2p mean latency (ns):
+# alloc 1p, alloc 2p, free 1p, free 2p. Printed as context beside the model's absolute
+# 2p - 1p difference, never used in a ratio or a verdict.
+SEED_256 = {"libarena-spill": (112, 230, 156, 267), "libarena-transfer": (104, 149, 137, 107)}
 
 CHASE_C = r"""
 #include <stdio.h>
@@ -234,8 +244,28 @@ def lock_counters(pol):
             rows["%s/%dp" % (lay, prod)] = dict(
                 acquired_per_op=acq, handoffs_per_op=per_op(p, lay, "lock_owner_switches"),
                 contended_per_op=cont, wait_ns_per_op=wait,
-                wait_ns_per_contended=wait / cont if cont else float("nan"))
+                wait_ns_per_contended=wait / cont if cont else float("nan"),
+                hold_ns_per_acquired=per_op(p, lay, "lock_hold_ns") / acq if acq else 0.0)
+        rows["time/%dp" % prod] = dict(ns_per_op=float(np.median(
+            (p["alloc_ns"] + p["free_ns"]) / 2)))
     return rows
+
+
+def slowdown_parts(c):
+    """What the counters say of the 2p - 1p time per op (one op = an alloc or a free) in
+    the stats=full runs: waiting for the locks, holding them longer (each acquisition's
+    hold at 2p against 1p, times acquisitions per op at 2p), and the rest, outside the
+    locks (per-CPU paths, lines last written by the other CPU; an untimed lock's holds,
+    as the transfer cache's, fall there too)."""
+    extra = c["time/2p"]["ns_per_op"] - c["time/1p"]["ns_per_op"]
+    layers = {k.split("/")[0] for k in c if not k.startswith("time/")}
+    wait = sum(c[lay + "/2p"]["wait_ns_per_op"] for lay in layers)
+    timed = [lay for lay in layers if np.isfinite(c[lay + "/1p"]["hold_ns_per_acquired"])]
+    hold = sum(c[lay + "/2p"]["acquired_per_op"] * (c[lay + "/2p"]["hold_ns_per_acquired"] -
+                                                    c[lay + "/1p"]["hold_ns_per_acquired"])
+               for lay in timed)
+    return dict(extra_ns=extra, wait_ns=wait, longer_holds_ns=hold,
+                outside_ns=extra - wait - hold)
 
 
 def scaling(a, out):
@@ -259,10 +289,26 @@ def scaling(a, out):
                                             row["free_ns"]["two"], row["free_ns"]["ratio"],
                                             row["free_ns"]["lo"], row["free_ns"]["hi"]))
         for k, c in row["counters"].items():
+            if k.startswith("time/"):
+                continue
             lines.append("      %-22s lock/op %.4f  handoffs/op %.4f  contended/op %.4f  "
-                         "wait/contended %.0f ns" % (k, c["acquired_per_op"], c["handoffs_per_op"],
-                                                     c["contended_per_op"],
-                                                     c["wait_ns_per_contended"]))
+                         "wait/contended %.0f ns  hold/acquisition %s" % (
+                             k, c["acquired_per_op"], c["handoffs_per_op"],
+                             c["contended_per_op"], c["wait_ns_per_contended"],
+                             "%.0f ns" % c["hold_ns_per_acquired"]
+                             if np.isfinite(c["hold_ns_per_acquired"]) else "untimed"))
+        if pol in SEED_256:
+            sa1, sa2, sf1, sf2 = SEED_256[pol]
+            lines.append("      absolute 2p - 1p: alloc %+.1f ns, free %+.1f ns; seed 000's "
+                         "(BPF, 16-vCPU VM; context only): alloc %+d ns (%d -> %d), free %+d "
+                         "ns (%d -> %d)" % (row["alloc_ns"]["two"] - row["alloc_ns"]["one"],
+                                            row["free_ns"]["two"] - row["free_ns"]["one"],
+                                            sa2 - sa1, sa1, sa2, sf2 - sf1, sf1, sf2))
+        row["parts"] = parts = slowdown_parts(row["counters"])
+        lines.append("      stats=full runs, 2p - 1p per op: %+.1f ns = waiting %.1f + longer "
+                     "holds %.1f + the rest %.1f (outside the timed locks)" % (
+                         parts["extra_ns"], parts["wait_ns"], parts["longer_holds_ns"],
+                         parts["outside_ns"]))
     out["scaling"] = rows
     return lines
 
