@@ -23,6 +23,15 @@
  *     losing the race unlinks, uncharges and frees both: -EAGAIN, counted
  *     (the bench never races; the C tests provoke it through the
  *     "local_storage.publish" injection point).
+ * Other maps (other_maps=N): N more storage maps of the same type whose own
+ * programs give every owner an element too, as another BPF service on the
+ * machine does: after the bench's create, each calls
+ * bpf_local_storage_update on an owner that has storage already, so it
+ * charges and allocates only its element (bpf_selem_alloc), then under the
+ * storage's lock links it into its own map (bpf_selem_link_map, that map's
+ * bucket lock) and into the storage (bpf_selem_link_storage_nolock). Their
+ * elements go with the owner's storage. A failure there is the other
+ * program's (other_errs), not the bench's create.
  * Destroy (bpf_local_storage_destroy, reuse_now): under the storage's lock
  * unlink every element (and from its bucket under the bucket lock),
  * uncharge, free it; then free the storage; then close the socket / join the
@@ -97,6 +106,7 @@ enum {
 	P_charge,
 	P_sample,
 	P_task_exit,
+	P_other_maps,
 	P_NR
 };
 
@@ -129,6 +139,10 @@ static const struct al_param_desc ls_params[P_NR] = {
 			  "(delayed_put_task_struct -> free_task -> bpf_task_storage_free) run "
 			  "by whichever worker runs it (with rcu_nocb, the next one); inline: by "
 			  "the creating worker at the join" },
+	[P_other_maps] = { "other_maps", AL_PARAM_INT, 0, 0, 15, NULL,
+			   "other storage maps whose programs give every owner an element too "
+			   "(another BPF service on the machine): each adds one element "
+			   "allocation per create, linked into the owner's storage" },
 };
 
 struct ls_owner;
@@ -142,7 +156,8 @@ struct ls_selem {
 	struct ls_selem **snode_pprev;	  /* ... */
 	struct ls_storage *local_storage; /* the owner's storage */
 	struct al_rcu_head rcu;		  /* call_rcu */
-	uint64_t hole;			  /* the kernel's 8-byte hole */
+	uint32_t map_idx;		  /* the model's: which map (0: the bench's); in */
+	uint32_t hole;			  /* the kernel's 8-byte hole (its sdata.smap says it) */
 	struct ls_map *smap;		  /* sdata.smap, on the second cache line */
 	unsigned char data[];		  /* sdata.data: the value */
 };
@@ -194,6 +209,7 @@ struct ls_bucket {
 struct ls_count {
 	uint64_t creates, create_errs, eagain, charges, uncharges, charge_fails, lock_fails;
 	uint64_t owner_errs, kfree_rcu, call_rcu, reuse_now, callbacks_run;
+	uint64_t other_elems, other_errs; /* other_maps' elements made, and failed */
 	uint64_t task_puts, task_frees, task_frees_remote; /* delayed_put_task_struct */
 	uint64_t cycle_ticks;				   /* measured cycles' time */
 };
@@ -227,8 +243,9 @@ struct ls_map {
 	unsigned flags;			/* AL_ZERO, plus AL_MAYSLEEP for sockets */
 	uint64_t sample_ticks;		/* P_sample */
 	unsigned nworkers;		/* workers */
-	unsigned nbuckets;		/* power of two, >= 2 */
-	struct ls_bucket *buckets;	/* nbuckets */
+	unsigned nbuckets;		/* per map: a power of two, >= 2 */
+	unsigned nmaps;			/* 1 + other_maps */
+	struct ls_bucket *buckets;	/* nbuckets per map, map after map */
 	size_t buckets_len;		/* bytes */
 	struct ls_worker *w;		/* per worker */
 	size_t w_len;			/* bytes */
@@ -246,7 +263,7 @@ static inline struct ls_bucket *select_bucket(struct ls_map *m, const struct ls_
 {
 	uint64_t h = (uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull;
 
-	return &m->buckets[(h >> 32) & (m->nbuckets - 1)];
+	return &m->buckets[(size_t)s->map_idx * m->nbuckets + ((h >> 32) & (m->nbuckets - 1))];
 }
 
 static inline void raw_lock(int *l)
@@ -435,6 +452,50 @@ static int ls_alloc_failed(struct al_worker *w, bool *failed)
 	return err;
 }
 
+/*
+ * Another map's program on an owner that has storage: bpf_local_storage_update
+ * with F_CREATE finds the storage, allocates the element outside its lock,
+ * then under the storage's lock links it into that map and the storage.
+ * Its failure is that program's (other_errs).
+ */
+static void other_elem(struct al_worker *w, struct ls_map *m, struct ls_owner *o,
+		       struct ls_storage *st, unsigned idx)
+{
+	struct al_ctx *c = &w->ctx;
+	struct ls_selem *s;
+	bool failed;
+
+	if (mem_charge(m, c, o, m->elem_size))
+		goto err;
+	s = ls_alloc(w, m, m->elem_size);
+	if (!s) {
+		ls_alloc_failed(w, &failed);
+		mem_uncharge(m, c, o, m->elem_size);
+		goto err;
+	}
+	s->smap = m;
+	s->map_idx = idx;
+	s->local_storage = st;
+	raw_lock(&st->lock);
+	if (bucket_link(m, c, s)) {
+		raw_unlock(&st->lock);
+		mem_uncharge(m, c, o, m->elem_size);
+		ls_free(w, m, s, &s->rcu, selem_free_cb);
+		goto err;
+	}
+	s->snode_next = st->list; /* hlist_add_head_rcu(&selem->snode, &storage->list) */
+	if (st->list)
+		st->list->snode_pprev = &s->snode_next;
+	s->snode_pprev = &st->list;
+	st->list = s;
+	st->cache[idx] = &s->smap;
+	raw_unlock(&st->lock);
+	cnt(m, c)->other_elems++;
+	return;
+err:
+	cnt(m, c)->other_errs++;
+}
+
 /* The first element for a new owner. 0, or an error (counted). */
 static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
 {
@@ -443,6 +504,7 @@ static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
 	struct ls_storage *st, *expected = NULL;
 	struct ls_selem *s;
 	bool alloc_failed = false; /* its -EAGAIN is a refusal, not a lost race */
+	unsigned idx;
 	int ret;
 
 	o->storage = NULL;
@@ -459,6 +521,7 @@ static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
 		goto out_err;
 	}
 	s->smap = m;
+	s->map_idx = 0;
 	ret = mem_charge(m, c, o, LS_STORAGE_SIZE);
 	if (ret)
 		goto out_selem;
@@ -488,6 +551,8 @@ static int create(struct al_worker *w, struct ls_map *m, struct ls_owner *o)
 	}
 	st->cache[LS_CACHE_IDX] = &s->smap; /* SDATA(selem) */
 	n->creates++;
+	for (idx = 1; idx < m->nmaps; idx++)
+		other_elem(w, m, o, st, idx);
 	return 0;
 
 out_storage:
@@ -711,7 +776,8 @@ static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 	m->nworkers = nworkers;
 	for (m->nbuckets = 2; m->nbuckets < nworkers; m->nbuckets <<= 1)
 		;
-	m->buckets_len = sizeof(struct ls_bucket) * m->nbuckets;
+	m->nmaps = 1 + (unsigned)p[P_other_maps];
+	m->buckets_len = sizeof(struct ls_bucket) * m->nbuckets * m->nmaps;
 	m->w_len = sizeof(struct ls_worker) * nworkers;
 	m->buckets = al_meta_alloc(m->buckets_len);
 	m->w = al_meta_alloc(m->w_len);
@@ -720,7 +786,7 @@ static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 		goto out_free;
 	/* Not counted in any counters (no al_lock_count_in): the workload reports
 	 * its own lock_fails, nothing reports the locks' statistics. */
-	for (i = 0; i < m->nbuckets; i++)
+	for (i = 0; i < m->nbuckets * m->nmaps; i++)
 		al_lock_init(&m->buckets[i].lock, LS_BUCKET_BUDGET, false);
 	ret = al_defer_create(nworkers, &dp, &m->rcu);
 	if (ret)
@@ -798,6 +864,8 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 		t.task_puts += n->task_puts;
 		t.task_frees += n->task_frees;
 		t.task_frees_remote += n->task_frees_remote;
+		t.other_elems += n->other_elems;
+		t.other_errs += n->other_errs;
 		ticks += (double)n->cycle_ticks;
 	}
 	if (!m->nsamples && m->w[0].end_t > m->w[0].first_t && m->w[0].first_t) {
@@ -835,6 +903,8 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 	al_result_value(res, "task_puts", (double)t.task_puts);
 	al_result_value(res, "task_frees", (double)t.task_frees);
 	al_result_value(res, "task_frees_remote", (double)t.task_frees_remote);
+	al_result_value(res, "other_elems", (double)t.other_elems);
+	al_result_value(res, "other_errs", (double)t.other_errs);
 }
 
 static void ls_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)

@@ -833,6 +833,10 @@ def _local_storage_parser(rsub):
                     help="with real owners, skip the short runs of the storage path alone "
                          "(owner_work=none) that the report sets against the seed's change "
                          "per create")
+    ls.add_argument("--other-maps", type=int, default=None, metavar="N",
+                    help="other socket-storage maps whose programs give every socket an "
+                         "element too (default 1: the seed's machine ran such a service, its "
+                         "author said; 0: the bench alone)")
     ls.add_argument("--producers", type=int, default=1, help="producers (default 1, as -p 1)")
     ls.add_argument("--gp-latency", type=_duration, default=0.0,
                     help="minimum grace period (default 0: the next quiescent point)")
@@ -849,6 +853,8 @@ def cmd_reproduce_local_storage(args):
 
     if (args.runs is not None and args.runs < 1) or args.producers < 1:
         raise UsageError("--runs and --producers must be at least 1")
+    if args.other_maps is not None and not 0 <= args.other_maps <= 15:
+        raise UsageError("--other-maps=%d: a number of maps from 0 to 15" % args.other_maps)
     for flag, v in (("--duration", args.duration), ("--sample", args.sample)):
         if v is not None and not v > 0:
             raise UsageError("%s=%r: a positive number of seconds" % (flag, v))
@@ -860,7 +866,9 @@ def cmd_reproduce_local_storage(args):
                                       gp_latency=int(round(args.gp_latency * 1e9)),
                                         rcu_nocb=args.rcu_nocb, effort=args.effort,
                                         progress=args.progress,
-                                        alone=args.alone and args.owner_work == "real"),
+                                        alone=args.alone and args.owner_work == "real",
+                                        other_maps=None if args.other_maps is None else
+                                        {"socket": args.other_maps, "task": 0}),
         args)
 
 

@@ -4,7 +4,8 @@
  * runs without leaks, the counts per create are exact (two allocations, two
  * charges for sockets, the era's free path), a publish race provoked through
  * the "local_storage.publish" injection point frees both objects and counts
- * -EAGAIN, and the helper-thread irq_work modes run with several producers.
+ * -EAGAIN, the helper-thread irq_work modes run with several producers, and
+ * other maps' elements (other_maps) are made and freed with their owner.
  */
 #include <errno.h>
 #include <math.h>
@@ -110,6 +111,34 @@ TEST(test_bpf_ma_task_reuse_now)
 	CHECK_EQ(layer_stat(&res, "bpf_ma", "frees"), 2 * 20 * 16);
 }
 
+static const char *const SOCKET_OTHER2[] = { "storage_type", "socket",	   "batch_size",
+					     "16",	     "other_maps", "2" };
+
+/* Two other maps on every socket: two elements more per create, linked into
+ * the storage and their own maps' buckets, all freed with the socket (several
+ * producers: the storages' and buckets' locks, under TSan). */
+TEST(test_other_maps_elements)
+{
+	static const char *const specs[] = { "slab(zero=true)", "nolock > slab" };
+	unsigned i, p;
+
+	for (i = 0; i < 2; i++)
+		for (p = 1; p <= 3; p += 2) {
+			CHECK_EQ(run(specs[i], p, SOCKET_OTHER2, 6), 0);
+			check_clean(specs[i]);
+			CHECK_EQ(value(&res, "creates"), p * 20 * 16);
+			CHECK_EQ(value(&res, "other_elems"), 2 * p * 20 * 16);
+			CHECK_EQ(value(&res, "other_errs"), 0);
+			CHECK_EQ(res.alloc_ops, 4 * p * 20 * 16);
+			CHECK_EQ(value(&res, "charges"), 4 * p * 20 * 16);
+			CHECK_EQ(value(&res, "uncharges"), 4 * p * 20 * 16);
+			/* kzalloc: each element and storage, and a new cg slab's obj_exts */
+			CHECK_EQ(layer_stat(&res, "slab", "traced_kmallocs"),
+				 i ? 0
+				   : 4 * p * 20 * 16 + layer_stat(&res, "slab", "obj_exts_allocs"));
+		}
+}
+
 static void *fake_storage[32]; /* "another CPU's" storage: its owner is not ours */
 static int publishes;
 
@@ -164,5 +193,6 @@ int main(void)
 	RUN(test_bpf_ma_task_reuse_now);
 	RUN(test_publish_race_counts_eagain);
 	RUN(test_multi_producer_eras);
+	RUN(test_other_maps_elements);
 	return TEST_SUMMARY();
 }
