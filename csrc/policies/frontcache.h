@@ -205,6 +205,29 @@ static inline unsigned fc_give_back_cached(struct al_allocator *below, struct al
 	return n;
 }
 
+/* A refill's objects as the backend's alloc_bulk gave them (the buddy carves
+ * one block in ascending address order), reversed so that a LIFO stack,
+ * which pops from the end, hands them out in ascending address order, as a
+ * fresh SLUB slab's freelist and a tcmalloc span's do. Which object of a
+ * batch goes first is no part of the model (the same batches, hits, locks
+ * and counters), but a program walks its objects in the order it made them
+ * (a garbage collector's lists, a container's items), and the hardware
+ * prefetchers follow an ascending run where a batch handed out from its top
+ * breaks it every `batch` objects: python3 under the shim spent half again
+ * as much time in its object walks (gc, list_traverse, json) before this.
+ * Costs n/2 swaps per refill. */
+static inline void fc_stack_ascending(void **objs, unsigned n)
+{
+	unsigned i, j;
+
+	for (i = 0, j = n ? n - 1 : 0; i < j; i++, j--) {
+		void *t = objs[i];
+
+		objs[i] = objs[j];
+		objs[j] = t;
+	}
+}
+
 enum fc_guard {
 	FC_GUARD_ATOMIC = 0, /* cmpxchg on the CPU's `active` word (faithful to the seed) */
 	FC_GUARD_LOCAL = 1   /* plain flag: enough when one thread owns each model CPU */

@@ -13,7 +13,8 @@
  * alloc: pop cur; cur empty and prev has rounds → swap; both empty → lock
  *        the depot: a full magazine there → prev goes back as empty, cur
  *        becomes prev, the full one becomes cur; none → refill cur with ONE
- *        backend alloc_bulk(M).
+ *        backend alloc_bulk(M), stacked to pop in ascending address order
+ *        (fc_stack_ascending).
  * free:  push cur; cur full and prev empty → swap; both full → lock the
  *        depot: room → prev goes in as full, cur becomes prev, an empty one
  *        becomes cur; depot full → prev is flushed to the backend with ONE
@@ -190,6 +191,7 @@ static al_noinline void *mg_alloc_slow(struct magazine *mg, struct al_ctx *c, st
 		return NULL; /* *got: the class the backend hands out instead */
 	*got = (int)order;
 	al_count(&mg->ctr, c, MAG_backend_refills, 1);
+	fc_stack_ascending(cur->obj, keep);
 	al_track_poison_all(cur->obj, keep - 1, fc_class_size(order));
 	cur->rounds = keep - 1;
 	return cur->obj[keep - 1];

@@ -13,7 +13,9 @@
  *
  * alloc(size):  enter the CPU's guard (cmpxchg on `active`, or a plain flag
  *               with guard=local); pop the order's stack; on a miss refill
- *               with ONE backend alloc_bulk(class size, batch) and pop.
+ *               with ONE backend alloc_bulk(class size, batch) and pop; the
+ *               batch is stacked so that it pops in ascending address order
+ *               (fc_stack_ascending).
  * free(p):      the order comes from the backend's index read inline (buddy:
  *               the order nibble, as buddy_cache_free reads idx_get_order;
  *               index.h), else from its usable_size(p); push;
@@ -180,6 +182,7 @@ static void *refill_pop(struct percpu *pc, struct al_ctx *c, unsigned cls, unsig
 		return NULL; /* *got: the class the backend hands out instead */
 	*got = (int)cls;
 	al_count(&pc->ctr, c, PCPU_refill_objects, keep);
+	fc_stack_ascending(s->objects, keep);
 	al_track_poison_all(s->objects, keep - 1, fc_class_size(cls));
 	s->elems = keep - 1;
 	return s->objects[keep - 1];

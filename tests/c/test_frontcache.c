@@ -927,6 +927,36 @@ TEST(test_exact_refills_stop_at_nolock)
 /* The buddy's index reaches the caches above it through a transfer layer,
  * and reads what usable_size says for live, freed, interior and foreign
  * pointers; a backend without an index gives none. */
+/* A refill's batch is one buddy block carved in address order; each front
+ * hands it out in that order (fc_stack_ascending), so a run of allocations
+ * walks memory upwards, as a program's later walks over them do. */
+TEST(test_refill_pops_in_address_order)
+{
+	static const char *const spill[] = { "percpu", "buddy" };
+	static const char *const xfer[] = { "percpu", "transfer", "buddy" };
+	static const char *const mag[] = { "magazine", "buddy" };
+	static const char *const *const stacks[] = { spill, xfer, mag };
+	static const unsigned depth[] = { 2, 3, 2 };
+	unsigned s, i;
+
+	for (s = 0; s < 3; s++) {
+		struct al_allocator *a = make(stacks[s], depth[s], NULL, 0, 1);
+		struct al_ctx c;
+		void *v[16];
+
+		CHECK(a != NULL);
+		if (!a)
+			return;
+		al_ctx_init(&c, 0);
+		alloc_n(a, &c, v, 16, 64); /* two refills of 8 */
+		for (i = 0; i < 16; i++)
+			if (i % 8)
+				CHECK_EQ((uintptr_t)v[i], (uintptr_t)v[i - 1] + 64);
+		free_n(a, &c, v, 16);
+		teardown_empty(a);
+	}
+}
+
 TEST(test_index_through_the_stack)
 {
 	struct al_allocator *a = t_spec("percpu > transfer > buddy", 1), *tc, *b;
@@ -964,6 +994,7 @@ TEST(test_index_through_the_stack)
 int main(void)
 {
 	RUN(test_percpu_refill_and_spill_exact);
+	RUN(test_refill_pops_in_address_order);
 	RUN(test_index_through_the_stack);
 	RUN(test_caches_read_the_index_inline);
 	RUN(test_spill_names_its_class);
