@@ -250,6 +250,29 @@ def test_report_without_the_other_service_fails_the_302_claim():
     assert "other_maps=0: the bench's own elements alone" in str(r)
 
 
+@pytest.mark.parametrize("other, words, note", [
+    (3, "with elements of 3 other storage maps on every socket, as asked (the seed's "
+        "machine: 1): other_maps=3",
+     "every socket also gets elements of 3 other storage maps (socket other_maps=3), as "
+     "asked; on the seed's machine socket other_maps=1: "),
+    ({"socket": 1}, "with an element of another storage map on every socket, as on the "
+                    "seed's machine: other_maps=1",
+     "every socket also gets an element of another storage map (socket other_maps=1), as "
+     "the seed's machine ran another service")])
+def test_report_says_the_seed_machine_only_for_its_count(other, words, note):
+    """A count of other maps the user chose is theirs: the claim and the notes say the
+    seed's machine only for the one map on sockets its author described."""
+    r = rep.local_storage(storage_types=["socket"], batch_sizes=[16], runs=1, duration=0.02,
+                          sample=0.01, owner_work="none", warmup_cycles=2, other_maps=other)
+    seed302 = [v for _, v, _ in r.verdicts() if "3.02" in v.claim.text][0]
+    assert words in seed302.claim.text
+    assert note in str(r)
+    # the same words from the JSON
+    r2 = type(r).from_json(r.to_json())
+    assert words in [v for _, v, _ in r2.verdicts() if "3.02" in v.claim.text][0].claim.text
+    assert note in str(r2)
+
+
 @pytest.mark.parametrize("bad, exc", [
     (16, "InvalidArgument"), (-1, "InvalidArgument"), ("1", "InvalidArgument"),
     (True, "InvalidArgument"), ({"sockets": 1}, "UnknownNameError"),

@@ -206,6 +206,12 @@ def _other_maps(other_maps, storage_types):
     return out
 
 
+def _elements_of(n):
+    """What n other maps give each owner, in words."""
+    return ("an element of another storage map" if n == 1 else
+            "elements of %d other storage maps" % n)
+
+
 def _measure(g, owner_work, duration, sample):
     """One Result over the grid g (local_storage's settings) with these owners,
     measured phase and sample: per cell, its two eras' tasks, run in pairs."""
@@ -657,8 +663,9 @@ class LocalStorageReport(Report):
         n = self.settings.get("other_maps", {}).get("socket", 0)
         if not n:
             return "the bench's own elements alone, other_maps=0"
-        return ("with %d other map%s on every socket, as on the seed's machine: "
-                "other_maps=%d" % (n, "'s element" if n == 1 else "s' elements", n))
+        return "with %s on every socket, %s: other_maps=%d" % (
+            _elements_of(n), "as on the seed's machine" if n == OTHER_MAPS["socket"] else
+            "as asked (the seed's machine: %d)" % OTHER_MAPS["socket"], n)
 
     # -- text --
 
@@ -684,11 +691,16 @@ class LocalStorageReport(Report):
                      "handed out.")
         om = {k: v for k, v in s.get("other_maps", {}).items() if k in ERAS}
         if any(om.values()):
-            lines.append("Other maps: every %s also gets an element of another storage map "
-                         "(%s), as %s." % (
-                             " and ".join(st for st, n in om.items() if n),
-                             ", ".join("%s other_maps=%d" % kv for kv in om.items()),
-                             s["other_maps"].get("source", OTHER_MAPS_SOURCE)))
+            # "as on the seed's machine" only for the counts its author described
+            seeds = all(n == OTHER_MAPS[st] for st, n in om.items())
+            source = s["other_maps"].get("source", OTHER_MAPS_SOURCE)
+            lines.append("Other maps: %s (%s), %s." % (
+                " and ".join("every %s also gets %s" % (st, _elements_of(n))
+                             for st, n in om.items() if n),
+                ", ".join("%s other_maps=%d" % kv for kv in om.items()),
+                "as " + source if seeds else "as asked; on the seed's machine %s: %s" % (
+                    ", ".join("%s other_maps=%d" % (st, OTHER_MAPS[st]) for st in om),
+                    source)))
         elif om:
             lines.append("other_maps=0: the bench's own elements alone (%s)." % s[
                 "other_maps"].get("source", OTHER_MAPS_SOURCE))
