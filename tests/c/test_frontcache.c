@@ -924,9 +924,6 @@ TEST(test_exact_refills_stop_at_nolock)
 	}
 }
 
-/* The buddy's index reaches the caches above it through a transfer layer,
- * and reads what usable_size says for live, freed, interior and foreign
- * pointers; a backend without an index gives none. */
 /* A refill's batch is one buddy block carved in address order; each front
  * hands it out in that order (fc_stack_ascending), so a run of allocations
  * walks memory upwards, as a program's later walks over them do. */
@@ -957,6 +954,9 @@ TEST(test_refill_pops_in_address_order)
 	}
 }
 
+/* The buddy's index reaches the caches above it through a transfer layer,
+ * and reads what usable_size says for live, freed, interior and foreign
+ * pointers; a backend without an index gives none. */
 TEST(test_index_through_the_stack)
 {
 	struct al_allocator *a = t_spec("percpu > transfer > buddy", 1), *tc, *b;
