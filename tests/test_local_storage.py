@@ -250,6 +250,17 @@ def test_report_without_the_other_service_fails_the_302_claim():
     assert "other_maps=0: the bench's own elements alone" in str(r)
 
 
+def test_report_from_before_other_maps_reads_as_the_bench_alone(report):
+    """A report written before other_maps (no such setting) was the bench alone: read
+    back, its 3.02 claim and notes say so, and name no other maps."""
+    d = json.loads(report.to_json())
+    del d["settings"]["other_maps"]
+    r = type(report).from_json(json.dumps(d))
+    seed302 = [v for _, v, _ in r.verdicts() if "3.02" in v.claim.text][0]
+    assert "the bench's own elements alone, other_maps=0" in seed302.claim.text
+    assert "Other maps:" not in str(r) and "other_maps=0:" not in str(r)
+
+
 @pytest.mark.parametrize("other, words, note", [
     (3, "with elements of 3 other storage maps on every socket, as asked (the seed's "
         "machine: 1): other_maps=3",
