@@ -59,7 +59,7 @@
  * rate over its whole span), creates_per_s_sd (n - 1; NaN below two
  * samples), samples,
  * ns_per_create, create_errs, eagain, charges, uncharges, lock_fails,
- * owner_errs, and the free-path counts. The model counts only the
+ * owner_errs, other_elems, other_errs, and the free-path counts. The model counts only the
  * allocations it makes (slab.traced_kmallocs: those the kernel's kmalloc
  * tracepoint would see); the kmallocs a real socket's or thread's creation
  * makes inside the real kernel are not the model's to count, and no figure
