@@ -19,8 +19,9 @@ Sections (malloc-free, size 64, batch timing, the default stats level):
             for the counters that explain it: lock acquisitions, handoffs
             (owner switches) and contended acquisitions per op, wait per
             contended acquisition, hold per acquisition; and the 2p - 1p
-            time per op of those runs split into waiting, longer holds (the
-            critical sections' lines last written by the other CPU) and the
+            time per op of those runs split into waiting, more time holding
+            the timed locks (longer holds: the critical sections' lines last
+            written by the other CPU; or more of them) and the
             rest, spent outside the locks; for the libarena presets the
             absolute 2p - 1p beside seed 000's, as context (its 1p ops cost
             104-156 ns in BPF, the model's 10-20 ns: a cross-CPU cost of the
@@ -47,10 +48,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SPILL = "percpu(guard=local) > buddy"
 TRANSFER = "percpu(guard=local) > transfer > buddy"
 SCALING = ["buddy", "libarena-spill", "libarena-transfer"]
-# Seed 000's libarena-malloc-free table, 256 allocs/cycle, 1p and 2p mean latency (ns):
-# alloc 1p, alloc 2p, free 1p, free 2p. Printed as context beside the model's absolute
-# 2p - 1p difference, never used in a ratio or a verdict.
-SEED_256 = {"libarena-spill": (112, 230, 156, 267), "libarena-transfer": (104, 149, 137, 107)}
+# Seed 000's libarena-malloc-free table at 256 allocs/cycle (the reproduction's copy):
+# printed as context beside the model's absolute 2p - 1p difference, never used in a
+# ratio or a verdict.
+SEED_DESIGN = {"libarena-spill": "spill", "libarena-transfer": "transfer cache"}
+
+
+def seed_256(pol):
+    """(alloc 1p, alloc 2p, free 1p, free 2p) ns of seed 000 for a libarena preset."""
+    from alloclab.reproduce.libarena import SEED_NS
+    a = SEED_NS[("malloc-free", "alloc_ns", SEED_DESIGN[pol], 256)]
+    f = SEED_NS[("malloc-free", "free_ns", SEED_DESIGN[pol], 256)]
+    return a[0], a[1], f[0], f[1]
 
 CHASE_C = r"""
 #include <stdio.h>
@@ -253,18 +262,18 @@ def lock_counters(pol):
 
 def slowdown_parts(c):
     """What the counters say of the 2p - 1p time per op (one op = an alloc or a free) in
-    the stats=full runs: waiting for the locks, holding them longer (each acquisition's
-    hold at 2p against 1p, times acquisitions per op at 2p), and the rest, outside the
-    locks (per-CPU paths, lines last written by the other CPU; an untimed lock's holds,
-    as the transfer cache's, fall there too)."""
+    the stats=full runs: waiting for the locks, holding them (hold time per op at 2p
+    against 1p: longer holds, or more of them), and the rest, outside the locks
+    (per-CPU paths, lines last written by the other CPU; an untimed lock's holds, as
+    the transfer cache's, fall there too)."""
     extra = c["time/2p"]["ns_per_op"] - c["time/1p"]["ns_per_op"]
     layers = {k.split("/")[0] for k in c if not k.startswith("time/")}
     wait = sum(c[lay + "/2p"]["wait_ns_per_op"] for lay in layers)
     timed = [lay for lay in layers if np.isfinite(c[lay + "/1p"]["hold_ns_per_acquired"])]
-    hold = sum(c[lay + "/2p"]["acquired_per_op"] * (c[lay + "/2p"]["hold_ns_per_acquired"] -
-                                                    c[lay + "/1p"]["hold_ns_per_acquired"])
+    hold = sum(c[lay + "/2p"]["acquired_per_op"] * c[lay + "/2p"]["hold_ns_per_acquired"] -
+               c[lay + "/1p"]["acquired_per_op"] * c[lay + "/1p"]["hold_ns_per_acquired"]
                for lay in timed)
-    return dict(extra_ns=extra, wait_ns=wait, longer_holds_ns=hold,
+    return dict(extra_ns=extra, wait_ns=wait, holding_ns=hold,
                 outside_ns=extra - wait - hold)
 
 
@@ -297,17 +306,17 @@ def scaling(a, out):
                              c["contended_per_op"], c["wait_ns_per_contended"],
                              "%.0f ns" % c["hold_ns_per_acquired"]
                              if np.isfinite(c["hold_ns_per_acquired"]) else "untimed"))
-        if pol in SEED_256:
-            sa1, sa2, sf1, sf2 = SEED_256[pol]
+        if pol in SEED_DESIGN:
+            sa1, sa2, sf1, sf2 = seed_256(pol)
             lines.append("      absolute 2p - 1p: alloc %+.1f ns, free %+.1f ns; seed 000's "
                          "(BPF, 16-vCPU VM; context only): alloc %+d ns (%d -> %d), free %+d "
                          "ns (%d -> %d)" % (row["alloc_ns"]["two"] - row["alloc_ns"]["one"],
                                             row["free_ns"]["two"] - row["free_ns"]["one"],
                                             sa2 - sa1, sa1, sa2, sf2 - sf1, sf1, sf2))
         row["parts"] = parts = slowdown_parts(row["counters"])
-        lines.append("      stats=full runs, 2p - 1p per op: %+.1f ns = waiting %.1f + longer "
-                     "holds %.1f + the rest %.1f (outside the timed locks)" % (
-                         parts["extra_ns"], parts["wait_ns"], parts["longer_holds_ns"],
+        lines.append("      stats=full runs, 2p - 1p per op: %+.1f ns = waiting %.1f + more "
+                     "time holding %.1f + the rest %.1f (outside the timed locks)" % (
+                         parts["extra_ns"], parts["wait_ns"], parts["holding_ns"],
                          parts["outside_ns"]))
     out["scaling"] = rows
     return lines
