@@ -269,7 +269,7 @@ def test_report_from_before_other_maps_reads_as_the_bench_alone(report):
     ({"socket": 1}, "with an element of another storage map on every socket, as on the "
                     "seed's machine: other_maps=1",
      "every socket also gets an element of another storage map (socket other_maps=1), as "
-     "the seed's machine ran another service")])
+     "the seed's machine also ran a service")])
 def test_report_says_the_seed_machine_only_for_its_count(other, words, note):
     """A count of other maps the user chose is theirs: the claim and the notes say the
     seed's machine only for the one map on sockets its author described."""

@@ -34,13 +34,15 @@ socket create, 2.51 per task create, since kmalloc_nolock fires no
 tracepoint) is shown in a column of its own, labelled as taken from the
 seed, to line up with the seed's column; no verdict uses it.
 
-The seed's machine ran another BPF service that created socket storage for
-every connection (its author in the thread, 13 Nov 2025; his v2 cover
-letter, measured without it, counts 3.10 kmallocs per socket create where
-this table has 4.15). The kmalloc tracepoint counts every CPU's events, so
-that service's element on each bench socket is one of the seed's 3.02. By
-default the model runs it too (other_maps: one more map giving every
-socket an element; none on tasks); other_maps=0 is the bench alone.
+The seed's machine also ran a service that created socket storage for every
+connection (its author in the thread, 13 Nov 2025, on a result taken
+"after stopping" it; his v2 cover letter, 14 Nov 2025, counts 3.10 kmallocs
+per socket create on the same kzalloc path where this table has 4.15).
+The bench's kmalloc program counts every kmalloc on the machine; the
+model reads the extra one as that service's element on each bench socket
+(an inference: the author does not say so). By default the model runs it
+too (other_maps: one more map giving every socket an element; none on
+tasks); other_maps=0 is the bench alone.
 """
 
 import math
@@ -85,10 +87,11 @@ SEED_BACKGROUND_SOURCE = ("taken from the seed: its kmalloc_nolock rows, whose t
 # Other storage maps whose programs give every owner an element, on the seed's
 # machine: a count of maps, from what its author said of that machine.
 OTHER_MAPS = {"socket": 1, "task": 0}
-OTHER_MAPS_SOURCE = ("the seed's machine ran another service that created socket storage "
-                     "for every connection (Amery Hung in the thread, 13 Nov 2025; his v2, "
-                     "measured without it: 3.10 kmallocs per socket create where the seed "
-                     "has 4.15)")
+OTHER_MAPS_SOURCE = ("the seed's machine also ran a service that created socket storage "
+                     "for every connection (Amery Hung in the thread, 13 Nov 2025, on a result "
+                     "taken after stopping it; his v2 cover letter then counts 3.10 kmallocs "
+                     "per socket create on the same kzalloc path, the seed 4.15); that its "
+                     "extra kmalloc is one element per bench socket is the model's reading")
 # Runs and seconds measured per run, per effort. Two runs of one era differ
 # by 6-12% however long they last (each has its own allocator, sockets or
 # threads, and host), so many short runs narrow a cell's interval more than
