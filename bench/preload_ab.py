@@ -1,0 +1,74 @@
+"""Two builds of the preload shim against each other and glibc, on the
+programs of bench/preload_threads.py: interleaved rounds (glibc, A, B, the
+order reversed every other round), the median of each and the median of
+the per-round ratios B/A and each against glibc.
+
+    python bench/preload_ab.py --a OLD.so --b NEW.so [--programs churn1,mt4x,python3]
+                               [--policy libarena-transfer] [--rounds 7]
+
+Build the other shim from another checkout (`git worktree add DIR REV && make -C DIR
+preload`: DIR/build/release/liballoclab-preload.so); the installed one is
+python/alloclab/liballoclab-preload.so. Prints the load average before and after.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from alloclab import preload
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import preload_threads as pt  # noqa: E402
+
+
+def run_once(argv, stdin, env):
+    t = time.perf_counter()
+    subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, check=True)
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--a", required=True, help="the first shim (.so)")
+    ap.add_argument("--b", required=True, help="the second shim (.so)")
+    ap.add_argument("--programs", default="churn1,mt4x,python3")
+    ap.add_argument("--policy", default="libarena-transfer")
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args()
+    load0 = os.getloadavg()
+    base = dict(os.environ, PYTHONMALLOC="malloc")
+    res = {}
+    names = a.programs.split(",")
+    for name in names:
+        if name not in pt.GOALS:
+            sys.exit("alloclab: error: unknown program %r (valid: %s)"
+                     % (name, ", ".join(pt.GOALS)))
+    with tempfile.TemporaryDirectory() as tmp:
+        progs = pt.programs(pt.build(tmp), tmp, 1.0)
+        for r in range(a.rounds):
+            for name in names:
+                argv, stdin = progs[name]
+                order = [("glibc", None), ("A", a.a), ("B", a.b)]
+                for lab, shim in (order[::-1] if r % 2 else order):
+                    cmd, env = (argv, base) if shim is None else preload.command(
+                        a.policy, argv, env=base, shim=shim)
+                    res.setdefault((name, lab), []).append(run_once(cmd, stdin, env))
+    print("A = %s\nB = %s\npolicy %s, %d rounds" % (a.a, a.b, a.policy, a.rounds))
+    for name in names:
+        g = res[(name, "glibc")]
+        for lab in ("A", "B"):
+            rat = [x / y for x, y in zip(res[(name, lab)], g)]
+            print("%-8s %s  median %.3f s  vs glibc (median of per-round ratios) %.2fx"
+                  % (name, lab, statistics.median(res[(name, lab)]), statistics.median(rat)))
+        rat = [x / y for x, y in zip(res[(name, "B")], res[(name, "A")])]
+        print("%-8s B/A median %.3f  (%s)" % (name, statistics.median(rat),
+                                              " ".join("%.2f" % x for x in rat)))
+    print("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f"
+          % (load0 + os.getloadavg()))
+
+
+if __name__ == "__main__":
+    main()
