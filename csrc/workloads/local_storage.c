@@ -156,8 +156,8 @@ struct ls_selem {
 	struct ls_selem **snode_pprev;	  /* ... */
 	struct ls_storage *local_storage; /* the owner's storage */
 	struct al_rcu_head rcu;		  /* call_rcu */
-	uint32_t map_idx;		  /* the model's: which map (0: the bench's); in */
-	uint32_t hole;			  /* the kernel's 8-byte hole (its sdata.smap says it) */
+	uint32_t map_idx;		  /* the model's: which map (0: the bench's), kept */
+	uint32_t hole;			  /* in the kernel's 8-byte hole (its sdata.smap says) */
 	struct ls_map *smap;		  /* sdata.smap, on the second cache line */
 	unsigned char data[];		  /* sdata.data: the value */
 };
