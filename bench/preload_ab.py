@@ -13,21 +13,13 @@ python/alloclab/liballoclab-preload.so. Prints the load average before and after
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 from alloclab import preload
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import preload_threads as pt  # noqa: E402
-
-
-def run_once(argv, stdin, env):
-    t = time.perf_counter()
-    subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, check=True)
-    return time.perf_counter() - t
 
 
 def main():
@@ -55,7 +47,7 @@ def main():
                 for lab, shim in (order[::-1] if r % 2 else order):
                     cmd, env = (argv, base) if shim is None else preload.command(
                         a.policy, argv, env=base, shim=shim)
-                    res.setdefault((name, lab), []).append(run_once(cmd, stdin, env))
+                    res.setdefault((name, lab), []).append(pt.timed(cmd, env, stdin, tmp))
     print("A = %s\nB = %s\npolicy %s, %d rounds" % (a.a, a.b, a.policy, a.rounds))
     for name in names:
         g = res[(name, "glibc")]

@@ -850,11 +850,14 @@ def _local_storage_parser(rsub):
 
 def cmd_reproduce_local_storage(args):
     from . import reproduce
+    from .reproduce.local_storage import other_maps_bounds
 
     if (args.runs is not None and args.runs < 1) or args.producers < 1:
         raise UsageError("--runs and --producers must be at least 1")
-    if args.other_maps is not None and not 0 <= args.other_maps <= 15:
-        raise UsageError("--other-maps=%d: a number of maps from 0 to 15" % args.other_maps)
+    lo, hi = other_maps_bounds()
+    if args.other_maps is not None and not lo <= args.other_maps <= hi:
+        raise UsageError("--other-maps=%d: a number of maps from %d to %d"
+                         % (args.other_maps, lo, hi))
     for flag, v in (("--duration", args.duration), ("--sample", args.sample)):
         if v is not None and not v > 0:
             raise UsageError("%s=%r: a positive number of seconds" % (flag, v))

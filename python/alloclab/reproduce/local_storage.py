@@ -202,11 +202,19 @@ def _other_maps(other_maps, storage_types):
         out = {st: other_maps.get(st, 0) for st in storage_types}
     else:
         out = {st: other_maps for st in storage_types}
+    lo, hi = other_maps_bounds()
     for st, n in out.items():
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 15:
+        if isinstance(n, bool) or not isinstance(n, int) or not lo <= n <= hi:
             raise errors.InvalidArgument("other_maps=%r for %s storage: a number of maps "
-                                         "from 0 to 15" % (n, st), value=n)
+                                         "from %d to %d" % (n, st, lo, hi), value=n)
     return out
+
+
+def other_maps_bounds():
+    """(least, most) other maps, as the workload's parameter declares them."""
+    from .. import schema
+    p = schema.workload(WORKLOAD).param("other_maps")
+    return p.min, p.max
 
 
 def _elements_of(n):
