@@ -858,6 +858,10 @@ def cmd_reproduce_local_storage(args):
     if args.other_maps is not None and not lo <= args.other_maps <= hi:
         raise UsageError("--other-maps=%d: a number of maps from %d to %d"
                          % (args.other_maps, lo, hi))
+    if args.other_maps and "socket" not in args.storage_types:
+        raise UsageError("--other-maps=%d gives sockets elements of other maps, but "
+                         "--storage-types=%s runs no socket storage; add socket"
+                         % (args.other_maps, ",".join(args.storage_types)))
     for flag, v in (("--duration", args.duration), ("--sample", args.sample)):
         if v is not None and not v > 0:
             raise UsageError("%s=%r: a positive number of seconds" % (flag, v))

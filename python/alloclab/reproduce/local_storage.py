@@ -199,6 +199,13 @@ def _other_maps(other_maps, storage_types):
         for st in other_maps:
             if st not in ERAS:
                 raise errors.UnknownNameError.make("storage type", st, list(ERAS))
+        # a count for a storage type the grid leaves out would change nothing
+        for st, n in other_maps.items():
+            if st not in storage_types and n != 0:
+                raise errors.InvalidArgument(
+                    "other_maps=%r for %s storage, which storage_types=%r does not run; run "
+                    "it too, or give other maps for %s" % (n, st, storage_types,
+                                                           ", ".join(storage_types)), value=n)
         out = {st: other_maps.get(st, 0) for st in storage_types}
     else:
         out = {st: other_maps for st in storage_types}
