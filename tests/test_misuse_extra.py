@@ -42,3 +42,76 @@ def test_cli_reproduce_other_maps_without_socket_storage():
     r = cli("reproduce", "local-storage", "--storage-types", "task", "--batch-sizes", "16",
             "--runs", "1", "--other-maps", "3")
     one_error(r, "--other-maps=3", "--storage-types=task", "socket")
+
+
+# -- corrupt saved results and reports: one error naming the field, no traceback
+
+
+@pytest.fixture(scope="module")
+def result_file(tmp_path_factory):
+    import alloclab as al
+    path = tmp_path_factory.mktemp("res") / "r.json"
+    al.run("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1).to_json(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def report_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rep") / "ls.json"
+    rep.local_storage(storage_types=["socket"], batch_sizes=[16], runs=1, duration=0.02,
+                      sample=0.01, warmup_cycles=2, owner_work="none").to_json(str(path))
+    return path
+
+
+@pytest.mark.parametrize("field, bad, words", [
+    ("run", "x", "metadata.run is a JSON string, not an object"),
+    ("machine_state", 3, "metadata.machine_state is a JSON number"),
+    ("load_before", [1], "metadata.load_before is a JSON list"),
+    ("load_after", "x", "metadata.load_after"),
+    ("counters", 3, "metadata.counters"),
+    ("usable_cpus", "2", "metadata.usable_cpus is a JSON string, not an integer"),
+    ("ticks_per_ns", "x", "metadata.ticks_per_ns"),
+    ("load_before", {"1min": "high"}, "metadata.load_before.1min"),
+])
+def test_show_and_compare_name_a_corrupt_metadata_field(result_file, tmp_path, field, bad,
+                                                         words):
+    """A result whose metadata held a field of the wrong type printed an
+    AttributeError or TypeError traceback from show and compare."""
+    import json
+    d = json.loads(result_file.read_text())
+    d["metadata"][field] = bad
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(d))
+    one_error(cli("show", str(f)), str(f), words)
+    one_error(cli("compare", str(result_file), str(f)), str(f), words)
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda s: s.__setitem__("other_maps", "x"), "settings.other_maps is 'x'"),
+    (lambda s: s.__setitem__("other_maps", None), "settings.other_maps is None"),
+    (lambda s: s["other_maps"].__setitem__("socket", "1"), "settings.other_maps.socket is '1'"),
+    (lambda s: s["other_maps"].__setitem__("socket", 99), "from 0 to 15"),
+    (lambda s: s["other_maps"].__setitem__("inode", 1), "'inode'; valid: socket, task"),
+    (lambda s: s["other_maps"].__setitem__("source", 1), "settings.other_maps.source is 1"),
+    (lambda s: s.__setitem__("load_before", "x"), "settings.load_before is 'x'"),
+])
+def test_show_names_a_corrupt_report_setting(report_file, tmp_path, mutate, words):
+    """A local-storage report whose other_maps (or load average) was not what
+    the report writes printed a traceback from show; from_json raised it."""
+    import json
+    d = json.loads(report_file.read_text())
+    mutate(d["settings"])
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(d))
+    one_error(cli("show", str(f)), words)
+    with pytest.raises(errors.FileFormatError) as e:
+        rep.LocalStorageReport.from_json(str(f))
+    assert words in str(e.value)
+
+
+def test_a_report_without_other_maps_still_reads(report_file):
+    import json
+    d = json.loads(report_file.read_text())
+    del d["settings"]["other_maps"]
+    r = rep.LocalStorageReport.from_json(json.dumps(d))
+    assert "other_maps=0" in str(r)

@@ -568,6 +568,16 @@ def _check_result_dict(d):
     need(ver, (int,), "format_version", "an integer")
     need(d.get("metadata"), (dict,), "metadata", "an object")
     need(d.get("points"), (list,), "points", "a list")
+    md = d["metadata"]
+    # what the tables' machine, cpu and load lines read, absent or null where unknown
+    for k in ("run", "machine_state", "counters", "load_before", "load_after", "view"):
+        need(md.get(k), (dict, type(None)), "metadata." + k, "an object")
+    for k in ("online_cpus", "usable_cpus", "threads_per_core"):
+        need(md.get(k), (int, type(None)), "metadata." + k, "an integer")
+    need(md.get("ticks_per_ns"), (int, float, type(None)), "metadata.ticks_per_ns", "a number")
+    for k in ("load_before", "load_after"):
+        for f, v in (md.get(k) or {}).items():
+            need(v, (int, float, type(None)), "metadata.%s.%s" % (k, f), "a number")
     for i, p in enumerate(d["points"]):
         at = "points[%d]" % i
         need(p, (dict,), at, "an object")

@@ -346,7 +346,20 @@ class Report:
         if not isinstance(d.get("results"), dict) or not isinstance(d.get("settings"), dict):
             raise errors.FileFormatError("not an %s: results and settings must be objects"
                                          % cls.FORMAT)
+        cls.check_settings(d["settings"])
         return cls({k: Result.from_dict(v) for k, v in d["results"].items()}, d["settings"])
+
+    @classmethod
+    def check_settings(cls, settings):
+        """A FileFormatError naming the first setting a report read from a
+        file holds of a type the text does not read."""
+        for k in ("load_before", "load_after"):
+            v = settings.get(k)
+            if v is not None and (not isinstance(v, dict) or not all(
+                    isinstance(x, (int, float, type(None))) and not isinstance(x, bool)
+                    for x in v.values())):
+                raise errors.FileFormatError("not an %s: settings.%s is %r, not an object of "
+                                             "numbers (a load average)" % (cls.FORMAT, k, v))
 
     def save_figures(self, path):
         """Write the figures: one PDF with a page each, or one file per figure

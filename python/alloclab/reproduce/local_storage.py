@@ -373,6 +373,32 @@ class LocalStorageReport(Report):
         self.alone = results.get("alone")  # the storage path without owners, or None
         self.eras = {st: [tuple(e) for e in v] for st, v in settings["eras"].items()}
 
+    @classmethod
+    def check_settings(cls, settings):
+        super().check_settings(settings)
+        if "other_maps" not in settings:  # a report written before other maps: the bench alone
+            return
+        from .. import errors
+        om = settings["other_maps"]
+        lo, hi = other_maps_bounds()
+        if not isinstance(om, dict):
+            raise errors.FileFormatError(
+                "not an %s: settings.other_maps is %r, not an object {storage type: maps, "
+                "\"source\": text}" % (cls.FORMAT, om))
+        for k, v in om.items():
+            if k == "source":
+                if not isinstance(v, str):
+                    raise errors.FileFormatError("not an %s: settings.other_maps.source is %r, "
+                                                 "not text" % (cls.FORMAT, v))
+            elif k not in ERAS:
+                raise errors.FileFormatError(
+                    "not an %s: settings.other_maps names storage type %r; valid: %s"
+                    % (cls.FORMAT, k, ", ".join(ERAS)))
+            elif isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise errors.FileFormatError(
+                    "not an %s: settings.other_maps.%s is %r, not a number of maps from %d "
+                    "to %d" % (cls.FORMAT, k, v, lo, hi))
+
     def cell_label(self, key, params):
         return "%s%s batch %s %s" % ("alone: " if key == "alone" else "",
                                      params.get("storage_type"), params.get("batch_size"),
