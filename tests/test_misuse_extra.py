@@ -115,3 +115,22 @@ def test_a_report_without_other_maps_still_reads(report_file):
     del d["settings"]["other_maps"]
     r = rep.LocalStorageReport.from_json(json.dumps(d))
     assert "other_maps=0" in str(r)
+
+
+# -- run() options that do not go together
+
+
+def test_steal_reruns_with_an_executor_is_refused():
+    """run(executor=..., steal_reruns=2) ran every point on the executor without
+    any rerun and still wrote steal_reruns=2 into the Result's settings."""
+    import concurrent.futures as cf
+
+    import alloclab as al
+    with cf.ThreadPoolExecutor(1) as ex:
+        with pytest.raises(errors.InvalidArgument) as e:
+            al.run("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1, executor=ex,
+                   steal_reruns=2)
+        assert "steal_reruns=2" in str(e.value) and "executor" in str(e.value)
+        # without reruns the executor runs as before
+        res = al.run("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1, executor=ex)
+        assert "steal_reruns" not in res.metadata["run"]

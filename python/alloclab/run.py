@@ -834,7 +834,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
     adaptive = _adaptive_options(target_ci, budget, executor)
-    _set_reruns(settings, steal_reruns)
+    _set_reruns(settings, steal_reruns, executor)
     prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run
     try:
@@ -881,10 +881,14 @@ def _run_interleaved(tasks, settings, adaptive, prog):
     return [(t["point"], r) for t, r in zip(tasks, raws)]
 
 
-def _set_reruns(settings, n):
+def _set_reruns(settings, n, executor=None):
     """run()'s steal_reruns checked, and kept in its settings when not 0."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 0 <= n <= 10:
         raise errors.InvalidArgument("steal_reruns=%r: a number of reruns from 0 to 10" % (n,))
+    if n and executor is not None:
+        raise errors.InvalidArgument("steal_reruns=%r runs a cell's policies again together, "
+                                     "one round after the other: it does not take an executor"
+                                     % (n,))
     if n:
         settings["steal_reruns"] = int(n)
 
