@@ -134,3 +134,28 @@ def test_steal_reruns_with_an_executor_is_refused():
         # without reruns the executor runs as before
         res = al.run("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1, executor=ex)
         assert "steal_reruns" not in res.metadata["run"]
+
+
+# -- the preload shim given by a relative path
+
+
+def test_preload_command_with_a_relative_shim_still_preloads(tmp_path, monkeypatch):
+    """preload.command(shim="liballoclab-preload.so") in the shim's directory put
+    the bare name in LD_PRELOAD: ld.so searched its library path, printed that
+    the object cannot be preloaded and the program ran on glibc, no record."""
+    import os
+    import shutil
+
+    from alloclab import preload
+    d = tmp_path / "shim"
+    d.mkdir()
+    shutil.copy(preload.preload_path(), d / "liballoclab-preload.so")
+    monkeypatch.chdir(d)
+    stats = tmp_path / "stats"
+    cmd, env = preload.command("buddy", ["true"], shim="liballoclab-preload.so",
+                               stats=str(stats))
+    assert env["LD_PRELOAD"].split()[0] == str(d / "liballoclab-preload.so")
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=os.sep)
+    assert r.returncode == 0 and "cannot be preloaded" not in r.stderr, r.stderr
+    recs = preload.records(str(stats))
+    assert [x["state"] for x in recs] == ["ready"]

@@ -200,7 +200,9 @@ def command(policy, argv, stats=None, env=None, shim=None, verbose=False, level=
                                      "no records", value=stats)
     if not argv:
         raise errors.InvalidArgument("preload needs a command to run")
-    shim = shim or preload_path()
+    # ld.so searches its library path for a name without a slash, and a
+    # relative path is read from each process's own working directory
+    shim = os.path.abspath(shim or preload_path())
     if not os.path.exists(shim):
         raise errors.AlloclabError("the preload shim is not built: %s is missing" % shim)
     env = dict(os.environ if env is None else env)
