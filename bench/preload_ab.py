@@ -13,13 +13,37 @@ python/alloclab/liballoclab-preload.so. Prints the load average before and after
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 
-from alloclab import preload
+from alloclab import errors, preload
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import preload_threads as pt  # noqa: E402
+
+
+def fail(msg):
+    sys.stderr.write("alloclab: error: %s\n" % msg)
+    sys.exit(2)
+
+
+def check_shim(flag, path, policy, env):
+    """The shim's absolute path, once it has built the policy in a process:
+    a shim that ld.so cannot preload, or that keeps the process on glibc,
+    would time glibc under its name."""
+    if not os.path.isfile(path):
+        fail("%s %s: no such file (a shim: DIR/build/release/liballoclab-preload.so)"
+             % (flag, path))
+    with tempfile.TemporaryDirectory() as d:
+        cmd, e = preload.command(policy, ["true"], stats=d, env=env, shim=path)
+        subprocess.run(cmd, env=e, capture_output=True, check=False)
+        states = [(r.get("state"), r.get("error")) for r in preload.records(d)]
+    if [s for s, _ in states] != ["ready"]:
+        fail("%s %s does not run the policy %s: %s" % (
+            flag, path, policy, "; ".join("%s (%s)" % st for st in states) if states else
+            "no process record (ld.so could not preload it, or it is no alloclab shim)"))
+    return os.path.abspath(path)
 
 
 def main():
@@ -30,14 +54,21 @@ def main():
     ap.add_argument("--policy", default="libarena-transfer")
     ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
-    load0 = os.getloadavg()
+    if a.rounds < 1:
+        fail("--rounds=%d: at least 1 round (each runs glibc, A and B once)" % a.rounds)
     base = dict(os.environ, PYTHONMALLOC="malloc")
-    res = {}
     names = a.programs.split(",")
     for name in names:
         if name not in pt.GOALS:
-            sys.exit("alloclab: error: unknown program %r (valid: %s)"
-                     % (name, ", ".join(pt.GOALS)))
+            fail("unknown program %r (valid: %s)" % (name, ", ".join(pt.GOALS)))
+    try:
+        preload.check(a.policy)
+    except errors.AlloclabError as e:
+        fail("--policy %s: %s" % (a.policy, e))
+    a.a = check_shim("--a", a.a, a.policy, base)
+    a.b = check_shim("--b", a.b, a.policy, base)
+    load0 = os.getloadavg()
+    res = {}
     with tempfile.TemporaryDirectory() as tmp:
         progs = pt.programs(pt.build(tmp), tmp, 1.0)
         for r in range(a.rounds):

@@ -159,3 +159,34 @@ def test_preload_command_with_a_relative_shim_still_preloads(tmp_path, monkeypat
     assert r.returncode == 0 and "cannot be preloaded" not in r.stderr, r.stderr
     recs = preload.records(str(stats))
     assert [x["state"] for x in recs] == ["ready"]
+
+
+# -- bench/preload_ab.py: refused before anything is built or timed
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--rounds", "0"], "--rounds=0"),
+    (["--a", "/nonexistent/shim.so"], "--a /nonexistent/shim.so: no such file"),
+    (["--b", "LIB"], "does not run the policy"),
+    (["--b", "SELF"], "no process record"),
+    (["--policy", "libc"], "--policy libc"),
+    (["--programs", "churn1,nope"], "unknown program 'nope'"),
+])
+def test_preload_ab_refuses_bad_arguments(args, words):
+    """--rounds 0 built the programs and ended in a KeyError traceback; a missing
+    shim in an AlloclabError traceback; a file ld.so could not preload (not a
+    shim) timed glibc under that shim's name."""
+    import os
+
+    import alloclab as al
+    from alloclab import preload
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shim = preload.preload_path()
+    args = [{"LIB": al.lib_path(), "SELF": os.path.abspath(__file__)}.get(x, x) for x in args]
+    argv = dict(zip(["--a", "--b"], [shim, shim]))
+    for flag, v in zip(args[::2], args[1::2]):
+        argv[flag] = v
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "preload_ab.py")] +
+                       [x for kv in argv.items() for x in kv], capture_output=True, text=True,
+                       timeout=60)
+    one_error(r, words)
