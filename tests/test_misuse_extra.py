@@ -190,3 +190,17 @@ def test_preload_ab_refuses_bad_arguments(args, words):
                        [x for kv in argv.items() for x in kv], capture_output=True, text=True,
                        timeout=60)
     one_error(r, words)
+
+
+# -- an empty item in a comma-separated flag
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["run", "local-storage-create", "--other-maps", "1,"], "--other-maps"),
+    (["run", "malloc-free", "--producers", ""], "--producers"),
+    (["reproduce", "local-storage", "--batch-sizes", "16,,32"], "--batch-sizes"),
+    (["reproduce", "local-storage", "--storage-types", ","], "--storage-types"),
+])
+def test_an_empty_list_item_names_its_flag(argv, flag):
+    """`--other-maps 1,` said only "empty value in list '1,'", not which flag."""
+    one_error(cli(*argv), "argument %s: empty value in list" % flag)

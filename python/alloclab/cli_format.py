@@ -94,10 +94,11 @@ def add_view_flags(g, counters_help="per-op counter rows"):
 
 
 def split(text):
-    """The items of a comma-separated flag value; an empty one is refused."""
+    """The items of a comma-separated flag value; an empty one is refused
+    (argparse's type error, so the message names the flag)."""
     items = [s.strip() for s in text.split(",")]
     if not items or any(not s for s in items):
-        raise UsageError("empty value in list %r" % text)
+        raise argparse.ArgumentTypeError("empty value in list %r" % text)
     return items
 
 
