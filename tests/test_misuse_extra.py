@@ -204,3 +204,15 @@ def test_preload_ab_refuses_bad_arguments(args, words):
 def test_an_empty_list_item_names_its_flag(argv, flag):
     """`--other-maps 1,` said only "empty value in list '1,'", not which flag."""
     one_error(cli(*argv), "argument %s: empty value in list" % flag)
+
+
+@pytest.mark.parametrize("option, value", [("steal_reruns", 2), ("target_ci", 0.02),
+                                           ("budget", 5.0)])
+def test_sweep_names_the_run_options_it_does_not_take(option, value):
+    """sweep(steal_reruns=2) said "unknown parameter 'steal_reruns' in workload
+    malloc-free; valid parameters: size, allocs_per_cycle", as if a workload
+    parameter had been misspelt."""
+    import alloclab as al
+    with pytest.raises(errors.InvalidArgument) as e:
+        al.sweep("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1, **{option: value})
+    assert "sweep() does not take %s: run() does" % option in str(e.value)

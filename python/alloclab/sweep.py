@@ -360,6 +360,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
 
     Returns the Result of every cell and run, resumed ones included.
     """
+    _refuse_run_only(kw)
     settings, tasks = plan(workload, policy, runs=runs, **kw)
     if executor is not None:
         _check_executor(executor, allow_concurrent)
@@ -403,6 +404,16 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
         key = _cell_key(t["point"])
         out.append((t["point"], [done[(key, r)][0] for r in range(settings["runs"])]))
     return Result.from_raw(md, out)
+
+
+def _refuse_run_only(kw):
+    """run()'s options that add rounds as the runs come in, named: a sweep's
+    cells run in a shuffled order, or on an executor, or resume from a journal."""
+    only_run = sorted(set(kw) & {"target_ci", "budget", "steal_reruns"})
+    if only_run:
+        raise errors.InvalidArgument("sweep() does not take %s: run() does (adaptive rounds and "
+                                     "steal reruns run a cell's policies together, one round "
+                                     "after the other)" % ", ".join(only_run))
 
 
 def _units(ntasks, runs, shuffle, order_seed):
