@@ -15,8 +15,8 @@ Sections (malloc-free, size 64, batch timing, the default stats level):
             is costs on this machine before any allocator work).
   scaling   buddy, libarena-spill and libarena-transfer at 256 allocs/cycle,
             1 and 2 pinned producers: 2p/1p ratios of alloc_ns and free_ns
-            (goal for transfer: <= 2x each); then one stats=full run per cell
-            for the counters that explain it: lock acquisitions, handoffs
+            (goal for transfer: <= 2x each); then three stats=full runs of
+            0.2 s per cell (medians) for the counters that explain it: lock acquisitions, handoffs
             (owner switches) and contended acquisitions per op, wait per
             contended acquisition, hold per acquisition; and the 2p - 1p
             time per op of those runs split into waiting, more time holding
@@ -239,7 +239,8 @@ def per_op(p, layer, name):
 
 
 def lock_counters(pol):
-    """Lock counters per op of one stats=full run per producer count."""
+    """Lock counters per op, medians of three stats=full runs of 0.2 s per
+    producer count."""
     res = al.run("malloc-free", pol, size=64, allocs_per_cycle=256, producers=[1, 2],
                  cpu="pinned", runs=3, duration=0.2, timing="batch", stats="full")
     rows = {}
