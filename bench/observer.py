@@ -270,7 +270,10 @@ def slowdown_parts(c):
     extra = c["time/2p"]["ns_per_op"] - c["time/1p"]["ns_per_op"]
     layers = {k.split("/")[0] for k in c if not k.startswith("time/")}
     wait = sum(c[lay + "/2p"]["wait_ns_per_op"] for lay in layers)
-    timed = [lay for lay in layers if np.isfinite(c[lay + "/1p"]["hold_ns_per_acquired"])]
+    # a lock without hold times (nan) at either count, as the transfer cache's
+    # when it was not taken at 1p (0.0 there), counts in the rest
+    timed = [lay for lay in layers if all(np.isfinite(c["%s/%dp" % (lay, n)][
+        "hold_ns_per_acquired"]) for n in (1, 2))]
     hold = sum(c[lay + "/2p"]["acquired_per_op"] * c[lay + "/2p"]["hold_ns_per_acquired"] -
                c[lay + "/1p"]["acquired_per_op"] * c[lay + "/1p"]["hold_ns_per_acquired"]
                for lay in timed)

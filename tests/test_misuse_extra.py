@@ -216,3 +216,29 @@ def test_sweep_names_the_run_options_it_does_not_take(option, value):
     with pytest.raises(errors.InvalidArgument) as e:
         al.sweep("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1, **{option: value})
     assert "sweep() does not take %s: run() does" % option in str(e.value)
+
+
+# -- bench/observer.py's scaling split
+
+
+def test_observer_split_leaves_a_lock_untimed_at_2p_in_the_rest():
+    """A lock not taken at 1p has hold 0.0 there (no acquisitions) and none
+    timed at 2p (nan, the transfer cache's): the split printed "more time
+    holding nan + the rest nan" instead of counting it in the rest."""
+    import importlib.util
+    import math
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
+                        "observer.py")
+    spec = importlib.util.spec_from_file_location("observer_bench", path)
+    ob = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ob)
+
+    def lock(acq, wait, hold):
+        return dict(acquired_per_op=acq, wait_ns_per_op=wait, hold_ns_per_acquired=hold)
+    c = {"buddy/1p": lock(0.1, 0.0, 20.0), "buddy/2p": lock(0.1, 1.5, 30.0),
+         "transfer/1p": lock(0.0, 0.0, 0.0), "transfer/2p": lock(0.05, 0.5, math.nan),
+         "time/1p": {"ns_per_op": 10.0}, "time/2p": {"ns_per_op": 15.0}}
+    parts = ob.slowdown_parts(c)
+    assert parts == pytest.approx(dict(extra_ns=5.0, wait_ns=2.0, holding_ns=1.0,
+                                       outside_ns=2.0))
