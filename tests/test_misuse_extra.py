@@ -97,13 +97,14 @@ def test_show_and_compare_name_a_corrupt_metadata_field(result_file, tmp_path, f
 ])
 def test_show_names_a_corrupt_report_setting(report_file, tmp_path, mutate, words):
     """A local-storage report whose other_maps (or load average) was not what
-    the report writes printed a traceback from show; from_json raised it."""
+    the report writes printed a traceback from show; from_json raised it.
+    show names the file it read."""
     import json
     d = json.loads(report_file.read_text())
     mutate(d["settings"])
     f = tmp_path / "bad.json"
     f.write_text(json.dumps(d))
-    one_error(cli("show", str(f)), words)
+    one_error(cli("show", str(f)), str(f) + ": ", words)
     with pytest.raises(errors.FileFormatError) as e:
         rep.LocalStorageReport.from_json(str(f))
     assert words in str(e.value)

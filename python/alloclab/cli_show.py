@@ -77,7 +77,10 @@ def _report(path):
     from . import reproduce
     cls = {c.FORMAT: c for c in (reproduce.LibarenaReport, reproduce.VmallocReport,
                                   reproduce.LocalStorageReport)}[fmt]
-    return cls.from_json(pathlib.Path(path))
+    try:
+        return cls.from_json(pathlib.Path(path))
+    except errors.AlloclabError as e:  # the report's own message, with the file it is about
+        raise UsageError("%s: %s" % (path, e)) from None
 
 
 def default_rows(wl, sweep):
