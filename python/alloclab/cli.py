@@ -589,9 +589,9 @@ def _preload_parser(sub):
                     "was not built there, or it served less than %g%% of the allocations "
                     "(fallbacks by design, such as requests above its max size, excepted)."
                     % (EXIT_ON_GLIBC, 100 * MIN_SHARE),
-        usage="alloclab preload --policy SPEC [--json FILE] [--stats LEVEL] [--allow-glibc] "
-              "[--verbose] -- CMD [ARGS...]")
-    pp.add_argument("--policy", default="libarena-transfer",
+        usage="alloclab preload [--policy SPEC] [--plugin FILE.c] [--json FILE] [--stats LEVEL] "
+              "[--allow-glibc] [--verbose] -- CMD [ARGS...]")
+    pp.add_argument("--policy", default="libarena-transfer", metavar="SPEC",
                     help="policy spec or preset (default libarena-transfer)")
     pp.add_argument("--plugin", metavar="FILE.c",
                     help="a C plugin layer to compile into the shim (and register here)")
