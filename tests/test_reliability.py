@@ -571,6 +571,16 @@ def test_truncated_runs_marked_shown_and_left_out_of_verdicts():
     assert "truncated" not in whole.points[0].info and whole.truncated() == []
 
 
+def test_a_worker_whose_turn_never_came_is_truncated():
+    """More workers than CPUs share a CPU's turn; a worker whose turn had not
+    come when the duration ended ran none of its loop: cut short as much as
+    the one whose loop the duration cut, whichever came first."""
+    n = lib.al_cpus_usable()
+    res = al.run("test_vmalloc", "vmalloc-default", producers=n + 1, cpu="virtual",
+                 test_loop_count=10 ** 8, duration=0.05, runs=3, warmup_cycles=0)
+    assert res.points[0].info["truncated"] == [n + 1] * 3
+
+
 def test_verdict_leaves_truncated_pairs_out():
     from alloclab.verdict import Side, estimate
     starts_a = np.arange(6) * 10.0

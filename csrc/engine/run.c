@@ -51,10 +51,11 @@
  * workers AL_RUN_STOP_GRACE_NS without progress before leaving them running
  * and leaking the allocator, as the watchdog does. duration_ns bounds the
  * warmup and the measured phase (also with cycles); a worker whose phase it
- * cut short (fewer cycles than asked, or a fixed loop ended early through
- * al_worker_stopping) is counted in res->truncated. The steps the engine
- * thread does itself (creating the stack, the workload's setup, prepare and
- * teardown, draining, destroying) are watched by al_run_wait.
+ * cut short (fewer cycles than asked, none at all when only the duration
+ * bounds it, or a fixed loop ended early through al_worker_stopping) is
+ * counted in res->truncated. The steps the engine thread does itself
+ * (creating the stack, the workload's setup, prepare and teardown, draining,
+ * destroying) are watched by al_run_wait.
  *
  * A finite workload (AL_WL_FINITE: replay's one pass of a trace) ends a
  * worker's phase itself: its cycle returns AL_CYCLE_DONE after the worker's
@@ -973,7 +974,10 @@ static void worker_measure(struct worker_slot *s)
 	s->w.cycles = i; /* read by main after the barrier */
 	if (deadline && al_ticks() >= deadline)
 		deadline_hit = true;
-	s->truncated = s->w.cut || (e->cfg->cycles && i < e->cfg->cycles && deadline_hit);
+	/* Cut short: the workload's loop saw the end, or the phase ended before
+	 * the cycles asked for; with the duration alone, before the worker's
+	 * first cycle (its turn never came: the phase holds none of its work). */
+	s->truncated = s->w.cut || (deadline_hit && i < (e->cfg->cycles ? e->cfg->cycles : 1));
 	if (e->cfg->workload->flags & AL_WL_FINITE) /* not done: its part was cut short */
 		s->truncated = !done;
 	s->w.deadline = 0;
