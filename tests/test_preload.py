@@ -762,17 +762,15 @@ def test_ctrl_c_stops_the_program_and_reports_its_status():
     """Ctrl-C (SIGINT to the foreground process group) reaches the program;
     alloclab preload waits for it and exits as it did (128 + SIGINT)."""
     import signal
-    import time
 
     proc = subprocess.Popen(CLI + ["--policy", "libarena-spill", "--", "sh", "-c",
                                    "echo ready; exec sleep 60"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     assert proc.stdout.readline() == "ready\n"  # the program runs under the shim
-    t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
+    # 128 + SIGINT: the signal ended `sleep 60` (had it run out, sh would exit 0)
     assert proc.wait(timeout=30) == 128 + signal.SIGINT
-    assert time.monotonic() - t0 < 5
     assert proc.stderr.read() == ""
 
 

@@ -523,10 +523,8 @@ def test_keyboard_interrupt_propagates_from_a_run():
         if phase == lib.AL_RUN_MEASURED:
             os.kill(os.getpid(), signal.SIGINT)
 
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # 10^11 cycles: only the interrupt ends it
         run_once(tasks[0], on_phase=on_phase)
-    assert time.monotonic() - t0 < 60
     # the run was torn down: the next one works
     raw = run_once(plan("malloc-free", "buddy", cycles=5, runs=1)[1][0])
     assert raw["cycles"] == 5 and raw["truncated"] == 0
@@ -544,10 +542,8 @@ def test_duration_bounds_cycles_only_when_given():
 
 
 def test_duration_cuts_a_fixed_cycles_run():
-    t0 = time.monotonic()
     res = al.run("malloc-free", "buddy", cycles=10 ** 11, warmup_cycles=10 ** 11, duration=0.05,
                  runs=2)
-    assert time.monotonic() - t0 < 60
     assert res.points[0].info["truncated"] == [1, 1]
     assert res.truncated() == [(res.points[0].params, [0, 1])]
 
@@ -601,7 +597,6 @@ def test_nmi_rate_above_what_is_delivered_is_refused_or_runs():
     from alloclab._ffi import ffi
     cost = ffi.new("double *")
     mx = lib.al_nmi_max_rate(cost)
-    t0 = time.monotonic()
     if mx and mx < 1000000:
         with pytest.raises(errors.ParameterRangeError, match=r"rate=1000000 .*use rate <= %d"
                            % int(mx)) as ei:
@@ -619,13 +614,10 @@ def test_nmi_rate_above_what_is_delivered_is_refused_or_runs():
         rate = 1000000
     res = al.run("nmi", "buddy", rate=rate, runs=1, duration=0.05, watchdog=10)
     assert res.points[0]["cycles"][0] > 0
-    assert time.monotonic() - t0 < 60
 
 
 def test_duration_cuts_a_long_cache_scratch_cycle():
     # 2^30 passes over 256 KiB in one cycle: ended by the duration, truncated
-    t0 = time.monotonic()
     res = al.run("cache-scratch", "buddy", repetitions=2 ** 30, size="256K", duration=0.05,
                  runs=1, warmup_cycles=1)
-    assert time.monotonic() - t0 < 60
     assert res.points[0].info["truncated"] == [1]
