@@ -89,11 +89,12 @@ TEST(test_run_virtual_tokens)
 	CHECK_EQ(res.ncpu_model, 8);
 	CHECK(res.ncpu_concurrent <= al_cpus_usable());
 	CHECK_EQ(res.alloc_ops, 8 * 10 * 64);
-	/* duration-bounded */
+	/* duration-bounded: every worker ran a cycle, or its turn had not come
+	 * when the 2 ms were over (on a loaded host) and it counts as truncated */
 	cfg.cycles = 0;
 	cfg.duration_ns = 2000000;
 	CHECK_EQ(al_run(&cfg, &res), 0);
-	CHECK(res.cycles >= 8);
+	CHECK(res.cycles + res.truncated >= 8);
 	CHECK_EQ(res.alloc_ops, res.cycles * 64);
 }
 
