@@ -211,7 +211,7 @@ def _other_maps(other_maps, storage_types):
         out = {st: other_maps for st in storage_types}
     lo, hi = other_maps_bounds()
     for st, n in out.items():
-        if isinstance(n, bool) or not isinstance(n, int) or not lo <= n <= hi:
+        if not is_map_count(n):
             raise errors.InvalidArgument("other_maps=%r for %s storage: a number of maps "
                                          "from %d to %d" % (n, st, lo, hi), value=n)
     return out
@@ -222,6 +222,13 @@ def other_maps_bounds():
     from .. import schema
     p = schema.workload(WORKLOAD).param("other_maps")
     return p.min, p.max
+
+
+def is_map_count(n):
+    """Whether n is a count of other maps the workload takes (a whole number
+    within its bounds; not a bool)."""
+    lo, hi = other_maps_bounds()
+    return not isinstance(n, bool) and isinstance(n, int) and lo <= n <= hi
 
 
 def _elements_of(n):
@@ -394,7 +401,7 @@ class LocalStorageReport(Report):
                 raise errors.FileFormatError(
                     "not an %s: settings.other_maps names storage type %r; valid: %s"
                     % (cls.FORMAT, k, ", ".join(ERAS)))
-            elif isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            elif not is_map_count(v):
                 raise errors.FileFormatError(
                     "not an %s: settings.other_maps.%s is %r, not a number of maps from %d "
                     "to %d" % (cls.FORMAT, k, v, lo, hi))
