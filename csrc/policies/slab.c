@@ -371,14 +371,21 @@ static inline uint32_t frame_of(const struct slab_layer *sa, const void *p)
 	return (uint32_t)(((uintptr_t)p - sa->arena.base) >> FRAME_SHIFT);
 }
 
+/* The free pointer is a relaxed atomic (READ_ONCE/WRITE_ONCE): a free
+ * object's first word is read racily by others than its owner. SLUB's
+ * get_freepointer_safe reads it speculatively, and a layer above (bpf_ma's
+ * llist_del_first) may read the link word of an object another CPU has
+ * just handed down to us; such a read is discarded when its CAS fails, but
+ * it must not be a data race with the store here. On x86-64 both are plain
+ * moves. */
 static inline void *get_fp(const void *obj)
 {
-	return *(void *const *)obj;
+	return __atomic_load_n((void *const *)obj, __ATOMIC_RELAXED);
 }
 
 static inline void set_fp(void *obj, void *fp)
 {
-	*(void **)obj = fp;
+	__atomic_store_n((void **)obj, fp, __ATOMIC_RELAXED);
 }
 
 /* A free object's body: everything after its link word (see ASan above). */
