@@ -47,8 +47,12 @@
  *               seed's suggestion, generalised as Ryan Roberts put it).
  * With use_huge (or AL_VM_HUGE) the mapping granule is a PMD for sizes of
  * 2 MiB and more, and on arm64 an order-4 contiguous-PTE block from 64 KiB;
- * the area is then populated with blocks of that order only (split), and a
- * failure retries with small pages, under every strategy.
+ * the area is then populated with blocks of at least that order: under
+ * high_order (and pcp_first's buddy step) first the larger orders down to
+ * the block order, as vm_area_alloc_pages' `large_order > order` loop does
+ * for any order, then blocks of that order one at a time; under order0
+ * blocks of that order only. Each block is split, and a failure retries
+ * with small pages, under every strategy.
  *
  * Freeing (vfree), by the `free` strategy:
  *   per_page    every page back through __free_page (the PCP), one at a time;
@@ -943,9 +947,13 @@ static inline void take_block(struct vm *v, struct al_ctx *c, uint64_t pfn, unsi
 		pages[(*got)++] = pfn + i;
 }
 
-/* Stage A: the largest orders first, a failed order never retried. */
-static void high_order_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64_t *pages,
-			     unsigned *got, unsigned gfp)
+/* Stage A: the largest orders above the block order first, a failed order
+ * never retried (vm_area_alloc_pages loops while large_order > order: for a
+ * huge mapping's block order too, not only for order 0). Every block is a
+ * multiple of the block order and aligned to it, so the area still maps in
+ * chunks of the block order. */
+static void high_order_stage(struct vm *v, struct al_ctx *c, unsigned order, unsigned nr,
+			     uint64_t *pages, unsigned *got, unsigned gfp)
 {
 	unsigned max_attempt = AL_MAX_PAGE_ORDER, large, blocks = 0, failed = 0;
 	uint64_t pfn;
@@ -953,7 +961,7 @@ static void high_order_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64
 	large = ilog2_u64(nr - *got);
 	if (large > max_attempt)
 		large = max_attempt;
-	while (large > 0 && *got < nr) {
+	while (large > order && *got < nr) {
 		if (al_alloc_pages(v->pg, c, large, gfp | AL_GFP_NORETRY, &pfn)) {
 			max_attempt = --large;
 			failed++;
@@ -1004,10 +1012,10 @@ static void pcp_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64_t *pag
 }
 
 /* pcp_first step 2: the buddy, high to low order, failed orders not retried. */
-static void buddy_stage(struct vm *v, struct al_ctx *c, unsigned nr, uint64_t *pages, unsigned *got,
-			unsigned gfp)
+static void buddy_stage(struct vm *v, struct al_ctx *c, unsigned order, unsigned nr,
+			uint64_t *pages, unsigned *got, unsigned gfp)
 {
-	high_order_stage(v, c, nr, pages, got, gfp | AL_GFP_NOPCP);
+	high_order_stage(v, c, order, nr, pages, got, gfp | AL_GFP_NOPCP);
 }
 
 /* vm_area_alloc_pages(): how many of nr pages were obtained. */
@@ -1018,14 +1026,18 @@ static unsigned area_alloc_pages(struct vm *v, struct al_ctx *c, unsigned order,
 	uint64_t pfn;
 	int n;
 
-	if (!order) {
-		if (v->alloc_strategy == ALLOC_HIGH_ORDER) {
-			high_order_stage(v, c, nr, pages, &got, gfp);
-		} else if (v->alloc_strategy == ALLOC_PCP_FIRST) {
+	/* Stage A, for every block order; pcp_first's page lists hold the
+	 * orders up to the THP order, of which a huge mapping's block order
+	 * uses none but its own, so above order 0 it starts at the buddy. */
+	if (v->alloc_strategy == ALLOC_HIGH_ORDER) {
+		high_order_stage(v, c, order, nr, pages, &got, gfp);
+	} else if (v->alloc_strategy == ALLOC_PCP_FIRST) {
+		if (!order)
 			pcp_stage(v, c, nr, pages, &got, gfp);
-			if (got < nr)
-				buddy_stage(v, c, nr, pages, &got, gfp);
-		}
+		if (got < nr)
+			buddy_stage(v, c, order, nr, pages, &got, gfp);
+	}
+	if (!order) {
 		/* Stage B: bulk order-0, stopping at a short call. */
 		while (got < nr) {
 			want = nr - got < v->bulk_max ? nr - got : v->bulk_max;

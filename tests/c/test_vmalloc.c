@@ -293,6 +293,44 @@ TEST(test_huge_mappings)
 	CHECK_EQ(PG("free_o4"), 1);
 	CHECK_EQ(walk(a), 0);
 	al_stack_destroy(a);
+
+	/* high_order tries the orders above the block order first, as the
+	 * kernel's large_order > order loop does: 64 pages in order-4 chunks
+	 * are one order-6 block, split, still mapped as 4 contiguous groups */
+	a = make_vm((struct cfg){ .alloc = S_HIGH_ORDER, .free = F_BULK, .huge = 1, .arm64 = 1 },
+		    1);
+	p = al_vmalloc(a, &c, 64 * 4096, 0, 0);
+	CHECK(p != NULL);
+	CHECK_EQ(VM("cont_groups"), 4);
+	CHECK_EQ(VM("high_order_blocks"), 1);
+	CHECK_EQ(VM("single_allocs"), 0);
+	CHECK_EQ(PG("alloc_o6"), 1);
+	CHECK_EQ(PG("alloc_o4"), 0);
+	CHECK_EQ(walk(a), 0);
+	CHECK_EQ(al_vfree(a, &c, p), 0);
+	CHECK_EQ(PG("free_o6"), 1); /* the contiguous run goes back whole */
+	CHECK_EQ(walk(a), 0);
+	/* 80 pages: order 6, then order 4 is the block order itself: one
+	 * order-4 block the single way */
+	p = al_vmalloc(a, &c, 80 * 4096, 0, 0);
+	CHECK_EQ(VM("high_order_blocks"), 2);
+	CHECK_EQ(VM("single_allocs"), 1);
+	CHECK_EQ(VM("cont_groups"), 4 + 5);
+	CHECK_EQ(al_vfree(a, &c, p), 0);
+	CHECK_EQ(walk(a), 0);
+	al_stack_destroy(a);
+
+	/* a PMD mapping's block order is order 9: nothing above it to try */
+	a = make_vm((struct cfg){ .alloc = S_HIGH_ORDER, .free = F_BULK, .huge = 1, .arm64 = 0 },
+		    1);
+	p = al_vmalloc(a, &c, 512 * 4096, 0, 0);
+	CHECK(p != NULL);
+	CHECK_EQ(VM("pmd_huge"), 1);
+	CHECK_EQ(VM("high_order_blocks"), 0);
+	CHECK_EQ(VM("single_allocs"), 1);
+	CHECK_EQ(al_vfree(a, &c, p), 0);
+	CHECK_EQ(walk(a), 0);
+	al_stack_destroy(a);
 }
 
 TEST(test_alignment_and_zero)
