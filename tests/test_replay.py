@@ -282,7 +282,7 @@ def test_python_refusals_name_the_bad_value():
         plan("replay", "buddy")
     with pytest.raises(errors.InvalidArgument, match="cycles=4 does not apply"):
         plan("replay", "buddy", trace=tr, cycles=4)
-    with pytest.raises(errors.InvalidArgument, match="no such trace file"):
+    with pytest.raises(errors.InvalidArgument, match="trace /nonexistent/x.altrace: no such file"):
         plan("replay", "buddy", trace="/nonexistent/x.altrace")
     with pytest.raises(errors.UnsupportedCombination, match="layer null"):
         plan("replay", "null", trace=tr, touch="all")
@@ -405,10 +405,11 @@ def test_thread_start_naming_itself_as_parent_does_not_wait():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--trace", "/nonexistent/x.altrace"], "trace='/nonexistent/x.altrace': no such trace file"),
+    (["--trace", "/nonexistent/x.altrace"], "trace /nonexistent/x.altrace: no such file"),
     ([], "workload replay needs trace=FILE"),
     (["--trace", os.path.dirname(os.path.abspath(__file__))],
-     "trace=%r is a directory, not a trace file" % os.path.dirname(os.path.abspath(__file__))),
+     "trace %s: it is a directory, not a regular file"
+     % os.path.dirname(os.path.abspath(__file__))),
 ])
 def test_cli_refusals_are_one_error_line(args, words):
     p = subprocess.run([sys.executable, "-m", "alloclab", "run", "replay", "--policy", "buddy",

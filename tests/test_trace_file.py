@@ -290,7 +290,7 @@ def test_error_classes(tmp_path):
     (tmp_path / "c").write_bytes(b"")
     err = expect(tmp_path / "c", "truncated", 0)
     assert isinstance(err, errors.InvalidArgument) and isinstance(err, ValueError)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(errors.InvalidArgument, match="missing: no such file"):
         trace.load(pathlib.Path(tmp_path / "missing"))
 
 

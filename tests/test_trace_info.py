@@ -455,8 +455,8 @@ def test_cli_errors(capsys, saved, tmp_path):
     cases = [
         (["trace", "info", str(index)], "index of a recording, not a trace; its traces: "
                                         "rec.trace, rec.77.trace"),
-        (["trace", "info", str(tmp_path / "none.trace")], "does not exist"),
-        (["trace", "info", str(tmp_path)], "is a directory"),
+        (["trace", "info", str(tmp_path / "none.trace")], "none.trace: no such file"),
+        (["trace", "info", str(tmp_path)], "it is a directory, not a regular file"),
         (["trace", "info", str(junk)], "not an alloclab trace"),
         (["trace", "info", str(cut)], str(cut)),
         (["trace", "info", saved, "--plot", str(tmp_path / "x.nosuch")], "valid plot formats"),
@@ -554,7 +554,7 @@ def test_cli_as_a_user_runs_it(saved, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "alloclab", "trace", "info",
                           str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr == "alloclab: error: trace file %s does not exist\n" % (tmp_path / "none")
+    assert bad.stderr == "alloclab: error: trace file %s: no such file\n" % (tmp_path / "none")
 
 
 def test_a_command_line_with_dollars_is_drawn_as_written(tmp_path):

@@ -1,8 +1,10 @@
 """`alloclab trace info FILE [--json] [--plot PATH]`: what a recorded trace
 holds (docs/traces-info.md), as text tables, as JSON, and as a figure.
 
-Flow: the outputs are checked first (the --plot file's directory and
-format), then the file (it exists, is a file, can be read), then it is
+Flow: the outputs are checked first (the --plot file: alloclab.files
+check_output, and its format), then the file (alloclab.files.check_input:
+it exists, is a regular file, can be read; a pipe or a device is refused
+without being opened), then it is
 loaded with alloclab.trace.load (a file that is not a trace, or a damaged
 one, is its FileFormatError naming the offset), analysed
 (alloclab.traceinfo) and printed; the figure is written last and announced
@@ -47,12 +49,10 @@ def add_parser(sub):
 
 def _check_plot_path(path):
     """Refuse, before the trace is read, a --plot file that could not be
-    written: a directory, a missing directory, a format matplotlib lacks."""
-    if os.path.isdir(path):
-        raise errors.InvalidArgument("--plot %s is a directory; give a file name" % path)
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise errors.InvalidArgument("--plot %s: directory %s does not exist" % (path, d))
+    written (alloclab.files.check_output: a directory, a missing directory,
+    a socket, a pipe with no reader) or a format matplotlib lacks."""
+    from . import files
+    files.check_output(path, "--plot")
     ext = os.path.splitext(path)[1][1:].lower()
     if ext:  # no extension: matplotlib writes PNG
         from matplotlib.backend_bases import FigureCanvasBase
@@ -66,11 +66,12 @@ def _refuse_index(path):
     trace: say so and name the traces it lists."""
     if not path.endswith(".index.json"):
         return
+    from . import files
     try:
-        with open(path) as f:
+        with files.open_input(path, "index", mode="r", encoding="utf-8") as f:
             doc = json.load(f)
         names = [im.get("path") or im.get("file") for im in doc.get("images", ())]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, errors.AlloclabError):
         return
     names = [n for n in names if n]
     raise errors.InvalidArgument("%s is the index of a recording, not a trace; its traces: %s"
@@ -79,14 +80,12 @@ def _refuse_index(path):
 
 def _load(path):
     """The trace in ``path``; a missing, unreadable or non-regular file is
-    an InvalidArgument naming it, a file that is not a trace the loader's
-    FileFormatError."""
-    from . import trace
+    an InvalidArgument naming it and what it is (judged without reading it:
+    a named pipe would block, /dev/zero never ends), a file that is not a
+    trace the loader's FileFormatError."""
+    from . import files, trace
 
-    if not os.path.exists(path):
-        raise errors.InvalidArgument("trace file %s does not exist" % path)
-    if os.path.isdir(path):
-        raise errors.InvalidArgument("trace file %s is a directory" % path)
+    files.check_input(path, "trace file")
     _refuse_index(path)
     try:
         return trace.load(path)
@@ -113,15 +112,16 @@ def _index_lines(path, top=5):
     (PATH.index.json, written by `alloclab record`) lists other process
     images, a note naming them, most ops first; nothing when there is no
     readable index (the report stands without it)."""
+    from . import files
     try:
-        with open(path + ".index.json") as f:
+        with files.open_input(path + ".index.json", "index", mode="r", encoding="utf-8") as f:
             images = json.load(f)["images"]
         others = sorted(images[1:], key=lambda im: -int(im.get("ops") or 0))
         rows = ["  %s: pid %s, %s, %s ops%s" % (
             im["file"], im.get("pid"), " ".join(map(str, im.get("argv") or [])) or im.get("exe"),
             im.get("ops"), "" if im.get("complete", True) else " (incomplete)")
             for im in others[:top]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, errors.AlloclabError):
         return []
     if not others:
         return []

@@ -56,17 +56,14 @@ def identity(trace):
 
 
 def _load_file(path):
-    """The Trace in file ``path`` (alloclab.trace.load), with clear errors."""
+    """The Trace in file ``path`` (alloclab.trace.load), with clear errors:
+    a missing file, a directory, a named pipe, a device or a socket is
+    refused by what it is, without being read (a FIFO would block, a device
+    such as /dev/zero never ends)."""
+    from . import files
     from . import trace as _trace
-    load = getattr(_trace, "load", None)
-    if load is None:
-        raise errors.InvalidArgument("trace=%r: this build cannot read trace files "
-                                     "(alloclab.trace.load is missing)" % path)
-    if os.path.isdir(path):
-        raise errors.InvalidArgument("trace=%r is a directory, not a trace file" % path)
-    if not os.path.isfile(path):
-        raise errors.InvalidArgument("trace=%r: no such trace file" % path)
-    return load(path)
+    files.check_input(path, "trace")
+    return _trace.load(path)
 
 
 def resolve(value):
@@ -88,14 +85,15 @@ def _resolve(value):
         path = value.meta.get("path") if isinstance(value.meta, dict) else None
         return dict(identity(value), path=path, key=key, label=path or "<memory>")
     if isinstance(value, (str, os.PathLike)):
-        path = os.path.abspath(os.fspath(value))
+        from . import files
+        given = os.fspath(value)
         try:
-            st = os.stat(path)
-        except OSError:
+            st = files.check_input(given, "trace")
+        except errors.InvalidArgument as e:
             hint = "; replay takes one trace per run (run again for another)" \
-                if "," in os.fspath(value) else ""
-            raise errors.InvalidArgument("trace=%r: no such trace file%s"
-                                         % (os.fspath(value), hint)) from None
+                if "," in given and not os.path.lexists(given) else ""
+            raise errors.InvalidArgument("%s%s" % (e, hint), value=given) from None
+        path = os.path.abspath(given)
         key = "file:%s:%d:%d" % (path, st.st_mtime_ns, st.st_size)  # a rewritten file reloads
         if key not in _LOADED:
             _LOADED[key] = _load_file(path)

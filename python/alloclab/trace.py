@@ -13,9 +13,14 @@ the lengths are checked against the file, the header and the stored body
 against their checksums, decompression is bounded by the header's body
 length, the C decoder checks every read, and the counts in the header must
 match the decoded trace. Every failure is a FileFormatError naming the path,
-the byte offset and what is wrong. Saving writes a temporary file in the
-same directory and renames it over the target, so a failed save leaves any
-old file as it was.
+the byte offset and what is wrong. A path is judged before anything is
+read or written (alloclab.files): load() refuses a directory, a named pipe,
+a device or a socket without reading it, and reads the body only once the
+prefix, the header and the file's length agree; save() writes a regular
+file (or a new one) through a temporary file beside it, renamed over it
+once complete (a failed save leaves any old file as it was), a character
+device or a pipe with a reader in place, and refuses a directory, a socket
+or a pipe with no reader before the trace is encoded.
 
 Lifetime: the C trace is freed when the Trace is closed or collected; a
 trace registered for replay (``handle()``) stays registered until then.
@@ -194,6 +199,8 @@ class Trace:
         the compressor's level (None: LEVELS' default, chosen for speed).
         The header's metadata is ``meta`` plus the counts and the body's
         length, compressor and checksum; returns that header (a dict)."""
+        from . import files
+        files.check_output(path, "trace")  # before the encoding, which may take long
         name = "none" if compress is None else compress
         if name not in COMPRESSORS:
             raise errors.UnknownNameError.make("trace compressor", name, COMPRESSORS)
@@ -213,7 +220,7 @@ class Trace:
             raise errors.InvalidArgument("the trace's meta is %d bytes of JSON; at most %d"
                                          % (len(text), _MAX_HEADER))
         prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(text), zlib.crc32(text))
-        _write_atomic(os.fspath(path), (prefix, text, stored))
+        files.write_parts(path, (prefix, text, stored), "trace")
         return header
 
     def _encode(self):
@@ -327,44 +334,31 @@ def _decompressor(name):
             "bz2": bz2.BZ2Decompressor}[name]()
 
 
-def _write_atomic(path, parts):
-    """Write parts to path through a temporary file beside it, renamed over
-    it once complete. Created as open() creates files (0666 less the
-    umask), not mkstemp's 0600."""
-    tmp = os.path.join(os.path.dirname(path), ".%s.%d.%s.tmp" % (
-        os.path.basename(path), os.getpid(), os.urandom(4).hex()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for part in parts:
-                f.write(part)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _bad(path, offset, what):
     return errors.FileFormatError("%s: byte %d: %s" % (path, offset, what),
                                   path=path, offset=offset)
 
 
-def _read_header(path, data):
-    """The header dict and the body's file offset; checks the prefix."""
+def _read_header(path, data, size=None):
+    """The header dict and the body's file offset; checks the prefix.
+    ``data`` holds the file's first bytes (at least the prefix and the
+    header when the file has them), ``size`` the file's length (len(data)
+    when None)."""
     n = _PREFIX.size
+    size = len(data) if size is None else size
     head = bytes(data[:len(MAGIC)])
     if head != MAGIC[:len(head)]:
         raise _bad(path, 0, "not an alloclab trace (the file does not start with %r)"
                    % MAGIC)
-    if len(data) < n:
-        raise _bad(path, len(data), "truncated: the file ends inside its %d-byte prefix"
-                   % n)
+    if size < n or len(data) < n:
+        raise _bad(path, min(size, len(data)), "truncated: the file ends inside its "
+                   "%d-byte prefix" % n)
     _, version, hlen, hcrc = _PREFIX.unpack_from(data)
     if version != FORMAT_VERSION:
         raise _bad(path, len(MAGIC), "format version %d; this alloclab reads version %d"
                    % (version, FORMAT_VERSION))
-    if hlen > min(_MAX_HEADER, len(data) - n):
-        raise _bad(path, len(data), "truncated: the header of %d bytes runs past the "
+    if hlen > min(_MAX_HEADER, size - n) or hlen > len(data) - n:
+        raise _bad(path, size, "truncated: the header of %d bytes runs past the "
                    "end of the file" % hlen)
     text = data[n:n + hlen]
     if zlib.crc32(text) != hcrc:
@@ -376,6 +370,19 @@ def _read_header(path, data):
         raise _bad(path, n, "the header is not JSON: %s" % e) from None
     _check_header(path, n, header)
     return header, n + hlen
+
+
+def _read_head(path, f, size):
+    """(header, body offset) of the open trace file f of ``size`` bytes:
+    the prefix is read first and judged (magic, version, the header's
+    length against the file's), and only then the header itself, so a file
+    that is not a trace costs one 24-byte read."""
+    data = f.read(_PREFIX.size)
+    if len(data) == _PREFIX.size and data[:len(MAGIC)] == MAGIC:
+        hlen = _PREFIX.unpack_from(data)[2]
+        if hlen <= min(_MAX_HEADER, size - _PREFIX.size):
+            data += f.read(hlen)
+    return _read_header(path, data, size)
 
 
 def _check_header(path, offset, header):
@@ -394,15 +401,22 @@ def _check_header(path, offset, header):
                    % (header["compressor"], ", ".join(COMPRESSORS)))
 
 
-def _read_body(path, data, header, at):
-    """The body's bytes, checked against the header's length and checksum."""
-    stored = memoryview(data)[at:]
+def _read_body(path, data, header, at, size=None):
+    """The body's bytes, checked against the header's length and checksum.
+    ``data`` is the file from offset ``at`` on (at most the header's
+    stored_length of it), ``size`` the file's length."""
+    stored = memoryview(data)
     want = header["stored_length"]
-    if len(stored) < want:
-        raise _bad(path, len(data), "truncated: the body needs %d bytes, the file has %d"
-                   % (want, len(stored)))
-    if len(stored) > want:
-        raise _bad(path, at + want, "%d bytes after the body" % (len(stored) - want))
+    size = at + len(stored) if size is None else size
+    if size - at < want:
+        raise _bad(path, size, "truncated: the body needs %d bytes, the file has %d"
+                   % (want, size - at))
+    if size - at > want:
+        raise _bad(path, at + want, "%d bytes after the body" % (size - at - want))
+    if len(stored) < want:  # shortened while it was read
+        raise _bad(path, at + len(stored), "truncated: the body needs %d bytes, %d could "
+                   "be read" % (want, len(stored)))
+    stored = stored[:want]
     if zlib.crc32(stored) != header["body_crc32"]:
         raise _bad(path, at, "the body's checksum does not match (CRC-32 %#010x, "
                    "expected %#010x)" % (zlib.crc32(stored), header["body_crc32"]))
@@ -439,14 +453,25 @@ def _decode(path, body, at):
 
 def load(path):
     """Read the trace file at ``path`` into a Trace whose ``meta`` is the
-    file's header. Raises FileFormatError (naming the path, the byte offset
-    and what is wrong) for a file that is not a valid trace; OSError when it
-    cannot be read."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    header, at = _read_header(path, data)
-    body = _read_body(path, data, header, at)
+    file's header. The path is judged first (alloclab.files.open_input): a
+    directory, a named pipe, a device or a socket is refused without being
+    read, and a missing or unreadable file is refused, each an
+    InvalidArgument naming it. Then the prefix and the header are read and
+    checked, and the body is read only when the file's length is what the
+    header declares: a file that is not a trace (/dev/zero's bytes, a sparse
+    file of zeros, another tool's file) is refused by its first bytes.
+    Raises FileFormatError (naming the path, the byte offset and what is
+    wrong) for a file that is not a valid trace."""
+    from . import files
+    with files.open_input(path, "trace") as f:
+        path = os.fspath(path)
+        size = os.fstat(f.fileno()).st_size
+        header, at = _read_head(path, f, size)
+        want = header["stored_length"]
+        if size - at != want:  # judged by the sizes before the body is read
+            _read_body(path, b"", header, at, size)
+        data = f.read(want)
+    body = _read_body(path, data, header, at, size)
     t = Trace(_decode(path, body, at), header)
     got = {"threads": t.nthreads, "ops": t.nops, "objects": t.nobjects}
     for key, v in got.items():
@@ -458,10 +483,8 @@ def load(path):
 
 
 def read_meta(path):
-    """A trace file's header alone (checked, the body not read)."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read(_PREFIX.size)
-        if len(data) == _PREFIX.size:
-            data += f.read(min(_PREFIX.unpack_from(data)[2], _MAX_HEADER))
-    return _read_header(path, data)[0]
+    """A trace file's header alone (checked, the body not read); the path is
+    judged as load() judges it."""
+    from . import files
+    with files.open_input(path, "trace") as f:
+        return _read_head(os.fspath(path), f, os.fstat(f.fileno()).st_size)[0]
