@@ -94,6 +94,45 @@ def test_log_error_bars_are_cut_at_the_floor_and_marked():
     assert len(carets) == 1 and list(carets[0].get_ydata()) == [floor]
 
 
+def test_linear_error_bars_are_cut_at_zero_and_marked():
+    """A latency cannot be negative: on a linear axis a lower arm that
+    would pass zero ends at zero, with a caret; the upper arm and the
+    other bars are unchanged, and a NaN arm draws no bar."""
+    fig, axes = al.plot_style.subplots()
+    ax = axes[0][0]
+    ys, es = [10.0, 100.0, 50.0], [30.0, 5.0, float("nan")]
+    c = al.plot_style.errorbars(ax, [1, 2, 3], ys, es, lower_limit=0)
+    segs = c.lines[2][0].get_segments()
+    assert [s[0][1] for s in segs[:2]] == pytest.approx([0.0, 95.0])  # lower ends
+    assert [s[1][1] for s in segs[:2]] == pytest.approx([40.0, 105.0])  # upper ends
+    assert all(len(s) == 0 for s in segs[2:])  # no bar where the arm is NaN
+    carets = [ln for ln in ax.get_lines() if ln.get_marker() == "v"]
+    assert len(carets) == 1 and list(carets[0].get_xdata()) == [1.0]
+    assert list(carets[0].get_ydata()) == [0.0]
+    # without a bound the arm runs below zero, as the data say
+    c2 = al.plot_style.errorbars(ax, [1], [10.0], [30.0])
+    assert c2.lines[2][0].get_segments()[0][0][1] == pytest.approx(-20.0)
+
+
+def test_dodge_spreads_series_symmetrically():
+    S = al.plot_style
+    assert S.x_step([1, 2, 4, 8]) == 1.0 and S.x_step([1, 2, 4, 8], log=True) == 2.0
+    assert S.x_step([5]) == 1.0 and S.x_step([5], log=True) == 2.0
+    xs = [1, 2, 4]
+    shifted = [S.dodge(xs, i, 3, 1.0) for i in range(3)]
+    assert np.allclose(shifted[1], xs)  # the middle one of three stays on x
+    assert np.allclose(shifted[0] + shifted[2], 2 * np.asarray(xs))  # symmetric about x
+    assert (shifted[0] < shifted[1]).all() and (shifted[1] < shifted[2]).all()
+    two = [S.dodge(xs, i, 2, 1.0) for i in range(2)]
+    assert np.allclose(two[1] - two[0], S.DODGE)  # one DODGE of the step apart
+    many = [S.dodge(xs, i, 12, 1.0) for i in range(12)]
+    assert np.allclose(many[-1] - many[0], S.DODGE_SPAN)  # all of them within the span
+    lg = [S.dodge(xs, i, 2, 2.0, log=True) for i in range(2)]
+    assert np.allclose(lg[1] / lg[0], 2.0 ** S.DODGE)  # a factor on a log axis
+    assert np.allclose(lg[0] * lg[1], np.asarray(xs, float) ** 2)
+    assert np.array_equal(S.dodge(xs, 0, 1, 1.0), xs)  # one series: not moved
+
+
 def test_latency_on_log_axis_keeps_error_bars_inside(res):
     fig = al.plot.latency(res, "alloc_ns", logy=True, error="sd")
     for ax in fig.axes:

@@ -15,7 +15,13 @@ The rules, and why:
   so no line, bar or error bar hides under one.
 - on a log axis an error bar whose lower end reaches zero or below cannot
   be drawn: its lower arm is cut at the axis floor and marked with a caret
-  there, instead of running off the axes.
+  there, instead of running off the axes; on a linear axis the lower arm
+  of a quantity that cannot be negative (a latency) is cut at zero, with
+  the same caret.
+- points of several series at one x are spread side by side (dodged),
+  symmetric about the true x, by a small fraction of the step between x
+  values (a factor on a log axis), so no point or error bar hides another.
+- panels of one metric share their y axis, so they compare by eye.
 - a value that was not measured is written "n/a" where its bar would be; a
   measured zero is written "0", so the two read differently.
 
@@ -195,24 +201,58 @@ def _fit_columns(labels, ncol, width_in):
     return max(1, min(ncol, len(labels), int((width_in - 0.2) // entry)))
 
 
-def errorbars(ax, xs, ys, es, log=False, floor=None, **kw):
-    """An errorbar line (``es`` None: the line alone). On a log axis a
-    lower arm that would reach ``floor`` or below (zero or a negative
-    value) is cut at ``floor`` and a caret
-    marks the cut; returns the ErrorbarContainer."""
+def errorbars(ax, xs, ys, es, log=False, floor=None, lower_limit=None, **kw):
+    """An errorbar line (``es`` None: the line alone; a NaN arm: no bar at
+    that point, as where a point has a single run). A lower arm that would
+    pass a bound is cut there and a caret marks the cut: on a log axis the
+    axis ``floor`` (a lower end at zero or below cannot be drawn), on a
+    linear axis ``lower_limit`` (0 for a latency, which cannot be
+    negative; None: no bound). Returns the ErrorbarContainer."""
     if es is None:
         return ax.errorbar(xs, ys, **kw)
     ys = np.asarray(ys, dtype=float)
-    es = np.nan_to_num(np.asarray(es, dtype=float), nan=0.0)
-    if not log or floor is None:
+    es = np.asarray(es, dtype=float)
+    bound = floor if log else lower_limit
+    if bound is None:
         return ax.errorbar(xs, ys, yerr=es, **kw)
-    lower = np.where(ys - es > floor, es, np.maximum(ys - floor, 0.0))
+    # cut where the lower end reaches the bound (log: at or below the floor)
+    cut = np.isfinite(ys) & np.isfinite(es) & (ys - es <= bound if log else ys - es < bound)
+    lower = np.where(cut, np.maximum(ys - bound, 0.0), es)
     c = ax.errorbar(xs, ys, yerr=[lower, es], **kw)
-    cut = [(x, floor) for x, y, e in zip(xs, ys, es) if np.isfinite(y) and y - e <= floor]
-    if cut:
-        ax.plot(*zip(*cut), linestyle="none", marker="v", markersize=5,
-                color=c.lines[0].get_color(), clip_on=False)
+    if cut.any():
+        ax.plot(np.asarray(xs, dtype=float)[cut], [bound] * int(cut.sum()), linestyle="none",
+                marker="v", markersize=5, color=c.lines[0].get_color(), clip_on=False)
     return c
+
+
+# Several series at one x: each is shifted by DODGE of the smallest step
+# between the axis' x values (a ratio on a log axis), all of them together
+# by at most DODGE_SPAN of it, symmetric about the true x.
+DODGE = 0.06
+DODGE_SPAN = 0.3
+
+
+def x_step(values, log=False):
+    """The smallest step between distinct x ``values``: a difference, or on
+    a log axis a ratio; 1 (log: 2) when there is one value."""
+    v = np.asarray([x for x in values if np.isfinite(x) and (x > 0 or not log)], dtype=float)
+    v = np.unique(v)
+    if len(v) < 2:
+        return 2.0 if log else 1.0
+    return float(np.min(v[1:] / v[:-1])) if log else float(np.min(np.diff(v)))
+
+
+def dodge(xs, i, k, step, log=False):
+    """Series i of k's x positions: ``xs`` shifted by (i - (k-1)/2) times
+    min(DODGE, DODGE_SPAN / (k-1)) of ``step`` (x_step), so the k series'
+    points at one x sit side by side, centred on it; on a log axis the
+    shift is a factor (step ** that fraction), the same distance on the
+    page at every x."""
+    xs = np.asarray(xs, dtype=float)
+    if k <= 1:
+        return xs
+    d = min(DODGE, DODGE_SPAN / (k - 1)) * (i - (k - 1) / 2.0)
+    return xs * step ** d if log else xs + d * step
 
 
 def log_floor(ys, es):
