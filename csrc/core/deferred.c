@@ -50,6 +50,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stddef.h>
 #include <string.h>
 #include <time.h>
@@ -303,6 +304,60 @@ bool al_irq_work_queue(struct al_defer *pub, struct al_irq_work *w, const struct
 	return true;
 }
 
+/* ---- the self-IPI (irq_work=ipi) ---- */
+
+/* The kernel raises irq_work with a self-IPI (arch_irq_work_raise) and runs
+ * it from the interrupt once IRQs are on again. A signal a thread sends
+ * itself is delivered before pthread_kill returns: one kernel entry, the
+ * signal frame, sigreturn, which is what an interrupt costs a CPU here. */
+static void ipi_handler(int sig)
+{
+	(void)sig;
+}
+
+static int ipi_installed;
+
+/* Install the no-op handler once per process: 0, or -EBUSY when the program
+ * has its own handler for the signal. */
+static int ipi_install(void)
+{
+	struct sigaction sa, old;
+
+	if (__atomic_load_n(&ipi_installed, __ATOMIC_ACQUIRE))
+		return 0;
+	if (sigaction(AL_IRQ_WORK_SIGNAL, NULL, &old))
+		return -EINVAL;
+	if (old.sa_handler == ipi_handler) {
+		__atomic_store_n(&ipi_installed, 1, __ATOMIC_RELEASE);
+		return 0;
+	}
+	if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)
+		return -EBUSY;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = ipi_handler;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(AL_IRQ_WORK_SIGNAL, &sa, NULL))
+		return -EINVAL;
+	__atomic_store_n(&ipi_installed, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* Take the interrupt that runs raised irq_work, timed at stats=full. */
+static void ipi_take(struct defer *d, const struct al_ctx *x)
+{
+	uint64_t *k = al_ctr_block(&d->ctr, x);
+	uint64_t t0 = 0;
+
+	if (d->ctr.level == AL_STATS_FULL)
+		t0 = al_ticks();
+	pthread_kill(pthread_self(), AL_IRQ_WORK_SIGNAL);
+	if (t0)
+		al_ctr_add(k, DEFER_irq_work_ipi_ns,
+			   (uint64_t)al_ticks_to_ns((double)(al_ticks() - t0)));
+	al_ctr_add(k, DEFER_irq_work_ipis, 1);
+}
+
 /* Run the raised irq_work of x->cpu, oldest first, at x's level. */
 static void run_irq_work(struct defer *d, struct al_ctx *x)
 {
@@ -310,6 +365,8 @@ static void run_irq_work(struct defer *d, struct al_ctx *x)
 	struct al_irq_work *w, *rev = NULL, *next;
 
 	w = __atomic_exchange_n(&dc->raised, NULL, __ATOMIC_ACQUIRE);
+	if (w && d->mode == AL_IRQ_WORK_IPI)
+		ipi_take(d, x);
 	for (; w; w = next) { /* the stack is newest first */
 		next = w->next;
 		w->next = rev;
@@ -614,8 +671,14 @@ int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_de
 
 	*out = NULL;
 	if (!ncpu || ncpu > AL_MAX_CPUS || !p || p->irq_mode < AL_IRQ_WORK_INLINE ||
-	    p->irq_mode > AL_IRQ_WORK_THREAD)
+	    p->irq_mode > AL_IRQ_WORK_IPI)
 		return -EINVAL;
+	if (p->irq_mode == AL_IRQ_WORK_IPI) {
+		int err = ipi_install();
+
+		if (err)
+			return err;
+	}
 	al_clock_init();
 	d = al_meta_alloc(sizeof(*d));
 	if (!d)
@@ -624,7 +687,7 @@ int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_de
 	d->mode = p->irq_mode;
 	d->nocb = p->nocb;
 	d->latency_ticks = (uint64_t)((double)p->gp_latency_ns * al_clock.ticks_per_ns);
-	d->pub.poll_inline = d->mode == AL_IRQ_WORK_INLINE;
+	d->pub.poll_inline = d->mode != AL_IRQ_WORK_THREAD;
 	d->pub.pcpu = al_meta_alloc(sizeof(struct al_defer_cpu) * ncpu);
 	d->cpu = al_meta_alloc(sizeof(struct defer_cpu) * ncpu);
 	if (!d->pub.pcpu || !d->cpu ||

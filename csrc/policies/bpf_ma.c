@@ -102,9 +102,10 @@ static const struct al_param_desc bpf_ma_params[P_NR] = {
 	[P_unit] = { "unit", AL_PARAM_SIZE, 0, 0, MA_FIXED_MAX, NULL,
 		     "fixed mode: the object size (unit = size + 8); 0: one instance per "
 		     "distinct request size (local storage: elements and storage structs)" },
-	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_INLINE, 0, 1, AL_IRQ_WORK_CHOICES,
+	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_IPI, 0, 2, AL_IRQ_WORK_CHOICES,
 			 "where refill and trim run: at the end of the top-level operation, "
-			 "or on a helper thread (PREEMPT_RT)" },
+			 "entered through a self-IPI as the kernel does (ipi) or at no "
+			 "cost (inline), or on a helper thread (PREEMPT_RT)" },
 	[P_gp_latency] = { "gp_latency", AL_PARAM_NS, 0, 0, 10000000000ll, NULL,
 			   "trimmed objects reach the slab no sooner than this after the "
 			   "trim (RCU tasks-trace grace period)" },

@@ -22,7 +22,9 @@
  *   AL_SLOWPATH when it runs on the CPU (inline: the CPU's partial slab list
  *   may take the slab, as in the kernel), AL_NOCPU from the helper thread.
  * The irq_work runs at the end of this layer's next top-level operation on
- * that CPU (irq_work=inline) or on a helper thread (irq_work=thread).
+ * that CPU, entered through a self-IPI that costs what an interrupt costs
+ * here (irq_work=ipi, the default, as the kernel raises it) or at no cost
+ * (irq_work=inline), or on a helper thread (irq_work=thread).
  *
  * Invariants: every object on a deferred list is live in the layer below
  * (bytes_held below includes them) and is freed by the next drain; this
@@ -46,9 +48,10 @@ enum { P_irq_work, P_trace, P_NR };
 #define DEFER_WALK_CHEAP 4096 /* deferred-list steps before the cycle bound is read */
 
 static const struct al_param_desc nolock_params[P_NR] = {
-	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_INLINE, 0, 1, AL_IRQ_WORK_CHOICES,
+	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_IPI, 0, 2, AL_IRQ_WORK_CHOICES,
 			 "where the deferred-free irq_work runs: at the end of the top-level "
-			 "operation, or on a helper thread (PREEMPT_RT)" },
+			 "operation, entered through a self-IPI as the kernel does (ipi) or "
+			 "at no cost (inline), or on a helper thread (PREEMPT_RT)" },
 	[P_trace] = { "trace", AL_PARAM_BOOL, 0, 0, 1, NULL,
 		      "kmalloc_nolock fires the kmalloc tracepoint (6.18: it does not)" },
 };

@@ -8,6 +8,7 @@
  * from a signal handler.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 
 #include "t_spec.h"
@@ -67,6 +68,63 @@ TEST(test_irq_work_once_and_at_task_level)
 	CHECK_EQ(runs[1], 3);
 	CHECK_EQ(al_defer_pending(d), 0);
 	al_defer_destroy(d);
+}
+
+static void foreign_handler(int sig)
+{
+	(void)sig;
+}
+
+/* irq_work=ipi: the run is entered through a signal the thread sends
+ * itself, once per raised batch (seen pending while blocked); a program
+ * that owns the signal is refused, not overridden. */
+TEST(test_irq_work_ipi_is_a_self_signal)
+{
+	struct al_defer_params p = { .irq_mode = AL_IRQ_WORK_IPI };
+	struct al_defer *d = NULL;
+	struct al_irq_work w1, w2;
+	struct sigaction sa, cur;
+	struct al_ctx c0;
+	sigset_t set, pend;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = foreign_handler;
+	sigemptyset(&sa.sa_mask);
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNAL, &sa, NULL), 0);
+	CHECK_EQ(al_defer_create(1, &p, &d), -EBUSY);
+	CHECK(d == NULL);
+	sa.sa_handler = SIG_DFL;
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNAL, &sa, NULL), 0);
+	CHECK_EQ(al_defer_create(1, &p, &d), 0);
+	if (!d)
+		return;
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNAL, NULL, &cur), 0);
+	CHECK(cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN);
+
+	memset(runs, 0, sizeof(runs));
+	al_ctx_init(&c0, 0);
+	al_irq_work_init(&w1, 0, count_fn);
+	al_irq_work_init(&w2, 0, count_fn);
+	sigemptyset(&set);
+	sigaddset(&set, AL_IRQ_WORK_SIGNAL);
+	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+	al_defer_poll(d, &c0); /* nothing raised: no interrupt */
+	CHECK_EQ(sigpending(&pend), 0);
+	CHECK(!sigismember(&pend, AL_IRQ_WORK_SIGNAL));
+	CHECK(al_irq_work_queue(d, &w1, &c0));
+	CHECK(al_irq_work_queue(d, &w2, &c0));
+	al_defer_poll(d, &c0);
+	CHECK_EQ(runs[0], 2);
+	CHECK_EQ(last_level, AL_CTX_IRQ);
+	CHECK_EQ(sigpending(&pend), 0);
+	CHECK(sigismember(&pend, AL_IRQ_WORK_SIGNAL));	       /* the interrupt was sent */
+	CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &set, NULL), 0); /* delivered: no-op */
+	CHECK_EQ(sigpending(&pend), 0);
+	CHECK(!sigismember(&pend, AL_IRQ_WORK_SIGNAL));
+	CHECK_EQ(al_defer_pending(d), 0);
+	al_defer_destroy(d);
+	p.irq_mode = AL_IRQ_WORK_IPI + 1;
+	CHECK_EQ(al_defer_create(1, &p, &d), -EINVAL);
 }
 
 static int cb_runs[4];
@@ -273,6 +331,7 @@ TEST(test_ctx_current_in_signal_handler)
 int main(void)
 {
 	RUN(test_irq_work_once_and_at_task_level);
+	RUN(test_irq_work_ipi_is_a_self_signal);
 	RUN(test_grace_period_waits_for_every_reader);
 	RUN(test_no_reader_completes_at_once_and_nmi_refused);
 	RUN(test_gp_latency_and_flush);

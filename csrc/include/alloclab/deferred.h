@@ -19,6 +19,8 @@
 #ifndef ALLOCLAB_DEFERRED_H
 #define ALLOCLAB_DEFERRED_H
 
+#include <signal.h>
+
 #include "ops.h"
 #include "ctx.h"
 
@@ -33,7 +35,12 @@ extern "C" {
  *    raised list, lock-free, from any level including NMI; it runs at
  *    AL_CTX_IRQ at the end of the next top-level operation on that CPU (when
  *    the owner calls al_defer_poll() at task level: the model of the self-IPI
- *    that fires when IRQs are re-enabled), or on a helper thread
+ *    that fires when IRQs are re-enabled). With AL_IRQ_WORK_IPI that run
+ *    is entered as the kernel enters it, through an interrupt: the thread
+ *    sends itself a signal (its handler does nothing), so each raise costs
+ *    a real kernel entry and exit, measured on this machine and counted
+ *    (irq_work_ipis, irq_work_ipi_ns at stats=full); AL_IRQ_WORK_INLINE
+ *    runs it at no cost. Or it runs on a helper thread
  *    (AL_IRQ_WORK_THREAD: PREEMPT_RT's irq_work kthread; that thread runs
  *    concurrently with the CPU's worker, so layers pass AL_NOCPU below).
  *  - RCU callbacks: al_call_rcu() (a callback per object) and al_kfree_rcu()
@@ -66,9 +73,12 @@ struct al_rcu_head {
 
 enum al_irq_work_mode {
 	AL_IRQ_WORK_INLINE = 0, /* at the end of the top-level operation on the CPU */
-	AL_IRQ_WORK_THREAD = 1	/* on the domain's helper thread */
+	AL_IRQ_WORK_THREAD = 1, /* on the domain's helper thread */
+	AL_IRQ_WORK_IPI = 2	/* as INLINE, entered through a self-signal (the self-IPI) */
 };
-#define AL_IRQ_WORK_CHOICES "inline,thread"
+#define AL_IRQ_WORK_CHOICES "inline,thread,ipi"
+/* The self-IPI's signal: its handler is installed once and does nothing. */
+#define AL_IRQ_WORK_SIGNAL (SIGRTMIN + 6)
 
 enum { AL_DEFER_IRQ = 1u << 0, AL_DEFER_RCU = 1u << 1 };
 
@@ -77,17 +87,19 @@ enum { AL_DEFER_IRQ = 1u << 0, AL_DEFER_RCU = 1u << 1 };
  * layer that owns a domain lists AL_DEFER_COUNTERS(D, P) in its counters
  * X-macro, so the names are documented as reported by its stats().
  */
-#define AL_DEFER_COUNTERS(D, P)                                                           \
-	D(P, irq_work_queued, 0, "", "irq_work queued")                                   \
-	D(P, irq_work_busy, 0, "", "irq_work queue calls that found it already pending")  \
-	D(P, irq_work_runs, 0, "", "irq_work functions run")                              \
-	D(P, rcu_callbacks, 0, "", "call_rcu callbacks queued")                           \
-	D(P, rcu_callbacks_run, 0, "", "call_rcu callbacks run after their grace period") \
-	D(P, kfree_rcu_objects, 0, "", "objects queued by kfree_rcu")                     \
-	D(P, kfree_rcu_freed, 0, "", "kfree_rcu objects freed after their grace period")  \
-	D(P, kfree_rcu_failed, AL_CTR_KEY, "", "kfree_rcu frees the allocator refused")   \
-	D(P, rcu_batches, 0, "", "RCU batches sealed (one grace-period request each)")    \
-	D(P, rcu_batches_remote, 0, "", "batches run on another CPU (rcu_nocb)")          \
+#define AL_DEFER_COUNTERS(D, P)                                                             \
+	D(P, irq_work_queued, 0, "", "irq_work queued")                                     \
+	D(P, irq_work_busy, 0, "", "irq_work queue calls that found it already pending")    \
+	D(P, irq_work_runs, 0, "", "irq_work functions run")                                \
+	D(P, irq_work_ipis, 0, "", "self-IPIs taken to run raised irq_work (irq_work=ipi)") \
+	D(P, irq_work_ipi_ns, AL_CTR_NS, "", "time in the self-IPIs (stats=full)")          \
+	D(P, rcu_callbacks, 0, "", "call_rcu callbacks queued")                             \
+	D(P, rcu_callbacks_run, 0, "", "call_rcu callbacks run after their grace period")   \
+	D(P, kfree_rcu_objects, 0, "", "objects queued by kfree_rcu")                       \
+	D(P, kfree_rcu_freed, 0, "", "kfree_rcu objects freed after their grace period")    \
+	D(P, kfree_rcu_failed, AL_CTR_KEY, "", "kfree_rcu frees the allocator refused")     \
+	D(P, rcu_batches, 0, "", "RCU batches sealed (one grace-period request each)")      \
+	D(P, rcu_batches_remote, 0, "", "batches run on another CPU (rcu_nocb)")            \
 	D(P, rcu_refused, AL_CTR_KEY, "", "call_rcu/kfree_rcu refused (NMI level, no memory)")
 
 /* Per-CPU state read by the inline al_defer_poll(); one cache line per CPU. */
@@ -111,6 +123,8 @@ struct al_defer_params {
 /* Grace periods completed so far (global; read by the inline poll). */
 AL_API extern uint64_t al_rcu_gp_done;
 
+/* 0; -EINVAL; -ENOMEM; -EBUSY for AL_IRQ_WORK_IPI when AL_IRQ_WORK_SIGNAL has
+ * a handler that is not ours (the program uses that signal). */
 AL_API int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_defer **out);
 /* Flushes everything, stops the helper, frees. */
 AL_API void al_defer_destroy(struct al_defer *d);
