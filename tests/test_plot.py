@@ -39,8 +39,12 @@ def test_latency_one_line_per_policy_panel_per_allocs(res):
     for ax in axes:
         assert ax.get_xlabel() == "producers"
         assert len(ax.containers) == 3  # an errorbar per policy
-        xs = [list(c.lines[0].get_xdata()) for c in ax.containers]
-        assert xs == [[1, 2]] * 3
+        xs = np.array([c.lines[0].get_xdata() for c in ax.containers], dtype=float)
+        # dodged: the three policies' points at one x sit side by side, centred on it
+        assert np.allclose(xs[1], [1, 2]) and (xs[0] < xs[1]).all() and (xs[1] < xs[2]).all()
+        assert np.allclose(xs[0] + xs[2], 2 * xs[1])
+        assert np.allclose(xs[2] - xs[0], 2 * al.plot_style.DODGE)  # steps of 1 producer
+        assert [t for t in ax.get_xticks()] == [1, 2]  # the ticks stay on the true x
     assert axes[0].get_ylabel() == "allocation latency (ns)"
     # one legend for the figure, outside every panel
     assert all(ax.get_legend() is None for ax in axes)
@@ -50,10 +54,57 @@ def test_latency_one_line_per_policy_panel_per_allocs(res):
     t = res.table("alloc_ns")
     y = axes[1].containers[0].lines[0].get_ydata()
     assert np.allclose(y, t.cube[0, 1, :])
-    fig2 = res.plot("free_ns", error="ci", panel="allocs_per_cycle")
-    assert fig2.axes[0].get_ylabel() == "free latency (ns)" and "95% CI" in fig2._suptitle.get_text()
+    assert "error bars: 95% CI of the mean" in fig._suptitle.get_text()  # the default
+    fig2 = res.plot("free_ns", error="sd", panel="allocs_per_cycle")
+    assert fig2.axes[0].get_ylabel() == "free latency (ns)"
+    assert "error bars: 1 sd" in fig2._suptitle.get_text()
     with pytest.raises(al.UnknownNameError):
         al.plot.latency(res, "alloc_ns", x="nope")
+
+
+def _bar_ends(ax):
+    """[(lower, upper)] of every error bar drawn on ``ax``."""
+    return [(seg[0][1], seg[1][1]) for c in ax.containers for seg in c.lines[2][0].get_segments()]
+
+
+def test_latency_error_bars_are_the_ci_by_default_and_never_below_zero(res):
+    """The default bars are the 95% CI of the mean, the half widths that
+    alloclab.stats computes; on a linear axis no lower end is below zero,
+    even where the sd reaches past it (a lower end cut at zero is marked)."""
+    sub = res.filter(policy="libc", allocs_per_cycle=16)
+    fig = al.plot.latency(sub, "alloc_ns")
+    c = fig.axes[0].containers[0]
+    ys = c.lines[0].get_ydata()
+    for (lo, hi), y, xv in zip(_bar_ends(fig.axes[0]), ys, [1, 2]):
+        st = al.stats.describe(np.concatenate([s.values for _, s in sub.stats(
+            "alloc_ns", producers=[xv])]))
+        assert hi - y == pytest.approx(st.ci_half)
+        assert y - lo == pytest.approx(min(st.ci_half, y))
+    # an sd wider than the mean: its lower arm is cut at 0, never drawn below
+    wild = al.Result.from_json(sub.to_json())
+    for p in wild.points:
+        p.data["alloc_ns"] = np.array([1.0, 1.0, 1.0, 200.0])
+    for error in ("sd", "ci"):
+        fig = al.plot.latency(wild, "alloc_ns", error=error)
+        ends = _bar_ends(fig.axes[0])
+        assert ends and min(lo for lo, _ in ends) == 0.0
+        mean = 203.0 / 4
+        assert max(hi for _, hi in ends) > 2 * mean  # the upper arm is not cut
+        carets = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "v"]
+        assert carets and set(carets[0].get_ydata()) == {0.0}
+
+
+def test_latency_panels_share_their_y_axis(res):
+    fig = al.plot.latency(res, "alloc_ns")
+    a, b = fig.axes[:2]
+    assert a.get_shared_y_axes().joined(a, b)
+    assert a.get_ylim() == b.get_ylim()
+    hi = max(h for ax in (a, b) for _, h in _bar_ends(ax))
+    assert a.get_ylim()[1] >= hi  # the taller panel's bars fit the shared axis
+    fig = al.plot.latency(res, "alloc_ns", logy=True)
+    a, b = fig.axes[:2]
+    assert a.get_shared_y_axes().joined(a, b) and a.get_ylim() == b.get_ylim()
+    assert a.get_yscale() == b.get_yscale() == "log"
 
 
 def test_latency_legend_is_titled_by_its_parameter(res):
@@ -163,10 +214,19 @@ def test_heatmap_colours_log2_ratio_of_significant_cells(res):
             assert bool(arr.mask[i, j]) == (not marks[i][j])
             if marks[i][j]:
                 assert arr[i, j] == pytest.approx(np.log2(1 + vals[i, j] / 100))
-    g = np.log2([cmp.geomean(c, "alloc_ns").ratio for c in cols])
-    assert np.allclose(arr[8, :], g) and not arr.mask[8, :].any()
-    alpha = np.asarray(im.get_alpha())  # the untested geometric means at half strength
-    assert (alpha[:8] == 1.0).all() and (alpha[8:] == al.plot.GEOMEAN_ALPHA).all()
+    # a geometric mean is coloured only when every cell behind it is, on its side of 1x
+    alpha = np.asarray(im.get_alpha())
+    assert (alpha[:8] == 1.0).all()
+    for row, metric in ((8, "alloc_ns"), (9, "free_ns")):
+        for j, col in enumerate(cols):
+            g = cmp.geomean(col, metric)
+            behind = [(vals[i, j], marks[i][j]) for i in range(len(labels))
+                      if labels[i].startswith(metric)]
+            lit = all(m and (v > 0) == (g.change_pct > 0) for v, m in behind)
+            assert bool(arr.mask[row, j]) == (not lit)
+            if lit:
+                assert arr[row, j] == pytest.approx(np.log2(g.ratio))
+            assert alpha[row, j] == (al.plot.GEOMEAN_ALPHA if lit else 1.0)
     assert ax.get_xlabel().startswith("against buddy; grey: not significant")
     texts = [t.get_text() for t in ax.texts]
     assert len(texts) == 20
@@ -185,6 +245,43 @@ def test_heatmap_colours_log2_ratio_of_significant_cells(res):
     for bad in (1, 0.5, "2x", -3):
         with pytest.raises(al.InvalidArgument, match="ratio above 1"):
             al.plot.heatmap(cmp, vmax=bad)
+
+
+def test_heatmap_geomean_is_grey_unless_every_cell_behind_it_is_coloured(res):
+    """The geometric mean has no test of its own: over cells no test marked
+    it is drawn in the grey of a not-significant cell, in full strength;
+    over cells all marked, on one side of 1x, it takes the colour of its
+    ratio (at half strength, a summary)."""
+    from matplotlib.colors import to_rgba
+    cmp = al.compare(res, baseline="buddy", metric=["alloc_ns"])
+    labels, cols, _, _ = cmp.matrix()
+    col = cols[0]
+    mine = [c for c in cmp.cells if c.column == col]
+    side = np.sign(cmp.geomean(col).change_pct)
+    for c in mine:  # every cell behind the mean marked, on the mean's side
+        c.change = abs(c.change) * side
+        c.mark = "I" if side > 0 else "R"
+    g = cmp.geomean(col)
+    row, j = len(labels), cols.index(col)
+
+    def geo_cell(cmp):
+        im = al.plot.heatmap(cmp).axes[0].get_images()[0]
+        arr = im.get_array()
+        return (im.to_rgba(arr)[row, j], bool(arr.mask[row, j]),
+                float(np.asarray(im.get_alpha())[row, j]), float(np.ma.getdata(arr)[row, j]))
+
+    rgba, masked, alpha, v = geo_cell(cmp)
+    assert not masked and v == pytest.approx(np.log2(g.ratio))
+    assert alpha == al.plot.GEOMEAN_ALPHA
+    assert tuple(rgba) != to_rgba(al.plot_style.NOT_SIGNIFICANT)
+    mine[0].mark = ""  # one cell behind it not significant: the mean is grey
+    rgba, masked, alpha, _ = geo_cell(cmp)
+    assert masked and alpha == 1.0
+    assert tuple(rgba) == pytest.approx(to_rgba(al.plot_style.NOT_SIGNIFICANT))
+    mine[0].mark = "I" if side > 0 else "R"
+    mine[0].change = -mine[0].change  # marked, but on the other side of 1x
+    rgba, masked, _, _ = geo_cell(cmp)
+    assert masked and tuple(rgba) == pytest.approx(to_rgba(al.plot_style.NOT_SIGNIFICANT))
 
 
 def test_heatmap_marks_a_missing_column_na(res):

@@ -57,15 +57,18 @@ def _sortable(vals):
         return vals
 
 
-def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, error="sd",
+def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, error="ci",
             logy=False, title=None, figsize=None):
     """``metric`` against parameter ``x``, one line per value of ``hue``, one
     panel per value of ``panel`` (default: the one other swept parameter,
-    e.g. allocs/cycle, as seed 000's tables are split). Points are means over
-    runs; error bars are one sd ("sd"), the 95% CI of the mean ("ci") or
-    none (None); on a log y axis (``logy``) a lower arm reaching zero is cut
-    at the axis floor and marked with a caret. Virtual-CPU points (more
-    producers than usable CPUs) are shaded when x is producers."""
+    e.g. allocs/cycle, as seed 000's tables are split), the panels on one
+    shared y axis. Points are means over runs; error bars are the 95% CI of
+    the mean ("ci", the default), one sd ("sd") or none (None), and the
+    title says which; a point of a single run has no bar. A lower arm that
+    would pass zero (linear y) or the axis floor (``logy``) is cut there
+    and marked with a caret. The lines' points at one x are dodged (spread
+    side by side, centred on it), so none hides another. Virtual-CPU points
+    (more producers than usable CPUs) are shaded when x is producers."""
     res._check_metric(metric)
     keys = res.params()
     for k, what in ((x, "x"), (hue, "hue")):
@@ -78,19 +81,27 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
     vmode = [p for p in res.points if p.info.get("cpu_mode") == "virtual"]
     if x == "producers" and vmode:
         usable = min(p.info.get("ncpu_usable", 0) for p in vmode)
+    subs = [res if pv is None else res.filter(**{k: [v] for k, v in zip(pkeys, pv)})
+            for pv in panels]
+    hues = _uniq([p.params.get(hue) for p in res.points]) if hue else [None]
+    series = [_latency_series(sub, metric, x, hue, error, hues) for sub in subs]
     with S.rc():
-        fig, axes = S.subplots(1, len(panels), figsize=figsize)
-        for ax, pv in zip(axes[0], panels):
-            sub = res if pv is None else res.filter(**{k: [v] for k, v in zip(pkeys, pv)})
-            _latency_lines(ax, sub, metric, x, hue, error, logy)
+        fig, axes = S.subplots(1, len(panels), figsize=figsize, sharey=True)
+        floor = _latency_floor(series) if logy and error else None
+        for ax, sub, pv, ser in zip(axes[0], subs, panels, series):
+            _latency_lines(ax, sub, metric, ser, error, logy, floor, _dodger(res, x, hues))
             _latency_axes(ax, sub, pkeys, pv, x, usable, logy)
+        if floor is not None:  # once every panel is drawn: the top holds them all
+            axes[0][0].set_ylim(bottom=floor)
+            for ax in axes[0]:
+                S.plain_log(ax, "y")
         axes[0][0].set_ylabel(_metric_label(metric))
         if hue:
             S.legend_below(fig, axes[0][-1], ncol=4, title=_HUE_LABELS.get(hue, hue))
         wl = _uniq([p.params.get("workload") for p in res.points])
         S.suptitle(fig, title or "%s%s%s" % (", ".join(map(str, wl)), ": " if wl else "",
                                              _metric_label(metric)) +
-                   ("; error bars: %s" % ("1 sd" if error == "sd" else "95% CI")
+                   ("; error bars: %s" % ("1 sd" if error == "sd" else "95% CI of the mean")
                     if error else "") + ("; shaded: virtual CPUs" if usable else ""))
     return S.finish(fig)
 
@@ -109,13 +120,17 @@ def _panels(res, keys, x, hue, panel):
     return [panel], _uniq([(p.params.get(panel),) for p in res.points])
 
 
-def _latency_series(sub, metric, x, hue, error):
-    """[(label, xs, means, error arms, why unmeasured)], a series per value
-    of ``hue``: the mean of ``metric`` over runs at each value of ``x``."""
-    hues = _uniq([p.params.get(hue) for p in sub.points]) if hue else [None]
+def _latency_series(sub, metric, x, hue, error, hues):
+    """[(hue index, label, xs, means, error arms, why unmeasured)], a series
+    per value of ``hue`` (of the figure's ``hues``, so a hue keeps its
+    colour and place in every panel) the panel has: the mean of ``metric``
+    over runs at each value of ``x``; an arm is NaN where it cannot be
+    computed (a single run)."""
     out = []
-    for hv in hues:
+    for i, hv in enumerate(hues):
         pts = sub.filter(**{hue: [hv]}) if hue else sub
+        if hue and not pts.points:
+            continue
         why = _uniq([w for w in (sub._unmeasured(p, metric) for p in pts.points) if w])
         xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
         ys, es = [], []
@@ -123,27 +138,43 @@ def _latency_series(sub, metric, x, hue, error):
             st = pts.stats(metric, **{x: [xv]})
             s = describe(np.concatenate([s.values for _, s in st]) if st else np.array([]))
             ys.append(s.mean)
-            e = s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan
-            es.append(0.0 if math.isnan(e) else e)
-        out.append((str(hv) if hue else metric, xs, ys, es, why))
+            es.append(s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan)
+        out.append((i, str(hv) if hue else metric, xs, ys, es, why))
     return out
 
 
-def _latency_lines(ax, sub, metric, x, hue, error, logy):
-    """A line per value of ``hue`` with its error bars; a series whose stats
-    level did not measure the counter is labelled "n/a" and has no points."""
-    series = _latency_series(sub, metric, x, hue, error)
-    floor = S.log_floor([y for s in series for y in s[2]],
-                        [e for s in series for e in s[3]]) if logy and error else None
+def _latency_floor(series):
+    """The shared log axis' floor over every panel's series (plot_style.log_floor)."""
+    return S.log_floor([y for ser in series for s in ser for y in s[3]],
+                       [e for ser in series for s in ser for e in s[4]])
+
+
+def _dodger(res, x, hues):
+    """f(series index, xs) -> the series' x positions, dodged among the
+    figure's ``hues`` by the smallest step between x's values; xs as they
+    are when x is not numeric or there is one series."""
+    vals = _uniq([p.params.get(x) for p in res.points])
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+    if not numeric or len(hues) < 2:
+        return lambda i, xs: xs
+    step = S.x_step([float(v) for v in vals])
+    return lambda i, xs: S.dodge(xs, i, len(hues), step)
+
+
+def _latency_lines(ax, sub, metric, series, error, logy, floor, place):
+    """A line per value of ``hue`` with its error bars, at the x positions
+    ``place`` gives; a series whose stats level did not measure the counter
+    is labelled "n/a" and has no points."""
     unmeasured = []
-    for i, (label, xs, ys, es, why) in enumerate(series):
+    means = [y for s in series for y in s[3] if np.isfinite(y)]
+    # a mean latency, count or size is never negative: no arm below zero either
+    bottom = 0.0 if means and min(means) >= 0 else None
+    for i, label, xs, ys, es, why in series:
         if why:
             label += " (n/a: %s)" % "; ".join(why)
             unmeasured += why
-        S.errorbars(ax, xs, ys, es if error else None, log=logy, floor=floor,
-                    capsize=3, label=label, **S.line_style(i))
-    if floor is not None:
-        ax.set_ylim(bottom=floor)
+        S.errorbars(ax, place(i, xs), ys, es if error else None, log=logy, floor=floor,
+                    lower_limit=bottom, capsize=3, label=label, **S.line_style(i))
     if unmeasured and all(p.data.get(metric) is None for p in sub.points):
         ax.text(0.5, 0.5, S.wrap("n/a: not measured (%s)" % "; ".join(_uniq(unmeasured)),
                                  ax.figure, S.NOTE, 0.4),
@@ -180,19 +211,35 @@ def _heat_note(pct, verdict, aid):
     return head + ("\n" + aid if aid else "")
 
 
-GEOMEAN_ALPHA = 0.5  # geometric means are untested summaries: lighter than a tested cell
+GEOMEAN_ALPHA = 0.5  # a coloured geometric mean is a summary: lighter than a tested cell
 _RATIO_STEPS = (1.1, 1.25, 1.5) + tuple(2.0 ** k for k in range(1, 11))
+
+
+def _geo_coloured(g, cells):
+    """Whether a geometric-mean cell is coloured: by its own test where it
+    has one (a ``significant`` attribute); otherwise only when every cell
+    behind it is coloured (significant and over the threshold) and changed
+    to the same side of 1x as the mean, so a summary of cells no test
+    marked never reads as a significant result."""
+    own = getattr(g, "significant", None)
+    if own is not None:
+        return bool(own)
+    if not cells or not np.isfinite(g.change_pct):
+        return False
+    return all(m and np.isfinite(v) and (v > 0) == (g.change_pct > 0) and v != 0
+               for v, m in cells)
 
 
 def _heat_cells(cmp, geomean):
     """(row labels, columns, change % (rows x columns), coloured: a boolean
     mask of the cells drawn in colour, notes, rows of cells above the
     geometric means). A cell is coloured when marked (significant and over
-    the threshold); geometric-mean rows are summaries, always coloured
-    (at GEOMEAN_ALPHA)."""
+    the threshold); a geometric mean as _geo_coloured says."""
     labels, cols, vals, marks = cmp.matrix()
     notes = [["" for _ in cols] for _ in labels]
+    metric_of = []
     for i, (_, _, cells) in enumerate(cmp.grid()):
+        metric_of.append(next(iter(cells.values())).metric)
         for j, col in enumerate(cols):
             c = cells.get(col)
             notes[i][j] = "n/a" if c is None else _heat_note(c.change_pct, c.verdict(),
@@ -202,15 +249,19 @@ def _heat_cells(cmp, geomean):
     ncell = len(labels)
     for label, gs in (cmp.geo_rows() if geomean else []):
         row = np.full((1, len(cols)), np.nan)
+        lit = np.zeros((1, len(cols)), dtype=bool)
         note = ["n/a" for _ in cols]
         for j, col in enumerate(cols):
             g = gs.get(col)
             if g is not None and np.isfinite(g.change_pct):
                 row[0, j] = g.change_pct
+                behind = [(vals[i, j], coloured[i, j]) for i in range(ncell)
+                          if metric_of[i] == g.metric and np.isfinite(vals[i, j])]
+                lit[0, j] = _geo_coloured(g, behind)
                 note[j] = _heat_note(g.change_pct, "", g.aid())
         labels = labels + [label]
         vals = np.vstack([vals, row])
-        coloured = np.vstack([coloured, np.isfinite(row)])
+        coloured = np.vstack([coloured, lit])
         notes.append(note)
     return labels, cols, vals, coloured, notes, ncell
 
@@ -234,8 +285,10 @@ def heatmap(cmp, vmax=None, cmap=S.DIVERGING, title=None, figsize=None, annotate
     are grey, "n/a" where a column has no value. Cells print their change
     with its mark (or n.s. = not significant, <2% = under the threshold)
     and the reading aid ("1.29x slower"); with ``geomean`` a
-    geometric-mean row per metric under a line, coloured at half strength
-    (a summary no test judged)."""
+    geometric-mean row per metric under a line. A geometric mean is a
+    summary no test judged: it is grey, as a cell that is not significant,
+    unless every cell behind it is coloured and changed to the same side
+    of 1x, and then coloured at half strength (GEOMEAN_ALPHA)."""
     if vmax is not None and not (isinstance(vmax, (int, float)) and vmax > 1):
         raise errors.InvalidArgument("heatmap vmax is a ratio above 1 (2: colours "
                                      "saturate at 2x better or worse), not %r" % (vmax,))
@@ -252,7 +305,9 @@ def heatmap(cmp, vmax=None, cmap=S.DIVERGING, title=None, figsize=None, annotate
         fig, axes = S.subplots(figsize=figsize or (S.FIGSIZE[0], h))
         ax = axes[0][0]
         cm = S.plt().get_cmap(cmap).with_extremes(bad=S.NOT_SIGNIFICANT)
-        alpha = np.where(np.arange(len(labels))[:, None] < ncell, 1.0, GEOMEAN_ALPHA)
+        # a grey cell is the same grey in every row; a coloured mean is lighter
+        alpha = np.where((np.arange(len(labels))[:, None] < ncell) | np.ma.getmaskarray(shown),
+                         1.0, GEOMEAN_ALPHA)
         im = ax.imshow(shown, cmap=cm, vmin=-lim, vmax=lim, aspect="auto",
                        alpha=np.broadcast_to(alpha, shown.shape))
         _heat_axes(ax, cmp, labels, cols, ncell)
@@ -270,7 +325,9 @@ def _heat_axes(ax, cmp, labels, cols, ncell):
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels)
     ax.set_xlabel(S.wrap("against %s; grey: not significant (p_adj >= %g) or |change| < %g%%"
-                         % (cmp.base_name, cmp.alpha, 100 * cmp.threshold), ax.figure, 9,
+                         % (cmp.base_name, cmp.alpha, 100 * cmp.threshold) +
+                         ("; a geometric mean: unless every cell behind it is coloured, "
+                          "on its side of 1x" if len(labels) > ncell else ""), ax.figure, 9,
                          0.6))
     if len(labels) > ncell:
         ax.axhline(ncell - 0.5, color="black", linewidth=1.5)
