@@ -148,7 +148,7 @@ def one_error_line(p, *words):
     (["--producers", "1,,2"], ["'1,,2'"]),
     (["--target-ci", "5"], ["target_ci=5.0", "0 < target_ci < 1"]),
     (["--target-ci", "0.1", "--budget", "nan"], ["'nan'"]),
-    (["--plugin", "."], ["--plugin .", "not a C source file"]),
+    (["--plugin", "."], ["--plugin .", "is a directory, not a regular file"]),
 ])
 def test_bad_numbers_are_one_error_line(args, words):
     one_error_line(cli("run", "malloc-free", *LONG, *args), *words)

@@ -316,12 +316,10 @@ def _load_plugins(argv):
     files = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--plugin"]
     files += [a.split("=", 1)[1] for a in argv if a.startswith("--plugin=")]
     for f in files:
-        if not os.path.exists(f):
-            raise UsageError("--plugin %s: no such file" % f)
-        if not os.path.isfile(f):
-            raise UsageError("--plugin %s: not a C source file (a directory or a device)" % f)
         try:
-            plugin.compile_file(f)
+            plugin.compile_file(f, what="--plugin")
+        except (errors.InvalidArgument, errors.FileFormatError) as e:
+            raise UsageError(str(e)) from None  # the message names --plugin and the file
         except errors.AlloclabError as e:
             raise UsageError("--plugin %s: %s" % (f, e)) from None
         except OSError as e:
@@ -388,7 +386,7 @@ def _run_or_sweep(wl, policy, args, kwargs):
     """run() (or, with --journal, sweep()) as the flags ask; a failed run is
     _RunFailed (exit 1)."""
     try:
-        if args.journal:
+        if args.journal is not None:
             from .sweep import sweep
             return sweep(wl.name, policy, journal=args.journal, progress=args.progress,
                          **kwargs)
@@ -466,7 +464,7 @@ def _table_axes(wl, args, settings):
 def _check_run_outputs(args, settings):
     """--journal and --target-ci together are refused; the adaptive options,
     every output file and a journal to resume are checked before any run."""
-    if args.journal and args.target_ci is not None:
+    if args.journal is not None and args.target_ci is not None:
         raise UsageError("--target-ci adds runs as it goes and --journal resumes a fixed "
                          "grid: use one or the other")
     if args.target_ci is not None:
@@ -475,7 +473,7 @@ def _check_run_outputs(args, settings):
     _check_outputs(("--json", args.json, "file"), ("--csv", args.csv, "file"),
                    ("--plot", args.plot, "plot"), ("--journal", args.journal, "journal"),
                    *[("--plot", p, "plot") for p in _more_plots(args.plot, args.hist)])
-    if args.journal:  # a file that is not this sweep's journal is refused unwritten
+    if args.journal is not None:  # a file not this sweep's journal is refused unwritten
         from .sweep import check_journal
         check_journal(args.journal, settings)
 
@@ -511,9 +509,7 @@ def _more_plots(path, hist):
     FILE-1.ext, FILE-2.ext), or none. A PDF holds every figure."""
     if not path or not hist or path.endswith(".pdf"):
         return []
-    base, dot, ext = path.rpartition(".")
-    if not dot:
-        base, ext = path, "png"
+    base, ext = cli_format.plot_stem(path)
     return ["%s-%d.%s" % (base, i, ext) for i in (1, 2)]
 
 
@@ -528,7 +524,7 @@ def _save_run_plots(res, metric, x, path, hist):
         figs.append(plot.latency_hist(res, "alloc"))
         if any(h.count for p in res.points for h in p.hist.get("free", ())):
             figs.append(plot.latency_hist(res, "free"))
-    return plot.save(figs, path)
+    return cli_format.save_plots(figs, path)
 
 
 def cmd_check(args):

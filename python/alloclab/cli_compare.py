@@ -113,10 +113,9 @@ def cmd_compare(args):
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")
-        from . import plot
         written = []
         cli_format.write_output("--plot", args.plot, lambda: written.extend(
-            plot.save([cmp.heatmap()], args.plot)))
+            cli_format.save_plots([cmp.heatmap()], args.plot)))
         for path in written:
             cli_format.wrote(path)
     return 0

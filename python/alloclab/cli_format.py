@@ -112,22 +112,18 @@ def plot_formats():
 
 def check_output(flag, path, plot=False):
     """Refuse, before anything runs, an output file that could not be
-    written: a directory, a missing or unwritable directory, a plot
+    written, as alloclab.files judges it (a directory, a socket, a named
+    pipe with no reader, a missing or unwritable directory), and a plot
     extension matplotlib has no writer for. Nothing is left behind: an
-    existing file is not changed, a new one is created and removed again."""
+    existing file is not changed, a new one is created and removed again;
+    nothing blocks (a pipe is opened without waiting for a reader)."""
+    from . import errors, files
     if not path:
         raise UsageError("%s needs a file name" % flag)
-    if os.path.isdir(path):
-        raise UsageError("%s %s is a directory; give a file name" % (flag, path))
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(d):
-        raise UsageError("%s %s: directory %s does not exist" % (flag, path, d))
-    if not os.path.isdir(d):
-        raise UsageError("%s %s: %s is not a directory" % (flag, path, d))
-    from .sweep import writable
-    why = writable(path)
-    if why:
-        raise UsageError("%s %s cannot be written: %s" % (flag, path, why))
+    try:
+        files.check_output(path, flag)
+    except errors.InvalidArgument as e:
+        raise UsageError(str(e)) from None
     if plot:
         ext = os.path.splitext(os.path.basename(path))[1][1:].lower()
         if ext:  # no extension: matplotlib writes PNG
@@ -152,6 +148,37 @@ def check_outputs(*outputs):
             raise UsageError("%s and %s both name %s: one would overwrite the other"
                              % (seen[real], flag, path))
         seen[real] = flag
+
+
+def plot_stem(path):
+    """(base, ext) of a --plot path as plot.save names its files (base.ext,
+    base-1.ext, ...): no extension is PNG."""
+    base, dot, ext = path.rpartition(".")
+    if not dot or os.sep in ext:
+        base, ext = path, "png"
+    return base, ext
+
+
+def save_plots(figs, path, flag="--plot"):
+    """Write figures where plot.save would (``path``, then path-1.ext, ...),
+    in the format the extension names (PNG without one), each as
+    alloclab.files writes an output: a regular file replaced whole, a device
+    or a pipe with a reader written in place. They are drawn into a
+    temporary folder first, so that a path without an extension gets no
+    ".png" added and a file is never left half drawn. Returns the paths."""
+    import tempfile
+    from . import files, plot
+    base, ext = plot_stem(path)
+    out = []
+    with tempfile.TemporaryDirectory(prefix="alloclab-plot-") as d:
+        stem = os.path.join(d, "plot")
+        first = "%s.%s" % (stem, ext)
+        for w in plot.save(figs, first):
+            real = path if w == first else base + w[len(stem):]
+            with open(w, "rb") as f:
+                files.write_parts(real, [f.read()], flag)
+            out.append(real)
+    return out
 
 
 def write_output(flag, path, write):

@@ -44,7 +44,7 @@ import sysconfig
 import tempfile
 import time
 
-from . import errors, schema
+from . import errors, files, schema
 from ._ffi import cstr, ffi, include_dir, lib, lib_path, strerror
 
 TYPES = {"int": "AL_PARAM_INT", "size": "AL_PARAM_SIZE", "bool": "AL_PARAM_BOOL",
@@ -336,14 +336,38 @@ def _load(name, modname, path, glue):
     _sources[name] = {"path": os.path.realpath(path), "offset": None}
 
 
-def compile_file(path, **kwargs):
+SOURCE_LIMIT = 16 << 20
+"""The largest plugin source read (16 MiB): a larger file is no C source
+someone wrote, and a huge sparse one would be read for ever."""
+
+
+def read_source(path, what="plugin source"):
+    """The text of the C source at ``path``: a regular file (alloclab.files
+    refuses anything else without opening it) of UTF-8 text. A binary file
+    (an object file, an executable given by mistake) is FileFormatError
+    naming the first byte that is not UTF-8."""
+    data = files.read_bytes(path, what, limit=SOURCE_LIMIT)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise errors.FileFormatError(
+            "%s %s is not C source: byte %d (0x%02x) is not UTF-8 text%s"
+            % (what, path, e.start, data[e.start],
+               " (it is an ELF binary)" if data[:4] == b"\x7fELF" else ""),
+            path=path) from None
+
+
+def compile_file(path, what="plugin source", **kwargs):
     """Compile a .c file that registers its own layer(s); returns the Plugins
-    of every layer it added (the CLI's --plugin)."""
-    with open(path) as f:
-        source = f.read()
+    of every layer it added (the CLI's --plugin). ``what`` names the file in
+    errors (read_source)."""
+    source = read_source(path, what)
     before = set(schema.layers())
     base = re.sub(r"[^a-z0-9_-]", "_", os.path.splitext(os.path.basename(path))[0].lower())
-    m = re.search(r'\.name\s*=\s*"([a-z0-9_-]+)"', source)
+    # the layer's name, as the source gives it (a descriptor's .name, or
+    # AL_LAYER's first argument); else the file's
+    m = re.search(r'\.name\s*=\s*"([a-z0-9_-]+)"', source) or \
+        re.search(r'^\s*AL_LAYER\s*\(\s*([a-z0-9_]+)\s*,', source, re.M)
     name = m.group(1) if m else base
     plugin = compile(name, source, **kwargs)
     added = [n for n in schema.layers() if n not in before]

@@ -35,16 +35,16 @@ Per-cell statistics (mean, sd, CI, warnings) come from alloclab.stats.
 
 import csv
 import datetime
+import io
 import json
 import math
 import os
 import platform
-import stat
 import textwrap
 
 import numpy as np
 
-from . import _counters, _measures, errors, machine
+from . import _counters, _measures, errors, files, machine
 from . import stats as _stats
 from .metrics import BASE_METRICS, METRIC_INFO
 from ._ffi import cstr, lib
@@ -495,25 +495,33 @@ class Table:
 
 # ---------------------------------------------------------------- JSON
 
-def dump_json(d, path=None, indent=None):
+def dump_json(d, path=None, indent=None, what="result file"):
     """JSON text of d (NaN kept, NumPy scalars as numbers); also written to
-    ``path`` when given."""
+    ``path`` when given, as alloclab.files writes every output (a regular
+    file replaced whole, a device or a pipe with a reader written in place,
+    anything else refused with InvalidArgument)."""
     s = json.dumps(d, indent=indent, allow_nan=True, default=_json_default)
     if path is not None:
-        with open(path, "w") as f:
-            f.write(s)
+        files.write_text(path, s, what)
     return s
 
 
-def load_json(s):
+JSON_LIMIT = 1 << 30
+"""The largest JSON file load_json reads (1 GiB): a larger one (a huge
+sparse file) is refused by its size, before anything is read."""
+
+
+def load_json(s, what="result file"):
     """The JSON object in text (str or bytes), or in the file at a path (str
     or os.PathLike). Raises FileFormatError when the bytes are not UTF-8, the
     text is not JSON, or the JSON is not an object (every alloclab file is
-    one); FileNotFoundError, IsADirectoryError, ... when a path cannot be read."""
+    one); InvalidArgument when a path cannot be read: missing, unreadable,
+    not a regular file (a directory, a named pipe, a device, a socket: each
+    refused without opening it), or larger than JSON_LIMIT."""
     path = None
     if isinstance(s, os.PathLike):
         path = os.fspath(s)
-    elif isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.exists(s):
+    elif isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.lexists(s):
         path = s
     elif not isinstance(s, (str, bytes, bytearray)):
         raise errors.ParameterTypeError(
@@ -521,12 +529,7 @@ def load_json(s):
             % type(s).__name__, value=s)
     where = "JSON text"
     if path is not None:
-        mode = os.stat(path).st_mode if os.path.exists(path) else 0
-        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero would be read for ever
-            raise errors.FileFormatError("%s is a device, not an alloclab JSON file" % path,
-                                         path=path)
-        with open(path, "rb") as f:
-            s = f.read()
+        s = files.read_bytes(path, what, limit=JSON_LIMIT)
         where = path
     if isinstance(s, (bytes, bytearray)):
         try:
@@ -902,9 +905,10 @@ class Result:
                     cols.append(k)
         if hasattr(path, "write"):
             self._write_csv(path, cols, rows)
-        else:
-            with open(path, "w", newline="") as f:
-                self._write_csv(f, cols, rows)
+        else:  # written whole, as alloclab.files writes every output
+            buf = io.StringIO(newline="")
+            self._write_csv(buf, cols, rows)
+            files.write_text(path, buf.getvalue(), "CSV file")
 
     @staticmethod
     def _write_csv(f, cols, rows):

@@ -46,7 +46,7 @@ import signal
 import threading
 import time
 
-from . import _counters, errors, machine
+from . import _counters, errors, files, machine
 from .executors import ConcurrentExecutorWarning, _check_executor, _is_dask  # noqa: F401
 from .result import Result, collect_metadata
 from .policy import Policy
@@ -142,23 +142,29 @@ def _read_journal(path, settings):
 
 
 def _journal_bytes(path):
-    """The journal file's bytes; None when there is none yet. A directory,
-    a device or a pipe, or a file that cannot be read, is refused."""
-    if os.path.isdir(path):
-        raise errors.InvalidArgument("journal %s is a directory, not a file" % path,
-                                     name="journal", value=path)
-    if os.path.exists(path) and not os.path.isfile(path):  # /dev/zero never ends, a FIFO blocks
-        raise errors.InvalidArgument("journal %s is not a regular file (a device or a pipe)"
-                                     % path, name="journal", value=path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except (FileNotFoundError, NotADirectoryError):  # no journal yet; _check_writable says why
+    """The journal file's bytes; None when there is none yet (no file, or a
+    symlink to where one will be made). Anything but a regular file (a
+    directory, a device, a pipe, a socket) is refused without opening it
+    (alloclab.files), as is one that cannot be read; a file whose first
+    byte does not start a JSON line is no journal and is refused before the
+    rest is read (a huge sparse file is not read)."""
+    if not os.path.exists(path):
         return None
+    try:
+        f = files.open_input(path, "journal")
+    except errors.InvalidArgument as e:
+        raise errors.InvalidArgument(str(e), name="journal", value=path) from None
+    try:
+        with f:
+            head = f.read(1)
+            if head and head != b"{":
+                raise errors.FileFormatError(
+                    "%s is not an alloclab sweep journal (its first byte is %r, not the '{' "
+                    "of a journal header); it was left as it is" % (path, head), path=path)
+            return head + f.read()
     except OSError as e:
         raise errors.InvalidArgument("journal %s cannot be read: %s" % (path, e.strerror or e),
                                      name="journal", value=path) from None
-    return data
 
 
 def _journal_header(path, lines, data, settings):
@@ -225,33 +231,17 @@ def _differences(old, new, prefix=""):
 
 
 def _check_writable(path):
-    """Refuse a journal that could not be written, before anything runs."""
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise errors.InvalidArgument(
-            "journal %s: directory %s does not exist" % (path, d) if not os.path.exists(d)
-            else "journal %s: %s is not a directory" % (path, d), name="journal", value=path)
-    why = writable(path)
-    if why:
-        raise errors.InvalidArgument("journal %s cannot be written: %s" % (path, why),
-                                     name="journal", value=path)
-
-
-def writable(path):
-    """None when ``path`` can be written, else why not (strerror). Tried
-    without changing a byte: an existing file is opened for appending and
-    closed; a new one is created and removed again. This is what the
-    kernel will say (a read-only file system, /proc, permissions as root
-    sees them), which os.access does not always tell."""
+    """Refuse a journal that could not be written, before anything runs
+    (alloclab.files judges the path); a journal is read back to resume, so
+    it must be a regular file (or a new one), never a device or a pipe."""
     try:
-        if os.path.exists(path):
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
-        else:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            os.unlink(path)
-    except OSError as e:
-        return e.strerror or str(e)
-    return None
+        how = files.check_output(path, "journal")
+    except errors.InvalidArgument as e:
+        raise errors.InvalidArgument(str(e), name="journal", value=path) from None
+    if how != files.REPLACE:
+        raise errors.InvalidArgument(
+            "journal %s is not a regular file (%s): a journal is read back to resume a sweep"
+            % (path, files.kind(os.stat(path).st_mode)), name="journal", value=path)
 
 
 def check_journal(journal, settings):
