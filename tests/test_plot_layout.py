@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import alloclab as al  # noqa: E402
@@ -172,3 +173,62 @@ def test_more_series_than_colours_stay_distinct(data):
     looks = {(tuple(h.get_facecolor()), h.get_hatch()) for h in handles}
     assert len(handles) == 2 * len(MANY) and len(looks) == len(handles)
     assert fig.get_size_inches()[1] > plot_style.FIGSIZE[1]  # taller for its legend rows
+
+
+# Figures whose panels show one metric: (how to draw it, the panels that
+# share a y axis, as (row, column) pairs of the figure's grid).
+SHARED_Y = [
+    (lambda d: plot.latency(d["res"], "alloc_ns"), [[0, 1]]),
+    (lambda d: plot.latency(d["res"], "free_ns", logy=True), [[0, 1]]),
+    (lambda d: d["libarena5"].plot("alloc_ns", "malloc-free"), [[0, 1, 2, 3, 4]]),
+    (lambda d: d["local_storage"].plot(), "all"),
+    (lambda d: d["local_storage"].plot_kmallocs(), "all"),
+    (lambda d: plot_trace.live_bytes(d["info"]), [[0, 1]]),
+    (lambda d: plot_trace.lifetimes(d["info"]), [[0, 1]]),
+    (lambda d: plot_trace.overview(d["info"]), [[0, 1], [4, 5]]),
+]
+
+
+def _panels(fig):
+    """The figure's data axes (not colour bars or secondary axes), in order."""
+    return [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+
+
+@pytest.mark.parametrize("draw,groups", SHARED_Y, ids=[str(i) for i in range(len(SHARED_Y))])
+def test_panels_of_one_metric_share_their_y_axis(data, draw, groups):
+    fig = draw(data)
+    axes = _panels(fig)
+    groups = [list(range(len(axes)))] if groups == "all" else groups
+    assert all(len(g) > 1 for g in groups) and max(max(g) for g in groups) < len(axes)
+    for g in groups:
+        first = axes[g[0]]
+        for i in g[1:]:
+            assert first.get_shared_y_axes().joined(first, axes[i])
+            assert axes[i].get_ylim() == first.get_ylim()
+        # every panel's data fits the shared view
+        lo, hi = first.get_ylim()
+        for i in g:
+            for ln in axes[i].get_lines():
+                y = np.asarray(ln.get_ydata(), dtype=float)
+                y = y[np.isfinite(y)]
+                assert not len(y) or (y.min() >= lo * 0.999 - 1e-9 and y.max() <= hi * 1.001)
+    if groups == [[0, 1], [4, 5]]:  # the overview: panels of other metrics stay apart
+        assert not axes[2].get_shared_y_axes().joined(axes[2], axes[3])
+        assert not axes[0].get_shared_y_axes().joined(axes[0], axes[2])
+
+
+def test_reproduction_series_at_one_x_are_dodged(data):
+    """The libarena designs' points at one producer count, and the local
+    storage eras' at one batch size, sit side by side, centred on the x."""
+    fig = data["libarena"].plot("alloc_ns", "malloc-free")
+    for ax in _panels(fig):
+        xs = np.array([c.lines[0].get_xdata() for c in ax.containers], dtype=float)
+        assert len(xs) >= 2
+        assert np.allclose(xs.mean(axis=0), [1, 2])  # symmetric about the true x
+        assert (np.diff(xs, axis=0) > 0).all()  # every series at its own place
+        assert list(ax.get_xticks()) == [1, 2]
+    fig = data["local_storage"].plot()
+    for ax in _panels(fig):
+        xs = np.array([c.lines[0].get_xdata() for c in ax.containers], dtype=float)
+        if len(xs) > 1:
+            assert np.allclose(xs.mean(axis=0), [16, 32]) and (np.diff(xs, axis=0) > 0).all()

@@ -32,25 +32,35 @@ def _axes(ax, figsize):
 
 def libarena(report, metric="alloc_ns", workload="malloc-free", timing=None, metrics=None):
     """Latency against producers, one line per design, one panel per
-    allocs/cycle, log y; error bars are the 95% CI of the mean, a lower arm
-    reaching zero cut at the axis floor (caret). ``metrics``: (name,
-    description) pairs for the title."""
+    allocs/cycle, the panels on one shared log y axis; error bars are the
+    95% CI of the mean, a lower arm reaching zero cut at the axis floor
+    (caret); the designs' points at one producer count are dodged side by
+    side. ``metrics``: (name, description) pairs for the title."""
     timing = timing or report.timings[0]
     apcs = report.allocs_per_cycle
+    panels = []
+    for a in apcs:
+        series = []
+        for d, _ in report.designs:
+            st = [stats.describe(v if v is not None else []) for v in
+                  (report.cell(workload, d, metric, timing, p, a) for p in report.producers)]
+            series.append((d, [s.mean for s in st], [s.ci_half for s in st]))
+        panels.append(series)
+    # one floor for the shared axis, under every panel's bars
+    floor = S.log_floor([y for ser in panels for s in ser for y in s[1]],
+                        [e for ser in panels for s in ser for e in s[2]])
+    step = S.x_step(report.producers)
     with S.rc():
-        fig, axes = S.subplots(1, len(apcs))
-        for ax, a in zip(axes[0], apcs):
-            series = []
-            for d, _ in report.designs:
-                st = [stats.describe(v if v is not None else []) for v in
-                      (report.cell(workload, d, metric, timing, p, a) for p in report.producers)]
-                series.append((d, [s.mean for s in st], [s.ci_half for s in st]))
-            floor = S.log_floor([y for s in series for y in s[1]],
-                                [e for s in series for e in s[2]])
-            for d, ys, es in series:
-                S.errorbars(ax, report.producers, ys, es, log=True, floor=floor, marker="o",
-                            capsize=3, label=d)
-            _libarena_axes(ax, report, a, floor)
+        fig, axes = S.subplots(1, len(apcs), sharey=True)
+        for ax, a, series in zip(axes[0], apcs, panels):
+            for i, (d, ys, es) in enumerate(series):
+                S.errorbars(ax, S.dodge(report.producers, i, len(series), step), ys, es,
+                            log=True, floor=floor, marker="o", capsize=3, label=d)
+            _libarena_axes(ax, report, a)
+        if floor is not None:  # once every panel is drawn: the top holds them all
+            axes[0][0].set_ylim(bottom=floor)
+        for ax in axes[0]:
+            S.plain_log(ax, "y")
         axes[0][0].set_ylabel("%s (ns/op, log scale)" % metric)
         S.fig_legend(fig, axes[0][-1], "outside lower center", ncol=min(4, len(series)))
         S.suptitle(fig, "libarena-%s, %s, %s timing (shaded: virtual CPUs; bars: 95%% CI)" % (
@@ -58,18 +68,15 @@ def libarena(report, metric="alloc_ns", workload="malloc-free", timing=None, met
     return S.finish(fig)
 
 
-def _libarena_axes(ax, report, apc, floor):
+def _libarena_axes(ax, report, apc):
     # past three panels a one-line title is wider than its panel: two lines
     ax.set_title(("%d\nallocs/cycle" if len(report.allocs_per_cycle) > 3 else
                   "%d allocs/cycle") % apc)
     ax.set_yscale("log")
-    if floor is not None:
-        ax.set_ylim(bottom=floor)
     ax.set_xlabel("producers")
     ax.set_xticks(report.producers)
     if report.usable < max(report.producers):
         ax.axvspan(report.usable + 0.5, max(report.producers) + 0.5, color="0.92", zorder=0)
-    S.plain_log(ax, "y")
     ax.grid(True, alpha=0.3)
 
 
@@ -162,30 +169,40 @@ def vmalloc_sizes(report, ax=None):
 
 def local_storage_speed(report, seed, titles):
     """Creation speed (k/s, +- sd) against batch size, a panel per storage
-    type, the seed's numbers dashed; log y, as the model's speeds and the
-    seed's (where a real socket or thread dominates) lie decades apart.
-    ``seed``: {(storage, era, batch): (k/s, ...)}; ``titles``: panel titles."""
+    type on one shared y axis, the seed's numbers dashed; log y, as the
+    model's speeds and the seed's (where a real socket or thread dominates)
+    lie decades apart. The eras' points at one batch size are dodged side
+    by side (a seed's line beside its era's). ``seed``: {(storage, era,
+    batch): (k/s, ...)}; ``titles``: panel titles."""
     sts = report.storage_types
     bs = report.batch_sizes
+    speeds = {(st, e): [report.speed(st, e, b) for b in bs]
+              for st in sts for e in range(len(report.eras[st]))}
+    # one floor for the shared axis, under every panel's bars
+    floor = S.log_floor([m for ms in speeds.values() for m, _ in ms],
+                        [s for ms in speeds.values() for _, s in ms])
+    step = S.x_step(bs)
     with S.rc():
-        fig, axes = S.subplots(1, len(sts))
+        fig, axes = S.subplots(1, len(sts), sharey=True)
         for ax, st in zip(axes[0], sts):
+            k = len(report.eras[st])
             for e, (label, _) in enumerate(report.eras[st]):
-                ms = [report.speed(st, e, b) for b in bs]
-                ys, es = [m for m, _ in ms], [s for _, s in ms]
-                S.errorbars(ax, bs, ys, es, log=True, floor=S.log_floor(ys, es), marker="o",
+                ys, es = [m for m, _ in speeds[st, e]], [s for _, s in speeds[st, e]]
+                xs = S.dodge(bs, e, k, step)
+                S.errorbars(ax, xs, ys, es, log=True, floor=floor, marker="o",
                             capsize=3, label=label, color="C%d" % e)
                 sd = [seed.get((st, e, b), (np.nan,))[0] for b in bs]
                 if np.any(np.isfinite(sd)):
-                    ax.plot(bs, sd, linestyle="--", marker="x", color="C%d" % e,
+                    ax.plot(xs, sd, linestyle="--", marker="x", color="C%d" % e,
                             label="%s (seed)" % label)
             ax.set_title(titles[st])
             ax.set_yscale("log")
-            S.plain_log(ax, "y")
             ax.set_xlabel("batch size")
             ax.set_xticks(bs)
             ax.grid(True, alpha=0.3)
             S.legend_above(ax, ncol=2)
+        for ax in axes[0]:  # once every panel is drawn: ticks for the shared view
+            S.plain_log(ax, "y")
         axes[0][0].set_ylabel("creates (k/s, log scale)")
         S.suptitle(fig, "local storage creation speed: the model (solid, +- sd) and the "
                    "seed (dashed)")
@@ -196,12 +213,13 @@ def local_storage_kmallocs(report, background, titles):
     """kmallocs per create per era and batch size: the model's traced and
     slab-level counts, and the seed's owner background stacked on the
     traced bar, hatched and labelled as taken from the seed; a zero count
-    is marked "0". ``background``: {storage: the seed's background}."""
+    is marked "0"; the panels share their y axis. ``background``: {storage:
+    the seed's background}."""
     sts = report.storage_types
     bs = report.batch_sizes
     w = 0.2
     with S.rc():
-        fig, axes = S.subplots(1, len(sts))
+        fig, axes = S.subplots(1, len(sts), sharey=True)
         for ax, st in zip(axes[0], sts):
             x = np.arange(len(bs))
             bg = background[st]

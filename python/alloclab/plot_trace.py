@@ -181,23 +181,28 @@ def _argv(meta):
     return [str(a) for a in argv] if isinstance(argv, list) else [str(argv)]
 
 
-def _figure(info, draws, what, title, figsize):
+def _figure(info, draws, what, title, figsize, sharey=False):
     """One figure of len(draws) panels side by side (each draw(ax) fills
-    one), titled ``title`` or the trace's ``what``."""
+    one), titled ``title`` or the trace's ``what``; ``sharey``: the panels
+    show one metric, on one y axis (labelled once, on the left)."""
     _check(info)
     with S.rc():
-        fig, axes = S.subplots(1, len(draws), figsize=figsize)
+        fig, axes = S.subplots(1, len(draws), figsize=figsize, sharey=sharey)
         for ax, draw in zip(axes[0], draws):
             draw(ax)
+        if sharey:
+            for ax in axes[0][1:]:
+                ax.set_ylabel("")
         S.suptitle(fig, title or _title(info, what))
     return S.finish(fig)
 
 
 def live_bytes(info, title=None, figsize=None):
-    """Live requested bytes over time and over ops, the peak marked."""
+    """Live requested bytes over time and over ops, the peak marked, on one
+    y axis."""
     return _figure(info, [lambda ax: _on_live(ax, info, "time"),
                           lambda ax: _on_live(ax, info, "seq")],
-                   "live requested bytes", title, figsize)
+                   "live requested bytes", title, figsize, sharey=True)
 
 
 def sizes(info, title=None, figsize=None):
@@ -206,10 +211,11 @@ def sizes(info, title=None, figsize=None):
 
 
 def lifetimes(info, title=None, figsize=None):
-    """Lifetimes of the freed objects: in ops beside in time."""
+    """Lifetimes of the freed objects: in ops beside in time, on one y axis
+    (objects freed)."""
     return _figure(info, [lambda ax: _on_lifetimes(ax, info, "ops"),
                           lambda ax: _on_lifetimes(ax, info, "ns")],
-                   "object lifetimes", title, figsize)
+                   "object lifetimes", title, figsize, sharey=True)
 
 
 def threads(info, title=None, figsize=None):
@@ -220,10 +226,13 @@ def threads(info, title=None, figsize=None):
 def overview(info, title=None, figsize=None):
     """Everything in one figure of six panels, three rows of two, twice the
     usual height: live bytes over time and over ops, sizes and ops per
-    thread, lifetimes in ops and in time."""
+    thread, lifetimes in ops and in time. The two panels of a row that
+    show one metric (live bytes; objects freed) share their y axis."""
     _check(info)
     with S.rc():
         fig, axes = S.subplots(3, 2, figsize=figsize or OVERVIEW_SIZE)
+        axes[0][1].sharey(axes[0][0])
+        axes[2][1].sharey(axes[2][0])
         _on_live(axes[0][0], info, "time")
         _on_live(axes[0][1], info, "seq")
         _on_sizes(axes[1][0], info)
