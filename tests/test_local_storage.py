@@ -116,7 +116,9 @@ def test_other_maps_elements_fail_as_their_programs():
 
 
 def test_bpf_ma_task_reuse_now():
-    p = one("bpf-ma", storage_type="task")
+    # freed where they were made (no reaper): the measured phase frees what
+    # it allocated, nothing of the warmup's
+    p = one("bpf-ma", storage_type="task", reaper=False)
     n = 10 * 16
     assert p["wl.reuse_now"][0] == 2 * n
     assert p["wl.charges"][0] == 0                  # task storage: no charge callback
@@ -199,7 +201,11 @@ def test_report_tables(report):
     assert tr == pytest.approx(3.0) and sl == pytest.approx(3.0)   # kzalloc
     tr, sl = report.kmallocs("socket", 1, 16)
     assert tr == pytest.approx(0.0) and sl == pytest.approx(3.0)   # kmalloc_nolock
-    assert report.kmallocs("task", 0, 32)[1] == pytest.approx(0.0)  # bpf_ma: no slab
+    # bpf_ma: the exited tasks' storage is freed on the reaper's CPU, so the
+    # creator's CPU refills its caches with kmalloc (traced, as the seed
+    # counts them): some, never more than the two bpf_ma objects of a create
+    tr, sl = report.kmallocs("task", 0, 32)
+    assert 0 < sl <= 2.0 and tr == pytest.approx(sl)
     d = report.diff("socket", 16)
     assert d == pytest.approx(100 * (report.speed("socket", 1, 16)[0] /
                                      report.speed("socket", 0, 16)[0] - 1))
@@ -428,10 +434,10 @@ def test_cli_run_workload_metric():
 # ---- the owner's lifetime, per-CPU partial slabs, memcg charging ----
 
 def test_task_storage_goes_with_the_task_struct_one_producer():
-    """task_exit=rcu: every joined task queues delayed_put_task_struct, whose
-    callback frees the storage on the worker that runs it (one producer:
-    its own CPU); inline frees at the join."""
-    p = one("bpf-ma", storage_type="task")
+    """task_exit=rcu without the reaper: every joined task queues
+    delayed_put_task_struct, whose callback frees the storage on the worker
+    that runs it (one producer: its own CPU); inline frees at the join."""
+    p = one("bpf-ma", storage_type="task", reaper=False)
     n = 10 * 16
     assert p["wl.task_puts"][0] == n
     assert p["wl.task_frees"][0] == n and p["wl.task_frees_remote"][0] == 0
@@ -445,6 +451,24 @@ def test_task_storage_goes_with_the_task_struct_one_producer():
     assert s["wl.task_puts"][0] == 0
 
 
+@pytest.mark.parametrize("policy", ["bpf-ma", "kzalloc"])
+def test_task_storage_is_freed_on_the_reapers_cpu(policy):
+    """By default an exited task is put by its reaper (the parent's wait, on
+    a CPU of its own), as in the kernel, where release_task runs in the
+    waiter's context: every task's storage is freed remotely, one put per
+    task, and nothing leaks."""
+    p = one(policy, storage_type="task")
+    n = 10 * 16
+    assert p["wl.reaper"][0] == 1
+    assert p["wl.task_puts"][0] == n
+    assert p["wl.task_frees"][0] == n
+    assert p["wl.task_frees_remote"][0] == n
+    assert not leaks(p)
+    # the socket owner has no task to reap: no reaper runs
+    s = one(policy, storage_type="socket")
+    assert s["wl.reaper"][0] == 0
+
+
 def test_remote_task_frees_charge_bpf_ma_per_refill():
     """With the callbacks on the next producer's CPU (rcu_nocb) every task's
     storage is freed remotely, into that CPU's bpf_ma cache; whatever
@@ -452,7 +476,7 @@ def test_remote_task_frees_charge_bpf_ma_per_refill():
     (kmalloc_node with __GFP_ACCOUNT), never per allocation. How many
     refills reuse freed objects depends on when the callbacks run, so the
     test checks the accounting, not a count of charges."""
-    p = one("bpf-ma", storage_type="task", producers=2, rcu_nocb=True)
+    p = one("bpf-ma", storage_type="task", producers=2, rcu_nocb=True, reaper=False)
     assert p["wl.task_frees"][0] > 0
     assert p["wl.task_frees_remote"][0] == p["wl.task_frees"][0]
     # every allocation is served from the per-CPU cache: two per create
@@ -464,7 +488,7 @@ def test_remote_task_frees_charge_bpf_ma_per_refill():
     assert p["slab.memcg_charges"][0] == (p["bpf_ma.refill_kmallocs"][0]
                                           + p["bpf_ma.fallback_kmallocs"][0])
     # the same run through kzalloc charges once per allocation
-    k = one("kzalloc", storage_type="task", producers=2, rcu_nocb=True)
+    k = one("kzalloc", storage_type="task", producers=2, rcu_nocb=True, reaper=False)
     assert k["slab.memcg_charges"][0] == 2 * k["wl.creates"][0]
     assert not leaks(p)
 

@@ -485,8 +485,14 @@ static void stats_add_into(struct al_stats *acc, const struct al_stats *s)
 /* The run's stack, its counters and locks at the run's stats level. */
 static int engine_stack_create(struct engine *e, char *err, size_t errlen)
 {
+	const struct al_workload_desc *wl = e->cfg->workload;
+	unsigned ncpu = wl->model_cpus ? wl->model_cpus(e->cfg->wparams, e->nw) : e->nw;
 	unsigned old = al_stats_level_set((unsigned)e->cfg->stats_level);
-	int ret = al_stack_create(&e->cfg->stack, e->nw, &e->a, err, errlen);
+	int ret;
+
+	if (ncpu < e->nw || ncpu > AL_MAX_CPUS)
+		ncpu = e->nw;
+	ret = al_stack_create(&e->cfg->stack, ncpu, &e->a, err, errlen);
 
 	al_stats_level_set(old);
 	return ret;
@@ -1421,6 +1427,13 @@ static void workers_start(struct engine *e)
 	e->started = started;
 }
 
+/* The workload's own threads (not workers) stop, or go on. */
+static void workload_pause(struct engine *e, bool on)
+{
+	if (e->cfg->workload->pause && e->shared)
+		e->cfg->workload->pause(e->shared, on);
+}
+
 /* Barriers A to D: warmup, the start snapshot, the measured phase (memory
  * samples meanwhile). false: the watchdog fired. */
 static bool engine_measure(struct engine *e)
@@ -1433,7 +1446,9 @@ static bool engine_measure(struct engine *e)
 	set_phase(e, AL_RUN_WARMUP);
 	if (!barrier_wait_main(e, false, 0)) /* B */
 		return false;
+	workload_pause(e, true);
 	stats_total(e, e->snap0);
+	workload_pause(e, false);
 	al_mem_begin(e->sampler, &e->res->mem);
 	al_mem_sample(e->sampler, e->a, live_bytes(e), true);
 	al_read_steal(&e->steal_total0, &e->steal0);
@@ -1460,10 +1475,12 @@ static void engine_snapshot(struct engine *e)
 
 	al_mem_end(e->sampler, e->a, live_bytes(e));
 	al_read_steal(&total1, &steal1);
+	workload_pause(e, true);
 	nl = stats_total(e, res->layers);
 	diff_stats(res->layers, e->snap0, nl);
 	if (e->cfg->workload->report) /* workers wait at E: their state is stable */
 		e->cfg->workload->report(e->shared, e->started, res);
+	workload_pause(e, false);
 	res->nlayers = nl;
 	res->elapsed_ns = al_ticks_to_ns((double)(t1 - e->t0));
 	if (total1 > e->steal_total0)

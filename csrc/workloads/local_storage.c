@@ -72,6 +72,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -79,6 +80,7 @@
 #include <unistd.h>
 
 #include "alloclab/alloclab.h"
+#include "../core/cpu.h"
 #include "retry.h"
 
 #define LS_STORAGE_SIZE	 176	   /* sizeof(struct bpf_local_storage) */
@@ -107,6 +109,7 @@ enum {
 	P_sample,
 	P_task_exit,
 	P_other_maps,
+	P_reaper,
 	P_NR
 };
 
@@ -143,6 +146,11 @@ static const struct al_param_desc ls_params[P_NR] = {
 			   "other storage maps whose programs give every owner an element too "
 			   "(another BPF service on the machine): each adds one element "
 			   "allocation per create, linked into the owner's storage" },
+	[P_reaper] = { "reaper", AL_PARAM_BOOL, 1, 0, 1, NULL,
+		       "task storage with task_exit=rcu: the exited tasks go to a reaper, a "
+		       "model CPU of its own on another real CPU where one is free, which "
+		       "queues their delayed_put_task_struct and frees their storage there, "
+		       "as a bench's children exit on other CPUs than their creator" },
 };
 
 struct ls_owner;
@@ -231,24 +239,35 @@ struct ls_worker {
 
 /* struct bpf_local_storage_map plus the run's shared state. */
 struct ls_map {
-	struct al_allocator *a;		/* the run's allocator */
-	struct al_defer *rcu;		/* the RCU model's domain */
-	int free_path;			/* P_free_path (FP_AUTO: each worker resolves it) */
-	int storage_type;		/* ST_* */
-	int owner_work;			/* OW_* */
-	int task_exit;			/* TX_* (task storage; socket storage: inline) */
-	bool charge;			/* P_charge */
-	unsigned batch;			/* P_batch_size */
-	size_t elem_size;		/* 72 + value_size */
-	unsigned flags;			/* AL_ZERO, plus AL_MAYSLEEP for sockets */
-	uint64_t sample_ticks;		/* P_sample */
-	unsigned nworkers;		/* workers */
-	unsigned nbuckets;		/* per map: a power of two, >= 2 */
-	unsigned nmaps;			/* 1 + other_maps */
-	struct ls_bucket *buckets;	/* nbuckets per map, map after map */
-	size_t buckets_len;		/* bytes */
-	struct ls_worker *w;		/* per worker */
-	size_t w_len;			/* bytes */
+	struct al_allocator *a;	   /* the run's allocator */
+	struct al_defer *rcu;	   /* the RCU model's domain */
+	int free_path;		   /* P_free_path (FP_AUTO: each worker resolves it) */
+	int storage_type;	   /* ST_* */
+	int owner_work;		   /* OW_* */
+	int task_exit;		   /* TX_* (task storage; socket storage: inline) */
+	bool charge;		   /* P_charge */
+	unsigned batch;		   /* P_batch_size */
+	size_t elem_size;	   /* 72 + value_size */
+	unsigned flags;		   /* AL_ZERO, plus AL_MAYSLEEP for sockets */
+	uint64_t sample_ticks;	   /* P_sample */
+	unsigned nworkers;	   /* workers */
+	unsigned nbuckets;	   /* per map: a power of two, >= 2 */
+	unsigned nmaps;		   /* 1 + other_maps */
+	struct ls_bucket *buckets; /* nbuckets per map, map after map */
+	size_t buckets_len;	   /* bytes */
+	struct ls_worker *w;	   /* per worker, then the reaper's slot */
+	size_t w_len;		   /* bytes */
+	unsigned nslots;	   /* nworkers, + 1 with a reaper */
+	/* the reaper (task storage, task_exit=rcu, reaper=true) */
+	bool reaper;			/* it runs: CPU nworkers is its */
+	struct ls_task *exited;		/* lock-free stack of tasks handed to it */
+	sem_t reaper_wake;		/* posted after a hand-over, and to stop it */
+	pthread_mutex_t reaper_lock;	/* held while it works; report takes it */
+	pthread_t reaper_thread;	/* the thread */
+	bool reaper_started;		/* reaper_thread runs */
+	int reaper_stop;		/* asks it to exit */
+	int reaper_pinned;		/* it has a real CPU no worker uses */
+	int measuring;			/* the measured phase started (its counts reset) */
 	uint64_t creates_total;		/* creates by all workers (atomic, measured) */
 	unsigned nsamples;		/* samples taken */
 	double samples[LS_MAX_SAMPLES]; /* creates/s */
@@ -654,6 +673,16 @@ static bool task_put(struct al_worker *w, struct ls_map *m, struct ls_storage *s
 	t->storage = st;
 	t->m = m;
 	t->home = w->id;
+	if (m->reaper) { /* the task exits on the reaper's CPU */
+		t->next = __atomic_load_n(&m->exited, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(&m->exited, &t->next, t, true, __ATOMIC_RELEASE,
+						    __ATOMIC_RELAXED))
+			;
+		if (!t->next) /* the list was empty: the reaper may be asleep */
+			sem_post(&m->reaper_wake);
+		cnt(m, &w->ctx)->task_puts++;
+		return true;
+	}
 	if (al_call_rcu(m->rcu, &w->ctx, &t->rcu, put_task_cb)) {
 		t->next = m->w[w->id].tasks;
 		m->w[w->id].tasks = t;
@@ -712,6 +741,7 @@ static int ls_cycle(struct al_worker *w)
 	if (w->measuring && !lw->measuring) { /* the measured phase starts */
 		memset(&lw->n, 0, sizeof(lw->n));
 		lw->measuring = 1;
+		__atomic_store_n(&m->measuring, 1, __ATOMIC_RELAXED); /* for the reaper */
 	}
 	before = lw->n.creates;
 	t0 = al_ticks();
@@ -749,7 +779,124 @@ static int ls_cycle(struct al_worker *w)
 	return 0;
 }
 
+/* ---- the reaper: where exited tasks are freed ---- */
+
+/*
+ * In the kernel a task's storage goes with its task_struct: the exiting
+ * task's CPU queues delayed_put_task_struct with call_rcu, and that CPU
+ * runs it after the grace period (bpf_task_storage_free). The bench's
+ * children exit on other CPUs than the one that created them, so the
+ * frees fill another CPU's caches (bpf_ma: its free list, its free_bulk
+ * and call_rcu_tasks_trace) while the creator's CPU refills. The reaper is
+ * that other CPU: a model CPU of its own (CPU nworkers of the stack), a
+ * thread pinned to a real CPU no worker uses where there is one. Workers
+ * hand it their exited tasks (a lock-free stack; the push that finds it
+ * empty wakes it); it queues their callbacks on its CPU and runs what is
+ * due, waking every millisecond while grace periods are pending. It holds
+ * reaper_lock while it works; the engine takes it (ls_pause) around its
+ * counter snapshots and the report, so they are read while nothing moves.
+ */
+static void reaper_take(struct ls_map *m, struct al_ctx *rc)
+{
+	struct ls_task *t = __atomic_exchange_n(&m->exited, NULL, __ATOMIC_ACQUIRE), *next;
+
+	for (; t; t = next) {
+		next = t->next;
+		if (al_call_rcu(m->rcu, rc, &t->rcu, put_task_cb))
+			put_task_cb(&t->rcu, rc); /* no batch memory: at once */
+	}
+}
+
+static void *reaper_main(void *arg)
+{
+	struct ls_map *m = arg;
+	struct al_ctx rc;
+	struct timespec ts;
+	int measuring = 0;
+
+	al_ctx_init(&rc, m->nworkers);
+	al_ctx_set_current(&rc);
+	if (m->reaper_pinned) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(al_cpu_nth(m->nworkers), &set);
+		if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+			__atomic_store_n(&m->reaper_pinned, 0, __ATOMIC_RELAXED);
+	}
+	while (!__atomic_load_n(&m->reaper_stop, __ATOMIC_ACQUIRE)) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		sem_timedwait(&m->reaper_wake, &ts);
+		pthread_mutex_lock(&m->reaper_lock);
+		if (!measuring && __atomic_load_n(&m->measuring, __ATOMIC_RELAXED)) {
+			memset(&m->w[m->nworkers].n, 0, sizeof(m->w[m->nworkers].n));
+			measuring = 1;
+		}
+		reaper_take(m, &rc);
+		al_defer_poll(m->rcu, &rc); /* seal, and run what is due on this CPU */
+		pthread_mutex_unlock(&m->reaper_lock);
+	}
+	al_ctx_set_current(NULL);
+	return NULL;
+}
+
+/* The reaper's thread, at prepare (the allocator is there): 0 or -errno. */
+static int reaper_start(struct ls_map *m)
+{
+	int ret;
+
+	m->reaper_pinned = al_cpus_usable() > m->nworkers && al_cpu_nth(m->nworkers) >= 0 &&
+			   al_cpu_nth(m->nworkers) < CPU_SETSIZE;
+	ret = pthread_create(&m->reaper_thread, NULL, reaper_main, m);
+	if (ret)
+		return -ret;
+	m->reaper_started = true;
+	return 0;
+}
+
+/* Stop the reaper, then free what it had not taken yet (main thread). */
+static void reaper_stop(struct ls_map *m)
+{
+	struct al_ctx rc;
+
+	if (m->reaper_started) {
+		__atomic_store_n(&m->reaper_stop, 1, __ATOMIC_RELEASE);
+		sem_post(&m->reaper_wake);
+		pthread_join(m->reaper_thread, NULL);
+		m->reaper_started = false;
+	}
+	al_ctx_init(&rc, m->nworkers);
+	reaper_take(m, &rc);
+}
+
 /* ---- setup and teardown ---- */
+
+static bool wants_reaper(const int64_t *p)
+{
+	return p[P_storage_type] == ST_TASK && p[P_task_exit] == TX_RCU && p[P_reaper];
+}
+
+static unsigned ls_model_cpus(const int64_t *p, unsigned nworkers)
+{
+	return nworkers + (wants_reaper(p) ? 1 : 0);
+}
+
+static int ls_check_params(const int64_t *p, unsigned nworkers, char *err, size_t errlen)
+{
+	if (wants_reaper(p) && nworkers >= AL_MAX_CPUS) {
+		snprintf(err, errlen,
+			 "reaper=true needs a model CPU of its own: at most %u producers, not %u "
+			 "(or reaper=false)",
+			 AL_MAX_CPUS - 1, nworkers);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 {
@@ -774,11 +921,13 @@ static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 	al_clock_init();
 	m->sample_ticks = (uint64_t)((double)p[P_sample] * al_clock.ticks_per_ns);
 	m->nworkers = nworkers;
+	m->reaper = wants_reaper(p);
+	m->nslots = nworkers + (m->reaper ? 1 : 0);
 	for (m->nbuckets = 2; m->nbuckets < nworkers; m->nbuckets <<= 1)
 		;
 	m->nmaps = 1 + (unsigned)p[P_other_maps];
 	m->buckets_len = sizeof(struct ls_bucket) * m->nbuckets * m->nmaps;
-	m->w_len = sizeof(struct ls_worker) * nworkers;
+	m->w_len = sizeof(struct ls_worker) * m->nslots;
 	m->buckets = al_meta_alloc(m->buckets_len);
 	m->w = al_meta_alloc(m->w_len);
 	ret = -ENOMEM;
@@ -788,9 +937,17 @@ static int ls_setup(const int64_t *p, unsigned nworkers, void **shared)
 	 * its own lock_fails, nothing reports the locks' statistics. */
 	for (i = 0; i < m->nbuckets * m->nmaps; i++)
 		al_lock_init(&m->buckets[i].lock, LS_BUCKET_BUDGET, false);
-	ret = al_defer_create(nworkers, &dp, &m->rcu);
+	ret = al_defer_create(m->nslots, &dp, &m->rcu);
 	if (ret)
 		goto out_free;
+	if (m->reaper) {
+		if (sem_init(&m->reaper_wake, 0, 0)) {
+			al_defer_destroy(m->rcu);
+			ret = -ENOMEM;
+			goto out_free;
+		}
+		pthread_mutex_init(&m->reaper_lock, NULL);
+	}
 	*shared = m;
 	return 0;
 
@@ -799,6 +956,15 @@ out_free:
 	al_meta_free(m->buckets, m->buckets_len);
 	al_meta_free(m, sizeof(*m));
 	return ret;
+}
+
+/* FP_* for the policy whose top layer is `top` (free_path=auto). */
+static int resolve_free_path(const struct ls_map *m, const char *top)
+{
+	return m->free_path != FP_AUTO	? m->free_path
+	       : !strcmp(top, "bpf_ma") ? FP_REUSE_NOW
+	       : !strcmp(top, "nolock") ? FP_CALL_RCU
+					: FP_KFREE_RCU;
 }
 
 static int ls_worker_init(struct al_worker *w)
@@ -816,12 +982,27 @@ static int ls_worker_init(struct al_worker *w)
 		lw->owners[i].fd = -1;
 	/* Every worker resolves the same values; the allocator is the run's. */
 	__atomic_store_n(&m->a, w->a, __ATOMIC_RELAXED);
-	lw->free_path = m->free_path != FP_AUTO	 ? m->free_path
-			: !strcmp(top, "bpf_ma") ? FP_REUSE_NOW
-			: !strcmp(top, "nolock") ? FP_CALL_RCU
-						 : FP_KFREE_RCU;
+	lw->free_path = resolve_free_path(m, top);
 	w->priv = lw;
 	return 0;
+}
+
+/* The reaper's slot and thread: the policy is known now. */
+static int ls_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, char *err,
+		      size_t errlen)
+{
+	struct ls_map *m = shared;
+	int ret;
+
+	(void)c;
+	if (!m->reaper)
+		return 0;
+	m->a = a;
+	m->w[m->nworkers].free_path = resolve_free_path(m, a->desc ? a->desc->name : a->ops->name);
+	ret = reaper_start(m);
+	if (ret)
+		snprintf(err, errlen, "the reaper's thread could not start: %s", al_strerror(ret));
+	return ret;
 }
 
 static void ls_worker_fini(struct al_worker *w)
@@ -846,7 +1027,8 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 	double mean = NAN, sd = NAN, ticks = 0, sum = 0;
 	unsigned i;
 
-	for (i = 0; i < nworkers; i++) {
+	(void)nworkers; /* the engine paused the reaper (ls_pause) */
+	for (i = 0; i < m->nslots; i++) { /* the workers, and the reaper */
 		const struct ls_count *n = &m->w[i].n;
 
 		t.creates += n->creates;
@@ -905,6 +1087,21 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 	al_result_value(res, "task_frees_remote", (double)t.task_frees_remote);
 	al_result_value(res, "other_elems", (double)t.other_elems);
 	al_result_value(res, "other_errs", (double)t.other_errs);
+	al_result_value(res, "reaper", m->reaper);
+	al_result_value(res, "reaper_pinned", __atomic_load_n(&m->reaper_pinned, __ATOMIC_RELAXED));
+}
+
+/* The engine's snapshots: the reaper waits between two batches. */
+static void ls_pause(void *shared, bool on)
+{
+	struct ls_map *m = shared;
+
+	if (!m->reaper)
+		return;
+	if (on)
+		pthread_mutex_lock(&m->reaper_lock);
+	else
+		pthread_mutex_unlock(&m->reaper_lock);
 }
 
 static void ls_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
@@ -915,7 +1112,13 @@ static void ls_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 	(void)a;
 	if (!m)
 		return;
-	al_defer_destroy(m->rcu);	  /* runs every callback left: nothing is lost */
+	if (m->reaper)
+		reaper_stop(m);	  /* before the flush: nothing runs beside it */
+	al_defer_destroy(m->rcu); /* runs every callback left: nothing is lost */
+	if (m->reaper) {
+		sem_destroy(&m->reaper_wake);
+		pthread_mutex_destroy(&m->reaper_lock);
+	}
 	for (i = 0; i < m->nworkers; i++) /* task records, all back in their pools */
 		while (m->w[i].chunks) {
 			struct ls_task_chunk *ch = m->w[i].chunks;
@@ -945,6 +1148,10 @@ static const struct al_workload_desc local_storage_desc = {
 	.worker_fini = ls_worker_fini,
 	.teardown = ls_teardown,
 	.report = ls_report,
+	.prepare = ls_prepare,
+	.check_params = ls_check_params,
+	.model_cpus = ls_model_cpus,
+	.pause = ls_pause,
 };
 
 AL_REGISTER_WORKLOAD(local_storage_desc)

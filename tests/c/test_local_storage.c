@@ -4,8 +4,9 @@
  * runs without leaks, the counts per create are exact (two allocations, two
  * charges for sockets, the era's free path), a publish race provoked through
  * the "local_storage.publish" injection point frees both objects and counts
- * -EAGAIN, the helper-thread irq_work modes run with several producers, and
- * other maps' elements (other_maps) are made and freed with their owner.
+ * -EAGAIN, the helper-thread irq_work modes run with several producers,
+ * other maps' elements (other_maps) are made and freed with their owner, and
+ * exited tasks' storage is freed on the reaper's CPU.
  */
 #include <errno.h>
 #include <math.h>
@@ -63,6 +64,9 @@ static int run(const char *spec, unsigned producers, const char *const *kv, unsi
 
 static const char *const SOCKET[] = { "storage_type", "socket", "batch_size", "16" };
 static const char *const TASK[] = { "storage_type", "task", "batch_size", "16" };
+static const char *const TASK_HERE[] = {
+	"storage_type", "task", "batch_size", "16", "reaper", "0"
+};
 
 static void check_clean(const char *what)
 {
@@ -102,13 +106,39 @@ TEST(test_nolock_call_rcu)
 
 TEST(test_bpf_ma_task_reuse_now)
 {
-	CHECK_EQ(run("bpf_ma(mode=fixed) > slab", 1, TASK, 4), 0);
+	CHECK_EQ(run("bpf_ma(mode=fixed) > slab", 1, TASK_HERE, 6), 0);
 	check_clean("bpf_ma");
 	CHECK_EQ(value(&res, "creates"), 20 * 16);
 	CHECK_EQ(value(&res, "reuse_now"), 2 * 20 * 16);
 	CHECK_EQ(value(&res, "charges"), 0); /* task storage has no charge callback */
 	CHECK_EQ(layer_stat(&res, "bpf_ma", "instances"), 0); /* made in warmup */
 	CHECK_EQ(layer_stat(&res, "bpf_ma", "frees"), 2 * 20 * 16);
+}
+
+/* The reaper: every exited task is freed on its model CPU, one more than
+ * the producers' (so each free is remote), while it runs beside them
+ * (several producers: the hand-over list and the reaper's lock, under
+ * TSan); whatever it had not freed when the run ended is freed at teardown,
+ * so nothing leaks. reaper=false keeps the frees on the creating CPU. */
+TEST(test_task_frees_on_the_reaper)
+{
+	static const char *const specs[] = { "bpf_ma(mode=fixed) > slab", "slab(zero=true)" };
+	unsigned i, p;
+
+	for (i = 0; i < 2; i++)
+		for (p = 1; p <= 3; p += 2) {
+			CHECK_EQ(run(specs[i], p, TASK, 4), 0);
+			check_clean(specs[i]);
+			CHECK_EQ(value(&res, "reaper"), 1);
+			CHECK_EQ(value(&res, "task_puts"), p * 20 * 16);
+			CHECK(value(&res, "task_frees") > 0);
+			CHECK_EQ(value(&res, "task_frees_remote"), value(&res, "task_frees"));
+		}
+	CHECK_EQ(run("bpf_ma(mode=fixed) > slab", 1, TASK_HERE, 6), 0);
+	check_clean("reaper=0");
+	CHECK_EQ(value(&res, "reaper"), 0);
+	CHECK_EQ(value(&res, "task_frees"), 20 * 16);
+	CHECK_EQ(value(&res, "task_frees_remote"), 0);
 }
 
 static const char *const SOCKET_OTHER2[] = { "storage_type", "socket",	   "batch_size",
@@ -194,5 +224,6 @@ int main(void)
 	RUN(test_publish_race_counts_eagain);
 	RUN(test_multi_producer_eras);
 	RUN(test_other_maps_elements);
+	RUN(test_task_frees_on_the_reaper);
 	return TEST_SUMMARY();
 }

@@ -178,6 +178,18 @@ struct al_workload_desc {
 	 * for nworkers workers. 0, or -EINVAL with err filled in naming the
 	 * values. al_run calls it before building anything. */
 	int (*check_params)(const int64_t *params, unsigned nworkers, char *err, size_t errlen);
+	/* Optional: the model CPUs the stack is built for, at least nworkers;
+	 * those above nworkers belong to the workload's own threads (the
+	 * local-storage reaper, where exited tasks' storage is freed). NULL:
+	 * nworkers. */
+	unsigned (*model_cpus)(const int64_t *params, unsigned nworkers);
+	/* Optional, with threads of the workload's own: pause(shared, true)
+	 * stops them at a point where their counts are whole, pause(shared,
+	 * false) lets them go on. The engine pauses them around its counter
+	 * snapshots and the report, so that a snapshot is taken while nothing
+	 * runs (a counter read beside another that moves can make a derived
+	 * one, allocs minus fallbacks, run backwards). */
+	void (*pause)(void *shared, bool on);
 };
 
 /* The nmi workload: the highest timer-signal rate per worker this machine
