@@ -502,14 +502,29 @@ def test_workload_parameters_read_digits_as_the_policy_does():
 
 
 @pytest.mark.parametrize("spec, shown", [
-    ("buddy\u200b", r"got '\u200b'"),
-    ("\udcff", r"bad layer name '\udcff'"),
+    ("buddy \u200b", r"got '\u200b'"),
+    ("1\udcff", r"bad layer name '1\udcff'"),
     ("buddy\x01(x=1)", r"got '\x01(x=1)'"),
 ])
 def test_invisible_characters_are_shown_escaped(spec, shown):
     with pytest.raises(al.PolicySyntaxError) as e:
         al.Policy(spec)
     assert shown in str(e.value)
+
+
+@pytest.mark.parametrize("spec, kind, name", [
+    ("b\u00f9ddy", "layer", "b\u00f9ddy"), ("\u00f9buddy", "layer", "\u00f9buddy"),
+    ("b\u00f9ddy > buddy", "layer", "b\u00f9ddy"), ("\udcffbuddy", "layer", r"\udcffbuddy"),
+    ("buddy\u200b", "layer", r"buddy\u200b"),
+    ("buddy(ar\u00e8na_limit=1M)", "parameter", "ar\u00e8na_limit"),
+])
+def test_a_name_with_a_non_ascii_letter_is_an_unknown_name(spec, kind, name):
+    # the parser read a name up to its first non-ASCII byte ('b'), then
+    # refused what followed as syntax; the whole name is the unknown one
+    with pytest.raises(al.UnknownNameError) as e:
+        al.Policy(spec)
+    assert e.value.kind == kind and ("unknown %s '%s'" % (kind, name)) in str(e.value)
+    assert "valid %ss: " % kind in str(e.value)
 
 
 def test_a_fault_in_a_layer_reads_of_policy():

@@ -60,6 +60,15 @@ static bool is_alpha(char c)
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
+/* A byte of a non-ASCII UTF-8 character. No name has one, but a name that
+ * holds one is read whole, so that it is refused as an unknown name
+ * ('bùddy') rather than cut at its first such byte ('b', then a syntax
+ * error about what follows). */
+static bool is_high(char c)
+{
+	return (unsigned char)c >= 0x80;
+}
+
 static char lower(char c)
 {
 	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
@@ -320,9 +329,10 @@ static int layer_shape(struct parser *p, struct tok layer, struct tok *name, str
 	if (!t.n)
 		return fail(p, AL_SPEC_SYNTAX, -EINVAL, t,
 			    "empty layer (layers are separated by '>')");
-	if (!is_alpha(t.s[0]))
+	if (!is_alpha(t.s[0]) && !is_high(t.s[0]))
 		return fail(p, AL_SPEC_SYNTAX, -EINVAL, t, "bad layer name '%.*s'", (int)t.n, t.s);
-	while (n < t.n && (is_alpha(t.s[n]) || is_digit(t.s[n]) || t.s[n] == '.' || t.s[n] == '-'))
+	while (n < t.n && (is_alpha(t.s[n]) || is_high(t.s[n]) || is_digit(t.s[n]) ||
+			   t.s[n] == '.' || t.s[n] == '-'))
 		n++;
 	*name = (struct tok){ t.s, n };
 	*body = (struct tok){ NULL, 0 };
@@ -350,8 +360,9 @@ static int item_shape(struct parser *p, struct tok name, const char *s, const ch
 	if (!it.n)
 		return fail(p, AL_SPEC_SYNTAX, -EINVAL, it, "empty parameter in layer '%.*s'",
 			    (int)name.n, name.s);
-	if (is_alpha(*q))
-		for (q++; q < iend && (is_alpha(*q) || is_digit(*q) || *q == '-'); q++)
+	if (is_alpha(*q) || is_high(*q))
+		for (q++; q < iend && (is_alpha(*q) || is_high(*q) || is_digit(*q) || *q == '-');
+		     q++)
 			;
 	*key = (struct tok){ it.s, (size_t)(q - it.s) };
 	while (q < iend && is_ws(*q))

@@ -116,7 +116,7 @@ def _refusal(err, data, spec):
         return _preset_as_layer(token, spec)
     if fault == lib.AL_SPEC_LAYER:
         return errors.UnknownNameError.make(
-            "layer", _shown(token), schema.layers(), context="policy %r" % spec,
+            "layer", token, schema.layers(), context="policy %r" % spec,  # %r escapes it
             extra="presets: %s" % ", ".join(presets))
     if fault == lib.AL_SPEC_TOO_MANY:
         return errors.InvalidArgument(
