@@ -45,7 +45,7 @@ def programs(tmp_path_factory):
     out = tmp_path_factory.mktemp("preload")
     cc = shutil.which("cc") or shutil.which("gcc")
     built = {}
-    for name in ("mt", "freeall", "forker", "xstress", "threadloop", "aligncheck"):
+    for name in ("mt", "freeall", "forker", "xstress", "threadloop", "aligncheck", "limits"):
         exe = str(out / name)
         subprocess.check_call([cc, "-O1", "-pthread", "-o", exe,
                                os.path.join(HERE, "preload", name + ".c")])
@@ -178,6 +178,35 @@ def test_malloc_is_16_aligned_and_memalign_honoured(policy, programs, tmp_path):
     assert p["align_pad"] == (8 if expected == "pad" else 0)
     # every block given back: pads and rounding are undone exactly by free
     assert p["layers"][-1]["bytes_held"] >= 0
+
+
+@pytest.fixture(scope="module")
+def glibc_limits(programs):
+    """limits' output on glibc: what every entry point answers at the limits
+    of size_t there (and its own expectations hold on glibc)."""
+    out = subprocess.run([programs["limits"]], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.endswith("limits 0\n"), out.stdout
+    return out.stdout
+
+
+@pytest.mark.parametrize("policy", SHIM_PRESETS + ["bpf_ma > buddy", "nolock > slab"])
+def test_the_malloc_family_at_the_limits_of_size_t_answers_as_glibc(policy, programs,
+                                                                    glibc_limits, tmp_path):
+    """SIZE_MAX, SIZE_MAX - 4000, SIZE_MAX / 2 + 1, products that overflow,
+    pvalloc's page rounding that would wrap, alignments past the largest
+    power of two: every entry point returns NULL (posix_memalign its error)
+    with glibc's errno, line for line as on glibc, on every stack. Such
+    requests are glibc's by design (libc_large), never refusals that would
+    fail the run. A stack that pads (bpf_ma on top) cannot give the page
+    of the closing pvalloc(1): glibc does, counted as not aligned."""
+    pads = al.Policy(spec(policy)).layers[0][0] == "bpf_ma"
+    proc, st = run(policy, [programs["limits"]], tmp_path, text=True, allow_glibc=pads)
+    assert proc.stdout == glibc_limits, proc.stdout
+    assert proc.returncode == 0
+    (p,) = st["processes"]
+    assert p["state"] == "ready"
+    assert p["shim"]["libc_refused"] == 0 and p["shim"]["libc_aligned"] == int(pads)
+    assert p["shim"]["libc_large"] > 0 and p["shim"]["policy_allocs"] > 0
 
 
 @pytest.mark.parametrize("policy", SHIM_PRESETS)

@@ -45,7 +45,9 @@
  *    is already inside the shim (glibc calls malloc from dlsym, from
  *    pthread_setspecific): glibc's own __libc_malloc & co, so the shim never
  *    recurses (libc_early);
- *  - by design: requests larger than the policy's max size (libc_large), and
+ *  - by design: requests larger than the policy's max size, or than
+ *    PTRDIFF_MAX, which glibc fails with ENOMEM as it fails them without
+ *    the shim (libc_large), and
  *    threads beyond AL_MAX_CPUS live ones (libc_threads);
  *  - refusals: the policy returned NULL (libc_refused), or could not give
  *    the alignment (libc_aligned). These are the ones that make a run's
@@ -869,6 +871,13 @@ static void *policy_alloc(size_t size, unsigned flags, size_t align)
 
 	if (al_unlikely(__atomic_load_n(&state, __ATOMIC_ACQUIRE) != ST_READY))
 		return alloc_slow(size, flags, align);
+	/* More than PTRDIFF_MAX bytes (or an alignment that large) no allocator
+	 * can serve: glibc fails it with ENOMEM, by design rather than as the
+	 * policy's refusal. Below that, the rounding and the pad cannot wrap. */
+	if (al_unlikely(size > PTRDIFF_MAX || align > PTRDIFF_MAX)) {
+		count(self, SHIM_libc_large);
+		goto out_libc;
+	}
 	t = enter();
 	if (!t)
 		goto out_libc;
@@ -880,7 +889,7 @@ static void *policy_alloc(size_t size, unsigned flags, size_t align)
 	req = size > align ? size : align ? align : 1;
 	if (align_mode == ALIGN_ROUND)
 		req = (req + SHIM_ALIGN - 1) & ~(SHIM_ALIGN - 1);
-	if (al_unlikely(req < size || (max_size && req > max_size))) {
+	if (al_unlikely(max_size && req > max_size)) {
 		count(t, SHIM_libc_large);
 		goto out_leave;
 	}
@@ -1075,13 +1084,17 @@ static bool pow2(size_t a)
 	return a && !(a & (a - 1));
 }
 
+/* The error is returned, errno left as it was (as glibc leaves it), and
+ * *out only written on success. */
 int al_shim_posix_memalign(void **out, size_t align, size_t size)
 {
+	int saved = errno;
 	void *p;
 
 	if (!pow2(align) || align % sizeof(void *))
 		return EINVAL;
 	p = policy_alloc(size, 0, align);
+	errno = saved;
 	if (!p)
 		return ENOMEM;
 	*out = p;
@@ -1096,13 +1109,20 @@ SHIM_API int posix_memalign(void **out, size_t align, size_t size)
 }
 
 /* aligned_alloc (a power of two), memalign (any alignment), valloc and
- * pvalloc (the page; pvalloc rounds the size up to pages). memalign is
- * glibc's: an alignment that is not a power of two is rounded up to one (0
- * and 1 ask nothing beyond malloc's), past the largest one it is EINVAL. */
+ * pvalloc (the page; pvalloc rounds the size up to pages, and a size within
+ * a page of SIZE_MAX, which would wrap to 0, is ENOMEM as in glibc).
+ * memalign is glibc's: an alignment that is not a power of two is rounded
+ * up to one (0 and 1 ask nothing beyond malloc's), past the largest one it
+ * is EINVAL. */
 void *al_shim_aligned(unsigned kind, size_t align, size_t size)
 {
-	if (kind == AL_TK_PVALLOC)
-		size = (size + align - 1) & ~(align - 1);
+	if (kind == AL_TK_PVALLOC) {
+		if (__builtin_add_overflow(size, align - 1, &size)) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		size &= ~(align - 1);
+	}
 	if (kind == AL_TK_MEMALIGN && !pow2(align) && align <= SIZE_MAX / 2 + 1)
 		align = align <= 1 ? 1 : (size_t)1 << (64 - __builtin_clzll(align - 1));
 	if (!pow2(align)) {
