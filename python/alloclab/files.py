@@ -67,7 +67,8 @@ def check_input(path, what="input file"):
     except OSError as e:
         raise _refuse(what, path, e.strerror or str(e)) from None
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(what, path, "it is %s, not a regular file" % kind(st.st_mode))
+        raise _refuse(what, path, "it cannot be read: it is %s, not a regular file"
+                      % kind(st.st_mode))
     if not os.access(path, os.R_OK):
         raise _refuse(what, path, "it cannot be read (%s)" % os.strerror(errno.EACCES))
     return st
@@ -101,6 +102,16 @@ def read_bytes(path, what="input file", limit=None):
         return f.read() if limit is None else f.read(limit + 1)
 
 
+def _first_non_dir(path):
+    """The first parent of ``path`` that exists and is not a directory."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts)):
+        p = os.sep.join(parts[:i])
+        if os.path.exists(p) and not os.path.isdir(p):
+            return p
+    return os.path.dirname(os.path.abspath(path))
+
+
 def check_output(path, what="output file"):
     """How ``path`` will be written (REPLACE or IN_PLACE), or InvalidArgument
     saying why it cannot be. Checked without changing a byte: a new file is
@@ -115,6 +126,8 @@ def check_output(path, what="output file"):
         st = os.stat(path)
     except FileNotFoundError:
         st = None
+    except NotADirectoryError:  # a parent on the way is a file
+        raise _refuse(what, path, "%s is not a directory" % _first_non_dir(path)) from None
     except OSError as e:
         raise _refuse(what, path, e.strerror or str(e)) from None
     if st is None:
@@ -126,7 +139,8 @@ def check_output(path, what="output file"):
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
             os.unlink(target)
         except OSError as e:
-            raise _refuse(what, path, e.strerror or str(e)) from None
+            raise errors.InvalidArgument("%s %s cannot be written: %s" % (
+                what, _shown(path), e.strerror or str(e)), value=path) from None
         return REPLACE
     m = st.st_mode
     if stat.S_ISREG(m) or stat.S_ISCHR(m) or stat.S_ISFIFO(m):

@@ -145,9 +145,9 @@ def _journal_bytes(path):
     """The journal file's bytes; None when there is none yet (no file, or a
     symlink to where one will be made). Anything but a regular file (a
     directory, a device, a pipe, a socket) is refused without opening it
-    (alloclab.files), as is one that cannot be read; a file whose first
-    byte does not start a JSON line is no journal and is refused before the
-    rest is read (a huge sparse file is not read)."""
+    (alloclab.files), as is one that cannot be read; a file that starts
+    with a NUL byte (binary, or a huge sparse file's hole) is no journal and
+    is refused before the rest is read."""
     if not os.path.exists(path):
         return None
     try:
@@ -157,10 +157,10 @@ def _journal_bytes(path):
     try:
         with f:
             head = f.read(1)
-            if head and head != b"{":
+            if head == b"\0":  # binary, or a sparse file's hole: not read on
                 raise errors.FileFormatError(
-                    "%s is not an alloclab sweep journal (its first byte is %r, not the '{' "
-                    "of a journal header); it was left as it is" % (path, head), path=path)
+                    "%s is not an alloclab sweep journal (it starts with a NUL byte, not the "
+                    "'{' of a journal header); it was left as it is" % path, path=path)
             return head + f.read()
     except OSError as e:
         raise errors.InvalidArgument("journal %s cannot be read: %s" % (path, e.strerror or e),
