@@ -258,12 +258,121 @@ def test_bad_input_is_one_error_line_and_nothing_written(args, what, tmp_path):
     assert what in proc.stderr and os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("out", ["nodir/x.trace", "."])
-def test_unwritable_out_is_refused(out, tmp_path):
+@pytest.mark.parametrize("out, why", [("nodir/x.trace", "does not exist"),
+                                      (".", "it is a directory")])
+def test_unwritable_out_is_refused(out, why, tmp_path):
     proc = subprocess.run(CLI + ["--out", str(tmp_path / out), "--", "true"],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr.startswith("alloclab: error: cannot write")
+    assert proc.returncode == 2 and proc.stderr.startswith("alloclab: error: trace ")
+    assert why in proc.stderr and proc.stderr.count("\n") == 1
     assert os.listdir(tmp_path) == []
+
+
+# ---- --out that is not a regular file (alloclab.files judges it) ----
+
+def _socket(path):
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.close()
+
+
+@pytest.mark.parametrize("kind, why", [
+    ("fifo", "a named pipe with no reader"), ("socket", "it is a socket"),
+    ("directory", "it is a directory"), ("emptyname", "the name is empty")])
+def test_out_that_cannot_take_a_trace_is_refused_before_the_command_runs(kind, why,
+                                                                          tmp_path):
+    out = tmp_path / "out"
+    {"fifo": os.mkfifo, "socket": _socket, "directory": os.mkdir,
+     "emptyname": lambda p: None}[kind](out)
+    ran = tmp_path / "ran"
+    proc = subprocess.run(CLI + ["--out", "" if kind == "emptyname" else str(out), "--",
+                                 "sh", "-c", "touch %s" % ran],
+                          capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.startswith("alloclab: error: ")
+    assert why in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not ran.exists()  # refused before the command ran
+    if kind == "emptyname":
+        assert os.listdir(tmp_path) == []
+    else:  # left as it was
+        import stat
+        test = {"fifo": stat.S_ISFIFO, "socket": stat.S_ISSOCK, "directory": stat.S_ISDIR}
+        assert test[kind](os.lstat(out).st_mode) and os.listdir(tmp_path) == ["out"]
+
+
+def _chardev(path):
+    """A character device like /dev/null at path (mknod), or a symlink to
+    /dev/null where mknod is not allowed."""
+    import stat
+    try:
+        os.mknod(str(path), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        os.symlink("/dev/null", str(path))
+
+
+def test_a_device_out_takes_the_first_trace_in_place_and_nothing_else(tmp_path):
+    import stat
+    dev = tmp_path / "dev"
+    _chardev(dev)
+    proc = subprocess.run(CLI + ["--out", str(dev), "--", "sh", "-c", "ls / > /dev/null"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(os.stat(dev).st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["dev"]  # no index, no sibling traces
+    assert "%s: first pid" % dev in proc.stderr
+    assert "(not written): fork pid" in proc.stderr
+    assert "warning: %s is a character device: only the first process image's trace " \
+        "was written there; 1 further image(s) and the index were not written" % dev \
+        in proc.stderr
+
+
+def test_a_symlinked_out_writes_its_target(tmp_path):
+    target = tmp_path / "real.trace"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.trace"
+    link.symlink_to(target)
+    rec = al.record(["sh", "-c", "true"], link)
+    assert rec.returncode == 0 and os.path.islink(link)
+    with load(target) as t:
+        assert t.nops > 0
+    assert sorted(os.listdir(tmp_path)) == ["link.trace", "link.trace.index.json",
+                                            "real.trace"]
+
+
+def test_a_sibling_name_taken_by_something_not_a_file_is_passed_over(tmp_path):
+    from alloclab.record import _names
+    out = tmp_path / "s.trace"
+    os.mkdir(tmp_path / "s.4242.trace")
+    os.mkfifo(tmp_path / "s.4242.1.trace")
+    (tmp_path / "s.77.trace").write_bytes(b"old")  # a regular file is replaced
+    images = [{"pid": 1}, {"pid": 4242}, {"pid": 4242}, {"pid": 77}]
+    _names(out, images)
+    assert [im["path"] for im in images] == [str(out)] + [
+        str(tmp_path / n) for n in ("s.4242.2.trace", "s.4242.3.trace", "s.77.trace")]
+
+
+def test_non_ascii_program_and_argv_are_recorded_as_they_are(tmp_path, monkeypatch):
+    """The shim writes bytes; the header names the real file: UTF-8 names
+    as they are, a byte that is not UTF-8 as os.fsdecode gives it back."""
+    names = ["prög", os.fsdecode(b"pr\xffg")]
+    monkeypatch.chdir(tmp_path)
+    for name in names:
+        exe = os.path.join(os.fsencode(str(tmp_path)), os.fsencode(name))
+        shutil.copyfile("/bin/sh", exe)
+        os.chmod(exe, 0o755)
+    for name in names:
+        out = tmp_path / ("t-%d.trace" % names.index(name))
+        rec = al.record(["./" + name, "-c", ": ärg"], out)
+        assert rec.returncode == 0
+        im = rec.images[0]
+        assert im["argv"] == ["./" + name, "-c", ": ärg"]
+        assert os.fsencode(im["exe"]) == os.path.join(os.fsencode(os.path.realpath(
+            str(tmp_path))), os.fsencode(name))
+        with load(out) as t:
+            assert t.meta["program"] == im["exe"] and os.path.exists(t.meta["program"])
+            assert t.meta["argv"] == im["argv"]
+        with open(rec.index, encoding="utf-8") as f:
+            assert json.load(f)["images"][0]["exe"] == im["exe"]
 
 
 # ---- the finaliser on raw files built here (csrc/trace/raw.h) ----
@@ -371,3 +480,22 @@ def test_finish_refuses_corrupt_and_foreign_files(tmp_path):
         finish(str(tmp_path / "s"))
     with pytest.raises(errors.FileFormatError):
         finish(str(tmp_path / "missing"))
+
+
+def test_the_first_example_of_the_page_compiles_and_records(tmp_path):
+    """docs/record.md's first command, as printed, from the repository's
+    root (its paths are the tree's); only the files it writes go to tmp."""
+    import re
+    import shlex
+    root = os.path.dirname(HERE)
+    with open(os.path.join(root, "docs", "record.md"), encoding="utf-8") as f:
+        block = re.search(r"^```\n(.*?)^```$", f.read(), re.S | re.M).group(1)
+    argv = shlex.split(block.splitlines()[0])
+    assert argv[:2] == ["alloclab", "record"] and "gcc.trace" in argv and "pages.o" in argv
+    argv = [str(tmp_path / a) if a in ("gcc.trace", "pages.o") else a for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "alloclab"] + argv[1:], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "pages.o").exists()
+    with open(str(tmp_path / "gcc.trace") + ".index.json") as f:
+        assert len(json.load(f)["images"]) > 1  # the driver and what it ran

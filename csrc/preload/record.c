@@ -561,7 +561,11 @@ static void lw_put(struct lw *w, const char *s, size_t len)
 	w->n += len;
 }
 
-/* A JSON string: quotes, backslashes, control and non-ASCII bytes escaped. */
+/* A JSON string of the bytes s: quotes and backslashes escaped, and every
+ * control byte and byte of 0x7f and above written as \u00XX, a byte and not
+ * a code point (JSON has no bytes, and a name need not be UTF-8): the reader
+ * (alloclab.record) takes the string back to bytes as Latin-1 and decodes
+ * them as the file system's names are. */
 static void lw_str(struct lw *w, const char *s, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";

@@ -46,12 +46,14 @@ def _summary(rec):
     out = []
     for im in rec.images:
         line = "%s: %s pid %d (%s): %d ops, %d threads, %d objects" % (
-            im["path"], im["how"], im["pid"], os.path.basename(im.get("exe") or "?"),
+            im["path"] or "(not written)", im["how"], im["pid"], os.path.basename(im.get("exe") or "?"),
             im["ops"], im["threads"], im["objects"])
         if not im["complete"]:
             line += "; incomplete: " + im["note"]
         out.append(line)
-    out.append("index: %s" % rec.index)
+    if rec.index:
+        out.append("index: %s" % rec.index)
+    out.extend("warning: " + n for n in rec.notes)
     if rec.stats and rec.stats["on_glibc"]:
         out.append("warning: not every call was the policy's: " +
                    "; ".join(rec.stats["on_glibc"]))

@@ -31,7 +31,7 @@ import shutil
 import subprocess
 import tempfile
 
-from . import errors, preload
+from . import errors, files, preload
 from ._ffi import ffi, lib, preload_path
 from .trace import COMPRESSORS, DEFAULT_COMPRESSOR, Trace, machine_info, now_utc
 
@@ -46,9 +46,10 @@ class Recording:
     objects, complete, end, note, unrecorded; ``trace`` when kept in
     memory), ``index`` (the index file's path, None in memory), ``out``
     (the first image's trace file), ``stdout`` and ``stderr`` (with
-    capture_output) and, with a policy, ``stats`` (the shim's merged
+    capture_output), with a policy, ``stats`` (the shim's merged
     stats, preload.collect: ``on_glibc`` names any process the policy did
-    not serve)."""
+    not serve), and ``notes``, lines the caller should be told (the CLI
+    prints them as warnings): images not written to a device ``out``."""
 
     def __init__(self, returncode, images, out, index, stats=None, proc=None):
         self.returncode = returncode
@@ -58,6 +59,7 @@ class Recording:
         self.out = out
         self.index = index
         self.stats = stats
+        self.notes = []  # what the caller should be told: traces not written, ...
 
     @property
     def files(self):
@@ -95,20 +97,17 @@ def finish(raw):
 
 
 def check_out(out):
-    """Raise InvalidArgument unless trace files can be written at ``out``
-    (checked before the command runs; nothing is created)."""
-    out = os.fspath(out)
-    if os.path.isdir(out):
-        raise errors.InvalidArgument("cannot write the trace %s: it is a directory" % out,
-                                     value=out)
-    d = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(d):
-        raise errors.InvalidArgument("cannot write the trace %s: directory %s does not exist"
-                                     % (out, d), value=out)
-    if not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(out)
-                                                and not os.access(out, os.W_OK)):
-        raise errors.InvalidArgument("cannot write the trace %s: permission denied" % out,
-                                     value=out)
+    """How ``out`` will be written (files.REPLACE or files.IN_PLACE), or
+    InvalidArgument saying why it cannot be; checked before the command
+    runs, nothing changed (alloclab.files.check_output). A regular file or
+    a new one is replaced whole, and then its index must be writable too; a
+    character device or a pipe with a reader takes the first image's trace
+    in place; a directory, a socket, a pipe with no reader or '' is refused.
+    A symlink is followed and its target judged."""
+    how = files.check_output(out, "trace")
+    if how == files.REPLACE:
+        files.check_output(os.fspath(out) + INDEX_SUFFIX, "index")
+    return how
 
 
 def check_command(cmd):
@@ -144,6 +143,22 @@ def command(argv, raw_dir, policy=None, env=None):
     return list(argv), env
 
 
+def _os_text(s):
+    """A string of the shim's index as the OS text it was: the shim writes
+    every byte of 0x7f and above as the escape \\u00XX (a byte, not a code
+    point: JSON cannot carry bytes), so Latin-1 gives the bytes back, and
+    they are decoded as the file system's names are, UTF-8 with
+    surrogateescape (os.fsdecode): './prög' stays './prög', and a byte that
+    is not UTF-8 becomes a lone surrogate that os.fsencode turns back into
+    that byte."""
+    if not isinstance(s, str):
+        return s
+    try:
+        return s.encode("latin-1").decode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # not the shim's escapes: left as it is
+        return s
+
+
 def _read_index(raw_dir):
     path = os.path.join(raw_dir, "index.jsonl")
     out = []
@@ -151,9 +166,13 @@ def _read_index(raw_dir):
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
-                    out.append(json.loads(line))
+                    entry = json.loads(line)
                 except ValueError:
                     continue  # a line cut short by a killed process
+                entry["exe"] = _os_text(entry.get("exe"))
+                if isinstance(entry.get("argv"), list):
+                    entry["argv"] = [_os_text(a) for a in entry["argv"]]
+                out.append(entry)
     except FileNotFoundError:
         pass
     return out
@@ -198,44 +217,90 @@ def _image(raw_dir, entry, policy):
 
 
 def _names(out, images):
-    """The trace file of each image: out for the first, <stem>.<pid>[.<n>]<ext>."""
+    """The trace file of each image: out for the first, <stem>.<pid>[.<n>]<ext>
+    for the others; a name taken by something that is not a regular file (a
+    directory, a pipe) is passed over for the next <n>, never written."""
     stem, ext = os.path.splitext(os.fspath(out))
     seen = {}
     for i, im in enumerate(images):
         if i == 0:
             im["path"] = os.fspath(out)
             continue
-        n = seen.get(im["pid"], 0)
-        seen[im["pid"]] = n + 1
-        im["path"] = "%s.%d%s%s" % (stem, im["pid"], ".%d" % n if n else "", ext)
+        while True:
+            n = seen.get(im["pid"], 0)
+            seen[im["pid"]] = n + 1
+            im["path"] = "%s.%d%s%s" % (stem, im["pid"], ".%d" % n if n else "", ext)
+            if not os.path.lexists(im["path"]) or os.path.isfile(im["path"]):
+                break
 
 
-def _write(out, images, cmd, policy, returncode, compress):
-    """Save every trace and the index under temporary names, then rename
-    them all into place; on failure remove what was written."""
+def _write(out, how, images, cmd, policy, returncode, compress):
+    """Write the traces and the index; the index's path, or None.
+
+    ``how`` is check_out's: with REPLACE every trace and the index are
+    written under temporary names beside their targets, then renamed into
+    place once all are written (a failure removes the temporaries and
+    leaves every old file as it was); each path is judged again first
+    (alloclab.files), so nothing is renamed over a file that is not a
+    regular one. With IN_PLACE (``out`` is a character device or a pipe)
+    the first image's trace is written into it and nothing else is
+    written: the further images and the index have no directory of their
+    own to go to (``/dev``), and the caller says so."""
+    if how == files.IN_PLACE:
+        images[0]["path"] = os.fspath(out)
+        for im in images[1:]:
+            im["path"] = None
+        files.write_parts(out, images[0]["trace"].file_parts(compress)[1], "trace")
+        return None
     _names(out, images)
     index = os.fspath(out) + INDEX_SUFFIX
-    tmps = []
+    doc = {"command": list(cmd), "policy": policy, "returncode": returncode,
+           "first": os.path.basename(images[0]["path"]),
+           "images": [dict({k: v for k, v in im.items() if k not in ("trace", "path")},
+                           file=os.path.basename(im["path"])) for im in images]}
+    text = (json.dumps(doc, indent=1) + "\n").encode("utf-8")
+    jobs = [(im["path"], "trace", lambda im=im: im["trace"].file_parts(compress)[1])
+            for im in images] + [(index, "index", lambda: [text])]
+    tmps, later = [], []
     try:
-        for im in images:
-            tmps.append((im["path"] + ".tmp-rec", im["path"]))
-            im["trace"].save(tmps[-1][0], compress=compress)
-        doc = {"command": list(cmd), "policy": policy, "returncode": returncode,
-               "first": os.path.basename(images[0]["path"]),
-               "images": [dict({k: v for k, v in im.items() if k not in ("trace", "path")},
-                               file=os.path.basename(im["path"])) for im in images]}
-        tmps.append((index + ".tmp-rec", index))
-        with open(tmps[-1][0], "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-        for tmp, final in tmps:
-            os.replace(tmp, final)
+        for path, what, parts in jobs:
+            if files.check_output(path, what) == files.IN_PLACE:
+                later.append((path, what, parts))  # an index that is a device: last
+                continue
+            target = os.path.realpath(path)  # a symlink stays; its target is replaced
+            tmp = os.path.join(os.path.dirname(target), ".%s.%d.%s.tmp" % (
+                os.path.basename(target), os.getpid(), os.urandom(4).hex()))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            tmps.append((tmp, target, path, what))
+            with os.fdopen(fd, "wb") as f:
+                for p in parts():
+                    f.write(p)
+        for tmp, target, path, what in tmps:  # what may have changed while they were written
+            if os.path.lexists(target) and not os.path.isfile(target):
+                raise errors.InvalidArgument("%s %s: it became %s while the traces were "
+                                             "written; left as it is"
+                                             % (what, path, _kind(target)), value=path)
+        while tmps:
+            tmp, target = tmps[0][:2]
+            os.replace(tmp, target)
+            tmps.pop(0)
     except BaseException:
-        for tmp, _ in tmps:
-            if os.path.exists(tmp):
+        for tmp in [t[0] for t in tmps]:
+            try:
                 os.unlink(tmp)
+            except FileNotFoundError:
+                pass
         raise
+    for path, what, parts in later:
+        files.write_parts(path, parts(), what)
     return index
+
+
+def _kind(path):
+    try:
+        return files.kind(os.stat(path).st_mode)
+    except OSError:
+        return "a dangling symlink"
 
 
 def _run(cmd, raw_dir, pol, env, forward_signals, kwargs):
@@ -278,8 +343,7 @@ def record(cmd, out=None, policy=None, env=None, forward_signals=False,
     if compress not in COMPRESSORS:
         raise errors.UnknownNameError.make("trace compressor", compress, COMPRESSORS)
     check_command(cmd)
-    if out is not None:
-        check_out(out)
+    how = check_out(out) if out is not None else None
     pol = str(preload.check(policy)) if policy is not None else None
     raw_dir = tempfile.mkdtemp(prefix="alloclab-record-")
     try:
@@ -289,10 +353,16 @@ def record(cmd, out=None, policy=None, env=None, forward_signals=False,
     index = None
     try:
         if out is not None:
-            index = _write(out, images, cmd, pol, proc.returncode, compress)
+            index = _write(out, how, images, cmd, pol, proc.returncode, compress)
     finally:
         if out is not None:
             for im in images:
                 im.pop("trace").close()
-    return Recording(proc.returncode, images, os.fspath(out) if out is not None else None,
-                     index, stats, proc)
+    rec = Recording(proc.returncode, images, os.fspath(out) if out is not None else None,
+                    index, stats, proc)
+    if how == files.IN_PLACE and len(images) > 1:
+        rec.notes.append("%s is %s: only the first process image's trace was written "
+                         "there; %d further image(s) and the index were not written "
+                         "(give a file name to keep them)"
+                         % (os.fspath(out), _kind(out), len(images) - 1))
+    return rec

@@ -201,6 +201,14 @@ class Trace:
         length, compressor and checksum; returns that header (a dict)."""
         from . import files
         files.check_output(path, "trace")  # before the encoding, which may take long
+        header, parts = self.file_parts(compress, level)
+        files.write_parts(path, parts, "trace")
+        return header
+
+    def file_parts(self, compress=DEFAULT_COMPRESSOR, level=None):
+        """(header, parts): the header save() would write and the file's
+        bytes as a list of byte strings (prefix, header, body), for a caller
+        that writes several files together (alloclab.record)."""
         name = "none" if compress is None else compress
         if name not in COMPRESSORS:
             raise errors.UnknownNameError.make("trace compressor", name, COMPRESSORS)
@@ -220,8 +228,7 @@ class Trace:
             raise errors.InvalidArgument("the trace's meta is %d bytes of JSON; at most %d"
                                          % (len(text), _MAX_HEADER))
         prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(text), zlib.crc32(text))
-        files.write_parts(path, (prefix, text, stored), "trace")
-        return header
+        return header, [prefix, text, stored]
 
     def _encode(self):
         if self._t is None:
