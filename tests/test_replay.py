@@ -469,3 +469,71 @@ def test_cli_help_gives_replay_its_own_duration_cycles_and_warmup(capsys):
     assert "--cycles N refused" in replay and "--warmup-cycles N none" in replay
     assert "measured phase per run when --cycles is not given (default: 0.25" in synthetic
     assert "a time limit per run" not in synthetic
+
+
+def _cut_short(path, complete):
+    """every_kind()'s trace saved at path, its header saying whether the
+    recording ended (complete) or was cut short, as a killed program's is."""
+    tr = every_kind()[0]
+    tr.meta.update(complete=complete, note="" if complete else "no end record (killed)")
+    tr.save(path)
+
+
+@pytest.mark.parametrize("complete", [True, False])
+def test_a_trace_cut_short_is_replayed_with_a_warning_and_a_note(tmp_path, complete):
+    import warnings
+    from alloclab.replay import IncompleteTraceWarning
+    path = str(tmp_path / "k.altrace")
+    _cut_short(path, complete)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = al.run("replay", "buddy", trace=path, **ONE)
+    mine = [w for w in caught if issubclass(w.category, IncompleteTraceWarning)]
+    ident = res.metadata["run"]["trace"]
+    if complete:
+        assert not mine and "complete" not in ident and "incomplete" not in ident
+    else:
+        assert mine and all(str(w.message) == str(mine[0].message) for w in mine)
+        assert str(mine[0].message).startswith("trace %s: the recording was cut short "
+                                               "(complete: false; no end record (killed))"
+                                               % path)
+        assert ident["complete"] is False and "cut short" in ident["incomplete"]
+    assert wl(res, "malloc_ops") == every_kind()[1]["malloc"]  # replayed all the same
+
+
+@pytest.mark.parametrize("complete", [True, False])
+def test_cli_says_once_that_a_trace_was_cut_short(tmp_path, complete):
+    path = str(tmp_path / "k.altrace")
+    _cut_short(path, complete)
+    p = subprocess.run([sys.executable, "-m", "alloclab", "run", "replay", "--trace", path,
+                        "--policy", "buddy", "--runs", "1"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = [x for x in p.stderr.splitlines() if "cut short" in x]
+    assert "Warning" not in p.stderr  # no Python warning text
+    if complete:
+        assert lines == []
+    else:
+        assert lines == ["alloclab: warning: trace %s: the recording was cut short "
+                         "(complete: false; no end record (killed)): it holds only the ops "
+                         "the program had written before it ended" % path]
+
+
+@pytest.mark.parametrize("kind", ["chardev", "fifo"])
+def test_cli_names_what_a_trace_path_is_that_is_not_a_file(tmp_path, kind):
+    import stat
+    path = str(tmp_path / "t")
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 5))  # what /dev/zero is
+        except PermissionError:
+            os.symlink("/dev/zero", path)
+    p = subprocess.run([sys.executable, "-m", "alloclab", "run", "replay", "--trace", path,
+                        "--policy", "buddy", "--runs", "1"], capture_output=True, text=True,
+                       timeout=60)
+    words = {"chardev": "a character device", "fifo": "a named pipe"}[kind]
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("alloclab: error: trace %s: " % path)
+    assert "it is %s, not a regular file" % words in p.stderr and "no such" not in p.stderr

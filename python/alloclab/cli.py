@@ -335,6 +335,8 @@ def cmd_run(argv):
     if parsed is None:
         return 0
     wl, args = parsed
+    if wl.name == "replay":
+        _trace_warnings_as_lines()
     kwargs, policy, settings = _plan_run(wl, args)
     metrics = args.metric or ["alloc_ns", "free_ns"]
     _check_metric_names(metrics, policy)
@@ -365,6 +367,25 @@ def cmd_run(argv):
         for path in written:
             _wrote(path)
     return 0
+
+
+def _trace_warnings_as_lines():
+    """A replayed trace cut short (alloclab.replay.IncompleteTraceWarning) is
+    one `alloclab: warning:` line, once, not Python's warning text."""
+    import warnings
+    from .replay import IncompleteTraceWarning
+
+    shown, seen = warnings.showwarning, set()
+
+    def show(message, category, *rest, **kw):
+        if not issubclass(category, IncompleteTraceWarning):
+            return shown(message, category, *rest, **kw)
+        if str(message) not in seen:
+            seen.add(str(message))
+            cli_format.warn(str(message))
+
+    warnings.showwarning = show
+    warnings.simplefilter("always", IncompleteTraceWarning)
 
 
 def _plan_run(wl, args):

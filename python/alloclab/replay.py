@@ -27,6 +27,7 @@ import atexit
 import hashlib
 import os
 import tempfile
+import warnings
 
 from . import errors
 from .trace import Trace
@@ -48,11 +49,40 @@ def digest(trace):
     return h.hexdigest()
 
 
+class IncompleteTraceWarning(UserWarning):
+    """The trace replayed was cut short: its header says ``complete: false``
+    (the recorded program was killed, or crashed, before its image ended),
+    so it holds only the ops the program had flushed, and what it frees at
+    its end is not what the program freed."""
+
+
+def incomplete(trace):
+    """Why ``trace`` is incomplete, in words, or None when it is complete
+    (or was not recorded: a trace built in memory says nothing)."""
+    meta = trace.meta if isinstance(trace.meta, dict) else {}
+    if meta.get("complete", True) is not False:
+        return None
+    return "the recording was cut short (complete: false%s): it holds only the ops the " \
+        "program had written before it ended" % (
+            "; %s" % meta["note"] if meta.get("note") else "")
+
+
 def identity(trace):
-    """What a result records of a trace (never its handle)."""
+    """What a result records of a trace (never its handle); ``complete``
+    False and ``incomplete`` (why) when the recording was cut short."""
     meta = trace.meta or {}
-    return {"program": meta.get("program"), "threads": int(trace.nthreads),
-            "ops": int(trace.nops), "objects": int(trace.nobjects), "digest": digest(trace)}
+    out = {"program": meta.get("program"), "threads": int(trace.nthreads),
+           "ops": int(trace.nops), "objects": int(trace.nobjects), "digest": digest(trace)}
+    why = incomplete(trace)
+    if why:
+        out.update(complete=False, incomplete=why)
+    return out
+
+
+def _warn_incomplete(ref):
+    if ref.get("incomplete"):
+        warnings.warn(IncompleteTraceWarning("trace %s: %s" % (ref["label"], ref["incomplete"])),
+                      stacklevel=4)
 
 
 def _load_file(path):
@@ -69,10 +99,14 @@ def _load_file(path):
 def resolve(value):
     """The ref of a trace given as a path or a Trace: ParameterTypeError for
     anything else (an int handle is the C side's, not a user's); a trace
-    without ops is refused (a replay of it would measure nothing)."""
+    without ops is refused (a replay of it would measure nothing). A trace
+    whose recording was cut short (``complete: false``) is replayed with an
+    IncompleteTraceWarning, and its ref (which the result records) says
+    ``complete: False`` and why."""
     ref = _resolve(value)
     if not ref["ops"]:
         raise errors.InvalidArgument("trace=%s has no ops: nothing to replay" % ref["label"])
+    _warn_incomplete(ref)
     return ref
 
 
