@@ -259,17 +259,18 @@ struct ls_map {
 	size_t w_len;		   /* bytes */
 	unsigned nslots;	   /* nworkers, + 1 with a reaper */
 	/* the reaper (task storage, task_exit=rcu, reaper=true) */
-	bool reaper;			/* it runs: CPU nworkers is its */
-	struct ls_task *exited;		/* lock-free stack of tasks handed to it */
-	sem_t reaper_wake;		/* posted after a hand-over, and to stop it */
-	pthread_mutex_t reaper_lock;	/* held while it works; report takes it */
-	pthread_t reaper_thread;	/* the thread */
-	bool reaper_started;		/* reaper_thread runs */
-	int reaper_stop;		/* asks it to exit */
-	int reaper_pinned;		/* it has a real CPU no worker uses */
-	int measuring;			/* the measured phase started (its counts reset) */
-	uint64_t creates_total;		/* creates by all workers (atomic, measured) */
-	unsigned nsamples;		/* samples taken */
+	bool reaper;		     /* it runs: CPU nworkers is its */
+	struct ls_task *exited;	     /* lock-free stack of tasks handed to it */
+	sem_t reaper_wake;	     /* posted after a hand-over, and to stop it */
+	pthread_mutex_t reaper_lock; /* held while it works; report takes it */
+	pthread_t reaper_thread;     /* the thread */
+	bool reaper_started;	     /* reaper_thread runs */
+	int reaper_stop;	     /* asks it to exit */
+	int reaper_pinned;	     /* it has a real CPU no worker uses */
+	struct al_ctx reaper_ctx;    /* its CPU's context (the thread's, or main's in ls_pause) */
+	int measuring;		     /* the measured phase started (its counts reset) */
+	uint64_t creates_total;	     /* creates by all workers (atomic, measured) */
+	unsigned nsamples;	     /* samples taken */
 	double samples[LS_MAX_SAMPLES]; /* creates/s */
 };
 
@@ -795,6 +796,11 @@ static int ls_cycle(struct al_worker *w)
  * due, waking every millisecond while grace periods are pending. It holds
  * reaper_lock while it works; the engine takes it (ls_pause) around its
  * counter snapshots and the report, so they are read while nothing moves.
+ * At each snapshot the workers wait at a barrier, and the reaper's CPU
+ * finishes what they handed it (every exited task's callback runs), so a
+ * phase's counts hold its own tasks' frees whatever the reaper's timing:
+ * the warmup's before the measured phase starts, the measured phase's
+ * before it ends.
  */
 static void reaper_take(struct ls_map *m, struct al_ctx *rc)
 {
@@ -810,12 +816,9 @@ static void reaper_take(struct ls_map *m, struct al_ctx *rc)
 static void *reaper_main(void *arg)
 {
 	struct ls_map *m = arg;
-	struct al_ctx rc;
 	struct timespec ts;
-	int measuring = 0;
 
-	al_ctx_init(&rc, m->nworkers);
-	al_ctx_set_current(&rc);
+	al_ctx_set_current(&m->reaper_ctx);
 	if (m->reaper_pinned) {
 		cpu_set_t set;
 
@@ -833,12 +836,8 @@ static void *reaper_main(void *arg)
 		}
 		sem_timedwait(&m->reaper_wake, &ts);
 		pthread_mutex_lock(&m->reaper_lock);
-		if (!measuring && __atomic_load_n(&m->measuring, __ATOMIC_RELAXED)) {
-			memset(&m->w[m->nworkers].n, 0, sizeof(m->w[m->nworkers].n));
-			measuring = 1;
-		}
-		reaper_take(m, &rc);
-		al_defer_poll(m->rcu, &rc); /* seal, and run what is due on this CPU */
+		reaper_take(m, &m->reaper_ctx);
+		al_defer_poll(m->rcu, &m->reaper_ctx); /* seal, and run what is due here */
 		pthread_mutex_unlock(&m->reaper_lock);
 	}
 	al_ctx_set_current(NULL);
@@ -850,6 +849,7 @@ static int reaper_start(struct ls_map *m)
 {
 	int ret;
 
+	al_ctx_init(&m->reaper_ctx, m->nworkers);
 	m->reaper_pinned = al_cpus_usable() > m->nworkers && al_cpu_nth(m->nworkers) >= 0 &&
 			   al_cpu_nth(m->nworkers) < CPU_SETSIZE;
 	ret = pthread_create(&m->reaper_thread, NULL, reaper_main, m);
@@ -1027,7 +1027,7 @@ static void ls_report(void *shared, unsigned nworkers, struct al_run_result *res
 	double mean = NAN, sd = NAN, ticks = 0, sum = 0;
 	unsigned i;
 
-	(void)nworkers; /* the engine paused the reaper (ls_pause) */
+	(void)nworkers;			  /* the engine paused the reaper (ls_pause) */
 	for (i = 0; i < m->nslots; i++) { /* the workers, and the reaper */
 		const struct ls_count *n = &m->w[i].n;
 
@@ -1098,10 +1098,17 @@ static void ls_pause(void *shared, bool on)
 
 	if (!m->reaper)
 		return;
-	if (on)
-		pthread_mutex_lock(&m->reaper_lock);
-	else
+	if (!on) {
 		pthread_mutex_unlock(&m->reaper_lock);
+		return;
+	}
+	pthread_mutex_lock(&m->reaper_lock);
+	/* The workers wait at a barrier: the reaper's CPU finishes their
+	 * tasks now (grace periods ended: nothing reads them any more). */
+	reaper_take(m, &m->reaper_ctx);
+	al_defer_flush(m->rcu, &m->reaper_ctx, AL_DRAIN_CPU);
+	if (!__atomic_load_n(&m->measuring, __ATOMIC_RELAXED)) /* before the measured phase */
+		memset(&m->w[m->nworkers].n, 0, sizeof(m->w[m->nworkers].n));
 }
 
 static void ls_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
