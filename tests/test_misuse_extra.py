@@ -243,3 +243,105 @@ def test_observer_split_leaves_a_lock_untimed_at_2p_in_the_rest():
     parts = ob.slowdown_parts(c)
     assert parts == pytest.approx(dict(extra_ns=5.0, wait_ns=2.0, holding_ns=1.0,
                                        outside_ns=2.0))
+
+
+# -- errors: echoes cut, the right exception, ASCII digits only
+
+
+@pytest.mark.parametrize("spec", ["q" * 1000000, "buddy > " + "z" * 1000000,
+                                  "buddy(arena_limit=" + "x" * 1000000 + ")",
+                                  "buddy(" + "x" * 1000000 + "=1)", "buddy(" + "x" * 1000000,
+                                  "buddy > " * 100000])
+def test_a_long_policy_is_echoed_cut(spec):
+    """A 1 MB spec made a 2 MB message (the name, then the whole spec)."""
+    import alloclab as al
+    with pytest.raises(errors.AlloclabError) as e:
+        al.Policy(spec)
+    msg = str(e.value)
+    assert len(msg) < 1000, len(msg)
+    assert "characters)" in msg  # the length of what was cut is said
+
+
+def test_shown_cuts_once_and_keeps_short_values_whole():
+    assert errors.shown("buddy") == "'buddy'"
+    s = errors.shown("q" * 5000)
+    assert len(s) < errors.ECHO_LIMIT + 40 and s.endswith("(5000 characters)")
+    assert errors.shown(errors.Echo("q" * 5000)) == s
+    assert "%r" % errors.Echo("x") == "'x'" and "%s" % errors.Echo("x") == "x"
+
+
+def test_cli_echoes_a_long_value_cut():
+    long = "x" * 100000
+    for argv in (["run", "malloc-free", "--producers", long],
+                 ["run", "malloc-free", "--metric", long],
+                 ["run", "malloc-free", "--policy", "q" + long],
+                 ["run", "malloc-free", "--size", long]):
+        r = cli(*argv)
+        one_error(r)
+        assert len(r.stderr) < 2000, (argv[2], len(r.stderr))
+
+
+def test_usable_size_of_a_bad_pointer_is_not_a_bad_free():
+    import alloclab as al
+    with al.Allocator("buddy") as a:
+        p = a.alloc(64)
+        for bad in (p + 8, 0x1234):
+            with pytest.raises(errors.InvalidPointerError, match="0x%x is not a live block"
+                               % bad) as e:
+                a.usable_size(bad)
+            assert not isinstance(e.value, errors.InvalidFreeError)
+            assert e.value.addr == bad
+        assert a.usable_size(p) >= 64  # nothing was touched
+        a.free(p)
+        with pytest.raises(errors.InvalidFreeError):  # a bad free is still one
+            a.free(p)
+
+
+def test_pickling_an_allocator_says_what_to_pass_instead():
+    import copy
+    import pickle
+
+    import alloclab as al
+    with al.Allocator("percpu(capacity=8) > buddy", ncpu=2) as a:
+        for f in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(errors.NotPicklableError) as e:
+                f(a)
+            msg = str(e.value)
+            assert isinstance(e.value, TypeError)
+            assert "cannot be pickled" in msg and "policy string" in msg, msg
+            assert "percpu(capacity=8) > buddy" in msg and "ncpu=2" in msg, msg
+            assert "cffi" not in msg.lower()
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--producers", "\u0663"], "--producers"), (["--producers", "1,\u0663"], "--producers"),
+    (["--runs", "\u0663"], "--runs"), (["--cycles", "\uff18"], "--cycles"),
+    (["--seed", "1_0"], "--seed"), (["--warmup-cycles", "\u0661"], "--warmup-cycles"),
+    (["--duration", "\u0663"], "--duration"), (["--watchdog", "\u0663"], "--watchdog"),
+    (["--target-ci", "\u0660.5"], "--target-ci"), (["--budget", "\u0663"], "--budget"),
+])
+def test_numbers_take_ascii_digits_only(argv, flag):
+    """int() and float() read other scripts' digits ('\u0663' is 3): --producers
+    took what capacity= refused. Every number is read one way now."""
+    r = cli("run", "malloc-free", *argv)
+    one_error(r, flag, "%r" % argv[1].split(",")[-1])
+
+
+def test_compare_threshold_takes_ascii_digits_only(result_file):
+    r = cli("compare", str(result_file), str(result_file), "--threshold", "\u0663")
+    one_error(r, "--threshold", "'\u0663'")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "malloc-free", "--metric", "percpu.hits"],
+     ["'percpu.hits'", "layer percpu", "not in the policy (buddy)", "its layers: buddy"]),
+    (["run", "malloc-free", "--policy", "buddy", "--policy", "libc", "--metric",
+      "percpu.hits_per_op"], ["layer percpu", "not in the policies (buddy; libc)"]),
+])
+def test_a_counter_of_a_layer_not_in_the_policy_says_so(argv, words):
+    one_error(cli(*argv), *words)
+
+
+def test_show_a_counter_of_a_layer_not_in_the_result_says_so(result_file):
+    one_error(cli("show", str(result_file), "--metric", "percpu.hits"), "layer percpu",
+              "not in the result's policies")

@@ -94,6 +94,15 @@ class Allocator:
         self.max_size = self.policy.max_size
         self.min_align = self.policy.min_align
 
+    def __reduce_ex__(self, protocol):
+        # cffi's own refusal ("cannot pickle '_cffi_backend.__CDataGCP'")
+        # names none of this: the stack lives in C memory of this process.
+        raise errors.NotPicklableError(
+            "an Allocator cannot be pickled or copied: its stack and blocks live in this "
+            "process's memory; pass its policy string instead (%s) and build an Allocator "
+            "from it where it is needed: Allocator(%s, ncpu=%d)"
+            % (errors.shown(str(self.policy)), errors.shown(str(self.policy)), self.ncpu))
+
     # -- plumbing --
 
     def _a(self):
@@ -331,7 +340,7 @@ class Allocator:
 
     def usable_size(self, addr):
         """Usable bytes of the live block at ``addr`` (0 if the layer cannot
-        say). InvalidFreeError for an address that is not a live block of
+        say). InvalidPointerError for an address that is not a live block of
         this allocator (the layer is never asked about it)."""
         p = self._ptr(addr)
         top = self._a()  # a closed allocator says so before anything else
@@ -339,8 +348,9 @@ class Allocator:
             live = addr in self._live
         if not live:
             raise error(-errno.EINVAL, "usable_size(0x%x)" % addr,
-                        "0x%x is not a live block of this allocator" % addr,
-                        cls=errors.InvalidFreeError, addr=addr)
+                        "0x%x is not a live block of this allocator (never allocated by "
+                        "it, not a block start, or already freed)" % addr,
+                        cls=errors.InvalidPointerError, addr=addr)
         return int(lib.al_call_usable_size(top, p))
 
     def owns(self, addr):

@@ -40,6 +40,8 @@ from .cli_format import PROG, UsageError
 from .cli_format import Parser as _Parser
 from .cli_format import RunFailed as _RunFailed
 from .cli_format import err as _err
+from .cli_format import integer as _integer
+from .cli_format import real as _real
 from .cli_format import check_outputs as _check_outputs
 from .cli_format import split as _split
 from .cli_format import write_output as _write_output
@@ -55,10 +57,11 @@ def _int_list(name):
         out = []
         for s in _split(text):
             try:
-                out.append(int(s, 10))
-            except ValueError:
+                out.append(_integer(s))
+            except argparse.ArgumentTypeError:
                 raise argparse.ArgumentTypeError(
-                    "%s takes integers (comma-separated), not %r" % (name, s)) from None
+                    "%s takes integers (comma-separated), not %r"
+                    % (name, errors.Echo(s))) from None
         return out
     return conv
 
@@ -69,7 +72,7 @@ def _choice_list(name, choices):
         for s in out:
             if s not in choices:
                 raise argparse.ArgumentTypeError(
-                    "unknown %s %r; valid: %s" % (name, s, ", ".join(choices)))
+                    "unknown %s %r; valid: %s" % (name, errors.Echo(s), ", ".join(choices)))
         return out
     return conv
 
@@ -79,13 +82,13 @@ def _duration(text):
     number from 0 to run.MAX_SECONDS (a command refuses 0 where it needs more)."""
     s = text.strip()
     try:
-        v = float(s)
-    except ValueError:
+        v = _real(s)
+    except argparse.ArgumentTypeError:
         v = None
     if v is not None:
         if not (math.isfinite(v) and 0 <= v <= MAX_SECONDS):
             raise argparse.ArgumentTypeError(
-                "%r is not a duration: seconds from 0 to %g" % (text, MAX_SECONDS))
+                "%r is not a duration: seconds from 0 to %g" % (errors.Echo(text), MAX_SECONDS))
         return v
     p = schema.Param(name="duration", type=schema.NS, default=0, min=0,
                      max=int(MAX_SECONDS * 1e9), choices=None, doc="")
@@ -93,7 +96,8 @@ def _duration(text):
         return p.parse_text(s) / 1e9
     except errors.AlloclabError:
         raise argparse.ArgumentTypeError(
-            "duration takes seconds (0.25) or a duration (250ms, 1s), not %r" % text) from None
+            "duration takes seconds (0.25) or a duration (250ms, 1s), not %r"
+            % errors.Echo(text)) from None
 
 
 def _param_list(p):
@@ -152,7 +156,7 @@ def _run_flags(g, finite=False):
                         "'buddy(arena_limit=64M)'")
     g.add_argument("--producers", type=_int_list("producers"), default=None, metavar="N[,N...]",
                    help="worker threads (default: 1; replay: the trace's threads)")
-    g.add_argument("--runs", type=int, default=None, metavar="N",
+    g.add_argument("--runs", type=_integer, default=None, metavar="N",
                    help="runs per grid point, each on a fresh allocator (default: 5; --quick "
                         "3, --rigorous 10)")
     g.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)), default=None,
@@ -167,10 +171,10 @@ def _run_flags(g, finite=False):
                         % REPLAY_TIME_LIMIT if finite else
                         "measured phase per run when --cycles is not given (default: 0.25; "
                         "--quick 0.1, --rigorous 0.5)")
-    g.add_argument("--cycles", type=int, default=None, metavar="N",
+    g.add_argument("--cycles", type=_integer, default=None, metavar="N",
                    help="refused: a run is one pass of the work" if finite else
                         "measured cycles per worker (instead of --duration)")
-    g.add_argument("--warmup-cycles", type=int, default=None, metavar="N",
+    g.add_argument("--warmup-cycles", type=_integer, default=None, metavar="N",
                    help="none: a pass is measured from its first op" if finite else
                         "untimed cycles first (default: 100; --quick 50, --rigorous 200)")
     _effort_flags(g)
@@ -184,12 +188,12 @@ def _run_flags(g, finite=False):
     g.add_argument("--no-isolate", dest="isolate", action="store_const", const=False,
                    help="run plugin layers in this process, unchecked (full speed; a crash in "
                         "a plugin ends alloclab)")
-    g.add_argument("--target-ci", type=float, default=None, metavar="FRACTION",
+    g.add_argument("--target-ci", type=_real, default=None, metavar="FRACTION",
                    help="adaptive: add runs to cells whose 95%% CI is wider than this fraction "
                         "of the mean (e.g. 0.02), until --budget is spent")
     g.add_argument("--budget", type=_duration, default=60.0, metavar="SECONDS",
                    help="time budget of --target-ci (default: 60)")
-    g.add_argument("--seed", type=int, default=1, metavar="N", help="PRNG seed (default: 1)")
+    g.add_argument("--seed", type=_integer, default=1, metavar="N", help="PRNG seed (default: 1)")
 
 
 def _stats_flag(g, what, sweep=True, hint=None):
@@ -204,7 +208,7 @@ def _stats_flag(g, what, sweep=True, hint=None):
             if text not in levels:
                 more = hint(text)
                 raise argparse.ArgumentTypeError("unknown stats level %r; valid: %s%s"
-                                                 % (text, ", ".join(levels),
+                                                 % (errors.Echo(text), ", ".join(levels),
                                                     "; " + more if more else ""))
             return text
     else:
@@ -462,12 +466,21 @@ def _check_metric_names(metrics, policy):
     or a workload metric (checked against the Result after the run)."""
     layer_names = {n for pol in policy for n in pol.names}
     for m in metrics:
+        layer = m.split(".", 1)[0]
+        if "." in m and layer not in layer_names and layer in schema.layers():
+            # a real layer's counter, on policies without that layer
+            raise UsageError(
+                "metric %r counts layer %s, which is not in the polic%s (%s); %s layers: %s"
+                % (errors.Echo(m), layer, "ies" if len(policy) > 1 else "y",
+                   "; ".join(str(errors.Echo(str(pol))) for pol in policy),
+                   "their" if len(policy) > 1 else "its",
+                   ", ".join(sorted(layer_names))))
         if m not in BASE_METRICS and m.split(".", 1)[0] not in layer_names and \
                 not m.startswith("wl."):
             raise UsageError(
                 "unknown metric %r; valid metrics: %s, <layer>.<counter>[_per_op] for a "
                 "layer of the policy (%s), or wl.<name> for a workload metric"
-                % (m, ", ".join(BASE_METRICS), ", ".join(sorted(layer_names))))
+                % (errors.Echo(m), ", ".join(BASE_METRICS), ", ".join(sorted(layer_names))))
 
 
 def _table_axes(wl, args, settings):
@@ -506,7 +519,7 @@ def _run_measure_flags(p):
     g.add_argument("--hist", action="store_true",
                    help="per-operation latency histograms: p50/p90/p99/p99.9/max per point "
                         "(times every operation: implies --timing per_op_sum)")
-    g.add_argument("--watchdog", type=float, metavar="SECONDS",
+    g.add_argument("--watchdog", type=_real, metavar="SECONDS",
                    help="end a run whose workers make no progress for this long (default 30; "
                         "0 = never)")
     g.add_argument("--realtime", action="store_true",
@@ -643,7 +656,7 @@ def _libarena_parser(rsub):
                                           "4,64,256)")
     lib_p.add_argument("--size", type=_int_list("--size"), default=[64],
                        help="object size in bytes (default 64)")
-    lib_p.add_argument("--runs", type=int, default=None,
+    lib_p.add_argument("--runs", type=_integer, default=None,
                        help="runs per cell (default 5, --quick 3, --rigorous 10; virtual-CPU "
                             "cells, judged on counters, at most half, at least 3)")
     lib_p.add_argument("--timing", type=_choice_list("timing", list(TIMINGS)),
@@ -763,20 +776,20 @@ def _vmalloc_parser(rsub):
                     "(positive = improvement, (R)/(I) where significant), then Uladzislau "
                     "Rezki's 3- and 100-page comparison, the counters that explain it and "
                     "the seed's conclusions judged on this data.")
-    p.add_argument("--scale", type=float, default=None,
+    p.add_argument("--scale", type=_real, default=None,
                    help="loops = the seed's loops x SCALE (default: calibrated per row so "
                         "that each run lasts --min-time)")
     p.add_argument("--min-time", type=_duration, default=None, metavar="SECONDS",
                    help="each run's measured phase at least (default 0.1 s, --quick 0.05 s, "
                         "--rigorous 0.25 s)")
-    p.add_argument("--runs", type=int, default=None,
+    p.add_argument("--runs", type=_integer, default=None,
                    help="runs per cell (default 5, --quick 3, --rigorous 10)")
     _effort_flags(p)
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=_integer, default=1,
                    help="test_vmalloc workers, nr_threads (default 1)")
     p.add_argument("--arch", choices=["arm64", "x86"], default="arm64",
                    help="page-table geometry (default arm64, the seed's machine)")
-    p.add_argument("--cpus", type=int, default=64,
+    p.add_argument("--cpus", type=_integer, default=64,
                    help="CPUs the modelled machine splits its PCP high across (default 64; "
                         "0 = the threads)")
     p.add_argument("--tests", type=_choice_list("test", list(TEST_BITS)), default=None,
@@ -833,7 +846,7 @@ def _local_storage_parser(rsub):
                     default=["socket", "task"], help="comma-separated (default socket,task)")
     ls.add_argument("--batch-sizes", type=_int_list("--batch-sizes"), default=[16, 32, 64],
                     help="comma-separated (default 16,32,64)")
-    ls.add_argument("--runs", type=int, default=None,
+    ls.add_argument("--runs", type=_integer, default=None,
                     help="runs per cell (default 12, --quick 6, --rigorous 30: many short runs, "
                          "as runs of one era differ however long they last); the table's sd "
                          "pools the samples within runs and the runs' spread")
@@ -850,11 +863,11 @@ def _local_storage_parser(rsub):
                     help="with real owners, skip the short runs of the storage path alone "
                          "(owner_work=none) that the report sets against the seed's change "
                          "per create")
-    ls.add_argument("--other-maps", type=int, default=None, metavar="N",
+    ls.add_argument("--other-maps", type=_integer, default=None, metavar="N",
                     help="other socket-storage maps whose programs give every socket an "
                          "element too (default 1: the seed's machine ran such a service, its "
                          "author said; 0: the bench alone)")
-    ls.add_argument("--producers", type=int, default=1, help="producers (default 1, as -p 1)")
+    ls.add_argument("--producers", type=_integer, default=1, help="producers (default 1, as -p 1)")
     ls.add_argument("--gp-latency", type=_duration, default=0.0,
                     help="minimum grace period (default 0: the next quiescent point)")
     ls.add_argument("--rcu-nocb", action="store_true",

@@ -81,11 +81,13 @@ def _fraction(flag):
     def conv(text):
         t = text.strip()
         try:
+            if not t.isascii() or "_" in t:  # float() reads other scripts' digits
+                raise ValueError(t)
             return float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                "%s takes a fraction (0.02) or a percentage (2%%), not %r" % (flag, text)) \
-                from None
+                "%s takes a fraction (0.02) or a percentage (2%%), not %r"
+                % (flag, errors.Echo(text))) from None
     return conv
 
 

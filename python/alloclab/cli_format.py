@@ -33,11 +33,12 @@ import argparse
 import io
 import math
 import os
+import re
 import sys
 
 import numpy as np
 
-from . import _counters
+from . import _counters, errors
 from . import stats as _stats
 from .result import _fmt
 
@@ -98,8 +99,36 @@ def split(text):
     (argparse's type error, so the message names the flag)."""
     items = [s.strip() for s in text.split(",")]
     if not items or any(not s for s in items):
-        raise argparse.ArgumentTypeError("empty value in list %r" % text)
+        raise argparse.ArgumentTypeError("empty value in list %r" % errors.Echo(text))
     return items
+
+
+def integer(text):
+    """An integer flag's value: ASCII digits with an optional sign. Python's
+    int() also reads other scripts' digits ('٣') and underscores ('1_000'),
+    which no other alloclab input (a policy value, a workload parameter)
+    reads: refused here too, so that every number is read one way."""
+    s = text.strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
+        raise argparse.ArgumentTypeError("not an integer (ASCII digits 0-9): %r"
+                                         % errors.Echo(text))
+    return int(s, 10)
+
+
+integer.__name__ = "integer"
+
+
+def real(text):
+    """A number flag's value (0.5, 1e-3), read by float() from ASCII text
+    only: float() also reads other scripts' digits and underscores."""
+    s = text.strip()
+    if not s.isascii() or "_" in s:
+        raise argparse.ArgumentTypeError("not a number (ASCII digits 0-9): %r"
+                                         % errors.Echo(text))
+    try:
+        return float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number: %r" % errors.Echo(text)) from None
 
 
 # ------------------------------------------------------------------ output files
@@ -130,7 +159,7 @@ def check_output(flag, path, plot=False):
             fmts = plot_formats()
             if ext not in fmts:
                 raise UsageError("%s %s: unknown plot format %r; valid extensions: %s"
-                                 % (flag, path, ext, ", ".join(fmts)))
+                                 % (flag, errors.Echo(path), errors.Echo(ext), ", ".join(fmts)))
 
 
 def check_outputs(*outputs):

@@ -189,7 +189,8 @@ def _kind(name):
     close = difflib.get_close_matches(name, every, n=4, cutoff=0.5)
     raise errors.UnknownNameError(
         "unknown name %r: not a layer, workload or preset%s; layers: %s; workloads: %s; "
-        "presets: %s" % (name, "; did you mean %s?" % " or ".join(close) if close else "",
+        "presets: %s" % (errors.Echo(name),
+                         "; did you mean %s?" % " or ".join(close) if close else "",
                          ", ".join(layers), ", ".join(wls), ", ".join(presets)),
         name=name, kind="name", valid=every)
 

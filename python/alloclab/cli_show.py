@@ -138,8 +138,14 @@ def unknown_metric(res, metric):
     layers = list(dict.fromkeys(m.split(".", 1)[0] for m in known
                                 if "." in m and not m.startswith("wl.")))
     wl = [m for m in known if m.startswith("wl.")]
+    layer = metric.split(".", 1)[0]
+    if "." in metric and layer not in layers and layer in schema.layers():
+        return ("metric %r counts layer %s, which is not in the result's policies; the "
+                "layers whose counters it has: %s" % (errors.Echo(metric), layer,
+                                                      ", ".join(layers) or "(none)"))
     msg = "unknown metric %r%s; valid metrics: %s" % (
-        metric, " (did you mean %s?)" % " or ".join(close) if close else "", ", ".join(base))
+        errors.Echo(metric), " (did you mean %s?)" % " or ".join(close) if close else "",
+        ", ".join(base))
     if layers:
         msg += "; <layer>.<counter>[_per_op] for the layers %s (`alloclab list LAYER` lists " \
                "their counters)" % ", ".join(layers)

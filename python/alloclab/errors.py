@@ -9,7 +9,9 @@ exception pickles (it may cross a process pool).
 
 A message names the bad value and, where there is a closed set, the valid
 ones (``UnknownNameError.make`` builds that sentence); the CLI prints it as
-its one error line. C error codes become these exceptions in one place,
+its one error line. A value a message echoes goes through ``shown`` (or
+``Echo``), which cuts a long one, so that a megabyte of input never makes a
+megabyte of message. C error codes become these exceptions in one place,
 alloclab._ffi.check.
 """
 
@@ -25,11 +27,55 @@ __all__ = [
     "PoolingError",
     "PolicySyntaxError",
     "AllocatorExhausted",
+    "InvalidPointerError",
     "InvalidFreeError",
+    "NotPicklableError",
     "UnsupportedCombination",
     "RunError",
     "InvariantError",
 ]
+
+
+ECHO_LIMIT = 120
+"""The most characters of a value a message echoes (its repr); a longer one
+is cut to its start and end, with its length."""
+
+
+def shown(value, limit=ECHO_LIMIT):
+    """repr(value) as a message echoes it: whole when at most ``limit``
+    characters, else its start, "...", its end and its length ("'qqq...qqq'
+    (1000000 characters)"), so that the reader still sees what it was."""
+    if isinstance(value, Echo):  # cut already
+        return repr(value)
+    s = repr(value)
+    if len(s) <= limit:
+        return s
+    head, tail = s[:limit * 2 // 3], s[-(limit // 4):]
+    size = len(value) if isinstance(value, (str, bytes, bytearray, list, tuple, dict)) \
+        else len(s)
+    what = "characters" if isinstance(value, str) else \
+        "bytes" if isinstance(value, (bytes, bytearray)) else \
+        "items" if isinstance(value, (list, tuple, dict)) else "characters of repr"
+    return "%s...%s (%d %s)" % (head, tail, size, what)
+
+
+class Echo:
+    """A value to echo with ``%r`` (or ``%s``) in a message, cut as ``shown``
+    cuts it: ``"in policy %r" % Echo(spec)``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return shown(self.value)
+
+    def __str__(self):
+        s = shown(self.value)
+        if isinstance(self.value, str) and s == repr(self.value):
+            return self.value
+        return s
 
 
 class AlloclabError(Exception):
@@ -71,8 +117,8 @@ class UnknownNameError(AlloclabError, ValueError):
         valid = list(valid)
         where = " in %s" % context if context else ""
         plural = kind if kind.endswith("s") else kind + "s"
-        msg = "unknown %s %r%s; valid %s: %s" % (
-            kind, name, where, plural, ", ".join(valid) if valid else "(none)")
+        msg = "unknown %s %s%s; valid %s: %s" % (
+            kind, shown(name), where, plural, ", ".join(valid) if valid else "(none)")
         if extra:
             msg += "; " + extra
         return cls(msg, name=name, kind=kind, valid=valid)
@@ -127,9 +173,20 @@ class AllocatorExhausted(AlloclabError, MemoryError):
     """The allocator ran out of memory (-ENOMEM)."""
 
 
-class InvalidFreeError(InvalidArgument):
+class InvalidPointerError(InvalidArgument):
+    """An address given where a live block of this allocator goes (e.g.
+    usable_size) that is not one: never handed out by this allocator, not a
+    block start, or already freed. ``addr`` holds it."""
+
+
+class InvalidFreeError(InvalidPointerError):
     """free() of an address that is not an allocated block: never allocated,
     misaligned, not a block start, or already freed. ``addr`` holds it."""
+
+
+class NotPicklableError(AlloclabError, TypeError):
+    """pickle (or copy) of an object that holds live C state, an Allocator:
+    the message says what to pass instead (its policy string)."""
 
 
 class UnsupportedCombination(InvalidArgument):

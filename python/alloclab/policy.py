@@ -65,7 +65,7 @@ def _parse(text, spec):
     that names the fault, worded here from the facts the parser reports."""
     if "\0" in text:
         raise errors.PolicySyntaxError(
-            "NUL character at offset %d in policy %r" % (text.index("\0"), spec))
+            "NUL character at offset %d in policy %r" % (text.index("\0"), errors.Echo(spec)))
     data = text.encode("utf-8", "surrogatepass")
     out = ffi.new("struct al_stack_spec *")
     err = ffi.new("struct al_spec_error *")
@@ -88,7 +88,7 @@ def _in_policy(why, spec):
     """The parser's message, then the whole spec: "... in layer 'x' of policy
     '...'", "... in policy '...'"."""
     return "%s %s policy %r" % (why, "of" if re.search(r" in layer '[^']*'$", why) else "in",
-                                spec)
+                                errors.Echo(spec))
 
 
 def _preset_as_layer(name, spec):
@@ -106,6 +106,7 @@ def _refusal(err, data, spec):
     schema words it, naming the bad text and the valid choices."""
     token = data[err.tok:err.tok + err.toklen].decode("utf-8", "surrogatepass")
     fault = err.fault
+    spec = errors.Echo(spec)  # every message below echoes it, cut when long
     try:  # the message quotes the token's bytes: decode them as the token's
         why = ffi.string(err.msg).decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:  # cut inside a character
@@ -141,6 +142,7 @@ def _shape_refusal(err, names, spec):
     the one below it where that matters, and a stack that would do."""
     fault, name = err.fault, names[err.layer] if err.layer >= 0 else None
     below = names[err.below] if err.below >= 0 else None
+    spec = errors.Echo(spec)  # every message below echoes it, cut when long
     if fault == lib.AL_SPEC_NO_BACKEND:
         return errors.InvalidArgument(
             "layer %r in policy %r needs a layer below it (a backend such as %s)"
@@ -187,7 +189,8 @@ class Policy:
             return
         if not isinstance(spec, str):
             raise errors.ParameterTypeError(
-                "a policy is a spec string, a preset name or a Policy, not %r" % (spec,))
+                "a policy is a spec string, a preset name or a Policy, not %s"
+                % errors.shown(spec))
         preset = spec.strip() if spec.strip() in presets else None
         self._layers = _parse(presets.get(spec.strip(), spec), spec)
         self._validate(spec)

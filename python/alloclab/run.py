@@ -72,7 +72,7 @@ def _is_int(v):
 
 def _int_in(name, v, lo, hi=None):
     if not _is_int(v):
-        raise errors.ParameterTypeError("%s must be an int, not %r" % (name, v),
+        raise errors.ParameterTypeError("%s must be an int, not %r" % (name, errors.Echo(v)),
                                         name=name, value=v)
     v = int(v)
     if v < lo or (hi is not None and v > hi):
@@ -84,7 +84,8 @@ def _int_in(name, v, lo, hi=None):
 
 def _bool(name, v):
     if not isinstance(v, bool):
-        raise errors.ParameterTypeError("%s must be True or False, not %r" % (name, v),
+        raise errors.ParameterTypeError("%s must be True or False, not %r"
+                                        % (name, errors.Echo(v)),
                                         name=name, value=v)
     return v
 
@@ -315,7 +316,7 @@ def _stats_levels(stats):
         if not isinstance(v, str) or v not in STATS_LEVELS:
             raise errors.InvalidArgument(
                 "stats=%r is not a stats level; valid levels: %s" % (
-                    v, ", ".join(STATS_LEVEL_NAMES)))
+                    errors.Echo(v), ", ".join(STATS_LEVEL_NAMES)))
         if v not in out:
             out.append(v)
     return out
@@ -463,7 +464,7 @@ def _isolation(policies, processes, isolate, check):
     for name, v in (("isolate", isolate), ("check", check)):
         if v is not None and not isinstance(v, bool):
             raise errors.ParameterTypeError("%s must be True, False or None (the default), "
-                                            "not %r" % (name, v), name=name, value=v)
+                                            "not %r" % (name, errors.Echo(v)), name=name, value=v)
     layers = {pol.name: plugin.plugin_layers(pol) for pol in policies}
     if isolate is None:
         isolate = any(layers.values())

@@ -146,12 +146,12 @@ class Param:
 
     def _type_error(self, value, expected):
         return errors.ParameterTypeError(
-            "%s must be %s, not %r (%s)" % (self._where(), expected, value, type(value).__name__),
+            "%s must be %s, not %s (%s)" % (self._where(), expected, errors.shown(value),
+                                            type(value).__name__),
             name=self.name, value=value)
 
     def _checked(self, raw, shown):
-        if len(shown) > 48:  # a number no parameter takes: its start and its length
-            shown = "%s... (%d characters)" % (shown[:24], len(shown))
+        shown = str(errors.Echo(shown))  # a number no parameter takes: cut
         if not (self.min <= raw <= self.max):
             raise errors.ParameterRangeError(
                 "%s=%s is out of range [%s, %s]" % (self._where(), shown, self.format(self.min),
@@ -477,7 +477,8 @@ def workload(name):
     """The schema of workload ``name`` (dashes or underscores)."""
     table = workloads()
     if not isinstance(name, str):
-        raise errors.ParameterTypeError("workload must be a name (str), not %r" % (name,))
+        raise errors.ParameterTypeError("workload must be a name (str), not %s"
+                                        % errors.shown(name))
     for cand in (name, name.replace("_", "-"), name.replace("-", "_")):
         if cand in table:
             return table[cand]
