@@ -499,3 +499,50 @@ def test_the_first_example_of_the_page_compiles_and_records(tmp_path):
     assert (tmp_path / "pages.o").exists()
     with open(str(tmp_path / "gcc.trace") + ".index.json") as f:
         assert len(json.load(f)["images"]) > 1  # the driver and what it ran
+
+
+# ---- processes that ran without the recorder ----
+
+@pytest.fixture(scope="module")
+def static_prog(tmp_path_factory):
+    """A statically linked program (the loader preloads nothing into it), or
+    None where this machine cannot link one."""
+    d = tmp_path_factory.mktemp("static")
+    (d / "s.c").write_text("int main(void) { return 0; }\n")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    p = subprocess.run([cc, "-static", "-o", str(d / "sprog"), str(d / "s.c")],
+                       capture_output=True)
+    return str(d / "sprog") if p.returncode == 0 else None
+
+
+def test_processes_that_ran_without_the_recorder_are_named_and_exit_125(tmp_path,
+                                                                        static_prog):
+    if static_prog is None:
+        pytest.skip("cannot link a static program here")
+    out = tmp_path / "u.trace"
+    script = "ls / > /dev/null; %s; env -i /bin/ls / > /dev/null; true" % static_prog
+    proc = subprocess.run(CLI + ["--out", str(out), "--", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 125, proc.stderr
+    errs = [x for x in proc.stderr.splitlines() if x.startswith("alloclab: error:")]
+    assert len(errs) == 1 and errs[0].startswith("alloclab: error: 2 of ")
+    assert "exec'd %s, which ran without the recorder (a statically linked program)" \
+        % static_prog in errs[0]
+    assert "exec'd /bin/ls, which ran without the recorder (the environment it was given " \
+        "drops LD_PRELOAD or ALLOCLAB_RECORD)" in errs[0]
+    with open(str(out) + ".index.json") as f:  # the others' traces are written
+        index = json.load(f)
+    assert len(index["not_recorded"]) == 2 and len(index["images"]) >= 3
+    accepted = subprocess.run(CLI + ["--out", str(out), "--allow-unrecorded", "--", "sh", "-c",
+                                     script], capture_output=True, text=True, timeout=120)
+    assert accepted.returncode == 0 and "alloclab: error" not in accepted.stderr
+    assert "alloclab: warning: 2 of " in accepted.stderr
+
+
+def test_a_run_whose_every_process_was_recorded_names_none(tmp_path):
+    rec = al.record(["sh", "-c", "ls / > /dev/null; /bin/ls / > /dev/null; true"],
+                    tmp_path / "a.trace")
+    assert rec.returncode == 0 and rec.unrecorded == [] and len(rec.images) == 3
+    rec = al.record(["sh", "-c", "env -i /bin/ls / > /dev/null; true"])
+    assert len(rec.unrecorded) == 1 and "exec'd /bin/ls" in rec.unrecorded[0]
+    rec.close()

@@ -8,6 +8,10 @@ signals sent to alloclab go on to the command, as with `alloclab preload`.
 Bad input (no command, one that cannot be found, an --out that cannot be
 written, a policy the shim cannot run) is one `alloclab: error:` line and
 exit 2 before anything runs; so is a run where nothing could be recorded.
+A run where some process image ran without the recorder (a static or
+setuid program, an `env -i` child) writes the traces it has, names those
+images on one `alloclab: error:` line and exits 125, as `alloclab
+preload` does (--allow-unrecorded: a warning, and CMD's status).
 A summary line per trace written goes to stderr, never to stdout (the
 command's own output is left as it is).
 """
@@ -18,6 +22,9 @@ import sys
 import threading
 
 PROG = "alloclab"  # as cli.PROG (cli imports this module)
+EXIT_UNRECORDED = 125
+"""The exit status when a process ran without the recorder, as `alloclab
+preload`'s when one ran without the policy (preload.EXIT_ON_GLIBC)."""
 
 
 def add_parser(sub):
@@ -39,6 +46,10 @@ def add_parser(sub):
                     help="the trace files' compressor: lzma (the default: smallest, slowest "
                          "to write), zlib, bz2 or none")
     rp.add_argument("--quiet", action="store_true", help="no summary on stderr")
+    rp.add_argument("--allow-unrecorded", action="store_true",
+                    help="exit with CMD's status even when some of its processes ran without "
+                         "the recorder (a static or setuid program, an `env -i` child): they "
+                         "are named in a warning instead of an error (exit 125)")
     rp.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
 
 
@@ -54,10 +65,20 @@ def _summary(rec):
     if rec.index:
         out.append("index: %s" % rec.index)
     out.extend("warning: " + n for n in rec.notes)
-    if rec.stats and rec.stats["on_glibc"]:
-        out.append("warning: not every call was the policy's: " +
-                   "; ".join(rec.stats["on_glibc"]))
+    # an image that exec'd a program without the shim is named once, as unrecorded
+    glibc = [x for x in (rec.stats or {}).get("on_glibc", ())
+             if not (rec.unrecorded and "which ran without the shim" in x)]
+    if glibc:
+        out.append("warning: not every call was the policy's: " + "; ".join(glibc))
     return out
+
+
+def unrecorded_text(rec):
+    """The line naming the process images that ran without the recorder, as
+    `alloclab preload` names those that ran without the policy."""
+    return "%d of %d process image(s) were not recorded: %s; the traces of the others were " \
+        "written" % (len(rec.unrecorded), len(rec.images) + len(rec.unrecorded),
+                     "; ".join(rec.unrecorded))
 
 
 def cmd_record(args):
@@ -78,5 +99,11 @@ def cmd_record(args):
     if not args.quiet:
         for line in _summary(rec):
             sys.stderr.write("%s: %s\n" % (PROG, line))
+    if rec.unrecorded and not args.allow_unrecorded:
+        sys.stderr.write("%s: error: %s (--allow-unrecorded accepts such a run)\n"
+                         % (PROG, unrecorded_text(rec)))
+        return EXIT_UNRECORDED
+    if rec.unrecorded:
+        sys.stderr.write("%s: warning: %s\n" % (PROG, unrecorded_text(rec)))
     rc = rec.returncode
     return 128 - rc if rc < 0 else rc

@@ -49,7 +49,10 @@ class Recording:
     capture_output), with a policy, ``stats`` (the shim's merged
     stats, preload.collect: ``on_glibc`` names any process the policy did
     not serve), and ``notes``, lines the caller should be told (the CLI
-    prints them as warnings): images not written to a device ``out``."""
+    prints them as warnings): images not written to a device ``out``;
+    ``unrecorded``: one line per process image that ran without the
+    recorder (unrecorded(): a static or setuid program, an ``env -i``
+    child), whose calls are in no trace."""
 
     def __init__(self, returncode, images, out, index, stats=None, proc=None):
         self.returncode = returncode
@@ -60,6 +63,7 @@ class Recording:
         self.index = index
         self.stats = stats
         self.notes = []  # what the caller should be told: traces not written, ...
+        self.unrecorded = []  # the process images that ran without the recorder
 
     @property
     def files(self):
@@ -124,9 +128,11 @@ def check_command(cmd):
 
 def command(argv, raw_dir, policy=None, env=None):
     """(argv, env) that run argv recording into raw_dir (the shim's
-    ALLOCLAB_RECORD), on the policy or, without one, on glibc. With a
-    policy every process also writes its stats record into raw_dir/stats
-    (preload.collect reads them)."""
+    ALLOCLAB_RECORD), on the policy or, without one, on glibc. Every
+    process image also writes its stats record into raw_dir/stats
+    (unrecorded() and, with a policy, preload.collect read them): it says
+    what each image exec'd, which tells the images that ran without the
+    recorder."""
     if policy is not None:
         argv, env = preload.command(policy, argv, stats=os.path.join(raw_dir, "stats"),
                                     env=env)
@@ -138,9 +144,40 @@ def command(argv, raw_dir, policy=None, env=None):
         pre = [p for p in env.get("LD_PRELOAD", "").split() if p and p != shim]
         env["LD_PRELOAD"] = " ".join([shim] + pre)
         env.pop("ALLOCLAB_POLICY", None)
-        env.pop("ALLOCLAB_STATS", None)
+        stats = os.path.join(raw_dir, "stats")
+        os.makedirs(stats, exist_ok=True)
+        env["ALLOCLAB_STATS"] = os.path.abspath(stats)
     env["ALLOCLAB_RECORD"] = os.path.abspath(raw_dir)
     return list(argv), env
+
+
+def unrecorded(stats_dir, images, policy=None):
+    """One line per process image that ran without the recorder, as
+    ``alloclab preload`` names the processes that ran without the policy:
+    the image a process exec'd last, when it wrote no record of its own and
+    is in no trace (a static or setuid program, which the loader does not
+    preload into, or an environment that dropped LD_PRELOAD or
+    ALLOCLAB_RECORD: ``env -i``). ``images`` are the traced ones (pid, exe)."""
+    traced = {(im["pid"], im.get("exe")) for im in images}
+    last = {}
+    for r in preload.records(stats_dir):  # in (pid, generation) order: the last wins
+        last[r["pid"]] = r
+    out = []
+    for pid, r in sorted(last.items()):
+        if r.get("end") != "exec":
+            continue
+        target = r.get("exec") or ""
+        path = target if "/" in target else (shutil.which(target) or "")
+        if path and (pid, os.path.realpath(path)) in traced:
+            continue  # traced, though it wrote no stats record (ALLOCLAB_STATS dropped)
+        # preload's own test of an image the loader does not preload into
+        why = preload._image_skips_preload(path) if path else None
+        if why is None and policy is not None and r.get("exec_preload"):
+            continue  # kept the shim and the policy: killed before its image started
+        why = why or "the environment it was given drops LD_PRELOAD or ALLOCLAB_RECORD"
+        out.append("pid %d (%s): exec'd %s, which ran without the recorder (%s)"
+                   % (pid, os.path.basename(target) or "?", target or "?", why))
+    return out
 
 
 def _os_text(s):
@@ -234,7 +271,7 @@ def _names(out, images):
                 break
 
 
-def _write(out, how, images, cmd, policy, returncode, compress):
+def _write(out, how, images, cmd, policy, returncode, compress, missed=()):
     """Write the traces and the index; the index's path, or None.
 
     ``how`` is check_out's: with REPLACE every trace and the index are
@@ -255,7 +292,7 @@ def _write(out, how, images, cmd, policy, returncode, compress):
     _names(out, images)
     index = os.fspath(out) + INDEX_SUFFIX
     doc = {"command": list(cmd), "policy": policy, "returncode": returncode,
-           "first": os.path.basename(images[0]["path"]),
+           "not_recorded": list(missed), "first": os.path.basename(images[0]["path"]),
            "images": [dict({k: v for k, v in im.items() if k not in ("trace", "path")},
                            file=os.path.basename(im["path"])) for im in images]}
     text = (json.dumps(doc, indent=1) + "\n").encode("utf-8")
@@ -324,7 +361,8 @@ def _run(cmd, raw_dir, pol, env, forward_signals, kwargs):
                               % cmd[0], proc=proc)
     stats = preload.collect(os.path.join(raw_dir, "stats"), pol, allow_glibc=True,
                             root_ppid=os.getpid()) if pol else None
-    return proc, _lineage(images, os.getpid()), stats
+    missed = unrecorded(os.path.join(raw_dir, "stats"), images, pol)
+    return proc, _lineage(images, os.getpid()), stats, missed
 
 
 def record(cmd, out=None, policy=None, env=None, forward_signals=False,
@@ -347,19 +385,20 @@ def record(cmd, out=None, policy=None, env=None, forward_signals=False,
     pol = str(preload.check(policy)) if policy is not None else None
     raw_dir = tempfile.mkdtemp(prefix="alloclab-record-")
     try:
-        proc, images, stats = _run(cmd, raw_dir, pol, env, forward_signals, kwargs)
+        proc, images, stats, missed = _run(cmd, raw_dir, pol, env, forward_signals, kwargs)
     finally:
         shutil.rmtree(raw_dir, ignore_errors=True)
     index = None
     try:
         if out is not None:
-            index = _write(out, how, images, cmd, pol, proc.returncode, compress)
+            index = _write(out, how, images, cmd, pol, proc.returncode, compress, missed)
     finally:
         if out is not None:
             for im in images:
                 im.pop("trace").close()
     rec = Recording(proc.returncode, images, os.fspath(out) if out is not None else None,
                     index, stats, proc)
+    rec.unrecorded = missed
     if how == files.IN_PLACE and len(images) > 1:
         rec.notes.append("%s is %s: only the first process image's trace was written "
                          "there; %d further image(s) and the index were not written "
