@@ -608,7 +608,7 @@ def _stats_file_hint(text):
 
 def _preload_parser(sub):
     """`alloclab preload`: its flags and the command after --."""
-    from .preload import EXIT_ON_GLIBC, MIN_SHARE
+    from .preload import EXIT_ON_GLIBC, EXIT_STALLED, MIN_SHARE, WATCHDOG
 
     pp = sub.add_parser(
         "preload", help="run a program with its malloc on a policy (LD_PRELOAD shim)",
@@ -617,10 +617,11 @@ def _preload_parser(sub):
                     "with PYTHONMALLOC=malloc, or pymalloc hides most of its allocations. "
                     "Exits with CMD's status, or %d when a process ran on glibc: the policy "
                     "was not built there, or it served less than %g%% of the allocations "
-                    "(fallbacks by design, such as requests above its max size, excepted)."
-                    % (EXIT_ON_GLIBC, 100 * MIN_SHARE),
+                    "(fallbacks by design, such as requests above its max size, excepted); "
+                    "%d when the watchdog ended it; 128+N when signal N ended it."
+                    % (EXIT_ON_GLIBC, 100 * MIN_SHARE, EXIT_STALLED),
         usage="alloclab preload [--policy SPEC] [--plugin FILE.c] [--json FILE] [--stats LEVEL] "
-              "[--allow-glibc] [--verbose] -- CMD [ARGS...]")
+              "[--watchdog SECONDS] [--allow-glibc] [--verbose] -- CMD [ARGS...]")
     pp.add_argument("--policy", default="libarena-transfer", metavar="SPEC",
                     help="policy spec or preset (default libarena-transfer)")
     pp.add_argument("--plugin", metavar="FILE.c",
@@ -632,6 +633,10 @@ def _preload_parser(sub):
                     "(nothing: the layers' counters are not measured, the shim's own are "
                     "kept) or full (also lock hold and wait times, *_ns)", sweep=False,
                 hint=_stats_file_hint)
+    pp.add_argument("--watchdog", type=float, default=WATCHDOG, metavar="SECONDS",
+                    help="end CMD when a policy call in any of its processes makes no "
+                         "progress for this long (default %g; 0 = never): one error line, "
+                         "exit %d" % (WATCHDOG, EXIT_STALLED))
     pp.add_argument("--allow-glibc", action="store_true",
                     help="exit with CMD's status even when processes ran on glibc (the "
                          "stats say so)")
@@ -700,6 +705,7 @@ def cmd_preload(args):
     # stack, the shim, the --json file (an empty name, a path that cannot be
     # written, a directory, a socket, a named pipe with no reader: its open would wait).
     preload.command(args.policy, cmd, shim=shim, level=args.stats)
+    preload.check_watchdog(args.watchdog)
     if args.json is not None:
         preload.check_stats_path(args.json, what="--json file")
     sys.stdout.flush()
@@ -709,6 +715,7 @@ def cmd_preload(args):
     try:
         proc = preload.run(args.policy, cmd, allow_glibc=args.allow_glibc,
                            shim=shim, verbose=args.verbose, level=args.stats,
+                           watchdog=args.watchdog,
                            forward_signals=threading.current_thread() is threading.main_thread())
     except errors.RunError as e:
         proc = e.proc
@@ -732,6 +739,9 @@ def cmd_preload(args):
             return 2
     if args.verbose:
         sys.stderr.write("%s: %s\n" % (PROG, preload.summary(st)))
+    if st["stalled"]:
+        _err(st["stalled"])
+        return preload.EXIT_STALLED
     if st["on_glibc"] and not args.allow_glibc:
         _err(preload.glibc_error(st, proc.returncode))
         return preload.EXIT_ON_GLIBC
@@ -959,6 +969,16 @@ def _terminate_like_ctrl_c():
 
 
 def main(argv=None):
+    stdout = sys.stdout
+    sys.stdout = cli_format.NamedStdout(stdout)  # a failed write names stdout
+    try:
+        return _main(argv)
+    finally:
+        if sys.stdout.__class__ is cli_format.NamedStdout:
+            sys.stdout = stdout
+
+
+def _main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if not argv or argv[0] != "preload":  # preload forwards signals to its program
@@ -1005,7 +1025,7 @@ def main(argv=None):
     except BrokenPipeError:
         return 1
     except OSError as e:
-        _err(str(e))
+        _err(cli_format.os_error_text(e))
         return 1
 
 

@@ -67,6 +67,40 @@ def err(msg):
     sys.stderr.flush()
 
 
+def os_error_text(e):
+    """The error line of an OSError that ended a command: one naming stdout
+    when writing the results there failed (a full disk, /dev/full: the
+    errno alone, "[Errno 28] No space left on device", named no file)."""
+    if getattr(e, "alloclab_stream", None) == "stdout":
+        return "cannot write the results to stdout: %s" % (e.strerror or e)
+    return str(e)
+
+
+class NamedStdout:
+    """sys.stdout while a command runs: a write or flush that fails is
+    marked as stdout's (an OSError does not say which file it was), so
+    that os_error_text can name it. Everything else is the stream's."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def _marked(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as e:
+            e.alloclab_stream = "stdout"
+            raise
+
+    def write(self, s):
+        return self._marked(self.stream.write, s)
+
+    def flush(self):
+        return self._marked(self.stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def warn(msg):
     sys.stderr.write("%s: warning: %s\n" % (PROG, msg))
     sys.stderr.flush()
