@@ -300,3 +300,27 @@ def test_absolute_claims_on_counts_near_zero():
     with pytest.raises(al.InvalidArgument, match="scale='difference'"):
         V.Claim("x", [V.Claim.compare("c", "m", V.Side([1.0, 1, 1]), V.Side([2.0, 2, 2]),
                                       scale="ratio")], "same", absolute=True)
+
+
+def test_verdict_texts_are_whole_sentences():
+    """The evidence ended in "...; paired t" (the test's name cut at " on "),
+    and a claim over one unnamed cell read "straddles the claimed size in
+    all (...)"."""
+    rng = np.random.default_rng(4)
+    cells = ab(rng, 1 / 1.1, 0.01, 6, prods=(1,), shared=0.2)
+    v = V.claim(result(cells, paired=True), "libc", "buddy").judge()
+    assert "paired t-test on the log-ratios" in v.evidence(), v
+    v = V.claim(result(cells, paired=False), "libc", "buddy").judge()
+    assert "Welch's t-test on log values" in v.evidence(), v
+    # noise: a 1.01x effect at 20% CV with one cell, no parameter naming it
+    cells = ab(rng, 1 / 1.01, 0.2, 6, prods=(1,))
+    v = V.claim(result(cells, paired=True), "libc", "buddy", by=1.02).judge()
+    assert v.outcome == V.OPEN and "straddles the claimed size" in v.reason, v
+    assert " in all" not in v.reason and "size (" in v.reason, v.reason
+    for part in v.evidence().split("; "):
+        assert not part.endswith((" t", " in all")), v.evidence()
+    assert V._test_words("Welch t on values (3/4 runs)") == "Welch's t-test on values"
+    assert V._test_words("one-sample t against the stated value") == \
+        "one-sample t-test against the stated value"
+    assert V._test_words("contrast of paired t on 5 differences") == \
+        "contrast of paired t-test on the differences"

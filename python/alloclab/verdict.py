@@ -55,6 +55,7 @@ from in its text.
 
 import json
 import math
+import re
 
 import numpy as np
 
@@ -592,7 +593,7 @@ class Verdict:
                                     if len(cells) > 1 else ""))
         if self.outcome == FAILS:
             bad = [x for x in cells if x.status == FAILS]
-            parts.append("contradicted in %s" % _cells_text(c, bad, self.alpha))
+            parts.append("contradicted" + _in_cells(c, bad, self.alpha))
         elif self.outcome == HOLDS:
             conf = 1 - 2 * self.alpha if c.expect == "same" else CONFIDENCE  # TOST: 90%
             lo = min(c.value(x, x.interval(conf)[0]) for x in cells)
@@ -600,7 +601,7 @@ class Verdict:
             parts.append("%d%% CI within %s" % (round(100 * conf), c.range_words(lo, hi)))
         else:
             parts.append(self.reason)
-        tests = sorted({x.est.test.split(" on ")[0].split(" (")[0] for x in cells})
+        tests = sorted({_test_words(x.est.test) for x in cells} - {""})
         parts.append("; ".join(tests))
         cut = sum(getattr(x.est, "cut", 0) for x in cells)
         if cut:
@@ -669,6 +670,28 @@ def judge(claims, alpha=ALPHA):
     return out
 
 
+def _test_words(test):
+    """A cell's test ("paired t on 5 log-ratios") as a whole phrase without
+    the cell's counts, which differ from cell to cell ("paired t-test on the
+    log-ratios"); "" for none."""
+    if test == "none":
+        return ""
+    if test.startswith("contrast of "):
+        return "contrast of " + _test_words(test[len("contrast of "):])
+    test = re.sub(r" \(\d+/\d+ runs\)$", "", test)
+    test = re.sub(r" on \d+ ", " on the ", test)
+    test = re.sub(r"^Welch t ", "Welch's t ", test)
+    return re.sub(r"\bt (on|against) ", r"t-test \1 ", test)
+
+
+def _in_cells(claim, cells, alpha, ci=False):
+    """" in CELLS (numbers)", or " (numbers)" for a claim's only cell when it
+    has no name (a claim on every point: its label reads "all")."""
+    if len(cells) == 1 and len(claim.cells) == 1 and cells[0].label == "all":
+        return " " + _cells_text(claim, cells, alpha, ci=ci)[len("all "):]
+    return " in " + _cells_text(claim, cells, alpha, ci=ci)
+
+
 def _open_reason(claim, alpha):
     """Why an undecided claim is undecided, by kind, with the cells."""
     kinds = {}
@@ -695,7 +718,7 @@ def _open_reason(claim, alpha):
         labels = _uniq([x.label for x, _ in cells])
         what = names[k]
         if k == "noise":
-            what += " in %s" % _cells_text(claim, [x for x, _ in cells], alpha, ci=True)
+            what += _in_cells(claim, [x for x, _ in cells], alpha, ci=True)
         elif k in ("bimodal", "steal", "truncated"):
             what += " (%s)" % "; ".join(_uniq(["%s: %s" % (x.label, t) for x, t in cells])[:3])
         else:
