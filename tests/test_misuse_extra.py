@@ -345,3 +345,21 @@ def test_a_counter_of_a_layer_not_in_the_policy_says_so(argv, words):
 def test_show_a_counter_of_a_layer_not_in_the_result_says_so(result_file):
     one_error(cli("show", str(result_file), "--metric", "percpu.hits"), "layer percpu",
               "not in the result's policies")
+
+
+@pytest.mark.parametrize("argv", [["run", "malloc-free", "--cycles", "5", "--runs", "1"],
+                                  ["list"], ["show", "RESULT"]])
+def test_a_full_stdout_is_named(argv, result_file):
+    """`run ... > /dev/full` said "[Errno 28] No space left on device",
+    naming no file."""
+    import os
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    argv = [str(result_file) if a == "RESULT" else a for a in argv]
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "alloclab", *argv], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines() == [
+        "alloclab: error: cannot write the results to stdout: No space left on device"], \
+        r.stderr
