@@ -363,3 +363,25 @@ def test_a_full_stdout_is_named(argv, result_file):
     assert r.stderr.splitlines() == [
         "alloclab: error: cannot write the results to stdout: No space left on device"], \
         r.stderr
+
+
+@pytest.mark.parametrize("duration", ["1e-9", "0.0005", "500us"])
+def test_a_phase_shorter_than_the_timer_sees_is_refused(duration):
+    """--duration 1e-9 ran and printed latencies of a phase of a few
+    operations; it is refused unless --force, and --help says so."""
+    one_error(cli("run", "malloc-free", "--duration", duration, "--runs", "1"),
+              "--duration", "shorter than 1 ms", "--force")
+
+
+def test_force_runs_a_short_phase_and_the_tables_flag_it():
+    r = cli("run", "malloc-free", "--duration", "1e-6", "--runs", "1", "--force",
+            "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "measured phases shorter than 100 ms" in r.stdout
+    h = cli("run", "malloc-free", "--help").stdout
+    assert "--force" in h and "refused unless" in h
+
+
+def test_a_phase_of_1_ms_needs_no_force():
+    r = cli("run", "malloc-free", "--duration", "1ms", "--runs", "1", "--no-progress")
+    assert r.returncode == 0, r.stderr

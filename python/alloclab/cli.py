@@ -48,8 +48,14 @@ from .cli_format import write_output as _write_output
 from .cli_format import wrote as _wrote
 from .policy import Policy
 from .result import BASE_METRICS
-from .run import (CPU_MODES, DEFAULT_STATS, MAX_SECONDS, REPLAY_TIME_LIMIT, STATS_LEVEL_NAMES,
-                  TIMINGS, plan, run)
+from .run import (CPU_MODES, DEFAULT_STATS, MAX_SECONDS, MIN_PHASE_S, REPLAY_TIME_LIMIT,
+                  STATS_LEVEL_NAMES, TIMINGS, plan, run)
+
+# The shortest measured phase `run --duration` takes without --force: a
+# phase of a few microseconds (1e-9 was taken) times thread start-up, the
+# phase's own deadline checks and a handful of operations, in the noise of
+# the timer; pyperf's minimum, which the tables flag, is 100 ms.
+MIN_PHASE_FORCE_S = 1e-3
 
 
 def _int_list(name):
@@ -170,7 +176,14 @@ def _run_flags(g, finite=False):
                    help="a time limit per run: a pass it cuts short is truncated (default: %g)"
                         % REPLAY_TIME_LIMIT if finite else
                         "measured phase per run when --cycles is not given (default: 0.25; "
-                        "--quick 0.1, --rigorous 0.5)")
+                        "--quick 0.1, --rigorous 0.5); under %g ms it is refused unless "
+                        "--force, under %g ms flagged under the tables"
+                        % (1e3 * MIN_PHASE_FORCE_S, 1e3 * MIN_PHASE_S))
+    if not finite:
+        g.add_argument("--force", action="store_true",
+                       help="run a measured phase shorter than %g ms (--duration): it "
+                            "measures thread start-up and the timer, not the policy"
+                            % (1e3 * MIN_PHASE_FORCE_S))
     g.add_argument("--cycles", type=_integer, default=None, metavar="N",
                    help="refused: a run is one pass of the work" if finite else
                         "measured cycles per worker (instead of --duration)")
@@ -341,6 +354,7 @@ def cmd_run(argv):
     wl, args = parsed
     if wl.name == "replay":
         _trace_warnings_as_lines()
+    _check_phase(args)
     kwargs, policy, settings = _plan_run(wl, args)
     metrics = args.metric or ["alloc_ns", "free_ns"]
     _check_metric_names(metrics, policy)
@@ -390,6 +404,19 @@ def _trace_warnings_as_lines():
 
     warnings.showwarning = show
     warnings.simplefilter("always", IncompleteTraceWarning)
+
+
+def _check_phase(args):
+    """A --duration shorter than MIN_PHASE_FORCE_S is refused unless --force
+    (a workload that ends its own pass takes --duration as a time limit,
+    and no --force)."""
+    d = args.duration
+    if getattr(args, "force", True) or d is None or not 0 < d < MIN_PHASE_FORCE_S:
+        return
+    raise UsageError("--duration %g s: a measured phase shorter than %g ms measures thread "
+                     "start-up and the timer, not the policy (the tables flag phases under "
+                     "%g ms); give a longer --duration or --cycles N, or --force to run it"
+                     % (d, 1e3 * MIN_PHASE_FORCE_S, 1e3 * MIN_PHASE_S))
 
 
 def _plan_run(wl, args):
@@ -742,6 +769,10 @@ def cmd_preload(args):
     if st["stalled"]:
         _err(st["stalled"])
         return preload.EXIT_STALLED
+    killed = preload.signal_error(st, proc.returncode, args.plugin)
+    if killed:
+        _err(killed)
+        return 128 - proc.returncode
     if st["on_glibc"] and not args.allow_glibc:
         _err(preload.glibc_error(st, proc.returncode))
         return preload.EXIT_ON_GLIBC
