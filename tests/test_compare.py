@@ -503,3 +503,18 @@ def test_geometric_mean_row():
     cmp = al.compare(result(*olds, point("A", 9, noisy(100))), result(*news, *zero.points))
     g = cmp.geomean()
     assert g.n == 4 and g.total == 5 and "(4 of 5 cells)" in cmp.to_text()
+
+
+def test_the_legend_reads_as_sentences():
+    """A pooled comparison's legend said "regression/improvement against A"
+    (A: the old side's default label) and "1 cell ... are left out"."""
+    old, new = two_policy_sides()
+    text = al.compare(old, new, on=["producers"], pool=True).to_text()
+    assert "regression/improvement against the old side (A): p <" in text, text
+    assert "against A:" not in text
+    more = result(point("B", 1, noisy(100)), point("B", 8, noisy(100)))
+    one = al.compare(result(point("A", 1, noisy(100))), more)
+    assert one.unmatched == 1
+    assert "1 cell had no counterpart on the other side and is left out." in one.to_text()
+    two = al.compare(result(point("A", 1, noisy(100)), point("A", 2, noisy(100))), more)
+    assert "2 cells had no counterpart on the other side and are left out." in two.to_text()

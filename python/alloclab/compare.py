@@ -771,7 +771,8 @@ class Comparison:
     def legend(self):
         tested = [c for c in self.cells if not math.isnan(c.p)]
         lines = [
-            "(R)/(I): statistically significant regression/improvement against %s: p < %g "
+            "(R)/(I): statistically significant regression/improvement against the old "
+            "side (%s): p < %g "
             "after Benjamini-Hochberg over %d cells, and |change| >= %g%%." % (
                 self.base_name, self.alpha, len(tested), 100 * self.threshold),
             "Results are normalised so that less than zero is a regression and greater than "
@@ -789,8 +790,9 @@ class Comparison:
                 "; ".join("%s: %d values of %s (%s)" % (side, len(vals), k, "; ".join(vals))
                           for side, k, vals in self.pooled)))
         if self.unmatched:
-            lines.append("%d cell%s had no counterpart on the other side and are left out." % (
-                self.unmatched, "" if self.unmatched == 1 else "s"))
+            one = self.unmatched == 1
+            lines.append("%d cell%s had no counterpart on the other side and %s left out." % (
+                self.unmatched, "" if one else "s", "is" if one else "are"))
         return lines
 
     @property
