@@ -546,3 +546,88 @@ def test_a_run_whose_every_process_was_recorded_names_none(tmp_path):
     rec = al.record(["sh", "-c", "env -i /bin/ls / > /dev/null; true"])
     assert len(rec.unrecorded) == 1 and "exec'd /bin/ls" in rec.unrecorded[0]
     rec.close()
+
+
+# ---- the recorder's death ends the command (the supervisor) ----
+
+def _alive_in_group(pgid):
+    """The pids of processes of group pgid that are not zombies (/proc)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            out.append(int(name))
+    return out
+
+
+def _until(test, limit=10.0):
+    """Poll test() until it is true or limit seconds passed; its last value."""
+    import time
+    end = time.monotonic() + limit
+    while not test() and time.monotonic() < end:
+        time.sleep(0.02)
+    return test()
+
+
+def test_sigkill_of_the_recorder_kills_the_command_group_and_removes_its_raw_folder(
+        tmp_path):
+    import signal
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = "sleep 600 & echo $$; sleep 600; wait"  # the command and two in its group
+    proc = subprocess.Popen(CLI + ["--out", str(tmp_path / "x.trace"), "--", "sh", "-c",
+                                   script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, TMPDIR=str(tmp)), start_new_session=True)
+    pid = None
+    try:
+        pid = int(proc.stdout.readline())
+        assert os.getpgid(pid) == pid != os.getpgid(proc.pid)  # a group of its own
+        assert _until(lambda: len(_alive_in_group(pid)) == 3), _alive_in_group(pid)
+        (raw,) = os.listdir(tmp)
+        assert raw.startswith("alloclab-record-%d-" % proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        assert _until(lambda: not _alive_in_group(pid)), _alive_in_group(pid)
+        assert _until(lambda: not os.listdir(tmp)), os.listdir(tmp)
+        assert not (tmp_path / "x.trace").exists()
+    finally:
+        for p in _alive_in_group(pid) if pid else ():
+            os.kill(p, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_raw_folders_of_dead_recorders_are_removed_by_the_next_record(tmp_path):
+    from alloclab.record import OWNER_FILE, RAW_PREFIX, _pid_namespace, _start_time
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    folders = {
+        "dead": {"pid": gone.pid, "start": 1, "pid_namespace": _pid_namespace()},
+        "alive": {"pid": os.getpid(), "start": _start_time(os.getpid()),
+                  "pid_namespace": _pid_namespace()},
+        "elsewhere": {"pid": gone.pid, "start": 1, "pid_namespace": "pid:[1]"},
+    }
+    for name, owner in folders.items():
+        d = tmp / ("%s%d-%s" % (RAW_PREFIX, owner["pid"], name))
+        d.mkdir()
+        (d / OWNER_FILE).write_text(json.dumps(owner))
+        (d / "raw.1").write_bytes(b"x" * 100)
+    proc = subprocess.run(CLI + ["--out", str(tmp_path / "x.trace"), "--", "true"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, TMPDIR=str(tmp)))
+    assert proc.returncode == 0, proc.stderr
+    dead = str(tmp / ("%s%d-dead" % (RAW_PREFIX, gone.pid)))
+    assert sorted(os.listdir(tmp)) == sorted(
+        "%s%d-%s" % (RAW_PREFIX, o["pid"], n) for n, o in folders.items() if n != "dead")
+    assert "alloclab: warning: removed 1 raw folder(s) left by recorders that were " \
+        "killed: %s\n" % dead in proc.stderr

@@ -28,7 +28,9 @@ threads; it holds the trace (48 bytes per op) and its live objects.
 import json
 import os
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
 
 from . import errors, files, preload
@@ -340,13 +342,99 @@ def _kind(path):
         return "a dangling symlink"
 
 
+RAW_PREFIX = "alloclab-record-"
+"""The raw folders' names in the temporary directory: RAW_PREFIX, the
+recorder's pid, a dash, random letters; OWNER_FILE inside says whose."""
+OWNER_FILE = "owner.json"
+SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_supervise.py")
+
+
+def _start_time(pid):
+    """The start time of process pid (/proc/PID/stat, in clock ticks since
+    boot), which tells it from a later process given the same pid; None
+    when there is no such process."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _pid_namespace():
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _raw_dir():
+    """A private raw folder for this recorder, naming its owner (pid, start
+    time, pid namespace) so that a later recorder can tell when it died."""
+    d = tempfile.mkdtemp(prefix="%s%d-" % (RAW_PREFIX, os.getpid()))
+    with open(os.path.join(d, OWNER_FILE), "w", encoding="utf-8") as f:
+        json.dump({"pid": os.getpid(), "start": _start_time(os.getpid()),
+                   "pid_namespace": _pid_namespace()}, f)
+    return d
+
+
+def clean_stale(tmp=None):
+    """Remove the raw folders of recorders that died without removing their
+    own (SIGKILL while the traces were finalised; while the command runs,
+    the supervisor removes them); the paths removed. Only this user's
+    folders of recorders in this pid namespace whose process is gone (or
+    is another process now) are touched: a live recorder's never."""
+    tmp = tmp or tempfile.gettempdir()
+    here, removed = _pid_namespace(), []
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith(RAW_PREFIX)]
+    except OSError:
+        return removed
+    for name in sorted(names):
+        d = os.path.join(tmp, name)
+        try:
+            st = os.lstat(d)
+            with open(os.path.join(d, OWNER_FILE), encoding="utf-8") as f:
+                owner = json.load(f)
+            pid = int(owner["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a recorder's, or one still starting
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() \
+                or owner.get("pid_namespace") != here:
+            continue
+        if _start_time(pid) is not None and _start_time(pid) == owner.get("start"):
+            continue  # its recorder is alive
+        shutil.rmtree(d, ignore_errors=True)
+        if not os.path.exists(d):
+            removed.append(d)
+    return removed
+
+
+def _supervised(argv, env, raw_dir):
+    """(argv, env) that run argv under the supervisor (alloclab/_supervise.py):
+    in a process group of its own, killed with it when this process dies.
+    The command's environment goes through a file in the private raw
+    folder; the supervisor runs with this process's."""
+    with open(os.path.join(raw_dir, "env.json"), "w", encoding="utf-8") as f:
+        json.dump(env, f)
+    own = {k: v for k, v in os.environ.items() if not k.startswith("ALLOCLAB_")}
+    return ([sys.executable, "-I", "-S", SUPERVISOR, raw_dir, str(os.getpid()), "--"]
+            + list(argv), own)
+
+
 def _run(cmd, raw_dir, pol, env, forward_signals, kwargs):
-    """Run the command recording into raw_dir; (proc, images, stats)."""
-    argv, env = command(cmd, raw_dir, pol, env)
+    """Run the command recording into raw_dir, under the supervisor;
+    (proc, images, stats, the images that ran without the recorder)."""
+    argv, env = _supervised(*command(cmd, raw_dir, pol, env), raw_dir)
     if forward_signals:
         proc = preload._run_forwarding(argv, env, **kwargs)
     else:
         proc = subprocess.run(argv, env=env, **kwargs)
+    proc.args = list(cmd)
+    try:
+        with open(os.path.join(raw_dir, "supervisor.pid")) as f:
+            root = int(f.read())  # the command's parent
+    except (OSError, ValueError):
+        root = os.getpid()
     images = []
     try:
         for entry in _read_index(raw_dir):
@@ -360,9 +448,9 @@ def _run(cmd, raw_dir, pol, env, forward_signals, kwargs):
                               "statically linked or setuid program ignores LD_PRELOAD)"
                               % cmd[0], proc=proc)
     stats = preload.collect(os.path.join(raw_dir, "stats"), pol, allow_glibc=True,
-                            root_ppid=os.getpid()) if pol else None
+                            root_ppid=root) if pol else None
     missed = unrecorded(os.path.join(raw_dir, "stats"), images, pol)
-    return proc, _lineage(images, os.getpid()), stats, missed
+    return proc, _lineage(images, root), stats, missed
 
 
 def record(cmd, out=None, policy=None, env=None, forward_signals=False,
@@ -383,7 +471,8 @@ def record(cmd, out=None, policy=None, env=None, forward_signals=False,
     check_command(cmd)
     how = check_out(out) if out is not None else None
     pol = str(preload.check(policy)) if policy is not None else None
-    raw_dir = tempfile.mkdtemp(prefix="alloclab-record-")
+    stale = clean_stale()
+    raw_dir = _raw_dir()
     try:
         proc, images, stats, missed = _run(cmd, raw_dir, pol, env, forward_signals, kwargs)
     finally:
@@ -399,6 +488,9 @@ def record(cmd, out=None, policy=None, env=None, forward_signals=False,
     rec = Recording(proc.returncode, images, os.fspath(out) if out is not None else None,
                     index, stats, proc)
     rec.unrecorded = missed
+    if stale:
+        rec.notes.append("removed %d raw folder(s) left by recorders that were killed: %s"
+                         % (len(stale), ", ".join(stale)))
     if how == files.IN_PLACE and len(images) > 1:
         rec.notes.append("%s is %s: only the first process image's trace was written "
                          "there; %d further image(s) and the index were not written "
