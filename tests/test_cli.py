@@ -347,3 +347,72 @@ def test_a_number_past_any_range_is_one_error_line():
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("alloclab: error: ")
     assert "(5000 characters) is out of range [1, 1024]" in lines[0]
+
+
+def _interrupt_after_first_run(argv, deadline_s=60, until=rb"\| *[1-9][0-9]*/[0-9]+ runs"):
+    """Start `alloclab run ... --progress`, wait (bounded) until its bar says
+    a run finished (or matches ``until``), then send SIGINT; returns
+    (returncode, stderr text)."""
+    import re
+    import selectors
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "alloclab", *argv, "--progress"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = b""
+    sel = selectors.DefaultSelector()
+    sel.register(p.stderr, selectors.EVENT_READ)
+    end = time.monotonic() + deadline_s
+    try:
+        while not re.search(until, err):
+            left = end - time.monotonic()
+            assert left > 0 and p.poll() is None, ("no run finished", err[-300:])
+            if sel.select(timeout=left):
+                chunk = p.stderr.read1(4096) if hasattr(p.stderr, "read1") else \
+                    p.stderr.read(1)
+                err += chunk
+        p.send_signal(signal.SIGINT)
+        rest = p.communicate(timeout=deadline_s)[1]
+    finally:
+        sel.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, (err + rest).decode("utf-8", "replace")
+
+
+def test_ctrl_c_writes_the_finished_runs_to_json(tmp_path):
+    """Ctrl-C during `run --json FILE` (no --journal) wrote nothing: the runs
+    that had finished were lost. FILE now holds them, marked interrupted,
+    stderr says so, and `show` says it."""
+    out = tmp_path / "r.json"
+    rc, err = _interrupt_after_first_run(
+        ["run", "malloc-free", "--producers", "1,2", "--runs", "50", "--duration", "0.2",
+         "--json", str(out)])
+    assert rc == 130, err
+    lines = [x for x in err.replace("\r", "\n").splitlines() if x.startswith("alloclab:")]
+    assert any(x.startswith("alloclab: wrote %s: the " % out) and "of 100 runs that finished "
+               "before the interrupt (marked interrupted)" in x for x in lines), err
+    assert lines[-1] == "alloclab: interrupted", lines
+    d = json.loads(out.read_text())
+    it = d["metadata"]["interrupted"]
+    assert it["signal"] == "SIGINT" and it["runs_planned"] == 100
+    assert 1 <= it["runs_finished"] < 100
+    assert it["runs_finished"] == sum(len(p["data"]["alloc_ns"]["values"])
+                                      for p in d["points"])
+    s = cli("show", str(out), check=0)
+    assert s.stdout.startswith("interrupted: %d of 100 runs finished before SIGINT"
+                               % it["runs_finished"]), s.stdout[:300]
+
+
+def test_ctrl_c_before_any_run_finished_says_json_is_not_written(tmp_path):
+    out = tmp_path / "r.json"
+    rc, err = _interrupt_after_first_run(
+        ["run", "malloc-free", "--runs", "2", "--duration", "30", "--json", str(out),
+         "--csv", str(tmp_path / "r.csv")], until=rb"\| *0/2 runs[^\r]*measuring")
+    assert rc == 130, err
+    lines = [x for x in err.replace("\r", "\n").splitlines() if x.startswith("alloclab:")]
+    assert lines == ["alloclab: no run had finished: --json %s and --csv %s not written"
+                     % (out, tmp_path / "r.csv"), "alloclab: interrupted"], lines
+    assert not out.exists()

@@ -34,6 +34,7 @@ import sys
 import textwrap
 
 from . import cli_compare, cli_format, cli_list, cli_quoting, cli_record, cli_show, cli_trace
+from . import cli_libarena
 from . import errors, schema
 from ._version import __version__
 from .cli_format import PROG, UsageError
@@ -361,11 +362,15 @@ def cmd_run(argv):
     rows, cols = _table_axes(wl, args, settings)
     _check_run_outputs(args, settings)
     cli_quoting.hint(args.policy or [])
-    res = _run_or_sweep(wl, policy, args, kwargs)
-    cli_show.check_metrics(res, metrics)  # a workload metric is known only now
     # what the tables show, so that `alloclab show FILE` prints them again as here
-    res.metadata["view"] = {"metrics": list(metrics), "explicit": bool(args.metric),
-                            "rows": rows, "cols": cols}
+    view = {"metrics": list(metrics), "explicit": bool(args.metric), "rows": rows, "cols": cols}
+    try:
+        res = _run_or_sweep(wl, policy, args, kwargs)
+    except KeyboardInterrupt as e:
+        _save_interrupted(e, args, view)
+        raise
+    cli_show.check_metrics(res, metrics)  # a workload metric is known only now
+    res.metadata["view"] = view
     print(cli_format.render(res, cli_format.View(
         metrics, rows, cols, stat=args.stat, sd=args.sd, ci=args.ci, hist=args.hist,
         counters=args.counters, fmt=args.format, explicit_metrics=bool(args.metric))))
@@ -417,6 +422,38 @@ def _check_phase(args):
                      "start-up and the timer, not the policy (the tables flag phases under "
                      "%g ms); give a longer --duration or --cycles N, or --force to run it"
                      % (d, 1e3 * MIN_PHASE_FORCE_S, 1e3 * MIN_PHASE_S))
+
+
+def _save_interrupted(e, args, view):
+    """Ctrl-C (``e``) during `run --json FILE`: FILE gets the runs that
+    finished (run() keeps them as e.partial, marked interrupted, which
+    `show` says), and --csv FILE their rows; each is said on stderr, as is
+    a file not written and why. A --journal holds every finished run
+    already."""
+    outs = [(f, p) for f, p in (("--json", args.json), ("--csv", args.csv)) if p]
+    if not outs or args.journal is not None:
+        return
+    part = getattr(e, "partial", None)
+    if part is None:
+        sys.stderr.write("%s: no run had finished: %s not written\n"
+                         % (PROG, " and ".join("%s %s" % o for o in outs)))
+        return
+    part.metadata["view"] = view
+    it = part.metadata["interrupted"]
+    for flag, path in outs:
+        try:
+            if flag == "--json":
+                part.to_json(path, indent=1)
+            else:
+                part.to_csv(path)
+        except (OSError, errors.AlloclabError) as err:
+            sys.stderr.write("%s: %s %s not written: %s\n" % (
+                PROG, flag, path, getattr(err, "strerror", None) or err))
+            continue
+        sys.stderr.write("%s: wrote %s: the %d of %d runs that finished before the interrupt%s\n"
+                         % (PROG, path, it["runs_finished"], it["runs_planned"],
+                            " (marked interrupted)" if flag == "--json" else ""))
+    sys.stderr.flush()
 
 
 def _plan_run(wl, args):
@@ -606,6 +643,7 @@ def _main_parser():
     sub.add_parser("run", help="run a workload on one or more policies", add_help=False)
     cli_show.add_parser(sub)
     cli_compare.add_parser(sub)
+    cli_libarena.add_parser(sub)
     ck = sub.add_parser(
         "check", help="the machine state that makes numbers noisy, and what to change",
         description="Print what /sys and /proc say about the CPU frequency governor, turbo "
@@ -1037,6 +1075,8 @@ def _main(argv=None):
             return cli_record.cmd_record(args)
         if args.cmd == "trace":
             return cli_trace.cmd_trace(args)
+        if args.cmd == "libarena":
+            return cli_libarena.cmd_libarena(args)
         p.print_help()
         return 0 if not argv else 2
     except (UsageError, errors.AlloclabError, argparse.ArgumentError) as e:

@@ -518,6 +518,8 @@ def render(res, view):
 
 def _text(res, view, tables):
     out = [t.to_text(sd=view.sd, ci=view.ci, warnings=False) for t in tables]
+    if res.interrupted_line():  # first: every number below is of a partial run
+        out.insert(0, res.interrupted_line())
     w = merged_warnings(tables)
     if w and out:
         out[-1] += "\nwarnings:\n" + "\n".join("  " + x for x in w)
@@ -538,6 +540,8 @@ def _text(res, view, tables):
 def _markdown(res, view, tables):
     out = [table_markdown(t, sd=view.sd, ci=view.ci) for t in tables]
     w = unwrapped(merged_warnings(tables)) + ["machine: " + x for x in res.machine_warnings()]
+    if res.interrupted_line():
+        w.insert(0, res.interrupted_line())
     if w:
         out.append("Warnings:\n\n" + "\n".join("- " + x for x in w))
     if view.hist and has_hist(res):
@@ -555,6 +559,8 @@ def _markdown(res, view, tables):
 def _stderr_warnings(res, view):
     names = [m for m in view.metrics if m in res.metrics()]
     tables = [res.table(m, rows=view.rows, cols=view.cols, stat=view.stat) for m in names]
+    if res.interrupted_line():
+        warn(res.interrupted_line())
     for line in unwrapped(merged_warnings(tables)):
         warn(line)
     for line in res.machine_warnings():

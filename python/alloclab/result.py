@@ -573,7 +573,8 @@ def _check_result_dict(d):
     need(d.get("points"), (list,), "points", "a list")
     md = d["metadata"]
     # what the tables' machine, cpu and load lines read, absent or null where unknown
-    for k in ("run", "machine_state", "counters", "load_before", "load_after", "view"):
+    for k in ("run", "machine_state", "counters", "load_before", "load_after", "view",
+              "interrupted"):
         need(md.get(k), (dict, type(None)), "metadata." + k, "an object")
     for k in ("online_cpus", "usable_cpus", "threads_per_core"):
         need(md.get(k), (int, type(None)), "metadata." + k, "an integer")
@@ -1021,6 +1022,20 @@ class Result:
         if (md.get("run") or {}).get("realtime"):  # else a run with and without reads alike
             s += ", realtime (SCHED_FIFO workers)"
         return s
+
+    def interrupted_line(self):
+        """None, or a line saying the run was stopped before its end
+        (metadata["interrupted"], written by `run --json` on Ctrl-C): the
+        cells hold only the runs that finished."""
+        it = self.metadata.get("interrupted")
+        if not isinstance(it, dict):
+            return None
+        done, planned = it.get("runs_finished"), it.get("runs_planned")
+        return "interrupted: %s of %s runs finished before %s stopped the run; each cell " \
+               "holds only its finished runs, a cell with none is left out" % (
+                   done if isinstance(done, int) else "?",
+                   planned if isinstance(planned, int) else "?",
+                   it.get("signal") if isinstance(it.get("signal"), str) else "a signal")
 
     def stats_line(self):
         """The stats level(s) the points ran at (their "stats" parameter): what

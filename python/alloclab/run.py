@@ -28,6 +28,7 @@ import itertools
 import math
 import numbers
 import os
+import signal
 import time
 
 from . import _counters, errors, machine, peers, plugin, schema
@@ -827,8 +828,8 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     "off", "full" or a list of them: what the layers count (STATS_LEVELS).
     producers: 1 by default; replay's (trace=FILE): the trace's threads.
     Returns a Result. Raises AllocatorExhausted when a run runs out of memory
-    and RunError when a run fails otherwise.
-    """
+    and RunError when a run fails otherwise; Ctrl-C's KeyboardInterrupt
+    carries the runs that finished as ``partial`` (_keep_finished)."""
     settings, tasks = plan(workload, policy, runs=runs, producers=producers, cpu=cpu,
                            timing=timing, warmup_cycles=warmup_cycles, cycles=cycles,
                            duration=duration, seed=seed, histogram=histogram,
@@ -838,11 +839,34 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     _set_reruns(settings, steal_reruns, executor)
     prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run
+    raws = [[] for _ in tasks]  # each task's finished runs, kept if interrupted
     try:
-        out = _run_interleaved(tasks, settings, adaptive, prog) if executor is None else \
-            _run_on(executor, tasks, settings["runs"], prog)
+        out = _run_interleaved(tasks, settings, adaptive, prog, raws) if executor is None \
+            else _run_on(executor, tasks, settings["runs"], prog)
+    except KeyboardInterrupt as e:
+        _keep_finished(e, tasks, raws, settings, load_before)
+        raise
     finally:
         prog.close()
+    return _result(settings, out, load_before)
+
+
+def _keep_finished(e, tasks, raws, settings, load_before):
+    """The runs that finished before Ctrl-C (``e``), as ``e.partial``: a
+    Result marked metadata["interrupted"] whose cells hold the runs that
+    finished (a cell with none left out), so that a caller can save them;
+    None when none finished (or the runs ran on an executor)."""
+    done = [(t["point"], r) for t, r in zip(tasks, raws) if r]
+    e.partial = _result(settings, done, load_before) if done else None
+    if done:
+        e.partial.metadata["interrupted"] = {
+            "runs_finished": sum(len(r) for _, r in done),
+            "runs_planned": len(tasks) * settings["runs"],
+            "signal": signal.Signals(getattr(e, "signum", signal.SIGINT)).name}
+
+
+def _result(settings, out, load_before):
+    """The Result of run()'s [(point, [raw runs])] and its metadata."""
     meta = collect_metadata()
     meta["run"] = settings
     meta["counters"] = _counters.layer_docs(Policy(p) for p in settings["sweep"]["policy"])
@@ -850,16 +874,16 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     return Result.from_raw(meta, out)
 
 
-def _run_interleaved(tasks, settings, adaptive, prog):
+def _run_interleaved(tasks, settings, adaptive, prog, raws):
     """Every task's runs in this process, interleaved: run i of every point
     before run i+1 of any, so an A/B comparison never has all of A's runs in
     one stretch of machine noise and all of B's in another; within a round
     the policies of a cell run back to back, in alternating order (ABBA), so
     that their runs pair up (alloclab.verdict judges per-pair ratios).
-    Returns [(point, [raw runs])]; adaptive rounds are added to settings."""
+    Returns [(point, [raw runs])], kept in ``raws`` (a list per task) as
+    they finish; adaptive rounds are added to settings."""
     npol = len(settings["sweep"]["policy"])
     t0 = time.monotonic()
-    raws = [[] for _ in tasks]
     tally = rerun_tally()
 
     def runner(task, i):
