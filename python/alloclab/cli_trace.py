@@ -95,16 +95,30 @@ def _load(path):
 
 
 def _write_plot(info, path):
+    """The figure, rendered in memory in the format PATH's extension names
+    (PNG without one) and written to exactly PATH as alloclab.files writes
+    (a regular file replaced whole, a device or a pipe with a reader in
+    place): matplotlib's own savefig would add ".png" to a name without an
+    extension, and truncate whatever the path is."""
+    import io
+
     import matplotlib
     matplotlib.use("Agg")
-    from . import plot, plot_trace
+    import matplotlib.pyplot as plt
 
+    from . import files, plot_trace
+
+    fig = plot_trace.overview(info)
+    buf = io.BytesIO()
     try:
-        written = plot.save([plot_trace.overview(info)], path)
+        fig.savefig(buf, format=os.path.splitext(path)[1][1:].lower() or "png")
+    finally:
+        plt.close(fig)
+    try:
+        files.write_parts(path, [buf.getvalue()], "--plot")
     except OSError as e:  # a full disk: exit 1 as a failed write, after the report
         raise OSError("--plot %s: cannot write: %s" % (path, e.strerror or e)) from None
-    for p in written:
-        sys.stderr.write("%s: wrote %s\n" % (PROG, p))
+    sys.stderr.write("%s: wrote %s\n" % (PROG, path))
 
 
 def _index_lines(path, top=5):
