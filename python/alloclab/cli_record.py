@@ -39,7 +39,8 @@ def add_parser(sub):
                     "is given. Exits with CMD's status.",
         usage="alloclab record --out FILE [--policy SPEC] [--compress NAME] -- CMD [ARGS...]")
     rp.add_argument("--out", required=True, metavar="FILE",
-                    help="the trace of CMD's process (further processes beside it)")
+                    help="the trace of CMD's process (further processes beside it); a "
+                         "character device takes that one trace in place and nothing else")
     rp.add_argument("--policy", default=None,
                     help="serve the calls from this policy spec or preset (default: glibc)")
     rp.add_argument("--compress", default=None, metavar="NAME",

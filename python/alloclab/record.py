@@ -14,11 +14,21 @@ fork, exec, spawn) and its parent image. Without a policy glibc serves and
 is recorded; with one, the policy serves (as ``alloclab preload``).
 
 Everything that can be refused is refused before the command starts: no
-command, a command that cannot be found, an --out whose directory does not
-exist or cannot be written, a policy the shim cannot run. The traces are
-written under temporary names and renamed into place once all are written,
-so a failure leaves nothing half-written. ``out=None`` keeps the traces in
+command, a command that cannot be found, an ``out`` that cannot take a
+trace (alloclab.files: a directory, a socket, a FIFO with no reader, '',
+a missing directory), a policy the shim cannot run. The traces are written
+under temporary names and renamed into place once all are written, so a
+failure leaves nothing half-written, and nothing is renamed over a file
+that is not a regular one: a character device ``out`` takes the first
+image's trace in place and nothing else. ``out=None`` keeps the traces in
 memory (``rec.images[i]["trace"]``, open alloclab.Trace objects).
+
+The command runs in a process group of its own under a supervisor
+(alloclab/_supervise.py) that kills the group and removes the raw folder
+when this process dies; a raw folder left by a recorder killed later (while
+it finalised) is removed by the next record (clean_stale). Images that ran
+without the recorder (a static or setuid program, an ``env -i`` child) are
+named in ``rec.unrecorded`` (unrecorded()).
 
 ``finish(raw)`` is the finaliser alone: (Trace, info) of one raw file.
 Cost: the finaliser reads the raw file once, decoding as it merges the
