@@ -65,6 +65,7 @@ from .record import record
 from . import trace
 from .trace import Trace
 from . import peers, plugin
+from . import libarena_real
 from . import plot, plot_trace, stats
 from .compare import Comparison, compare
 from .hist import Histogram

@@ -59,6 +59,11 @@ presets = {
     "bpf-ma": "bpf_ma(mode=fixed) > slab",
 }
 
+# Rewrites of a spec's text run before it is parsed, each text -> text:
+# libarena_real adds the one that compiles libarena(tree=PATH) into a layer.
+expanders = []
+
+
 def _parse(text, spec):
     """The C parser's reading of ``text`` (al_spec_parse_report): a tuple of
     (layer name, raw int64 params) top first. A refusal becomes the exception
@@ -66,6 +71,8 @@ def _parse(text, spec):
     if "\0" in text:
         raise errors.PolicySyntaxError(
             "NUL character at offset %d in policy %r" % (text.index("\0"), errors.Echo(spec)))
+    for rewrite in expanders:  # names of layers made at first use (libarena(tree=PATH))
+        text = rewrite(text)
     data = text.encode("utf-8", "surrogatepass")
     out = ffi.new("struct al_stack_spec *")
     err = ffi.new("struct al_spec_error *")

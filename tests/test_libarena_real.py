@@ -1,0 +1,172 @@
+"""The libarena layer: a libarena tree's own C, compiled as user-space C
+against alloclab's BPF stand-in and run as a layer.
+
+Runs everywhere on examples/bpf_tree (alloclab's own BPF-style allocator in the
+shape of a libarena tree), and on the kernel's libarena where the unmodified
+copy is found: $ALLOCLAB_TEST_LIBARENA, else ../shared/reference/libarena
+beside the clone."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import alloclab as al
+from alloclab import libarena_real as lr
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "bpf_tree")
+REFERENCE = os.environ.get("ALLOCLAB_TEST_LIBARENA") or os.path.join(
+    ROOT, "..", "shared", "reference", "libarena")
+needs_reference = pytest.mark.skipif(
+    not os.path.isfile(os.path.join(REFERENCE, "src", "buddy.bpf.c")),
+    reason="no libarena tree at %s (set ALLOCLAB_TEST_LIBARENA to the libarena folder of a "
+           "kernel checkout to run these)" % os.path.abspath(REFERENCE))
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    """One build cache for the module's tests, not the user's."""
+    monkeypatch.setenv("ALLOCLAB_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def _copy(tmp_path, src=EXAMPLE):
+    dst = tmp_path / "tree"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _patch(path, old, new):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "alloclab"] + list(args), capture_output=True,
+                          text=True, timeout=300)
+
+
+def _run(policy, apc=64):
+    res = al.run("malloc-free", policy, duration=0.05, runs=1, allocs_per_cycle=apc)
+    return res.points[0].data
+
+
+# ---- the example tree: everywhere ----
+
+def test_example_selftests_pass():
+    results = lr.run_tests(EXAMPLE)
+    assert [r["name"] for r in results] == ["test_pool_classes", "test_pool_reuse",
+                                            "test_pool_bulk", "test_pool_invalid_free"]
+    assert all(r["passed"] and r["ret"] == 0 for r in results), results
+
+
+def test_example_alone_and_under_caches_counts_one_lock_per_op():
+    name = lr.load(EXAMPLE)
+    d = _run(name)
+    assert d[name + ".lock_acquired_per_op"][0] == pytest.approx(1.0)
+    assert d[name + ".leaked"][0] == 0 and d[name + ".loop_exhausted"][0] == 0
+    d = _run("percpu > transfer > " + name, apc=256)
+    assert d[name + ".leaked"][0] == 0
+    assert d[name + ".lock_acquired_per_op"][0] < 1.0  # the caches absorb most operations
+
+
+def test_spec_names_the_tree():
+    name = lr.load(EXAMPLE)
+    p = al.Policy("percpu > libarena(tree=%s, lock_budget=10ms)" % EXAMPLE)
+    assert p.names[-1] == name
+    assert "lock_budget=10ms" in str(p)
+
+
+def test_each_allocator_has_its_own_arena_and_globals():
+    name = lr.load(EXAMPLE)
+    a, b = al.Allocator(name), al.Allocator(name)
+    pa, pb = a.alloc(64), b.alloc(64)
+    # the same program state in two copies: the same offset in two arenas
+    assert pa != pb and pa % (1 << 32) == pb % (1 << 32)
+    assert a.owns(pa) and not a.owns(pb)
+    a.free(pa)
+    b.free(pb)
+
+
+def test_bulk_uses_the_trees_own_calls():
+    name = lr.load(EXAMPLE)
+    assert "bulk" in al.schema.layer(name).features
+    assert lr.info(EXAMPLE)["bulk"] is True
+
+
+def test_not_a_tree(tmp_path):
+    with pytest.raises(lr.LibarenaTreeError, match="not a libarena tree: src/buddy.bpf.c"):
+        lr.load(str(tmp_path))
+    with pytest.raises(lr.LibarenaTreeError, match="no such folder"):
+        lr.load(str(tmp_path / "nope"))
+
+
+def test_compile_error_names_file_and_line(tmp_path):
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "b->live = 0;\n\tfor", "b->live = 0\n\tfor")
+    before = set(os.listdir(lr._object_dir()))
+    with pytest.raises(lr.LibarenaCompileError, match=r"src/buddy\.bpf\.c:\d+:\d+: error"):
+        lr.load(str(tree))
+    assert set(os.listdir(lr._object_dir())) == before  # nothing left behind
+
+
+def test_missing_helper_is_named(tmp_path):
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "b->live = 0;\n\tfor",
+           "b->live = bpf_ktime_get_ns();\n\tfor")
+    with pytest.raises(lr.LibarenaCompileError) as e:
+        lr.load(str(tree))
+    assert "bpf_ktime_get_ns" in str(e.value) and "does not provide" in str(e.value)
+    assert "buddy.bpf.c:" in str(e.value)
+
+
+def test_init_failure_is_reported(tmp_path):
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "if (!b)\n\t\treturn -EINVAL;\n\tret",
+           "if (b)\n\t\treturn -ENOSPC;\n\tret")
+    with pytest.raises(lr.LibarenaInitError, match="buddy_init failed: -28"):
+        lr.load(str(tree))
+
+
+def test_cli_test_command_and_errors(tmp_path):
+    proc = _cli("libarena", "test", EXAMPLE)
+    assert proc.returncode == 0, proc.stderr
+    assert "PASS test_pool_bulk" in proc.stdout and "4 passed, 0 failed" in proc.stdout
+    tree = _copy(tmp_path)
+    _patch(tree / "selftests" / "test_pool.bpf.c", "if (a != b)", "if (a == b)")
+    proc = _cli("libarena", "test", str(tree))
+    assert proc.returncode == 1
+    assert "FAIL test_pool_reuse (returned -22)" in proc.stdout
+    proc = _cli("libarena", "test", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and proc.stderr.startswith("alloclab: error:")
+
+
+# ---- the kernel's libarena: where the copy is at hand ----
+
+@needs_reference
+def test_reference_selftests_pass():
+    results = lr.run_tests(REFERENCE)
+    assert len(results) >= 5 and all(r["passed"] for r in results), results
+
+
+@needs_reference
+def test_reference_buddy_alone_and_under_caches():
+    name = lr.load(REFERENCE)
+    for apc in (16, 256):
+        d = _run(name, apc)
+        # one arena spin lock per alloc and per free, as the model's buddy
+        assert d[name + ".lock_acquired_per_op"][0] == pytest.approx(1.0)
+        assert d[name + ".leaked"][0] == 0
+    d = _run("percpu > transfer > " + name, apc=256)
+    assert d[name + ".leaked"][0] == 0
+
+
+@needs_reference
+def test_reference_usable_size_is_the_block():
+    a = al.Allocator(lr.load(REFERENCE))
+    for size, block in ((1, 16), (17, 32), (64, 64), (1000, 1024)):
+        p = a.alloc(size)
+        assert a.usable_size(p) == block and p % 16 == 0
+        a.free(p)
