@@ -631,3 +631,49 @@ def test_raw_folders_of_dead_recorders_are_removed_by_the_next_record(tmp_path):
         "%s%d-%s" % (RAW_PREFIX, o["pid"], n) for n, o in folders.items() if n != "dead")
     assert "alloclab: warning: removed 1 raw folder(s) left by recorders that were " \
         "killed: %s\n" % dead in proc.stderr
+
+
+def test_in_a_terminal_the_command_reads_it_and_ctrl_c_ends_it(tmp_path):
+    """The command's group is the terminal's foreground group while it runs:
+    it reads the terminal (a background group would be stopped by SIGTTIN)
+    and ^C reaches it; alloclab exits 130 and writes the traces."""
+    import fcntl
+    import pty
+    import select
+    import termios
+    import time
+    master, slave = pty.openpty()
+
+    def own_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    out = tmp_path / "t.trace"
+    proc = subprocess.Popen(CLI + ["--out", str(out), "--", "sh", "-c",
+                                   "read x; echo got $x; sleep 600"],
+                            stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal)
+    os.close(slave)
+    seen, end = b"", time.monotonic() + 30
+
+    def until(word):
+        nonlocal seen
+        while word not in seen and time.monotonic() < end:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:  # the terminal's last process is gone
+                    break
+        return word in seen
+
+    try:
+        os.write(master, b"hello\n")
+        assert until(b"got hello"), seen
+        os.write(master, b"\x03")
+        assert proc.wait(timeout=30) == 130, seen
+        assert until(b"index: "), seen
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+    with open(str(out) + ".index.json") as f:
+        assert json.load(f)["returncode"] == -2
