@@ -609,3 +609,125 @@ def test_parameter_values_take_the_syntax_of_a_spec(tmp_path):
 def test_parameter_values_in_a_bad_syntax_are_named(param, needle):
     with pytest.raises(al.ParameterTypeError, match=needle):
         plugin.compile("badsyntax", COUNTING, create="counting_create", params=[param])
+
+
+# ---- plugins that loop or hand out one object twice, under the preload shim ----
+
+SPIN = os.path.join(ROOT, "tests", "preload", "plugins", "spin.c")
+DUP = os.path.join(ROOT, "tests", "preload", "plugins", "dup.c")
+PRELOAD = [sys.executable, "-m", "alloclab", "preload"]
+STALLED = (r"alloclab: error: watchdog: a policy call made no progress for 1 s in pid (\d+) "
+           r"\(stall\) \(policy spin > buddy\); the program was killed \(SIGKILL\)")
+
+
+@pytest.fixture(scope="module")
+def shim_env(tmp_path_factory):
+    """The environment the preload tests run in: one plugin cache for all, so
+    that each plugin's shim is built once."""
+    return dict(os.environ, ALLOCLAB_CACHE=str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="module")
+def stall(tmp_path_factory):
+    exe = str(tmp_path_factory.mktemp("stall") / "stall")
+    subprocess.check_call([shutil.which("cc"), "-O1", "-o", exe,
+                           os.path.join(ROOT, "tests", "preload", "stall.c")])
+    return exe
+
+
+def _alive(pid):
+    """pid is a process that has not ended (a zombie has)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("mode", ["self", "fork", "exec"])
+def test_preload_watchdog_ends_a_policy_call_that_loops(mode, stall, shim_env, tmp_path):
+    """A plugin's alloc that never returns, in the program, in a forked child
+    or in an image it execs: the watchdog kills it and the program after 1 s
+    without progress, says so in one line naming the pid and the policy, and
+    exits 124; the stats, written first, say the same."""
+    import re
+    import time
+
+    from alloclab import preload
+
+    stats = tmp_path / "s.json"
+    t0 = time.monotonic()
+    out = subprocess.run(PRELOAD + ["--watchdog", "1", "--plugin", SPIN, "--policy",
+                                    "spin > buddy", "--json", str(stats), "--", stall, mode],
+                         capture_output=True, text=True, env=shim_env, timeout=300)
+    took = time.monotonic() - t0
+    assert out.returncode == preload.EXIT_STALLED == 124, out.stderr
+    (line,) = out.stderr.splitlines()
+    m = re.fullmatch(STALLED, line)
+    assert m, line
+    assert out.stdout == "start %s\n" % mode + ("start self\n" if mode == "exec" else "")
+    st = preload.read_stats(str(stats))
+    assert st["stalled"] == line[len("alloclab: error: "):]
+    pid = int(m.group(1))
+    if mode == "fork":  # the child is stuck, its parent waits: both ended
+        assert pid != st["root"]
+    else:
+        assert pid == st["root"]
+    assert not _alive(pid) and not _alive(st["root"])
+    assert took < 120  # 1 s of watchdog, plus the plugin's build on the first run
+
+
+def test_preload_watchdog_leaves_calls_that_progress_alone(stall, shim_env):
+    """A second of allocations, each call short, under a 0.05 s watchdog: no
+    false alarm. --watchdog 0 turns it off; a bad value is one error line."""
+    out = subprocess.run(PRELOAD + ["--watchdog", "0.05", "--plugin", SPIN, "--policy",
+                                    "spin > buddy", "--", stall, "busy"],
+                         capture_output=True, text=True, env=shim_env, timeout=300)
+    assert out.returncode == 0 and out.stderr == "" and out.stdout == "start busy\n"
+    for bad in ("-1", "nan", "inf", "1e-9"):
+        out = subprocess.run(PRELOAD + ["--watchdog", bad, "--", "true"], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2, out.stderr
+        (line,) = out.stderr.splitlines()
+        assert line.startswith("alloclab: error: watchdog=") and "out of range" in line
+
+
+def test_preload_run_raises_run_stalled(stall, shim_env, monkeypatch):
+    from alloclab import preload
+
+    monkeypatch.setenv("ALLOCLAB_CACHE", shim_env["ALLOCLAB_CACHE"])
+    plugin.compile_file(SPIN)
+    shim = plugin.preload_shim(SPIN)
+    with pytest.raises(al.RunStalled) as e:
+        preload.run("spin > buddy", [stall], shim=shim, watchdog=1, capture_output=True,
+                    env=shim_env, timeout=120)
+    assert e.value.pid == e.value.stats["root"] and e.value.proc.returncode == -9
+    assert "no progress for 1 s in pid %d" % e.value.pid in str(e.value)
+    with pytest.raises(al.ParameterTypeError):
+        preload.run("buddy", ["true"], watchdog="30")
+
+
+def test_preload_names_the_signal_that_ended_the_program(shim_env):
+    """A plugin that hands one object out twice: python3 dies of a signal,
+    and alloclab preload says which, in what process and on which policy, in
+    one line, exiting 128 + N. A signal without a plugin is named too."""
+    import signal
+
+    env = dict(shim_env, PYTHONMALLOC="malloc")
+    out = subprocess.run(PRELOAD + ["--plugin", DUP, "--policy", "dup > buddy", "--",
+                                    sys.executable, "-c",
+                                    "import json; print(len(json.dumps(list(range(10000)))))"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode > 128, (out.returncode, out.stderr)
+    sig = signal.Signals(out.returncode - 128).name
+    assert sig in ("SIGSEGV", "SIGBUS", "SIGABRT")
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("alloclab:")]
+    assert line.startswith("alloclab: error: pid ") and \
+        "(python" in line and "was killed by %s on policy dup > buddy with plugin %s" % (
+            sig, DUP) in line, line
+    out = subprocess.run(PRELOAD + ["--policy", "buddy", "--", "sh", "-c", "kill -SEGV $$"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 128 + signal.SIGSEGV
+    assert out.stderr.splitlines() == [
+        "alloclab: error: pid %s (sh) was killed by SIGSEGV on policy buddy"
+        % out.stderr.split()[3]]

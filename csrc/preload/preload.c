@@ -70,7 +70,9 @@
  * thread-local loads (the reentrancy flag's thread, the model CPU), the
  * reentrancy flag set and cleared in the thread's own cache line (one per
  * model CPU), one indirect call into the policy and one counter added to the
- * thread's block (found once, when the thread took its model CPU). free adds
+ * thread's block (found once, when the thread took its model CPU), and,
+ * under the watchdog, the thread's seq bumped twice in a line of its own in
+ * the shared mapping (a load and a branch without it). free adds
  * the owner check: a range check inline against the owner's index, or one
  * owns() call on the layer that owns the memory, below the layers that
  * declare AL_F_OWNS_BELOW (percpu, transfer, magazine, ...).
@@ -113,6 +115,24 @@
  * Nothing here calls libc malloc or starts threads; the library reaches the
  * OS through mmap only.
  *
+ * Watchdog: ALLOCLAB_WATCH=FILE names a file the watcher (`alloclab
+ * preload`) made, mapped MAP_SHARED here; no thread is added to the program.
+ * Its layout (the watcher reads it):
+ *
+ *   offset 0     header: "alwatch1", u32 nslots, u32 nwords, u64 slot_size
+ *   offset 4096  nslots slots of slot_size bytes, each:
+ *     line 0       i32 pid (0: free), u32 hw (thread words in use), u64 init
+ *     line 1 + i   u64 seq of model CPU i (nwords >= AL_MAX_CPUS lines)
+ *
+ * A process takes the slot holding its pid (an earlier image, before exec),
+ * else a free one, else one whose pid is gone; a fork child takes its own.
+ * Each thread bumps its seq on entering the policy and again on leaving it
+ * (enter/leave), one store into a cache line of its own: an odd seq is a
+ * call in progress, and one that stays odd and unchanged for the watchdog's
+ * time is a policy call that made no progress (a plugin that loops); init
+ * does the same while the policy is built. The watcher kills that process.
+ * Threads without a model CPU, and processes past nslots, are not watched.
+ *
  * Recording: ALLOCLAB_RECORD=DIR makes every image write its calls to a raw
  * file in DIR (record.c, which says how). Without ALLOCLAB_POLICY the shim
  * then stays on glibc (state off, "recording on glibc") and records; with
@@ -125,11 +145,13 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -182,6 +204,7 @@ static const char *const align_names[] = { "none", "round", "pad" };
 struct shim_thread {
 	struct al_ctx ctx; /* this thread's model CPU */
 	uint64_t *blk;	   /* its block of the shim's counters; NULL when not counting */
+	uint64_t *watch;   /* its seq in the watchdog's mapping; NULL when not watched */
 	int inside;	   /* reentrancy guard */
 	int live;	   /* slot in use */
 } __attribute__((aligned(AL_CACHELINE)));
@@ -238,6 +261,24 @@ static pid_t record_pid;
 static pid_t my_pid;
 static int record_lock;
 
+/* The watchdog's mapping (see the header): the file, its slots, and this
+ * process's slot (NULL: not watched). */
+#define WATCH_MAGIC    "alwatch1"
+#define WATCH_SLOTS_AT 4096
+struct watch_header {
+	char magic[8];
+	uint32_t nslots;
+	uint32_t nwords;
+	uint64_t slot_size;
+};
+struct watch_slot {
+	int32_t pid;   /* the process that holds it; 0: free */
+	uint32_t hw;   /* model CPUs whose seq may be in use (highest + 1) */
+	uint64_t init; /* bumped around the policy's build, as a thread's seq */
+};
+static char *watch_map;
+static struct watch_slot *watch_slot;
+
 /* Thread-locals in static TLS, so touching them never allocates. */
 static __thread struct shim_thread *self __attribute__((tls_model("initial-exec")));
 static __thread int bootstrapping __attribute__((tls_model("initial-exec")));
@@ -254,6 +295,111 @@ static inline void count(struct shim_thread *t, unsigned idx)
 	}
 }
 
+/* Model CPU i's seq in this process's slot, or NULL when not watched. */
+static uint64_t *watch_word(unsigned i)
+{
+	if (!watch_slot)
+		return NULL;
+	return (uint64_t *)((char *)watch_slot + AL_CACHELINE * (1 + (size_t)i));
+}
+
+/* A policy call begins or ends on this thread: odd seq, inside. */
+static inline void watch_bump(uint64_t *w)
+{
+	if (w)
+		__atomic_store_n(w, *w + 1, __ATOMIC_RELEASE);
+}
+
+static struct watch_slot *watch_slot_at(uint32_t k)
+{
+	const struct watch_header *h = (const void *)watch_map;
+
+	return (struct watch_slot *)(watch_map + WATCH_SLOTS_AT + (size_t)k * h->slot_size);
+}
+
+static bool watch_try(struct watch_slot *s, int32_t old, int32_t pid)
+{
+	return __atomic_compare_exchange_n(&s->pid, &old, pid, false, __ATOMIC_ACQ_REL,
+					   __ATOMIC_RELAXED);
+}
+
+/* Take a slot for pid: the one an earlier image of it held, a free one, or
+ * one whose process is gone; its words start at 0 (no call in progress). */
+static void watch_claim(pid_t pid)
+{
+	const struct watch_header *h = (const void *)watch_map;
+	struct watch_slot *s = NULL;
+	uint32_t k, pass, i;
+
+	watch_slot = NULL;
+	if (!watch_map)
+		return;
+	for (pass = 0; pass < 3 && !s; pass++)
+		for (k = 0; k < h->nslots && !s; k++) {
+			struct watch_slot *c = watch_slot_at(k);
+			int32_t old = __atomic_load_n(&c->pid, __ATOMIC_ACQUIRE);
+
+			if (pass == 0	? old == pid
+			    : pass == 1 ? old == 0 && watch_try(c, 0, pid)
+					: old > 0 && kill(old, 0) && errno == ESRCH &&
+						  watch_try(c, old, pid))
+				s = c;
+		}
+	if (!s)
+		return; /* more processes than slots: this one is not watched */
+	for (i = 0; i < s->hw && i < h->nwords; i++)
+		__atomic_store_n((uint64_t *)((char *)s + AL_CACHELINE * (1 + (size_t)i)), 0,
+				 __ATOMIC_RELAXED);
+	__atomic_store_n(&s->hw, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->init, 0, __ATOMIC_RELEASE);
+	watch_slot = s;
+}
+
+/* Map ALLOCLAB_WATCH's file when it has the layout this shim writes. */
+static void watch_open(const char *path)
+{
+	const struct watch_header *h;
+	struct stat sb;
+	void *m;
+	int fd;
+
+	if (!path || !*path)
+		return;
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &sb) || sb.st_size < WATCH_SLOTS_AT) {
+		close(fd);
+		return;
+	}
+	m = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return;
+	h = m;
+	if (memcmp(h->magic, WATCH_MAGIC, 8) || h->nwords < AL_MAX_CPUS ||
+	    h->slot_size < AL_CACHELINE * (1 + (uint64_t)h->nwords) ||
+	    WATCH_SLOTS_AT + h->nslots * h->slot_size > (uint64_t)sb.st_size) {
+		munmap(m, (size_t)sb.st_size);
+		return;
+	}
+	watch_map = m;
+}
+
+/* Model CPU i's seq for its thread, the slot's high-water mark raised to it. */
+static uint64_t *watch_thread(unsigned i)
+{
+	uint32_t hw;
+
+	if (!watch_slot)
+		return NULL;
+	hw = __atomic_load_n(&watch_slot->hw, __ATOMIC_RELAXED);
+	while (hw < i + 1 && !__atomic_compare_exchange_n(&watch_slot->hw, &hw, i + 1, true,
+							  __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		;
+	return watch_word(i);
+}
+
 static void thread_exit(void *arg)
 {
 	struct shim_thread *t = arg;
@@ -261,8 +407,10 @@ static void thread_exit(void *arg)
 	if (!t || state != ST_READY)
 		return;
 	t->inside = 1;
+	watch_bump(t->watch);
 	al_stack_drain(top, &t->ctx, AL_DRAIN_CPU);
 	count(t, SHIM_thread_exits);
+	watch_bump(t->watch);
 	t->inside = 0;
 	self = NULL;
 	__atomic_store_n(&t->live, 0, __ATOMIC_RELEASE);
@@ -283,6 +431,7 @@ static al_noinline struct shim_thread *thread_take(void)
 						__ATOMIC_RELAXED)) {
 			al_ctx_init(&threads[i].ctx, i);
 			threads[i].blk = al_ctr_block(&ctr, &threads[i].ctx);
+			threads[i].watch = watch_thread(i);
 			threads[i].inside = 0;
 			self = &threads[i];
 			self->inside = 1; /* pthread_setspecific may allocate */
@@ -529,7 +678,9 @@ static void atexit_stats(void)
 
 	if (state == ST_READY && t && !t->inside) { /* its caches count as freed */
 		t->inside = 1;
+		watch_bump(t->watch);
 		al_stack_drain(top, &t->ctx, AL_DRAIN_CPU);
+		watch_bump(t->watch);
 		t->inside = 0;
 	}
 	record_write("exit");
@@ -567,6 +718,16 @@ static void fork_child(void)
 	record_lock = 0;
 	if (ctr.v)
 		memset(ctr.v, 0, (size_t)ctr.nblocks * ctr.stride * sizeof(uint64_t));
+	/* the parent's slot stays the parent's: the child watches in its own */
+	if (watch_slot) {
+		unsigned i;
+
+		watch_claim(my_pid);
+		for (i = 0; i < ncpu; i++)
+			threads[i].watch = __atomic_load_n(&threads[i].live, __ATOMIC_RELAXED)
+						   ? watch_thread(i)
+						   : NULL;
+	}
 }
 
 static bool spec_has_local_guard(const struct al_stack_spec *s)
@@ -674,6 +835,7 @@ static void shim_settings(void)
 	verbose = env && *env && strcmp(env, "0");
 	set_stats_prefix(getenv("ALLOCLAB_STATS"));
 	set_stats_level(getenv("ALLOCLAB_STATS_LEVEL"));
+	watch_open(getenv("ALLOCLAB_WATCH"));
 	env = getenv("ALLOCLAB_POLICY");
 	snprintf(policy_text, sizeof(policy_text), "%s", env ? env : "percpu > transfer > buddy");
 	ncpu = AL_MAX_CPUS;
@@ -768,7 +930,13 @@ static al_noinline al_cold void shim_init(void)
 		snprintf(policy_error, sizeof(policy_error), "out of memory for the shim");
 		goto out_off;
 	}
-	if (policy_build(&spec))
+	watch_claim(my_pid);
+	if (watch_slot)
+		watch_bump(&watch_slot->init);
+	ret = policy_build(&spec);
+	if (watch_slot)
+		watch_bump(&watch_slot->init);
+	if (ret)
 		goto out_off;
 	choose_alignment(&spec);
 	owner = owner_layer(top);
@@ -844,11 +1012,13 @@ static inline struct shim_thread *enter(void)
 		return NULL;
 	}
 	t->inside = 1;
+	watch_bump(t->watch);
 	return t;
 }
 
 static inline void leave(struct shim_thread *t)
 {
+	watch_bump(t->watch);
 	t->inside = 0;
 }
 

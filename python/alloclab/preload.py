@@ -41,23 +41,39 @@ a top layer that cannot tell an object's size (realloc needs it), and
 guard=local (a free from a thread without a model CPU, or from a signal
 handler inside the shim, reaches CPU 0's caches from another thread).
 ``check()`` says so before anything runs, in the shim's words.
+
+The watchdog (``watchdog`` seconds, 30 as the engine's; 0: off): a policy
+call that makes no progress for that long (a plugin that loops, a lock never
+released) in any process under the shim ends the program. No thread is added
+to it: every thread bumps a word of its own in a file mapped MAP_SHARED
+(ALLOCLAB_WATCH, laid out in csrc/preload/preload.c) on entering and leaving
+the policy, and this process reads the words while it waits. A process that
+stays inside one call that long is killed (SIGKILL), and the program with
+it; run() then raises RunStalled naming the pid, the seconds and the policy
+(``.pid``, ``.proc``, ``.stats``), and `alloclab preload` exits
+EXIT_STALLED. A process stopped (SIGSTOP, ^Z) is not counted as stuck.
 """
 
 import errno
 import glob
 import json
+import math
+import mmap
+import numbers
 import os
 import re
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import tempfile
+import time
 
 from . import errors, schema
 from ._ffi import preload_path
 from .policy import Policy
-from .run import STATS_LEVEL_NAMES, STATS_LEVELS
+from .run import MAX_SECONDS, STATS_LEVEL_NAMES, STATS_LEVELS
 
 MIN_SHARE = 0.99
 """The share of a process's allocations the policy must serve (refusals and
@@ -68,6 +84,11 @@ BY_DESIGN = ("libc_early", "libc_large", "libc_threads")
 REFUSED = ("libc_refused", "libc_aligned")
 EXIT_ON_GLIBC = 125
 """The exit status of ``alloclab preload`` when a process ran on glibc."""
+EXIT_STALLED = 124
+"""The exit status of ``alloclab preload`` when its watchdog ended the
+program (as timeout(1) exits 124 when its time ran out)."""
+WATCHDOG = 30.0
+"""Seconds a policy call may go without progress (the engine's default)."""
 
 GUARD_LOCAL_REFUSED = (
     "guard=local is refused under the preload shim (a free from a thread without a model "
@@ -160,15 +181,18 @@ def write_stats(path, st):
         f.write("\n")
 
 
+def _signal_name(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "signal %d" % signum
+
+
 def status_text(returncode):
     """The program's end in words: "the program exited N" or "the program was
     ended by SIGNAME"."""
     if returncode is not None and returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "signal %d" % -returncode
-        return "the program was ended by %s" % name
+        return "the program was ended by %s" % _signal_name(-returncode)
     return "the program exited %s" % returncode
 
 
@@ -214,6 +238,7 @@ def command(policy, argv, stats=None, env=None, shim=None, verbose=False, level=
         env["ALLOCLAB_STATS"] = os.path.abspath(stats)
     else:
         env.pop("ALLOCLAB_STATS", None)
+    env.pop("ALLOCLAB_WATCH", None)  # run() watches its own program, nothing inherits one
     if verbose:
         env["ALLOCLAB_VERBOSE"] = "1"
     else:
@@ -403,11 +428,184 @@ def glibc_error(st, returncode=None):
     return msg + "; --allow-glibc (allow_glibc=True) accepts such a run"
 
 
+def check_watchdog(watchdog):
+    """Seconds as a float (0: off), or ParameterTypeError / ParameterRangeError
+    naming the value: 0, or 0.001 to MAX_SECONDS, as run(watchdog=)."""
+    if isinstance(watchdog, bool) or not isinstance(watchdog, numbers.Real):
+        raise errors.ParameterTypeError("watchdog must be a number of seconds, not %r"
+                                        % (watchdog,), name="watchdog", value=watchdog)
+    watchdog = float(watchdog)
+    if not math.isfinite(watchdog) or watchdog < 0 or 0 < watchdog < 1e-3 or \
+            watchdog > MAX_SECONDS:
+        raise errors.ParameterRangeError(
+            "watchdog=%r is out of range: 0 (off) or 0.001 to %g seconds"
+            % (watchdog, MAX_SECONDS), name="watchdog", value=watchdog, min=0, max=MAX_SECONDS)
+    return watchdog
+
+
+class _Watch:
+    """The watchdog's shared file (the layout is csrc/preload/preload.c's)
+    and what was seen in it: a call in progress is an odd word, and one
+    that keeps the same odd value for ``limit`` seconds made no progress."""
+
+    MAGIC = b"alwatch1"
+    SLOTS_AT = 4096
+    NSLOTS = 256
+    LINE = 64
+
+    def __init__(self, folder, limit, shim):
+        from ._ffi import lib
+
+        self.limit = limit
+        self.period = min(1.0, max(0.01, limit / 8))
+        self.shim = os.path.basename(shim)
+        self.nwords = int(lib.AL_MAX_CPUS)
+        self.slot_size = self.LINE * (1 + self.nwords)
+        self.path = os.path.join(folder, "watch")
+        size = self.SLOTS_AT + self.NSLOTS * self.slot_size
+        with open(self.path, "wb") as f:
+            f.write(self.MAGIC + struct.pack("<IIQ", self.NSLOTS, self.nwords,
+                                             self.slot_size))
+            f.truncate(size)  # sparse: the slots are zero, free
+        with open(self.path, "rb") as f:
+            self.map = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+        self.seen = {}
+
+    def close(self):
+        self.map.close()
+
+    def _words(self, off, hw):
+        yield "init", struct.unpack_from("<Q", self.map, off + 8)[0]
+        for i in range(min(hw, self.nwords)):
+            yield i, struct.unpack_from("<Q", self.map, off + self.LINE * (1 + i))[0]
+
+    def _stuck_here(self, pid):
+        """Whether pid is still a live, running process with the shim loaded
+        (not a zombie, not stopped, not a reused pid without it)."""
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                st = f.read().rsplit(")", 1)[1].split()[0]
+            if st in "ZXxTt":
+                return st in "Tt" and None  # stopped: not stuck; gone: no
+            with open("/proc/%d/maps" % pid) as f:
+                return any(self.shim in line for line in f)
+        except (OSError, IndexError):
+            return False
+
+    def stuck(self):
+        """The pid of a process inside one policy call for ``limit`` seconds,
+        or None."""
+        now = time.monotonic()
+        for k in range(self.NSLOTS):
+            off = self.SLOTS_AT + k * self.slot_size
+            pid, hw = struct.unpack_from("<iI", self.map, off)
+            if pid <= 0:
+                continue
+            for i, seq in self._words(off, hw):
+                key = (k, pid, i)
+                if not seq & 1:
+                    self.seen.pop(key, None)
+                    continue
+                old = self.seen.get(key)
+                if old is None or old[0] != seq:
+                    self.seen[key] = (seq, now)
+                elif now - old[1] >= self.limit:
+                    here = self._stuck_here(pid)
+                    if here:
+                        return pid
+                    if here is None:  # stopped: its time starts again
+                        self.seen[key] = (seq, now)
+        return None
+
+    def fire(self, pid, proc):
+        """Kill the stuck process and the program; (pid, its name)."""
+        try:  # argv[0], as the process's stats record names it
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                name = os.path.basename(os.fsdecode(f.read().split(b"\0", 1)[0])) or "?"
+        except OSError:
+            name = "?"
+        for victim in dict.fromkeys((pid, proc.pid)):
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except OSError:
+                pass
+        return pid, name
+
+
+def stalled_error(stalled, limit, policy):
+    """The one-line message for a program the watchdog ended (stalled: the
+    stuck process's (pid, name)), in the words of the engine's watchdog."""
+    return ("watchdog: a policy call made no progress for %g s in pid %d (%s) (policy %s); "
+            "the program was killed (SIGKILL)" % (limit, stalled[0], stalled[1], policy))
+
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """The signals a ``forward_signals`` run passes on to the program."""
 
 
-def _run_forwarding(argv, env, **kwargs):
+USER_SIGNALS = FORWARDED + (signal.SIGPIPE,)
+"""Signals that end a program as a user or its pipeline asked (^C, kill,
+a reader gone), not as a fault: `alloclab preload` reports none of them."""
+
+
+def signal_error(st, returncode, plugin=None):
+    """The one-line message for a program a signal ended that no user sent
+    (SIGSEGV, SIGBUS, SIGABRT, SIGKILL, ...), naming the signal, the process
+    and the policy, as ``run --isolate`` does; None when the program exited,
+    or ended by one of USER_SIGNALS. ``plugin``: the plugin file compiled
+    into the shim, the likeliest cause."""
+    if returncode is None or returncode >= 0 or -returncode in USER_SIGNALS:
+        return None
+    sig = _signal_name(-returncode)
+    root = next((r for r in st["processes"] if r["pid"] == st.get("root")), None)
+    who = _name(root) if root else "the program"
+    msg = "%s was killed by %s on policy %s" % (who, sig, st["policy"])
+    if plugin:
+        msg += (" with plugin %s (a fault in a layer, most likely the plugin's: the "
+                "built-in layers are tested, plugins are not)" % plugin)
+    if sig == "SIGKILL":
+        msg += " (or by the kernel's out-of-memory killer)"
+    return msg
+
+
+def _run_watched(argv, env, watch, input=None, timeout=None, check=False,
+                 capture_output=False, **kwargs):
+    """subprocess.run(argv), watching for a stuck policy call while it
+    waits; the CompletedProcess has ``.stalled`` (None, or which process
+    the watchdog killed)."""
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stalled = None
+    with subprocess.Popen(argv, env=env, **kwargs) as proc:
+        try:
+            while True:
+                step = watch.period if deadline is None else \
+                    max(0.0, min(watch.period, deadline - time.monotonic()))
+                try:
+                    out, err = proc.communicate(input, timeout=step)
+                    break
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        proc.kill()
+                        out, err = proc.communicate()
+                        raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
+                    pid = None if stalled else watch.stuck()
+                    if pid is not None:
+                        stalled = watch.fire(pid, proc)
+        except BaseException:
+            proc.kill()
+            raise
+    done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    if check and not stalled:
+        done.check_returncode()
+    done.stalled = stalled
+    return done
+
+
+def _run_forwarding(argv, env, watch=None, **kwargs):
     """Run argv to its end, passing FORWARDED signals sent to this process on
     to it (to its process group when it leads one), so that the program ends
     as the signal asks and this process still reports its stats.
@@ -416,8 +614,10 @@ def _run_forwarding(argv, env, **kwargs):
     which says who sent each: a terminal's ^C or ^\\ (sent by the kernel to
     the whole foreground group) already reached a program in this process
     group and is not sent twice; kill(1) aimed at this process is passed on.
-    The program starts with the signal mask this process had."""
+    The program starts with the signal mask this process had. With a watch,
+    the wait wakes every watch.period to look for a stuck policy call."""
     sigs = set(FORWARDED) | {signal.SIGCHLD}
+    stalled = None
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
         proc = subprocess.Popen(
@@ -425,7 +625,13 @@ def _run_forwarding(argv, env, **kwargs):
             **kwargs)
         try:
             while proc.poll() is None:
-                info = signal.sigwaitinfo(sigs)
+                info = signal.sigtimedwait(sigs, watch.period) if watch else \
+                    signal.sigwaitinfo(sigs)
+                if info is None:
+                    pid = None if stalled else watch.stuck()
+                    if pid is not None:
+                        stalled = watch.fire(pid, proc)
+                    continue
                 if info.si_signo == signal.SIGCHLD:
                     continue
                 try:
@@ -451,7 +657,9 @@ def _run_forwarding(argv, env, **kwargs):
             pass
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    return subprocess.CompletedProcess(proc.args, proc.returncode)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode)
+    done.stalled = stalled
+    return done
 
 
 _SI_KERNEL = 0x80
@@ -459,7 +667,7 @@ _SI_KERNEL = 0x80
 
 
 def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=None,
-        verbose=False, forward_signals=False, level=None, **kwargs):
+        verbose=False, forward_signals=False, level=None, watchdog=WATCHDOG, **kwargs):
     """Run argv under the shim; returns the CompletedProcess with the merged
     stats as ``.stats`` (written to the file ``stats`` as JSON when given).
     ``level``: the stats level of the policy's layers (see command()).
@@ -472,26 +680,52 @@ def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=N
     this process are passed on to the program, which is waited for, and its
     stats are merged as for a run that ended by itself.
 
+    ``watchdog``: seconds a policy call may make no progress in any process
+    (0: off; see the module's doc); past them the program is killed and
+    RunStalled raised (``.pid``: the stuck process), its stats written
+    first, with ``stalled`` saying what happened (None otherwise).
+
+    The stats' ``returncode`` is the program's status as a shell reports
+    it, the one `alloclab preload` exits with: 128 + N when signal N ended it
+    (``signal`` names it, else None), while ``proc.returncode`` is
+    subprocess's -N.
+
     ``stats`` is checked before argv starts (InvalidArgument: a stats
     level's name, a path that cannot be written, a directory, a socket, a
     named pipe with no reader);
     a write that fails after the run raises InvalidArgument naming the file
     and the program's status, with ``.proc`` and ``.stats``."""
     _not_a_level(stats, "file")
+    watchdog = check_watchdog(watchdog)
     if stats is not None:
         check_stats_path(stats)
     tmp = tempfile.mkdtemp(prefix="alloclab-preload-")
+    watch = None
     try:
         argv, env = command(policy, argv, stats=tmp, env=kwargs.pop("env", None),
                             shim=shim, verbose=verbose, level=level)
+        if watchdog:
+            watch = _Watch(tmp, watchdog, env["LD_PRELOAD"].split()[0])
+            env["ALLOCLAB_WATCH"] = watch.path
         if forward_signals:
-            proc = _run_forwarding(argv, env, **kwargs)
+            proc = _run_forwarding(argv, env, watch, **kwargs)
+        elif watch:
+            proc = _run_watched(argv, env, watch, **kwargs)
         else:
             proc = subprocess.run(argv, env=env, **kwargs)
+            proc.stalled = None
         st = collect(tmp, policy, allow_glibc, min_share, root_ppid=os.getpid())
     finally:
+        if watch:
+            watch.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    st["returncode"] = proc.returncode
+    # The program's status as a shell reports it and `alloclab preload` exits
+    # with it: 128 + N when signal N ended it (proc.returncode stays -N).
+    rc = proc.returncode
+    st["returncode"] = 128 - rc if rc < 0 else rc
+    st["signal"] = _signal_name(-rc) if rc < 0 else None
+    st["stalled"] = stalled_error(proc.stalled, watchdog, st["policy"]) if proc.stalled \
+        else None
     proc.stats = st
     if stats is not None:
         try:
@@ -501,6 +735,8 @@ def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=N
                 "cannot write the stats file %s: %s (%s; its counters are .stats of this "
                 "error)" % (stats, e.strerror or e, status_text(proc.returncode)),
                 value=stats, proc=proc, stats=st) from None
+    if st["stalled"]:
+        raise errors.RunStalled(st["stalled"], proc=proc, stats=st, pid=proc.stalled[0])
     if st["on_glibc"] and not allow_glibc:
         raise errors.RunError(glibc_error(st, proc.returncode), proc=proc, stats=st)
     return proc
