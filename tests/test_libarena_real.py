@@ -170,3 +170,73 @@ def test_reference_usable_size_is_the_block():
         p = a.alloc(size)
         assert a.usable_size(p) == block and p % 16 == 0
         a.free(p)
+
+
+def test_bad_tree_in_a_spec_is_one_error_and_registers_nothing(tmp_path):
+    layers = set(al.schema.layers())
+    with pytest.raises(lr.LibarenaTreeError, match="not a libarena tree"):
+        al.Policy("percpu > libarena(tree=%s)" % tmp_path)
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "if (!b)\n\t\treturn -EINVAL;\n\tret",
+           "if (b)\n\t\treturn -ENOSPC;\n\tret")
+    before = set(os.listdir(lr._object_dir()))
+    with pytest.raises(lr.LibarenaInitError):
+        al.Policy("libarena(tree=%s)" % tree)
+    assert set(os.listdir(lr._object_dir())) == before
+    assert set(al.schema.layers()) == layers
+    proc = _cli("run", "malloc-free", "--policy", "libarena(tree=%s)" % tree)
+    assert proc.returncode == 2 and proc.stderr.startswith("alloclab: error:")
+    assert "buddy_init failed" in proc.stderr
+
+
+# ---- the contract suite, over the real code (tests/test_allocator.py) ----
+
+import test_allocator as contract  # noqa: E402
+
+TREES = [EXAMPLE] + ([REFERENCE] if os.path.isfile(os.path.join(REFERENCE, "src", "buddy.bpf.c"))
+                     else [])
+
+
+@pytest.fixture(params=TREES, ids=lambda t: os.path.basename(os.path.normpath(t)))
+def layer(request):
+    return lr.load(request.param)
+
+
+@pytest.fixture(params=["{}", "percpu > transfer > {}"], ids=["alone", "under-caches"])
+def spec(request, layer):
+    return request.param.format(layer)
+
+
+@pytest.fixture
+def alloc(layer):
+    with al.Allocator(layer, ncpu=4) as a:
+        yield a
+
+
+def test_contract_every_stack_round_trip(spec):
+    contract.test_every_stack_round_trip(spec)
+
+
+def test_contract_two_threads_on_one_cpu_take_turns(spec):
+    contract.test_two_threads_on_one_cpu_take_turns(spec)
+
+
+@pytest.mark.parametrize("case", ["test_round_trip", "test_cross_cpu_free", "test_bulk",
+                                  "test_stats_shape", "test_foreign_pointer",
+                                  "test_invalid_free_leaves_stats_unchanged"])
+def test_contract_allocator(alloc, case):
+    getattr(contract, case)(alloc)
+
+
+@needs_reference
+def test_contract_double_free_of_the_real_buddy():
+    with al.Allocator(lr.load(REFERENCE), ncpu=4) as a:
+        contract.test_double_free_leaves_stats_unchanged(a)
+
+
+@needs_reference
+def test_reference_has_no_bulk_calls_of_its_own():
+    assert "bulk" not in al.schema.layer(lr.load(REFERENCE)).features
+    a = al.Allocator(lr.load(REFERENCE))
+    ptrs = a.alloc_bulk(64, 8)  # the loop fallback
+    assert len(ptrs) == 8 and a.free_bulk(ptrs) == 8

@@ -309,7 +309,8 @@ class Copy:
 
 
 def check_init(obj, tree):
-    """Raise LibarenaInitError unless the tree's buddy_init succeeds."""
+    """Raise LibarenaInitError unless the tree's buddy_init succeeds; else
+    the largest request the tree serves (0: unknown)."""
     c = Copy(obj)
     try:
         rc = c.entry.init()
@@ -320,6 +321,7 @@ def check_init(obj, tree):
                     tree, rc, os.strerror(-rc) if rc < 0 else "not an errno",
                     "; it said: %s" % msg if msg else ""), value=tree)
         c.entry.destroy()
+        return int(c.entry.max_size)
     finally:
         c.close()
 
@@ -371,14 +373,18 @@ def load(tree=None, name=None):
         env = default_tree()
         digest = os.path.basename(obj)[len("tree-"):-len(".so")]
         name = "libarena" if env and os.path.abspath(env) == tree else "libarena_" + digest[:8]
-    check_init(obj, tree)
+    try:
+        max_size = check_init(obj, tree)
+    except LibarenaInitError:
+        os.unlink(obj)  # nothing left behind: the next try builds it again
+        raise
     feats = _features(tree)
     with open(os.path.join(COMPAT_DIR, "layer.c")) as f:
         source = f.read()
     plugin.compile(name, source, extra_compile_args=[
         "-D_GNU_SOURCE", "-I" + COMPAT_DIR, "-DALR_LAYER_NAME=\"%s\"" % name,
         "-DALR_OBJECT=\"%s\"" % obj.replace("\\", "\\\\").replace('"', '\\"'),
-        "-DALR_HAS_BULK=%d" % feats["bulk"]])
+        "-DALR_HAS_BULK=%d" % feats["bulk"], "-DALR_MAX_SIZE=%dULL" % max_size])
     _by_tree[key] = name
     return name
 

@@ -68,7 +68,8 @@ struct alr_entry {
 	size_t (*usable)(const void *p);
 	/* Run a selftest program with a fresh loop budget: its return value. */
 	int (*run)(const void *ctx, unsigned cpu, int (*fn)(void));
-	uintptr_t base; /* the arena: [base, base + span) */
+	size_t max_size; /* the largest request the tree serves (0: unknown) */
+	uintptr_t base;	 /* the arena: [base, base + span) */
 	size_t span;
 	const struct alr_prog *progs; /* the selftest programs compiled in */
 	unsigned nprogs;

@@ -13,6 +13,8 @@
  * allocated block is read from its chunk's order nibble, as buddy_free
  * reads it; otherwise the tree must define
  *   size_t buddy_usable_size(struct buddy __arena *buddy, void __arena *p);
+ * The largest request: BUDDY_MAX_ALLOC_BYTES where the tree's buddy.h
+ * defines it (a macro), else libarena's largest block.
  * Bulk: a tree may define
  *   int buddy_alloc_bulk(struct buddy __arena *buddy, size_t size,
  *                        void __arena **ptrs, u32 n);   (objects stored)
@@ -26,6 +28,16 @@
 #include "alr.h"
 
 extern struct buddy __arena buddy;
+
+/* The largest request: the tree's BUDDY_MAX_ALLOC_BYTES if it defines one,
+ * else libarena's largest block (half a chunk), else unknown. */
+#if defined(BUDDY_MAX_ALLOC_BYTES)
+#define ALR_TREE_MAX_SIZE ((size_t)(BUDDY_MAX_ALLOC_BYTES))
+#elif ALR_LIBARENA_LAYOUT
+#define ALR_TREE_MAX_SIZE ((size_t)BUDDY_MIN_ALLOC_BYTES << (BUDDY_CHUNK_NUM_ORDERS - 1))
+#else
+#define ALR_TREE_MAX_SIZE 0
+#endif
 
 int buddy_alloc_bulk(struct buddy __arena *buddy, size_t size, void __arena **ptrs, u32 n)
 	__attribute__((weak, visibility("hidden")));
@@ -135,6 +147,7 @@ __attribute__((visibility("default"))) int alr_bind(const struct alr_env *env,
 		.free_bulk = buddy_free_bulk ? e_free_bulk : NULL,
 		.usable = e_usable,
 		.run = e_run,
+		.max_size = ALR_TREE_MAX_SIZE,
 		.base = alr_arena_lo(),
 		.span = alr_arena_span(),
 		.progs = alr_progs,

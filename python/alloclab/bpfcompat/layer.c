@@ -6,6 +6,7 @@
  *   ALR_LAYER_NAME  the layer's name (a string: "libarena", "libarena_<hash>")
  *   ALR_OBJECT      the path of the tree's compiled object (a string; cached by hash)
  *   ALR_HAS_BULK  1 when the tree has buddy_alloc_bulk/buddy_free_bulk
+ *   ALR_MAX_SIZE  the largest request it serves (alr_entry.max_size)
  *
  * One private copy per instance
  * -----------------------------
@@ -58,6 +59,9 @@
 #endif
 #ifndef ALR_HAS_BULK
 #define ALR_HAS_BULK 0
+#endif
+#ifndef ALR_MAX_SIZE
+#define ALR_MAX_SIZE 0 /* the largest request the tree serves, 0: unknown */
 #endif
 
 #define ALR_LOCKS 4 /* distinct arena spin locks a tree may take */
@@ -427,6 +431,7 @@ static const struct al_layer_desc lar_desc = {
 	.nparams = P_NR,
 	.params = lar_params,
 	.create = lar_create_,
+	.max_size = ALR_MAX_SIZE,
 	.min_align = 16,
 };
 

@@ -12,6 +12,9 @@ enum pool_consts {
 	POOL_NIL = 0,		    /* end of a free list */
 };
 
+/* The largest request (alloclab's layer reads it). */
+#define BUDDY_MAX_ALLOC_BYTES (1UL << (POOL_MIN_SHIFT + POOL_CLASSES - 1))
+
 struct buddy {
 	u64 free_head[POOL_CLASSES]; /* free objects per class, linked by first word */
 	u32 slabs_used;		     /* slabs taken from the window */
