@@ -759,6 +759,8 @@ def cmd_preload(args):
     if not cmd:
         raise UsageError("preload needs a command: alloclab preload --policy SPEC -- CMD ...")
     shim = None
+    if args.plugin == "":  # main() compiles the plugins it is given, and skips ''
+        raise UsageError("cannot read the --plugin file '': the name is empty")
     if args.plugin:
         from . import plugin
 
