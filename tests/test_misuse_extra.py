@@ -385,3 +385,58 @@ def test_force_runs_a_short_phase_and_the_tables_flag_it():
 def test_a_phase_of_1_ms_needs_no_force():
     r = cli("run", "malloc-free", "--duration", "1ms", "--runs", "1", "--no-progress")
     assert r.returncode == 0, r.stderr
+
+
+# -- a result whose points repeat or whose parameters are of the wrong type
+
+
+def _mutated(result_file, tmp_path, mutate):
+    import json
+    d = json.loads(result_file.read_text())
+    mutate(d)
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(d))
+    return f
+
+
+def _dup(d):
+    d["points"].append(d["points"][0])
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (_dup, ["points[1] repeats points[0]", "policy=buddy", "counted twice"]),
+    (lambda d: d["points"][0]["params"].__setitem__("producers", "1"),
+     ["points[0].params.producers is '1' (a JSON string), not an integer"]),
+    (lambda d: d["points"][0]["params"].__setitem__("producers", True),
+     ["points[0].params.producers", "not an integer"]),
+    (lambda d: d["points"][0]["params"].__setitem__("size", 64.0),
+     ["points[0].params.size is 64.0 (a JSON number), not an integer"]),
+    (lambda d: d["points"][0]["params"].__setitem__("policy", ["buddy"]),
+     ["points[0].params.policy", "a JSON list", "not a string"]),
+    (lambda d: d["points"][0]["params"].__setitem__("other", {"a": 1}),
+     ["points[0].params.other", "a JSON object"]),
+])
+def test_show_refuses_repeated_points_and_mistyped_parameters(result_file, tmp_path, mutate,
+                                                              words):
+    """show printed such a result as "mean of 2 runs" (the one run counted
+    twice) or as two cells of one; it is refused, naming the point and the
+    field, in Python (FileFormatError) and on the command line."""
+    import alloclab as al
+    f = _mutated(result_file, tmp_path, mutate)
+    with pytest.raises(errors.FileFormatError) as e:
+        al.Result.from_json(str(f))
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+    one_error(cli("show", str(f)), str(f), *words)
+    one_error(cli("compare", str(result_file), str(f)), str(f), words[0])
+
+
+def test_two_results_of_one_cell_concatenated_still_load(tmp_path):
+    """Points with the same parameters and other runs (Result.concat of two
+    runs) pool their runs, as before."""
+    import alloclab as al
+    a = al.run("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1)
+    b = al.run("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1)
+    both = al.Result.concat([a, b])
+    again = al.Result.from_json(both.to_json())
+    assert len(again.points) == 2 and again == both

@@ -615,6 +615,71 @@ def _check_result_dict(d):
                             raise errors.FileFormatError(
                                 "not an alloclab result: %s.buckets holds %r, not a [bucket, "
                                 "count] pair (bucket < %d)" % (w, b, lib.AL_HIST_BUCKETS))
+    _check_params(d)
+    _check_duplicates(d["points"])
+
+
+# The type of each grid parameter every result has (a point's "params").
+_PARAM_TYPES = {"workload": str, "policy": str, "timing": str, "cpu": str, "stats": str,
+                "producers": int}
+
+
+def _param_type(wl, name):
+    """The Python type of parameter ``name`` of workload schema ``wl`` (None
+    when it is not one, or when its value is a handle: replay's trace)."""
+    from . import schema
+    if name in _PARAM_TYPES:
+        return _PARAM_TYPES[name]
+    p = next((p for p in wl.params if p.name == name), None) if wl else None
+    if p is None or (wl.name == "replay" and name == "trace"):
+        return None
+    return {schema.BOOL: bool, schema.ENUM: str}.get(p.type, int)
+
+
+def _check_params(d):
+    """Every point's parameters are scalars, and those alloclab knows are
+    of their type (producers an integer, policy a string, a workload's
+    parameters as its schema says): a FileFormatError naming the point, the
+    parameter and the value. A table built from "2" and 2 would put one
+    cell twice."""
+    from . import schema
+    names = {"int": "an integer", "bool": "true or false", "str": "a string"}
+    for i, p in enumerate(d["points"]):
+        wl = schema.workloads().get(p["params"].get("workload"))
+        for k, v in p["params"].items():
+            at = "points[%d].params.%s" % (i, k)
+            t = _param_type(wl, k)
+            if t is None:
+                ok = v is None or isinstance(v, (str, int, float))
+            elif t is int:
+                ok = isinstance(v, int) and not isinstance(v, bool)
+            else:
+                ok = isinstance(v, t)
+            if not ok:
+                raise errors.FileFormatError(
+                    "not an alloclab result: %s is %s (a JSON %s), not %s" % (
+                        at, errors.shown(v), _json_kind(v),
+                        names[t.__name__] if t else "a number, a string or null"))
+
+
+def _check_duplicates(points):
+    """No point repeats another: the same parameters and the same runs (the
+    same info: seeds, start times) would count each run twice ("mean of 2
+    runs" of one run). Points with the same parameters and other runs (a
+    concatenation of two results) are kept: their runs are pooled."""
+    seen = {}
+    for i, p in enumerate(points):
+        key = json.dumps([p["params"], p["info"]], sort_keys=True, default=str)
+        if key in seen:
+            raise errors.FileFormatError(
+                "not an alloclab result: points[%d] repeats points[%d] (the same parameters "
+                "%s and the same runs): its runs would be counted twice"
+                % (i, seen[key], errors.shown(_params_text(p["params"]))))
+        seen[key] = i
+
+
+def _params_text(params):
+    return ", ".join("%s=%s" % (k, v) for k, v in params.items() if k != "workload")
 
 
 def _json_default(v):
