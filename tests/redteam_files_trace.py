@@ -94,5 +94,6 @@ ENTRIES = [
           **_READ),
     Entry("trace:run(trace=FILE)", code=_RUN_PY, **_READ),
     Entry("trace:Trace.save", code=_TRACE_PY + "t.save(FILE)", **_WRITE),
-    Entry("trace:record(out=FILE)", code="al.record(['ls', '/'], FILE, capture_output=True)", **_WRITE),
+    Entry("trace:record(out=FILE)", code="al.record(['ls', '/'], FILE, capture_output=True)",
+          **_WRITE),
 ]

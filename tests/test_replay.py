@@ -408,7 +408,7 @@ def test_thread_start_naming_itself_as_parent_does_not_wait():
     (["--trace", "/nonexistent/x.altrace"], "trace /nonexistent/x.altrace: no such file"),
     ([], "workload replay needs trace=FILE"),
     (["--trace", os.path.dirname(os.path.abspath(__file__))],
-     "trace %s: it is a directory, not a regular file"
+     "trace %s: it cannot be read: it is a directory, not a regular file"
      % os.path.dirname(os.path.abspath(__file__))),
 ])
 def test_cli_refusals_are_one_error_line(args, words):

@@ -58,7 +58,8 @@ def _summary(rec):
     out = []
     for im in rec.images:
         line = "%s: %s pid %d (%s): %d ops, %d threads, %d objects" % (
-            im["path"] or "(not written)", im["how"], im["pid"], os.path.basename(im.get("exe") or "?"),
+            im["path"] or "(not written)", im["how"], im["pid"],
+            os.path.basename(im.get("exe") or "?"),
             im["ops"], im["threads"], im["objects"])
         if not im["complete"]:
             line += "; incomplete: " + im["note"]
