@@ -193,3 +193,47 @@ def test_no_import_loops():
 
     loops = sorted({" -> ".join([m] + p) for m in edges for p in [path(m, m, set())] if p})
     assert not loops, "import loops:\n  " + "\n  ".join(loops)
+
+
+# The C rooms, bottom up: core (the layer contract and its services), then the
+# builder (a spec turned into a stack of layers), then the engine and the
+# rest. Core is what core.h includes; nothing in csrc/core reaches above it.
+CORE_UMBRELLA = "csrc/include/alloclab/core.h"
+C_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def _core_headers():
+    """The public headers that belong to core: core.h and what it includes."""
+    text = open(os.path.join(ROOT, CORE_UMBRELLA)).read()
+    return {"core.h"} | set(C_INCLUDE.findall(text))
+
+
+def _api_functions(header):
+    text = open(os.path.join(ROOT, "csrc/include/alloclab", header)).read()
+    return set(re.findall(r"\bAL_API\b[^;(]*?\b(\w+)\s*\(", text))
+
+
+def test_core_includes_only_core():
+    core = _core_headers()
+    assert {"ops.h", "registry.h", "layer.h"} <= core  # the umbrella is read
+    up = []
+    for f in _files("csrc/core/*.[ch]") + ["csrc/include/alloclab/" + h for h in sorted(core)]:
+        f = os.path.join(ROOT, f)
+        public = "/include/alloclab/" in f
+        for inc in C_INCLUDE.findall(open(f).read()):
+            name = inc[len("alloclab/"):] if inc.startswith("alloclab/") else inc
+            ok = (name in core) if public or inc.startswith("alloclab/") else "/" not in inc
+            if not ok:
+                up.append("%s includes %s" % (_rel(f), inc))
+    assert not up, "core reaches up into the builder or the engine:\n  " + "\n  ".join(up)
+
+
+def test_core_calls_nothing_above_it():
+    above = set()
+    for h in os.listdir(os.path.join(ROOT, "csrc/include/alloclab")):
+        if h.endswith(".h") and h not in _core_headers() and h != "alloclab.h":
+            above |= _api_functions(h)
+    assert {"al_stack_create", "al_run_check", "al_spec_parse"} <= above
+    calls = ["%s: %s" % (_rel(f), n) for f in _files("csrc/core/*.[ch]")
+             for n in sorted(set(re.findall(r"\b(al_\w+)\s*\(", open(f).read())) & above)]
+    assert not calls, "core calls up into the builder or the engine:\n  " + "\n  ".join(calls)

@@ -27,7 +27,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 void *al_meta_alloc(size_t size)
 {

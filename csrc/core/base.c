@@ -7,7 +7,7 @@
  */
 #include <errno.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 #ifndef AL_VERSION_STR
 #define AL_VERSION_STR "0.0.0"

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 struct al_clock al_clock = { .tsc = 0, .ticks_per_ns = 1.0, .overhead_ticks = 0 };
 

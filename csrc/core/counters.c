@@ -17,7 +17,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 const char *const al_stats_level_names[AL_STATS_NR] = { "lite", "off", "full" };
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 #include "cpu.h"
 
 unsigned al_cpus_usable(void)

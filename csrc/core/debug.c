@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 int al_debug_level(void)
 {

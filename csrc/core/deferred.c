@@ -55,7 +55,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 /* ---- the running thread's context ---- */
 

@@ -17,7 +17,7 @@
  */
 #include <errno.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 int al_layer_create(const struct al_layer_desc *d, const int64_t *params,
 		    struct al_allocator *below, unsigned ncpu, struct al_allocator **out,

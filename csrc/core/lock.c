@@ -66,7 +66,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 #define GRANT(t)   (((uint64_t)(uint32_t)(t) << 2) | 1)
 #define ABANDON(t) (((uint64_t)(uint32_t)(t) << 2) | 2)

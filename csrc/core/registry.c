@@ -23,7 +23,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
 
 #define AL_MAX_REGISTERED 64
 
@@ -155,6 +155,11 @@ static const char *layer_name(const void *d)
 static const char *workload_name(const void *d)
 {
 	return ((const struct al_workload_desc *)d)->name;
+}
+
+size_t al_layer_min_align(const struct al_layer_desc *d)
+{
+	return d && d->desc_size >= sizeof(*d) ? d->min_align : 0;
 }
 
 static bool layer_valid(const struct al_layer_desc *d)

@@ -13,6 +13,7 @@
 #include <sched.h>
 
 #include "alloclab/alloclab.h"
+#include "../core/refusal.h"
 
 /* Another try? *t_end (0 at first) holds the deadline. */
 static inline bool wl_retry_ok(uint64_t *t_end)
@@ -66,21 +67,6 @@ static inline const char *wl_refusal_metric(int err)
 	default: return NULL;
 	}
 }
-
-/* What a refusal by design means and which parameter changes it; the
- * workloads' errors and the live Allocator's (al_refusal_why) say it in these
- * words. */
-#define AL_WHY_EMPTY                                                                     \
-	"the CPU's cache stayed empty, its refill pending (bpf_ma irq_work=thread: the " \
-	"helper fell behind, irq_work=inline refills at the end of each call; "          \
-	"irq_work=inline: the layer below kept failing the refill)"
-#define AL_WHY_BUSY                                                                  \
-	"a lock or the CPU's reentrancy guard stayed held (bpf_ma irq_work=thread: " \
-	"its helper held the guard, irq_work=inline runs the helper's work in the "  \
-	"caller; a lock: the layer's lock_budget bounds the wait)"
-#define AL_WHY_NOSPC                                                                \
-	"no instance for this size: bpf_ma unit=0 makes one per distinct size, at " \
-	"most 8; set unit=<largest size> or mode=any"
 
 /* What an allocation error means and which parameter changes it: the text
  * after "failed: ENAME: " in a workload's error. */

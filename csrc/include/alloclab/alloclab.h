@@ -2,10 +2,12 @@
 /*
  * alloclab: the whole public API, one header per role.
  *
+ *   core.h      the core's headers below, from base.h to debug.h
  *   base.h      export macro, ABI version, limits, compiler hints, identity
  *   params.h    parameter schemas of layers and workloads
  *   ops.h       the layer contract: al_ctx, al_ops, al_allocator, descriptors
- *   registry.h  layers and workloads by name, AL_REGISTER_*, the C API table
+ *   registry.h  layers and workloads by name, their descriptors' checks,
+ *               AL_REGISTER_*, the C API table
  *   arena.h     metadata memory and reserved address ranges
  *   clock.h     the TSC / monotonic time base
  *   counters.h  per-CPU, per-context-level event counters
@@ -15,11 +17,11 @@
  *   layer.h     the layer skeleton: table initialisers, header, pass-throughs
  *   index.h     a buddy backend's object index, read inline by the layers above
  *   debug.h     assertion levels and lock-held checks (compiled out at AL_DEBUG=0)
- *   stack.h     stacks of layers built from a spec, the guard
- *   workload.h  workload descriptors and their workers
+ *   stack.h     the builder: stacks of layers built from a spec, the guard
+ *   spec.h      the builder: spec parsing with fault reports, stack checks
+ *   workload.h  the workers a workload runs with
  *   measure.h   latency histograms, memory during a run
- *   run.h       runs: configuration, result, start/wait/stop
- *   spec.h      policy spec parsing with fault reports, stack and run checks
+ *   run.h       runs: configuration, checks, result, start/wait/stop
  *   trace.h     a recorded program's allocations, decoded (replay)
  *   record.h    the recorder's finaliser: a raw recording to a trace
  *   pages.h     the page-allocator API of a `pages` layer
@@ -31,6 +33,7 @@
 #define ALLOCLAB_H
 
 /* The layer contract and the services a layer is built from. */
+#include "core.h"
 #include "base.h"
 #include "params.h"
 #include "ops.h"
@@ -45,12 +48,14 @@
 #include "index.h"
 #include "debug.h"
 
-/* The engine: stacks, workloads, measurements, runs. */
+/* The builder: a spec parsed and turned into a stack of layers. */
 #include "stack.h"
+#include "spec.h"
+
+/* The engine: workloads, measurements, runs. */
 #include "workload.h"
 #include "measure.h"
 #include "run.h"
-#include "spec.h"
 #include "trace.h"
 #include "record.h"
 

@@ -40,6 +40,12 @@ static inline void al_ctx_nested(struct al_ctx *out, const struct al_ctx *c, uns
 	out->pad = 0;
 }
 
+/* The machine's topology, from the CPU model (csrc/core/cpu.c): the CPUs
+ * in this process's affinity mask, and hardware threads per core. Runs size
+ * pinned workers by them and results record them. */
+AL_API unsigned al_cpus_usable(void);
+AL_API unsigned al_threads_per_core(void);
+
 /*
  * Fault injection for deterministic tests: layers call AL_INJECT("layer.point",
  * c, arg) at the instants a test needs to interrupt (e.g. "bpf_ma.active":

@@ -25,7 +25,59 @@
 extern "C" {
 #endif
 
-struct al_workload_desc;
+struct al_worker;
+struct al_run_result;
+
+/* A layer's declared min_align (0 = that of the layer below): what a
+ * descriptor of an older, shorter layout leaves out reads as 0. */
+AL_API size_t al_layer_min_align(const struct al_layer_desc *d);
+
+/* What a workload registers (workload.h: the worker it runs with). */
+struct al_workload_desc {
+	unsigned abi_version; /* AL_ABI_VERSION */
+	size_t desc_size;     /* sizeof(struct al_workload_desc) */
+	const char *name;
+	const char *doc;
+	unsigned flags;
+	unsigned nparams;
+	const struct al_param_desc *params;
+	int size_param; /* index of the param holding the object size, or -1 */
+	/* Shared state; may be NULL. 0 or -errno. */
+	int (*setup)(const int64_t *params, unsigned nworkers, void **shared);
+	int (*worker_init)(struct al_worker *w);
+	/* One cycle. 0, -errno (e.g. -ENOMEM with w->err filled in), or
+	 * AL_CYCLE_DONE (AL_WL_FINITE): this worker's part of the phase is done. */
+	int (*cycle)(struct al_worker *w);
+	/* Free what this worker still holds (untimed). */
+	void (*worker_fini)(struct al_worker *w);
+	/* Free what the shared state still holds, then release it. */
+	void (*teardown)(void *shared, struct al_allocator *a, struct al_ctx *c);
+	/* Optional: untimed allocations by the main thread before the workers
+	 * start (larson's warm-up blocks, cache-scratch's handed-out objects). */
+	int (*prepare)(void *shared, struct al_allocator *a, struct al_ctx *c, char *err,
+		       size_t errlen);
+	/* Optional: after the measured phase, before worker_fini, add the
+	 * workload's own results with al_result_value() (read by Python as
+	 * metrics "wl.<name>"). Runs on the main thread; workers are waiting. */
+	void (*report)(void *shared, unsigned nworkers, struct al_run_result *res);
+	/* Optional: what the schema's per-parameter ranges cannot say (larson:
+	 * min_size <= max_size; a thread count that must match the workers),
+	 * for nworkers workers. 0, or -EINVAL with err filled in naming the
+	 * values. al_run calls it before building anything. */
+	int (*check_params)(const int64_t *params, unsigned nworkers, char *err, size_t errlen);
+	/* Optional: the model CPUs the stack is built for, at least nworkers;
+	 * those above nworkers belong to the workload's own threads (the
+	 * local-storage reaper, where exited tasks' storage is freed). NULL:
+	 * nworkers. */
+	unsigned (*model_cpus)(const int64_t *params, unsigned nworkers);
+	/* Optional, with threads of the workload's own: pause(shared, true)
+	 * stops them at a point where their counts are whole, pause(shared,
+	 * false) lets them go on. The engine pauses them around its counter
+	 * snapshots and the report, so that a snapshot is taken while nothing
+	 * runs (a counter read beside another that moves can make a derived
+	 * one, allocs minus fallbacks, run backwards). */
+	void (*pause)(void *shared, bool on);
+};
 
 /* 0, -EEXIST (name taken), -EINVAL (bad descriptor or ABI), -ENOSPC (table full). */
 AL_API int al_layer_register(const struct al_layer_desc *d);

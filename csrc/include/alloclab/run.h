@@ -150,9 +150,29 @@ AL_API void al_run_free(struct al_run *r);
  * Python; ignored when metrics[] is full. NaN is allowed (undefined). */
 AL_API void al_result_value(struct al_run_result *res, const char *name, double value);
 
-/* Topology helpers used by runs and recorded in results. */
-AL_API unsigned al_cpus_usable(void);
-AL_API unsigned al_threads_per_core(void);
+/* The topology helpers runs use and results record (al_cpus_usable,
+ * al_threads_per_core) are the CPU model's: ctx.h. */
+
+/* Why al_run would refuse a configuration before building anything. */
+enum al_run_fault {
+	AL_RUN_OK = 0,
+	AL_RUN_NO_WORKLOAD,   /* no workload, or one built for another ABI */
+	AL_RUN_PRODUCERS,     /* producers outside [1, AL_MAX_PRODUCERS] */
+	AL_RUN_ONE_PRODUCER,  /* the workload runs exactly one producer (AL_WL_ONE_PRODUCER) */
+	AL_RUN_MODE,	      /* cpu_mode or timing is not one of its values */
+	AL_RUN_PINNED,	      /* cpu_mode pinned with more producers than usable CPUs */
+	AL_RUN_HISTOGRAM,     /* histogram without timing per_op_sum */
+	AL_RUN_NO_END,	      /* neither cycles nor duration ends the measured phase */
+	AL_RUN_DISTINCT,      /* the workload needs distinct objects; a layer shares blocks */
+	AL_RUN_WPARAMS,	      /* the workload's parameters (range or check_params) */
+	AL_RUN_SIZE,	      /* the request size is below 1 or above the stack's max_size */
+	AL_RUN_REALTIME,      /* realtime with as many producers as usable CPUs, or more */
+	AL_RUN_REALTIME_PERM, /* realtime, but this process may not use SCHED_FIFO */
+};
+
+/* Check a run configuration as al_run does before it builds anything: 0, or
+ * -EINVAL with *fault set (when fault is not NULL) and err saying why. */
+AL_API int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Refusals reported as facts: a policy spec string that does not parse
- * (al_spec_parse_report, csrc/core/spec.c) and a run configuration the engine
- * would refuse (al_run_check, csrc/engine/run.c). The C side decides; a
- * caller with its own wording (Python) formats the message from the facts.
+ * (al_spec_parse_report, csrc/builder/spec.c) and a stack whose shape the
+ * builder would refuse (al_stack_check, csrc/builder/stack.c); a run
+ * configuration the engine would refuse is run.h's (al_run_check). The C
+ * side decides; a caller with its own wording (Python) formats the message
+ * from the facts.
  *
  * A spec's refusal says what is wrong (fault), where (byte offset into the text, the
  * layer's index top first, the parameter's index in its layer's schema) and
@@ -14,7 +16,6 @@
 #ifndef ALLOCLAB_SPEC_H
 #define ALLOCLAB_SPEC_H
 
-#include "run.h"
 #include "stack.h"
 
 #ifdef __cplusplus
@@ -62,27 +63,6 @@ AL_API int al_spec_parse_report(const char *text, struct al_stack_spec *out,
  * anything: each layer's descriptor, place and parameters, then the pairs of
  * layers that cannot stack. 0, or an error code with *e filled in. */
 AL_API int al_stack_check(const struct al_stack_spec *s, struct al_spec_error *e);
-
-/* Why al_run would refuse a configuration before building anything. */
-enum al_run_fault {
-	AL_RUN_OK = 0,
-	AL_RUN_NO_WORKLOAD,   /* no workload, or one built for another ABI */
-	AL_RUN_PRODUCERS,     /* producers outside [1, AL_MAX_PRODUCERS] */
-	AL_RUN_ONE_PRODUCER,  /* the workload runs exactly one producer (AL_WL_ONE_PRODUCER) */
-	AL_RUN_MODE,	      /* cpu_mode or timing is not one of its values */
-	AL_RUN_PINNED,	      /* cpu_mode pinned with more producers than usable CPUs */
-	AL_RUN_HISTOGRAM,     /* histogram without timing per_op_sum */
-	AL_RUN_NO_END,	      /* neither cycles nor duration ends the measured phase */
-	AL_RUN_DISTINCT,      /* the workload needs distinct objects; a layer shares blocks */
-	AL_RUN_WPARAMS,	      /* the workload's parameters (range or check_params) */
-	AL_RUN_SIZE,	      /* the request size is below 1 or above the stack's max_size */
-	AL_RUN_REALTIME,      /* realtime with as many producers as usable CPUs, or more */
-	AL_RUN_REALTIME_PERM, /* realtime, but this process may not use SCHED_FIFO */
-};
-
-/* Check a run configuration as al_run does before it builds anything: 0, or
- * -EINVAL with *fault set (when fault is not NULL) and err saying why. */
-AL_API int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

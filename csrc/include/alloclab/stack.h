@@ -64,8 +64,6 @@ AL_API size_t al_spec_max_size(const struct al_stack_spec *s);
 /* Alignment every object of a stack spec has: the min_align of the topmost
  * layer that declares one, sizeof(void *) if none does. */
 AL_API size_t al_spec_min_align(const struct al_stack_spec *s);
-/* A layer's declared min_align (0 = that of the layer below). */
-AL_API size_t al_layer_min_align(const struct al_layer_desc *d);
 /* Stats of every layer, top first; returns how many were written (<= max). */
 AL_API unsigned al_stack_stats(struct al_allocator *top, struct al_stats *out, unsigned max);
 

@@ -32,7 +32,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
+#include "alloclab/stack.h"
+#include "alloclab/spec.h"
 
 /* A piece of the text: [s, s + n). */
 struct tok {

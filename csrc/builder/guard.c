@@ -30,7 +30,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "alloclab/alloclab.h"
+#include "alloclab/core.h"
+#include "alloclab/stack.h"
+#include "alloclab/spec.h"
 
 #define GUARD_MAGIC	0x616c2d6775617264ull /* "al-guard" */
 #define GUARD_MIN_SLOTS 1024

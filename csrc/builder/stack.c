@@ -19,8 +19,10 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "alloclab/alloclab.h"
-#include "../workloads/retry.h"
+#include "alloclab/core.h"
+#include "alloclab/stack.h"
+#include "alloclab/spec.h"
+#include "../core/refusal.h"
 
 const struct al_layer_desc *al_spec_shared_layer(const struct al_stack_spec *s)
 {
@@ -388,11 +390,6 @@ size_t al_spec_max_size(const struct al_stack_spec *s)
 			break;
 	}
 	return m;
-}
-
-size_t al_layer_min_align(const struct al_layer_desc *d)
-{
-	return d && d->desc_size >= sizeof(*d) ? d->min_align : 0;
 }
 
 size_t al_spec_min_align(const struct al_stack_spec *s)

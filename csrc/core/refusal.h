@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What an allocation refused by design means, in one set of words: the
+ * builder's answer to a live allocator's caller and the workloads' errors
+ * both say it with these strings, so the two never drift. A refusal is a code a layer returns on purpose rather
+ * than for lack of memory: -EAGAIN (the CPU's cache is empty with its
+ * refill queued), -EBUSY or -ETIMEDOUT (a lock or reentrancy guard stayed
+ * held), -ENOSPC (no instance for the size). Strings only: no code, no
+ * state, so both rooms above may include it.
+ */
+#ifndef ALLOCLAB_CORE_REFUSAL_H
+#define ALLOCLAB_CORE_REFUSAL_H
+
+/* What a refusal by design means and which parameter changes it. */
+#define AL_WHY_EMPTY                                                                     \
+	"the CPU's cache stayed empty, its refill pending (bpf_ma irq_work=thread: the " \
+	"helper fell behind, irq_work=inline refills at the end of each call; "          \
+	"irq_work=inline: the layer below kept failing the refill)"
+#define AL_WHY_BUSY                                                                  \
+	"a lock or the CPU's reentrancy guard stayed held (bpf_ma irq_work=thread: " \
+	"its helper held the guard, irq_work=inline runs the helper's work in the "  \
+	"caller; a lock: the layer's lock_budget bounds the wait)"
+#define AL_WHY_NOSPC                                                                \
+	"no instance for this size: bpf_ma unit=0 makes one per distinct size, at " \
+	"most 8; set unit=<largest size> or mode=any"
+
+#endif
