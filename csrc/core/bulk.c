@@ -1,66 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The layer contract's out-of-line helpers (ops.h, params.h): the bulk
- * calls' fallback loops, stats blocks, and parameter schemas.
- *
- * al_alloc_bulk / al_free_bulk give every layer the bulk contract of struct
- * al_ops: a layer with a native bulk path is called once, any other through
- * a loop over its single calls that keeps the native paths' semantics (see
- * al_free_bulk). A front layer refills and spills through them, so they sit
- * on its slow path, not on the cache-hit path.
+ * The bulk calls' fallback loops (ops.h): al_alloc_bulk and al_free_bulk
+ * give every layer the bulk contract of struct al_ops. A layer with a
+ * native bulk path is called once, any other through a loop over its single
+ * calls that keeps the native paths' semantics (see al_free_bulk). A front
+ * layer refills and spills through them, so they sit on its slow path, not
+ * on the cache-hit path.
  *
  * Nothing here takes a lock or allocates; each function touches only its
  * arguments, so it may run at any context level. Cost: one indirect call
  * per object for a layer without a native bulk path, one for the batch
- * otherwise; stats and schema helpers are linear in their entries.
+ * otherwise.
  */
 #include <errno.h>
-#include <stdio.h>
 
-#include "alloclab/alloclab.h"
-
-void al_params_default(const struct al_param_desc *p, unsigned n, int64_t *v)
-{
-	unsigned i;
-
-	for (i = 0; i < n; i++)
-		v[i] = p[i].def;
-}
-
-int al_params_check(const struct al_param_desc *p, unsigned n, const int64_t *v, char *err,
-		    size_t errlen)
-{
-	unsigned i;
-
-	for (i = 0; i < n; i++) {
-		if (v[i] < p[i].min || v[i] > p[i].max) {
-			if (err)
-				snprintf(err, errlen, "%s=%lld is out of range [%lld, %lld]",
-					 p[i].name, (long long)v[i], (long long)p[i].min,
-					 (long long)p[i].max);
-			return -ERANGE;
-		}
-	}
-	return 0;
-}
-
-void al_stats_add(struct al_stats *s, const char *name, uint64_t value)
-{
-	if (s->n < AL_STATS_MAX) {
-		s->v[s->n].name = name;
-		s->v[s->n].value = value;
-		s->v[s->n].flags = 0;
-		s->n++;
-	}
-}
-
-void al_stats_add_gauge(struct al_stats *s, const char *name, uint64_t value)
-{
-	if (s->n < AL_STATS_MAX) {
-		al_stats_add(s, name, value);
-		s->v[s->n - 1].flags = AL_STAT_GAUGE;
-	}
-}
+#include "alloclab/core.h"
 
 int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned n, void **out,
 		  unsigned flags)
