@@ -216,8 +216,75 @@ def abuse_cells():
     return out
 
 
+# The preload shim's entry points at the limits of size_t: a cell per entry
+# and shim preset runs tests/preload/limits.c (that entry's calls alone)
+# under the shim, whose output must be glibc's line for line: NULL and the
+# same errno at SIZE_MAX, SIZE_MAX - 4000, SIZE_MAX / 2 + 1, products that
+# overflow, page rounding that would wrap, alignments past the largest
+# power of two (posix_memalign's returned error), the old block kept by a
+# failed realloc.
+PRELOAD_ENTRIES = ("malloc", "calloc", "realloc", "reallocarray", "memalign", "aligned_alloc",
+                   "posix_memalign", "valloc", "pvalloc", "malloc_usable_size")
+_LIMITS = []  # (TemporaryDirectory, the built program), made by the first preload cell
+
+
+def shim_presets():
+    """The presets the shim runs (a bottom layer that owns its memory by
+    address range), as tests/test_preload.py parametrises them: fixed-size
+    bpf-ma is not a general malloc, its any-size mode stands in for it."""
+    return [n for n in al.presets
+            if schema.layer(al.Policy(al.presets[n]).layers[-1][0]).has("owns")
+            and n != "bpf-ma"] + ["bpf_ma(mode=any) > slab"]
+
+
+def preload_cells():
+    return ["preload:%s:%s" % (e, p) for e in PRELOAD_ENTRIES for p in shim_presets()]
+
+
+def _limits_program():
+    if not _LIMITS:
+        d = tempfile.TemporaryDirectory(prefix="alloclab-redteam-")
+        exe = os.path.join(d.name, "limits")
+        subprocess.run([shutil.which("cc") or "cc", "-O1", "-o", exe,
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "preload",
+                                     "limits.c")], check=True, timeout=120)
+        _LIMITS.append((d, exe))
+    return _LIMITS[0][1]
+
+
+def preload_cell(entry, preset):
+    """One entry point at the limits under the shim on preset: exactly what
+    glibc answers, nothing served by the policy that glibc refuses, no crash
+    and no stall."""
+    from alloclab import preload
+
+    exe = _limits_program()
+    ref = subprocess.run([exe, entry], capture_output=True, text=True, timeout=CELL_TIMEOUT)
+    if ref.returncode or not ref.stdout.endswith("limits 0\n"):
+        raise CellFailed("limits %s on glibc itself: exit %d: %s"
+                         % (entry, ref.returncode, ref.stdout[-300:]))
+    try:  # a stack that pads cannot align pvalloc(1)'s page: glibc's, allowed
+        proc = preload.run(preset, [exe, entry], capture_output=True, text=True,
+                           allow_glibc=True, watchdog=CELL_TIMEOUT / 2, timeout=CELL_TIMEOUT)
+    except errors.RunStalled as e:
+        raise CellFailed("the shim stalled: %s" % e, cause="raised RunStalled")
+    if proc.returncode < 0:
+        raise CellFailed("limits %s was killed by %s under the shim"
+                         % (entry, signal.Signals(-proc.returncode).name), cause="crash")
+    if proc.stdout != ref.stdout:
+        diff = next((a, b) for a, b in zip(proc.stdout.splitlines() + [""],
+                                           ref.stdout.splitlines() + [""]) if a != b)
+        raise CellFailed("%s under the shim answers %r where glibc answers %r"
+                         % (entry, diff[0], diff[1]), cause="silent wrong result")
+    sh = proc.stats["shim"]
+    if proc.stats["state"] != "ready" or sh.get("libc_refused"):
+        raise CellFailed("the policy was not ready or refused %d request(s): %s"
+                         % (sh.get("libc_refused", 0), proc.stats["on_glibc"]))
+    return "as glibc"
+
+
 def all_cells():
-    return run_cells() + abuse_cells()
+    return run_cells() + abuse_cells() + preload_cells()
 
 
 def select_cells(mode, seed):
@@ -836,6 +903,9 @@ def run_cell(cell):
         name, preset = rest.split(":", 1)
         ABUSES[name](preset)
         return "as expected"
+    if kind == "preload":
+        entry, preset = rest.split(":", 1)
+        return preload_cell(entry, preset)
     workload, preset, p = rest.rsplit(":", 2)
     producers = int(p[1:])
     want, refuse = run_expectation(workload, preset, producers)

@@ -82,6 +82,13 @@ def test_matrix_covers_every_workload_preset_and_abuse():
         presets = rt.peer_presets() if name == "peer_in_process" else rt.in_process_presets()
         for preset in presets:
             assert "abuse:%s:%s" % (name, preset) in cells
+    # the shim's entry points at the limits of size_t, on every shim preset
+    assert {"memalign", "aligned_alloc", "posix_memalign", "valloc", "pvalloc", "reallocarray",
+            "realloc", "calloc"} <= set(rt.PRELOAD_ENTRIES)
+    assert {"buddy", "kzalloc", "bpf_ma(mode=any) > slab"} <= set(rt.shim_presets())
+    for entry in rt.PRELOAD_ENTRIES:
+        for preset in rt.shim_presets():
+            assert "preload:%s:%s" % (entry, preset) in cells
 
 
 def test_runner_reports_crash_hang_and_failure_by_cell(monkeypatch):
