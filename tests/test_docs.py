@@ -201,3 +201,32 @@ def test_extras_install_from_the_checkout():
             assert m.group(3) in declared, "%s: %s" % (page, m.group(0))
             seen += 1
     assert seen >= 2  # README's test and notebooks extras at least
+
+
+def _measurement_page():
+    return " ".join(open(os.path.join(ROOT, "docs", "measurement.md"),
+                         encoding="utf-8").read().split())
+
+
+def test_measurement_page_says_what_the_plots_and_pools_do():
+    """The page said the heatmap saturates at 2x (its default scale adapts)
+    and that a local pool of several workers is refused (run() only warned
+    about it); what it says is checked against the code here."""
+    import concurrent.futures as cf
+    import inspect
+
+    from alloclab import plot
+
+    text = _measurement_page()
+    # latency bars: the 95% CI by default, as the page says
+    assert inspect.signature(plot.latency).parameters["error"].default == "ci"
+    assert "95% CI error bars" in text
+    # the heatmap's scale adapts by default; vmax=2 fixes it at 2x
+    assert inspect.signature(plot.heatmap).parameters["vmax"].default is None
+    assert "`vmax=2` saturating at 2x" not in text and "by default the scale adapts" in text
+    # a local pool of several workers: refused by run() and sweep() alike
+    assert "refused, by `run()` and `sweep()` alike" in text
+    with cf.ThreadPoolExecutor(max_workers=2) as ex:
+        for f in (al.run, al.sweep):
+            with pytest.raises(al.InvalidArgument, match="side by side"):
+                f("malloc-free", "buddy", executor=ex, runs=1, cycles=5, warmup_cycles=1)

@@ -353,10 +353,13 @@ def test_summary(sweep):
 
 def test_executor_and_progress(capsys):
     from alloclab.sweep import ConcurrentExecutorWarning
-    with concurrent.futures.ThreadPoolExecutor(2) as ex, \
-            pytest.warns(ConcurrentExecutorWarning, match="side by side"):
-        res = al.run("malloc-free", ["buddy", "libc"], allocs_per_cycle=[2, 4], executor=ex,
-                     progress=True, **FAST)
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        # timed runs side by side on this machine's cores: refused, as sweep() refuses them
+        with pytest.raises(al.InvalidArgument, match="side by side.*allow_concurrent=True"):
+            al.run("malloc-free", "buddy", executor=ex, **FAST)
+        with pytest.warns(ConcurrentExecutorWarning, match="side by side"):
+            res = al.run("malloc-free", ["buddy", "libc"], allocs_per_cycle=[2, 4],
+                         executor=ex, progress=True, allow_concurrent=True, **FAST)
     assert [p.params["allocs_per_cycle"] for p in res.points] == [2, 4, 2, 4]
     for p in res.points:
         assert p["alloc_ops"][0] == FAST["cycles"] * p.params["allocs_per_cycle"]

@@ -794,7 +794,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
         warmup_cycles=None, cycles=None, duration=None, seed=1, progress=None, executor=None,
         histogram=False, mem_sample=0.01, effort="normal", processes=False, isolate=None,
         check=None, target_ci=None, budget=60.0, stats=DEFAULT_STATS, realtime=False,
-        steal_reruns=0, **params):
+        steal_reruns=0, allow_concurrent=False, **params):
     """Run ``workload`` on ``policy`` over the product of every list given.
 
     workload: a workload name ("malloc-free"); policy: a spec, preset, Policy,
@@ -807,7 +807,8 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     "rigorous" sets runs, duration and warmup_cycles where not given
     (pyperf's --fast / --rigorous; EFFORT). progress: a bar on stderr.
     executor: a concurrent.futures.Executor to run grid points in parallel
-    (default: one after the other). processes=True runs every run in a fresh
+    (default: one after the other; a local pool of several workers is refused
+    unless allow_concurrent=True, as sweep()). processes=True: every run in a fresh
     child process. isolate and check: see plan() (a policy with a plugin
     layer runs isolated and checked by default, so a crashing plugin raises
     RunError instead of ending this process).
@@ -835,7 +836,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
-    adaptive = _adaptive_options(target_ci, budget, executor)
+    adaptive = _adaptive_options(target_ci, budget, executor, allow_concurrent)
     _set_reruns(settings, steal_reruns, executor)
     prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run
@@ -936,13 +937,13 @@ def _run_on(executor, tasks, runs, prog):
 MAX_ADAPTIVE_RUNS = 100  # runs per cell at most, whatever the budget
 
 
-def _adaptive_options(target_ci, budget, executor=None):
+def _adaptive_options(target_ci, budget, executor=None, allow_concurrent=False):
     """The adaptive-runs options checked ({target_ci, budget}, or None), then
-    the executor (warns when a local pool would overlap timed runs; adaptive
-    runs take none)."""
+    the executor (a local pool that would overlap timed runs is refused, or
+    with allow_concurrent warned about; adaptive runs take none)."""
     opts = _adaptive_checked(target_ci, budget)
     if executor is not None:
-        _check_executor(executor, allow_concurrent=True)
+        _check_executor(executor, allow_concurrent)
         if opts:
             raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
                                          "other: it does not take an executor")
