@@ -413,3 +413,15 @@ def test_latency_hist_refuses_what_is_not_a_result(res):
     for bad in (None, [1, 2], al.compare(res, baseline="buddy")):
         with pytest.raises(al.InvalidArgument, match="takes a Result or a Histogram"):
             al.plot.latency_hist(bad)
+
+
+def test_latency_points_of_policies_at_one_x_do_not_overlap(res):
+    """Points of two policies at one producers value sat on top of each
+    other; each policy's line is offset around the x, the middle one on it."""
+    fig = al.plot.latency(res, "alloc_ns")
+    ax = fig.axes[0]
+    xs = [np.asarray(c.lines[0].get_xdata(), float) for c in ax.containers]
+    assert len(xs) == 3
+    for k in range(len(xs[0])):
+        at = sorted(x[k] for x in xs)
+        assert at[0] < at[1] < at[2] and at[1] == pytest.approx([1, 2][k])
