@@ -731,3 +731,19 @@ def test_preload_names_the_signal_that_ended_the_program(shim_env):
     assert out.stderr.splitlines() == [
         "alloclab: error: pid %s (sh) was killed by SIGSEGV on policy buddy"
         % out.stderr.split()[3]]
+
+
+def test_preload_watchdog_slots_of_ended_processes_are_taken_again(stall, shim_env):
+    """More processes than the watch file has slots (256), one after the
+    other: the slots of those that ended are taken again, and a stuck call
+    in the last one is still caught."""
+    import re
+
+    out = subprocess.run(PRELOAD + ["--watchdog", "1", "--plugin", SPIN, "--policy",
+                                    "spin > buddy", "--", "sh", "-c",
+                                    "i=0; while [ $i -lt 300 ]; do /bin/true; i=$((i+1)); done; "
+                                    "exec %s" % stall],
+                         capture_output=True, text=True, env=shim_env, timeout=300)
+    assert out.returncode == 124, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert re.fullmatch(STALLED, line), line

@@ -119,11 +119,14 @@
  * preload`) made, mapped MAP_SHARED here; no thread is added to the program.
  * Its layout (the watcher reads it):
  *
- *   offset 0     header: "alwatch1", u32 nslots, u32 nwords, u64 slot_size
- *   offset 4096  nslots slots of slot_size bytes, each:
- *     line 0       i32 pid (0: free), u32 hw (thread words in use), u64 init
- *     line 1 + i   u64 seq of model CPU i (nwords >= AL_MAX_CPUS lines)
+ *   offset 0         header: "alwatch1", u32 nslots, u32 nwords, u64 words_at
+ *   offset 4096      nslots slots, a cache line each: i32 pid (0: free),
+ *                    u32 hw (model CPUs whose seq may be in use), u64 init
+ *   offset words_at  nslots areas of nwords lines (nwords >= AL_MAX_CPUS):
+ *                    line i of area k is slot k's model CPU i's u64 seq
  *
+ * The slots sit together, so that taking one reads a few pages, not one
+ * page per slot; each seq has a line of its own, written by its thread only.
  * A process takes the slot holding its pid (an earlier image, before exec),
  * else a free one, else one whose pid is gone; a fork child takes its own.
  * Each thread bumps its seq on entering the policy and again on leaving it
@@ -269,7 +272,7 @@ struct watch_header {
 	char magic[8];
 	uint32_t nslots;
 	uint32_t nwords;
-	uint64_t slot_size;
+	uint64_t words_at; /* the first area of seq words */
 };
 struct watch_slot {
 	int32_t pid;   /* the process that holds it; 0: free */
@@ -278,6 +281,8 @@ struct watch_slot {
 };
 static char *watch_map;
 static struct watch_slot *watch_slot;
+static uint64_t *watch_words; /* watch_slot's area: model CPU i's seq at [i * 8] */
+#define WATCH_STRIDE (AL_CACHELINE / sizeof(uint64_t))
 
 /* Thread-locals in static TLS, so touching them never allocates. */
 static __thread struct shim_thread *self __attribute__((tls_model("initial-exec")));
@@ -298,9 +303,7 @@ static inline void count(struct shim_thread *t, unsigned idx)
 /* Model CPU i's seq in this process's slot, or NULL when not watched. */
 static uint64_t *watch_word(unsigned i)
 {
-	if (!watch_slot)
-		return NULL;
-	return (uint64_t *)((char *)watch_slot + AL_CACHELINE * (1 + (size_t)i));
+	return watch_words ? watch_words + (size_t)i * WATCH_STRIDE : NULL;
 }
 
 /* A policy call begins or ends on this thread: odd seq, inside. */
@@ -312,9 +315,14 @@ static inline void watch_bump(uint64_t *w)
 
 static struct watch_slot *watch_slot_at(uint32_t k)
 {
+	return (struct watch_slot *)(watch_map + WATCH_SLOTS_AT + (size_t)k * AL_CACHELINE);
+}
+
+static uint64_t *watch_area(uint32_t k)
+{
 	const struct watch_header *h = (const void *)watch_map;
 
-	return (struct watch_slot *)(watch_map + WATCH_SLOTS_AT + (size_t)k * h->slot_size);
+	return (uint64_t *)(watch_map + h->words_at + (size_t)k * h->nwords * AL_CACHELINE);
 }
 
 static bool watch_try(struct watch_slot *s, int32_t old, int32_t pid)
@@ -329,30 +337,35 @@ static void watch_claim(pid_t pid)
 {
 	const struct watch_header *h = (const void *)watch_map;
 	struct watch_slot *s = NULL;
-	uint32_t k, pass, i;
+	uint32_t k = 0, pass, i;
+	uint64_t *w;
 
 	watch_slot = NULL;
+	watch_words = NULL;
 	if (!watch_map)
 		return;
 	for (pass = 0; pass < 3 && !s; pass++)
-		for (k = 0; k < h->nslots && !s; k++) {
+		for (k = 0; k < h->nslots; k++) {
 			struct watch_slot *c = watch_slot_at(k);
 			int32_t old = __atomic_load_n(&c->pid, __ATOMIC_ACQUIRE);
 
 			if (pass == 0	? old == pid
 			    : pass == 1 ? old == 0 && watch_try(c, 0, pid)
 					: old > 0 && kill(old, 0) && errno == ESRCH &&
-						  watch_try(c, old, pid))
+						  watch_try(c, old, pid)) {
 				s = c;
+				break;
+			}
 		}
 	if (!s)
 		return; /* more processes than slots: this one is not watched */
+	w = watch_area(k);
 	for (i = 0; i < s->hw && i < h->nwords; i++)
-		__atomic_store_n((uint64_t *)((char *)s + AL_CACHELINE * (1 + (size_t)i)), 0,
-				 __ATOMIC_RELAXED);
+		__atomic_store_n(w + (size_t)i * WATCH_STRIDE, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->hw, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->init, 0, __ATOMIC_RELEASE);
 	watch_slot = s;
+	watch_words = w;
 }
 
 /* Map ALLOCLAB_WATCH's file when it has the layout this shim writes. */
@@ -378,8 +391,8 @@ static void watch_open(const char *path)
 		return;
 	h = m;
 	if (memcmp(h->magic, WATCH_MAGIC, 8) || h->nwords < AL_MAX_CPUS ||
-	    h->slot_size < AL_CACHELINE * (1 + (uint64_t)h->nwords) ||
-	    WATCH_SLOTS_AT + h->nslots * h->slot_size > (uint64_t)sb.st_size) {
+	    h->words_at < WATCH_SLOTS_AT + (uint64_t)h->nslots * AL_CACHELINE ||
+	    h->words_at + (uint64_t)h->nslots * h->nwords * AL_CACHELINE > (uint64_t)sb.st_size) {
 		munmap(m, (size_t)sb.st_size);
 		return;
 	}

@@ -460,12 +460,13 @@ class _Watch:
         self.period = min(1.0, max(0.01, limit / 8))
         self.shim = os.path.basename(shim)
         self.nwords = int(lib.AL_MAX_CPUS)
-        self.slot_size = self.LINE * (1 + self.nwords)
+        self.area = self.LINE * self.nwords  # a slot's seq words, a line each
+        self.words_at = self.SLOTS_AT + -(-self.NSLOTS * self.LINE // 4096) * 4096
         self.path = os.path.join(folder, "watch")
-        size = self.SLOTS_AT + self.NSLOTS * self.slot_size
+        size = self.words_at + self.NSLOTS * self.area
         with open(self.path, "wb") as f:
             f.write(self.MAGIC + struct.pack("<IIQ", self.NSLOTS, self.nwords,
-                                             self.slot_size))
+                                             self.words_at))
             f.truncate(size)  # sparse: the slots are zero, free
         with open(self.path, "rb") as f:
             self.map = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
@@ -474,10 +475,11 @@ class _Watch:
     def close(self):
         self.map.close()
 
-    def _words(self, off, hw):
+    def _words(self, k, off, hw):
         yield "init", struct.unpack_from("<Q", self.map, off + 8)[0]
+        area = self.words_at + k * self.area
         for i in range(min(hw, self.nwords)):
-            yield i, struct.unpack_from("<Q", self.map, off + self.LINE * (1 + i))[0]
+            yield i, struct.unpack_from("<Q", self.map, area + self.LINE * i)[0]
 
     def _stuck_here(self, pid):
         """Whether pid is still a live, running process with the shim loaded
@@ -497,11 +499,11 @@ class _Watch:
         or None."""
         now = time.monotonic()
         for k in range(self.NSLOTS):
-            off = self.SLOTS_AT + k * self.slot_size
+            off = self.SLOTS_AT + k * self.LINE
             pid, hw = struct.unpack_from("<iI", self.map, off)
             if pid <= 0:
                 continue
-            for i, seq in self._words(off, hw):
+            for i, seq in self._words(k, off, hw):
                 key = (k, pid, i)
                 if not seq & 1:
                     self.seen.pop(key, None)
