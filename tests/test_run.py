@@ -1007,3 +1007,43 @@ def test_steal_reruns_run_a_disturbed_round_again(monkeypatch):
 def test_steal_reruns_bad_values(bad):
     with pytest.raises(al.InvalidArgument, match=r"steal_reruns=.*0 to 10"):
         al.run("malloc-free", "buddy", runs=2, cycles=5, steal_reruns=bad)
+
+
+LONG_POLICIES = [
+    "percpu(capacity=64, batch=16) > transfer(batch=16, max_batches=8) > buddy(arena_limit=64M)",
+    "magazine(capacity=32) > transfer(batch=16, max_batches=8) > buddy(arena_limit=64M, "
+    "lock=queued)",
+    "percpu(capacity=128, batch=32) > buddy(arena_limit=128M, chunk_size=4K)"]
+
+
+def _long_policy_result():
+    pts = [al.Point({"workload": "malloc-free", "policy": pol, "producers": prod,
+                     "allocs_per_cycle": apc}, {"cpu_mode": "pinned"},
+                    {"alloc_ns": np.array([10.0, 12.0, 11.0]) * (i + 1)})
+           for i, pol in enumerate(LONG_POLICIES) for prod in (1, 2) for apc in (1, 16)]
+    return al.Result({}, pts)
+
+
+def test_long_policy_names_make_one_table_not_three():
+    """Three long policy specs printed three tables, one per policy (each
+    label widened its block past the width); the labels now wrap over their
+    blocks and the blocks stand side by side in one table."""
+    text = _long_policy_result().table("alloc_ns").to_text()
+    lines = text.splitlines()
+    headers = [x for x in lines if x.split()[:1] == ["allocs/cycle"]]
+    assert len(headers) == 1 and headers[0].split() == ["allocs/cycle"] + ["1p", "2p"] * 3
+    assert max(len(x) for x in lines[1:]) <= 110, text
+    rows = [x.split() for x in lines[lines.index(headers[0]) + 1:]]
+    assert rows == [["1", "11", "11", "22", "22", "33", "33"],
+                    ["16", "11", "11", "22", "22", "33", "33"]], text
+    heads = " ".join(lines[1:lines.index(headers[0])])
+    for pol in LONG_POLICIES:  # every word of every label is there, over its block
+        assert all(w in heads for w in pol.split()), (pol, text)
+
+
+def test_long_column_headers_wrap():
+    text = _long_policy_result().table("alloc_ns", rows="producers", cols="policy").to_text()
+    lines = text.splitlines()
+    assert sum(1 for x in lines if x.split()[:1] == ["producers"]) == 2  # a block each
+    assert max(len(x) for x in lines) <= 110, text
+    assert "buddy(arena_limit=64M)" in text and "lock=queued)" in text

@@ -339,6 +339,33 @@ def truncated_line(labels, limit=6):
             "(left out of verdicts; give a longer duration): %s" % names)
 
 
+def _block_heads(labels, ncols, colw, share):
+    """(column width, [each block's label as lines of one height]): the
+    columns widen so that a label fits over its block, as far as the block's
+    ``share`` of the width; a longer label (a long policy spec) wraps onto
+    more lines, bottom-aligned over its block, so that the blocks still
+    stand side by side in one table."""
+    if not labels:
+        return colw, []
+    block_w = ncols * (colw + 1) - 1
+    fit = min(max(len(s) for s in labels), max(block_w, share))
+    if fit > block_w:
+        colw += -(-(fit - block_w) // ncols)
+        block_w = ncols * (colw + 1) - 1
+    return colw, _lines_of(labels, block_w)
+
+
+_COL_HEAD_MAX = 24  # a column widens for its header up to this; a longer one wraps
+
+
+def _lines_of(texts, width):
+    """Each text wrapped to ``width``, as lists of lines of one height
+    (bottom-aligned: the last lines sit over the columns)."""
+    wrapped = [textwrap.wrap(s, width, break_on_hyphens=False) or [""] for s in texts]
+    height = max((len(w) for w in wrapped), default=1)
+    return [[""] * (height - len(w)) + w for w in wrapped]
+
+
 class Table:
     """A metric laid out as the seed tables are: rows × cols, one block per
     combination of the other swept parameters (e.g. per policy).
@@ -408,24 +435,23 @@ class Table:
 
         cells = [[[cell(b, r, c) for c in range(nc)] for r in range(nr)] for b in range(nb)]
         colw = max([len(s) for blk in cells for row in blk for s in row] +
-                   [len(s) for s in col_labels] + [3])
+                   [min(len(s), _COL_HEAD_MAX) for s in col_labels] + [3])
         first_w = max([len(row_hdr)] + [len(s) for s in row_labels]) + 2
         labels = [self.block_label(i) for i in range(nb)] if nb > 1 else []
-        block_w = nc * (colw + 1) - 1
-        if labels:
-            need = max(len(s) for s in labels)
-            if need > block_w:  # widen the columns so each label fits over its block
-                colw += -(-(need - block_w) // nc)
-                block_w = nc * (colw + 1) - 1
         sep = "   "
+        colw, heads = _block_heads(labels, nc, colw, (width - first_w) // max(nb, 1) - len(sep))
+        block_w = nc * (colw + 1) - 1
+        col_heads = _lines_of(col_labels, colw)
 
         def render(block_ids, with_labels):
             out = []
             if with_labels:
-                out.append(" " * first_w + "".join(
-                    sep + labels[b].center(block_w) for b in block_ids).rstrip())
-            out.append(("%*s" % (first_w, row_hdr)) + "".join(
-                sep + " ".join("%*s" % (colw, s) for s in col_labels) for _ in block_ids))
+                out += [" " * first_w + "".join(sep + heads[b][k].center(block_w)
+                                                for b in block_ids).rstrip()
+                        for k in range(len(heads[0]))]
+            out += [("%*s" % (first_w, row_hdr if k == len(col_heads[0]) - 1 else "")) +
+                    "".join(sep + " ".join("%*s" % (colw, h[k]) for h in col_heads)
+                            for _ in block_ids) for k in range(len(col_heads[0]))]
             for r in range(nr):
                 out.append(("%*s" % (first_w, row_labels[r])) + "".join(
                     sep + " ".join("%*s" % (colw, s) for s in cells[b][r]) for b in block_ids))
@@ -433,14 +459,10 @@ class Table:
 
         lines = [self.title + (" (± 95% CI of the mean)" if ci else
                                " (± sd)" if sd else ""), ""]
-        total = first_w + nb * (len(sep) + block_w)
-        if nb <= 1 or total <= width:
-            lines += render(list(range(nb)), bool(labels))
-        else:
-            for b in range(nb):
-                lines += render([b], True)
-                lines.append("")
-            lines.pop()
+        per = max(1, (width - first_w) // (len(sep) + block_w))  # blocks side by side
+        for g in range(0, max(nb, 1), per):  # one table, unless the columns alone are wider
+            lines += render(list(range(g, min(nb, g + per))), bool(labels)) + [""]
+        lines.pop()
         if warnings:
             w = self.warning_lines()
             if w:
