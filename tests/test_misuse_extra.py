@@ -440,3 +440,23 @@ def test_two_results_of_one_cell_concatenated_still_load(tmp_path):
     both = al.Result.concat([a, b])
     again = al.Result.from_json(both.to_json())
     assert len(again.points) == 2 and again == both
+
+
+def test_python_api_errors_echo_a_huge_argument_cut():
+    import alloclab as al
+    huge = list(range(200000))
+    res = al.Result({}, [])
+    calls = [lambda: al.Allocator("buddy", ncpu=huge), lambda: al.compare(huge, huge),
+             lambda: al.compare(res, res, threshold=huge), lambda: al.plot.heatmap(None, vmax=huge),
+             lambda: al.verdict.claim(huge, "a", "b"), lambda: al.Result.concat([huge]),
+             lambda: al.sweep("malloc-free", "buddy", journal=huge),
+             lambda: al.run("malloc-free", "buddy", producers=["x" * 10 ** 6])]
+    for f in calls:
+        with pytest.raises(errors.AlloclabError) as e:
+            f()
+        assert len(str(e.value)) < 1000, str(e.value)[:200]
+    with al.Allocator("buddy") as a:
+        for f in (lambda: a.alloc(huge), lambda: a.free(huge), lambda: a.alloc(64, cpu=huge)):
+            with pytest.raises(errors.AlloclabError) as e:
+                f()
+            assert len(str(e.value)) < 1000, str(e.value)[:200]

@@ -66,7 +66,7 @@ class Allocator:
     def __init__(self, policy, ncpu=1):
         self.policy = Policy(policy)
         if not isinstance(ncpu, int) or isinstance(ncpu, bool):
-            raise errors.ParameterTypeError("ncpu must be an int, not %r" % (ncpu,))
+            raise errors.ParameterTypeError("ncpu must be an int, not %r" % (errors.Echo(ncpu),))
         if not 1 <= ncpu <= lib.AL_MAX_CPUS:
             raise errors.ParameterRangeError(
                 "ncpu=%d is out of range [1, %d]" % (ncpu, lib.AL_MAX_CPUS),
@@ -112,7 +112,7 @@ class Allocator:
 
     def _cpu(self, cpu):
         if not isinstance(cpu, int) or isinstance(cpu, bool):
-            raise errors.ParameterTypeError("cpu must be an int, not %r" % (cpu,))
+            raise errors.ParameterTypeError("cpu must be an int, not %r" % (errors.Echo(cpu),))
         if not 0 <= cpu < self.ncpu:
             raise errors.ParameterRangeError(
                 "cpu=%d is out of range [0, %d] (allocator built for ncpu=%d)"
@@ -133,7 +133,7 @@ class Allocator:
 
     def _size(self, size):
         if not isinstance(size, int) or isinstance(size, bool):
-            raise errors.ParameterTypeError("size must be an int, not %r" % (size,))
+            raise errors.ParameterTypeError("size must be an int, not %r" % (errors.Echo(size),))
         top = min(self.max_size or _SIZE_MAX, _SIZE_MAX)
         if size < 1 or size > top:
             raise errors.InvalidArgument(
@@ -173,9 +173,9 @@ class Allocator:
     @staticmethod
     def _ptr(addr):
         if not isinstance(addr, int) or isinstance(addr, bool):
-            raise errors.ParameterTypeError("an address is an int, not %r" % (addr,))
+            raise errors.ParameterTypeError("an address is an int, not %r" % (errors.Echo(addr),))
         if addr < 0 or addr >= 1 << 64:
-            raise errors.InvalidArgument("address %r is not a pointer" % (addr,))
+            raise errors.InvalidArgument("address %r is not a pointer" % (errors.Echo(addr),))
         return ffi.cast("void *", addr)
 
     def _track(self, addrs, what):
@@ -265,7 +265,7 @@ class Allocator:
         self._size(size)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= _BULK_MAX:
             raise errors.InvalidArgument("n must be an int in [0, %d], not %r"
-                                         % (_BULK_MAX, n), code=-errno.EINVAL)
+                                         % (_BULK_MAX, errors.Echo(n)), code=-errno.EINVAL)
         if n == 0:
             return []
         out = ffi.new("void *[]", n)

@@ -312,7 +312,7 @@ def _as_result(r):
     if isinstance(r, (str, os.PathLike)):
         return Result.from_json(pathlib.Path(r))
     raise errors.ParameterTypeError("compare takes Results or paths of result files, not %r"
-                                    % (r,), value=r)
+                                    % (errors.Echo(r),), value=r)
 
 
 def _as_results(b):
@@ -320,7 +320,7 @@ def _as_results(b):
         return [_as_result(b)]
     if not isinstance(b, (list, tuple)):
         raise errors.ParameterTypeError("compare takes a Result, a path of a result file or a "
-                                        "list of them, not %r" % (b,), value=b)
+                                        "list of them, not %r" % (errors.Echo(b),), value=b)
     out = [_as_result(r) for r in b]
     if not out:
         raise errors.InvalidArgument("compare needs at least one Result to compare against")
@@ -497,7 +497,8 @@ def _check_options(metric, test, threshold, alpha, on):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or \
                 (name == "alpha" and v in (0, 1)):
             raise errors.ParameterRangeError("%s=%r is out of range (%s)" % (
-                name, v, "a fraction >= 0, e.g. 0.02 for 2%" if name == "threshold" else
+                name, errors.Echo(v),
+                "a fraction >= 0, e.g. 0.02 for 2%" if name == "threshold" else
                 "0 < alpha < 1"), name=name, value=v, min=lo, max=hi)
     metrics = [metric] if isinstance(metric, str) else list(metric)
     if isinstance(on, str):

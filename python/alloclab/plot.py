@@ -291,7 +291,8 @@ def heatmap(cmp, vmax=None, cmap=S.DIVERGING, title=None, figsize=None, annotate
     of 1x, and then coloured at half strength (GEOMEAN_ALPHA)."""
     if vmax is not None and not (isinstance(vmax, (int, float)) and vmax > 1):
         raise errors.InvalidArgument("heatmap vmax is a ratio above 1 (2: colours "
-                                     "saturate at 2x better or worse), not %r" % (vmax,))
+                                     "saturate at 2x better or worse), not %r"
+                                     % (errors.Echo(vmax),))
     labels, cols, vals, coloured, notes, ncell = _heat_cells(cmp, geomean)
     lr = _log2_ratio(vals)
     shown = np.ma.masked_array(np.clip(np.nan_to_num(lr, nan=0.0), -60, 60),
@@ -375,7 +376,7 @@ def _hist_series(data, op, by, where):
         return [(op, data)], None
     if not _is_result(data):
         raise errors.InvalidArgument("latency_hist takes a Result or a Histogram, not %r"
-                                     % (data,))
+                                     % (errors.Echo(data),))
     res = data.filter(**where) if where else data
     vals = _uniq([p.params.get(by) for p in res.points]) if by else [None]
     series = [(str(v) if by else op, (res.filter(**{by: [v]}) if by else res).histogram(op))

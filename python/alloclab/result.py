@@ -798,7 +798,8 @@ class Result:
         results = list(results)
         for r in results:
             if not isinstance(r, Result):
-                raise errors.InvalidArgument("Result.concat takes Results, not %r" % (r,))
+                raise errors.InvalidArgument("Result.concat takes Results, not %r"
+                                             % (errors.Echo(r),))
         if not results:
             raise errors.InvalidArgument("Result.concat needs at least one Result")
         md = dict(results[0].metadata)
@@ -894,7 +895,7 @@ class Result:
         row_key = rows if rows in keys else None
         col_key = cols if cols in keys else None
         if row_key is not None and row_key == col_key:
-            raise errors.InvalidArgument("rows and cols are both %r" % rows)
+            raise errors.InvalidArgument("rows and cols are both %r" % errors.Echo(rows))
         block_keys = [k for k in self.swept() if k not in (row_key, col_key)]
         row_vals = _uniq([p.params.get(row_key) for p in self.points]) if row_key else [None]
         col_vals = _uniq([p.params.get(col_key) for p in self.points]) if col_key else [None]

@@ -75,7 +75,7 @@ def _norm(obj):
 def _journal_path(path):
     if isinstance(path, bool) or not isinstance(path, (str, bytes, os.PathLike)):
         raise errors.ParameterTypeError("journal must be a path (str or os.PathLike), not %r"
-                                        % (path,), name="journal", value=path)
+                                        % (errors.Echo(path),), name="journal", value=path)
     p = os.fsdecode(os.fspath(path))
     if not p:
         raise errors.InvalidArgument("journal must be a path, not ''", name="journal", value=p)

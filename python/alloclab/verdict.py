@@ -454,12 +454,13 @@ class Claim:
                                                ["lower", "higher", "same"])
         if by is not None and not (isinstance(by, (int, float)) and by > 0):
             raise errors.ParameterRangeError(
-                "by=%r: a factor > 0 (1.3 = at least 30%% apart)" % (by,), name="by", value=by,
+                "by=%r: a factor > 0 (1.3 = at least 30%% apart)" % (errors.Echo(by),), name="by",
+                value=by,
                 min=0, max=None)
         self.text = text
         self.cells = list(cells)
         if not self.cells:
-            raise errors.InvalidArgument("the claim %r names no cells" % text)
+            raise errors.InvalidArgument("the claim %r names no cells" % errors.Echo(text))
         self.expect = expect
         self.by = by
         self.margin = THRESHOLD if margin is None else margin
@@ -818,7 +819,7 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
     from .result import Result
 
     if not isinstance(res, Result):
-        raise errors.InvalidArgument("claim takes a Result, not %r" % (res,))
+        raise errors.InvalidArgument("claim takes a Result, not %r" % (errors.Echo(res),))
     metrics = [metric] if isinstance(metric, str) else list(metric)
     if within is not None:
         expect = "same"
@@ -850,13 +851,14 @@ def _claim_options(res, metrics, param, by, scale, within, expect, lower_is_bett
     if param not in res.params():
         raise errors.UnknownNameError.make("parameter", param, res.params())
     if by is not None and (isinstance(by, bool) or not isinstance(by, (int, float)) or by < 1):
-        raise errors.InvalidArgument("by=%r: a factor >= 1 (1.3: at least 1.3x)" % (by,))
+        raise errors.InvalidArgument("by=%r: a factor >= 1 (1.3: at least 1.3x)"
+                                     % (errors.Echo(by),))
     if scale not in SCALES:
         raise errors.UnknownNameError.make("scale", scale, list(SCALES))
     if within is not None and not (isinstance(within, (tuple, list)) and len(within) == 2 and
                                    0 < within[0] < within[1]):
         raise errors.InvalidArgument("within=%r: a pair of factors (lo, hi), 0 < lo < hi"
-                                     % (within,))
+                                     % (errors.Echo(within),))
     lower = lower_is_better if lower_is_better is not None else _lower_is_better(metrics[0])
     table = _EXPECT_HIGHER_BETTER if lower is False else _EXPECT_LOWER_BETTER
     if expect not in table:
