@@ -2,11 +2,12 @@
 /*
  * What an allocation refused by design means, in one set of words: the
  * builder's answer to a live allocator's caller and the workloads' errors
- * both say it with these strings, so the two never drift. A refusal is a code a layer returns on purpose rather
- * than for lack of memory: -EAGAIN (the CPU's cache is empty with its
- * refill queued), -EBUSY or -ETIMEDOUT (a lock or reentrancy guard stayed
- * held), -ENOSPC (no instance for the size). Strings only: no code, no
- * state, so both rooms above may include it.
+ * both say it with these strings, so the two never drift. A refusal is a
+ * code a layer returns on purpose rather than for lack of memory: -EAGAIN
+ * (the CPU's cache is empty with its refill queued), -EBUSY or -ETIMEDOUT
+ * (a lock or reentrancy guard stayed held), -ENOSPC (no instance for the
+ * size). Strings only: no code, no state, so both rooms above may include
+ * it.
  */
 #ifndef ALLOCLAB_CORE_REFUSAL_H
 #define ALLOCLAB_CORE_REFUSAL_H
