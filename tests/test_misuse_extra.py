@@ -447,7 +447,8 @@ def test_python_api_errors_echo_a_huge_argument_cut():
     huge = list(range(200000))
     res = al.Result({}, [])
     calls = [lambda: al.Allocator("buddy", ncpu=huge), lambda: al.compare(huge, huge),
-             lambda: al.compare(res, res, threshold=huge), lambda: al.plot.heatmap(None, vmax=huge),
+             lambda: al.compare(res, res, threshold=huge),
+             lambda: al.plot.heatmap(None, vmax=huge),
              lambda: al.verdict.claim(huge, "a", "b"), lambda: al.Result.concat([huge]),
              lambda: al.sweep("malloc-free", "buddy", journal=huge),
              lambda: al.run("malloc-free", "buddy", producers=["x" * 10 ** 6])]
