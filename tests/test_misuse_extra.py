@@ -461,3 +461,11 @@ def test_python_api_errors_echo_a_huge_argument_cut():
             with pytest.raises(errors.AlloclabError) as e:
                 f()
             assert len(str(e.value)) < 1000, str(e.value)[:200]
+
+
+def test_python_names_a_counter_of_a_layer_not_in_the_result(result_file):
+    import alloclab as al
+    res = al.Result.from_json(str(result_file))
+    with pytest.raises(errors.UnknownNameError,
+                       match="layer percpu is not in the result's policies .their layers: buddy"):
+        res.stats("percpu.hits")

@@ -864,7 +864,15 @@ class Result:
         because its stats level does not measure it."""
         if metric not in self.metrics() and not any(
                 self._unmeasured(p, metric) for p in self.points):
-            raise errors.UnknownNameError.make("metric", metric, self.metrics())
+            from . import schema
+            layer = metric.split(".", 1)[0] if isinstance(metric, str) else None
+            layers = _uniq([m.split(".", 1)[0] for m in self.metrics()
+                            if "." in m and not m.startswith("wl.")])
+            extra = ""
+            if layer in schema.layers() and layer not in layers:
+                extra = "layer %s is not in the result's policies (their layers: %s)" % (
+                    layer, ", ".join(layers) or "none")
+            raise errors.UnknownNameError.make("metric", metric, self.metrics(), extra=extra)
 
     def _unmeasured(self, point, metric):
         return _counters.unmeasured(point, metric, self.metadata.get("counters"))
