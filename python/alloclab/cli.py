@@ -750,6 +750,20 @@ def _libarena_parser(rsub):
     _progress_flags(lib_p)
 
 
+def _preload_shim(args):
+    """The shim with --plugin compiled in, or None for the stock one."""
+    if args.plugin == "":  # main() compiles the plugins it is given, and skips ''
+        raise UsageError("cannot read the --plugin file '': the name is empty")
+    if not args.plugin:
+        return None
+    from . import plugin
+
+    try:
+        return plugin.preload_shim(args.plugin)
+    except errors.AlloclabError as e:
+        raise UsageError("--plugin %s: %s" % (args.plugin, e)) from None
+
+
 def cmd_preload(args):
     import threading
 
@@ -758,16 +772,7 @@ def cmd_preload(args):
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         raise UsageError("preload needs a command: alloclab preload --policy SPEC -- CMD ...")
-    shim = None
-    if args.plugin == "":  # main() compiles the plugins it is given, and skips ''
-        raise UsageError("cannot read the --plugin file '': the name is empty")
-    if args.plugin:
-        from . import plugin
-
-        try:
-            shim = plugin.preload_shim(args.plugin)
-        except errors.AlloclabError as e:
-            raise UsageError("--plugin %s: %s" % (args.plugin, e)) from None
+    shim = _preload_shim(args)
     # Everything that can be wrong is found before CMD starts: the spec, the
     # stack, the shim, the --json file (an empty name, a path that cannot be
     # written, a directory, a socket, a named pipe with no reader: its open would wait).
@@ -793,6 +798,14 @@ def cmd_preload(args):
         # found but cannot be run.
         _err("cannot run %s: %s" % (cmd[0], e.strerror or e))
         return 127 if isinstance(e, FileNotFoundError) else 126
+    return _preload_end(args, proc)
+
+
+def _preload_end(args, proc):
+    """After CMD: write --json, then the exit status, with one error line
+    when the watchdog, a signal no user sent or glibc ended or served it."""
+    from . import preload
+
     st = proc.stats
     if args.json is not None:
         # Checked before CMD started, yet the write can still fail (a full

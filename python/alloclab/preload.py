@@ -668,6 +668,31 @@ _SI_KERNEL = 0x80
 """si_code of a signal the kernel sent: the terminal's ^C, ^\\ or hangup."""
 
 
+def _launch(argv, env, watch, forward_signals, kwargs):
+    """Run argv to its end as run() asked: forwarding signals, watching
+    for a stuck policy call, or plainly; the CompletedProcess has
+    ``.stalled`` (None, or the (pid, name) the watchdog killed)."""
+    if forward_signals:
+        return _run_forwarding(argv, env, watch, **kwargs)
+    if watch:
+        return _run_watched(argv, env, watch, **kwargs)
+    proc = subprocess.run(argv, env=env, **kwargs)
+    proc.stalled = None
+    return proc
+
+
+def _end_status(st, proc, watchdog):
+    """Add the program's end to merged stats: ``returncode`` as a shell
+    reports it (128 + N when signal N ended it; proc.returncode stays -N, as
+    subprocess has it), ``signal`` (its name or None) and ``stalled`` (the
+    watchdog's message or None)."""
+    rc = proc.returncode
+    st["returncode"] = 128 - rc if rc < 0 else rc
+    st["signal"] = _signal_name(-rc) if rc < 0 else None
+    st["stalled"] = stalled_error(proc.stalled, watchdog, st["policy"]) if proc.stalled \
+        else None
+
+
 def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=None,
         verbose=False, forward_signals=False, level=None, watchdog=WATCHDOG, **kwargs):
     """Run argv under the shim; returns the CompletedProcess with the merged
@@ -688,9 +713,7 @@ def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=N
     first, with ``stalled`` saying what happened (None otherwise).
 
     The stats' ``returncode`` is the program's status as a shell reports
-    it, the one `alloclab preload` exits with: 128 + N when signal N ended it
-    (``signal`` names it, else None), while ``proc.returncode`` is
-    subprocess's -N.
+    it, 128 + N after signal N (see _end_status); ``proc.returncode`` -N.
 
     ``stats`` is checked before argv starts (InvalidArgument: a stats
     level's name, a path that cannot be written, a directory, a socket, a
@@ -709,25 +732,13 @@ def run(policy, argv, stats=None, allow_glibc=False, min_share=MIN_SHARE, shim=N
         if watchdog:
             watch = _Watch(tmp, watchdog, env["LD_PRELOAD"].split()[0])
             env["ALLOCLAB_WATCH"] = watch.path
-        if forward_signals:
-            proc = _run_forwarding(argv, env, watch, **kwargs)
-        elif watch:
-            proc = _run_watched(argv, env, watch, **kwargs)
-        else:
-            proc = subprocess.run(argv, env=env, **kwargs)
-            proc.stalled = None
+        proc = _launch(argv, env, watch, forward_signals, kwargs)
         st = collect(tmp, policy, allow_glibc, min_share, root_ppid=os.getpid())
     finally:
         if watch:
             watch.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    # The program's status as a shell reports it and `alloclab preload` exits
-    # with it: 128 + N when signal N ended it (proc.returncode stays -N).
-    rc = proc.returncode
-    st["returncode"] = 128 - rc if rc < 0 else rc
-    st["signal"] = _signal_name(-rc) if rc < 0 else None
-    st["stalled"] = stalled_error(proc.stalled, watchdog, st["policy"]) if proc.stalled \
-        else None
+    _end_status(st, proc, watchdog)
     proc.stats = st
     if stats is not None:
         try:
