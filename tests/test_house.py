@@ -237,3 +237,25 @@ def test_core_calls_nothing_above_it():
     calls = ["%s: %s" % (_rel(f), n) for f in _files("csrc/core/*.[ch]")
              for n in sorted(set(re.findall(r"\b(al_\w+)\s*\(", open(f).read())) & above)]
     assert not calls, "core calls up into the builder or the engine:\n  " + "\n  ".join(calls)
+
+
+# What the layer skeleton (alloclab/layer.h) writes, and a built-in layer
+# therefore never writes by hand.
+HAND_WRITTEN_GLUE = re.compile(
+    r"static const struct al_layer_desc|AL_REGISTER_LAYER\(|_destroy\(struct al_allocator")
+SKELETON = re.compile(r"^AL_(LAYER|COUNTED_LAYER|LAYER_SHUTDOWN|LAYER_VARIANT)\(", re.M)
+
+
+def _builtin_layer_files():
+    return _files("csrc/policies/*.c", "csrc/pages/*.c")
+
+
+def test_builtin_layers_use_the_skeleton():
+    files = _builtin_layer_files()
+    assert len(files) >= 13
+    glue = ["%s:%d: %s" % (_rel(f), i, line.strip())
+            for f in files for i, line in enumerate(open(f), 1) if HAND_WRITTEN_GLUE.search(line)]
+    bare = [_rel(f) for f in files if not SKELETON.search(open(f).read())]
+    assert not glue and not bare, (
+        "built-in layers hand-write what AL_LAYER writes (destroy, ops, descriptor):\n  %s"
+        % "\n  ".join(glue + ["%s: no AL_LAYER" % f for f in bare]))

@@ -320,7 +320,7 @@ struct pages {
 	struct al_counters ctr;	  /* pages_counters, per [cpu][level] */
 };
 
-static const struct al_ops pages_ops;
+AL_LAYER_DECLARE(pages);
 
 static inline struct pages *to_pages(struct al_allocator *a)
 {
@@ -329,7 +329,7 @@ static inline struct pages *to_pages(struct al_allocator *a)
 
 static inline struct pages *pages_of(const struct al_allocator *a)
 {
-	return a && a->ops == &pages_ops ? (struct pages *)a : NULL;
+	return a && a->ops == AL_LAYER_OPS(pages) ? (struct pages *)a : NULL;
 }
 
 /* ---- lists ---- */
@@ -1946,7 +1946,8 @@ static void map_put(struct pages *pg)
 	spare_keep((void **)&spare.map, &spare.map_len, m, pg->map_map_len);
 }
 
-static void pages_destroy(struct al_allocator *a)
+/* Free what init made (also after a failed init): a part not made is skipped. */
+static void pages_fini(struct al_allocator *a)
 {
 	struct pages *pg = to_pages(a);
 
@@ -1956,23 +1957,7 @@ static void pages_destroy(struct al_allocator *a)
 	al_meta_free(pg->sections, pg->sections_len);
 	al_meta_free(pg->pcp, pg->pcp_len);
 	al_counters_fini(&pg->ctr);
-	al_meta_free(pg, sizeof(*pg));
 }
-
-static const struct al_ops pages_ops = {
-	.name = "pages",
-	AL_OPS_INIT,
-	.alloc = pages_alloc,
-	.free = pages_free,
-	.alloc_bulk = pages_alloc_bulk,
-	.free_bulk = pages_free_bulk,
-	.owns = pages_owns,
-	.usable_size = pages_usable_size,
-	.drain = pages_drain,
-	.stats = pages_stats,
-	.destroy = pages_destroy,
-	.check = pages_check,
-};
 
 static uint64_t int_sqrt(uint64_t x)
 {
@@ -2112,20 +2097,16 @@ static void pcp_init(struct pages *pg, const int64_t *params, unsigned ncpu)
 	}
 }
 
-static int pages_create(const struct al_layer_desc *d, const int64_t *params,
-			struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+static int pages_init(struct al_allocator *a, const int64_t *params)
 {
-	struct pages *pg;
+	struct pages *pg = to_pages(a);
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	uint64_t npb;
 	char why[160];
 
-	*out = NULL;
 	if (below || pages_check_params(params, why, sizeof(why)) || !ncpu)
 		return -EINVAL;
-	pg = al_meta_alloc(sizeof(*pg));
-	if (!pg)
-		return -ENOMEM;
-	al_allocator_init(&pg->base, &pages_ops, d, below, ncpu);
 	pg->npages = (uint64_t)params[P_MEMORY] >> PAGE_SHIFT;
 	pg->mem_len = (size_t)params[P_MEMORY];
 	pg->map_len = pg->npages * sizeof(struct page);
@@ -2136,24 +2117,19 @@ static int pages_create(const struct al_layer_desc *d, const int64_t *params,
 	pg->npcp = ncpu < AL_MAX_CPUS ? ncpu + 1 : ncpu; /* + the kworker CPU when it fits */
 	pg->pcp_len = pg->npcp * sizeof(struct pcp);
 	if (al_counters_init_desc(&pg->ctr, pages_counters, PAGE_NR, 0, pg->npcp))
-		goto out_free;
+		return -ENOMEM;
 	pg->map = map_get(pg->map_len, &pg->map_map_len);
 	pg->pageblock = al_meta_alloc(pg->pageblock_len);
 	pg->sections = al_meta_alloc(pg->sections_len);
 	pg->pcp = al_meta_alloc(pg->pcp_len);
 	pg->mem = mem_get(pg->mem_len, &pg->mem_map_len);
 	if (!pg->map || !pg->pageblock || !pg->sections || !pg->pcp || !pg->mem)
-		goto out_free;
+		return -ENOMEM;
 	sections_init(pg);
 	/* Every pageblock is UNMOVABLE (0): the zeroed bitmap already says so. */
 	zone_init(pg, params);
 	pcp_init(pg, params, ncpu);
-	*out = &pg->base;
 	return 0;
-
-out_free:
-	pages_destroy(&pg->base); /* it frees only the parts that exist */
-	return -ENOMEM;
 }
 
 /* name, type, default, min, max, choices, doc */
@@ -2182,19 +2158,12 @@ static const struct al_param_desc pages_params[P_NR] = {
 		     "0 = the allocator's CPUs" },
 };
 
-static const struct al_layer_desc pages_desc = {
-	.name = "pages",
-	AL_LAYER_DESC_INIT,
-	.min_align = 4096,
-	.doc = "zone buddy page allocator with per-CPU page lists (orders 0-10, PCP batch 63)",
-	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_PAGES,
-	.max_size = AL_PAGE_SIZE << AL_MAX_PAGE_ORDER,
-	.nparams = P_NR,
-	.params = pages_params,
-	.counters = pages_counters,
-	.ncounters = PAGE_NR,
-	.check_params = pages_check_params,
-	.create = pages_create,
-};
-
-AL_REGISTER_LAYER(pages_desc)
+AL_LAYER(pages, struct pages, pages_init, pages_fini,
+	 (.alloc = pages_alloc, .free = pages_free, .alloc_bulk = pages_alloc_bulk,
+	  .free_bulk = pages_free_bulk, .owns = pages_owns, .usable_size = pages_usable_size,
+	  .drain = pages_drain, .stats = pages_stats, .check = pages_check),
+	 (.min_align = 4096,
+	  .doc = "zone buddy page allocator with per-CPU page lists (orders 0-10, PCP batch 63)",
+	  .features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_PAGES,
+	  .max_size = AL_PAGE_SIZE << AL_MAX_PAGE_ORDER, .nparams = P_NR, .params = pages_params,
+	  .counters = pages_counters, .ncounters = PAGE_NR, .check_params = pages_check_params))

@@ -297,7 +297,7 @@ struct vm {
 #define PURGE_CPU(v)   ((v)->base.ncpu + 1)
 #define NR_SLOTS(n)    ((n) + 2 <= AL_MAX_CPUS ? (n) + 2 : (n))
 
-static const struct al_ops vm_ops;
+AL_LAYER_DECLARE(vmalloc);
 
 static inline struct vm *to_vm(struct al_allocator *a)
 {
@@ -306,7 +306,7 @@ static inline struct vm *to_vm(struct al_allocator *a)
 
 static inline struct vm *vm_of(const struct al_allocator *a)
 {
-	return a && a->ops == &vm_ops ? (struct vm *)a : NULL;
+	return a && a->ops == AL_LAYER_OPS(vmalloc) ? (struct vm *)a : NULL;
 }
 
 static inline struct vmap_area *va_of(struct va_node *n)
@@ -1837,7 +1837,9 @@ static int vm_check(struct al_allocator *a, char *err, size_t errlen)
 	return vm_idle_check(a, err, errlen);
 }
 
-static void vmalloc_destroy(struct al_allocator *a)
+/* Stop the purge worker, then free what init made (also after a failed
+ * init): a part not made is skipped. */
+static void vmalloc_fini(struct al_allocator *a)
 {
 	struct vm *v = to_vm(a);
 	struct chunk *ch, *next;
@@ -1855,21 +1857,7 @@ static void vmalloc_destroy(struct al_allocator *a)
 	al_meta_free(v->nodes, v->nodes_len);
 	al_meta_free(v->cpus, v->cpus_len);
 	al_counters_fini(&v->ctr);
-	al_meta_free(v, sizeof(*v));
 }
-
-static const struct al_ops vm_ops = {
-	.name = "vmalloc",
-	AL_OPS_INIT,
-	.alloc = vmalloc_alloc,
-	.free = vmalloc_free,
-	.owns = vmalloc_owns,
-	.usable_size = vmalloc_usable_size,
-	.drain = vmalloc_drain,
-	.stats = vmalloc_stats,
-	.destroy = vmalloc_destroy,
-	.check = vm_check,
-};
 
 static int vmalloc_check_params(const int64_t *params, char *err, size_t errlen)
 {
@@ -1898,22 +1886,18 @@ static size_t va_base_align(size_t va_size)
 	return a;
 }
 
-static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
-			  struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+static int vmalloc_init(struct al_allocator *a, const int64_t *params)
 {
-	struct vm *v;
+	struct vm *v = to_vm(a);
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	struct vmap_area *va;
 	char why[160];
 	unsigned i;
 	void *m;
 
-	*out = NULL;
 	if (!below || !al_pages_is(below) || vmalloc_check_params(params, why, sizeof(why)))
 		return -EINVAL;
-	v = al_meta_alloc(sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	al_allocator_init(&v->base, &vm_ops, d, below, ncpu);
 	v->pg = below;
 	v->alloc_strategy = (unsigned)params[P_ALLOC];
 	v->free_strategy = (unsigned)params[P_FREE];
@@ -1933,7 +1917,7 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	/* No CPU left for the worker (a stack of AL_MAX_CPUS): purge inline. */
 	v->purge_mode = v->nslots > ncpu ? (unsigned)params[P_PURGE] : PURGE_INLINE;
 	if (al_counters_init_desc(&v->ctr, vm_counters, VMAL_NR, 0, v->nslots))
-		goto out_free;
+		return -ENOMEM;
 	v->pte = al_meta_alloc(v->pte_len);
 	v->pmd = al_meta_alloc(v->pmd_len);
 	v->vb_index = al_meta_alloc(v->vb_index_len);
@@ -1944,7 +1928,7 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	v->map = m == MAP_FAILED ? NULL : m;
 	if (!v->pte || !v->pmd || !v->vb_index || !v->nodes || !v->cpus || !v->map)
-		goto out_free;
+		return -ENOMEM;
 	v->va_base = align_up((uintptr_t)v->map, va_base_align(v->va_size));
 	al_lock_init(&v->free_lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
 	al_lock_count_in(&v->free_lock, &v->ctr, VMAL_va_lock_acquired);
@@ -1958,18 +1942,13 @@ static int vmalloc_create(const struct al_layer_desc *d, const int64_t *params,
 	}
 	va = record_get(v, 0);
 	if (!va)
-		goto out_free;
+		return -ENOMEM;
 	va->node.start = v->va_base;
 	va->node.end = v->va_base + v->va_size;
 	v->free_root = va_insert(NULL, &va->node);
 	if (v->purge_mode == PURGE_WORKER && purge_start(v))
-		goto out_free;
-	*out = &v->base;
+		return -ENOMEM;
 	return 0;
-
-out_free:
-	vmalloc_destroy(&v->base); /* it frees only the parts that exist */
-	return -ENOMEM;
 }
 
 /* name, type, default, min, max, choices, doc */
@@ -2006,22 +1985,15 @@ static size_t vmalloc_max_size_of(const int64_t *p)
 	return (size_t)p[P_VA_SIZE] / 2;
 }
 
-static const struct al_layer_desc vmalloc_desc = {
-	.name = "vmalloc",
-	AL_LAYER_DESC_INIT,
-	.min_align = 4096,
-	.doc = "vmalloc/vfree over a pages layer: VA allocator, page table, order0/high_order/"
-	       "pcp_first population, per_page/bulk free",
-	.features = AL_F_BACKEND | AL_F_NEEDS_PAGES | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES |
-		    AL_F_TASK_ONLY,
-	.max_size = 1ull << 39,
-	.max_size_of = vmalloc_max_size_of,
-	.nparams = P_NR,
-	.params = vmalloc_params,
-	.counters = vm_counters,
-	.ncounters = VMAL_NR,
-	.check_params = vmalloc_check_params,
-	.create = vmalloc_create,
-};
-
-AL_REGISTER_LAYER(vmalloc_desc)
+AL_LAYER(vmalloc, struct vm, vmalloc_init, vmalloc_fini,
+	 (.alloc = vmalloc_alloc, .free = vmalloc_free, .owns = vmalloc_owns,
+	  .usable_size = vmalloc_usable_size, .drain = vmalloc_drain, .stats = vmalloc_stats,
+	  .check = vm_check),
+	 (.min_align = 4096,
+	  .doc = "vmalloc/vfree over a pages layer: VA allocator, page table, order0/high_order/"
+		 "pcp_first population, per_page/bulk free",
+	  .features = AL_F_BACKEND | AL_F_NEEDS_PAGES | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES |
+		      AL_F_TASK_ONLY,
+	  .max_size = 1ull << 39, .max_size_of = vmalloc_max_size_of, .nparams = P_NR,
+	  .params = vmalloc_params, .counters = vm_counters, .ncounters = VMAL_NR,
+	  .check_params = vmalloc_check_params))

@@ -834,39 +834,17 @@ static int bpf_ma_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Free what create made; a part not made yet is skipped. */
-static void bpf_ma_free_parts(struct bpf_ma *ma)
+/* Free what init made; a part not made yet is skipped. */
+static void bpf_ma_fini(struct al_allocator *a)
 {
+	struct bpf_ma *ma = to_ma(a);
 	unsigned i;
 
 	al_defer_destroy(ma->defer);
 	for (i = 0; i < ma->ninst; i++)
 		al_meta_free(ma->inst[i].caches, ma->inst[i].caches_len);
 	al_counters_fini(&ma->ctr);
-	al_meta_free(ma, sizeof(*ma));
 }
-
-static void bpf_ma_destroy(struct al_allocator *a)
-{
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	bpf_ma_drain(a, &c, AL_DRAIN_ALL); /* everything back to the slab while it exists */
-	bpf_ma_free_parts(to_ma(a));
-}
-
-static const struct al_ops bpf_ma_ops = {
-	.name = "bpf_ma",
-	AL_OPS_INIT,
-	.alloc = bpf_ma_alloc,
-	.free = bpf_ma_free,
-	.owns = bpf_ma_owns,
-	.usable_size = bpf_ma_usable_size,
-	.drain = bpf_ma_drain,
-	.stats = bpf_ma_stats,
-	.destroy = bpf_ma_destroy,
-	.check = bpf_ma_check,
-};
 
 static int bpf_ma_check_params(const int64_t *p, char *err, size_t errlen)
 {
@@ -885,64 +863,50 @@ static size_t bpf_ma_max_size_of(const int64_t *p)
 	return p[P_unit] ? (size_t)p[P_unit] : MA_FIXED_MAX;
 }
 
-static int bpf_ma_create(const struct al_layer_desc *d, const int64_t *p,
-			 struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+static int bpf_ma_init(struct al_allocator *a, const int64_t *p)
 {
+	struct bpf_ma *ma = to_ma(a);
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	struct al_defer_params dp = { .irq_mode = (int)p[P_irq_work],
 				      .gp_latency_ns = (uint64_t)p[P_gp_latency] };
-	struct bpf_ma *ma;
 	char why[160];
 	int ret;
 
-	*out = NULL;
 	if (!below || bpf_ma_check_params(p, why, sizeof(why)))
 		return -EINVAL;
-	ma = al_meta_alloc(sizeof(*ma));
-	if (!ma)
-		return -ENOMEM;
 	ma->mode = (int)p[P_mode];
 	ma->unit = (size_t)p[P_unit];
 	ma->atomic = p[P_irq_work] == AL_IRQ_WORK_THREAD;
 	ma->below_flags = ma->atomic ? AL_NOCPU : 0;
-	al_allocator_init(&ma->base, &bpf_ma_ops, d, below, ncpu); /* inst_init reads ncpu */
 	ret = al_counters_init_desc(&ma->ctr, bpf_ma_counters, BMA_NR, BMA_EXTRA, ncpu);
 	if (ret)
-		goto out_free;
+		return ret;
 	ret = al_defer_create(ncpu, &dp, &ma->defer);
 	if (ret)
-		goto out_free;
+		return ret;
 	if (ma->mode == M_ANY || ma->unit) {
 		ret = inst_init(ma, 0, ma->mode == M_ANY ? MA_NR_BUCKETS : 1,
 				ma->mode == M_ANY ? MA_ANY_MAX : ma->unit);
 		if (ret)
-			goto out_free;
+			return ret;
 		ma->ninst = 1;
 	}
-	*out = &ma->base;
 	return 0;
-
-out_free:
-	bpf_ma_free_parts(ma);
-	return ret;
 }
 
-static const struct al_layer_desc bpf_ma_desc = {
-	.name = "bpf_ma",
-	AL_LAYER_DESC_INIT,
-	.min_align = 8,
-	.doc = "bpf_mem_alloc: per-CPU free lists with low/high watermarks refilled and trimmed "
-	       "by irq_work, `active` reentrancy guard, 8-byte owner header, return to slab "
-	       "after a grace period",
-	.features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_NMI_SAFE |
-		    AL_F_NMI_SHIELD | AL_F_BELOW_IN_IRQ,
-	.max_size = MA_FIXED_MAX,
-	.max_size_of = bpf_ma_max_size_of,
-	.nparams = P_NR,
-	.params = bpf_ma_params,
-	.check_params = bpf_ma_check_params,
-	.create = bpf_ma_create,
-	.counters = bpf_ma_counters,
-	.ncounters = BMA_NR,
-};
-
-AL_REGISTER_LAYER(bpf_ma_desc)
+/* destroy hands every cached object back while the layer below exists. */
+AL_LAYER_SHUTDOWN(
+	bpf_ma, struct bpf_ma, bpf_ma_init, al_layer_drain_all, bpf_ma_fini,
+	(.alloc = bpf_ma_alloc, .free = bpf_ma_free, .owns = bpf_ma_owns,
+	 .usable_size = bpf_ma_usable_size, .drain = bpf_ma_drain, .stats = bpf_ma_stats,
+	 .check = bpf_ma_check),
+	(.min_align = 8,
+	 .doc = "bpf_mem_alloc: per-CPU free lists with low/high watermarks refilled and trimmed "
+		"by irq_work, `active` reentrancy guard, 8-byte owner header, return to slab "
+		"after a grace period",
+	 .features = AL_F_BACKEND | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE | AL_F_NMI_SAFE |
+		     AL_F_NMI_SHIELD | AL_F_BELOW_IN_IRQ,
+	 .max_size = MA_FIXED_MAX, .max_size_of = bpf_ma_max_size_of, .nparams = P_NR,
+	 .params = bpf_ma_params, .check_params = bpf_ma_check_params, .counters = bpf_ma_counters,
+	 .ncounters = BMA_NR))

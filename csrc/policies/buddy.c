@@ -1092,21 +1092,17 @@ static int buddy_check(struct al_allocator *a, char *err, size_t errlen)
 
 /* ---- lifetime ---- */
 
-/* Free what create made; a part not made yet is skipped. */
-static void buddy_free_parts(struct buddy *b)
+/* Free what init made; a part not made yet is skipped. */
+static void buddy_fini(struct al_allocator *a)
 {
+	struct buddy *b = to_buddy(a);
+
 	/* The shadow outlives the mapping: leave nothing poisoned for the next user. */
 	al_track_unpoison(b->arena.base, __atomic_load_n(&b->arena.used, __ATOMIC_RELAXED));
 	al_arena_destroy(&b->arena);
 	al_counters_fini(&b->ctr);
 	al_meta_free(b->scratch, b->scratch_len);
 	al_meta_free(b->linked, b->linked_len);
-	al_meta_free(b, sizeof(*b));
-}
-
-static void buddy_destroy(struct al_allocator *a)
-{
-	buddy_free_parts(to_buddy(a));
 }
 
 static int buddy_fork_lock(struct al_allocator *a, struct al_ctx *c)
@@ -1118,24 +1114,6 @@ static void buddy_fork_unlock(struct al_allocator *a, struct al_ctx *c)
 {
 	al_lock_release(&((struct buddy *)a)->lock, c);
 }
-
-static const struct al_ops buddy_ops = {
-	.name = "buddy",
-	AL_OPS_INIT,
-	.alloc = buddy_alloc,
-	.free = buddy_free,
-	.alloc_bulk = buddy_alloc_bulk,
-	.free_bulk = buddy_free_bulk,
-	.owns = buddy_owns,
-	.usable_size = buddy_usable_size,
-	.index = buddy_index,
-	.drain = buddy_drain,
-	.stats = buddy_stats,
-	.destroy = buddy_destroy,
-	.check = buddy_check,
-	.fork_lock = buddy_fork_lock,
-	.fork_unlock = buddy_fork_unlock,
-};
 
 static int buddy_check_params(const int64_t *params, char *err, size_t errlen)
 {
@@ -1157,22 +1135,18 @@ static int buddy_check_params(const int64_t *params, char *err, size_t errlen)
 	return 0;
 }
 
-static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
-			struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+static int buddy_init(struct al_allocator *a, const int64_t *params)
 {
-	struct buddy *b;
+	struct buddy *b = to_buddy(a);
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	struct al_ctx c0;
 	uintptr_t ch;
 	char why[160];
 	int ret;
 
-	*out = NULL;
 	if (below || buddy_check_params(params, why, sizeof(why)))
 		return -EINVAL;
-	b = al_meta_alloc(sizeof(*b));
-	if (!b)
-		return -ENOMEM;
-	al_allocator_init(&b->base, &buddy_ops, d, below, ncpu);
 	b->chunk_size = (size_t)params[P_CHUNK_SIZE];
 	b->chunk_shift = al_fls64(b->chunk_size) - 1;
 	b->norders = b->chunk_shift - BUDDY_MIN_SHIFT;
@@ -1189,26 +1163,23 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 	al_lock_init(&b->lock, (uint64_t)params[P_LOCK_BUDGET], params[P_LOCK_TIMING]);
 	if (params[P_LOCK] == BUDDY_LOCK_ARENA)
 		al_lock_set_arena(&b->lock);
-	ret = -ENOMEM;
 	b->linked = al_meta_alloc(b->linked_len);
 	b->scratch = al_meta_alloc(b->scratch_len);
 	if (!b->linked || !b->scratch)
-		goto out_free;
+		return -ENOMEM;
 	ret = al_counters_init_desc(&b->ctr, buddy_counters, BUD_NR, BUD_EXTRA, ncpu);
 	if (ret)
-		goto out_free;
+		return ret;
 	al_lock_count_in(&b->lock, &b->ctr, BUD_lock_acquired);
 	al_lock_count_reasons_in(&b->lock, BUD_lock_timeouts);
 	ret = al_arena_init(&b->arena, b->max_chunks << b->chunk_shift, b->chunk_size,
 			    params[P_POPULATE]);
 	if (ret)
-		goto out_free;
+		return ret;
 	/* buddy_init: the first chunk is there from the start (§1.4.1). */
 	ch = (uintptr_t)al_arena_grow(&b->arena, b->chunk_size);
-	if (!ch) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
+	if (!ch)
+		return -ENOMEM;
 	chunk_init(b, ch);
 	b->meta_items = 0;
 	while (b->meta_items < b->items && test_alloc(b, ch, b->meta_items))
@@ -1222,12 +1193,7 @@ static int buddy_create(const struct al_layer_desc *d, const int64_t *params,
 				      .meta_items = b->meta_items };
 	al_ctx_init(&c0, 0);
 	chunk_link(b, &c0, ch); /* nothing runs concurrently yet: no lock */
-	*out = &b->base;
 	return 0;
-
-out_free:
-	buddy_free_parts(b);
-	return ret;
 }
 
 /* name, type, default, min, max, choices, doc */
@@ -1258,21 +1224,15 @@ static size_t buddy_max_size_of(const int64_t *p)
 	return (size_t)p[P_CHUNK_SIZE] / 2;
 }
 
-static const struct al_layer_desc buddy_desc = {
-	.name = "buddy",
-	AL_LAYER_DESC_INIT,
-	.min_align = 16,
-	.doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
-	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_STATS_ANYTIME |
-		    AL_F_NMI_SAFE | AL_F_POW2_CLASSES,
-	.max_size = BUDDY_MAX_CHUNK / 2,
-	.max_size_of = buddy_max_size_of,
-	.nparams = P_NR,
-	.params = buddy_params,
-	.check_params = buddy_check_params,
-	.create = buddy_create,
-	.counters = buddy_counters,
-	.ncounters = BUD_NR,
-};
-
-AL_REGISTER_LAYER(buddy_desc)
+AL_LAYER(buddy, struct buddy, buddy_init, buddy_fini,
+	 (.alloc = buddy_alloc, .free = buddy_free, .alloc_bulk = buddy_alloc_bulk,
+	  .free_bulk = buddy_free_bulk, .owns = buddy_owns, .usable_size = buddy_usable_size,
+	  .index = buddy_index, .drain = buddy_drain, .stats = buddy_stats, .check = buddy_check,
+	  .fork_lock = buddy_fork_lock, .fork_unlock = buddy_fork_unlock),
+	 (.min_align = 16,
+	  .doc = "BPF libarena buddy allocator: 1 MiB chunks, 16 orders, one lock that can fail",
+	  .features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_VALIDATES | AL_F_STATS_ANYTIME |
+		      AL_F_NMI_SAFE | AL_F_POW2_CLASSES,
+	  .max_size = BUDDY_MAX_CHUNK / 2, .max_size_of = buddy_max_size_of, .nparams = P_NR,
+	  .params = buddy_params, .check_params = buddy_check_params, .counters = buddy_counters,
+	  .ncounters = BUD_NR))

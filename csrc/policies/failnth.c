@@ -143,55 +143,25 @@ static void fn_stats(struct al_allocator *a, struct al_stats *out)
 	al_counters_report(&to_fn(a)->ctr, out);
 }
 
-static void fn_destroy(struct al_allocator *a)
-{
-	struct failnth *f = to_fn(a);
-
-	al_counters_fini(&f->ctr);
-	al_meta_free(f, sizeof(*f));
-}
-
-static const struct al_ops fn_ops = {
-	.name = "failnth",
-	AL_OPS_INIT,
-	.alloc = fn_alloc,
-	.free = fn_free,
-	.alloc_bulk = fn_alloc_bulk,
-	.free_bulk = fn_free_bulk,
-	.owns = al_below_owns,
-	.usable_size = al_below_usable_size,
-	.drain = fn_drain,
-	.stats = fn_stats,
-	.destroy = fn_destroy,
-	.free_flags = fn_free_flags,
-};
-
-static int fn_create(const struct al_layer_desc *d, const int64_t *params,
-		     struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+/* Which calls fail, and how; the layer below is the one that fails. */
+static int fn_init(struct al_allocator *a, const int64_t *params)
 {
 	static const int errs[] = { -ENOMEM, -EBUSY, -ETIMEDOUT };
-	struct failnth *f;
-	int ret;
+	struct failnth *f = to_fn(a);
 
-	*out = NULL;
-	if (!below)
+	if (!a->below)
 		return -EINVAL;
-	f = al_meta_alloc(sizeof(*f));
-	if (!f)
-		return -ENOMEM;
 	f->op = (unsigned)params[P_OP];
 	f->nth = (uint64_t)params[P_NTH];
 	f->every = params[P_EVERY];
 	f->err = errs[params[P_ERR]];
-	ret = al_counters_init_desc(&f->ctr, failnth_counters, FNTH_NR, 0, ncpu);
-	if (ret)
-		goto out_free;
-	*out = al_allocator_init(&f->base, &fn_ops, d, below, ncpu);
-	return 0;
+	return al_counters_init_desc(&f->ctr, failnth_counters, FNTH_NR, 0, a->ncpu);
+}
 
-out_free:
-	fn_destroy(&f->base); /* it frees only the parts that exist */
-	return ret;
+/* Frees what init made; a part not made yet is skipped. */
+static void fn_fini(struct al_allocator *a)
+{
+	al_counters_fini(&to_fn(a)->ctr);
 }
 
 /* name, type, default, min, max, choices, doc */
@@ -206,17 +176,11 @@ static const struct al_param_desc fn_params[P_NR] = {
 		    "the error of a failed allocation (frees fail with ETIMEDOUT)" },
 };
 
-static const struct al_layer_desc failnth_desc = {
-	.name = "failnth",
-	AL_LAYER_DESC_INIT,
-	.doc = "fault injection: the layer below fails its Nth (or every Nth) call",
-	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_BULK | AL_F_OWNS | AL_F_USABLE |
-		    AL_F_PASSES_SIZE,
-	.nparams = P_NR,
-	.params = fn_params,
-	.create = fn_create,
-	.counters = failnth_counters,
-	.ncounters = FNTH_NR,
-};
-
-AL_REGISTER_LAYER(failnth_desc)
+AL_LAYER(failnth, struct failnth, fn_init, fn_fini,
+	 (.alloc = fn_alloc, .free = fn_free, .alloc_bulk = fn_alloc_bulk,
+	  .free_bulk = fn_free_bulk, .owns = al_below_owns, .usable_size = al_below_usable_size,
+	  .drain = fn_drain, .stats = fn_stats, .free_flags = fn_free_flags),
+	 (.doc = "fault injection: the layer below fails its Nth (or every Nth) call",
+	  .features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_BULK | AL_F_OWNS | AL_F_USABLE |
+		      AL_F_PASSES_SIZE,
+	  .nparams = P_NR, .params = fn_params, .counters = failnth_counters, .ncounters = FNTH_NR))

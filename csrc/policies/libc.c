@@ -86,69 +86,27 @@ static size_t libc_usable_size(struct al_allocator *a, const void *p)
 	return p ? malloc_usable_size((void *)p) : 0;
 }
 
-static void libc_stats(struct al_allocator *a, struct al_stats *out)
+/* Bytes handed out and not given back: malloc keeps no total of its own. */
+static int64_t libc_held(struct al_allocator *a)
 {
 	struct libc_layer *l = (struct libc_layer *)a;
 
-	out->bytes_held = (int64_t)(al_counters_sum(&l->ctr, LIBC_bytes_allocated) -
-				    al_counters_sum(&l->ctr, LIBC_bytes_freed));
-	al_counters_report(&l->ctr, out);
+	return (int64_t)(al_counters_sum(&l->ctr, LIBC_bytes_allocated) -
+			 al_counters_sum(&l->ctr, LIBC_bytes_freed));
 }
 
-static void libc_destroy(struct al_allocator *a)
+/* A bottom layer: nothing below it. */
+static int libc_init(struct al_allocator *a, const int64_t *params)
 {
-	struct libc_layer *l = (struct libc_layer *)a;
-
-	al_counters_fini(&l->ctr);
-	al_meta_free(l, sizeof(*l));
-}
-
-static const struct al_ops libc_ops = {
-	.name = "libc",
-	AL_OPS_INIT,
-	.alloc = libc_alloc,
-	.free = libc_free,
-	.usable_size = libc_usable_size,
-	.stats = libc_stats,
-	.destroy = libc_destroy,
-};
-
-static int libc_create(const struct al_layer_desc *d, const int64_t *params,
-		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
-{
-	struct libc_layer *l;
-
 	(void)params;
-	if (below)
-		return -EINVAL;
-	l = al_meta_alloc(sizeof(*l));
-	if (!l)
-		return -ENOMEM;
-	if (al_counters_init_desc(&l->ctr, libc_counters, LIBC_NR, 0, ncpu))
-		goto out_free;
-	*out = al_allocator_init(&l->base, &libc_ops, d, below, ncpu);
-	return 0;
-
-out_free:
-	libc_destroy(&l->base); /* it frees only the parts that exist */
-	return -ENOMEM;
+	return a->below ? -EINVAL : 0;
 }
 
-static const struct al_layer_desc libc_desc = {
-	.name = "libc",
-	AL_LAYER_DESC_INIT,
-	.min_align = 16,
-	.doc = "the process's malloc/free (glibc unless preloaded otherwise)",
-	.features = AL_F_USABLE | AL_F_STATS_ANYTIME,
-	.max_size = 0,
-	.nparams = 0,
-	.params = NULL,
-	.create = libc_create,
-	.counters = libc_counters,
-	.ncounters = LIBC_NR,
-};
-
-AL_REGISTER_LAYER(libc_desc)
+AL_COUNTED_LAYER(libc, struct libc_layer, libc_counters, libc_init, NULL, libc_held,
+		 (.alloc = libc_alloc, .free = libc_free, .usable_size = libc_usable_size),
+		 (.min_align = 16,
+		  .doc = "the process's malloc/free (glibc unless preloaded otherwise)",
+		  .features = AL_F_USABLE | AL_F_STATS_ANYTIME))
 
 /* ---- system(allocator=...) ---- */
 
@@ -174,27 +132,17 @@ int al_system_allocator(void)
 	return SYS_GLIBC;
 }
 
-static int system_create(const struct al_layer_desc *d, const int64_t *params,
-			 struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+/* The process's malloc must be the one asked for, or a result would be
+ * mislabelled. */
+static int system_check(struct al_allocator *a, const int64_t *params)
 {
-	if (al_system_allocator() != params[0])
-		return -EOPNOTSUPP;
-	return libc_create(d, params, below, ncpu, out);
+	(void)a;
+	return al_system_allocator() != params[0] ? -EOPNOTSUPP : 0;
 }
 
-static const struct al_layer_desc system_desc = {
-	.name = "system",
-	AL_LAYER_DESC_INIT,
-	.min_align = 16,
-	.doc = "a real allocator (glibc, jemalloc, gperftools-tcmalloc, mimalloc) as a bottom "
-	       "layer, run under LD_PRELOAD",
-	.features = AL_F_USABLE,
-	.max_size = 0,
-	.nparams = 1,
-	.params = system_params,
-	.create = system_create,
-	.counters = libc_counters,
-	.ncounters = LIBC_NR,
-};
-
-AL_REGISTER_LAYER(system_desc)
+AL_LAYER_VARIANT(system, libc, struct libc_layer, system_check,
+		 (.min_align = 16,
+		  .doc = "a real allocator (glibc, jemalloc, gperftools-tcmalloc, mimalloc) as a "
+			 "bottom layer, run under LD_PRELOAD",
+		  .features = AL_F_USABLE, .nparams = 1, .params = system_params,
+		  .counters = libc_counters, .ncounters = LIBC_NR))

@@ -585,23 +585,15 @@ static int magazine_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Free what create made; a part not made yet is skipped. */
-static void magazine_free_parts(struct magazine *mg)
+/* Free what init made; a part not made yet is skipped. */
+static void magazine_fini(struct al_allocator *a)
 {
+	struct magazine *mg = (struct magazine *)a;
+
 	al_counters_fini(&mg->ctr);
 	al_meta_free(mg->pool, mg->pool_len);
 	al_meta_free(mg->cpus, mg->cpus_len);
 	al_meta_free(mg->depots, sizeof(struct depot) * mg->norders);
-	al_meta_free(mg, sizeof(*mg));
-}
-
-static void magazine_destroy(struct al_allocator *a)
-{
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	magazine_drain(a, &c, AL_DRAIN_ALL);
-	magazine_free_parts((struct magazine *)a);
 }
 
 /* Every depot lock, in index order: all or none. */
@@ -619,33 +611,16 @@ static void magazine_fork_unlock(struct al_allocator *a, struct al_ctx *c)
 	al_lock_release_all(&t->depots[0].lock, sizeof(t->depots[0]), t->norders, c);
 }
 
-static const struct al_ops magazine_ops = {
-	.name = "magazine",
-	AL_OPS_INIT,
-	.alloc = magazine_alloc,
-	.free = magazine_free,
-	.owns = al_below_owns,
-	.usable_size = al_below_usable_size,
-	.drain = magazine_drain,
-	.stats = magazine_stats,
-	.destroy = magazine_destroy,
-	.check = magazine_check,
-	.fork_lock = magazine_fork_lock,
-	.fork_unlock = magazine_fork_unlock,
-};
-
-static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
-			   struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+static int magazine_init(struct al_allocator *a, const int64_t *p)
 {
-	struct magazine *mg;
+	struct magazine *mg = (struct magazine *)a;
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	unsigned o, cpu, i, per_order;
 	char *q;
 
 	if (!below || !below->ops->usable_size)
 		return -EINVAL;
-	mg = al_meta_alloc(sizeof(*mg));
-	if (!mg)
-		return -ENOMEM;
 	mg->m = (unsigned)p[P_rounds];
 	mg->depot_max = (unsigned)p[P_depot];
 	mg->norders = (unsigned)p[P_orders];
@@ -668,7 +643,7 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 	mg->depots = al_meta_alloc(sizeof(struct depot) * mg->norders);
 	if (!mg->cpus || !mg->pool || !mg->depots ||
 	    al_counters_init_desc(&mg->ctr, magazine_counters, MAG_NR, MAG_EXTRA, ncpu))
-		goto out_free;
+		return -ENOMEM;
 	q = mg->pool;
 	for (o = 0; o < mg->norders; o++) {
 		struct depot *dp = &mg->depots[o];
@@ -693,27 +668,19 @@ static int magazine_create(const struct al_layer_desc *d, const int64_t *p,
 			q += mg->mag_size;
 		}
 	}
-	*out = al_allocator_init(&mg->base, &magazine_ops, d, below, ncpu);
 	return 0;
-
-out_free:
-	magazine_free_parts(mg);
-	return -ENOMEM;
 }
 
-static const struct al_layer_desc magazine_desc = {
-	.name = "magazine",
-	AL_LAYER_DESC_INIT,
-	.doc = "Bonwick magazines: cur + prev per CPU and order, a depot of full and empty "
-	       "magazines (libarena bmag/bdepot)",
-	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE |
-		    AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
-	.max_size = 0,
-	.nparams = P_NR,
-	.params = magazine_params,
-	.create = magazine_create,
-	.counters = magazine_counters,
-	.ncounters = MAG_NR,
-};
-
-AL_REGISTER_LAYER(magazine_desc)
+/* destroy hands every cached object back while the layer below exists. */
+AL_LAYER_SHUTDOWN(
+	magazine, struct magazine, magazine_init, al_layer_drain_all, magazine_fini,
+	(.alloc = magazine_alloc, .free = magazine_free, .owns = al_below_owns,
+	 .usable_size = al_below_usable_size, .drain = magazine_drain, .stats = magazine_stats,
+	 .check = magazine_check, .fork_lock = magazine_fork_lock,
+	 .fork_unlock = magazine_fork_unlock),
+	(.doc = "Bonwick magazines: cur + prev per CPU and order, a depot of full and empty "
+		"magazines (libarena bmag/bdepot)",
+	 .features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS |
+		     AL_F_USABLE | AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
+	 .max_size = 0, .nparams = P_NR, .params = magazine_params, .counters = magazine_counters,
+	 .ncounters = MAG_NR))

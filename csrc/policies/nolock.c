@@ -314,82 +314,51 @@ static int nolock_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Free what create made; a part not made yet is skipped. */
-static void nolock_free_parts(struct nolock *nl)
+/* Free what init made; a part not made yet is skipped. */
+static void nolock_fini(struct al_allocator *a)
 {
+	struct nolock *nl = to_nl(a);
+
 	al_defer_destroy(nl->defer); /* frees what is still deferred, while below exists */
 	al_counters_fini(&nl->ctr);
 	al_meta_free(nl->cpus, nl->cpus_len);
-	al_meta_free(nl, sizeof(*nl));
 }
 
-static void nolock_destroy(struct al_allocator *a)
+static int nolock_init(struct al_allocator *a, const int64_t *p)
 {
-	nolock_free_parts(to_nl(a));
-}
-
-static const struct al_ops nolock_ops = {
-	.name = "nolock",
-	AL_OPS_INIT,
-	.alloc = nolock_alloc,
-	.free = nolock_free,
-	.owns = al_below_owns,
-	.usable_size = al_below_usable_size,
-	.drain = nolock_drain,
-	.stats = nolock_stats,
-	.destroy = nolock_destroy,
-	.check = nolock_check,
-};
-
-static int nolock_create(const struct al_layer_desc *d, const int64_t *p,
-			 struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
-{
+	struct nolock *nl = to_nl(a);
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	struct al_defer_params dp = { .irq_mode = (int)p[P_irq_work] };
-	struct nolock *nl;
 	unsigned cpu;
 	int ret;
 
-	*out = NULL;
 	if (!below)
 		return -EINVAL;
-	nl = al_meta_alloc(sizeof(*nl));
-	if (!nl)
-		return -ENOMEM;
 	nl->trace_flag = p[P_trace] ? 0 : AL_NOTRACE;
 	nl->drain_flag = p[P_irq_work] == AL_IRQ_WORK_THREAD ? AL_NOCPU : AL_SLOWPATH;
 	nl->cpus_len = sizeof(struct nolock_cpu) * ncpu;
 	nl->cpus = al_meta_alloc(nl->cpus_len);
 	ret = -ENOMEM;
 	if (!nl->cpus || al_counters_init_desc(&nl->ctr, nolock_counters, NOLK_NR, 0, ncpu))
-		goto out_free;
+		return ret;
 	ret = al_defer_create(ncpu, &dp, &nl->defer);
 	if (ret)
-		goto out_free;
+		return ret;
 	for (cpu = 0; cpu < ncpu; cpu++) {
 		nl->cpus[cpu].nl = nl;
 		al_irq_work_init(&nl->cpus[cpu].work, cpu, drain_deferred);
 	}
-	*out = al_allocator_init(&nl->base, &nolock_ops, d, below, ncpu);
 	return 0;
-
-out_free:
-	nolock_free_parts(nl);
-	return ret;
 }
 
-static const struct al_layer_desc nolock_desc = {
-	.name = "nolock",
-	AL_LAYER_DESC_INIT,
-	.doc = "kmalloc_nolock/kfree_nolock: trylocks only, one retry in the next size class, "
-	       "refused frees deferred to a per-CPU lock-free list drained by irq_work",
-	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE |
-		    AL_F_TRYLOCK | AL_F_NMI_SAFE | AL_F_NMI_SHIELD,
-	.max_size = KM_MAX_SIZE,
-	.nparams = P_NR,
-	.params = nolock_params,
-	.create = nolock_create,
-	.counters = nolock_counters,
-	.ncounters = NOLK_NR,
-};
-
-AL_REGISTER_LAYER(nolock_desc)
+AL_LAYER(nolock, struct nolock, nolock_init, nolock_fini,
+	 (.alloc = nolock_alloc, .free = nolock_free, .owns = al_below_owns,
+	  .usable_size = al_below_usable_size, .drain = nolock_drain, .stats = nolock_stats,
+	  .check = nolock_check),
+	 (.doc = "kmalloc_nolock/kfree_nolock: trylocks only, one retry in the next size class, "
+		 "refused frees deferred to a per-CPU lock-free list drained by irq_work",
+	  .features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS |
+		      AL_F_USABLE | AL_F_TRYLOCK | AL_F_NMI_SAFE | AL_F_NMI_SHIELD,
+	  .max_size = KM_MAX_SIZE, .nparams = P_NR, .params = nolock_params,
+	  .counters = nolock_counters, .ncounters = NOLK_NR))

@@ -51,59 +51,31 @@ static void null_stats(struct al_allocator *a, struct al_stats *out)
 	out->bytes_held = 0;
 }
 
-/* Free what create made; a part not made yet is skipped. */
-static void null_free_parts(struct null_layer *n)
+/* The calling CPUs' blocks; a bottom layer, nothing below it. */
+static int null_init(struct al_allocator *a, const int64_t *params)
 {
-	al_meta_free(n->blocks, n->len);
-	al_meta_free(n, sizeof(*n));
-}
-
-static void null_destroy(struct al_allocator *a)
-{
-	null_free_parts((struct null_layer *)a);
-}
-
-static const struct al_ops null_ops = {
-	.name = "null",
-	AL_OPS_INIT,
-	.alloc = null_alloc,
-	.free = null_free,
-	.usable_size = null_usable_size,
-	.stats = null_stats,
-	.destroy = null_destroy,
-};
-
-static int null_create(const struct al_layer_desc *d, const int64_t *params,
-		       struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
-{
-	struct null_layer *n;
+	struct null_layer *n = (struct null_layer *)a;
 
 	(void)params;
-	if (below)
+	if (a->below)
 		return -EINVAL;
-	n = al_meta_alloc(sizeof(*n));
-	if (!n)
-		return -ENOMEM;
-	n->len = (size_t)ncpu * NULL_BLOCK;
+	n->len = (size_t)a->ncpu * NULL_BLOCK;
 	n->blocks = al_meta_alloc(n->len); /* lazily faulted */
-	if (!n->blocks)
-		goto out_free;
-	*out = al_allocator_init(&n->base, &null_ops, d, below, ncpu);
-	return 0;
-
-out_free:
-	null_free_parts(n);
-	return -ENOMEM;
+	return n->blocks ? 0 : -ENOMEM;
 }
 
-static const struct al_layer_desc null_desc = {
-	.name = "null",
-	AL_LAYER_DESC_INIT,
-	.min_align = 4096,
-	.doc = "no-op allocator returning a preallocated block: the harness floor",
-	.features = AL_F_USABLE | AL_F_STATS_ANYTIME | AL_F_SHARED_BLOCKS,
-	.max_size = NULL_BLOCK,
-	.create = null_create,
-};
+/* Free what init made; a part not made yet is skipped. */
+static void null_fini(struct al_allocator *a)
+{
+	struct null_layer *n = (struct null_layer *)a;
 
-AL_REGISTER_LAYER(null_desc)
+	al_meta_free(n->blocks, n->len);
+}
+
+AL_LAYER(null, struct null_layer, null_init, null_fini,
+	 (.alloc = null_alloc, .free = null_free, .usable_size = null_usable_size,
+	  .stats = null_stats),
+	 (.min_align = 4096,
+	  .doc = "no-op allocator returning a preallocated block: the harness floor",
+	  .features = AL_F_USABLE | AL_F_STATS_ANYTIME | AL_F_SHARED_BLOCKS,
+	  .max_size = NULL_BLOCK))

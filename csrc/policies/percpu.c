@@ -566,36 +566,6 @@ static int percpu_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Free what create made; a part not made yet is skipped. */
-static void percpu_free_parts(struct percpu *pc)
-{
-	al_counters_fini(&pc->ctr);
-	al_meta_free(pc->cpus, pc->cpus_len);
-	al_meta_free(pc, sizeof(*pc));
-}
-
-static void percpu_destroy(struct al_allocator *a)
-{
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	percpu_drain(a, &c, AL_DRAIN_ALL); /* hand the caches back before the backend goes */
-	percpu_free_parts((struct percpu *)a);
-}
-
-static const struct al_ops percpu_ops = {
-	.name = "percpu",
-	AL_OPS_INIT,
-	.alloc = percpu_alloc,
-	.free = percpu_free,
-	.owns = al_below_owns,
-	.usable_size = percpu_usable_size,
-	.drain = percpu_drain,
-	.stats = percpu_stats,
-	.destroy = percpu_destroy,
-	.check = percpu_check,
-};
-
 static int percpu_check_params(const int64_t *p, char *err, size_t errlen)
 {
 	if (p[P_batch] > p[P_capacity]) {
@@ -606,16 +576,15 @@ static int percpu_check_params(const int64_t *p, char *err, size_t errlen)
 	return 0;
 }
 
-static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
-			 struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+/* The per-CPU stacks, sized by the parameters; the backend must say how
+ * big each object is, to cache it by order. */
+static int percpu_init(struct al_allocator *a, const int64_t *p)
 {
-	struct percpu *pc;
+	struct percpu *pc = (struct percpu *)a;
+	struct al_allocator *below = a->below;
 
 	if (!below || !below->ops->usable_size)
 		return -EINVAL;
-	pc = al_meta_alloc(sizeof(*pc));
-	if (!pc)
-		return -ENOMEM;
 	pc->capacity = (unsigned)p[P_capacity];
 	pc->batch = (unsigned)p[P_batch];
 	pc->norders = (unsigned)p[P_orders];
@@ -630,33 +599,31 @@ static int percpu_create(const struct al_layer_desc *d, const int64_t *p,
 		(sizeof(struct pc_stack) + pc->capacity * sizeof(void *) + AL_CACHELINE - 1) &
 		~(size_t)(AL_CACHELINE - 1);
 	pc->cpu_stride = AL_CACHELINE + pc->norders * pc->order_stride;
-	pc->cpus_len = pc->cpu_stride * ncpu;
+	pc->cpus_len = pc->cpu_stride * a->ncpu;
 	pc->cpus = al_meta_alloc(pc->cpus_len);
-	if (!pc->cpus || al_counters_init_desc(&pc->ctr, percpu_counters, PCPU_NR, 0, ncpu))
-		goto out_free;
+	if (!pc->cpus || al_counters_init_desc(&pc->ctr, percpu_counters, PCPU_NR, 0, a->ncpu))
+		return -ENOMEM;
 	pc->counting = al_counters_on(&pc->ctr);
-	*out = al_allocator_init(&pc->base, &percpu_ops, d, below, ncpu);
 	return 0;
-
-out_free:
-	percpu_free_parts(pc);
-	return -ENOMEM;
 }
 
-static const struct al_layer_desc percpu_desc = {
-	.name = "percpu",
-	AL_LAYER_DESC_INIT,
-	.doc = "per-CPU LIFO caches per order; refill with alloc_bulk(batch), spill a batch "
-	       "with free_bulk (seed 000 'spill')",
-	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE |
-		    AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
-	.max_size = 0,
-	.nparams = P_NR,
-	.params = percpu_params,
-	.check_params = percpu_check_params,
-	.create = percpu_create,
-	.counters = percpu_counters,
-	.ncounters = PCPU_NR,
-};
+/* Free what init made; a part not made yet is skipped. */
+static void percpu_fini(struct al_allocator *a)
+{
+	struct percpu *pc = (struct percpu *)a;
 
-AL_REGISTER_LAYER(percpu_desc)
+	al_counters_fini(&pc->ctr);
+	al_meta_free(pc->cpus, pc->cpus_len);
+}
+
+/* destroy hands the caches back before the backend goes. */
+AL_LAYER_SHUTDOWN(percpu, struct percpu, percpu_init, al_layer_drain_all, percpu_fini,
+		  (.alloc = percpu_alloc, .free = percpu_free, .owns = al_below_owns,
+		   .usable_size = percpu_usable_size, .drain = percpu_drain, .stats = percpu_stats,
+		   .check = percpu_check),
+		  (.doc = "per-CPU LIFO caches per order; refill with alloc_bulk(batch), spill a "
+			  "batch with free_bulk (seed 000 'spill')",
+		   .features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS |
+			       AL_F_USABLE | AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
+		   .nparams = P_NR, .params = percpu_params, .check_params = percpu_check_params,
+		   .counters = percpu_counters, .ncounters = PCPU_NR))

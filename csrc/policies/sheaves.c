@@ -979,9 +979,10 @@ static int sheaves_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Free what create made; a part not made yet is skipped. */
-static void sheaves_free_parts(struct sheaves *sh)
+/* Free what init made; a part not made yet is skipped. */
+static void sheaves_fini(struct al_allocator *a)
 {
+	struct sheaves *sh = to_sh(a);
 	struct pool_chunk *ch, *next;
 
 	for (ch = sh->chunks; ch; ch = next) {
@@ -991,31 +992,7 @@ static void sheaves_free_parts(struct sheaves *sh)
 	al_counters_fini(&sh->ctr);
 	al_meta_free(sh->barns, sh->barns_len);
 	al_meta_free(sh->pcs, sh->pcs_len);
-	al_meta_free(sh, sizeof(*sh));
 }
-
-static void sheaves_destroy(struct al_allocator *a)
-{
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	sheaves_drain(a, &c, AL_DRAIN_ALL); /* hand the objects back before the backend goes */
-	sheaves_free_parts(to_sh(a));
-}
-
-static const struct al_ops sheaves_ops = {
-	.name = "sheaves",
-	AL_OPS_INIT,
-	.alloc = sheaves_alloc,
-	.free = sheaves_free,
-	.owns = al_below_owns,
-	.usable_size = sheaves_usable_size,
-	.drain = sheaves_drain,
-	.stats = sheaves_stats,
-	.destroy = sheaves_destroy,
-	.check = sheaves_check,
-	.free_flags = sheaves_free_flags,
-};
 
 /* calculate_sheaf_capacity: by object size, then up to fill the kmalloc class. */
 static unsigned capacity_of(unsigned size)
@@ -1026,18 +1003,15 @@ static unsigned capacity_of(unsigned size)
 	return k >= 0 ? (km_class_size[k] - SHEAF_HDR) / (unsigned)sizeof(void *) : cap;
 }
 
-static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
-			  struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+static int sheaves_init(struct al_allocator *a, const int64_t *p)
 {
-	struct sheaves *sh;
+	struct sheaves *sh = to_sh(a);
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	unsigned ci, cpu;
 
-	*out = NULL;
 	if (!below || !below->ops->usable_size)
 		return -EINVAL;
-	sh = al_meta_alloc(sizeof(*sh));
-	if (!sh)
-		return -ENOMEM;
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
 		sh->cap[ci] =
 			p[P_capacity] ? (unsigned)p[P_capacity] : capacity_of(km_class_size[ci]);
@@ -1049,7 +1023,7 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 	sh->barns = al_meta_alloc(sh->barns_len);
 	if (!sh->pcs || !sh->barns ||
 	    al_counters_init_desc(&sh->ctr, sheaves_counters, SHV_NR, SHV_EXTRA, ncpu))
-		goto out_free;
+		return -ENOMEM;
 	for (ci = 0; ci < KM_NR_CLASSES; ci++) {
 		al_lock_init(&sh->barns[ci].lock, (uint64_t)p[P_lock_budget], false);
 		al_lock_count_in(&sh->barns[ci].lock, &sh->ctr, SHV_barn_lock_acquired);
@@ -1057,8 +1031,6 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
 		sh->alias[ci] =
 			below->desc && (below->desc->features & AL_F_KM_CLASSES) ? (int8_t)ci : -1;
-	/* pcs_of() reads the header's ncpu: fill it first. */
-	al_allocator_init(&sh->base, &sheaves_ops, d, below, ncpu);
 	/* Every CPU's main sheaf exists from the start, as the kernel allocates
 	 * them with the cache (not counted as sheaf_allocs). */
 	for (ci = 0; ci < KM_NR_CLASSES; ci++)
@@ -1067,28 +1039,19 @@ static int sheaves_create(const struct al_layer_desc *d, const int64_t *p,
 
 			pc->main = sheaf_alloc(sh, ci, NULL, 0);
 			if (!pc->main)
-				goto out_free; /* the sheaves made are empty, in sh->chunks */
+				return -ENOMEM; /* the sheaves made are empty, in sh->chunks */
 		}
-	*out = &sh->base;
 	return 0;
-
-out_free:
-	sheaves_free_parts(sh);
-	return -ENOMEM;
 }
 
-static const struct al_layer_desc sheaves_desc = {
-	.name = "sheaves",
-	AL_LAYER_DESC_INIT,
-	.doc = "SLUB per-CPU sheaves (main + spare behind a trylock) and a barn of at most 10 "
-	       "full and 10 empty sheaves per class; whole-sheaf exchanges",
-	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE,
-	.max_size = KM_MAX_SIZE,
-	.nparams = P_NR,
-	.params = sheaves_params,
-	.create = sheaves_create,
-	.counters = sheaves_counters,
-	.ncounters = SHV_NR,
-};
-
-AL_REGISTER_LAYER(sheaves_desc)
+/* destroy hands every cached object back while the layer below exists. */
+AL_LAYER_SHUTDOWN(
+	sheaves, struct sheaves, sheaves_init, al_layer_drain_all, sheaves_fini,
+	(.alloc = sheaves_alloc, .free = sheaves_free, .owns = al_below_owns,
+	 .usable_size = sheaves_usable_size, .drain = sheaves_drain, .stats = sheaves_stats,
+	 .check = sheaves_check, .free_flags = sheaves_free_flags),
+	(.doc = "SLUB per-CPU sheaves (main + spare behind a trylock) and a barn of at most 10 "
+		"full and 10 empty sheaves per class; whole-sheaf exchanges",
+	 .features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_OWNS | AL_F_USABLE,
+	 .max_size = KM_MAX_SIZE, .nparams = P_NR, .params = sheaves_params,
+	 .counters = sheaves_counters, .ncounters = SHV_NR))

@@ -1760,9 +1760,11 @@ static int slab_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Free what create made; a part not made yet is skipped. */
-static void slab_free_parts(struct slab_layer *sa)
+/* Free what init made; a part not made yet is skipped. */
+static void slab_fini(struct al_allocator *a)
 {
+	struct slab_layer *sa = to_sa(a);
+
 	/* The shadow outlives the mapping: leave nothing poisoned for the next user. */
 	al_track_unpoison(sa->arena.base, __atomic_load_n(&sa->arena.used, __ATOMIC_RELAXED));
 	al_arena_destroy(&sa->arena);
@@ -1771,29 +1773,7 @@ static void slab_free_parts(struct slab_layer *sa)
 	al_meta_free(sa->cpus, sa->cpus_len);
 	al_meta_free(sa->caches, sa->caches_len);
 	al_meta_free(sa->frames, sa->frames_len);
-	al_meta_free(sa, sizeof(*sa));
 }
-
-static void slab_destroy(struct al_allocator *a)
-{
-	slab_free_parts(to_sa(a));
-}
-
-static const struct al_ops slab_ops = {
-	.name = "slab",
-	AL_OPS_INIT,
-	.alloc = slab_alloc,
-	.free = slab_free,
-	.alloc_bulk = slab_alloc_bulk,
-	.free_bulk = slab_free_bulk,
-	.owns = slab_owns,
-	.usable_size = slab_usable_size,
-	.drain = slab_drain,
-	.stats = slab_stats,
-	.destroy = slab_destroy,
-	.check = slab_check,
-	.free_flags = slab_free_flags,
-};
 
 /* set_cpu_partial: objects a CPU partial list is meant to hold by object
  * size, as slabs: twice that many objects' worth (slub_set_cpu_partial). */
@@ -1822,19 +1802,16 @@ static void init_cache(struct kmem_cache *s, unsigned ci, unsigned min_objects, 
 	al_lock_init(&s->list_lock, budget, timing);
 }
 
-static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct al_allocator *below,
-		       unsigned ncpu, struct al_allocator **out)
+static int slab_init(struct al_allocator *a, const int64_t *p)
 {
-	struct slab_layer *sa;
+	struct slab_layer *sa = to_sa(a);
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	unsigned ci, cpu;
 	int ret = -ENOMEM;
 
-	*out = NULL;
 	if (below)
 		return -EINVAL;
-	sa = al_meta_alloc(sizeof(*sa));
-	if (!sa)
-		return -ENOMEM;
 	sa->form = (int)p[P_form];
 	sa->zero = p[P_zero];
 	sa->tid_step = 1;
@@ -1854,13 +1831,13 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 	sa->caches = al_meta_alloc(sa->caches_len);
 	sa->cpus = al_meta_alloc(sa->cpus_len);
 	if (!sa->frames || !sa->caches || !sa->cpus || !sa->memcg.stock)
-		goto out_free;
+		return ret;
 	if (al_counters_init_desc(&sa->ctr, slab_counters, SLAB_NR, SLAB_EXTRA, ncpu))
-		goto out_free;
+		return ret;
 	al_lock_count_in(&sa->page_lock, &sa->ctr, SLAB_page_lock_acquired);
 	ret = al_arena_init(&sa->arena, sa->nframes << FRAME_SHIFT, FRAME_SIZE, false);
 	if (ret)
-		goto out_free;
+		return ret;
 	for (ci = 0; ci < NR_CACHES; ci++) {
 		struct kmem_cache *s = &sa->caches[ci];
 
@@ -1877,28 +1854,18 @@ static int slab_create(const struct al_layer_desc *d, const int64_t *p, struct a
 			s->cpu[cpu].tid = cpu;
 		}
 	}
-	*out = al_allocator_init(&sa->base, &slab_ops, d, below, ncpu);
 	return 0;
-
-out_free:
-	slab_free_parts(sa);
-	return ret;
 }
 
-static const struct al_layer_desc slab_desc = {
-	.name = "slab",
-	AL_LAYER_DESC_INIT,
-	.min_align = 8,
-	.doc = "kmalloc/kzalloc over SLUB-like slabs: 13 size classes, per-CPU slab with a "
-	       "cmpxchg16b freelist (v6.18) or none (sheaves form), partial lists under "
-	       "list_lock",
-	.features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_KM_CLASSES,
-	.max_size = KM_MAX_SIZE,
-	.nparams = P_NR,
-	.params = slab_params,
-	.create = slab_create,
-	.counters = slab_counters,
-	.ncounters = SLAB_NR,
-};
-
-AL_REGISTER_LAYER(slab_desc)
+AL_LAYER(slab, struct slab_layer, slab_init, slab_fini,
+	 (.alloc = slab_alloc, .free = slab_free, .alloc_bulk = slab_alloc_bulk,
+	  .free_bulk = slab_free_bulk, .owns = slab_owns, .usable_size = slab_usable_size,
+	  .drain = slab_drain, .stats = slab_stats, .check = slab_check,
+	  .free_flags = slab_free_flags),
+	 (.min_align = 8,
+	  .doc = "kmalloc/kzalloc over SLUB-like slabs: 13 size classes, per-CPU slab with a "
+		 "cmpxchg16b freelist (v6.18) or none (sheaves form), partial lists under "
+		 "list_lock",
+	  .features = AL_F_BULK | AL_F_OWNS | AL_F_USABLE | AL_F_KM_CLASSES,
+	  .max_size = KM_MAX_SIZE, .nparams = P_NR, .params = slab_params,
+	  .counters = slab_counters, .ncounters = SLAB_NR))

@@ -406,22 +406,14 @@ static int transfer_check(struct al_allocator *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Free what create made; a part not made yet is skipped. */
-static void transfer_free_parts(struct transfer *tc)
+/* Free what init made; a part not made yet is skipped. */
+static void transfer_fini(struct al_allocator *a)
 {
+	struct transfer *tc = (struct transfer *)a;
+
 	al_counters_fini(&tc->ctr);
 	al_meta_free(tc->slots, tc->slots_len);
 	al_meta_free(tc->orders, sizeof(struct tc_order) * tc->norders);
-	al_meta_free(tc, sizeof(*tc));
-}
-
-static void transfer_destroy(struct al_allocator *a)
-{
-	struct al_ctx c;
-
-	al_ctx_init(&c, 0);
-	transfer_drain(a, &c, AL_DRAIN_ALL);
-	transfer_free_parts((struct transfer *)a);
 }
 
 /* Every per-order lock, in index order: all or none. */
@@ -439,36 +431,15 @@ static void transfer_fork_unlock(struct al_allocator *a, struct al_ctx *c)
 	al_lock_release_all(&t->orders[0].lock, sizeof(t->orders[0]), t->norders, c);
 }
 
-static const struct al_ops transfer_ops = {
-	.name = "transfer",
-	AL_OPS_INIT,
-	.alloc = transfer_alloc,
-	.free = transfer_free,
-	.alloc_bulk = transfer_alloc_bulk,
-	.free_bulk = transfer_free_bulk,
-	.free_bulk_sized = transfer_free_bulk_sized,
-	.owns = al_below_owns,
-	.usable_size = al_below_usable_size,
-	.index = al_below_index, /* parked objects are the backend's, unchanged */
-	.drain = transfer_drain,
-	.stats = transfer_stats,
-	.destroy = transfer_destroy,
-	.check = transfer_check,
-	.fork_lock = transfer_fork_lock,
-	.fork_unlock = transfer_fork_unlock,
-};
-
-static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
-			   struct al_allocator *below, unsigned ncpu, struct al_allocator **out)
+static int transfer_init(struct al_allocator *a, const int64_t *p)
 {
-	struct transfer *tc;
+	struct transfer *tc = (struct transfer *)a;
+	struct al_allocator *below = a->below;
+	unsigned ncpu = a->ncpu;
 	unsigned o;
 
 	if (!below || !below->ops->usable_size)
 		return -EINVAL;
-	tc = al_meta_alloc(sizeof(*tc));
-	if (!tc)
-		return -ENOMEM;
 	tc->capacity = (unsigned)(p[P_batches] * p[P_batch]);
 	tc->norders = (unsigned)p[P_orders];
 	tc->peek = p[P_peek];
@@ -480,7 +451,7 @@ static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
 	tc->slots = al_meta_alloc(tc->slots_len);
 	if (!tc->orders || !tc->slots ||
 	    al_counters_init_desc(&tc->ctr, transfer_counters, XFER_NR, XFER_EXTRA, ncpu))
-		goto out_free;
+		return -ENOMEM;
 	for (o = 0; o < tc->norders; o++) {
 		al_lock_init(&tc->orders[o].lock, (uint64_t)p[P_lock_budget], false);
 		al_lock_count_in(&tc->orders[o].lock, &tc->ctr, XFER_lock_acquired);
@@ -489,27 +460,21 @@ static int transfer_create(const struct al_layer_desc *d, const int64_t *p,
 			al_lock_set_arena(&tc->orders[o].lock);
 		tc->orders[o].objects = tc->slots + (size_t)o * tc->capacity;
 	}
-	*out = al_allocator_init(&tc->base, &transfer_ops, d, below, ncpu);
 	return 0;
-
-out_free:
-	transfer_free_parts(tc);
-	return -ENOMEM;
 }
 
-static const struct al_layer_desc transfer_desc = {
-	.name = "transfer",
-	AL_LAYER_DESC_INIT,
-	.doc = "per-order transfer caches of whole batches shared between CPUs, under per-order "
-	       "locks (seed 000 'transfer cache')",
-	.features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS |
-		    AL_F_USABLE | AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
-	.max_size = 0,
-	.nparams = P_NR,
-	.params = transfer_params,
-	.create = transfer_create,
-	.counters = transfer_counters,
-	.ncounters = XFER_NR,
-};
-
-AL_REGISTER_LAYER(transfer_desc)
+/* destroy hands every cached object back while the layer below exists. */
+AL_LAYER_SHUTDOWN(
+	transfer, struct transfer, transfer_init, al_layer_drain_all, transfer_fini,
+	(.alloc = transfer_alloc, .free = transfer_free, .alloc_bulk = transfer_alloc_bulk,
+	 .free_bulk = transfer_free_bulk, .free_bulk_sized = transfer_free_bulk_sized,
+	 .owns = al_below_owns, .usable_size = al_below_usable_size,
+	 .index = al_below_index, /* parked objects are the backend's, unchanged */
+	 .drain = transfer_drain, .stats = transfer_stats, .check = transfer_check,
+	 .fork_lock = transfer_fork_lock, .fork_unlock = transfer_fork_unlock),
+	(.doc = "per-order transfer caches of whole batches shared between CPUs, under per-order "
+		"locks (seed 000 'transfer cache')",
+	 .features = AL_F_BACKEND | AL_F_OWNS_BELOW | AL_F_NEEDS_DISTINCT | AL_F_BULK | AL_F_OWNS |
+		     AL_F_USABLE | AL_F_NMI_SAFE | AL_F_PASSES_SIZE,
+	 .max_size = 0, .nparams = P_NR, .params = transfer_params, .counters = transfer_counters,
+	 .ncounters = XFER_NR))

@@ -15,12 +15,9 @@
  *                 ...
  *         };
  *
- *     The name comes first so that the table opens with a designator:
- *     clang-format lays a braced list that opens with a plain macro out as
- *     a packed table instead of one field per line.
+ *     (name first: clang-format packs a list that opens with a macro).
  *
- *   - al_allocator_init() fills the common header at the end of a create
- *     and returns it, so the create's tail is `*out = al_allocator_init(...)`.
+ *   - al_allocator_init() fills the common header of a new instance.
  *
  *   - al_below_owns(), al_below_usable_size() and al_below_free() answer
  *     for a layer that hands out the objects of the layer below unchanged
@@ -40,15 +37,18 @@
  *
  *     AL_COUNTED_LAYER adds the layer's event counters (a member ctr and
  *     an array of their names): made, finished and reported for it.
+ *     AL_LAYER_SHUTDOWN adds a step destroy takes first on a live instance
+ *     (a cache hands its objects back with al_layer_drain_all), and
+ *     AL_LAYER_VARIANT registers a second layer on the instance, ops and
+ *     destroy of one defined above it, with a check of its own (libc's
+ *     system). A layer whose code must know its own ops table (to tell
+ *     its instances from others) names it AL_LAYER_OPS(NAME), declared
+ *     ahead with AL_LAYER_DECLARE(NAME).
  *
- *   - al_lock_acquire_all() / al_lock_release_all() take and release an
- *     array of locks (one per size class or order) for fork(): in index
- *     order, all or none, released in reverse.
- *
- * Lifetime convention: a layer frees its parts in one function (NULL and
- * zeroed parts are skipped: al_meta_free(NULL, n), al_counters_fini and
- * al_arena_destroy of a zeroed struct are no-ops), which both destroy and a
- * failed create's `out_free:` label call.
+ * Lifetime convention: a layer frees its parts in one function, its fini,
+ * which both destroy and a failed create run (NULL and zeroed parts are
+ * skipped: al_meta_free(NULL, n), al_counters_fini and al_arena_destroy of
+ * a zeroed struct are no-ops).
  *
  * Cost: the initialisers and al_allocator_init() are compile-time or
  * create-time only. The pass-through helpers are one indirect call into the
@@ -182,7 +182,51 @@ static inline void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator
  * parenthesised lists of designated initialisers of struct al_ops (without
  * .name and .destroy) and struct al_layer_desc (without .name and .create).
  */
-#define AL_LAYER(NAME, TYPE, INIT, FINI, OPS, DESC) AL_LAYER_(NAME, TYPE, INIT, FINI, OPS, DESC, )
+#define AL_LAYER(NAME, TYPE, INIT, FINI, OPS, DESC) \
+	AL_LAYER_(NAME, TYPE, INIT, NULL, FINI, OPS, DESC, )
+
+/* AL_LAYER whose destroy runs SHUTDOWN on the live instance before FINI
+ * (a failed create runs FINI alone: its instance never served). */
+#define AL_LAYER_SHUTDOWN(NAME, TYPE, INIT, SHUTDOWN, FINI, OPS, DESC) \
+	AL_LAYER_(NAME, TYPE, INIT, SHUTDOWN, FINI, OPS, DESC, )
+
+/* A SHUTDOWN: every cache drained to the layer below, as CPU 0 at task level. */
+static inline void al_layer_drain_all(struct al_allocator *a)
+{
+	struct al_ctx c;
+
+	al_ctx_init(&c, 0);
+	a->ops->drain(a, &c, AL_DRAIN_ALL);
+}
+
+/* The ops table of layer NAME, to tell its instances by a->ops, and its
+ * declaration ahead of the code that names it. */
+#define AL_LAYER_OPS(NAME)     (&NAME##_ops_)
+#define AL_LAYER_DECLARE(NAME) static const struct al_ops NAME##_ops_
+
+/*
+ * A second layer NAME on the instance TYPE, ops table (its name included)
+ * and destroy of layer OF, defined above in the same file: a descriptor of
+ * its own (DESC, as for AL_LAYER), and a create that runs CHECK (refuse
+ * with its error; may be NULL) before OF's init.
+ */
+#define AL_LAYER_VARIANT(NAME, OF, TYPE, CHECK, DESC)                                         \
+	static int NAME##_init_(struct al_allocator *a, const int64_t *params)                \
+	{                                                                                     \
+		int ret = al_layer_call_init(CHECK, a, params);                               \
+		return ret ? ret : OF##_init_(a, params);                                     \
+	}                                                                                     \
+	static int NAME##_create_(const struct al_layer_desc *d, const int64_t *params,       \
+				  struct al_allocator *below, unsigned ncpu,                  \
+				  struct al_allocator **out)                                  \
+	{                                                                                     \
+		return al_layer_create(d, params, below, ncpu, out, &OF##_ops_, sizeof(TYPE), \
+				       NAME##_init_, OF##_fini_);                             \
+	}                                                                                     \
+	static const struct al_layer_desc NAME##_desc_ = {                                    \
+		.name = #NAME, AL_LAYER_DESC_INIT, .create = NAME##_create_, AL_UNPAREN_ DESC \
+	};                                                                                    \
+	AL_REGISTER_LAYER(NAME##_desc_)
 
 /*
  * AL_LAYER for a layer whose TYPE has a member `struct al_counters ctr`
@@ -211,15 +255,27 @@ static inline void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator
 		out->bytes_held = HELD(a);                                                     \
 		al_counters_report(&((TYPE *)a)->ctr, out);                                    \
 	}                                                                                      \
-	AL_LAYER_(NAME, TYPE, NAME##_counted_init_, NAME##_counted_fini_, OPS,                 \
+	AL_LAYER_(NAME, TYPE, NAME##_counted_init_, NULL, NAME##_counted_fini_, OPS,           \
 		  (.counters = DESCS, .ncounters = sizeof(DESCS) / sizeof(DESCS[0]),           \
 		   AL_UNPAREN_ DESC),                                                          \
 		  .stats = NAME##_counted_stats_, )
 
-#define AL_LAYER_(NAME, TYPE, INIT, FINI, OPS, DESC, ...)                                       \
+/* The create, destroy, ops table, descriptor and registration of a layer;
+ * NAME##_init_ and NAME##_fini_ are what AL_LAYER_VARIANT builds on. */
+#define AL_LAYER_(NAME, TYPE, INIT, SHUTDOWN, FINI, OPS, DESC, ...)                             \
+	static __attribute__((unused)) int NAME##_init_(struct al_allocator *a,                 \
+							const int64_t *params)                  \
+	{                                                                                       \
+		return al_layer_call_init(INIT, a, params);                                     \
+	}                                                                                       \
+	static void NAME##_fini_(struct al_allocator *a)                                        \
+	{                                                                                       \
+		al_layer_call_fini(FINI, a);                                                    \
+	}                                                                                       \
 	static void NAME##_destroy_(struct al_allocator *a)                                     \
 	{                                                                                       \
-		al_layer_destroy(a, sizeof(TYPE), FINI);                                        \
+		al_layer_call_fini(SHUTDOWN, a);                                                \
+		al_layer_destroy(a, sizeof(TYPE), NAME##_fini_);                                \
 	}                                                                                       \
 	static const struct al_ops NAME##_ops_ = { .name = #NAME,                               \
 						   AL_OPS_INIT,                                 \
@@ -230,26 +286,12 @@ static inline void al_layer_call_fini(al_layer_fini_fn fini, struct al_allocator
 				  struct al_allocator **out)                                    \
 	{                                                                                       \
 		return al_layer_create(d, params, below, ncpu, out, &NAME##_ops_, sizeof(TYPE), \
-				       INIT, FINI);                                             \
+				       NAME##_init_, NAME##_fini_);                             \
 	}                                                                                       \
 	static const struct al_layer_desc NAME##_desc_ = {                                      \
 		.name = #NAME, AL_LAYER_DESC_INIT, .create = NAME##_create_, AL_UNPAREN_ DESC   \
 	};                                                                                      \
 	AL_REGISTER_LAYER(NAME##_desc_)
-
-struct al_lock;
-
-/*
- * Take n locks, the first at `first` and each next one `stride` bytes on
- * (a lock member of each element of an array: stride = sizeof(element)), in
- * index order. 0 with all held, or the first acquisition's error with none
- * held (those already taken are released, in reverse).
- */
-AL_API int al_lock_acquire_all(struct al_lock *first, size_t stride, unsigned n,
-			       const struct al_ctx *c);
-/* Release the n locks al_lock_acquire_all() took, in reverse index order. */
-AL_API void al_lock_release_all(struct al_lock *first, size_t stride, unsigned n,
-				const struct al_ctx *c);
 
 #ifdef __cplusplus
 }

@@ -158,6 +158,18 @@ AL_API extern int al_lock_fair;
  * context=irq, for its run). */
 AL_API extern const sigset_t *al_lock_irq_mask;
 
+/*
+ * Take n locks, the first at `first` and each next one `stride` bytes on
+ * (a lock member of each element of an array: stride = sizeof(element)), in
+ * index order. 0 with all held, or the first acquisition's error with none
+ * held (those already taken are released, in reverse).
+ */
+AL_API int al_lock_acquire_all(struct al_lock *first, size_t stride, unsigned n,
+			       const struct al_ctx *c);
+/* Release the n locks al_lock_acquire_all() took, in reverse index order. */
+AL_API void al_lock_release_all(struct al_lock *first, size_t stride, unsigned n,
+				const struct al_ctx *c);
+
 #ifdef __cplusplus
 }
 #endif
