@@ -275,7 +275,12 @@ def test_cli_echoes_a_long_value_cut():
     for argv in (["run", "malloc-free", "--producers", long],
                  ["run", "malloc-free", "--metric", long],
                  ["run", "malloc-free", "--policy", "q" + long],
-                 ["run", "malloc-free", "--size", long]):
+                 ["run", "malloc-free", "--size", long],
+                 ["run", "malloc-free", "--stat", long],  # argparse's own choice error
+                 ["run", "malloc-free", "--counters", long],
+                 ["run", "malloc-free", long],  # argparse's unrecognized arguments
+                 ["run", "malloc-free", "--runs", "9" * 5000],  # int() refuses 4300 digits
+                 ["show", long], ["compare", long, long]):
         r = cli(*argv)
         one_error(r)
         assert len(r.stderr) < 2000, (argv[2], len(r.stderr))

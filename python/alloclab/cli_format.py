@@ -59,10 +59,16 @@ class Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so main() prints one format."""
 
     def error(self, message):
-        raise UsageError(message)
+        raise UsageError(errors.cut_runs(message))  # argparse echoes a bad value whole
+
+
+# An error line's runs of non-blank characters longer than this are cut (a
+# last guard: each message cuts what it echoes itself; a long path survives)
+ERR_RUN_LIMIT = 1024
 
 
 def err(msg):
+    msg = errors.cut_runs(str(msg), ERR_RUN_LIMIT)
     sys.stderr.write("%s: error: %s\n" % (PROG, msg))
     sys.stderr.flush()
 
@@ -145,6 +151,9 @@ def integer(text):
     s = text.strip()
     if not re.fullmatch(r"[+-]?[0-9]+", s):
         raise argparse.ArgumentTypeError("not an integer (ASCII digits 0-9): %r"
+                                         % errors.Echo(text))
+    if len(s.lstrip("+-").lstrip("0")) > 40:  # past any count; int() refuses 4300 digits
+        raise argparse.ArgumentTypeError("%r has more digits than any count takes (40)"
                                          % errors.Echo(text))
     return int(s, 10)
 

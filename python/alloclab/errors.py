@@ -19,6 +19,9 @@ __all__ = [
     "AlloclabError",
     "UnknownNameError",
     "ParameterTypeError",
+    "shown",
+    "Echo",
+    "cut_runs",
     "InvalidArgument",
     "FileFormatError",
     "ParameterRangeError",
@@ -57,6 +60,19 @@ def shown(value, limit=ECHO_LIMIT):
         "bytes" if isinstance(value, (bytes, bytearray)) else \
         "items" if isinstance(value, (list, tuple, dict)) else "characters of repr"
     return "%s...%s (%d %s)" % (head, tail, size, what)
+
+
+def cut_runs(text, limit=ECHO_LIMIT):
+    """``text`` with every run of more than ``limit`` non-blank characters
+    cut as ``shown`` cuts a value: for a message already formatted by code
+    that echoes whole (argparse's "invalid choice: '...'", "unrecognized
+    arguments: ...")."""
+    import re
+
+    def cut(m):
+        s = m.group(0)
+        return "%s...%s (%d characters)" % (s[:limit * 2 // 3], s[-(limit // 4):], len(s))
+    return re.sub(r"\S{%d,}" % (limit + 1), cut, text)
 
 
 class Echo:
