@@ -649,8 +649,11 @@ def test_in_a_terminal_the_command_reads_it_and_ctrl_c_ends_it(tmp_path):
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     out = tmp_path / "t.trace"
-    proc = subprocess.Popen(CLI + ["--out", str(out), "--", "sh", "-c",
-                                   "read x; echo got $x; sleep 600"],
+    # python3 takes SIGINT from its start (a shell between "echo" and its
+    # next child may defer a ^C until that child ends), and an uncaught
+    # KeyboardInterrupt ends it by SIGINT
+    script = "import time; x = input(); print('got', x, flush=True); time.sleep(600)"
+    proc = subprocess.Popen(CLI + ["--out", str(out), "--", sys.executable, "-c", script],
                             stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal)
     os.close(slave)
     seen, end = b"", time.monotonic() + 30

@@ -1464,12 +1464,16 @@ static int in_vfork_child(void)
 	return stats_prefix[0] && getpid() != my_pid;
 }
 
-/* Whether envp preloads this shim (LD_PRELOAD names the file it was loaded
- * from, as the loader recorded it) and names a policy. */
+/* Whether envp keeps this shim for the next image as it is in this one:
+ * LD_PRELOAD names the file it was loaded from (as the loader recorded it),
+ * ALLOCLAB_POLICY names a policy unless this image records on glibc, and
+ * ALLOCLAB_RECORD stays when this image records. */
 static int env_preloads_shim(char *const envp[])
 {
 	static char self[512];
-	int preload = 0, policy = 0;
+	/* Recording on glibc there is no policy to keep; recording, the next
+	 * image is recorded only if ALLOCLAB_RECORD stays. */
+	int preload = 0, policy = al_rec_on && !policy_text[0], record = !al_rec_on;
 
 	if (!self[0]) {
 		Dl_info info;
@@ -1483,8 +1487,10 @@ static int env_preloads_shim(char *const envp[])
 			preload = 1;
 		else if (!strncmp(*envp, "ALLOCLAB_POLICY=", 16))
 			policy = 1;
+		else if (!strncmp(*envp, "ALLOCLAB_RECORD=", 16))
+			record = 1;
 	}
-	return preload && policy;
+	return preload && policy && record;
 }
 
 /* vrec: the caller's VREC_SIZE buffer for a vfork child's record. */

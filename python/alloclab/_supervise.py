@@ -64,12 +64,16 @@ def _terminal(pgrp):
     return None
 
 
-def _exec(argv, env, mask):
-    """In the forked child: a group of its own, default signal actions
-    (Python ignores SIGPIPE and SIGXFSZ, and ignored stays ignored through
-    exec), the recorder's signal mask, then the command."""
+def _exec(argv, env, mask, tty):
+    """In the forked child: a group of its own (the terminal's foreground
+    group when the recorder's was: taken here too, before the exec, or a
+    command that reads the terminal at once would stop on SIGTTIN), default
+    signal actions (Python ignores SIGPIPE and SIGXFSZ, and ignored stays
+    ignored through exec), the recorder's signal mask, then the command."""
     try:
         os.setpgid(0, 0)
+        if tty is not None:
+            os.tcsetpgrp(tty, os.getpid())  # SIGTTOU is still ignored here
         for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTTOU, signal.SIGTTIN,
                   signal.SIGTSTP, PDEATH):
             signal.signal(s, signal.SIG_DFL)
@@ -136,7 +140,7 @@ def main(args):
     tty = _terminal(pgrp)
     pid = os.fork()
     if pid == 0:
-        _exec(argv, env, mask)
+        _exec(argv, env, mask, tty)
     try:
         os.setpgid(pid, pid)  # as the child does: whichever runs first
     except OSError:

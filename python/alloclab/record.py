@@ -184,9 +184,10 @@ def unrecorded(stats_dir, images, policy=None):
             continue  # traced, though it wrote no stats record (ALLOCLAB_STATS dropped)
         # preload's own test of an image the loader does not preload into
         why = preload._image_skips_preload(path) if path else None
-        if why is None and policy is not None and r.get("exec_preload"):
-            continue  # kept the shim and the policy: killed before its image started
-        why = why or "the environment it was given drops LD_PRELOAD or ALLOCLAB_RECORD"
+        if why is None and r.get("exec_preload"):
+            continue  # its environment kept the recorder: killed before its image started
+        why = why or "the environment it was given drops LD_PRELOAD or ALLOCLAB_RECORD%s" % (
+            " or ALLOCLAB_POLICY" if policy is not None else "")
         out.append("pid %d (%s): exec'd %s, which ran without the recorder (%s)"
                    % (pid, os.path.basename(target) or "?", target or "?", why))
     return out
