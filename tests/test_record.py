@@ -680,3 +680,23 @@ def test_in_a_terminal_the_command_reads_it_and_ctrl_c_ends_it(tmp_path):
         os.close(master)
     with open(str(out) + ".index.json") as f:
         assert json.load(f)["returncode"] == -2
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("env, keeps", [("", True), ("env -u ALLOCLAB_RECORD", False),
+                                        ("env -u LD_PRELOAD", False)])
+def test_the_shim_says_whether_an_exec_keeps_the_recorder(tmp_path, policy, env, keeps):
+    """An image's stats record says whether the image it exec'd loads the
+    shim as it did (exec_preload): recording, that needs ALLOCLAB_RECORD;
+    on glibc no policy is needed. record trusts it to tell an image killed
+    before it started from one that ran without the recorder."""
+    import importlib
+    from alloclab import preload
+    rec_mod = importlib.import_module("alloclab.record")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    argv, e = rec_mod.command(["sh", "-c", "%s /bin/true" % env], str(raw), policy)
+    subprocess.run(argv, env=e, check=True, timeout=60)
+    env_image = [r for r in preload.records(str(raw / "stats"))
+                 if r.get("end") == "exec" and r.get("exec", "").endswith("/true")]
+    assert len(env_image) == 1 and env_image[0]["exec_preload"] is keeps
