@@ -12,7 +12,7 @@ a bottom layer is last).
 from their default, values in their canonical text ("4K", "250ms", "true").
 ``Policy(str(p)) == p`` always holds.
 
-Parsing is the C library's (al_spec_parse_report, csrc/core/spec.c: the one
+Parsing is the C library's (al_spec_parse_report, csrc/builder/spec.c: the one
 grammar, shared with the preload shim): it reports a refusal as facts (fault
 kind, layer, parameter, offending text) and this module words the exception
 (PolicySyntaxError, UnknownNameError with the valid names, ParameterTypeError
