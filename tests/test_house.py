@@ -259,3 +259,14 @@ def test_builtin_layers_use_the_skeleton():
     assert not glue and not bare, (
         "built-in layers hand-write what AL_LAYER writes (destroy, ops, descriptor):\n  %s"
         % "\n  ".join(glue + ["%s: no AL_LAYER" % f for f in bare]))
+
+
+def test_preload_shim_runs_no_engine():
+    # the shim builds its stack with the builder (spec, stack, guard) alone
+    engine = set()
+    for h in ("workload.h", "measure.h", "run.h"):
+        engine |= _api_functions(h)
+    assert "al_run_start" in engine or "al_run" in engine
+    calls = ["%s: %s" % (_rel(f), n) for f in _files("csrc/preload/*.c")
+             for n in sorted(set(re.findall(r"\b(al_\w+)\s*\(", open(f).read())) & engine)]
+    assert not calls, "the preload shim calls into the engine:\n  " + "\n  ".join(calls)
