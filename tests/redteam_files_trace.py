@@ -100,6 +100,12 @@ ENTRIES = [
     Entry("trace:read_meta", code="from alloclab.trace import read_meta\nread_meta(FILE)",
           **_READ),
     Entry("trace:run(trace=FILE)", code=_RUN_PY, **_READ),
+    # the finaliser of a raw file the shim wrote; no valid one is made here
+    # (only the shim writes them): a symlink to the cell's valid trace, not
+    # a raw file, is refused too
+    Entry("trace:record.finish", code="import importlib\n"
+          "importlib.import_module('alloclab.record').finish(FILE)",
+          **dict(_READ, expect={"symlink": "refused", "unreadable": "refused"})),
     Entry("trace:Trace.save", code=_TRACE_PY + "t.save(FILE)", **_WRITE),
     Entry("trace:record(out=FILE)", code="al.record(['ls', '/'], FILE, capture_output=True)",
           **_WRITE),

@@ -478,8 +478,11 @@ def test_finish_refuses_corrupt_and_foreign_files(tmp_path):
     (tmp_path / "s").write_bytes(b"ALRECRAW")
     with pytest.raises(errors.FileFormatError, match="8 bytes, shorter than its header"):
         finish(str(tmp_path / "s"))
-    with pytest.raises(errors.FileFormatError):
+    with pytest.raises(errors.InvalidArgument, match="raw file .*missing: no such file"):
         finish(str(tmp_path / "missing"))
+    os.mkfifo(tmp_path / "fifo")  # refused without being opened: an open would block
+    with pytest.raises(errors.InvalidArgument, match="it is a named pipe, not a regular file"):
+        finish(str(tmp_path / "fifo"))
 
 
 def test_the_first_example_of_the_page_compiles_and_records(tmp_path):

@@ -93,7 +93,10 @@ def finish(raw):
     """(Trace, info dict) of one raw file (al_rec_finish): a file cut short
     is finalised up to its last complete chunk (info["complete"] False and
     info["note"] says where). FileFormatError when it is not a raw file of
-    this version or does not decode."""
+    this version or does not decode; InvalidArgument, without opening it,
+    when raw is missing or not a regular file (alloclab.files: an open of a
+    FIFO would block)."""
+    files.check_input(raw, "raw file")
     out = ffi.new("struct al_trace **")
     info = ffi.new("struct al_rec_info *")
     err = ffi.new("char[512]")
