@@ -561,3 +561,14 @@ def test_a_bad_bool_names_every_spelling_accepted(bad):
         on, off = pair.split("/")
         assert al.Policy("slab(memcg=%s)" % on).params(0)["memcg"] is True
         assert al.Policy("slab(memcg=%s)" % off).params(0)["memcg"] is False
+
+
+@pytest.mark.parametrize("text", ["64\u212a", "\u200964K", "64K\u00a0", "1\u212aB"])
+def test_sizes_read_ascii_letters_and_blanks_only(text):
+    """re.I read the Kelvin sign as k and str.strip() took any Unicode
+    blank: '64\u212a' was 64K here, while the C parser refuses it."""
+    from alloclab.run import plan
+    with pytest.raises(al.ParameterTypeError):
+        plan("malloc-free", "buddy", size=text)
+    with pytest.raises(al.AlloclabError):
+        al.Policy("buddy(chunk_size=%s)" % text)

@@ -59,9 +59,10 @@ WORKLOAD_FLAGS = [
 ]
 
 _SIZE_UNITS = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)]
-_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
+# re.A: ASCII blanks and letters only (re.I alone reads the Kelvin sign as k)
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?)(?:i?b)?\s*$", re.I | re.A)
 _NS_UNITS = [("s", 10**9), ("ms", 10**6), ("us", 10**3), ("ns", 1)]
-_NS_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s)?\s*$", re.I)
+_NS_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s)?\s*$", re.I | re.A)
 
 
 def _digits(s):
@@ -183,7 +184,7 @@ class Param:
 
     def parse_text(self, text):
         """Text from a policy spec or the command line -> validated raw int."""
-        s = text.strip()
+        s = text.strip(" \t\n\r\f\v")  # ASCII blanks, as the C parser trims
         t = self.type
         if t == INT:
             if not re.fullmatch(r"[+-]?[0-9]+", s):
