@@ -1047,3 +1047,33 @@ def test_long_column_headers_wrap():
     assert sum(1 for x in lines if x.split()[:1] == ["producers"]) == 2  # a block each
     assert max(len(x) for x in lines) <= 110, text
     assert "buddy(arena_limit=64M)" in text and "lock=queued)" in text
+
+
+def test_ctrl_c_hands_on_the_runs_that_finished(monkeypatch):
+    """run() raised KeyboardInterrupt and every finished run was lost; the
+    exception now carries them (partial), marked interrupted, and a cell
+    with no finished run is left out."""
+    real = run_mod.run_once
+    done = []
+
+    def stop_at_the_fourth(task, i, **kw):
+        if len(done) == 3:
+            raise KeyboardInterrupt
+        done.append(task["point"])
+        return real(task, i, **kw)
+    monkeypatch.setattr(run_mod, "run_once", stop_at_the_fourth)
+    with pytest.raises(KeyboardInterrupt) as e:
+        al.run("malloc-free", "buddy", producers=[1, 2], allocs_per_cycle=[1, 4], runs=3,
+               cycles=5, warmup_cycles=1)
+    part = e.value.partial
+    assert part.metadata["interrupted"] == {"runs_finished": 3, "runs_planned": 12,
+                                            "signal": "SIGINT"}
+    assert len(part.points) == 3 and all(p.runs == 1 for p in part.points)
+    assert part.interrupted_line().startswith("interrupted: 3 of 12 runs finished before SIGINT")
+    again = al.Result.from_json(part.to_json())
+    assert again.metadata["interrupted"]["runs_finished"] == 3
+    # none finished: nothing to hand on
+    done[:] = [None] * 3
+    with pytest.raises(KeyboardInterrupt) as e:
+        al.run("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1)
+    assert e.value.partial is None
