@@ -674,9 +674,11 @@ def test_from_json_refuses_binary_and_devices(tmp_path):
         Result.from_json(b)  # a pathlib.Path
     with pytest.raises(al.FileFormatError, match="not UTF-8"):
         Result.from_json(b"\xff\xfe{}")
-    with pytest.raises(al.FileFormatError, match="a device"):
+    # paths that are not regular files are refused by name before any read
+    # (load_json's contract: InvalidArgument), never read without bound
+    with pytest.raises(al.InvalidArgument, match="/dev/zero.*character device"):
         load_json("/dev/zero")
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(al.InvalidArgument, match="directory"):
         load_json(tmp_path)
     with pytest.raises(al.ParameterTypeError):
         load_json(42)
