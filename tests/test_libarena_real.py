@@ -240,3 +240,55 @@ def test_reference_has_no_bulk_calls_of_its_own():
     a = al.Allocator(lr.load(REFERENCE))
     ptrs = a.alloc_bulk(64, 8)  # the loop fallback
     assert len(ptrs) == 8 and a.free_bulk(ptrs) == 8
+
+
+# ---- the stand-in's BPF environment, seen from the tree ----
+
+def _stat(a, layer, name):
+    return [s for s in a.stats() if s["layer"] == layer][0].get(name, 0)
+
+
+def test_loop_budget_runs_out_and_is_counted(tmp_path):
+    """cond_break in an endless loop ends it when the call's budget (the
+    verifier's 8M iterations) is spent, once per call, and each call gets a
+    fresh budget."""
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "\tput_locked(b, p, c);\n\tarena_spin_unlock(&b->lock);\n",
+           "\tput_locked(b, p, c);\n\tarena_spin_unlock(&b->lock);\n\tfor (;;)\n\t\tcond_break;\n")
+    name = lr.load(str(tree))
+    with al.Allocator(name) as a:
+        for i in (1, 2):
+            a.free(a.alloc(64))
+            assert _stat(a, name, "loop_exhausted") == i
+
+
+def test_printk_is_counted_not_printed(tmp_path, capfd):
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",
+           "\tpool_err(\"pool: said %lu\", size);\n\tif (c < 0) {\n\t\tpool_err(\"pool: no class")
+    name = lr.load(str(tree))
+    with al.Allocator(name) as a:
+        a.free(a.alloc(64))
+        a.free(a.alloc(64))
+        assert _stat(a, name, "printk") == 2
+    out, err = capfd.readouterr()
+    assert "pool: said" not in out + err
+
+
+def test_smp_processor_id_is_the_callers_cpu(tmp_path):
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",
+           "\tif (bpf_get_smp_processor_id() == 3)\n\t\treturn NULL;\n"
+           "\tif (c < 0) {\n\t\tpool_err(\"pool: no class")
+    with al.Allocator(lr.load(str(tree)), ncpu=4) as a:
+        a.free(a.alloc(64, cpu=2))
+        with pytest.raises(al.AllocatorExhausted):
+            a.alloc(64, cpu=3)
+
+
+def test_arena_is_4gib_aligned_and_read_by_offset():
+    with al.Allocator(lr.load(EXAMPLE)) as a:
+        p = a.alloc(64)
+        # the example's window starts at arena offset 1 << 28: its first object is there
+        assert p % (1 << 32) == 1 << 28
+        a.free(p)

@@ -96,7 +96,8 @@ static void __arena *take_locked(struct buddy __arena *b, int c)
 	u64 head = b->free_head[c];
 
 	if (head == POOL_NIL) {
-		if (refill_locked(b, c))
+		/* refill may carve nothing when the call's loop budget is spent */
+		if (refill_locked(b, c) || b->free_head[c] == POOL_NIL)
 			return NULL;
 		head = b->free_head[c];
 	}
