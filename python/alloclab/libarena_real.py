@@ -160,14 +160,18 @@ def _progs_c(progs):
             "const unsigned alr_nprogs = %d;\n" % (decls, rows, len(progs)))
 
 
-def _flags(tree, feats):
+def _flags(tree, feats, cc_id):
+    """The compile flags: the stand-in before the tree's include/ (and the
+    folder above the tree, as the kernel's Makefile has it). GCC on x86-64
+    gets TLS descriptors: can_loop reads a thread-local budget, which they
+    make one load in a dlopen()ed object."""
+    gnu2 = sysconfig.get_platform().endswith("x86_64") and "clang" not in cc_id
     return CFLAGS + ["-DALR_LIBARENA_LAYOUT=%d" % feats["libarena_layout"],
                      "-I" + COMPAT_DIR, "-I" + os.path.join(tree, "include"),
-                     "-I" + os.path.dirname(tree)] + \
-        (["-mtls-dialect=gnu2"] if sysconfig.get_platform().endswith("x86_64") else [])
+                     "-I" + os.path.dirname(tree)] + (["-mtls-dialect=gnu2"] if gnu2 else [])
 
 
-def _digest(tree, srcs, progs_c, flags, cc):
+def _digest(tree, srcs, progs_c, flags, cc, cc_id):
     h = hashlib.sha256()
     inputs = srcs + _files(tree, "include", (".h",)) + \
         [os.path.join(COMPAT_DIR, f) for f in sorted(os.listdir(COMPAT_DIR))
@@ -176,7 +180,7 @@ def _digest(tree, srcs, progs_c, flags, cc):
     for f in sorted(set(inputs)):
         with open(f, "rb") as fh:
             h.update(os.path.relpath(f, tree).encode() + b"\0" + fh.read() + b"\0")
-    h.update(progs_c.encode() + "\0".join(flags + cc).encode() + _cc_id(cc).encode())
+    h.update(progs_c.encode() + "\0".join(flags + cc).encode() + cc_id.encode())
     return h.hexdigest()[:16]
 
 
@@ -219,8 +223,10 @@ def build(tree, selftests=False):
     progs = selftest_programs(tree) if selftests else []
     srcs = _sources(tree, selftests)
     progs_c = _progs_c(progs)
-    cc, flags = _cc(), _flags(tree, feats)
-    digest = _digest(tree, srcs, progs_c, flags, cc)
+    cc = _cc()
+    cc_id = _cc_id(cc)
+    flags = _flags(tree, feats, cc_id)
+    digest = _digest(tree, srcs, progs_c, flags, cc, cc_id)
     out = os.path.join(_object_dir(), "tree-%s%s.so" % (digest, "-tests" if selftests else ""))
     if os.path.exists(out):
         return out
