@@ -500,3 +500,37 @@ void al_lock_stats_get(const struct al_lock *l, struct al_lock_stats *out)
 	out->hold_ticks = al_counters_sum(k, l->ctr_idx + AL_LOCK_HOLD);
 	out->owner_switches = al_counters_sum(k, l->ctr_idx + AL_LOCK_OWNER_SWITCHES);
 }
+
+/*
+ * An array of locks for fork() (one per size class or order of a layer):
+ * taken in index order, the order every path that holds two of them
+ * follows, and released in reverse. All or none: when one acquisition fails
+ * (its lock budget ran out) the ones taken are released before the error
+ * returns, so the caller never sees a partial hold. Cost: n acquisitions;
+ * only the fork handlers call it.
+ */
+static struct al_lock *lock_at(struct al_lock *first, size_t stride, unsigned i)
+{
+	return (struct al_lock *)((char *)first + (size_t)i * stride);
+}
+
+int al_lock_acquire_all(struct al_lock *first, size_t stride, unsigned n, const struct al_ctx *c)
+{
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		ret = al_lock_acquire(lock_at(first, stride, i), c);
+		if (ret) {
+			al_lock_release_all(first, stride, i, c);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+void al_lock_release_all(struct al_lock *first, size_t stride, unsigned n, const struct al_ctx *c)
+{
+	while (n--)
+		al_lock_release(lock_at(first, stride, n), c);
+}
