@@ -1079,3 +1079,16 @@ def test_ctrl_c_hands_on_the_runs_that_finished(monkeypatch):
     with pytest.raises(KeyboardInterrupt) as e:
         al.run("malloc-free", "buddy", runs=1, cycles=5, warmup_cycles=1)
     assert e.value.partial is None
+
+
+@pytest.mark.parametrize("mark, line", [
+    ({"runs_finished": 3, "runs_planned": 12, "signal": "SIGTERM"},
+     "interrupted: 3 of 12 runs finished before SIGTERM stopped the run"),
+    ({"runs_finished": 14, "runs_planned": 12, "signal": "SIGINT"},
+     "interrupted: 14 runs (the 12 planned and adaptive ones) finished before SIGINT"),
+    ({"runs_finished": "x", "runs_planned": True}, "interrupted: ? of ? runs finished before "
+                                                   "a signal stopped the run"),
+])
+def test_the_interrupted_line_reads_the_mark(mark, line):
+    assert al.Result({"interrupted": mark}, []).interrupted_line().startswith(line)
+    assert al.Result({}, []).interrupted_line() is None

@@ -1127,11 +1127,15 @@ class Result:
         if not isinstance(it, dict):
             return None
         done, planned = it.get("runs_finished"), it.get("runs_planned")
-        return "interrupted: %s of %s runs finished before %s stopped the run; each cell " \
-               "holds only its finished runs, a cell with none is left out" % (
-                   done if isinstance(done, int) else "?",
-                   planned if isinstance(planned, int) else "?",
-                   it.get("signal") if isinstance(it.get("signal"), str) else "a signal")
+        done, planned = (v if isinstance(v, int) and not isinstance(v, bool) else "?"
+                         for v in (done, planned))
+        if done != "?" and planned != "?" and done > planned:  # adaptive runs were added
+            count = "%d runs (the %d planned and adaptive ones)" % (done, planned)
+        else:
+            count = "%s of %s runs" % (done, planned)
+        return "interrupted: %s finished before %s stopped the run; each cell holds only " \
+               "its finished runs, a cell with none is left out" % (
+                   count, it.get("signal") if isinstance(it.get("signal"), str) else "a signal")
 
     def stats_line(self):
         """The stats level(s) the points ran at (their "stats" parameter): what
