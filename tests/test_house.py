@@ -208,6 +208,12 @@ def _core_headers():
     return {"core.h"} | set(C_INCLUDE.findall(text))
 
 
+def _c_calls(text):
+    """The al_* names a C text calls, its comments left out."""
+    code = re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
+    return set(re.findall(r"\b(al_\w+)\s*\(", code))
+
+
 def _api_functions(header):
     text = open(os.path.join(ROOT, "csrc/include/alloclab", header)).read()
     return set(re.findall(r"\bAL_API\b[^;(]*?\b(\w+)\s*\(", text))
@@ -235,7 +241,7 @@ def test_core_calls_nothing_above_it():
             above |= _api_functions(h)
     assert {"al_stack_create", "al_run_check", "al_spec_parse"} <= above
     calls = ["%s: %s" % (_rel(f), n) for f in _files("csrc/core/*.[ch]")
-             for n in sorted(set(re.findall(r"\b(al_\w+)\s*\(", open(f).read())) & above)]
+             for n in sorted(_c_calls(open(f).read()) & above)]
     assert not calls, "core calls up into the builder or the engine:\n  " + "\n  ".join(calls)
 
 
@@ -268,5 +274,28 @@ def test_preload_shim_runs_no_engine():
         engine |= _api_functions(h)
     assert "al_run_start" in engine or "al_run" in engine
     calls = ["%s: %s" % (_rel(f), n) for f in _files("csrc/preload/*.c")
-             for n in sorted(set(re.findall(r"\b(al_\w+)\s*\(", open(f).read())) & engine)]
+             for n in sorted(_c_calls(open(f).read()) & engine)]
     assert not calls, "the preload shim calls into the engine:\n  " + "\n  ".join(calls)
+
+
+BUILDER_HEADERS = {"stack.h", "spec.h"}
+
+
+def test_builder_stands_on_core_alone():
+    # spec -> registry -> stack -> guard: below the engine, so the shim needs no engine
+    files = _files("csrc/builder/*.c")
+    assert {os.path.basename(f) for f in files} >= {"spec.c", "stack.c", "guard.c"}
+    allowed = _core_headers() | BUILDER_HEADERS
+    engine = set()
+    for h in ("workload.h", "measure.h", "run.h"):
+        engine |= _api_functions(h)
+    up = []
+    for f in files:
+        text = open(f).read()
+        for inc in C_INCLUDE.findall(text):
+            name = inc[len("alloclab/"):] if inc.startswith("alloclab/") else None
+            if not (name in allowed or inc.startswith("../core/")):
+                up.append("%s includes %s" % (_rel(f), inc))
+        up += ["%s calls %s" % (_rel(f), n)
+               for n in sorted(_c_calls(text) & engine)]
+    assert not up, "the builder reaches up into the engine:\n  " + "\n  ".join(up)
