@@ -139,6 +139,14 @@ def test_cli_test_command_and_errors(tmp_path):
     proc = _cli("libarena", "test", str(tree))
     assert proc.returncode == 1
     assert "FAIL test_pool_reuse (returned -22)" in proc.stdout
+    tree = _copy(tmp_path / "crash")
+    _patch(tree / "selftests" / "test_pool.bpf.c", "\tret = buddy_init(&buddy);\n\tif (ret)\n\t\treturn ret;\n\tn =",
+           "\tret = buddy_init(&buddy);\n\tif (ret)\n\t\treturn ret;\n\t*(volatile int *)(long)zero = 1;\n\tn =")
+    proc = _cli("libarena", "test", str(tree))
+    assert proc.returncode == 1
+    assert "FAIL test_pool_bulk (crashed: SIGSEGV)" in proc.stdout
+    # the next program runs in a fresh copy
+    assert "PASS test_pool_invalid_free" in proc.stdout and "3 passed, 1 failed" in proc.stdout
     proc = _cli("libarena", "test", str(tmp_path / "nope"))
     assert proc.returncode == 2 and proc.stderr.startswith("alloclab: error:")
 

@@ -49,7 +49,9 @@ def cmd_libarena(args):
           "stand-in, not run by BPF's JIT):" % os.path.abspath(tree))
     for r in results:
         line = "%s %s" % ("PASS" if r["passed"] else "FAIL", r["name"])
-        if not r["passed"]:
+        if r["ret"] is None:
+            line += " (%s)" % r["message"]
+        elif not r["passed"]:
             line += " (returned %d)" % r["ret"]
             if r["message"]:
                 line += ": %s" % r["message"]

@@ -49,6 +49,7 @@ import tempfile
 from . import errors, plugin, policy
 
 ENV_TREE = "ALLOCLAB_LIBARENA"
+ALR_EV_PRINTK = 1  # enum alr_event (bpfcompat/alr.h)
 COMPAT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bpfcompat")
 _RUNTIME = ("runtime.c", "bind.c")
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-fvisibility=hidden", "-pthread",
@@ -332,30 +333,70 @@ def check_init(obj, tree):
         c.close()
 
 
+def _run_from(obj, first, w):
+    """In a child: run the programs from index first on, a JSON line each
+    to fd w as it finishes (so a crash loses only the program it hit)."""
+    import json
+
+    c = Copy(obj)
+    for i in range(first, c.entry.nprogs):
+        p = c.entry.progs[i]
+        before = c.stat(ALR_EV_PRINTK)
+        ret = int(c.entry.run(_cffi().NULL, 0, p.fn))
+        os.write(w, (json.dumps({"name": _cffi().string(p.name).decode(), "ret": ret,
+                                 "message": c.last_msg() if c.stat(ALR_EV_PRINTK) > before
+                                 else ""}) + "\n").encode())
+    c.close()
+
+
+def _child_results(obj, first):
+    """The results a child process sends for programs first.., and how it
+    ended (os.waitpid status)."""
+    import json
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(r)
+        try:
+            _run_from(obj, first, w)
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    with os.fdopen(r, "rb") as f:
+        for chunk in iter(lambda: f.read(65536), b""):
+            data += chunk
+    _, status = os.waitpid(pid, 0)
+    return [json.loads(l) for l in data.decode().splitlines() if l.strip()], status
+
+
 def run_tests(tree):
-    """Run the tree's selftest programs (test_*) in one private copy, in
-    order, as the tree's runner would in a VM. [{"name", "file", "ret",
-    "passed", "message"}]."""
+    """Run the tree's selftest programs (test_*) in order in one private copy,
+    as the tree's runner would in a VM, in a child process: a program that
+    crashes is reported (ret None, its signal in message) and the programs
+    after it run in a fresh copy. [{"name", "file", "ret", "passed",
+    "message"}]."""
+    import signal
+
     tree = check_tree(tree)
     progs = selftest_programs(tree)
     if not progs:
         raise LibarenaTreeError("%s: no selftests (SEC(\"syscall\") programs named test_* in "
                                 "selftests/*.bpf.c)" % tree, value=tree)
     obj = build(tree, selftests=True)
-    c = Copy(obj)
+    files = dict((n, os.path.relpath(f, tree)) for f, n in progs)
     out = []
-    try:
-        files = dict((n, f) for f, n in progs)
-        for i in range(c.entry.nprogs):
-            p = c.entry.progs[i]
-            name = _cffi().string(p.name).decode()
-            before = c.stat(1)
-            ret = int(c.entry.run(_cffi().NULL, 0, p.fn))
-            out.append({"name": name, "file": os.path.relpath(files.get(name, ""), tree),
-                        "ret": ret, "passed": ret == 0,
-                        "message": c.last_msg() if c.stat(1) > before else ""})
-    finally:
-        c.close()
+    while len(out) < len(progs):
+        got, status = _child_results(obj, len(out))
+        out += [dict(r, file=files.get(r["name"], ""), passed=r["ret"] == 0) for r in got]
+        if len(out) < len(progs):  # the child died in the next program
+            why = ("crashed: %s" % signal.Signals(os.WTERMSIG(status)).name
+                   if os.WIFSIGNALED(status) else "ended early (exit %d)"
+                   % os.waitstatus_to_exitcode(status))
+            name = progs[len(out)][1]
+            out.append({"name": name, "file": files[name], "ret": None, "passed": False,
+                        "message": why})
     return out
 
 
