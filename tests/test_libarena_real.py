@@ -300,3 +300,19 @@ def test_arena_is_4gib_aligned_and_read_by_offset():
         # the example's window starts at arena offset 1 << 28: its first object is there
         assert p % (1 << 32) == 1 << 28
         a.free(p)
+
+
+def test_tree_with_own_caches_refuses_the_models_caches_unless_asked(tmp_path):
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",
+           "\tif (bpf_get_smp_processor_id() > 4096)\n\t\treturn NULL;\n"
+           "\tif (c < 0) {\n\t\tpool_err(\"pool: no class")
+    assert lr.info(str(tree))["own_caches"] and not lr.info(EXAMPLE)["own_caches"]
+    name = al.Policy("libarena(tree=%s)" % tree).names[-1]  # alone: fine
+    assert "per-CPU caches of its own" in al.schema.layer(name).doc
+    with pytest.raises(al.IncompatiblePolicyError, match="per-CPU caches of its own"):
+        al.Policy("percpu > libarena(tree=%s)" % tree)
+    p = al.Policy("percpu > libarena(tree=%s, caches_above=true)" % tree)
+    assert p.names == ["percpu", name]
+    proc = _cli("libarena", "build", str(tree))
+    assert proc.returncode == 0 and "per-CPU caches of its own: yes" in proc.stdout

@@ -38,9 +38,10 @@ def cmd_libarena(args):
     tree = args.tree or libarena_real.default_tree()
     if args.libarena_cmd == "build":
         info = libarena_real.info(libarena_real.check_tree(tree))
-        print("tree: %s\nobject: %s\nbulk calls of its own: %s\nmeasured: %s" % (
-            info["tree"], info["object"], "yes" if info["bulk"] else "no (loops)",
-            info["measured"]))
+        print("tree: %s\nobject: %s\nbulk calls of its own: %s\nper-CPU caches of its own: %s\n"
+              "measured: %s" % (info["tree"], info["object"],
+                                "yes" if info["bulk"] else "no (loops)",
+                                "yes" if info["own_caches"] else "no", info["measured"]))
         return 0
     if args.libarena_cmd != "test":
         raise libarena_real.LibarenaTreeError("alloclab libarena: give an action: test DIR")

@@ -120,7 +120,8 @@ def selftest_programs(tree):
 
 def _features(tree):
     """What the tree has, read from its text: the libarena chunk layout
-    (block sizes from the order nibbles), native bulk calls."""
+    (block sizes from the order nibbles), native bulk calls, per-CPU caches
+    of its own (its sources call bpf_get_smp_processor_id)."""
     with open(os.path.join(tree, "include/libarena/buddy.h"), errors="replace") as f:
         header = f.read()
     src = ""
@@ -130,7 +131,9 @@ def _features(tree):
     layout = "struct buddy_chunk" in header and re.search(r"\borders\s*\[", header) is not None
     bulk = all(re.search(r"\b%s\s*\([^;{]*\)\s*\{" % fn, src)
                for fn in ("buddy_alloc_bulk", "buddy_free_bulk"))
-    return {"libarena_layout": layout, "bulk": bulk}
+    # a tree that asks which CPU it runs on keeps something per CPU: caches of its own
+    own_caches = re.search(r"\bbpf_get_smp_processor_id\s*\(", src) is not None
+    return {"libarena_layout": layout, "bulk": bulk, "own_caches": own_caches}
 
 
 def _cc():
@@ -431,9 +434,16 @@ def load(tree=None, name=None):
     plugin.compile(name, source, extra_compile_args=[
         "-D_GNU_SOURCE", "-I" + COMPAT_DIR, "-DALR_LAYER_NAME=\"%s\"" % name,
         "-DALR_OBJECT=\"%s\"" % obj.replace("\\", "\\\\").replace('"', '\\"'),
-        "-DALR_HAS_BULK=%d" % feats["bulk"], "-DALR_MAX_SIZE=%dULL" % max_size])
+        "-DALR_HAS_BULK=%d" % feats["bulk"], "-DALR_MAX_SIZE=%dULL" % max_size,
+        "-DALR_LAYER_DOC=\"%s\"" % _doc(feats)])
     _by_tree[key] = name
     return name
+
+
+def _doc(feats):
+    """The layer's one-line doc: what runs, and whether it caches per CPU."""
+    return "libarena's own buddy.bpf.c, compiled natively as user-space C (not BPF's JIT)%s" % (
+        "; the tree has per-CPU caches of its own" if feats["own_caches"] else "")
 
 
 def info(tree):
@@ -441,7 +451,7 @@ def info(tree):
     tree = check_tree(tree)
     f = _features(tree)
     return {"tree": tree, "object": build(tree), "bulk": f["bulk"],
-            "libarena_layout": f["libarena_layout"],
+            "libarena_layout": f["libarena_layout"], "own_caches": f["own_caches"],
             "measured": "the tree's C compiled natively as user-space C (not BPF's JIT); "
                         "its helper headers are alloclab's stand-in, not the tree's"}
 
@@ -449,6 +459,20 @@ def info(tree):
 # ---- specs: libarena(tree=PATH, ...) ----
 
 _SPEC_RE = re.compile(r"(?<![A-Za-z0-9_-])libarena(?![A-Za-z0-9_-])(\s*\(([^()]*)\))?")
+
+
+def _check_caches_above(tree, spec, at, params):
+    """Refuse the model's caches above a tree with per-CPU caches of its own
+    (two caches stacked measure neither design) unless caches_above=true."""
+    allowed = any(p.replace(" ", "").lower() in ("caches_above=true", "caches_above=1")
+                  for p in params)
+    if spec[:at].strip() and not allowed and _features(
+            check_tree(tree if tree is not None else default_tree()))["own_caches"]:
+        raise errors.IncompatiblePolicyError(
+            "policy %r: the libarena tree %s has per-CPU caches of its own, so the layers above "
+            "it would stack the model's caches on the tree's; run it alone, or write "
+            "libarena(tree=..., caches_above=true) to measure both" % (
+                spec, tree if tree is not None else default_tree()))
 
 
 def expand(spec):
@@ -472,6 +496,7 @@ def expand(spec):
                 "layer 'libarena' needs a tree: libarena(tree=PATH) or $%s=PATH (the libarena "
                 "folder of a kernel checkout)" % ENV_TREE)
         name = load(tree)
+        _check_caches_above(tree, spec, m.start(), rest)
         return name + ("(%s)" % ", ".join(rest) if rest else "")
 
     return _SPEC_RE.sub(one, spec)

@@ -7,6 +7,7 @@
  *   ALR_OBJECT      the path of the tree's compiled object (a string; cached by hash)
  *   ALR_HAS_BULK  1 when the tree has buddy_alloc_bulk/buddy_free_bulk
  *   ALR_MAX_SIZE  the largest request it serves (alr_entry.max_size)
+ *   ALR_LAYER_DOC   its one-line doc (says whether it has per-CPU caches)
  *
  * One private copy per instance
  * -----------------------------
@@ -60,6 +61,9 @@
 #ifndef ALR_HAS_BULK
 #define ALR_HAS_BULK 0
 #endif
+#ifndef ALR_LAYER_DOC
+#define ALR_LAYER_DOC "libarena's own buddy.bpf.c, compiled natively as user-space C"
+#endif
 #ifndef ALR_MAX_SIZE
 #define ALR_MAX_SIZE 0 /* the largest request the tree serves, 0: unknown */
 #endif
@@ -82,10 +86,13 @@
 
 AL_COUNTERS_DEFINE(LAR_COUNTERS, LAR_, lar_counters);
 
-enum { P_LOCK_BUDGET, P_NR };
+enum { P_LOCK_BUDGET, P_CACHES_ABOVE, P_NR };
 static const struct al_param_desc lar_params[P_NR] = {
 	{ "lock_budget", AL_PARAM_NS, 250000000, 1000, 10000000000LL, NULL,
 	  "how long an arena spin lock waiter spins before failing (the may_goto budget)" },
+	{ "caches_above", AL_PARAM_BOOL, 0, 0, 1, NULL,
+	  "allow the model's caches above a tree with per-CPU caches of its own (read by the spec "
+	  "check, not here)" },
 };
 
 struct lar {
@@ -423,8 +430,7 @@ static int lar_create_(const struct al_layer_desc *d, const int64_t *params,
 static const struct al_layer_desc lar_desc = {
 	.name = ALR_LAYER_NAME,
 	AL_LAYER_DESC_INIT,
-	.doc = "libarena's own buddy.bpf.c (a tree compiled natively as user-space C, not BPF's "
-	       "JIT)",
+	.doc = ALR_LAYER_DOC,
 	.features = AL_F_OWNS | AL_F_USABLE | (ALR_HAS_BULK ? AL_F_BULK : 0),
 	.counters = lar_counters,
 	.ncounters = sizeof(lar_counters) / sizeof(lar_counters[0]),
