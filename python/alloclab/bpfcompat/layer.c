@@ -32,7 +32,8 @@
  * buddy->lock); acquisitions are counted in this layer's counters. Loop
  * budgets that ran out (can_loop / cond_break) and printk calls are
  * counted per CPU; bytes_held is the block bytes handed out minus those
- * returned, block sizes read from the tree's own chunk metadata.
+ * returned, block sizes read from the tree's own chunk metadata. stats()
+ * reads relaxed counters only, so the engine may sample it during a run.
  *
  * Lock order: the tree's own; this file takes no lock but through it.
  * Cost per operation: the call into the copy (an indirect call), one
@@ -431,7 +432,7 @@ static const struct al_layer_desc lar_desc = {
 	.name = ALR_LAYER_NAME,
 	AL_LAYER_DESC_INIT,
 	.doc = ALR_LAYER_DOC,
-	.features = AL_F_OWNS | AL_F_USABLE | (ALR_HAS_BULK ? AL_F_BULK : 0),
+	.features = AL_F_OWNS | AL_F_USABLE | AL_F_STATS_ANYTIME | (ALR_HAS_BULK ? AL_F_BULK : 0),
 	.counters = lar_counters,
 	.ncounters = sizeof(lar_counters) / sizeof(lar_counters[0]),
 	.nparams = P_NR,
