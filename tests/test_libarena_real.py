@@ -316,3 +316,36 @@ def test_tree_with_own_caches_refuses_the_models_caches_unless_asked(tmp_path):
     assert p.names == ["percpu", name]
     proc = _cli("libarena", "build", str(tree))
     assert proc.returncode == 0 and "per-CPU caches of its own: yes" in proc.stdout
+
+
+# ---- two trees, A/B: a patched copy against its base ----
+
+def _ab(base, tmp_path, header, old, new):
+    """Run base and a copy with one constant changed, interleaved in one run;
+    their layer names and the comparison of the arena pages they hold."""
+    patched = _copy(tmp_path, base)
+    _patch(patched / "include" / "libarena" / header, old, new)
+    a, b = lr.load(base), lr.load(str(patched))
+    assert a != b
+    res = al.run("malloc-free", [a, b], duration=0.05, runs=3, allocs_per_cycle=256)
+    cmp = al.compare(res, baseline=a, metric="alloc_ns")
+    pages = {p.params["policy"]: int(p.data["%s.arena_pages" % p.params["policy"]][-1])
+             for p in res.points}
+    return a, b, cmp, pages
+
+
+def test_ab_example_slab_size_changes_the_pages_held(tmp_path):
+    a, b, cmp, pages = _ab(EXAMPLE, tmp_path, "buddy.h", "POOL_SLAB_BYTES = 64 << 10",
+                           "POOL_SLAB_BYTES = 16 << 10")
+    # 256 objects of 64 B: one 16 KiB slab (4 pages) against a 64 KiB one (16)
+    assert pages == {a: 16, b: 4}
+    assert b in str(cmp)
+
+
+@needs_reference
+def test_ab_reference_chunk_orders_change_the_chunk(tmp_path):
+    a, b, cmp, pages = _ab(REFERENCE, tmp_path, "buddy.h", "BUDDY_CHUNK_NUM_ORDERS\t= 1 << 4",
+                           "BUDDY_CHUNK_NUM_ORDERS\t= 14")
+    # one chunk each: 1 MiB (256 pages) in the base, 256 KiB (64) in the patched copy
+    assert pages == {a: 256, b: 64}
+    assert b in str(cmp)
