@@ -182,5 +182,5 @@ class sdist_alloclab(sdist):
 
 setup(
     cmdclass={"build_ext": build_ext_alloclab, "sdist": sdist_alloclab},
-    cffi_modules=["python/alloclab/_build.py:ffibuilder"],
+    cffi_modules=["python/alloclab/cbind/_build.py:ffibuilder"],
 )

@@ -8,16 +8,18 @@
 Layers, workloads and their parameters come from the C library's registry:
 see ``al.policies()``, ``al.workloads()`` and ``al.presets``.
 
-Layout, bottom up: _ffi loads the cffi extension and liballoclab.so and
-maps C error codes to errors.py's exceptions; schema and policy read the
-registry and parse policy specs; allocator drives one stack call by call
-(tests, notebooks); run/sweep plan a grid, run it wholly in C and build a
-Result (result.py, with the metric catalogue in metrics.py); compare,
-verdict and stats judge Results; plot draws them; machine reads the
-machine state that makes numbers noisy; peers, plugin and preload bring in
-other allocators, C layers written at run time and the LD_PRELOAD shim;
-reproduce reruns the seed discussions; cli is the command line over all of
-it.
+Layout: rooms that follow a result's path, each importing only the rooms
+below it (tests/test_house.py holds the order). Bottom up: errors and
+files (the exceptions; how every path is judged), cbind (the C boundary:
+the cffi build, loading, the registry), host (the machine's state and the
+metadata of a run), traces (trace files, what they hold, replay's trace),
+policies (specs, plugins, peers, live allocators), results (Result, what
+every metric means, statistics over runs), judge (compare, verdicts),
+measure (run, sweep, executors), shim (the LD_PRELOAD shim and record),
+present (plots and tables), reproduce (the seed discussions), cli (the
+command line, a module per command). The old flat module paths
+(alloclab.plot, alloclab.result, alloclab.cli_format, ...) still import:
+_moved maps each to its room.
 
 Importing the package loads the library and NumPy; matplotlib and pandas
 are imported only by the functions that need them. NumPy's BLAS gets one
@@ -32,47 +34,35 @@ import os as _os
 for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
     _os.environ.setdefault(_var, "1")
 
+from . import _moved  # noqa: E402
+_moved.install()
+
 from ._version import __version__  # noqa: E402
-from ._ffi import include_dir, lib_path, preload_path
+from .cbind._ffi import include_dir, lib_path, preload_path
 from .errors import (
-    AllocatorExhausted,
-    AlloclabError,
-    FileFormatError,
-    IncomparableError,
-    IncompatiblePolicyError,
-    InvalidArgument,
-    InvalidFreeError,
-    InvalidPointerError,
-    NotPicklableError,
-    UnsupportedCombination,
-    InvariantError,
-    ParameterRangeError,
-    ParameterTypeError,
-    PeerUnavailable,
-    PluginCompileError,
-    PluginError,
-    PolicySyntaxError,
-    PoolingError,
-    RunError,
-    RunStalled,
-    UnknownNameError,
-)
-from .policy import Policy, counters, policies, presets, workloads
-from .allocator import Allocator
-from .result import Point, Result, Table
-from .run import run
-from .record import record
-from . import trace
-from .trace import Trace
-from . import peers, plugin
-from . import libarena_real
-from . import plot, plot_trace, stats
-from .compare import Comparison, compare
-from .hist import Histogram
-from .sweep import sweep
-from .traceinfo import TraceInfo, trace_info
-from . import machine, verdict
-from .verdict import Claim, Verdict, claim, judge
+    AllocatorExhausted, AlloclabError, FileFormatError, IncomparableError, IncompatiblePolicyError,
+    InvalidArgument, InvalidFreeError, InvalidPointerError, NotPicklableError,
+    UnsupportedCombination, InvariantError, ParameterRangeError, ParameterTypeError,
+    PeerUnavailable, PluginCompileError, PluginError, PolicySyntaxError, PoolingError, RunError,
+    RunStalled, UnknownNameError)
+from .policies.policy import Policy, counters, policies, presets, workloads
+from .policies.allocator import Allocator
+from .results.result import Point, Result, Table
+from .measure.run import run
+from .shim.record import record
+from .traces import trace
+from .traces.trace import Trace
+from .policies import peers, plugin
+from .policies import libarena_real
+from .present import plot, plot_trace
+from .results import stats
+from .judge.compare import Comparison, compare
+from .results.hist import Histogram
+from .measure.sweep import sweep
+from .traces.traceinfo import TraceInfo, trace_info
+from .host import machine
+from .judge import verdict
+from .judge.verdict import Claim, Verdict, claim, judge
 
 __all__ = [
     "__version__",

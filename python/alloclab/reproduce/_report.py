@@ -40,12 +40,14 @@ stderr is piped, always with progress=True (--progress).
 import math
 from collections import namedtuple
 
-from .. import errors, machine
-from .. import stats as _stats
-from .. import verdict as V
-from ..progress import Bar as progress_bar  # noqa: F401 (the reproductions' bars)
-from ..result import Result, dump_json, load_json
-from ..run import STEAL_RERUNS, rerun_tally, run_round  # noqa: F401 (the reproductions' rounds)
+from .. import errors
+from ..host import machine
+from ..results import stats as _stats
+from ..judge import verdict as V
+from ..measure.progress import Bar as progress_bar  # noqa: F401 (the reproductions' bars)
+from ..results.result import Result, dump_json, load_json
+from ..measure.run import (  # noqa: F401 (the reproductions' rounds)
+    STEAL_RERUNS, rerun_tally, run_round)
 
 REPORT_VERSION = 2
 

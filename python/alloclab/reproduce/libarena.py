@@ -21,12 +21,13 @@ import re
 
 import numpy as np
 
-from .. import _counters, machine
-from .. import verdict as V
-from .._ffi import lib
-from ..policy import Policy
-from ..result import Result
-from ..run import effort_defaults, run as _run
+from ..results import _counters
+from ..host import machine
+from ..judge import verdict as V
+from ..cbind._ffi import lib
+from ..policies.policy import Policy
+from ..results.result import Result
+from ..measure.run import effort_defaults, run as _run
 from ._report import STEAL_RERUNS, Report, SeedCell, rerun_tally, side
 
 DESIGNS = (("transfer cache", "libarena-transfer"), ("spill", "libarena-spill"))
@@ -545,5 +546,5 @@ class LibarenaReport(Report):
         """Latency against producers, one line per design, one panel per
         allocs/cycle; error bars are the 95% CI of the mean. Returns the
         figure (alloclab.plot_reproduce.libarena)."""
-        from .. import plot_reproduce
+        from ..present import plot_reproduce
         return plot_reproduce.libarena(self, metric, workload, timing, METRICS)

@@ -49,11 +49,11 @@ import math
 
 import numpy as np
 
-from .. import machine
-from .. import stats as _stats
-from .. import verdict as V
-from ..result import Result, collect_metadata
-from ..run import effort_defaults, plan as _plan, run_once as _run_once
+from ..host import machine
+from ..results import stats as _stats
+from ..judge import verdict as V
+from ..results.result import Result, collect_metadata
+from ..measure.run import effort_defaults, plan as _plan, run_once as _run_once
 from ._report import Report, SeedCell, _wrap, progress_bar, rerun_tally, run_round
 
 WORKLOAD = "local-storage-create"
@@ -219,7 +219,7 @@ def _other_maps(other_maps, storage_types):
 
 def other_maps_bounds():
     """(least, most) other maps, as the workload's parameter declares them."""
-    from .. import schema
+    from ..cbind import schema
     p = schema.workload(WORKLOAD).param("other_maps")
     return p.min, p.max
 
@@ -780,11 +780,11 @@ class LocalStorageReport(Report):
         """Creation speed (k/s, +- sd) against batch size, a panel per storage
         type, the seed's numbers dashed (alloclab.plot_reproduce). Returns
         the figure."""
-        from .. import plot_reproduce
+        from ..present import plot_reproduce
         return plot_reproduce.local_storage_speed(self, SEED, TITLES)
 
     def plot_kmallocs(self):
         """kmallocs per create per era and batch size, the seed's owner
         background stacked on the traced bar (alloclab.plot_reproduce)."""
-        from .. import plot_reproduce
+        from ..present import plot_reproduce
         return plot_reproduce.local_storage_kmallocs(self, SEED_BACKGROUND, TITLES)

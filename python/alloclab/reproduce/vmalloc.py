@@ -52,12 +52,13 @@ import math
 
 import numpy as np
 
-from .. import machine, stats
-from .. import verdict as V
-from .._ffi import lib
-from ..policy import Policy, presets
-from ..result import Result, collect_metadata
-from ..run import effort_defaults, plan as _plan, run_once as _run_once
+from ..host import machine
+from ..results import stats
+from ..judge import verdict as V
+from ..cbind._ffi import lib
+from ..policies.policy import Policy, presets
+from ..results.result import Result, collect_metadata
+from ..measure.run import effort_defaults, plan as _plan, run_once as _run_once
 from ._report import STEAL_RERUNS, Report, SeedCell, progress_bar, rerun_tally, run_round, side
 
 # Changes smaller than this are never marked (R)/(I), as alloclab.compare.
@@ -692,13 +693,13 @@ class VmallocReport(Report):
     def plot(self, ax=None):
         """Each design's speed against v6.18 per row (bars), the seed's as
         markers (alloclab.plot_reproduce.vmalloc_rows)."""
-        from .. import plot_reproduce
+        from ..present import plot_reproduce
         return plot_reproduce.vmalloc_rows(self, DESIGNS, _short, ax=ax)
 
     def plot_sizes(self, ax=None):
         """fix_size_alloc_test: ns per loop against nr_pages, one line per
         design (alloclab.plot_reproduce.vmalloc_sizes)."""
-        from .. import plot_reproduce
+        from ..present import plot_reproduce
         return plot_reproduce.vmalloc_sizes(self, ax=ax)
 
 

@@ -1,0 +1,62 @@
+"""`alloclab libarena`: a libarena tree's own code in user space.
+
+    alloclab libarena test DIR     the tree's selftests (SEC("syscall") test_*
+                                   programs of DIR/selftests/*.bpf.c), each
+                                   PASS/FAIL with its return value; exit 0 only
+                                   if all pass
+    alloclab libarena build DIR    compile the tree (cached) and print what the
+                                   layer will measure
+
+The tree is compiled as user-space C against alloclab's BPF stand-in
+(alloclab.libarena_real): the output says so, since what runs is the tree's
+C compiled natively, not BPF's JIT. Bad input (not a tree, a compile error,
+a missing helper, a failing buddy_init) is an AlloclabError: the CLI prints
+`alloclab: error:` and exits 2.
+"""
+
+import os
+
+from ..policies import libarena_real
+
+
+def add_parser(sub):
+    lp = sub.add_parser("libarena", help="run a libarena tree's own code: its selftests",
+                        description="A libarena tree (the libarena folder of a kernel "
+                                    "checkout) compiled as user-space C against alloclab's "
+                                    "stand-in for the BPF environment.")
+    lsub = lp.add_subparsers(dest="libarena_cmd", metavar="ACTION")
+    tp = lsub.add_parser("test", help="run the tree's selftests (test_* programs)")
+    tp.add_argument("tree", nargs="?", metavar="DIR",
+                    help="the tree (default $%s)" % libarena_real.ENV_TREE)
+    bp = lsub.add_parser("build", help="compile the tree (cached) and say what is measured")
+    bp.add_argument("tree", nargs="?", metavar="DIR",
+                    help="the tree (default $%s)" % libarena_real.ENV_TREE)
+    return lp
+
+
+def cmd_libarena(args):
+    tree = args.tree or libarena_real.default_tree()
+    if args.libarena_cmd == "build":
+        info = libarena_real.info(libarena_real.check_tree(tree))
+        print("tree: %s\nobject: %s\nbulk calls of its own: %s\nper-CPU caches of its own: %s\n"
+              "measured: %s" % (info["tree"], info["object"],
+                                "yes" if info["bulk"] else "no (loops)",
+                                "yes" if info["own_caches"] else "no", info["measured"]))
+        return 0
+    if args.libarena_cmd != "test":
+        raise libarena_real.LibarenaTreeError("alloclab libarena: give an action: test DIR")
+    results = libarena_real.run_tests(tree)
+    print("libarena selftests of %s (compiled natively as user-space C against alloclab's BPF "
+          "stand-in, not run by BPF's JIT):" % os.path.abspath(tree))
+    for r in results:
+        line = "%s %s" % ("PASS" if r["passed"] else "FAIL", r["name"])
+        if r["ret"] is None:
+            line += " (%s)" % r["message"]
+        elif not r["passed"]:
+            line += " (returned %d)" % r["ret"]
+            if r["message"]:
+                line += ": %s" % r["message"]
+        print("  " + line)
+    failed = sum(not r["passed"] for r in results)
+    print("%d passed, %d failed" % (len(results) - failed, failed))
+    return 0 if not failed else 1

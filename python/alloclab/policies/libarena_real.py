@@ -1,0 +1,506 @@
+"""libarena's own allocator, run as a layer: the real buddy.bpf.c, not a model.
+
+    import alloclab as al
+    name = al.libarena_real.load("/path/to/linux/tools/testing/selftests/bpf/libarena")
+    al.run("malloc-free", "percpu > transfer > %s" % name)
+    al.run("malloc-free", "libarena(tree=/path/to/libarena)")   # the same, in a spec
+
+    alloclab libarena test /path/to/libarena      # the tree's selftests, in user space
+
+A *tree* is the libarena folder of a kernel checkout, or any copy of it:
+``src/buddy.bpf.c``, ``src/common.bpf.c`` and ``include/libarena/``. Its
+sources are compiled at first use as user-space C (``-D__BPF__
+-D__BPF_FEATURE_ADDR_SPACE_CAST``) against alloclab's own stand-in for the
+BPF environment (``alloclab/bpfcompat/``: vmlinux.h, the helper macros, the
+arena kfuncs on a 4-GiB-aligned arena, the arena spin lock as alloclab's
+lock in arena mode, can_loop as a loop budget, printk counted), which is
+searched before the tree's ``include/``: the tree's own copies of the
+helper headers (bpf_arena_common.h, bpf_arena_spin_lock.h, bpf_atomic.h,
+bpf_may_goto.h) are shadowed, so a change to them is not measured. What is
+measured is the tree's algorithm compiled natively by the host compiler,
+not BPF's JIT'd code, may_goto or the kernel's arena lock.
+
+The object is cached by content (every file of the tree's src/, include/
+and selftests/ that is compiled, the stand-in, the flags and the compiler),
+as plugins are, under ``plugin.cache_dir()``. Each allocator instance loads
+a private copy of it (its own globals and its own arena: see
+bpfcompat/layer.c), so fresh stacks and two trees never share state.
+
+The layer is registered as ``libarena`` for the tree named by
+``$ALLOCLAB_LIBARENA`` and as ``libarena_<hash>`` for a tree named in a spec
+(``libarena(tree=PATH)``, rewritten to that name before the spec is parsed,
+with the layer's other parameters kept).
+
+Errors: LibarenaTreeError (not a libarena tree), LibarenaCompileError (the
+compiler's first errors, with file and line; a helper the stand-in lacks is
+named as such), LibarenaInitError (the tree's buddy_init failed). Nothing is
+left behind by a failed build: objects are written under a temporary name
+and renamed when whole.
+"""
+
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import sysconfig
+import tempfile
+
+from .. import errors
+from . import plugin, policy
+
+ENV_TREE = "ALLOCLAB_LIBARENA"
+ALR_EV_PRINTK = 1  # enum alr_event (bpfcompat/alr.h)
+COMPAT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bpfcompat")
+_RUNTIME = ("runtime.c", "bind.c")
+CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-fvisibility=hidden", "-pthread",
+          "-D__BPF__", "-D__BPF_FEATURE_ADDR_SPACE_CAST",
+          "-Werror=implicit-function-declaration", "-fno-strict-aliasing"]
+LDFLAGS = ["-shared", "-pthread", "-Wl,-Bsymbolic", "-Wl,-z,defs"]
+_REQUIRED = ("src/buddy.bpf.c", "src/common.bpf.c", "include/libarena/buddy.h",
+             "include/libarena/common.h")
+_PROG_RE = re.compile(r'SEC\(\s*"syscall"\s*\)\s*(?:__weak\s+|static\s+|__always_inline\s+)*'
+                      r'int\s+([A-Za-z_]\w*)\s*\(\s*(?:void)?\s*\)')
+
+
+class LibarenaTreeError(errors.PluginError, ValueError):
+    """The folder given is not a libarena tree (or is not there)."""
+
+
+class LibarenaCompileError(errors.PluginCompileError):
+    """The tree does not compile against alloclab's BPF stand-in."""
+
+
+class LibarenaInitError(errors.PluginError):
+    """The tree compiled, but its buddy_init failed."""
+
+
+def default_tree():
+    """The tree named by $ALLOCLAB_LIBARENA, or None."""
+    return os.environ.get(ENV_TREE) or None
+
+
+def check_tree(tree):
+    """The tree's absolute path, once it looks like a libarena tree."""
+    if tree is None:
+        raise LibarenaTreeError(
+            "no libarena tree given: name one (libarena(tree=PATH), --tree PATH) or set $%s "
+            "to the libarena folder of a kernel checkout "
+            "(tools/testing/selftests/bpf/libarena)" % ENV_TREE)
+    path = os.path.abspath(os.path.expanduser(str(tree)))
+    if not os.path.isdir(path):
+        raise LibarenaTreeError("libarena tree %s: no such folder" % path, value=str(tree))
+    missing = [f for f in _REQUIRED if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+        raise LibarenaTreeError(
+            "%s is not a libarena tree: %s missing (a tree has src/buddy.bpf.c, "
+            "src/common.bpf.c and include/libarena/)" % (path, ", ".join(missing)),
+            value=str(tree))
+    return path
+
+
+def _files(tree, sub, suffixes):
+    d = os.path.join(tree, sub)
+    out = []
+    for root, _, names in os.walk(d):
+        out += [os.path.join(root, n) for n in names if n.endswith(suffixes)]
+    return sorted(out)
+
+
+def selftest_programs(tree):
+    """The selftest programs the tree's runner would run (userspace.h picks
+    SEC("syscall") programs named test_*; asan_test_* and parallel_test_* are
+    not run here): [(file, name)] in file order."""
+    out = []
+    for f in _files(tree, "selftests", (".bpf.c",)):
+        with open(f, errors="replace") as fh:
+            text = fh.read()
+        out += [(f, n) for n in _PROG_RE.findall(text) if n.startswith("test_")]
+    return out
+
+
+def _features(tree):
+    """What the tree has, read from its text: the libarena chunk layout
+    (block sizes from the order nibbles), native bulk calls, per-CPU caches
+    of its own (its sources call bpf_get_smp_processor_id)."""
+    with open(os.path.join(tree, "include/libarena/buddy.h"), errors="replace") as f:
+        header = f.read()
+    src = ""
+    for f in _files(tree, "src", (".bpf.c",)):
+        with open(f, errors="replace") as fh:
+            src += fh.read()
+    layout = "struct buddy_chunk" in header and re.search(r"\borders\s*\[", header) is not None
+    bulk = all(re.search(r"\b%s\s*\([^;{]*\)\s*\{" % fn, src)
+               for fn in ("buddy_alloc_bulk", "buddy_free_bulk"))
+    # a tree that asks which CPU it runs on keeps something per CPU: caches of its own
+    own_caches = re.search(r"\bbpf_get_smp_processor_id\s*\(", src) is not None
+    return {"libarena_layout": layout, "bulk": bulk, "own_caches": own_caches}
+
+
+def _cc():
+    return shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+
+
+def _cc_id(cc):
+    try:
+        return subprocess.run(cc + ["--version"], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _sources(tree, selftests):
+    srcs = [os.path.join(tree, "src", "common.bpf.c"), os.path.join(tree, "src", "buddy.bpf.c")]
+    if selftests:
+        srcs += _files(tree, "selftests", (".bpf.c",))
+    return srcs
+
+
+def _progs_c(progs):
+    """The generated unit that lists the selftest programs for the runner."""
+    decls = "".join("int %s(void);\n" % n for _, n in progs)
+    rows = "".join('\t{ "%s", %s },\n' % (n, n) for _, n in progs)
+    return ('#include <vmlinux.h>\n#include "alr.h"\n%s'
+            "const struct alr_prog alr_progs[] = {\n%s\t{ 0, 0 }\n};\n"
+            "const unsigned alr_nprogs = %d;\n" % (decls, rows, len(progs)))
+
+
+def _flags(tree, feats, cc_id):
+    """The compile flags: the stand-in before the tree's include/ (and the
+    folder above the tree, as the kernel's Makefile has it). GCC on x86-64
+    gets TLS descriptors: can_loop reads a thread-local budget, which they
+    make one load in a dlopen()ed object."""
+    gnu2 = sysconfig.get_platform().endswith("x86_64") and "clang" not in cc_id
+    return CFLAGS + ["-DALR_LIBARENA_LAYOUT=%d" % feats["libarena_layout"],
+                     "-I" + COMPAT_DIR, "-I" + os.path.join(tree, "include"),
+                     "-I" + os.path.dirname(tree)] + (["-mtls-dialect=gnu2"] if gnu2 else [])
+
+
+def _digest(tree, srcs, progs_c, flags, cc, cc_id):
+    h = hashlib.sha256()
+    inputs = srcs + _files(tree, "include", (".h",)) + \
+        [os.path.join(COMPAT_DIR, f) for f in sorted(os.listdir(COMPAT_DIR))
+         if f.endswith((".c", ".h"))] + _files(COMPAT_DIR, "bpf", (".h",)) + \
+        _files(COMPAT_DIR, "asm-generic", (".h",))
+    for f in sorted(set(inputs)):
+        with open(f, "rb") as fh:
+            h.update(os.path.relpath(f, tree).encode() + b"\0" + fh.read() + b"\0")
+    h.update(progs_c.encode() + "\0".join(flags + cc).encode() + cc_id.encode())
+    return h.hexdigest()[:16]
+
+
+def _object_dir():
+    d = os.path.join(os.path.dirname(plugin.cache_dir()), "libarena")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _first_errors(text, limit=8):
+    """The compiler's first error lines (with file:line), and what they mean
+    for a helper the stand-in lacks."""
+    lines = [l for l in text.splitlines()
+             if " error: " in l or l.startswith("error:") or "undefined reference" in l]
+    out = []
+    for l in lines[:limit]:
+        m = re.search(r"(?:implicit declaration of function|undefined reference to) "
+                      r"['‘`\"]?([A-Za-z_]\w*)", l)
+        if m:
+            out.append("%s\n  (the tree calls %s, which alloclab's BPF stand-in does not "
+                       "provide)" % (l, m.group(1)))
+        else:
+            out.append(l)
+    return "\n".join(out) or text.strip()[-2000:]
+
+
+def build(tree, selftests=False):
+    """The compiled object of this tree (cached by content): its path. With
+    selftests, the tree's selftests/*.bpf.c are compiled in with a table of
+    their test_* programs."""
+    tree = check_tree(tree)
+    feats = _features(tree)
+    if not feats["libarena_layout"]:
+        with open(os.path.join(tree, "include/libarena/buddy.h"), errors="replace") as f:
+            if "buddy_usable_size" not in f.read():
+                raise LibarenaTreeError(
+                    "%s: its buddy.h has neither libarena's struct buddy_chunk (block sizes are "
+                    "read from its order nibbles) nor a declaration of buddy_usable_size("
+                    "struct buddy __arena *, void __arena *)" % tree, value=tree)
+    progs = selftest_programs(tree) if selftests else []
+    srcs = _sources(tree, selftests)
+    progs_c = _progs_c(progs)
+    cc = _cc()
+    cc_id = _cc_id(cc)
+    flags = _flags(tree, feats, cc_id)
+    digest = _digest(tree, srcs, progs_c, flags, cc, cc_id)
+    out = os.path.join(_object_dir(), "tree-%s%s.so" % (digest, "-tests" if selftests else ""))
+    if os.path.exists(out):
+        return out
+    with tempfile.TemporaryDirectory(prefix="alloclab-libarena-") as tmp:
+        with open(os.path.join(tmp, "alr_progs.c"), "w") as f:
+            f.write(progs_c)
+        units = srcs + [os.path.join(COMPAT_DIR, f) for f in _RUNTIME] + \
+            [os.path.join(tmp, "alr_progs.c")]
+        objs = []
+        for i, u in enumerate(units):
+            o = os.path.join(tmp, "%d.o" % i)
+            proc = subprocess.run(cc + flags + ["-c", u, "-o", o], capture_output=True,
+                                  text=True)
+            if proc.returncode:
+                raise LibarenaCompileError(
+                    "libarena tree %s does not compile as user-space C against alloclab's BPF "
+                    "stand-in (%s):\n%s" % (tree, os.path.relpath(u, os.path.dirname(tree))
+                                            if u.startswith(tree) else os.path.basename(u),
+                                            _first_errors(proc.stderr)),
+                    name="libarena", compiler_output=proc.stderr)
+            objs.append(o)
+        so = os.path.join(tmp, "tree.so")
+        proc = subprocess.run(cc + LDFLAGS + objs + ["-o", so], capture_output=True, text=True)
+        if proc.returncode:
+            raise LibarenaCompileError(
+                "libarena tree %s does not link against alloclab's BPF stand-in:\n%s" % (
+                    tree, _first_errors(proc.stderr)),
+                name="libarena", compiler_output=proc.stderr)
+        os.replace(so, out)  # whole or not at all
+    return out
+
+
+# ---- a private copy in this process (the selftest runner, the init check) ----
+
+_ffi = None
+
+
+def _cffi():
+    global _ffi
+    if _ffi is None:
+        import cffi
+
+        ffi = cffi.FFI()
+        with open(os.path.join(COMPAT_DIR, "alr.h")) as f:
+            text = f.read()
+        body = text[text.index("enum alr_event"):text.index("typedef int (*alr_bind_fn)")]
+        ffi.cdef(body.replace("#define ALR_ABI 1", "") +
+                 "int alr_bind(const struct alr_env *env, struct alr_entry *out);")
+        _ffi = ffi
+    return _ffi
+
+
+class Copy:
+    """A private copy of a compiled tree, bound with no driver (its own
+    test-and-set lock): for the selftests and the init check."""
+
+    def __init__(self, obj):
+        ffi = _cffi()
+        # kept open while loaded: the loader knows a copy by its path first
+        self.fd = os.memfd_create("alloclab-libarena")
+        try:
+            with open(obj, "rb") as f:
+                os.write(self.fd, f.read())
+            self.lib = ffi.dlopen("/proc/self/fd/%d" % self.fd)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.entry = ffi.new("struct alr_entry *")
+        rc = self.lib.alr_bind(ffi.NULL, self.entry)
+        if rc:
+            raise LibarenaInitError("the compiled tree could not reserve its arena (%s)"
+                                    % os.strerror(-rc))
+
+    def last_msg(self):
+        return _cffi().string(self.entry.last_msg()).decode("utf-8", "replace")
+
+    def stat(self, ev):
+        return int(self.entry.stat(ev))
+
+    def close(self):
+        if self.lib is not None:
+            self.entry.unbind()
+            _cffi().dlclose(self.lib)
+            self.lib = None
+            os.close(self.fd)
+
+
+def check_init(obj, tree):
+    """Raise LibarenaInitError unless the tree's buddy_init succeeds; else
+    the largest request the tree serves (0: unknown)."""
+    c = Copy(obj)
+    try:
+        rc = c.entry.init()
+        if rc:
+            msg = c.last_msg()
+            raise LibarenaInitError(
+                "libarena tree %s: buddy_init failed: %d (%s)%s" % (
+                    tree, rc, os.strerror(-rc) if rc < 0 else "not an errno",
+                    "; it said: %s" % msg if msg else ""), value=tree)
+        c.entry.destroy()
+        return int(c.entry.max_size)
+    finally:
+        c.close()
+
+
+def _run_from(obj, first, w):
+    """In a child: run the programs from index first on, a JSON line each
+    to fd w as it finishes (so a crash loses only the program it hit)."""
+    import json
+
+    c = Copy(obj)
+    for i in range(first, c.entry.nprogs):
+        p = c.entry.progs[i]
+        before = c.stat(ALR_EV_PRINTK)
+        ret = int(c.entry.run(_cffi().NULL, 0, p.fn))
+        os.write(w, (json.dumps({"name": _cffi().string(p.name).decode(), "ret": ret,
+                                 "message": c.last_msg() if c.stat(ALR_EV_PRINTK) > before
+                                 else ""}) + "\n").encode())
+    c.close()
+
+
+def _child_results(obj, first):
+    """The results a child process sends for programs first.., and how it
+    ended (os.waitpid status)."""
+    import json
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(r)
+        try:
+            _run_from(obj, first, w)
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    with os.fdopen(r, "rb") as f:
+        for chunk in iter(lambda: f.read(65536), b""):
+            data += chunk
+    _, status = os.waitpid(pid, 0)
+    return [json.loads(l) for l in data.decode().splitlines() if l.strip()], status
+
+
+def run_tests(tree):
+    """Run the tree's selftest programs (test_*) in order in one private copy,
+    as the tree's runner would in a VM, in a child process: a program that
+    crashes is reported (ret None, its signal in message) and the programs
+    after it run in a fresh copy. [{"name", "file", "ret", "passed",
+    "message"}]."""
+    import signal
+
+    tree = check_tree(tree)
+    progs = selftest_programs(tree)
+    if not progs:
+        raise LibarenaTreeError("%s: no selftests (SEC(\"syscall\") programs named test_* in "
+                                "selftests/*.bpf.c)" % tree, value=tree)
+    obj = build(tree, selftests=True)
+    files = dict((n, os.path.relpath(f, tree)) for f, n in progs)
+    out = []
+    while len(out) < len(progs):
+        got, status = _child_results(obj, len(out))
+        out += [dict(r, file=files.get(r["name"], ""), passed=r["ret"] == 0) for r in got]
+        if len(out) < len(progs):  # the child died in the next program
+            why = ("crashed: %s" % signal.Signals(os.WTERMSIG(status)).name
+                   if os.WIFSIGNALED(status) else "ended early (exit %d)"
+                   % os.waitstatus_to_exitcode(status))
+            name = progs[len(out)][1]
+            out.append({"name": name, "file": files[name], "ret": None, "passed": False,
+                        "message": why})
+    return out
+
+
+# ---- the layer ----
+
+_by_tree = {}  # (tree, object) -> layer name
+
+
+def load(tree=None, name=None):
+    """Compile (or find cached) the tree, check that its buddy_init works, and
+    register its layer; returns the layer's name: ``libarena`` for the tree
+    of $ALLOCLAB_LIBARENA (or name), else ``libarena_<hash>``."""
+    if tree is None:
+        tree = default_tree()
+    tree = check_tree(tree)
+    obj = build(tree)
+    key = (tree, obj)
+    if key in _by_tree and name in (None, _by_tree[key]):
+        return _by_tree[key]
+    if name is None:
+        env = default_tree()
+        digest = os.path.basename(obj)[len("tree-"):-len(".so")]
+        name = "libarena" if env and os.path.abspath(env) == tree else "libarena_" + digest[:8]
+    try:
+        max_size = check_init(obj, tree)
+    except LibarenaInitError:
+        os.unlink(obj)  # nothing left behind: the next try builds it again
+        raise
+    feats = _features(tree)
+    with open(os.path.join(COMPAT_DIR, "layer.c")) as f:
+        source = f.read()
+    plugin.compile(name, source, extra_compile_args=[
+        "-D_GNU_SOURCE", "-I" + COMPAT_DIR, "-DALR_LAYER_NAME=\"%s\"" % name,
+        "-DALR_OBJECT=\"%s\"" % obj.replace("\\", "\\\\").replace('"', '\\"'),
+        "-DALR_HAS_BULK=%d" % feats["bulk"], "-DALR_MAX_SIZE=%dULL" % max_size,
+        "-DALR_LAYER_DOC=\"%s\"" % _doc(feats)])
+    _by_tree[key] = name
+    return name
+
+
+def _doc(feats):
+    """The layer's one-line doc: what runs, and whether it caches per CPU."""
+    return "libarena's own buddy.bpf.c, compiled natively as user-space C (not BPF's JIT)%s" % (
+        "; the tree has per-CPU caches of its own" if feats["own_caches"] else "")
+
+
+def info(tree):
+    """What the Result should say about a tree: its path, object, features."""
+    tree = check_tree(tree)
+    f = _features(tree)
+    return {"tree": tree, "object": build(tree), "bulk": f["bulk"],
+            "libarena_layout": f["libarena_layout"], "own_caches": f["own_caches"],
+            "measured": "the tree's C compiled natively as user-space C (not BPF's JIT); "
+                        "its helper headers are alloclab's stand-in, not the tree's"}
+
+
+# ---- specs: libarena(tree=PATH, ...) ----
+
+_SPEC_RE = re.compile(r"(?<![A-Za-z0-9_-])libarena(?![A-Za-z0-9_-])(\s*\(([^()]*)\))?")
+
+
+def _check_caches_above(tree, spec, at, params):
+    """Refuse the model's caches above a tree with per-CPU caches of its own
+    (two caches stacked measure neither design) unless caches_above=true."""
+    allowed = any(p.replace(" ", "").lower() in ("caches_above=true", "caches_above=1")
+                  for p in params)
+    if spec[:at].strip() and not allowed and _features(
+            check_tree(tree if tree is not None else default_tree()))["own_caches"]:
+        raise errors.IncompatiblePolicyError(
+            "policy %r: the libarena tree %s has per-CPU caches of its own, so the layers above "
+            "it would stack the model's caches on the tree's; run it alone, or write "
+            "libarena(tree=..., caches_above=true) to measure both" % (
+                spec, tree if tree is not None else default_tree()))
+
+
+def expand(spec):
+    """The spec with each ``libarena(tree=PATH, ...)`` (or bare ``libarena``,
+    the tree of $ALLOCLAB_LIBARENA) replaced by the registered layer of that
+    tree, its other parameters kept. Specs without it are returned as given."""
+    if "libarena" not in spec:
+        return spec
+
+    def one(m):
+        params = [p.strip() for p in (m.group(2) or "").split(",") if p.strip()]
+        tree, rest = None, []
+        for p in params:
+            k, sep, v = p.partition("=")
+            if sep and k.strip() == "tree":
+                tree = v.strip().strip("'\"")
+            else:
+                rest.append(p)
+        if tree is None and default_tree() is None:
+            raise LibarenaTreeError(
+                "layer 'libarena' needs a tree: libarena(tree=PATH) or $%s=PATH (the libarena "
+                "folder of a kernel checkout)" % ENV_TREE)
+        name = load(tree)
+        _check_caches_above(tree, spec, m.start(), rest)
+        return name + ("(%s)" % ", ".join(rest) if rest else "")
+
+    return _SPEC_RE.sub(one, spec)
+
+
+policy.expanders.append(expand)

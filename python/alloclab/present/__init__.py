@@ -1,0 +1,3 @@
+"""Presentation: the house style of every figure (plot_style), plots of
+Results and Comparisons (plot), of traces (plot_trace) and of the
+reproductions (plot_reproduce)."""

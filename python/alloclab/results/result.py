@@ -1,0 +1,1183 @@
+"""Results of a sweep: every run of every grid point, with the machine's metadata.
+
+A Result keeps raw per-run values as NumPy arrays, one array per metric per
+grid point, so means, standard deviations and confidence intervals are
+computed from data, never from one number. Metrics:
+
+- alloc_ns, free_ns: ns per operation (measured time / operations)
+- throughput: (alloc_ops + free_ops) per second of the measured phase
+- cycles, alloc_ops, free_ops, cross_frees, elapsed_ns, timer_overhead_ns,
+  steal_pct: as the engine reports them
+- "<layer>.<counter>" for every counter of every layer, "<layer>.bytes_held"
+  (after the measured phase) and "<layer>.leaked" (after teardown), and
+  "<layer>.<counter>_per_op" = counter / (alloc_ops + free_ops); a counter
+  the point's stats level did not measure ("stats" parameter: none at
+  "off", no lock times at "lite") is absent from its data, shown "n/a" in
+  tables, never 0; ``describe(metric)`` gives a counter's doc and kind
+- "wl.<name>" for every metric the workload reports (e.g. test_vmalloc's
+  "wl.fix_size_alloc_test.avg_usec", local-storage-create's wl.creates_per_s)
+
+- worker_invol_ctxsw (and _per_s: per worker per second of the measured
+  phase), worker_vol_ctxsw, engine_wakeups, engine_on_worker_cpus: how the
+  run was scheduled (alloclab.machine); metadata["machine_state"] and
+  "load_before"/"load_after" record the machine (``machine_warnings()``)
+- mem_requested, mem_held, mem_rss (end of the measured phase) and their
+  *_peak (sampled), mem_fragmentation = held peak / requested peak, in
+  bytes (see the C engine's struct al_mem)
+- with histogram=True: <op>_p50_ns, _p90_ns, _p99_ns, _p999_ns, _max_ns
+  per run, from the run's merged histogram (``Point.hist``)
+
+It serialises to JSON losslessly (``to_json``/``from_json``) and to tidy rows
+(``rows``, ``to_csv``, ``to_pandas``). Results concatenate (``a + b``,
+``Result.concat``) and filter (``filter(policy=..., producers=[1, 2])``).
+Per-cell statistics (mean, sd, CI, warnings) come from alloclab.stats.
+"""
+
+import csv
+import datetime
+import io
+import json
+import math
+import os
+import platform
+import textwrap
+
+import numpy as np
+
+from . import _counters, _measures
+from .. import errors, files
+from ..host import machine
+from . import stats as _stats
+from .metrics import BASE_METRICS, METRIC_INFO
+from ..cbind._ffi import cstr, lib
+from .._version import __version__
+
+FORMAT = "alloclab-result"
+FORMAT_VERSION = 2  # 2: per-run memory metrics and histograms (Point.hist)
+
+_INT_BASE = {"cycles", "alloc_ops", "free_ops", "cross_frees"}
+
+_ROW_LABELS = {"allocs_per_cycle": "allocs/cycle", "producers": "producers"}
+
+
+# ---------------------------------------------------------------- metadata
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def collect_metadata():
+    """The machine, build and clock a run was made on (JSON-native values)."""
+    lib.al_clock_init()
+    clock = lib.al_clock
+    return {
+        "cpu_model": _cpu_model(),
+        "online_cpus": os.cpu_count(),
+        "usable_cpus": int(lib.al_cpus_usable()),
+        "threads_per_core": int(lib.al_threads_per_core()),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "build_flags": cstr(lib.al_build_flags()),
+        "stats_compiled": bool(lib.al_stats_compiled()),
+        "library_version": cstr(lib.al_version()),
+        "alloclab_version": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "clock": "tsc" if clock.tsc else "monotonic",
+        "ticks_per_ns": float(clock.ticks_per_ns),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine_state": machine.state(),  # governor, turbo, SMT, isolation, load, ...
+    }
+
+
+# ---------------------------------------------------------------- points
+
+def _layer_keys(layers):
+    """Metric prefixes for a stack's layers; a repeated name gets '#2', '#3'."""
+    seen, keys = {}, []
+    for lay in layers:
+        n = lay["layer"]
+        seen[n] = seen.get(n, 0) + 1
+        keys.append(n if seen[n] == 1 else "%s#%d" % (n, seen[n]))
+    return keys
+
+
+def _run_metrics(raw):
+    """One raw run (from run.run_once) -> {metric: scalar}, in metric order."""
+    ops = raw["alloc_ops"] + raw["free_ops"]
+    m = {
+        "alloc_ns": raw["alloc_ns"] / raw["alloc_ops"] if raw["alloc_ops"] else math.nan,
+        "free_ns": raw["free_ns"] / raw["free_ops"] if raw["free_ops"] else math.nan,
+        "throughput": ops / (raw["elapsed_ns"] / 1e9) if raw["elapsed_ns"] > 0 else math.nan,
+        "cycles": raw["cycles"],
+        "alloc_ops": raw["alloc_ops"],
+        "free_ops": raw["free_ops"],
+        "cross_frees": raw["cross_frees"],
+        "elapsed_ns": raw["elapsed_ns"],
+        "timer_overhead_ns": raw["timer_overhead_ns"],
+        "steal_pct": raw["steal_pct"],
+    }
+    per_op = {}
+    for key, lay in zip(_layer_keys(raw["layers"]), raw["layers"]):
+        m[key + ".bytes_held"] = lay["bytes_held"]
+        m[key + ".leaked"] = lay["leaked"]
+        gauges = set(lay.get("gauges", ()))
+        for name, v in lay["counters"]:
+            m["%s.%s" % (key, name)] = v
+            if name not in gauges:  # a level per op means nothing
+                per_op["%s.%s_per_op" % (key, name)] = v / ops if ops else math.nan
+    m.update(per_op)
+    m.update(_measures.run_metrics(raw))
+    m.update(machine.run_metrics(raw))  # workers preempted, engine wake-ups
+    for name, v in raw.get("metrics", ()):
+        m["wl." + name] = v
+    return m
+
+
+def _array(values):
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return np.array(values, dtype=np.int64)
+    return np.array(values, dtype=np.float64)
+
+
+def _jsonable(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+class Point:
+    """One grid point: ``params`` (what was asked), ``info`` (what the engine
+    did: cpu mode used, model and concurrent CPUs, clock) and ``data``
+    ({metric: NumPy array over runs})."""
+
+    __slots__ = ("params", "info", "data", "hist")
+
+    def __init__(self, params, info, data, hist=None):
+        self.params = params
+        self.info = info
+        self.data = data
+        self.hist = hist or {}  # {op: [Histogram per run]} with histogram=True
+
+    @property
+    def runs(self):
+        return max((len(a) for a in self.data.values()), default=0)
+
+    def __getitem__(self, metric):
+        return self.data[metric]
+
+    def __eq__(self, other):
+        if not isinstance(other, Point):
+            return NotImplemented
+        if self.params != other.params or self.info != other.info:
+            return False
+        if list(self.data) != list(other.data) or self.hist != other.hist:
+            return False
+        return all(_arrays_equal(self.data[k], other.data[k]) for k in self.data)
+
+    def __repr__(self):
+        return "Point(%r, runs=%d)" % (self.params, self.runs)
+
+    def to_dict(self):
+        d = {
+            "params": self.params,
+            "info": self.info,
+            "data": {k: {"dtype": str(a.dtype), "values": [_jsonable(x) for x in a.tolist()]}
+                     for k, a in self.data.items()},
+        }
+        if self.hist:
+            d["hist"] = _measures.hist_to_json(self.hist)
+        return d
+
+    @classmethod
+    def from_dict(cls, d):
+        data = {k: np.array(v["values"], dtype=np.dtype(v["dtype"]))
+                for k, v in d["data"].items()}
+        return cls(dict(d["params"]), dict(d["info"]), data,
+                   _measures.hist_from_json(d.get("hist")))
+
+
+def _arrays_equal(a, b):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return bool(np.array_equal(a, b))
+
+
+def _point_info(raws):
+    r = raws[0]
+    info = {
+        "cpu_mode": r["cpu_mode"],
+        "ncpu_model": r["ncpu_model"],
+        "ncpu_concurrent": r["ncpu_concurrent"],
+        "ncpu_usable": r["ncpu_usable"],
+        "threads_per_core": r["threads_per_core"],
+        "clock": "tsc" if r["clock_tsc"] else "monotonic",
+        "ticks_per_ns": r["ticks_per_ns"],
+        "seeds": [x["seed"] for x in raws],
+        **machine.point_info(raws),  # the CPUs the engine's main thread woke up on
+    }
+    if all("t_start" in x for x in raws):  # when each run began (pairs interleaved runs)
+        info["run_starts"] = [x["t_start"] for x in raws]
+    if all("pid" in x for x in raws):  # which process ran each run (processes=True)
+        info["pids"] = [x["pid"] for x in raws]
+    if all((x.get("mem") or {}).get("series") for x in raws):
+        # per run: memory over the measured phase ({t_ns, requested, held,
+        # rss}: lists; -1 = not known at that sample), Result.mem_series
+        info["mem_series"] = [x["mem"]["series"] for x in raws]
+    if any(x.get("truncated") for x in raws):
+        # per run: workers whose measured phase the duration cut short (a
+        # fixed loop that did not finish); verdicts leave such runs out
+        info["truncated"] = [int(x.get("truncated", 0)) for x in raws]
+    if r["cpu_mode"] == "virtual":
+        info["cpu_note"] = "%d virtual CPUs, at most %d concurrent" % (
+            r["ncpu_model"], r["ncpu_concurrent"])
+    else:
+        info["cpu_note"] = "%d workers pinned to %d of %d usable CPUs" % (
+            r["ncpu_model"], r["ncpu_concurrent"], r["ncpu_usable"])
+    return info
+
+
+# ---------------------------------------------------------------- tables
+
+def _fmt(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if v == 0:
+        return "0"
+    if float(v).is_integer() and abs(v) < 1e15:
+        return "%d" % v
+    a = abs(v)
+    if a >= 9.95:
+        return "%.0f" % v
+    if a >= 0.9995:
+        return "%.1f" % v
+    return "%.3g" % v
+
+
+def _label(key, v):
+    if key == "producers":
+        return "%sp" % v
+    return str(v)
+
+
+def _uniq(vals):
+    out = []
+    for v in vals:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _clock_share(metric, pts):
+    """For a latency metric of workloads that count the clock reads in
+    their timed regions (replay: wl.clock_reads), the largest share of an op
+    the clock is, over the cells: (reads per op, ns of clock per op), or
+    None when the clock is under a tenth of a read per op. A clock read
+    costs half a measured pair (timer_overhead_ns)."""
+    if not (metric in ("alloc_ns", "free_ns") or (metric.startswith("wl.") and
+                                                 metric.endswith("_ns"))):
+        return None
+    worst = None
+    for ps in pts.values():
+        reads = sum(float(np.sum(p.data.get("wl.clock_reads", [0]))) for p in ps)
+        ops = sum(float(np.sum(p.data.get("alloc_ops", [0])) + np.sum(p.data.get("free_ops", [0])))
+                  for p in ps)
+        ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in ps
+               if len(p.data.get("timer_overhead_ns", ()))]
+        if not ops or not ovh:
+            continue
+        per_op = reads / ops
+        if per_op >= 0.1 and (worst is None or per_op > worst[0]):
+            worst = (per_op, per_op * float(np.mean(ovh)) / 2)
+    return worst
+
+
+def clock_line(clock):
+    """The note under a table whose ops read the clock often."""
+    return ("clock: the timed regions read the clock %.2f times per op (batch timing reads it "
+            "where the op kind changes, per-op timing twice an op), about %.0f ns of each op's "
+            "figure at this machine's timer cost; compare policies by difference or ratio on "
+            "the same trace" % clock)
+
+
+def _refused_cells(pts):
+    """{cell: (objects, ops)}: per run at most, the allocations the program
+    got that the policy refused, and the later ops on them that were
+    skipped (replay: wl.refused, wl.skipped), for the cells with any."""
+    out = {}
+    for k, ps in pts.items():
+        ref = [float(np.max(p.data["wl.refused"])) for p in ps
+               if len(p.data.get("wl.refused", ()))]
+        if ref and max(ref) > 0:
+            skip = [float(np.max(p.data["wl.skipped"])) for p in ps
+                    if len(p.data.get("wl.skipped", ()))]
+            out[k] = (max(ref), max(skip or [0]))
+    return out
+
+
+def refused_line(labels, limit=6):
+    """The warning under a table for cells whose policy refused objects."""
+    more = len(labels) - limit
+    names = ", ".join(labels[:limit]) + (" and %d more" % more if more > 0 else "")
+    return ("refused: the policy refused allocations the program got (each timed as a "
+            "failed call) and skipped the later ops on them, so these cells do not replay the "
+            "whole program: %s" % names)
+
+
+def truncated_line(labels, limit=6):
+    """The warning under a table for cells with truncated runs."""
+    more = len(labels) - limit
+    names = ", ".join(labels[:limit]) + (" and %d more" % more if more > 0 else "")
+    return ("truncated: the duration cut the run's loop short, its figures are partial "
+            "(left out of verdicts; give a longer duration): %s" % names)
+
+
+def _block_heads(labels, ncols, colw, share):
+    """(column width, [each block's label as lines of one height]): the
+    columns widen so that a label fits over its block, as far as the block's
+    ``share`` of the width; a longer label (a long policy spec) wraps onto
+    more lines, bottom-aligned over its block, so that the blocks still
+    stand side by side in one table."""
+    if not labels:
+        return colw, []
+    block_w = ncols * (colw + 1) - 1
+    fit = min(max(len(s) for s in labels), max(block_w, share))
+    if fit > block_w:
+        colw += -(-(fit - block_w) // ncols)
+        block_w = ncols * (colw + 1) - 1
+    return colw, _lines_of(labels, block_w)
+
+
+_COL_HEAD_MAX = 24  # a column widens for its header up to this; a longer one wraps
+
+
+def _lines_of(texts, width):
+    """Each text wrapped to ``width``, as lists of lines of one height
+    (bottom-aligned: the last lines sit over the columns)."""
+    wrapped = [textwrap.wrap(s, width, break_on_hyphens=False) or [""] for s in texts]
+    height = max((len(w) for w in wrapped), default=1)
+    return [[""] * (height - len(w)) + w for w in wrapped]
+
+
+class Table:
+    """A metric laid out as the seed tables are: rows × cols, one block per
+    combination of the other swept parameters (e.g. per policy).
+
+    rows, cols: the row and column values; blocks: one dict per block (the
+    swept parameters that distinguish it; empty when there is one block);
+    cube, sd_cube, n: (blocks, rows, cols) arrays of the statistic, the
+    standard deviation over runs and the run count; values, sd: 2-D
+    (rows, blocks × cols) views, blocks side by side."""
+
+    def __init__(self, title, metric, stat, row_key, col_key, rows, cols, blocks, cube, sd_cube,
+                 n, cell_stats=None, truncated=None, unmeasured=None):
+        self.title = title
+        self.metric = metric
+        self.stat = stat
+        self.row_key = row_key
+        self.col_key = col_key
+        self.rows = rows
+        self.cols = cols
+        self.blocks = blocks
+        self.cube = cube
+        self.sd_cube = sd_cube
+        self.n = n
+        # {(block, row, col): stats.Stats}, the CI half widths and warnings
+        self.cell_stats = cell_stats or {}
+        self.ci_cube = np.full(cube.shape, np.nan)
+        for (b, r, c), st in self.cell_stats.items():
+            self.ci_cube[b, r, c] = st.ci_half
+        # {(block, row, col): (truncated runs, runs)} for cells with any
+        self.truncated = truncated or {}
+        # {(block, row, col): why}: cells whose runs did not measure the
+        # metric (a counter at a stats level that leaves it out): "n/a"
+        self.unmeasured = unmeasured or {}
+        self.clock = None  # (clock reads per op, ns per op) when the clock is a share
+        self.refused = {}  # {(block, row, col): (objects, ops) refused and skipped a run}
+
+    @property
+    def values(self):
+        return np.concatenate(list(self.cube), axis=1) if len(self.cube) else self.cube
+
+    @property
+    def sd(self):
+        return np.concatenate(list(self.sd_cube), axis=1) if len(self.sd_cube) else self.sd_cube
+
+    def block_label(self, i):
+        b = self.blocks[i]
+        return ", ".join(str(v) if k == "policy" else "%s=%s" % (k, v) for k, v in b.items())
+
+    def to_text(self, sd=False, width=110, ci=False, warnings=True):
+        """The table as text; sd=True adds "±sd" to each cell, ci=True "±h"
+        (the half width of the 95% confidence interval of the mean);
+        warnings=True lists unstable cells under the table."""
+        nb, nr, nc = self.cube.shape
+        row_hdr = _ROW_LABELS.get(self.row_key, self.row_key or "")
+        row_labels = [_label(self.row_key, r) if self.row_key else "" for r in self.rows]
+        col_labels = [_label(self.col_key, c) if self.col_key else self.metric for c in self.cols]
+
+        def cell(b, r, c):
+            if (b, r, c) in self.unmeasured and math.isnan(self.cube[b, r, c]):
+                return "n/a"
+            s = _fmt(float(self.cube[b, r, c]))
+            if sd and self.n[b, r, c] > 1 and not math.isnan(self.sd_cube[b, r, c]):
+                s += " ±" + _fmt(float(self.sd_cube[b, r, c]))
+            if ci and self.n[b, r, c] > 1 and not math.isnan(self.ci_cube[b, r, c]):
+                s += " ±" + _fmt(float(self.ci_cube[b, r, c]))
+            return s
+
+        cells = [[[cell(b, r, c) for c in range(nc)] for r in range(nr)] for b in range(nb)]
+        colw = max([len(s) for blk in cells for row in blk for s in row] +
+                   [min(len(s), _COL_HEAD_MAX) for s in col_labels] + [3])
+        first_w = max([len(row_hdr)] + [len(s) for s in row_labels]) + 2
+        labels = [self.block_label(i) for i in range(nb)] if nb > 1 else []
+        sep = "   "
+        colw, heads = _block_heads(labels, nc, colw, (width - first_w) // max(nb, 1) - len(sep))
+        block_w = nc * (colw + 1) - 1
+        col_heads = _lines_of(col_labels, colw)
+
+        def render(block_ids, with_labels):
+            out = []
+            if with_labels:
+                out += [" " * first_w + "".join(sep + heads[b][k].center(block_w)
+                                                for b in block_ids).rstrip()
+                        for k in range(len(heads[0]))]
+            out += [("%*s" % (first_w, row_hdr if k == len(col_heads[0]) - 1 else "")) +
+                    "".join(sep + " ".join("%*s" % (colw, h[k]) for h in col_heads)
+                            for _ in block_ids) for k in range(len(col_heads[0]))]
+            for r in range(nr):
+                out.append(("%*s" % (first_w, row_labels[r])) + "".join(
+                    sep + " ".join("%*s" % (colw, s) for s in cells[b][r]) for b in block_ids))
+            return out
+
+        lines = [self.title + (" (± 95% CI of the mean)" if ci else
+                               " (± sd)" if sd else ""), ""]
+        per = max(1, (width - first_w) // (len(sep) + block_w))  # blocks side by side
+        for g in range(0, max(nb, 1), per):  # one table, unless the columns alone are wider
+            lines += render(list(range(g, min(nb, g + per))), bool(labels)) + [""]
+        lines.pop()
+        if warnings:
+            w = self.warning_lines()
+            if w:
+                lines += ["warnings:"] + ["  " + x for x in w]
+        return "\n".join(line.rstrip() for line in lines)
+
+    def cell_label(self, b, r, c):
+        parts = [self.block_label(b)] if len(self.blocks) > 1 else []
+        for key, v in ((self.row_key, self.rows[r]), (self.col_key, self.cols[c])):
+            if key in ("policy", "producers"):
+                parts.append(_label(key, v))
+            elif key is not None:
+                parts.append("%s %s" % (v, _ROW_LABELS.get(key, key)))
+        return ", ".join(parts) or self.metric
+
+    @property
+    def warnings(self):
+        """[(cell label, stats.StatWarning)] for every cell with a warning."""
+        return [(self.cell_label(*k), w) for k, st in sorted(self.cell_stats.items())
+                for w in st.warnings]
+
+    def warning_lines(self, limit=6):
+        """The warnings, grouped by kind, a line each (for under the table)."""
+        lines = _stats.warning_lines(
+            [(self.cell_label(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
+        shown = _uniq(sorted(why for k, why in self.unmeasured.items()
+                             if math.isnan(self.cube[k])))
+        levels = [why for why in shown if why.startswith("stats=")]
+        if levels:
+            lines.append("n/a: not measured at the run's stats level (%s)" % "; ".join(levels))
+        if len(levels) < len(shown):
+            lines.append("n/a: not measured (%s)" % "; ".join(
+                why for why in shown if why not in levels))
+        if self.truncated:
+            lines.append(truncated_line(
+                ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
+                 for k, (cut, n) in sorted(self.truncated.items())], limit))
+        if self.refused:
+            lines.append(refused_line(
+                ["%s (%d objects, %d ops a run)" % (self.cell_label(*k), o, n)
+                 for k, (o, n) in sorted(self.refused.items())], limit))
+        if self.clock:
+            lines += textwrap.wrap(clock_line(self.clock), 104, subsequent_indent="    ")
+        return lines
+
+    def __str__(self):
+        return self.to_text()
+
+    def __repr__(self):
+        return self.to_text()
+
+
+# ---------------------------------------------------------------- JSON
+
+def dump_json(d, path=None, indent=None, what="result file"):
+    """JSON text of d (NaN kept, NumPy scalars as numbers); also written to
+    ``path`` when given, as alloclab.files writes every output (a regular
+    file replaced whole, a device or a pipe with a reader written in place,
+    anything else refused with InvalidArgument)."""
+    s = json.dumps(d, indent=indent, allow_nan=True, default=_json_default)
+    if path is not None:
+        files.write_text(path, s, what)
+    return s
+
+
+JSON_LIMIT = 1 << 30
+"""The largest JSON file load_json reads (1 GiB): a larger one (a huge
+sparse file) is refused by its size, before anything is read."""
+
+
+def load_json(s, what="result file"):
+    """The JSON object in text (str or bytes), or in the file at a path (str
+    or os.PathLike). Raises FileFormatError when the bytes are not UTF-8, the
+    text is not JSON, or the JSON is not an object (every alloclab file is
+    one); InvalidArgument when a path cannot be read: missing, unreadable,
+    not a regular file (a directory, a named pipe, a device, a socket: each
+    refused without opening it), or larger than JSON_LIMIT."""
+    path = None
+    if isinstance(s, os.PathLike):
+        path = os.fspath(s)
+    elif isinstance(s, str) and "\n" not in s and len(s) < 4096 and os.path.lexists(s):
+        path = s
+    elif not isinstance(s, (str, bytes, bytearray)):
+        raise errors.ParameterTypeError(
+            "load_json takes JSON text or a path to a file holding it, not %s"
+            % type(s).__name__, value=s)
+    where = "JSON text"
+    if path is not None:
+        s = files.read_bytes(path, what, limit=JSON_LIMIT)
+        where = path
+    if isinstance(s, (bytes, bytearray)):
+        try:
+            s = bytes(s).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise errors.FileFormatError(
+                "%s is not UTF-8 text (byte %d): not an alloclab JSON file"
+                % (where, e.start), path=path) from None
+    try:
+        d = json.loads(s)
+    except ValueError as e:
+        hint = ""
+        if path is None and "\n" not in s and len(s) < 4096 and not s.lstrip().startswith(
+                ("{", "[")):
+            hint = " (and no file of that name exists)"
+        raise errors.FileFormatError("%s is not JSON%s: %s" % (
+            where if path is not None else "%.60r" % s, hint, e), path=path) from None
+    if not isinstance(d, dict):
+        raise errors.FileFormatError(
+            "%s holds a JSON %s, not the object an alloclab file holds"
+            % (where, _json_kind(d)), path=path)
+    return d
+
+
+def _json_kind(v):
+    return {dict: "object", list: "list", str: "string", bool: "boolean",
+            type(None): "null", int: "number", float: "number"}.get(type(v), type(v).__name__)
+
+
+def _check_result_dict(d):
+    """Every field Result.from_dict reads, of the type it reads: a
+    FileFormatError naming the first one that is not (path, expected type)."""
+    def need(v, types, where, what):
+        if not isinstance(v, types) or isinstance(v, bool) and bool not in types:
+            raise errors.FileFormatError(
+                "not an alloclab result: %s is a JSON %s, not %s" % (where, _json_kind(v), what))
+
+    ver = d.get("format_version", 0)
+    need(ver, (int,), "format_version", "an integer")
+    need(d.get("metadata"), (dict,), "metadata", "an object")
+    need(d.get("points"), (list,), "points", "a list")
+    md = d["metadata"]
+    # what the tables' machine, cpu and load lines read, absent or null where unknown
+    for k in ("run", "machine_state", "counters", "load_before", "load_after", "view",
+              "interrupted"):
+        need(md.get(k), (dict, type(None)), "metadata." + k, "an object")
+    for k in ("online_cpus", "usable_cpus", "threads_per_core"):
+        need(md.get(k), (int, type(None)), "metadata." + k, "an integer")
+    need(md.get("ticks_per_ns"), (int, float, type(None)), "metadata.ticks_per_ns", "a number")
+    for k in ("load_before", "load_after"):
+        for f, v in (md.get(k) or {}).items():
+            need(v, (int, float, type(None)), "metadata.%s.%s" % (k, f), "a number")
+    for i, p in enumerate(d["points"]):
+        at = "points[%d]" % i
+        need(p, (dict,), at, "an object")
+        for k in ("params", "info", "data"):
+            need(p.get(k), (dict,), "%s.%s" % (at, k), "an object")
+        for k, v in p["data"].items():
+            w = "%s.data.%s" % (at, k)
+            need(v, (dict,), w, "an object")
+            need(v.get("dtype"), (str,), w + ".dtype", "a NumPy type name")
+            need(v.get("values"), (list,), w + ".values", "a list")
+            try:
+                np.dtype(v["dtype"])
+            except TypeError:
+                raise errors.FileFormatError("not an alloclab result: %s.dtype %r is not a "
+                                             "NumPy type" % (w, v["dtype"])) from None
+            for j, x in enumerate(v["values"]):
+                need(x, (int, float, type(None)), "%s.values[%d]" % (w, j), "a number")
+        h = p.get("hist")
+        if h is not None:
+            need(h, (dict,), at + ".hist", "an object")
+            for op, hs in h.items():
+                need(hs, (list,), "%s.hist.%s" % (at, op), "a list")
+                for j, x in enumerate(hs):
+                    w = "%s.hist.%s[%d]" % (at, op, j)
+                    need(x, (dict,), w, "an object")
+                    need(x.get("buckets", []), (list,), w + ".buckets", "a list")
+                    for b in x.get("buckets", []):
+                        if not (isinstance(b, list) and len(b) == 2 and all(
+                                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                for v in b) and b[0] < lib.AL_HIST_BUCKETS):
+                            raise errors.FileFormatError(
+                                "not an alloclab result: %s.buckets holds %r, not a [bucket, "
+                                "count] pair (bucket < %d)" % (w, b, lib.AL_HIST_BUCKETS))
+    _check_params(d)
+    _check_duplicates(d["points"])
+
+
+# The type of each grid parameter every result has (a point's "params").
+_PARAM_TYPES = {"workload": str, "policy": str, "timing": str, "cpu": str, "stats": str,
+                "producers": int}
+
+
+def _param_type(wl, name):
+    """The Python type of parameter ``name`` of workload schema ``wl`` (None
+    when it is not one, or when its value is a handle: replay's trace)."""
+    from ..cbind import schema
+    if name in _PARAM_TYPES:
+        return _PARAM_TYPES[name]
+    p = next((p for p in wl.params if p.name == name), None) if wl else None
+    if p is None or (wl.name == "replay" and name == "trace"):
+        return None
+    return {schema.BOOL: bool, schema.ENUM: str}.get(p.type, int)
+
+
+def _check_params(d):
+    """Every point's parameters are scalars, and those alloclab knows are
+    of their type (producers an integer, policy a string, a workload's
+    parameters as its schema says): a FileFormatError naming the point, the
+    parameter and the value. A table built from "2" and 2 would put one
+    cell twice."""
+    from ..cbind import schema
+    names = {"int": "an integer", "bool": "true or false", "str": "a string"}
+    for i, p in enumerate(d["points"]):
+        wl = schema.workloads().get(p["params"].get("workload"))
+        for k, v in p["params"].items():
+            at = "points[%d].params.%s" % (i, k)
+            t = _param_type(wl, k)
+            if t is None:
+                ok = v is None or isinstance(v, (str, int, float))
+            elif t is int:
+                ok = isinstance(v, int) and not isinstance(v, bool)
+            else:
+                ok = isinstance(v, t)
+            if not ok:
+                raise errors.FileFormatError(
+                    "not an alloclab result: %s is %s (a JSON %s), not %s" % (
+                        at, errors.shown(v), _json_kind(v),
+                        names[t.__name__] if t else "a number, a string or null"))
+
+
+def _check_duplicates(points):
+    """No point repeats another: the same parameters and the same runs (the
+    same info: seeds, start times) would count each run twice ("mean of 2
+    runs" of one run). Points with the same parameters and other runs (a
+    concatenation of two results) are kept: their runs are pooled."""
+    seen = {}
+    for i, p in enumerate(points):
+        key = json.dumps([p["params"], p["info"]], sort_keys=True, default=str)
+        if key in seen:
+            raise errors.FileFormatError(
+                "not an alloclab result: points[%d] repeats points[%d] (the same parameters "
+                "%s and the same runs): its runs would be counted twice"
+                % (i, seen[key], errors.shown(_params_text(p["params"]))))
+        seen[key] = i
+
+
+def _params_text(params):
+    return ", ".join("%s=%s" % (k, v) for k, v in params.items() if k != "workload")
+
+
+def _json_default(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError("not JSON serialisable: %r" % (v,))
+
+
+# ---------------------------------------------------------------- result
+
+def _params_key(params):
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _matcher(key, v):
+    if callable(v):
+        return v
+    vals = list(v) if isinstance(v, (list, tuple, set, frozenset, range)) else [v]
+    if key == "policy":  # a preset name and its spec name the same policy
+        from ..policies.policy import same_policy
+        return lambda x: any(same_policy(x, q) for q in vals)
+    return lambda x: x in vals
+
+
+class Result:
+    """Every run of every grid point of a sweep, and its metadata."""
+
+    def __init__(self, metadata, points):
+        self.metadata = metadata
+        self.points = list(points)
+
+    @classmethod
+    def from_raw(cls, metadata, point_runs):
+        """From [(point params, [raw run dicts])] as run.run_point returns."""
+        points = []
+        for params, raws in point_runs:
+            per_run = [_run_metrics(r) for r in raws]
+            names = []
+            for m in per_run:
+                for k in m:
+                    if k not in names:
+                        names.append(k)
+            data = {}
+            for k in names:
+                vals = [m.get(k, math.nan) for m in per_run]
+                data[k] = _array(vals)
+            info = _point_info(raws)
+            if "policy" in params:  # the label the user gave, and what it expands to
+                from ..policies.policy import canonical
+                info["policy_spec"] = canonical(params["policy"]) or params["policy"]
+            points.append(Point(dict(params), info, data, _measures.point_hists(raws)))
+        return cls(metadata, points)
+
+    # -- lookups --
+
+    def metrics(self):
+        """Every metric name present in any point, base metrics first."""
+        names = []
+        for p in self.points:
+            for k in p.data:
+                if k not in names:
+                    names.append(k)
+        base = [m for m in BASE_METRICS if m in names]
+        return base + [m for m in names if m not in base]
+
+    def params(self):
+        """Parameter names of the grid points, in order."""
+        keys = []
+        for p in self.points:
+            for k in p.params:
+                if k not in keys:
+                    keys.append(k)
+        return keys
+
+    def swept(self):
+        """Parameters that take more than one value across the points."""
+        return [k for k in self.params() if len(_uniq([p.params.get(k) for p in self.points])) > 1]
+
+    def select(self, **where):
+        """Points whose params match every key=value given (a policy by its
+        preset name or its spec alike)."""
+        conds = {k: _matcher(k, [v]) for k, v in where.items()}
+        return [p for p in self.points if all(k in p.params and f(p.params[k])
+                                              for k, f in conds.items())]
+
+    # -- results as data: concatenate, filter --
+
+    @classmethod
+    def concat(cls, results):
+        """One Result holding every point of ``results`` (in order). Points
+        with the same parameters stay separate; tables, stats and compare
+        pool their runs. Metadata: the first result's, with every part's
+        under "parts" when they differ."""
+        results = list(results)
+        for r in results:
+            if not isinstance(r, Result):
+                raise errors.InvalidArgument("Result.concat takes Results, not %r"
+                                             % (errors.Echo(r),))
+        if not results:
+            raise errors.InvalidArgument("Result.concat needs at least one Result")
+        md = dict(results[0].metadata)
+        if any(r.metadata != results[0].metadata for r in results[1:]):
+            md["parts"] = [r.metadata for r in results]
+        return cls(md, [p for r in results for p in r.points])
+
+    def __add__(self, other):
+        if not isinstance(other, Result):
+            return NotImplemented
+        return Result.concat([self, other])
+
+    def filter(self, **where):
+        """A Result with the points whose params match every key: a value
+        (policy specs and presets compare canonically), a list/tuple/set of
+        values, or a predicate (callable)."""
+        keys = self.params()
+        conds = {}
+        for k, v in where.items():
+            if k not in keys:
+                raise errors.UnknownNameError.make("parameter", k, keys)
+            conds[k] = _matcher(k, v)
+        pts = [p for p in self.points if all(f(p.params.get(k)) for k, f in conds.items())]
+        return Result(self.metadata, pts)
+
+    def stats(self, metric, **where):
+        """[(params, stats.Stats)] per distinct parameter set (runs of equal
+        points pooled), for the points matching ``where`` (as filter)."""
+        self._check_metric(metric)
+        res = self.filter(**where) if where else self
+        groups = {}
+        for p in res.points:
+            if metric not in p.data:
+                continue
+            groups.setdefault(_params_key(p.params), [p.params, []])[1].append(p)
+        return [(params, _stats.describe(
+            np.concatenate([np.asarray(p.data[metric], dtype=float) for p in pts]),
+            **_stats.run_context(pts))) for params, pts in groups.values()]
+
+    def histogram(self, op="alloc", **where):
+        """The per-op latency Histogram of ``op`` ("alloc" or "free"), all
+        runs of the points matching ``where`` merged (run with
+        histogram=True)."""
+        from . import hist as _hist
+        if op not in _hist.OPS:
+            raise errors.UnknownNameError.make("operation", op, list(_hist.OPS))
+        res = self.filter(**where) if where else self
+        hs = [h for p in res.points for h in p.hist.get(op, ())]
+        if not hs:
+            raise errors.InvalidArgument(
+                "no %s histogram in these points: run with histogram=True (--hist)" % op)
+        return sum(hs[1:], hs[0].copy())
+
+    def plot(self, metric="alloc_ns", x="producers", hue="policy", **kw):
+        """Latency (or any metric) against ``x``, a line per ``hue`` value:
+        alloclab.plot.latency. Returns a matplotlib Figure."""
+        from ..present import plot as _plot
+        return _plot.latency(self, metric=metric, x=x, hue=hue, **kw)
+
+    def _check_metric(self, metric):
+        """UnknownNameError unless some point has ``metric`` or left it out
+        because its stats level does not measure it."""
+        if metric not in self.metrics() and not any(
+                self._unmeasured(p, metric) for p in self.points):
+            from ..cbind import schema
+            layer = metric.split(".", 1)[0] if isinstance(metric, str) else None
+            layers = _uniq([m.split(".", 1)[0] for m in self.metrics()
+                            if "." in m and not m.startswith("wl.")])
+            extra = ""
+            if layer in schema.layers() and layer not in layers:
+                extra = "layer %s is not in the result's policies (their layers: %s)" % (
+                    layer, ", ".join(layers) or "none")
+            raise errors.UnknownNameError.make("metric", metric, self.metrics(), extra=extra)
+
+    def _unmeasured(self, point, metric):
+        return _counters.unmeasured(point, metric, self.metadata.get("counters"))
+
+    def describe(self, metric):
+        """What a layer's counter metric means, as a dict: metric, layer,
+        counter, per_op (a "_per_op" metric), doc ("(no description)" for a
+        counter its layer does not document), kind ("counter" or "gauge"),
+        formula (a derived counter's, e.g. "hits+misses"; else None), key
+        (one the tables need), unit ("ns" for lock times), levels (the stats
+        levels that measure it) and measured_at (the levels of this
+        Result's points that have it). Docs come from the descriptors
+        recorded when the Result was made, else from the registry.
+        UnknownNameError for a metric that is not a layer counter here."""
+        return _counters.describe(self, metric)
+
+    # -- tables --
+
+    def table(self, metric="alloc_ns", rows="allocs_per_cycle", cols="producers", stat="mean"):
+        """The metric as a Table: rows × cols per block of the other swept
+        parameters; ``stat`` over runs: mean, median, min or max. A rows/cols
+        parameter that is absent gives a single row/column."""
+        self._check_metric(metric)
+        stats = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max}
+        if stat not in stats:
+            raise errors.UnknownNameError.make("statistic", stat, list(stats))
+        keys = self.params()
+        row_key = rows if rows in keys else None
+        col_key = cols if cols in keys else None
+        if row_key is not None and row_key == col_key:
+            raise errors.InvalidArgument("rows and cols are both %r" % errors.Echo(rows))
+        block_keys = [k for k in self.swept() if k not in (row_key, col_key)]
+        row_vals = _uniq([p.params.get(row_key) for p in self.points]) if row_key else [None]
+        col_vals = _uniq([p.params.get(col_key) for p in self.points]) if col_key else [None]
+        block_vals = _uniq([tuple(p.params.get(k) for k in block_keys) for p in self.points])
+        nb, nr, nc = len(block_vals), len(row_vals), len(col_vals)
+        cube = np.full((nb, nr, nc), np.nan)
+        sd = np.full((nb, nr, nc), np.nan)
+        n = np.zeros((nb, nr, nc), dtype=np.int64)
+        samples, pts, unmeasured = {}, {}, {}
+        for p in self.points:
+            b = block_vals.index(tuple(p.params.get(k) for k in block_keys))
+            r = row_vals.index(p.params.get(row_key)) if row_key else 0
+            c = col_vals.index(p.params.get(col_key)) if col_key else 0
+            if metric not in p.data:
+                why = self._unmeasured(p, metric)
+                if why:
+                    unmeasured[(b, r, c)] = why
+                continue
+            samples.setdefault((b, r, c), []).append(np.asarray(p.data[metric], dtype=float))
+            pts.setdefault((b, r, c), []).append(p)
+        for k in [k for k, v in samples.items() if np.isnan(np.concatenate(v)).all()]:
+            unmeasured[k] = _measures.NOT_MEASURED.get(metric, "%s: NaN in every run" % metric)
+            del samples[k]  # a value no run measured has no statistics, only "n/a"
+        cell_stats = {k: _stats.describe(np.concatenate(v), **_stats.run_context(pts[k]))
+                      for k, v in samples.items()}
+        truncated = {}
+        for k, ps in pts.items():
+            cut = sum(sum(1 for t in p.info.get("truncated", ()) if t) for p in ps)
+            if cut:
+                truncated[k] = (cut, sum(p.runs for p in ps))
+        clock = _clock_share(metric, pts)
+        for (b, r, c), arrs in samples.items():
+            x = np.concatenate(arrs)
+            x = x[~np.isnan(x)]
+            n[b, r, c] = len(x)
+            if len(x):
+                cube[b, r, c] = stats[stat](x)
+                sd[b, r, c] = np.std(x, ddof=1) if len(x) > 1 else np.nan
+        blocks = [dict(zip(block_keys, bv)) for bv in block_vals]
+        title = self._title(metric, stat, blocks)
+        t = Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
+                  n, cell_stats=cell_stats, truncated=truncated, unmeasured=unmeasured)
+        t.clock = clock
+        t.refused = _refused_cells(pts)
+        return t
+
+    def _title(self, metric, stat, blocks):
+        wl = self.points[0].params.get("workload", "") if self.points else ""
+        desc, unit, lower = METRIC_INFO.get(metric, (metric, "", None))
+        if metric.endswith("_per_op"):
+            desc, unit, lower = metric, "per op", None
+        elif metric.startswith("wl."):
+            desc, unit, lower = metric[3:], "workload metric", None
+            if metric.endswith("_usec"):
+                unit, lower = "usec", True
+        bits = [unit] if unit else []
+        if lower is not None:
+            bits.append("lower is better" if lower else "higher is better")
+        runs = _uniq([p.runs for p in self.points])
+        bits.append("%s of %s run%s" % (stat, "/".join(map(str, runs)),
+                                        "" if runs == [1] else "s"))
+        title = "%s, %s (%s)" % (wl, desc, ", ".join(bits)) if wl else "%s (%s)" % (
+            desc, ", ".join(bits))
+        pols = _uniq([p.params.get("policy") for p in self.points])
+        if len(pols) == 1 and pols[0] is not None:
+            title += ", policy: %s" % pols[0]
+        return title
+
+    # -- tidy rows --
+
+    def rows(self):
+        """One dict per run per point: the point's params, run index, cpu mode
+        used, and every metric (None where a point lacks it)."""
+        metrics = self.metrics()
+        out = []
+        for p in self.points:
+            for i in range(p.runs):
+                row = dict(p.params)
+                row["run"] = i
+                if "policy_spec" in p.info:
+                    row["policy_spec"] = p.info["policy_spec"]
+                row["cpu_mode_used"] = p.info.get("cpu_mode")
+                for m in metrics:
+                    a = p.data.get(m)
+                    row[m] = a[i].item() if a is not None and i < len(a) else None
+                out.append(row)
+        return out
+
+    def to_csv(self, path):
+        """Write rows() as CSV to a path or a text file object."""
+        rows = self.rows()
+        cols = []
+        for r in rows:
+            for k in r:
+                if k not in cols:
+                    cols.append(k)
+        if hasattr(path, "write"):
+            self._write_csv(path, cols, rows)
+        else:  # written whole, as alloclab.files writes every output
+            buf = io.StringIO(newline="")
+            self._write_csv(buf, cols, rows)
+            files.write_text(path, buf.getvalue(), "CSV file")
+
+    @staticmethod
+    def _write_csv(f, cols, rows):
+        w = csv.DictWriter(f, fieldnames=cols, restval="")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+
+    def to_pandas(self):
+        """rows() as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Result.to_pandas() needs pandas, which is not installed: "
+                              "pip install pandas (or use rows() / to_csv())") from None
+        return pd.DataFrame(self.rows())
+
+    # -- JSON --
+
+    def to_dict(self):
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "metadata": self.metadata,
+            "points": [p.to_dict() for p in self.points],
+        }
+
+    def to_json(self, path=None, indent=None):
+        """JSON text (lossless); also written to ``path`` when given."""
+        return dump_json(self.to_dict(), path, indent=indent)
+
+    @classmethod
+    def from_json(cls, s):
+        """A Result from to_json() text (or a path to such a file). Raises
+        FileFormatError for anything else, naming what is wrong."""
+        d = load_json(s)
+        try:
+            return cls.from_dict(d)
+        except errors.FileFormatError as e:
+            if isinstance(s, (str, os.PathLike)) and not str(s).lstrip().startswith("{") and \
+                    e.path is None:
+                raise errors.FileFormatError("%s: %s" % (os.fspath(s), e),
+                                             path=os.fspath(s)) from None
+            raise
+
+    @classmethod
+    def from_dict(cls, d):
+        """A Result from to_dict()'s output."""
+        if not isinstance(d, dict):
+            raise errors.FileFormatError("not an alloclab result: a JSON %s, not an object"
+                                         % _json_kind(d))
+        if d.get("format") != FORMAT:
+            raise errors.FileFormatError("not an alloclab result (format %r, not %r)"
+                                         % (d.get("format"), FORMAT))
+        _check_result_dict(d)
+        if d.get("format_version", 0) > FORMAT_VERSION:
+            raise errors.FileFormatError(
+                "result format version %s is newer than this alloclab reads (%d)"
+                % (d.get("format_version"), FORMAT_VERSION))
+        try:
+            return cls(d["metadata"], [Point.from_dict(p) for p in d["points"]])
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise errors.FileFormatError("not an alloclab result: %s: %s"
+                                         % (type(e).__name__, e)) from None
+
+    def __eq__(self, other):
+        if not isinstance(other, Result):
+            return NotImplemented
+        return self.metadata == other.metadata and self.points == other.points
+
+    # -- text --
+
+    def summary(self):
+        """A few lines: workload, grid, runs, machine, cpu modes, clock."""
+        md = self.metadata
+        run = md.get("run", {})
+        lines = []
+        swept = self.swept()
+        lines.append("%s: %d point%s x %s run%s%s" % (
+            run.get("workload", "?"), len(self.points), "" if len(self.points) == 1 else "s",
+            run.get("runs", "?"), "" if run.get("runs") == 1 else "s",
+            (", swept: " + ", ".join(swept)) if swept else ""))
+        lines.append("policies: " + "; ".join(_uniq([str(p.params.get("policy"))
+                                                     for p in self.points])))
+        lines.append(self.machine_line())
+        lines.append(self.cpu_line())
+        return "\n".join(lines)
+
+    def machine_line(self):
+        md = self.metadata
+        return "machine: %s, %s online / %s usable CPUs, %s thread%s/core, kernel %s, %s" % (
+            md.get("cpu_model"), md.get("online_cpus"), md.get("usable_cpus"),
+            md.get("threads_per_core"), "" if md.get("threads_per_core") == 1 else "s",
+            md.get("kernel"), md.get("build_flags"))
+
+    def cpu_line(self):
+        """cpu mode(s) used, virtual CPU notes, timer overhead and clock."""
+        md = self.metadata
+        modes = _uniq([p.info.get("cpu_mode") for p in self.points])
+        notes = _uniq([p.info.get("cpu_note") for p in self.points
+                       if p.info.get("cpu_mode") == "virtual"])
+        ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in self.points
+               if "timer_overhead_ns" in p.data and len(p.data["timer_overhead_ns"])]
+        s = "cpu: %s" % "/".join(str(m) for m in modes)
+        if notes:
+            s += " (%s)" % "; ".join(notes)
+        if ovh:
+            s += ", timer overhead %s ns" % _fmt(float(np.mean(ovh)))
+        s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
+        if (md.get("run") or {}).get("realtime"):  # else a run with and without reads alike
+            s += ", realtime (SCHED_FIFO workers)"
+        return s
+
+    def interrupted_line(self):
+        """None, or a line saying the run was stopped before its end
+        (metadata["interrupted"], written by `run --json` on Ctrl-C): the
+        cells hold only the runs that finished."""
+        it = self.metadata.get("interrupted")
+        if not isinstance(it, dict):
+            return None
+        done, planned = it.get("runs_finished"), it.get("runs_planned")
+        done, planned = (v if isinstance(v, int) and not isinstance(v, bool) else "?"
+                         for v in (done, planned))
+        if done != "?" and planned != "?" and done > planned:  # adaptive runs were added
+            count = "%d runs (the %d planned and adaptive ones)" % (done, planned)
+        else:
+            count = "%s of %s runs" % (done, planned)
+        return "interrupted: %s finished before %s stopped the run; each cell holds only " \
+               "its finished runs, a cell with none is left out" % (
+                   count, it.get("signal") if isinstance(it.get("signal"), str) else "a signal")
+
+    def stats_line(self):
+        """The stats level(s) the points ran at (their "stats" parameter): what
+        their counter metrics hold."""
+        levels = _uniq([p.params.get("stats") for p in self.points])
+        what = {"lite": "every event counter, no lock times", "off": "no counters (n/a)",
+                "full": "every counter and lock time"}
+        if self.metadata.get("stats_compiled") is False:
+            return ("stats: counting compiled out of this build (-DAL_STATS_COMPILED=0): "
+                    "no counters at any level")
+        if levels == [None]:
+            return "stats: not recorded (a result made before stats levels: every counter)"
+        return "stats: " + "; ".join("%s (%s)" % (lv, what.get(lv, "?")) if lv else
+                                     "not recorded" for lv in levels)
+
+    def mem_series(self, **where):
+        """[(point params, run index, {"t_ns", "requested", "held", "rss"}:
+        int64 arrays)]: memory sampled over each run's measured phase (every
+        mem_sample seconds, at most a few hundred points, thinned evenly),
+        -1 where a value was not known at a sample (held mid-phase for a
+        layer whose stats cannot be read while workers run)."""
+        res = self.filter(**where) if where else self
+        return [(dict(p.params), i, {k: np.asarray(v, dtype=np.int64) for k, v in s.items()})
+                for p in res.points for i, s in enumerate(p.info.get("mem_series", ()))]
+
+    def truncated(self):
+        """[(point params, [run indexes])] of the runs the duration cut short
+        (a fixed loop that did not finish: figures of a partial loop)."""
+        return [(dict(p.params), [i for i, t in enumerate(p.info["truncated"]) if t])
+                for p in self.points if any(p.info.get("truncated", ()))]
+
+    def machine_warnings(self):
+        """Short lines naming what was bad in the recorded machine state (load
+        before/after the run, governor, turbo, SMT, a hypervisor ...):
+        machine.warnings(self.metadata)."""
+        return machine.warnings(self.metadata)
+
+    def __repr__(self):
+        return "<alloclab.Result %s>" % self.summary().splitlines()[0] if self.points else \
+            "<alloclab.Result empty>"
+
+    def __str__(self):
+        return self.summary()
