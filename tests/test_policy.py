@@ -1,5 +1,7 @@
 """Policy specs: parsing, canonical form, round trips, and every bad input."""
 
+import importlib
+import json
 import pickle
 
 import pytest
@@ -81,6 +83,10 @@ def test_round_trip(case):
     assert str(q) == s
     assert al.Policy(p) == p
     assert pickle.loads(pickle.dumps(p)) == p
+    # the parsed form a task carries, through pickle and JSON, back unparsed
+    for back in (pickle.loads(pickle.dumps(p.parsed())), json.loads(json.dumps(p.parsed()))):
+        r = al.Policy.from_parsed(back)
+        assert r == p and hash(r) == hash(p) and str(r) == s and r.name == p.name
     # layers() keeps exactly the non-default parameters, params(i) all of them.
     assert [n for n, _ in p.layers] == [n for n, _ in expect]
     for i, (name, raw) in enumerate(expect):
@@ -243,6 +249,32 @@ def test_stack_shape():
 def test_not_a_spec():
     with pytest.raises(al.ParameterTypeError):
         al.Policy(42)
+
+
+@pytest.mark.parametrize("name", sorted(al.presets))
+def test_parsed_form_is_plain_data_that_comes_back_unparsed(name, monkeypatch):
+    p = al.Policy(name)
+    form = p.parsed()
+    assert (form.name, form.spec) == (name, str(p))
+    assert [n for n, _ in form.layers] == p.names
+    assert all(type(v) is int for _, raw in form.layers for v in raw)
+    assert [list(raw) for _, raw in form.layers] == [p.raw_params(i) for i in range(len(p))]
+
+    def no_parse(text, spec):  # pragma: no cover - reached only when it parses again
+        raise AssertionError("parsed again: %r" % spec)
+    monkeypatch.setattr(importlib.import_module(al.Policy.__module__), "_parse", no_parse)
+    for back in (pickle.loads(pickle.dumps(form)), json.loads(json.dumps(form))):
+        r = al.Policy.from_parsed(back)
+        assert r == p and r.name == name and repr(r) == repr(p) and r.layers == p.layers
+        # the same C spec: what the engine reads of it
+        assert (r.max_size, r.min_align, r.nmi_safe) == (p.max_size, p.min_align, p.nmi_safe)
+
+
+def test_parsed_form_of_a_layer_not_registered_fails_when_filled():
+    form = al.Policy("buddy").parsed()._replace(spec="ghost > buddy", name="ghost > buddy")
+    r = al.Policy.from_parsed(form._replace(layers=(("ghost", ()),) + form.layers))
+    with pytest.raises(al.UnknownNameError, match="ghost"):
+        r.stack_spec()
 
 
 def test_exceptions_pickle():

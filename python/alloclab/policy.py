@@ -25,6 +25,7 @@ else the canonical spec. Results, tables and plots label policies by name;
 the expanded spec stays beside it (``Point.info["policy_spec"]``).
 """
 
+import collections
 import functools
 import re
 
@@ -58,6 +59,13 @@ presets = {
     "kmalloc-nolock": "nolock > slab",
     "bpf-ma": "bpf_ma(mode=fixed) > slab",
 }
+
+# A Policy as plain data, what a task carries to wherever it runs: the label
+# (name), the canonical spec, and the C parser's reading, ((layer name,
+# (int64 params, schema order)), ...) top first. Tuples of str and int: it
+# pickles (executors in other processes) and JSON keeps it as lists (the
+# peer child); Policy.from_parsed() takes it back without parsing the text.
+ParsedPolicy = collections.namedtuple("ParsedPolicy", "name spec layers")
 
 # Rewrites of a spec's text run before it is parsed, each text -> text:
 # libarena_real adds the one that compiles libarena(tree=PATH) into a layer.
@@ -217,6 +225,25 @@ class Policy:
             parts.append(_format_layer(sch, raw))
         return cls(" > ".join(parts))
 
+    @classmethod
+    def from_parsed(cls, parsed):
+        """The Policy of a ``parsed()`` form (or of its JSON lists), without
+        parsing or checking it again: it was checked when it was parsed, and
+        the engine checks every stack again before it builds one
+        (al_stack_check). Its layers are looked up by name only when a spec
+        is filled: a plugin layer must be loaded by then, not before."""
+        name, spec, layers = parsed
+        pol = cls.__new__(cls)
+        pol._layers = tuple((n, tuple(raw)) for n, raw in layers)
+        pol._str = spec
+        pol._name = name
+        return pol
+
+    def parsed(self):
+        """This policy as a ParsedPolicy: plain data that pickles, for a task
+        to carry so that the spec is parsed once, where the task is made."""
+        return ParsedPolicy(self._name, self._str, self._layers)
+
     def _validate(self, spec):
         """The stack's shape, as the C library checks it before it builds a
         stack (al_stack_check: each layer's place and parameters, then the
@@ -356,8 +383,11 @@ class Policy:
         """Fill a ``struct al_stack_spec`` (a cdata struct or pointer)."""
         s.n = len(self._layers)
         for i, (name, raw) in enumerate(self._layers):
+            # By name, not by the registry's index: an index is not the same in
+            # another process (plugins register in the order they load), and
+            # the lookup is a strcmp over a few dozen names, no parsing.
             d = lib.al_layer_find(name.encode())
-            if d == ffi.NULL:  # pragma: no cover - schema came from the registry
+            if d == ffi.NULL:  # a plugin layer not loaded in this process
                 raise errors.UnknownNameError.make("layer", name, list(schema.layers()))
             s.layer[i].desc = d
             for j, v in enumerate(raw):
