@@ -480,9 +480,21 @@ def _isolation(policies, processes, isolate, check):
     for pol in policies:
         in_child = isolate or processes or peers.needed(pol) is not None
         why = ("an isolated run's child process" if isolate else "a run's child process")
-        out[pol.name] = {n: (plugin.source(n, why) if in_child else {"name": n})
-                         for n in layers[pol.name]}
+        out[pol.name] = {n: _plugin_source(n, in_child, why) for n in layers[pol.name]}
     return isolate, check, out
+
+
+def _plugin_source(name, in_child, why):
+    """What a process loads to get plugin layer ``name`` (plugin.source): a
+    child process must have its shared object (else PluginError); a run in
+    this process takes it when there is one, for an executor's worker
+    process to load, else only the name (it runs where it was registered)."""
+    try:
+        return plugin.source(name, why)
+    except errors.PluginError:
+        if in_child:
+            raise
+        return {"name": name}
 
 
 # nmi: rates up to this many signals per second need no measurement
@@ -600,6 +612,10 @@ def run_once(task, run_index=0, in_child=False, on_phase=None):
             raw = peers.run_in_child(task, run_index, peer)
             raw["t_start"] = t_start
             return raw
+        # An executor's worker process may lack the plugin layers the task's
+        # process registered: load them by path, as a child does (each one
+        # already here costs one lookup).
+        plugin.load([s for s in task.get("plugins") or () if s.get("path")])
     cfg = _config(task, run_index, pol)
     res = ffi.new("struct al_run_result *")
     rc = _run_c(cfg, res, on_phase)
