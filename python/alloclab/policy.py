@@ -3,7 +3,8 @@
     Policy("percpu(capacity=16, batch=8) > transfer > buddy")
 
 Grammar: layers separated by ``>``; each is ``name`` or ``name(k=v, ...)``.
-A whole spec may also be a preset name (``alloclab.presets``). Names and
+A whole spec may also be a preset name (``alloclab.presets``, the C
+registry's: al_spec_parse reads one in C too, and the shim). Names and
 values are checked against the C schemas; the stack's shape is checked
 against the layers' features (a layer that needs a backend has one below it,
 a bottom layer is last).
@@ -32,33 +33,10 @@ import re
 from . import errors, schema
 from ._ffi import cstr, ffi, lib
 
-# name -> canonical spec string: the seeds' variants by their short names.
-presets = {
-    "buddy": "buddy",
-    "libc": "libc",
-    "null": "null",
-    # seed 000: per-CPU caches in front of libarena's buddy
-    "libarena-spill": "percpu > buddy",
-    "libarena-transfer": "percpu > transfer > buddy",
-    "libarena-transfer-v1": "percpu > transfer(peek=false, full=single) > buddy",
-    "libarena-magazine": "magazine > buddy",
-    # peers: real allocators, run under LD_PRELOAD in a child process
-    "glibc": "system",
-    "jemalloc": "system(allocator=jemalloc)",
-    "gperftools-tcmalloc": "system(allocator=gperftools-tcmalloc)",
-    "mimalloc": "system(allocator=mimalloc)",
-    # seed 004: vmalloc page population and vfree strategies over the page allocator
-    "pages": "pages",
-    "vmalloc-default": "vmalloc > pages",
-    "vmalloc-large": "vmalloc(alloc=high_order) > pages",
-    "vmalloc-large-bulkfree": "vmalloc(alloc=high_order, free=bulk) > pages",
-    "vmalloc-pcp-first": "vmalloc(alloc=pcp_first, free=bulk) > pages",
-    # seed 003: BPF local storage allocators
-    "kzalloc": "slab(zero=true)",
-    "kmalloc-sheaves": "sheaves > slab(form=sheaves)",
-    "kmalloc-nolock": "nolock > slab",
-    "bpf-ma": "bpf_ma(mode=fixed) > slab",
-}
+# name -> canonical spec string: the C registry's presets (al_preset_get),
+# the seeds' variants by their short names; schema.presets() has their docs
+# and where they run.
+presets = {name: p.spec for name, p in schema.presets().items()}
 
 # A Policy as plain data, what a task carries to wherever it runs: the label
 # (name), the canonical spec, and the C parser's reading, ((layer name,
@@ -206,8 +184,9 @@ class Policy:
             raise errors.ParameterTypeError(
                 "a policy is a spec string, a preset name or a Policy, not %s"
                 % errors.shown(spec))
-        preset = spec.strip() if spec.strip() in presets else None
-        self._layers = _parse(presets.get(spec.strip(), spec), spec)
+        self._layers = _parse(spec, spec)  # the C parser reads a preset's name
+        preset = lib.al_spec_preset(spec.encode("utf-8", "surrogatepass"))
+        preset = cstr(preset.name) if preset != ffi.NULL else None
         self._validate(spec)
         self._str = self._canonical()
         self._name = preset or self._str
