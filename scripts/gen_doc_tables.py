@@ -1,8 +1,10 @@
 """The docs' reference tables, generated from the C registry.
 
 docs/models.md's table of every layer's parameters (name, type, default)
-is the registry's, not a hand copy: this script writes it between the
-markers ``<!-- registry: layer-params -->`` and ``<!-- end registry -->``.
+and its table of presets (name, spec, doc, where it runs) are the
+registry's, not hand copies: this script writes each between the markers
+``<!-- registry: NAME -->`` and the next ``<!-- end registry -->`` (NAME:
+layer-params, presets).
 ``--check`` writes nothing and exits 1 when the file differs from what it
 would write (the test suite runs it), naming the first differing line.
 
@@ -14,7 +16,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "models.md")
-BEGIN = "<!-- registry: layer-params -->"
+BEGIN = "<!-- registry: %s -->"
 END = "<!-- end registry -->"
 
 
@@ -31,12 +33,30 @@ def layer_table():
     return "\n".join(rows)
 
 
+def preset_table():
+    """The Markdown table of every preset (al_preset_get), in registry order."""
+    import alloclab as al
+
+    rows = ["| preset | spec | what | runs |", "|---|---|---|---|"]
+    for p in al.schema.presets().values():
+        rows.append("| `%s` | `%s` | %s | %s |" % (
+            p.name, p.spec, p.doc, "child process (peer)" if p.peer else "in process"))
+    return "\n".join(rows)
+
+
+BLOCKS = {"layer-params": layer_table, "presets": preset_table}
+
+
 def render(text):
-    """text with the generated block replaced; ValueError without markers."""
-    i, j = text.find(BEGIN), text.find(END)
-    if i < 0 or j < i:
-        raise ValueError("%s: no %s ... %s block" % (DOC, BEGIN, END))
-    return text[:i + len(BEGIN)] + "\n" + layer_table() + "\n" + text[j:]
+    """text with every generated block replaced; ValueError without markers."""
+    for name, table in BLOCKS.items():
+        begin = BEGIN % name
+        i = text.find(begin)
+        j = text.find(END, i)
+        if i < 0 or j < i:
+            raise ValueError("%s: no %s ... %s block" % (DOC, begin, END))
+        text = text[:i + len(begin)] + "\n" + table() + "\n" + text[j:]
+    return text
 
 
 def main(argv):
@@ -56,7 +76,7 @@ def main(argv):
         return 1
     with open(DOC, "w", encoding="utf-8") as f:
         f.write(new)
-    print("%s: layer table written" % DOC)
+    print("%s: registry tables written" % DOC)
     return 0
 
 

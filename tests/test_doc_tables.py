@@ -30,3 +30,17 @@ def test_check_names_a_drifted_row(tmp_path, monkeypatch):
     assert doc.read_text(encoding="utf-8") == drifted  # --check writes nothing
     assert g.main(["gen"]) == 0
     assert doc.read_text(encoding="utf-8") == text
+
+
+def test_preset_table_is_the_registrys():
+    """The presets block of docs/models.md lists every preset of the C
+    registry, its spec and where it runs, in registry order."""
+    import alloclab as al
+    with open(os.path.join(ROOT, "docs", "models.md"), encoding="utf-8") as f:
+        text = f.read()
+    block = text.split("<!-- registry: presets -->")[1].split("<!-- end registry -->")[0]
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == list(al.presets)
+    for row, p in zip(rows, al.schema.presets().values()):
+        assert row.startswith("| `%s` | `%s` | %s |" % (p.name, p.spec, p.doc))
+        assert row.endswith("| child process (peer) |" if p.peer else "| in process |")

@@ -62,6 +62,27 @@ def test_peer_errors_come_back_as_exceptions():
         run_mod.run_once(task)
 
 
+@pytest.mark.parametrize("peer", PEERS[:1])
+def test_a_peer_run_parses_its_policy_once_and_the_child_not_at_all(peer, monkeypatch):
+    policy_mod = importlib.import_module(al.Policy.__module__)
+    policy_mod.canonical(peer)  # a Result's labels read canonical(), cached per process
+    calls, real = [], policy_mod._parse
+
+    def parse(text, spec):
+        calls.append(spec)
+        return real(text, spec)
+    monkeypatch.setattr(policy_mod, "_parse", parse)
+    run_mod = importlib.import_module("alloclab.run")
+    task = run_mod.plan("malloc-free", peer, runs=3, cycles=5, warmup_cycles=0,
+                        allocs_per_cycle=8)[1][0]
+    assert calls == [peer]
+    # the child reads the parsed form, never the label: one that would not parse runs
+    raw = run_mod.run_once(dict(task, policy="%s >> not a spec" % peer), 0)
+    assert raw["pid"] != os.getpid() and raw["alloc_ops"] == 5 * 8
+    res = al.run("malloc-free", peer, runs=3, cycles=5, warmup_cycles=0)
+    assert calls == [peer, peer] and res.points[0].runs == 3
+
+
 @pytest.mark.parametrize("peer", PEERS)
 def test_contract_suite_over_peer(peer):
     """The shared contract tests, rerun in a child whose malloc is the peer."""

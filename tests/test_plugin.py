@@ -395,6 +395,31 @@ def test_isolated_run_gives_the_counters_of_an_in_process_run(halfspill, countin
         {k: v for k, v in there.select()[0].info.items() if k not in skip}
 
 
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_spawned_worker_loads_the_plugin_and_runs_the_parsed_form(halfspill, counting,
+                                                                     isolate):
+    """An executor's worker process started fresh (spawn) has no plugin layer
+    registered: it gets the task's policy parsed, loads the plugins by path
+    (or hands the task to an isolated child that does) and counts as a run in
+    this process does."""
+    import concurrent.futures as cf
+    import multiprocessing
+    spec = "percpu > counting(bias=7) > halfspill > buddy"
+    common = dict(runs=2, cycles=50, warmup_cycles=5, seed=7, allocs_per_cycle=[17, 40],
+                  isolate=isolate, check=False)
+    here = al.run("malloc-free", spec, **dict(common, isolate=False))
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        there = al.run("malloc-free", spec, executor=ex, **common)
+    assert [p.params for p in here.points] == [p.params for p in there.points]
+    for a, b in zip(here.points, there.points):
+        counters = [m for m in a.data if m.split(".")[0] in ("counting", "halfspill", "percpu")
+                    and not m.endswith("_ns")]
+        assert len(counters) > 10 and sorted(a.data) == sorted(b.data)
+        for m in counters + ["alloc_ops", "free_ops"]:
+            assert list(a.data[m]) == list(b.data[m]), m
+        assert os.getpid() not in b.info["pids"]
+
+
 def test_plugin_policies_run_isolated_by_default(halfspill):
     res = al.run("malloc-free", ["halfspill > buddy", "buddy"], runs=1, cycles=2,
                  warmup_cycles=0)

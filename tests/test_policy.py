@@ -1,5 +1,7 @@
 """Policy specs: parsing, canonical form, round trips, and every bad input."""
 
+import importlib
+import json
 import pickle
 
 import pytest
@@ -81,6 +83,10 @@ def test_round_trip(case):
     assert str(q) == s
     assert al.Policy(p) == p
     assert pickle.loads(pickle.dumps(p)) == p
+    # the parsed form a task carries, through pickle and JSON, back unparsed
+    for back in (pickle.loads(pickle.dumps(p.parsed())), json.loads(json.dumps(p.parsed()))):
+        r = al.Policy.from_parsed(back)
+        assert r == p and hash(r) == hash(p) and str(r) == s and r.name == p.name
     # layers() keeps exactly the non-default parameters, params(i) all of them.
     assert [n for n, _ in p.layers] == [n for n, _ in expect]
     for i, (name, raw) in enumerate(expect):
@@ -138,6 +144,86 @@ def test_presets():
     for name, spec in al.presets.items():
         assert al.Policy(name) == al.Policy(spec)
         assert str(al.Policy(spec)) == spec  # presets are stored canonically
+
+
+def test_presets_are_the_c_registrys():
+    """alloclab.presets is the C registry's table (al_preset_get), docs and
+    where each runs beside it; the C parser alone reads a preset's name as
+    its spec, so the shim and C callers take the same names."""
+    from alloclab._ffi import ffi, lib
+    table = schema.presets()
+    assert al.presets == {name: p.spec for name, p in table.items()}
+    assert [n for n, p in table.items() if p.peer] == [
+        "glibc", "jemalloc", "gperftools-tcmalloc", "mimalloc"]
+    for name, p in table.items():
+        assert p.doc and "\n" not in p.doc and p.to_dict()["spec"] == p.spec
+        stacks = []
+        for text in (name, p.spec):
+            out, err = ffi.new("struct al_stack_spec *"), ffi.new("struct al_spec_error *")
+            assert lib.al_spec_parse_report(text.encode(), out, err) == 0, name
+            stacks.append([(out.layer[i].desc, list(out.layer[i].params))
+                           for i in range(out.n)])
+        assert stacks[0] == stacks[1], name
+        assert al.Policy(" %s\t" % name).name == name
+
+
+@pytest.mark.parametrize("spec", ["libarena-spill > buddy", "percpu > libarena-spill",
+                                  "libarena-spill(capacity=8)", "glibc > buddy"])
+def test_a_preset_stands_alone(spec):
+    """A preset is a whole spec: stacked or given parameters, it is refused
+    as a preset, with its layers to write instead (docs/policies.md)."""
+    name = "glibc" if "glibc" in spec else "libarena-spill"
+    with pytest.raises(al.UnknownNameError) as e:
+        al.Policy(spec)
+    assert "%r in policy %r is a preset (%s), not a layer" % (name, spec, al.presets[name]) \
+        in str(e.value)
+
+
+def test_feature_names_are_the_c_list():
+    """The features' names and bits are ops.h's one list, read through
+    al_feature_name: every bit a layer sets has a name, and a plugin may
+    declare each of them."""
+    from alloclab import plugin
+    names = [n for n, _ in schema.FEATURES]
+    assert names[:5] == ["bulk", "owns", "backend", "usable", "validates"]
+    assert len(set(names)) == len(names) and "passes_size" in names
+    bits = 0
+    for _, bit in schema.FEATURES:
+        assert bit and not bit & (bit - 1) and not bit & bits
+        bits |= bit
+    for sch in LAYERS.values():
+        assert sch.features_mask & ~bits == 0, sch.name
+    assert plugin.FEATURES == {n: "AL_F_" + n.upper() for n in names}
+    assert schema.layer("percpu").needs_backend and not schema.layer("buddy").needs_backend
+
+
+# Value texts the one reader (al_value_parse, the C parser's) takes or refuses.
+VALUE_TEXTS = [("arena_limit", t) for t in (
+    "4K", " 4 KiB ", "2g", "4096b", "1T", "4X", "-4K", "\u0664K", "99999999999999999999G",
+    "", "4\x00K")] + [("lock_budget", t) for t in (
+    "1.5ms", ".5us", "2\u00b5s", "2\u00b5S", "2\u03bcs", "2\u039cs", "1.5ns", "1.", "10s",
+    "0.0000000001s", "5 ms", "5m")] + [("fill", t) for t in ("Yes", "off", "2", "tru")]
+
+
+@pytest.mark.parametrize("param, text", VALUE_TEXTS)
+def test_a_value_reads_the_same_in_a_spec_and_alone(param, text):
+    """Param.parse_text (the command line, the API) and a policy spec read a
+    value's text with one reader: both take it, as the same number, or both
+    refuse it, in the schema's words (a Greek mu is not the micro sign)."""
+    p = schema.layer("buddy").param(param)
+    try:
+        alone = p.parse_text(text)
+    except al.AlloclabError as e:
+        alone = type(e)
+    try:
+        in_spec = al.Policy("buddy(%s=%s)" % (param, text)).raw_params(0)[
+            schema.layer("buddy").params.index(p)]
+    except al.AlloclabError as e:
+        in_spec = type(e)
+    if text in ("", "4\x00K"):  # not a value a spec can hold: a syntax fault there
+        assert alone is al.ParameterTypeError
+    else:
+        assert alone == in_spec
 
 
 def test_from_layers_and_max_size():
@@ -243,6 +329,32 @@ def test_stack_shape():
 def test_not_a_spec():
     with pytest.raises(al.ParameterTypeError):
         al.Policy(42)
+
+
+@pytest.mark.parametrize("name", sorted(al.presets))
+def test_parsed_form_is_plain_data_that_comes_back_unparsed(name, monkeypatch):
+    p = al.Policy(name)
+    form = p.parsed()
+    assert (form.name, form.spec) == (name, str(p))
+    assert [n for n, _ in form.layers] == p.names
+    assert all(type(v) is int for _, raw in form.layers for v in raw)
+    assert [list(raw) for _, raw in form.layers] == [p.raw_params(i) for i in range(len(p))]
+
+    def no_parse(text, spec):  # pragma: no cover - reached only when it parses again
+        raise AssertionError("parsed again: %r" % spec)
+    monkeypatch.setattr(importlib.import_module(al.Policy.__module__), "_parse", no_parse)
+    for back in (pickle.loads(pickle.dumps(form)), json.loads(json.dumps(form))):
+        r = al.Policy.from_parsed(back)
+        assert r == p and r.name == name and repr(r) == repr(p) and r.layers == p.layers
+        # the same C spec: what the engine reads of it
+        assert (r.max_size, r.min_align, r.nmi_safe) == (p.max_size, p.min_align, p.nmi_safe)
+
+
+def test_parsed_form_of_a_layer_not_registered_fails_when_filled():
+    form = al.Policy("buddy").parsed()._replace(spec="ghost > buddy", name="ghost > buddy")
+    r = al.Policy.from_parsed(form._replace(layers=(("ghost", ()),) + form.layers))
+    with pytest.raises(al.UnknownNameError, match="ghost"):
+        r.stack_spec()
 
 
 def test_exceptions_pickle():

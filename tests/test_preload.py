@@ -462,6 +462,8 @@ def test_a_program_that_ignores_the_shim_exits_125(tmp_path):
     (["--policy", "percpu > nope"], "nope"),
     (["--policy", "percpu(capacity=-1) > buddy"], "capacity"),
     (["--policy", "libc"], "does not own its memory"),
+    (["--policy", "jemalloc"], "preset jemalloc is a peer (system(allocator=jemalloc)): a "
+                               "real allocator, run in a child process of its own"),
     (["--policy", "percpu(guard=local) > buddy"], "guard=local is refused"),
     (["--policy", "buddy", "--json", "/nonexistent-dir/s.json"],
      "cannot write the --json file /nonexistent-dir/s.json: No such file or directory"),
@@ -489,6 +491,39 @@ def test_bad_input_exits_2_before_the_program_starts(argv, needle, tmp_path):
 def test_refused_policies(policy, needle):
     with pytest.raises(al.InvalidArgument, match=needle):
         preload.command(policy, ["true"])
+
+
+@pytest.mark.parametrize("preset", ["libarena-spill", " kmalloc-nolock\t"])
+def test_shim_reads_an_in_process_preset_by_name(preset, programs, tmp_path):
+    """ALLOCLAB_POLICY set by hand to a preset's name, not expanded by
+    Python first: the shim reads the C registry's presets and runs it."""
+    env = dict(os.environ, LD_PRELOAD=al.preload_path(), ALLOCLAB_POLICY=preset,
+               ALLOCLAB_STATS=str(tmp_path))
+    proc = subprocess.run([programs["freeall"]], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == ""
+    (rec,) = preload.records(str(tmp_path))
+    assert rec["state"] == "ready" and rec["error"] == "", rec
+    assert [l["layer"] if isinstance(l, dict) else l for l in rec["layers"]] == \
+        al.Policy(preset).names
+
+
+@pytest.mark.parametrize("peer", [n for n, p in schema.presets().items() if p.peer])
+def test_shim_refuses_a_peer_preset_by_name(peer, programs, tmp_path):
+    """A peer preset (a real allocator) runs in a child process of its own:
+    given straight to the shim it is refused by its name, not as the system
+    layer it reads as, and the program runs on glibc; `alloclab preload`
+    refuses it before the program starts, in the same words."""
+    p = schema.presets()[peer]
+    env = dict(os.environ, LD_PRELOAD=al.preload_path(), ALLOCLAB_POLICY=peer,
+               ALLOCLAB_STATS=str(tmp_path))
+    proc = subprocess.run([programs["freeall"]], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == ""
+    (rec,) = preload.records(str(tmp_path))
+    assert rec["state"] == "off"
+    assert rec["error"] == preload.PEER_REFUSED % (peer, p.spec)
+    with pytest.raises(al.InvalidArgument) as e:
+        preload.command(peer, ["true"])
+    assert str(e.value) == rec["error"]
 
 
 def test_shim_off_is_silent_and_counts_nothing(programs, tmp_path):

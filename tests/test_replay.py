@@ -405,10 +405,11 @@ def test_thread_start_naming_itself_as_parent_does_not_wait():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--trace", "/nonexistent/x.altrace"], "trace /nonexistent/x.altrace: no such file"),
+    (["--trace", "/nonexistent/x.altrace"],
+     "cannot read trace /nonexistent/x.altrace: no such file"),
     ([], "workload replay needs trace=FILE"),
     (["--trace", os.path.dirname(os.path.abspath(__file__))],
-     "trace %s: it cannot be read: it is a directory, not a regular file"
+     "cannot read trace %s: it is a directory, not a regular file"
      % os.path.dirname(os.path.abspath(__file__))),
 ])
 def test_cli_refusals_are_one_error_line(args, words):
@@ -535,5 +536,5 @@ def test_cli_names_what_a_trace_path_is_that_is_not_a_file(tmp_path, kind):
                        timeout=60)
     words = {"chardev": "a character device", "fifo": "a named pipe"}[kind]
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-    assert p.stderr.startswith("alloclab: error: trace %s: " % path)
+    assert p.stderr.startswith("alloclab: error: cannot read trace %s: " % path)
     assert "it is %s, not a regular file" % words in p.stderr and "no such" not in p.stderr

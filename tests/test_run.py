@@ -5,6 +5,7 @@ import errno
 import io
 import json
 import math
+import os
 import sys
 
 import numpy as np
@@ -1092,3 +1093,79 @@ def test_ctrl_c_hands_on_the_runs_that_finished(monkeypatch):
 def test_the_interrupted_line_reads_the_mark(mark, line):
     assert al.Result({"interrupted": mark}, []).interrupted_line().startswith(line)
     assert al.Result({}, []).interrupted_line() is None
+
+
+# ---------------------------------------------------------------- the spec is parsed once
+#
+# plan() parses each policy's text once and every task carries the result
+# (Policy.parsed()): a run, here, in a child process or on an executor's
+# worker, fills the engine's spec from it without parsing the text again.
+
+policy_mod = importlib.import_module(al.Policy.__module__)
+
+
+def _count_parses(monkeypatch):
+    """The specs the C parser is asked to read from now on (policy._parse)."""
+    calls, real = [], policy_mod._parse
+
+    def parse(text, spec):
+        calls.append(spec)
+        return real(text, spec)
+    monkeypatch.setattr(policy_mod, "_parse", parse)
+    return calls
+
+
+def test_a_run_parses_each_policy_once_whatever_its_grid(monkeypatch):
+    pols = ["libarena-spill", "percpu(capacity=8) > buddy"]
+    for p in pols:  # a Result's labels read canonical(), cached per process
+        policy_mod.canonical(p)
+    calls = _count_parses(monkeypatch)
+    res = al.run("malloc-free", pols, producers=[1, 2], allocs_per_cycle=[1, 16], runs=3,
+                 cycles=5, warmup_cycles=0)
+    assert len(res.points) == 8 and all(p.runs == 3 for p in res.points)
+    assert sorted(calls) == sorted(pols)
+    given = [al.Policy(p) for p in pols]
+    del calls[:]
+    al.run("malloc-free", given, runs=2, cycles=5, warmup_cycles=0)
+    assert calls == []  # given parsed: not parsed again
+
+
+def test_a_task_runs_from_its_parsed_form_here_and_in_a_child():
+    _, tasks = run_mod.plan("malloc-free", "percpu > buddy", cycles=5, warmup_cycles=0,
+                            runs=1, allocs_per_cycle=4)
+    assert al.Policy.from_parsed(tasks[0]["parsed"]) == al.Policy("percpu > buddy")
+    task = dict(tasks[0], policy="percpu >> no such text")  # a label that would not parse
+    for processes in (False, True):
+        raw = run_mod.run_once(dict(task, processes=processes), 0)
+        assert [ly["layer"] for ly in raw["layers"]] == ["percpu", "buddy"]
+        assert raw["alloc_ops"] == 5 * 4
+    assert run_mod.task_policy({"policy": "libarena-spill"}).name == "libarena-spill"
+
+
+def _counters(res):
+    """{(point, metric): [per run]} of every layer counter but the lock
+    timings (nanoseconds), with the operations and cycles: deterministic
+    for one producer."""
+    out = {}
+    for p in res.points:
+        for m, v in p.data.items():
+            if "." in m and not m.startswith("wl.") and not m.endswith("_ns"):
+                out[(tuple(sorted(p.params.items())), m)] = list(v)
+        for m in ("alloc_ops", "free_ops", "cycles"):
+            out[(tuple(sorted(p.params.items())), m)] = list(p.data[m])
+    return out
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_process_executor_gives_the_counters_of_an_in_process_run(start):
+    import multiprocessing
+    # one producer: with two, the threads' interleaving moves the counters
+    kw = dict(allocs_per_cycle=[3, 33], runs=2, cycles=40, warmup_cycles=4, seed=5)
+    pols = ["libarena-transfer", "slab"]
+    here = al.run("malloc-free", pols, **kw)
+    with concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context(start)) as ex:
+        there = al.run("malloc-free", pols, executor=ex, **kw)
+    a, b = _counters(here), _counters(there)
+    assert len(a) > 40 and a == b
+    assert {pid for p in there.points for pid in p.info["pids"]}.isdisjoint({os.getpid()})

@@ -314,3 +314,42 @@ def test_a_header_cut_short_alone_is_refused_not_rewritten(tmp_path, header, no_
     with pytest.raises(al.FileFormatError, match="remove the file"):
         al.sweep("malloc-free", "buddy", journal=j, **SMALL)
     assert j.read_bytes() == header[0][:40]
+
+
+# ---- the spec is parsed once per sweep, and travels parsed ----
+
+policy_mod = importlib.import_module(al.Policy.__module__)
+
+
+def test_a_sweep_parses_each_policy_once(tmp_path, monkeypatch):
+    pols = ["libarena-spill", "slab(zero=true)"]
+    for p in pols:  # a Result's labels read canonical(), cached per process
+        policy_mod.canonical(p)
+    calls, real = [], policy_mod._parse
+
+    def parse(text, spec):
+        calls.append(spec)
+        return real(text, spec)
+    monkeypatch.setattr(policy_mod, "_parse", parse)
+    j = tmp_path / "s.jsonl"
+    res = al.sweep("malloc-free", pols, journal=j, **GRID)
+    assert len(res.points) == 8 and sorted(calls) == sorted(pols)
+    del calls[:]
+    al.sweep("malloc-free", pols, journal=j, **GRID)  # resumed: the plan parses, no run
+    assert sorted(calls) == sorted(pols)
+
+
+def test_a_spawned_worker_runs_the_parsed_form_as_this_process_does():
+    import multiprocessing
+    kw = dict(GRID, producers=1, cycles=30, seed=3)  # one producer: exact counters
+    pols = ["libarena-transfer", "percpu(capacity=4, batch=2) > slab"]
+    here = al.sweep("malloc-free", pols, **kw)
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        there = al.sweep("malloc-free", pols, executor=ex, **kw)
+    assert [p.params for p in here.points] == [p.params for p in there.points]
+    for a, b in zip(here.points, there.points):
+        names = [m for m in a.data if "." in m and not m.startswith("wl.")
+                 and not m.endswith("_ns")]
+        assert len(names) > 10 and sorted(a.data) == sorted(b.data)
+        for m in names + ["alloc_ops", "free_ops"]:
+            assert list(a.data[m]) == list(b.data[m]), m

@@ -554,7 +554,7 @@ def test_cli_as_a_user_runs_it(saved, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "alloclab", "trace", "info",
                           str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr == "alloclab: error: trace file %s: no such file\n" % (tmp_path / "none")
+    assert bad.stderr == "alloclab: error: cannot read trace file %s: no such file\n" % (tmp_path / "none")
 
 
 def test_a_command_line_with_dollars_is_drawn_as_written(tmp_path):

@@ -4,7 +4,8 @@
  * (al_spec_parse_report) and only words its refusals; callers without Python
  * (the preload shim, the C tests) call al_spec_parse.
  *
- *   spec   := layer ( '>' layer )*                  top first
+ *   spec   := preset | layer ( '>' layer )*         top first
+ *   preset := the name of a preset (registry.h), alone: its spec is read
  *   layer  := name [ '(' [ kv ( ',' kv )* ] ')' ]
  *   name   := [A-Za-z_][A-Za-z0-9_.-]*              '-' may stand for '_'
  *   kv     := param '=' value                       param: [A-Za-z_][A-Za-z0-9_-]*
@@ -23,7 +24,12 @@
  * Layers past AL_MAX_LAYERS are still parsed (into scratch) so that the
  * count reported is the true one. Every refusal fills struct al_spec_error.
  *
- * Presets are a Python-side convenience, resolved before a spec reaches C.
+ * A preset is a whole spec by a name: the text that is exactly a preset's
+ * name (blanks around it allowed) reads as that preset's spec. A preset is
+ * no layer: stacked or given parameters ('libarena-spill > buddy') it is
+ * refused as an unknown layer whose message names it a preset, since its
+ * layers would need a place of their own in the stack. Layer names come
+ * first: a preset of one layer (buddy) is that layer anywhere.
  * Parsing never allocates, reads only the registry (immutable after load)
  * and costs O(length x parameters).
  */
@@ -218,17 +224,17 @@ static int value_ns(struct tok t, int64_t *out)
 			frac = frac * 10 + (uint64_t)(f[i] - '0');
 			scale *= 10;
 		}
-		rf = nf > 9 ? -EINVAL : 0; /* finer than 1ns at any unit */
+		rf = nf > 9 ? -EDOM : 0; /* finer than 1ns at any unit */
 	}
 	if (!nw && !nfrac)
 		return -EINVAL;
 	while (s < end && is_ws(*s))
 		s++;
 	mul = ns_unit((struct tok){ s, (size_t)(end - s) });
-	if (!mul || rf)
+	if (!mul)
 		return -EINVAL;
-	if ((frac * (uint64_t)mul) % scale)
-		return -EINVAL;
+	if (rf || (frac * (uint64_t)mul) % scale)
+		return -EDOM;
 	if (rw == -ERANGE || whole > (uint64_t)INT64_MAX / (uint64_t)mul ||
 	    whole * (uint64_t)mul > (uint64_t)INT64_MAX - frac * (uint64_t)mul / scale)
 		return -ERANGE;
@@ -269,8 +275,9 @@ static int choice_index(const char *choices, struct tok t)
 	return -1;
 }
 
-/* The value text t of parameter p: 0, -EINVAL (not its type) or -ERANGE. */
-static int parse_value(const struct al_param_desc *p, struct tok t, int64_t *out)
+/* The value text t of parameter p, its range unchecked: 0, -EINVAL (not its
+ * type), -EDOM (finer than 1ns) or -ERANGE (beyond int64). */
+static int read_value(const struct al_param_desc *p, struct tok t, int64_t *out)
 {
 	int ret = -EINVAL, k;
 
@@ -287,6 +294,29 @@ static int parse_value(const struct al_param_desc *p, struct tok t, int64_t *out
 		}
 		break;
 	}
+	return ret;
+}
+
+int al_value_parse(const struct al_param_desc *p, const char *text, size_t len, int64_t *out)
+{
+	int64_t v;
+	int ret;
+
+	if (!p || !text || !out)
+		return -EINVAL;
+	ret = read_value(p, trim(text, text + len), &v);
+	if (!ret)
+		*out = v;
+	return ret;
+}
+
+/* The value text t of parameter p: 0, -EINVAL (not its type) or -ERANGE. */
+static int parse_value(const struct al_param_desc *p, struct tok t, int64_t *out)
+{
+	int ret = read_value(p, t, out);
+
+	if (ret == -EDOM)
+		return -EINVAL;
 	if (!ret && (*out < p->min || *out > p->max))
 		ret = -ERANGE;
 	return ret;
@@ -465,6 +495,40 @@ static const struct al_layer_desc *find_layer(struct tok name)
 	return d ? d : al_layer_find(buf);
 }
 
+/* The preset named by [s, s + n) exactly, or NULL. */
+static const struct al_preset *find_preset(const char *s, size_t n)
+{
+	const struct al_preset *pr;
+
+	for (unsigned i = 0; (pr = al_preset_get(i)); i++)
+		if (strlen(pr->name) == n && !memcmp(pr->name, s, n))
+			return pr;
+	return NULL;
+}
+
+const struct al_preset *al_spec_preset(const char *text)
+{
+	struct tok t;
+
+	if (!text)
+		return NULL;
+	t = trim(text, text + strlen(text));
+	return find_preset(t.s, t.n);
+}
+
+/* A name that is no layer; a preset's name is told as one, since the fix is
+ * to spell out its layers. */
+static int unknown_layer(struct parser *p, struct tok name)
+{
+	const struct al_preset *pr = find_preset(name.s, name.n);
+
+	if (pr)
+		return fail(p, AL_SPEC_LAYER, -EINVAL, name,
+			    "'%s' is a preset (%s), not a layer: a preset stands alone", pr->name,
+			    pr->spec);
+	return fail(p, AL_SPEC_LAYER, -EINVAL, name, "unknown layer '%.*s'", (int)name.n, name.s);
+}
+
 /* One layer's text into l: shape, name, then values. */
 static int parse_layer(struct parser *p, struct tok text, struct al_layer_spec *l)
 {
@@ -477,8 +541,7 @@ static int parse_layer(struct parser *p, struct tok text, struct al_layer_spec *
 		return ret;
 	l->desc = find_layer(name);
 	if (!l->desc)
-		return fail(p, AL_SPEC_LAYER, -EINVAL, name, "unknown layer '%.*s'", (int)name.n,
-			    name.s);
+		return unknown_layer(p, name);
 	p->e->desc = l->desc;
 	al_params_default(l->desc->params, l->desc->nparams, l->params);
 	return layer_items(p, name, body, l);
@@ -486,7 +549,8 @@ static int parse_layer(struct parser *p, struct tok text, struct al_layer_spec *
 
 int al_spec_parse_report(const char *text, struct al_stack_spec *out, struct al_spec_error *e)
 {
-	struct parser p = { text ? text : "", e };
+	const struct al_preset *preset = al_spec_preset(text);
+	struct parser p = { preset ? preset->spec : text ? text : "", e };
 	struct al_layer_spec scratch;
 	const char *s = p.text, *end;
 	unsigned n = 0;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Registry of layers and workloads, and the C API table (struct al_api)
- * handed to extension modules.
+ * Registry of layers, workloads and presets, and the C API table (struct
+ * al_api) handed to extension modules. Presets are a fixed table: a name, a
+ * canonical spec, a doc line and where it runs (registry.h).
  *
  * Built-ins are found in the al_layers / al_workloads ELF sections that
  * AL_REGISTER_LAYER / AL_REGISTER_WORKLOAD fill (the linker collects them
@@ -230,6 +231,87 @@ const struct al_workload_desc *al_workload_find(const char *name)
 	for (i = 0; name && i < n; i++)
 		if (!strcmp(workloads[i]->name, name))
 			return workloads[i];
+	return NULL;
+}
+
+/* The names of the features, from the one list (ops.h). */
+static const struct {
+	const char *name;
+	unsigned mask;
+} features[] = {
+#define FEATURE_ENTRY(NAME, name, bit) { #name, AL_F_##NAME },
+	AL_FEATURES(FEATURE_ENTRY)
+#undef FEATURE_ENTRY
+};
+
+const char *al_feature_name(unsigned i, unsigned *mask)
+{
+	if (i >= sizeof(features) / sizeof(features[0]))
+		return NULL;
+	if (mask)
+		*mask = features[i].mask;
+	return features[i].name;
+}
+
+/* The presets, a line each: the seeds' variants by their short names. The
+ * specs are canonical (tests/test_policy.py prints each back unchanged). */
+static const struct al_preset presets[] = {
+	{ "buddy", "buddy", "the buddy allocator alone", AL_PRESET_IN_PROCESS },
+	{ "libc", "libc", "this process's malloc, as a layer", AL_PRESET_IN_PROCESS },
+	{ "null", "null", "one block per CPU: the harness's floor", AL_PRESET_IN_PROCESS },
+	/* seed 000: per-CPU caches in front of libarena's buddy */
+	{ "libarena-spill", "percpu > buddy", "libarena: per-CPU caches spilling to the buddy",
+	  AL_PRESET_IN_PROCESS },
+	{ "libarena-transfer", "percpu > transfer > buddy",
+	  "libarena: per-CPU caches over a shared transfer cache", AL_PRESET_IN_PROCESS },
+	{ "libarena-transfer-v1", "percpu > transfer(peek=false, full=single) > buddy",
+	  "libarena's first transfer cache: no peek, one batch when full", AL_PRESET_IN_PROCESS },
+	{ "libarena-magazine", "magazine > buddy", "libarena: per-CPU magazines over the buddy",
+	  AL_PRESET_IN_PROCESS },
+	/* peers: real allocators, run under LD_PRELOAD in a child process */
+	{ "glibc", "system", "glibc's malloc, in a child process", AL_PRESET_PEER },
+	{ "jemalloc", "system(allocator=jemalloc)", "jemalloc, in a child process",
+	  AL_PRESET_PEER },
+	{ "gperftools-tcmalloc", "system(allocator=gperftools-tcmalloc)",
+	  "gperftools' tcmalloc, in a child process", AL_PRESET_PEER },
+	{ "mimalloc", "system(allocator=mimalloc)", "mimalloc, in a child process",
+	  AL_PRESET_PEER },
+	/* seed 004: vmalloc page population and vfree strategies over the page
+	 * allocator */
+	{ "pages", "pages", "the page allocator alone", AL_PRESET_IN_PROCESS },
+	{ "vmalloc-default", "vmalloc > pages",
+	  "vmalloc: order-0 pages in bulk, freed a page at a time", AL_PRESET_IN_PROCESS },
+	{ "vmalloc-large", "vmalloc(alloc=high_order) > pages", "vmalloc: high-order pages first",
+	  AL_PRESET_IN_PROCESS },
+	{ "vmalloc-large-bulkfree", "vmalloc(alloc=high_order, free=bulk) > pages",
+	  "vmalloc: high-order pages first, freed in bulk", AL_PRESET_IN_PROCESS },
+	{ "vmalloc-pcp-first", "vmalloc(alloc=pcp_first, free=bulk) > pages",
+	  "vmalloc: the per-CPU page lists first, then the buddy; freed in bulk",
+	  AL_PRESET_IN_PROCESS },
+	/* seed 003: BPF local storage allocators */
+	{ "kzalloc", "slab(zero=true)", "kzalloc: the slab, zeroing", AL_PRESET_IN_PROCESS },
+	{ "kmalloc-sheaves", "sheaves > slab(form=sheaves)", "kmalloc with per-CPU sheaves",
+	  AL_PRESET_IN_PROCESS },
+	{ "kmalloc-nolock", "nolock > slab", "kmalloc_nolock over the slab", AL_PRESET_IN_PROCESS },
+	{ "bpf-ma", "bpf_ma(mode=fixed) > slab", "the BPF memory allocator over the slab",
+	  AL_PRESET_IN_PROCESS },
+};
+
+unsigned al_preset_count(void)
+{
+	return sizeof(presets) / sizeof(presets[0]);
+}
+
+const struct al_preset *al_preset_get(unsigned i)
+{
+	return i < al_preset_count() ? &presets[i] : NULL;
+}
+
+const struct al_preset *al_preset_find(const char *name)
+{
+	for (unsigned i = 0; name && i < al_preset_count(); i++)
+		if (!strcmp(presets[i].name, name))
+			return &presets[i];
 	return NULL;
 }
 

@@ -5,6 +5,10 @@
  *   ALLOCLAB_POLICY='percpu > transfer > buddy' LD_PRELOAD=liballoclab-preload.so cmd
  *   (or: alloclab preload --policy libarena-transfer -- cmd)
  *
+ * ALLOCLAB_POLICY is a spec or the name of a preset (registry.h). A peer
+ * preset (glibc, jemalloc, ...) is a real allocator run in a child process
+ * of its own: the shim refuses it by name.
+ *
  * The shim embeds the whole library (built with AL_PRELOAD_BUILD: nothing but
  * the malloc family and the exec family is exported) and routes malloc, free,
  * calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign,
@@ -865,6 +869,7 @@ static void shim_settings(void)
  * level asked for; 0, or -1 with policy_error saying why the shim cannot. */
 static int policy_build(struct al_stack_spec *spec)
 {
+	const struct al_preset *preset;
 	unsigned old_level;
 	int ret;
 
@@ -873,6 +878,17 @@ static int policy_build(struct al_stack_spec *spec)
 			 "ALLOCLAB_STATS_LEVEL=%s is not a stats level; valid levels: %s, %s, %s",
 			 stats_level_text, al_stats_level_names[AL_STATS_LITE],
 			 al_stats_level_names[AL_STATS_OFF], al_stats_level_names[AL_STATS_FULL]);
+		return -1;
+	}
+	preset = al_spec_preset(policy_text);
+	if (preset && preset->where == AL_PRESET_PEER) {
+		/* Its spec would read (system), and be refused as malloc itself:
+		 * name the preset and where it runs instead. */
+		snprintf(policy_error, sizeof(policy_error),
+			 "preset %s is a peer (%s): a real allocator, run in a child process "
+			 "of its own, never inside the shim; give the shim alloclab's layers or "
+			 "an in-process preset",
+			 preset->name, preset->spec);
 		return -1;
 	}
 	if (al_spec_parse(policy_text, spec, policy_error, sizeof(policy_error)))

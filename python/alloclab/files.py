@@ -44,6 +44,11 @@ def _refuse(what, path, why):
     return errors.InvalidArgument("%s %s: %s" % (what, _shown(path), why), value=path)
 
 
+def _refuse_read(what, path, why):
+    return errors.InvalidArgument("cannot read %s %s: %s" % (what, _shown(path), why),
+                                  value=path)
+
+
 def _shown(path):
     """The path as the messages show it: quoted when empty or odd."""
     return repr(path) if not path or path != path.strip() or "\n" in path else path
@@ -57,20 +62,19 @@ def check_input(path, what="input file"):
                                         value=path)
     path = os.fspath(path)
     if path in ("", b""):
-        raise _refuse(what, path, "the name is empty")
+        raise _refuse_read(what, path, "the name is empty")
     try:
         st = os.stat(path)
     except FileNotFoundError:
         why = ("a symlink whose target does not exist" if os.path.islink(path)
                else "no such file")
-        raise _refuse(what, path, why) from None
+        raise _refuse_read(what, path, why) from None
     except OSError as e:
-        raise _refuse(what, path, e.strerror or str(e)) from None
+        raise _refuse_read(what, path, e.strerror or str(e)) from None
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(what, path, "it cannot be read: it is %s, not a regular file"
-                      % kind(st.st_mode))
+        raise _refuse_read(what, path, "it is %s, not a regular file" % kind(st.st_mode))
     if not os.access(path, os.R_OK):
-        raise _refuse(what, path, "it cannot be read (%s)" % os.strerror(errno.EACCES))
+        raise _refuse_read(what, path, os.strerror(errno.EACCES))
     return st
 
 
@@ -82,11 +86,11 @@ def open_input(path, what="input file", mode="rb", encoding=None):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        raise _refuse(what, path, e.strerror or str(e)) from None
+        raise _refuse_read(what, path, e.strerror or str(e)) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise _refuse(what, path, "it is %s, not a regular file" % kind(st.st_mode))
+        raise _refuse_read(what, path, "it is %s, not a regular file" % kind(st.st_mode))
     os.set_blocking(fd, True)
     return os.fdopen(fd, mode, encoding=encoding)
 
@@ -97,7 +101,7 @@ def read_bytes(path, what="input file", limit=None):
     with open_input(path, what) as f:
         size = os.fstat(f.fileno()).st_size
         if limit is not None and size > limit:
-            raise _refuse(what, path, "it is %d bytes, more than the %d this reads"
+            raise _refuse_read(what, path, "it is %d bytes, more than the %d this reads"
                           % (size, limit))
         return f.read() if limit is None else f.read(limit + 1)
 

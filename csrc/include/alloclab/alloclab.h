@@ -36,6 +36,7 @@
 #include "core.h"
 #include "base.h"
 #include "params.h"
+#include "features.h"
 #include "ops.h"
 #include "registry.h"
 #include "arena.h"

@@ -14,6 +14,7 @@
 
 #include "base.h"
 #include "params.h"
+#include "features.h"
 #include "ops.h"
 #include "registry.h"
 #include "arena.h"

@@ -35,6 +35,7 @@
 
 #include "base.h"
 #include "params.h"
+#include "features.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -155,64 +156,7 @@ struct al_allocator {
 	unsigned ncpu;			  /* model CPUs the instance was built for */
 };
 
-/* Layer features: what a layer above may rely on. */
-enum al_features {
-	AL_F_BULK = 1u << 0,	  /* native alloc_bulk/free_bulk */
-	AL_F_OWNS = 1u << 1,	  /* owns() answers by address range */
-	AL_F_BACKEND = 1u << 2,	  /* needs a layer below */
-	AL_F_USABLE = 1u << 3,	  /* usable_size() works */
-	AL_F_VALIDATES = 1u << 4, /* invalid and double frees return -EINVAL */
-	/* stats() may run while other threads operate (it reads relaxed atomics
-	 * only): the engine then samples this layer's bytes_held during a run */
-	AL_F_STATS_ANYTIME = 1u << 5,
-
-	/* Page allocators. */
-	AL_F_PAGES = 1u << 6, /* a page allocator: implements alloclab/pages.h */
-	AL_F_NEEDS_PAGES = 1u << 7 /* needs a page allocator (AL_F_PAGES) right below */,
-	/* Trylock-only layers: an allocation may fail (-EBUSY) while
-	 * another CPU holds a lock below. */
-	AL_F_TRYLOCK = 1u << 8,
-	/* Every call may run at AL_CTX_NMI (a signal handler interrupting
-	 * the same CPU anywhere): it never waits on a lock another level of the
-	 * CPU may hold, and it refuses (NULL, -EBUSY) or defers what it cannot do */
-	AL_F_NMI_SAFE = 1u << 12,
-	/* At AL_CTX_NMI it reaches the layer below only with AL_NOSPIN
-	 * or not at all (refill and trim run later, from ordinary context), so
-	 * the layers below need no NMI path of their own */
-	AL_F_NMI_SHIELD = 1u << 13,
-	/* usable_size() of an allocation of a kmalloc class size is exactly that
-	 * size (slab): a kmalloc-class cache above it needs no class learning */
-	AL_F_KM_CLASSES = 1u << 14,
-	/* Hands out one block per CPU, not distinct objects: two live
-	 * allocations on a CPU are the same memory (null, the harness floor).
-	 * Usable only where objects are never linked, kept or checked. */
-	AL_F_SHARED_BLOCKS = 1u << 18,
-	/* Needs distinct objects from the layers below: it caches the objects
-	 * freed to it (links them, keeps them in arrays), so two live ones that
-	 * are the same memory corrupt it. Refused over AL_F_SHARED_BLOCKS. */
-	AL_F_NEEDS_DISTINCT = 1u << 19,
-	/* Allocates only at AL_CTX_TASK (it may sleep, as vmalloc): a call at
-	 * IRQ or NMI level fails (-EPERM) */
-	AL_F_TASK_ONLY = 1u << 20,
-	/* Reaches the layers below from irq_work, at AL_CTX_IRQ (bpf_ma's
-	 * refill): refused over an AL_F_TASK_ONLY layer, whose every refill
-	 * would fail */
-	AL_F_BELOW_IN_IRQ = 1u << 21,
-	/* owns() is the layer below's (al_below_owns): its objects are its
-	 * backend's, so whoever asks who owns an address (the preload shim, on
-	 * every free) may ask the first layer below that does not say this.
-	 * Only with owns = al_below_owns: a layer that owned memory of its own
-	 * and said this would have the shim hand its objects to glibc's free */
-	AL_F_OWNS_BELOW = 1u << 22,
-	/* A power-of-two request of 16 bytes or more is a block of exactly that
-	 * size (a buddy): a cache of such classes above takes a refill's
-	 * objects as of the class it asked for, unread */
-	AL_F_POW2_CLASSES = 1u << 23,
-	/* What it hands out for a request of s is what the layer below handed
-	 * out for s or for the class of s, never for more (not nolock, whose
-	 * retry asks for the next class): exact over AL_F_POW2_CLASSES */
-	AL_F_PASSES_SIZE = 1u << 24
-};
+/* Layer features (enum al_features): features.h, the one list of them. */
 
 struct al_layer_desc {
 	unsigned abi_version; /* AL_ABI_VERSION */

@@ -91,6 +91,30 @@ AL_API const struct al_workload_desc *al_workload_get(unsigned i);
 AL_API const struct al_workload_desc *al_workload_find(const char *name);
 
 /*
+ * Presets: policies by a short name, each a canonical spec with a one-line
+ * doc. al_spec_parse reads a preset's name as its spec (a preset stands
+ * alone: it is no layer of a stack). Peer presets name a real allocator (the
+ * system layer); they run in a child process under LD_PRELOAD, never inside
+ * the preload shim, which refuses them by name. The table is fixed at build
+ * time, so lookups take no lock and never allocate.
+ */
+enum al_preset_where {
+	AL_PRESET_IN_PROCESS = 0, /* a stack of alloclab's layers, here or in the shim */
+	AL_PRESET_PEER = 1,	  /* a real allocator, run in a child process */
+};
+
+struct al_preset {
+	const char *name;
+	const char *spec; /* canonical: what Policy(spec) prints back */
+	const char *doc;  /* one line */
+	unsigned where;	  /* enum al_preset_where */
+};
+
+AL_API unsigned al_preset_count(void);
+AL_API const struct al_preset *al_preset_get(unsigned i);
+AL_API const struct al_preset *al_preset_find(const char *name);
+
+/*
  * Registration of a layer or workload descriptor defined in this source.
  *
  * Each use leaves a pointer to the descriptor in a dedicated ELF section

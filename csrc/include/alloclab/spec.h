@@ -22,6 +22,8 @@
 extern "C" {
 #endif
 
+struct al_preset;
+
 enum al_spec_fault {
 	AL_SPEC_OK = 0,
 	AL_SPEC_SYNTAX,	  /* malformed text: msg says what, offset where */
@@ -54,10 +56,24 @@ struct al_spec_error {
 	char msg[200];
 };
 
-/* Parse "percpu(capacity=16) > buddy" into a spec with every parameter filled
- * in. 0; or -EINVAL (-ERANGE for a value out of range) with *e filled in. */
+/* Parse "percpu(capacity=16) > buddy", or a preset's name (registry.h), into
+ * a spec with every parameter filled in. 0; or -EINVAL (-ERANGE for a value
+ * out of range) with *e filled in. */
 AL_API int al_spec_parse_report(const char *text, struct al_stack_spec *out,
 				struct al_spec_error *e);
+
+/* The preset that the whole of text names (ASCII blanks around it allowed),
+ * or NULL: al_spec_parse_report reads that preset's spec. */
+AL_API const struct al_preset *al_spec_preset(const char *text);
+
+/* The text [text, text + len) of a value of parameter p, in the grammar of
+ * specs (spec.c: blanks around it allowed) into *out: 0; -EINVAL when it is
+ * not a value of p's type; -EDOM when it is a duration finer than a whole
+ * nanosecond; -ERANGE when its number is beyond int64 (*out untouched). p's
+ * [min, max] is the caller's to check. The one reader of values: Python's
+ * schema calls it for the command line's and the API's text. */
+AL_API int al_value_parse(const struct al_param_desc *p, const char *text, size_t len,
+			  int64_t *out);
 
 /* Check a stack spec's shape as al_stack_create does before it creates
  * anything: each layer's descriptor, place and parameters, then the pairs of

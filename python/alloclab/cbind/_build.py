@@ -28,7 +28,8 @@ enum al_flags { AL_ZERO, AL_NOSPIN, AL_MAYSLEEP, ... };
 enum al_drain_scope { AL_DRAIN_CPU, AL_DRAIN_ALL, ... };
 enum al_param_type { AL_PARAM_INT, AL_PARAM_SIZE, AL_PARAM_BOOL, AL_PARAM_ENUM,
                      AL_PARAM_NS, ... };
-enum al_features { AL_F_BULK, AL_F_OWNS, AL_F_BACKEND, AL_F_USABLE, AL_F_VALIDATES, ... };
+/* the features' names and bits: the one list is ops.h's AL_FEATURES */
+const char *al_feature_name(unsigned i, unsigned *mask);
 enum al_timing { AL_TIMING_BATCH, AL_TIMING_PER_OP_SUM, ... };
 enum al_workload_flags { AL_WL_RESET, AL_WL_ONE_PRODUCER, ... };
 enum al_cpu_mode { AL_CPU_AUTO, AL_CPU_PINNED, AL_CPU_VIRTUAL, ... };
@@ -131,6 +132,18 @@ const struct al_workload_desc *al_workload_get(unsigned i);
 const struct al_workload_desc *al_workload_find(const char *name);
 int al_workload_register(const struct al_workload_desc *d);
 
+enum al_preset_where { AL_PRESET_IN_PROCESS, AL_PRESET_PEER, ... };
+struct al_preset {
+    const char *name;
+    const char *spec;
+    const char *doc;
+    unsigned where;
+    ...;
+};
+unsigned al_preset_count(void);
+const struct al_preset *al_preset_get(unsigned i);
+const struct al_preset *al_preset_find(const char *name);
+
 int al_params_check(const struct al_param_desc *p, unsigned n, const int64_t *v, char *err,
                     size_t errlen);
 void al_params_default(const struct al_param_desc *p, unsigned n, int64_t *v);
@@ -195,6 +208,8 @@ struct al_spec_error {
     ...;
 };
 int al_spec_parse_report(const char *text, struct al_stack_spec *out, struct al_spec_error *e);
+const struct al_preset *al_spec_preset(const char *text);
+int al_value_parse(const struct al_param_desc *p, const char *text, size_t len, int64_t *out);
 int al_stack_check(const struct al_stack_spec *s, struct al_spec_error *e);
 enum al_run_fault { AL_RUN_OK, AL_RUN_NO_WORKLOAD, AL_RUN_PRODUCERS, AL_RUN_ONE_PRODUCER,
                     AL_RUN_MODE, AL_RUN_PINNED, AL_RUN_HISTOGRAM, AL_RUN_NO_END,
@@ -234,7 +249,6 @@ struct al_workload_desc {
 /* ---- histograms and memory (fields added to al_run_config/result below) ---- */
 #define AL_HIST_BUCKETS ...
 #define AL_HIST_SUB ...
-#define AL_F_STATS_ANYTIME ...
 #define AL_WL_LIVE ...
 #define AL_WL_NMI ...
 #define AL_WL_VMALLOC ...
@@ -345,8 +359,6 @@ unsigned al_threads_per_core(void);
 
 /* ---- workload metrics, page allocator and vmalloc APIs ---- */
 #define AL_METRICS_MAX ...
-#define AL_F_PAGES ...
-#define AL_F_NEEDS_PAGES ...
 enum al_metric_kind { AL_METRIC_SUM, AL_METRIC_MEAN, AL_METRIC_MAX, ... };
 
 #define AL_PAGE_SIZE ...
@@ -398,21 +410,9 @@ int al_vmalloc_to_pfn(struct al_allocator *a, const void *addr, uint64_t *pfn);
 int al_vmalloc_purge(struct al_allocator *a, struct al_ctx *c);
 unsigned al_vmalloc_kworker_cpu(const struct al_allocator *a);
 /* ---- slab/sheaves/nolock/bpf_ma, deferred work, contexts ---- */
-static const int AL_F_TRYLOCK;
 static const int AL_NOTRACE;
 static const int AL_NOCPU;
-/* ---- reliability (NMI-safe layers) ---- */
-static const int AL_F_NMI_SAFE;
-static const int AL_F_NMI_SHIELD;
-static const int AL_F_KM_CLASSES;
 /* ---- distinct objects ---- */
-static const int AL_F_SHARED_BLOCKS;
-static const int AL_F_NEEDS_DISTINCT;
-static const int AL_F_TASK_ONLY;
-static const int AL_F_BELOW_IN_IRQ;
-static const int AL_F_OWNS_BELOW;
-static const int AL_F_POW2_CLASSES;
-static const int AL_F_PASSES_SIZE;
 static const int AL_WL_DISTINCT;
 static const int AL_WL_FINITE;
 #define AL_CYCLE_DONE ...

@@ -7,17 +7,21 @@ Plugins may register layers at run time; the cache is rebuilt whenever the
 registry's count changes.
 
 Value syntax (``Param.parse`` for Python values, ``Param.parse_text`` for
-policy specs and the command line):
+policy specs and the command line; the text is read by the C parser,
+al_value_parse, the one grammar of values, and worded here):
 
 - SIZE: an int, or "64", "4K", "1M", "1G" (K = 1024)
 - NS: an int (ns), or "500ns", "10us", "250ms", "1s"
 - BOOL: True/False, 0/1, "true"/"false"
 - ENUM: the choice's name
 - INT: an int (bool and float are rejected)
+
+Feature names come from the C list (ops.h's AL_FEATURES) and presets from
+the C registry's table (``presets()``).
 """
 
+import errno
 import numbers
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
@@ -29,27 +33,21 @@ INT, SIZE, BOOL, ENUM, NS = (lib.AL_PARAM_INT, lib.AL_PARAM_SIZE, lib.AL_PARAM_B
                              lib.AL_PARAM_ENUM, lib.AL_PARAM_NS)
 TYPE_NAMES = {INT: "int", SIZE: "size", BOOL: "bool", ENUM: "enum", NS: "ns"}
 
-FEATURES = [
-    ("bulk", lib.AL_F_BULK),
-    ("owns", lib.AL_F_OWNS),
-    ("backend", lib.AL_F_BACKEND),
-    ("usable", lib.AL_F_USABLE),
-    ("validates", lib.AL_F_VALIDATES),
-    ("stats_anytime", lib.AL_F_STATS_ANYTIME),  # memory sampled mid-run
-    ("pages", lib.AL_F_PAGES),  # a page allocator (alloclab/pages.h)
-    ("needs_pages", lib.AL_F_NEEDS_PAGES),  # needs one right below
-    ("trylock", lib.AL_F_TRYLOCK),
-    ("nmi_safe", lib.AL_F_NMI_SAFE),
-    ("nmi_shield", lib.AL_F_NMI_SHIELD),
-    ("km_classes", lib.AL_F_KM_CLASSES),  # usable size of a kmalloc class is the class
-    ("shared_blocks", lib.AL_F_SHARED_BLOCKS),  # one block per CPU, not distinct objects
-    ("needs_distinct", lib.AL_F_NEEDS_DISTINCT),  # caches freed objects: not over shared_blocks
-    ("task_only", lib.AL_F_TASK_ONLY),  # allocates only at task level (may sleep)
-    ("below_in_irq", lib.AL_F_BELOW_IN_IRQ),  # calls below from irq_work: not over task_only
-    ("owns_below", lib.AL_F_OWNS_BELOW),  # owns() is the backend's: ask it directly
-    ("pow2_classes", lib.AL_F_POW2_CLASSES),  # a power-of-two size gets exactly that block
-    ("passes_size", lib.AL_F_PASSES_SIZE),  # hands out below's objects for the size asked
-]
+
+
+def _read_features():
+    """[(name, bit)] of every layer feature, in the order of ops.h's
+    AL_FEATURES, the one list of them."""
+    out, mask = [], ffi.new("unsigned *")
+    while True:
+        name = lib.al_feature_name(len(out), mask)
+        if name == ffi.NULL:
+            return out
+        out.append((cstr(name), mask[0]))
+
+
+FEATURES = _read_features()
+_FEATURE_BIT = dict(FEATURES)
 WORKLOAD_FLAGS = [
     ("reset", lib.AL_WL_RESET),
     ("one_producer", lib.AL_WL_ONE_PRODUCER),
@@ -59,22 +57,26 @@ WORKLOAD_FLAGS = [
 ]
 
 _SIZE_UNITS = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)]
-# re.A: ASCII blanks and letters only (re.I alone reads the Kelvin sign as k)
-_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?)(?:i?b)?\s*$", re.I | re.A)
 _NS_UNITS = [("s", 10**9), ("ms", 10**6), ("us", 10**3), ("ns", 1)]
-_NS_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s)?\s*$", re.I | re.A)
+# What a value's text is not, by type: the words of a ParameterTypeError.
+_TEXT_EXPECTED = {INT: "an integer", SIZE: 'a size: 64, "4K", "1M", "1G"',
+                  NS: 'a duration: "500ns", "10us", "250ms", "1s"',
+                  BOOL: "a bool: true/false, yes/no, on/off or 1/0"}
+# A number beyond int64 (al_value_parse: -ERANGE) is beyond every range.
+_HUGE = 10**40
 
 
-def _digits(s):
-    """int() of a string of ASCII digits (with a sign): the text of a spec or
-    a flag. Past 40 digits every value is out of any parameter's range, so it
-    is returned as +-10**40 (int() refuses more than 4300 digits outright)."""
-    t = s.lstrip("+-").lstrip("0")
-    if len(t) <= 40:
-        return int(s)
-    return -10**40 if s.startswith("-") else 10**40
-_BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False,
-              "on": True, "off": False}
+def _read_value(param, text):
+    """al_value_parse of text for a parameter of param's type and choices:
+    (0, raw) or (-errno, None). The range is not checked."""
+    desc = ffi.new("struct al_param_desc *")
+    desc.type = param.type
+    choices = ffi.new("char[]", ",".join(param.choices or ()).encode())
+    desc.choices = choices
+    out = ffi.new("int64_t *")
+    data = text.encode("utf-8", "surrogatepass")
+    ret = lib.al_value_parse(desc, data, len(data), out)
+    return ret, (out[0] if ret == 0 else None)
 
 
 def format_size(v):
@@ -186,49 +188,19 @@ class Param:
         """Text from a policy spec or the command line -> validated raw int."""
         s = text.strip(" \t\n\r\f\v")  # ASCII blanks, as the C parser trims
         t = self.type
-        if t == INT:
-            if not re.fullmatch(r"[+-]?[0-9]+", s):
-                raise self._type_error(text, "an integer")
-            return self._checked(_digits(s), s)
-        if t == SIZE:
-            m = _SIZE_RE.match(s)
-            if not m:
-                raise self._type_error(text, 'a size: 64, "4K", "1M", "1G"')
-            mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-            raw = _digits(m.group(1)) * mult[m.group(2).lower()]
-            return self._checked(raw, s)
-        if t == NS:
-            m = _NS_RE.match(s)
-            if not m:
-                raise self._type_error(text, 'a duration: "500ns", "10us", "250ms", "1s"')
-            unit = (m.group(2) or "ns").lower().replace("µ", "u")
-            mult = dict(_NS_UNITS)[unit]
-            num = m.group(1)
-            if "." in num:
-                whole, frac = num.split(".")
-                frac = frac.rstrip("0") or "0"
-                if len(frac) > 9:  # finer than a nanosecond at any unit
-                    raise self._type_error(text, "a whole number of nanoseconds")
-                whole = str(_digits(whole or "0"))
-                scaled = int(whole or "0") * mult * 10**len(frac) + int(frac) * mult
-                if scaled % 10**len(frac):
-                    raise self._type_error(text, "a whole number of nanoseconds")
-                raw = scaled // 10**len(frac)
-            else:
-                raw = _digits(num) * mult
-            return self._checked(raw, s)
-        if t == BOOL:
-            b = _BOOL_TEXT.get(s.lower())
-            if b is None:
-                raise self._type_error(text, 'a bool: true/false, yes/no, on/off or 1/0')
-            return self._checked(int(b), s)
-        if t == ENUM:
-            choices = self.choices or ()
-            if s in choices:
-                return self._checked(choices.index(s), s)
+        if t not in TYPE_NAMES:
+            raise self._type_error(text, "a value of type %s" % self.type_name)
+        ret, raw = _read_value(self, text)
+        if ret == -errno.ERANGE:
+            return self._checked(-_HUGE if s.startswith("-") else _HUGE, s)
+        if ret == -errno.EDOM:  # finer than a nanosecond at any unit
+            raise self._type_error(text, "a whole number of nanoseconds")
+        if ret and t == ENUM:
             raise errors.UnknownNameError.make(
-                "choice", s, choices, context=self._where())
-        raise self._type_error(text, "a value of type %s" % self.type_name)
+                "choice", s, self.choices or (), context=self._where())
+        if ret:
+            raise self._type_error(text, _TEXT_EXPECTED[t])
+        return self._checked(raw, s)
 
     def to_dict(self):
         d = {
@@ -353,7 +325,7 @@ class LayerSchema(_HasParams):
 
     @property
     def needs_backend(self):
-        return bool(self.features_mask & lib.AL_F_BACKEND)
+        return bool(self.features_mask & _FEATURE_BIT["backend"])
 
     def has(self, feature):
         return feature in self.features
@@ -484,3 +456,29 @@ def workload(name):
         if cand in table:
             return table[cand]
     raise errors.UnknownNameError.make("workload", name, list(table))
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A preset of the C registry (struct al_preset): a policy by a short
+    name, its canonical spec, a one-line doc, and whether it is a peer (a
+    real allocator, run in a child process; never inside the preload shim)."""
+
+    name: str
+    spec: str
+    doc: str
+    peer: bool
+
+    def to_dict(self):
+        return {"name": self.name, "spec": self.spec, "doc": self.doc,
+                "runs": "child process" if self.peer else "in process"}
+
+
+def presets():
+    """Every preset of the C registry: {name: Preset}, registry order."""
+    out = {}
+    for i in range(lib.al_preset_count()):
+        p = lib.al_preset_get(i)
+        out[cstr(p.name)] = Preset(name=cstr(p.name), spec=cstr(p.spec), doc=cstr(p.doc),
+                                   peer=p.where == lib.AL_PRESET_PEER)
+    return out

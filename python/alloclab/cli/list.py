@@ -110,8 +110,11 @@ def workload_text(w):
 def preset_text(name):
     """`alloclab list PRESET`: the spec and the stack, top first."""
     pol = Policy(name)
+    p = schema.presets()[name]
     out = ["%s: %s" % (name, presets[name]),
-           "  a preset (--policy %s); its stack, top first (* = not the default):" % name]
+           "  a preset (--policy %s); %s; runs %s" % (
+               name, p.doc, "in a child process (a peer)" if p.peer else "in process"),
+           "  its stack, top first (* = not the default):"]
     for i, (layer, _) in enumerate(pol.layers):
         sch = schema.layer(layer)
         out.append("  %d. %s: %s" % (i + 1, layer, sch.doc))
@@ -148,7 +151,8 @@ def _sections():
            "workloads": ["workloads: `alloclab run WORKLOAD`"]
                         + ["  %-22s %s" % (w.name, w.doc) for w in schema.workloads().values()],
            "presets": ["presets: --policy NAME"]
-                      + ["  %-22s %s" % (k, v) for k, v in presets.items()],
+                      + ["  %-22s %s  (%s)" % (k, p.spec, p.doc)
+                         for k, p in schema.presets().items()],
            "peers": ["peer allocators: the system layer, run under LD_PRELOAD in a child process"]}
     for name, (ok, path, hint) in peers.status().items():
         where = "this process's malloc" if name == peers.current() else (path or "")
@@ -204,6 +208,7 @@ def _entry_json(kind, key):
     if kind == "preset":
         pol = Policy(key)
         return {"kind": "preset", "name": key, "spec": presets[key],
+                "doc": schema.presets()[key].doc, "peer": schema.presets()[key].peer,
                 "stack": [{"layer": n, "params": pol.params(i)}
                           for i, (n, _) in enumerate(pol.layers)]}
     from ..results.metrics import BASE_METRICS, METRIC_INFO

@@ -769,13 +769,18 @@ class Comparison:
 
     # -- text --
 
+    def _old_side(self):
+        """The old side as the legend names it: its name ("buddy", a file's
+        label), or "the old side (A)" where the name is only a default letter."""
+        name = str(self.base_name)
+        return "the old side (%s)" % name if len(name) == 1 else name
+
     def legend(self):
         tested = [c for c in self.cells if not math.isnan(c.p)]
         lines = [
-            "(R)/(I): statistically significant regression/improvement against the old "
-            "side (%s): p < %g "
+            "(R)/(I): statistically significant regression/improvement against %s: p < %g "
             "after Benjamini-Hochberg over %d cells, and |change| >= %g%%." % (
-                self.base_name, self.alpha, len(tested), 100 * self.threshold),
+                self._old_side(), self.alpha, len(tested), 100 * self.threshold),
             "Results are normalised so that less than zero is a regression and greater than "
             "zero an improvement (lower is better: old/new - 1; higher is better: new/old - 1).",
             self.aid_line()]

@@ -3,7 +3,9 @@ stdin, run it in this process (whose malloc is the preloaded peer, or its
 own when peer is null: a fresh process per run), print {"raw": ...} or
 {"error": ...} as one JSON line on stdout. The task's plugin layers are
 loaded by path first (task["plugins"]: the shared objects that hold them),
-so a plugin runs here exactly as it does in the parent.
+so a plugin runs here exactly as it does in the parent. The policy comes
+parsed (task["parsed"]): its layers are found by name, the text is not
+parsed again.
 
 Invariant: stdout carries exactly that one JSON line (the parent parses
 it); anything else this process has to say goes to stderr."""

@@ -11,11 +11,14 @@ a long sweep fails in milliseconds, not after an hour. plan() does it in
 phases: the options every cell shares, the policies (parsed by the C
 library; a peer must be installed, the workload able to run on each), the
 other axes (producers, cpu, timing, workload parameters by name), then the
-tasks, one plain dict per grid point. Python checks what only it knows
-(Python types and names, installed peers, plugin sources, this machine's
-timer signal rate); the engine decides the rest: each cell's configuration
-goes through al_run_check, the check al_run itself makes, and only the
-wording of its refusal is here. Cost: one C call per cell, microseconds.
+tasks, one plain dict per grid point, each carrying its policy as parsed
+(Policy.parsed(): layer names and int64 parameters), so that a run, in this
+process or another, fills the engine's spec without parsing the text again.
+Python checks what only it knows (Python types and names, installed peers,
+plugin sources, this machine's timer signal rate); the engine decides the
+rest: each cell's configuration goes through al_run_check, the check al_run
+itself makes, and only the wording of its refusal is here. Cost: one C call
+per cell, microseconds.
 
 Runs are interleaved (run i of every cell before run i+1 of any; a cell's
 policies back to back in ABBA order) so that machine drift does not favour
@@ -350,6 +353,7 @@ def _axes(wl, producers, cpu, timing, params):
 
 def _tasks(wl, policies, axes, opts, isolate, check, plugins):
     """One plain, picklable dict per grid point, policy-major, in grid order."""
+    parsed = {pol.name: pol.parsed() for pol in policies}  # the one parse, shared
     tasks = []
     for pol, *rest in itertools.product(policies, *axes["wparams"], axes["producers"],
                                         axes["timing"], axes["cpu"], axes["stats"]):
@@ -358,7 +362,8 @@ def _tasks(wl, policies, axes, opts, isolate, check, plugins):
         point.update({p.name: p.value(v) for p, v in zip(wl.params, wraw)})
         point.update({"producers": nprod, "timing": tim, "cpu": cpu_mode, "stats": level})
         tasks.append({
-            "point": point, "workload": wl.name, "policy": pol.name, "wparams": list(wraw),
+            "point": point, "workload": wl.name, "policy": pol.name, "parsed": parsed[pol.name],
+            "wparams": list(wraw),
             "producers": nprod, "cpu": cpu_mode, "timing": tim, "stats": level,
             "warmup_cycles": opts["warmup_cycles"], "cycles": opts["cycles"] or 0,
             "duration_ns": opts["duration_ns"], "seed": opts["seed"], "runs": opts["runs"],
@@ -479,9 +484,21 @@ def _isolation(policies, processes, isolate, check):
     for pol in policies:
         in_child = isolate or processes or peers.needed(pol) is not None
         why = ("an isolated run's child process" if isolate else "a run's child process")
-        out[pol.name] = {n: (plugin.source(n, why) if in_child else {"name": n})
-                         for n in layers[pol.name]}
+        out[pol.name] = {n: _plugin_source(n, in_child, why) for n in layers[pol.name]}
     return isolate, check, out
+
+
+def _plugin_source(name, in_child, why):
+    """What a process loads to get plugin layer ``name`` (plugin.source): a
+    child process must have its shared object (else PluginError); a run in
+    this process takes it when there is one, for an executor's worker
+    process to load, else only the name (it runs where it was registered)."""
+    try:
+        return plugin.source(name, why)
+    except errors.PluginError:
+        if in_child:
+            raise
+        return {"name": name}
 
 
 # nmi: rates up to this many signals per second need no measurement
@@ -592,18 +609,35 @@ def run_once(task, run_index=0, in_child=False, on_phase=None):
     Ctrl-C (KeyboardInterrupt) stops the run within about a second and
     propagates; on_phase(phase) is told when the run enters a phase."""
     t_start = time.time()  # wall clock: pairs the interleaved runs of an A/B comparison
+    pol = task_policy(task)
     if not in_child:
-        peer = peers.needed(task["policy"])
+        peer = peers.needed(pol)
         if peer is not None or task.get("processes") or task.get("isolate"):
             raw = peers.run_in_child(task, run_index, peer)
             raw["t_start"] = t_start
             return raw
-    cfg = _config(task, run_index)
+        # An executor's worker process may lack the plugin layers the task's
+        # process registered: load them by path, as a child does (each one
+        # already here costs one lookup).
+        plugin.load([s for s in task.get("plugins") or () if s.get("path")])
+    cfg = _config(task, run_index, pol)
     res = ffi.new("struct al_run_result *")
     rc = _run_c(cfg, res, on_phase)
     if rc:
         raise _run_error(rc, res, task, run_index)
     return _raw_result(res, cfg, task, t_start)
+
+
+def task_policy(task):
+    """The Policy a task runs, from the form plan() parsed (task["parsed"]),
+    so a run parses no spec text; a task made without one is parsed here."""
+    parsed = task.get("parsed")
+    return Policy(task["policy"]) if parsed is None else Policy.from_parsed(parsed)
+
+
+def task_policies(tasks):
+    """The distinct Policies of ``tasks``, in order (task_policy of each)."""
+    return [task_policy(t) for t in {t["policy"]: t for t in tasks}.values()]
 
 
 def _config(task, run_index=0, pol=None):
@@ -616,7 +650,7 @@ def _config(task, run_index=0, pol=None):
     cfg.workload = wl
     for i, v in enumerate(task["wparams"]):
         cfg.wparams[i] = v
-    (pol or Policy(task["policy"])).fill_spec(cfg.stack)
+    (pol or task_policy(task)).fill_spec(cfg.stack)
     cfg.stack.check = task.get("check_mask", 0)
     if task.get("trace") is not None:  # replay: the trace's handle in this process
         from ..traces import replay
@@ -853,7 +887,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
         raise
     finally:
         prog.close()
-    return _result(settings, out, load_before)
+    return _result(settings, out, load_before, tasks)
 
 
 def _keep_finished(e, tasks, raws, settings, load_before):
@@ -862,7 +896,7 @@ def _keep_finished(e, tasks, raws, settings, load_before):
     finished (a cell with none left out), so that a caller can save them;
     None when none finished (or the runs ran on an executor)."""
     done = [(t["point"], r) for t, r in zip(tasks, raws) if r]
-    e.partial = _result(settings, done, load_before) if done else None
+    e.partial = _result(settings, done, load_before, tasks) if done else None
     if done:
         e.partial.metadata["interrupted"] = {
             "runs_finished": sum(len(r) for _, r in done),
@@ -870,11 +904,11 @@ def _keep_finished(e, tasks, raws, settings, load_before):
             "signal": signal.Signals(getattr(e, "signum", signal.SIGINT)).name}
 
 
-def _result(settings, out, load_before):
+def _result(settings, out, load_before, tasks):
     """The Result of run()'s [(point, [raw runs])] and its metadata."""
     meta = collect_metadata()
     meta["run"] = settings
-    meta["counters"] = _counters.layer_docs(Policy(p) for p in settings["sweep"]["policy"])
+    meta["counters"] = _counters.layer_docs(task_policies(tasks))
     meta["load_before"], meta["load_after"] = load_before, machine.loadavg()
     return Result.from_raw(meta, out)
 

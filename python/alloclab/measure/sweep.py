@@ -51,9 +51,8 @@ from .. import errors, files
 from ..host import machine
 from .executors import ConcurrentExecutorWarning, _check_executor, _is_dask  # noqa: F401
 from ..results.result import Result, collect_metadata
-from ..policies.policy import Policy
 from .progress import Bar
-from .run import plan, run_once
+from .run import plan, run_once, task_policies
 
 JOURNAL_FORMAT = "alloclab-sweep-journal"
 JOURNAL_VERSION = 1
@@ -387,7 +386,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
 
     md = dict(jr.metadata if jr else meta)
     md["run"] = settings
-    md["counters"] = _counters.layer_docs(Policy(p) for p in settings["sweep"]["policy"])
+    md["counters"] = _counters.layer_docs(task_policies(tasks))
     md["load_before"], md["load_after"] = load_before, machine.loadavg()
     md["sweep"] = _sweep_info(shuffle, order_seed, units, resumed, journal, executor, wall,
                               session_run_s, done)

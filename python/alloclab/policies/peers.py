@@ -72,10 +72,9 @@ def needed(policy):
     from .policy import Policy
 
     pol = Policy(policy)
-    name, params = pol.layers[-1]
-    if name != "system":
-        return None
-    peer = params.get("allocator", "glibc")
+    if pol.names[-1] != "system":  # the bottom layer alone: the others may be plugins
+        return None                # not loaded in this process
+    peer = pol.params(len(pol) - 1)["allocator"]
     if peer == current():
         return None
     if peer == "glibc":

@@ -50,8 +50,8 @@ from ..cbind._ffi import cstr, ffi, include_dir, lib, lib_path, strerror
 
 TYPES = {"int": "AL_PARAM_INT", "size": "AL_PARAM_SIZE", "bool": "AL_PARAM_BOOL",
          "enum": "AL_PARAM_ENUM", "ns": "AL_PARAM_NS"}
-FEATURES = {"bulk": "AL_F_BULK", "owns": "AL_F_OWNS", "backend": "AL_F_BACKEND",
-            "usable": "AL_F_USABLE", "validates": "AL_F_VALIDATES"}
+# A feature's name -> its C constant, from the one list (alloclab/features.h).
+FEATURES = {name: "AL_F_" + name.upper() for name, _ in schema.FEATURES}
 _NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
 _IDENT_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 

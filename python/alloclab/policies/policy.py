@@ -3,7 +3,8 @@
     Policy("percpu(capacity=16, batch=8) > transfer > buddy")
 
 Grammar: layers separated by ``>``; each is ``name`` or ``name(k=v, ...)``.
-A whole spec may also be a preset name (``alloclab.presets``). Names and
+A whole spec may also be a preset name (``alloclab.presets``, the C
+registry's: al_spec_parse reads one in C too, and the shim). Names and
 values are checked against the C schemas; the stack's shape is checked
 against the layers' features (a layer that needs a backend has one below it,
 a bottom layer is last).
@@ -25,6 +26,7 @@ else the canonical spec. Results, tables and plots label policies by name;
 the expanded spec stays beside it (``Point.info["policy_spec"]``).
 """
 
+import collections
 import functools
 import re
 
@@ -32,33 +34,17 @@ from .. import errors
 from ..cbind import schema
 from ..cbind._ffi import cstr, ffi, lib
 
-# name -> canonical spec string: the seeds' variants by their short names.
-presets = {
-    "buddy": "buddy",
-    "libc": "libc",
-    "null": "null",
-    # seed 000: per-CPU caches in front of libarena's buddy
-    "libarena-spill": "percpu > buddy",
-    "libarena-transfer": "percpu > transfer > buddy",
-    "libarena-transfer-v1": "percpu > transfer(peek=false, full=single) > buddy",
-    "libarena-magazine": "magazine > buddy",
-    # peers: real allocators, run under LD_PRELOAD in a child process
-    "glibc": "system",
-    "jemalloc": "system(allocator=jemalloc)",
-    "gperftools-tcmalloc": "system(allocator=gperftools-tcmalloc)",
-    "mimalloc": "system(allocator=mimalloc)",
-    # seed 004: vmalloc page population and vfree strategies over the page allocator
-    "pages": "pages",
-    "vmalloc-default": "vmalloc > pages",
-    "vmalloc-large": "vmalloc(alloc=high_order) > pages",
-    "vmalloc-large-bulkfree": "vmalloc(alloc=high_order, free=bulk) > pages",
-    "vmalloc-pcp-first": "vmalloc(alloc=pcp_first, free=bulk) > pages",
-    # seed 003: BPF local storage allocators
-    "kzalloc": "slab(zero=true)",
-    "kmalloc-sheaves": "sheaves > slab(form=sheaves)",
-    "kmalloc-nolock": "nolock > slab",
-    "bpf-ma": "bpf_ma(mode=fixed) > slab",
-}
+# name -> canonical spec string: the C registry's presets (al_preset_get),
+# the seeds' variants by their short names; schema.presets() has their docs
+# and where they run.
+presets = {name: p.spec for name, p in schema.presets().items()}
+
+# A Policy as plain data, what a task carries to wherever it runs: the label
+# (name), the canonical spec, and the C parser's reading, ((layer name,
+# (int64 params, schema order)), ...) top first. Tuples of str and int: it
+# pickles (executors in other processes) and JSON keeps it as lists (the
+# peer child); Policy.from_parsed() takes it back without parsing the text.
+ParsedPolicy = collections.namedtuple("ParsedPolicy", "name spec layers")
 
 # Rewrites of a spec's text run before it is parsed, each text -> text:
 # libarena_real adds the one that compiles libarena(tree=PATH) into a layer.
@@ -199,8 +185,9 @@ class Policy:
             raise errors.ParameterTypeError(
                 "a policy is a spec string, a preset name or a Policy, not %s"
                 % errors.shown(spec))
-        preset = spec.strip() if spec.strip() in presets else None
-        self._layers = _parse(presets.get(spec.strip(), spec), spec)
+        self._layers = _parse(spec, spec)  # the C parser reads a preset's name
+        preset = lib.al_spec_preset(spec.encode("utf-8", "surrogatepass"))
+        preset = cstr(preset.name) if preset != ffi.NULL else None
         self._validate(spec)
         self._str = self._canonical()
         self._name = preset or self._str
@@ -217,6 +204,25 @@ class Policy:
                 raw[sch.params.index(p)] = p.parse(v)
             parts.append(_format_layer(sch, raw))
         return cls(" > ".join(parts))
+
+    @classmethod
+    def from_parsed(cls, parsed):
+        """The Policy of a ``parsed()`` form (or of its JSON lists), without
+        parsing or checking it again: it was checked when it was parsed, and
+        the engine checks every stack again before it builds one
+        (al_stack_check). Its layers are looked up by name only when a spec
+        is filled: a plugin layer must be loaded by then, not before."""
+        name, spec, layers = parsed
+        pol = cls.__new__(cls)
+        pol._layers = tuple((n, tuple(raw)) for n, raw in layers)
+        pol._str = spec
+        pol._name = name
+        return pol
+
+    def parsed(self):
+        """This policy as a ParsedPolicy: plain data that pickles, for a task
+        to carry so that the spec is parsed once, where the task is made."""
+        return ParsedPolicy(self._name, self._str, self._layers)
 
     def _validate(self, spec):
         """The stack's shape, as the C library checks it before it builds a
@@ -357,8 +363,11 @@ class Policy:
         """Fill a ``struct al_stack_spec`` (a cdata struct or pointer)."""
         s.n = len(self._layers)
         for i, (name, raw) in enumerate(self._layers):
+            # By name, not by the registry's index: an index is not the same in
+            # another process (plugins register in the order they load), and
+            # the lookup is a strcmp over a few dozen names, no parsing.
             d = lib.al_layer_find(name.encode())
-            if d == ffi.NULL:  # pragma: no cover - schema came from the registry
+            if d == ffi.NULL:  # a plugin layer not loaded in this process
                 raise errors.UnknownNameError.make("layer", name, list(schema.layers()))
             s.layer[i].desc = d
             for j, v in enumerate(raw):

@@ -98,6 +98,12 @@ GUARD_LOCAL_REFUSED = (
 """The shim's own reason (csrc/preload/preload.c), word for word, so that
 ``check()`` and a process's record say the same."""
 
+PEER_REFUSED = (
+    "preset %s is a peer (%s): a real allocator, run in a child process of its own, never "
+    "inside the shim; give the shim alloclab's layers or an in-process preset")
+"""The shim's refusal of a peer preset given by name (csrc/preload/preload.c),
+word for word: its name, then its spec."""
+
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                (stat.S_ISSOCK, "a socket"))
@@ -106,6 +112,10 @@ _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
 def check(policy):
     """The Policy, or an InvalidArgument saying why the shim cannot run it."""
     pol = Policy(policy)
+    preset = schema.presets().get(pol.name)
+    if preset is not None and preset.peer:
+        raise errors.InvalidArgument(PEER_REFUSED % (preset.name, preset.spec),
+                                     value=preset.name)
     bottom = pol.layers[-1][0]
     if not schema.layer(bottom).has("owns"):
         ok = [p for p, spec in __import__("alloclab").presets.items()
