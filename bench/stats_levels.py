@@ -32,7 +32,8 @@ from scipy import stats as sst
 
 import alloclab as al
 from alloclab import machine
-from alloclab.result import Result, collect_metadata
+from alloclab.machine import collect_metadata
+from alloclab.result import Result
 from alloclab.run import plan, run_once
 
 HERE = os.path.dirname(os.path.abspath(__file__))

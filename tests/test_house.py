@@ -151,48 +151,136 @@ def test_every_locked_function_asserts_its_lock(f, name, ln, body):
         "%s:%d %s does not assert its lock near the top" % (_rel(f), ln, name)
 
 
-def _module_imports():
-    """{module: the alloclab modules it imports}, at module level or inside a
-    function alike (a lazy import is a dependency too); the package itself
-    (alloclab/__init__) is left out, as every module is inside it."""
+# The Python rooms, bottom up. A module imports only its own room and the
+# rooms below it; the package's root holds what every room stands on.
+PY_ROOMS = ["", "cbind", "host", "traces", "policies", "results", "judge", "measure", "shim",
+            "present", "reproduce", "cli"]
+ROOM_MAX_MODULES = 12
+# The imports that run inside a function, each with its reason; every other
+# import of an alloclab module is at module level.
+FUNCTION_IMPORTS = {
+    ("alloclab.results.result", "alloclab.present.plot"):
+        "Result.plot() draws with the presentation room, which sits above results",
+    ("alloclab.results.result", "alloclab.present.table"):
+        "Result.table() returns the presentation room's Table, which sits above results",
+    ("alloclab.judge.compare", "alloclab.present.plot"):
+        "Comparison.heatmap() draws with the presentation room, which sits above judge",
+    ("alloclab.measure._peer", "alloclab.errors"):
+        "the peer child reports even a failed import of alloclab to its parent as a line",
+    ("alloclab.measure._peer", "alloclab.policies.peers"): "as above (the peer child)",
+    ("alloclab.measure._peer", "alloclab.policies.plugin"): "as above (the peer child)",
+    ("alloclab.measure._peer", "alloclab.measure.run"): "as above (the peer child)",
+}
+
+
+def _py_modules():
+    """{dotted module name: file} of the package."""
     mods = {}
     for f in PY_FILES:
         rel = os.path.relpath(f, os.path.join(ROOT, "python")).replace("/", ".")[:-3]
         mods[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = f
-    edges = {}
-    for m, f in mods.items():
-        pkg = m if f.endswith("__init__.py") else m.rsplit(".", 1)[0]
-        deps = set()
-        for n in ast.walk(ast.parse(open(f).read())):
-            if isinstance(n, ast.ImportFrom) and n.level:
-                parts = pkg.split(".")[:len(pkg.split(".")) - (n.level - 1)]
+    return mods
+
+
+def _imports(m, f, mods):
+    """(target module, imported name or None, inside a function, line) of every
+    import of an alloclab module in module m."""
+    pkg = m if f.endswith("__init__.py") else m.rsplit(".", 1)[0]
+    out = []
+
+    def visit(node, in_fn):
+        for n in ast.iter_child_nodes(node):
+            fn = in_fn or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith(
+                    "alloclab")):
+                parts = pkg.split(".")[:len(pkg.split(".")) - (n.level - 1)] if n.level else []
                 target = ".".join(parts + ([n.module] if n.module else []))
-                deps |= {target} | {target + "." + a.name for a in n.names}
-            elif isinstance(n, ast.ImportFrom) and n.module:
-                deps.add(n.module)
+                for a in n.names:
+                    sub = target + "." + a.name
+                    out.append((sub, None, in_fn, n.lineno) if sub in mods
+                               else (target, a.name, in_fn, n.lineno))
             elif isinstance(n, ast.Import):
-                deps |= {a.name for a in n.names}
-        edges[m] = {d for d in deps if d in mods and d not in (m, "alloclab")}
-    return edges
+                out.extend((a.name, None, in_fn, n.lineno) for a in n.names
+                           if a.name.startswith("alloclab"))
+            visit(n, fn)
+    visit(ast.parse(open(f).read()), False)
+    return out
 
 
-def test_no_import_loops():
-    edges = _module_imports()
-    assert edges["alloclab.run"] and edges["alloclab.plot"] is not None  # the scan sees imports
+def _room(m):
+    parts = m.split(".")
+    return PY_ROOMS.index(parts[1]) if len(parts) > 2 or (
+        len(parts) == 2 and parts[1] in PY_ROOMS) else 0
 
-    def path(a, b, seen):
-        for d in edges.get(a, ()):
-            if d == b:
-                return [d]
-            if d not in seen:
-                seen.add(d)
-                rest = path(d, b, seen)
-                if rest:
-                    return [d] + rest
-        return None
 
-    loops = sorted({" -> ".join([m] + p) for m in edges for p in [path(m, m, set())] if p})
-    assert not loops, "import loops:\n  " + "\n  ".join(loops)
+def _module_imports():
+    """{module: the alloclab modules it imports}, at module level or inside a
+    function alike (a lazy import is a dependency too); the package itself
+    (alloclab/__init__) is left out, as every module is inside it."""
+    mods = _py_modules()
+    return {m: {t for t, _, _, _ in _imports(m, f, mods) if t in mods and t not in (m, "alloclab")}
+            for m, f in mods.items()}
+
+
+def test_every_module_is_in_a_room_of_a_few_modules():
+    rooms = {}
+    for m in _py_modules():
+        parts = m.split(".")
+        if len(parts) > 2 or (len(parts) == 2 and parts[1] in PY_ROOMS):
+            assert parts[1] in PY_ROOMS, "%s is in no room of PY_ROOMS" % m
+            rooms.setdefault(parts[1], []).append(m)
+        else:
+            rooms.setdefault("", []).append(m)
+    assert set(rooms) == set(PY_ROOMS), sorted(rooms)
+    big = {r: len(ms) for r, ms in rooms.items() if len(ms) > ROOM_MAX_MODULES}
+    assert not big, "rooms of more than %d modules: %s" % (ROOM_MAX_MODULES, big)
+
+
+def test_imports_only_go_down_the_rooms():
+    mods = _py_modules()
+    up = []
+    for m, f in mods.items():
+        if m in ("alloclab", "alloclab.__main__"):
+            continue  # the package's face and its command line stand on every room
+        for t, _, in_fn, ln in _imports(m, f, mods):
+            if t in mods and _room(t) > _room(m) and (m, t) not in FUNCTION_IMPORTS:
+                up.append("%s:%d imports %s, a room above it" % (m, ln, t))
+    assert not up, "imports back up the rooms:\n  " + "\n  ".join(up)
+
+
+def test_function_level_imports_are_the_named_exceptions():
+    mods = _py_modules()
+    found, stray = set(), []
+    for m, f in mods.items():
+        for t, _, in_fn, ln in _imports(m, f, mods):
+            if in_fn and t in mods:
+                found.add((m, t))
+                if (m, t) not in FUNCTION_IMPORTS:
+                    stray.append("%s:%d imports %s inside a function" % (m, ln, t))
+    assert not stray, "imports inside functions, not named in FUNCTION_IMPORTS with a " \
+        "reason:\n  " + "\n  ".join(stray)
+    stale = sorted(set(FUNCTION_IMPORTS) - found)
+    assert not stale, "FUNCTION_IMPORTS names imports that are gone: %s" % stale
+
+
+def test_no_module_imports_another_modules_private_names():
+    mods = _py_modules()
+    private = ["%s:%d imports %s.%s" % (m, ln, t, name)
+               for m, f in mods.items() for t, name, _, ln in _imports(m, f, mods)
+               if name and name.startswith("_") and not name.startswith("__") and t != m]
+    assert not private, "private names borrowed across modules:\n  " + "\n  ".join(private)
+
+
+def test_old_module_paths_are_the_same_modules():
+    import importlib
+
+    import alloclab
+    from alloclab import _moved
+    for old, new in _moved.MOVED.items():
+        assert importlib.import_module("alloclab." + old) is \
+            importlib.import_module("alloclab." + new), old
+        assert getattr(alloclab, old) is importlib.import_module("alloclab." + new) or \
+            old in alloclab.__all__  # alloclab.run is run(), alloclab.trace the module
 
 
 # The C rooms, bottom up: core (the layer contract and its services), then the

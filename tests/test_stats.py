@@ -189,7 +189,7 @@ def test_table_ci_and_warnings():
     assert t.ci_cube[0, 0, 0] == pytest.approx(s.ci_half)
     text = t.to_text(ci=True)
     assert "95% CI" in text.splitlines()[0]
-    assert "±%s" % al.result._fmt(s.ci_half) in text
+    assert "±%s" % al.result.fmt_value(s.ci_half) in text
     assert "warnings:" in text
     w = "\n".join(t.warning_lines())
     assert "CV > 10%" in w and "a, 2p" in w

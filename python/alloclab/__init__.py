@@ -47,7 +47,8 @@ from .errors import (
     RunStalled, UnknownNameError)
 from .policies.policy import Policy, counters, policies, presets, workloads
 from .policies.allocator import Allocator
-from .results.result import Point, Result, Table
+from .results.result import Point, Result
+from .present.table import Table
 from .measure.run import run
 from .shim.record import record
 from .traces import trace
@@ -63,6 +64,17 @@ from .traces.traceinfo import TraceInfo, trace_info
 from .host import machine
 from .judge import verdict
 from .judge.verdict import Claim, Verdict, claim, judge
+
+
+
+def __getattr__(name):
+    """alloclab.schema, alloclab.result, ...: an old module path read as an
+    attribute imports the module at its new place (alloclab._moved)."""
+    if name in _moved.MOVED:
+        import importlib
+        return importlib.import_module("alloclab." + name)
+    raise AttributeError("module 'alloclab' has no attribute %r" % name)
+
 
 __all__ = [
     "__version__",

@@ -48,7 +48,6 @@ MOVED = {
     "plot": "present.plot",
     "plot_reproduce": "present.plot_reproduce",
     "plot_trace": "present.plot_trace",
-    "cli": "cli.main",
     "cli_compare": "cli.compare",
     "cli_format": "cli.format",
     "cli_libarena": "cli.libarena",
@@ -77,6 +76,12 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         # the import system sets __spec__ to the alias's: kept to put back
         _OWN_SPECS[spec.name] = module.__spec__
         return module
+
+    def get_code(self, fullname):
+        # python -m alloclab.OLD: the module runs under its own name only
+        raise ImportError("%s moved to alloclab.%s: run python -m alloclab.%s"
+                          % (fullname, MOVED[fullname.partition(".")[2]],
+                             MOVED[fullname.partition(".")[2]]))
 
     def exec_module(self, module):
         # the module ran when it was imported at its new place; it keeps its own spec

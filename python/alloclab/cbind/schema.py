@@ -100,7 +100,7 @@ def format_ns(v):
     return "%dns" % v  # unreachable: unit 1 divides everything
 
 
-def _is_int(v):
+def is_int(v):
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
@@ -166,18 +166,18 @@ class Param:
         """A Python value (or text, for SIZE/NS/BOOL/ENUM) -> validated raw int."""
         t = self.type
         if t == INT:
-            if not _is_int(value):
+            if not is_int(value):
                 raise self._type_error(value, "an int")
             return self._checked(int(value), str(int(value)))
         if isinstance(value, str):
             return self.parse_text(value)
         if t in (SIZE, NS):
-            if not _is_int(value):
+            if not is_int(value):
                 raise self._type_error(
                     value, "an int or a string like %s" % ('"4K"' if t == SIZE else '"250ms"'))
             return self._checked(int(value), self.format(int(value)))
         if t == BOOL:
-            if isinstance(value, bool) or (_is_int(value) and value in (0, 1)):
+            if isinstance(value, bool) or (is_int(value) and value in (0, 1)):
                 return self._checked(int(bool(value)), "true" if value else "false")
             raise self._type_error(value, 'a bool (True/False, 0/1, "true"/"false")')
         if t == ENUM:

@@ -26,6 +26,8 @@ import warnings
 from . import format as cli_format, show as cli_show
 from .. import errors
 from .format import PROG, UsageError
+from ..judge.compare import StatsLevelWarning
+from ..judge.compare import compare
 
 def add_parser(sub):
     cp = sub.add_parser(
@@ -93,7 +95,6 @@ def _fraction(flag):
 
 
 def cmd_compare(args):
-    from ..judge.compare import StatsLevelWarning, compare
 
     cli_format.check_outputs(("--plot", args.plot, "plot"))
     results = [cli_show.load_result(f) for f in args.files]
@@ -173,7 +174,7 @@ def _counter_text(compare, args, results, on, names):
         keep = [g for g in grid if any(c.old.mean or c.new.mean for c in g[2].values())]
     head = ["counters per op, %s -> %s (mean over runs; shown, not judged)"
             % (cmp.base_name, ", ".join(map(str, cmp.columns)))]
-    rows = [[label] + ["%s -> %s  %s" % (cli_format._fmt(c.old.mean), cli_format._fmt(c.new.mean),
+    rows = [[label] + ["%s -> %s  %s" % (cli_format.fmt_value(c.old.mean), cli_format.fmt_value(c.new.mean),
                                          c.aid()) if c is not None else "-"
                        for c in (cells.get(col) for col in cmp.columns)]
             for _, label, cells in keep]

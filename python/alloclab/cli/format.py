@@ -41,7 +41,12 @@ import numpy as np
 from ..results import _counters
 from .. import errors
 from ..results import stats as _stats
-from ..results.result import _fmt
+from ..present.table import ROW_LABELS, label as table_label
+from ..results.result import fmt_value
+from .. import files
+from ..present import plot
+from ..reproduce.vmalloc import summary_text
+from ..results.hist import OPS
 
 PROG = "alloclab"
 FORMATS = ("text", "markdown", "json", "csv")
@@ -190,7 +195,6 @@ def check_output(flag, path, plot=False):
     extension matplotlib has no writer for. Nothing is left behind: an
     existing file is not changed, a new one is created and removed again;
     nothing blocks (a pipe is opened without waiting for a reader)."""
-    from .. import errors, files
     if not path:
         raise UsageError("%s needs a file name" % flag)
     try:
@@ -240,8 +244,6 @@ def save_plots(figs, path, flag="--plot"):
     temporary folder first, so that a path without an extension gets no
     ".png" added and a file is never left half drawn. Returns the paths."""
     import tempfile
-    from .. import files
-    from ..present import plot
     base, ext = plot_stem(path)
     out = []
     with tempfile.TemporaryDirectory(prefix="alloclab-plot-") as d:
@@ -321,7 +323,7 @@ def counter_tables(res, mode="key"):
         labels = ["/".join(("%sp" % p.params[k]) if k == "producers" else str(p.params[k])
                            for k in swept) or "all" for p in pts]
         rows = [(k[:-len("_per_op")], ["n/a" if _counters.unmeasured(p, k, docs) else
-                                       _fmt(_mean(p, k)) for p in pts]) for k in keep]
+                                       fmt_value(_mean(p, k)) for p in pts]) for k in keep]
         title = "counters per op, %s" % pol
         if swept:
             title += " (columns: %s)" % "/".join(swept)
@@ -372,7 +374,6 @@ def workload_metrics_text(res):
     if not any(k.startswith("wl.") for p in res.points for k in p.data):
         return ""
     if res.points[0].params.get("workload") == "test_vmalloc":
-        from ..reproduce.vmalloc import summary_text
         return summary_text(res)
     out = ["workload metrics (mean over runs):"]
     for p in res.points:
@@ -382,7 +383,7 @@ def workload_metrics_text(res):
             if k.startswith("wl."):
                 x = np.asarray(v, dtype=float)
                 x = x[~np.isnan(x)]
-                out.append("    %-40s %s" % (k[3:], _fmt(float(x.mean())) if len(x) else "-"))
+                out.append("    %-40s %s" % (k[3:], fmt_value(float(x.mean())) if len(x) else "-"))
     return "\n".join(out)
 
 
@@ -392,7 +393,6 @@ def has_hist(res):
 
 def hist_text(res):
     """Per point and operation: percentiles from the merged histograms."""
-    from ..results.hist import OPS
     swept = [k for k in res.swept() if k != "workload"]
     lines = ["per-operation latency (histograms over all runs; each value includes one clock "
              "pair, the timer overhead):"]
@@ -455,17 +455,16 @@ def md_table(header, rows, right=True):
 
 
 def table_markdown(t, sd=False, ci=False):
-    """A result.Table as a Markdown table: a column per block and column."""
-    from ..results.result import _ROW_LABELS, _label
+    """A present.table.Table as a Markdown table: a column per block and column."""
     nb, nr, nc = t.cube.shape
-    head = [_ROW_LABELS.get(t.row_key, t.row_key or "")]
+    head = [ROW_LABELS.get(t.row_key, t.row_key or "")]
     for b in range(nb):
         for c in range(nc):
-            lab = _label(t.col_key, t.cols[c]) if t.col_key else t.metric
+            lab = table_label(t.col_key, t.cols[c]) if t.col_key else t.metric
             head.append("%s %s" % (t.block_label(b), lab) if nb > 1 else lab)
     rows = []
     for r in range(nr):
-        row = [_label(t.row_key, t.rows[r]) if t.row_key else ""]
+        row = [table_label(t.row_key, t.rows[r]) if t.row_key else ""]
         for b in range(nb):
             for c in range(nc):
                 row.append(_md_cell(t, b, r, c, sd, ci))
@@ -477,10 +476,10 @@ def _md_cell(t, b, r, c, sd, ci):
     v = float(t.cube[b, r, c])
     if (b, r, c) in t.unmeasured and math.isnan(v):
         return "n/a"
-    s = _fmt(v)
+    s = fmt_value(v)
     spread = t.sd_cube if sd else t.ci_cube if ci else None
     if spread is not None and t.n[b, r, c] > 1 and not math.isnan(spread[b, r, c]):
-        s += " ±" + _fmt(float(spread[b, r, c]))
+        s += " ±" + fmt_value(float(spread[b, r, c]))
     return s
 
 

@@ -29,6 +29,11 @@ from .. import errors
 from ..cbind import schema
 from .format import UsageError
 from ..policies.policy import Policy, presets
+from ..results.metrics import BASE_METRICS
+from ..results.metrics import METRIC_INFO
+from ..policies import peers
+from ..policies.policy import policies
+from ..policies.policy import workloads
 
 METRICS_NAME = "metrics"
 
@@ -128,7 +133,6 @@ def preset_text(name):
 
 
 def metrics_text():
-    from ..results.metrics import BASE_METRICS, METRIC_INFO
     out = ["metrics (--metric NAME of run, show and compare):"]
     for m in BASE_METRICS:
         desc, unit, _ = METRIC_INFO.get(m, (m.replace("_", " "), "", None))
@@ -144,7 +148,6 @@ def metrics_text():
 def _sections():
     """{kind: lines} of `alloclab list`, a section per kind; `list KIND`
     (layers, workloads, presets, peers) prints one section."""
-    from ..policies import peers
 
     out = {"layers": ["layers: a policy stacks them top first ('percpu > transfer > buddy')"]
                      + ["  %-14s %s" % (s.name, s.doc) for s in schema.layers().values()],
@@ -211,7 +214,6 @@ def _entry_json(kind, key):
                 "doc": schema.presets()[key].doc, "peer": schema.presets()[key].peer,
                 "stack": [{"layer": n, "params": pol.params(i)}
                           for i, (n, _) in enumerate(pol.layers)]}
-    from ..results.metrics import BASE_METRICS, METRIC_INFO
     return {"kind": "metrics", "metrics": [
         dict(zip(("name", "doc", "unit", "lower_is_better"),
                  (m,) + tuple(METRIC_INFO.get(m, (m.replace("_", " "), "", None)))))
@@ -220,8 +222,6 @@ def _entry_json(kind, key):
 
 def _everything():
     """{kind: entries} as `list --json` prints them, peers included."""
-    from ..policies import peers
-    from ..policies.policy import policies, workloads
 
     return {"layers": policies(), "workloads": workloads(), "presets": presets,
             "peers": {name: {"available": ok, "path": path, "hint": hint}

@@ -55,6 +55,21 @@ from ..results.result import BASE_METRICS
 from ..measure.run import (
     CPU_MODES, DEFAULT_STATS, MAX_SECONDS, MIN_PHASE_S, REPLAY_TIME_LIMIT, STATS_LEVEL_NAMES,
     TIMINGS, plan, run)
+from ..policies import plugin
+from ..traces.replay import IncompleteTraceWarning
+from ..measure.sweep import sweep
+from ..measure.run import adaptive_options
+from ..measure.sweep import check_journal
+from ..present import plot
+from ..host import machine
+from ..shim.preload import EXIT_ON_GLIBC
+from ..shim.preload import EXIT_STALLED
+from ..shim.preload import MIN_SHARE
+from ..shim.preload import WATCHDOG
+from ..shim import preload
+from ..reproduce.vmalloc import TEST_BITS
+from .. import reproduce
+from ..reproduce.local_storage import other_maps_bounds
 
 # The shortest measured phase `run --duration` takes without --force: a
 # phase of a few microseconds (1e-9 was taken) times thread start-up, the
@@ -333,7 +348,6 @@ def _find_workload(argv):
 
 def _load_plugins(argv):
     """Compile every --plugin FILE.c in argv (before policies are validated)."""
-    from ..policies import plugin
 
     files = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--plugin"]
     files += [a.split("=", 1)[1] for a in argv if a.startswith("--plugin=")]
@@ -400,7 +414,6 @@ def _trace_warnings_as_lines():
     """A replayed trace cut short (alloclab.replay.IncompleteTraceWarning) is
     one `alloclab: warning:` line, once, not Python's warning text."""
     import warnings
-    from ..traces.replay import IncompleteTraceWarning
 
     shown, seen = warnings.showwarning, set()
 
@@ -480,7 +493,6 @@ def _run_or_sweep(wl, policy, args, kwargs):
     _RunFailed (exit 1)."""
     try:
         if args.journal is not None:
-            from ..measure.sweep import sweep
             return sweep(wl.name, policy, journal=args.journal, progress=args.progress,
                          **kwargs)
         if args.target_ci is not None:
@@ -570,13 +582,11 @@ def _check_run_outputs(args, settings):
         raise UsageError("--target-ci adds runs as it goes and --journal resumes a fixed "
                          "grid: use one or the other")
     if args.target_ci is not None:
-        from ..measure.run import _adaptive_options
-        _adaptive_options(args.target_ci, args.budget)
+        adaptive_options(args.target_ci, args.budget)
     _check_outputs(("--json", args.json, "file"), ("--csv", args.csv, "file"),
                    ("--plot", args.plot, "plot"), ("--journal", args.journal, "journal"),
                    *[("--plot", p, "plot") for p in _more_plots(args.plot, args.hist)])
     if args.journal is not None:  # a file not this sweep's journal is refused unwritten
-        from ..measure.sweep import check_journal
         check_journal(args.journal, settings)
 
 
@@ -618,7 +628,6 @@ def _more_plots(path, hist):
 def _save_run_plots(res, metric, x, path, hist):
     import matplotlib
     matplotlib.use("Agg")
-    from ..present import plot
 
     xs = x if x in res.params() else "producers"
     figs = [plot.latency(res, metric, x=xs, hue="policy")]
@@ -630,7 +639,6 @@ def _save_run_plots(res, metric, x, path, hist):
 
 
 def cmd_check(args):
-    from ..host import machine
 
     print(machine.check_json() if args.json else machine.check_text())
     return 0
@@ -677,7 +685,6 @@ def _stats_file_hint(text):
 
 def _preload_parser(sub):
     """`alloclab preload`: its flags and the command after --."""
-    from ..shim.preload import EXIT_ON_GLIBC, EXIT_STALLED, MIN_SHARE, WATCHDOG
 
     pp = sub.add_parser(
         "preload", help="run a program with its malloc on a policy (LD_PRELOAD shim)",
@@ -760,7 +767,6 @@ def _preload_shim(args):
         raise UsageError("cannot read the --plugin file '': the name is empty")
     if not args.plugin:
         return None
-    from ..policies import plugin
 
     try:
         return plugin.preload_shim(args.plugin)
@@ -771,7 +777,6 @@ def _preload_shim(args):
 def cmd_preload(args):
     import threading
 
-    from ..shim import preload
 
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
@@ -808,7 +813,6 @@ def cmd_preload(args):
 def _preload_end(args, proc):
     """After CMD: write --json, then the exit status, with one error line
     when the watchdog, a signal no user sent or glibc ended or served it."""
-    from ..shim import preload
 
     st = proc.stats
     if args.json is not None:
@@ -863,7 +867,6 @@ def _emit_report(make, args):
 
 def _vmalloc_parser(rsub):
     """`alloclab reproduce vmalloc` (seed 004)."""
-    from ..reproduce.vmalloc import TEST_BITS
 
     p = rsub.add_parser(
         "vmalloc", help="seed 004: vmalloc high-order allocation and bulk vfree (test_vmalloc)",
@@ -909,7 +912,6 @@ def _vmalloc_parser(rsub):
 
 
 def cmd_reproduce_vmalloc(args):
-    from .. import reproduce
 
     if args.scale is not None and not args.scale > 0:
         raise UsageError("--scale=%r: a positive fraction of the seed's loops" % args.scale)
@@ -977,8 +979,6 @@ def _local_storage_parser(rsub):
 
 
 def cmd_reproduce_local_storage(args):
-    from .. import reproduce
-    from ..reproduce.local_storage import other_maps_bounds
 
     if (args.runs is not None and args.runs < 1) or args.producers < 1:
         raise UsageError("--runs and --producers must be at least 1")
@@ -1008,7 +1008,6 @@ def cmd_reproduce_local_storage(args):
 
 
 def cmd_reproduce(args, parser):
-    from .. import reproduce
 
     if args.seed == "vmalloc":
         return cmd_reproduce_vmalloc(args)

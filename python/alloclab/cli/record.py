@@ -20,6 +20,8 @@ import argparse
 import os
 import sys
 import threading
+from .. import errors
+from ..shim.record import record
 
 PROG = "alloclab"  # as cli.PROG (cli imports this module)
 EXIT_UNRECORDED = 125
@@ -84,8 +86,6 @@ def unrecorded_text(rec):
 
 
 def cmd_record(args):
-    from .. import errors
-    from ..shim.record import record
 
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:

@@ -24,6 +24,10 @@ from . import format as cli_format
 from .. import errors
 from ..cbind import schema
 from .format import UsageError
+from ..results.result import Result
+from ..results.result import load_json
+from .. import reproduce
+from ..results.metrics import BASE_METRICS
 
 _REPORT_FORMATS = ("alloclab-libarena-report", "alloclab-vmalloc-report",
                    "alloclab-local-storage-report")
@@ -56,7 +60,6 @@ def add_parser(sub):
 def load_result(path, what="compare"):
     """A Result from ``path``; UsageError (one line) for a file that cannot be
     read or is not a result."""
-    from ..results.result import Result
     try:
         return Result.from_json(pathlib.Path(path))  # a path, whatever its text
     except OSError as e:
@@ -68,7 +71,6 @@ def load_result(path, what="compare"):
 
 def _report(path):
     """A reproduction's report when ``path`` holds one, else None."""
-    from ..results.result import load_json
     try:
         d = load_json(pathlib.Path(path))
     except (OSError, errors.AlloclabError):
@@ -76,7 +78,6 @@ def _report(path):
     fmt = d.get("format") if isinstance(d, dict) else None
     if fmt not in _REPORT_FORMATS:
         return None
-    from .. import reproduce
     cls = {c.FORMAT: c for c in (reproduce.LibarenaReport, reproduce.VmallocReport,
                                   reproduce.LocalStorageReport)}[fmt]
     try:
@@ -133,7 +134,6 @@ def unknown_metric(res, metric):
     """The one-line refusal of ``metric`` for Result ``res``."""
     import difflib
 
-    from ..results.metrics import BASE_METRICS
     known = res.metrics()
     close = difflib.get_close_matches(metric, known, n=3, cutoff=0.6)
     base = [m for m in BASE_METRICS if m in known]

@@ -18,6 +18,9 @@ import os
 import sys
 
 from .. import errors
+from .. import files
+from ..traces import trace
+from ..present import plot_trace
 
 PROG = "alloclab"
 
@@ -51,7 +54,6 @@ def _check_plot_path(path):
     """Refuse, before the trace is read, a --plot file that could not be
     written (alloclab.files.check_output: a directory, a missing directory,
     a socket, a pipe with no reader) or a format matplotlib lacks."""
-    from .. import files
     files.check_output(path, "--plot")
     ext = os.path.splitext(path)[1][1:].lower()
     if ext:  # no extension: matplotlib writes PNG
@@ -66,7 +68,6 @@ def _refuse_index(path):
     trace: say so and name the traces it lists."""
     if not path.endswith(".index.json"):
         return
-    from .. import files
     try:
         with files.open_input(path, "index", mode="r", encoding="utf-8") as f:
             doc = json.load(f)
@@ -83,8 +84,6 @@ def _load(path):
     an InvalidArgument naming it and what it is (judged without reading it:
     a named pipe would block, /dev/zero never ends), a file that is not a
     trace the loader's FileFormatError."""
-    from .. import files
-    from ..traces import trace
 
     files.check_input(path, "trace file")
     _refuse_index(path)
@@ -107,8 +106,6 @@ def _write_plot(info, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .. import files
-    from ..present import plot_trace
 
     fig = plot_trace.overview(info)
     buf = io.BytesIO()
@@ -128,7 +125,6 @@ def _index_lines(path, top=5):
     (PATH.index.json, written by `alloclab record`) lists other process
     images, a note naming them, most ops first; nothing when there is no
     readable index (the report stands without it)."""
-    from .. import files
     try:
         with files.open_input(path + ".index.json", "index", mode="r", encoding="utf-8") as f:
             images = json.load(f)["images"]

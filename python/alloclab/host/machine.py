@@ -23,7 +23,13 @@ CPU-bound microbenchmarks alloclab runs are at least as sensitive to them.
 import json
 import math
 import os
+import platform
 import re
+
+import numpy as np
+
+from .._version import __version__
+from ..cbind._ffi import cstr, lib
 
 # The 1-minute load average, per usable CPU, above which the machine is
 # busy: on 2 CPUs a load above 1.0 means that on average another task wanted
@@ -589,3 +595,41 @@ def check_json(st=None):
     st = state() if st is None else st
     return json.dumps({"state": st, "advice": [
         {"severity": s, "problem": w, "change": c} for s, w, c in advice(st)]}, indent=2)
+
+
+# ---------------------------------------------------------------- metadata
+
+def cpu_model():
+    """The CPU's model name, as /proc/cpuinfo gives it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def collect_metadata():
+    """The machine, build and clock a run was made on (JSON-native values)."""
+    lib.al_clock_init()
+    clock = lib.al_clock
+    return {
+        "cpu_model": cpu_model(),
+        "online_cpus": os.cpu_count(),
+        "usable_cpus": int(lib.al_cpus_usable()),
+        "threads_per_core": int(lib.al_threads_per_core()),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "build_flags": cstr(lib.al_build_flags()),
+        "stats_compiled": bool(lib.al_stats_compiled()),
+        "library_version": cstr(lib.al_version()),
+        "alloclab_version": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "clock": "tsc" if clock.tsc else "monotonic",
+        "ticks_per_ns": float(clock.ticks_per_ns),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine_state": machine.state(),  # governor, turbo, SMT, isolation, load, ...
+    }

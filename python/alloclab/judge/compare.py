@@ -74,24 +74,12 @@ import numpy as np
 
 from .. import errors
 from ..results import stats as _stats
-from ..results.result import METRIC_INFO, Result
+from ..results.metrics import METRIC_INFO, direction, unit  # noqa: F401 (public here too)
+from ..results.result import Result
 
 TESTS = ("auto", "welch", "mannwhitney")
 TEST_NAMES = {"welch": "Welch's t-test", "mannwhitney": "Mann-Whitney U"}
 SHORT = {"producers": "p", "allocs_per_cycle": "allocs/cycle"}
-
-
-def direction(metric):
-    """True when lower is better, False when higher is: from METRIC_INFO, else
-    by the metric's name; None when alloclab cannot tell."""
-    info = METRIC_INFO.get(metric)
-    if info is not None and info[2] is not None:
-        return info[2]
-    if metric.endswith("_per_op") or metric.endswith("_ns") or metric.endswith(".leaked"):
-        return True
-    if metric in ("throughput",) or metric.endswith("_per_s"):
-        return False
-    return None
 
 
 def change(old_mean, new_mean, lower):
@@ -100,20 +88,6 @@ def change(old_mean, new_mean, lower):
     if den == 0 or math.isnan(den) or math.isnan(num):
         return math.nan if num == den or math.isnan(num) or math.isnan(den) else math.inf
     return num / den - 1.0
-
-
-def unit(metric):
-    """The unit a metric's values are printed with: METRIC_INFO's ("ns",
-    "ops/s", "bytes", "%"), "usec" for a workload's *_usec; none for counts,
-    per-op counters and ratios."""
-    if metric.endswith("_per_op"):
-        return ""
-    info = METRIC_INFO.get(metric)
-    if info is not None:
-        return "" if info[1] in ("ratio",) else info[1]
-    if metric.startswith("wl.") and metric.endswith("_usec"):
-        return "usec"
-    return ""
 
 
 # The reading aid's words, by what a metric measures, for (new above old,

@@ -61,7 +61,10 @@ import numpy as np
 
 from .. import errors
 from ..results import stats as _stats
-from ..results.result import _uniq
+from ..results.result import uniq
+from ..results.metrics import direction, is_timing
+from ..results.result import Result
+from ..policies.policy import same_policy
 
 HOLDS = "holds"
 FAILS = "does not hold"
@@ -85,23 +88,6 @@ SCALES = ("auto", "ratio", "difference")
 
 
 # ---------------------------------------------------------------- metric kinds
-
-def is_timing(metric):
-    """Whether a metric is a time or a rate (decided by the clock and the
-    scheduler, so never by virtual CPUs) rather than a count."""
-    from ..results.result import METRIC_INFO
-    info = METRIC_INFO.get(metric)
-    if info is not None and info[1] in ("ns", "ops/s", "usec", "us", "s"):
-        return True
-    return metric.endswith(("_ns", "_usec", "_per_s", "throughput")) and \
-        not metric.endswith("_per_op")
-
-
-def _lower_is_better(metric):
-    """True, False, or None when alloclab cannot tell (as compare.direction)."""
-    from .compare import direction
-    return direction(metric)
-
 
 # ---------------------------------------------------------------- samples
 
@@ -716,12 +702,12 @@ def _open_reason(claim, alpha):
         if k not in kinds:
             continue
         cells = kinds[k]
-        labels = _uniq([x.label for x, _ in cells])
+        labels = uniq([x.label for x, _ in cells])
         what = names[k]
         if k == "noise":
             what += _in_cells(claim, [x for x, _ in cells], alpha, ci=True)
         elif k in ("bimodal", "steal", "truncated"):
-            what += " (%s)" % "; ".join(_uniq(["%s: %s" % (x.label, t) for x, t in cells])[:3])
+            what += " (%s)" % "; ".join(uniq(["%s: %s" % (x.label, t) for x, t in cells])[:3])
         else:
             what += " (%d of %d cells%s)" % (len(labels), n, (": " + ", ".join(labels[:4]))
                                              if len(labels) < n else "")
@@ -793,7 +779,7 @@ def metric_words(metric, lower=None):
     """(word for a ratio below 1, above 1) for a metric: latencies and rates
     are faster/slower, counts fewer/more."""
     if lower is None:
-        lower = _lower_is_better(metric)
+        lower = direction(metric)
     if is_timing(metric):
         return ("faster", "slower") if lower is not False else ("slower", "faster")
     return ("fewer", "more")
@@ -816,7 +802,6 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
     least factor claimed (1.3: at least 30% faster), default any.
     Returns a Claim; claim.judge() or alloclab.judge([...]) gives Verdicts.
     """
-    from ..results.result import Result
 
     if not isinstance(res, Result):
         raise errors.InvalidArgument("claim takes a Result, not %r" % (errors.Echo(res),))
@@ -859,7 +844,7 @@ def _claim_options(res, metrics, param, by, scale, within, expect, lower_is_bett
                                    0 < within[0] < within[1]):
         raise errors.InvalidArgument("within=%r: a pair of factors (lo, hi), 0 < lo < hi"
                                      % (errors.Echo(within),))
-    lower = lower_is_better if lower_is_better is not None else _lower_is_better(metrics[0])
+    lower = lower_is_better if lower_is_better is not None else direction(metrics[0])
     table = _EXPECT_HIGHER_BETTER if lower is False else _EXPECT_LOWER_BETTER
     if expect not in table:
         raise errors.UnknownNameError.make("expectation", expect, EXPECT)
@@ -874,19 +859,18 @@ def _claim_points(res, where, param, new, old):
     """The points of ``res`` selected by ``where`` whose ``param`` is ``new``,
     those where it is ``old`` (none without old), and the key: the other
     parameters that vary there."""
-    from ..policies.policy import same_policy
 
     sub = res.filter(**(where or {})) if where else res
     same = same_policy if param == "policy" else (lambda a, b: a == b)
     news = [p for p in sub.points if same(p.params.get(param), new)]
     if not news:
-        vals = _uniq([str(p.params.get(param)) for p in sub.points])
+        vals = uniq([str(p.params.get(param)) for p in sub.points])
         raise errors.UnknownNameError.make(param, new, vals, context="claim (new)")
     olds = []
     if old is not None:
         olds = [p for p in sub.points if same(p.params.get(param), old)]
         if not olds:
-            vals = _uniq([str(p.params.get(param)) for p in sub.points])
+            vals = uniq([str(p.params.get(param)) for p in sub.points])
             raise errors.UnknownNameError.make(param, old, vals, context="claim (old)")
     return news, olds, [k for k in sub.swept() if k != param]
 

@@ -18,7 +18,7 @@ class ConcurrentExecutorWarning(UserWarning):
     """Timed cells may run side by side on the same cores."""
 
 
-def _check_executor(executor, allow_concurrent):
+def check_executor(executor, allow_concurrent):
     """Refuse (or warn about) executors that run timed units side by side."""
     if not isinstance(executor, cf.Executor):
         raise errors.InvalidArgument(
@@ -33,7 +33,7 @@ def _check_executor(executor, allow_concurrent):
                     msg + ": use max_workers=1, or an executor that spreads cells over machines "
                     "(dask: client.get_executor()), or pass allow_concurrent=True to accept it")
             warnings.warn(msg, ConcurrentExecutorWarning, stacklevel=3)
-    elif _is_dask(executor):
+    elif is_dask(executor):
         try:
             info = executor._client.scheduler_info()
             hosts = {}
@@ -51,5 +51,5 @@ def _check_executor(executor, allow_concurrent):
                 ConcurrentExecutorWarning, stacklevel=3)
 
 
-def _is_dask(executor):
+def is_dask(executor):
     return type(executor).__module__.startswith("distributed") and hasattr(executor, "_client")

@@ -40,12 +40,14 @@ from ..host import machine
 from ..policies import peers, plugin
 from ..cbind import schema
 from . import progress as _progress
-from .executors import _check_executor
+from .executors import check_executor
 from ..cbind._ffi import cstr, error, ffi, lib
 from ..policies.policy import Policy, check_compatible
 from ..results.hist import Histogram
-from ..results.result import Result, _run_metrics, collect_metadata
+from ..results.result import Result, run_metrics
+from ..host.machine import collect_metadata
 from ..results.stats import STEAL_WARN_PCT, describe
+from ..traces import replay
 
 CPU_MODES = {"auto": lib.AL_CPU_AUTO, "pinned": lib.AL_CPU_PINNED,
              "virtual": lib.AL_CPU_VIRTUAL}
@@ -74,12 +76,12 @@ def _as_list(v, what):
     return [v]
 
 
-def _is_int(v):
+def is_int(v):
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def _int_in(name, v, lo, hi=None):
-    if not _is_int(v):
+    if not is_int(v):
         raise errors.ParameterTypeError("%s must be an int, not %r" % (name, errors.Echo(v)),
                                         name=name, value=v)
     v = int(v)
@@ -211,7 +213,6 @@ def _replay_options(params, producers, cycles, duration, warmup_cycles):
     """The replay workload's trace ref (popped from params) and its producers,
     duration and warmup: a pass is the unit of a run, so cycles do not apply,
     the duration is a time limit and there is no warmup."""
-    from ..traces import replay
     if "trace" not in params:
         raise errors.InvalidArgument("workload replay needs trace=FILE (a trace recorded "
                                      "by `alloclab record`) or an alloclab.Trace")
@@ -243,7 +244,6 @@ def _replay_tasks(wl, tasks, ref, policies):
     """Every task carries the trace's ref (its handle is found where the run
     happens); a run in a child process gets a ref with a file. Refuses touch
     over a stack that hands out one block per CPU (the objects would overlap)."""
-    from ..traces import replay
     idx = [p.name for p in wl.params].index("trace")
     by_name = {pol.name: pol for pol in policies}
     child = {}
@@ -653,7 +653,6 @@ def _config(task, run_index=0, pol=None):
     (pol or task_policy(task)).fill_spec(cfg.stack)
     cfg.stack.check = task.get("check_mask", 0)
     if task.get("trace") is not None:  # replay: the trace's handle in this process
-        from ..traces import replay
         cfg.wparams[task["trace_index"]] = replay.handle(task["trace"])
     cfg.producers = task["producers"]
     cfg.cpu_mode = CPU_MODES[task["cpu"]]
@@ -874,7 +873,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
-    adaptive = _adaptive_options(target_ci, budget, executor, allow_concurrent)
+    adaptive = adaptive_options(target_ci, budget, executor, allow_concurrent)
     _set_reruns(settings, steal_reruns, executor)
     prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run
@@ -975,13 +974,13 @@ def _run_on(executor, tasks, runs, prog):
 MAX_ADAPTIVE_RUNS = 100  # runs per cell at most, whatever the budget
 
 
-def _adaptive_options(target_ci, budget, executor=None, allow_concurrent=False):
+def adaptive_options(target_ci, budget, executor=None, allow_concurrent=False):
     """The adaptive-runs options checked ({target_ci, budget}, or None), then
     the executor (a local pool that would overlap timed runs is refused, or
     with allow_concurrent warned about; adaptive runs take none)."""
     opts = _adaptive_checked(target_ci, budget)
     if executor is not None:
-        _check_executor(executor, allow_concurrent)
+        check_executor(executor, allow_concurrent)
         if opts:
             raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
                                          "other: it does not take an executor")
@@ -1006,7 +1005,7 @@ def _adaptive_checked(target_ci, budget):
 
 def _rel_ci(raws):
     """The widest relative 95% CI half width over a cell's timing metrics."""
-    ms = [_run_metrics(r) for r in raws]
+    ms = [run_metrics(r) for r in raws]
     widest = 0.0
     for names in (("alloc_ns", "free_ns"), ("throughput",)):
         found = False

@@ -49,10 +49,14 @@ import time
 from ..results import _counters
 from .. import errors, files
 from ..host import machine
-from .executors import ConcurrentExecutorWarning, _check_executor, _is_dask  # noqa: F401
-from ..results.result import Result, collect_metadata
+from .executors import ConcurrentExecutorWarning, check_executor, is_dask  # noqa: F401
+from ..results.result import Result
+from ..host.machine import collect_metadata
 from .progress import Bar
 from .run import plan, run_once, task_policies
+from ..results.result import point_info
+from ..results.result import run_metrics
+from ..results.result import json_kind
 
 JOURNAL_FORMAT = "alloclab-sweep-journal"
 JOURNAL_VERSION = 1
@@ -113,11 +117,10 @@ def _check_unit(path, n, line):
         raise _bad_line(path, n, "wall_s=%r is not a number of seconds" % (wall,))
     if not isinstance(raw, dict):
         raise _bad_line(path, n, "raw is not an object")
-    from ..results.result import _point_info, _run_metrics
 
     try:  # what the Result is built from, read now rather than after the runs
-        _run_metrics(raw)
-        _point_info([raw])
+        run_metrics(raw)
+        point_info([raw])
     except (KeyError, TypeError, ValueError, AttributeError, IndexError,
             ZeroDivisionError) as e:
         raise _bad_line(path, n, "its raw run lacks or garbles %s" % e) from None
@@ -196,9 +199,8 @@ def _journal_header(path, lines, data, settings):
                                      "reads (%d)" % (path, version, JOURNAL_VERSION), path=path)
     for k in ("settings", "metadata"):
         if not isinstance(header.get(k, {}), dict):
-            from ..results.result import _json_kind
             raise errors.FileFormatError("journal %s: its header's %s is a JSON %s, not an "
-                                         "object" % (path, k, _json_kind(header[k])), path=path)
+                                         "object" % (path, k, json_kind(header[k])), path=path)
     old, new = _resumable(header.get("settings", {})), _resumable(_norm(settings))
     if old != new:
         raise errors.InvalidArgument(
@@ -354,7 +356,7 @@ def sweep(workload, policy, runs=None, journal=None, executor=None, progress=Non
     _refuse_run_only(kw)
     settings, tasks = plan(workload, policy, runs=runs, **kw)
     if executor is not None:
-        _check_executor(executor, allow_concurrent)
+        check_executor(executor, allow_concurrent)
     order_seed = settings["seed"] if order_seed is None else order_seed
     units = _units(len(tasks), settings["runs"], shuffle, order_seed)
     meta = collect_metadata()
@@ -429,7 +431,7 @@ def _execute(tasks, todo, executor, finished):
             raw, wall = _run_unit(tasks[i], r)
             finished(i, r, raw, wall)
         return
-    extra = {"pure": False} if _is_dask(executor) else {}
+    extra = {"pure": False} if is_dask(executor) else {}
     futs = {executor.submit(_run_unit, tasks[i], r, **extra): (i, r) for i, r in todo}
     try:
         for f in cf.as_completed(futs):

@@ -26,6 +26,7 @@ from .. import errors
 from ..cbind import schema
 from ..cbind._ffi import check, cstr, error, ffi, lib
 from .policy import Policy
+from . import peers
 
 _SIZE_MAX = (1 << 64) - 1   # size_t on the LP64 targets alloclab builds for
 _BULK_MAX = (1 << 31) - 1   # the C bulk calls count in an int
@@ -35,7 +36,6 @@ def _peer_refusal(pol):
     """The error for a policy over a peer allocator this process cannot run
     in place, or None. A peer other than the process's own malloc is only
     ever loaded with LD_PRELOAD into a child process, one run at a time."""
-    from . import peers
 
     name, params = pol.layers[-1]
     if name != "system":

@@ -5,7 +5,7 @@ The `system(allocator=NAME)` layer is the process's own malloc, checked by the
 C side to be NAME. A peer other than this process's malloc cannot be loaded
 in-process (Debian's jemalloc cannot be dlopen'ed: "cannot allocate memory in
 static TLS block"; gperftools does not support dlopen), so each run of such a
-cell is one child process (``python -m alloclab._peer``) started with
+cell is one child process (``python -m alloclab.measure._peer``) started with
 LD_PRELOAD=<the peer's .so>: a fresh heap per run, and the same raw result
 format as an in-process run, so Results do not care where a cell ran.
 
@@ -22,6 +22,7 @@ import sys
 
 from .. import errors
 from ..cbind._ffi import lib
+from .policy import Policy
 
 # name -> (shared object, Debian package)
 PEERS = {
@@ -69,7 +70,6 @@ def status():
 
 def needed(policy):
     """The peer a policy needs preloaded, or None when it runs in-process."""
-    from .policy import Policy
 
     pol = Policy(policy)
     if pol.names[-1] != "system":  # the bottom layer alone: the others may be plugins
@@ -129,7 +129,7 @@ def run_in_child(task, run_index, peer=None):
     (peer=None: this process's own malloc); returns the raw result dict, or
     raises what the child raised."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "alloclab._peer"], stdin=subprocess.PIPE,
+        [sys.executable, "-m", "alloclab.measure._peer"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=_child_env(peer) if peer is not None else None)
     try:

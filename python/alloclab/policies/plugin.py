@@ -47,6 +47,7 @@ import time
 from .. import errors, files
 from ..cbind import schema
 from ..cbind._ffi import cstr, ffi, include_dir, lib, lib_path, strerror
+from .policy import Policy
 
 TYPES = {"int": "AL_PARAM_INT", "size": "AL_PARAM_SIZE", "bool": "AL_PARAM_BOOL",
          "enum": "AL_PARAM_ENUM", "ns": "AL_PARAM_NS"}
@@ -117,7 +118,7 @@ def _param_value(name, typ, what, v):
             pass
     else:
         expected = "an integer"
-        if schema._is_int(v):
+        if schema.is_int(v):
             return int(v)
     raise errors.ParameterTypeError("parameter %r: %s must be %s, not %r" % (
         name, what, expected, v), name=name, value=v)
@@ -660,7 +661,6 @@ def is_plugin(name):
 
 def plugin_layers(policy):
     """The plugin layers of a policy, top first (each once)."""
-    from .policy import Policy
 
     out = []
     for n in Policy(policy).names:

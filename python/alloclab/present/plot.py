@@ -27,6 +27,7 @@ from .. import errors
 from . import plot_style as S
 from ..results.metrics import METRIC_INFO
 from ..results.stats import describe
+from ..results.hist import Histogram
 
 _HUE_LABELS = {"producers": "producers", "allocs_per_cycle": "allocs/cycle"}
 
@@ -371,7 +372,6 @@ def _is_result(data):
 def _hist_series(data, op, by, where):
     """([(label, Histogram)], timer overhead in ns or None) of a Result or a
     Histogram."""
-    from ..results.hist import Histogram
     if isinstance(data, Histogram):
         return [(op, data)], None
     if not _is_result(data):

@@ -250,7 +250,7 @@ class Report:
         if d["same_work"]:
             lines.append("  %s: %s" % (SAME_WORK_LABEL, "; ".join(
                 cell(nm) for nm in d["same_work"])))
-        lines += _wrap("(" + d["definition"] + ")", wrap, "  ")
+        lines += wrap_lines("(" + d["definition"] + ")", wrap, "  ")
         return "\n".join(lines)
 
     # -- warnings --
@@ -407,7 +407,7 @@ def _improvement_pct(est, lower_is_better):
     return 100.0 * ((1.0 / f if lower_is_better else f) - 1.0)
 
 
-def _wrap(text, width, indent):
+def wrap_lines(text, width, indent):
     import textwrap
     return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + " ")
 

@@ -29,6 +29,7 @@ from ..policies.policy import Policy
 from ..results.result import Result
 from ..measure.run import effort_defaults, run as _run
 from ._report import STEAL_RERUNS, Report, SeedCell, rerun_tally, side
+from ..present import plot_reproduce
 
 DESIGNS = (("transfer cache", "libarena-transfer"), ("spill", "libarena-spill"))
 BASELINE = ("no cache", "buddy")
@@ -546,5 +547,4 @@ class LibarenaReport(Report):
         """Latency against producers, one line per design, one panel per
         allocs/cycle; error bars are the 95% CI of the mean. Returns the
         figure (alloclab.plot_reproduce.libarena)."""
-        from ..present import plot_reproduce
         return plot_reproduce.libarena(self, metric, workload, timing, METRICS)

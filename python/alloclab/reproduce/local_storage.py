@@ -52,9 +52,13 @@ import numpy as np
 from ..host import machine
 from ..results import stats as _stats
 from ..judge import verdict as V
-from ..results.result import Result, collect_metadata
+from ..results.result import Result
+from ..host.machine import collect_metadata
 from ..measure.run import effort_defaults, plan as _plan, run_once as _run_once
-from ._report import Report, SeedCell, _wrap, progress_bar, rerun_tally, run_round
+from ._report import Report, SeedCell, wrap_lines, progress_bar, rerun_tally, run_round
+from .. import errors
+from ..cbind import schema
+from ..present import plot_reproduce
 
 WORKLOAD = "local-storage-create"
 ALONE_DURATION = 0.1  # seconds measured per run of the storage path alone
@@ -157,7 +161,6 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
     storage_types = list(storage_types)
     for st in storage_types:
         if st not in ERAS:
-            from .. import errors
             raise errors.UnknownNameError.make("storage type", st, list(ERAS))
     effort_defaults(effort)  # checks the name
     runs = RUNS[effort] if runs is None else runs
@@ -192,7 +195,6 @@ def local_storage(storage_types=("socket", "task"), batch_sizes=(16, 32, 64), ru
 
 def _other_maps(other_maps, storage_types):
     """{storage type: other maps} from local_storage's other_maps argument."""
-    from .. import errors
     if other_maps is None:
         return {st: OTHER_MAPS[st] for st in storage_types}
     if isinstance(other_maps, dict):
@@ -219,7 +221,6 @@ def _other_maps(other_maps, storage_types):
 
 def other_maps_bounds():
     """(least, most) other maps, as the workload's parameter declares them."""
-    from ..cbind import schema
     p = schema.workload(WORKLOAD).param("other_maps")
     return p.min, p.max
 
@@ -385,7 +386,6 @@ class LocalStorageReport(Report):
         super().check_settings(settings)
         if "other_maps" not in settings:  # a report written before other maps: the bench alone
             return
-        from .. import errors
         om = settings["other_maps"]
         lo, hi = other_maps_bounds()
         if not isinstance(om, dict):
@@ -527,7 +527,7 @@ class LocalStorageReport(Report):
         rerun = ("; %d pair%s of %d run again for steal time" % (
             a["steal_rerun_rounds"], "" if a["steal_rerun_rounds"] == 1 else "s", a["rounds"])
                  if a.get("steal_rerun_rounds") else "")
-        lines = _wrap("The storage path alone (owner_work=none, %s runs of %s s per cell%s; runs "
+        lines = wrap_lines("The storage path alone (owner_work=none, %s runs of %s s per cell%s; runs "
                       "with steal time over %g%% still left out): the time the model's "
                       "allocations, frees, RCU and linking take per create in each era, against "
                       "the seed's change per create (from its k/s and sd; the two machines' "
@@ -541,7 +541,7 @@ class LocalStorageReport(Report):
                              "ns per create (sd %.0f), %+.1f%%" % (
                                  st, b, r["before_ns"], r["after_ns"], r["seed_ns"],
                                  r["seed_sd_ns"], self._seed_pct(st, b)))
-                lines += _wrap(_alone_words(r), 104, "    ")
+                lines += wrap_lines(_alone_words(r), 104, "    ")
         return "\n".join(lines)
 
     @staticmethod
@@ -780,11 +780,9 @@ class LocalStorageReport(Report):
         """Creation speed (k/s, +- sd) against batch size, a panel per storage
         type, the seed's numbers dashed (alloclab.plot_reproduce). Returns
         the figure."""
-        from ..present import plot_reproduce
         return plot_reproduce.local_storage_speed(self, SEED, TITLES)
 
     def plot_kmallocs(self):
         """kmallocs per create per era and batch size, the seed's owner
         background stacked on the traced bar (alloclab.plot_reproduce)."""
-        from ..present import plot_reproduce
         return plot_reproduce.local_storage_kmallocs(self, SEED_BACKGROUND, TITLES)

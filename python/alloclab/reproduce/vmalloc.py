@@ -57,9 +57,12 @@ from ..results import stats
 from ..judge import verdict as V
 from ..cbind._ffi import lib
 from ..policies.policy import Policy, presets
-from ..results.result import Result, collect_metadata
+from ..results.result import Result
+from ..host.machine import collect_metadata
 from ..measure.run import effort_defaults, plan as _plan, run_once as _run_once
 from ._report import STEAL_RERUNS, Report, SeedCell, progress_bar, rerun_tally, run_round, side
+from ..errors import UnknownNameError
+from ..present import plot_reproduce
 
 # Changes smaller than this are never marked (R)/(I), as alloclab.compare.
 THRESHOLD_PCT = 2.0
@@ -208,7 +211,6 @@ def _check_options(scale, min_time, tests, effort):
         raise ValueError("min_time=%r: a positive number of seconds" % (min_time,))
     unknown = [t for t in (tests or ()) if t not in TEST_BITS]
     if unknown:
-        from ..errors import UnknownNameError
         raise UnknownNameError.make("test", unknown[0], list(TEST_BITS))
     return min_time
 
@@ -693,13 +695,11 @@ class VmallocReport(Report):
     def plot(self, ax=None):
         """Each design's speed against v6.18 per row (bars), the seed's as
         markers (alloclab.plot_reproduce.vmalloc_rows)."""
-        from ..present import plot_reproduce
         return plot_reproduce.vmalloc_rows(self, DESIGNS, _short, ax=ax)
 
     def plot_sizes(self, ax=None):
         """fix_size_alloc_test: ns per loop against nr_pages, one line per
         design (alloclab.plot_reproduce.vmalloc_sizes)."""
-        from ..present import plot_reproduce
         return plot_reproduce.vmalloc_sizes(self, ax=ax)
 
 

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .. import errors
+from ..cbind._ffi import ffi
 
 SUB_BITS = 4
 SUB = 1 << SUB_BITS
@@ -89,7 +90,6 @@ class Histogram:
         """From a ``struct al_hist`` (cffi)."""
         if not h.count:
             return cls(ticks_per_ns=ticks_per_ns)
-        from ..cbind._ffi import ffi
         counts = np.frombuffer(ffi.buffer(h.b), dtype=np.uint64).astype(np.int64)
         return cls(counts, int(h.count), int(h.sum), int(h.min), int(h.max), ticks_per_ns)
 

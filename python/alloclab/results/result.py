@@ -51,51 +51,19 @@ from . import stats as _stats
 from .metrics import BASE_METRICS, METRIC_INFO
 from ..cbind._ffi import cstr, lib
 from .._version import __version__
+from ..cbind import schema
+from ..policies.policy import same_policy
+from ..policies.policy import canonical
+from . import hist as _hist
 
 FORMAT = "alloclab-result"
 FORMAT_VERSION = 2  # 2: per-run memory metrics and histograms (Point.hist)
 
 _INT_BASE = {"cycles", "alloc_ops", "free_ops", "cross_frees"}
 
-_ROW_LABELS = {"allocs_per_cycle": "allocs/cycle", "producers": "producers"}
 
 
 # ---------------------------------------------------------------- metadata
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def collect_metadata():
-    """The machine, build and clock a run was made on (JSON-native values)."""
-    lib.al_clock_init()
-    clock = lib.al_clock
-    return {
-        "cpu_model": _cpu_model(),
-        "online_cpus": os.cpu_count(),
-        "usable_cpus": int(lib.al_cpus_usable()),
-        "threads_per_core": int(lib.al_threads_per_core()),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "build_flags": cstr(lib.al_build_flags()),
-        "stats_compiled": bool(lib.al_stats_compiled()),
-        "library_version": cstr(lib.al_version()),
-        "alloclab_version": __version__,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "clock": "tsc" if clock.tsc else "monotonic",
-        "ticks_per_ns": float(clock.ticks_per_ns),
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine_state": machine.state(),  # governor, turbo, SMT, isolation, load, ...
-    }
-
 
 # ---------------------------------------------------------------- points
 
@@ -109,7 +77,7 @@ def _layer_keys(layers):
     return keys
 
 
-def _run_metrics(raw):
+def run_metrics(raw):
     """One raw run (from run.run_once) -> {metric: scalar}, in metric order."""
     ops = raw["alloc_ops"] + raw["free_ops"]
     m = {
@@ -212,7 +180,7 @@ def _arrays_equal(a, b):
     return bool(np.array_equal(a, b))
 
 
-def _point_info(raws):
+def point_info(raws):
     r = raws[0]
     info = {
         "cpu_mode": r["cpu_mode"],
@@ -246,9 +214,11 @@ def _point_info(raws):
     return info
 
 
-# ---------------------------------------------------------------- tables
+# ---------------------------------------------------------------- table data
 
-def _fmt(v):
+def fmt_value(v):
+    """A measured value as tables and summaries print it: "-" for none or
+    NaN, integers whole, three significant digits below 10."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if v == 0:
@@ -263,19 +233,12 @@ def _fmt(v):
     return "%.3g" % v
 
 
-def _label(key, v):
-    if key == "producers":
-        return "%sp" % v
-    return str(v)
-
-
-def _uniq(vals):
+def uniq(vals):
     out = []
     for v in vals:
         if v not in out:
             out.append(v)
     return out
-
 
 def _clock_share(metric, pts):
     """For a latency metric of workloads that count the clock reads in
@@ -300,15 +263,6 @@ def _clock_share(metric, pts):
             worst = (per_op, per_op * float(np.mean(ovh)) / 2)
     return worst
 
-
-def clock_line(clock):
-    """The note under a table whose ops read the clock often."""
-    return ("clock: the timed regions read the clock %.2f times per op (batch timing reads it "
-            "where the op kind changes, per-op timing twice an op), about %.0f ns of each op's "
-            "figure at this machine's timer cost; compare policies by difference or ratio on "
-            "the same trace" % clock)
-
-
 def _refused_cells(pts):
     """{cell: (objects, ops)}: per run at most, the allocations the program
     got that the policy refused, and the later ops on them that were
@@ -322,199 +276,6 @@ def _refused_cells(pts):
                     if len(p.data.get("wl.skipped", ()))]
             out[k] = (max(ref), max(skip or [0]))
     return out
-
-
-def refused_line(labels, limit=6):
-    """The warning under a table for cells whose policy refused objects."""
-    more = len(labels) - limit
-    names = ", ".join(labels[:limit]) + (" and %d more" % more if more > 0 else "")
-    return ("refused: the policy refused allocations the program got (each timed as a "
-            "failed call) and skipped the later ops on them, so these cells do not replay the "
-            "whole program: %s" % names)
-
-
-def truncated_line(labels, limit=6):
-    """The warning under a table for cells with truncated runs."""
-    more = len(labels) - limit
-    names = ", ".join(labels[:limit]) + (" and %d more" % more if more > 0 else "")
-    return ("truncated: the duration cut the run's loop short, its figures are partial "
-            "(left out of verdicts; give a longer duration): %s" % names)
-
-
-def _block_heads(labels, ncols, colw, share):
-    """(column width, [each block's label as lines of one height]): the
-    columns widen so that a label fits over its block, as far as the block's
-    ``share`` of the width; a longer label (a long policy spec) wraps onto
-    more lines, bottom-aligned over its block, so that the blocks still
-    stand side by side in one table."""
-    if not labels:
-        return colw, []
-    block_w = ncols * (colw + 1) - 1
-    fit = min(max(len(s) for s in labels), max(block_w, share))
-    if fit > block_w:
-        colw += -(-(fit - block_w) // ncols)
-        block_w = ncols * (colw + 1) - 1
-    return colw, _lines_of(labels, block_w)
-
-
-_COL_HEAD_MAX = 24  # a column widens for its header up to this; a longer one wraps
-
-
-def _lines_of(texts, width):
-    """Each text wrapped to ``width``, as lists of lines of one height
-    (bottom-aligned: the last lines sit over the columns)."""
-    wrapped = [textwrap.wrap(s, width, break_on_hyphens=False) or [""] for s in texts]
-    height = max((len(w) for w in wrapped), default=1)
-    return [[""] * (height - len(w)) + w for w in wrapped]
-
-
-class Table:
-    """A metric laid out as the seed tables are: rows × cols, one block per
-    combination of the other swept parameters (e.g. per policy).
-
-    rows, cols: the row and column values; blocks: one dict per block (the
-    swept parameters that distinguish it; empty when there is one block);
-    cube, sd_cube, n: (blocks, rows, cols) arrays of the statistic, the
-    standard deviation over runs and the run count; values, sd: 2-D
-    (rows, blocks × cols) views, blocks side by side."""
-
-    def __init__(self, title, metric, stat, row_key, col_key, rows, cols, blocks, cube, sd_cube,
-                 n, cell_stats=None, truncated=None, unmeasured=None):
-        self.title = title
-        self.metric = metric
-        self.stat = stat
-        self.row_key = row_key
-        self.col_key = col_key
-        self.rows = rows
-        self.cols = cols
-        self.blocks = blocks
-        self.cube = cube
-        self.sd_cube = sd_cube
-        self.n = n
-        # {(block, row, col): stats.Stats}, the CI half widths and warnings
-        self.cell_stats = cell_stats or {}
-        self.ci_cube = np.full(cube.shape, np.nan)
-        for (b, r, c), st in self.cell_stats.items():
-            self.ci_cube[b, r, c] = st.ci_half
-        # {(block, row, col): (truncated runs, runs)} for cells with any
-        self.truncated = truncated or {}
-        # {(block, row, col): why}: cells whose runs did not measure the
-        # metric (a counter at a stats level that leaves it out): "n/a"
-        self.unmeasured = unmeasured or {}
-        self.clock = None  # (clock reads per op, ns per op) when the clock is a share
-        self.refused = {}  # {(block, row, col): (objects, ops) refused and skipped a run}
-
-    @property
-    def values(self):
-        return np.concatenate(list(self.cube), axis=1) if len(self.cube) else self.cube
-
-    @property
-    def sd(self):
-        return np.concatenate(list(self.sd_cube), axis=1) if len(self.sd_cube) else self.sd_cube
-
-    def block_label(self, i):
-        b = self.blocks[i]
-        return ", ".join(str(v) if k == "policy" else "%s=%s" % (k, v) for k, v in b.items())
-
-    def to_text(self, sd=False, width=110, ci=False, warnings=True):
-        """The table as text; sd=True adds "±sd" to each cell, ci=True "±h"
-        (the half width of the 95% confidence interval of the mean);
-        warnings=True lists unstable cells under the table."""
-        nb, nr, nc = self.cube.shape
-        row_hdr = _ROW_LABELS.get(self.row_key, self.row_key or "")
-        row_labels = [_label(self.row_key, r) if self.row_key else "" for r in self.rows]
-        col_labels = [_label(self.col_key, c) if self.col_key else self.metric for c in self.cols]
-
-        def cell(b, r, c):
-            if (b, r, c) in self.unmeasured and math.isnan(self.cube[b, r, c]):
-                return "n/a"
-            s = _fmt(float(self.cube[b, r, c]))
-            if sd and self.n[b, r, c] > 1 and not math.isnan(self.sd_cube[b, r, c]):
-                s += " ±" + _fmt(float(self.sd_cube[b, r, c]))
-            if ci and self.n[b, r, c] > 1 and not math.isnan(self.ci_cube[b, r, c]):
-                s += " ±" + _fmt(float(self.ci_cube[b, r, c]))
-            return s
-
-        cells = [[[cell(b, r, c) for c in range(nc)] for r in range(nr)] for b in range(nb)]
-        colw = max([len(s) for blk in cells for row in blk for s in row] +
-                   [min(len(s), _COL_HEAD_MAX) for s in col_labels] + [3])
-        first_w = max([len(row_hdr)] + [len(s) for s in row_labels]) + 2
-        labels = [self.block_label(i) for i in range(nb)] if nb > 1 else []
-        sep = "   "
-        colw, heads = _block_heads(labels, nc, colw, (width - first_w) // max(nb, 1) - len(sep))
-        block_w = nc * (colw + 1) - 1
-        col_heads = _lines_of(col_labels, colw)
-
-        def render(block_ids, with_labels):
-            out = []
-            if with_labels:
-                out += [" " * first_w + "".join(sep + heads[b][k].center(block_w)
-                                                for b in block_ids).rstrip()
-                        for k in range(len(heads[0]))]
-            out += [("%*s" % (first_w, row_hdr if k == len(col_heads[0]) - 1 else "")) +
-                    "".join(sep + " ".join("%*s" % (colw, h[k]) for h in col_heads)
-                            for _ in block_ids) for k in range(len(col_heads[0]))]
-            for r in range(nr):
-                out.append(("%*s" % (first_w, row_labels[r])) + "".join(
-                    sep + " ".join("%*s" % (colw, s) for s in cells[b][r]) for b in block_ids))
-            return out
-
-        lines = [self.title + (" (± 95% CI of the mean)" if ci else
-                               " (± sd)" if sd else ""), ""]
-        per = max(1, (width - first_w) // (len(sep) + block_w))  # blocks side by side
-        for g in range(0, max(nb, 1), per):  # one table, unless the columns alone are wider
-            lines += render(list(range(g, min(nb, g + per))), bool(labels)) + [""]
-        lines.pop()
-        if warnings:
-            w = self.warning_lines()
-            if w:
-                lines += ["warnings:"] + ["  " + x for x in w]
-        return "\n".join(line.rstrip() for line in lines)
-
-    def cell_label(self, b, r, c):
-        parts = [self.block_label(b)] if len(self.blocks) > 1 else []
-        for key, v in ((self.row_key, self.rows[r]), (self.col_key, self.cols[c])):
-            if key in ("policy", "producers"):
-                parts.append(_label(key, v))
-            elif key is not None:
-                parts.append("%s %s" % (v, _ROW_LABELS.get(key, key)))
-        return ", ".join(parts) or self.metric
-
-    @property
-    def warnings(self):
-        """[(cell label, stats.StatWarning)] for every cell with a warning."""
-        return [(self.cell_label(*k), w) for k, st in sorted(self.cell_stats.items())
-                for w in st.warnings]
-
-    def warning_lines(self, limit=6):
-        """The warnings, grouped by kind, a line each (for under the table)."""
-        lines = _stats.warning_lines(
-            [(self.cell_label(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
-        shown = _uniq(sorted(why for k, why in self.unmeasured.items()
-                             if math.isnan(self.cube[k])))
-        levels = [why for why in shown if why.startswith("stats=")]
-        if levels:
-            lines.append("n/a: not measured at the run's stats level (%s)" % "; ".join(levels))
-        if len(levels) < len(shown):
-            lines.append("n/a: not measured (%s)" % "; ".join(
-                why for why in shown if why not in levels))
-        if self.truncated:
-            lines.append(truncated_line(
-                ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
-                 for k, (cut, n) in sorted(self.truncated.items())], limit))
-        if self.refused:
-            lines.append(refused_line(
-                ["%s (%d objects, %d ops a run)" % (self.cell_label(*k), o, n)
-                 for k, (o, n) in sorted(self.refused.items())], limit))
-        if self.clock:
-            lines += textwrap.wrap(clock_line(self.clock), 104, subsequent_indent="    ")
-        return lines
-
-    def __str__(self):
-        return self.to_text()
-
-    def __repr__(self):
-        return self.to_text()
 
 
 # ---------------------------------------------------------------- JSON
@@ -574,11 +335,11 @@ def load_json(s, what="result file"):
     if not isinstance(d, dict):
         raise errors.FileFormatError(
             "%s holds a JSON %s, not the object an alloclab file holds"
-            % (where, _json_kind(d)), path=path)
+            % (where, json_kind(d)), path=path)
     return d
 
 
-def _json_kind(v):
+def json_kind(v):
     return {dict: "object", list: "list", str: "string", bool: "boolean",
             type(None): "null", int: "number", float: "number"}.get(type(v), type(v).__name__)
 
@@ -589,7 +350,7 @@ def _check_result_dict(d):
     def need(v, types, where, what):
         if not isinstance(v, types) or isinstance(v, bool) and bool not in types:
             raise errors.FileFormatError(
-                "not an alloclab result: %s is a JSON %s, not %s" % (where, _json_kind(v), what))
+                "not an alloclab result: %s is a JSON %s, not %s" % (where, json_kind(v), what))
 
     ver = d.get("format_version", 0)
     need(ver, (int,), "format_version", "an integer")
@@ -651,7 +412,6 @@ _PARAM_TYPES = {"workload": str, "policy": str, "timing": str, "cpu": str, "stat
 def _param_type(wl, name):
     """The Python type of parameter ``name`` of workload schema ``wl`` (None
     when it is not one, or when its value is a handle: replay's trace)."""
-    from ..cbind import schema
     if name in _PARAM_TYPES:
         return _PARAM_TYPES[name]
     p = next((p for p in wl.params if p.name == name), None) if wl else None
@@ -666,7 +426,6 @@ def _check_params(d):
     parameters as its schema says): a FileFormatError naming the point, the
     parameter and the value. A table built from "2" and 2 would put one
     cell twice."""
-    from ..cbind import schema
     names = {"int": "an integer", "bool": "true or false", "str": "a string"}
     for i, p in enumerate(d["points"]):
         wl = schema.workloads().get(p["params"].get("workload"))
@@ -682,7 +441,7 @@ def _check_params(d):
             if not ok:
                 raise errors.FileFormatError(
                     "not an alloclab result: %s is %s (a JSON %s), not %s" % (
-                        at, errors.shown(v), _json_kind(v),
+                        at, errors.shown(v), json_kind(v),
                         names[t.__name__] if t else "a number, a string or null"))
 
 
@@ -723,7 +482,6 @@ def _matcher(key, v):
         return v
     vals = list(v) if isinstance(v, (list, tuple, set, frozenset, range)) else [v]
     if key == "policy":  # a preset name and its spec name the same policy
-        from ..policies.policy import same_policy
         return lambda x: any(same_policy(x, q) for q in vals)
     return lambda x: x in vals
 
@@ -740,7 +498,7 @@ class Result:
         """From [(point params, [raw run dicts])] as run.run_point returns."""
         points = []
         for params, raws in point_runs:
-            per_run = [_run_metrics(r) for r in raws]
+            per_run = [run_metrics(r) for r in raws]
             names = []
             for m in per_run:
                 for k in m:
@@ -750,9 +508,8 @@ class Result:
             for k in names:
                 vals = [m.get(k, math.nan) for m in per_run]
                 data[k] = _array(vals)
-            info = _point_info(raws)
+            info = point_info(raws)
             if "policy" in params:  # the label the user gave, and what it expands to
-                from ..policies.policy import canonical
                 info["policy_spec"] = canonical(params["policy"]) or params["policy"]
             points.append(Point(dict(params), info, data, _measures.point_hists(raws)))
         return cls(metadata, points)
@@ -780,7 +537,7 @@ class Result:
 
     def swept(self):
         """Parameters that take more than one value across the points."""
-        return [k for k in self.params() if len(_uniq([p.params.get(k) for p in self.points])) > 1]
+        return [k for k in self.params() if len(uniq([p.params.get(k) for p in self.points])) > 1]
 
     def select(self, **where):
         """Points whose params match every key=value given (a policy by its
@@ -845,7 +602,6 @@ class Result:
         """The per-op latency Histogram of ``op`` ("alloc" or "free"), all
         runs of the points matching ``where`` merged (run with
         histogram=True)."""
-        from . import hist as _hist
         if op not in _hist.OPS:
             raise errors.UnknownNameError.make("operation", op, list(_hist.OPS))
         res = self.filter(**where) if where else self
@@ -866,9 +622,8 @@ class Result:
         because its stats level does not measure it."""
         if metric not in self.metrics() and not any(
                 self._unmeasured(p, metric) for p in self.points):
-            from ..cbind import schema
             layer = metric.split(".", 1)[0] if isinstance(metric, str) else None
-            layers = _uniq([m.split(".", 1)[0] for m in self.metrics()
+            layers = uniq([m.split(".", 1)[0] for m in self.metrics()
                             if "." in m and not m.startswith("wl.")])
             extra = ""
             if layer in schema.layers() and layer not in layers:
@@ -907,9 +662,9 @@ class Result:
         if row_key is not None and row_key == col_key:
             raise errors.InvalidArgument("rows and cols are both %r" % errors.Echo(rows))
         block_keys = [k for k in self.swept() if k not in (row_key, col_key)]
-        row_vals = _uniq([p.params.get(row_key) for p in self.points]) if row_key else [None]
-        col_vals = _uniq([p.params.get(col_key) for p in self.points]) if col_key else [None]
-        block_vals = _uniq([tuple(p.params.get(k) for k in block_keys) for p in self.points])
+        row_vals = uniq([p.params.get(row_key) for p in self.points]) if row_key else [None]
+        col_vals = uniq([p.params.get(col_key) for p in self.points]) if col_key else [None]
+        block_vals = uniq([tuple(p.params.get(k) for k in block_keys) for p in self.points])
         nb, nr, nc = len(block_vals), len(row_vals), len(col_vals)
         cube = np.full((nb, nr, nc), np.nan)
         sd = np.full((nb, nr, nc), np.nan)
@@ -946,6 +701,8 @@ class Result:
                 sd[b, r, c] = np.std(x, ddof=1) if len(x) > 1 else np.nan
         blocks = [dict(zip(block_keys, bv)) for bv in block_vals]
         title = self._title(metric, stat, blocks)
+        # the presentation room lays the table out; it sits above results
+        from ..present.table import Table
         t = Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
                   n, cell_stats=cell_stats, truncated=truncated, unmeasured=unmeasured)
         t.clock = clock
@@ -964,12 +721,12 @@ class Result:
         bits = [unit] if unit else []
         if lower is not None:
             bits.append("lower is better" if lower else "higher is better")
-        runs = _uniq([p.runs for p in self.points])
+        runs = uniq([p.runs for p in self.points])
         bits.append("%s of %s run%s" % (stat, "/".join(map(str, runs)),
                                         "" if runs == [1] else "s"))
         title = "%s, %s (%s)" % (wl, desc, ", ".join(bits)) if wl else "%s (%s)" % (
             desc, ", ".join(bits))
-        pols = _uniq([p.params.get("policy") for p in self.points])
+        pols = uniq([p.params.get("policy") for p in self.points])
         if len(pols) == 1 and pols[0] is not None:
             title += ", policy: %s" % pols[0]
         return title
@@ -1058,7 +815,7 @@ class Result:
         """A Result from to_dict()'s output."""
         if not isinstance(d, dict):
             raise errors.FileFormatError("not an alloclab result: a JSON %s, not an object"
-                                         % _json_kind(d))
+                                         % json_kind(d))
         if d.get("format") != FORMAT:
             raise errors.FileFormatError("not an alloclab result (format %r, not %r)"
                                          % (d.get("format"), FORMAT))
@@ -1090,7 +847,7 @@ class Result:
             run.get("workload", "?"), len(self.points), "" if len(self.points) == 1 else "s",
             run.get("runs", "?"), "" if run.get("runs") == 1 else "s",
             (", swept: " + ", ".join(swept)) if swept else ""))
-        lines.append("policies: " + "; ".join(_uniq([str(p.params.get("policy"))
+        lines.append("policies: " + "; ".join(uniq([str(p.params.get("policy"))
                                                      for p in self.points])))
         lines.append(self.machine_line())
         lines.append(self.cpu_line())
@@ -1106,8 +863,8 @@ class Result:
     def cpu_line(self):
         """cpu mode(s) used, virtual CPU notes, timer overhead and clock."""
         md = self.metadata
-        modes = _uniq([p.info.get("cpu_mode") for p in self.points])
-        notes = _uniq([p.info.get("cpu_note") for p in self.points
+        modes = uniq([p.info.get("cpu_mode") for p in self.points])
+        notes = uniq([p.info.get("cpu_note") for p in self.points
                        if p.info.get("cpu_mode") == "virtual"])
         ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in self.points
                if "timer_overhead_ns" in p.data and len(p.data["timer_overhead_ns"])]
@@ -1115,7 +872,7 @@ class Result:
         if notes:
             s += " (%s)" % "; ".join(notes)
         if ovh:
-            s += ", timer overhead %s ns" % _fmt(float(np.mean(ovh)))
+            s += ", timer overhead %s ns" % fmt_value(float(np.mean(ovh)))
         s += ", clock %s (%.3f ticks/ns)" % (md.get("clock"), md.get("ticks_per_ns") or 0.0)
         if (md.get("run") or {}).get("realtime"):  # else a run with and without reads alike
             s += ", realtime (SCHED_FIFO workers)"
@@ -1142,7 +899,7 @@ class Result:
     def stats_line(self):
         """The stats level(s) the points ran at (their "stats" parameter): what
         their counter metrics hold."""
-        levels = _uniq([p.params.get("stats") for p in self.points])
+        levels = uniq([p.params.get("stats") for p in self.points])
         what = {"lite": "every event counter, no lock times", "off": "no counters (n/a)",
                 "full": "every counter and lock time"}
         if self.metadata.get("stats_compiled") is False:

@@ -75,6 +75,7 @@ from ..cbind import schema
 from ..cbind._ffi import preload_path
 from ..policies.policy import Policy
 from ..measure.run import MAX_SECONDS, STATS_LEVEL_NAMES, STATS_LEVELS
+from ..cbind._ffi import lib
 
 MIN_SHARE = 0.99
 """The share of a process's allocations the policy must serve (refusals and
@@ -297,7 +298,7 @@ def _name(rec):
     return "pid %d (%s)" % (rec["pid"], os.path.basename(rec.get("argv0") or "?"))
 
 
-def _image_skips_preload(path, depth=0):
+def image_skips_preload(path, depth=0):
     """Why the dynamic loader would not preload the shim into the image at
     path (static, setuid or setgid; a script's interpreter likewise), or
     None."""
@@ -311,7 +312,7 @@ def _image_skips_preload(path, depth=0):
         return "a setuid or setgid program"
     if head.startswith(b"#!") and depth < 4:
         interp = head[2:].split(b"\n", 1)[0].split()
-        return _image_skips_preload(os.fsdecode(interp[0]), depth + 1) if interp else None
+        return image_skips_preload(os.fsdecode(interp[0]), depth + 1) if interp else None
     if head[:4] != b"\x7fELF" or len(head) < 64:
         return None
     is64, order = head[4] == 2, "little" if head[5] == 1 else "big"
@@ -340,7 +341,7 @@ def _exec_without_shim(rec):
     target = rec.get("exec") or ""
     if "/" not in target:
         target = shutil.which(target) or ""
-    return _image_skips_preload(target) if target else None
+    return image_skips_preload(target) if target else None
 
 
 def problems(recs, min_share=MIN_SHARE):
@@ -465,7 +466,6 @@ class _Watch:
     LINE = 64
 
     def __init__(self, folder, limit, shim):
-        from ..cbind._ffi import lib
 
         self.limit = limit
         self.period = min(1.0, max(0.01, limit / 8))
@@ -618,7 +618,7 @@ def _run_watched(argv, env, watch, input=None, timeout=None, check=False,
     return done
 
 
-def _run_forwarding(argv, env, watch=None, **kwargs):
+def run_forwarding(argv, env, watch=None, **kwargs):
     """Run argv to its end, passing FORWARDED signals sent to this process on
     to it (to its process group when it leads one), so that the program ends
     as the signal asks and this process still reports its stats.
@@ -684,7 +684,7 @@ def _launch(argv, env, watch, forward_signals, kwargs):
     for a stuck policy call, or plainly; the CompletedProcess has
     ``.stalled`` (None, or the (pid, name) the watchdog killed)."""
     if forward_signals:
-        return _run_forwarding(argv, env, watch, **kwargs)
+        return run_forwarding(argv, env, watch, **kwargs)
     if watch:
         return _run_watched(argv, env, watch, **kwargs)
     proc = subprocess.run(argv, env=env, **kwargs)

@@ -187,7 +187,7 @@ def unrecorded(stats_dir, images, policy=None):
         if path and (pid, os.path.realpath(path)) in traced:
             continue  # traced, though it wrote no stats record (ALLOCLAB_STATS dropped)
         # preload's own test of an image the loader does not preload into
-        why = preload._image_skips_preload(path) if path else None
+        why = preload.image_skips_preload(path) if path else None
         if why is None and r.get("exec_preload"):
             continue  # its environment kept the recorder: killed before its image started
         why = why or "the environment it was given drops LD_PRELOAD or ALLOCLAB_RECORD%s" % (
@@ -441,7 +441,7 @@ def _run(cmd, raw_dir, pol, env, forward_signals, kwargs):
     (proc, images, stats, the images that ran without the recorder)."""
     argv, env = _supervised(*command(cmd, raw_dir, pol, env), raw_dir)
     if forward_signals:
-        proc = preload._run_forwarding(argv, env, **kwargs)
+        proc = preload.run_forwarding(argv, env, **kwargs)
     else:
         proc = subprocess.run(argv, env=env, **kwargs)
     proc.args = list(cmd)

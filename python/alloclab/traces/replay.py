@@ -31,6 +31,8 @@ import warnings
 
 from .. import errors
 from .trace import Trace
+from .. import files
+from . import trace as _trace
 
 _LOADED = {}  # key -> Trace: the traces this process has loaded or was given
 _TEMP = []  # temporary trace files written for child processes
@@ -90,8 +92,6 @@ def _load_file(path):
     a missing file, a directory, a named pipe, a device or a socket is
     refused by what it is, without being read (a FIFO would block, a device
     such as /dev/zero never ends)."""
-    from .. import files
-    from . import trace as _trace
     files.check_input(path, "trace")
     return _trace.load(path)
 
@@ -119,7 +119,6 @@ def _resolve(value):
         path = value.meta.get("path") if isinstance(value.meta, dict) else None
         return dict(identity(value), path=path, key=key, label=path or "<memory>")
     if isinstance(value, (str, os.PathLike)):
-        from .. import files
         given = os.fspath(value)
         try:
             st = files.check_input(given, "trace")

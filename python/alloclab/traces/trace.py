@@ -47,6 +47,7 @@ from . import traceinfo
 from ..cbind._ffi import ffi, lib
 
 from ._tracefmt import KINDS, NOID, OP_DTYPE
+from .. import files
 
 MAGIC = b"\x89ALTRACE\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -200,7 +201,6 @@ class Trace:
         the compressor's level (None: LEVELS' default, chosen for speed).
         The header's metadata is ``meta`` plus the counts and the body's
         length, compressor and checksum; returns that header (a dict)."""
-        from .. import files
         files.check_output(path, "trace")  # before the encoding, which may take long
         header, parts = self.file_parts(compress, level)
         files.write_parts(path, parts, "trace")
@@ -296,8 +296,7 @@ class Trace:
 
 def machine_info():
     """The machine a recording is made on, as the header's ``machine``."""
-    from ..results.result import _cpu_model
-    return {"uname": dict(platform.uname()._asdict()), "cpu_model": _cpu_model(),
+    return {"uname": dict(platform.uname()._asdict()), "cpu_model": machine.cpu_model(),
             "cpus": os.cpu_count()}
 
 
@@ -470,7 +469,6 @@ def load(path):
     file of zeros, another tool's file) is refused by its first bytes.
     Raises FileFormatError (naming the path, the byte offset and what is
     wrong) for a file that is not a valid trace."""
-    from .. import files
     with files.open_input(path, "trace") as f:
         path = os.fspath(path)
         size = os.fstat(f.fileno()).st_size
@@ -493,6 +491,5 @@ def load(path):
 def read_meta(path):
     """A trace file's header alone (checked, the body not read); the path is
     judged as load() judges it."""
-    from .. import files
     with files.open_input(path, "trace") as f:
         return _read_head(os.fspath(path), f, os.fstat(f.fileno()).st_size)[0]

@@ -45,6 +45,7 @@ import numpy as np
 
 from .. import errors
 from ._tracefmt import FLAG_MOVED, FLAG_NULL, FLAG_UNKNOWN, FLAG_ZERO, KINDS, NOID
+from ..cbind.schema import format_size
 
 K = {name: i for i, name in enumerate(KINDS)}
 ALLOC_KINDS = ("malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign",
@@ -550,7 +551,6 @@ def _ns(v):
 
 
 def _size_label(lo, hi):
-    from ..cbind.schema import format_size
     return "0" if hi == 1 else "%s-%s" % (format_size(lo), format_size(hi))
 
 
