@@ -25,7 +25,7 @@ def layer_table():
     import alloclab as al
 
     rows = ["| layer | parameters |", "|---|---|"]
-    for name in al.schema.layers():
+    for name in al.schema.BUILTIN_LAYERS:
         params = al.schema.layer(name).params
         cell = ", ".join("`%s` (%s, %s)" % (p.name, p.type_name, p.format(p.default))
                          for p in params) or "none"

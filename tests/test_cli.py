@@ -308,16 +308,18 @@ def test_the_workload_is_found_after_any_flag(argv, workload):
     """Every option of `alloclab run` that takes no value (store_true,
     store_const, help) lets the workload follow it: the set is read from the
     parser, so a flag added there is known without a second list."""
-    from alloclab.cli import main as cli_mod
-    assert cli_mod._find_workload(argv) == workload
+    import importlib
+    cli_mod = importlib.import_module("alloclab.cli.run")
+    assert cli_mod.find_workload(argv) == workload
 
 
 def test_no_value_flags_match_the_parser():
-    """The words _find_workload skips without a value are exactly the run
+    """The words find_workload skips without a value are exactly the run
     parser's zero-argument options."""
-    from alloclab.cli import main as cli_mod
-    p = cli_mod._run_parser(None)
-    takes_value = cli_mod._takes_value(p)
+    import importlib
+    cli_mod = importlib.import_module("alloclab.cli.run")
+    p = cli_mod.run_parser(None)
+    takes_value = cli_mod.takes_value_predicate(p)
     for a in p._actions:
         for s in a.option_strings:
             assert takes_value(s) == (a.nargs != 0), s

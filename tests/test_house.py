@@ -155,7 +155,7 @@ def test_every_locked_function_asserts_its_lock(f, name, ln, body):
 # rooms below it; the package's root holds what every room stands on.
 PY_ROOMS = ["", "cbind", "host", "traces", "policies", "results", "judge", "measure", "shim",
             "present", "reproduce", "cli"]
-ROOM_MAX_MODULES = 12
+ROOM_MAX_MODULES = 12  # a room's __init__, its door, not counted
 # The imports that run inside a function, each with its reason; every other
 # import of an alloclab module is at module level.
 FUNCTION_IMPORTS = {
@@ -228,7 +228,9 @@ def test_every_module_is_in_a_room_of_a_few_modules():
         parts = m.split(".")
         if len(parts) > 2 or (len(parts) == 2 and parts[1] in PY_ROOMS):
             assert parts[1] in PY_ROOMS, "%s is in no room of PY_ROOMS" % m
-            rooms.setdefault(parts[1], []).append(m)
+            if len(parts) > 2:
+                rooms.setdefault(parts[1], []).append(m)
+            rooms.setdefault(parts[1], [])
         else:
             rooms.setdefault("", []).append(m)
     assert set(rooms) == set(PY_ROOMS), sorted(rooms)

@@ -394,8 +394,9 @@ def _relative_imports(module):
     src = open(importlib.import_module(module).__file__).read()
     out = set()
     for n in ast.walk(ast.parse(src)):
-        if isinstance(n, ast.ImportFrom) and n.level == 1:
-            out |= {n.module} if n.module else {a.name for a in n.names}
+        if isinstance(n, ast.ImportFrom) and n.level:  # a module's name is its last part
+            out |= {a.name for a in n.names} | ({n.module.rsplit(".", 1)[-1]} if n.module
+                                                else set())
     return out
 
 

@@ -20,7 +20,8 @@ def results(request):
     """The cells this session runs (all of them, or those -k selects)."""
     chosen = {(it.callspec.params["name"], it.callspec.params["kind"])
               for it in request.session.items
-              if "name" in getattr(getattr(it, "callspec", None), "params", {})}
+              if getattr(it, "module", None) is request.module
+              and "name" in getattr(getattr(it, "callspec", None), "params", {})}
     return rf.run_all(selected=chosen or None)
 
 

@@ -66,6 +66,8 @@ from .judge import verdict
 from .judge.verdict import Claim, Verdict, claim, judge
 
 
+_moved.register_loaded()
+
 
 def __getattr__(name):
     """alloclab.schema, alloclab.result, ...: an old module path read as an

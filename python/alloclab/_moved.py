@@ -52,7 +52,7 @@ MOVED = {
     "cli_format": "cli.format",
     "cli_libarena": "cli.libarena",
     "cli_list": "cli.list",
-    "cli_quoting": "cli.quoting",
+    "cli_quoting": "cli.run",
     "cli_record": "cli.record",
     "cli_show": "cli.show",
     "cli_trace": "cli.trace",
@@ -92,3 +92,12 @@ def install():
     """Put the finder on sys.meta_path once."""
     if not any(isinstance(f, _Alias) for f in sys.meta_path):
         sys.meta_path.append(_Alias())
+
+
+def register_loaded():
+    """sys.modules["alloclab.OLD"] for every moved module already imported
+    (code that reads sys.modules by the old name, as a monkeypatch does)."""
+    for old, new in MOVED.items():
+        module = sys.modules.get("alloclab." + new)
+        if module is not None:
+            sys.modules.setdefault("alloclab." + old, module)

@@ -482,3 +482,9 @@ def presets():
         out[cstr(p.name)] = Preset(name=cstr(p.name), spec=cstr(p.spec), doc=cstr(p.doc),
                                    peer=p.where == lib.AL_PRESET_PEER)
     return out
+
+
+BUILTIN_LAYERS = tuple(layers())
+"""The layers liballoclab registers itself, read when alloclab is imported,
+before a plugin or a libarena tree can add one: the docs' reference
+tables list these, whatever a process has registered since."""

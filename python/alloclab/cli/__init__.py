@@ -1,6 +1,7 @@
-"""The command line, a module per command: main (the parser, the dispatch
-and `run`), compare, show, list, record, trace, libarena, with format (what
-run and show print) and quoting (the hint for an unquoted policy).
+"""The command line, a module per command: main (the parser of every other
+command, the dispatch, `check`), run, preload, reproduce, compare, show,
+list, record, trace and libarena, with flags (what run and reproduce
+share) and format (what the commands print, the error types).
 ``alloclab.cli.main`` is the console script's entry point."""
 
 from .main import main

@@ -20,6 +20,7 @@ pyperf's ``system show`` checks the same things for Python benchmarks; the
 CPU-bound microbenchmarks alloclab runs are at least as sensitive to them.
 """
 
+import datetime
 import json
 import math
 import os
@@ -631,5 +632,5 @@ def collect_metadata():
         "clock": "tsc" if clock.tsc else "monotonic",
         "ticks_per_ns": float(clock.ticks_per_ns),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine_state": machine.state(),  # governor, turbo, SMT, isolation, load, ...
+        "machine_state": state(),  # governor, turbo, SMT, isolation, load, ...
     }

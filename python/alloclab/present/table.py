@@ -117,7 +117,7 @@ class Table:
     def sd(self):
         return np.concatenate(list(self.sd_cube), axis=1) if len(self.sd_cube) else self.sd_cube
 
-    def blocklabel(self, i):
+    def block_label(self, i):
         b = self.blocks[i]
         return ", ".join(str(v) if k == "policy" else "%s=%s" % (k, v) for k, v in b.items())
 
@@ -144,7 +144,7 @@ class Table:
         colw = max([len(s) for blk in cells for row in blk for s in row] +
                    [min(len(s), _COL_HEAD_MAX) for s in col_labels] + [3])
         first_w = max([len(row_hdr)] + [len(s) for s in row_labels]) + 2
-        labels = [self.blocklabel(i) for i in range(nb)] if nb > 1 else []
+        labels = [self.block_label(i) for i in range(nb)] if nb > 1 else []
         sep = "   "
         colw, heads = _block_heads(labels, nc, colw, (width - first_w) // max(nb, 1) - len(sep))
         block_w = nc * (colw + 1) - 1
@@ -176,8 +176,8 @@ class Table:
                 lines += ["warnings:"] + ["  " + x for x in w]
         return "\n".join(line.rstrip() for line in lines)
 
-    def celllabel(self, b, r, c):
-        parts = [self.blocklabel(b)] if len(self.blocks) > 1 else []
+    def cell_label(self, b, r, c):
+        parts = [self.block_label(b)] if len(self.blocks) > 1 else []
         for key, v in ((self.row_key, self.rows[r]), (self.col_key, self.cols[c])):
             if key in ("policy", "producers"):
                 parts.append(label(key, v))
@@ -188,13 +188,13 @@ class Table:
     @property
     def warnings(self):
         """[(cell label, stats.StatWarning)] for every cell with a warning."""
-        return [(self.celllabel(*k), w) for k, st in sorted(self.cell_stats.items())
+        return [(self.cell_label(*k), w) for k, st in sorted(self.cell_stats.items())
                 for w in st.warnings]
 
     def warning_lines(self, limit=6):
         """The warnings, grouped by kind, a line each (for under the table)."""
         lines = _stats.warning_lines(
-            [(self.celllabel(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
+            [(self.cell_label(*k), st) for k, st in sorted(self.cell_stats.items())], limit)
         shown = uniq(sorted(why for k, why in self.unmeasured.items()
                              if math.isnan(self.cube[k])))
         levels = [why for why in shown if why.startswith("stats=")]
@@ -205,11 +205,11 @@ class Table:
                 why for why in shown if why not in levels))
         if self.truncated:
             lines.append(truncated_line(
-                ["%s (%d of %d runs)" % (self.celllabel(*k), cut, n)
+                ["%s (%d of %d runs)" % (self.cell_label(*k), cut, n)
                  for k, (cut, n) in sorted(self.truncated.items())], limit))
         if self.refused:
             lines.append(refused_line(
-                ["%s (%d objects, %d ops a run)" % (self.celllabel(*k), o, n)
+                ["%s (%d objects, %d ops a run)" % (self.cell_label(*k), o, n)
                  for k, (o, n) in sorted(self.refused.items())], limit))
         if self.clock:
             lines += textwrap.wrap(clock_line(self.clock), 104, subsequent_indent="    ")

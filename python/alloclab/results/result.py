@@ -34,13 +34,10 @@ Per-cell statistics (mean, sd, CI, warnings) come from alloclab.stats.
 """
 
 import csv
-import datetime
 import io
 import json
 import math
 import os
-import platform
-import textwrap
 
 import numpy as np
 
@@ -49,8 +46,7 @@ from .. import errors, files
 from ..host import machine
 from . import stats as _stats
 from .metrics import BASE_METRICS, METRIC_INFO
-from ..cbind._ffi import cstr, lib
-from .._version import __version__
+from ..cbind._ffi import lib
 from ..cbind import schema
 from ..policies.policy import same_policy
 from ..policies.policy import canonical

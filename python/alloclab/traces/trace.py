@@ -48,6 +48,7 @@ from ..cbind._ffi import ffi, lib
 
 from ._tracefmt import KINDS, NOID, OP_DTYPE
 from .. import files
+from ..host import machine
 
 MAGIC = b"\x89ALTRACE\r\n\x1a\n"
 FORMAT_VERSION = 1
