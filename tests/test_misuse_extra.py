@@ -332,6 +332,15 @@ def test_numbers_take_ascii_digits_only(argv, flag):
     one_error(r, flag, "%r" % argv[1].split(",")[-1])
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["trace", "info", "x.trace", "--top", "\u0663"], "--top"),
+    (["preload", "--policy", "buddy", "--watchdog", "\u0663", "--", "true"], "--watchdog"),
+])
+def test_other_commands_take_ascii_digits_only(argv, flag):
+    r = cli(*argv)
+    one_error(r, flag, "'\u0663'")
+
+
 def test_compare_threshold_takes_ascii_digits_only(result_file):
     r = cli("compare", str(result_file), str(result_file), "--threshold", "\u0663")
     one_error(r, "--threshold", "'\u0663'")

@@ -9,6 +9,7 @@ import sys
 from .. import errors
 from .format import PROG, UsageError
 from .format import err as _err
+from .format import real
 from ..policies import plugin
 from ..shim.preload import EXIT_ON_GLIBC
 from ..shim.preload import EXIT_STALLED
@@ -44,7 +45,7 @@ def preload_parser(sub):
                     "(nothing: the layers' counters are not measured, the shim's own are "
                     "kept) or full (also lock hold and wait times, *_ns)", sweep=False,
                 hint=stats_file_hint)
-    pp.add_argument("--watchdog", type=float, default=WATCHDOG, metavar="SECONDS",
+    pp.add_argument("--watchdog", type=real, default=WATCHDOG, metavar="SECONDS",
                     help="end CMD when a policy call in any of its processes makes no "
                          "progress for this long (default %g; 0 = never): one error line, "
                          "exit %d" % (WATCHDOG, EXIT_STALLED))

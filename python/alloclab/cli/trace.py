@@ -21,6 +21,7 @@ from .. import errors
 from .. import files
 from ..traces import trace
 from ..present import plot_trace
+from .format import integer
 
 PROG = "alloclab"
 
@@ -45,7 +46,7 @@ def add_parser(sub):
                     help="write a figure of six panels: live bytes over time and over ops, "
                          "sizes, lifetimes in ops and in time, ops per thread (PNG/PDF/SVG by "
                          "extension)")
-    ip.add_argument("--top", type=int, default=16, metavar="N",
+    ip.add_argument("--top", type=integer, default=16, metavar="N",
                     help="rows of the threads and thread-pairs tables (default 16)")
     tp.set_defaults(trace_cmd=None, trace_commands=tuple(tsub.choices))
 
