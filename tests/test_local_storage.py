@@ -211,6 +211,14 @@ def test_report_tables(report):
                                      report.speed("socket", 0, 16)[0] - 1))
 
 
+def test_report_says_where_task_storage_was_freed(report):
+    """The note reads the runs: every task's storage freed on the reaper's
+    CPU (one remote free per create), not a sentence written in advance."""
+    note = report._task_free_note()
+    assert "on a reaper" in note and note.endswith("task frees remote per create 1.00.")
+    assert note in str(report)
+
+
 def test_the_seed_background_is_its_own_labelled_column(report):
     text = report.table("socket")
     # the model's traced kmallocs (3.00 kzalloc, 0.00 nolock), then + 1.13 from the seed

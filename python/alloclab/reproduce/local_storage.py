@@ -755,12 +755,24 @@ class LocalStorageReport(Report):
         elif om:
             lines.append("other_maps=0: the bench's own elements alone (%s)." % s[
                 "other_maps"].get("source", OTHER_MAPS_SOURCE))
-        lines.append("Task storage is freed with the task_struct (delayed_put_task_struct, "
-                     "an RCU callback) on the worker that runs it; with one producer that "
-                     "is the creating CPU (task frees remote: 0), with --rcu-nocb the next "
-                     "producer's.")
+        if "task" in self.storage_types:
+            lines.append(self._task_free_note())
         lines.append(self.result.machine_line())
         return "\n".join(lines)
+
+    def _task_free_note(self):
+        """Where task storage was freed, as the task runs measured it."""
+        pts = self.result.select(storage_type="task")
+        total = {k: sum(float(np.sum(p.data[k])) for p in pts if k in p.data)
+                 for k in ("wl.creates", "wl.task_frees_remote", "wl.reaper")}
+        per = total["wl.task_frees_remote"] / total["wl.creates"] if total["wl.creates"] \
+            else math.nan
+        where = ("on a reaper, a model CPU of its own on another real CPU where one is free, "
+                 "as the bench's children exit on other CPUs than their creator"
+                 if total["wl.reaper"] else
+                 "on the worker that runs the callback (one producer: the creating CPU)")
+        return ("Task storage is freed with the task_struct (delayed_put_task_struct, an RCU "
+                "callback), %s: task frees remote per create %.2f." % (where, per))
 
     def body(self):
         out = [self.table(st) for st in self.storage_types] + [self.notes(), self.counters()]
