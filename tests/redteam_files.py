@@ -198,7 +198,6 @@ def run_cell(entry, kind):
         else:
             cmd = [PY, "-c", _child_code(entry, path)]
         env = dict(os.environ, **entry.env)
-        env.setdefault("PYTHONPATH", os.path.join(ROOT, "python"))
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -33,7 +33,6 @@ def _valid_plugin(tmp):
     with _LOCK:
         if not _WARM:
             env = dict(os.environ, ALLOCLAB_CACHE=CACHE)
-            env.setdefault("PYTHONPATH", os.path.join(ROOT, "python"))
             subprocess.run([PY, "-c", "import sys; from alloclab import plugin; "
                             "plugin.compile_file(sys.argv[1]); plugin.preload_shim(sys.argv[1])",
                             p], env=env, check=True, stdout=subprocess.DEVNULL,

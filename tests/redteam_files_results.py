@@ -32,7 +32,6 @@ def _made_result():
             d = tempfile.mkdtemp(prefix="alloclab-rtf-result-")
             p = os.path.join(d, "r.json")
             env = dict(os.environ)
-            env.setdefault("PYTHONPATH", os.path.join(ROOT, "python"))
             subprocess.run([PY, "-m", "alloclab"] + RUN + ["--json", p], env=env, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
             _MADE["result"] = p
