@@ -44,7 +44,7 @@ from .executors import check_executor
 from ..cbind._ffi import cstr, error, ffi, lib
 from ..policies.policy import Policy, check_compatible
 from ..results.hist import Histogram
-from ..results.result import Result, run_metrics
+from ..results.result import Result, run_metrics, uniq
 from ..host.machine import collect_metadata
 from ..results.stats import STEAL_WARN_PCT, describe
 from ..traces import replay
@@ -104,14 +104,6 @@ def _choice(kind, v, table):
     if not isinstance(v, str) or v not in table:
         raise errors.UnknownNameError.make(kind, v, list(table))
     return v
-
-
-def _dedupe(vals):
-    out = []
-    for v in vals:
-        if v not in out:
-            out.append(v)
-    return out
 
 
 # How much to measure, as pyperf's --fast / default / --rigorous: runs per
@@ -309,7 +301,7 @@ def _policies(wl, policy):
     """The policies of a request, deduplicated, each available (its peer
     installed: PeerUnavailable with the apt-get line) and able to serve the
     workload."""
-    policies = _dedupe([Policy(p) for p in _as_list(policy, "policy")])
+    policies = uniq([Policy(p) for p in _as_list(policy, "policy")])
     for pol in policies:
         peers.needed(pol)
         check_compatible(wl, pol)
@@ -333,10 +325,10 @@ def _stats_levels(stats):
 def _axes(wl, producers, cpu, timing, params):
     """Every axis of the grid but the policy, validated: producers, cpu,
     timing and each workload parameter (by name, dashes or underscores)."""
-    axes = {"producers": _dedupe([_int_in("producers", p, 1, MAX_PRODUCERS)
+    axes = {"producers": uniq([_int_in("producers", p, 1, MAX_PRODUCERS)
                                   for p in _as_list(producers, "producers")]),
-            "cpu": _dedupe([_choice("cpu mode", c, CPU_MODES) for c in _as_list(cpu, "cpu")]),
-            "timing": _dedupe([_choice("timing", t, TIMINGS)
+            "cpu": uniq([_choice("cpu mode", c, CPU_MODES) for c in _as_list(cpu, "cpu")]),
+            "timing": uniq([_choice("timing", t, TIMINGS)
                                for t in _as_list(timing, "timing")])}
     given = {}
     for k, v in params.items():
@@ -344,7 +336,7 @@ def _axes(wl, producers, cpu, timing, params):
         p = wl.param(name)  # UnknownNameError listing the valid ones
         if name in given:
             raise errors.InvalidArgument("parameter %s given twice" % name)
-        given[name] = _dedupe([p.parse(x) for x in _as_list(v, name)])
+        given[name] = uniq([p.parse(x) for x in _as_list(v, name)])
     if wl.name == "nmi":
         _check_nmi_rates(given.get("rate", ()))
     axes["wparams"] = [given.get(p.name, [p.default]) for p in wl.params]
@@ -524,8 +516,9 @@ def _check_nmi_rates(rates):
                 name="rate", value=r, min=0, max=int(mx))
 
 
-def _watchdog_ns(watchdog):
-    """Validate watchdog (seconds, 0 = off)."""
+def check_watchdog(watchdog):
+    """Seconds as a float (0: off), or ParameterTypeError / ParameterRangeError
+    naming the value: 0, or 0.001 to MAX_SECONDS (run's and the shim's)."""
     if isinstance(watchdog, bool) or not isinstance(watchdog, numbers.Real):
         raise errors.ParameterTypeError("watchdog must be a number of seconds, not %r"
                                         % (watchdog,), name="watchdog", value=watchdog)
@@ -535,7 +528,12 @@ def _watchdog_ns(watchdog):
         raise errors.ParameterRangeError(
             "watchdog=%r is out of range: 0 (off) or 0.001 to %g seconds"
             % (watchdog, MAX_SECONDS), name="watchdog", value=watchdog, min=0, max=MAX_SECONDS)
-    return int(round(watchdog * 1e9))
+    return watchdog
+
+
+def _watchdog_ns(watchdog):
+    """Validate watchdog (seconds, 0 = off); in nanoseconds."""
+    return int(round(check_watchdog(watchdog) * 1e9))
 
 
 def _measure_options(histogram, mem_sample):

@@ -230,11 +230,14 @@ def fmt_value(v):
 
 
 def uniq(vals):
+    """The distinct values of ``vals``, in the order they first appear (values
+    need not be hashable: parameters may be lists)."""
     out = []
     for v in vals:
         if v not in out:
             out.append(v)
     return out
+
 
 def _clock_share(metric, pts):
     """For a latency metric of workloads that count the clock reads in

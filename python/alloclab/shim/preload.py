@@ -57,9 +57,7 @@ EXIT_STALLED. A process stopped (SIGSTOP, ^Z) is not counted as stuck.
 import errno
 import glob
 import json
-import math
 import mmap
-import numbers
 import os
 import re
 import shutil
@@ -74,7 +72,7 @@ from .. import errors
 from ..cbind import schema
 from ..cbind._ffi import preload_path
 from ..policies.policy import Policy
-from ..measure.run import MAX_SECONDS, STATS_LEVEL_NAMES, STATS_LEVELS
+from ..measure.run import STATS_LEVEL_NAMES, STATS_LEVELS, check_watchdog
 from ..cbind._ffi import lib
 
 MIN_SHARE = 0.99
@@ -438,21 +436,6 @@ def glibc_error(st, returncode=None):
     if returncode:
         msg += " (the program exited %d)" % returncode
     return msg + "; --allow-glibc (allow_glibc=True) accepts such a run"
-
-
-def check_watchdog(watchdog):
-    """Seconds as a float (0: off), or ParameterTypeError / ParameterRangeError
-    naming the value: 0, or 0.001 to MAX_SECONDS, as run(watchdog=)."""
-    if isinstance(watchdog, bool) or not isinstance(watchdog, numbers.Real):
-        raise errors.ParameterTypeError("watchdog must be a number of seconds, not %r"
-                                        % (watchdog,), name="watchdog", value=watchdog)
-    watchdog = float(watchdog)
-    if not math.isfinite(watchdog) or watchdog < 0 or 0 < watchdog < 1e-3 or \
-            watchdog > MAX_SECONDS:
-        raise errors.ParameterRangeError(
-            "watchdog=%r is out of range: 0 (off) or 0.001 to %g seconds"
-            % (watchdog, MAX_SECONDS), name="watchdog", value=watchdog, min=0, max=MAX_SECONDS)
-    return watchdog
 
 
 class _Watch:
