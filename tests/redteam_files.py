@@ -96,6 +96,17 @@ class Entry:
         return "ok" if kind in OUTPUT_OK | OUTPUT_OK_TOO else "refused"
 
 
+def is_png(path, out, err):
+    """An entry's ok check for a figure written to FILE: a PNG (a device or a
+    pipe: nothing to read back)."""
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        if f.read(8) != b"\x89PNG\r\n\x1a\n":
+            return "FILE is not a PNG"
+    return None
+
+
 def _valid_path(entry, tmp):
     v = entry.valid
     if callable(v):

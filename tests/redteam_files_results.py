@@ -13,11 +13,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 
-from redteam_files import PY, ROOT, Entry
+from redteam_files import PY, ROOT, Entry, is_png
 
 _LOCK = threading.Lock()
 _MADE = {}
@@ -79,15 +78,6 @@ def _is_csv(path, out, err):
     return None
 
 
-def _is_png(path, out, err):
-    if not path or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        if f.read(8) != b"\x89PNG\r\n\x1a\n":
-            return "FILE is not a PNG"
-    return None
-
-
 def _is_journal(path, out, err):
     if not path or not os.path.isfile(path):
         return None
@@ -115,7 +105,7 @@ ENTRIES = [
     Entry("results:compare A FILE", argv=_compare_argv(False), **_READ),
     Entry("results:run --json", role="output", argv=RUN + ["--json", "FILE"], ok=_is_result),
     Entry("results:run --csv", role="output", argv=RUN + ["--csv", "FILE"], ok=_is_csv),
-    Entry("results:run --plot", role="output", argv=RUN + ["--plot", "FILE"], ok=_is_png),
+    Entry("results:run --plot", role="output", argv=RUN + ["--plot", "FILE"], ok=is_png),
     # A journal is read before it is written: an existing regular file that is
     # not a journal of this sweep (a 64-GiB hole, an ELF binary) is refused
     # and left as it is, and so is a device (a journal is read back to
@@ -131,7 +121,7 @@ ENTRIES = [
     Entry("results:list --plugin", argv=["list", "--plugin", "FILE", "layers"], **_PLUGIN),
     Entry("results:compare --plot", role="output",
           argv=lambda tmp: ["compare", valid_result(tmp), other_result(tmp), "--plot", "FILE"],
-          ok=_is_png),
+          ok=is_png),
     Entry("results:Result.from_json(Path)", code="import pathlib\n"
           "al.Result.from_json(pathlib.Path(FILE))", **_READ),
     Entry("results:Result.from_json(str)", code="al.Result.from_json(FILE)", **_READ,

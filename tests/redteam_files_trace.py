@@ -14,7 +14,7 @@ runs (docs/record.md).
 import os
 import threading
 
-from redteam_files import Entry
+from redteam_files import Entry, is_png
 
 _LOCK = threading.Lock()
 _MADE = {}
@@ -69,15 +69,6 @@ def _is_recorded(path, out, err):
     return _is_trace(path, out, err, ops=0)
 
 
-def _is_png(path, out, err):
-    if not path or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        if f.read(8) != b"\x89PNG\r\n\x1a\n":
-            return "FILE is not a PNG"
-    return None
-
-
 # As root a mode-000 file is still readable and writable.
 _ROOT = os.geteuid() == 0
 _READ = dict(role="input", valid=_valid, expect={"unreadable": "ok"} if _ROOT else {})
@@ -88,7 +79,7 @@ ENTRIES = [
     Entry("trace:record --out", argv=["record", "--out", "FILE", "--", "true"],
           **dict(_WRITE, ok=_is_recorded)),
     Entry("trace:trace info", argv=["trace", "info", "FILE"], **_READ),
-    Entry("trace:trace info --plot", role="output", ok=_is_png,
+    Entry("trace:trace info --plot", role="output", ok=is_png,
           argv=lambda tmp: ["trace", "info", _valid(tmp), "--plot", "FILE"],
           expect={} if _ROOT else {"unreadable": "refused"}),
     Entry("trace:run replay --trace",

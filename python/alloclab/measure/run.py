@@ -516,19 +516,26 @@ def _check_nmi_rates(rates):
                 name="rate", value=r, min=0, max=int(mx))
 
 
+def _seconds(name, value, least, zero):
+    """``value`` (seconds) as a float: 0 (``zero`` says what that means) or
+    ``least`` to MAX_SECONDS; ParameterTypeError / ParameterRangeError naming
+    ``name`` and the value otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise errors.ParameterTypeError("%s must be a number of seconds, not %r"
+                                        % (name, value), name=name, value=value)
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or 0 < value < least or value > MAX_SECONDS:
+        raise errors.ParameterRangeError(
+            "%s=%r is out of range: 0 (%s) or %g to %g seconds"
+            % (name, value, zero, least, MAX_SECONDS), name=name, value=value, min=0,
+            max=MAX_SECONDS)
+    return value
+
+
 def check_watchdog(watchdog):
     """Seconds as a float (0: off), or ParameterTypeError / ParameterRangeError
     naming the value: 0, or 0.001 to MAX_SECONDS (run's and the shim's)."""
-    if isinstance(watchdog, bool) or not isinstance(watchdog, numbers.Real):
-        raise errors.ParameterTypeError("watchdog must be a number of seconds, not %r"
-                                        % (watchdog,), name="watchdog", value=watchdog)
-    watchdog = float(watchdog)
-    if not math.isfinite(watchdog) or watchdog < 0 or 0 < watchdog < 1e-3 or \
-            watchdog > MAX_SECONDS:
-        raise errors.ParameterRangeError(
-            "watchdog=%r is out of range: 0 (off) or 0.001 to %g seconds"
-            % (watchdog, MAX_SECONDS), name="watchdog", value=watchdog, min=0, max=MAX_SECONDS)
-    return watchdog
+    return _seconds("watchdog", watchdog, 1e-3, "off")
 
 
 def _watchdog_ns(watchdog):
@@ -541,16 +548,7 @@ def _measure_options(histogram, mem_sample):
     if not isinstance(histogram, bool):
         raise errors.ParameterTypeError("histogram must be True or False, not %r" % (histogram,),
                                         name="histogram", value=histogram)
-    if isinstance(mem_sample, bool) or not isinstance(mem_sample, numbers.Real):
-        raise errors.ParameterTypeError("mem_sample must be a number of seconds, not %r"
-                                        % (mem_sample,), name="mem_sample", value=mem_sample)
-    mem_sample = float(mem_sample)
-    if not math.isfinite(mem_sample) or mem_sample < 0 or 0 < mem_sample < 1e-4 or \
-            mem_sample > MAX_SECONDS:
-        raise errors.ParameterRangeError(
-            "mem_sample=%r is out of range: 0 (sample at the phase's ends only) or 0.0001 to "
-            "%g seconds" % (mem_sample, MAX_SECONDS), name="mem_sample", value=mem_sample,
-            min=0, max=MAX_SECONDS)
+    mem_sample = _seconds("mem_sample", mem_sample, 1e-4, "sample at the phase's ends only")
     return histogram, int(round(mem_sample * 1e9))
 
 
