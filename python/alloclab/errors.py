@@ -26,6 +26,7 @@ __all__ = [
     "FileFormatError",
     "ParameterRangeError",
     "IncomparableError",
+    "MissingMetricError",
     "IncompatiblePolicyError",
     "PoolingError",
     "PolicySyntaxError",
@@ -165,6 +166,16 @@ class ParameterRangeError(InvalidArgument):
 class IncomparableError(InvalidArgument):
     """compare() was asked to set results side by side that measure
     different things (different workloads); the message names both."""
+
+
+class MissingMetricError(InvalidArgument):
+    """A result lacks metrics that a computation needs (lock hold times
+    are measured at stats="full" only, and only for timed locks). The
+    message names them and how to get them; ``missing`` lists the metric
+    names and ``needed_for`` what wanted them."""
+
+    missing = ()
+    needed_for = None
 
 
 class IncompatiblePolicyError(InvalidArgument):
