@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ALR_ABI 1
+#define ALR_ABI 2
 
 /* Events the object reports through env->event (and counts in alr_entry.stat). */
 enum alr_event {
@@ -76,6 +76,7 @@ struct alr_entry {
 	uint64_t (*stat)(unsigned ev); /* totals of enum alr_event */
 	const char *(*last_msg)(void); /* the last printk text, "" if none */
 	void (*unbind)(void);	       /* unmap the arena (after destroy) */
+	void (*pages_lock)(int take);  /* take (1) or release (0) the page mutex: fork() */
 };
 
 typedef int (*alr_bind_fn)(const struct alr_env *env, struct alr_entry *out);

@@ -56,6 +56,7 @@ ALR_HIDDEN uintptr_t alr_arena_lo(void);
 ALR_HIDDEN size_t alr_arena_span(void);
 ALR_HIDDEN uint64_t alr_stat(unsigned ev);
 ALR_HIDDEN const char *alr_last_msg(void);
+ALR_HIDDEN void alr_pages_lock(int take);
 
 static inline void enter(const void *ctx, unsigned cpu)
 {
@@ -155,6 +156,7 @@ __attribute__((visibility("default"))) int alr_bind(const struct alr_env *env,
 		.stat = alr_stat,
 		.last_msg = alr_last_msg,
 		.unbind = e_unbind,
+		.pages_lock = alr_pages_lock,
 	};
 	return 0;
 }

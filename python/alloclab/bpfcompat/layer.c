@@ -105,6 +105,7 @@ struct lar {
 	bool inited;			 /* buddy_init succeeded: destroy at fini */
 	void *lock_addr[ALR_LOCKS];	 /* the tree's lock words, claimed by CAS */
 	struct al_lock locks[ALR_LOCKS]; /* the al_lock standing for each */
+	unsigned fork_held;		 /* locks fork_lock took (released by fork_unlock) */
 	struct al_counters ctr;		 /* lar_counters */
 };
 
@@ -387,6 +388,43 @@ static void lar_stats(struct al_allocator *a, struct al_stats *out)
 				   l->t.stat(ALR_EV_PAGES_ALLOC) - l->t.stat(ALR_EV_PAGES_FREE));
 }
 
+/* fork(): the tree's locks (in the order they were claimed), then the
+ * copy's page mutex, which the tree may take under its lock (chunk growth):
+ * the child inherits none of them held by a thread it does not have. */
+static int lar_fork_lock(struct al_allocator *a, struct al_ctx *c)
+{
+	struct lar *l = to_lar(a);
+	unsigned n;
+	int ret = 0;
+
+	for (n = 0; n < ALR_LOCKS && __atomic_load_n(&l->lock_addr[n], __ATOMIC_ACQUIRE); n++) {
+		ret = al_lock_acquire(&l->locks[n], c);
+		if (ret)
+			break;
+	}
+	if (ret) {
+		while (n--)
+			al_lock_release(&l->locks[n], c);
+		return ret;
+	}
+	l->fork_held = n;
+	if (l->bound)
+		l->t.pages_lock(1);
+	return 0;
+}
+
+static void lar_fork_unlock(struct al_allocator *a, struct al_ctx *c)
+{
+	struct lar *l = to_lar(a);
+	unsigned n = l->fork_held;
+
+	if (l->bound)
+		l->t.pages_lock(0);
+	while (n--)
+		al_lock_release(&l->locks[n], c);
+	l->fork_held = 0;
+}
+
 static void lar_fini_all(struct al_allocator *a)
 {
 	lar_fini(a);
@@ -419,6 +457,8 @@ static const struct al_ops lar_ops = {
 	.usable_size = lar_usable_size,
 	.stats = lar_stats,
 	.destroy = lar_destroy,
+	.fork_lock = lar_fork_lock,
+	.fork_unlock = lar_fork_unlock,
 };
 
 static int lar_create_(const struct al_layer_desc *d, const int64_t *params,
@@ -442,13 +482,7 @@ static const struct al_layer_desc lar_desc = {
 	.min_align = 16,
 };
 
-static int lar_status_ = 1;
-__attribute__((constructor)) static void lar_register_(void)
-{
-	lar_status_ = al_layer_register(&lar_desc);
-}
-
-int alloclab_plugin_status(void)
-{
-	return lar_status_;
-}
+/* Found in the al_layers section where the object links the library in (a
+ * preload shim built with this layer), registered by its constructor where
+ * it is loaded beside the library (a plugin module). */
+AL_REGISTER_LAYER(lar_desc)

@@ -124,6 +124,14 @@ ALR_HIDDEN void alr_spin_unlock(void *lock)
 	__atomic_store_n(&tas_lock, 0, __ATOMIC_RELEASE);
 }
 
+ALR_HIDDEN void alr_pages_lock(int take)
+{
+	if (take)
+		pthread_mutex_lock(&pages_mu);
+	else
+		pthread_mutex_unlock(&pages_mu);
+}
+
 /* Reserve the arena: 4 GiB aligned to 4 GiB, PROT_NONE. */
 ALR_HIDDEN int alr_arena_init(void)
 {

@@ -6,6 +6,7 @@
     al.run("malloc-free", "libarena(tree=/path/to/libarena)")   # the same, in a spec
 
     alloclab libarena test /path/to/libarena      # the tree's selftests, in user space
+    alloclab preload --policy 'libarena(tree=/path/to/libarena)' -- CMD   # a program's malloc
 
 A *tree* is the libarena folder of a kernel checkout, or any copy of it:
 ``src/buddy.bpf.c``, ``src/common.bpf.c`` and ``include/libarena/``. Its
@@ -30,6 +31,11 @@ The layer is registered as ``libarena`` for the tree named by
 ``$ALLOCLAB_LIBARENA`` and as ``libarena_<hash>`` for a tree named in a spec
 (``libarena(tree=PATH)``, rewritten to that name before the spec is parsed,
 with the layer's other parameters kept).
+
+Under the preload shim (alloclab.shim.preload.command), a policy with such a
+layer gets a shim with layer.c compiled in for each tree (preload_shim()),
+cached by content; each process image loads its private copy of the tree's
+object when it builds its policy.
 
 Errors: LibarenaTreeError (not a libarena tree), LibarenaCompileError (the
 compiler's first errors, with file and line; a helper the stand-in lacks is
@@ -278,7 +284,7 @@ def _cffi():
         with open(os.path.join(COMPAT_DIR, "alr.h")) as f:
             text = f.read()
         body = text[text.index("enum alr_event"):text.index("typedef int (*alr_bind_fn)")]
-        ffi.cdef(body.replace("#define ALR_ABI 1", "") +
+        ffi.cdef(re.sub(r"#define ALR_ABI \d+", "", body) +
                  "int alr_bind(const struct alr_env *env, struct alr_entry *out);")
         _ffi = ffi
     return _ffi
@@ -407,6 +413,7 @@ def run_tests(tree):
 # ---- the layer ----
 
 _by_tree = {}  # (tree, object) -> layer name
+_layers = {}   # layer name -> {"tree", "object", "args": how layer.c is compiled for it}
 
 
 def load(tree=None, name=None):
@@ -430,15 +437,87 @@ def load(tree=None, name=None):
         os.unlink(obj)  # nothing left behind: the next try builds it again
         raise
     feats = _features(tree)
-    with open(os.path.join(COMPAT_DIR, "layer.c")) as f:
-        source = f.read()
-    plugin.compile(name, source, extra_compile_args=[
-        "-D_GNU_SOURCE", "-I" + COMPAT_DIR, "-DALR_LAYER_NAME=\"%s\"" % name,
-        "-DALR_OBJECT=\"%s\"" % obj.replace("\\", "\\\\").replace('"', '\\"'),
-        "-DALR_HAS_BULK=%d" % feats["bulk"], "-DALR_MAX_SIZE=%dULL" % max_size,
-        "-DALR_LAYER_DOC=\"%s\"" % _doc(feats)])
+    args = _layer_args(name, obj, feats, max_size)
+    plugin.compile(name, _layer_source(), extra_compile_args=args)
     _by_tree[key] = name
+    _layers[name] = {"tree": tree, "object": obj, "args": args}
     return name
+
+
+def _layer_source():
+    with open(os.path.join(COMPAT_DIR, "layer.c")) as f:
+        return f.read()
+
+
+def _c_str(s):
+    return '"%s"' % s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _layer_args(name, obj, feats, max_size):
+    """How layer.c is compiled for one tree (a plugin module, or a unit of a
+    preload shim)."""
+    return ["-D_GNU_SOURCE", "-I" + COMPAT_DIR, "-DALR_LAYER_NAME=" + _c_str(name),
+            "-DALR_OBJECT=" + _c_str(obj), "-DALR_HAS_BULK=%d" % feats["bulk"],
+            "-DALR_MAX_SIZE=%dULL" % max_size, "-DALR_LAYER_DOC=" + _c_str(_doc(feats))]
+
+
+def layers_in(policy):
+    """The libarena layers (registered in this process) a policy names, top first."""
+    return [n for n in policy.names if n in _layers]
+
+
+def preload_shim(names):
+    """A preload shim (its path; built once, cached by content) with the
+    libarena layers ``names`` compiled in, so that ``alloclab preload
+    --policy 'libarena(tree=DIR)'`` runs a program's malloc on the tree's
+    own buddy: each layer is a unit of the shim (registered through its
+    al_layers section, so the shim finds it before any constructor runs),
+    and each process image loads its private copy of the tree's object from
+    the cache when its policy is built."""
+    from ..cbind._ffi import include_dir
+
+    ar = plugin.preload_archive()
+    if not os.path.exists(ar):
+        raise errors.AlloclabError("the shim archive is not built: %s is missing" % ar)
+    cc = _cc()
+    flags = plugin.library_cflags(preload=True) + ["-I" + include_dir()]
+    source = _layer_source()
+    h = hashlib.sha256()
+    with open(ar, "rb") as f:
+        h.update(f.read())
+    for hdr in _files(include_dir(), "", (".h",)) + [os.path.join(COMPAT_DIR, "alr.h")]:
+        with open(hdr, "rb") as f:
+            h.update(hdr.encode() + b"\0" + f.read())
+    h.update("\0".join(cc + flags + [source] + [a for n in names for a in _layers[n]["args"]]
+                       + [_cc_id(cc)]).encode())
+    out = os.path.join(_object_dir(), "shim-%s.so" % h.hexdigest()[:16])
+    if os.path.exists(out):
+        return out
+    with tempfile.TemporaryDirectory(prefix="alloclab-libarena-shim-") as tmp:
+        src = os.path.join(tmp, "layer.c")
+        with open(src, "w") as f:
+            f.write(source)
+        objs = []
+        for i, n in enumerate(names):
+            o = os.path.join(tmp, "%d.o" % i)
+            proc = subprocess.run(cc + flags + _layers[n]["args"] + ["-c", src, "-o", o],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                raise LibarenaCompileError("the libarena layer %s does not compile into the "
+                                           "preload shim:\n%s" % (n, _first_errors(proc.stderr)),
+                                           name=n, compiler_output=proc.stderr)
+            objs.append(o)
+        so = os.path.join(tmp, "shim.so")
+        proc = subprocess.run(cc + ["-shared"] + flags + objs + [
+            "-Wl,--whole-archive", ar, "-Wl,--no-whole-archive", "-lm", "-ldl", "-o", so],
+            capture_output=True, text=True)
+        if proc.returncode:
+            raise LibarenaCompileError("the preload shim with the libarena layers %s does not "
+                                       "link:\n%s" % (", ".join(names),
+                                                       _first_errors(proc.stderr)),
+                                       name=names[0], compiler_output=proc.stderr)
+        os.replace(so, out)  # whole or not at all
+    return out
 
 
 def _doc(feats):

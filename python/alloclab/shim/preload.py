@@ -71,6 +71,7 @@ import time
 from .. import errors
 from ..cbind import schema
 from ..cbind._ffi import preload_path
+from ..policies import libarena_real
 from ..policies.policy import Policy
 from ..measure.run import STATS_LEVEL_NAMES, STATS_LEVELS, check_watchdog
 from ..cbind._ffi import lib
@@ -234,6 +235,15 @@ def command(policy, argv, stats=None, env=None, shim=None, verbose=False, level=
                                      "no records", value=stats)
     if not argv:
         raise errors.InvalidArgument("preload needs a command to run")
+    real = libarena_real.layers_in(pol)
+    if real and shim:
+        raise errors.InvalidArgument(
+            "policy %r runs libarena's own code (%s), which the shim gets compiled in: it "
+            "cannot be combined with a shim built with another plugin" % (str(pol),
+                                                                        ", ".join(real)),
+            value=str(pol))
+    if real:
+        shim = libarena_real.preload_shim(real)
     # ld.so searches its library path for a name without a slash, and a
     # relative path is read from each process's own working directory
     shim = os.path.abspath(shim or preload_path())
