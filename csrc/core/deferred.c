@@ -40,11 +40,27 @@
  * stores into the open batch; a seal is one spinlock round trip on the
  * global GP state.
  *
+ * RCU Tasks Trace
+ * ---------------
+ * Per domain (struct tt), a state machine stepped by whichever CPU takes
+ * the poll's slow path (tt_advance): one trylock and one clock read when a
+ * callback or a GP is pending, nothing otherwise. Phases: TT_IDLE (callbacks
+ * queued wait for the lazy timer, or urgent_gp, and for gp_sleep after the
+ * last GP), TT_RCU (waiting for a plain GP: the classic postscan, or one
+ * SRCU-fast scan), TT_HOLD (classic: sleeping until the next holdout pass),
+ * TT_CBDELAY (SRCU: cbdelay before the callbacks run). A CPU's holdout state
+ * (defer_cpu.tt_hold) goes WAIT (a holdout) -> IPI (sent: the target's todo
+ * has AL_DEFER_TT_IPI) -> DONE (its handler ran on the target) -> NONE
+ * (dropped by the next pass). Callbacks are queued, covered by the running
+ * GP (in_gp) or ready; they run outside the lock, on the stepping CPU.
+ * Times are in ticks; a jiffy is 1/hz s.
+ *
  * Lock order: a domain's run_lock (thread mode, and al_defer_flush in it)
- * before gp.lock; gp.lock is a leaf (nothing else is taken under it, and no
- * callback runs under it). Callbacks and irq_work functions run under
- * run_lock in thread mode and under no lock of this file inline, so they
- * may take their layer's locks.
+ * before tt.lock before gp.lock; gp.lock and tt.lock are leaves but for
+ * that order (gp.lock: nothing else is taken under it; tt.lock: only
+ * gp.lock, to request a grace period), and no callback runs under either.
+ * Callbacks and irq_work functions run under run_lock in thread mode and
+ * under no lock of this file inline, so they may take their layer's locks.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -226,7 +242,38 @@ struct defer_cpu {
 	struct rcu_batch *pool;	     /* lock-free stack of free batches, pushed by executors */
 	struct rcu_batch *pool_own;  /* free batches taken by the owner */
 	uint64_t nbatches;	     /* batches this CPU allocated (freed at destroy) */
+	int tt_hold;		     /* TT_H_*: this CPU in the running tasks-trace GP */
 } __attribute__((aligned(AL_CACHELINE)));
+
+/* A CPU's part in a classic tasks-trace GP (its running task as a holdout). */
+enum { TT_H_NONE = 0, TT_H_WAIT = 1, TT_H_IPI = 2, TT_H_DONE = 3 };
+enum { TT_IDLE = 0, TT_RCU = 1, TT_HOLD = 2, TT_CBDELAY = 3 };
+
+struct tt_list {
+	struct al_rcu_head *head; /* FIFO */
+	struct al_rcu_head *tail; /* last */
+	unsigned n;		  /* callbacks */
+};
+
+/* A domain's RCU Tasks Trace engine (the kernel's rcu_tasks_trace kthread). */
+struct tt {
+	int lock;	       /* guards the rest; only gp.lock is taken under it */
+	int busy;	       /* callbacks or a GP pending (read without the lock) */
+	int phase;	       /* TT_* */
+	unsigned urgent;       /* urgent_gp: GPs that need not wait for the lazy timer */
+	unsigned fract;	       /* classic: the holdout sleep, jiffies */
+	unsigned scan;	       /* SRCU: the scan running, 1 or 2 */
+	unsigned nholdout;     /* classic: holdout CPUs left */
+	uint64_t seq;	       /* GPs started */
+	uint64_t done;	       /* GPs completed */
+	uint64_t lazy_at;      /* ticks: the lazy timer (SRCU: the GP work's start), 0: off */
+	uint64_t next_at;      /* ticks: the running GP's next step */
+	uint64_t idle_at;      /* ticks: no GP starts before (gp_sleep) */
+	uint64_t rcu_need;     /* plain GP the running step waits for */
+	struct tt_list queued; /* not covered by a GP yet */
+	struct tt_list in_gp;  /* covered by the running GP */
+	struct tt_list ready;  /* GP over, not run yet */
+};
 
 /* The domain counts every entry of AL_DEFER_COUNTERS (deferred.h), which
  * the owning layer's list declares as reported by its stats(). */
@@ -243,6 +290,13 @@ struct defer {
 	uint64_t latency_ticks; /* minimum grace-period length */
 	struct defer_cpu *cpu;	/* ncpu entries */
 	struct al_counters ctr; /* DEFER_COUNTERS */
+	/* RCU Tasks Trace */
+	int tt_mode;	    /* enum al_ttrace_mode */
+	unsigned tt_hz;	    /* jiffies per second */
+	unsigned tt_fract0; /* classic: init_fract and gp_sleep, HZ/200 jiffies (at least 1) */
+	uint64_t tt_jiffy;  /* ticks per jiffy */
+	uint64_t tt_lazy;   /* classic: ticks of the lazy timer, 0: no batching */
+	struct tt tt;	    /* the engine */
 	/* thread mode */
 	pthread_t helper;	  /* the helper thread */
 	bool helper_started;	  /* helper is running */
@@ -343,8 +397,9 @@ static int ipi_install(void)
 	return 0;
 }
 
-/* Take the interrupt that runs raised irq_work, timed at stats=full. */
-static void ipi_take(struct defer *d, const struct al_ctx *x)
+/* Take an interrupt on x's CPU (raised irq_work, or a tasks-trace GP's IPI),
+ * timed at stats=full. */
+static void ipi_take(struct defer *d, const struct al_ctx *x, bool irq_work)
 {
 	uint64_t *k = al_ctr_block(&d->ctr, x);
 	uint64_t t0 = 0;
@@ -355,7 +410,8 @@ static void ipi_take(struct defer *d, const struct al_ctx *x)
 	if (t0)
 		al_ctr_add(k, DEFER_irq_work_ipi_ns,
 			   (uint64_t)al_ticks_to_ns((double)(al_ticks() - t0)));
-	al_ctr_add(k, DEFER_irq_work_ipis, 1);
+	if (irq_work)
+		al_ctr_add(k, DEFER_irq_work_ipis, 1);
 }
 
 /* Run the raised irq_work of x->cpu, oldest first, at x's level. */
@@ -366,7 +422,7 @@ static void run_irq_work(struct defer *d, struct al_ctx *x)
 
 	w = __atomic_exchange_n(&dc->raised, NULL, __ATOMIC_ACQUIRE);
 	if (w && d->mode == AL_IRQ_WORK_IPI)
-		ipi_take(d, x);
+		ipi_take(d, x, true);
 	for (; w; w = next) { /* the stack is newest first */
 		next = w->next;
 		w->next = rev;
@@ -555,6 +611,316 @@ static void run_rcu(struct defer *d, struct al_ctx *x, bool force)
 			 __ATOMIC_RELAXED);
 }
 
+/* ---- RCU Tasks Trace ---- */
+
+static void tt_lock(struct tt *t)
+{
+	while (__atomic_exchange_n(&t->lock, 1, __ATOMIC_ACQUIRE))
+		al_cpu_relax();
+}
+
+static bool tt_trylock(struct tt *t)
+{
+	return !__atomic_exchange_n(&t->lock, 1, __ATOMIC_ACQUIRE);
+}
+
+static void tt_unlock(struct tt *t)
+{
+	__atomic_store_n(&t->lock, 0, __ATOMIC_RELEASE);
+}
+
+static void tt_append(struct tt_list *to, struct tt_list *from)
+{
+	if (!from->head)
+		return;
+	if (to->tail)
+		to->tail->next = from->head;
+	else
+		to->head = from->head;
+	to->tail = from->tail;
+	to->n += from->n;
+	from->head = from->tail = NULL;
+	from->n = 0;
+}
+
+static void tt_set_busy(struct tt *t)
+{
+	__atomic_store_n(&t->busy, t->queued.n || t->in_gp.n || t->ready.n || t->phase != TT_IDLE,
+			 __ATOMIC_RELEASE);
+}
+
+static uint64_t tt_jiffies(const struct defer *d, uint64_t j)
+{
+	return j * d->tt_jiffy;
+}
+
+int al_call_rcu_tasks_trace(struct al_defer *pub, struct al_ctx *c, struct al_rcu_head *h,
+			    void (*func)(struct al_rcu_head *h, struct al_ctx *c))
+{
+	struct defer *d = to_defer(pub);
+	struct tt *t = &d->tt;
+	unsigned pending;
+
+	if (d->tt_mode == AL_TTRACE_PLAIN)
+		return al_call_rcu(pub, c, h, func);
+	if (c->level == AL_CTX_NMI) {
+		al_count(&d->ctr, c, DEFER_rcu_refused, 1);
+		return -EBUSY;
+	}
+	h->func = func;
+	h->next = NULL;
+	tt_lock(t);
+	pending = t->queued.n + t->in_gp.n; /* rcu_segcblist_n_cbs */
+	if (d->tt_mode == AL_TTRACE_CLASSIC) {
+		/* call_rcu_tasks_generic: wake the kthread at rcu_task_lazy_lim
+		 * callbacks, else arm the lazy timer (no batching: wake when the
+		 * list was empty); a wake makes three GPs urgent */
+		if (pending == AL_TTRACE_LAZY_LIM)
+			t->urgent = 3;
+		else if (!t->lazy_at && d->tt_lazy)
+			t->lazy_at = al_ticks_fast() + d->tt_lazy;
+		else if (!d->tt_lazy && !pending)
+			t->urgent = 3;
+	} else if (t->phase == TT_IDLE && !t->lazy_at) {
+		/* srcu_funnel_gp_start: the GP work is queued !!srcu_get_delay() = 1 jiffy out */
+		t->lazy_at = al_ticks_fast() + tt_jiffies(d, 1);
+	}
+	if (t->queued.tail)
+		t->queued.tail->next = h;
+	else
+		t->queued.head = h;
+	t->queued.tail = h;
+	t->queued.n++;
+	tt_set_busy(t);
+	tt_unlock(t);
+	al_count(&d->ctr, c, DEFER_ttrace_callbacks, 1);
+	return 0;
+}
+
+uint64_t al_ttrace_gp_done(struct al_defer *pub)
+{
+	return __atomic_load_n(&to_defer(pub)->tt.done, __ATOMIC_ACQUIRE);
+}
+
+/* A plain grace period the engine waits for (synchronize_rcu). Lock held. */
+static void tt_wait_rcu(struct defer *d, uint64_t *k)
+{
+	d->tt.rcu_need = al_rcu_gp_request();
+	d->tt.phase = TT_RCU;
+	al_ctr_add(k, DEFER_ttrace_rcu_gps, 1);
+}
+
+/* The end of the running GP: its callbacks become ready. Lock held. */
+static void tt_end_gp(struct defer *d, uint64_t *k, uint64_t now)
+{
+	struct tt *t = &d->tt;
+
+	__atomic_store_n(&t->done, t->seq, __ATOMIC_RELEASE);
+	tt_append(&t->ready, &t->in_gp);
+	t->phase = TT_IDLE;
+	al_ctr_add(k, DEFER_ttrace_gps, 1);
+	if (d->tt_mode == AL_TTRACE_CLASSIC) {
+		t->idle_at = now + tt_jiffies(d, d->tt_fract0); /* rcu_tasks_kthread's gp_sleep */
+	} else if (t->queued.n) {
+		t->lazy_at = now + tt_jiffies(d, 1); /* srcu_reschedule: srcu_get_delay() */
+	}
+}
+
+/* Start a GP on x's CPU (the kthread's): lock held. */
+static void tt_start_gp(struct defer *d, const struct al_ctx *x, uint64_t *k)
+{
+	struct tt *t = &d->tt;
+	unsigned cpu;
+
+	t->seq++;
+	tt_append(&t->in_gp, &t->queued);
+	t->lazy_at = 0;
+	if (d->tt_mode == AL_TTRACE_CLASSIC) {
+		if (d->tt_lazy && t->urgent)
+			t->urgent--;
+		/* rcu_tasks_trace_pregp_step: every online CPU's running task; all
+		 * but the kthread's own are holdouts */
+		al_ctr_add(k, DEFER_ttrace_cpu_checks, d->ncpu);
+		t->nholdout = 0;
+		for (cpu = 0; cpu < d->ncpu; cpu++)
+			if (cpu != x->cpu) {
+				__atomic_store_n(&d->cpu[cpu].tt_hold, TT_H_WAIT, __ATOMIC_RELAXED);
+				t->nholdout++;
+			}
+	} else {
+		/* srcu_advance_state, SRCU_STATE_SCAN1: unlock then lock counters of
+		 * every possible CPU (srcu_readers_active_idx_check) */
+		t->scan = 1;
+		al_ctr_add(k, DEFER_ttrace_cpu_checks, 2ull * d->ncpu);
+	}
+	tt_wait_rcu(d, k); /* postscan's synchronize_rcu / the scan's */
+}
+
+/* A classic holdout pass (check_all_holdout_tasks_trace). Lock held. */
+static void tt_holdout_pass(struct defer *d, uint64_t *k)
+{
+	struct tt *t = &d->tt;
+	unsigned cpu;
+
+	for (cpu = 0; cpu < d->ncpu; cpu++) {
+		struct defer_cpu *dc = &d->cpu[cpu];
+		int h = __atomic_load_n(&dc->tt_hold, __ATOMIC_ACQUIRE);
+
+		if (h == TT_H_NONE)
+			continue;
+		al_ctr_add(k, DEFER_ttrace_cpu_checks, 1);
+		if (h == TT_H_WAIT) {
+			/* trc_wait_for_one_reader: the task is running, IPI its CPU */
+			__atomic_store_n(&dc->tt_hold, TT_H_IPI, __ATOMIC_RELEASE);
+			__atomic_fetch_or(&d->pub.pcpu[cpu].todo, AL_DEFER_TT_IPI,
+					  __ATOMIC_RELEASE);
+			al_ctr_add(k, DEFER_ttrace_ipis, 1);
+			wake_helper(d);
+			continue;
+		}
+		/* IPI not taken for a whole pass: an idle CPU, where the kernel's
+		 * handler runs at once; else DONE (its handler ran): drop it */
+		if (h == TT_H_IPI &&
+		    __atomic_compare_exchange_n(&dc->tt_hold, &h, TT_H_NONE, false,
+						__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			al_ctr_add(k, DEFER_ttrace_ipis_idle, 1);
+		else
+			__atomic_store_n(&dc->tt_hold, TT_H_NONE, __ATOMIC_RELEASE);
+		t->nholdout--;
+	}
+}
+
+/* Step the engine as far as time and the plain GPs allow. Lock held. */
+static void tt_step(struct defer *d, const struct al_ctx *x, uint64_t *k, uint64_t now)
+{
+	struct tt *t = &d->tt;
+	unsigned guard;
+
+	/* call_rcu_tasks_generic_timer: fires, makes a GP urgent, re-arms */
+	if (d->tt_mode == AL_TTRACE_CLASSIC && t->lazy_at && now >= t->lazy_at) {
+		if (t->queued.n || t->in_gp.n) {
+			if (!t->urgent)
+				t->urgent = 1;
+			t->lazy_at = now + d->tt_lazy;
+		} else {
+			t->lazy_at = 0;
+		}
+	}
+	for (guard = 0; guard < 8; guard++) {
+		switch (t->phase) {
+		case TT_IDLE:
+			if (!t->queued.n || now < t->idle_at)
+				return;
+			if (d->tt_mode == AL_TTRACE_CLASSIC ? !t->urgent
+							    : (!t->lazy_at || now < t->lazy_at))
+				return;
+			tt_start_gp(d, x, k);
+			break;
+		case TT_RCU:
+			if (__atomic_load_n(&al_rcu_gp_done, __ATOMIC_ACQUIRE) < t->rcu_need) {
+				gp_try_advance();
+				if (__atomic_load_n(&al_rcu_gp_done, __ATOMIC_ACQUIRE) <
+				    t->rcu_need)
+					return;
+			}
+			if (d->tt_mode == AL_TTRACE_SRCU) {
+				if (t->scan == 1) { /* srcu_flip, SRCU_STATE_SCAN2 */
+					t->scan = 2;
+					al_ctr_add(k, DEFER_ttrace_cpu_checks, 2ull * d->ncpu);
+					tt_wait_rcu(d, k);
+				} else { /* srcu_gp_end: callbacks cbdelay = 1 jiffy out */
+					t->phase = TT_CBDELAY;
+					t->next_at = now + tt_jiffies(d, 1);
+				}
+			} else if (t->nholdout) { /* rcu_tasks_wait_gp's first sleep */
+				t->fract = d->tt_fract0;
+				t->phase = TT_HOLD;
+				t->next_at = now + tt_jiffies(d, t->fract);
+			} else {
+				tt_end_gp(d, k, now);
+			}
+			break;
+		case TT_HOLD:
+			if (now < t->next_at)
+				return;
+			tt_holdout_pass(d, k);
+			if (!t->nholdout) {
+				tt_end_gp(d, k, now);
+				break;
+			}
+			if (t->fract < d->tt_hz)
+				t->fract++;
+			t->next_at = now + tt_jiffies(d, t->fract);
+			return;
+		default: /* TT_CBDELAY */
+			if (now < t->next_at)
+				return;
+			tt_end_gp(d, k, now);
+			break;
+		}
+	}
+}
+
+static void tt_run_list(struct defer *d, struct al_ctx *x, struct al_rcu_head *h)
+{
+	struct al_rcu_head *next;
+	uint64_t n = 0;
+
+	for (; h; h = next, n++) {
+		next = h->next;
+		x->err = 0;
+		h->func(h, x);
+	}
+	if (n)
+		al_count(&d->ctr, x, DEFER_ttrace_callbacks_run, n);
+}
+
+/* Step the engine from x's CPU and run the callbacks that are ready there;
+ * force (al_defer_flush): everything now, ignoring grace periods. */
+static void tt_advance(struct defer *d, struct al_ctx *x, bool force)
+{
+	struct tt *t = &d->tt;
+	struct tt_list run = { NULL, NULL, 0 };
+	unsigned cpu;
+
+	if (d->tt_mode == AL_TTRACE_PLAIN || !__atomic_load_n(&t->busy, __ATOMIC_ACQUIRE))
+		return;
+	if (force) {
+		tt_lock(t);
+		tt_append(&run, &t->ready);
+		tt_append(&run, &t->in_gp);
+		tt_append(&run, &t->queued);
+		if (t->phase != TT_IDLE) { /* the running GP is cut short, not counted */
+			__atomic_store_n(&t->done, t->seq, __ATOMIC_RELEASE);
+			for (cpu = 0; cpu < d->ncpu; cpu++)
+				__atomic_store_n(&d->cpu[cpu].tt_hold, TT_H_NONE, __ATOMIC_RELAXED);
+			t->nholdout = 0;
+			t->phase = TT_IDLE;
+		}
+		t->lazy_at = 0;
+	} else {
+		if (!tt_trylock(t))
+			return; /* whoever holds it steps it */
+		tt_step(d, x, al_ctr_block(&d->ctr, x), al_ticks_fast());
+		tt_append(&run, &t->ready);
+	}
+	tt_set_busy(t);
+	tt_unlock(t);
+	tt_run_list(d, x, run.head);
+}
+
+/* The IPI of a classic GP, taken on its target CPU (trc_read_check_handler):
+ * between two operations the CPU's task is outside any read-side section. */
+static void tt_ipi(struct defer *d, struct al_ctx *x)
+{
+	int h = TT_H_IPI;
+
+	if (d->mode == AL_IRQ_WORK_IPI)
+		ipi_take(d, x, false); /* counted as sent (ttrace_ipis) */
+	__atomic_compare_exchange_n(&d->cpu[x->cpu].tt_hold, &h, TT_H_DONE, false, __ATOMIC_ACQ_REL,
+				    __ATOMIC_RELAXED);
+}
+
 /* One CPU's deferred work; c is any context of that CPU. */
 static void run_cpu(struct defer *d, const struct al_ctx *c, bool force)
 {
@@ -565,6 +931,10 @@ static void run_cpu(struct defer *d, const struct al_ctx *c, bool force)
 	for (pass = 0; pass < 16; pass++) {
 		uint64_t todo = __atomic_exchange_n(&p->todo, 0, __ATOMIC_ACQUIRE);
 
+		if (todo & AL_DEFER_TT_IPI) {
+			al_ctx_nested(&x, c, AL_CTX_IRQ);
+			tt_ipi(d, &x);
+		}
 		if (todo & AL_DEFER_IRQ) {
 			al_ctx_nested(&x, c, AL_CTX_IRQ);
 			run_irq_work(d, &x);
@@ -574,6 +944,7 @@ static void run_cpu(struct defer *d, const struct al_ctx *c, bool force)
 		 * stays at IRQ level: it runs beside the CPU's own worker. */
 		al_ctx_nested(&x, c, d->mode == AL_IRQ_WORK_THREAD ? AL_CTX_IRQ : AL_CTX_TASK);
 		run_rcu(d, &x, force);
+		tt_advance(d, &x, force);
 		if (!(__atomic_load_n(&p->todo, __ATOMIC_ACQUIRE) & AL_DEFER_IRQ) &&
 		    (!force || !d->cpu[c->cpu].wait_head))
 			break;
@@ -616,6 +987,8 @@ void al_defer_flush(struct al_defer *pub, struct al_ctx *c, unsigned scope)
 			     (d->cpu[cpu].open &&
 			      (d->cpu[cpu].open->nptr || d->cpu[cpu].open->ncb))))
 				more = true;
+		if (__atomic_load_n(&d->tt.busy, __ATOMIC_ACQUIRE))
+			more = true;
 		if (!more)
 			break;
 	}
@@ -659,6 +1032,8 @@ static void *helper_main(void *arg)
 			if (d->cpu[cpu].wait_head)
 				waiting = true;
 		}
+		if (__atomic_load_n(&d->tt.busy, __ATOMIC_ACQUIRE))
+			waiting = true;
 		al_rcu_offline(&r);
 		pthread_mutex_unlock(&d->run_lock);
 	}
@@ -671,7 +1046,8 @@ int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_de
 
 	*out = NULL;
 	if (!ncpu || ncpu > AL_MAX_CPUS || !p || p->irq_mode < AL_IRQ_WORK_INLINE ||
-	    p->irq_mode > AL_IRQ_WORK_IPI)
+	    p->irq_mode > AL_IRQ_WORK_IPI || p->ttrace < AL_TTRACE_PLAIN ||
+	    p->ttrace > AL_TTRACE_SRCU || p->hz > 100000)
 		return -EINVAL;
 	if (p->irq_mode == AL_IRQ_WORK_IPI) {
 		int err = ipi_install();
@@ -687,6 +1063,16 @@ int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_de
 	d->mode = p->irq_mode;
 	d->nocb = p->nocb;
 	d->latency_ticks = (uint64_t)((double)p->gp_latency_ns * al_clock.ticks_per_ns);
+	d->tt_mode = p->ttrace;
+	d->tt_hz = p->hz ? p->hz : AL_TTRACE_HZ_DEFAULT;
+	d->tt_fract0 = d->tt_hz / 200 ? d->tt_hz / 200 : 1; /* HZ / 200, at least 1 */
+	d->tt_jiffy = (uint64_t)(1e9 / d->tt_hz * al_clock.ticks_per_ns);
+	if (!d->tt_jiffy)
+		d->tt_jiffy = 1;
+	if (p->lazy_ms < 0) /* DEFINE_RCU_TASKS: DIV_ROUND_UP(HZ, 4) jiffies */
+		d->tt_lazy = (uint64_t)(d->tt_hz + 3) / 4 * d->tt_jiffy;
+	else /* msecs_to_jiffies() rounds up */
+		d->tt_lazy = ((uint64_t)p->lazy_ms * d->tt_hz + 999) / 1000 * d->tt_jiffy;
 	d->pub.poll_inline = d->mode != AL_IRQ_WORK_THREAD;
 	d->pub.pcpu = al_meta_alloc(sizeof(struct al_defer_cpu) * ncpu);
 	d->cpu = al_meta_alloc(sizeof(struct defer_cpu) * ncpu);
@@ -768,8 +1154,10 @@ uint64_t al_defer_pending(struct al_defer *pub)
 		     al_counters_sum(&d->ctr, DEFER_kfree_rcu_failed);
 	uint64_t wq = al_counters_sum(&d->ctr, DEFER_irq_work_queued);
 	uint64_t wr = al_counters_sum(&d->ctr, DEFER_irq_work_runs);
+	uint64_t tq = al_counters_sum(&d->ctr, DEFER_ttrace_callbacks);
+	uint64_t tr = al_counters_sum(&d->ctr, DEFER_ttrace_callbacks_run);
 
-	return (q - r) + (wq - wr);
+	return (q - r) + (wq - wr) + (tq - tr);
 }
 
 void al_defer_report(struct al_defer *pub, struct al_stats *out)

@@ -44,10 +44,19 @@
  *   under active. Above high, free_bulk: pop to tgt's free_by_rcu_ttrace
  *   while the count is above (high + low) / 2, move the extra list there
  *   too, then do_call_rcu_ttrace(tgt): unless a grace period is already in
- *   flight for tgt, move its list to waiting_for_gp_ttrace and call_rcu; the
- *   callback kfrees them into the layer below. (The kernel waits for an RCU
- *   tasks-trace GP, plus a normal one if it does not imply it: modelled as
- *   one grace period of at least gp_latency.)
+ *   flight for tgt, move its list to waiting_for_gp_ttrace and
+ *   call_rcu_tasks_trace; after that grace period __free_rcu_tasks_trace
+ *   kfrees them into the layer below at once, since rcu_trace_implies_rcu_gp()
+ *   is true (the tasks-trace GP waits for a plain one), or, with
+ *   ttrace_chain=1 (as if it were false), chains a call_rcu and kfrees after
+ *   that plain GP too. The tasks-trace GP is the domain's (deferred.h):
+ *   ttrace=classic (the default: kernel/rcu/tasks.h before SRCU-fast, the
+ *   seeds' kernels) waits for the lazy timer (ttrace_lazy_ms, default
+ *   DIV_ROUND_UP(hz, 4) jiffies), checks every CPU, IPIs every other one,
+ *   waits a plain GP and two holdout sleeps of hz/200 jiffies; ttrace=srcu
+ *   (v7.0, SRCU-fast) two counter scans of every CPU with a plain GP each,
+ *   a jiffy before and after; ttrace=plain one plain GP of gp_latency. Until
+ *   then the objects stay reusable by alloc_bulk (waiting_for_gp_ttrace).
  * Prefill: 4 objects per cache up to 256 B, else 1, at the cache's first
  *   allocation (and again after a drain, which returns everything).
  *
@@ -94,7 +103,17 @@ static const uint8_t ma_size_index[24] = { 3, 3, 4, 4, 5, 5, 5, 5, 1, 1, 1, 1,
 enum { M_ANY = 0, M_FIXED = 1 };
 #define MODE_CHOICES "any,fixed"
 
-enum { P_mode, P_unit, P_irq_work, P_gp_latency, P_NR };
+enum {
+	P_mode,
+	P_unit,
+	P_irq_work,
+	P_gp_latency,
+	P_ttrace,
+	P_hz,
+	P_ttrace_lazy_ms,
+	P_ttrace_chain,
+	P_NR
+};
 
 static const struct al_param_desc bpf_ma_params[P_NR] = {
 	[P_mode] = { "mode", AL_PARAM_ENUM, M_ANY, 0, 1, MODE_CHOICES,
@@ -107,8 +126,21 @@ static const struct al_param_desc bpf_ma_params[P_NR] = {
 			 "entered through a self-IPI as the kernel does (ipi) or at no "
 			 "cost (inline), or on a helper thread (PREEMPT_RT)" },
 	[P_gp_latency] = { "gp_latency", AL_PARAM_NS, 0, 0, 10000000000ll, NULL,
-			   "trimmed objects reach the slab no sooner than this after the "
-			   "trim (RCU tasks-trace grace period)" },
+			   "a plain RCU grace period lasts at least this long (ttrace=plain: "
+			   "the one trimmed objects wait for)" },
+	[P_ttrace] = { "ttrace", AL_PARAM_ENUM, AL_TTRACE_CLASSIC, 0, 2, AL_TTRACE_CHOICES,
+		       "RCU Tasks Trace grace period of trimmed objects: classic (tasks.h: lazy "
+		       "timer, per-CPU holdouts, IPIs, a plain GP), srcu (SRCU-fast: two counter "
+		       "scans with a plain GP each), plain (one plain GP)" },
+	[P_hz] = { "hz", AL_PARAM_INT, AL_TTRACE_HZ_DEFAULT, 100, 10000, NULL,
+		   "CONFIG_HZ of the tasks-trace timing (lazy timer, holdout sleeps, SRCU "
+		   "delays are in jiffies); 250 is Kconfig's default" },
+	[P_ttrace_lazy_ms] = { "ttrace_lazy_ms", AL_PARAM_INT, -1, -1, 60000, NULL,
+			       "classic: rcupdate.rcu_tasks_trace_lazy_ms; -1: DIV_ROUND_UP(hz, 4) "
+			       "jiffies, 0: no batching (a GP at once)" },
+	[P_ttrace_chain] = { "ttrace_chain", AL_PARAM_BOOL, 0, 0, 1, NULL,
+			     "1: a plain call_rcu after the tasks-trace GP before the kfree, as "
+			     "when rcu_trace_implies_rcu_gp() is false (it is true)" },
 };
 
 /*
@@ -136,6 +168,8 @@ static const struct al_param_desc bpf_ma_params[P_NR] = {
 	C(P, trim_objects, 0, "objects trimmed toward the slab (incl. the extra list)")            \
 	C(P, ttrace_batches, 0, "grace periods requested for trimmed objects")                     \
 	C(P, ttrace_freed, 0, "trimmed objects kfree'd to the layer below after the GP")           \
+	C(P, ttrace_chained, 0,                                                                    \
+	  "tasks-trace GPs over that chained a plain call_rcu (ttrace_chain)")                     \
 	C(P, drain_free_retries, 0, "drain frees the layer below failed and were retried")         \
 	C(P, prefills, 0, "caches prefilled")                                                      \
 	C(P, prefill_objects, 0, "objects added by prefills")                                      \
@@ -200,6 +234,7 @@ struct bpf_ma {
 	size_t unit;			  /* P_unit */
 	bool atomic;			  /* irq_work=thread: active is an atomic RMW */
 	unsigned below_flags;		  /* AL_NOCPU in thread mode */
+	bool ttrace_chain;		  /* P_ttrace_chain */
 	struct al_defer *defer;		  /* irq_work and grace periods */
 	struct ma_inst inst[MA_MAX_INST]; /* instances */
 	unsigned ninst;			  /* published with release */
@@ -347,6 +382,7 @@ static int ma_alloc_bulk(struct bpf_ma *ma, struct ma_cache *mc, int cnt, struct
 }
 
 static void free_ttrace(struct al_rcu_head *h, struct al_ctx *x);
+static void free_rcu_tasks_trace(struct al_rcu_head *h, struct al_ctx *x);
 
 /* do_call_rcu_ttrace: send tgt's trimmed objects to the slab after a GP. */
 static void do_call_rcu_ttrace(struct bpf_ma *ma, struct ma_cache *c, struct al_ctx *x)
@@ -361,8 +397,23 @@ static void do_call_rcu_ttrace(struct bpf_ma *ma, struct ma_cache *c, struct al_
 		llist_add(&c->waiting_for_gp_ttrace, obj);
 	}
 	al_count(&ma->ctr, x, BMA_ttrace_batches, 1);
-	if (al_call_rcu(ma->defer, x, &c->rcu_ttrace, free_ttrace))
+	if (al_call_rcu_tasks_trace(ma->defer, x, &c->rcu_ttrace, free_rcu_tasks_trace))
 		free_ttrace(&c->rcu_ttrace, x); /* no batch memory: at once */
+}
+
+/* __free_rcu_tasks_trace: the tasks-trace GP is over. */
+static void free_rcu_tasks_trace(struct al_rcu_head *h, struct al_ctx *x)
+{
+	struct ma_cache *c = (struct ma_cache *)((char *)h - offsetof(struct ma_cache, rcu_ttrace));
+	struct bpf_ma *ma = c->inst->ma;
+
+	if (!ma->ttrace_chain) { /* rcu_trace_implies_rcu_gp() */
+		free_ttrace(h, x);
+		return;
+	}
+	al_count(&ma->ctr, x, BMA_ttrace_chained, 1);
+	if (al_call_rcu(ma->defer, x, h, free_ttrace))
+		free_ttrace(h, x);
 }
 
 static void free_ttrace(struct al_rcu_head *h, struct al_ctx *x)
@@ -869,7 +920,10 @@ static int bpf_ma_init(struct al_allocator *a, const int64_t *p)
 	struct al_allocator *below = a->below;
 	unsigned ncpu = a->ncpu;
 	struct al_defer_params dp = { .irq_mode = (int)p[P_irq_work],
-				      .gp_latency_ns = (uint64_t)p[P_gp_latency] };
+				      .gp_latency_ns = (uint64_t)p[P_gp_latency],
+				      .ttrace = (int)p[P_ttrace],
+				      .hz = (unsigned)p[P_hz],
+				      .lazy_ms = (int)p[P_ttrace_lazy_ms] };
 	char why[160];
 	int ret;
 
@@ -879,6 +933,7 @@ static int bpf_ma_init(struct al_allocator *a, const int64_t *p)
 	ma->unit = (size_t)p[P_unit];
 	ma->atomic = p[P_irq_work] == AL_IRQ_WORK_THREAD;
 	ma->below_flags = ma->atomic ? AL_NOCPU : 0;
+	ma->ttrace_chain = p[P_ttrace_chain] != 0;
 	ret = al_counters_init_desc(&ma->ctr, bpf_ma_counters, BMA_NR, BMA_EXTRA, ncpu);
 	if (ret)
 		return ret;

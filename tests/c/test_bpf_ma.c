@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 
 #include "t_spec.h"
 
@@ -56,9 +57,12 @@ TEST(test_watermarks_exact)
 	CHECK_EQ(S(a, 0, "trims"), 1);
 	CHECK_EQ(S(a, 0, "trim_objects"), 33);
 	CHECK_EQ(S(a, 0, "objects_cached"), 64);
-	/* no reader online: the grace period ends at once, the slab gets them */
-	CHECK_EQ(S(a, 0, "ttrace_freed"), 33);
-	CHECK_EQ(S(a, 1, "kfrees"), 33);
+	/* call_rcu_tasks_trace: lazy, the timer (DIV_ROUND_UP(HZ, 4) jiffies)
+	 * has not fired, so no tasks-trace GP yet and the slab gets nothing */
+	CHECK_EQ(S(a, 0, "ttrace_callbacks"), 1);
+	CHECK_EQ(S(a, 0, "ttrace_gps"), 0);
+	CHECK_EQ(S(a, 0, "ttrace_freed"), 0);
+	CHECK_EQ(S(a, 1, "kfrees"), 0);
 	for (i = 18; i < 21; i++)
 		CHECK_EQ(al_free(a, &c, v[i]), 0);
 	CHECK_EQ(S(a, 0, "objects_cached"), 67);
@@ -67,9 +71,10 @@ TEST(test_watermarks_exact)
 	t_teardown(a);
 }
 
+/* ttrace=plain (one plain GP, the former model): a reader holds it up. */
 TEST(test_trim_waits_for_grace_period)
 {
-	struct al_allocator *a = t_spec("bpf_ma(mode=fixed, unit=56) > slab", 1);
+	struct al_allocator *a = t_spec("bpf_ma(mode=fixed, unit=56, ttrace=plain) > slab", 1);
 	struct al_rcu_reader r;
 	struct al_ctx c;
 	void *v[21];
@@ -100,7 +105,7 @@ TEST(test_trim_waits_for_grace_period)
 
 TEST(test_refill_reuses_trimmed_objects)
 {
-	struct al_allocator *a = t_spec("bpf_ma(mode=fixed, unit=56) > slab", 1);
+	struct al_allocator *a = t_spec("bpf_ma(mode=fixed, unit=56, ttrace=plain) > slab", 1);
 	struct al_rcu_reader r;
 	struct al_ctx c;
 	void *v[21], *w[48];
@@ -131,6 +136,97 @@ TEST(test_refill_reuses_trimmed_objects)
 	for (i = 18; i < 21; i++)
 		al_free(a, &c, v[i]);
 	t_teardown(a);
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { 0, (long)ms * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Free v[*next...] on c until the layer has trimmed `trims` times. */
+static void free_until_trims(struct al_allocator *a, struct al_ctx *c, void **v, unsigned n,
+			     unsigned *next, double trims)
+{
+	while (*next < n && S(a, 0, "trims") < trims)
+		CHECK_EQ(al_free(a, c, v[(*next)++]), 0);
+}
+
+/* ttrace=classic (the default) without batching, HZ=100, two CPUs: the
+ * first trim's 33 objects wait for one tasks-trace GP (driven by CPU 0: two
+ * per-CPU checks, a plain GP, a holdout pass that IPIs CPU 1, whose next
+ * operation takes the IPI, and a pass that drops it), and, with
+ * ttrace_chain=1, for one plain GP after it. The GP advances only at the
+ * slow paths of CPU 0 (its trims); the later trims wait their turn
+ * (call_rcu_ttrace_in_progress) on free_by_rcu_ttrace. */
+static void ttrace_classic(bool chain)
+{
+	struct al_allocator *a =
+		t_spec(chain ? "bpf_ma(mode=fixed, unit=56, hz=100, ttrace_lazy_ms=0, "
+			       "ttrace_chain=1) > slab"
+			     : "bpf_ma(mode=fixed, unit=56, hz=100, ttrace_lazy_ms=0) > slab",
+		       2);
+	static void *v[300];
+	struct al_ctx c0, c1;
+	unsigned i, next = 0;
+	void *p;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c0, 0);
+	al_ctx_init(&c1, 1);
+	for (i = 0; i < 300; i++)
+		CHECK((v[i] = al_alloc(a, &c0, 56, 0)) != NULL);
+	free_until_trims(a, &c0, v, 300, &next, 1);
+	CHECK_EQ(S(a, 0, "ttrace_batches"), 1);
+	CHECK_EQ(S(a, 0, "ttrace_callbacks"), 1);
+	CHECK_EQ(S(a, 0, "ttrace_cpu_checks"), 2); /* pregp, at once: not lazy */
+	CHECK_EQ(S(a, 0, "ttrace_rcu_gps"), 1);	   /* postscan's synchronize_rcu */
+	CHECK_EQ(S(a, 0, "ttrace_ipis"), 0);
+	sleep_ms(15);
+	free_until_trims(a, &c0, v, 300, &next, 2); /* pass one */
+	CHECK_EQ(S(a, 0, "ttrace_ipis"), 1);
+	CHECK_EQ(S(a, 0, "ttrace_batches"), 1); /* in progress: the 33 wait */
+	CHECK_EQ(S(a, 0, "ttrace_freed"), 0);
+	p = al_alloc(a, &c1, 56, 0); /* CPU 1 runs an operation: takes the IPI */
+	CHECK(p != NULL);
+	CHECK_EQ(al_free(a, &c1, p), 0);
+	sleep_ms(25);
+	free_until_trims(a, &c0, v, 300, &next, 3); /* pass two: the GP ends */
+	CHECK_EQ(S(a, 0, "ttrace_gps"), 1);
+	CHECK_EQ(S(a, 0, "ttrace_cpu_checks"), 4);
+	CHECK_EQ(S(a, 0, "ttrace_ipis_idle"), 0);
+	CHECK_EQ(S(a, 0, "ttrace_callbacks_run"), 1);
+	if (chain) { /* __free_rcu_tasks_trace chains call_rcu: one more GP */
+		CHECK_EQ(S(a, 0, "ttrace_chained"), 1);
+		CHECK_EQ(S(a, 0, "rcu_callbacks"), 1);
+		CHECK_EQ(S(a, 0, "ttrace_freed"), 0);
+		CHECK_EQ(S(a, 1, "kfrees"), 0);
+		CHECK_EQ(al_free(a, &c0, v[next++]), 0); /* its end runs the plain GP's batch */
+		CHECK_EQ(S(a, 0, "rcu_callbacks_run"), 1);
+	} else { /* rcu_trace_implies_rcu_gp(): kfree at once */
+		CHECK_EQ(S(a, 0, "ttrace_chained"), 0);
+		CHECK_EQ(S(a, 0, "rcu_callbacks"), 0);
+	}
+	CHECK_EQ(S(a, 0, "ttrace_freed"), 33);
+	CHECK_EQ(S(a, 1, "kfrees"), 33);
+	CHECK_EQ(S(a, 0, "refill_reused"), 0);
+	while (next < 300)
+		CHECK_EQ(al_free(a, &c0, v[next++]), 0);
+	t_check(a);
+	t_teardown(a);
+}
+
+TEST(test_ttrace_classic_gp_frees_trimmed)
+{
+	ttrace_classic(false);
+}
+
+TEST(test_ttrace_chain_waits_a_plain_gp_more)
+{
+	ttrace_classic(true);
 }
 
 /* ---- reentrancy ---- */
@@ -410,6 +506,8 @@ int main(void)
 	RUN(test_watermarks_exact);
 	RUN(test_trim_waits_for_grace_period);
 	RUN(test_refill_reuses_trimmed_objects);
+	RUN(test_ttrace_classic_gp_frees_trimmed);
+	RUN(test_ttrace_chain_waits_a_plain_gp_more);
 	RUN(test_nested_alloc_returns_null_and_queues_refill);
 	RUN(test_nested_free_goes_to_extra_list);
 	RUN(test_fixed_instances_per_size);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 
 #include "t_spec.h"
 
@@ -328,6 +329,216 @@ TEST(test_ctx_current_in_signal_handler)
 	CHECK(al_ctx_current() == NULL);
 }
 
+/* ---- RCU Tasks Trace ---- */
+
+static int tt_runs;
+
+static void tt_cb(struct al_rcu_head *h, struct al_ctx *c)
+{
+	(void)h;
+	(void)c;
+	tt_runs++;
+}
+
+static struct al_defer *mk_tt(unsigned ncpu, int mode, int lazy_ms)
+{
+	struct al_defer_params p = {
+		.irq_mode = AL_IRQ_WORK_INLINE, .ttrace = mode, .hz = 100, .lazy_ms = lazy_ms
+	};
+	struct al_defer *d = NULL;
+
+	CHECK_EQ(al_defer_create(ncpu, &p, &d), 0);
+	return d;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { 0, (long)ms * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+/* classic, no batching, HZ=100 (10 ms jiffies, wide margins for a loaded
+ * machine): the GP starts at the first step; CPU 0 drives it, so CPU 1's
+ * running task is the one holdout. Pass one (after init_fract = HZ/200,
+ * at least 1 jiffy) sends it an IPI, CPU 1's next poll takes it, pass two
+ * (2 jiffies later) drops it and the GP ends: 2 + 1 + 1 per-CPU checks,
+ * one IPI, one plain GP waited for (postscan). The callback never runs
+ * before the end, however often the domain is stepped. */
+TEST(test_ttrace_classic_holdouts_and_ipis)
+{
+	struct al_defer *d = mk_tt(2, AL_TTRACE_CLASSIC, 0);
+	struct al_rcu_head h;
+	struct al_ctx c0, c1, nmi;
+	unsigned i;
+
+	if (!d)
+		return;
+	tt_runs = 0;
+	al_ctx_init(&c0, 0);
+	al_ctx_init(&c1, 1);
+	al_ctx_nested(&nmi, &c0, AL_CTX_NMI);
+	CHECK_EQ(al_call_rcu_tasks_trace(d, &nmi, &h, tt_cb), -EBUSY);
+	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h, tt_cb), 0);
+	CHECK_EQ(al_defer_pending(d), 1);
+	al_defer_run(d, &c0); /* pregp: both CPUs checked, CPU 1 a holdout */
+	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 2);
+	CHECK_EQ(defer_stat(d, "ttrace_rcu_gps"), 1);
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
+	for (i = 0; i < 3; i++)
+		al_defer_run(d, &c0); /* before the first holdout sleep ends */
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
+	sleep_ms(15);
+	al_defer_run(d, &c0); /* pass one: IPI CPU 1 */
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 1);
+	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 3);
+	CHECK_EQ(tt_runs, 0);
+	al_defer_poll(d, &c1); /* the IPI is taken at CPU 1's next poll */
+	al_defer_run(d, &c0);  /* too early for pass two */
+	CHECK_EQ(al_ttrace_gp_done(d), 0);
+	CHECK_EQ(tt_runs, 0);
+	sleep_ms(25);
+	al_defer_run(d, &c0); /* pass two: the GP ends, the callback runs */
+	CHECK_EQ(al_ttrace_gp_done(d), 1);
+	CHECK_EQ(tt_runs, 1);
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 1);
+	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 4);
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 1);
+	CHECK_EQ(defer_stat(d, "ttrace_ipis_idle"), 0);
+	CHECK_EQ(defer_stat(d, "ttrace_callbacks_run"), 1);
+	CHECK_EQ(defer_stat(d, "rcu_callbacks"), 0); /* not a plain call_rcu */
+	CHECK_EQ(al_defer_pending(d), 0);
+	al_defer_destroy(d);
+}
+
+/* A CPU that runs nothing for a whole pass takes its IPI as an idle CPU
+ * does (at once): the GP still ends at pass two. A plain GP held up by a
+ * reader holds up the tasks-trace GP (its postscan's synchronize_rcu). */
+TEST(test_ttrace_classic_idle_cpu_and_reader)
+{
+	struct al_defer *d = mk_tt(3, AL_TTRACE_CLASSIC, 0);
+	struct al_rcu_reader r;
+	struct al_rcu_head h;
+	struct al_ctx c0;
+
+	if (!d)
+		return;
+	tt_runs = 0;
+	al_ctx_init(&c0, 0);
+	CHECK_EQ(al_rcu_online(&r), 0);
+	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h, tt_cb), 0);
+	al_defer_run(d, &c0); /* pregp: 3 checks, CPUs 1 and 2 holdouts */
+	sleep_ms(15);
+	al_defer_run(d, &c0); /* the plain GP is not over: no pass yet */
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
+	al_rcu_quiescent(&r);
+	al_rcu_offline(&r);
+	al_defer_run(d, &c0); /* plain GP over: the holdout sleep starts now */
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
+	sleep_ms(15);
+	al_defer_run(d, &c0); /* pass one: two IPIs */
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 2);
+	sleep_ms(25);
+	al_defer_run(d, &c0); /* pass two: neither was taken, both idle */
+	CHECK_EQ(defer_stat(d, "ttrace_ipis_idle"), 2);
+	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 3 + 2 + 2);
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 1);
+	CHECK_EQ(tt_runs, 1);
+	al_defer_destroy(d);
+}
+
+/* The lazy timer: with rcu_tasks_trace_lazy_ms=30 no GP starts before it
+ * fires, however often the domain is stepped; 32 queued callbacks wake the
+ * kthread at the 33rd; al_defer_flush runs everything at once, uncounted
+ * as a GP. A single-CPU domain has no holdout: its GP is the plain GP. */
+TEST(test_ttrace_classic_lazy_timer_and_flush)
+{
+	struct al_defer *d = mk_tt(1, AL_TTRACE_CLASSIC, 30);
+	static struct al_rcu_head h[40];
+	struct al_ctx c0;
+	unsigned i;
+
+	if (!d)
+		return;
+	tt_runs = 0;
+	al_ctx_init(&c0, 0);
+	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h[0], tt_cb), 0);
+	al_defer_run(d, &c0);
+	sleep_ms(5);
+	al_defer_run(d, &c0);
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 0);
+	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 0);
+	sleep_ms(35);
+	al_defer_run(d, &c0); /* the timer fired: one CPU, no holdout, done */
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 1);
+	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 1);
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
+	CHECK_EQ(tt_runs, 1);
+	/* gp_sleep (1 jiffy) is over before the 33rd callback below */
+	sleep_ms(15);
+	for (i = 0; i < 32; i++)
+		CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h[i], tt_cb), 0);
+	al_defer_run(d, &c0); /* 32 queued, the timer armed: still lazy */
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 1);
+	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h[32], tt_cb), 0);
+	al_defer_run(d, &c0); /* the 33rd wakes the kthread */
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 2);
+	CHECK_EQ(tt_runs, 34);
+	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h[33], tt_cb), 0);
+	al_defer_flush(d, &c0, AL_DRAIN_ALL);
+	CHECK_EQ(tt_runs, 35);
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 2);
+	CHECK_EQ(al_defer_pending(d), 0);
+	al_defer_destroy(d);
+}
+
+/* SRCU-fast: the GP work starts a jiffy after the request; two scans of
+ * both CPUs' lock and unlock counters, each with a plain GP; no IPI; the
+ * callbacks run a jiffy after the GP ends. */
+TEST(test_ttrace_srcu_fast_scans)
+{
+	struct al_defer *d = mk_tt(2, AL_TTRACE_SRCU, -1);
+	struct al_rcu_head h;
+	struct al_ctx c0;
+
+	if (!d)
+		return;
+	tt_runs = 0;
+	al_ctx_init(&c0, 0);
+	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h, tt_cb), 0);
+	sleep_ms(15);
+	al_defer_run(d, &c0); /* both scans (no reader: plain GPs at once) */
+	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 2 * 2 * 2);
+	CHECK_EQ(defer_stat(d, "ttrace_rcu_gps"), 2);
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 0); /* cbdelay */
+	CHECK_EQ(tt_runs, 0);
+	sleep_ms(15);
+	al_defer_run(d, &c0);
+	CHECK_EQ(defer_stat(d, "ttrace_gps"), 1);
+	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
+	CHECK_EQ(tt_runs, 1);
+	al_defer_destroy(d);
+}
+
+/* ttrace=plain is a plain call_rcu (the former model). */
+TEST(test_ttrace_plain_is_call_rcu)
+{
+	struct al_defer *d = mk_tt(1, AL_TTRACE_PLAIN, -1);
+	struct al_rcu_head h;
+	struct al_ctx c0;
+
+	if (!d)
+		return;
+	tt_runs = 0;
+	al_ctx_init(&c0, 0);
+	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h, tt_cb), 0);
+	al_defer_poll(d, &c0);
+	CHECK_EQ(tt_runs, 1);
+	CHECK_EQ(defer_stat(d, "rcu_callbacks_run"), 1);
+	CHECK_EQ(defer_stat(d, "ttrace_callbacks"), 0);
+	al_defer_destroy(d);
+}
+
 int main(void)
 {
 	RUN(test_irq_work_once_and_at_task_level);
@@ -339,5 +550,10 @@ int main(void)
 	RUN(test_kfree_rcu_batches_into_free_bulk);
 	RUN(test_thread_mode_helper);
 	RUN(test_ctx_current_in_signal_handler);
+	RUN(test_ttrace_classic_holdouts_and_ipis);
+	RUN(test_ttrace_classic_idle_cpu_and_reader);
+	RUN(test_ttrace_classic_lazy_timer_and_flush);
+	RUN(test_ttrace_srcu_fast_scans);
+	RUN(test_ttrace_plain_is_call_rcu);
 	return TEST_SUMMARY();
 }

@@ -58,6 +58,41 @@ extern "C" {
  * call_rcu and kfree_rcu are not NMI-safe (as in the kernel): -EBUSY at
  * AL_CTX_NMI. al_defer_flush() runs everything now, ignoring grace periods:
  * for drains and teardown, when no reader can hold a reference.
+ *
+ * RCU Tasks Trace (al_call_rcu_tasks_trace, what bpf_mem_alloc's trimmed
+ * objects wait for): a grace period of its own, driven by the domain, with
+ * the kernel's per-GP work and timing in jiffies of `hz` (CONFIG_HZ):
+ *  - AL_TTRACE_CLASSIC, kernel/rcu/tasks.h up to the SRCU-fast rewrite (the
+ *    seeds' kernels). call_rcu_tasks_generic() queues the callback lazily:
+ *    the GP starts when the lazy timer fires, rcu_tasks_trace_lazy_ms
+ *    (default DIV_ROUND_UP(HZ, 4) jiffies) after the first callback, or at
+ *    once when the queue reaches rcu_task_lazy_lim (32) callbacks; a wake
+ *    makes the next three GPs urgent (urgent_gp). Each GP
+ *    (rcu_tasks_wait_gp): rcu_tasks_trace_pregp_step checks every online
+ *    CPU's running task and makes every CPU but the driver's a holdout;
+ *    rcu_tasks_trace_postscan waits for a plain RCU GP (synchronize_rcu,
+ *    why rcu_trace_implies_rcu_gp() is true); then holdout passes after
+ *    sleeps of init_fract = HZ/200 jiffies, one more each pass
+ *    (check_all_holdout_tasks_trace): the first sends each holdout CPU an
+ *    IPI (trc_wait_for_one_reader, a running task cannot be inspected
+ *    remotely), the next finds the handler's answer and drops it. The
+ *    IPI is taken on the target CPU at its next poll (through the self-
+ *    signal when irq_work=ipi); a CPU that ran no operation for a whole
+ *    pass is idle and its handler counts as run then (ttrace_ipis_idle).
+ *    After the GP the kthread sleeps gp_sleep = HZ/200 jiffies.
+ *  - AL_TTRACE_SRCU, v7.0's RCU Tasks Trace on SRCU-fast
+ *    (call_rcu_tasks_trace is call_srcu): the GP work starts
+ *    !!srcu_get_delay() = 1 jiffy after the request (srcu_funnel_gp_start);
+ *    srcu_advance_state runs two scans, each summing every CPU's lock and
+ *    unlock counters (srcu_readers_active_idx_check) and, for the fast
+ *    flavour, waiting a plain RCU GP (synchronize_rcu) instead of a
+ *    memory barrier; no IPIs; callbacks run cbdelay = 1 jiffy after the
+ *    GP ends (srcu_gp_end).
+ *  - AL_TTRACE_PLAIN: one plain grace period of at least gp_latency.
+ * The machine advances whenever a CPU of the domain takes the poll's slow
+ * path (raised irq_work, a due batch, an IPI); callbacks run on that CPU at
+ * task level, as the kernel runs them from its kthread or workqueue. One
+ * engine per domain (the kernel has one for the system).
  */
 struct al_irq_work {
 	void (*func)(struct al_irq_work *w, struct al_ctx *c); /* runs at AL_CTX_IRQ on w->cpu */
@@ -80,27 +115,47 @@ enum al_irq_work_mode {
 /* The self-IPI's signal: its handler is installed once and does nothing. */
 #define AL_IRQ_WORK_SIGNAL (SIGRTMIN + 6)
 
-enum { AL_DEFER_IRQ = 1u << 0, AL_DEFER_RCU = 1u << 1 };
+enum { AL_DEFER_IRQ = 1u << 0, AL_DEFER_RCU = 1u << 1, AL_DEFER_TT_IPI = 1u << 2 };
+
+enum al_ttrace_mode {
+	AL_TTRACE_PLAIN = 0,   /* one plain grace period (al_call_rcu) */
+	AL_TTRACE_CLASSIC = 1, /* tasks.h before SRCU-fast: lazy timer, holdouts, IPIs */
+	AL_TTRACE_SRCU = 2     /* SRCU-fast: two counter scans, each with a plain GP */
+};
+#define AL_TTRACE_CHOICES "plain,classic,srcu"
+/* CONFIG_HZ's Kconfig default (HZ_250): the jiffy of the tasks-trace timing. */
+#define AL_TTRACE_HZ_DEFAULT 250
+/* rcu_task_lazy_lim: queued callbacks that wake the GP kthread at once. */
+#define AL_TTRACE_LAZY_LIM 32
 
 /*
  * What a domain counts and al_defer_report appends to its owner's stats: a
  * layer that owns a domain lists AL_DEFER_COUNTERS(D, P) in its counters
  * X-macro, so the names are documented as reported by its stats().
  */
-#define AL_DEFER_COUNTERS(D, P)                                                             \
-	D(P, irq_work_queued, 0, "", "irq_work queued")                                     \
-	D(P, irq_work_busy, 0, "", "irq_work queue calls that found it already pending")    \
-	D(P, irq_work_runs, 0, "", "irq_work functions run")                                \
-	D(P, irq_work_ipis, 0, "", "self-IPIs taken to run raised irq_work (irq_work=ipi)") \
-	D(P, irq_work_ipi_ns, AL_CTR_NS, "", "time in the self-IPIs (stats=full)")          \
-	D(P, rcu_callbacks, 0, "", "call_rcu callbacks queued")                             \
-	D(P, rcu_callbacks_run, 0, "", "call_rcu callbacks run after their grace period")   \
-	D(P, kfree_rcu_objects, 0, "", "objects queued by kfree_rcu")                       \
-	D(P, kfree_rcu_freed, 0, "", "kfree_rcu objects freed after their grace period")    \
-	D(P, kfree_rcu_failed, AL_CTR_KEY, "", "kfree_rcu frees the allocator refused")     \
-	D(P, rcu_batches, 0, "", "RCU batches sealed (one grace-period request each)")      \
-	D(P, rcu_batches_remote, 0, "", "batches run on another CPU (rcu_nocb)")            \
-	D(P, rcu_refused, AL_CTR_KEY, "", "call_rcu/kfree_rcu refused (NMI level, no memory)")
+#define AL_DEFER_COUNTERS(D, P)                                                                 \
+	D(P, irq_work_queued, 0, "", "irq_work queued")                                         \
+	D(P, irq_work_busy, 0, "", "irq_work queue calls that found it already pending")        \
+	D(P, irq_work_runs, 0, "", "irq_work functions run")                                    \
+	D(P, irq_work_ipis, 0, "", "self-IPIs taken to run raised irq_work (irq_work=ipi)")     \
+	D(P, irq_work_ipi_ns, AL_CTR_NS, "",                                                    \
+	  "time in self-IPIs, tasks-trace ones too (stats=full)")                               \
+	D(P, rcu_callbacks, 0, "", "call_rcu callbacks queued")                                 \
+	D(P, rcu_callbacks_run, 0, "", "call_rcu callbacks run after their grace period")       \
+	D(P, kfree_rcu_objects, 0, "", "objects queued by kfree_rcu")                           \
+	D(P, kfree_rcu_freed, 0, "", "kfree_rcu objects freed after their grace period")        \
+	D(P, kfree_rcu_failed, AL_CTR_KEY, "", "kfree_rcu frees the allocator refused")         \
+	D(P, rcu_batches, 0, "", "RCU batches sealed (one grace-period request each)")          \
+	D(P, rcu_batches_remote, 0, "", "batches run on another CPU (rcu_nocb)")                \
+	D(P, rcu_refused, AL_CTR_KEY, "", "call_rcu/kfree_rcu refused (NMI level, no memory)")  \
+	D(P, ttrace_callbacks, 0, "", "call_rcu_tasks_trace callbacks queued")                  \
+	D(P, ttrace_callbacks_run, 0, "", "tasks-trace callbacks run after their grace period") \
+	D(P, ttrace_gps, 0, "", "RCU Tasks Trace grace periods completed")                      \
+	D(P, ttrace_cpu_checks, 0, "",                                                          \
+	  "per-CPU checks of those GPs (running task or holdout; SRCU: counter reads)")         \
+	D(P, ttrace_ipis, 0, "", "IPIs those GPs sent to CPUs running a holdout task")          \
+	D(P, ttrace_ipis_idle, 0, "", "of them, to a CPU that ran no operation for a pass")     \
+	D(P, ttrace_rcu_gps, 0, "", "plain RCU GPs those GPs waited for (synchronize_rcu)")
 
 /* Per-CPU state read by the inline al_defer_poll(); one cache line per CPU. */
 struct al_defer_cpu {
@@ -118,6 +173,9 @@ struct al_defer_params {
 	int irq_mode;		/* enum al_irq_work_mode */
 	uint64_t gp_latency_ns; /* a grace period lasts at least this long */
 	bool nocb;		/* RCU callbacks run on the next CPU (rcu_nocb) */
+	int ttrace;		/* enum al_ttrace_mode of al_call_rcu_tasks_trace */
+	unsigned hz;		/* jiffies per second of its timing; 0: AL_TTRACE_HZ_DEFAULT */
+	int lazy_ms; /* classic: rcu_tasks_trace_lazy_ms; < 0: HZ/4 jiffies, 0: no batching */
 };
 
 /* Grace periods completed so far (global; read by the inline poll). */
@@ -136,6 +194,12 @@ AL_API bool al_irq_work_queue(struct al_defer *d, struct al_irq_work *w, const s
 AL_API int al_call_rcu(struct al_defer *d, struct al_ctx *c, struct al_rcu_head *h,
 		       void (*func)(struct al_rcu_head *h, struct al_ctx *c));
 AL_API int al_kfree_rcu(struct al_defer *d, struct al_ctx *c, struct al_allocator *a, void *ptr);
+/* call_rcu_tasks_trace: func runs after an RCU Tasks Trace grace period (the
+ * domain's `ttrace` mode). 0; -EBUSY at AL_CTX_NMI; -ENOMEM (plain mode). */
+AL_API int al_call_rcu_tasks_trace(struct al_defer *d, struct al_ctx *c, struct al_rcu_head *h,
+				   void (*func)(struct al_rcu_head *h, struct al_ctx *c));
+/* Tasks-trace grace periods this domain has completed (a gauge for tests). */
+AL_API uint64_t al_ttrace_gp_done(struct al_defer *d);
 /* The poll's slow path: raised irq_work, then ready RCU batches of c's CPU. */
 AL_API void al_defer_run(struct al_defer *d, struct al_ctx *c);
 /* Everything queued on c's CPU (scope AL_DRAIN_CPU) or on every CPU, now. */
