@@ -25,6 +25,9 @@
 
 #define ALR_ABI 2
 
+/* The arena's page size (vmlinux.h's __PAGE_SIZE: the host's 4 KiB pages). */
+#define ALR_PAGE_SIZE 4096
+
 /* Events the object reports through env->event (and counts in alr_entry.stat). */
 enum alr_event {
 	ALR_EV_LOOP_EXHAUSTED, /* a can_loop/cond_break budget ran out in one call */

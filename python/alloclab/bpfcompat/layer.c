@@ -83,7 +83,8 @@
 	C(P, lock_table_full, AL_CTR_KEY, "arena spin locks refused: no al_lock left for them") \
 	AL_LOCK_COUNTERS(C, P, lock, "the tree's arena spin lock")                              \
 	AL_LOCK_REASON_COUNTERS(C, P, lock, "the tree's arena spin lock")                       \
-	D(P, arena_pages, AL_CTR_GAUGE, "", "arena pages the tree holds (alloc_pages - free_pages)")
+	D(P, arena_pages, AL_CTR_GAUGE, "", "arena pages the tree holds (alloc_pages - free_pages)") \
+	D(P, arena_bytes_committed, AL_CTR_GAUGE, "", "arena bytes the tree holds (arena_pages x page)")
 
 AL_COUNTERS_DEFINE(LAR_COUNTERS, LAR_, lar_counters);
 
@@ -383,9 +384,12 @@ static void lar_stats(struct al_allocator *a, struct al_stats *out)
 	if (!al_counters_on(&l->ctr))
 		return;
 	al_counters_report(&l->ctr, out);
-	if (l->bound)
-		al_stats_add_gauge(out, "arena_pages",
-				   l->t.stat(ALR_EV_PAGES_ALLOC) - l->t.stat(ALR_EV_PAGES_FREE));
+	if (l->bound) {
+		uint64_t pages = l->t.stat(ALR_EV_PAGES_ALLOC) - l->t.stat(ALR_EV_PAGES_FREE);
+
+		al_stats_add_gauge(out, "arena_pages", pages);
+		al_stats_add_gauge(out, "arena_bytes_committed", pages * ALR_PAGE_SIZE);
+	}
 }
 
 /* fork(): the tree's locks (in the order they were claimed), then the

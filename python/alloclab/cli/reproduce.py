@@ -28,19 +28,20 @@ def libarena_parser(rsub):
                     "libarena-malloc-xfree, printed in the seed's layout with the counters "
                     "that explain it and the seed's conclusions judged on this data "
                     "(holds / does not hold / inconclusive, with the reason).")
-    lib_p.add_argument("--producers", type=int_list("--producers"), default=[1, 2, 4, 8],
-                       help="comma-separated (default 1,2,4,8)")
+    lib_p.add_argument("--producers", type=int_list("--producers"), default=None,
+                       help="comma-separated (default 1,2,4,8; --fidelity 1,2)")
     lib_p.add_argument("--allocs-per-cycle", type=int_list("--allocs-per-cycle"),
                        default=None, help="comma-separated (default 1,4,16,64,256; --quick "
-                                          "4,64,256)")
+                                          "4,64,256; --fidelity 64,256)")
     lib_p.add_argument("--size", type=int_list("--size"), default=[64],
                        help="object size in bytes (default 64)")
     lib_p.add_argument("--runs", type=_integer, default=None,
                        help="runs per cell (default 5, --quick 3, --rigorous 10; virtual-CPU "
                             "cells, judged on counters, at most half, at least 3)")
     lib_p.add_argument("--timing", type=choice_list("timing", list(TIMINGS)),
-                       default=["per_op_sum"],
-                       help="per_op_sum (as the seed's bench, the default) and/or batch")
+                       default=None,
+                       help="per_op_sum (as the seed's bench, the default) and/or batch "
+                            "(--fidelity: one, default batch)")
     stats_flag(lib_p, "what the layers count: lite (every event), off (nothing: the "
                        "counters n/a) or full (also lock times: the wait ns/op rows)",
                 sweep=False)
@@ -53,6 +54,22 @@ def libarena_parser(rsub):
     effort_flags(lib_p)
     lib_p.add_argument("--no-baseline", action="store_true",
                        help="leave out the plain buddy ('no cache') column")
+    lib_p.add_argument("--tree", metavar="DIR",
+                       help="run on the real buddy: the libarena tree DIR's own buddy.bpf.c "
+                            "(compiled natively against alloclab's BPF stand-in) in place of "
+                            "the model's buddy under every design, as the spec substitution "
+                            "'... > buddy' -> '... > libarena(tree=DIR)' (the model's buddy "
+                            "parameters dropped); $ALLOCLAB_LIBARENA when --fidelity is given "
+                            "without it")
+    lib_p.add_argument("--caches-above", action="store_true",
+                       help="with --tree: allow the model's caches above a tree that has "
+                            "per-CPU caches of its own (refused otherwise)")
+    lib_p.add_argument("--fidelity", action="store_true",
+                       help="instead of the seed's grid: the model's buddy against the real "
+                            "buddy of --tree on malloc-free (1,2 producers, 64,256 "
+                            "allocs/cycle, stats=full unless --stats): per-op cost, locks "
+                            "per op, lock hold time per acquisition, bytes held and "
+                            "committed at teardown")
     lib_p.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
     lib_p.add_argument("--plot", metavar="FILE",
                        help="write alloc and free latency plots (PNG/PDF/SVG by extension)")
@@ -235,11 +252,40 @@ def cmd_reproduce(args, parser):
                          % ", ".join(args.seeds))
     if len(args.size) != 1:
         raise UsageError("--size takes one size for a reproduction, not %r" % (args.size,))
+    if args.caches_above and not args.tree:
+        raise UsageError("--caches-above needs --tree DIR (the model's caches above a tree's "
+                         "own)")
+    if args.fidelity:
+        return cmd_fidelity(args)
     return emit_report(
-        lambda: reproduce.libarena(producers=args.producers,
+        lambda: reproduce.libarena(producers=args.producers or [1, 2, 4, 8],
                                  allocs_per_cycle=args.allocs_per_cycle, runs=args.runs,
-                                 size=args.size[0], timings=args.timing,
+                                 size=args.size[0], timings=args.timing or ["per_op_sum"],
                                  workloads=args.workloads, duration=args.duration,
                                    baseline=not args.no_baseline, effort=args.effort,
-                                   progress=args.progress, stats=args.stats or DEFAULT_STATS),
+                                   progress=args.progress, stats=args.stats or DEFAULT_STATS,
+                                   tree=args.tree, caches_above=args.caches_above),
+        args)
+
+
+def cmd_fidelity(args):
+    """`reproduce libarena --fidelity`: the model's buddy against the tree's."""
+    from ..policies import libarena_real
+
+    if args.plot:
+        raise UsageError("--plot is not made by --fidelity (a table); leave it out")
+    if args.timing and len(args.timing) != 1:
+        raise UsageError("--fidelity takes one --timing, not %s" % ",".join(args.timing))
+    tree = args.tree or libarena_real.default_tree()
+    if tree is None:
+        raise UsageError("--fidelity needs a libarena tree: --tree DIR or $%s"
+                         % libarena_real.ENV_TREE)
+    effort = {"quick": (3, 0.05), "normal": (5, 0.2), "rigorous": (10, 0.5)}[args.effort]
+    return emit_report(
+        lambda: reproduce.libarena_fidelity(
+            tree, producers=args.producers or [1, 2],
+            allocs_per_cycle=args.allocs_per_cycle or [64, 256], size=args.size[0],
+            runs=args.runs or effort[0], duration=args.duration or effort[1],
+            stats=args.stats or "full", timing=(args.timing or ["batch"])[0],
+            progress=args.progress),
         args)

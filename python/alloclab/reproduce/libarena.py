@@ -78,10 +78,33 @@ SEED_NS = {
 }
 
 
+def on_tree(spec, tree, caches_above=False):
+    """The spec with its bottom layer (the model's buddy) replaced by the real
+    code of a libarena tree, canonical (the tree's registered layer name).
+    The model's parameters of that layer are dropped: the tree has its own
+    constants. A tree with per-CPU caches of its own refuses caches above it
+    unless caches_above (IncompatiblePolicyError)."""
+    from ..policies import libarena_real
+
+    tree = libarena_real.check_tree(tree)
+    layers = [n if not p else "%s(%s)" % (n, p) for n, p in _split(spec)]
+    bottom = "libarena(tree=%s%s)" % (tree, ", caches_above=true" if caches_above else "")
+    return str(Policy(" > ".join(layers[:-1] + [bottom])))
+
+
+def _split(spec):
+    """[(layer, its parameters as written)] of a spec, top first, canonical."""
+    out = []
+    for part in str(Policy(spec)).split(" > "):
+        name, _, rest = part.partition("(")
+        out.append((name.strip(), rest[:-1] if rest.endswith(")") else rest))
+    return out
+
+
 def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
              timings=("per_op_sum",), workloads=WORKLOADS, duration=None, warmup_cycles=20,
              baseline=True, effort="normal", threshold=0.05, progress=False, stats="lite",
-             capacities=None):
+             capacities=None, tree=None, caches_above=False):
     """Run the seed's grid and return a LibarenaReport.
 
     Every workload x design x producers x allocs/cycle x timing point is run
@@ -98,7 +121,15 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     capacities: the transfer cache's batches per order to sweep at
     SWEEP_APC allocs/cycle (default CAPACITIES, QUICK_CAPACITIES at quick;
     () skips the sweep); judged on counters, so short runs suffice.
+    tree: a libarena tree (its folder): every design runs on the tree's own
+    buddy.bpf.c in place of the model's buddy (on_tree), and the "buddy"
+    counter rows read the tree's lock; caches_above: allow the model's
+    caches above a tree that has per-CPU caches of its own. The tree's
+    runs are isolated (a crash in its code ends a child process) and
+    unchecked, as the model's are, so that their timings compare.
     """
+    from ..policies import libarena_real
+
     runs, _, _ = effort_defaults(effort, runs, None, 0)
     duration = DURATION[effort] if duration is None else duration
     if effort == "quick":
@@ -106,6 +137,12 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     allocs_per_cycle = list(allocs_per_cycle or ALLOCS_PER_CYCLE)
     load_before = machine.loadavg()
     designs = list(DESIGNS) + ([BASELINE] if baseline else [])
+    real_buddy = {}
+    if tree is not None:
+        designs = [(d, on_tree(spec, tree, caches_above)) for d, spec in designs]
+        real_buddy = {"tree": libarena_real.info(tree), "layer": _split(designs[0][1])[-1][0],
+                      "caches_above": bool(caches_above)}
+    unchecked = {"check": False} if real_buddy else {}
     usable = int(lib.al_cpus_usable())
     real = [p for p in producers if p <= usable]
     virt = [p for p in producers if p > usable]
@@ -119,19 +156,22 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
                                   allocs_per_cycle=allocs_per_cycle, size=size,
                                   timing=list(timings), duration=duration,
                                   warmup_cycles=warmup_cycles, mem_sample=0,
-                                  progress=progress, stats=stats, steal_reruns=STEAL_RERUNS))
+                                  progress=progress, stats=stats, steal_reruns=STEAL_RERUNS,
+                                  **unchecked))
         results[wl] = Result.concat(parts) if len(parts) > 1 else parts[0]
     if capacities is None:
         capacities = QUICK_CAPACITIES if effort == "quick" else CAPACITIES
     for wl in workloads if capacities else ():
         results[SWEEP_PREFIX + wl] = _run(
-            wl, [_capacity_spec(b) for b in capacities], runs=min(runs, 3),
+            wl, [_capacity_spec(b, tree, caches_above) for b in capacities], runs=min(runs, 3),
             producers=list(producers), allocs_per_cycle=SWEEP_APC, size=size,
             timing="batch", duration=duration, warmup_cycles=warmup_cycles, mem_sample=0,
-            progress=progress, stats="lite" if stats == "off" else stats)
+            progress=progress, stats="lite" if stats == "off" else stats, **unchecked)
     settings = {"designs": [list(d) for d in designs], "effort": effort, "runs": runs,
                 "virtual_runs": vruns if virt else None, "duration": duration, "size": size,
                 "threshold": threshold, "usable_cpus": usable, "stats": stats}
+    if real_buddy:
+        settings["real_buddy"] = real_buddy
     settings.update(_rerun_totals([results[wl] for wl in workloads]))
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LibarenaReport(results, settings)
@@ -149,8 +189,9 @@ def _rerun_totals(results):
     return tot
 
 
-def _capacity_spec(batches):
-    return "percpu > transfer(batches=%d) > buddy" % batches
+def _capacity_spec(batches, tree=None, caches_above=False):
+    spec = "percpu > transfer(batches=%d) > buddy" % batches
+    return spec if tree is None else on_tree(spec, tree, caches_above)
 
 
 def _batches_of(policy):
@@ -229,8 +270,17 @@ class LibarenaReport(Report):
         return res.select(policy=dict(self.designs)[design], timing=timing,
                           producers=producers, allocs_per_cycle=allocs_per_cycle)
 
+    def metric(self, key):
+        """A counter's key in the Results: "buddy.*" is the real tree's layer
+        when the report ran on one."""
+        real = self.settings.get("real_buddy")
+        if real and key.startswith("buddy."):
+            return real["layer"] + key[len("buddy"):]
+        return key
+
     def cell(self, workload, design, metric, timing, producers, allocs_per_cycle):
         """The metric's runs (NumPy array) for one cell, or None."""
+        metric = self.metric(metric)
         s = side(self.points(workload, design, timing, producers, allocs_per_cycle), metric)
         return None if s is None else s.values
 
@@ -295,6 +345,7 @@ class LibarenaReport(Report):
         key = dict(self.COUNTERS)[name]
         c = lambda k: self.mean(workload, design, k, timing, producers, allocs_per_cycle)
         pts = self.points(workload, design, timing, producers, allocs_per_cycle)
+        key = None if key is None else self.metric(key)
         keys = [key] if key is not None else ["transfer.remove_hits", "transfer.insert_hits",
                                               "transfer.remove_misses", "transfer.insert_misses"]
         if pts and any(_counters.unmeasured(p, k) for p in pts for k in keys):
@@ -404,8 +455,8 @@ class LibarenaReport(Report):
             for p in producers:
                 for a in apcs:
                     for m in metrics:
-                        so = side(self.points(wl, old, timing, p, a), m, old)
-                        sn = side(self.points(wl, new, timing, p, a), m, new)
+                        so = side(self.points(wl, old, timing, p, a), self.metric(m), old)
+                        sn = side(self.points(wl, new, timing, p, a), self.metric(m), new)
                         if so is None or sn is None:
                             continue
                         label = "%s%dp/%d%s" % ("" if workloads and len(workloads) == 1
@@ -523,8 +574,22 @@ class LibarenaReport(Report):
                 "but is not the kernel's, so their claims are judged on counters." % (
                     "/".join(map(str, virt)), self.usable, self.usable))
 
+    def real_note(self):
+        """What ran as the buddy when the report ran on a libarena tree."""
+        real = self.settings.get("real_buddy")
+        if not real:
+            return None
+        t = real["tree"]
+        return ("The buddy is the real code: %s of the libarena tree %s (layer %s; %s; its own "
+                "per-CPU caches: %s%s). The buddy rows count the tree's arena spin lock, "
+                "alloclab's lock in arena mode." % (
+                    "buddy.bpf.c", t["tree"], real["layer"], t["measured"],
+                    "yes" if t["own_caches"] else "no",
+                    ", the model's caches above them by request" if real["caches_above"]
+                    else ""))
+
     def body(self):
-        parts = []
+        parts = [self.real_note()] if self.real_note() else []
         for t in self.timings:
             for wl in self.workloads:
                 for m, _ in METRICS:
