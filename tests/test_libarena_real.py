@@ -283,6 +283,26 @@ def test_printk_is_counted_not_printed(tmp_path, capfd):
     assert "pool: said" not in out + err
 
 
+def test_printk_text_is_in_the_results_notes(tmp_path):
+    """What the tree printed is kept, text and count, in the point of the run
+    that printed it (isolated in child processes, or not)."""
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",
+           "\tpool_err(\"pool: said %lu\\n\", size);\n\tif (c < 0) {\n\t\tpool_err(\"pool: no class")
+    name = lr.load(str(tree))
+    for isolate in (True, False):
+        res = al.run("malloc-free", [name, "buddy"], allocs_per_cycle=16, cycles=10,
+                     warmup_cycles=5, runs=2, isolate=isolate)
+        real, model = res.points
+        # one printk per allocation: 15 cycles of 16 in each of two runs' instances
+        assert real.info["printk"] == [{"layer": name, "text": "pool: said 64", "count": 480}]
+        assert list(real.data[name + ".printk"]) == [160, 160]  # the measured phase's
+        assert "notes" not in model.info
+        assert "notes: %s printed 'pool: said 64' 480 times" % name in str(res)
+        back = al.Result.from_json(res.to_json())
+        assert back.points[0].info["notes"] == real.info["notes"]
+
+
 def test_smp_processor_id_is_the_callers_cpu(tmp_path):
     tree = _copy(tmp_path)
     _patch(tree / "src" / "buddy.bpf.c", "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",

@@ -25,6 +25,9 @@
 
 #define ALR_ABI 2
 
+/* Distinct printk texts kept per copy (the rest are counted together). */
+#define ALR_MSGS 16
+
 /* The arena's page size (vmlinux.h's __PAGE_SIZE: the host's 4 KiB pages). */
 #define ALR_PAGE_SIZE 4096
 
@@ -80,6 +83,10 @@ struct alr_entry {
 	const char *(*last_msg)(void); /* the last printk text, "" if none */
 	void (*unbind)(void);	       /* unmap the arena (after destroy) */
 	void (*pages_lock)(int take);  /* take (1) or release (0) the page mutex: fork() */
+	/* The i-th distinct printk text and its count; returns how many there
+	 * are (text NULL for the last when more texts came than were kept: its
+	 * count is theirs). */
+	unsigned (*msg)(unsigned i, const char **text, uint64_t *count);
 };
 
 typedef int (*alr_bind_fn)(const struct alr_env *env, struct alr_entry *out);

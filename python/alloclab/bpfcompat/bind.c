@@ -57,6 +57,7 @@ ALR_HIDDEN size_t alr_arena_span(void);
 ALR_HIDDEN uint64_t alr_stat(unsigned ev);
 ALR_HIDDEN const char *alr_last_msg(void);
 ALR_HIDDEN void alr_pages_lock(int take);
+ALR_HIDDEN unsigned alr_msg(unsigned i, const char **text, uint64_t *count);
 
 static inline void enter(const void *ctx, unsigned cpu)
 {
@@ -157,6 +158,7 @@ __attribute__((visibility("default"))) int alr_bind(const struct alr_env *env,
 		.last_msg = alr_last_msg,
 		.unbind = e_unbind,
 		.pages_lock = alr_pages_lock,
+		.msg = alr_msg,
 	};
 	return 0;
 }

@@ -26,7 +26,8 @@
  * context (alr_self.ctx, set at entry): alloclab's lock in arena mode. With
  * no driver (the selftest runner) it is a test-and-set lock that never
  * fails. bpf_get_smp_processor_id answers alr_self.cpu. can_loop spends
- * alr_self.budget (alr_rt.h); printk formats into last_msg and counts.
+ * alr_self.budget (alr_rt.h); printk formats into last_msg, counts, and
+ * keeps the first ALR_MSGS distinct texts with their counts (alr_msg).
  *
  * Cost: the hot path adds the lock's indirect call and one thread-local
  * read per can_loop; the page calls are system calls (mmap) at chunk growth.
@@ -59,6 +60,15 @@ static uint8_t *page_state;	   /* PG_* per page */
 static pthread_mutex_t pages_mu = PTHREAD_MUTEX_INITIALIZER; /* guards page_state */
 static uint64_t events[ALR_EV_NR];			     /* totals, relaxed atomics */
 static char last_msg[MSG_LEN]; /* the last printk, for the test report */
+/* The first ALR_MSGS distinct printk texts and how often each came (the
+ * layer writes them to the Result's notes); msgs_mu guards them. */
+static struct {
+	char text[MSG_LEN];
+	uint64_t count;
+} msgs[ALR_MSGS];
+static unsigned nmsgs;
+static uint64_t msgs_dropped; /* printk calls whose text found no free entry */
+static pthread_mutex_t msgs_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t tas_lock;      /* the lock without a driver */
 
 static void event(unsigned ev, const char *msg)
@@ -87,6 +97,8 @@ ALR_HIDDEN bool alr_loop_exhausted(void)
 	return false;
 }
 
+static void keep_msg(const char *text);
+
 ALR_HIDDEN void alr_stream_printk(int stream, const char *fmt, ...)
 {
 	char buf[MSG_LEN];
@@ -97,7 +109,42 @@ ALR_HIDDEN void alr_stream_printk(int stream, const char *fmt, ...)
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	memcpy(last_msg, buf, sizeof(buf));
+	keep_msg(buf);
 	event(ALR_EV_PRINTK, buf);
+}
+
+/* Count text among the distinct messages (a slow path: the tree printed). */
+static void keep_msg(const char *text)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&msgs_mu);
+	for (i = 0; i < nmsgs && strcmp(msgs[i].text, text); i++)
+		;
+	if (i == nmsgs && nmsgs < ALR_MSGS)
+		snprintf(msgs[nmsgs++].text, MSG_LEN, "%s", text);
+	if (i < nmsgs)
+		msgs[i].count++;
+	else
+		msgs_dropped++;
+	pthread_mutex_unlock(&msgs_mu);
+}
+
+ALR_HIDDEN unsigned alr_msg(unsigned i, const char **text, uint64_t *count)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&msgs_mu);
+	n = nmsgs;
+	if (i < n) {
+		*text = msgs[i].text;
+		*count = msgs[i].count;
+	} else if (i == n && msgs_dropped) {
+		*text = NULL; /* the rest: texts past the first ALR_MSGS */
+		*count = msgs_dropped;
+	}
+	pthread_mutex_unlock(&msgs_mu);
+	return n + !!msgs_dropped;
 }
 
 ALR_HIDDEN void *alr_arena_base(void)

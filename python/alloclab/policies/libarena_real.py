@@ -56,6 +56,7 @@ from .. import errors
 from . import plugin, policy
 
 ENV_TREE = "ALLOCLAB_LIBARENA"
+ENV_NOTES = "ALLOCLAB_LIBARENA_NOTES"  # where instances write their printk texts (layer.c)
 ALR_EV_PRINTK = 1  # enum alr_event (bpfcompat/alr.h)
 COMPAT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bpfcompat")
 _RUNTIME = ("runtime.c", "bind.c")
@@ -410,6 +411,74 @@ def run_tests(tree):
     return out
 
 
+# ---- the tree's printk texts, for the Result's notes ----
+
+_notes_made = None  # the folder this process made for $ALLOCLAB_LIBARENA_NOTES
+
+
+def _notes_dir():
+    """The folder instances write their printk texts to (layer.c): this
+    process's own, made at the first load and removed at its exit, and
+    inherited by the child processes that run its layers; one named in the
+    environment already (a parent's) is kept."""
+    global _notes_made
+    if os.environ.get(ENV_NOTES):
+        return os.environ[ENV_NOTES]
+    import atexit
+    import shutil
+
+    _notes_made = tempfile.mkdtemp(prefix="alloclab-libarena-notes-")
+    atexit.register(shutil.rmtree, _notes_made, True)
+    os.environ[ENV_NOTES] = _notes_made
+    return _notes_made
+
+
+def notes_for(runs):
+    """The printk texts of the instances created in each run: ``runs`` is
+    [(key, pid, t_start (time.time()), policy name)]; returns {key: [text
+    with its layer and count]}. An instance belongs to the run of its process
+    that started last before it was created, if that run's policy names its
+    layer. Each text is {"layer", "text", "count"}, count over the
+    instances' whole lives (warmup included; the measured phase's count is
+    the layer's printk counter). Empty where no layer of this process
+    printed."""
+    d = os.environ.get(ENV_NOTES)
+    if not d or not os.path.isdir(d) or not runs:
+        return {}
+    out = {}
+    for pid in {r[1] for r in runs}:
+        try:
+            with open(os.path.join(d, "notes.%d" % pid), errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        mine = sorted((r for r in runs if r[1] == pid), key=lambda r: r[2])
+        for line in lines:
+            parts = line.split("\t", 3)
+            if len(parts) != 4 or not parts[0].lstrip("-").isdigit():
+                continue
+            created, layer, count, text = int(parts[0]) / 1e9, parts[1], parts[2], parts[3]
+            run = None
+            for r in mine:
+                if r[2] <= created:
+                    run = r
+            if run is None or not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(layer),
+                                             str(run[3])):
+                continue
+            notes = out.setdefault(run[0], {})
+            key = (layer, text.rstrip())
+            notes[key] = notes.get(key, 0) + int(count or 0)
+    return {k: [{"layer": lay, "text": t, "count": n} for (lay, t), n in v.items()]
+            for k, v in out.items()}
+
+
+def note_text(printk):
+    """One printk entry (notes_for) as a note."""
+    n = printk["count"]
+    return "%s printed %r %d time%s (bpf_stream_printk, over its instances' lives)" % (
+        printk["layer"], printk["text"], n, "" if n == 1 else "s")
+
+
 # ---- the layer ----
 
 _by_tree = {}  # (tree, object) -> layer name
@@ -424,6 +493,7 @@ def load(tree=None, name=None):
         tree = default_tree()
     tree = check_tree(tree)
     obj = build(tree)
+    _notes_dir()
     key = (tree, obj)
     if key in _by_tree and name in (None, _by_tree[key]):
         return _by_tree[key]

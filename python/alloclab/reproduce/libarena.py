@@ -590,6 +590,8 @@ class LibarenaReport(Report):
 
     def body(self):
         parts = [self.real_note()] if self.real_note() else []
+        parts += [line for res in self.results.values() for line in str(res).splitlines()
+                  if line.startswith("notes: ")]
         for t in self.timings:
             for wl in self.workloads:
                 for m, _ in METRICS:

@@ -126,6 +126,7 @@ class Fidelity:
                     WITHIN, len(ok), len(ratios))]
         if s["stats"] != "full":
             lines.append("hold ns: n/a below stats=full (nan)")
+        lines += [line for line in str(self.result).splitlines() if line.startswith("notes: ")]
         lines.append(self.result.cpu_line())
         return "\n".join(lines)
 

@@ -176,6 +176,24 @@ def _arrays_equal(a, b):
     return bool(np.array_equal(a, b))
 
 
+def _printk_notes(points, point_runs):
+    """What the real code under test printed (a libarena tree's
+    bpf_stream_printk, kept by its layer): info["notes"] of the point whose
+    run created the instance that printed. Nothing to do, and nothing
+    imported, where no libarena layer was loaded."""
+    import sys
+
+    real = sys.modules.get("alloclab.policies.libarena_real")
+    if real is None:
+        return
+    runs = [(i, r["pid"], r["t_start"], params.get("policy"))
+            for i, (params, raws) in enumerate(point_runs) for r in raws
+            if "pid" in r and "t_start" in r]
+    for i, printk in real.notes_for(runs).items():
+        points[i].info["printk"] = printk
+        points[i].info["notes"] = [real.note_text(x) for x in printk]
+
+
 def point_info(raws):
     r = raws[0]
     info = {
@@ -511,6 +529,7 @@ class Result:
             if "policy" in params:  # the label the user gave, and what it expands to
                 info["policy_spec"] = canonical(params["policy"]) or params["policy"]
             points.append(Point(dict(params), info, data, _measures.point_hists(raws)))
+        _printk_notes(points, point_runs)
         return cls(metadata, points)
 
     # -- lookups --
@@ -850,6 +869,15 @@ class Result:
                                                      for p in self.points])))
         lines.append(self.machine_line())
         lines.append(self.cpu_line())
+        printed = {}
+        for p in self.points:
+            for x in p.info.get("printk", []):
+                printed[(x["layer"], x["text"])] = printed.get((x["layer"], x["text"]), 0) + \
+                    x["count"]
+        if printed:
+            lines.append("notes: " + "; ".join(
+                "%s printed %r %d time%s" % (lay, t, n, "" if n == 1 else "s")
+                for (lay, t), n in printed.items()) + " (bpf_stream_printk)")
         return "\n".join(lines)
 
     def machine_line(self):
