@@ -203,6 +203,8 @@ void al_rcu_offline(struct al_rcu_reader *r)
 	gp_unlock();
 }
 
+static void tt_kick_due(void);
+
 void al_rcu_quiescent(struct al_rcu_reader *r)
 {
 	uint64_t s = __atomic_load_n(&gp.started, __ATOMIC_ACQUIRE);
@@ -210,6 +212,7 @@ void al_rcu_quiescent(struct al_rcu_reader *r)
 	__atomic_store_n(&r->seen, s, __ATOMIC_RELEASE);
 	if (s != __atomic_load_n(&al_rcu_gp_done, __ATOMIC_ACQUIRE))
 		gp_try_advance();
+	tt_kick_due();
 }
 
 /* ---- domains ---- */
@@ -296,6 +299,7 @@ struct defer {
 	unsigned tt_fract0; /* classic: init_fract and gp_sleep, HZ/200 jiffies (at least 1) */
 	uint64_t tt_jiffy;  /* ticks per jiffy */
 	uint64_t tt_lazy;   /* classic: ticks of the lazy timer, 0: no batching */
+	uint64_t tt_due;    /* ticks: its next step, 0: idle (tt_kick.lock) */
 	struct tt tt;	    /* the engine */
 	/* thread mode */
 	pthread_t helper;	  /* the helper thread */
@@ -654,12 +658,119 @@ static uint64_t tt_jiffies(const struct defer *d, uint64_t j)
 	return j * d->tt_jiffy;
 }
 
+/* The engines' timers: the domains with a tasks-trace step pending, and the
+ * earliest tick one is due (0: none), read by every quiescent point. */
+#define TT_MAX_DOMAINS 64
+static struct {
+	int lock; /* a leaf, after tt.lock */
+	unsigned n;
+	struct defer *d[TT_MAX_DOMAINS];
+} tt_kick;
+static uint64_t tt_next;
+
+static void tt_kick_lock(void)
+{
+	while (__atomic_exchange_n(&tt_kick.lock, 1, __ATOMIC_ACQUIRE))
+		al_cpu_relax();
+}
+
+static void tt_kick_unlock(void)
+{
+	__atomic_store_n(&tt_kick.lock, 0, __ATOMIC_RELEASE);
+}
+
+static void tt_kick_recompute(void)
+{
+	uint64_t min = 0;
+	unsigned i;
+
+	for (i = 0; i < tt_kick.n; i++) {
+		uint64_t due = __atomic_load_n(&tt_kick.d[i]->tt_due, __ATOMIC_RELAXED);
+
+		if (due && (!min || due < min))
+			min = due;
+	}
+	__atomic_store_n(&tt_next, min, __ATOMIC_RELEASE);
+}
+
+/* Register d's next step (0: none). Beyond TT_MAX_DOMAINS busy domains the
+ * extra ones advance at their slow paths only. */
+static void tt_set_due(struct defer *d, uint64_t due)
+{
+	unsigned i;
+
+	tt_kick_lock();
+	for (i = 0; i < tt_kick.n && tt_kick.d[i] != d; i++)
+		;
+	if (due && i == tt_kick.n && tt_kick.n < TT_MAX_DOMAINS)
+		tt_kick.d[tt_kick.n++] = d;
+	else if (!due && i < tt_kick.n)
+		tt_kick.d[i] = tt_kick.d[--tt_kick.n];
+	__atomic_store_n(&d->tt_due, due, __ATOMIC_RELAXED);
+	tt_kick_recompute();
+	tt_kick_unlock();
+}
+
+/* From a quiescent point: mark every CPU of each domain whose step is due,
+ * so that its next poll takes the slow path and steps it. A domain kicked
+ * waits for that step to set its next time. */
+static void tt_kick_due(void)
+{
+	uint64_t next = __atomic_load_n(&tt_next, __ATOMIC_ACQUIRE), now;
+	unsigned i, cpu;
+
+	if (!next || al_ticks_fast() < next)
+		return;
+	if (__atomic_exchange_n(&tt_kick.lock, 1, __ATOMIC_ACQUIRE))
+		return; /* another reader kicks */
+	now = al_ticks_fast();
+	for (i = 0; i < tt_kick.n; i++) {
+		struct defer *d = tt_kick.d[i];
+		uint64_t due = __atomic_load_n(&d->tt_due, __ATOMIC_RELAXED);
+
+		if (!due || due > now)
+			continue;
+		__atomic_store_n(&d->tt_due, UINT64_MAX, __ATOMIC_RELAXED); /* until its step */
+		for (cpu = 0; cpu < d->ncpu; cpu++)
+			__atomic_fetch_or(&d->pub.pcpu[cpu].todo, AL_DEFER_TT, __ATOMIC_RELEASE);
+		wake_helper(d);
+	}
+	tt_kick_recompute();
+	tt_kick_unlock();
+}
+
+/* When the engine needs its next step: now (callbacks ready, a plain GP to
+ * watch), a timer's tick, or 0 (nothing pending). Lock held. */
+static uint64_t tt_next_due(const struct defer *d, uint64_t now)
+{
+	const struct tt *t = &d->tt;
+	uint64_t due;
+
+	if (t->ready.n)
+		return now;
+	switch (t->phase) {
+	case TT_IDLE:
+		if (!t->queued.n)
+			return 0;
+		if (d->tt_mode == AL_TTRACE_CLASSIC)
+			due = t->urgent ? now : t->lazy_at;
+		else
+			due = t->lazy_at ? t->lazy_at : now;
+		if (due < t->idle_at)
+			due = t->idle_at;
+		return due ? due : now;
+	case TT_RCU: return now;
+	default: return t->next_at;
+	}
+}
+
 int al_call_rcu_tasks_trace(struct al_defer *pub, struct al_ctx *c, struct al_rcu_head *h,
 			    void (*func)(struct al_rcu_head *h, struct al_ctx *c))
 {
 	struct defer *d = to_defer(pub);
 	struct tt *t = &d->tt;
 	unsigned pending;
+	uint64_t due;
 
 	if (d->tt_mode == AL_TTRACE_PLAIN)
 		return al_call_rcu(pub, c, h, func);
@@ -692,6 +803,9 @@ int al_call_rcu_tasks_trace(struct al_defer *pub, struct al_ctx *c, struct al_rc
 	t->queued.tail = h;
 	t->queued.n++;
 	tt_set_busy(t);
+	due = tt_next_due(d, al_ticks_fast());
+	if (due != __atomic_load_n(&d->tt_due, __ATOMIC_RELAXED))
+		tt_set_due(d, due);
 	tt_unlock(t);
 	al_count(&d->ctr, c, DEFER_ttrace_callbacks, 1);
 	return 0;
@@ -881,6 +995,7 @@ static void tt_advance(struct defer *d, struct al_ctx *x, bool force)
 {
 	struct tt *t = &d->tt;
 	struct tt_list run = { NULL, NULL, 0 };
+	uint64_t now = 0, due;
 	unsigned cpu;
 
 	if (d->tt_mode == AL_TTRACE_PLAIN || !__atomic_load_n(&t->busy, __ATOMIC_ACQUIRE))
@@ -901,10 +1016,14 @@ static void tt_advance(struct defer *d, struct al_ctx *x, bool force)
 	} else {
 		if (!tt_trylock(t))
 			return; /* whoever holds it steps it */
-		tt_step(d, x, al_ctr_block(&d->ctr, x), al_ticks_fast());
+		now = al_ticks_fast();
+		tt_step(d, x, al_ctr_block(&d->ctr, x), now);
 		tt_append(&run, &t->ready);
 	}
 	tt_set_busy(t);
+	due = tt_next_due(d, now);
+	if (due != __atomic_load_n(&d->tt_due, __ATOMIC_RELAXED))
+		tt_set_due(d, due);
 	tt_unlock(t);
 	tt_run_list(d, x, run.head);
 }
@@ -1120,6 +1239,7 @@ void al_defer_destroy(struct al_defer *pub)
 
 	if (!pub)
 		return;
+	tt_set_due(d, 0); /* no quiescent point kicks it (or posts its helper) from now */
 	if (d->helper_started) {
 		__atomic_store_n(&d->stop, 1, __ATOMIC_RELEASE);
 		sem_post(&d->wake);
@@ -1129,6 +1249,7 @@ void al_defer_destroy(struct al_defer *pub)
 	}
 	al_ctx_init(&c, 0);
 	al_defer_flush(pub, &c, AL_DRAIN_ALL);
+	tt_set_due(d, 0); /* off the timers' list before it is freed */
 	for (cpu = 0; cpu < d->ncpu; cpu++) {
 		struct defer_cpu *dc = &d->cpu[cpu];
 

@@ -408,6 +408,16 @@ TEST(test_maysleep_fallback_kmalloc)
 static struct al_allocator *sa;
 static int serrors;
 static void *slots[64];
+static unsigned stress_ms; /* run at least this long (0: NOPS operations) */
+static bool stress_split;  /* odd workers only free (trims there, refills elsewhere) */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 static void on_nmi(int sig)
 {
@@ -434,16 +444,24 @@ static void *worker(void *arg)
 	struct al_ctx c;
 	void *p, *o;
 
+	uint64_t end = now_ms() + stress_ms;
+
 	al_ctx_init(&c, id);
 	al_ctx_set_current(&c);
 	al_rcu_online(&r);
-	for (i = 0; i < NOPS; i++) {
+	for (i = 0; i < NOPS || (stress_ms && (i % 1024 || now_ms() < end)); i++) {
 		rng ^= rng << 13;
 		rng ^= rng >> 7;
 		rng ^= rng << 17;
 		k = (unsigned)(rng >> 33);
 		if (!(i % 64))
 			al_rcu_quiescent(&r);
+		if (stress_split && (id & 1)) {
+			o = __atomic_exchange_n(&slots[k % 64], NULL, __ATOMIC_ACQ_REL);
+			if (o && al_free(sa, &c, o))
+				__atomic_fetch_add(&serrors, 1, __ATOMIC_RELAXED);
+			continue;
+		}
 		p = al_alloc(sa, &c, 1 + k % 300, 0);
 		if (!p)
 			continue; /* allowed: an empty cache with IRQs "off" */
@@ -488,6 +506,8 @@ static void stress(const char *spec)
 		if (slots[i])
 			CHECK_EQ(al_free(sa, &c, slots[i]), 0);
 	CHECK_EQ(serrors, 0);
+	if (stress_ms) /* tasks-trace GPs ended under the stress */
+		CHECK(t_stat(sa, 0, "ttrace_gps") >= 1);
 	t_teardown(sa);
 }
 
@@ -499,6 +519,18 @@ TEST(test_stress_any)
 TEST(test_stress_fixed_thread_irq_work)
 {
 	stress("bpf_ma(mode=fixed, unit=300, irq_work=thread) > slab");
+}
+
+/* Tasks-trace GPs completing while the workers run: not lazy, so GPs start,
+ * IPI the other workers' CPUs and end under the stress; chained and SRCU. */
+TEST(test_stress_ttrace_gps)
+{
+	stress_ms = 150;
+	stress_split = true;
+	stress("bpf_ma(mode=fixed, unit=300, hz=1000, ttrace_lazy_ms=0, ttrace_chain=1) > slab");
+	stress("bpf_ma(mode=fixed, unit=300, hz=1000, ttrace=srcu, irq_work=thread) > slab");
+	stress_ms = 0;
+	stress_split = false;
 }
 
 int main(void)
@@ -515,5 +547,6 @@ int main(void)
 	RUN(test_maysleep_fallback_kmalloc);
 	RUN(test_stress_any);
 	RUN(test_stress_fixed_thread_irq_work);
+	RUN(test_stress_ttrace_gps);
 	return TEST_SUMMARY();
 }

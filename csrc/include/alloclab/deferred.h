@@ -90,9 +90,12 @@ extern "C" {
  *    GP ends (srcu_gp_end).
  *  - AL_TTRACE_PLAIN: one plain grace period of at least gp_latency.
  * The machine advances whenever a CPU of the domain takes the poll's slow
- * path (raised irq_work, a due batch, an IPI); callbacks run on that CPU at
- * task level, as the kernel runs them from its kthread or workqueue. One
- * engine per domain (the kernel has one for the system).
+ * path (raised irq_work, a due batch, an IPI), and its timers fire from the
+ * readers' quiescent points: al_rcu_quiescent() (once per engine cycle)
+ * marks every CPU of a domain whose next step is due, so that CPU's next
+ * poll takes it. Callbacks run on that CPU at task level, as the kernel runs
+ * them from its kthread or workqueue. One engine per domain (the kernel has
+ * one for the system).
  */
 struct al_irq_work {
 	void (*func)(struct al_irq_work *w, struct al_ctx *c); /* runs at AL_CTX_IRQ on w->cpu */
@@ -115,7 +118,12 @@ enum al_irq_work_mode {
 /* The self-IPI's signal: its handler is installed once and does nothing. */
 #define AL_IRQ_WORK_SIGNAL (SIGRTMIN + 6)
 
-enum { AL_DEFER_IRQ = 1u << 0, AL_DEFER_RCU = 1u << 1, AL_DEFER_TT_IPI = 1u << 2 };
+enum {
+	AL_DEFER_IRQ = 1u << 0,	   /* raised irq_work */
+	AL_DEFER_RCU = 1u << 1,	   /* a new or incoming RCU batch */
+	AL_DEFER_TT_IPI = 1u << 2, /* a tasks-trace GP's IPI to this CPU */
+	AL_DEFER_TT = 1u << 3	   /* a tasks-trace step is due (the kthread's timer) */
+};
 
 enum al_ttrace_mode {
 	AL_TTRACE_PLAIN = 0,   /* one plain grace period (al_call_rcu) */
