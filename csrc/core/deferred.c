@@ -44,7 +44,11 @@
  * ---------------
  * Per domain (struct tt), a state machine stepped by whichever CPU takes
  * the poll's slow path (tt_advance): one trylock and one clock read when a
- * callback or a GP is pending, nothing otherwise. Phases: TT_IDLE (callbacks
+ * callback or a GP is pending, nothing otherwise. Its timers: a busy domain
+ * registers the tick of its next step (tt_kick); al_rcu_quiescent reads the
+ * earliest (one load, and a clock read only while one is registered) and
+ * marks the CPUs of due domains with AL_DEFER_TT, so the poll's fast path is
+ * unchanged. Phases: TT_IDLE (callbacks
  * queued wait for the lazy timer, or urgent_gp, and for gp_sleep after the
  * last GP), TT_RCU (waiting for a plain GP: the classic postscan, or one
  * SRCU-fast scan), TT_HOLD (classic: sleeping until the next holdout pass),
