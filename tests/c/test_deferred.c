@@ -343,7 +343,7 @@ static void tt_cb(struct al_rcu_head *h, struct al_ctx *c)
 static struct al_defer *mk_tt(unsigned ncpu, int mode, int lazy_ms)
 {
 	struct al_defer_params p = {
-		.irq_mode = AL_IRQ_WORK_INLINE, .ttrace = mode, .hz = 100, .lazy_ms = lazy_ms
+		.irq_mode = AL_IRQ_WORK_INLINE, .ttrace = mode, .hz = 20, .lazy_ms = lazy_ms
 	};
 	struct al_defer *d = NULL;
 
@@ -358,7 +358,7 @@ static void sleep_ms(unsigned ms)
 	nanosleep(&ts, NULL);
 }
 
-/* classic, no batching, HZ=100 (10 ms jiffies, wide margins for a loaded
+/* classic, no batching, HZ=20 (50 ms jiffies: wide margins for a loaded
  * machine): the GP starts at the first step; CPU 0 drives it, so CPU 1's
  * running task is the one holdout. Pass one (after init_fract = HZ/200,
  * at least 1 jiffy) sends it an IPI, CPU 1's next poll takes it, pass two
@@ -388,7 +388,7 @@ TEST(test_ttrace_classic_holdouts_and_ipis)
 	for (i = 0; i < 3; i++)
 		al_defer_run(d, &c0); /* before the first holdout sleep ends */
 	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
-	sleep_ms(15);
+	sleep_ms(75);
 	al_defer_run(d, &c0); /* pass one: IPI CPU 1 */
 	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 1);
 	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 3);
@@ -397,7 +397,7 @@ TEST(test_ttrace_classic_holdouts_and_ipis)
 	al_defer_run(d, &c0);  /* too early for pass two */
 	CHECK_EQ(al_ttrace_gp_done(d), 0);
 	CHECK_EQ(tt_runs, 0);
-	sleep_ms(25);
+	sleep_ms(125);
 	al_defer_run(d, &c0); /* pass two: the GP ends, the callback runs */
 	CHECK_EQ(al_ttrace_gp_done(d), 1);
 	CHECK_EQ(tt_runs, 1);
@@ -428,17 +428,17 @@ TEST(test_ttrace_classic_idle_cpu_and_reader)
 	CHECK_EQ(al_rcu_online(&r), 0);
 	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h, tt_cb), 0);
 	al_defer_run(d, &c0); /* pregp: 3 checks, CPUs 1 and 2 holdouts */
-	sleep_ms(15);
+	sleep_ms(75);
 	al_defer_run(d, &c0); /* the plain GP is not over: no pass yet */
 	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
 	al_rcu_quiescent(&r);
 	al_rcu_offline(&r);
 	al_defer_run(d, &c0); /* plain GP over: the holdout sleep starts now */
 	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
-	sleep_ms(15);
+	sleep_ms(75);
 	al_defer_run(d, &c0); /* pass one: two IPIs */
 	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 2);
-	sleep_ms(25);
+	sleep_ms(125);
 	al_defer_run(d, &c0); /* pass two: neither was taken, both idle */
 	CHECK_EQ(defer_stat(d, "ttrace_ipis_idle"), 2);
 	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 3 + 2 + 2);
@@ -447,10 +447,11 @@ TEST(test_ttrace_classic_idle_cpu_and_reader)
 	al_defer_destroy(d);
 }
 
-/* The lazy timer: with rcu_tasks_trace_lazy_ms=30 no GP starts before it
- * fires, however often the domain is stepped; 32 queued callbacks wake the
- * kthread at the 33rd; al_defer_flush runs everything at once, uncounted
- * as a GP. A single-CPU domain has no holdout: its GP is the plain GP. */
+/* The lazy timer: with rcu_tasks_trace_lazy_ms=30 (1 jiffy) no GP starts
+ * before it fires, however often the domain is stepped; 32 queued
+ * callbacks wake the kthread at the 33rd; al_defer_flush runs everything
+ * at once, uncounted as a GP. A single-CPU domain has no holdout: its GP
+ * is the plain GP. */
 TEST(test_ttrace_classic_lazy_timer_and_flush)
 {
 	struct al_defer *d = mk_tt(1, AL_TTRACE_CLASSIC, 30);
@@ -464,18 +465,18 @@ TEST(test_ttrace_classic_lazy_timer_and_flush)
 	al_ctx_init(&c0, 0);
 	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h[0], tt_cb), 0);
 	al_defer_run(d, &c0);
-	sleep_ms(5);
+	sleep_ms(10);
 	al_defer_run(d, &c0);
 	CHECK_EQ(defer_stat(d, "ttrace_gps"), 0);
 	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 0);
-	sleep_ms(35);
+	sleep_ms(70);
 	al_defer_run(d, &c0); /* the timer fired: one CPU, no holdout, done */
 	CHECK_EQ(defer_stat(d, "ttrace_gps"), 1);
 	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 1);
 	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
 	CHECK_EQ(tt_runs, 1);
 	/* gp_sleep (1 jiffy) is over before the 33rd callback below */
-	sleep_ms(15);
+	sleep_ms(75);
 	for (i = 0; i < 32; i++)
 		CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h[i], tt_cb), 0);
 	al_defer_run(d, &c0); /* 32 queued, the timer armed: still lazy */
@@ -506,13 +507,13 @@ TEST(test_ttrace_srcu_fast_scans)
 	tt_runs = 0;
 	al_ctx_init(&c0, 0);
 	CHECK_EQ(al_call_rcu_tasks_trace(d, &c0, &h, tt_cb), 0);
-	sleep_ms(15);
+	sleep_ms(75);
 	al_defer_run(d, &c0); /* both scans (no reader: plain GPs at once) */
 	CHECK_EQ(defer_stat(d, "ttrace_cpu_checks"), 2 * 2 * 2);
 	CHECK_EQ(defer_stat(d, "ttrace_rcu_gps"), 2);
 	CHECK_EQ(defer_stat(d, "ttrace_gps"), 0); /* cbdelay */
 	CHECK_EQ(tt_runs, 0);
-	sleep_ms(15);
+	sleep_ms(75);
 	al_defer_run(d, &c0);
 	CHECK_EQ(defer_stat(d, "ttrace_gps"), 1);
 	CHECK_EQ(defer_stat(d, "ttrace_ipis"), 0);
