@@ -277,6 +277,7 @@ struct tt {
 	uint64_t next_at;      /* ticks: the running GP's next step */
 	uint64_t idle_at;      /* ticks: no GP starts before (gp_sleep) */
 	uint64_t rcu_need;     /* plain GP the running step waits for */
+	uint64_t scan_sum;     /* SRCU: what the last counter scan read (kept, so it is done) */
 	struct tt_list queued; /* not covered by a GP yet */
 	struct tt_list in_gp;  /* covered by the running GP */
 	struct tt_list ready;  /* GP over, not run yet */
@@ -844,6 +845,21 @@ static void tt_end_gp(struct defer *d, uint64_t *k, uint64_t now)
 	}
 }
 
+/* One SRCU-fast scan (srcu_readers_unlock_idx, then srcu_readers_lock_idx):
+ * two passes reading a line each CPU writes, its poll state standing for its
+ * srcu_data counters. Lock held. */
+static void tt_srcu_scan(struct defer *d, uint64_t *k)
+{
+	uint64_t sum = 0;
+	unsigned pass, cpu;
+
+	for (pass = 0; pass < 2; pass++)
+		for (cpu = 0; cpu < d->ncpu; cpu++)
+			sum += __atomic_load_n(&d->pub.pcpu[cpu].todo, __ATOMIC_ACQUIRE);
+	d->tt.scan_sum = sum;
+	al_ctr_add(k, DEFER_ttrace_cpu_checks, 2ull * d->ncpu);
+}
+
 /* Start a GP on x's CPU (the kthread's): lock held. */
 static void tt_start_gp(struct defer *d, const struct al_ctx *x, uint64_t *k)
 {
@@ -869,7 +885,7 @@ static void tt_start_gp(struct defer *d, const struct al_ctx *x, uint64_t *k)
 		/* srcu_advance_state, SRCU_STATE_SCAN1: unlock then lock counters of
 		 * every possible CPU (srcu_readers_active_idx_check) */
 		t->scan = 1;
-		al_ctr_add(k, DEFER_ttrace_cpu_checks, 2ull * d->ncpu);
+		tt_srcu_scan(d, k);
 	}
 	tt_wait_rcu(d, k); /* postscan's synchronize_rcu / the scan's */
 }
@@ -944,7 +960,7 @@ static void tt_step(struct defer *d, const struct al_ctx *x, uint64_t *k, uint64
 			if (d->tt_mode == AL_TTRACE_SRCU) {
 				if (t->scan == 1) { /* srcu_flip, SRCU_STATE_SCAN2 */
 					t->scan = 2;
-					al_ctr_add(k, DEFER_ttrace_cpu_checks, 2ull * d->ncpu);
+					tt_srcu_scan(d, k);
 					tt_wait_rcu(d, k);
 				} else { /* srcu_gp_end: callbacks cbdelay = 1 jiffy out */
 					t->phase = TT_CBDELAY;
