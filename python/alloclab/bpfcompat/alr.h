@@ -38,15 +38,22 @@ enum alr_event {
 	ALR_EV_PAGES_ALLOC,    /* arena pages handed out by bpf_arena_alloc_pages */
 	ALR_EV_PAGES_FREE,     /* arena pages returned by bpf_arena_free_pages */
 	ALR_EV_ALLOC_FAILED,   /* bpf_arena_alloc_pages calls that returned NULL */
+	ALR_EV_LOCK_TABLE_FULL, /* arena spin locks refused: the driver had no lock left */
 	ALR_EV_NR
 };
 
 struct alr_env {
 	unsigned abi; /* ALR_ABI */
 	void *owner;  /* passed back to every callback */
-	/* arena_spin_lock(lock) from the calling context ctx: 0 or -errno */
-	int (*lock)(void *owner, const void *ctx, void *lock);
-	void (*unlock)(void *owner, const void *ctx, void *lock);
+	/* The driver's lock standing for the arena spin lock word at addr, asked
+	 * once per word (the object keeps the answer): NULL when it has none
+	 * left (that arena_spin_lock fails -EBUSY, ALR_EV_LOCK_TABLE_FULL). */
+	void *(*lock_handle)(void *owner, void *addr);
+	/* arena_spin_lock / unlock of that lock from the calling context ctx
+	 * (NULL: create and destroy): 0 or -errno. Called directly from the
+	 * tree's lock calls, so they cost what the driver's lock costs. */
+	int (*acquire)(void *handle, const void *ctx);
+	void (*release)(void *handle, const void *ctx);
 	/* an event (enum alr_event) from ctx; msg: the printk text, else NULL */
 	void (*event)(void *owner, const void *ctx, unsigned ev, const char *msg);
 };

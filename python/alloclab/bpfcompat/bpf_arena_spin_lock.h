@@ -3,9 +3,10 @@
  * alloclab's stand-in for the arena spin lock header. arena_spinlock_t keeps
  * the BPF lock's size (one 32-bit word, zero when unlocked), but the lock
  * taken is alloclab's own (struct al_lock in arena mode: its budget, its
- * failures by reason, its counters), found by the word's address in the
- * driving layer (layer.c); the word itself is not used. Acquisition can
- * fail as the BPF lock's can: 0, or a negative errno (-ETIMEDOUT, -EBUSY).
+ * failures by reason, its counters), the driving layer's (layer.c) lock
+ * for the word's address, asked once per word (runtime.c); the word itself
+ * is not used. Acquisition can fail as the BPF lock's can: 0, or a
+ * negative errno (-ETIMEDOUT, -EBUSY).
  * The irqsave variants take the same lock: user space has no IRQs to mask.
  */
 #ifndef ALR_BPF_ARENA_SPIN_LOCK_H

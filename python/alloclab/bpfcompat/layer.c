@@ -36,9 +36,10 @@
  * reads relaxed counters only, so the engine may sample it during a run.
  *
  * Lock order: the tree's own; this file takes no lock but through it.
- * Cost per operation: the call into the copy (an indirect call), one
- * indirect call per lock and unlock to reach the al_lock, the usable-size
- * read of the block (one metadata byte), and the counters.
+ * Cost per operation: the call into the copy (an indirect call), per lock
+ * and unlock one indirect call to a wrapper that tail-calls the al_lock (the
+ * copy keeps the lock's handle: no lookup here), the usable-size read of the
+ * block (one metadata byte, an indirect call), and the counters.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -138,25 +139,19 @@ static struct al_lock *lock_of(struct lar *l, void *addr)
 	return NULL;
 }
 
-static int env_lock(void *owner, const void *ctx, void *addr)
+static void *env_lock_handle(void *owner, void *addr)
 {
-	struct lar *l = owner;
-	struct al_lock *lk = lock_of(l, addr);
-
-	if (!lk) {
-		if (ctx)
-			al_count(&l->ctr, ctx, LAR_lock_table_full, 1);
-		return -EBUSY;
-	}
-	return al_lock_acquire(lk, ctx_or_setup(ctx));
+	return lock_of(owner, addr);
 }
 
-static void env_unlock(void *owner, const void *ctx, void *addr)
+static int env_acquire(void *lock, const void *ctx)
 {
-	struct al_lock *lk = lock_of(owner, addr);
+	return al_lock_acquire(lock, ctx_or_setup(ctx));
+}
 
-	if (lk)
-		al_lock_release(lk, ctx_or_setup(ctx));
+static void env_release(void *lock, const void *ctx)
+{
+	al_lock_release(lock, ctx_or_setup(ctx));
 }
 
 static void env_event(void *owner, const void *ctx, unsigned ev, const char *msg)
@@ -168,6 +163,8 @@ static void env_event(void *owner, const void *ctx, unsigned ev, const char *msg
 		return; /* create and destroy: in the copy's totals only */
 	if (ev == ALR_EV_LOOP_EXHAUSTED)
 		al_count(&l->ctr, ctx, LAR_loop_exhausted, 1);
+	else if (ev == ALR_EV_LOCK_TABLE_FULL)
+		al_count(&l->ctr, ctx, LAR_lock_table_full, 1);
 	else if (ev == ALR_EV_PRINTK)
 		al_count(&l->ctr, ctx, LAR_printk, 1);
 }
@@ -219,8 +216,9 @@ static int lar_init(struct al_allocator *a, const int64_t *params)
 	struct lar *l = (struct lar *)a;
 	struct alr_env env = { .abi = ALR_ABI,
 			       .owner = l,
-			       .lock = env_lock,
-			       .unlock = env_unlock,
+			       .lock_handle = env_lock_handle,
+			       .acquire = env_acquire,
+			       .release = env_release,
 			       .event = env_event };
 	alr_bind_fn bind;
 	struct timespec now;
@@ -344,6 +342,7 @@ static void *lar_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, un
 static int lar_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	struct lar *l = to_lar(a);
+	uint64_t *blk;
 	size_t got;
 	int ret;
 
@@ -357,8 +356,9 @@ static int lar_free(struct al_allocator *a, struct al_ctx *c, void *p)
 		al_count(&l->ctr, c, LAR_free_failed, 1);
 		return ret;
 	}
-	al_ctr_add(al_ctr_block_acct(&l->ctr, c), LAR_frees, 1);
-	al_ctr_add(al_ctr_block_acct(&l->ctr, c), LAR_bytes_freed, got);
+	blk = al_ctr_block_acct(&l->ctr, c);
+	al_ctr_add(blk, LAR_frees, 1);
+	al_ctr_add(blk, LAR_bytes_freed, got);
 	return 0;
 }
 

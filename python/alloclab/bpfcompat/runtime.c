@@ -22,15 +22,19 @@
  *
  * The lock, the CPU, the loop budget, printk
  * ------------------------------------------
- * arena_spin_lock calls the driver's env->lock with the calling thread's
- * context (alr_self.ctx, set at entry): alloclab's lock in arena mode. With
- * no driver (the selftest runner) it is a test-and-set lock that never
- * fails. bpf_get_smp_processor_id answers alr_self.cpu. can_loop spends
+ * arena_spin_lock takes the driver's lock for the lock word (env->acquire,
+ * with the handle env->lock_handle gave for the word, asked once) with the
+ * calling thread's context (alr_self.ctx, set at entry): alloclab's lock in
+ * arena mode. With no driver (the selftest runner) it is a test-and-set
+ * lock that never fails. bpf_get_smp_processor_id answers alr_self.cpu. can_loop spends
  * alr_self.budget (alr_rt.h); printk formats into last_msg, counts, and
  * keeps the first ALR_MSGS distinct texts with their counts (alr_msg).
  *
- * Cost: the hot path adds the lock's indirect call and one thread-local
- * read per can_loop; the page calls are system calls (mmap) at chunk growth.
+ * Cost: the hot path adds, per lock and unlock, a compare against the kept
+ * lock words, one indirect call straight to the driver's lock and one
+ * thread-local read; per can_loop a thread-local decrement (as BPF's may_goto
+ * decrements a stack slot); the page calls are system calls (mmap) at chunk
+ * growth.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -70,6 +74,12 @@ static unsigned nmsgs;
 static uint64_t msgs_dropped; /* printk calls whose text found no free entry */
 static pthread_mutex_t msgs_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t tas_lock;      /* the lock without a driver */
+#define ALR_LOCKS_SEEN 4       /* lock words whose driver handle is kept */
+static struct {
+	void *addr;   /* the tree's lock word (published last) */
+	void *handle; /* the driver's lock for it */
+} locks_seen[ALR_LOCKS_SEEN];
+static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER; /* first sight of a word */
 
 static void event(unsigned ev, const char *msg)
 {
@@ -152,10 +162,56 @@ ALR_HIDDEN void *alr_arena_base(void)
 	return (void *)arena_lo;
 }
 
+/* The driver's handle of the lock word at lock: the words seen so far are
+ * kept (handle stored before the word is published), the first sight of a
+ * word asks the driver under locks_mu. NULL: the driver has no lock left. */
+static void *handle_slow(void *lock)
+{
+	void *h = NULL;
+	unsigned i;
+
+	pthread_mutex_lock(&locks_mu);
+	for (i = 0; i < ALR_LOCKS_SEEN && locks_seen[i].addr; i++)
+		if (locks_seen[i].addr == lock) {
+			h = locks_seen[i].handle;
+			goto out;
+		}
+	h = alr_env.lock_handle(alr_env.owner, lock);
+	if (h && i < ALR_LOCKS_SEEN) {
+		locks_seen[i].handle = h;
+		__atomic_store_n(&locks_seen[i].addr, lock, __ATOMIC_RELEASE);
+	}
+out:
+	pthread_mutex_unlock(&locks_mu);
+	return h;
+}
+
+static inline void *handle_of(void *lock)
+{
+	unsigned i;
+
+	for (i = 0; i < ALR_LOCKS_SEEN; i++) {
+		void *a = __atomic_load_n(&locks_seen[i].addr, __ATOMIC_ACQUIRE);
+
+		if (a == lock)
+			return locks_seen[i].handle;
+		if (!a)
+			break;
+	}
+	return handle_slow(lock);
+}
+
 ALR_HIDDEN int alr_spin_lock(void *lock)
 {
-	if (alr_env.lock)
-		return alr_env.lock(alr_env.owner, alr_self.ctx, lock);
+	if (alr_env.acquire) {
+		void *h = handle_of(lock);
+
+		if (__builtin_expect(!h, 0)) {
+			event(ALR_EV_LOCK_TABLE_FULL, NULL);
+			return -EBUSY;
+		}
+		return alr_env.acquire(h, alr_self.ctx);
+	}
 	while (__atomic_exchange_n(&tas_lock, 1, __ATOMIC_ACQUIRE))
 		while (__atomic_load_n(&tas_lock, __ATOMIC_RELAXED))
 			;
@@ -164,8 +220,11 @@ ALR_HIDDEN int alr_spin_lock(void *lock)
 
 ALR_HIDDEN void alr_spin_unlock(void *lock)
 {
-	if (alr_env.unlock) {
-		alr_env.unlock(alr_env.owner, alr_self.ctx, lock);
+	if (alr_env.release) {
+		void *h = handle_of(lock);
+
+		if (h)
+			alr_env.release(h, alr_self.ctx);
 		return;
 	}
 	__atomic_store_n(&tas_lock, 0, __ATOMIC_RELEASE);
