@@ -113,7 +113,10 @@ class build_ext_alloclab(build_ext):
         if os.environ.get("ALLOCLAB_WERROR") == "1":
             cflags += sets["werror"]
         cflags += shlex.split(os.environ.get("CFLAGS", ""))
-        headers = [os.path.join(INCLUDE_SRC, h) for h in os.listdir(INCLUDE_SRC)]
+        # every header under csrc/: the public ones and the private ones beside
+        # their sources (csrc/workloads/list.h, csrc/engine/sim.h, ...)
+        headers = [os.path.join(d, h) for d, _, fs in os.walk(os.path.join(ROOT, "csrc"))
+                   for h in fs if h.endswith(".h")]
         # An object is stale when its source, a header or the flag list is newer.
         newest_header = max((os.path.getmtime(h) for h in headers +
                              [os.path.join(ROOT, "csrc", "CFLAGS")]), default=0)

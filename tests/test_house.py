@@ -170,6 +170,8 @@ FUNCTION_IMPORTS = {
     ("alloclab.measure._peer", "alloclab.policies.peers"): "as above (the peer child)",
     ("alloclab.measure._peer", "alloclab.policies.plugin"): "as above (the peer child)",
     ("alloclab.measure._peer", "alloclab.measure.run"): "as above (the peer child)",
+    ("alloclab.measure.sim", "alloclab.measure.run"):
+        "a calibration plans and runs cells; run imports sim for every simulated cell",
 }
 
 

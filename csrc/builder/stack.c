@@ -297,7 +297,11 @@ static int create_layer(const struct al_stack_spec *s, unsigned i, unsigned ncpu
 {
 	const struct al_layer_desc *d = s->layer[i].desc;
 	struct al_allocator *a = NULL;
-	int ret = d->create(d, s->layer[i].params, below, ncpu, &a);
+	int ret;
+
+	al_sim_layer_begin(d->name); /* names the layer's counters in a simulation's cost model */
+	ret = d->create(d, s->layer[i].params, below, ncpu, &a);
+	al_sim_layer_begin(NULL);
 
 	if (ret == -ENOMEM)
 		enomem_why(d, s->layer[i].params, err, errlen);

@@ -21,6 +21,8 @@ int al_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t size, unsigne
 {
 	unsigned i;
 
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_call(a, AL_SIM_CALL_ALLOC_BULK);
 	if (a->ops->alloc_bulk)
 		return a->ops->alloc_bulk(a, c, size, n, out, flags);
 	for (i = 0; i < n; i++) {
@@ -46,6 +48,8 @@ int al_free_bulk(struct al_allocator *a, struct al_ctx *c, void **ptrs, unsigned
 	unsigned i, done = 0, tries;
 	int ret, err = 0;
 
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_call(a, AL_SIM_CALL_FREE_BULK);
 	if (a->ops->free_bulk)
 		return a->ops->free_bulk(a, c, ptrs, n);
 	for (i = 0; i < n; i++) {

@@ -52,7 +52,11 @@ static int counters_alloc(struct al_counters *k, unsigned slots, unsigned ncpu)
 	k->level = stats_level;
 	k->on = AL_STATS_COMPILED && k->level != AL_STATS_OFF;
 	k->v = al_meta_alloc((size_t)k->nblocks * k->stride * sizeof(uint64_t));
-	return k->v ? 0 : -ENOMEM;
+	if (!k->v)
+		return -ENOMEM;
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_counters_add(k); /* a simulation's cost model reads it */
+	return 0;
 }
 
 int al_counters_init_desc(struct al_counters *k, const struct al_counter_desc *descs, unsigned n,
@@ -74,6 +78,8 @@ int al_counters_init(struct al_counters *k, unsigned n, const char *const *names
 
 void al_counters_fini(struct al_counters *k)
 {
+	if (k->v && al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_counters_del(k);
 	if (k->v)
 		al_meta_free(k->v, (size_t)k->nblocks * k->stride * sizeof(uint64_t));
 	k->v = NULL;

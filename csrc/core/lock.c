@@ -53,6 +53,10 @@
  * handoff moves no extra line and the critical section reads no clock below
  * full.
  *
+ * Simulated CPUs (sim.h): acquire, trylock and release are sync points, a
+ * waiter blocks in virtual time (lock_wait_sim) instead of spinning, and a
+ * release wakes the waiter it granted (the first of a test-and-set lock's).
+ *
  * Lock order: this is the primitive; the order between locks is each
  * layer's (see its design header). Cost: an uncontended acquire is one CAS
  * on next_ticket and one load of the slot, a release one CAS on the next
@@ -167,6 +171,8 @@ static inline void lock_taken(struct al_lock *l, const struct al_ctx *c, uint32_
 {
 	uint64_t *b = lock_block(l, c);
 
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_lock_taken(l, l->owner_cpu, l->ctr); /* handoff lines, timeline */
 	l->ticket = t;
 	__atomic_store_n(&l->holder_level, c->level, __ATOMIC_RELAXED);
 	__atomic_store_n(&l->holder_cpu, c->cpu + 1, __ATOMIC_RELAXED);
@@ -207,12 +213,66 @@ static void lock_failed(struct al_lock *l, const struct al_ctx *c, int err)
 			   1);
 }
 
+/* The waiter's deadline in (virtual) ticks for a simulated block; 0 = none. */
+static uint64_t sim_deadline(const struct al_lock *l, uint64_t start)
+{
+	if (l->budget_ticks > UINT64_MAX - start)
+		return 0;
+	return start + l->budget_ticks ? start + l->budget_ticks : 1;
+}
+
+/* Whether the AA condition holds: the lock is held by c's CPU at a lower
+ * context level, which cannot run until c returns. */
+static inline bool held_below(const struct al_lock *l, const struct al_ctx *c)
+{
+	return __atomic_load_n(&l->holder_cpu, __ATOMIC_RELAXED) == c->cpu + 1 &&
+	       __atomic_load_n(&l->holder_level, __ATOMIC_RELAXED) < c->level;
+}
+
+/*
+ * lock_wait on a simulated CPU: instead of spinning, the waiter blocks in
+ * virtual time until the release that grants its ticket wakes it, or its
+ * budget's deadline does (then it abandons the ticket as a spinning waiter
+ * would); the AA check comes first, as the spinning waiter's first check.
+ */
+static al_noinline int lock_wait_sim(struct al_lock *l, const struct al_ctx *c, uint32_t t)
+{
+	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
+	uint64_t start = al_ticks_fast(), expected;
+	int ret = -ETIMEDOUT;
+
+	for (;;) {
+		if (__atomic_load_n(s, __ATOMIC_ACQUIRE) == GRANT(t))
+			break;
+		if (!l->arena && held_below(l, c)) {
+			ret = -EDEADLK;
+		} else if (al_ticks_fast() - start < l->budget_ticks) {
+			al_sim_lock_block(l, t, sim_deadline(l, start));
+			continue;
+		}
+		expected = 0;
+		if (__atomic_compare_exchange_n(s, &expected, ABANDON(t), false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			lock_failed(l, c, ret);
+			return ret;
+		}
+		break;
+	}
+	__atomic_store_n(s, 0, __ATOMIC_RELAXED);
+	lock_taken(l, c, t);
+	lock_waited(l, c, start);
+	return 0;
+}
+
 static al_noinline int lock_wait(struct al_lock *l, const struct al_ctx *c, uint32_t t)
 {
 	uint64_t *s = &l->slot[t % AL_LOCK_SLOTS];
 	uint64_t start = al_ticks_fast(), expected;
 	unsigned spins = 0;
 	int ret = -ETIMEDOUT;
+
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)) && al_sim_cpu() >= 0)
+		return lock_wait_sim(l, c, t);
 
 	for (;;) {
 		if (__atomic_load_n(s, __ATOMIC_ACQUIRE) == GRANT(t))
@@ -252,6 +312,8 @@ static al_noinline int tas_wait(struct al_lock *l, const struct al_ctx *c)
 	uint64_t start = al_ticks_fast();
 	unsigned spins = 0;
 	int err = 0;
+	bool sim =
+		al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)) && al_sim_cpu() >= 0;
 
 	__atomic_fetch_add(&l->pending, 1, __ATOMIC_RELAXED);
 	for (;;) {
@@ -261,6 +323,11 @@ static al_noinline int tas_wait(struct al_lock *l, const struct al_ctx *c)
 		    __atomic_compare_exchange_n(&l->tas, &zero, 1, false, __ATOMIC_ACQUIRE,
 						__ATOMIC_RELAXED))
 			break;
+		if (sim) { /* block until a release, or the deadline; then the checks */
+			if (!held_below(l, c) && al_ticks_fast() - start < l->budget_ticks)
+				al_sim_lock_block(l, 0, sim_deadline(l, start));
+			spins = 63;
+		}
 		al_cpu_relax();
 		if (++spins & 63)
 			continue;
@@ -369,6 +436,8 @@ int al_lock_acquire(struct al_lock *l, const struct al_ctx *c)
 {
 	int ret;
 
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_sync(AL_SIM_ACQ); /* simulated CPUs: acquisitions happen in time order */
 	if (al_likely(!irq_masked(l, c)))
 		return lock_acquire(l, c);
 	irq_save();
@@ -415,6 +484,8 @@ int al_lock_tryacquire(struct al_lock *l, const struct al_ctx *c)
 {
 	int ret;
 
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_sync(AL_SIM_ACQ);
 	if (al_likely(!irq_masked(l, c)))
 		return lock_tryacquire(l, c);
 	irq_save();
@@ -454,6 +525,8 @@ static void lock_release(struct al_lock *l, const struct al_ctx *c);
 
 void al_lock_release(struct al_lock *l, const struct al_ctx *c)
 {
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_sync(AL_SIM_REL); /* the release happens at this CPU's time */
 	lock_release(l, c);
 	if (al_unlikely(irq_masked(l, c)))
 		irq_restore();
@@ -467,8 +540,12 @@ static void lock_release(struct al_lock *l, const struct al_ctx *c)
 	if (l->timed)
 		al_ctr_add(lock_block(l, c), AL_LOCK_HOLD, al_ticks_fast() - l->t_acquired);
 	__atomic_store_n(&l->holder_cpu, 0, __ATOMIC_RELAXED);
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_lock_released(l);
 	if (!l->fair) {
 		__atomic_store_n(&l->tas, 0, __ATOMIC_RELEASE);
+		if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+			al_sim_lock_wake(l, 0, true);
 		return;
 	}
 	for (;; n++) {
@@ -479,8 +556,11 @@ static void lock_release(struct al_lock *l, const struct al_ctx *c)
 		__atomic_store_n(&l->head, n, __ATOMIC_RELEASE);
 		expected = 0;
 		if (__atomic_compare_exchange_n(s, &expected, GRANT(n), false, __ATOMIC_RELEASE,
-						__ATOMIC_ACQUIRE))
+						__ATOMIC_ACQUIRE)) {
+			if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+				al_sim_lock_wake(l, n, false); /* the waiter of ticket n runs */
 			return;
+		}
 		/* ABANDON(n): the waiter gave up; pass over its ticket. */
 		__atomic_store_n(s, 0, __ATOMIC_RELAXED);
 	}

@@ -67,6 +67,15 @@
  * cycle (untimed), as the libarena bench resets its buddy; the counters of
  * each retired instance are accumulated so snapshots still add up.
  *
+ * Simulated CPUs (cpu_mode AL_CPU_SIMULATED, sim.h): the workers are fibers
+ * of a simulation on the engine thread, not threads. The phases are the
+ * same; a barrier is a fiber parking, and the main thread's part of each
+ * barrier is al_sim_step(), which releases the parked fibers at the latest
+ * virtual clock and runs them until each parks again. The clock is virtual
+ * for the whole run (the stack's creation and teardown too), memory samples
+ * are taken by worker 0 between cycles, and there is no watchdog: nothing
+ * on a simulated CPU waits for another thread.
+ *
  * Before anything is built, al_run_check decides whether the configuration
  * can run at all (the same function Python's plan() calls on every cell, so
  * a sweep is refused before its first run, in the engine's terms).
@@ -95,6 +104,7 @@
 #include "alloclab/alloclab.h"
 #include "../core/cpu.h"
 #include "mem.h"
+#include "../core/sim_run.h"
 
 /* A round-robin token shared by the workers of one real CPU, for one phase. */
 struct token {
@@ -212,6 +222,7 @@ struct engine {
 	uint64_t last_change_ns;	/* when it last changed */
 	cpu_set_t worker_cpus;		/* CPUs the workers are pinned to */
 	struct al_run *h;		/* the run's handle: stop requests, phase */
+	struct al_sim *sim;		/* cpu_mode simulated: the simulation */
 	int over[2];			/* [0] warmup, [1] measured: the duration is over */
 	uint64_t stop_seen_ns;		/* when the main thread saw a stop request */
 	/* Pinned runs with a worker on every usable CPU: worker 0 takes the memory
@@ -605,6 +616,12 @@ static bool sampling_place(struct engine *e, cpu_set_t *saved)
 	int cpu;
 
 	e->worker_samples = false;
+	if (e->sim && e->cfg->mem_sample_ns) { /* no thread of its own: worker 0 samples */
+		e->worker_samples = true;
+		e->sample_ticks = (uint64_t)((double)e->cfg->mem_sample_ns * al_clock.ticks_per_ns);
+		e->next_sample_ticks = al_ticks_fast() + e->sample_ticks;
+		return false;
+	}
 	if (e->res->cpu_mode != AL_CPU_PINNED || !e->cfg->mem_sample_ns)
 		return false;
 	CPU_ZERO(&spare);
@@ -833,6 +850,15 @@ static void abandon_workers(struct engine *e, unsigned from)
 
 /* ---- workers ---- */
 
+/* A worker's barrier: the threads' barrier, or parking its fiber. */
+static void worker_barrier(struct engine *e)
+{
+	if (e->sim)
+		al_sim_park();
+	else
+		barrier_wait(&e->bar);
+}
+
 static int run_cycle(struct worker_slot *s, struct token *t)
 {
 	struct engine *e = s->e;
@@ -845,6 +871,8 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	}
 	set_where(s, W_CYCLE);
 	ret = e->cfg->workload->cycle(&s->w);
+	if (e->sim)
+		al_sim_sync(AL_SIM_CYCLE); /* a cycle boundary is a sync point */
 	if (t)
 		token_release(t);
 	al_rcu_quiescent(&s->rcu); /* between cycles: nothing is held */
@@ -858,6 +886,8 @@ static int run_cycle(struct worker_slot *s, struct token *t)
 	if (e->cfg->workload->flags & AL_WL_RESET) {
 		ret = stack_reset(e, &s->w.ctx, s->err, sizeof(s->err));
 		s->w.a = e->a;
+		if (e->sim)
+			al_sim_top(e->a);
 		if (ret) {
 			engine_fail(e, ret, "allocator reset: %s", s->err);
 			return ret;
@@ -873,7 +903,7 @@ static void worker_start(struct worker_slot *s)
 	const struct al_workload_desc *wl = e->cfg->workload;
 	int ret;
 
-	if (s->pin_cpu >= 0) {
+	if (s->pin_cpu >= 0 && !e->sim) {
 		cpu_set_t set;
 
 		CPU_ZERO(&set);
@@ -892,7 +922,8 @@ static void worker_start(struct worker_slot *s)
 	}
 	al_ctx_set_current(&s->w.ctx); /* for signal handlers (the NMI model) */
 	/* A pinned worker has its CPU to itself: lock waits never yield. */
-	al_lock_spin_only(e->res->cpu_mode == AL_CPU_PINNED);
+	if (!e->sim)
+		al_lock_spin_only(e->res->cpu_mode == AL_CPU_PINNED);
 	s->w.stop = &e->stop;
 	s->rcu.slot = -1;
 	set_where(s, W_INIT);
@@ -903,7 +934,7 @@ static void worker_start(struct worker_slot *s)
 				    s->err[0] ? s->err : al_strerror(ret));
 	}
 	set_where(s, W_BARRIER);
-	barrier_wait(&e->bar); /* A: everyone is ready */
+	worker_barrier(e); /* A: everyone is ready */
 }
 
 /* Warmup cycles, bounded by the duration too: a run takes at most about
@@ -1006,17 +1037,23 @@ static void *worker_main(void *arg)
 	worker_warmup(s);
 	worker_reset_measures(s);
 	set_where(s, W_BARRIER);
-	barrier_wait(&e->bar); /* B: warm */
-	barrier_wait(&e->bar); /* C: main took its start snapshot */
+	worker_barrier(e); /* B: warm */
+	worker_barrier(e); /* C: main took its start snapshot */
 	worker_measure(s);
 	set_where(s, W_BARRIER);
-	barrier_wait(&e->bar); /* D: measured phase over */
-	barrier_wait(&e->bar); /* E: main took its end snapshot */
+	worker_barrier(e); /* D: measured phase over */
+	worker_barrier(e); /* E: main took its end snapshot */
 	set_where(s, W_FINI);
 	if (e->cfg->workload->worker_fini)
 		e->cfg->workload->worker_fini(&s->w);
 	set_where(s, W_DONE);
 	return NULL;
+}
+
+/* A worker's fiber on a simulated CPU. */
+static void sim_worker_main(void *arg)
+{
+	worker_main(arg);
 }
 
 /* ---- workload metrics ---- */
@@ -1127,6 +1164,37 @@ static int check_wparams(const struct al_run_config *cfg, int *fault, char *err,
 
 /* Whether this process may make a thread SCHED_FIFO at priority 1: the
  * capability, or a realtime priority limit (what sched_setscheduler checks). */
+static int check_rest(const struct al_run_config *cfg, int *fault, char *err, size_t errlen);
+
+/* What a simulated run needs besides the common checks. */
+static int check_sim(const struct al_run_config *cfg, int *fault, char *err, size_t errlen)
+{
+	const struct al_workload_desc *wl = cfg->workload;
+
+	if (!(wl->flags & AL_WL_SIM))
+		return refuse(fault, AL_RUN_SIM, err, errlen, "%s cannot run on simulated CPUs: %s",
+			      wl->name,
+			      wl->flags & AL_WL_NMI ? "it sends signals between threads"
+			      : wl->flags & AL_WL_VMALLOC
+				      ? "its kernel threads block on condition variables"
+				      : "its workers block outside al_lock or run threads of their "
+					"own (a workload declares AL_WL_SIM when they do neither)");
+	if (cfg->realtime)
+		return refuse(fault, AL_RUN_SIM, err, errlen,
+			      "realtime does not apply to simulated CPUs (no thread is scheduled)");
+	if (!cfg->sim.table)
+		return refuse(fault, AL_RUN_SIM, err, errlen,
+			      "a simulated run needs a cost table (a calibration)");
+	if (!(cfg->sim.line_transfer_ns >= 0) || !(cfg->sim.lines_per_handoff >= 0))
+		return refuse(fault, AL_RUN_SIM, err, errlen,
+			      "line_transfer_ns (%g) and lines_per_handoff (%g) must be >= 0",
+			      cfg->sim.line_transfer_ns, cfg->sim.lines_per_handoff);
+	if (cfg->sim.calibrate && cfg->producers != 1)
+		return refuse(fault, AL_RUN_SIM, err, errlen,
+			      "a calibration runs one producer, not %u", cfg->producers);
+	return check_rest(cfg, fault, err, errlen);
+}
+
 static bool realtime_permitted(void)
 {
 	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
@@ -1143,7 +1211,6 @@ static bool realtime_permitted(void)
 int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t errlen)
 {
 	const struct al_workload_desc *wl = cfg->workload;
-	const struct al_layer_desc *shared;
 	unsigned usable = al_cpus_usable();
 
 	if (fault)
@@ -1159,7 +1226,7 @@ int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t 
 		return refuse(fault, AL_RUN_ONE_PRODUCER, err, errlen,
 			      "%s runs exactly one producer (as the modelled bench), not %u",
 			      wl->name, cfg->producers);
-	if (cfg->cpu_mode < AL_CPU_AUTO || cfg->cpu_mode > AL_CPU_VIRTUAL ||
+	if (cfg->cpu_mode < AL_CPU_AUTO || cfg->cpu_mode > AL_CPU_SIMULATED ||
 	    cfg->timing < AL_TIMING_BATCH || cfg->timing > AL_TIMING_PER_OP_SUM ||
 	    cfg->stats_level < 0 || cfg->stats_level >= AL_STATS_NR)
 		return refuse(fault, AL_RUN_MODE, err, errlen,
@@ -1170,6 +1237,12 @@ int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t 
 			      "cpu=pinned needs producers <= usable CPUs (%u), not %u; use "
 			      "cpu=virtual",
 			      usable, cfg->producers);
+	if (cfg->cpu_mode == AL_CPU_SIMULATED)
+		return check_sim(cfg, fault, err, errlen);
+	if (al_sim_running())
+		return refuse(fault, AL_RUN_SIM_BUSY, err, errlen,
+			      "a simulated run is in progress in this process (its clock is "
+			      "virtual): run measured cells after it, or in another process");
 	if (cfg->realtime && cfg->producers >= usable)
 		return refuse(fault, AL_RUN_REALTIME, err, errlen,
 			      "realtime needs fewer producers than usable CPUs (%u), not %u: the "
@@ -1180,6 +1253,15 @@ int al_run_check(const struct al_run_config *cfg, int *fault, char *err, size_t 
 			      "realtime: this process may not use SCHED_FIFO (no CAP_SYS_NICE, "
 			      "RLIMIT_RTPRIO is 0): run as root, grant CAP_SYS_NICE or raise the "
 			      "limit (ulimit -r 1)");
+	return check_rest(cfg, fault, err, errlen);
+}
+
+/* The checks every CPU mode shares, after the mode's own. */
+static int check_rest(const struct al_run_config *cfg, int *fault, char *err, size_t errlen)
+{
+	const struct al_workload_desc *wl = cfg->workload;
+	const struct al_layer_desc *shared;
+
 	if (cfg->histogram && cfg->timing != AL_TIMING_PER_OP_SUM)
 		return refuse(fault, AL_RUN_HISTOGRAM, err, errlen,
 			      "histogram needs timing per_op_sum (a clock pair around every "
@@ -1288,6 +1370,8 @@ static void engine_cpus(struct engine *e)
 				? (e->nw <= usable ? AL_CPU_PINNED : AL_CPU_VIRTUAL)
 				: e->cfg->cpu_mode;
 	e->ngroups = e->nw < usable ? e->nw : usable;
+	if (res->cpu_mode == AL_CPU_SIMULATED)
+		e->ngroups = 1; /* one thread runs every model CPU */
 	e->tokens = res->cpu_mode == AL_CPU_VIRTUAL && e->nw > e->ngroups;
 	res->ncpu_model = e->nw;
 	res->ncpu_concurrent = e->ngroups;
@@ -1414,6 +1498,17 @@ static void workers_start(struct engine *e)
 	barrier_init(&e->bar, e->nw + 1);
 	run_publish(e);
 	run_step(e->h, NULL); /* the engine's own watchdog watches the workers */
+	if (e->sim) {
+		for (unsigned i = 0; i < e->nw; i++) {
+			if (al_sim_spawn(e->sim, i, sim_worker_main, &e->ws[i], &e->ws[i].w.ctx))
+				break;
+			started++;
+		}
+		if (started < e->nw) /* the fibers made run; the phases see stop */
+			engine_fail(e, -ENOMEM, "no memory for model CPU %u's stack", started);
+		e->started = started;
+		return;
+	}
 	for (unsigned i = 0; i < e->nw; i++) {
 		if (pthread_create(&e->ws[i].th, NULL, worker_main, &e->ws[i]))
 			break;
@@ -1434,12 +1529,55 @@ static void workload_pause(struct engine *e, bool on)
 		e->cfg->workload->pause(e->shared, on);
 }
 
+/* The main thread's part of a barrier on simulated CPUs: run every fiber
+ * until it parks. false: the simulation deadlocked (the run fails). */
+static bool sim_step(struct engine *e)
+{
+	char why[200];
+	int ret = al_sim_step(e->sim, why, sizeof(why));
+
+	if (ret)
+		engine_fail(e, ret, "%s", why);
+	return !ret;
+}
+
+/* engine_measure on simulated CPUs. */
+static bool engine_measure_sim(struct engine *e)
+{
+	cpu_set_t saved;
+
+	if (!sim_step(e)) /* A */
+		return false;
+	set_phase(e, AL_RUN_WARMUP);
+	if (!sim_step(e)) /* B */
+		return false;
+	stats_total(e, e->snap0);
+	al_mem_begin(e->sampler, &e->res->mem);
+	al_mem_sample(e->sampler, e->a, live_bytes(e), true);
+	al_read_steal(&e->steal_total0, &e->steal0);
+	sampling_place(e, &saved);
+	e->t0 = al_ticks();
+	if (!sim_step(e)) /* C */
+		return false;
+	set_phase(e, AL_RUN_MEASURED);
+	al_sim_measuring(e->sim, true);
+	if (!sim_step(e)) /* D */
+		return false;
+	al_sim_measuring(e->sim, false);
+	al_sim_get_stats(e->sim, &e->res->sim);
+	set_phase(e, AL_RUN_FINISH);
+	return true;
+}
+
 /* Barriers A to D: warmup, the start snapshot, the measured phase (memory
  * samples meanwhile). false: the watchdog fired. */
 static bool engine_measure(struct engine *e)
 {
 	cpu_set_t saved;
 	bool moved, ok;
+
+	if (e->sim)
+		return engine_measure_sim(e);
 
 	if (!barrier_wait_main(e, false, -1)) /* A */
 		return false;
@@ -1494,11 +1632,16 @@ static bool engine_collect(struct engine *e)
 {
 	struct al_run_result *res = e->res;
 
-	barrier_wait(&e->bar); /* E */
+	if (e->sim) {
+		if (!sim_step(e)) /* E: worker_fini, and the fibers end */
+			return false;
+	} else {
+		barrier_wait(&e->bar); /* E */
+	}
 	for (unsigned i = 0; i < e->started; i++) {
 		const struct worker_slot *s = &e->ws[i];
 
-		if (!join_main(e, i)) {
+		if (!e->sim && !join_main(e, i)) {
 			abandon_workers(e, i);
 			return false;
 		}
@@ -1595,9 +1738,19 @@ static int engine_run(struct al_run *h)
 		return res->status = -ENOMEM;
 	}
 	engine_cpus(e);
+	if (res->cpu_mode == AL_CPU_SIMULATED) {
+		ret = al_sim_new(&e->cfg->sim, e->nw, &e->sim, res->error, sizeof(res->error));
+		if (ret)
+			goto out_free;
+		res->ticks_per_ns = al_clock.ticks_per_ns; /* virtual ticks */
+		res->timer_overhead_ns = 0;
+		e->duration_ticks = (uint64_t)((double)e->cfg->duration_ns * al_clock.ticks_per_ns);
+	}
 	ret = stack_build(e);
 	if (ret)
 		goto out_free;
+	if (e->sim)
+		al_sim_top(e->a); /* its calls are the workload's operations */
 	ret = workload_setup(e);
 	if (ret)
 		goto out_destroy;
@@ -1609,13 +1762,16 @@ static int engine_run(struct al_run *h)
 	if (!ret) {
 		workers_start(e);
 		if (!engine_measure(e)) {
-			abandon_workers(e, 0); /* stuck workers still run: detach them */
+			if (!e->sim)
+				abandon_workers(e, 0); /* stuck workers still run: detach them */
 			run_unpublish(e);
+			al_sim_free(e->sim); /* its fibers' stacks stay (leaked) */
 			return res->status = e->status;
 		}
 		engine_snapshot(e);
 		if (!engine_collect(e)) {
 			run_unpublish(e);
+			al_sim_free(e->sim);
 			return res->status = e->status;
 		}
 	}
@@ -1623,6 +1779,7 @@ static int engine_run(struct al_run *h)
 out_destroy:
 	ret = engine_destroy(e, ret);
 out_free:
+	al_sim_free(e->sim);
 	engine_free(e);
 	return res->status = ret;
 }

@@ -211,6 +211,7 @@ static int la_cycle(struct al_worker *w)
 	lw->ops += n;
 	if (lw->ops >= (uint64_t)w->params[P_rounds] && s->nworkers > 1) {
 		lw->mine->owner = w->id;
+		al_shared(&s->baton, true); /* simulated CPUs: the baton's line moves */
 		lw->mine = __atomic_exchange_n(&s->baton, lw->mine, __ATOMIC_ACQ_REL);
 		lw->ops = 0;
 	}
@@ -243,7 +244,7 @@ static const struct al_workload_desc larson_desc = {
 	AL_WORKLOAD_DESC_INIT,
 	.doc = "mimalloc-bench larson: random free+alloc over a per-thread array of live chunks, "
 	       "arrays handed between threads (server bleeding)",
-	.flags = AL_WL_DISTINCT, /* objects stay live and move between workers */
+	.flags = AL_WL_DISTINCT | AL_WL_SIM, /* objects stay live and move between workers */
 	.nparams = P_NR,
 	.params = la_params,
 	.size_param = P_max_size,

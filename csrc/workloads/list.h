@@ -64,6 +64,8 @@ static al_noinline int wl_alloc_list_hist(struct al_worker *w, size_t size, unsi
 	struct al_allocator *a = w->a;
 	struct al_ctx *c = &w->ctx;
 	void *(*alloc)(struct al_allocator *, struct al_ctx *, size_t, unsigned) = a->ops->alloc;
+	/* simulated CPUs: each call is a term of the cost model (sim.h) */
+	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
 	struct al_hist *h = &w->hist[AL_HIST_ALLOC];
 	void *head = NULL, *p;
 	uint64_t t0, dt, sum = 0;
@@ -71,6 +73,8 @@ static al_noinline int wl_alloc_list_hist(struct al_worker *w, size_t size, unsi
 
 	for (i = 0; i < n; i++) {
 		t0 = al_ticks();
+		if (al_unlikely(sim))
+			al_sim_call(a, AL_SIM_CALL_ALLOC);
 		p = alloc(a, c, size, 0);
 		dt = al_ticks() - t0;
 		sum += dt;
@@ -94,6 +98,7 @@ static al_noinline int wl_free_list_hist(struct al_worker *w, void *head, unsign
 	struct al_allocator *a = w->a;
 	struct al_ctx *c = &w->ctx;
 	int (*free_fn)(struct al_allocator *, struct al_ctx *, void *) = a->ops->free;
+	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
 	struct al_hist *h = &w->hist[AL_HIST_FREE];
 	uint64_t t0, dt, sum = 0;
 	void *next;
@@ -103,6 +108,8 @@ static al_noinline int wl_free_list_hist(struct al_worker *w, void *head, unsign
 	for (i = 0; i < n; i++) {
 		next = *(void **)head;
 		t0 = al_ticks();
+		if (al_unlikely(sim))
+			al_sim_call(a, AL_SIM_CALL_FREE);
 		ret = free_fn(a, c, head);
 		dt = al_ticks() - t0;
 		sum += dt;
@@ -124,6 +131,8 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 	/* Ops tables are const for an instance's life: load the entry once, as a
 	 * kernel caller binds a direct call, so the loop measures the allocator. */
 	void *(*alloc)(struct al_allocator *, struct al_ctx *, size_t, unsigned) = a->ops->alloc;
+	/* simulated CPUs: each call is a term of the cost model (sim.h) */
+	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
 	void *head = NULL, *p;
 	uint64_t t0, sum = 0;
 	unsigned i;
@@ -133,6 +142,8 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 	if (w->timing == AL_TIMING_BATCH) {
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {
+			if (al_unlikely(sim))
+				al_sim_call(a, AL_SIM_CALL_ALLOC);
 			p = alloc(a, c, size, 0);
 			if (al_unlikely(!p) && !(p = wl_alloc_again(w, size, 0)))
 				goto fail;
@@ -143,6 +154,8 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 	} else {
 		for (i = 0; i < n; i++) {
 			t0 = al_ticks();
+			if (al_unlikely(sim))
+				al_sim_call(a, AL_SIM_CALL_ALLOC);
 			p = alloc(a, c, size, 0);
 			if (al_unlikely(!p))
 				p = wl_alloc_again(w, size, 0);
@@ -168,6 +181,7 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 	struct al_allocator *a = w->a;
 	struct al_ctx *c = &w->ctx;
 	int (*free_fn)(struct al_allocator *, struct al_ctx *, void *) = a->ops->free;
+	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
 	uint64_t t0, sum = 0;
 	void *next;
 	unsigned i;
@@ -179,6 +193,8 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {
 			next = *(void **)head;
+			if (al_unlikely(sim))
+				al_sim_call(a, AL_SIM_CALL_FREE);
 			ret = free_fn(a, c, head);
 			if (al_unlikely(ret))
 				return wl_free_failed(w, head, ret);
@@ -189,6 +205,8 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 		for (i = 0; i < n; i++) {
 			next = *(void **)head;
 			t0 = al_ticks();
+			if (al_unlikely(sim))
+				al_sim_call(a, AL_SIM_CALL_FREE);
 			ret = free_fn(a, c, head);
 			sum += al_ticks() - t0;
 			if (al_unlikely(ret))

@@ -126,7 +126,7 @@ static const struct al_workload_desc malloc_desc = {
 	AL_WORKLOAD_DESC_INIT,
 	.doc = "libarena-malloc: nallocs timed allocations per invocation, allocator reset "
 	       "(untimed) between invocations; one producer",
-	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER | AL_WL_LIVE,
+	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER | AL_WL_LIVE | AL_WL_SIM,
 	.nparams = P_NR,
 	.params = malloc_params,
 	.size_param = P_size,
@@ -139,7 +139,7 @@ static const struct al_workload_desc calloc_desc = {
 	.name = "calloc",
 	AL_WORKLOAD_DESC_INIT,
 	.doc = "libarena-calloc: as malloc, with zeroed memory (the zeroing is timed)",
-	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER | AL_WL_LIVE,
+	.flags = AL_WL_RESET | AL_WL_ONE_PRODUCER | AL_WL_LIVE | AL_WL_SIM,
 	.nparams = P_NR,
 	.params = malloc_params,
 	.size_param = P_size,

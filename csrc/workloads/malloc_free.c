@@ -137,7 +137,7 @@ static const struct al_workload_desc malloc_free_desc = {
 	AL_WORKLOAD_DESC_INIT,
 	.doc = "libarena-malloc-free: allocs_per_cycle allocations linked in a list, then free "
 	       "them all; alloc and free timed separately",
-	.flags = AL_WL_LIVE,
+	.flags = AL_WL_LIVE | AL_WL_SIM,
 	.nparams = P_NR,
 	.params = mf_params,
 	.size_param = P_size,

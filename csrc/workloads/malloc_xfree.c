@@ -54,13 +54,17 @@ static int xf_cycle(struct al_worker *w)
 	if (ret)
 		return ret;
 	al_worker_live(w, w->params[P_size] * s->n);
+	al_shared(&s->slot, true); /* simulated CPUs: the slot's line moves between CPUs */
 	prev = __atomic_exchange_n(&s->slot, (uint64_t)w->id << OWNER_SHIFT | (uintptr_t)head,
 				   __ATOMIC_ACQ_REL);
 	old = (void *)(uintptr_t)(prev & PTR_MASK);
 	if (!old)
 		return 0;
-	if ((prev >> OWNER_SHIFT) != w->id)
+	if ((prev >> OWNER_SHIFT) != w->id) {
 		w->alloc_cross += s->n;
+		if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+			al_sim_lines(s->n); /* each object's first line, written by its allocator */
+	}
 	ret = wl_free_list(w, old, s->n);
 	if (!ret)
 		al_worker_live(w, -w->params[P_size] * s->n);
@@ -85,7 +89,7 @@ static const struct al_workload_desc malloc_xfree_desc = {
 	AL_WORKLOAD_DESC_INIT,
 	.doc = "libarena-malloc-xfree: publish each list in a shared slot and free the list left "
 	       "there, so most frees are cross-CPU",
-	.flags = AL_WL_LIVE | AL_WL_DISTINCT, /* lists linked through the objects */
+	.flags = AL_WL_LIVE | AL_WL_DISTINCT | AL_WL_SIM, /* lists linked through the objects */
 	.nparams = P_NR,
 	.params = xf_params,
 	.size_param = P_size,

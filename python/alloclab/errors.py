@@ -16,6 +16,7 @@ alloclab._ffi.check.
 """
 
 __all__ = [
+    "SimulationError",
     "AlloclabError",
     "UnknownNameError",
     "ParameterTypeError",
@@ -228,6 +229,12 @@ class UnsupportedCombination(InvalidArgument):
 
 class RunError(AlloclabError, RuntimeError):
     """A run or library call failed; ``code`` is the negative errno."""
+
+
+class SimulationError(AlloclabError, RuntimeError):
+    """A simulated-CPU run cannot be made as asked (a workload that cannot
+    be simulated, a calibration that cannot be measured here); the message
+    says why and what to do instead."""
 
 
 class RunStalled(RunError):

@@ -63,4 +63,5 @@
 /* The APIs of particular layers. */
 #include "pages.h"
 #include "vmalloc.h"
+#include "sim.h"
 #endif

@@ -10,12 +10,15 @@
  * that, so reading the clock takes no lock and is async-signal-safe.
  *
  * Two reads: al_ticks() (fenced, for measurement boundaries) and
- * al_ticks_fast() (no fence, for profiling inside hot paths).
+ * al_ticks_fast() (no fence, for profiling inside hot paths). While a
+ * simulation runs (sim.h) both read the running model CPU's virtual clock,
+ * in picoseconds: al_ticks() also ends the code segment it closes.
  */
 #ifndef ALLOCLAB_CLOCK_H
 #define ALLOCLAB_CLOCK_H
 
 #include "base.h"
+#include "sim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +42,8 @@ AL_API uint64_t al_mono_ns(void); /* CLOCK_MONOTONIC in ns */
  * operations between them rather than overlapping them out of order. */
 static inline uint64_t al_ticks(void)
 {
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return al_sim_ticks(1); /* simulated CPUs: virtual time, a segment's end */
 	if (al_likely(al_clock.tsc)) {
 		unsigned lo, hi;
 		__asm__ __volatile__("lfence\n\trdtsc" : "=a"(lo), "=d"(hi)::"memory");
@@ -51,6 +56,8 @@ static inline uint64_t al_ticks(void)
  * the profiling does not serialise the path it profiles. */
 static inline uint64_t al_ticks_fast(void)
 {
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return al_sim_ticks(0); /* simulated CPUs: the model CPU's clock */
 	if (al_likely(al_clock.tsc)) {
 		unsigned lo, hi;
 		__asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
@@ -61,11 +68,15 @@ static inline uint64_t al_ticks_fast(void)
 #else
 static inline uint64_t al_ticks(void)
 {
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return al_sim_ticks(1);
 	return al_mono_ns();
 }
 
 static inline uint64_t al_ticks_fast(void)
 {
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return al_sim_ticks(0);
 	return al_mono_ns();
 }
 #endif

@@ -18,6 +18,7 @@
 #include "ops.h"
 #include "registry.h"
 #include "arena.h"
+#include "sim.h"
 #include "clock.h"
 #include "counters.h"
 #include "lock.h"

@@ -36,6 +36,7 @@
 #include "base.h"
 #include "params.h"
 #include "features.h"
+#include "sim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -197,13 +198,19 @@ struct al_layer_desc {
 
 /* ---- dispatch helpers (what a layer uses to call the layer below) ---- */
 
+/* On simulated CPUs every call into a layer is a term of the cost model
+ * (sim.h): what a path did, where no counter says it. */
 static inline void *al_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_call(a, AL_SIM_CALL_ALLOC);
 	return a->ops->alloc(a, c, size, flags);
 }
 
 static inline int al_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_call(a, AL_SIM_CALL_FREE);
 	return a->ops->free(a, c, p);
 }
 
@@ -211,6 +218,8 @@ static inline int al_free(struct al_allocator *a, struct al_ctx *c, void *p)
  * promise not to spin, so AL_NOSPIN gets -EBUSY; otherwise a plain free. */
 static inline int al_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags)
 {
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_call(a, AL_SIM_CALL_FREE);
 	if (a->ops->free_flags)
 		return a->ops->free_flags(a, c, p, flags);
 	if (flags & AL_NOSPIN)

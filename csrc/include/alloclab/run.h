@@ -19,15 +19,17 @@
 #include "stack.h"
 #include "workload.h"
 #include "measure.h"
+#include "sim.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 enum al_cpu_mode {
-	AL_CPU_AUTO = 0,   /* pinned when producers <= usable CPUs, else virtual */
-	AL_CPU_PINNED = 1, /* one worker per CPU of the affinity mask */
-	AL_CPU_VIRTUAL = 2 /* each worker is its own CPU; at most one per real CPU runs a cycle */
+	AL_CPU_AUTO = 0,     /* pinned when producers <= usable CPUs, else virtual */
+	AL_CPU_PINNED = 1,   /* one worker per CPU of the affinity mask */
+	AL_CPU_VIRTUAL = 2,  /* each worker is its own CPU; at most one per real CPU runs a cycle */
+	AL_CPU_SIMULATED = 3 /* model CPUs on one thread in virtual time (sim.h): predictions */
 };
 
 #define AL_MAX_PRODUCERS 1024
@@ -55,6 +57,8 @@ struct al_run_config {
 	 * CPUs, so the main thread and the watchdog keep one; needs CAP_SYS_NICE
 	 * or RLIMIT_RTPRIO >= 1 (al_run_check refuses otherwise). */
 	int realtime;
+	/* cpu_mode AL_CPU_SIMULATED: the simulation's cost model and options */
+	struct al_sim_config sim;
 };
 
 struct al_run_result {
@@ -95,6 +99,9 @@ struct al_run_result {
 	 * ended early (al_worker_stopping) or fewer than `cycles` cycles ran.
 	 * Such a run's figures are not those of the whole loop asked for. */
 	unsigned truncated;
+
+	/* cpu_mode AL_CPU_SIMULATED: what the simulation did (times are virtual) */
+	struct al_sim_stats sim;
 };
 
 /* 0 or -errno; res->status and res->error say the same. Equivalent to
@@ -168,6 +175,8 @@ enum al_run_fault {
 	AL_RUN_SIZE,	      /* the request size is below 1 or above the stack's max_size */
 	AL_RUN_REALTIME,      /* realtime with as many producers as usable CPUs, or more */
 	AL_RUN_REALTIME_PERM, /* realtime, but this process may not use SCHED_FIFO */
+	AL_RUN_SIM,	      /* simulated: the workload cannot be, or the options are bad */
+	AL_RUN_SIM_BUSY,      /* a simulated and a measured run at once in one process */
 };
 
 /* Check a run configuration as al_run does before it builds anything: 0, or

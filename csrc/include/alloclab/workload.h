@@ -136,7 +136,10 @@ enum al_workload_flags {
 	/* What a policy must be, known before a run (Python checks it when it
 	 * plans; the workload refuses others again when it starts): */
 	AL_WL_NMI = 1u << 8, /* calls the policy at NMI: an NMI-safe stack (al_stack_nmi_unsafe) */
-	AL_WL_VMALLOC = 1u << 9 /* drives vmalloc's own API: a vmalloc layer on top */
+	AL_WL_VMALLOC = 1u << 9, /* drives vmalloc's own API: a vmalloc layer on top */
+	/* runs on simulated CPUs: its workers never block outside al_lock and
+	 * run no threads of their own (sim.h) */
+	AL_WL_SIM = 1u << 10
 };
 
 /* AL_WL_LIVE workloads: the bytes requested and not yet freed changed by

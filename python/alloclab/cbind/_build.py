@@ -32,7 +32,7 @@ enum al_param_type { AL_PARAM_INT, AL_PARAM_SIZE, AL_PARAM_BOOL, AL_PARAM_ENUM,
 const char *al_feature_name(unsigned i, unsigned *mask);
 enum al_timing { AL_TIMING_BATCH, AL_TIMING_PER_OP_SUM, ... };
 enum al_workload_flags { AL_WL_RESET, AL_WL_ONE_PRODUCER, ... };
-enum al_cpu_mode { AL_CPU_AUTO, AL_CPU_PINNED, AL_CPU_VIRTUAL, ... };
+enum al_cpu_mode { AL_CPU_AUTO, AL_CPU_PINNED, AL_CPU_VIRTUAL, AL_CPU_SIMULATED, ... };
 
 /* ---- ops.h, params.h ---- */
 struct al_ctx {
@@ -214,7 +214,7 @@ int al_stack_check(const struct al_stack_spec *s, struct al_spec_error *e);
 enum al_run_fault { AL_RUN_OK, AL_RUN_NO_WORKLOAD, AL_RUN_PRODUCERS, AL_RUN_ONE_PRODUCER,
                     AL_RUN_MODE, AL_RUN_PINNED, AL_RUN_HISTOGRAM, AL_RUN_NO_END,
                     AL_RUN_DISTINCT, AL_RUN_WPARAMS, AL_RUN_SIZE, AL_RUN_REALTIME,
-                    AL_RUN_REALTIME_PERM, ... };
+                    AL_RUN_REALTIME_PERM, AL_RUN_SIM, AL_RUN_SIM_BUSY, ... };
 
 int al_stack_create(const struct al_stack_spec *s, unsigned ncpu, struct al_allocator **out,
                     char *err, size_t errlen);
@@ -252,6 +252,64 @@ struct al_workload_desc {
 #define AL_WL_LIVE ...
 #define AL_WL_NMI ...
 #define AL_WL_VMALLOC ...
+#define AL_WL_SIM ...
+
+/* ---- sim.h: simulated CPUs ---- */
+#define AL_SIM_FEATURES ...
+#define AL_SIM_NAME ...
+struct al_sim_table {
+    unsigned n;
+    char name[...][...];
+    double cost_ns[...];
+    double seen[...];
+    double xtx[...];
+    double xty[...];
+    double yy;
+    uint64_t nseg;
+    uint64_t dropped;
+    double null_ns;
+    unsigned overflow;
+    ...;
+};
+enum al_sim_event_kind { AL_SIM_EV_CYCLE, AL_SIM_EV_HOLD, AL_SIM_EV_WAIT, AL_SIM_EV_HANDOFF,
+                         ... };
+struct al_sim_event {
+    uint64_t start_ps;
+    uint64_t dur_ps;
+    uint32_t cpu;
+    uint16_t kind;
+    uint16_t what;
+    ...;
+};
+struct al_sim_config {
+    uint64_t seed;
+    double line_transfer_ns;
+    double lines_per_handoff;
+    int calibrate;
+    struct al_sim_table *table;
+    struct al_sim_event *events;
+    uint64_t events_max;
+    size_t stack_kib;
+    ...;
+};
+struct al_sim_stats {
+    uint64_t switches;
+    uint64_t sync_points;
+    uint64_t segments;
+    uint64_t lock_waits;
+    uint64_t lock_timeouts;
+    uint64_t handoffs;
+    uint64_t lines;
+    double wait_ns;
+    double line_ns;
+    double uncalibrated_units;
+    unsigned uncalibrated_terms;
+    uint64_t events;
+    uint64_t events_dropped;
+    double virtual_ns;
+    ...;
+};
+double al_sim_pingpong_ns(unsigned rounds);
 enum al_hist_op { AL_HIST_ALLOC, AL_HIST_FREE, AL_HIST_NR, ... };
 struct al_hist {
     uint64_t count;
@@ -304,6 +362,7 @@ struct al_run_config {
     uint64_t watchdog_ns;
     int stats_level;
     int realtime;
+    struct al_sim_config sim;
     ...;
 };
 
@@ -339,6 +398,7 @@ struct al_run_result {
     unsigned nmetrics;
     struct al_metric metrics[...];
     unsigned truncated;
+    struct al_sim_stats sim;
     ...;
 };
 

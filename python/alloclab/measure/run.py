@@ -27,7 +27,9 @@ nothing it imports depends on it (sweep builds on run, not the reverse).
 """
 
 import errno
+import hashlib
 import itertools
+import json
 import math
 import numbers
 import os
@@ -48,9 +50,10 @@ from ..results.result import Result, run_metrics, uniq
 from ..host.machine import collect_metadata
 from ..results.stats import STEAL_WARN_PCT, describe
 from ..traces import replay
+from . import sim as _sim
 
 CPU_MODES = {"auto": lib.AL_CPU_AUTO, "pinned": lib.AL_CPU_PINNED,
-             "virtual": lib.AL_CPU_VIRTUAL}
+             "virtual": lib.AL_CPU_VIRTUAL, "simulated": lib.AL_CPU_SIMULATED}
 CPU_MODE_NAMES = {v: k for k, v in CPU_MODES.items()}
 TIMINGS = {"batch": lib.AL_TIMING_BATCH, "per_op_sum": lib.AL_TIMING_PER_OP_SUM}
 # What the stacks of a run count (counters.h): "lite" (the default) every event
@@ -169,12 +172,14 @@ def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     realtime=True: workers SCHED_FIFO, with fewer producers than usable CPUs
     (else ParameterRangeError), where permitted (else RunError, EPERM).
 
+    cpu="simulated": model CPUs in virtual time (predictions): measure.sim.
+
     The replay workload takes ``trace`` (a trace file's path or an
     alloclab.Trace); its producers are the trace's threads (another value
     is refused), each run is one pass of the trace, and duration is a time
     limit (REPLAY_TIME_LIMIT by default): a pass it cuts short is truncated.
     """
-    trace = None
+    trace, sim = None, {k: params.pop(k) for k in _sim.OPTIONS if k in params}
     if schema.workload(workload).name == "replay":
         trace, producers, duration, warmup_cycles = _replay_options(
             params, producers, cycles, duration, warmup_cycles)
@@ -187,13 +192,64 @@ def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     tasks = _tasks(wl, policies, axes, opts, isolate, check, plugins)
     if trace is not None:
         _replay_tasks(wl, tasks, trace, policies)
-    by_name = {pol.name: pol for pol in policies}
-    for task in tasks:  # the engine's own checks, before anything runs
-        _check_cell(wl, task, by_name[task["policy"]])
-    settings = _settings(wl, policies, axes, opts, isolate, check)
+    simulated = _simulated(tasks, policies, **sim)
+    _check_cells(wl, tasks, policies)  # the engine's own checks, before anything runs
+    settings = _settings(wl, policies, axes, opts, isolate, check, simulated)
     if trace is not None:
         settings["trace"] = {k: v for k, v in trace.items() if k not in ("key", "label")}
     return settings, tasks
+
+
+_CALIBRATIONS = {}  # policies -> the Calibration made for them in this process
+
+
+def _sim_only(tasks):
+    """Simulated cells only: they share no timing, so they may run side by side."""
+    return all(t["cpu"] == "simulated" for t in tasks)
+
+
+def _check_cells(wl, tasks, policies):
+    by_name = {pol.name: pol for pol in policies}
+    for task in tasks:
+        _check_cell(wl, task, by_name[task["policy"]])
+
+
+def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None,
+               lines_per_handoff=None):
+    """What the settings record of the simulation ({"simulated": ...}), its
+    Calibration set in every simulated task (task["sim"]); None when no task
+    is simulated."""
+    sim_tasks = [t for t in tasks if t["cpu"] == "simulated"]
+    if not sim_tasks:
+        if calibration is not None or timeline:
+            raise errors.InvalidArgument(
+                "calibration and timeline apply to cpu='simulated' only")
+        return None
+    timeline = _int_in("timeline", timeline, 0, 10_000_000)
+    for pol in policies:
+        if peers.needed(pol) is not None:
+            raise errors.SimulationError(
+                "%s runs in a process of its own under LD_PRELOAD: its code cannot run on "
+                "simulated CPUs; simulate alloclab's layers, measure the peer" % pol.name)
+    if calibration is None:
+        key = tuple(sorted(p.name for p in policies))
+        if key not in _CALIBRATIONS:
+            _CALIBRATIONS[key] = _sim.calibrate([p.name for p in policies])
+        cal = _CALIBRATIONS[key]
+    else:
+        cal = _sim.as_calibration(calibration)
+    for name, v in (("line_transfer", line_transfer), ("lines_per_handoff", lines_per_handoff)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)
+                              or not 0 <= v < 1e6):
+            raise errors.ParameterRangeError("%s=%r: a number >= 0" % (name, v), name=name,
+                                             value=v, min=0, max=1e6)
+    cal = cal.with_(line_transfer, lines_per_handoff)
+    opts = cal.task_options(timeline)
+    opts["id"] = hashlib.sha1(json.dumps(cal.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+    for t in sim_tasks:
+        t["sim"] = opts
+        t["processes"] = t["isolate"] = False  # one thread of this process, nothing shared
+    return {"simulated": {"calibration": cal.to_dict(), "timeline": timeline}}
 
 
 # A replay's default time limit per run (seconds): a pass normally ends
@@ -370,9 +426,9 @@ def _tasks(wl, policies, axes, opts, isolate, check, plugins):
     return tasks
 
 
-def _settings(wl, policies, axes, opts, isolate, check):
+def _settings(wl, policies, axes, opts, isolate, check, extra=None):
     """What a Result records of the request (metadata["run"])."""
-    out = {"workload": wl.name}
+    out = {"workload": wl.name, **(extra or {})}
     out.update({k: opts[k] for k in ("effort", "processes")})
     out.update(isolate=isolate, check=check)
     out.update({k: opts[k] for k in ("runs", "warmup_cycles", "cycles", "duration", "seed",
@@ -394,7 +450,8 @@ def _check_cell(wl, task, pol):
     al_run checks before it builds anything); this words its refusal."""
     fault = ffi.new("int *")
     err = ffi.new("char[]", 256)
-    if lib.al_run_check(_config(task, pol=pol), fault, err, 256):
+    keep = []
+    if lib.al_run_check(_config(task, pol=pol, keep=keep), fault, err, 256):
         raise _cell_refusal(wl, task, pol, fault[0], cstr(err))
 
 
@@ -599,14 +656,15 @@ def _run_c(cfg, res, on_phase=None):
         lib.al_run_free(h)
 
 
-def run_once(task, run_index=0, in_child=False, on_phase=None):
+def run_once(task, run_index=0, in_child=False, on_phase=None, calibrate=False):
     """One al_run() call for a task dict; returns the raw result as plain data.
     A peer allocator's task runs in a child process under LD_PRELOAD.
     Ctrl-C (KeyboardInterrupt) stops the run within about a second and
     propagates; on_phase(phase) is told when the run enters a phase."""
     t_start = time.time()  # wall clock: pairs the interleaved runs of an A/B comparison
     pol = task_policy(task)
-    if not in_child:
+    simulated = task["cpu"] == "simulated"
+    if not in_child and not simulated:
         peer = peers.needed(pol)
         if peer is not None or task.get("processes") or task.get("isolate"):
             raw = peers.run_in_child(task, run_index, peer)
@@ -616,12 +674,19 @@ def run_once(task, run_index=0, in_child=False, on_phase=None):
         # process registered: load them by path, as a child does (each one
         # already here costs one lookup).
         plugin.load([s for s in task.get("plugins") or () if s.get("path")])
-    cfg = _config(task, run_index, pol)
+    if simulated:  # one thread, nothing shared: any process can run it
+        plugin.load([s for s in task.get("plugins") or () if s.get("path")])
+    keep = []
+    cfg = _config(task, run_index, pol, keep=keep, calibrate=calibrate)
     res = ffi.new("struct al_run_result *")
     rc = _run_c(cfg, res, on_phase)
     if rc:
         raise _run_error(rc, res, task, run_index)
-    return _raw_result(res, cfg, task, t_start)
+    raw = _raw_result(res, cfg, task, t_start)
+    if simulated:
+        raw["sim"] = _sim.raw_sim(res, keep[0], keep[1], calibrate)
+        raw["sim"]["calibration_id"] = task["sim"].get("id")
+    return raw
 
 
 def task_policy(task):
@@ -636,9 +701,11 @@ def task_policies(tasks):
     return [task_policy(t) for t in {t["policy"]: t for t in tasks}.values()]
 
 
-def _config(task, run_index=0, pol=None):
+def _config(task, run_index=0, pol=None, keep=None, calibrate=False):
     """The struct al_run_config of run ``run_index`` of a task (``pol``: the
-    task's Policy, when the caller has it)."""
+    task's Policy, when the caller has it). A simulated task's buffers (its
+    cost table, its timeline) are appended to ``keep``, which must live as
+    long as the config is used."""
     wl = lib.al_workload_find(task["workload"].encode())
     if wl == ffi.NULL:  # pragma: no cover - validated in plan()
         raise errors.UnknownNameError.make("workload", task["workload"], list(schema.workloads()))
@@ -662,6 +729,8 @@ def _config(task, run_index=0, pol=None):
     cfg.watchdog_ns = task.get("watchdog_ns", 0)
     cfg.stats_level = STATS_LEVELS[task.get("stats", DEFAULT_STATS)]
     cfg.realtime = 1 if task.get("realtime") else 0
+    if task["cpu"] == "simulated":
+        keep.extend(_sim.fill_config(cfg, task, run_index, calibrate))
     return cfg
 
 
@@ -869,7 +938,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
-    adaptive = adaptive_options(target_ci, budget, executor, allow_concurrent)
+    adaptive = adaptive_options(target_ci, budget, executor, allow_concurrent or _sim_only(tasks))
     _set_reruns(settings, steal_reruns, executor)
     prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run

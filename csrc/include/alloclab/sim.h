@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * alloclab sim: simulated CPUs (DESIGN §11). N model CPUs run the real
+ * worker loops and the real layer code on one OS thread, one at a time, in
+ * virtual time; a discrete-event scheduler resumes the model CPU with the
+ * lowest virtual clock (ties broken by a seeded PRNG), so a run is a
+ * function of (workload, policy, parameters, cost table, seed).
+ *
+ * Execution: each model CPU is a fiber (a stack of its own and a saved
+ * stack pointer) on the engine thread. Control passes only at sync points:
+ * every al_lock acquire and release (core/lock.c), shared words reached
+ * through al_sim_shared(), clock reads (al_ticks) and cycle boundaries. At a
+ * sync point a model CPU goes on unless another has a lower clock, so a run
+ * switches only where the order matters. Fibers rather than threads passing
+ * a baton: a switch is a few stores and loads (a baton between OS threads is
+ * a futex wake and wait, microseconds), and a cell at 8 CPUs makes tens of
+ * millions of switches. What a thread would have of its own (the current
+ * context, the guard's nesting) is switched with the fiber.
+ *
+ * Virtual time, each term from its source:
+ *  - the code between two sync points (a segment) costs what a linear cost
+ *    model says for what the segment did: one cost per (begin, end) kind of
+ *    segment plus one per unit of every layer counter it incremented (the
+ *    real code ran, so the counters are exact). The costs come from a
+ *    calibration: the same simulation at one producer with the real clock,
+ *    each segment timed (the timing overhead of an empty segment
+ *    subtracted) and the costs fitted by non-negative least squares
+ *    (alloclab.measure.sim). A counter the calibration never saw is counted
+ *    and the cell marked;
+ *  - lock waits with the lock's own semantics: a waiter blocks in virtual
+ *    time until a release grants it (FIFO tickets), its budget runs out at
+ *    its deadline (-ETIMEDOUT), or a trylock fails at once;
+ *  - cache lines: an acquisition by another CPU than the lock's last owner
+ *    moves the lock's line and lines_per_handoff lines of the data it
+ *    protects; a shared word last written by another CPU moves its line;
+ *    a workload's free of objects another CPU wrote moves their lines
+ *    (al_sim_lines). Each costs line_transfer_ns.
+ *
+ * Determinism: the fibers run one at a time; the only inputs are the
+ * configuration, the cost table and the seed; the arena's addresses never
+ * decide an order (nothing hashes a pointer on the simulated paths). During
+ * a simulated run the process's clock is virtual: al_ticks() counts
+ * picoseconds (al_clock.ticks_per_ns = 1000), so a measured run cannot run
+ * at the same time in the same process (al_run_check refuses it).
+ *
+ * Concurrency: a simulation runs on one thread; several may run in one
+ * process (each has its own state; the virtual clock rate is shared).
+ */
+#ifndef ALLOCLAB_SIM_H
+#define ALLOCLAB_SIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AL_SIM_FEATURES 160 /* cost-model terms per table */
+#define AL_SIM_NAME	64  /* bytes per term name */
+
+/* Kinds of segment ends. A segment's kind pair is a term of its own. */
+enum al_sim_kind {
+	AL_SIM_START = 0,  /* a fiber's start, or a barrier's release */
+	AL_SIM_ACQ = 1,	   /* before a lock acquire */
+	AL_SIM_REL = 2,	   /* before a lock release */
+	AL_SIM_CLOCK = 3,  /* a clock read (al_ticks) */
+	AL_SIM_CYCLE = 4,  /* a cycle boundary */
+	AL_SIM_SHARED = 5, /* a shared word (al_sim_shared) */
+	AL_SIM_END = 6,	   /* a barrier, or the fiber's end */
+	AL_SIM_OP = 7,	   /* a call into the stack's top layer: an operation starts */
+	AL_SIM_KIND_NR = 8
+};
+
+/*
+ * The cost model, in and out. In: n named terms with their cost in ns (NaN:
+ * not calibrated). Out: every term the run met, appended when new, with the
+ * units seen; with calibrate, the normal equations of the segments' times
+ * (xtx, xty), the number of segments and the measured empty-segment cost.
+ */
+struct al_sim_table {
+	unsigned n;
+	char name[AL_SIM_FEATURES][AL_SIM_NAME];
+	double cost_ns[AL_SIM_FEATURES];
+	double seen[AL_SIM_FEATURES]; /* units met in this run (counted at every level) */
+	double xtx[AL_SIM_FEATURES * AL_SIM_FEATURES];
+	double xty[AL_SIM_FEATURES];
+	double yy;
+	uint64_t nseg;	   /* segments timed (calibrate) */
+	uint64_t dropped;  /* segments timed longer than the outlier cut (calibrate) */
+	double null_ns;	   /* an empty segment's timing cost, subtracted */
+	unsigned overflow; /* terms that did not fit */
+};
+
+/* One event of the timeline (when asked for). */
+enum al_sim_event_kind { AL_SIM_EV_CYCLE, AL_SIM_EV_HOLD, AL_SIM_EV_WAIT, AL_SIM_EV_HANDOFF };
+struct al_sim_event {
+	uint64_t start_ps;
+	uint64_t dur_ps;
+	uint32_t cpu;
+	uint16_t kind; /* enum al_sim_event_kind */
+	uint16_t what; /* hold, wait: the lock's term index (its layer), else 0 */
+};
+
+struct al_sim_config {
+	uint64_t seed;		     /* tie-breaks (the run's seed) */
+	double line_transfer_ns;     /* one cache line moved between model CPUs */
+	double lines_per_handoff;    /* data lines a lock handoff moves besides the lock's own */
+	int calibrate;		     /* time segments with the real clock (one producer) */
+	struct al_sim_table *table;  /* required */
+	struct al_sim_event *events; /* timeline buffer, or NULL */
+	uint64_t events_max;
+	size_t stack_kib; /* per model CPU; 0 = 256 */
+};
+
+struct al_sim_stats {
+	uint64_t switches;	   /* fiber switches */
+	uint64_t sync_points;	   /* sync points met */
+	uint64_t segments;	   /* segments costed */
+	uint64_t lock_waits;	   /* acquisitions that blocked in virtual time */
+	uint64_t lock_timeouts;	   /* waits that ended at their deadline */
+	uint64_t handoffs;	   /* acquisitions by another CPU than the lock's last owner */
+	uint64_t lines;		   /* cache lines moved (handoffs, shared words, workload) */
+	double wait_ns;		   /* virtual time blocked on locks, all CPUs */
+	double line_ns;		   /* virtual time in line transfers */
+	double uncalibrated_units; /* units of terms with no cost */
+	unsigned uncalibrated_terms;
+	uint64_t events; /* timeline events written */
+	uint64_t events_dropped;
+	double virtual_ns; /* virtual time at the end of the measured phase */
+};
+
+/* The process-wide switch the inline clock reads test (0: no simulation). */
+AL_API extern int al_sim_active;
+
+/* Hooks (no-ops outside a simulated CPU). */
+AL_API uint64_t al_sim_ticks(int boundary); /* virtual ticks; boundary: end a segment */
+AL_API void al_sim_sync(int kind);	    /* a sync point of kind (enum al_sim_kind) */
+/* A shared word: a sync point, and its line moves when another CPU wrote it
+ * last (write: this CPU writes it now). */
+AL_API void al_sim_shared(const void *addr, bool write);
+/* n cache lines moved to this CPU (a workload freeing what another wrote). */
+AL_API void al_sim_lines(uint64_t n);
+/* Block on a lock until a release grants `ticket` (or, any: until any
+ * release), or until deadline_ticks (0 = none). */
+AL_API void al_sim_lock_block(const void *lock, uint32_t ticket, uint64_t deadline_ticks);
+/* A release granted `ticket` (any: the lock is free for whoever comes). */
+AL_API void al_sim_lock_wake(const void *lock, uint32_t ticket, bool any);
+/* A lock was taken; prev_owner: its last owner's CPU + 1 (0 = none). */
+AL_API void al_sim_lock_taken(const void *lock, unsigned prev_owner, const void *ctr);
+AL_API void al_sim_lock_released(const void *lock);
+/* Counter sets made while a simulation is being built take part in the cost
+ * model (counters.c); layer: the name of the layer being created. */
+AL_API void al_sim_layer_begin(const char *layer);
+struct al_counters;
+AL_API void al_sim_counters_add(struct al_counters *k);
+AL_API void al_sim_counters_del(struct al_counters *k);
+/* A call into layer instance a (a struct al_allocator), a term of the
+ * running segment: "call.LAYER.alloc", ".free", ".alloc_bulk", ".free_bulk".
+ * A call into the top layer (al_sim_top) starts an operation: a segment. */
+enum { AL_SIM_CALL_ALLOC, AL_SIM_CALL_FREE, AL_SIM_CALL_ALLOC_BULK, AL_SIM_CALL_FREE_BULK };
+AL_API void al_sim_call(const void *a, int kind);
+AL_API void al_sim_top(const void *a);
+/* The current model CPU, or -1 outside a simulation. */
+AL_API int al_sim_cpu(void);
+
+/* Inline: the shared-word hook, free when no simulation runs. */
+static inline void al_shared(const void *addr, bool write)
+{
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_shared(addr, write);
+}
+
+/* A one-CPU cache-line ping-pong between two real CPUs of the affinity
+ * mask: ns per one-way transfer, or a negative errno (-ENODEV: fewer than
+ * two usable CPUs). */
+AL_API double al_sim_pingpong_ns(unsigned rounds);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ALLOCLAB_SIM_H */

@@ -1,0 +1,336 @@
+"""Simulated CPUs: the calibration, and what a simulated run needs from it.
+
+A simulated run (``cpu="simulated"``) runs the real worker loops and layer
+code of N model CPUs on one thread in virtual time (DESIGN §11; the engine:
+csrc/engine/sim.c). Its time comes from a cost model made here:
+
+- ``calibrate()`` runs named cells at one producer in the same simulation,
+  but with the real clock: each segment of code between two sync points is
+  timed (less an empty segment's timing cost) together with what it did
+  (its kind pair and the layer counters it moved). The costs per term are
+  fitted by non-negative least squares over every segment of every
+  calibration run. The cost of moving a cache line between CPUs is measured
+  by a ping-pong between two real CPUs (``line_transfer_ns``), or given.
+- ``lines_per_handoff`` (data lines a lock handoff moves besides the lock's)
+  is the one free parameter; it is given, or fitted with ``fit_handoff()``
+  to this machine's measured two-producer runs of named cells, never to a
+  seed's table.
+
+A ``Calibration`` is saved as JSON (``save``/``load``) with the host, the
+cells it was made on and the fit's residual, and travels with every
+simulated Result. A simulated number is a prediction: results, tables and
+verdicts say so.
+"""
+
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+from .. import errors, files
+from ..host import machine
+from ..cbind._ffi import ffi, lib
+
+# Cells the default calibration runs (one producer each): malloc-free at 64
+# allocs/cycle. Other cells are predictions that a validation checks.
+DEFAULT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},)
+CALIBRATION_SECONDS = 0.2
+FORMAT = "alloclab-calibration/1"
+DEFAULT_LINES_PER_HANDOFF = 1.0
+TIMELINE_MAX_EVENTS = 200000
+# plan()/run() keywords of simulated cells: a Calibration (or its dict or
+# file; default: calibrate() for the policies, once per process), the line
+# transfer and handoff lines overriding it, and the timeline events kept per
+# run (hold, wait, handoff, cycle; present.timeline writes them; 0 = none).
+OPTIONS = ("calibration", "timeline", "line_transfer", "lines_per_handoff")
+
+
+class Calibration:
+    """Costs per term (ns per unit), the line transfer cost, the handoff
+    lines, and where they came from."""
+
+    def __init__(self, costs, line_transfer_ns, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF,
+                 info=None):
+        self.costs = dict(costs)
+        self.line_transfer_ns = float(line_transfer_ns)
+        self.lines_per_handoff = float(lines_per_handoff)
+        self.info = dict(info or {})
+
+    def to_dict(self):
+        return {"format": FORMAT, "costs": self.costs,
+                "line_transfer_ns": self.line_transfer_ns,
+                "lines_per_handoff": self.lines_per_handoff, "info": self.info}
+
+    @classmethod
+    def from_dict(cls, d, where="calibration"):
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise errors.InvalidArgument(
+                "%s is not an alloclab calibration (format %r; expected %r)"
+                % (where, d.get("format") if isinstance(d, dict) else type(d).__name__, FORMAT))
+        costs = d.get("costs")
+        if not isinstance(costs, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
+                for k, v in costs.items()):
+            raise errors.InvalidArgument("%s: costs must map term names to ns >= 0" % where)
+        for k in ("line_transfer_ns", "lines_per_handoff"):
+            v = d.get(k)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
+                raise errors.InvalidArgument("%s: %s must be a number >= 0, not %r"
+                                             % (where, k, v))
+        return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"))
+
+    def save(self, path):
+        files.write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n",
+                         what="calibration file")
+
+    @classmethod
+    def load(cls, path):
+        data = files.read_bytes(path, what="calibration file")
+        try:
+            d = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise errors.InvalidArgument("calibration file %s is not JSON: %s" % (path, e))
+        return cls.from_dict(d, "calibration file %s" % path)
+
+    def with_(self, line_transfer_ns=None, lines_per_handoff=None):
+        return Calibration(self.costs,
+                           self.line_transfer_ns if line_transfer_ns is None
+                           else line_transfer_ns,
+                           self.lines_per_handoff if lines_per_handoff is None
+                           else lines_per_handoff, self.info)
+
+    def task_options(self, timeline=0):
+        """What a task carries to the engine (plain, picklable)."""
+        return {"costs": sorted(self.costs.items()), "line_transfer_ns": self.line_transfer_ns,
+                "lines_per_handoff": self.lines_per_handoff, "timeline": int(timeline)}
+
+
+def as_calibration(value):
+    """A Calibration from a Calibration, a dict or a path."""
+    if isinstance(value, Calibration):
+        return value
+    if isinstance(value, dict):
+        return Calibration.from_dict(value)
+    if isinstance(value, (str, os.PathLike)):
+        return Calibration.load(os.fspath(value))
+    raise errors.ParameterTypeError(
+        "calibration must be a Calibration, its dict or a file's path, not %r" % (value,),
+        name="calibration", value=value)
+
+
+# ---- the engine's side ----
+
+def new_table(costs=()):
+    """A struct al_sim_table holding ``costs`` (name, ns)."""
+    t = ffi.new("struct al_sim_table *")
+    costs = list(costs)
+    if len(costs) > lib.AL_SIM_FEATURES:
+        raise errors.InvalidArgument("a calibration has %d terms; at most %d fit"
+                                     % (len(costs), lib.AL_SIM_FEATURES))
+    for i, (name, ns) in enumerate(costs):
+        b = name.encode()[:lib.AL_SIM_NAME - 1]
+        ffi.memmove(t.name[i], b, len(b))
+        t.cost_ns[i] = float(ns)
+    t.n = len(costs)
+    return t
+
+
+def fill_config(cfg, task, run_index=0, calibrate=False):
+    """Fill cfg.sim for a simulated task; returns the buffers cfg points to
+    (keep them alive until the run has ended)."""
+    so = task.get("sim") or {}
+    table = new_table(so.get("costs", ()))
+    cfg.sim.seed = cfg.seed
+    cfg.sim.line_transfer_ns = float(so.get("line_transfer_ns", 0.0))
+    cfg.sim.lines_per_handoff = float(so.get("lines_per_handoff", DEFAULT_LINES_PER_HANDOFF))
+    cfg.sim.calibrate = 1 if calibrate else 0
+    cfg.sim.table = table
+    events = ffi.NULL
+    n = int(so.get("timeline", 0) or 0)
+    if n:
+        events = ffi.new("struct al_sim_event[]", n)
+        cfg.sim.events = events
+        cfg.sim.events_max = n
+    return table, events
+
+
+_EV_KINDS = {0: "cycle", 1: "hold", 2: "wait", 3: "handoff"}
+
+
+def raw_sim(res, table, events, calibrate=False):
+    """What a simulated run reports, as plain data."""
+    st = res.sim
+    names = [ffi.string(table.name[i]).decode() for i in range(table.n)]
+    seen = [float(table.seen[i]) for i in range(table.n)]
+    known = [not math.isnan(table.cost_ns[i]) for i in range(table.n)]
+    out = {k: int(getattr(st, k)) for k in (
+        "switches", "sync_points", "segments", "lock_waits", "lock_timeouts", "handoffs",
+        "lines", "events", "events_dropped")}
+    out.update({k: float(getattr(st, k)) for k in (
+        "wait_ns", "line_ns", "uncalibrated_units", "virtual_ns")})
+    out["uncalibrated"] = sorted(n for n, s, k in zip(names, seen, known)
+                                 if s and not k and "." in n) if not calibrate else []
+    if calibrate:
+        n = table.n
+        out["fit"] = {"names": names, "seen": seen,
+                      "xtx": [float(table.xtx[i * lib.AL_SIM_FEATURES + j])
+                              for i in range(n) for j in range(n)],
+                      "xty": [float(table.xty[i]) for i in range(n)],
+                      "yy": float(table.yy), "nseg": int(table.nseg),
+                      "dropped": int(table.dropped), "null_ns": float(table.null_ns)}
+    if events != ffi.NULL and st.events:
+        out["timeline"] = [
+            (int(events[i].cpu), _EV_KINDS.get(int(events[i].kind), "op"),
+             names[events[i].what - 1] if events[i].kind in (1, 2) and events[i].what else
+             _EV_KINDS.get(int(events[i].kind), "op"),
+             events[i].start_ps / 1000.0, events[i].dur_ps / 1000.0)
+            for i in range(min(int(st.events), len(events)))]
+    return out
+
+
+# ---- the fit ----
+
+def nnls_gram(G, h, ridge=1e-9, iters=None):
+    """min ||Xb - y||^2 subject to b >= 0, from G = X'X and h = X'y
+    (Lawson-Hanson's active set method, on the normal equations)."""
+    n = len(h)
+    G = np.asarray(G, float) + ridge * np.eye(n) * max(1.0, float(np.trace(G)) / max(n, 1))
+    h = np.asarray(h, float)
+    b = np.zeros(n)
+    passive = np.zeros(n, bool)
+    for _ in range(iters or 3 * n + 10):
+        w = h - G @ b
+        cand = np.where(~passive & (w > 1e-12 * max(1.0, np.abs(h).max())))[0]
+        if not len(cand):
+            break
+        passive[cand[np.argmax(w[cand])]] = True
+        while True:
+            idx = np.where(passive)[0]
+            z = np.zeros(n)
+            z[idx] = np.linalg.solve(G[np.ix_(idx, idx)], h[idx])
+            if (z[idx] > 0).all():
+                b = z
+                break
+            neg = idx[z[idx] <= 0]
+            alpha = np.min(b[neg] / (b[neg] - z[neg]))
+            b = b + alpha * (z - b)
+            passive &= b > 1e-12
+            b[~passive] = 0
+    return b
+
+
+def fit(parts):
+    """Costs per term from calibration runs' normal equations (raw["sim"]["fit"]
+    of each): (costs, report)."""
+    names = []
+    for p in parts:
+        for n, s in zip(p["names"], p["seen"]):
+            if s and n not in names and (n.startswith("seg.") or "." in n):
+                names.append(n)
+    ix = {n: i for i, n in enumerate(names)}
+    k = len(names)
+    G, h, yy, nseg = np.zeros((k, k)), np.zeros(k), 0.0, 0
+    for p in parts:
+        m = len(p["names"])
+        X = np.asarray(p["xtx"], float).reshape(m, m)
+        for a, na in enumerate(p["names"]):
+            if na not in ix:
+                continue
+            h[ix[na]] += p["xty"][a]
+            for b, nb in enumerate(p["names"]):
+                if nb in ix:
+                    G[ix[na], ix[nb]] += X[a, b]
+        yy += p["yy"]
+        nseg += p["nseg"]
+    b = nnls_gram(G, h)
+    sse = float(yy - 2 * b @ h + b @ G @ b)
+    costs = {n: float(v) for n, v in zip(names, b)}
+    return costs, {"segments": nseg, "terms": k,
+                   "rms_ns": math.sqrt(max(sse, 0.0) / max(nseg, 1)),
+                   "null_ns": parts[0]["null_ns"] if parts else None,
+                   "dropped": sum(p["dropped"] for p in parts)}
+
+
+def line_transfer_ns(rounds=200000, tries=5):
+    """One cache line moved between two real CPUs, ns (the median of a few
+    ping-pongs); ValueError-free: SimulationError when fewer than two CPUs."""
+    vals = []
+    for _ in range(tries):
+        v = lib.al_sim_pingpong_ns(rounds)
+        if v < 0:
+            raise errors.SimulationError(
+                "cannot measure a cache-line transfer on one usable CPU: give "
+                "line_transfer_ns (e.g. 60 for cores of one socket)")
+        vals.append(v)
+    return float(np.median(vals))
+
+
+def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=1,
+              line_transfer=None, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF, runs=1):
+    """A Calibration for ``policies`` from ``cells`` (dicts: workload and its
+    parameters) at one producer on this machine."""
+    from . import run as mrun
+
+    if isinstance(policies, str):
+        policies = [policies]
+    parts, used = [], []
+    t0 = time.time()
+    for cell in cells:
+        cell = dict(cell)
+        wl = cell.pop("workload")
+        for pol in policies:
+            _, tasks = mrun.plan(wl, pol, producers=1, cpu="simulated", duration=duration,
+                                 seed=seed, runs=runs, mem_sample=0, calibration=_BOOT, **cell)
+            for task in tasks:
+                for r in range(runs):
+                    raw = mrun.run_once(task, r, calibrate=True)
+                    parts.append(raw["sim"]["fit"])
+                used.append(task["point"])
+    costs, report = fit(parts)
+    scale, scale_cells = _scale(policies, cells, costs, duration, seed)
+    costs = {k: v * scale for k, v in costs.items()}
+    report["scale"] = scale
+    report["scale_cells"] = scale_cells
+    lt = line_transfer_ns() if line_transfer is None else float(line_transfer)
+    info = {"host": machine.cpu_model(), "hostname": os.uname().nodename,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": used,
+            "line_transfer": "given" if line_transfer is not None else "measured (ping-pong)",
+            "lines_per_handoff": "given", "fit": report, "seconds": round(time.time() - t0, 2)}
+    return Calibration(costs, lt, lines_per_handoff, info)
+
+
+def _scale(policies, cells, costs, duration, seed):
+    """The one factor between timed segments and the code run whole: timing
+    each segment costs the code its overlap with its neighbours (and the
+    harness's cache lines), so the fitted costs are scaled to this machine's
+    measured runs of the calibration cells themselves (pinned, one
+    producer): the measured per-op time over the simulated, summed over
+    those cells. Fitted on the calibration cells only; every other cell is
+    a prediction a validation checks."""
+    from . import run as mrun
+
+    cal = Calibration(costs, 0.0, 0.0)
+    meas, simd, used = 0.0, 0.0, []
+    for cell in cells:
+        cell = dict(cell)
+        wl = cell.pop("workload")
+        for pol in policies:
+            for cpu in ("simulated", "pinned"):
+                _, tasks = mrun.plan(wl, pol, producers=1, cpu=cpu, duration=duration,
+                                     seed=seed, runs=1, mem_sample=0,
+                                     calibration=cal if cpu == "simulated" else None, **cell)
+                raw = mrun.run_once(tasks[0], 0)
+                ops = max(raw["alloc_ops"] + raw["free_ops"], 1)
+                per_op = (raw["alloc_ns"] + raw["free_ns"]) / ops
+                if cpu == "simulated":
+                    simd += per_op
+                else:
+                    meas += per_op
+                    used.append(tasks[0]["point"])
+    return (meas / simd if simd > 0 else 1.0), used
+
+
+# A placeholder calibration that lets calibrate() plan its own runs.
+_BOOT = Calibration({}, 0.0, 0.0, {"boot": True})

@@ -1,0 +1,161 @@
+"""Simulated CPUs: determinism, lock semantics in virtual time, refusals,
+the calibration's round trip and every policy of the contract suite."""
+
+import json
+
+import numpy as np
+import pytest
+
+import alloclab as al
+from alloclab import errors
+from alloclab.measure import run as mrun
+from alloclab.measure import sim
+
+QUICK = dict(runs=1, cycles=40, warmup_cycles=2, mem_sample=0)
+
+
+def _cal(costs=None, line=0.0, lph=0.0):
+    return sim.Calibration(costs or {}, line, lph, {"test": True})
+
+
+def _run(policy, producers, cal, **kw):
+    opts = dict(QUICK)
+    opts.update(kw)
+    return al.run(opts.pop("workload", "malloc-free"), policy, producers=producers,
+                  cpu="simulated", calibration=cal, **opts)
+
+
+def _raw(policy, producers, cal, seed=1, **kw):
+    params = dict(QUICK, allocs_per_cycle=16)
+    params.update(kw)
+    params.pop("runs")
+    _, tasks = mrun.plan(params.pop("workload", "malloc-free"), policy, producers=producers,
+                         cpu="simulated", calibration=cal, seed=seed, runs=1, **params)
+    return mrun.run_once(tasks[0], 0)
+
+
+@pytest.fixture(scope="module")
+def cal():
+    return sim.calibrate(["libarena-spill", "libarena-transfer", "buddy"], duration=0.05,
+                         line_transfer=50.0, lines_per_handoff=1.0)
+
+
+def test_same_seed_same_run(cal):
+    a = _raw("libarena-transfer", 8, cal, seed=3)
+    b = _raw("libarena-transfer", 8, cal, seed=3)
+    for k in ("alloc_ns", "free_ns", "alloc_ops", "free_ops", "elapsed_ns"):
+        assert a[k] == b[k], k
+    assert a["layers"] == b["layers"]
+    assert a["sim"]["switches"] == b["sim"]["switches"] > 0
+
+
+def test_seed_decides_ties(cal):
+    runs = {_raw("libarena-spill", 4, cal, seed=s)["sim"]["switches"] for s in range(1, 5)}
+    assert len(runs) > 1  # the tie-breaks differ between seeds
+
+
+def test_one_lock_closed_form():
+    # buddy alone: one lock per op, the hold is the only cost (0.5 ns floors
+    # aside); N CPUs in a FIFO queue on it: each op waits N holds.
+    hold = 100.0
+    costs = {"seg.acq-rel": hold}
+    for n in (1, 4):
+        raw = _raw("buddy", n, _cal(costs), allocs_per_cycle=8, cycles=50)
+        per_op = (raw["alloc_ns"] + raw["free_ns"]) / (raw["alloc_ops"] + raw["free_ops"])
+        assert per_op == pytest.approx(n * hold, rel=0.03), n
+        if n > 1:
+            assert raw["sim"]["lock_waits"] > 0
+
+
+def test_handoff_costs_lines():
+    base = {"seg.acq-rel": 100.0}
+    a = _raw("buddy", 2, _cal(base, 0.0, 0.0), allocs_per_cycle=8)
+    b = _raw("buddy", 2, _cal(base, 50.0, 2.0), allocs_per_cycle=8)
+    assert b["sim"]["handoffs"] > 0 and b["sim"]["line_ns"] > 0
+    assert b["alloc_ns"] / b["alloc_ops"] > a["alloc_ns"] / a["alloc_ops"]
+
+
+@pytest.mark.parametrize("n", [1, 4, 64])
+@pytest.mark.parametrize("policy", ["buddy", "libarena-spill", "libarena-transfer",
+                                    "libarena-magazine", "slab", "sheaves > slab"])
+def test_contract_policies_run_and_tear_down(policy, n):
+    try:
+        raw = _raw(policy, n, _cal({"seg.acq-rel": 20.0, "seg.op-op": 5.0}),
+                   allocs_per_cycle=8, cycles=5, warmup_cycles=1)
+    except (errors.UnknownNameError, errors.PolicySyntaxError):
+        pytest.skip("no policy %s here" % policy)
+    assert raw["cpu_mode"] == "simulated"
+    assert raw["ncpu_model"] == n
+    assert all(l["leaked"] == 0 for l in raw["layers"])
+    assert raw["alloc_ops"] == raw["free_ops"] == n * 5 * 8
+
+
+def test_uncalibrated_terms_are_named():
+    raw = _raw("libarena-transfer", 2, _cal({"seg.acq-rel": 10.0}))
+    assert raw["sim"]["uncalibrated"]
+    assert all("." in n for n in raw["sim"]["uncalibrated"])
+
+
+def test_calibration_round_trip(cal, tmp_path):
+    p = tmp_path / "cal.json"
+    cal.save(str(p))
+    back = sim.Calibration.load(str(p))
+    assert back.to_dict() == json.loads(json.dumps(cal.to_dict()))
+    assert _raw("libarena-spill", 2, back)["alloc_ns"] == _raw("libarena-spill", 2, cal)[
+        "alloc_ns"]
+
+
+def test_bad_calibration_files(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("{\"format\": \"nope\"}")
+    with pytest.raises(errors.InvalidArgument, match="not an alloclab calibration"):
+        sim.Calibration.load(str(p))
+    p.write_text("not json")
+    with pytest.raises(errors.InvalidArgument, match="not JSON"):
+        sim.Calibration.load(str(p))
+    with pytest.raises(errors.InvalidArgument):
+        sim.Calibration.load(str(tmp_path))  # a directory
+
+
+def test_workload_that_cannot_be_simulated_says_why():
+    with pytest.raises(errors.InvalidArgument, match="cannot run on simulated CPUs"):
+        mrun.plan("xmalloc", "buddy", producers=2, cpu="simulated", calibration=_cal(),
+                  runs=1, cycles=1)
+
+
+def test_peer_cannot_be_simulated():
+    with pytest.raises(errors.SimulationError, match="LD_PRELOAD"):
+        mrun.plan("malloc-free", "jemalloc", cpu="simulated", calibration=_cal(), runs=1,
+                  cycles=1)
+
+
+def test_simulation_options_need_simulated_cpu():
+    with pytest.raises(errors.InvalidArgument, match="simulated"):
+        mrun.plan("malloc-free", "buddy", calibration=_cal(), runs=1, cycles=1)
+
+
+def test_many_cpus_beyond_the_machine(cal):
+    raw = _raw("libarena-transfer", 256, cal, allocs_per_cycle=16, cycles=3, warmup_cycles=0)
+    assert raw["ncpu_model"] == 256 and raw["alloc_ops"] == 256 * 3 * 16
+
+
+def test_timeline_events(cal):
+    params = dict(QUICK, allocs_per_cycle=16, timeline=500)
+    params.pop("runs")
+    _, tasks = mrun.plan("malloc-free", "buddy", producers=4, cpu="simulated",
+                         calibration=cal, runs=1, **params)
+    raw = mrun.run_once(tasks[0], 0)
+    ev = raw["sim"]["timeline"]
+    assert 0 < len(ev) <= 500
+    kinds = {e[1] for e in ev}
+    assert "hold" in kinds and "cycle" in kinds
+    assert {e[0] for e in ev} <= set(range(4))
+
+
+def test_nnls_recovers_known_costs():
+    rng = np.random.default_rng(1)
+    X = rng.integers(0, 5, size=(400, 3)).astype(float)
+    b = np.array([2.0, 0.0, 7.0])
+    y = X @ b
+    got = sim.nnls_gram(X.T @ X, X.T @ y)
+    assert got == pytest.approx(b, abs=1e-6)
