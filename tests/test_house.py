@@ -170,6 +170,15 @@ FUNCTION_IMPORTS = {
     ("alloclab.measure._peer", "alloclab.policies.peers"): "as above (the peer child)",
     ("alloclab.measure._peer", "alloclab.policies.plugin"): "as above (the peer child)",
     ("alloclab.measure._peer", "alloclab.measure.run"): "as above (the peer child)",
+    ("alloclab.cli.reproduce", "alloclab.policies.libarena_real"):
+        "the real-code layer compiles a tree on demand; loaded only when a tree is named",
+    ("alloclab.reproduce.libarena", "alloclab.policies.libarena_real"): "as above (a tree)",
+    ("alloclab.reproduce.libarena_fidelity", "alloclab.policies.libarena_real"):
+        "as above (a tree)",
+    ("alloclab.reproduce.libarena_fidelity", "alloclab.measure.run"):
+        "reproduce sits beside measure; the report plans its runs only when asked",
+    ("alloclab.policies.libarena_real", "alloclab.cbind._ffi"):
+        "the layer's loader reaches the library only when a tree is loaded",
     ("alloclab.measure.sim", "alloclab.measure.run"):
         "a calibration plans and runs cells; run imports sim for every simulated cell",
 }

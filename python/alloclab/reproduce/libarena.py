@@ -115,33 +115,21 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     the margin of "the same" (the seed's "within noise"). stats: the stats
     level of every run ("lite": every counter but the lock times, whose
     rows read "n/a"; "full" times the locks too; "off": no counters, every
-    counter row "n/a"). Memory is read at
-    the ends of the measured phase only: the engine's sampler, reading the
-    counters the workers write, would add its own noise to their latency.
+    counter row "n/a"). Memory is read at the phase's ends only (mem_sample=0).
     capacities: the transfer cache's batches per order to sweep at
     SWEEP_APC allocs/cycle (default CAPACITIES, QUICK_CAPACITIES at quick;
     () skips the sweep); judged on counters, so short runs suffice.
-    tree: a libarena tree (its folder): every design runs on the tree's own
-    buddy.bpf.c in place of the model's buddy (on_tree), and the "buddy"
-    counter rows read the tree's lock; caches_above: allow the model's
-    caches above a tree that has per-CPU caches of its own. The tree's
-    runs are isolated (a crash in its code ends a child process) and
-    unchecked, as the model's are, so that their timings compare.
+    tree: every design runs on the tree's own buddy.bpf.c (on_tree; runs
+    isolated, unchecked); caches_above: allow the model's caches above a
+    tree with per-CPU caches of its own.
     """
-    from ..policies import libarena_real
-
     runs, _, _ = effort_defaults(effort, runs, None, 0)
     duration = DURATION[effort] if duration is None else duration
     if effort == "quick":
         allocs_per_cycle = allocs_per_cycle or QUICK_ALLOCS_PER_CYCLE
     allocs_per_cycle = list(allocs_per_cycle or ALLOCS_PER_CYCLE)
     load_before = machine.loadavg()
-    designs = list(DESIGNS) + ([BASELINE] if baseline else [])
-    real_buddy = {}
-    if tree is not None:
-        designs = [(d, on_tree(spec, tree, caches_above)) for d, spec in designs]
-        real_buddy = {"tree": libarena_real.info(tree), "layer": _split(designs[0][1])[-1][0],
-                      "caches_above": bool(caches_above)}
+    designs, real_buddy = _designs(baseline, tree, caches_above)
     unchecked = {"check": False} if real_buddy else {}
     usable = int(lib.al_cpus_usable())
     real = [p for p in producers if p <= usable]
@@ -162,11 +150,9 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     if capacities is None:
         capacities = QUICK_CAPACITIES if effort == "quick" else CAPACITIES
     for wl in workloads if capacities else ():
-        results[SWEEP_PREFIX + wl] = _run(
-            wl, [_capacity_spec(b, tree, caches_above) for b in capacities], runs=min(runs, 3),
-            producers=list(producers), allocs_per_cycle=SWEEP_APC, size=size,
-            timing="batch", duration=duration, warmup_cycles=warmup_cycles, mem_sample=0,
-            progress=progress, stats="lite" if stats == "off" else stats, **unchecked)
+        results[SWEEP_PREFIX + wl] = _sweep(wl, capacities, tree, caches_above, runs, producers,
+                                            size, duration, warmup_cycles, progress, stats,
+                                            unchecked)
     settings = {"designs": [list(d) for d in designs], "effort": effort, "runs": runs,
                 "virtual_runs": vruns if virt else None, "duration": duration, "size": size,
                 "threshold": threshold, "usable_cpus": usable, "stats": stats}
@@ -175,6 +161,29 @@ def libarena(producers=(1, 2, 4, 8), allocs_per_cycle=None, runs=None, size=64,
     settings.update(_rerun_totals([results[wl] for wl in workloads]))
     settings["load_before"], settings["load_after"] = load_before, machine.loadavg()
     return LibarenaReport(results, settings)
+
+
+def _designs(baseline, tree, caches_above):
+    """The designs (name, spec) run, on a tree's own buddy when one is named,
+    and what the report says of that tree ({} without one)."""
+    from ..policies import libarena_real
+
+    designs = list(DESIGNS) + ([BASELINE] if baseline else [])
+    if tree is None:
+        return designs, {}
+    designs = [(d, on_tree(spec, tree, caches_above)) for d, spec in designs]
+    return designs, {"tree": libarena_real.info(tree), "layer": _split(designs[0][1])[-1][0],
+                     "caches_above": bool(caches_above)}
+
+
+def _sweep(wl, capacities, tree, caches_above, runs, producers, size, duration, warmup_cycles,
+           progress, stats, unchecked):
+    """The transfer capacity sweep of one workload."""
+    return _run(wl, [_capacity_spec(b, tree, caches_above) for b in capacities],
+                runs=min(runs, 3), producers=list(producers), allocs_per_cycle=SWEEP_APC,
+                size=size, timing="batch", duration=duration, warmup_cycles=warmup_cycles,
+                mem_sample=0, progress=progress, stats="lite" if stats == "off" else stats,
+                **unchecked)
 
 
 def _rerun_totals(results):
