@@ -75,6 +75,14 @@ def test_handoff_costs_lines():
     assert b["alloc_ns"] / b["alloc_ops"] > a["alloc_ns"] / a["alloc_ops"]
 
 
+def test_lock_budget_times_out_in_virtual_time():
+    # a hold far longer than the arena lock's 250 ms budget: a waiter gives
+    # up at its deadline in virtual time, and the workload's free says so
+    with pytest.raises(errors.RunError, match="ETIMEDOUT"):
+        _raw("buddy", 4, _cal({"seg.acq-rel": 300e6}), allocs_per_cycle=1, cycles=3,
+             warmup_cycles=0)
+
+
 @pytest.mark.parametrize("n", [1, 4, 64])
 @pytest.mark.parametrize("policy", ["buddy", "libarena-spill", "libarena-transfer",
                                     "libarena-magazine", "slab", "sheaves > slab"])

@@ -239,6 +239,9 @@ static void switch_to(struct al_sim *s, struct sim_cpu *from, struct sim_cpu *to
 	void **save = from ? &from->sp : &s->main_sp;
 	void *load = to ? to->sp : s->main_sp;
 
+	if (from == to) /* a CPU whose own deadline is the earliest event goes on */
+		return;
+
 	s->cur = to;
 	if (to)
 		al_ctx_set_current(to->ctx);

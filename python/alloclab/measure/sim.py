@@ -334,3 +334,122 @@ def _scale(policies, cells, costs, duration, seed):
 
 # A placeholder calibration that lets calibrate() plan its own runs.
 _BOOT = Calibration({}, 0.0, 0.0, {"boot": True})
+
+
+# ---- the free parameter, and the validation ----
+
+FIT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},)
+HANDOFF_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+TOLERANCE_2P = 0.25  # a 2-producer prediction off by more leaves the cells above unvalidated
+
+
+def _per_op(policy, cell, producers, cpu, runs, duration, seed, calibration=None):
+    """Mean alloc and free ns per op of one cell (measured or simulated)."""
+    from . import run as mrun
+
+    cell = dict(cell)
+    wl = cell.pop("workload")
+    kw = {"calibration": calibration} if cpu == "simulated" else {"steal_reruns": 2}
+    r = mrun.run(wl, policy, producers=producers, cpu=cpu, runs=runs, duration=duration,
+                 seed=seed, mem_sample=0, **kw, **cell)
+    pt = r.points[0]
+    return float(np.mean(pt["alloc_ns"])), float(np.mean(pt["free_ns"]))
+
+
+def fit_handoff(calibration, policies, cells=FIT_CELLS, runs=3, duration=0.2, seed=1,
+                grid=HANDOFF_GRID):
+    """lines_per_handoff fitted to this machine's measured two-producer runs
+    of ``cells`` (pinned): the grid value whose predictions are closest in
+    log ratio, summed over policies, cells, alloc and free. Never a seed's
+    number. Returns the calibration with it and with where it came from."""
+    if isinstance(policies, str):
+        policies = [policies]
+    meas = {(p, i): _per_op(p, c, 2, "pinned", runs, duration, seed)
+            for p in policies for i, c in enumerate(cells)}
+    best = None
+    for lph in grid:
+        cal = calibration.with_(lines_per_handoff=lph)
+        err = 0.0
+        for (p, i), m in meas.items():
+            s = _per_op(p, cells[i], 2, "simulated", runs, duration, seed, cal)
+            err += sum(abs(math.log(max(a, 1e-9) / max(b, 1e-9))) for a, b in zip(s, m))
+        if best is None or err < best[0]:
+            best = (err, lph)
+    out = calibration.with_(lines_per_handoff=best[1])
+    out.info = dict(out.info, lines_per_handoff="fitted on 2-producer measured runs",
+                    handoff_fit={"cells": list(cells), "policies": list(policies),
+                                 "grid": list(grid), "log_error": best[0],
+                                 "measured": {"%s %d" % k: v for k, v in meas.items()}})
+    return out
+
+
+class Validation:
+    """Simulated against measured, per cell and op, with the verdict on the
+    cells above this machine's CPUs."""
+
+    def __init__(self, rows, usable, tolerance):
+        self.rows = rows
+        self.usable = usable
+        self.tolerance = tolerance
+
+    def unvalidated(self):
+        """(workload, policy) whose 2-producer prediction is off by more than
+        the tolerance (or was not checked at 2 producers)."""
+        bad = set()
+        pairs = {(r["workload"], r["policy"]) for r in self.rows}
+        for wp in pairs:
+            two = [r for r in self.rows if (r["workload"], r["policy"]) == wp
+                   and r["producers"] == 2]
+            if not two or any(abs(r["ratio"] - 1) > self.tolerance for r in two):
+                bad.add(wp)
+        return sorted(bad)
+
+    def to_dict(self):
+        return {"rows": self.rows, "usable_cpus": self.usable, "tolerance": self.tolerance,
+                "unvalidated": [list(x) for x in self.unvalidated()]}
+
+    def text(self):
+        lines = ["simulated/measured per cell (measured: pinned, steal reruns; simulated: "
+                 "predictions)",
+                 "%-13s %-20s %5s %3s %-5s %10s %10s %6s" % (
+                     "workload", "policy", "apc", "p", "op", "measured", "simulated", "ratio")]
+        for r in self.rows:
+            lines.append("%-13s %-20s %5s %3d %-5s %10.1f %10.1f %6.2f%s" % (
+                r["workload"], r["policy"], r.get("allocs_per_cycle", ""), r["producers"],
+                r["op"], r["measured_ns"], r["simulated_ns"], r["ratio"],
+                "  (calibration cell)" if r["calibration_cell"] else ""))
+        if self.usable <= 2:
+            lines.append("note: on %d CPUs the measured runs see at most one waiter per lock "
+                         "(the 2-producer figures)" % self.usable)
+        bad = self.unvalidated()
+        lines.append("unvalidated above %d CPUs: %s" % (
+            self.usable, ", ".join("%s on %s" % wp for wp in bad) if bad else "none"))
+        return "\n".join(lines)
+
+
+def validate(calibration, policies, cells=None, producers=None, runs=3, duration=0.2, seed=1,
+             tolerance=TOLERANCE_2P):
+    """Run each cell measured (pinned) and simulated at 1, 2 and every
+    producer count up to the usable CPUs; a Validation. The calibration's
+    own cells are marked (they were fitted, not predicted)."""
+    if isinstance(policies, str):
+        policies = [policies]
+    usable = int(lib.al_cpus_usable())
+    cells = cells or [{"workload": w, "allocs_per_cycle": a}
+                      for w in ("malloc-free", "malloc-xfree") for a in (64, 256)]
+    producers = producers or sorted({1, 2} | set(range(1, usable + 1)))
+    fitted = [dict(c) for c in calibration.info.get("cells", [])]
+    rows = []
+    for cell in cells:
+        for pol in policies:
+            for p in producers:
+                m = _per_op(pol, cell, p, "pinned" if p <= usable else "virtual", runs,
+                            duration, seed)
+                s = _per_op(pol, cell, p, "simulated", runs, duration, seed, calibration)
+                used = any(f.get("policy") == pol and f.get("producers") == p and all(
+                    f.get(k) == v for k, v in cell.items()) for f in fitted)
+                for op, mv, sv in (("alloc", m[0], s[0]), ("free", m[1], s[1])):
+                    rows.append(dict(cell, policy=pol, producers=p, op=op, measured_ns=mv,
+                                     simulated_ns=sv, ratio=sv / mv if mv else float("nan"),
+                                     calibration_cell=used))
+    return Validation(rows, usable, tolerance)
