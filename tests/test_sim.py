@@ -26,7 +26,9 @@ def _run(policy, producers, cal, **kw):
 
 
 def _raw(policy, producers, cal, seed=1, **kw):
-    params = dict(QUICK, allocs_per_cycle=16)
+    params = dict(QUICK)
+    if kw.get("workload", "malloc-free") == "malloc-free":
+        params["allocs_per_cycle"] = 16
     params.update(kw)
     params.pop("runs")
     _, tasks = mrun.plan(params.pop("workload", "malloc-free"), policy, producers=producers,
@@ -167,3 +169,14 @@ def test_nnls_recovers_known_costs():
     y = X @ b
     got = sim.nnls_gram(X.T @ X, X.T @ y)
     assert got == pytest.approx(b, abs=1e-6)
+
+
+def test_xmalloc_and_replay_simulate_deterministically(cal):
+    a = _raw("libarena-transfer", 4, cal, workload="xmalloc", batch=16)
+    b = _raw("libarena-transfer", 4, cal, workload="xmalloc", batch=16)
+    assert a["free_ns"] == b["free_ns"] and a["cross_frees"] == b["cross_frees"] > 0
+    assert a["sim"]["lines"] > 0  # consumers' frees move the producers' lines
+    runs = [al.run("replay", "libarena-transfer", cpu="simulated", calibration=cal, runs=1,
+                   trace="tests/data/trace_v1.altrace") for _ in range(2)]
+    assert runs[0].points[0]["alloc_ns"] == runs[1].points[0]["alloc_ns"]
+    assert runs[0].points[0].info["cpu_mode"] == "simulated"

@@ -630,6 +630,34 @@ void al_sim_sync(int kind)
 	give_way(s, c);
 }
 
+void al_sim_yield(void)
+{
+	struct al_sim *s = self;
+	struct sim_cpu *c;
+
+	if (!s || !(c = s->cur))
+		return;
+	seg_end(s, c, AL_SIM_SHARED);
+	if (s->nheap && key_of(s->heap[0]) >= c->now)
+		c->now = key_of(s->heap[0]) + 1;
+	s->st.sync_points++;
+	give_way(s, c);
+}
+
+void al_sim_wait_until(uint64_t ticks)
+{
+	struct al_sim *s = self;
+	struct sim_cpu *c;
+
+	if (!s || !(c = s->cur))
+		return;
+	seg_end(s, c, AL_SIM_CLOCK);
+	if (ticks > c->now)
+		c->now = ticks;
+	s->st.sync_points++;
+	give_way(s, c);
+}
+
 static void charge_lines(struct al_sim *s, struct sim_cpu *c, uint64_t n)
 {
 	uint64_t ps = (uint64_t)llround(s->line_ps * (double)n);

@@ -595,6 +595,10 @@ static al_noinline bool rp_think(struct al_worker *w, struct rp_worker *r, uint3
 		r->think_op = r->next + 1;
 		r->think_end = now + (uint64_t)((double)dt * al_clock.ticks_per_ns);
 	}
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED))) {
+		al_sim_wait_until(r->think_end); /* simulated CPUs: the gap is virtual time */
+		return true;
+	}
 	slice_end = now + (uint64_t)((double)RP_THINK_SLICE_NS * al_clock.ticks_per_ns);
 	while ((now = al_ticks()) < r->think_end)
 		if (al_worker_stopping(w) || now >= slice_end)
@@ -630,6 +634,10 @@ static al_noinline bool rp_wait(struct al_worker *w, struct rp_shared *s, struct
 	if (r->blocked_at != r->next) {
 		r->blocked_at = r->next;
 		r->cross_waits += op->kind != AL_TK_THREAD_START;
+	}
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED))) {
+		al_sim_yield(); /* simulated CPUs: spin until the next model CPU has run */
+		return rp_ready(s, r, op);
 	}
 	for (unsigned i = 0; i < RP_SPIN; i++) {
 		al_cpu_relax();
@@ -762,7 +770,7 @@ static const struct al_workload_desc replay_desc = {
 	AL_WORKLOAD_DESC_INIT,
 	.doc = "a recorded program's malloc-family calls, one worker per program thread, in "
 	       "order (cross-thread objects wait until they exist); one pass per run",
-	.flags = AL_WL_LIVE | AL_WL_FINITE,
+	.flags = AL_WL_LIVE | AL_WL_FINITE | AL_WL_SIM,
 	.nparams = P_NR,
 	.params = rp_params,
 	.size_param = -1,

@@ -14,7 +14,10 @@
  * (timed); an empty queue makes an empty cycle. Throughput (ops/s) and
  * free_ns are the figures; cross_frees counts frees by a non-allocating
  * worker. The queue is the workload's own mutex-protected stack, outside the
- * timed regions. Teardown frees whatever is still queued.
+ * timed regions. Teardown frees whatever is still queued. On simulated CPUs
+ * the queue is a shared word (its line moves between model CPUs; the mutex
+ * never waits there: nothing inside it is a sync point) and a consumer's
+ * frees move each object's first line from its producer.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -76,6 +79,7 @@ static int xm_cycle(struct al_worker *w)
 		if (ret)
 			return ret;
 		al_worker_live(w, w->params[P_size] * s->n);
+		al_shared(&s->top, true); /* simulated CPUs: the queue's line moves */
 		pthread_mutex_lock(&s->m);
 		if (s->queued < s->max && w->nworkers > 1) {
 			*next_batch(head) = s->top;
@@ -91,6 +95,7 @@ static int xm_cycle(struct al_worker *w)
 			al_worker_live(w, -w->params[P_size] * s->n);
 		return ret;
 	}
+	al_shared(&s->top, true);
 	pthread_mutex_lock(&s->m);
 	head = s->top;
 	if (head) {
@@ -101,6 +106,8 @@ static int xm_cycle(struct al_worker *w)
 	if (!head)
 		return 0;
 	w->alloc_cross += s->n;
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_lines(s->n); /* each object's first line, written by its producer */
 	ret = wl_free_list(w, head, s->n);
 	if (!ret)
 		al_worker_live(w, -w->params[P_size] * s->n);
@@ -128,7 +135,7 @@ static const struct al_workload_desc xmalloc_desc = {
 	AL_WORKLOAD_DESC_INIT,
 	.doc = "mimalloc-bench xmalloc-test: producers/2 threads only allocate, producers/2 only "
 	       "free, batches handed through a shared queue",
-	.flags = AL_WL_LIVE | AL_WL_DISTINCT, /* lists linked through the objects */
+	.flags = AL_WL_LIVE | AL_WL_DISTINCT | AL_WL_SIM, /* lists linked through the objects */
 	.nparams = P_NR,
 	.params = xm_params,
 	.size_param = P_size,

@@ -141,6 +141,11 @@ AL_API void al_sim_sync(int kind);	    /* a sync point of kind (enum al_sim_kind
 /* A shared word: a sync point, and its line moves when another CPU wrote it
  * last (write: this CPU writes it now). */
 AL_API void al_sim_shared(const void *addr, bool write);
+/* Spin (a workload waiting for another CPU's progress): this CPU's clock
+ * moves past the next model CPU's, which then runs. */
+AL_API void al_sim_yield(void);
+/* Idle until `ticks` (virtual): a workload's think time. */
+AL_API void al_sim_wait_until(uint64_t ticks);
 /* n cache lines moved to this CPU (a workload freeing what another wrote). */
 AL_API void al_sim_lines(uint64_t n);
 /* Block on a lock until a release grants `ticket` (or, any: until any
