@@ -129,7 +129,7 @@ def test_bad_calibration_files(tmp_path):
 
 def test_workload_that_cannot_be_simulated_says_why():
     with pytest.raises(errors.InvalidArgument, match="cannot run on simulated CPUs"):
-        mrun.plan("xmalloc", "buddy", producers=2, cpu="simulated", calibration=_cal(),
+        mrun.plan("cache-scratch", "buddy", producers=2, cpu="simulated", calibration=_cal(),
                   runs=1, cycles=1)
 
 
