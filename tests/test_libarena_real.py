@@ -338,6 +338,75 @@ def test_tree_with_own_caches_refuses_the_models_caches_unless_asked(tmp_path):
     assert proc.returncode == 0 and "per-CPU caches of its own: yes" in proc.stdout
 
 
+def test_tree_with_own_caches_refused_by_its_registered_name_too(tmp_path):
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",
+           "\tif (bpf_get_smp_processor_id() > 4096)\n\t\treturn NULL;\n"
+           "\tif (c < 0) {\n\t\tpool_err(\"pool: no class")
+    name = lr.load(str(tree))
+    with pytest.raises(al.IncompatiblePolicyError, match="per-CPU caches of its own"):
+        al.Policy("percpu > transfer > %s" % name)
+    assert al.Policy("percpu > %s(caches_above=true)" % name).names == ["percpu", name]
+    assert al.Policy(name).names == [name]
+
+
+def test_own_caches_are_read_as_compiled(tmp_path):
+    """A call in a comment is no cache; one under #ifndef BPF_ARENA_ASAN is a
+    cache the tree's ASan build switches off, as seed 000's patch does."""
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c", "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",
+           "\t/* bpf_get_smp_processor_id() would say where */\n"
+           "\tif (c < 0) {\n\t\tpool_err(\"pool: no class")
+    info = lr.info(str(tree))
+    assert not info["own_caches"] and not info["own_caches_asan"]
+    _patch(tree / "src" / "buddy.bpf.c", "\t/* bpf_get_smp_processor_id() would say where */\n",
+           "#ifndef BPF_ARENA_ASAN\n\tif (bpf_get_smp_processor_id() > 4096)\n\t\treturn NULL;\n"
+           "#endif\n")
+    info = lr.info(str(tree))
+    assert info["own_caches"] and info["own_caches_plain"] and not info["own_caches_asan"]
+    assert lr.caches_note(info) == "its own per-CPU caches: yes (off in its ASan build)"
+    proc = _cli("libarena", "build", str(tree))
+    assert "per-CPU caches of its own: yes (off in its ASan build)" in proc.stdout
+
+
+def test_the_result_says_what_ran():
+    name = lr.load(EXAMPLE)
+    res = al.run("malloc-free", ["buddy", name], allocs_per_cycle=16, cycles=5, runs=1)
+    model, real = res.points
+    assert real.info["libarena"] == [{"layer": name, "tree": os.path.abspath(EXAMPLE),
+                                      "own_caches": False, "asan": False}]
+    assert "libarena" not in model.info
+    assert ("notes: %s runs buddy.bpf.c of the libarena tree %s, compiled natively as user-space "
+            "C; its own per-CPU caches: no" % (name, os.path.abspath(EXAMPLE))) in str(res)
+
+
+needs_asan = pytest.mark.skipif(lr.asan_runtime() is None,
+                                reason="the compiler has no ASan runtime (libasan.so)")
+
+
+@needs_asan
+def test_asan_build_poisons_through_alloclab_and_catches_a_use_after_free(tmp_path):
+    results = lr.run_tests(EXAMPLE, asan=True)
+    assert [r["name"] for r in results][-1] == "asan_test_pool_poison"
+    assert all(r["passed"] for r in results), results
+    tree = _copy(tmp_path)
+    _patch(tree / "selftests" / "test_pool.bpf.c",
+           "\tif (!asan_shadow_set(p) || !asan_shadow_set(p + 63))",
+           "\tp[8] = 1; /* a use after free */\n\tif (!asan_shadow_set(p) || !asan_shadow_set(p + 63))")
+    results = {r["name"]: r for r in lr.run_tests(str(tree), asan=True)}
+    bad = results["asan_test_pool_poison"]
+    assert not bad["passed"] and bad["ret"] is None
+    assert bad["message"].startswith(("crashed", "ended early")), bad
+    assert all(r["passed"] for n, r in results.items() if n != "asan_test_pool_poison")
+
+
+def test_asan_build_is_refused_in_a_process_without_asan(monkeypatch):
+    monkeypatch.setenv("ALLOCLAB_LIBARENA_ASAN", "1")
+    with pytest.raises(lr.LibarenaInitError, match="loads only into a process started with "
+                                                   "AddressSanitizer"):
+        lr.load(EXAMPLE)
+
+
 # ---- two trees, A/B: a patched copy against its base ----
 
 def _ab(base, tmp_path, header, old, new):

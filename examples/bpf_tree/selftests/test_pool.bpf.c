@@ -2,6 +2,7 @@
 /* bpf_tree's selftests: SEC("syscall") programs returning 0 on success. */
 #include <libarena/common.h>
 #include <libarena/buddy.h>
+#include <libarena/asan.h>
 
 extern struct buddy __arena buddy;
 
@@ -93,6 +94,28 @@ __weak int test_pool_invalid_free(void)
 	if (buddy_alloc(&buddy, 0) || buddy_alloc(&buddy, 8192)) /* no class */
 		return -EINVAL;
 	buddy_free(&buddy, p);
+	return buddy_destroy(&buddy);
+}
+
+/* ASan builds only: a live object is readable, a free one poisoned. */
+SEC("syscall")
+__weak int asan_test_pool_poison(void)
+{
+	u8 __arena *p;
+	int ret;
+
+	ret = buddy_init(&buddy);
+	if (ret)
+		return ret;
+	p = buddy_alloc(&buddy, 64);
+	if (!p)
+		return -ENOMEM;
+	if (asan_shadow_set(p) || asan_shadow_set(p + 63))
+		return -EINVAL;
+	if (buddy_free(&buddy, p))
+		return -EINVAL;
+	if (!asan_shadow_set(p) || !asan_shadow_set(p + 63))
+		return -EFAULT;
 	return buddy_destroy(&buddy);
 }
 

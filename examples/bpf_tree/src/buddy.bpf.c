@@ -12,10 +12,12 @@
  * offset, the low 32 bits of its address (the arena is 4 GiB aligned).
  * Invalid frees (outside the used slabs, not an object start) return
  * -EINVAL; double frees are not detected. One arena spin lock guards the
- * lists and the slab table; every loop is bounded with can_loop.
+ * lists and the slab table; every loop is bounded with can_loop. In an ASan
+ * build a free object is poisoned whole (libarena/asan.h).
  */
 #include <libarena/common.h>
 #include <libarena/buddy.h>
+#include <libarena/asan.h>
 
 #define SLAB_PAGES (POOL_SLAB_BYTES / __PAGE_SIZE)
 
@@ -87,6 +89,7 @@ static int refill_locked(struct buddy __arena *b, int c)
 
 		*o = b->free_head[c];
 		b->free_head[c] = (u64)o;
+		asan_poison(o, POOL_POISON, obj);
 	}
 	return 0;
 }
@@ -101,8 +104,10 @@ static void __arena *take_locked(struct buddy __arena *b, int c)
 			return NULL;
 		head = b->free_head[c];
 	}
+	asan_unpoison((void __arena *)head, sizeof(u64));
 	b->free_head[c] = *(u64 __arena *)head;
 	b->live++;
+	asan_unpoison((void __arena *)head, 1UL << (POOL_MIN_SHIFT + c));
 	return (void __arena *)head;
 }
 
@@ -128,6 +133,7 @@ static void put_locked(struct buddy __arena *b, void __arena *p, int c)
 	*(u64 __arena *)p = b->free_head[c];
 	b->free_head[c] = (u64)p;
 	b->live--;
+	asan_poison(p, POOL_POISON, 1UL << (POOL_MIN_SHIFT + c));
 }
 
 __weak void __arena *buddy_alloc(struct buddy __arena *b, size_t size)

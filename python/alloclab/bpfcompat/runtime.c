@@ -46,6 +46,15 @@
 #include <vmlinux.h>
 #include <bpf_arena_common.h>
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+/* Memory given back to the system leaves no poison behind: the next mapping
+ * at that address (another instance's arena) starts clean. */
+#define unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION((const void *)(p), (size_t)(n))
+#else
+#define unpoison(p, n) ((void)(p), (void)(n))
+#endif
+
 #include "alr.h"
 
 #define ARENA_SPAN  (1ULL << 32)
@@ -269,8 +278,10 @@ ALR_HIDDEN int alr_arena_init(void)
 
 ALR_HIDDEN void alr_arena_fini(void)
 {
-	if (arena_map)
+	if (arena_map) {
+		unpoison(arena_map, arena_map_len);
 		munmap(arena_map, arena_map_len);
+	}
 	if (page_state)
 		munmap(page_state, ARENA_PAGES);
 	arena_map = NULL;
@@ -384,6 +395,8 @@ void bpf_arena_free_pages(void *map, void __arena *ptr, __u32 page_cnt)
 		while (j < page_cnt && page_state[pg + j] == PG_ALLOCATED)
 			page_state[pg + j++] = PG_FREE;
 		if (j > i) { /* one mapping call per run of allocated pages */
+			unpoison(arena_lo + (uint64_t)(pg + i) * __PAGE_SIZE,
+				 (size_t)(j - i) * __PAGE_SIZE);
 			mmap((void *)(arena_lo + (uint64_t)(pg + i) * __PAGE_SIZE),
 			     (size_t)(j - i) * __PAGE_SIZE, PROT_NONE,
 			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);

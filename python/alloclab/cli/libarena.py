@@ -28,6 +28,11 @@ def add_parser(sub):
     tp = lsub.add_parser("test", help="run the tree's selftests (test_* programs)")
     tp.add_argument("tree", nargs="?", metavar="DIR",
                     help="the tree (default $%s)" % libarena_real.ENV_TREE)
+    tp.add_argument("--asan", action="store_true",
+                    help="an ASan build of the tree (BPF_ARENA_ASAN: its hooks on alloclab's "
+                         "poisoning, its accesses checked by AddressSanitizer), which also "
+                         "runs its asan_test_* programs; the default in alloclab's sanitizer "
+                         "builds and with $%s=1" % libarena_real.ENV_ASAN)
     bp = lsub.add_parser("build", help="compile the tree (cached) and say what is measured")
     bp.add_argument("tree", nargs="?", metavar="DIR",
                     help="the tree (default $%s)" % libarena_real.ENV_TREE)
@@ -38,16 +43,23 @@ def cmd_libarena(args):
     tree = args.tree or libarena_real.default_tree()
     if args.libarena_cmd == "build":
         info = libarena_real.info(libarena_real.check_tree(tree))
-        print("tree: %s\nobject: %s\nbulk calls of its own: %s\nper-CPU caches of its own: %s\n"
+        print("tree: %s\nobject: %s\nbulk calls of its own: %s\nper-CPU caches of its own: %s%s\n"
               "measured: %s" % (info["tree"], info["object"],
                                 "yes" if info["bulk"] else "no (loops)",
-                                "yes" if info["own_caches"] else "no", info["measured"]))
+                                "yes" if info["own_caches"] else "no",
+                                "" if info["own_caches_plain"] == info["own_caches_asan"] else
+                                " (%s in its ASan build)" % (
+                                    "on" if info["own_caches_asan"] else "off"),
+                                info["measured"]))
         return 0
     if args.libarena_cmd != "test":
         raise libarena_real.LibarenaTreeError("alloclab libarena: give an action: test DIR")
-    results = libarena_real.run_tests(tree)
+    asan = True if args.asan else None
+    results = libarena_real.run_tests(tree, asan=asan)
     print("libarena selftests of %s (compiled natively as user-space C against alloclab's BPF "
-          "stand-in, not run by BPF's JIT):" % os.path.abspath(tree))
+          "stand-in, not run by BPF's JIT%s):" % (
+              os.path.abspath(tree), "; an ASan build" if asan or libarena_real.asan_build()
+              else ""))
     for r in results:
         line = "%s %s" % ("PASS" if r["passed"] else "FAIL", r["name"])
         if r["ret"] is None:

@@ -64,6 +64,11 @@ CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-fvisibility=hidden", "-pthread",
           "-D__BPF__", "-D__BPF_FEATURE_ADDR_SPACE_CAST",
           "-Werror=implicit-function-declaration", "-fno-strict-aliasing"]
 LDFLAGS = ["-shared", "-pthread", "-Wl,-Bsymbolic", "-Wl,-z,defs"]
+# An ASan build of the tree (in alloclab's sanitizer builds, or asked for with
+# $ALLOCLAB_LIBARENA_ASAN=1): the tree's own ASan hooks on (BPF_ARENA_ASAN),
+# standing on alloclab's poisoning (bpfcompat/asan_rt.c), its accesses checked.
+ASAN_CFLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-DBPF_ARENA_ASAN"]
+ENV_ASAN = "ALLOCLAB_LIBARENA_ASAN"
 _REQUIRED = ("src/buddy.bpf.c", "src/common.bpf.c", "include/libarena/buddy.h",
              "include/libarena/common.h")
 _PROG_RE = re.compile(r'SEC\(\s*"syscall"\s*\)\s*(?:__weak\s+|static\s+|__always_inline\s+)*'
@@ -114,22 +119,71 @@ def _files(tree, sub, suffixes):
     return sorted(out)
 
 
-def selftest_programs(tree):
+def selftest_programs(tree, asan=False):
     """The selftest programs the tree's runner would run (userspace.h picks
-    SEC("syscall") programs named test_*; asan_test_* and parallel_test_* are
-    not run here): [(file, name)] in file order."""
+    SEC("syscall") programs named test_*, and asan_test_* in an ASan build;
+    parallel_test_* are not run here): [(file, name)] in file order."""
+    prefixes = ("test_", "asan_test_") if asan else ("test_",)
     out = []
     for f in _files(tree, "selftests", (".bpf.c",)):
         with open(f, errors="replace") as fh:
             text = fh.read()
-        out += [(f, n) for n in _PROG_RE.findall(text) if n.startswith("test_")]
+        out += [(f, n) for n in _PROG_RE.findall(text) if n.startswith(prefixes)]
     return out
+
+
+def asan_build():
+    """Whether trees are built as ASan builds: alloclab itself is a sanitizer
+    build (its build flags name -fsanitize=address), or $ALLOCLAB_LIBARENA_ASAN
+    asks (1; 0 or empty: no)."""
+    env = os.environ.get(ENV_ASAN, "")
+    if env not in ("", "0"):
+        return True
+    from ..cbind._ffi import cstr, lib
+
+    return "sanitize=address" in cstr(lib.al_build_flags())
+
+
+def _asan_loaded():
+    """Whether this process runs with AddressSanitizer's runtime (preloaded or
+    linked in): an ASan build of a tree can only be loaded into such a one."""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return False
+    return "libasan" in maps or "libclang_rt.asan" in maps
+
+
+def _check_loadable(obj):
+    """Refuse to load an ASan build of a tree into a process without ASan's
+    runtime (ASan would end the process at the load)."""
+    if obj.endswith("-asan.so") and not _asan_loaded():
+        raise LibarenaInitError(
+            "an ASan build of a libarena tree (%s, or alloclab built with -fsanitize=address) "
+            "loads only into a process started with AddressSanitizer's runtime: run it with "
+            "LD_PRELOAD=%s ASAN_OPTIONS=detect_leaks=0, or unset %s" % (
+                ENV_ASAN + "=1", asan_runtime() or "libasan.so", ENV_ASAN))
+
+
+def asan_runtime():
+    """The compiler's ASan runtime (to preload into a process that loads an
+    ASan build of a tree), or None."""
+    try:
+        out = subprocess.run(_cc() + ["-print-file-name=libasan.so"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out if os.path.isabs(out) and os.path.exists(out) else None
 
 
 def _features(tree):
     """What the tree has, read from its text: the libarena chunk layout
     (block sizes from the order nibbles), native bulk calls, per-CPU caches
-    of its own (its sources call bpf_get_smp_processor_id)."""
+    of its own (its sources, preprocessed as they are compiled, call
+    bpf_get_smp_processor_id: a tree that asks which CPU it runs on keeps
+    something per CPU), in a plain build and in an ASan build (the seed's
+    patch switches its caches off under BPF_ARENA_ASAN)."""
     with open(os.path.join(tree, "include/libarena/buddy.h"), errors="replace") as f:
         header = f.read()
     src = ""
@@ -139,9 +193,46 @@ def _features(tree):
     layout = "struct buddy_chunk" in header and re.search(r"\borders\s*\[", header) is not None
     bulk = all(re.search(r"\b%s\s*\([^;{]*\)\s*\{" % fn, src)
                for fn in ("buddy_alloc_bulk", "buddy_free_bulk"))
-    # a tree that asks which CPU it runs on keeps something per CPU: caches of its own
-    own_caches = re.search(r"\bbpf_get_smp_processor_id\s*\(", src) is not None
-    return {"libarena_layout": layout, "bulk": bulk, "own_caches": own_caches}
+    named = _CPU_RE.search(src) is not None
+    return {"libarena_layout": layout, "bulk": bulk,
+            "own_caches": named and _calls_cpu_id(tree, False),
+            "own_caches_asan": named and _calls_cpu_id(tree, True)}
+
+
+_CPU_RE = re.compile(r"\bbpf_get_smp_processor_id\s*\(")
+_cpu_seen = {}  # (tree, asan, the sources' mtimes) -> bool
+
+
+def _calls_cpu_id(tree, asan):
+    """Whether the tree's src/*.bpf.c, preprocessed as they are compiled
+    (asan: as an ASan build, BPF_ARENA_ASAN defined), call
+    bpf_get_smp_processor_id in the tree's own lines (the stand-in's helper
+    header defines it, which does not count). A unit the preprocessor
+    refuses counts as calling it (the compile says why)."""
+    srcs = _files(tree, "src", (".bpf.c",))
+    key = (tree, asan, tuple((f, os.path.getmtime(f)) for f in srcs))
+    if key in _cpu_seen:
+        return _cpu_seen[key]
+    flags = CFLAGS + (ASAN_CFLAGS if asan else []) + [
+        "-I" + COMPAT_DIR, "-I" + os.path.join(tree, "include"), "-I" + os.path.dirname(tree)]
+    found = False
+    for f in srcs:
+        proc = subprocess.run(_cc() + flags + ["-E", f], capture_output=True, text=True)
+        if proc.returncode:
+            found = True
+            break
+        here = None
+        for line in proc.stdout.splitlines():
+            m = re.match(r'# \d+ "([^"]*)"', line)
+            if m:
+                here = os.path.abspath(m.group(1))
+            elif here and here.startswith(tree + os.sep) and _CPU_RE.search(line):
+                found = True
+                break
+        if found:
+            break
+    _cpu_seen[key] = found
+    return found
 
 
 def _cc():
@@ -219,10 +310,13 @@ def _first_errors(text, limit=8):
     return "\n".join(out) or text.strip()[-2000:]
 
 
-def build(tree, selftests=False):
+def build(tree, selftests=False, asan=None):
     """The compiled object of this tree (cached by content): its path. With
     selftests, the tree's selftests/*.bpf.c are compiled in with a table of
-    their test_* programs."""
+    their test_* programs (and asan_test_* in an ASan build). asan: an ASan
+    build (BPF_ARENA_ASAN, -fsanitize=address, the hooks on alloclab's
+    poisoning); None: asan_build()."""
+    asan = asan_build() if asan is None else asan
     tree = check_tree(tree)
     feats = _features(tree)
     if not feats["libarena_layout"]:
@@ -232,21 +326,22 @@ def build(tree, selftests=False):
                     "%s: its buddy.h has neither libarena's struct buddy_chunk (block sizes are "
                     "read from its order nibbles) nor a declaration of buddy_usable_size("
                     "struct buddy __arena *, void __arena *)" % tree, value=tree)
-    progs = selftest_programs(tree) if selftests else []
+    progs = selftest_programs(tree, asan) if selftests else []
     srcs = _sources(tree, selftests)
     progs_c = _progs_c(progs)
     cc = _cc()
     cc_id = _cc_id(cc)
-    flags = _flags(tree, feats, cc_id)
+    flags = _flags(tree, feats, cc_id) + (ASAN_CFLAGS if asan else [])
     digest = _digest(tree, srcs, progs_c, flags, cc, cc_id)
-    out = os.path.join(_object_dir(), "tree-%s%s.so" % (digest, "-tests" if selftests else ""))
+    out = os.path.join(_object_dir(), "tree-%s%s%s.so" % (
+        digest, "-tests" if selftests else "", "-asan" if asan else ""))
     if os.path.exists(out):
         return out
     with tempfile.TemporaryDirectory(prefix="alloclab-libarena-") as tmp:
         with open(os.path.join(tmp, "alr_progs.c"), "w") as f:
             f.write(progs_c)
-        units = srcs + [os.path.join(COMPAT_DIR, f) for f in _RUNTIME] + \
-            [os.path.join(tmp, "alr_progs.c")]
+        units = srcs + [os.path.join(COMPAT_DIR, f) for f in _RUNTIME + (
+            ("asan_rt.c",) if asan else ())] + [os.path.join(tmp, "alr_progs.c")]
         objs = []
         for i, u in enumerate(units):
             o = os.path.join(tmp, "%d.o" % i)
@@ -261,7 +356,8 @@ def build(tree, selftests=False):
                     name="libarena", compiler_output=proc.stderr)
             objs.append(o)
         so = os.path.join(tmp, "tree.so")
-        proc = subprocess.run(cc + LDFLAGS + objs + ["-o", so], capture_output=True, text=True)
+        proc = subprocess.run(cc + LDFLAGS + (["-fsanitize=address"] if asan else []) + objs +
+                              ["-o", so], capture_output=True, text=True)
         if proc.returncode:
             raise LibarenaCompileError(
                 "libarena tree %s does not link against alloclab's BPF stand-in:\n%s" % (
@@ -297,6 +393,7 @@ class Copy:
 
     def __init__(self, obj):
         ffi = _cffi()
+        _check_loadable(obj)
         # kept open while loaded: the loader knows a copy by its path first
         self.fd = os.memfd_create("alloclab-libarena")
         try:
@@ -382,20 +479,48 @@ def _child_results(obj, first):
     return [json.loads(l) for l in data.decode().splitlines() if l.strip()], status
 
 
-def run_tests(tree):
-    """Run the tree's selftest programs (test_*) in order in one private copy,
-    as the tree's runner would in a VM, in a child process: a program that
-    crashes is reported (ret None, its signal in message) and the programs
-    after it run in a fresh copy. [{"name", "file", "ret", "passed",
-    "message"}]."""
+def _run_tests_under_asan(tree):
+    """run_tests(tree, asan=True) in a fresh interpreter started with ASan's
+    runtime preloaded (this one has none)."""
+    import json
+    import sys
+
+    rt = asan_runtime()
+    if rt is None:
+        raise LibarenaInitError("an ASan build of %s needs the compiler's ASan runtime "
+                                "(libasan.so), which %s does not have" % (tree, " ".join(_cc())),
+                                value=tree)
+    env = dict(os.environ, LD_PRELOAD=" ".join([rt] + os.environ.get("LD_PRELOAD", "").split()),
+               ASAN_OPTIONS="detect_leaks=0", **{ENV_ASAN: "1"})
+    code = ("import json, sys\nfrom alloclab.policies import libarena_real as lr\n"
+            "print('\\n' + json.dumps(lr.run_tests(sys.argv[1], asan=True)))\n")
+    proc = subprocess.run([sys.executable, "-c", code, tree], capture_output=True, text=True,
+                          env=env)
+    if proc.returncode:
+        raise LibarenaInitError("the ASan selftest run of %s failed (exit %d):\n%s" % (
+            tree, proc.returncode, proc.stderr.strip()[-2000:]), value=tree)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_tests(tree, asan=None):
+    """Run the tree's selftest programs (test_*, and asan_test_* in an ASan
+    build) in order in one private copy, as the tree's runner would in a VM,
+    in a child process: a program that crashes is reported (ret None, its
+    signal in message) and the programs after it run in a fresh copy.
+    asan: an ASan build (None: asan_build()), run in a fresh interpreter
+    with ASan's runtime when this one has none. [{"name", "file", "ret",
+    "passed", "message"}]."""
     import signal
 
+    asan = asan_build() if asan is None else asan
     tree = check_tree(tree)
-    progs = selftest_programs(tree)
+    progs = selftest_programs(tree, asan)
     if not progs:
         raise LibarenaTreeError("%s: no selftests (SEC(\"syscall\") programs named test_* in "
                                 "selftests/*.bpf.c)" % tree, value=tree)
-    obj = build(tree, selftests=True)
+    if asan and not _asan_loaded():
+        return _run_tests_under_asan(tree)
+    obj = build(tree, selftests=True, asan=asan)
     files = dict((n, os.path.relpath(f, tree)) for f, n in progs)
     out = []
     while len(out) < len(progs):
@@ -472,6 +597,25 @@ def notes_for(runs):
             for k, v in out.items()}
 
 
+def layers_info(policy):
+    """What a Result says of each libarena layer a policy (its text) names:
+    [{"layer", "tree", "own_caches", "asan", "note"}], [] for none."""
+    out = []
+    for part in str(policy).split(">"):
+        name = part.strip().partition("(")[0].strip()
+        lay = _layers.get(name)
+        if lay is None or any(x["layer"] == name for x in out):
+            continue
+        note = "%s runs buddy.bpf.c of the libarena tree %s, compiled natively as user-space " \
+               "C%s; %s" % (name, lay["tree"], " (an ASan build)" if lay["asan"] else "",
+                            caches_note({"own_caches": lay["own_caches"],
+                                         "own_caches_plain": lay["own_caches_plain"],
+                                         "own_caches_asan": lay["own_caches_asan"]}))
+        out.append({"layer": name, "tree": lay["tree"], "own_caches": lay["own_caches"],
+                    "asan": lay["asan"], "note": note})
+    return out
+
+
 def note_text(printk):
     """One printk entry (notes_for) as a note."""
     n = printk["count"]
@@ -501,16 +645,21 @@ def load(tree=None, name=None):
         env = default_tree()
         digest = os.path.basename(obj)[len("tree-"):-len(".so")]
         name = "libarena" if env and os.path.abspath(env) == tree else "libarena_" + digest[:8]
+    _check_loadable(obj)
     try:
         max_size = check_init(obj, tree)
     except LibarenaInitError:
         os.unlink(obj)  # nothing left behind: the next try builds it again
         raise
     feats = _features(tree)
+    feats["own_caches"] = _own_caches(feats, obj.endswith("-asan.so"))
     args = _layer_args(name, obj, feats, max_size)
     plugin.compile(name, _layer_source(), extra_compile_args=args)
     _by_tree[key] = name
-    _layers[name] = {"tree": tree, "object": obj, "args": args}
+    _layers[name] = {"tree": tree, "object": obj, "args": args, "own_caches": feats["own_caches"],
+                     "own_caches_plain": _features(tree)["own_caches"],
+                     "own_caches_asan": feats["own_caches_asan"],
+                     "asan": obj.endswith("-asan.so")}
     return name
 
 
@@ -596,14 +745,35 @@ def _doc(feats):
         "; the tree has per-CPU caches of its own" if feats["own_caches"] else "")
 
 
+def _own_caches(feats, asan):
+    return feats["own_caches_asan" if asan else "own_caches"]
+
+
 def info(tree):
-    """What the Result should say about a tree: its path, object, features."""
+    """What the Result should say about a tree: its path, object, features
+    (own_caches: whether the build that runs, plain or ASan, has per-CPU
+    caches of its own; own_caches_plain / own_caches_asan: each build's)."""
     tree = check_tree(tree)
     f = _features(tree)
+    asan = asan_build()
     return {"tree": tree, "object": build(tree), "bulk": f["bulk"],
-            "libarena_layout": f["libarena_layout"], "own_caches": f["own_caches"],
+            "libarena_layout": f["libarena_layout"], "asan": asan,
+            "own_caches": _own_caches(f, asan), "own_caches_plain": f["own_caches"],
+            "own_caches_asan": f["own_caches_asan"],
             "measured": "the tree's C compiled natively as user-space C (not BPF's JIT); "
-                        "its helper headers are alloclab's stand-in, not the tree's"}
+                        "its helper headers are alloclab's stand-in, not the tree's" + (
+                            "; an ASan build (its hooks on alloclab's poisoning)" if asan
+                            else "")}
+
+
+def caches_note(tree_info):
+    """Whether the tree keeps per-CPU caches of its own, in words (and
+    whether its ASan build switches them off)."""
+    t = tree_info
+    s = "its own per-CPU caches: %s" % ("yes" if t["own_caches"] else "no")
+    if t["own_caches_plain"] != t["own_caches_asan"]:
+        s += " (%s in its ASan build)" % ("off" if not t["own_caches_asan"] else "on")
+    return s
 
 
 # ---- specs: libarena(tree=PATH, ...) ----
@@ -616,8 +786,8 @@ def _check_caches_above(tree, spec, at, params):
     (two caches stacked measure neither design) unless caches_above=true."""
     allowed = any(p.replace(" ", "").lower() in ("caches_above=true", "caches_above=1")
                   for p in params)
-    if spec[:at].strip() and not allowed and _features(
-            check_tree(tree if tree is not None else default_tree()))["own_caches"]:
+    if spec[:at].strip() and not allowed and _own_caches(_features(
+            check_tree(tree if tree is not None else default_tree())), asan_build()):
         raise errors.IncompatiblePolicyError(
             "policy %r: the libarena tree %s has per-CPU caches of its own, so the layers above "
             "it would stack the model's caches on the tree's; run it alone, or write "
@@ -649,7 +819,28 @@ def expand(spec):
         _check_caches_above(tree, spec, m.start(), rest)
         return name + ("(%s)" % ", ".join(rest) if rest else "")
 
-    return _SPEC_RE.sub(one, spec)
+    out = _SPEC_RE.sub(one, spec) if _SPEC_RE.search(spec) else spec
+    _check_registered(out)
+    return out
+
+
+def _check_registered(spec):
+    """The same refusal for a tree's layer named by its registered name
+    (libarena_<hash>) below other layers."""
+    parts = [p.strip() for p in spec.split(">")]
+    for i, part in enumerate(parts[1:], 1):
+        name, _, params = part.partition("(")
+        lay = _layers.get(name.strip())
+        if lay is None or not lay.get("own_caches"):
+            continue
+        if "caches_above=true" in params.replace(" ", "").lower() or \
+                "caches_above=1" in params.replace(" ", ""):
+            continue
+        raise errors.IncompatiblePolicyError(
+            "policy %r: the libarena tree %s (layer %s) has per-CPU caches of its own, so the "
+            "layers above it would stack the model's caches on the tree's; run it alone, or "
+            "write %s(caches_above=true) to measure both" % (spec, lay["tree"], name.strip(),
+                                                           name.strip()))
 
 
 policy.expanders.append(expand)

@@ -585,15 +585,16 @@ class LibarenaReport(Report):
 
     def real_note(self):
         """What ran as the buddy when the report ran on a libarena tree."""
+        from ..policies import libarena_real
+
         real = self.settings.get("real_buddy")
         if not real:
             return None
         t = real["tree"]
-        return ("The buddy is the real code: %s of the libarena tree %s (layer %s; %s; its own "
-                "per-CPU caches: %s%s). The buddy rows count the tree's arena spin lock, "
+        return ("The buddy is the real code: buddy.bpf.c of the libarena tree %s (layer %s); "
+                "measured: %s; %s%s. The buddy rows count the tree's arena spin lock, "
                 "alloclab's lock in arena mode." % (
-                    "buddy.bpf.c", t["tree"], real["layer"], t["measured"],
-                    "yes" if t["own_caches"] else "no",
+                    t["tree"], real["layer"], t["measured"], libarena_real.caches_note(t),
                     ", the model's caches above them by request" if real["caches_above"]
                     else ""))
 

@@ -27,6 +27,8 @@ import json
 import math
 import statistics
 
+from ..policies.libarena_real import caches_note
+
 PRODUCERS = (1, 2)
 ALLOCS_PER_CYCLE = (64, 256)
 WITHIN = 1.5  # the model's per-op cost is faithful within this factor of the real code's
@@ -106,8 +108,8 @@ class Fidelity:
         s = self.settings
         lines = ["%s, %d B: the model's %s against the real buddy of %s (layer %s)" % (
             s["workload"], s["size"], s["model"], s["tree"]["tree"], s["real"]),
-            "(%s; tree's own per-CPU caches: %s; stats=%s, %s timing, medians over runs)" % (
-                NOTE, "yes" if s["tree"]["own_caches"] else "no", s["stats"], s["timing"]), "",
+            "(%s; the tree's %s; stats=%s, %s timing, medians over runs)" % (
+                NOTE, caches_note(s["tree"]), s["stats"], s["timing"]), "",
             "%4s %5s %-5s %8s %8s %8s %8s %8s %9s %10s %9s" % (
                 "prod", "apc", "side", "alloc ns", "free ns", "op ns", "locks/op",
                 "hold ns", "held end", "committed", "comm/peak")]

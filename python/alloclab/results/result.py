@@ -177,10 +177,13 @@ def _arrays_equal(a, b):
 
 
 def _printk_notes(points, point_runs):
-    """What the real code under test printed (a libarena tree's
-    bpf_stream_printk, kept by its layer): info["notes"] of the point whose
-    run created the instance that printed. Nothing to do, and nothing
-    imported, where no libarena layer was loaded."""
+    """What the real code under test is and printed: for a point whose policy
+    runs a libarena tree, info["libarena"] (the tree, whether it has per-CPU
+    caches of its own, whether an ASan build) and its note; what the tree
+    printed (bpf_stream_printk, kept by its layer) in info["printk"] and
+    info["notes"] of the point whose run created the instance that printed.
+    Nothing to do, and nothing imported, where no libarena layer was
+    loaded."""
     import sys
 
     real = sys.modules.get("alloclab.policies.libarena_real")
@@ -189,9 +192,15 @@ def _printk_notes(points, point_runs):
     runs = [(i, r["pid"], r["t_start"], params.get("policy"))
             for i, (params, raws) in enumerate(point_runs) for r in raws
             if "pid" in r and "t_start" in r]
+    for p in points:
+        trees = real.layers_info(p.params.get("policy", ""))
+        if trees:
+            p.info["libarena"] = [{k: v for k, v in t.items() if k != "note"} for t in trees]
+            p.info["notes"] = [t["note"] for t in trees]
     for i, printk in real.notes_for(runs).items():
         points[i].info["printk"] = printk
-        points[i].info["notes"] = [real.note_text(x) for x in printk]
+        points[i].info["notes"] = points[i].info.get("notes", []) + \
+            [real.note_text(x) for x in printk]
 
 
 def point_info(raws):
@@ -869,6 +878,9 @@ class Result:
                                                      for p in self.points])))
         lines.append(self.machine_line())
         lines.append(self.cpu_line())
+        for note in uniq([n for p in self.points for n in p.info.get("notes", [])
+                          if " runs buddy.bpf.c of " in n]):
+            lines.append("notes: " + note)
         printed = {}
         for p in self.points:
             for x in p.info.get("printk", []):
