@@ -70,9 +70,11 @@ struct alr_entry {
 	int (*init)(void);
 	int (*destroy)(void);
 	/* buddy_alloc/buddy_free on `buddy`, entered from ctx on model CPU cpu
-	 * (what bpf_get_smp_processor_id() answers), with a fresh loop budget. */
-	void *(*alloc)(const void *ctx, unsigned cpu, size_t size);
-	int (*free)(const void *ctx, unsigned cpu, void *p);
+	 * (what bpf_get_smp_processor_id() answers), with a fresh loop budget;
+	 * *usable: the block size of the object handed out, or of the one
+	 * freed, read before the free (as usable() would: no second call). */
+	void *(*alloc)(const void *ctx, unsigned cpu, size_t size, size_t *usable);
+	int (*free)(const void *ctx, unsigned cpu, void *p, size_t *usable);
 	/* The tree's buddy_alloc_bulk/buddy_free_bulk, or NULL when it has none:
 	 * alloc_bulk returns how many objects it stored in ptrs. */
 	int (*alloc_bulk)(const void *ctx, unsigned cpu, size_t size, void **ptrs, unsigned n);

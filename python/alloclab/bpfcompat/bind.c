@@ -78,15 +78,23 @@ static int e_destroy(void)
 	return buddy_destroy(&buddy);
 }
 
-static void *e_alloc(const void *ctx, unsigned cpu, size_t size)
+static size_t e_usable(const void *p);
+
+static void *e_alloc(const void *ctx, unsigned cpu, size_t size, size_t *usable)
 {
+	void *p;
+
 	enter(ctx, cpu);
-	return buddy_alloc(&buddy, size);
+	p = buddy_alloc(&buddy, size);
+	if (p)
+		*usable = e_usable(p);
+	return p;
 }
 
-static int e_free(const void *ctx, unsigned cpu, void *p)
+static int e_free(const void *ctx, unsigned cpu, void *p, size_t *usable)
 {
 	enter(ctx, cpu);
+	*usable = e_usable(p);
 	return buddy_free(&buddy, p);
 }
 

@@ -36,10 +36,10 @@
  * reads relaxed counters only, so the engine may sample it during a run.
  *
  * Lock order: the tree's own; this file takes no lock but through it.
- * Cost per operation: the call into the copy (an indirect call), per lock
- * and unlock one indirect call to a wrapper that tail-calls the al_lock (the
- * copy keeps the lock's handle: no lookup here), the usable-size read of the
- * block (one metadata byte, an indirect call), and the counters.
+ * Cost per operation: the call into the copy (an indirect call, which also
+ * reads the block's size: one metadata byte), per lock and unlock one
+ * indirect call to a wrapper that tail-calls the al_lock (the copy keeps the
+ * lock's handle: no lookup here), and the counters.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -321,16 +321,15 @@ static inline bool in_arena(const struct lar *l, const void *p)
 static void *lar_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
 	struct lar *l = to_lar(a);
-	void *p = l->t.alloc(c, c->cpu, size);
+	size_t got = 0;
+	void *p = l->t.alloc(c, c->cpu, size, &got);
 	uint64_t *blk;
-	size_t got;
 
 	if (al_unlikely(!p)) {
 		al_count(&l->ctr, c, LAR_alloc_failed, 1);
 		c->err = size ? -ENOMEM : -EINVAL;
 		return NULL;
 	}
-	got = l->t.usable(p);
 	blk = al_ctr_block_acct(&l->ctr, c);
 	al_ctr_add(blk, LAR_allocs, 1);
 	al_ctr_add(blk, LAR_bytes_allocated, got);
@@ -343,15 +342,14 @@ static int lar_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	struct lar *l = to_lar(a);
 	uint64_t *blk;
-	size_t got;
+	size_t got = 0;
 	int ret;
 
 	if (!p)
 		return 0;
 	if (!in_arena(l, p))
 		return -EINVAL;
-	got = l->t.usable(p);
-	ret = l->t.free(c, c->cpu, p);
+	ret = l->t.free(c, c->cpu, p, &got);
 	if (al_unlikely(ret)) {
 		al_count(&l->ctr, c, LAR_free_failed, 1);
 		return ret;
