@@ -437,6 +437,8 @@ static void seg_terms(struct al_sim *s, struct sim_cpu *c, int end)
 			const uint64_t *v = &k->v[base];
 			uint64_t *snap = &cs->snap[base];
 
+			if (!memcmp(v, snap, cs->n * sizeof(*v)))
+				continue; /* the usual case for most blocks: one wide compare */
 			for (unsigned i = 0; i < cs->n; i++) {
 				uint64_t now = v[i];
 
@@ -677,22 +679,15 @@ void al_sim_lines(uint64_t n)
 		charge_lines(s, s->cur, n);
 }
 
-void al_sim_shared(const void *addr, bool write)
+/* The line of addr in the table (made when new), or NULL when it is full
+ * (the line is then not tracked: no transfer charged). */
+static struct line *line_of(struct al_sim *s, const void *addr)
 {
-	struct al_sim *s = self;
-	struct sim_cpu *c;
 	uintptr_t tag = ((uintptr_t)addr >> 6) + 1;
-	unsigned h, i;
+	unsigned h = (unsigned)((tag * 0x9E3779B97F4A7C15ull) >> 52) % LINES;
 
-	if (!s || !(c = s->cur))
-		return;
-	seg_end(s, c, AL_SIM_SHARED);
-	s->st.sync_points++;
-	give_way(s, c);
-	h = (unsigned)((tag * 0x9E3779B97F4A7C15ull) >> 52) % LINES;
-	for (i = 0; i < LINES; i++) {
+	for (unsigned i = 0; i < LINES; i++) {
 		struct line *l = &s->lines[(h + i) % LINES];
-		uint64_t bit = 1ull << (c->id % 64);
 
 		if (l->tag && l->tag != tag)
 			continue;
@@ -700,17 +695,45 @@ void al_sim_shared(const void *addr, bool write)
 			l->tag = tag;
 			l->writer = -1;
 		}
-		if (l->writer >= 0 && (unsigned)l->writer != c->id && !(l->readers & bit))
-			charge_lines(s, c, 1);
-		if (write) {
-			l->writer = (int32_t)c->id;
-			l->readers = bit;
-		} else {
-			l->readers |= bit;
-		}
-		return;
+		return l;
 	}
-	/* table full: the line is not tracked (no transfer charged) */
+	return NULL;
+}
+
+void al_sim_shared(const void *addr, bool write)
+{
+	struct al_sim *s = self;
+	struct sim_cpu *c;
+	struct line *l;
+	uint64_t bit;
+
+	if (!s || !(c = s->cur))
+		return;
+	seg_end(s, c, AL_SIM_SHARED);
+	s->st.sync_points++;
+	give_way(s, c);
+	if (!(l = line_of(s, addr)))
+		return;
+	bit = 1ull << (c->id % 64);
+	if (l->writer >= 0 && (unsigned)l->writer != c->id && !(l->readers & bit))
+		charge_lines(s, c, 1);
+	if (write) {
+		l->writer = (int32_t)c->id;
+		l->readers = bit;
+	} else {
+		l->readers |= bit;
+	}
+}
+
+void al_sim_note_write(const void *addr)
+{
+	struct al_sim *s = self;
+	struct line *l;
+
+	if (!s || !s->cur || !(l = line_of(s, addr)))
+		return;
+	l->writer = (int32_t)s->cur->id;
+	l->readers = 1ull << (s->cur->id % 64);
 }
 
 static struct waitq *wq_get(struct al_sim *s, const void *lock, bool make)

@@ -116,8 +116,12 @@ struct transfer {
 	bool exact; /* fc_pow2_exact(backend): a refill's objects are of the class asked for */
 };
 
+/* The lockless peek reads a line other CPUs write under the lock: on
+ * simulated CPUs a shared word (a sync point; the line moves when another
+ * CPU wrote it last). */
 static inline uint32_t peek_count(struct tc_order *t)
 {
+	al_shared(&t->count, false);
 	return __atomic_load_n(&t->count, __ATOMIC_RELAXED);
 }
 
@@ -146,6 +150,7 @@ static int transfer_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t 
 
 		memcpy(out, &t->objects[left], n * sizeof(void *));
 		__atomic_store_n(&t->count, left, __ATOMIC_RELAXED);
+		al_shared_wrote(&t->count);
 		al_lock_release(&t->lock, c);
 		al_track_unpoison_all(out, n, fc_class_size(order));
 		al_ctr_add(blk, XFER_remove_hits, 1);
@@ -218,6 +223,7 @@ static int put_batch(struct transfer *tc, struct al_ctx *c, void **ptrs, unsigne
 		al_track_poison_all(ptrs, n, fc_class_size((unsigned)order));
 		memcpy(&t->objects[t->count], ptrs, n * sizeof(void *));
 		__atomic_store_n(&t->count, t->count + n, __ATOMIC_RELAXED);
+		al_shared_wrote(&t->count);
 		al_lock_release(&t->lock, c);
 		al_ctr_add(blk, XFER_insert_hits, 1);
 		al_ctr_add(blk, XFER_IN_N(order), n);

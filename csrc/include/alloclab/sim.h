@@ -171,6 +171,16 @@ AL_API void al_sim_top(const void *a);
 /* The current model CPU, or -1 outside a simulation. */
 AL_API int al_sim_cpu(void);
 
+/* This CPU wrote a shared word under a lock (the handoff paid for its line):
+ * the next reader on another CPU moves it. Not a sync point. */
+AL_API void al_sim_note_write(const void *addr);
+
+static inline void al_shared_wrote(const void *addr)
+{
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_note_write(addr);
+}
+
 /* Inline: the shared-word hook, free when no simulation runs. */
 static inline void al_shared(const void *addr, bool write)
 {
