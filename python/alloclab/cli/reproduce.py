@@ -16,6 +16,7 @@ from ..measure.run import DEFAULT_STATS, TIMINGS
 from ..reproduce.vmalloc import TEST_BITS
 from .. import reproduce
 from ..reproduce.local_storage import other_maps_bounds
+from ..reproduce import libarena_sim as _ls
 from .flags import choice_list, duration_arg, effort_flags, int_list, progress_flags, stats_flag
 
 
@@ -73,7 +74,78 @@ def libarena_parser(rsub):
     lib_p.add_argument("--json", metavar="FILE", help="write the report's data as JSON")
     lib_p.add_argument("--plot", metavar="FILE",
                        help="write alloc and free latency plots (PNG/PDF/SVG by extension)")
+    simulated_flags(lib_p)
     progress_flags(lib_p)
+
+
+def simulated_flags(lib_p):
+    """--cpu simulated, --calibration and --scaling of `reproduce libarena`."""
+    lib_p.add_argument("--cpu", choices=["pinned", "simulated"], default="pinned",
+                       help="pinned (default: producers on real CPUs, those beyond the "
+                            "usable CPUs virtual) or simulated: every producer count as "
+                            "model CPUs in virtual time, all 32 seed cells filled, every "
+                            "judgement a prediction named by its calibration (--duration: "
+                            "virtual seconds, default 0.05, --quick 0.02, --rigorous 0.25)")
+    lib_p.add_argument("--calibration", metavar="FILE",
+                       help="with --cpu simulated: the calibration to use (JSON, as "
+                            "Calibration.save writes); default: calibrate here at one "
+                            "producer first")
+    lib_p.add_argument("--scaling", metavar="FILE",
+                       help="with --cpu simulated, instead of the seed's grid: latency "
+                            "against 1-256 CPUs (--producers) for spill, transfer cache "
+                            "and magazine on malloc-free at 256 allocs/cycle (the first of "
+                            "--workloads and --allocs-per-cycle when given): simulated lines "
+                            "and measured points (pinned, at the CPUs this machine has), "
+                            "written to FILE (PNG/PDF/SVG); --json writes its data")
+
+
+def cmd_simulated(args):
+    """`reproduce libarena --cpu simulated` (and --scaling)."""
+    if args.tree or args.fidelity:
+        raise UsageError("--cpu simulated runs the model's designs; --tree and --fidelity "
+                         "measure a tree's code: leave them out")
+    if args.scaling:
+        return cmd_scaling(args)
+    return emit_report(
+        lambda: reproduce.libarena_simulated(
+            producers=args.producers or [1, 2, 4, 8], allocs_per_cycle=args.allocs_per_cycle,
+            runs=args.runs, size=args.size[0], timings=args.timing or ["per_op_sum"],
+            workloads=args.workloads, duration=args.duration, baseline=not args.no_baseline,
+            effort=args.effort, progress=args.progress, stats=args.stats or DEFAULT_STATS,
+            calibration=args.calibration),
+        args)
+
+
+def cmd_scaling(args):
+    """`reproduce libarena --cpu simulated --scaling FILE`."""
+    if args.plot:
+        raise UsageError("--scaling FILE is the figure; leave out --plot")
+    _check_outputs(("--json", args.json, "file"), ("--scaling", args.scaling, "plot"))
+    workload = args.workloads[0] if len(args.workloads) == 1 else _ls.SCALING_WORKLOAD
+    try:
+        s = reproduce.libarena_scaling(
+            cpus=args.producers or _ls.SCALING_CPUS, workload=workload,
+            allocs_per_cycle=(args.allocs_per_cycle or [_ls.SCALING_APC])[0],
+            runs=args.runs or 3, duration=args.duration or 0.02, size=args.size[0],
+            timing=(args.timing or ["per_op_sum"])[0], calibration=args.calibration,
+            progress=args.progress)
+    except (errors.AllocatorExhausted, errors.RunError) as e:
+        raise _RunFailed(str(e)) from None
+    print(s)
+    if args.json:
+        _write_output("--json", args.json, lambda: s.to_json(args.json))
+        _wrote(args.json)
+    _write_output("--scaling", args.scaling, lambda: _save_figure(s.plot(), args.scaling))
+    _wrote(args.scaling)
+    return 0
+
+
+def _save_figure(fig, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def emit_report(make, args):
@@ -252,6 +324,10 @@ def cmd_reproduce(args, parser):
                          % ", ".join(args.seeds))
     if len(args.size) != 1:
         raise UsageError("--size takes one size for a reproduction, not %r" % (args.size,))
+    if args.cpu != "simulated" and (args.calibration or args.scaling):
+        raise UsageError("--calibration and --scaling go with --cpu simulated")
+    if args.cpu == "simulated":
+        return cmd_simulated(args)
     if args.caches_above and not args.tree:
         raise UsageError("--caches-above needs --tree DIR (the model's caches above a tree's "
                          "own)")

@@ -63,8 +63,10 @@ def libarena(report, metric="alloc_ns", workload="malloc-free", timing=None, met
             S.plain_log(ax, "y")
         axes[0][0].set_ylabel("%s (ns/op, log scale)" % metric)
         S.fig_legend(fig, axes[0][-1], "outside lower center", ncol=min(4, len(series)))
-        S.suptitle(fig, "libarena-%s, %s, %s timing (shaded: virtual CPUs; bars: 95%% CI)" % (
-            workload, dict(metrics or ()).get(metric, metric), timing))
+        S.suptitle(fig, "libarena-%s, %s, %s timing (%s; bars: 95%% CI)" % (
+            workload, dict(metrics or ()).get(metric, metric), timing,
+            "predicted on simulated CPUs" if getattr(report, "simulated", False)
+            else "shaded: virtual CPUs"))
     return S.finish(fig)
 
 
@@ -75,8 +77,63 @@ def _libarena_axes(ax, report, apc):
     ax.set_yscale("log")
     ax.set_xlabel("producers")
     ax.set_xticks(report.producers)
-    if report.usable < max(report.producers):
+    if report.usable < max(report.producers) and not getattr(report, "simulated", False):
         ax.axvspan(report.usable + 0.5, max(report.producers) + 0.5, color="0.92", zorder=0)
+    ax.grid(True, alpha=0.3)
+
+
+def scaling(data, metrics):
+    """Latency against CPUs on log axes, a panel per metric of ``metrics``
+    ((name, description) pairs): per design a colour, its simulated means a
+    dashed line (predictions) and its measured means (pinned, at the CPUs
+    the machine has) filled markers with 95% CI bars. ``data``: a Scaling
+    (series(design, metric, kind), designs, settings)."""
+    meas = {(d, m): data.series(d, m, "measured") for d, _ in data.designs for m, _ in metrics}
+    pts = [(y, e) for ser in meas.values() for _, y, e in ser] + [
+        (y, 0.0) for d, _ in data.designs for m, _ in metrics
+        for _, y, _ in data.series(d, m, "simulated")]
+    floor = S.log_floor([y for y, _ in pts], [e for _, e in pts])
+    with S.rc():
+        fig, axes = S.subplots(1, len(metrics), sharey=True)
+        for ax, (m, desc) in zip(axes[0], metrics):
+            for i, (d, _) in enumerate(data.designs):
+                sim = data.series(d, m, "simulated")
+                if sim:
+                    xs, ys, _ = zip(*sim)
+                    ax.plot(xs, ys, "--", marker="x", color="C%d" % i,
+                            label="%s, simulated (predicted)" % d)
+                if meas[d, m]:
+                    xs, ys, es = zip(*meas[d, m])
+                    S.errorbars(ax, xs, ys, es, log=True, floor=floor, linestyle="none",
+                                marker="o", capsize=3, color="C%d" % i,
+                                label="%s, measured (pinned)" % d)
+            _scaling_axes(ax, data, desc)
+        if floor is not None:
+            axes[0][0].set_ylim(bottom=floor)
+        for ax in axes[0]:  # once every panel is drawn: ticks for the shared view
+            S.plain_log(ax, "y")
+        axes[0][0].set_ylabel("ns/op (log scale)")
+        S.fig_legend(fig, axes[0][-1], "outside lower center", ncol=3)
+        cal = data.settings.get("calibration") or {}
+        S.suptitle(fig, "libarena-%s, %d allocs/cycle: latency against CPUs (dashed: "
+                   "predicted on simulated CPUs, calibration %s; points: measured, pinned; shaded: "
+                   "beyond this machine's CPUs)" % (
+                       data.settings["workload"], data.settings["allocs_per_cycle"],
+                       cal.get("id")))
+    return S.finish(fig)
+
+
+def _scaling_axes(ax, data, desc):
+    cpus = data.settings["cpus"]
+    ax.set_title(desc)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(cpus)
+    S.plain_log2(ax, "x")
+    ax.set_xlabel("CPUs (producers; log scale)")
+    usable = data.settings.get("usable_cpus", 0)
+    if usable and usable < max(cpus):
+        ax.axvspan(usable * 1.3, max(cpus) * 1.3, color="0.95", zorder=0)
     ax.grid(True, alpha=0.3)
 
 
