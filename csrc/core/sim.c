@@ -45,6 +45,7 @@
 #include "sim_run.h"
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define SIM_ASAN 1
 #endif
@@ -1233,8 +1234,14 @@ void al_sim_free(struct al_sim *s)
 	for (unsigned i = 0; i < s->ncpu; i++) {
 		struct sim_cpu *c = &s->cpus[i];
 
-		if (c->stack && !s->deadlock)
+		if (c->stack && !s->deadlock) {
+#ifdef SIM_ASAN
+			/* the fiber's frames poisoned its shadow: a later mapping
+			 * at these addresses must not inherit it */
+			__asan_unpoison_memory_region(c->stack, c->stack_len);
+#endif
 			munmap(c->stack, c->stack_len);
+		}
 #ifdef SIM_TSAN
 		if (c->tsan_fiber && !s->deadlock)
 			__tsan_destroy_fiber(c->tsan_fiber);
