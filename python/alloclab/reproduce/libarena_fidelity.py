@@ -108,7 +108,7 @@ class Fidelity:
         s = self.settings
         lines = ["%s, %d B: the model's %s against the real buddy of %s (layer %s)" % (
             s["workload"], s["size"], s["model"], s["tree"]["tree"], s["real"]),
-            "(%s; the tree's %s; stats=%s, %s timing, medians over runs)" % (
+            "(%s; the tree: %s; stats=%s, %s timing, medians over runs)" % (
                 NOTE, caches_note(s["tree"]), s["stats"], s["timing"]), "",
             "%4s %5s %-5s %8s %8s %8s %8s %8s %9s %10s %9s" % (
                 "prod", "apc", "side", "alloc ns", "free ns", "op ns", "locks/op",
