@@ -469,7 +469,8 @@ def table_markdown(t, sd=False, ci=False):
             for c in range(nc):
                 row.append(_md_cell(t, b, r, c, sd, ci))
         rows.append(row)
-    return "**%s**\n\n%s" % (t.title, md_table(head, rows))
+    sim = t.sim_heading()
+    return "**%s**\n\n%s%s" % (t.title, "_%s_\n\n" % sim if sim else "", md_table(head, rows))
 
 
 def _md_cell(t, b, r, c, sd, ci):

@@ -62,6 +62,12 @@ pooled. Points with equal parameters (one cell run twice, Result.concat)
 are one cell and pool as before. Sides that counted at different stats
 levels say so in the legend, and when they also differ in something else
 (a policy) compare() warns (StatsLevelWarning): counting costs time.
+
+Simulated CPUs give predictions: when both sides of every matched cell ran
+on simulated CPUs, the comparison is of the kind "predicted"
+(Comparison.kind), each cell's verdict reads "predicted (I)" and the like,
+and the legend names the calibration; a simulated side against a measured
+one is refused (results.simulated.MixedModesError, naming both modes).
 """
 
 import html
@@ -73,6 +79,7 @@ import pathlib
 import numpy as np
 
 from .. import errors
+from ..results import simulated as _simulated
 from ..results import stats as _stats
 from ..results.metrics import METRIC_INFO, direction, unit  # noqa: F401 (public here too)
 from ..results.result import Result
@@ -176,7 +183,7 @@ class Cell:
     better), unit."""
 
     __slots__ = ("key", "metric", "column", "old", "new", "change", "test", "p", "p_adj",
-                 "mark", "significant", "lower", "unit", "threshold")
+                 "mark", "significant", "lower", "unit", "threshold", "predicted")
 
     def __init__(self, key, metric, column, old, new, change, test, p, lower=True):
         self.key, self.metric, self.column = key, metric, column
@@ -187,6 +194,7 @@ class Cell:
         self.lower = lower
         self.unit = unit(metric)
         self.threshold = 0.02
+        self.predicted = False  # both sides simulated: the verdict is a prediction
 
     @property
     def change_pct(self):
@@ -207,7 +215,12 @@ class Cell:
     def verdict(self):
         """"(I)"/"(R)" when marked, "not significant" when p_adj >= alpha,
         "significant, < 2%" when significant but under the threshold, "not
-        tested" when no test could judge the cell (a single run)."""
+        tested" when no test could judge the cell (a single run); each after
+        "predicted " when both sides ran on simulated CPUs."""
+        v = self._verdict()
+        return "predicted " + v if self.predicted else v
+
+    def _verdict(self):
         if self.mark:
             return "(%s)" % self.mark
         if self.significant is None:
@@ -452,14 +465,38 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     else:
         old, news, key, cols, base_name = _sides_of_two(a, b, on, names, base_name)
     _check_cells(old, news, key, cols, base_name)
+    predicted = _predicted(old, news, key, cols, base_name)
     directions = _directions(metrics, old, news, lower_is_better)
     skip = {by} if baseline is not None else set()
     pairs, unmatched, pooled = _pairs(old, news, cols, key, metrics, skip, pool, base_name)
     cells = _judge(pairs, test, threshold, alpha, directions)
+    for c in cells:
+        c.predicted = predicted is not None
     differ = _differing(old, news, key)
     _warn_stats_levels(differ, old, news)
-    return Comparison(cells, cols, base_name, key, metrics, directions, test, threshold, alpha,
-                      unmatched, differ, pooled)
+    out = Comparison(cells, cols, base_name, key, metrics, directions, test, threshold, alpha,
+                     unmatched, differ, pooled)
+    out.kind = "measured" if predicted is None else _simulated.PREDICTED
+    out.predicted = predicted
+    return out
+
+
+def _predicted(old, news, key, cols, base_name):
+    """None when the matched cells were measured; "calibration <id>" when both sides of every matched cell ran on simulated CPUs
+    (predictions). A simulated side against a measured one is refused
+    (results.simulated.MixedModesError, naming both modes)."""
+    go, sims = _group(old, key), []
+    for col, new in zip(cols, news):
+        gn = _group(new, key)
+        for kk in go:
+            if kk in gn:
+                a, b = _simulated.side_mode(go[kk]), _simulated.side_mode(gn[kk])
+                _simulated.refuse_mixed(a, b, "compare (side %s against side %s)" % (
+                    base_name, col))
+                sims += go[kk] + gn[kk] if a == _simulated.MODE else [None]
+    if not sims or None in sims:
+        return None
+    return "calibration %s" % (", ".join(_simulated.calibration_ids(sims)) or "not recorded")
 
 
 def _check_options(metric, test, threshold, alpha, on):
@@ -683,6 +720,8 @@ class Comparison:
         self.unmatched = unmatched
         self.differ = list(differ)  # parameters that tell the sides apart
         self.pooled = list(pooled)  # [(side, parameter, [values])] pooled with pool=True
+        self.kind = "measured"  # or "predicted": both sides simulated (compare() sets it)
+        self.predicted = None  # then "calibration <id>"
 
     # -- access --
 
@@ -769,6 +808,9 @@ class Comparison:
             lines.append("Pooled on request (pool=True), each cell's runs taken together: %s." % (
                 "; ".join("%s: %d values of %s (%s)" % (side, len(vals), k, "; ".join(vals))
                           for side, k, vals in self.pooled)))
+        if self.predicted:
+            lines.append("Predicted: both sides ran on simulated CPUs (%s); the marks are "
+                         "predictions, not measurements." % self.predicted)
         if self.unmatched:
             one = self.unmatched == 1
             lines.append("%d cell%s had no counterpart on the other side and %s left out." % (

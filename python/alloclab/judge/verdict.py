@@ -48,6 +48,13 @@ The rule (an intersection-union test, so no correction is needed for
   of a timing cell's estimate (with their pair); a cell left with fewer than
   3 runs is undecided for that reason.
 
+Simulated CPUs (cpu="simulated") give predictions: a claim whose cells
+compare two simulated sides is of the kind "predicted" (Verdict.kind; its
+text reads "[predicted: holds] ..."), never a measured verdict; a
+simulated side against a measured one is refused (MixedModesError, naming
+both modes); a simulated cell above the CPUs of a validation that found
+its (workload, policy) off is "unvalidated" and never decides.
+
 Nothing here reads a seed's figure: a claim compares what was measured,
 and a claim against a stated value (``value=``) says where the value comes
 from in its text.
@@ -60,6 +67,7 @@ import re
 import numpy as np
 
 from .. import errors
+from ..results import simulated as _simulated
 from ..results import stats as _stats
 from ..results.result import uniq
 from ..results.metrics import direction, is_timing
@@ -67,6 +75,7 @@ from ..results.result import Result
 from ..policies.policy import same_policy
 
 HOLDS = "holds"
+MEASURED = "measured"  # a verdict's kind; the other: results.simulated.PREDICTED
 FAILS = "does not hold"
 OPEN = "inconclusive"
 
@@ -112,17 +121,17 @@ class Side:
     @classmethod
     def from_points(cls, points, metric, label=""):
         """The runs of ``metric`` over Points (runs of equal points pooled)."""
-        vals, starts, steal, modes, cut = [], [], [], set(), []
+        vals, starts, steal, cut, used = [], [], [], [], []
         for p in points:
             if metric not in p.data:
                 continue
+            used.append(p)
             v = np.asarray(p.data[metric], dtype=float)
             vals.append(v)
             st = p.info.get("run_starts")
             starts.append(np.asarray(st, dtype=float) if st is not None and len(st) == len(v)
                           else np.full(len(v), np.nan))
             steal.append(np.asarray(p.data.get("steal_pct", []), dtype=float))
-            modes.add(p.info.get("cpu_mode"))
             tr = p.info.get("truncated")
             cut.append(np.asarray(tr, dtype=bool) if tr is not None and len(tr) == len(v)
                        else np.zeros(len(v), dtype=bool))
@@ -130,8 +139,7 @@ class Side:
             return None
         s = np.concatenate(starts)
         return cls(np.concatenate(vals), None if np.isnan(s).any() else s,
-                   np.concatenate(steal), "virtual" if "virtual" in modes else
-                   (modes.pop() if len(modes) == 1 else None), label,
+                   np.concatenate(steal), _simulated.side_mode(used), label,
                    truncated=np.concatenate(cut))
 
     @classmethod
@@ -411,10 +419,12 @@ class Cell:
     """One cell of a claim: a label, the metric, and its estimate (a contrast
     of two comparisons, or one comparison of two sides)."""
 
-    __slots__ = ("label", "metric", "est", "problems", "holds", "p", "p_adj", "status")
+    __slots__ = ("label", "metric", "est", "problems", "holds", "p", "p_adj", "status",
+                 "predicted")
 
-    def __init__(self, label, metric, est, problems):
+    def __init__(self, label, metric, est, problems, predicted=False):
         self.label, self.metric, self.est, self.problems = label, metric, est, list(problems)
+        self.predicted = predicted  # both sides simulated: a prediction, not a measurement
         self.holds = False
         self.p = self.p_adj = math.nan
         self.status = OPEN
@@ -462,25 +472,38 @@ class Claim:
         if absolute and any(c.est.scale != "difference" for c in self.cells):
             raise errors.InvalidArgument("an absolute claim needs cells made with "
                                          "scale='difference'")
+        kinds = {c.predicted for c in self.cells}
+        if len(kinds) > 1:
+            _simulated.refuse_mixed(_simulated.MODE, "measured", "the claim %r, which sets "
+                                    "side by side cells" % text)
+        self.kind = _simulated.PREDICTED if True in kinds else MEASURED
 
     # -- building cells --
 
     @staticmethod
     def compare(label, metric, old, new, scale="auto", cpu_decides=None):
         """A cell comparing Side ``new`` against Side ``old``. Latencies on
-        virtual CPUs never decide (cpu_decides=None: by the metric's kind)."""
+        virtual CPUs never decide (cpu_decides=None: by the metric's kind).
+        Two simulated sides make a predicted cell; a simulated side against
+        a measured one is refused (results.simulated.MixedModesError)."""
+        if not old.stated:
+            _simulated.refuse_mixed(old.cpu_mode, new.cpu_mode, "a claim's cell %s" % label)
+        predicted = new.cpu_mode == _simulated.MODE
         timing = is_timing(metric)  # a count does not depend on who else ran on the CPU
         est, problems = estimate(old, new, scale, drop_disturbed=timing)
         if cpu_decides is None:
             cpu_decides = not timing
         if not cpu_decides and "virtual" in (old.cpu_mode, new.cpu_mode):
             problems.append(("virtual", "latency on virtual CPUs"))
-        return Cell(label, metric, est, problems)
+        return Cell(label, metric, est, problems, predicted)
 
     @staticmethod
     def contrast(label, a, b):
-        """A cell whose effect is a's minus b's (each a comparison Cell)."""
-        return Cell(label, a.metric, a.est.minus(b.est), a.problems + b.problems)
+        """A cell whose effect is a's minus b's (each a comparison Cell; both
+        predicted or both measured)."""
+        _simulated.refuse_mixed(*[_simulated.MODE if x.predicted else "measured" for x in (a, b)],
+                                what="a contrast %s" % label)
+        return Cell(label, a.metric, a.est.minus(b.est), a.problems + b.problems, a.predicted)
 
     # -- judging --
 
@@ -604,8 +627,15 @@ class Verdict:
                 ("run" if dropped == 1 else "runs"), _stats.STEAL_WARN_PCT))
         return "; ".join(p.strip() for p in parts if p.strip())
 
+    @property
+    def kind(self):
+        """"measured", or "predicted" when both sides of every cell ran on
+        simulated CPUs: a prediction, never reported as a measured verdict."""
+        return self.claim.kind
+
     def text(self):
-        return "[%s] %s: %s" % (self.outcome, self.claim.text, self.evidence())
+        kind = "%s: " % self.kind if self.kind == _simulated.PREDICTED else ""
+        return "[%s%s] %s: %s" % (kind, self.outcome, self.claim.text, self.evidence())
 
     def __str__(self):
         return self.text()
@@ -614,7 +644,8 @@ class Verdict:
 
     def to_dict(self):
         c = self.claim
-        return {"claim": c.text, "outcome": self.outcome, "reason": self.reason,
+        return {"claim": c.text, "kind": self.kind, "outcome": self.outcome,
+                "reason": self.reason,
                 "expect": c.expect, "by": c.by, "within": c.within, "margin": c.margin,
                 "metric": c.metric, "decided_by": self.decided_by(), "cells": [{
                     "label": x.label, "metric": x.metric, "scale": x.est.scale,
@@ -690,8 +721,9 @@ def _open_reason(claim, alpha):
                 kinds.setdefault(kind, []).append((x, text))
         else:
             kinds.setdefault("noise", []).append((x, None))
-    order = ("virtual", "runs", "truncated", "bimodal", "steal", "noise")
+    order = ("virtual", "unvalidated", "runs", "truncated", "bimodal", "steal", "noise")
     names = {"virtual": "latency on virtual CPUs never decides",
+             "unvalidated": "unvalidated predictions never decide",
              "runs": "too few runs", "truncated": "truncated runs",
              "bimodal": "bimodal runs", "steal": "an unstable machine",
              "noise": "noise: the interval straddles the claimed %s" % (
@@ -814,7 +846,7 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
         raise errors.InvalidArgument("a claim compares new with old=... or with value=...")
     news, olds, key = _claim_points(res, where, param, new, old)
     cells = _claim_cells(news, olds, key, metrics, param, new, old, value, value_source,
-                         scale)
+                         scale, res.metadata)
     words = metric_words(metrics[0], lower)
     if name:
         text = name
@@ -875,9 +907,12 @@ def _claim_points(res, where, param, new, old):
     return news, olds, [k for k in sub.swept() if k != param]
 
 
-def _claim_cells(news, olds, key, metrics, param, new, old, value, value_source, scale):
+def _claim_cells(news, olds, key, metrics, param, new, old, value, value_source, scale,
+                 metadata=None):
     """A compared cell per value of the key and metric: the new points
-    against the old ones of that cell, or against the stated ``value``."""
+    against the old ones of that cell, or against the stated ``value``. A
+    simulated cell above a validation's CPUs that found its prediction off
+    is undecided ("unvalidated")."""
     def kk(p):
         return json.dumps([p.params.get(k) for k in key], default=str)
 
@@ -902,7 +937,11 @@ def _claim_cells(news, olds, key, metrics, param, new, old, value, value_source,
                 Side.value(value, value_source or "the stated value")
             if sn is None or so is None:
                 continue
-            cells.append(Claim.compare(label, m, so, sn, scale=scale))
+            cell = Claim.compare(label, m, so, sn, scale=scale)
+            if any(_simulated.unvalidated(p, metadata) for p in np_ + op_):
+                cell.problems.append(("unvalidated", "a prediction above the CPUs its "
+                                      "validation checked, which found it off"))
+            cells.append(cell)
     return cells
 
 

@@ -4,7 +4,10 @@ run() and sweep() hand grid points (or (cell, run) units) to any
 concurrent.futures.Executor. Timed units must never share cores: a local
 Thread/ProcessPoolExecutor with more than one worker is refused (or, with
 allow_concurrent=True, warned about), and a dask cluster with more than one
-worker thread on a host is warned about. Looking at an executor costs one
+worker thread on a host is warned about. Simulated cells (cpu="simulated")
+are not timed on the machine: each runs on one thread in virtual time and
+its numbers do not depend on what runs beside it, so with timed=False any
+executor is taken as it is. Looking at an executor costs one
 scheduler query for dask, nothing otherwise; nothing here runs a unit.
 """
 
@@ -18,11 +21,14 @@ class ConcurrentExecutorWarning(UserWarning):
     """Timed cells may run side by side on the same cores."""
 
 
-def check_executor(executor, allow_concurrent):
-    """Refuse (or warn about) executors that run timed units side by side."""
+def check_executor(executor, allow_concurrent, timed=True):
+    """Refuse (or warn about) executors that run timed units side by side;
+    ``timed=False`` (every unit simulated): any executor, no warning."""
     if not isinstance(executor, cf.Executor):
         raise errors.InvalidArgument(
             "executor must be a concurrent.futures.Executor, not %r" % (executor,))
+    if not timed:
+        return
     if isinstance(executor, (cf.ThreadPoolExecutor, cf.ProcessPoolExecutor)):
         n = getattr(executor, "_max_workers", 1) or 1
         if n > 1:

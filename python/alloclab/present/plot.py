@@ -25,11 +25,15 @@ import numpy as np
 
 from .. import errors
 from . import plot_style as S
+from ..results import simulated as _simulated
 from ..results.metrics import METRIC_INFO
 from ..results.stats import describe
 from ..results.hist import Histogram
 
 _HUE_LABELS = {"producers": "producers", "allocs_per_cycle": "allocs/cycle"}
+# Simulated points (predictions): hollow diamonds on a dotted line, whatever
+# the series' colour; the legend names the style once, "simulated (predicted)".
+SIM_STYLE = {"marker": "D", "linestyle": ":", "markerfacecolor": "none"}
 
 
 def _plt():
@@ -69,7 +73,9 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
     would pass zero (linear y) or the axis floor (``logy``) is cut there
     and marked with a caret. The lines' points at one x are dodged (spread
     side by side, centred on it), so none hides another. Virtual-CPU points
-    (more producers than usable CPUs) are shaded when x is producers."""
+    (more producers than usable CPUs) are shaded when x is producers.
+    Simulated points (predictions) are a series of their own per hue, in
+    SIM_STYLE, with a legend entry "simulated (predicted)"."""
     res._check_metric(metric)
     keys = res.params()
     for k, what in ((x, "x"), (hue, "hue")):
@@ -91,12 +97,14 @@ def latency(res, metric="alloc_ns", x="producers", hue="policy", panel=None, err
         floor = _latency_floor(series) if logy and error else None
         for ax, sub, pv, ser in zip(axes[0], subs, panels, series):
             _latency_lines(ax, sub, metric, ser, error, logy, floor, _dodger(res, x, hues))
-            _latency_axes(ax, sub, pkeys, pv, x, usable, logy)
+            measured = any(not _simulated.is_simulated(p) for p in sub.points)
+            _latency_axes(ax, sub, pkeys, pv, x, usable if measured else None, logy)
         if floor is not None:  # once every panel is drawn: the top holds them all
             axes[0][0].set_ylim(bottom=floor)
             for ax in axes[0]:
                 S.plain_log(ax, "y")
         axes[0][0].set_ylabel(_metric_label(metric))
+        _sim_legend(axes[0][-1], series)
         if hue:
             S.legend_below(fig, axes[0][-1], ncol=4, title=_HUE_LABELS.get(hue, hue))
         wl = _uniq([p.params.get("workload") for p in res.points])
@@ -122,26 +130,51 @@ def _panels(res, keys, x, hue, panel):
 
 
 def _latency_series(sub, metric, x, hue, error, hues):
-    """[(hue index, label, xs, means, error arms, why unmeasured)], a series
-    per value of ``hue`` (of the figure's ``hues``, so a hue keeps its
-    colour and place in every panel) the panel has: the mean of ``metric``
-    over runs at each value of ``x``; an arm is NaN where it cannot be
-    computed (a single run)."""
+    """[(hue index, label, xs, means, error arms, why unmeasured, simulated)],
+    a series per value of ``hue`` (of the figure's ``hues``, so a hue keeps
+    its colour and place in every panel) the panel has, and one more for
+    its simulated points: the mean of ``metric`` over runs at each value of
+    ``x``; an arm is NaN where it cannot be computed (a single run)."""
     out = []
     for i, hv in enumerate(hues):
         pts = sub.filter(**{hue: [hv]}) if hue else sub
         if hue and not pts.points:
             continue
-        why = _uniq([w for w in (sub._unmeasured(p, metric) for p in pts.points) if w])
-        xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
-        ys, es = [], []
-        for xv in xs:
-            st = pts.stats(metric, **{x: [xv]})
-            s = describe(np.concatenate([s.values for _, s in st]) if st else np.array([]))
-            ys.append(s.mean)
-            es.append(s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan)
-        out.append((i, str(hv) if hue else metric, xs, ys, es, why))
+        for sim in (False, True):
+            part = type(pts)(pts.metadata, [p for p in pts.points
+                                            if _simulated.is_simulated(p) == sim])
+            if part.points:
+                out.append(_one_series(sub, part, metric, x, error, i,
+                                       str(hv) if hue else metric, sim))
     return out
+
+
+def _one_series(sub, pts, metric, x, error, i, label, sim):
+    """One series of _latency_series: ``pts`` (one hue, simulated or not)."""
+    why = _uniq([w for w in (sub._unmeasured(p, metric) for p in pts.points) if w])
+    xs = _sortable(_uniq([p.params.get(x) for p in pts.points]))
+    ys, es = [], []
+    for xv in xs:
+        st = pts.stats(metric, **{x: [xv]})
+        s = describe(np.concatenate([s.values for _, s in st]) if st else np.array([]))
+        ys.append(s.mean)
+        es.append(s.sd if error == "sd" else s.ci_half if error == "ci" else math.nan)
+    return (i, label + (" (simulated)" if sim else ""), xs, ys, es, why, sim)
+
+
+def _sim_legend(ax, series):
+    """The legend (drawn from ``ax``) gets every panel's series, and the
+    simulated style's own entry once, when any panel has simulated points:
+    an empty line on ``ax`` for each entry it lacks."""
+    if not any(s[6] for ser in series for s in ser):
+        return
+    have = set(ax.get_legend_handles_labels()[1])
+    for ser in series:
+        for i, label, *_, sim in ser:
+            if label not in have:
+                have.add(label)
+                ax.plot([], [], label=label, **dict(S.line_style(i), **(SIM_STYLE if sim else {})))
+    ax.plot([], [], color="0.35", label=_simulated.PLOT_LABEL, **SIM_STYLE)
 
 
 def _latency_floor(series):
@@ -170,12 +203,13 @@ def _latency_lines(ax, sub, metric, series, error, logy, floor, place):
     means = [y for s in series for y in s[3] if np.isfinite(y)]
     # a mean latency, count or size is never negative: no arm below zero either
     bottom = 0.0 if means and min(means) >= 0 else None
-    for i, label, xs, ys, es, why in series:
+    for i, label, xs, ys, es, why, sim in series:
         if why:
             label += " (n/a: %s)" % "; ".join(why)
             unmeasured += why
+        style = dict(S.line_style(i), **(SIM_STYLE if sim else {}))
         S.errorbars(ax, place(i, xs), ys, es if error else None, log=logy, floor=floor,
-                    lower_limit=bottom, capsize=3, label=label, **S.line_style(i))
+                    lower_limit=bottom, capsize=3, label=label, **style)
     if unmeasured and all(p.data.get(metric) is None for p in sub.points):
         ax.text(0.5, 0.5, S.wrap("n/a: not measured (%s)" % "; ".join(_uniq(unmeasured)),
                                  ax.figure, S.NOTE, 0.4),

@@ -10,6 +10,7 @@ import textwrap
 
 import numpy as np
 
+from ..results import simulated as _simulated
 from ..results import stats as _stats
 from ..results.result import fmt_value, uniq
 
@@ -108,6 +109,21 @@ class Table:
         self.unmeasured = unmeasured or {}
         self.clock = None  # (clock reads per op, ns per op) when the clock is a share
         self.refused = {}  # {(block, row, col): (objects, ops) refused and skipped a run}
+        self.points = {}  # {(block, row, col): [Point]}: simulated cells say so
+        self.metadata = None  # the Result's (a calibration's validation)
+
+    def sim_heading(self):
+        """"simulated: predicted (calibration <id>)" and which cells, or None
+        for a table of measured cells only."""
+        pts = [p for ps in self.points.values() for p in ps]
+        head = _simulated.heading(pts)
+        if head is None:
+            return None
+        sim = [k for k, ps in sorted(self.points.items())
+               if any(_simulated.is_simulated(p) for p in ps)]
+        if len(sim) == len(self.points):
+            return head + ": every cell"
+        return head + ": " + ", ".join(self.cell_label(*k) for k in sim)
 
     @property
     def values(self):
@@ -165,7 +181,10 @@ class Table:
             return out
 
         lines = [self.title + (" (± 95% CI of the mean)" if ci else
-                               " (± sd)" if sd else ""), ""]
+                               " (± sd)" if sd else "")]
+        head = self.sim_heading()
+        lines += textwrap.wrap(head, width, subsequent_indent="    ") if head else []
+        lines.append("")
         per = max(1, (width - first_w) // (len(sep) + block_w))  # blocks side by side
         for g in range(0, max(nb, 1), per):  # one table, unless the columns alone are wider
             lines += render(list(range(g, min(nb, g + per))), bool(labels)) + [""]
@@ -213,6 +232,10 @@ class Table:
                  for k, (o, n) in sorted(self.refused.items())], limit))
         if self.clock:
             lines += textwrap.wrap(clock_line(self.clock), 104, subsequent_indent="    ")
+        for line in _simulated.warning_lines(
+                [(self.cell_label(*k), ps) for k, ps in sorted(self.points.items())],
+                self.metadata, limit):
+            lines += textwrap.wrap(line, 104, subsequent_indent="    ")
         return lines
 
     def __str__(self):

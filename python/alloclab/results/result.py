@@ -42,6 +42,7 @@ import os
 import numpy as np
 
 from . import _counters, _measures
+from . import simulated as _sim
 from .. import errors, files
 from ..host import machine
 from . import stats as _stats
@@ -231,6 +232,10 @@ def point_info(raws):
     if r["cpu_mode"] == "virtual":
         info["cpu_note"] = "%d virtual CPUs, at most %d concurrent" % (
             r["ncpu_model"], r["ncpu_concurrent"])
+    elif r["cpu_mode"] == _sim.MODE:
+        info["sim"] = _sim.point_info(raws)
+        info["cpu_note"] = "simulated CPUs: times predicted by calibration %s" % (
+            info["sim"].get("calibration_id"))
     else:
         info["cpu_note"] = "%d workers pinned to %d of %d usable CPUs" % (
             r["ncpu_model"], r["ncpu_concurrent"], r["ncpu_usable"])
@@ -733,7 +738,7 @@ class Result:
         t = Table(title, metric, stat, row_key, col_key, row_vals, col_vals, blocks, cube, sd,
                   n, cell_stats=cell_stats, truncated=truncated, unmeasured=unmeasured)
         t.clock = clock
-        t.refused = _refused_cells(pts)
+        t.refused, t.points, t.metadata = _refused_cells(pts), pts, self.metadata
         return t
 
     def _title(self, metric, stat, blocks):
@@ -904,7 +909,7 @@ class Result:
         md = self.metadata
         modes = uniq([p.info.get("cpu_mode") for p in self.points])
         notes = uniq([p.info.get("cpu_note") for p in self.points
-                       if p.info.get("cpu_mode") == "virtual"])
+                       if p.info.get("cpu_mode") in ("virtual", _sim.MODE)])
         ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in self.points
                if "timer_overhead_ns" in p.data and len(p.data["timer_overhead_ns"])]
         s = "cpu: %s" % "/".join(str(m) for m in modes)

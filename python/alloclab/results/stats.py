@@ -256,9 +256,13 @@ def describe(values, confidence=0.95, steal=None, preempt=None, phase=None, **kw
 def run_context(points):
     """The per-run values behind a cell's warnings, over Points (in run
     order, as their metric's values are pooled): describe()'s keyword
-    arguments steal, preempt and phase."""
+    arguments steal, preempt and phase. A simulated point's runs have none
+    (NaN): its times come from virtual time, which the machine does not
+    disturb."""
     def cat(metric, scale=1.0):
-        arrs = [np.asarray(p.data.get(metric, []), dtype=float) * scale for p in points]
+        arrs = [np.asarray(p.data.get(metric, []), dtype=float) *
+                (math.nan if p.info.get("cpu_mode") == "simulated" else scale)
+                for p in points]
         return np.concatenate(arrs) if arrs else np.array([])
     return {"steal": cat("steal_pct"), "preempt": cat("worker_preempted_per_s"),
             "phase": cat("elapsed_ns", 1e-9)}

@@ -1,0 +1,172 @@
+"""What a simulated cell says about itself, wherever a user meets it.
+
+A cell run on simulated CPUs (cpu="simulated", DESIGN §11) holds exact
+counters (the real code ran) and predicted times (a calibrated cost model
+in virtual time). Tables, warnings, plots, verdicts and comparisons take
+their words from here, so that they all say the same thing:
+
+- LABEL ("simulated: predicted") heads a table with simulated cells, with
+  the calibration's id (the first 12 hex digits of the SHA-1 of its JSON,
+  as measure.run gives it to every run); PLOT_LABEL is a plot's legend
+  entry; PREDICTED the kind of a verdict or a comparison whose sides are
+  both simulated;
+- point_info(raws): what a Point keeps of its runs' raw["sim"] (the
+  calibration id, the terms without a cost, the engine's per-run counts,
+  and the first run's timeline when one was asked for);
+- warning_lines(points, metadata): the lines under a table: the times are
+  predictions; terms the calibration has no cost for (counted as 0 ns);
+  cells above the usable CPUs of a validation that found the (workload,
+  policy) off (the calibration's info["validation"]["unvalidated"]).
+
+Nothing here runs anything; it reads Points and a Result's metadata.
+"""
+
+from .. import errors
+
+MODE = "simulated"
+LABEL = "simulated: predicted"
+PLOT_LABEL = "simulated (predicted)"
+PREDICTED = "predicted"
+RUN_COUNTS = ("switches", "sync_points", "lock_waits", "lock_timeouts", "handoffs", "lines",
+              "wait_ns", "line_ns", "uncalibrated_units", "virtual_ns")
+
+
+class MixedModesError(errors.IncomparableError):
+    """A simulated side set against a measured one: a prediction and a
+    measurement are never judged as if both were measured. ``modes`` holds
+    the two sides' CPU modes, both named in the message."""
+
+    modes = ()
+
+
+def is_simulated(point):
+    return point.info.get("cpu_mode") == MODE or point.params.get("cpu") == MODE
+
+
+def mode_of(point):
+    """The CPU mode a point ran in (what the engine used, else what was asked)."""
+    return point.info.get("cpu_mode") or point.params.get("cpu")
+
+
+def calibration_id(point):
+    return (point.info.get("sim") or {}).get("calibration_id")
+
+
+def point_info(raws):
+    """info["sim"] of a simulated point's raw runs ({} for a measured one):
+    calibration_id, uncalibrated (terms without a cost, in any run),
+    per-run lists of the engine's counts, and the first run's timeline
+    (events as lists) when the runs kept one."""
+    sims = [r.get("sim") for r in raws]
+    if not sims or any(s is None for s in sims):
+        return {}
+    out = {"calibration_id": sims[0].get("calibration_id"),
+           "uncalibrated": sorted({t for s in sims for t in s.get("uncalibrated", ())})}
+    for k in RUN_COUNTS:
+        if all(k in s for s in sims):
+            out[k] = [s[k] for s in sims]
+    if sims[0].get("timeline"):
+        out["timeline"] = [list(ev) for ev in sims[0]["timeline"]]
+    return out
+
+
+def calibration_ids(points):
+    ids = []
+    for p in points:
+        cid = calibration_id(p)
+        if is_simulated(p) and cid and cid not in ids:
+            ids.append(cid)
+    return ids
+
+
+def heading(points):
+    """"simulated: predicted (calibration <id>)" for points with simulated
+    ones, else None."""
+    if not any(is_simulated(p) for p in points):
+        return None
+    ids = calibration_ids(points)
+    return "%s (calibration %s)" % (LABEL, ", ".join(ids) if ids else "not recorded")
+
+
+def validation(metadata):
+    """The calibration's recorded validation (alloclab sim validate --out),
+    or None."""
+    sim = ((metadata or {}).get("run") or {}).get("simulated") or {}
+    v = ((sim.get("calibration") or {}).get("info") or {}).get("validation")
+    return v if isinstance(v, dict) else None
+
+
+def unvalidated(point, metadata):
+    """Whether a simulated point lies above the validation's usable CPUs for
+    a (workload, policy) the validation found off."""
+    v = validation(metadata)
+    if v is None or not is_simulated(point):
+        return False
+    bad = {tuple(x) for x in v.get("unvalidated", ()) if isinstance(x, (list, tuple))}
+    key = (point.params.get("workload"), point.params.get("policy"))
+    usable = v.get("usable_cpus")
+    return key in bad and isinstance(usable, int) and (point.params.get("producers") or 0) > usable
+
+
+def _names(labels, limit):
+    more = len(labels) - limit
+    return ", ".join(labels[:limit]) + (" and %d more" % more if more > 0 else "")
+
+
+def warning_lines(cells, metadata, limit=6):
+    """The lines under a table for its simulated cells: ``cells`` is
+    [(label, [points])], every cell of the table."""
+    sim = [(lab, [p for p in ps if is_simulated(p)]) for lab, ps in cells]
+    sim = [(lab, ps) for lab, ps in sim if ps]
+    if not sim:
+        return []
+    ids = calibration_ids([p for _, ps in sim for p in ps])
+    which = "every cell" if len(sim) == len(cells) else _names([lab for lab, _ in sim], limit)
+    lines = ["simulated: times of simulated CPUs are predictions from calibration %s, not "
+             "measurements (counters are exact): %s" % (", ".join(ids) or "(not recorded)",
+                                                        which)]
+    terms = sorted({t for _, ps in sim for p in ps
+                    for t in (p.info.get("sim") or {}).get("uncalibrated", ())})
+    if terms:
+        lines.append("uncalibrated terms: %s have no cost in the calibration (counted as 0 ns; "
+                     "calibrate on a cell that runs them): %s" % (
+                         ", ".join(terms), _names([lab for lab, ps in sim if any(
+                             (p.info.get("sim") or {}).get("uncalibrated") for p in ps)],
+                             limit)))
+    bad = [lab for lab, ps in sim if any(unvalidated(p, metadata) for p in ps)]
+    if bad:
+        v = validation(metadata)
+        lines.append("unvalidated: above the validation's %s usable CPUs, whose 2-producer "
+                     "prediction of this workload and policy was off by more than %g%%: %s"
+                     % (v.get("usable_cpus"), 100 * float(v.get("tolerance", 0.25)),
+                        _names(bad, limit)))
+    return lines
+
+
+def side_mode(points):
+    """The CPU mode of one side of a comparison: "simulated" when every point
+    is simulated, else the measured modes' ("virtual" when any is); a side
+    that pools simulated and measured points is refused."""
+    modes = {mode_of(p) for p in points}
+    if MODE in modes and len(modes) > 1:
+        raise MixedModesError(
+            "one side pools simulated and measured (%s) points: a prediction and a "
+            "measurement are never pooled; filter on cpu" % "/".join(
+                sorted(str(m) for m in modes - {MODE})), modes=tuple(sorted(map(str, modes))))
+    if MODE in modes:
+        return MODE
+    if "virtual" in modes:
+        return "virtual"
+    return modes.pop() if len(modes) == 1 else None
+
+
+def refuse_mixed(mode_a, mode_b, what="a comparison"):
+    """MixedModesError when exactly one of two sides is simulated."""
+    if (mode_a == MODE) == (mode_b == MODE):
+        return
+    sim, meas = (mode_a, mode_b) if mode_a == MODE else (mode_b, mode_a)
+    raise MixedModesError(
+        "%s: a simulated side (cpu=%s, predictions) against a measured side (cpu=%s): a "
+        "prediction is never judged against a measurement as if both were measured; compare "
+        "simulated with simulated, measured with measured (alloclab sim validate sets "
+        "predictions beside measurements)" % (what, sim, meas), modes=(mode_a, mode_b))
