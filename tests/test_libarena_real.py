@@ -314,6 +314,27 @@ def test_smp_processor_id_is_the_callers_cpu(tmp_path):
             a.alloc(64, cpu=3)
 
 
+def test_each_caller_keeps_its_cpu_across_the_lock_on_simulated_cpus(tmp_path):
+    """Simulated CPUs run on fibers of one thread, switched inside the lock:
+    the tree still sees its own caller's CPU after the lock returns."""
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c",
+           "\tif (arena_spin_lock(&b->lock))\n\t\treturn NULL;\n\tp = take_locked(b, c);\n"
+           "\tarena_spin_unlock(&b->lock);\n",
+           "\tu32 cpu0 = bpf_get_smp_processor_id();\n\n"
+           "\tif (arena_spin_lock(&b->lock))\n\t\treturn NULL;\n"
+           "\tif (bpf_get_smp_processor_id() != cpu0)\n\t\tpool_err(\"pool: moved in lock\");\n"
+           "\tp = take_locked(b, c);\n\tarena_spin_unlock(&b->lock);\n"
+           "\tif (bpf_get_smp_processor_id() != cpu0)\n\t\tpool_err(\"pool: moved in unlock\");\n")
+    name = lr.load(str(tree))
+    res = al.run("malloc-free", name, producers=4, cpu="simulated", allocs_per_cycle=16,
+                 cycles=50, runs=1, check=False)
+    d = res.points[0].data
+    assert d[name + ".lock_acquired"][0] == 4 * 50 * 16 * 2
+    assert d[name + ".lock_contended"][0] > 0  # the fibers did meet in the lock
+    assert d[name + ".printk"][0] == 0 and "printk" not in res.points[0].info
+
+
 def test_arena_is_4gib_aligned_and_read_by_offset():
     with al.Allocator(lr.load(EXAMPLE)) as a:
         p = a.alloc(64)

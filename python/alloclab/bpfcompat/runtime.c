@@ -210,16 +210,27 @@ static inline void *handle_of(void *lock)
 	return handle_slow(lock);
 }
 
+/*
+ * The driver's lock may run other callers on this thread while it waits or
+ * hands over (simulated CPUs switch fibers in al_lock acquire and release),
+ * and each of them enters the tree with its own context, CPU and budget in
+ * this thread's alr_self: the caller's own are put back when the lock
+ * returns.
+ */
 ALR_HIDDEN int alr_spin_lock(void *lock)
 {
 	if (alr_env.acquire) {
+		struct alr_thread me = alr_self;
 		void *h = handle_of(lock);
+		int ret;
 
 		if (__builtin_expect(!h, 0)) {
 			event(ALR_EV_LOCK_TABLE_FULL, NULL);
 			return -EBUSY;
 		}
-		return alr_env.acquire(h, alr_self.ctx);
+		ret = alr_env.acquire(h, me.ctx);
+		alr_self = me;
+		return ret;
 	}
 	while (__atomic_exchange_n(&tas_lock, 1, __ATOMIC_ACQUIRE))
 		while (__atomic_load_n(&tas_lock, __ATOMIC_RELAXED))
@@ -230,10 +241,13 @@ ALR_HIDDEN int alr_spin_lock(void *lock)
 ALR_HIDDEN void alr_spin_unlock(void *lock)
 {
 	if (alr_env.release) {
+		struct alr_thread me = alr_self;
 		void *h = handle_of(lock);
 
-		if (h)
-			alr_env.release(h, alr_self.ctx);
+		if (h) {
+			alr_env.release(h, me.ctx);
+			alr_self = me;
+		}
 		return;
 	}
 	__atomic_store_n(&tas_lock, 0, __ATOMIC_RELEASE);
