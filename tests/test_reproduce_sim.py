@@ -78,14 +78,22 @@ def test_json_round_trip(report, tmp_path):
         rep.LibarenaReport.from_json(path.read_text())
 
 
-def _fabricate(report, alloc, free):
+def _fabricate(report, alloc, free, band=None):
     """The report with every transfer-cache latency at 2-8 producers above
     the cache (apc > 16) set to spill's runs times the factor (alloc, free),
     with a little run-to-run spread; ``alloc``/``free`` None: the seed's own
-    ratio of that cell (where the seed has one)."""
+    ratio of that cell (where the seed has one). The sensitivity band's runs
+    are left as they ran (band None), set to the factor ``band``, or left out
+    ("off")."""
     results = copy.deepcopy(report.results)
+    settings = dict(report.settings, band=None) if band == "off" else report.settings
     rng = np.random.default_rng(7)
-    for wl, res in results.items():
+    for key, res in results.items():
+        in_band = key.startswith(ls.BAND_PREFIX)
+        if in_band and band in (None, "off"):
+            continue
+        wl = key.split(", ")[-1]
+        fa, ff = (band, band) if in_band else (alloc, free)
         spill = {tuple(sorted((k, v) for k, v in p.params.items() if k != "policy")): p
                  for p in res.points if p.params["policy"] == "libarena-spill"}
         for p in res.points:
@@ -93,14 +101,14 @@ def _fabricate(report, alloc, free):
             if p.params["policy"] != "libarena-transfer" or pr < 2 or a <= 16:
                 continue
             s = spill[tuple(sorted((k, v) for k, v in p.params.items() if k != "policy"))]
-            for m, f in (("alloc_ns", alloc), ("free_ns", free)):
+            for m, f in (("alloc_ns", fa), ("free_ns", ff)):
                 if f is None:
                     seed = SEED_NS[(wl, m, "spill", a)], SEED_NS[(wl, m, "transfer cache", a)]
                     i = SEED_PRODUCERS.index(pr)
                     f = seed[1][i] / seed[0][i]
                 noise = 1 + 0.01 * rng.standard_normal(len(s.data[m]))
                 p.data[m] = np.asarray(s.data[m], float) * f * noise
-    return rep.SimulatedLibarenaReport(results, report.settings)
+    return rep.SimulatedLibarenaReport(results, settings)
 
 
 def _outcomes(r):
@@ -131,11 +139,18 @@ def test_ratio_table_follows_the_data(report):
     assert s["cells"] == 16 and s["kind"] == "predicted"
     assert "the figure asks at least 60%" in report.ratio_table()
     # the seed's own ratios: every cell in the seed's direction and within 0.5-2x
-    same = _fabricate(report, None, None).ratio_summary()
+    same = _fabricate(report, None, None, band="off").ratio_summary()
     assert same["direction"] == same["within"] == 16
     # transfer slower than spill everywhere: no cell in the seed's direction
     flipped = _fabricate(report, 1.5, 1.5).ratio_summary()
     assert flipped["direction"] == 0 and flipped["within"] == 0
+    # the seed's ratios, but spill faster with the line transfer cost halved and
+    # doubled: every direction is inconclusive
+    shaky = _fabricate(report, None, None, band=2.0)
+    s = shaky.ratio_summary()
+    assert s["band_inconclusive"] == 16 and s["direction"] == 0
+    assert all(r["band"] and max(r["band"]) < 1 for r in shaky.ratio_rows())
+    assert "inconclusive" in shaky.ratio_table()
 
 
 def test_scaling_figure(cal, tmp_path):

@@ -64,6 +64,11 @@ TLDR = {1: (2.0, 4.0), 8: (10.0, 100.0)}
 RATIO_PRODUCERS = (4, 8)
 RATIO_BAND = (0.5, 2.0)
 RATIO_GOAL = 0.6  # the share of cells within RATIO_BAND the figure asks for
+# The sensitivity band: the ratio cells run again with the calibration's line
+# transfer cost times each factor; a direction that flips inside the band is
+# inconclusive. Their Results are keyed BAND_PREFIX + "<factor>, <workload>".
+BAND = (0.5, 2.0)
+BAND_PREFIX = "line transfer x"
 
 # The scaling figure: designs (name, spec), CPUs, the cell.
 MAGAZINE = ("magazine", "libarena-magazine")
@@ -125,7 +130,7 @@ def libarena_simulated(producers=SEED_PRODUCERS, allocs_per_cycle=None, runs=Non
                        timings=("per_op_sum",), workloads=WORKLOADS, duration=None,
                        warmup_cycles=20, baseline=True, effort="normal", threshold=0.05,
                        progress=False, stats="lite", calibration=None, line_transfer=None,
-                       lines_per_handoff=None, fit=False, seed=1):
+                       lines_per_handoff=None, fit=False, seed=1, band=True):
     """Seed 000's grid on simulated CPUs; a SimulatedLibarenaReport.
 
     As reproduce.libarena, but every producer count runs as model CPUs in
@@ -134,6 +139,8 @@ def libarena_simulated(producers=SEED_PRODUCERS, allocs_per_cycle=None, runs=Non
     effort). calibration: a Calibration, its dict or file; None makes one
     here (resolve_calibration); line_transfer and lines_per_handoff override
     it; fit: fit lines_per_handoff to this machine's 2-producer runs first.
+    band: run the seed-ratio cells again with the line transfer cost halved
+    and doubled (BAND); a direction that flips there is inconclusive.
     """
     runs, _, _ = effort_defaults(effort, runs, None, 0)
     duration = SIM_DURATION[effort] if duration is None else duration
@@ -150,11 +157,36 @@ def libarena_simulated(producers=SEED_PRODUCERS, allocs_per_cycle=None, runs=Non
                            timing=list(timings), duration=duration,
                            warmup_cycles=warmup_cycles, mem_sample=0, progress=progress,
                            stats=stats, seed=seed)
+    if band:
+        results.update(_band_runs(cal, workloads, producers, apcs, runs, size, timings,
+                                  duration, warmup_cycles, progress, stats, seed))
     settings = {"designs": [list(d) for d in designs], "effort": effort, "runs": runs,
                 "duration": duration, "size": size, "threshold": threshold,
                 "usable_cpus": int(lib.al_cpus_usable()), "stats": stats, "cpu": "simulated",
-                "calibration": cal_info, "seed": seed}
+                "calibration": cal_info, "seed": seed, "band": list(BAND) if band else None}
     return SimulatedLibarenaReport(results, settings)
+
+
+def band_key(factor, workload):
+    return "%s%g, %s" % (BAND_PREFIX, factor, workload)
+
+
+def _band_runs(cal, workloads, producers, apcs, runs, size, timings, duration,
+               warmup_cycles, progress, stats, seed):
+    """The ratio cells (transfer cache and spill at RATIO_PRODUCERS, above
+    the cache) with the line transfer cost times each factor of BAND."""
+    prods = [p for p in producers if p in RATIO_PRODUCERS]
+    big = [a for a in apcs if a > CACHE_CAPACITY]
+    out = {}
+    for f in BAND if prods and big else ():
+        for wl in workloads:
+            out[band_key(f, wl)] = _run(
+                wl, [s for _, s in DESIGNS], runs=runs, producers=prods, cpu="simulated",
+                calibration=cal.with_(line_transfer_ns=cal.line_transfer_ns * f),
+                allocs_per_cycle=big, size=size, timing=list(timings), duration=duration,
+                warmup_cycles=warmup_cycles, mem_sample=0, progress=progress, stats=stats,
+                seed=seed)
+    return out
 
 
 def sim_side(points, metric, label=""):
@@ -164,6 +196,13 @@ def sim_side(points, metric, label=""):
     if s is not None:
         s.steal = np.zeros(len(s.values))
     return s
+
+
+def _direction_word(row):
+    if row["band_flips"]:
+        return "inconclusive"
+    return ("seed's" if row["direction"] else "OPPOSITE") + (
+        "" if row["significant"] else " n.s.")
 
 
 class SimulatedLibarenaReport(LibarenaReport):
@@ -177,6 +216,11 @@ class SimulatedLibarenaReport(LibarenaReport):
                   "transfer-vs-spill table, on simulated CPUs, transfer cache against spill "
                   "(spill/transfer - 1)")
     simulated = True  # the plots draw no virtual-CPU shading and say "predicted"
+
+    @property
+    def workloads(self):
+        """The seed's workloads run (the sensitivity band's Results aside)."""
+        return [k for k in super().workloads if not k.startswith(BAND_PREFIX)]
 
     # -- what is simulated --
 
@@ -380,13 +424,29 @@ class SimulatedLibarenaReport(LibarenaReport):
                 est = cells[0].est
                 sim = 1.0 / est.factor(est.theta)
                 ci = sorted(1.0 / est.factor(v) for v in cells[0].interval())
+                bd = self._band(wl, m, timing, p, a)
                 rows.append({"workload": wl, "metric": m, "allocs_per_cycle": a,
                              "producers": p, "seed_ratio": seed, "simulated_ratio": sim,
-                             "ci": ci, "direction": bool((sim > 1) == (seed > 1)),
+                             "ci": ci, "band": bd,
+                             "band_flips": any((b > 1) != (sim > 1) for b in bd),
+                             "direction": bool((sim > 1) == (seed > 1)
+                                               and not any((b > 1) != (sim > 1) for b in bd)),
                              "significant": bool(ci[0] > 1 or ci[1] < 1),
                              "share": sim / seed,
                              "within": bool(RATIO_BAND[0] <= sim / seed <= RATIO_BAND[1])})
         return rows
+
+    def _band(self, wl, m, timing, p, a):
+        """spill / transfer with the line transfer cost times each factor of
+        the band ([] when the band was not run)."""
+        out = []
+        for f in self.settings.get("band") or ():
+            key = band_key(f, wl)
+            t = sim_side(self.points(key, "transfer cache", timing, p, a), self.metric(m))
+            s = sim_side(self.points(key, "spill", timing, p, a), self.metric(m))
+            if t is not None and s is not None:
+                out.append(float(np.mean(s.values) / np.mean(t.values)))
+        return out
 
     def ratio_summary(self, rows=None):
         rows = self.ratio_rows() if rows is None else rows
@@ -394,6 +454,7 @@ class SimulatedLibarenaReport(LibarenaReport):
         k = sum(r["direction"] for r in rows)
         w = sum(r["within"] for r in rows)
         return {"cells": n, "direction": k,
+                "band_inconclusive": sum(r["band_flips"] for r in rows),
                 "direction_significant": sum(r["direction"] and r["significant"] for r in rows),
                 "within": w, "band": list(RATIO_BAND),
                 "share_within": w / n if n else None, "goal": RATIO_GOAL,
@@ -404,24 +465,30 @@ class SimulatedLibarenaReport(LibarenaReport):
         if not rows:
             return ""
         lines = ["Transfer cache against spill at %s producers, spill/transfer (> 1: the "
-                 "transfer cache is faster), %s; seed: the seed's tables:" % (
-                     "/".join(map(str, RATIO_PRODUCERS)), self.tag()), "",
-                 "  %-13s %-6s %5s %3s %7s %10s %-15s %-14s %6s %7s" % (
+                 "transfer cache is faster), %s; seed: the seed's tables; band: the ratio with "
+                 "the line transfer cost x%s:" % (
+                     "/".join(map(str, RATIO_PRODUCERS)), self.tag(),
+                     "/x".join("%g" % f for f in self.settings.get("band") or ())), "",
+                 "  %-13s %-6s %5s %3s %7s %10s %-11s %-11s %-14s %6s %7s" % (
                      "workload", "op", "apc", "p", "seed", "predicted", "95% CI",
-                     "direction", "p/s", "0.5-2x")]
+                     "band", "direction", "p/s", "0.5-2x")]
         for r in rows:
-            lines.append("  %-13s %-6s %5d %3d %7.2f %10.2f %-15s %-14s %6.2f %7s" % (
+            lines.append("  %-13s %-6s %5d %3d %7.2f %10.2f %-11s %-11s %-14s %6.2f %7s" % (
                 r["workload"], r["metric"][:-3], r["allocs_per_cycle"], r["producers"],
                 r["seed_ratio"], r["simulated_ratio"], "%.2f-%.2f" % tuple(r["ci"]),
-                ("seed's" if r["direction"] else "OPPOSITE") + ("" if r["significant"]
-                                                                else " n.s."), r["share"],
+                "/".join("%.2f" % b for b in r["band"]) or "-",
+                _direction_word(r), r["share"],
                 "yes" if r["within"] else "no"))
         s = self.ratio_summary(rows)
         lines += ["", "%s: transfer against spill in the seed's direction in %d of %d cells "
-                  "(%d with the 95%% CI clear of 1; n.s.: not); the simulated ratio within "
+                  "(%d with the 95%% CI clear of 1; n.s.: not; %s); the simulated ratio within "
                   "%g-%gx of the seed's in %d of %d (%.0f%%; the figure asks at least %.0f%%). "
                   "p/s: predicted / seed. The seed's numbers are compared, never fitted." % (
                       self.tag(), s["direction"], s["cells"], s["direction_significant"],
+                      "%d inconclusive: the direction flips with the line transfer cost "
+                      "x%s" % (s["band_inconclusive"], " or x".join(
+                          "%g" % f for f in self.settings["band"]))
+                      if self.settings.get("band") else "no sensitivity band run",
                       RATIO_BAND[0], RATIO_BAND[1], s["within"], s["cells"],
                       100.0 * s["share_within"], 100 * RATIO_GOAL)]
         return "\n".join(lines)
