@@ -288,7 +288,8 @@ def test_printk_text_is_in_the_results_notes(tmp_path):
     that printed it (isolated in child processes, or not)."""
     tree = _copy(tmp_path)
     _patch(tree / "src" / "buddy.bpf.c", "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",
-           "\tpool_err(\"pool: said %lu\\n\", size);\n\tif (c < 0) {\n\t\tpool_err(\"pool: no class")
+           "\tpool_err(\"pool: said %lu\\n\", size);\n"
+           "\tif (c < 0) {\n\t\tpool_err(\"pool: no class")
     name = lr.load(str(tree))
     for isolate in (True, False):
         res = al.run("malloc-free", [name, "buddy"], allocs_per_cycle=16, cycles=10,
@@ -413,7 +414,8 @@ def test_asan_build_poisons_through_alloclab_and_catches_a_use_after_free(tmp_pa
     tree = _copy(tmp_path)
     _patch(tree / "selftests" / "test_pool.bpf.c",
            "\tif (!asan_shadow_set(p) || !asan_shadow_set(p + 63))",
-           "\tp[8] = 1; /* a use after free */\n\tif (!asan_shadow_set(p) || !asan_shadow_set(p + 63))")
+           "\tp[8] = 1; /* a use after free */\n"
+           "\tif (!asan_shadow_set(p) || !asan_shadow_set(p + 63))")
     results = {r["name"]: r for r in lr.run_tests(str(tree), asan=True)}
     bad = results["asan_test_pool_poison"]
     assert not bad["passed"] and bad["ret"] is None

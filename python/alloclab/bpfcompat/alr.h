@@ -33,11 +33,11 @@
 
 /* Events the object reports through env->event (and counts in alr_entry.stat). */
 enum alr_event {
-	ALR_EV_LOOP_EXHAUSTED, /* a can_loop/cond_break budget ran out in one call */
-	ALR_EV_PRINTK,	       /* bpf_stream_printk / arena_stdout / arena_stderr */
-	ALR_EV_PAGES_ALLOC,    /* arena pages handed out by bpf_arena_alloc_pages */
-	ALR_EV_PAGES_FREE,     /* arena pages returned by bpf_arena_free_pages */
-	ALR_EV_ALLOC_FAILED,   /* bpf_arena_alloc_pages calls that returned NULL */
+	ALR_EV_LOOP_EXHAUSTED,	/* a can_loop/cond_break budget ran out in one call */
+	ALR_EV_PRINTK,		/* bpf_stream_printk / arena_stdout / arena_stderr */
+	ALR_EV_PAGES_ALLOC,	/* arena pages handed out by bpf_arena_alloc_pages */
+	ALR_EV_PAGES_FREE,	/* arena pages returned by bpf_arena_free_pages */
+	ALR_EV_ALLOC_FAILED,	/* bpf_arena_alloc_pages calls that returned NULL */
 	ALR_EV_LOCK_TABLE_FULL, /* arena spin locks refused: the driver had no lock left */
 	ALR_EV_NR
 };

@@ -86,8 +86,10 @@
 	C(P, lock_table_full, AL_CTR_KEY, "arena spin locks refused: no al_lock left for them") \
 	AL_LOCK_COUNTERS(C, P, lock, "the tree's arena spin lock")                              \
 	AL_LOCK_REASON_COUNTERS(C, P, lock, "the tree's arena spin lock")                       \
-	D(P, arena_pages, AL_CTR_GAUGE, "", "arena pages the tree holds (alloc_pages - free_pages)") \
-	D(P, arena_bytes_committed, AL_CTR_GAUGE, "", "arena bytes the tree holds (arena_pages x page)")
+	D(P, arena_pages, AL_CTR_GAUGE, "",                                                     \
+	  "arena pages the tree holds (alloc_pages - free_pages)")                              \
+	D(P, arena_bytes_committed, AL_CTR_GAUGE, "",                                           \
+	  "arena bytes the tree holds (arena_pages x page)")
 
 AL_COUNTERS_DEFINE(LAR_COUNTERS, LAR_, lar_counters);
 
@@ -283,8 +285,10 @@ static void write_notes(struct lar *l)
 			       ALR_LAYER_NAME, (unsigned long long)count);
 		if (len < 0 || len >= (int)sizeof(line) - 1)
 			continue;
-		for (text = text ? text : "(more texts)"; *text && len < (int)sizeof(line) - 1; text++)
-			line[len++] = (*text == '\n' || *text == '\r' || *text == '\t') ? ' ' : *text;
+		for (text = text ? text : "(more texts)"; *text && len < (int)sizeof(line) - 1;
+		     text++)
+			line[len++] =
+				(*text == '\n' || *text == '\r' || *text == '\t') ? ' ' : *text;
 		line[len++] = '\n';
 		if (write(fd, line, (size_t)len) != len)
 			break;

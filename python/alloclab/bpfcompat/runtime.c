@@ -82,8 +82,8 @@ static struct {
 static unsigned nmsgs;
 static uint64_t msgs_dropped; /* printk calls whose text found no free entry */
 static pthread_mutex_t msgs_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t tas_lock;      /* the lock without a driver */
-#define ALR_LOCKS_SEEN 4       /* lock words whose driver handle is kept */
+static uint32_t tas_lock; /* the lock without a driver */
+#define ALR_LOCKS_SEEN 4  /* lock words whose driver handle is kept */
 static struct {
 	void *addr;   /* the tree's lock word (published last) */
 	void *handle; /* the driver's lock for it */
