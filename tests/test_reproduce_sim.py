@@ -198,3 +198,13 @@ def test_cli_simulated_refusals(args, needle):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr
     assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_validation_note(report):
+    assert "carries no validation" in report.cpu_note()
+    cal = dict(report.settings["calibration"], unvalidated=[["malloc-free", "libarena-spill"]])
+    off = rep.SimulatedLibarenaReport(report.results, dict(report.settings, calibration=cal))
+    assert "malloc-free on libarena-spill: their cells above" in off.cpu_note()
+    ok = rep.SimulatedLibarenaReport(report.results, dict(
+        report.settings, calibration=dict(cal, unvalidated=[])))
+    assert "every 2-producer prediction within 25%" in ok.cpu_note()

@@ -109,7 +109,8 @@ def resolve_calibration(calibration, specs, line_transfer=None, lines_per_handof
                  "line_transfer": info.get("line_transfer"),
                  "lines_per_handoff": cal.lines_per_handoff,
                  "lines_per_handoff_from": info.get("lines_per_handoff"),
-                 "cells": info.get("cells")}
+                 "cells": info.get("cells"),
+                 "unvalidated": (info.get("validation") or {}).get("unvalidated")}
 
 
 def calibration_words(c):
@@ -242,7 +243,23 @@ class SimulatedLibarenaReport(LibarenaReport):
     def cpu_note(self):
         return ("Every producer count ran as simulated CPUs: that many model CPUs running the "
                 "real worker loop and layer code on one thread, in virtual time from %s. "
-                "Times are predictions; counters are exact." % calibration_words(self.cal))
+                "Times are predictions; counters are exact. %s" % (
+                    calibration_words(self.cal), self.validation_note()))
+
+    def validation_note(self):
+        """What the calibration's validation (sim.validate, attached as its
+        info["validation"]) says of the cells above this machine's CPUs."""
+        bad = self.cal.get("unvalidated")
+        if bad is None:
+            return ("The calibration carries no validation against measured runs "
+                    "(measure.sim.validate; bench/sim_seed000.py --validate).")
+        if not bad:
+            return ("Its validation found every 2-producer prediction within %.0f%% of the "
+                    "measured runs." % (100 * _sim.TOLERANCE_2P))
+        return ("Its validation found the 2-producer prediction off by more than %.0f%% for "
+                "%s: their cells above %d CPUs are unvalidated." % (
+                    100 * _sim.TOLERANCE_2P, ", ".join("%s on %s" % tuple(x) for x in bad),
+                    self.usable))
 
     def settings_line(self):
         s = self.settings
