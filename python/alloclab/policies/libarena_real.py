@@ -771,8 +771,9 @@ def caches_note(tree_info):
     whether its ASan build switches them off)."""
     t = tree_info
     s = "its own per-CPU caches: %s" % ("yes" if t["own_caches"] else "no")
-    if t["own_caches_plain"] != t["own_caches_asan"]:
-        s += " (%s in its ASan build)" % ("off" if not t["own_caches_asan"] else "on")
+    plain, asan = t.get("own_caches_plain"), t.get("own_caches_asan")
+    if plain is not None and asan is not None and plain != asan:
+        s += " (%s in its ASan build)" % ("off" if not asan else "on")
     return s
 
 
