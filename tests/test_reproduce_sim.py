@@ -208,3 +208,17 @@ def test_validation_note(report):
     ok = rep.SimulatedLibarenaReport(report.results, dict(
         report.settings, calibration=dict(cal, unvalidated=[])))
     assert "every 2-producer prediction within 25%" in ok.cpu_note()
+
+
+def test_cli_scaling(cal, tmp_path):
+    cpath = tmp_path / "cal.json"
+    cal.save(str(cpath))
+    out = subprocess.run(
+        [sys.executable, "-m", "alloclab", "reproduce", "libarena", "--cpu", "simulated",
+         "--calibration", str(cpath), "--scaling", str(tmp_path / "s.png"), "--producers",
+         "1,4", "--runs", "2", "--duration", "2ms", "--json", str(tmp_path / "s.json")],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "latency (ns) against CPUs" in out.stdout and "magazine" in out.stdout
+    assert (tmp_path / "s.png").exists()
+    assert json.loads((tmp_path / "s.json").read_text())["format"] == ls.Scaling.FORMAT
