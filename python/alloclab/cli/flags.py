@@ -1,6 +1,8 @@
 """The flags that `alloclab run` and `alloclab reproduce` share: lists of
 numbers and names, durations, the effort presets, --stats, the output
-files and the progress bars."""
+files and the progress bars; and those of simulated CPUs (--calibration,
+--line-transfer, --lines-per-handoff, --timeline, --mva), refused
+without --cpu simulated."""
 
 
 import argparse
@@ -13,6 +15,7 @@ from ..cbind import schema
 from .format import integer as _integer
 from .format import real as _real
 from .format import split as _split
+from ..measure import sim
 from ..measure.run import DEFAULT_STATS, MAX_SECONDS, STATS_LEVEL_NAMES
 
 
@@ -138,3 +141,66 @@ def stats_file_hint(text):
     if "/" in text or "." in text or os.path.isfile(text):
         return "the counters record file is now --json FILE"
     return ""
+
+
+# ---------------------------------------------------------------- simulated CPUs
+
+# The events a --timeline run keeps per run (the first run of the first
+# simulated cell is written): enough for a few milliseconds of 8 CPUs'
+# locks, small enough that every run of a sweep may hold its own.
+TIMELINE_EVENTS = 20000
+SIM_FLAGS = ("--calibration", "--line-transfer", "--lines-per-handoff", "--timeline", "--mva")
+
+
+def ns_arg(text):
+    """A time in ns, a number >= 0 (60, 1.5e2)."""
+    v = _real(text)
+    if not (math.isfinite(v) and 0 <= v < 1e6):
+        raise argparse.ArgumentTypeError("%r is not a time in ns: a number from 0 to 1e6"
+                                         % errors.Echo(text))
+    return v
+
+
+def sim_flags(g):
+    """What `alloclab run --cpu simulated` takes besides the run's flags:
+    the calibration, the line-transfer and handoff overrides, the timeline
+    file and the queueing-model cross-check."""
+    g.add_argument("--calibration", metavar="FILE",
+                   help="the cost model (`alloclab sim calibrate --out FILE`; default: "
+                        "calibrate the policies here first, a few seconds)")
+    g.add_argument("--line-transfer", type=ns_arg, metavar="NS",
+                   help="ns to move a cache line between CPUs (default: the calibration's)")
+    g.add_argument("--lines-per-handoff", type=ns_arg, metavar="N",
+                   help="data lines a lock handoff moves besides the lock's (default: the "
+                        "calibration's)")
+    g.add_argument("--timeline", metavar="FILE",
+                   help="write the first run of the first simulated cell as Chrome trace "
+                        "JSON (Perfetto, chrome://tracing): each model CPU's lock holds, "
+                        "waits and handoffs; at most %d events, the first in time" %
+                        TIMELINE_EVENTS)
+    g.add_argument("--mva", action="store_true",
+                   help="beside each simulated cell, the queueing model's (mean-value "
+                        "analysis) latency from a measured 1-producer run at stats=full; "
+                        "disagreements over 2x flagged")
+
+
+def sim_kwargs(args, cpu_modes):
+    """run()'s keywords of the simulation from the flags ({} when none is
+    given); a flag given without --cpu simulated is refused, a calibration
+    file that is not one too."""
+    given = [f for f in SIM_FLAGS if getattr(args, f[2:].replace("-", "_")) not in (None, False)]
+    if not given:
+        return {}
+    if "simulated" not in cpu_modes:
+        raise cli_format.UsageError("%s appl%s to --cpu simulated only" % (
+            " and ".join(given), "ies" if len(given) == 1 else "y"))
+    out = {}
+    if args.calibration is not None:
+        out["calibration"] = sim.Calibration.load(args.calibration)
+    if args.line_transfer is not None:
+        out["line_transfer"] = args.line_transfer
+    if args.lines_per_handoff is not None:
+        out["lines_per_handoff"] = args.lines_per_handoff
+    if args.timeline is not None:
+        out["timeline"] = TIMELINE_EVENTS
+    return out

@@ -5,6 +5,9 @@ own: run (``run WORKLOAD ...``, its parser built from the workload's C
 schema), preload, reproduce, list, show, compare, record, trace and
 libarena; flags holds the flags run and reproduce share, format what the
 commands print and the error types, quoting the hint for an unquoted '>'.
+`alloclab sim` (calibrate and validate the simulated CPUs' cost model,
+measure.sim) lives here beside `check`: both read this machine, and each is
+a parser and a few lines around one library call.
 
 Errors print ``alloclab: error: <message>`` on stderr and exit 2 (bad input)
 or 1 (a run failed); never a traceback. SIGTERM and SIGHUP are raised as
@@ -13,6 +16,8 @@ either way.
 """
 
 import argparse
+import hashlib
+import json
 import sys
 
 from . import (
@@ -20,6 +25,10 @@ from . import (
     show as cli_show, trace as cli_trace)
 from . import libarena as cli_libarena
 from .. import errors
+from ..cbind import schema
+from ..measure import sim
+from .flags import duration_arg, int_list, ns_arg
+from .format import integer as _integer
 from .._version import __version__
 from .format import PROG, UsageError
 from .format import Parser as _Parser
@@ -65,7 +74,108 @@ def _main_parser():
     rp.set_defaults(seed=None, seeds=tuple(rsub.choices))  # named when none is given
     cli_record.add_parser(sub)
     cli_trace.add_parser(sub)
+    sim_parser(sub)
     return p
+
+
+# ------------------------------------------------------------------ sim
+
+def cell_arg(text):
+    """--cell WORKLOAD[:ALLOCS_PER_CYCLE] as a calibration cell's dict."""
+    wl, _, apc = text.partition(":")
+    if wl not in schema.workloads():
+        raise argparse.ArgumentTypeError(str(errors.UnknownNameError.make(
+            "workload", wl, list(schema.workloads()), context="--cell")))
+    cell = {"workload": wl}
+    if apc:
+        if "allocs_per_cycle" not in [p.name for p in schema.workload(wl).params]:
+            raise argparse.ArgumentTypeError("--cell %s: %s takes no allocs_per_cycle" % (
+                errors.Echo(text), wl))
+        try:
+            cell["allocs_per_cycle"] = _integer(apc)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError("--cell %s: allocs per cycle is an integer, not "
+                                             "%r" % (errors.Echo(text), errors.Echo(apc))) from None
+    return cell
+
+
+def sim_parser(sub):
+    """`alloclab sim calibrate` and `alloclab sim validate`."""
+    sp = sub.add_parser("sim", help="simulated CPUs: calibrate the cost model, validate it",
+                        description="The cost model of --cpu simulated: `calibrate` measures "
+                                    "it on this machine at 1 producer, `validate` sets its "
+                                    "predictions beside measured runs.")
+    ssub = sp.add_subparsers(dest="sim_cmd", metavar="COMMAND")
+    for name, what in (("calibrate", "measure the cost model at 1 producer and save it"),
+                       ("validate", "simulated against measured, per cell")):
+        c = ssub.add_parser(name, help=what, description=what)
+        c.add_argument("--policy", action="append", required=True, metavar="SPEC",
+                       help="a policy (spec or preset), repeatable")
+        c.add_argument("--cell", action="append", type=cell_arg, metavar="WORKLOAD[:N]",
+                       help="a cell (workload, allocs per cycle), repeatable (default: %s)" % (
+                           "malloc-free:64" if name == "calibrate" else
+                           "malloc-free and malloc-xfree at 64 and 256"))
+        c.add_argument("--duration", type=duration_arg, default=None, metavar="SECONDS",
+                       help="measured phase per run (default: %g)" % sim.CALIBRATION_SECONDS)
+        c.add_argument("--seed", type=_integer, default=1, metavar="N", help="default: 1")
+        c.add_argument("--out", metavar="FILE", required=name == "calibrate",
+                       help="the calibration file to write" + (
+                           "" if name == "calibrate" else
+                           ": --calibration's, with the validation in info[\"validation\"]"))
+    cal, val = ssub.choices["calibrate"], ssub.choices["validate"]
+    cal.add_argument("--line-transfer", type=ns_arg, metavar="NS",
+                     help="ns to move a cache line (default: measured by a ping-pong)")
+    cal.add_argument("--lines-per-handoff", type=ns_arg, default=sim.DEFAULT_LINES_PER_HANDOFF,
+                     metavar="N", help="default: %g" % sim.DEFAULT_LINES_PER_HANDOFF)
+    cal.add_argument("--fit-handoff", action="store_true",
+                     help="fit --lines-per-handoff to measured 2-producer runs (fit_handoff)")
+    val.add_argument("--calibration", required=True, metavar="FILE",
+                     help="the calibration file (`alloclab sim calibrate --out FILE`)")
+    val.add_argument("--runs", type=_integer, default=3, metavar="N", help="default: 3")
+    val.add_argument("--producers", type=int_list("producers"), default=None,
+                     metavar="N[,N...]", help="default: 1, 2 and every count up to the usable "
+                                              "CPUs")
+
+
+def _calibration_id(cal):
+    """The id a run gives the calibration (measure.run: the first 12 hex
+    digits of the SHA-1 of its JSON)."""
+    return hashlib.sha1(json.dumps(cal.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def cmd_sim(args):
+    """`alloclab sim calibrate|validate`: outputs checked first, then the
+    library call, a summary on stdout, the file announced on stderr."""
+    if args.sim_cmd is None:
+        raise UsageError("sim needs a command: calibrate or validate")
+    cli_format.check_outputs(("--out", args.out, "file"))
+    if args.sim_cmd == "validate" and (args.runs < 1 or min(args.producers or [1]) < 1):
+        raise UsageError("--runs and --producers must be at least 1")
+    kw = {"duration": args.duration} if args.duration else {}
+    if args.sim_cmd == "calibrate":
+        cal = sim.calibrate(args.policy, cells=args.cell or sim.DEFAULT_CELLS, seed=args.seed,
+                            line_transfer=args.line_transfer,
+                            lines_per_handoff=args.lines_per_handoff, **kw)
+        if args.fit_handoff:
+            cal = sim.fit_handoff(cal, args.policy, cells=args.cell or sim.FIT_CELLS,
+                                  seed=args.seed, **kw)
+        fit = cal.info.get("fit", {})
+        print("calibration %s: %d terms from %d segments (rms %.3g ns), line transfer %.4g ns "
+              "(%s), %g lines per handoff (%s)" % (
+                  _calibration_id(cal), len(cal.costs), fit.get("segments", 0),
+                  fit.get("rms_ns") or 0.0, cal.line_transfer_ns, cal.info["line_transfer"],
+                  cal.lines_per_handoff, cal.info["lines_per_handoff"]))
+    else:
+        cal = sim.Calibration.load(args.calibration)
+        v = sim.validate(cal, args.policy, cells=args.cell, producers=args.producers,
+                         runs=args.runs, seed=args.seed, **kw)
+        print(v.text())
+        cal.info = dict(cal.info, validation=v.to_dict())
+    sys.stdout.flush()
+    if args.out:
+        cli_format.write_output("--out", args.out, lambda: cal.save(args.out))
+        cli_format.wrote(args.out)
+    return 0
 
 
 # ------------------------------------------------------------------ reproduce vmalloc
@@ -137,6 +247,8 @@ def _main(argv=None):
             return cli_trace.cmd_trace(args)
         if args.cmd == "libarena":
             return cli_libarena.cmd_libarena(args)
+        if args.cmd == "sim":
+            return cmd_sim(args)
         p.print_help()
         return 0 if not argv else 2
     except (UsageError, errors.AlloclabError, argparse.ArgumentError) as e:

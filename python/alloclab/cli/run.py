@@ -36,6 +36,7 @@ Cost: one directory listing of names the registry knows, at startup of
 """
 
 import argparse
+import json
 import os
 import sys
 import textwrap
@@ -63,7 +64,11 @@ from ..measure.run import adaptive_options
 from ..measure.sweep import check_journal
 from ..present import plot
 from .flags import (
-    choice_list, duration_arg, effort_flags, int_list, output_flags, param_list, stats_flag)
+    choice_list, duration_arg, effort_flags, int_list, output_flags, param_list, sim_flags,
+    sim_kwargs, stats_flag)
+from ..judge import mva as _mva
+from ..present import timeline as _timeline
+from ..results import simulated as _simulated
 from ..policies.policy import presets
 
 
@@ -153,6 +158,7 @@ def run_parser(wl):
     run_flags(p.add_argument_group("run"), finite=bool(wl and "finite" in wl.flags))
     output_flags(p.add_argument_group("output"))
     run_measure_flags(p)
+    sim_flags(p.add_argument_group("simulated CPUs (--cpu simulated: predictions)"))
     if wl and wl.params:
         workload_flags(p, wl)
     return p
@@ -329,9 +335,12 @@ def cmd_run(argv):
         raise
     cli_show.check_metrics(res, metrics)  # a workload metric is known only now
     res.metadata["view"] = view
+    write_timeline(res, args.timeline)
     print(cli_format.render(res, cli_format.View(
         metrics, rows, cols, stat=args.stat, sd=args.sd, ci=args.ci, hist=args.hist,
         counters=args.counters, fmt=args.format, explicit_metrics=bool(args.metric))))
+    if args.mva:
+        print_mva(res, wl, args, kwargs)
     sys.stdout.flush()
     if args.json:
         _write_output("--json", args.json, lambda: res.to_json(args.json, indent=1))
@@ -477,6 +486,7 @@ def run_kwargs(wl, args):
         kwargs["watchdog"] = args.watchdog
     if args.realtime:
         kwargs["realtime"] = True
+    kwargs.update(sim_kwargs(args, args.cpu))
     pols = args.policy or ["buddy"]
     return kwargs, [Policy(s) for s in pols]
 
@@ -525,6 +535,7 @@ def check_run_outputs(args, settings):
         adaptive_options(args.target_ci, args.budget)
     _check_outputs(("--json", args.json, "file"), ("--csv", args.csv, "file"),
                    ("--plot", args.plot, "plot"), ("--journal", args.journal, "journal"),
+                   ("--timeline", args.timeline, "file"),
                    *[("--plot", p, "plot") for p in more_plots(args.plot, args.hist)])
     if args.journal is not None:  # a file not this sweep's journal is refused unwritten
         check_journal(args.journal, settings)
@@ -574,3 +585,87 @@ def save_run_plots(res, metric, x, path, hist):
         if any(h.count for p in res.points for h in p.hist.get("free", ())):
             figs.append(plot.latency_hist(res, "free"))
     return cli_format.save_plots(figs, path)
+
+
+# ---------------------------------------------------------------- simulated CPUs
+
+def write_timeline(res, path):
+    """--timeline FILE: the first run of the first simulated cell as Chrome
+    trace JSON (present.timeline); every point's events are then dropped
+    from the Result, so that --json holds the numbers, not the trace."""
+    if not path:
+        return
+    first = next((p for p in res.points if (p.info.get("sim") or {}).get("timeline")), None)
+    if first is None:
+        raise _RunFailed("--timeline %s: the simulated runs kept no events" % path)
+    meta = {k: first.params.get(k) for k in ("workload", "policy", "producers")}
+    meta.update(seed=first.info["seeds"][0], calibration=first.info["sim"]["calibration_id"])
+    _write_output("--timeline", path, lambda: _timeline.write_chrome_trace(
+        path, first.info["sim"]["timeline"], meta))
+    for p in res.points:
+        (p.info.get("sim") or {}).pop("timeline", None)
+    _wrote(path)
+
+
+def _per_op(p):
+    """A point's mean ns per op (alloc and free together) over its runs."""
+    d = p.data
+    ops = float(sum(d["alloc_ops"]) + sum(d["free_ops"]))
+    spent = sum(float(t) * float(n) for m, k in (("alloc_ns", "alloc_ops"), ("free_ns", "free_ops"))
+                for t, n in zip(d[m], d[k]) if n)
+    return spent / ops if ops else float("nan")
+
+
+def mva_lines(res, measure):
+    """[line] per simulated point of ``res``: its per-op latency beside the
+    queueing model's from ``measure(point)`` (a measured 1-producer point of
+    the same workload and policy at stats=full), and a last line naming the
+    disagreements over mva.DISAGREE_FACTOR."""
+    cal = ((res.metadata.get("run") or {}).get("simulated") or {}).get("calibration") or {}
+    handoff = float(cal.get("line_transfer_ns", 0.0)) * (1 + float(cal.get("lines_per_handoff",
+                                                                           0.0)))
+    out, bad, cells = [], [], [p for p in res.points if _simulated.is_simulated(p)]
+    for p in cells:
+        label = "%s, %s" % (p.params.get("policy"), ", ".join(
+            "%s=%s" % (k, v) for k, v in p.params.items()
+            if k not in ("workload", "policy", "cpu", "timing", "stats")))
+        try:
+            think, stations = _mva.profile_from_point(measure(p), handoff_ns=handoff)
+            ag = _mva.compare(_per_op(p), _mva.mva(think, stations, p.params["producers"])
+                              .per_op_ns)
+        except errors.AlloclabError as e:
+            out.append("  %s: n/a (%s)" % (label, e))
+            continue
+        out.append("  %s: %s" % (label, ag.text))
+        bad += [label] if ag.flagged else []
+    head = ("queueing model (mean-value analysis from a measured 1-producer run at "
+            "stats=full, lock handoff %g ns) beside the simulation:" % handoff)
+    tail = ("mva: %d of %d cells disagree by more than %gx: %s" % (
+        len(bad), len(cells), _mva.DISAGREE_FACTOR, "; ".join(bad)) if bad else
+        "mva: no cell disagrees by more than %gx" % _mva.DISAGREE_FACTOR)
+    return [head] + out + [tail]
+
+
+def print_mva(res, wl, args, kwargs):
+    """--mva: measure each simulated cell's workload and policy at 1
+    producer, stats=full (once each), and print mva_lines (stdout for text
+    and Markdown, stderr beside json and csv)."""
+    measured = {}
+    skip = ("workload", "policy", "producers", "cpu", "stats")
+
+    def measure(p):
+        key = json.dumps([[k, v] for k, v in sorted(p.params.items()) if k not in skip])
+        if key not in measured:
+            wparams = {k: v for k, v in p.params.items() if k not in skip + ("timing",)}
+            opts = {k: kwargs[k] for k in ("runs", "warmup_cycles", "cycles", "duration",
+                                           "seed", "effort") if kwargs.get(k) is not None}
+            measured[key] = run(wl.name, p.params["policy"], producers=1, cpu="pinned",
+                                stats="full", timing=p.params.get("timing"), mem_sample=0,
+                                **opts, **wparams).points[0]
+        return measured[key]
+    try:
+        lines = mva_lines(res, measure)
+    except errors.AlloclabError as e:
+        raise _RunFailed("--mva: %s" % e) from None
+    out = sys.stdout if args.format in ("text", "markdown") else sys.stderr
+    out.write("\n" + "\n".join(lines) + "\n")

@@ -27,6 +27,7 @@ MODE = "simulated"
 LABEL = "simulated: predicted"
 PLOT_LABEL = "simulated (predicted)"
 PREDICTED = "predicted"
+TERMS_SHOWN = 8  # uncalibrated terms named in a warning; the rest counted
 RUN_COUNTS = ("switches", "sync_points", "lock_waits", "lock_timeouts", "handoffs", "lines",
               "wait_ns", "line_ns", "uncalibrated_units", "virtual_ns")
 
@@ -130,7 +131,7 @@ def warning_lines(cells, metadata, limit=6):
     if terms:
         lines.append("uncalibrated terms: %s have no cost in the calibration (counted as 0 ns; "
                      "calibrate on a cell that runs them): %s" % (
-                         ", ".join(terms), _names([lab for lab, ps in sim if any(
+                         _names(terms, TERMS_SHOWN), _names([lab for lab, ps in sim if any(
                              (p.info.get("sim") or {}).get("uncalibrated") for p in ps)],
                              limit)))
     bad = [lab for lab, ps in sim if any(unvalidated(p, metadata) for p in ps)]
