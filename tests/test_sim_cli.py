@@ -208,3 +208,25 @@ def test_sim_refusals(args, words, tmp_path):
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("alloclab: error: ") and words in err[0], err
     assert not (tmp_path / "o.json").exists()
+
+
+def test_show_and_compare_of_simulated_files(calfile, tmp_path):
+    spill, transfer, meas = (tmp_path / n for n in ("s.json", "t.json", "m.json"))
+    for pol, path in (("libarena-spill", spill), ("libarena-transfer", transfer)):
+        cli("run", "malloc-free", "--policy", pol, "--cpu", "simulated", "--calibration",
+            str(calfile), "--producers", "4", "--json", str(path), "--runs", "3",
+            *QUICK[:-2], check=0)
+    cid = _id(json.loads(calfile.read_text()))
+    s = cli("show", str(spill), check=0)
+    assert "simulated: predicted (calibration %s): every cell" % cid in s.stdout
+    c = cli("compare", str(spill), str(transfer), check=0)
+    assert "predicted (I)" in c.stdout or "predicted (R)" in c.stdout or \
+        "predicted not significant" in c.stdout or "predicted significant" in c.stdout
+    assert ("Predicted: both sides ran on simulated CPUs (calibration %s); the marks are "
+            "predictions, not measurements." % cid) in c.stdout
+    cli("run", "malloc-free", "--policy", "libarena-transfer", "--cpu", "pinned",
+        "--producers", "2", "--json", str(meas), *QUICK, check=0)
+    r = cli("compare", str(meas), str(transfer), "--on", "workload", check=2)
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "a simulated side (cpu=simulated, predictions) against a " \
+        "measured side (cpu=pinned)" in err[0], err
