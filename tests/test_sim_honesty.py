@@ -184,6 +184,16 @@ def test_compare_of_two_simulated_sides_is_predicted(simres):
             "predictions, not measurements." % _id(_cal())) in c.legend()
 
 
+def test_heatmap_of_a_predicted_comparison_says_so(simres, measured):
+    import matplotlib
+    matplotlib.use("Agg")
+    fig = al.plot.heatmap(al.compare(simres, baseline="libarena-spill"))
+    title = " ".join(fig.axes[0].get_title().split())
+    assert title.endswith("(simulated (predicted), calibration %s)" % _id(_cal()))
+    fig2 = al.plot.heatmap(al.compare(measured, baseline="libarena-spill"))
+    assert "predicted" not in fig2.axes[0].get_title()
+
+
 def test_compare_refuses_simulated_against_measured(simres, measured):
     a = measured.filter(policy="libarena-transfer")
     b = simres.filter(policy="libarena-transfer", producers=1)

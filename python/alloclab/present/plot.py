@@ -350,8 +350,10 @@ def heatmap(cmp, vmax=None, cmap=S.DIVERGING, title=None, figsize=None, annotate
         if annotate:
             _heat_text(ax, notes, shown, lim, ncell)
         _heat_colorbar(fig, ax, im, lim, cmp)
-        ax.set_title(S.wrap(title or "%s vs %s" % (", ".join(cols), cmp.base_name), fig, 10,
-                            0.6))
+        sim = " (%s, %s)" % (_simulated.PLOT_LABEL, cmp.predicted) \
+            if getattr(cmp, "kind", None) == _simulated.PREDICTED else ""
+        ax.set_title(S.wrap(title or "%s vs %s%s" % (", ".join(cols), cmp.base_name, sim),
+                            fig, 10, 0.6))
     return S.finish(fig)
 
 
