@@ -180,3 +180,19 @@ def test_xmalloc_and_replay_simulate_deterministically(cal):
                    trace="tests/data/trace_v1.altrace") for _ in range(2)]
     assert runs[0].points[0]["alloc_ns"] == runs[1].points[0]["alloc_ns"]
     assert runs[0].points[0].info["cpu_mode"] == "simulated"
+
+
+def test_threads_of_workloads_and_layers_are_daemons(cal):
+    # local storage's reaper (a thread on a model CPU of its own) and
+    # test_vmalloc's kworker and vmalloc's purge worker run as daemons in
+    # virtual time: the runs end, repeat exactly, and the reaper frees
+    # remotely every task it was handed
+    ls = [_raw("bpf-ma", 1, cal, workload="local-storage-create", storage_type="task",
+               batch_size=16, cycles=20) for _ in range(2)]
+    m = dict(ls[0]["metrics"])
+    assert m["task_frees_remote"] == m["task_frees"] > 0
+    assert ls[0]["alloc_ns"] == ls[1]["alloc_ns"]
+    tv = [_raw("vmalloc-default", 2, cal, workload="test_vmalloc", cycles=1, warmup_cycles=0)
+          for _ in range(2)]
+    assert tv[0]["alloc_ns"] == tv[1]["alloc_ns"] and tv[0]["alloc_ops"] > 0
+    assert all(l["leaked"] == 0 for l in tv[0]["layers"])

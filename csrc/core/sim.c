@@ -76,6 +76,9 @@ struct sim_cpu {
 	uint64_t now;	       /* virtual clock, ps */
 	uint64_t tie;	       /* heap tie-break */
 	int heap_pos;	       /* index in the heap, or -1 */
+	bool daemon;	       /* a workload's own thread (al_sim_daemon), not a worker */
+	void *(*dfn)(void *);  /* a daemon's function */
+	bool sleeping;	       /* a daemon in al_sim_sleep_on (not counted awake) */
 	const void *wait_lock; /* blocked on */
 	uint32_t wait_ticket;
 	uint64_t wait_since;
@@ -154,6 +157,11 @@ struct al_sim {
 	bool deadlock;
 	double line_ps, handoff_ps;
 	struct al_sim_stats st;
+	unsigned nslots;		    /* ncpu workers, then AL_SIM_DAEMONS daemons */
+	unsigned ndaemons;		    /* daemons started */
+	unsigned nactive;		    /* workers neither parked nor done */
+	unsigned nbusy;			    /* daemons awake (not in al_sim_sleep_on) */
+	bool joining;			    /* the engine runs the daemons to their end */
 	struct call_term calls[CALL_CACHE]; /* term of each layer's calls */
 	const void *top;		    /* the stack's top layer: its calls are operations */
 	int next_term;			    /* term the next segment starts with, or -1 */
@@ -536,10 +544,12 @@ static void event(struct al_sim *s, unsigned cpu, int kind, uint16_t what, uint6
 
 /* A CPU taken off the heap to run: one blocked with a deadline runs because
  * its deadline came first (the lock code then sees its budget spent). */
-static void wake_due(struct sim_cpu *next)
+static void wake_due(struct al_sim *s, struct sim_cpu *next)
 {
 	if (next->state != S_BLOCKED)
 		return;
+	if (next->sleeping) /* a daemon's sleep ended: it is awake */
+		s->nbusy++;
 	next->now = next->deadline > next->now ? next->deadline : next->now;
 	next->state = S_RUNNABLE;
 }
@@ -560,7 +570,7 @@ static void give_way(struct al_sim *s, struct sim_cpu *c)
 	next = heap_pop(s);
 	if (next == c)
 		return;
-	wake_due(next);
+	wake_due(s, next);
 	switch_to(s, c, next);
 }
 
@@ -568,10 +578,14 @@ static void give_way(struct al_sim *s, struct sim_cpu *c)
  * earliest CPU, or return to the engine. */
 static void run_next(struct al_sim *s, struct sim_cpu *c)
 {
-	struct sim_cpu *next = heap_pop(s);
+	struct sim_cpu *next = NULL;
 
+	/* the engine's turn when no worker is left to run and no daemon is
+	 * awake: sleeping daemons wait in the heap for the next step */
+	if (s->nactive || s->nbusy || s->joining)
+		next = heap_pop(s);
 	if (next)
-		wake_due(next);
+		wake_due(s, next);
 	switch_to(s, c, next);
 }
 
@@ -585,14 +599,26 @@ static void fiber_entry(void)
 #ifdef SIM_ASAN
 	__sanitizer_finish_switch_fiber(NULL, &s->main_bottom, &s->main_size);
 #endif
-	c->fn(c->arg);
+	if (c->daemon)
+		c->dfn(c->arg);
+	else
+		c->fn(c->arg);
 	seg_end(s, c, AL_SIM_END);
 	c->state = S_DONE;
+	if (c->daemon)
+		s->nbusy--;
+	else
+		s->nactive--;
 	run_next(s, c);
 	__builtin_unreachable();
 }
 
 /* ---- hooks ---- */
+
+bool al_sim_here(void)
+{
+	return self != NULL;
+}
 
 int al_sim_cpu(void)
 {
@@ -792,7 +818,7 @@ void al_sim_lock_block(const void *lock, uint32_t ticket, uint64_t deadline_tick
 	q->head = c;
 	c->state = S_BLOCKED;
 	c->deadline = deadline_ticks;
-	if (s->measuring)
+	if (s->measuring && !c->daemon)
 		s->st.lock_waits++;
 	if (deadline_ticks)
 		heap_push(s, c); /* keyed by its deadline */
@@ -801,12 +827,13 @@ void al_sim_lock_block(const void *lock, uint32_t ticket, uint64_t deadline_tick
 	if (c->wait_lock) {
 		wq_del(s, c);
 		c->wait_lock = NULL;
-		if (s->measuring)
+		if (s->measuring && !c->daemon)
 			s->st.lock_timeouts++;
 	}
-	if (s->measuring)
+	if (s->measuring && !c->daemon)
 		s->st.wait_ns += (double)(c->now - c->wait_since) / 1000.0;
-	event(s, c->id, AL_SIM_EV_WAIT, 0, c->wait_since, c->now);
+	if (!c->daemon)
+		event(s, c->id, AL_SIM_EV_WAIT, 0, c->wait_since, c->now);
 	c->state = S_RUNNABLE;
 	c->deadline = 0;
 }
@@ -827,6 +854,8 @@ void al_sim_lock_wake(const void *lock, uint32_t ticket, bool any)
 		*pp = w->wait_next;
 		w->wait_next = NULL;
 		w->wait_lock = NULL;
+		if (w->sleeping)
+			s->nbusy++;
 		if (w->heap_pos >= 0)
 			heap_remove(s, w);
 		w->state = S_RUNNABLE;
@@ -1040,6 +1069,24 @@ static double null_segment_ns(double tpn)
 	return (double)best / tpn;
 }
 
+/* The process clock turns virtual (ticks are picoseconds) while any
+ * simulation runs; returns the real clock's ticks per ns. */
+static double clock_take(void)
+{
+	double tpn;
+
+	al_clock_init();
+	pthread_mutex_lock(&clock_mu);
+	if (!sims_running++) {
+		saved_ticks_per_ns = al_clock.ticks_per_ns;
+		al_clock.ticks_per_ns = 1000.0;
+		__atomic_store_n(&al_sim_active, 1, __ATOMIC_RELAXED);
+	}
+	tpn = saved_ticks_per_ns;
+	pthread_mutex_unlock(&clock_mu);
+	return tpn;
+}
+
 int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **out, char *err,
 	       size_t errlen)
 {
@@ -1069,8 +1116,9 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 	s->cfg = *cfg;
 	s->t = cfg->table;
 	s->ncpu = ncpu;
-	s->cpus = al_meta_alloc(sizeof(*s->cpus) * ncpu);
-	s->heap = al_meta_alloc(sizeof(*s->heap) * ncpu);
+	s->nslots = ncpu + AL_SIM_DAEMONS;
+	s->cpus = al_meta_alloc(sizeof(*s->cpus) * s->nslots);
+	s->heap = al_meta_alloc(sizeof(*s->heap) * s->nslots);
 	s->lines = al_meta_alloc(sizeof(*s->lines) * LINES);
 	if (!s->cpus || !s->heap || !s->lines)
 		goto nomem_free;
@@ -1078,17 +1126,7 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 	s->next_term = -1;
 	s->line_ps = cfg->line_transfer_ns * 1000.0;
 	s->handoff_ps = cfg->line_transfer_ns * cfg->lines_per_handoff * 1000.0;
-	al_clock_init();
-	s->real_tpn = al_clock.ticks_per_ns;
-	pthread_mutex_lock(&clock_mu);
-	if (!sims_running++) {
-		saved_ticks_per_ns = al_clock.ticks_per_ns;
-		al_clock.ticks_per_ns = 1000.0; /* virtual ticks are picoseconds */
-		__atomic_store_n(&al_sim_active, 1, __ATOMIC_RELAXED);
-	} else {
-		s->real_tpn = saved_ticks_per_ns;
-	}
-	pthread_mutex_unlock(&clock_mu);
+	s->real_tpn = clock_take();
 	/* the table's known costs */
 	for (unsigned i = 0; i < s->t->n && i < AL_SIM_FEATURES; i++) {
 		s->known[i] = !isnan(s->t->cost_ns[i]) && s->t->cost_ns[i] >= 0;
@@ -1101,7 +1139,7 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 			s->seg_term[a][b] = -2; /* made when first met (seg_terms) */
 	if (cfg->calibrate)
 		s->t->null_ns = null_segment_ns(s->real_tpn);
-	for (unsigned i = 0; i < ncpu; i++) {
+	for (unsigned i = 0; i < s->nslots; i++) {
 		s->cpus[i].id = i;
 		s->cpus[i].heap_pos = -1;
 		s->cpus[i].state = S_DONE;
@@ -1112,8 +1150,8 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 	*out = s;
 	return 0;
 nomem_free:
-	al_meta_free(s->cpus, sizeof(*s->cpus) * ncpu);
-	al_meta_free(s->heap, sizeof(*s->heap) * ncpu);
+	al_meta_free(s->cpus, sizeof(*s->cpus) * (ncpu + AL_SIM_DAEMONS));
+	al_meta_free(s->heap, sizeof(*s->heap) * (ncpu + AL_SIM_DAEMONS));
 	al_meta_free(s->lines, sizeof(*s->lines) * LINES);
 	al_meta_free(s, sizeof(*s));
 nomem:
@@ -1145,6 +1183,82 @@ int al_sim_spawn(struct al_sim *s, unsigned cpu, void (*fn)(void *), void *arg, 
 	return 0;
 }
 
+int al_sim_daemon(void *(*fn)(void *), void *arg, struct al_ctx *ctx)
+{
+	struct al_sim *s = self;
+	struct sim_cpu *c;
+	int ret;
+
+	if (!s)
+		return -ENOENT; /* this thread runs no simulation: use a thread */
+	if (s->ndaemons >= AL_SIM_DAEMONS)
+		return -EBUSY;
+	c = &s->cpus[s->ncpu + s->ndaemons];
+	ret = al_sim_spawn(s, s->ncpu + s->ndaemons, NULL, arg, ctx);
+	if (ret)
+		return ret;
+	s->ndaemons++;
+	c->dfn = fn;
+	c->id = ctx->cpu; /* its model CPU: counter blocks, lock owners */
+	c->daemon = true;
+	c->state = S_RUNNABLE;
+	c->now = s->cur ? s->cur->now : s->phase;
+	s->nbusy++;
+	heap_push(s, c);
+	return 0;
+}
+
+void al_sim_sleep_on(const void *key, uint64_t ns)
+{
+	struct al_sim *s = self;
+	struct sim_cpu *c;
+	uint64_t until;
+
+	if (!s)
+		return;
+	if (!(c = s->cur)) { /* the engine waits: run what is awake until it sleeps */
+		run_next(s, NULL);
+		return;
+	}
+	until = ns ? c->now + ns * 1000 : 0;
+	c->sleeping = c->daemon;
+	if (c->daemon)
+		s->nbusy--; /* counted again when woken (wake_due, al_sim_lock_wake) */
+	al_sim_lock_block(key, 0, until);
+	c->sleeping = false;
+}
+
+void al_sim_wakeup(const void *key)
+{
+	struct al_sim *s = self;
+	struct sim_cpu tmp;
+
+	if (!s)
+		return;
+	if (s->cur) {
+		al_sim_lock_wake(key, 0, true);
+		return;
+	}
+	/* from the engine: as a CPU at the phase's time */
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.now = s->phase;
+	tmp.heap_pos = -1;
+	s->cur = &tmp;
+	al_sim_lock_wake(key, 0, true);
+	s->cur = NULL;
+}
+
+void al_sim_join_daemons(void)
+{
+	struct al_sim *s = self;
+
+	if (!s || s->cur || !s->ndaemons)
+		return;
+	s->joining = true;
+	run_next(s, NULL);
+	s->joining = false;
+}
+
 void al_sim_park(void)
 {
 	struct al_sim *s = self;
@@ -1154,6 +1268,7 @@ void al_sim_park(void)
 		return;
 	seg_end(s, c, AL_SIM_END);
 	c->state = S_PARKED;
+	s->nactive--;
 	run_next(s, c);
 }
 
@@ -1181,13 +1296,14 @@ int al_sim_step(struct al_sim *s, char *err, size_t errlen)
 		if (s->cfg.calibrate)
 			c->seg_tsc = real_ticks();
 		heap_push(s, c);
+		s->nactive++;
 	}
 	run_next(s, NULL);
 	/* every fiber is parked, done, or blocked for good */
 	for (i = 0; i < s->ncpu; i++) {
 		struct sim_cpu *c = &s->cpus[i];
 
-		if (c->state == S_BLOCKED)
+		if (c->state == S_BLOCKED && !c->daemon)
 			blocked++;
 		if (c->state == S_PARKED && c->now > s->phase)
 			s->phase = c->now;
@@ -1231,7 +1347,7 @@ void al_sim_free(struct al_sim *s)
 
 	if (!s)
 		return;
-	for (unsigned i = 0; i < s->ncpu; i++) {
+	for (unsigned i = 0; i < s->nslots; i++) {
 		struct sim_cpu *c = &s->cpus[i];
 
 		if (c->stack && !s->deadlock) {
@@ -1261,8 +1377,8 @@ void al_sim_free(struct al_sim *s)
 	}
 	pthread_mutex_unlock(&clock_mu);
 	al_meta_free(s->lines, sizeof(*s->lines) * LINES);
-	al_meta_free(s->heap, sizeof(*s->heap) * s->ncpu);
-	al_meta_free(s->cpus, sizeof(*s->cpus) * s->ncpu);
+	al_meta_free(s->heap, sizeof(*s->heap) * s->nslots);
+	al_meta_free(s->cpus, sizeof(*s->cpus) * s->nslots);
 	al_meta_free(s, sizeof(*s));
 }
 

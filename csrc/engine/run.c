@@ -1551,7 +1551,9 @@ static bool engine_measure_sim(struct engine *e)
 	set_phase(e, AL_RUN_WARMUP);
 	if (!sim_step(e)) /* B */
 		return false;
+	workload_pause(e, true);
 	stats_total(e, e->snap0);
+	workload_pause(e, false);
 	al_mem_begin(e->sampler, &e->res->mem);
 	al_mem_sample(e->sampler, e->a, live_bytes(e), true);
 	al_read_steal(&e->steal_total0, &e->steal0);

@@ -244,7 +244,8 @@ enum { PURGE_WORKER, PURGE_INLINE };
 /* The drain_vmap_work kworker: one thread per instance, woken by the vfree
  * that takes vmap_lazy_nr past lazy_max. */
 struct purge_worker {
-	pthread_t th;
+	struct al_kthread th; /* a real thread, or a daemon on simulated CPUs */
+	struct al_ctx ctx;    /* its model CPU's context */
 	pthread_mutex_t mu;
 	pthread_cond_t wake; /* queued or stop */
 	pthread_cond_t idle; /* nothing queued or running */
@@ -657,7 +658,7 @@ static void purge_queue(struct vm *v, const struct al_ctx *c)
 	if (__atomic_exchange_n(&w->queued, 1, __ATOMIC_ACQ_REL))
 		return;
 	pthread_mutex_lock(&w->mu);
-	pthread_cond_signal(&w->wake);
+	al_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->mu);
 	al_count(&v->ctr, c, VMAL_purge_work_queued, 1);
 }
@@ -673,7 +674,7 @@ static void *purge_main(void *arg)
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		while (!w->stop && !__atomic_load_n(&w->queued, __ATOMIC_ACQUIRE))
-			pthread_cond_wait(&w->wake, &w->mu);
+			al_cond_wait(&w->wake, &w->mu);
 		if (w->stop)
 			break;
 		__atomic_store_n(&w->queued, 0, __ATOMIC_RELEASE);
@@ -683,10 +684,10 @@ static void *purge_main(void *arg)
 		pthread_mutex_lock(&w->mu);
 		w->running = false;
 		if (!__atomic_load_n(&w->queued, __ATOMIC_ACQUIRE))
-			pthread_cond_broadcast(&w->idle);
+			al_cond_broadcast(&w->idle);
 	}
 	w->running = false;
-	pthread_cond_broadcast(&w->idle);
+	al_cond_broadcast(&w->idle);
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
 }
@@ -700,31 +701,26 @@ static void purge_flush(struct vm *v)
 		return;
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop && (w->running || __atomic_load_n(&w->queued, __ATOMIC_ACQUIRE)))
-		pthread_cond_wait(&w->idle, &w->mu);
+		al_cond_wait(&w->idle, &w->mu);
 	pthread_mutex_unlock(&w->mu);
 }
 
 static int purge_start(struct vm *v)
 {
 	struct purge_worker *w = &v->pw;
-	pthread_attr_t attr;
-	int ret = 0;
 
 	w->cpu = PURGE_CPU(v);
-	if (pthread_attr_init(&attr))
+	al_ctx_init(&w->ctx, w->cpu);
+	if (pthread_mutex_init(&w->mu, NULL))
 		return -ENOMEM;
-	al_attr_off_pinned_cpu(&attr); /* off a pinned creator's CPU */
-	if (pthread_mutex_init(&w->mu, NULL)) {
-		ret = -ENOMEM;
-	} else if (pthread_cond_init(&w->wake, NULL) || pthread_cond_init(&w->idle, NULL) ||
-		   pthread_create(&w->th, &attr, purge_main, v)) {
+	/* off a pinned creator's CPU */
+	if (pthread_cond_init(&w->wake, NULL) || pthread_cond_init(&w->idle, NULL) ||
+	    al_kthread_start(&w->th, purge_main, v, &w->ctx, true)) {
 		pthread_mutex_destroy(&w->mu);
-		ret = -ENOMEM;
-	} else {
-		w->started = true;
+		return -ENOMEM;
 	}
-	pthread_attr_destroy(&attr);
-	return ret;
+	w->started = true;
+	return 0;
 }
 
 static void purge_stop(struct vm *v)
@@ -735,9 +731,9 @@ static void purge_stop(struct vm *v)
 		return;
 	pthread_mutex_lock(&w->mu);
 	w->stop = true;
-	pthread_cond_broadcast(&w->wake);
+	al_cond_broadcast(&w->wake);
 	pthread_mutex_unlock(&w->mu);
-	pthread_join(w->th, NULL);
+	al_kthread_join(&w->th);
 	pthread_cond_destroy(&w->wake);
 	pthread_cond_destroy(&w->idle);
 	pthread_mutex_destroy(&w->mu);

@@ -265,6 +265,8 @@ struct ls_map {
 	pthread_mutex_t reaper_lock; /* held while it works; report takes it */
 	pthread_t reaper_thread;     /* the thread */
 	bool reaper_started;	     /* reaper_thread runs */
+	bool reaper_sim;	     /* it is a daemon of the simulated CPUs (al_sim_daemon) */
+	uintptr_t hash_base;	     /* simulated CPUs: buckets hash the offset from it */
 	int reaper_stop;	     /* asks it to exit */
 	int reaper_pinned;	     /* it has a real CPU no worker uses */
 	struct al_ctx reaper_ctx;    /* its CPU's context (the thread's, or main's in ls_pause) */
@@ -281,7 +283,19 @@ static inline struct ls_count *cnt(struct ls_map *m, const struct al_ctx *c)
 
 static inline struct ls_bucket *select_bucket(struct ls_map *m, const struct ls_selem *s)
 {
-	uint64_t h = (uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull;
+	uintptr_t key = (uintptr_t)s;
+	uint64_t h;
+
+	/* On simulated CPUs the arena's base (mmap, moved by ASLR) must not
+	 * decide anything: hash the offset from the first element seen. */
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED))) {
+		uintptr_t zero = 0;
+
+		__atomic_compare_exchange_n(&m->hash_base, &zero, key, false, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+		key -= __atomic_load_n(&m->hash_base, __ATOMIC_RELAXED);
+	}
+	h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
 
 	return &m->buckets[(size_t)s->map_idx * m->nbuckets + ((h >> 32) & (m->nbuckets - 1))];
 }
@@ -679,7 +693,9 @@ static bool task_put(struct al_worker *w, struct ls_map *m, struct ls_storage *s
 		while (!__atomic_compare_exchange_n(&m->exited, &t->next, t, true, __ATOMIC_RELEASE,
 						    __ATOMIC_RELAXED))
 			;
-		if (!t->next) /* the list was empty: the reaper may be asleep */
+		if (!t->next && m->reaper_sim) /* the list was empty: it may be asleep */
+			al_sim_wakeup(&m->reaper_wake);
+		else if (!t->next)
 			sem_post(&m->reaper_wake);
 		cnt(m, &w->ctx)->task_puts++;
 		return true;
@@ -844,12 +860,32 @@ static void *reaper_main(void *arg)
 	return NULL;
 }
 
+/* The reaper on simulated CPUs: a daemon on its model CPU that sleeps in
+ * virtual time as the thread sleeps in real time. */
+static void *reaper_sim_main(void *arg)
+{
+	struct ls_map *m = arg;
+
+	while (!__atomic_load_n(&m->reaper_stop, __ATOMIC_ACQUIRE)) {
+		al_sim_sleep_on(&m->reaper_wake, 1000000);
+		pthread_mutex_lock(&m->reaper_lock);
+		reaper_take(m, &m->reaper_ctx);
+		al_defer_poll(m->rcu, &m->reaper_ctx);
+		pthread_mutex_unlock(&m->reaper_lock);
+	}
+	return NULL;
+}
+
 /* The reaper's thread, at prepare (the allocator is there): 0 or -errno. */
 static int reaper_start(struct ls_map *m)
 {
 	int ret;
 
 	al_ctx_init(&m->reaper_ctx, m->nworkers);
+	if (!al_sim_daemon(reaper_sim_main, m, &m->reaper_ctx)) {
+		m->reaper_sim = m->reaper_started = true;
+		return 0;
+	}
 	m->reaper_pinned = al_cpus_usable() > m->nworkers && al_cpu_nth(m->nworkers) >= 0 &&
 			   al_cpu_nth(m->nworkers) < CPU_SETSIZE;
 	ret = pthread_create(&m->reaper_thread, NULL, reaper_main, m);
@@ -864,7 +900,12 @@ static void reaper_stop(struct ls_map *m)
 {
 	struct al_ctx rc;
 
-	if (m->reaper_started) {
+	if (m->reaper_started && m->reaper_sim) {
+		__atomic_store_n(&m->reaper_stop, 1, __ATOMIC_RELEASE);
+		al_sim_wakeup(&m->reaper_wake);
+		al_sim_join_daemons();
+		m->reaper_started = false;
+	} else if (m->reaper_started) {
 		__atomic_store_n(&m->reaper_stop, 1, __ATOMIC_RELEASE);
 		sem_post(&m->reaper_wake);
 		pthread_join(m->reaper_thread, NULL);
@@ -1145,7 +1186,7 @@ static const struct al_workload_desc local_storage_desc = {
 	.doc = "bench local-storage-create: create batch_size owners (element + storage "
 	       "allocation, bucket lock, publish by cmpxchg), then destroy them through the "
 	       "era's free path (kfree_rcu, reuse_now, call_rcu + kfree_nolock)",
-	.flags = AL_WL_DISTINCT, /* elements and storages are linked */
+	.flags = AL_WL_DISTINCT | AL_WL_SIM, /* elements and storages are linked */
 	.nparams = P_NR,
 	.params = ls_params,
 	.size_param = -1,

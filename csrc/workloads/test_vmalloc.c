@@ -141,10 +141,11 @@ struct kv_worker {
 	struct kv_batch *queue; /* batches to free (LIFO: order does not matter) */
 	struct kv_batch *pool;	/* empty batches */
 	struct al_allocator *a; /* the vmalloc layer */
-	pthread_t th;
-	bool busy;    /* a batch being freed */
-	bool stop;    /* teardown */
-	bool started; /* th runs */
+	struct al_kthread th;	/* a real thread, or a daemon on simulated CPUs */
+	struct al_ctx ctx;	/* its model CPU's context */
+	bool busy;		/* a batch being freed */
+	bool stop;		/* teardown */
+	bool started;		/* th runs */
 };
 
 /* Shared state: the percpu allocator, the kvfree_rcu kworker. */
@@ -586,7 +587,7 @@ static void *kv_main(void *arg)
 	pthread_mutex_lock(&k->mu);
 	for (;;) {
 		while (!k->queue && !k->stop)
-			pthread_cond_wait(&k->wake, &k->mu);
+			al_cond_wait(&k->wake, &k->mu);
 		b = k->queue;
 		if (!b)
 			break; /* stopping with nothing queued */
@@ -599,7 +600,7 @@ static void *kv_main(void *arg)
 		k->pool = b;
 		k->busy = false;
 		if (!k->queue)
-			pthread_cond_broadcast(&k->idle);
+			al_cond_broadcast(&k->idle);
 	}
 	pthread_mutex_unlock(&k->mu);
 	return NULL;
@@ -617,7 +618,7 @@ static struct kv_batch *kv_hand_off(struct kv_worker *k, struct kv_batch *b)
 	fresh = k->pool;
 	if (fresh)
 		k->pool = fresh->next;
-	pthread_cond_signal(&k->wake);
+	al_cond_signal(&k->wake);
 	pthread_mutex_unlock(&k->mu);
 	if (!fresh) {
 		fresh = al_meta_alloc(sizeof(*fresh));
@@ -632,14 +633,13 @@ static void kv_barrier(struct kv_worker *k)
 {
 	pthread_mutex_lock(&k->mu);
 	while (k->queue || k->busy)
-		pthread_cond_wait(&k->idle, &k->mu);
+		al_cond_wait(&k->idle, &k->mu);
 	pthread_mutex_unlock(&k->mu);
 }
 
 /* The kworker, started by the first worker (it needs the allocator). */
 static int kv_start(struct kv_worker *k, struct al_allocator *a)
 {
-	pthread_attr_t attr;
 	int ret = 0;
 
 	if (al_vmalloc_kworker_cpu(a) == ~0u)
@@ -647,16 +647,12 @@ static int kv_start(struct kv_worker *k, struct al_allocator *a)
 	pthread_mutex_lock(&k->mu);
 	if (!k->started) {
 		k->a = a;
-		if (pthread_attr_init(&attr)) {
-			pthread_mutex_unlock(&k->mu);
-			return -EAGAIN;
-		}
-		al_attr_off_pinned_cpu(&attr); /* as an unbound kworker beside the test's CPU */
-		if (pthread_create(&k->th, &attr, kv_main, k))
+		al_ctx_init(&k->ctx, al_vmalloc_kworker_cpu(a));
+		/* as an unbound kworker beside the test's CPU */
+		if (al_kthread_start(&k->th, kv_main, k, &k->ctx, true))
 			ret = -EAGAIN;
 		else
 			k->started = true;
-		pthread_attr_destroy(&attr);
 	}
 	pthread_mutex_unlock(&k->mu);
 	return ret;
@@ -669,10 +665,10 @@ static void kv_stop(struct kv_worker *k)
 
 	pthread_mutex_lock(&k->mu);
 	k->stop = true;
-	pthread_cond_broadcast(&k->wake);
+	al_cond_broadcast(&k->wake);
 	pthread_mutex_unlock(&k->mu);
 	if (k->started)
-		pthread_join(k->th, NULL);
+		al_kthread_join(&k->th);
 	for (b = k->pool; b; b = next) {
 		next = b->next;
 		al_meta_free(b, sizeof(*b));
@@ -993,7 +989,7 @@ static const struct al_workload_desc test_vmalloc_desc = {
 	.doc = "lib/test_vmalloc.c: the kernel's vmalloc tests by name, bit and parameter on a "
 	       "'vmalloc > pages' policy; one cycle = one run of every selected test; reports "
 	       "<test>.avg_usec and passed/failed/xfailed",
-	.flags = AL_WL_VMALLOC,
+	.flags = AL_WL_VMALLOC | AL_WL_SIM,
 	.nparams = P_NR,
 	.params = tv_params,
 	.size_param = -1,

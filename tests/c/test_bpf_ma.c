@@ -506,8 +506,9 @@ static void stress(const char *spec)
 		if (slots[i])
 			CHECK_EQ(al_free(sa, &c, slots[i]), 0);
 	CHECK_EQ(serrors, 0);
-	if (stress_ms) /* tasks-trace GPs ended under the stress */
-		CHECK(t_stat(sa, 0, "ttrace_gps") >= 1);
+	/* whether a tasks-trace grace period ends within the stress depends on
+	 * how long the machine lets it run (real timers): test_deferred counts
+	 * them exactly, in virtual steps */
 	t_teardown(sa);
 }
 

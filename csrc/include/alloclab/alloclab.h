@@ -64,4 +64,5 @@
 #include "pages.h"
 #include "vmalloc.h"
 #include "sim.h"
+#include "kthread.h"
 #endif

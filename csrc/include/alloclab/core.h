@@ -19,6 +19,7 @@
 #include "registry.h"
 #include "arena.h"
 #include "sim.h"
+#include "kthread.h"
 #include "clock.h"
 #include "counters.h"
 #include "lock.h"

@@ -168,6 +168,26 @@ AL_API void al_sim_counters_del(struct al_counters *k);
 enum { AL_SIM_CALL_ALLOC, AL_SIM_CALL_FREE, AL_SIM_CALL_ALLOC_BULK, AL_SIM_CALL_FREE_BULK };
 AL_API void al_sim_call(const void *a, int kind);
 AL_API void al_sim_top(const void *a);
+/*
+ * A thread of a workload or a layer (a kworker) on a simulated CPU: a
+ * daemon, started on model CPU ctx->cpu (by the engine's thread or a
+ * worker), runs beside the workers in virtual time and ends when fn
+ * returns. al_sim_sleep_on blocks the running fiber until al_sim_wakeup of
+ * the same key or, ns > 0, ns of virtual time; called by the engine's
+ * thread, it runs what is awake until all of it sleeps. The engine never
+ * steps past a daemon that is awake; al_sim_join_daemons (after the owner
+ * told them to stop and woke them) runs them to their end. Most code uses
+ * them through kthread.h. 0; -ENOENT when this thread runs no simulation
+ * (start a real thread); -EBUSY past AL_SIM_DAEMONS.
+ */
+#define AL_SIM_DAEMONS 4
+struct al_ctx;
+AL_API int al_sim_daemon(void *(*fn)(void *), void *arg, struct al_ctx *ctx);
+AL_API void al_sim_sleep_on(const void *key, uint64_t ns);
+AL_API void al_sim_wakeup(const void *key);
+AL_API void al_sim_join_daemons(void);
+/* Whether this thread runs a simulation (its engine or one of its CPUs). */
+AL_API bool al_sim_here(void);
 /* The current model CPU, or -1 outside a simulation. */
 AL_API int al_sim_cpu(void);
 
