@@ -196,3 +196,23 @@ def test_threads_of_workloads_and_layers_are_daemons(cal):
           for _ in range(2)]
     assert tv[0]["alloc_ns"] == tv[1]["alloc_ns"] and tv[0]["alloc_ops"] > 0
     assert all(l["leaked"] == 0 for l in tv[0]["layers"])
+
+
+def test_helper_thread_with_a_mutex_is_refused_with_its_reason():
+    with pytest.raises(errors.RunError, match="irq_work=inline or irq_work=ipi"):
+        _raw("bpf_ma(irq_work=thread) > slab", 2, _cal({"seg.acq-rel": 10.0}), cycles=2)
+
+
+def test_checked_layers_run_clean_on_model_cpus():
+    # the pointer checks wrap each layer and keep a thread-local nesting
+    # state, switched with each model CPU: interleaved calls of four CPUs
+    # are each checked as their own, and nothing is reported
+    raw = _raw("libarena-transfer", 4, _cal({"seg.acq-rel": 10.0}), allocs_per_cycle=32,
+               cycles=10)
+    _, tasks = mrun.plan("malloc-free", "libarena-transfer", producers=4, cpu="simulated",
+                         calibration=_cal({"seg.acq-rel": 10.0}), runs=1, cycles=10,
+                         warmup_cycles=2, mem_sample=0, allocs_per_cycle=32)
+    tasks[0]["check_mask"] = 0b111  # every layer checked
+    checked = mrun.run_once(tasks[0], 0)
+    assert checked["alloc_ops"] == raw["alloc_ops"]
+    assert all(l["leaked"] == 0 for l in checked["layers"])

@@ -62,6 +62,17 @@ struct guard_where {
 };
 static __thread struct guard_where guard_cur;
 
+/* A model CPU of a simulation has its own (sim.h switches it). */
+static void *guard_cur_addr(void)
+{
+	return &guard_cur;
+}
+
+__attribute__((constructor)) static void guard_tls(void)
+{
+	al_sim_tls_register(guard_cur_addr, sizeof(guard_cur));
+}
+
 static struct guard *guard_of(struct al_allocator *a)
 {
 	return (struct guard *)(void *)a->ops;

@@ -305,6 +305,12 @@ static int create_layer(const struct al_stack_spec *s, unsigned i, unsigned ncpu
 
 	if (ret == -ENOMEM)
 		enomem_why(d, s->layer[i].params, err, errlen);
+	else if (ret == -EOPNOTSUPP && al_sim_here())
+		snprintf(err, errlen,
+			 "%s: this configuration runs a helper thread that holds a mutex across "
+			 "lock waits (irq_work=thread), which simulated CPUs cannot run: use "
+			 "irq_work=inline or irq_work=ipi",
+			 d->name);
 	else if (ret || !a)
 		snprintf(err, errlen, "%s: create failed: %s", d->name,
 			 al_strerror(ret ? ret : -EINVAL));

@@ -1182,6 +1182,7 @@ static void *helper_main(void *arg)
 int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_defer **out)
 {
 	struct defer *d;
+	int ret = -ENOMEM;
 
 	*out = NULL;
 	if (!ncpu || ncpu > AL_MAX_CPUS || !p || p->irq_mode < AL_IRQ_WORK_INLINE ||
@@ -1219,6 +1220,13 @@ int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_de
 	    al_counters_init_desc(&d->ctr, defer_counters, DEFER_NR, 0, ncpu))
 		goto out_free;
 	pthread_mutex_init(&d->run_lock, NULL);
+	/* The helper holds run_lock across lock waits: on simulated CPUs, where
+	 * every model CPU is one thread, that mutex could not be shared. */
+	if (d->mode == AL_IRQ_WORK_THREAD && al_sim_here()) {
+		ret = -EOPNOTSUPP;
+		goto out_mutex;
+	}
+	ret = -ENOMEM;
 	if (d->mode == AL_IRQ_WORK_THREAD) {
 		if (sem_init(&d->wake, 0, 0))
 			goto out_mutex;
@@ -1238,7 +1246,7 @@ out_free:
 	al_meta_free(d->cpu, sizeof(struct defer_cpu) * ncpu);
 	al_meta_free(d->pub.pcpu, sizeof(struct al_defer_cpu) * ncpu);
 	al_meta_free(d, sizeof(*d));
-	return -ENOMEM;
+	return ret;
 }
 
 static void free_stack(struct rcu_batch *b)

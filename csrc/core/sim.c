@@ -73,13 +73,14 @@ struct sim_cpu {
 	struct al_ctx *ctx;
 	unsigned id;
 	int state;
-	uint64_t now;	       /* virtual clock, ps */
-	uint64_t tie;	       /* heap tie-break */
-	int heap_pos;	       /* index in the heap, or -1 */
-	bool daemon;	       /* a workload's own thread (al_sim_daemon), not a worker */
-	void *(*dfn)(void *);  /* a daemon's function */
-	bool sleeping;	       /* a daemon in al_sim_sleep_on (not counted awake) */
-	const void *wait_lock; /* blocked on */
+	uint64_t now;	      /* virtual clock, ps */
+	uint64_t tie;	      /* heap tie-break */
+	int heap_pos;	      /* index in the heap, or -1 */
+	bool daemon;	      /* a workload's own thread (al_sim_daemon), not a worker */
+	void *(*dfn)(void *); /* a daemon's function */
+	bool sleeping;	      /* a daemon in al_sim_sleep_on (not counted awake) */
+	unsigned char tls[AL_SIM_TLS][AL_SIM_TLS_BYTES]; /* its thread-locals */
+	const void *wait_lock;				 /* blocked on */
 	uint32_t wait_ticket;
 	uint64_t wait_since;
 	uint64_t deadline; /* ps; 0 = none */
@@ -133,6 +134,7 @@ struct al_sim {
 	struct sim_cpu *cpus;
 	struct sim_cpu *cur; /* running fiber, NULL on the engine */
 	void *main_sp;
+	unsigned char main_tls[AL_SIM_TLS][AL_SIM_TLS_BYTES]; /* the engine's thread-locals */
 #ifdef SIM_ASAN
 	void *main_fake;
 	const void *main_bottom;
@@ -171,6 +173,36 @@ struct al_sim {
 };
 
 static __thread struct al_sim *self;
+
+/* Thread-locals switched with the fibers (al_sim_tls_register), set once
+ * at load time by constructors: read-only after that. */
+static struct {
+	void *(*addr)(void);
+	size_t size;
+} tls[AL_SIM_TLS];
+static unsigned ntls;
+
+int al_sim_tls_register(void *(*addr)(void), size_t size)
+{
+	if (ntls >= AL_SIM_TLS || size > AL_SIM_TLS_BYTES)
+		return -ENOSPC;
+	tls[ntls].addr = addr;
+	tls[ntls++].size = size;
+	return 0;
+}
+
+/* Save the running context's thread-locals into from's copy (the engine's
+ * into main), load to's. */
+static void tls_switch(unsigned char (*from)[AL_SIM_TLS_BYTES],
+		       unsigned char (*to)[AL_SIM_TLS_BYTES])
+{
+	for (unsigned i = 0; i < ntls; i++) {
+		void *p = tls[i].addr();
+
+		memcpy(from[i], p, tls[i].size);
+		memcpy(p, to[i], tls[i].size);
+	}
+}
 
 static const char *const kind_names[AL_SIM_KIND_NR] = {
 	"start", "acq", "rel", "clock", "cycle", "shared", "end", "op",
@@ -254,6 +286,8 @@ static void switch_to(struct al_sim *s, struct sim_cpu *from, struct sim_cpu *to
 	s->cur = to;
 	if (to)
 		al_ctx_set_current(to->ctx);
+	if (ntls)
+		tls_switch(from ? from->tls : s->main_tls, to ? to->tls : s->main_tls);
 	s->st.switches++;
 #ifdef SIM_ASAN
 	{

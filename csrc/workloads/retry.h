@@ -15,14 +15,19 @@
 #include "alloclab/alloclab.h"
 #include "../core/refusal.h"
 
-/* Another try? *t_end (0 at first) holds the deadline. */
+/* Another try? *t_end (0 at first) holds the deadline. On a simulated CPU
+ * the second is virtual and the yield lets the next model CPU run. */
 static inline bool wl_retry_ok(uint64_t *t_end)
 {
-	uint64_t now = al_mono_ns();
+	bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED) && al_sim_cpu() >= 0;
+	uint64_t now = sim ? al_ticks_fast() : al_mono_ns();
 
 	if (!*t_end)
-		*t_end = now + 1000000000u;
-	sched_yield();
+		*t_end = now + (sim ? (uint64_t)(1e9 * al_clock.ticks_per_ns) : 1000000000u);
+	if (sim)
+		al_sim_yield();
+	else
+		sched_yield();
 	return now < *t_end;
 }
 

@@ -186,6 +186,12 @@ AL_API int al_sim_daemon(void *(*fn)(void *), void *arg, struct al_ctx *ctx);
 AL_API void al_sim_sleep_on(const void *key, uint64_t ns);
 AL_API void al_sim_wakeup(const void *key);
 AL_API void al_sim_join_daemons(void);
+/* A thread-local a model CPU has of its own (a layer's nesting state):
+ * switched with the fiber. addr returns this thread's copy; at most
+ * AL_SIM_TLS of them, AL_SIM_TLS_BYTES each. 0, or -ENOSPC. */
+#define AL_SIM_TLS	 4
+#define AL_SIM_TLS_BYTES 32
+AL_API int al_sim_tls_register(void *(*addr)(void), size_t size);
 /* Whether this thread runs a simulation (its engine or one of its CPUs). */
 AL_API bool al_sim_here(void);
 /* The current model CPU, or -1 outside a simulation. */
