@@ -216,3 +216,12 @@ def test_checked_layers_run_clean_on_model_cpus():
     checked = mrun.run_once(tasks[0], 0)
     assert checked["alloc_ops"] == raw["alloc_ops"]
     assert all(l["leaked"] == 0 for l in checked["layers"])
+
+
+def test_every_simulated_run_carries_its_band():
+    raw = _raw("buddy", 4, _cal({"seg.acq-rel": 50.0}, line=40.0, lph=1.0), allocs_per_cycle=8)
+    band = raw["sim"]["band"]
+    assert band["line_transfer_ns"] == [20.0, 80.0]
+    mid = raw["alloc_ns"] / raw["alloc_ops"]
+    # handoffs cost lines: a dearer line makes the same ops slower
+    assert band["alloc_ns"][0] < mid < band["alloc_ns"][1]

@@ -686,7 +686,30 @@ def run_once(task, run_index=0, in_child=False, on_phase=None, calibrate=False):
     if simulated:
         raw["sim"] = _sim.raw_sim(res, keep[0], keep[1], calibrate)
         raw["sim"]["calibration_id"] = task["sim"].get("id")
+        if not calibrate and task["sim"].get("band", True):
+            raw["sim"]["band"] = _sim_band(task, run_index, pol)
     return raw
+
+
+def _sim_band(task, run_index, pol):
+    """The same simulated run with the line transfer cost halved and
+    doubled: {"line_transfer_ns": [half, double], metric: [at half, at
+    double]} for the per-op times, so a verdict can see whether a direction
+    holds across the band."""
+    out = {"line_transfer_ns": []}
+    for f in _sim.BAND:
+        t = dict(task, sim=dict(task["sim"], line_transfer_ns=task["sim"]["line_transfer_ns"] * f,
+                                timeline=0))
+        keep = []
+        cfg = _config(t, run_index, pol, keep=keep)
+        res = ffi.new("struct al_run_result *")
+        rc = _run_c(cfg, res)
+        if rc:
+            raise _run_error(rc, res, t, run_index)
+        out["line_transfer_ns"].append(t["sim"]["line_transfer_ns"])
+        for k, ops in (("alloc_ns", res.alloc_ops), ("free_ns", res.free_ops)):
+            out.setdefault(k, []).append(float(getattr(res, k)) / ops if ops else None)
+    return out
 
 
 def task_policy(task):

@@ -45,6 +45,9 @@ TIMELINE_MAX_EVENTS = 200000
 # transfer and handoff lines overriding it, and the timeline events kept per
 # run (hold, wait, handoff, cycle; present.timeline writes them; 0 = none).
 OPTIONS = ("calibration", "timeline", "line_transfer", "lines_per_handoff")
+# The sensitivity band: every simulated run is also made with the line
+# transfer cost times these (its per-op times in raw["sim"]["band"]).
+BAND = (0.5, 2.0)
 
 
 class Calibration:
