@@ -215,7 +215,7 @@ def _check_cells(wl, tasks, policies):
 
 
 def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None,
-               lines_per_handoff=None):
+               lines_per_handoff=None, band=True):
     """What the settings record of the simulation ({"simulated": ...}), its
     Calibration set in every simulated task (task["sim"]); None when no task
     is simulated."""
@@ -245,6 +245,7 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
                                              value=v, min=0, max=1e6)
     cal = cal.with_(line_transfer, lines_per_handoff)
     opts = cal.task_options(timeline)
+    opts["band"] = _bool("band", band)
     opts["id"] = hashlib.sha1(json.dumps(cal.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
     for t in sim_tasks:
         t["sim"] = opts

@@ -43,8 +43,9 @@ TIMELINE_MAX_EVENTS = 200000
 # plan()/run() keywords of simulated cells: a Calibration (or its dict or
 # file; default: calibrate() for the policies, once per process), the line
 # transfer and handoff lines overriding it, and the timeline events kept per
-# run (hold, wait, handoff, cycle; present.timeline writes them; 0 = none).
-OPTIONS = ("calibration", "timeline", "line_transfer", "lines_per_handoff")
+# run (hold, wait, handoff, cycle; present.timeline writes them; 0 = none);
+# band=False skips the runs at half and double the line cost (BAND).
+OPTIONS = ("calibration", "timeline", "line_transfer", "lines_per_handoff", "band")
 # The sensitivity band: every simulated run is also made with the line
 # transfer cost times these (its per-op times in raw["sim"]["band"]).
 BAND = (0.5, 2.0)
@@ -103,6 +104,13 @@ class Calibration:
                            else line_transfer_ns,
                            self.lines_per_handoff if lines_per_handoff is None
                            else lines_per_handoff, self.info)
+
+    def validated(self, validation):
+        """This calibration with a Validation's verdict kept in its info, so
+        that the runs made with it mark the (workload, policy) cells above
+        the validated CPUs "unvalidated" where the validation says so."""
+        return Calibration(self.costs, self.line_transfer_ns, self.lines_per_handoff,
+                           dict(self.info, validation=validation.to_dict()))
 
     def task_options(self, timeline=0):
         """What a task carries to the engine (plain, picklable)."""
@@ -352,7 +360,8 @@ def _per_op(policy, cell, producers, cpu, runs, duration, seed, calibration=None
 
     cell = dict(cell)
     wl = cell.pop("workload")
-    kw = {"calibration": calibration} if cpu == "simulated" else {"steal_reruns": 2}
+    kw = {"calibration": calibration, "band": False} if cpu == "simulated" \
+        else {"steal_reruns": 2}
     r = mrun.run(wl, policy, producers=producers, cpu=cpu, runs=runs, duration=duration,
                  seed=seed, mem_sample=0, **kw, **cell)
     pt = r.points[0]
@@ -384,6 +393,19 @@ def fit_handoff(calibration, policies, cells=FIT_CELLS, runs=3, duration=0.2, se
                                  "grid": list(grid), "log_error": best[0],
                                  "measured": {"%s %d" % k: v for k, v in meas.items()}})
     return out
+
+
+def _used(calibration, fitted, pol, producers, cell):
+    """Whether a cell took part in the calibration (one producer) or in the
+    handoff fit (two): fitted, not predicted."""
+    def same(f):
+        return all(f.get(k) == v for k, v in cell.items())
+    if any(f.get("policy") == pol and f.get("producers") == producers and same(f)
+           for f in fitted):
+        return True
+    hf = calibration.info.get("handoff_fit") or {}
+    return producers == 2 and pol in hf.get("policies", ()) and any(
+        same(c) for c in hf.get("cells", ()))
 
 
 class Validation:
@@ -431,7 +453,7 @@ class Validation:
 
 
 def validate(calibration, policies, cells=None, producers=None, runs=3, duration=0.2, seed=1,
-             tolerance=TOLERANCE_2P):
+             tolerance=TOLERANCE_2P, sim_duration=None):
     """Run each cell measured (pinned) and simulated at 1, 2 and every
     producer count up to the usable CPUs; a Validation. The calibration's
     own cells are marked (they were fitted, not predicted)."""
@@ -448,9 +470,9 @@ def validate(calibration, policies, cells=None, producers=None, runs=3, duration
             for p in producers:
                 m = _per_op(pol, cell, p, "pinned" if p <= usable else "virtual", runs,
                             duration, seed)
-                s = _per_op(pol, cell, p, "simulated", runs, duration, seed, calibration)
-                used = any(f.get("policy") == pol and f.get("producers") == p and all(
-                    f.get(k) == v for k, v in cell.items()) for f in fitted)
+                s = _per_op(pol, cell, p, "simulated", runs, sim_duration or duration, seed,
+                            calibration)
+                used = _used(calibration, fitted, pol, p, cell)
                 for op, mv, sv in (("alloc", m[0], s[0]), ("free", m[1], s[1])):
                     rows.append(dict(cell, policy=pol, producers=p, op=op, measured_ns=mv,
                                      simulated_ns=sv, ratio=sv / mv if mv else float("nan"),
