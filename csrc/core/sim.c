@@ -80,7 +80,8 @@ struct sim_cpu {
 	void *(*dfn)(void *); /* a daemon's function */
 	bool sleeping;	      /* a daemon in al_sim_sleep_on (not counted awake) */
 	unsigned char tls[AL_SIM_TLS][AL_SIM_TLS_BYTES]; /* its thread-locals */
-	const void *wait_lock;				 /* blocked on */
+	uint64_t remote_pending; /* next frees of objects another CPU wrote (one line each) */
+	const void *wait_lock;	 /* blocked on */
 	uint32_t wait_ticket;
 	uint64_t wait_since;
 	uint64_t deadline; /* ps; 0 = none */
@@ -740,6 +741,14 @@ void al_sim_lines(uint64_t n)
 		charge_lines(s, s->cur, n);
 }
 
+void al_sim_remote_frees(uint64_t n)
+{
+	struct al_sim *s = self;
+
+	if (s && s->cur)
+		s->cur->remote_pending += n;
+}
+
 /* The line of addr in the table (made when new), or NULL when it is full
  * (the line is then not tracked: no transfer charged). */
 static struct line *line_of(struct al_sim *s, const void *addr)
@@ -991,6 +1000,10 @@ void al_sim_call(const void *a, int kind)
 	if (a == s->top) { /* an operation of the workload: a segment of its own */
 		s->next_term = ct->term[kind];
 		seg_end(s, s->cur, AL_SIM_OP);
+		if (kind == AL_SIM_CALL_FREE && s->cur->remote_pending) {
+			s->cur->remote_pending--; /* its first line comes from its writer */
+			charge_lines(s, s->cur, 1);
+		}
 		return;
 	}
 	seg_add(s, ct->term[kind], 1);

@@ -63,7 +63,8 @@ static int xf_cycle(struct al_worker *w)
 	if ((prev >> OWNER_SHIFT) != w->id) {
 		w->alloc_cross += s->n;
 		if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
-			al_sim_lines(s->n); /* each object's first line, written by its allocator */
+			al_sim_remote_frees(
+				s->n); /* each object's line, written by its allocator */
 	}
 	ret = wl_free_list(w, old, s->n);
 	if (!ret)

@@ -146,6 +146,9 @@ AL_API void al_sim_shared(const void *addr, bool write);
 AL_API void al_sim_yield(void);
 /* Idle until `ticks` (virtual): a workload's think time. */
 AL_API void al_sim_wait_until(uint64_t ticks);
+/* The next n frees at the top of the stack free objects another CPU wrote
+ * last: each moves the object's first line, charged inside that free. */
+AL_API void al_sim_remote_frees(uint64_t n);
 /* n cache lines moved to this CPU (a workload freeing what another wrote). */
 AL_API void al_sim_lines(uint64_t n);
 /* Block on a lock until a release grants `ticket` (or, any: until any
