@@ -496,6 +496,18 @@ static void seg_terms(struct al_sim *s, struct sim_cpu *c, int end)
 	}
 }
 
+/* A lognormal factor of mean 1 and log-sd cfg.jitter (Box-Muller on the
+ * seeded PRNG). */
+static double jitter_factor(struct al_sim *s)
+{
+	double u1 = ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+	double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
+	double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+	double sg = s->cfg.jitter;
+
+	return exp(sg * z - 0.5 * sg * sg);
+}
+
 /* End c's segment at a boundary of kind `end`: cost it (or time it), advance
  * c's clock, start the next segment. */
 static void seg_end(struct al_sim *s, struct sim_cpu *c, int end)
@@ -541,6 +553,8 @@ static void seg_end(struct al_sim *s, struct sim_cpu *c, int end)
 			cost = y * 1000.0;
 		}
 	}
+	if (s->cfg.jitter > 0 && !s->cfg.calibrate && cost > 0)
+		cost *= jitter_factor(s);
 	/* no code runs in no time: a floor, so that a table of zeros still ends */
 	c->now += cost < SEG_FLOOR_PS ? SEG_FLOOR_PS : (uint64_t)llround(cost);
 	c->begin = end;
@@ -1148,7 +1162,8 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 		snprintf(err, errlen, "simulated run without a cost table");
 		return -EINVAL;
 	}
-	if (!(cfg->line_transfer_ns >= 0) || !(cfg->lines_per_handoff >= 0)) {
+	if (!(cfg->line_transfer_ns >= 0) || !(cfg->lines_per_handoff >= 0) ||
+	    !(cfg->jitter >= 0 && cfg->jitter <= 4)) {
 		snprintf(err, errlen, "bad line_transfer_ns %g or lines_per_handoff %g",
 			 cfg->line_transfer_ns, cfg->lines_per_handoff);
 		return -EINVAL;

@@ -105,9 +105,13 @@ struct al_sim_event {
 };
 
 struct al_sim_config {
-	uint64_t seed;		     /* tie-breaks (the run's seed) */
-	double line_transfer_ns;     /* one cache line moved between model CPUs */
-	double lines_per_handoff;    /* data lines a lock handoff moves besides the lock's own */
+	uint64_t seed;		  /* tie-breaks (the run's seed) */
+	double line_transfer_ns;  /* one cache line moved between model CPUs */
+	double lines_per_handoff; /* data lines a lock handoff moves besides the lock's own */
+	/* sigma of a lognormal factor (mean 1) on every segment's cost, drawn
+	 * from the seeded PRNG: code does not take the same time twice, and
+	 * model CPUs with equal costs would otherwise run in lockstep; 0 = off */
+	double jitter;
 	int calibrate;		     /* time segments with the real clock (one producer) */
 	struct al_sim_table *table;  /* required */
 	struct al_sim_event *events; /* timeline buffer, or NULL */

@@ -285,6 +285,7 @@ struct al_sim_config {
     uint64_t seed;
     double line_transfer_ns;
     double lines_per_handoff;
+    double jitter;
     int calibrate;
     struct al_sim_table *table;
     struct al_sim_event *events;

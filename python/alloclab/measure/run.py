@@ -215,7 +215,7 @@ def _check_cells(wl, tasks, policies):
 
 
 def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None,
-               lines_per_handoff=None, band=True):
+               lines_per_handoff=None, band=True, jitter=None):
     """What the settings record of the simulation ({"simulated": ...}), its
     Calibration set in every simulated task (task["sim"]); None when no task
     is simulated."""
@@ -238,12 +238,13 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
         cal = _CALIBRATIONS[key]
     else:
         cal = _sim.as_calibration(calibration)
-    for name, v in (("line_transfer", line_transfer), ("lines_per_handoff", lines_per_handoff)):
+    for name, v, hi in (("line_transfer", line_transfer, 1e6),
+                        ("lines_per_handoff", lines_per_handoff, 1e6), ("jitter", jitter, 4)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)
-                              or not 0 <= v < 1e6):
-            raise errors.ParameterRangeError("%s=%r: a number >= 0" % (name, v), name=name,
-                                             value=v, min=0, max=1e6)
-    cal = cal.with_(line_transfer, lines_per_handoff)
+                              or not 0 <= v <= hi):
+            raise errors.ParameterRangeError("%s=%r: a number from 0 to %g" % (name, v, hi),
+                                             name=name, value=v, min=0, max=hi)
+    cal = cal.with_(line_transfer, lines_per_handoff, jitter)
     opts = cal.task_options(timeline)
     opts["band"] = _bool("band", band)
     opts["id"] = hashlib.sha1(json.dumps(cal.to_dict(), sort_keys=True).encode()).hexdigest()[:12]

@@ -44,8 +44,9 @@ TIMELINE_MAX_EVENTS = 200000
 # file; default: calibrate() for the policies, once per process), the line
 # transfer and handoff lines overriding it, and the timeline events kept per
 # run (hold, wait, handoff, cycle; present.timeline writes them; 0 = none);
-# band=False skips the runs at half and double the line cost (BAND).
-OPTIONS = ("calibration", "timeline", "line_transfer", "lines_per_handoff", "band")
+# band=False skips the runs at half and double the line cost (BAND);
+# jitter: the sigma of each segment's lognormal cost factor (Calibration).
+OPTIONS = ("calibration", "timeline", "line_transfer", "lines_per_handoff", "band", "jitter")
 # The sensitivity band: every simulated run is also made with the line
 # transfer cost times these (its per-op times in raw["sim"]["band"]).
 BAND = (0.5, 2.0)
@@ -56,16 +57,18 @@ class Calibration:
     lines, and where they came from."""
 
     def __init__(self, costs, line_transfer_ns, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF,
-                 info=None):
+                 info=None, jitter=0.0):
         self.costs = dict(costs)
         self.line_transfer_ns = float(line_transfer_ns)
         self.lines_per_handoff = float(lines_per_handoff)
+        self.jitter = float(jitter)
         self.info = dict(info or {})
 
     def to_dict(self):
         return {"format": FORMAT, "costs": self.costs,
                 "line_transfer_ns": self.line_transfer_ns,
-                "lines_per_handoff": self.lines_per_handoff, "info": self.info}
+                "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
+                "info": self.info}
 
     @classmethod
     def from_dict(cls, d, where="calibration"):
@@ -83,7 +86,12 @@ class Calibration:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
                 raise errors.InvalidArgument("%s: %s must be a number >= 0, not %r"
                                              % (where, k, v))
-        return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"))
+        jitter = d.get("jitter", 0.0)
+        if not isinstance(jitter, (int, float)) or isinstance(jitter, bool) or \
+                not 0 <= jitter <= 4:
+            raise errors.InvalidArgument("%s: jitter must be a number from 0 to 4, not %r"
+                                         % (where, jitter))
+        return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"), jitter)
 
     def save(self, path):
         files.write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n",
@@ -98,24 +106,26 @@ class Calibration:
             raise errors.InvalidArgument("calibration file %s is not JSON: %s" % (path, e))
         return cls.from_dict(d, "calibration file %s" % path)
 
-    def with_(self, line_transfer_ns=None, lines_per_handoff=None):
+    def with_(self, line_transfer_ns=None, lines_per_handoff=None, jitter=None):
         return Calibration(self.costs,
                            self.line_transfer_ns if line_transfer_ns is None
                            else line_transfer_ns,
                            self.lines_per_handoff if lines_per_handoff is None
-                           else lines_per_handoff, self.info)
+                           else lines_per_handoff, self.info,
+                           self.jitter if jitter is None else jitter)
 
     def validated(self, validation):
         """This calibration with a Validation's verdict kept in its info, so
         that the runs made with it mark the (workload, policy) cells above
         the validated CPUs "unvalidated" where the validation says so."""
         return Calibration(self.costs, self.line_transfer_ns, self.lines_per_handoff,
-                           dict(self.info, validation=validation.to_dict()))
+                           dict(self.info, validation=validation.to_dict()), self.jitter)
 
     def task_options(self, timeline=0):
         """What a task carries to the engine (plain, picklable)."""
         return {"costs": sorted(self.costs.items()), "line_transfer_ns": self.line_transfer_ns,
-                "lines_per_handoff": self.lines_per_handoff, "timeline": int(timeline)}
+                "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
+                "timeline": int(timeline)}
 
 
 def as_calibration(value):
@@ -156,6 +166,7 @@ def fill_config(cfg, task, run_index=0, calibrate=False):
     cfg.sim.seed = cfg.seed
     cfg.sim.line_transfer_ns = float(so.get("line_transfer_ns", 0.0))
     cfg.sim.lines_per_handoff = float(so.get("lines_per_handoff", DEFAULT_LINES_PER_HANDOFF))
+    cfg.sim.jitter = float(so.get("jitter", 0.0))
     cfg.sim.calibrate = 1 if calibrate else 0
     cfg.sim.table = table
     events = ffi.NULL
@@ -351,7 +362,8 @@ _BOOT = Calibration({}, 0.0, 0.0, {"boot": True})
 # ---- the free parameter, and the validation ----
 
 FIT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},)
-HANDOFF_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+HANDOFF_GRID = (0.0, 0.5, 1.0, 2.0, 4.0)
+JITTER_GRID = (0.0, 0.25, 0.5, 1.0)
 TOLERANCE_2P = 0.25  # a 2-producer prediction off by more leaves the cells above unvalidated
 
 
@@ -370,28 +382,32 @@ def _per_op(policy, cell, producers, cpu, runs, duration, seed, calibration=None
 
 
 def fit_handoff(calibration, policies, cells=FIT_CELLS, runs=3, duration=0.2, seed=1,
-                grid=HANDOFF_GRID):
-    """lines_per_handoff fitted to this machine's measured two-producer runs
-    of ``cells`` (pinned): the grid value whose predictions are closest in
-    log ratio, summed over policies, cells, alloc and free. Never a seed's
-    number. Returns the calibration with it and with where it came from."""
+                grid=HANDOFF_GRID, jitters=JITTER_GRID):
+    """The two free parameters, lines_per_handoff and jitter, fitted to this
+    machine's measured two-producer runs of ``cells`` (pinned): the grid
+    point whose predictions are closest in log ratio, summed over policies,
+    cells, alloc and free. Never a seed's number. Returns the calibration
+    with them and with where they came from."""
     if isinstance(policies, str):
         policies = [policies]
     meas = {(p, i): _per_op(p, c, 2, "pinned", runs, duration, seed)
             for p in policies for i, c in enumerate(cells)}
     best = None
     for lph in grid:
-        cal = calibration.with_(lines_per_handoff=lph)
-        err = 0.0
-        for (p, i), m in meas.items():
-            s = _per_op(p, cells[i], 2, "simulated", runs, duration, seed, cal)
-            err += sum(abs(math.log(max(a, 1e-9) / max(b, 1e-9))) for a, b in zip(s, m))
-        if best is None or err < best[0]:
-            best = (err, lph)
-    out = calibration.with_(lines_per_handoff=best[1])
+        for jit in jitters:
+            cal = calibration.with_(lines_per_handoff=lph, jitter=jit)
+            err = 0.0
+            for (p, i), m in meas.items():
+                s = _per_op(p, cells[i], 2, "simulated", runs, min(duration, 0.05), seed, cal)
+                err += sum(abs(math.log(max(a, 1e-9) / max(b, 1e-9))) for a, b in zip(s, m))
+            if best is None or err < best[0]:
+                best = (err, lph, jit)
+    out = calibration.with_(lines_per_handoff=best[1], jitter=best[2])
     out.info = dict(out.info, lines_per_handoff="fitted on 2-producer measured runs",
+                    jitter="fitted on 2-producer measured runs",
                     handoff_fit={"cells": list(cells), "policies": list(policies),
-                                 "grid": list(grid), "log_error": best[0],
+                                 "grid": list(grid), "jitters": list(jitters),
+                                 "log_error": best[0],
                                  "measured": {"%s %d" % k: v for k, v in meas.items()}})
     return out
 
