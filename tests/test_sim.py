@@ -225,3 +225,24 @@ def test_every_simulated_run_carries_its_band():
     mid = raw["alloc_ns"] / raw["alloc_ops"]
     # handoffs cost lines: a dearer line makes the same ops slower
     assert band["alloc_ns"][0] < mid < band["alloc_ns"][1]
+
+
+def test_a_direction_that_flips_in_the_band_is_inconclusive():
+    cal = _cal({"seg.acq-rel": 40.0, "seg.op-op": 5.0}, line=40.0, lph=1.0)
+    a = al.run("malloc-free", "buddy", producers=4, cpu="simulated", calibration=cal,
+               runs=3, cycles=20, warmup_cycles=1, mem_sample=0, allocs_per_cycle=8, seed=1)
+    b = al.run("malloc-free", "buddy", producers=4, cpu="simulated", calibration=cal,
+               runs=3, cycles=20, warmup_cycles=1, mem_sample=0, allocs_per_cycle=8, seed=9)
+    for p in b.points:  # b: slower than a across the band ...
+        p.data["alloc_ns"] = [v * 1.5 for v in p.data["alloc_ns"]]
+        for band in p.info["sim"]["band"]:
+            band["alloc_ns"] = [v * 1.5 for v in band["alloc_ns"]]
+    c = al.compare(a, b, metric="alloc_ns", on=["producers"])
+    cell = c.cells[0]
+    assert cell.predicted and not cell.band_flip and cell.mark == "R"
+    for p in b.points:  # ... and faster than a with the line cost halved
+        for band in p.info["sim"]["band"]:
+            band["alloc_ns"] = [band["alloc_ns"][0] * 0.1, band["alloc_ns"][1]]
+    cell = al.compare(a, b, metric="alloc_ns", on=["producers"]).cells[0]
+    assert cell.band_flip and cell.mark == ""
+    assert "line-cost band" in cell.verdict()

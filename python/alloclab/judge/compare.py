@@ -183,7 +183,7 @@ class Cell:
     better), unit."""
 
     __slots__ = ("key", "metric", "column", "old", "new", "change", "test", "p", "p_adj",
-                 "mark", "significant", "lower", "unit", "threshold", "predicted")
+                 "mark", "significant", "lower", "unit", "threshold", "predicted", "band_flip")
 
     def __init__(self, key, metric, column, old, new, change, test, p, lower=True):
         self.key, self.metric, self.column = key, metric, column
@@ -195,6 +195,7 @@ class Cell:
         self.unit = unit(metric)
         self.threshold = 0.02
         self.predicted = False  # both sides simulated: the verdict is a prediction
+        self.band_flip = False  # predicted, and the direction flips within the line-cost band
 
     @property
     def change_pct(self):
@@ -221,6 +222,8 @@ class Cell:
         return "predicted " + v if self.predicted else v
 
     def _verdict(self):
+        if self.band_flip:
+            return "inconclusive: flips within the line-cost band"
         if self.mark:
             return "(%s)" % self.mark
         if self.significant is None:
@@ -472,6 +475,8 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     cells = _judge(pairs, test, threshold, alpha, directions)
     for c in cells:
         c.predicted = predicted is not None
+    if predicted is not None:
+        _band(cells, old, news, cols, key, base_name)
     differ = _differing(old, news, key)
     _warn_stats_levels(differ, old, news)
     out = Comparison(cells, cols, base_name, key, metrics, directions, test, threshold, alpha,
@@ -497,6 +502,23 @@ def _predicted(old, news, key, cols, base_name):
     if not sims or None in sims:
         return None
     return "calibration %s" % (", ".join(_simulated.calibration_ids(sims)) or "not recorded")
+
+
+def _band(cells, old, news, cols, key, base_name):
+    """A predicted cell whose direction is not the same with the line cost
+    halved and doubled (measure.sim.BAND) loses its mark: inconclusive."""
+    go = _group(old, key)
+    gns = dict(zip(cols, (_group(new, key) for new in news)))
+    for c in cells:
+        kk = json.dumps([c.key[k] for k in key], default=str)
+        bo = _simulated.band_means(go.get(kk, []), c.metric)
+        bn = _simulated.band_means(gns.get(c.column, {}).get(kk, []), c.metric)
+        if bo is None or bn is None or not c.change:
+            continue
+        mid = c.new.mean - c.old.mean
+        if any((n - o) * mid <= 0 for o, n in zip(bo, bn)):
+            c.band_flip = True
+            c.mark = ""
 
 
 def _check_options(metric, test, threshold, alpha, on):

@@ -12,7 +12,8 @@ their words from here, so that they all say the same thing:
   both simulated;
 - point_info(raws): what a Point keeps of its runs' raw["sim"] (the
   calibration id, the terms without a cost, the engine's per-run counts,
-  and the first run's timeline when one was asked for);
+  the sensitivity band, and the first run's timeline when one was asked
+  for); band_means(points, metric): the band's values of a side;
 - warning_lines(points, metadata): the lines under a table: the times are
   predictions; terms the calibration has no cost for (counted as 0 ns);
   cells above the usable CPUs of a validation that found the (workload,
@@ -68,7 +69,28 @@ def point_info(raws):
             out[k] = [s[k] for s in sims]
     if sims[0].get("timeline"):
         out["timeline"] = [list(ev) for ev in sims[0]["timeline"]]
+    if all(s.get("band") for s in sims):
+        out["band"] = [s["band"] for s in sims]
     return out
+
+
+def band_means(points, metric):
+    """(at half, at double) the line cost: the mean per-op value of metric
+    over the points' runs (raw["sim"]["band"], measure.sim.BAND), or None
+    when a run has none."""
+    vals = []
+    for p in points:
+        bands = (p.info.get("sim") or {}).get("band")
+        if not bands:
+            return None
+        for b in bands:
+            v = b.get(metric)
+            if v is None or None in v:
+                return None
+            vals.append(v)
+    if not vals:
+        return None
+    return tuple(sum(v[i] for v in vals) / len(vals) for i in (0, 1))
 
 
 def calibration_ids(points):
