@@ -1011,7 +1011,7 @@ void al_sim_call(const void *a, int kind)
 			 what[kind]);
 		ct->term[kind] = term_find(s, name);
 	}
-	if (a == s->top) { /* an operation of the workload: a segment of its own */
+	if (a == s->top && s->cfg.op_segments) { /* an operation: a segment of its own */
 		s->next_term = ct->term[kind];
 		seg_end(s, s->cur, AL_SIM_OP);
 		if (kind == AL_SIM_CALL_FREE && s->cur->remote_pending) {
@@ -1019,6 +1019,10 @@ void al_sim_call(const void *a, int kind)
 			charge_lines(s, s->cur, 1);
 		}
 		return;
+	}
+	if (a == s->top && kind == AL_SIM_CALL_FREE && s->cur->remote_pending) {
+		s->cur->remote_pending--; /* its first line comes from its writer */
+		charge_lines(s, s->cur, 1);
 	}
 	seg_add(s, ct->term[kind], 1);
 }

@@ -112,7 +112,11 @@ struct al_sim_config {
 	 * from the seeded PRNG: code does not take the same time twice, and
 	 * model CPUs with equal costs would otherwise run in lockstep; 0 = off */
 	double jitter;
-	int calibrate;		     /* time segments with the real clock (one producer) */
+	int calibrate; /* time segments with the real clock (one producer) */
+	/* every call into the top layer ends a segment (finer terms, and the
+	 * harness inside every operation's timing); 0: segments end at sync
+	 * points only, and an operation is a term of the segment it is in */
+	int op_segments;
 	struct al_sim_table *table;  /* required */
 	struct al_sim_event *events; /* timeline buffer, or NULL */
 	uint64_t events_max;

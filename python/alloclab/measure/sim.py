@@ -34,8 +34,11 @@ from ..host import machine
 from ..cbind._ffi import ffi, lib
 
 # Cells the default calibration runs (one producer each): malloc-free at 64
-# allocs/cycle. Other cells are predictions that a validation checks.
-DEFAULT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},)
+# allocs/cycle (the caches' hit paths) and at 1024 (bursts past every
+# cache's capacity: refills, flushes and misses all run). Other cells are
+# predictions that a validation checks.
+DEFAULT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},
+                 {"workload": "malloc-free", "allocs_per_cycle": 1024})
 CALIBRATION_SECONDS = 0.2
 FORMAT = "alloclab-calibration/1"
 DEFAULT_LINES_PER_HANDOFF = 1.0
