@@ -6,6 +6,7 @@ calibration file's round trip."""
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
@@ -230,3 +231,17 @@ def test_show_and_compare_of_simulated_files(calfile, tmp_path):
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "a simulated side (cpu=simulated, predictions) against a " \
         "measured side (cpu=pinned)" in err[0], err
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason="the fit measures 2 pinned producers")
+def test_calibrate_fit_handoff(tmp_path):
+    out = tmp_path / "f.json"
+    p = cli("sim", "calibrate", "--policy", "libarena-spill", "--line-transfer", "60",
+            "--fit-handoff", "--duration", "0.02", "--out", str(out), check=0)
+    cal = sim.Calibration.load(str(out))
+    assert cal.info["lines_per_handoff"] == "fitted on 2-producer measured runs"
+    assert cal.lines_per_handoff in sim.HANDOFF_GRID
+    assert cal.info["handoff_fit"]["policies"] == ["libarena-spill"]
+    assert "%g lines per handoff (fitted on 2-producer measured runs)" % \
+        cal.lines_per_handoff in p.stdout
