@@ -23,6 +23,7 @@ Nothing here runs anything; it reads Points and a Result's metadata.
 """
 
 from .. import errors
+from ..policies.policy import same_policy
 
 MODE = "simulated"
 LABEL = "simulated: predicted"
@@ -121,14 +122,17 @@ def validation(metadata):
 
 def unvalidated(point, metadata):
     """Whether a simulated point lies above the validation's usable CPUs for
-    a (workload, policy) the validation found off."""
+    a (workload, policy) the validation found off (a preset and its spec
+    alike)."""
     v = validation(metadata)
     if v is None or not is_simulated(point):
         return False
-    bad = {tuple(x) for x in v.get("unvalidated", ()) if isinstance(x, (list, tuple))}
-    key = (point.params.get("workload"), point.params.get("policy"))
     usable = v.get("usable_cpus")
-    return key in bad and isinstance(usable, int) and (point.params.get("producers") or 0) > usable
+    if not isinstance(usable, int) or (point.params.get("producers") or 0) <= usable:
+        return False
+    wl, pol = point.params.get("workload"), point.params.get("policy")
+    return any(isinstance(x, (list, tuple)) and len(x) == 2 and x[0] == wl and
+               same_policy(x[1], pol) for x in v.get("unvalidated", ()))
 
 
 def _names(labels, limit):
