@@ -77,10 +77,27 @@ FIGURES = [
     ("plot_reproduce", "libarena", lambda d: d["libarena"].plot("free_ns", "malloc-free")),
     ("plot_reproduce", "vmalloc_rows", lambda d: d["vmalloc"].plot()),
     ("plot_reproduce", "vmalloc_sizes", lambda d: d["vmalloc"].plot_sizes()),
+    ("plot_reproduce", "scaling", lambda d: plot_reproduce.scaling(
+        _FakeScaling(), [("alloc_ns", "alloc"), ("free_ns", "free")])),
     ("plot_reproduce", "local_storage_speed", lambda d: d["local_storage"].plot()),
     ("plot_reproduce", "local_storage_kmallocs", lambda d: d["local_storage"].plot_kmallocs()),
 ]
 TALLER = {"overview": 8.6}
+
+
+class _FakeScaling:
+    """What plot_reproduce.scaling reads of a Scaling: three designs, measured
+    at 1-2 CPUs and simulated at 1-256."""
+
+    designs = [("spill", ""), ("transfer", ""), ("magazine", "")]
+    settings = {"cpus": [1, 2, 4, 8, 16, 32, 64, 128, 256], "usable_cpus": 2,
+                "workload": "malloc-free", "allocs_per_cycle": 256,
+                "calibration": {"id": "0123456789ab"}}
+
+    def series(self, design, metric, kind):
+        k = 1 + [d for d, _ in self.designs].index(design)
+        cpus = [1, 2] if kind == "measured" else self.settings["cpus"]
+        return [(c, 10.0 * k * c ** 0.5, 1.0 if kind == "measured" else 0.0) for c in cpus]
 
 
 @pytest.fixture(autouse=True)
