@@ -246,3 +246,14 @@ def test_a_direction_that_flips_in_the_band_is_inconclusive():
     cell = al.compare(a, b, metric="alloc_ns", on=["producers"]).cells[0]
     assert cell.band_flip and cell.mark == ""
     assert "line-cost band" in cell.verdict()
+
+
+def test_simulated_cells_run_on_a_pool_without_a_warning(cal):
+    import concurrent.futures as cf
+    import warnings
+    with cf.ProcessPoolExecutor(2) as ex, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = al.run("malloc-free", "libarena-spill", producers=[2, 4], cpu="simulated",
+                   calibration=cal, runs=1, cycles=5, warmup_cycles=1, mem_sample=0,
+                   executor=ex)
+    assert len(r.points) == 2

@@ -963,7 +963,8 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
-    adaptive = adaptive_options(target_ci, budget, executor, allow_concurrent or _sim_only(tasks))
+    adaptive = adaptive_options(target_ci, budget, executor, allow_concurrent,
+                                not _sim_only(tasks))
     _set_reruns(settings, steal_reruns, executor)
     prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run
@@ -1064,13 +1065,14 @@ def _run_on(executor, tasks, runs, prog):
 MAX_ADAPTIVE_RUNS = 100  # runs per cell at most, whatever the budget
 
 
-def adaptive_options(target_ci, budget, executor=None, allow_concurrent=False):
+def adaptive_options(target_ci, budget, executor=None, allow_concurrent=False, timed=True):
     """The adaptive-runs options checked ({target_ci, budget}, or None), then
     the executor (a local pool that would overlap timed runs is refused, or
-    with allow_concurrent warned about; adaptive runs take none)."""
+    with allow_concurrent warned about; timed=False, every cell simulated:
+    any pool; adaptive runs take none)."""
     opts = _adaptive_checked(target_ci, budget)
     if executor is not None:
-        check_executor(executor, allow_concurrent)
+        check_executor(executor, allow_concurrent, timed)
         if opts:
             raise errors.InvalidArgument("target_ci (adaptive runs) runs cells one after the "
                                          "other: it does not take an executor")
