@@ -203,9 +203,10 @@ def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
 _CALIBRATIONS = {}  # policies -> the Calibration made for them in this process
 
 
-def _sim_only(tasks):
-    """Simulated cells only: they share no timing, so they may run side by side."""
-    return all(t["cpu"] == "simulated" for t in tasks)
+def _timed(tasks):
+    """Whether a cell is timed on this machine's CPUs: simulated cells only
+    share no timing, so they may run side by side."""
+    return not all(t["cpu"] == "simulated" for t in tasks)
 
 
 def _check_cells(wl, tasks, policies):
@@ -245,11 +246,10 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
             raise errors.ParameterRangeError("%s=%r: a number from 0 to %g" % (name, v, hi),
                                              name=name, value=v, min=0, max=hi)
     cal = cal.with_(line_transfer, lines_per_handoff, jitter)
-    opts = cal.task_options(timeline)
-    opts["band"] = _bool("band", band)
-    opts["id"] = hashlib.sha1(json.dumps(cal.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+    band = _bool("band", band)
+    cid = hashlib.sha1(json.dumps(cal.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
     for t in sim_tasks:
-        t["sim"] = opts
+        t["sim"] = dict(cal.task_options(timeline, t["policy"]), band=band, id=cid)
         t["processes"] = t["isolate"] = False  # one thread of this process, nothing shared
     return {"simulated": {"calibration": cal.to_dict(), "timeline": timeline}}
 
@@ -963,8 +963,7 @@ def run(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
                            duration=duration, seed=seed, histogram=histogram,
                            mem_sample=mem_sample, effort=effort, processes=processes,
                            isolate=isolate, check=check, stats=stats, realtime=realtime, **params)
-    adaptive = adaptive_options(target_ci, budget, executor, allow_concurrent,
-                                not _sim_only(tasks))
+    adaptive = adaptive_options(target_ci, budget, executor, allow_concurrent, _timed(tasks))
     _set_reruns(settings, steal_reruns, executor)
     prog = _Progress(len(tasks) * settings["runs"], progress, "alloclab " + workload)
     load_before = machine.loadavg()  # machine state: the load around the whole run

@@ -60,8 +60,9 @@ class Calibration:
     lines, and where they came from."""
 
     def __init__(self, costs, line_transfer_ns, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF,
-                 info=None, jitter=0.0):
+                 info=None, jitter=0.0, scales=None):
         self.costs = dict(costs)
+        self.scales = dict(scales or {})  # policy -> factor on every cost (calibrate)
         self.line_transfer_ns = float(line_transfer_ns)
         self.lines_per_handoff = float(lines_per_handoff)
         self.jitter = float(jitter)
@@ -71,7 +72,7 @@ class Calibration:
         return {"format": FORMAT, "costs": self.costs,
                 "line_transfer_ns": self.line_transfer_ns,
                 "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
-                "info": self.info}
+                "scales": self.scales, "info": self.info}
 
     @classmethod
     def from_dict(cls, d, where="calibration"):
@@ -94,7 +95,13 @@ class Calibration:
                 not 0 <= jitter <= 4:
             raise errors.InvalidArgument("%s: jitter must be a number from 0 to 4, not %r"
                                          % (where, jitter))
-        return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"), jitter)
+        scales = d.get("scales", {})
+        if not isinstance(scales, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and v > 0
+                for k, v in scales.items()):
+            raise errors.InvalidArgument("%s: scales must map policies to factors > 0" % where)
+        return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"), jitter,
+                   scales)
 
     def save(self, path):
         files.write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n",
@@ -115,18 +122,31 @@ class Calibration:
                            else line_transfer_ns,
                            self.lines_per_handoff if lines_per_handoff is None
                            else lines_per_handoff, self.info,
-                           self.jitter if jitter is None else jitter)
+                           self.jitter if jitter is None else jitter, self.scales)
 
     def validated(self, validation):
         """This calibration with a Validation's verdict kept in its info, so
         that the runs made with it mark the (workload, policy) cells above
         the validated CPUs "unvalidated" where the validation says so."""
         return Calibration(self.costs, self.line_transfer_ns, self.lines_per_handoff,
-                           dict(self.info, validation=validation.to_dict()), self.jitter)
+                           dict(self.info, validation=validation.to_dict()), self.jitter,
+                           self.scales)
 
-    def task_options(self, timeline=0):
+    def scale_for(self, policy):
+        """The factor on the costs for ``policy``: its own, fitted on the
+        calibration cells, else the geometric mean of those fitted (1 without
+        any)."""
+        if policy in self.scales:
+            return self.scales[policy]
+        if not self.scales:
+            return 1.0
+        return float(np.exp(np.mean(np.log(list(self.scales.values())))))
+
+    def task_options(self, timeline=0, policy=None):
         """What a task carries to the engine (plain, picklable)."""
-        return {"costs": sorted(self.costs.items()), "line_transfer_ns": self.line_transfer_ns,
+        f = self.scale_for(policy)
+        return {"costs": sorted((k, v * f) for k, v in self.costs.items()),
+                "scale": f, "line_transfer_ns": self.line_transfer_ns,
                 "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
                 "timeline": int(timeline)}
 
@@ -315,30 +335,29 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
                     parts.append(raw["sim"]["fit"])
                 used.append(task["point"])
     costs, report = fit(parts)
-    scale, scale_cells = _scale(policies, cells, costs, duration, seed)
-    costs = {k: v * scale for k, v in costs.items()}
-    report["scale"] = scale
+    scales, scale_cells = _scale(policies, cells, costs, duration, seed)
+    report["scale"] = scales
     report["scale_cells"] = scale_cells
     lt = line_transfer_ns() if line_transfer is None else float(line_transfer)
     info = {"host": machine.cpu_model(), "hostname": os.uname().nodename,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": used,
             "line_transfer": "given" if line_transfer is not None else "measured (ping-pong)",
             "lines_per_handoff": "given", "fit": report, "seconds": round(time.time() - t0, 2)}
-    return Calibration(costs, lt, lines_per_handoff, info)
+    return Calibration(costs, lt, lines_per_handoff, info, scales=scales)
 
 
 def _scale(policies, cells, costs, duration, seed):
-    """The one factor between timed segments and the code run whole: timing
-    each segment costs the code its overlap with its neighbours (and the
-    harness's cache lines), so the fitted costs are scaled to this machine's
-    measured runs of the calibration cells themselves (pinned, one
-    producer): the measured per-op time over the simulated, summed over
-    those cells. Fitted on the calibration cells only; every other cell is
-    a prediction a validation checks."""
+    """A factor per policy between timed segments and the code run whole:
+    timing each segment costs the code its overlap with its neighbours (and
+    the harness's cache lines), so the fitted costs are scaled to this
+    machine's measured runs of the calibration cells themselves (pinned, one
+    producer): the policy's measured per-op time over its simulated one,
+    summed over those cells. Fitted on the calibration cells only; every
+    other cell is a prediction a validation checks."""
     from . import run as mrun
 
     cal = Calibration(costs, 0.0, 0.0)
-    meas, simd, used = 0.0, 0.0, []
+    meas, simd, used = {}, {}, []
     for cell in cells:
         cell = dict(cell)
         wl = cell.pop("workload")
@@ -353,12 +372,11 @@ def _scale(policies, cells, costs, duration, seed):
                     ops = max(raw["alloc_ops"] + raw["free_ops"], 1)
                     vals.append((raw["alloc_ns"] + raw["free_ns"]) / ops)
                 per_op = float(np.median(vals))
-                if cpu == "simulated":
-                    simd += per_op
-                else:
-                    meas += per_op
+                side = simd if cpu == "simulated" else meas
+                side[pol] = side.get(pol, 0.0) + per_op
+                if cpu != "simulated":
                     used.append(tasks[0]["point"])
-    return (meas / simd if simd > 0 else 1.0), used
+    return {p: (meas[p] / simd[p] if simd.get(p) else 1.0) for p in meas}, used
 
 
 # A placeholder calibration that lets calibrate() plan its own runs.
