@@ -123,6 +123,71 @@ static al_noinline int wl_free_list_hist(struct al_worker *w, void *head, unsign
 	return 0;
 }
 
+/*
+ * Simulated CPUs (sim.h): the loops below with every call into the stack a
+ * term of the cost model, batch or per-op timing as asked. Separate loops,
+ * chosen once per list, so the measured loops carry no check per operation.
+ */
+static al_noinline int wl_alloc_list_sim(struct al_worker *w, size_t size, unsigned n, void **headp)
+{
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	const bool per_op = w->timing != AL_TIMING_BATCH;
+	void *head = NULL, *p;
+	uint64_t t0 = al_ticks(), sum = 0;
+	unsigned i;
+
+	for (i = 0; i < n; i++) {
+		uint64_t s = per_op ? al_ticks() : 0;
+
+		al_sim_call(a, AL_SIM_CALL_ALLOC);
+		p = a->ops->alloc(a, c, size, 0);
+		if (al_unlikely(!p))
+			p = wl_alloc_again(w, size, 0);
+		if (per_op)
+			sum += al_ticks() - s;
+		if (al_unlikely(!p))
+			goto fail;
+		*(void **)p = head;
+		head = p;
+	}
+	w->alloc_ticks += per_op ? sum : al_ticks() - t0;
+	w->alloc_ops += n;
+	*headp = head;
+	return 0;
+fail:
+	wl_free_list_untimed(a, c, head, i);
+	return wl_alloc_failed(w, i, n, size);
+}
+
+static al_noinline int wl_free_list_sim(struct al_worker *w, void *head, unsigned n)
+{
+	struct al_allocator *a = w->a;
+	struct al_ctx *c = &w->ctx;
+	const bool per_op = w->timing != AL_TIMING_BATCH;
+	uint64_t t0 = al_ticks(), sum = 0;
+	void *next;
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		uint64_t s;
+
+		next = *(void **)head;
+		s = per_op ? al_ticks() : 0;
+		al_sim_call(a, AL_SIM_CALL_FREE);
+		ret = a->ops->free(a, c, head);
+		if (per_op)
+			sum += al_ticks() - s;
+		if (al_unlikely(ret))
+			return wl_free_failed(w, head, ret);
+		head = next;
+	}
+	w->free_ticks += per_op ? sum : al_ticks() - t0;
+	w->free_ops += n;
+	return 0;
+}
+
 /* Allocate n objects of size >= 8 into *headp, timed into w->alloc_ticks. */
 static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, void **headp)
 {
@@ -131,19 +196,17 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 	/* Ops tables are const for an instance's life: load the entry once, as a
 	 * kernel caller binds a direct call, so the loop measures the allocator. */
 	void *(*alloc)(struct al_allocator *, struct al_ctx *, size_t, unsigned) = a->ops->alloc;
-	/* simulated CPUs: each call is a term of the cost model (sim.h) */
-	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
 	void *head = NULL, *p;
 	uint64_t t0, sum = 0;
 	unsigned i;
 
 	if (al_unlikely(w->hist != NULL))
 		return wl_alloc_list_hist(w, size, n, headp);
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return wl_alloc_list_sim(w, size, n, headp);
 	if (w->timing == AL_TIMING_BATCH) {
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {
-			if (al_unlikely(sim))
-				al_sim_call(a, AL_SIM_CALL_ALLOC);
 			p = alloc(a, c, size, 0);
 			if (al_unlikely(!p) && !(p = wl_alloc_again(w, size, 0)))
 				goto fail;
@@ -154,8 +217,6 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 	} else {
 		for (i = 0; i < n; i++) {
 			t0 = al_ticks();
-			if (al_unlikely(sim))
-				al_sim_call(a, AL_SIM_CALL_ALLOC);
 			p = alloc(a, c, size, 0);
 			if (al_unlikely(!p))
 				p = wl_alloc_again(w, size, 0);
@@ -181,7 +242,6 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 	struct al_allocator *a = w->a;
 	struct al_ctx *c = &w->ctx;
 	int (*free_fn)(struct al_allocator *, struct al_ctx *, void *) = a->ops->free;
-	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
 	uint64_t t0, sum = 0;
 	void *next;
 	unsigned i;
@@ -189,12 +249,12 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 
 	if (al_unlikely(w->hist != NULL))
 		return wl_free_list_hist(w, head, n);
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return wl_free_list_sim(w, head, n);
 	if (w->timing == AL_TIMING_BATCH) {
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {
 			next = *(void **)head;
-			if (al_unlikely(sim))
-				al_sim_call(a, AL_SIM_CALL_FREE);
 			ret = free_fn(a, c, head);
 			if (al_unlikely(ret))
 				return wl_free_failed(w, head, ret);
@@ -205,8 +265,6 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 		for (i = 0; i < n; i++) {
 			next = *(void **)head;
 			t0 = al_ticks();
-			if (al_unlikely(sim))
-				al_sim_call(a, AL_SIM_CALL_FREE);
 			ret = free_fn(a, c, head);
 			sum += al_ticks() - t0;
 			if (al_unlikely(ret))
