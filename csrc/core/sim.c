@@ -167,8 +167,8 @@ struct al_sim {
 	bool joining;			    /* the engine runs the daemons to their end */
 	struct call_term calls[CALL_CACHE]; /* term of each layer's calls */
 	const void *top;		    /* the stack's top layer: its calls are operations */
-	int next_term;			    /* term the next segment starts with, or -1 */
-	int fbuf[AL_SIM_FEATURES];	    /* this segment's terms */
+
+	int fbuf[AL_SIM_FEATURES]; /* this segment's terms */
 	double ubuf[AL_SIM_FEATURES];
 	unsigned nf;
 };
@@ -206,7 +206,7 @@ static void tls_switch(unsigned char (*from)[AL_SIM_TLS_BYTES],
 }
 
 static const char *const kind_names[AL_SIM_KIND_NR] = {
-	"start", "acq", "rel", "clock", "cycle", "shared", "end", "op",
+	"start", "acq", "rel", "clock", "cycle", "shared", "end",
 };
 
 /* ---- fibers ---- */
@@ -559,10 +559,7 @@ static void seg_end(struct al_sim *s, struct sim_cpu *c, int end)
 	c->now += cost < SEG_FLOOR_PS ? SEG_FLOOR_PS : (uint64_t)llround(cost);
 	c->begin = end;
 	s->nf = 0; /* the next segment's terms start here (al_sim_call adds to them) */
-	if (s->next_term >= 0) { /* the operation that opens the next segment */
-		seg_add(s, s->next_term, 1);
-		s->next_term = -1;
-	}
+
 	s->st.segments++;
 	if (s->cfg.calibrate)
 		c->seg_tsc = real_ticks();
@@ -745,14 +742,6 @@ static void charge_lines(struct al_sim *s, struct sim_cpu *c, uint64_t n)
 		s->st.lines += n;
 		s->st.line_ns += (double)ps / 1000.0;
 	}
-}
-
-void al_sim_lines(uint64_t n)
-{
-	struct al_sim *s = self;
-
-	if (s && s->cur && n)
-		charge_lines(s, s->cur, n);
 }
 
 void al_sim_remote_frees(uint64_t n)
@@ -1011,15 +1000,7 @@ void al_sim_call(const void *a, int kind)
 			 what[kind]);
 		ct->term[kind] = term_find(s, name);
 	}
-	if (a == s->top && s->cfg.op_segments) { /* an operation: a segment of its own */
-		s->next_term = ct->term[kind];
-		seg_end(s, s->cur, AL_SIM_OP);
-		if (kind == AL_SIM_CALL_FREE && s->cur->remote_pending) {
-			s->cur->remote_pending--; /* its first line comes from its writer */
-			charge_lines(s, s->cur, 1);
-		}
-		return;
-	}
+
 	if (a == s->top && kind == AL_SIM_CALL_FREE && s->cur->remote_pending) {
 		s->cur->remote_pending--; /* its first line comes from its writer */
 		charge_lines(s, s->cur, 1);
@@ -1189,7 +1170,7 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 	if (!s->cpus || !s->heap || !s->lines)
 		goto nomem_free;
 	s->rng = cfg->seed * 0xD1B54A32D192ED03ull + 1;
-	s->next_term = -1;
+
 	s->line_ps = cfg->line_transfer_ns * 1000.0;
 	s->handoff_ps = cfg->line_transfer_ns * cfg->lines_per_handoff * 1000.0;
 	s->real_tpn = clock_take();

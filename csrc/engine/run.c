@@ -1529,6 +1529,24 @@ static void workload_pause(struct engine *e, bool on)
 		e->cfg->workload->pause(e->shared, on);
 }
 
+/* The start of the measured phase, while the workers wait at B: the counter
+ * snapshot, memory and steal, where samples are taken, the clock. Returns
+ * sampling_place's answer (the main thread was moved; *saved its mask). */
+static bool measure_start(struct engine *e, cpu_set_t *saved)
+{
+	bool moved;
+
+	workload_pause(e, true);
+	stats_total(e, e->snap0);
+	workload_pause(e, false);
+	al_mem_begin(e->sampler, &e->res->mem);
+	al_mem_sample(e->sampler, e->a, live_bytes(e), true);
+	al_read_steal(&e->steal_total0, &e->steal0);
+	moved = sampling_place(e, saved);
+	e->t0 = al_ticks();
+	return moved;
+}
+
 /* The main thread's part of a barrier on simulated CPUs: run every fiber
  * until it parks. false: the simulation deadlocked (the run fails). */
 static bool sim_step(struct engine *e)
@@ -1551,14 +1569,7 @@ static bool engine_measure_sim(struct engine *e)
 	set_phase(e, AL_RUN_WARMUP);
 	if (!sim_step(e)) /* B */
 		return false;
-	workload_pause(e, true);
-	stats_total(e, e->snap0);
-	workload_pause(e, false);
-	al_mem_begin(e->sampler, &e->res->mem);
-	al_mem_sample(e->sampler, e->a, live_bytes(e), true);
-	al_read_steal(&e->steal_total0, &e->steal0);
-	sampling_place(e, &saved);
-	e->t0 = al_ticks();
+	measure_start(e, &saved);
 	if (!sim_step(e)) /* C */
 		return false;
 	set_phase(e, AL_RUN_MEASURED);
@@ -1586,14 +1597,7 @@ static bool engine_measure(struct engine *e)
 	set_phase(e, AL_RUN_WARMUP);
 	if (!barrier_wait_main(e, false, 0)) /* B */
 		return false;
-	workload_pause(e, true);
-	stats_total(e, e->snap0);
-	workload_pause(e, false);
-	al_mem_begin(e->sampler, &e->res->mem);
-	al_mem_sample(e->sampler, e->a, live_bytes(e), true);
-	al_read_steal(&e->steal_total0, &e->steal0);
-	moved = sampling_place(e, &saved);
-	e->t0 = al_ticks();
+	moved = measure_start(e, &saved);
 	barrier_wait(&e->bar); /* C */
 	set_phase(e, AL_RUN_MEASURED);
 	ok = barrier_wait_main(e, !e->worker_samples, 1); /* D */

@@ -53,98 +53,39 @@ static al_noinline al_cold int wl_free_failed(struct al_worker *w, void *p, int 
 }
 
 /*
- * Histogram mode (w->hist set; timing is per_op_sum): a clock pair around
- * every operation, summed as per_op_sum and recorded in the worker's
- * histogram. Separate loops, chosen before any timing starts, so the batch
- * and per_op_sum loops below are unchanged.
+ * The slow loops, chosen once per list before any timing starts, so the batch
+ * and per_op_sum loops below carry no check per operation:
+ *  - histogram mode (w->hist set; timing is per_op_sum): a clock pair around
+ *    every operation, summed as per_op_sum and recorded in the histogram;
+ *  - simulated CPUs (sim.h): every call into the stack is a term of the cost
+ *    model, timed batch or per operation as asked.
  */
-static al_noinline int wl_alloc_list_hist(struct al_worker *w, size_t size, unsigned n,
+static al_noinline int wl_alloc_list_slow(struct al_worker *w, size_t size, unsigned n,
 					  void **headp)
 {
 	struct al_allocator *a = w->a;
 	struct al_ctx *c = &w->ctx;
 	void *(*alloc)(struct al_allocator *, struct al_ctx *, size_t, unsigned) = a->ops->alloc;
-	/* simulated CPUs: each call is a term of the cost model (sim.h) */
 	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
-	struct al_hist *h = &w->hist[AL_HIST_ALLOC];
+	const bool per_op = w->timing != AL_TIMING_BATCH;
+	struct al_hist *h = w->hist ? &w->hist[AL_HIST_ALLOC] : NULL;
 	void *head = NULL, *p;
-	uint64_t t0, dt, sum = 0;
+	uint64_t t0 = per_op ? 0 : al_ticks(), s, dt, sum = 0;
 	unsigned i;
 
 	for (i = 0; i < n; i++) {
-		t0 = al_ticks();
+		s = per_op ? al_ticks() : 0;
 		if (al_unlikely(sim))
 			al_sim_call(a, AL_SIM_CALL_ALLOC);
 		p = alloc(a, c, size, 0);
-		dt = al_ticks() - t0;
-		sum += dt;
-		al_hist_record(h, dt);
-		if (al_unlikely(!p) && !(p = wl_alloc_again(w, size, 0)))
-			goto fail;
-		*(void **)p = head;
-		head = p;
-	}
-	w->alloc_ticks += sum;
-	w->alloc_ops += n;
-	*headp = head;
-	return 0;
-fail:
-	wl_free_list_untimed(a, c, head, i);
-	return wl_alloc_failed(w, i, n, size);
-}
-
-static al_noinline int wl_free_list_hist(struct al_worker *w, void *head, unsigned n)
-{
-	struct al_allocator *a = w->a;
-	struct al_ctx *c = &w->ctx;
-	int (*free_fn)(struct al_allocator *, struct al_ctx *, void *) = a->ops->free;
-	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
-	struct al_hist *h = &w->hist[AL_HIST_FREE];
-	uint64_t t0, dt, sum = 0;
-	void *next;
-	unsigned i;
-	int ret;
-
-	for (i = 0; i < n; i++) {
-		next = *(void **)head;
-		t0 = al_ticks();
-		if (al_unlikely(sim))
-			al_sim_call(a, AL_SIM_CALL_FREE);
-		ret = free_fn(a, c, head);
-		dt = al_ticks() - t0;
-		sum += dt;
-		al_hist_record(h, dt);
-		if (al_unlikely(ret))
-			return wl_free_failed(w, head, ret);
-		head = next;
-	}
-	w->free_ticks += sum;
-	w->free_ops += n;
-	return 0;
-}
-
-/*
- * Simulated CPUs (sim.h): the loops below with every call into the stack a
- * term of the cost model, batch or per-op timing as asked. Separate loops,
- * chosen once per list, so the measured loops carry no check per operation.
- */
-static al_noinline int wl_alloc_list_sim(struct al_worker *w, size_t size, unsigned n, void **headp)
-{
-	struct al_allocator *a = w->a;
-	struct al_ctx *c = &w->ctx;
-	const bool per_op = w->timing != AL_TIMING_BATCH;
-	void *head = NULL, *p;
-	uint64_t t0 = al_ticks(), sum = 0;
-	unsigned i;
-
-	for (i = 0; i < n; i++) {
-		uint64_t s = per_op ? al_ticks() : 0;
-
-		al_sim_call(a, AL_SIM_CALL_ALLOC);
-		p = a->ops->alloc(a, c, size, 0);
+		if (h) { /* the histogram times the call alone, not a retry */
+			dt = al_ticks() - s;
+			sum += dt;
+			al_hist_record(h, dt);
+		}
 		if (al_unlikely(!p))
 			p = wl_alloc_again(w, size, 0);
-		if (per_op)
+		if (per_op && !h)
 			sum += al_ticks() - s;
 		if (al_unlikely(!p))
 			goto fail;
@@ -160,25 +101,31 @@ fail:
 	return wl_alloc_failed(w, i, n, size);
 }
 
-static al_noinline int wl_free_list_sim(struct al_worker *w, void *head, unsigned n)
+static al_noinline int wl_free_list_slow(struct al_worker *w, void *head, unsigned n)
 {
 	struct al_allocator *a = w->a;
 	struct al_ctx *c = &w->ctx;
+	int (*free_fn)(struct al_allocator *, struct al_ctx *, void *) = a->ops->free;
+	const bool sim = __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED);
 	const bool per_op = w->timing != AL_TIMING_BATCH;
-	uint64_t t0 = al_ticks(), sum = 0;
+	struct al_hist *h = w->hist ? &w->hist[AL_HIST_FREE] : NULL;
+	uint64_t t0 = per_op ? 0 : al_ticks(), s, dt, sum = 0;
 	void *next;
 	unsigned i;
 	int ret;
 
 	for (i = 0; i < n; i++) {
-		uint64_t s;
-
 		next = *(void **)head;
 		s = per_op ? al_ticks() : 0;
-		al_sim_call(a, AL_SIM_CALL_FREE);
-		ret = a->ops->free(a, c, head);
-		if (per_op)
-			sum += al_ticks() - s;
+		if (al_unlikely(sim))
+			al_sim_call(a, AL_SIM_CALL_FREE);
+		ret = free_fn(a, c, head);
+		if (per_op) {
+			dt = al_ticks() - s;
+			sum += dt;
+			if (h)
+				al_hist_record(h, dt);
+		}
 		if (al_unlikely(ret))
 			return wl_free_failed(w, head, ret);
 		head = next;
@@ -200,10 +147,8 @@ static inline int wl_alloc_list(struct al_worker *w, size_t size, unsigned n, vo
 	uint64_t t0, sum = 0;
 	unsigned i;
 
-	if (al_unlikely(w->hist != NULL))
-		return wl_alloc_list_hist(w, size, n, headp);
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
-		return wl_alloc_list_sim(w, size, n, headp);
+	if (al_unlikely(w->hist != NULL || __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return wl_alloc_list_slow(w, size, n, headp);
 	if (w->timing == AL_TIMING_BATCH) {
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {
@@ -247,10 +192,8 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 	unsigned i;
 	int ret;
 
-	if (al_unlikely(w->hist != NULL))
-		return wl_free_list_hist(w, head, n);
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
-		return wl_free_list_sim(w, head, n);
+	if (al_unlikely(w->hist != NULL || __atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return wl_free_list_slow(w, head, n);
 	if (w->timing == AL_TIMING_BATCH) {
 		t0 = al_ticks();
 		for (i = 0; i < n; i++) {

@@ -34,7 +34,7 @@
  *    moves the lock's line and lines_per_handoff lines of the data it
  *    protects; a shared word last written by another CPU moves its line;
  *    a workload's free of objects another CPU wrote moves their lines
- *    (al_sim_lines). Each costs line_transfer_ns.
+ *    (al_sim_remote_frees). Each costs line_transfer_ns.
  *
  * Determinism: the fibers run one at a time; the only inputs are the
  * configuration, the cost table and the seed; the arena's addresses never
@@ -70,8 +70,7 @@ enum al_sim_kind {
 	AL_SIM_CYCLE = 4,  /* a cycle boundary */
 	AL_SIM_SHARED = 5, /* a shared word (al_sim_shared) */
 	AL_SIM_END = 6,	   /* a barrier, or the fiber's end */
-	AL_SIM_OP = 7,	   /* a call into the stack's top layer: an operation starts */
-	AL_SIM_KIND_NR = 8
+	AL_SIM_KIND_NR = 7
 };
 
 /*
@@ -113,10 +112,7 @@ struct al_sim_config {
 	 * model CPUs with equal costs would otherwise run in lockstep; 0 = off */
 	double jitter;
 	int calibrate; /* time segments with the real clock (one producer) */
-	/* every call into the top layer ends a segment (finer terms, and the
-	 * harness inside every operation's timing); 0: segments end at sync
-	 * points only, and an operation is a term of the segment it is in */
-	int op_segments;
+
 	struct al_sim_table *table;  /* required */
 	struct al_sim_event *events; /* timeline buffer, or NULL */
 	uint64_t events_max;
@@ -157,8 +153,7 @@ AL_API void al_sim_wait_until(uint64_t ticks);
 /* The next n frees at the top of the stack free objects another CPU wrote
  * last: each moves the object's first line, charged inside that free. */
 AL_API void al_sim_remote_frees(uint64_t n);
-/* n cache lines moved to this CPU (a workload freeing what another wrote). */
-AL_API void al_sim_lines(uint64_t n);
+
 /* Block on a lock until a release grants `ticket` (or, any: until any
  * release), or until deadline_ticks (0 = none). */
 AL_API void al_sim_lock_block(const void *lock, uint32_t ticket, uint64_t deadline_ticks);

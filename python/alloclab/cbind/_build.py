@@ -287,7 +287,6 @@ struct al_sim_config {
     double lines_per_handoff;
     double jitter;
     int calibrate;
-    int op_segments;
     struct al_sim_table *table;
     struct al_sim_event *events;
     uint64_t events_max;
