@@ -84,11 +84,13 @@
  * ----
  * alloc: O(chunks x norders) list-head scan + O(norders) splits; free:
  * O(1) validation + O(norders) merges; all under the one lock, so CPUs
- * serialise on it. Metadata: 41,104 B per 1 MiB chunk (3.9%); internal
- * fragmentation up to 50% (power-of-two blocks). Counting: each call finds
- * its per-CPU counters block once; an allocation adds to its order's object
- * slot and to bytes_requested, a free to its order's slot (splits and merges
- * when there were any); the lock counts in the same block.
+ * serialise on it. Every metadata access makes libarena's run-time checks
+ * (see "checked metadata access" below): held against libarena's own
+ * buddy.bpf.c compiled natively, they were the model's largest omission. Metadata: 41,104 B per 1
+ * MiB chunk (3.9%); internal fragmentation up to 50% (power-of-two blocks). Counting: each call
+ * finds its per-CPU counters block once; an allocation adds to its order's object slot and to
+ * bytes_requested, a free to its order's slot (splits and merges when there were any); the lock
+ * counts in the same block.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -158,6 +160,8 @@ _Static_assert(BUDDY_HEADER_OFF + sizeof(struct buddy_header) <= BUDDY_MIN_BYTES
 	C(P, nmi_alloc_refused, AL_CTR_KEY, "NMI allocations: NULL at once (-EBUSY)")        \
 	C(P, nmi_frees_deferred, 0, "NMI frees pushed on the deferred list")                 \
 	C(P, deferred_drained, 0, "NMI-deferred frees done by a later operation")            \
+	C(P, metadata_faults, AL_CTR_KEY,                                                    \
+	  "metadata checks that failed (libarena reports them through arena_stderr)")        \
 	AL_LOCK_COUNTERS(C, P, lock, "the buddy lock")                                       \
 	AL_LOCK_REASON_COUNTERS(C, P, lock, "the buddy lock")                                \
 	D(P, chunks_committed, AL_CTR_GAUGE, "", "chunks the arena has committed")           \
@@ -279,49 +283,112 @@ static inline unsigned size_to_order(size_t size)
 	return size <= BUDDY_MIN_BYTES ? 0 : al_fls64(size - 1) - BUDDY_MIN_SHIFT;
 }
 
+/* ---- checked metadata access (libarena's accessors) ---- */
+
+/*
+ * libarena checks its metadata at run time on every access, in every build:
+ * idx_set_allocated refuses an index past the chunk and a bit already in the
+ * wanted state, idx_set_order an order or index out of range, idx_to_header
+ * an index whose block is allocated, and each failure is reported through
+ * arena_stderr. The model makes the same checks at the same places (a
+ * failure is counted in metadata_faults; the operation goes on, as the
+ * library's callers do with the NULL it returns) and keeps libarena's two
+ * accessors that are global functions out of line, as BPF calls them: those
+ * checks and calls are a fifth of libarena's per-operation instructions.
+ */
+static al_noinline al_cold void metadata_fault(struct buddy *b, const struct al_ctx *c)
+{
+	if (c)
+		al_count(&b->ctr, c, BUD_metadata_faults, 1);
+}
+
+/* libarena's idx_set_allocated: -EINVAL when idx is out of range or the
+ * bit is already `on` (the free path's double-free test). */
+static al_noinline int idx_set_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx, bool on)
+{
+	if (al_unlikely(idx >= b->items || test_alloc(b, ch, idx) == on))
+		return -EINVAL;
+	set_alloc(b, ch, idx, on);
+	return 0;
+}
+
+/* libarena's idx_set_order. */
+static al_noinline int idx_set_order(const struct buddy *b, uintptr_t ch, uint32_t idx,
+				     unsigned order)
+{
+	if (al_unlikely(order >= b->norders || idx >= b->items))
+		return -EINVAL;
+	set_order(ch, idx, order);
+	return 0;
+}
+
+static inline void set_order_chk(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+				 uint32_t idx, unsigned order)
+{
+	if (al_unlikely(idx_set_order(b, ch, idx, order)))
+		metadata_fault(b, c);
+}
+
+/* libarena's idx_to_header: a header is only read in a free block. */
+static inline struct buddy_header *hdr_chk(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+					   uint32_t idx)
+{
+	if (al_unlikely(idx >= b->items || test_alloc(b, ch, idx)))
+		metadata_fault(b, c);
+	return hdr(ch, idx);
+}
+
 /* ---- free lists (lock held) ---- */
 
-/* A block on the list of `order` is a free block of that order. */
-static inline void list_push(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+/* A block on the list of `order` is a free block of that order; as
+ * libarena's header_add_freelist, the push writes the block's order. */
+static inline void list_push(struct buddy *b, const struct al_ctx *c, uintptr_t ch, uint32_t idx,
+			     unsigned order)
 {
 	uint64_t *fl = freelists(b, ch);
 	uint32_t head = (uint32_t)fl[order];
-	struct buddy_header *h = hdr(ch, idx);
+	struct buddy_header *h = hdr_chk(b, c, ch, idx);
 
-	al_assert(get_order(ch, idx) == order && !test_alloc(b, ch, idx));
+	set_order_chk(b, c, ch, idx, order);
 	al_assert(head == b->items || head < b->items);
 	al_assert_expensive(head != idx);
 	al_track_unpoison(h, sizeof(*h));
 	h->prev_index = b->items;
 	h->next_index = head;
 	if (head != b->items)
-		hdr(ch, head)->prev_index = idx;
+		hdr_chk(b, c, ch, head)->prev_index = idx;
 	fl[order] = idx;
 }
 
-static inline void push_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+static inline void push_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch, uint32_t idx,
+			       unsigned order)
 {
 	al_lock_assert_locked(&b->lock);
-	list_push(b, ch, idx, order);
+	list_push(b, c, ch, idx, order);
 }
 
-static inline void unlink_locked(struct buddy *b, uintptr_t ch, uint32_t idx, unsigned order)
+/* libarena's header_remove_freelist: the head test reads the head's header,
+ * and the removed header is cleared. */
+static inline void unlink_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+				 uint32_t idx, unsigned order)
 {
-	struct buddy_header *h = hdr(ch, idx);
+	struct buddy_header *h = hdr_chk(b, c, ch, idx);
 	uint32_t prev = h->prev_index, next = h->next_index;
+	uint64_t *fl = freelists(b, ch);
 
 	al_lock_assert_locked(&b->lock);
-	al_assert(get_order(ch, idx) == order && !test_alloc(b, ch, idx));
-	al_assert(prev < b->items || (prev == b->items && freelists(b, ch)[order] == idx));
+	al_assert(get_order(ch, idx) == order); /* the allocated bit: hdr_chk */
+	al_assert(prev < b->items || (prev == b->items && fl[order] == idx));
 	al_assert(next <= b->items && next != idx);
 	al_assert(prev == b->items || hdr(ch, prev)->next_index == idx);
 	al_assert(next == b->items || hdr(ch, next)->prev_index == idx);
 	if (prev != b->items)
-		hdr(ch, prev)->next_index = next;
-	else
-		freelists(b, ch)[order] = next;
+		hdr_chk(b, c, ch, prev)->next_index = next;
 	if (next != b->items)
-		hdr(ch, next)->prev_index = prev;
+		hdr_chk(b, c, ch, next)->prev_index = prev;
+	if (hdr_chk(b, c, ch, (uint32_t)fl[order]) == h)
+		fl[order] = next;
+	h->prev_index = h->next_index = b->items;
 	al_track_poison(h, sizeof(*h));
 }
 
@@ -330,8 +397,8 @@ static inline void unlink_locked(struct buddy *b, uintptr_t ch, uint32_t idx, un
  * allocated blocks of `order`. Returns its index, or NIL when the chunk has
  * no block large enough; *splits gets the number of splits.
  */
-static inline uint32_t chunk_alloc_locked(struct buddy *b, uintptr_t ch, unsigned order, unsigned k,
-					  unsigned *splits)
+static inline uint32_t chunk_alloc_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+					  unsigned order, unsigned k, unsigned *splits)
 {
 	uint64_t *fl = freelists(b, ch);
 	unsigned top = order + k, o, i;
@@ -345,16 +412,15 @@ static inline uint32_t chunk_alloc_locked(struct buddy *b, uintptr_t ch, unsigne
 	if (o == b->norders)
 		return b->items;
 	idx = (uint32_t)fl[o];
-	unlink_locked(b, ch, idx, o);
-	for (i = o; i-- > top;) {
-		set_order(ch, idx + (1u << i), i);
-		push_locked(b, ch, idx + (1u << i), i);
-	}
-	*splits = o - top;
+	unlink_locked(b, c, ch, idx, o);
 	for (j = 0; j < (1u << k); j++) {
-		set_order(ch, idx + (j << order), order);
-		set_alloc(b, ch, idx + (j << order), true);
+		set_order_chk(b, c, ch, idx + (j << order), order);
+		if (al_unlikely(idx_set_alloc(b, ch, idx + (j << order), true)))
+			metadata_fault(b, c);
 	}
+	for (i = o; i-- > top;)
+		push_locked(b, c, ch, idx + (1u << i), i);
+	*splits = o - top;
 	return idx;
 }
 
@@ -387,10 +453,8 @@ static void chunk_init(struct buddy *b, uintptr_t ch)
 		}
 		set_order(ch, idx, order);
 		set_alloc(b, ch, idx, true);
-		for (o = left ? order + 1 : order; o < max_order; o++) {
-			set_order(ch, idx + (1u << o), o);
-			list_push(b, ch, idx + (1u << o), o); /* private: no lock */
-		}
+		for (o = left ? order + 1 : order; o < max_order; o++)
+			list_push(b, NULL, ch, idx + (1u << o), o); /* private: no lock */
 		idx += 1u << order;
 		max_order = order;
 	}
@@ -474,7 +538,7 @@ static al_noinline uintptr_t take_grow(struct buddy *b, struct al_ctx *c, unsign
 		return take_fail(b, c, ret, BUD_lock_failed_allocs);
 	}
 	chunk_link_locked(b, c, ch);
-	idx = chunk_alloc_locked(b, ch, order, k, &splits); /* a fresh chunk always fits */
+	idx = chunk_alloc_locked(b, c, ch, order, k, &splits); /* a fresh chunk always fits */
 	al_lock_release(&b->lock, c);
 	al_count(&b->ctr, c, BUD_splits, splits);
 	return ch + ((uintptr_t)idx << BUDDY_MIN_SHIFT);
@@ -528,13 +592,13 @@ static inline uintptr_t buddy_take(struct buddy *b, struct al_ctx *c, uint64_t *
 		return take_fail(b, c, ret, BUD_lock_failed_allocs);
 	drain_deferred(b, c);
 	for (ch = b->first; ch; ch = *chunk_next(b, ch)) {
-		idx = chunk_alloc_locked(b, ch, order, k, &splits);
+		idx = chunk_alloc_locked(b, c, ch, order, k, &splits);
 		if (idx != b->items)
 			break;
 	}
 	if (al_unlikely(!ch) && __atomic_load_n(&b->pending, __ATOMIC_RELAXED)) {
 		ch = link_pending_locked(b, c);
-		idx = chunk_alloc_locked(b, ch, order, k, &splits);
+		idx = chunk_alloc_locked(b, c, ch, order, k, &splits);
 	}
 	al_lock_release(&b->lock, c);
 	if (al_unlikely(!ch))
@@ -706,11 +770,12 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, u
 	idx = (uint32_t)((p - ch) >> BUDDY_MIN_SHIFT);
 	if (al_unlikely(idx < b->meta_items))
 		return free_reject(b, c, R_METADATA);
-	if (al_unlikely(!test_alloc(b, ch, idx)))
+	/* libarena's idx_set_allocated(false) is the double-free test. */
+	if (al_unlikely(idx_set_alloc(b, ch, idx, false)))
 		return free_reject(b, c, find_block(b, ch, idx) == idx ? R_DOUBLE : R_NOT_START);
 
 	o = order = get_order(ch, idx);
-	set_alloc(b, ch, idx, false);
+	(void)hdr_chk(b, c, ch, idx);
 	al_track_unpoison(p, (size_t)BUDDY_MIN_BYTES << order);
 	if (b->fill)
 		memset((void *)p, BUDDY_FILL_FREE, (size_t)BUDDY_MIN_BYTES << order);
@@ -719,13 +784,17 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, u
 		bd = idx ^ (1u << o);
 		if (test_alloc(b, ch, bd) || get_order(ch, bd) != o)
 			break;
-		unlink_locked(b, ch, bd, o);
+		unlink_locked(b, c, ch, bd, o);
+		/* libarena writes the dropped (right) buddy's order, then reads
+		 * its header to poison it. */
+		set_order_chk(b, c, ch, idx | bd, o);
+		(void)hdr_chk(b, c, ch, idx | bd);
 		idx &= bd;
 		o++;
 		merges++;
 	}
-	set_order(ch, idx, o);
-	push_locked(b, ch, idx, o);
+	set_order_chk(b, c, ch, idx, o);
+	push_locked(b, c, ch, idx, o);
 	al_assert_walk(chunk_valid(b, ch));
 	if (merges)
 		al_ctr_add(blk, BUD_merges, merges);

@@ -696,6 +696,41 @@ TEST(test_check_detects)
 	al_stack_destroy(a);
 }
 
+/*
+ * libarena's run-time metadata checks, made where libarena makes them: a
+ * header read from a block whose allocated bit is set (idx_to_header) and an
+ * allocated bit set twice (idx_set_allocated) are each counted once.
+ */
+TEST(test_metadata_faults)
+{
+	struct al_allocator *a = mk_default();
+	struct al_ctx c;
+	uint8_t *bits;
+	void *x, *y;
+
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	al_ctx_init(&c, 0);
+	x = al_alloc(a, &c, 64, 0); /* o2 @2572 */
+	CHECK_EQ(ctr(a, "metadata_faults"), 0);
+	/* Mark the free o1 block @2570, the only one on its list, allocated. */
+	bits = (uint8_t *)chunk_of(x) + 32768;
+	bits[2570 / 8] |= 1u << (2570 % 8);
+	y = al_alloc(a, &c, 32, 0);
+	CHECK(y == (void *)((uintptr_t)chunk_of(x) + 2570 * 16));
+	/* Its header read to unlink it, the list head's header (the same
+	 * block), and setting its allocated bit: three faults. */
+	CHECK_EQ(ctr(a, "metadata_faults"), 3);
+	CK(a);
+	CHECK_EQ(al_free(a, &c, y), 0);
+	CHECK_EQ(al_free(a, &c, x), 0);
+	CHECK_EQ(ctr(a, "metadata_faults"), 3);
+	CHECK_EQ(ctr(a, "double_frees"), 0);
+	CK(a);
+	al_stack_destroy(a);
+}
+
 #ifdef T_ASAN
 /* ASan sees exactly the requested bytes; free blocks are poisoned. */
 TEST(test_asan_poison)
@@ -1253,6 +1288,7 @@ int main(void)
 	RUN(test_scripted);
 	RUN(test_sizes);
 	RUN(test_small_chunk);
+	RUN(test_metadata_faults);
 	RUN(test_random);
 	RUN(test_bulk);
 	RUN(test_validation);
