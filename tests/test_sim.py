@@ -77,6 +77,49 @@ def test_handoff_costs_lines():
     assert b["alloc_ns"] / b["alloc_ops"] > a["alloc_ns"] / a["alloc_ops"]
 
 
+def test_alloc_and_free_segments_have_their_own_factors():
+    # one producer, buddy alone: each op is one hold; the alloc part's
+    # segments cost twice the table, the free part's once
+    cal = sim.Calibration({"seg.acq-rel": 100.0}, 0.0, 0.0, {"test": True},
+                          scales={"buddy": [2.0, 1.0]})
+    raw = _raw("buddy", 1, cal, allocs_per_cycle=8, cycles=50)
+    a, f = raw["alloc_ns"] / raw["alloc_ops"], raw["free_ns"] / raw["free_ops"]
+    assert a == pytest.approx(200.0, rel=0.03) and f == pytest.approx(100.0, rel=0.03)
+    flipped = sim.Calibration(cal.costs, 0.0, 0.0, scales={"buddy": [1.0, 2.0]})
+    raw = _raw("buddy", 1, flipped, allocs_per_cycle=8, cycles=50)
+    assert raw["alloc_ns"] / raw["alloc_ops"] < raw["free_ns"] / raw["free_ops"]
+
+
+def test_scales_load_as_pairs_and_bad_ones_are_refused():
+    d = _cal({"seg.acq-rel": 1.0}).to_dict()
+    d["scales"] = {"buddy": 0.5}  # a calibration made before the factors were split
+    assert sim.Calibration.from_dict(d).scale_for("buddy") == [0.5, 0.5]
+    d["scales"] = {"buddy": [0.5, 0.7], "slab": [2.0, 2.0]}
+    back = sim.Calibration.from_dict(d)
+    assert back.scale_for("buddy") == [0.5, 0.7]
+    assert back.scale_for("other") == pytest.approx([1.0, (0.7 * 2.0) ** 0.5])
+    for bad in ([0.5], [0.5, 0], "x", -1, [True, 1.0]):
+        d["scales"] = {"buddy": bad}
+        with pytest.raises(errors.InvalidArgument, match="alloc, free"):
+            sim.Calibration.from_dict(d)
+
+
+def test_objects_move_their_lines_between_cpus():
+    # one CPU writes every object it touches: no object's line moves; with a
+    # producer and a consumer every consumer's free moves the producer's
+    # line, and the producer's next allocation of the block moves it back
+    cal = _cal({"seg.acq-rel": 10.0}, line=50.0, lph=0.0)
+    one = _raw("buddy", 1, cal, allocs_per_cycle=8)
+    assert one["sim"]["object_lines"] == 0
+    two = _raw("buddy", 2, cal, workload="xmalloc", batch=16)
+    assert two["cross_frees"] > 0
+    assert two["sim"]["object_lines"] >= two["cross_frees"]
+    assert two["sim"]["lines"] >= two["sim"]["object_lines"]
+    free = _raw("buddy", 2, _cal({"seg.acq-rel": 10.0}), workload="xmalloc", batch=16)
+    assert free["sim"]["line_ns"] == 0 < two["sim"]["line_ns"]
+    assert two["free_ns"] / two["free_ops"] > free["free_ns"] / free["free_ops"]
+
+
 def test_lock_budget_times_out_in_virtual_time():
     # a hold far longer than the arena lock's 250 ms budget: a waiter gives
     # up at its deadline in virtual time, and the workload's free says so

@@ -80,8 +80,8 @@ struct sim_cpu {
 	void *(*dfn)(void *); /* a daemon's function */
 	bool sleeping;	      /* a daemon in al_sim_sleep_on (not counted awake) */
 	unsigned char tls[AL_SIM_TLS][AL_SIM_TLS_BYTES]; /* its thread-locals */
-	uint64_t remote_pending; /* next frees of objects another CPU wrote (one line each) */
-	const void *wait_lock;	 /* blocked on */
+	int phase; /* 0: the last operation at the top of the stack allocated, 1: freed */
+	const void *wait_lock; /* blocked on */
 	uint32_t wait_ticket;
 	uint64_t wait_since;
 	uint64_t deadline; /* ps; 0 = none */
@@ -122,6 +122,10 @@ struct call_term {
 	const void *desc;
 	int term[4]; /* per call kind; -2 = not made yet */
 };
+struct obj_line {
+	uintptr_t tag; /* line address + 1; 0 = empty */
+	uint32_t writer;
+};
 struct line {
 	uintptr_t tag; /* line address + 1; 0 = empty */
 	int32_t writer;
@@ -156,6 +160,9 @@ struct al_sim {
 	const char *layer; /* being built */
 	struct waitq wq[64];
 	struct line *lines;
+	struct obj_line *objs; /* objects' first lines (al_sim_object) */
+	uint32_t obj_cap, obj_n;
+	double phase_scale[2]; /* cfg.phase_scale, 0 read as 1 */
 	bool measuring;
 	bool deadlock;
 	double line_ps, handoff_ps;
@@ -553,6 +560,8 @@ static void seg_end(struct al_sim *s, struct sim_cpu *c, int end)
 			cost = y * 1000.0;
 		}
 	}
+	if (!s->cfg.calibrate)
+		cost *= s->phase_scale[c->phase];
 	if (s->cfg.jitter > 0 && !s->cfg.calibrate && cost > 0)
 		cost *= jitter_factor(s);
 	/* no code runs in no time: a floor, so that a table of zeros still ends */
@@ -744,12 +753,70 @@ static void charge_lines(struct al_sim *s, struct sim_cpu *c, uint64_t n)
 	}
 }
 
-void al_sim_remote_frees(uint64_t n)
+/*
+ * Objects' first lines: who wrote each last, in an open-addressed table
+ * keyed by the line's address that doubles when half full. Lookups are
+ * exact, so where the arena lies (ASLR) changes the table's layout but
+ * never an answer: runs stay deterministic.
+ */
+#define OBJ_MIN	  (1u << 12)
+#define OBJ_MAX	  (1u << 24) /* 16 Mi lines (1 GiB of objects); past it, untracked */
+#define OBJ_EMPTY 0
+
+static uint32_t obj_hash(uintptr_t tag, uint32_t mask)
+{
+	return (uint32_t)((tag * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+static bool obj_grow(struct al_sim *s)
+{
+	uint32_t n = s->obj_cap ? s->obj_cap * 2 : OBJ_MIN;
+	struct obj_line *t, *old = s->objs;
+
+	if (n > OBJ_MAX || !(t = al_meta_alloc(sizeof(*t) * n)))
+		return false;
+	for (uint32_t i = 0; i < s->obj_cap; i++) {
+		uint32_t h;
+
+		if (old[i].tag == OBJ_EMPTY)
+			continue;
+		for (h = obj_hash(old[i].tag, n - 1); t[h].tag != OBJ_EMPTY; h = (h + 1) & (n - 1))
+			;
+		t[h] = old[i];
+	}
+	if (old)
+		al_meta_free(old, sizeof(*old) * s->obj_cap);
+	s->objs = t;
+	s->obj_cap = n;
+	return true;
+}
+
+void al_sim_object(const void *a, const void *p)
 {
 	struct al_sim *s = self;
+	uintptr_t tag = ((uintptr_t)p >> 6) + 1;
+	struct obj_line *o;
+	struct sim_cpu *c;
+	uint32_t h;
 
-	if (s && s->cur)
-		s->cur->remote_pending += n;
+	if (!s || !(c = s->cur) || a != s->top || !p)
+		return;
+	if (s->obj_n >= s->obj_cap / 2 && !obj_grow(s) && s->obj_n >= s->obj_cap)
+		return;
+	for (h = obj_hash(tag, s->obj_cap - 1); s->objs[h].tag != OBJ_EMPTY;
+	     h = (h + 1) & (s->obj_cap - 1))
+		if (s->objs[h].tag == tag)
+			break;
+	o = &s->objs[h];
+	if (o->tag == OBJ_EMPTY) {
+		o->tag = tag;
+		s->obj_n++;
+	} else if (o->writer != c->id) {
+		charge_lines(s, c, 1);
+		if (s->measuring)
+			s->st.object_lines++;
+	}
+	o->writer = c->id;
 }
 
 /* The line of addr in the table (made when new), or NULL when it is full
@@ -1001,10 +1068,8 @@ void al_sim_call(const void *a, int kind)
 		ct->term[kind] = term_find(s, name);
 	}
 
-	if (a == s->top && kind == AL_SIM_CALL_FREE && s->cur->remote_pending) {
-		s->cur->remote_pending--; /* its first line comes from its writer */
-		charge_lines(s, s->cur, 1);
-	}
+	if (a == s->top)
+		s->cur->phase = kind == AL_SIM_CALL_FREE || kind == AL_SIM_CALL_FREE_BULK;
 	seg_add(s, ct->term[kind], 1);
 }
 
@@ -1171,6 +1236,8 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 		goto nomem_free;
 	s->rng = cfg->seed * 0xD1B54A32D192ED03ull + 1;
 
+	for (unsigned i = 0; i < 2; i++)
+		s->phase_scale[i] = cfg->phase_scale[i] > 0 ? cfg->phase_scale[i] : 1.0;
 	s->line_ps = cfg->line_transfer_ns * 1000.0;
 	s->handoff_ps = cfg->line_transfer_ns * cfg->lines_per_handoff * 1000.0;
 	s->real_tpn = clock_take();
@@ -1423,6 +1490,8 @@ void al_sim_free(struct al_sim *s)
 		__atomic_store_n(&al_sim_active, 0, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&clock_mu);
+	if (s->objs)
+		al_meta_free(s->objs, sizeof(*s->objs) * s->obj_cap);
 	al_meta_free(s->lines, sizeof(*s->lines) * LINES);
 	al_meta_free(s->heap, sizeof(*s->heap) * s->nslots);
 	al_meta_free(s->cpus, sizeof(*s->cpus) * s->nslots);

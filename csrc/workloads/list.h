@@ -85,6 +85,8 @@ static al_noinline int wl_alloc_list_slow(struct al_worker *w, size_t size, unsi
 		}
 		if (al_unlikely(!p))
 			p = wl_alloc_again(w, size, 0);
+		if (al_unlikely(sim))
+			al_sim_object(a, p);
 		if (per_op && !h)
 			sum += al_ticks() - s;
 		if (al_unlikely(!p))
@@ -117,8 +119,10 @@ static al_noinline int wl_free_list_slow(struct al_worker *w, void *head, unsign
 	for (i = 0; i < n; i++) {
 		next = *(void **)head;
 		s = per_op ? al_ticks() : 0;
-		if (al_unlikely(sim))
+		if (al_unlikely(sim)) {
 			al_sim_call(a, AL_SIM_CALL_FREE);
+			al_sim_object(a, head);
+		}
 		ret = free_fn(a, c, head);
 		if (per_op) {
 			dt = al_ticks() - s;

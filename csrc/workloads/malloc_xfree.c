@@ -60,12 +60,8 @@ static int xf_cycle(struct al_worker *w)
 	old = (void *)(uintptr_t)(prev & PTR_MASK);
 	if (!old)
 		return 0;
-	if ((prev >> OWNER_SHIFT) != w->id) {
-		w->alloc_cross += s->n;
-		if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
-			al_sim_remote_frees(
-				s->n); /* each object's line, written by its allocator */
-	}
+	if ((prev >> OWNER_SHIFT) != w->id)
+		w->alloc_cross += s->n; /* simulated: each free moves the object's line */
 	ret = wl_free_list(w, old, s->n);
 	if (!ret)
 		al_worker_live(w, -w->params[P_size] * s->n);

@@ -106,8 +106,6 @@ static int xm_cycle(struct al_worker *w)
 	if (!head)
 		return 0;
 	w->alloc_cross += s->n;
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
-		al_sim_remote_frees(s->n); /* each object's line, written by its producer */
 	ret = wl_free_list(w, head, s->n);
 	if (!ret)
 		al_worker_live(w, -w->params[P_size] * s->n);

@@ -202,15 +202,22 @@ struct al_layer_desc {
  * (sim.h): what a path did, where no counter says it. */
 static inline void *al_alloc(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
 {
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
-		al_sim_call(a, AL_SIM_CALL_ALLOC);
-	return a->ops->alloc(a, c, size, flags);
+	void *p;
+
+	if (al_likely(!__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return a->ops->alloc(a, c, size, flags);
+	al_sim_call(a, AL_SIM_CALL_ALLOC);
+	p = a->ops->alloc(a, c, size, flags);
+	al_sim_object(a, p);
+	return p;
 }
 
 static inline int al_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED))) {
 		al_sim_call(a, AL_SIM_CALL_FREE);
+		al_sim_object(a, p);
+	}
 	return a->ops->free(a, c, p);
 }
 
@@ -218,8 +225,10 @@ static inline int al_free(struct al_allocator *a, struct al_ctx *c, void *p)
  * promise not to spin, so AL_NOSPIN gets -EBUSY; otherwise a plain free. */
 static inline int al_free_flags(struct al_allocator *a, struct al_ctx *c, void *p, unsigned flags)
 {
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED))) {
 		al_sim_call(a, AL_SIM_CALL_FREE);
+		al_sim_object(a, p);
+	}
 	if (a->ops->free_flags)
 		return a->ops->free_flags(a, c, p, flags);
 	if (flags & AL_NOSPIN)

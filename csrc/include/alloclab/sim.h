@@ -33,8 +33,10 @@
  *  - cache lines: an acquisition by another CPU than the lock's last owner
  *    moves the lock's line and lines_per_handoff lines of the data it
  *    protects; a shared word last written by another CPU moves its line;
- *    a workload's free of objects another CPU wrote moves their lines
- *    (al_sim_remote_frees). Each costs line_transfer_ns.
+ *    an operation at the top of the stack moves its object's first line
+ *    when another CPU wrote that line last (the allocator's link in a freed
+ *    object, the workload's in an allocated one: al_sim_object). Each costs
+ *    line_transfer_ns.
  *
  * Determinism: the fibers run one at a time; the only inputs are the
  * configuration, the cost table and the seed; the arena's addresses never
@@ -112,6 +114,10 @@ struct al_sim_config {
 	 * model CPUs with equal costs would otherwise run in lockstep; 0 = off */
 	double jitter;
 	int calibrate; /* time segments with the real clock (one producer) */
+	/* factor on the costs of segments ending in an allocation's part of the
+	 * run ([0]: after an alloc or alloc_bulk at the top of the stack) or a
+	 * free's ([1]); 0 = 1 */
+	double phase_scale[2];
 
 	struct al_sim_table *table;  /* required */
 	struct al_sim_event *events; /* timeline buffer, or NULL */
@@ -126,7 +132,8 @@ struct al_sim_stats {
 	uint64_t lock_waits;	   /* acquisitions that blocked in virtual time */
 	uint64_t lock_timeouts;	   /* waits that ended at their deadline */
 	uint64_t handoffs;	   /* acquisitions by another CPU than the lock's last owner */
-	uint64_t lines;		   /* cache lines moved (handoffs, shared words, workload) */
+	uint64_t lines;		   /* cache lines moved (handoffs, shared words, objects) */
+	uint64_t object_lines;	   /* of those: objects' lines (al_sim_object) */
 	double wait_ns;		   /* virtual time blocked on locks, all CPUs */
 	double line_ns;		   /* virtual time in line transfers */
 	double uncalibrated_units; /* units of terms with no cost */
@@ -150,9 +157,12 @@ AL_API void al_sim_shared(const void *addr, bool write);
 AL_API void al_sim_yield(void);
 /* Idle until `ticks` (virtual): a workload's think time. */
 AL_API void al_sim_wait_until(uint64_t ticks);
-/* The next n frees at the top of the stack free objects another CPU wrote
- * last: each moves the object's first line, charged inside that free. */
-AL_API void al_sim_remote_frees(uint64_t n);
+/* An operation at the top of the stack (a, as al_sim_top) touches object
+ * p: its first line moves when another CPU wrote it last, and this CPU is
+ * its writer now. The workload calls it after an allocation and before a
+ * free (al_alloc and al_free do, for the top layer); other layers' calls
+ * and NULL are ignored. */
+AL_API void al_sim_object(const void *a, const void *p);
 
 /* Block on a lock until a release grants `ticket` (or, any: until any
  * release), or until deadline_ticks (0 = none). */

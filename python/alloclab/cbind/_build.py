@@ -287,6 +287,7 @@ struct al_sim_config {
     double lines_per_handoff;
     double jitter;
     int calibrate;
+    double phase_scale[2];
     struct al_sim_table *table;
     struct al_sim_event *events;
     uint64_t events_max;
@@ -301,6 +302,7 @@ struct al_sim_stats {
     uint64_t lock_timeouts;
     uint64_t handoffs;
     uint64_t lines;
+    uint64_t object_lines;
     double wait_ns;
     double line_ns;
     double uncalibrated_units;

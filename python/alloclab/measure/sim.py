@@ -55,6 +55,18 @@ OPTIONS = ("calibration", "timeline", "line_transfer", "lines_per_handoff", "ban
 BAND = (0.5, 2.0)
 
 
+def _factors(v):
+    """A factor > 0, or [alloc, free] factors > 0?"""
+    def ok(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+    return ok(v) or (isinstance(v, (list, tuple)) and len(v) == 2 and all(map(ok, v)))
+
+
+def _pair(v):
+    """[alloc, free] from a factor or a pair."""
+    return [float(v), float(v)] if isinstance(v, (int, float)) else [float(x) for x in v]
+
+
 class Calibration:
     """Costs per term (ns per unit), the line transfer cost, the handoff
     lines, and where they came from."""
@@ -62,7 +74,9 @@ class Calibration:
     def __init__(self, costs, line_transfer_ns, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF,
                  info=None, jitter=0.0, scales=None):
         self.costs = dict(costs)
-        self.scales = dict(scales or {})  # policy -> factor on every cost (calibrate)
+        # policy -> [alloc, free]: factors on the costs of the segments of
+        # each part of the run (calibrate; a plain number: both)
+        self.scales = {k: _pair(v) for k, v in dict(scales or {}).items()}
         self.line_transfer_ns = float(line_transfer_ns)
         self.lines_per_handoff = float(lines_per_handoff)
         self.jitter = float(jitter)
@@ -97,9 +111,10 @@ class Calibration:
                                          % (where, jitter))
         scales = d.get("scales", {})
         if not isinstance(scales, dict) or not all(
-                isinstance(k, str) and isinstance(v, (int, float)) and v > 0
-                for k, v in scales.items()):
-            raise errors.InvalidArgument("%s: scales must map policies to factors > 0" % where)
+                isinstance(k, str) and _factors(v) for k, v in scales.items()):
+            raise errors.InvalidArgument(
+                "%s: scales must map policies to a factor > 0 or to [alloc, free] factors > 0"
+                % where)
         return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"), jitter,
                    scales)
 
@@ -133,20 +148,20 @@ class Calibration:
                            self.scales)
 
     def scale_for(self, policy):
-        """The factor on the costs for ``policy``: its own, fitted on the
-        calibration cells, else the geometric mean of those fitted (1 without
-        any)."""
+        """The [alloc, free] factors on the costs for ``policy``: its own,
+        fitted on the calibration cells, else the geometric means of those
+        fitted ([1, 1] without any)."""
         if policy in self.scales:
-            return self.scales[policy]
+            return list(self.scales[policy])
         if not self.scales:
-            return 1.0
-        return float(np.exp(np.mean(np.log(list(self.scales.values())))))
+            return [1.0, 1.0]
+        logs = np.log(np.array(list(self.scales.values()), float))
+        return [float(v) for v in np.exp(logs.mean(axis=0))]
 
     def task_options(self, timeline=0, policy=None):
         """What a task carries to the engine (plain, picklable)."""
-        f = self.scale_for(policy)
-        return {"costs": sorted((k, v * f) for k, v in self.costs.items()),
-                "scale": f, "line_transfer_ns": self.line_transfer_ns,
+        return {"costs": sorted(self.costs.items()),
+                "scale": self.scale_for(policy), "line_transfer_ns": self.line_transfer_ns,
                 "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
                 "timeline": int(timeline)}
 
@@ -190,6 +205,7 @@ def fill_config(cfg, task, run_index=0, calibrate=False):
     cfg.sim.line_transfer_ns = float(so.get("line_transfer_ns", 0.0))
     cfg.sim.lines_per_handoff = float(so.get("lines_per_handoff", DEFAULT_LINES_PER_HANDOFF))
     cfg.sim.jitter = float(so.get("jitter", 0.0))
+    cfg.sim.phase_scale = _pair(so.get("scale", 1.0))
     cfg.sim.calibrate = 1 if calibrate else 0
     cfg.sim.table = table
     events = ffi.NULL
@@ -212,7 +228,7 @@ def raw_sim(res, table, events, calibrate=False):
     known = [not math.isnan(table.cost_ns[i]) for i in range(table.n)]
     out = {k: int(getattr(st, k)) for k in (
         "switches", "sync_points", "segments", "lock_waits", "lock_timeouts", "handoffs",
-        "lines", "events", "events_dropped")}
+        "lines", "object_lines", "events", "events_dropped")}
     out.update({k: float(getattr(st, k)) for k in (
         "wait_ns", "line_ns", "uncalibrated_units", "virtual_ns")})
     out["uncalibrated"] = sorted(n for n, s, k in zip(names, seen, known)
@@ -347,13 +363,15 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
 
 
 def _scale(policies, cells, costs, duration, seed):
-    """A factor per policy between timed segments and the code run whole:
+    """Factors per policy between timed segments and the code run whole, one
+    for the segments of the allocations and one for those of the frees:
     timing each segment costs the code its overlap with its neighbours (and
-    the harness's cache lines), so the fitted costs are scaled to this
-    machine's measured runs of the calibration cells themselves (pinned, one
-    producer): the policy's measured per-op time over its simulated one,
-    summed over those cells. Fitted on the calibration cells only; every
-    other cell is a prediction a validation checks."""
+    the harness's cache lines), and not alike in the two parts, so the
+    fitted costs are scaled to this machine's measured runs of the
+    calibration cells themselves (pinned, one producer): the policy's
+    measured alloc (free) time over its simulated one, summed over those
+    cells. Fitted on the calibration cells only; every other cell is a
+    prediction a validation checks."""
     from . import run as mrun
 
     cal = Calibration(costs, 0.0, 0.0)
@@ -369,14 +387,15 @@ def _scale(policies, cells, costs, duration, seed):
                 vals = []
                 for r in range(1 if cpu == "simulated" else 3):  # measured: the median of 3
                     raw = mrun.run_once(tasks[0], r)
-                    ops = max(raw["alloc_ops"] + raw["free_ops"], 1)
-                    vals.append((raw["alloc_ns"] + raw["free_ns"]) / ops)
-                per_op = float(np.median(vals))
+                    vals.append((raw["alloc_ns"] / max(raw["alloc_ops"], 1),
+                                 raw["free_ns"] / max(raw["free_ops"], 1)))
+                per_op = np.median(np.array(vals), axis=0)
                 side = simd if cpu == "simulated" else meas
-                side[pol] = side.get(pol, 0.0) + per_op
+                side[pol] = side.get(pol, np.zeros(2)) + per_op
                 if cpu != "simulated":
                     used.append(tasks[0]["point"])
-    return {p: (meas[p] / simd[p] if simd.get(p) else 1.0) for p in meas}, used
+    return {p: [float(meas[p][i] / simd[p][i]) if simd[p][i] > 0 else 1.0 for i in (0, 1)]
+            for p in meas}, used
 
 
 # A placeholder calibration that lets calibrate() plan its own runs.
@@ -386,7 +405,7 @@ _BOOT = Calibration({}, 0.0, 0.0, {"boot": True})
 # ---- the free parameter, and the validation ----
 
 FIT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},)
-HANDOFF_GRID = (0.0, 0.5, 1.0, 2.0, 4.0)
+HANDOFF_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 JITTER_GRID = (0.0, 0.25, 0.5, 1.0)
 TOLERANCE_2P = 0.25  # a 2-producer prediction off by more leaves the cells above unvalidated
 
