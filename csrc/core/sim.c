@@ -123,8 +123,9 @@ struct call_term {
 	int term[4]; /* per call kind; -2 = not made yet */
 };
 struct obj_line {
-	uintptr_t tag; /* line address + 1; 0 = empty */
-	uint32_t writer;
+	uintptr_t tag;	  /* line address + 1; 0 = empty */
+	uint64_t readers; /* CPUs (mod 64) holding a copy since the last write */
+	uint32_t writer;  /* the CPU that wrote it last */
 };
 struct line {
 	uintptr_t tag; /* line address + 1; 0 = empty */
@@ -754,7 +755,8 @@ static void charge_lines(struct al_sim *s, struct sim_cpu *c, uint64_t n)
 }
 
 /*
- * Objects' first lines: who wrote each last, in an open-addressed table
+ * Lines of objects and of layers' data (al_sim_object, al_sim_touch): who
+ * wrote each last and who has read it since, in an open-addressed table
  * keyed by the line's address that doubles when half full. Lookups are
  * exact, so where the arena lies (ASLR) changes the table's layout but
  * never an answer: runs stay deterministic.
@@ -791,18 +793,18 @@ static bool obj_grow(struct al_sim *s)
 	return true;
 }
 
-void al_sim_object(const void *a, const void *p)
+/* Charge c for the line of p when another CPU wrote it last and c has
+ * not read it since; returns whether a line moved. */
+static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, bool write)
 {
-	struct al_sim *s = self;
 	uintptr_t tag = ((uintptr_t)p >> 6) + 1;
+	uint64_t bit = 1ull << (c->id % 64);
 	struct obj_line *o;
-	struct sim_cpu *c;
+	bool moved = false;
 	uint32_t h;
 
-	if (!s || !(c = s->cur) || a != s->top || !p)
-		return;
 	if (s->obj_n >= s->obj_cap / 2 && !obj_grow(s) && s->obj_n >= s->obj_cap)
-		return;
+		return false;
 	for (h = obj_hash(tag, s->obj_cap - 1); s->objs[h].tag != OBJ_EMPTY;
 	     h = (h + 1) & (s->obj_cap - 1))
 		if (s->objs[h].tag == tag)
@@ -810,13 +812,40 @@ void al_sim_object(const void *a, const void *p)
 	o = &s->objs[h];
 	if (o->tag == OBJ_EMPTY) {
 		o->tag = tag;
+		o->writer = c->id;
+		o->readers = bit;
 		s->obj_n++;
-	} else if (o->writer != c->id) {
-		charge_lines(s, c, 1);
-		if (s->measuring)
-			s->st.object_lines++;
+		return false;
 	}
-	o->writer = c->id;
+	if (o->writer != c->id && !(o->readers & bit)) {
+		charge_lines(s, c, 1);
+		moved = true;
+	}
+	if (write) {
+		o->writer = c->id;
+		o->readers = bit;
+	} else {
+		o->readers |= bit;
+	}
+	return moved;
+}
+
+void al_sim_object(const void *a, const void *p)
+{
+	struct al_sim *s = self;
+
+	if (!s || !s->cur || a != s->top || !p)
+		return;
+	if (touch(s, s->cur, p, true) && s->measuring)
+		s->st.object_lines++;
+}
+
+void al_sim_touch(const void *p, bool write)
+{
+	struct al_sim *s = self;
+
+	if (s && s->cur && p)
+		touch(s, s->cur, p, write);
 }
 
 /* The line of addr in the table (made when new), or NULL when it is full

@@ -230,6 +230,7 @@ static inline unsigned get_order(uintptr_t ch, uint32_t idx)
 {
 	uint8_t v = __atomic_load_n((uint8_t *)ch + (idx >> 1), __ATOMIC_RELAXED);
 
+	al_sim_touch_if((uint8_t *)ch + (idx >> 1), false);
 	return (idx & 1) ? v & 0xf : v >> 4;
 }
 
@@ -238,6 +239,7 @@ static inline void set_order(uintptr_t ch, uint32_t idx, unsigned order)
 	uint8_t *p = (uint8_t *)ch + (idx >> 1);
 	uint8_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
 
+	al_sim_touch_if(p, true);
 	v = (idx & 1) ? (uint8_t)((v & 0xf0) | order) : (uint8_t)((v & 0x0f) | (order << 4));
 	__atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
@@ -246,6 +248,7 @@ static inline bool test_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx)
 {
 	uint8_t v = __atomic_load_n((uint8_t *)ch + b->alloc_off + (idx >> 3), __ATOMIC_RELAXED);
 
+	al_sim_touch_if((uint8_t *)ch + b->alloc_off + (idx >> 3), false);
 	return (v >> (idx & 7)) & 1;
 }
 
@@ -254,6 +257,7 @@ static inline void set_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx, 
 	uint8_t *p = (uint8_t *)ch + b->alloc_off + (idx >> 3);
 	uint8_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
 
+	al_sim_touch_if(p, true);
 	v = on ? (uint8_t)(v | (1u << (idx & 7))) : (uint8_t)(v & ~(1u << (idx & 7)));
 	__atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
@@ -335,6 +339,7 @@ static inline struct buddy_header *hdr_chk(struct buddy *b, const struct al_ctx 
 {
 	if (al_unlikely(idx >= b->items || test_alloc(b, ch, idx)))
 		metadata_fault(b, c);
+	al_sim_touch_if(hdr(ch, idx), true);
 	return hdr(ch, idx);
 }
 
@@ -349,6 +354,7 @@ static inline void list_push(struct buddy *b, const struct al_ctx *c, uintptr_t 
 	uint32_t head = (uint32_t)fl[order];
 	struct buddy_header *h = hdr_chk(b, c, ch, idx);
 
+	al_sim_touch_if(&fl[order], true);
 	set_order_chk(b, c, ch, idx, order);
 	al_assert(head == b->items || head < b->items);
 	al_assert_expensive(head != idx);
@@ -386,6 +392,7 @@ static inline void unlink_locked(struct buddy *b, const struct al_ctx *c, uintpt
 		hdr_chk(b, c, ch, prev)->next_index = next;
 	if (next != b->items)
 		hdr_chk(b, c, ch, next)->prev_index = prev;
+	al_sim_touch_if(&fl[order], false);
 	if (hdr_chk(b, c, ch, (uint32_t)fl[order]) == h)
 		fl[order] = next;
 	h->prev_index = h->next_index = b->items;
@@ -406,9 +413,11 @@ static inline uint32_t chunk_alloc_locked(struct buddy *b, const struct al_ctx *
 
 	al_lock_assert_locked(&b->lock);
 	al_assert(top < b->norders);
-	for (o = top; o < b->norders; o++)
+	for (o = top; o < b->norders; o++) {
+		al_sim_touch_if(&fl[o], false);
 		if (fl[o] != b->items)
 			break;
+	}
 	if (o == b->norders)
 		return b->items;
 	idx = (uint32_t)fl[o];

@@ -163,6 +163,16 @@ AL_API void al_sim_wait_until(uint64_t ticks);
  * free (al_alloc and al_free do, for the top layer); other layers' calls
  * and NULL are ignored. */
 AL_API void al_sim_object(const void *a, const void *p);
+/* A layer's access to data other CPUs reach too (the buddy's block headers,
+ * free-list heads and chunk metadata): its line moves when another CPU
+ * wrote it last and this CPU has not read it since; a write makes this CPU
+ * its only holder. al_sim_touch_if is the inline test for layers' paths. */
+AL_API void al_sim_touch(const void *p, bool write);
+static inline void al_sim_touch_if(const void *p, bool write)
+{
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		al_sim_touch(p, write);
+}
 
 /* Block on a lock until a release grants `ticket` (or, any: until any
  * release), or until deadline_ticks (0 = none). */
