@@ -17,6 +17,10 @@ numbers come from a 16-vCPU VM; a 2-CPU machine decides only the 1- and
 
     python bench/transfer_capacity.py [--capacities 1 2 4 8 16 32 64] [--runs 3]
         [--duration 0.1] [--producers 1 2] [--apc 64 256] [--timing batch]
+    python bench/transfer_capacity.py --cpu simulated --calibration FILE
+        [--producers 4 8] ...   (predictions: the seed's 4- and 8-producer cells,
+        where a capacity decides most, on simulated CPUs; the machine's load
+        does not bear on them, so they may run beside other work)
 
 Long: 2 workloads x (1 + capacities) policies x producers x apc x runs x
 duration (the defaults: about 2 x 8 x 4 x 3 x 0.1 s, plus warm-up). Run it on a
@@ -87,8 +91,16 @@ def main():
     ap.add_argument("--producers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--apc", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--timing", default="batch")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "transfer_capacity.json"))
+    ap.add_argument("--cpu", default="pinned", choices=["pinned", "simulated"])
+    ap.add_argument("--calibration", help="simulated: a saved calibration (measure.sim)")
+    ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    sim = a.cpu == "simulated"
+    a.out = a.out or os.path.join(HERE, "results", "transfer_capacity%s.json"
+                                  % ("_sim" if sim else ""))
+    extra = {"cpu": "simulated", "calibration": a.calibration} if sim else {}
+    if sim and a.producers == [1, 2]:
+        a.producers = [4, 8]
     bad = [p for p in a.producers if p not in SEED_PRODUCERS]
     if bad or any((w, m, "spill", n) not in SEED_NS for w in WORKLOADS for m in METRICS
                   for n in a.apc):
@@ -98,10 +110,11 @@ def main():
     results, per_cap = {}, {b: [] for b in a.capacities}
     for wl in WORKLOADS:
         res = al.run(wl, policies, runs=a.runs, producers=a.producers, allocs_per_cycle=a.apc,
-                     size=64, duration=a.duration, timing=a.timing, mem_sample=0)
+                     size=64, duration=a.duration, timing=a.timing, mem_sample=0, **extra)
         results[wl] = res
         med = medians(res)
-        print("\n%s: spill/transfer latency ratio, model (seed)" % wl)
+        print("\n%s: spill/transfer latency ratio, model%s (seed)"
+              % (wl, " predicted on simulated CPUs" if sim else ""))
         print("%-8s %5s %5s  " % ("metric", "prod", "apc") +
               " ".join("%13s" % ("T=%d" % b) for b in a.capacities))
         for m in METRICS:
@@ -123,6 +136,9 @@ def main():
     print("\nbest match to the seed's direction: batches=%d (%d of %d cells, median "
           "distance %.3f); the model's default is %d" % (
               best, scored[best][0], len(per_cap[best]), scored[best][1], default_batches()))
+    if sim:
+        print("predicted (simulated CPUs): every model number above is a prediction from "
+              "the calibration %s; the seed's numbers are compared, never fitted" % a.calibration)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"settings": vars(a), "best": best,
