@@ -120,6 +120,17 @@ def test_objects_move_their_lines_between_cpus():
     assert two["free_ns"] / two["free_ops"] > free["free_ns"] / free["free_ops"]
 
 
+def test_buddy_holds_pay_for_the_lines_they_touch():
+    # lines_per_handoff 0: a handoff moves the lock's line only; every other
+    # line is a header, list head or metadata byte the buddy touched after
+    # another CPU wrote it, or an object's first line
+    cal = _cal({"seg.acq-rel": 10.0}, line=50.0, lph=0.0)
+    two = _raw("buddy", 2, cal, allocs_per_cycle=16)
+    st = two["sim"]
+    assert st["lines"] > st["handoffs"] + st["object_lines"] > 0
+    assert _raw("buddy", 1, cal, allocs_per_cycle=16)["sim"]["lines"] == 0
+
+
 def test_lock_budget_times_out_in_virtual_time():
     # a hold far longer than the arena lock's 250 ms budget: a waiter gives
     # up at its deadline in virtual time, and the workload's free says so

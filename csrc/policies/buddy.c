@@ -230,7 +230,6 @@ static inline unsigned get_order(uintptr_t ch, uint32_t idx)
 {
 	uint8_t v = __atomic_load_n((uint8_t *)ch + (idx >> 1), __ATOMIC_RELAXED);
 
-	al_sim_touch_if((uint8_t *)ch + (idx >> 1), false);
 	return (idx & 1) ? v & 0xf : v >> 4;
 }
 
@@ -239,7 +238,6 @@ static inline void set_order(uintptr_t ch, uint32_t idx, unsigned order)
 	uint8_t *p = (uint8_t *)ch + (idx >> 1);
 	uint8_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
 
-	al_sim_touch_if(p, true);
 	v = (idx & 1) ? (uint8_t)((v & 0xf0) | order) : (uint8_t)((v & 0x0f) | (order << 4));
 	__atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
@@ -248,7 +246,6 @@ static inline bool test_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx)
 {
 	uint8_t v = __atomic_load_n((uint8_t *)ch + b->alloc_off + (idx >> 3), __ATOMIC_RELAXED);
 
-	al_sim_touch_if((uint8_t *)ch + b->alloc_off + (idx >> 3), false);
 	return (v >> (idx & 7)) & 1;
 }
 
@@ -257,7 +254,6 @@ static inline void set_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx, 
 	uint8_t *p = (uint8_t *)ch + b->alloc_off + (idx >> 3);
 	uint8_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
 
-	al_sim_touch_if(p, true);
 	v = on ? (uint8_t)(v | (1u << (idx & 7))) : (uint8_t)(v & ~(1u << (idx & 7)));
 	__atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
@@ -308,38 +304,68 @@ static al_noinline al_cold void metadata_fault(struct buddy *b, const struct al_
 
 /* libarena's idx_set_allocated: -EINVAL when idx is out of range or the
  * bit is already `on` (the free path's double-free test). */
-static al_noinline int idx_set_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx, bool on)
+static al_noinline int idx_set_alloc(const struct buddy *b, uintptr_t ch, uint32_t idx, bool on,
+				     bool sim)
 {
 	if (al_unlikely(idx >= b->items || test_alloc(b, ch, idx) == on))
 		return -EINVAL;
+	if (sim)
+		al_sim_touch((uint8_t *)ch + b->alloc_off + (idx >> 3), true);
 	set_alloc(b, ch, idx, on);
 	return 0;
 }
 
 /* libarena's idx_set_order. */
 static al_noinline int idx_set_order(const struct buddy *b, uintptr_t ch, uint32_t idx,
-				     unsigned order)
+				     unsigned order, bool sim)
 {
 	if (al_unlikely(order >= b->norders || idx >= b->items))
 		return -EINVAL;
+	if (sim)
+		al_sim_touch((uint8_t *)ch + (idx >> 1), true);
 	set_order(ch, idx, order);
 	return 0;
 }
 
-static inline void set_order_chk(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
-				 uint32_t idx, unsigned order)
+/*
+ * Simulated CPUs (sim.h) charge the lines of the metadata, headers and list
+ * heads a CPU touches: the paths below take a `sim` that is a constant in
+ * each of their two instances (free_locked, chunk_alloc_locked), so the
+ * measured build's instance carries no test for it.
+ */
+static al_always_inline void sim_touch(bool sim, const void *p, bool write)
 {
-	if (al_unlikely(idx_set_order(b, ch, idx, order)))
+	if (sim)
+		al_sim_touch(p, write);
+}
+
+static al_always_inline unsigned get_order_s(uintptr_t ch, uint32_t idx, bool sim)
+{
+	sim_touch(sim, (uint8_t *)ch + (idx >> 1), false);
+	return get_order(ch, idx);
+}
+
+static al_always_inline bool test_alloc_s(const struct buddy *b, uintptr_t ch, uint32_t idx,
+					  bool sim)
+{
+	sim_touch(sim, (uint8_t *)ch + b->alloc_off + (idx >> 3), false);
+	return test_alloc(b, ch, idx);
+}
+
+static al_always_inline void set_order_chk(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+					   uint32_t idx, unsigned order, bool sim)
+{
+	if (al_unlikely(idx_set_order(b, ch, idx, order, sim)))
 		metadata_fault(b, c);
 }
 
 /* libarena's idx_to_header: a header is only read in a free block. */
-static inline struct buddy_header *hdr_chk(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
-					   uint32_t idx)
+static al_always_inline struct buddy_header *hdr_chk(struct buddy *b, const struct al_ctx *c,
+						     uintptr_t ch, uint32_t idx, bool sim)
 {
-	if (al_unlikely(idx >= b->items || test_alloc(b, ch, idx)))
+	if (al_unlikely(idx >= b->items || test_alloc_s(b, ch, idx, sim)))
 		metadata_fault(b, c);
-	al_sim_touch_if(hdr(ch, idx), true);
+	sim_touch(sim, hdr(ch, idx), true);
 	return hdr(ch, idx);
 }
 
@@ -347,38 +373,38 @@ static inline struct buddy_header *hdr_chk(struct buddy *b, const struct al_ctx 
 
 /* A block on the list of `order` is a free block of that order; as
  * libarena's header_add_freelist, the push writes the block's order. */
-static inline void list_push(struct buddy *b, const struct al_ctx *c, uintptr_t ch, uint32_t idx,
-			     unsigned order)
+static al_always_inline void list_push(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+				       uint32_t idx, unsigned order, bool sim)
 {
 	uint64_t *fl = freelists(b, ch);
 	uint32_t head = (uint32_t)fl[order];
-	struct buddy_header *h = hdr_chk(b, c, ch, idx);
+	struct buddy_header *h = hdr_chk(b, c, ch, idx, sim);
 
-	al_sim_touch_if(&fl[order], true);
-	set_order_chk(b, c, ch, idx, order);
+	sim_touch(sim, &fl[order], true);
+	set_order_chk(b, c, ch, idx, order, sim);
 	al_assert(head == b->items || head < b->items);
 	al_assert_expensive(head != idx);
 	al_track_unpoison(h, sizeof(*h));
 	h->prev_index = b->items;
 	h->next_index = head;
 	if (head != b->items)
-		hdr_chk(b, c, ch, head)->prev_index = idx;
+		hdr_chk(b, c, ch, head, sim)->prev_index = idx;
 	fl[order] = idx;
 }
 
-static inline void push_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch, uint32_t idx,
-			       unsigned order)
+static al_always_inline void push_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+					 uint32_t idx, unsigned order, bool sim)
 {
 	al_lock_assert_locked(&b->lock);
-	list_push(b, c, ch, idx, order);
+	list_push(b, c, ch, idx, order, sim);
 }
 
 /* libarena's header_remove_freelist: the head test reads the head's header,
  * and the removed header is cleared. */
-static inline void unlink_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
-				 uint32_t idx, unsigned order)
+static al_always_inline void unlink_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+					   uint32_t idx, unsigned order, bool sim)
 {
-	struct buddy_header *h = hdr_chk(b, c, ch, idx);
+	struct buddy_header *h = hdr_chk(b, c, ch, idx, sim);
 	uint32_t prev = h->prev_index, next = h->next_index;
 	uint64_t *fl = freelists(b, ch);
 
@@ -389,11 +415,11 @@ static inline void unlink_locked(struct buddy *b, const struct al_ctx *c, uintpt
 	al_assert(prev == b->items || hdr(ch, prev)->next_index == idx);
 	al_assert(next == b->items || hdr(ch, next)->prev_index == idx);
 	if (prev != b->items)
-		hdr_chk(b, c, ch, prev)->next_index = next;
+		hdr_chk(b, c, ch, prev, sim)->next_index = next;
 	if (next != b->items)
-		hdr_chk(b, c, ch, next)->prev_index = prev;
-	al_sim_touch_if(&fl[order], false);
-	if (hdr_chk(b, c, ch, (uint32_t)fl[order]) == h)
+		hdr_chk(b, c, ch, next, sim)->prev_index = prev;
+	sim_touch(sim, &fl[order], false);
+	if (hdr_chk(b, c, ch, (uint32_t)fl[order], sim) == h)
 		fl[order] = next;
 	h->prev_index = h->next_index = b->items;
 	al_track_poison(h, sizeof(*h));
@@ -404,8 +430,9 @@ static inline void unlink_locked(struct buddy *b, const struct al_ctx *c, uintpt
  * allocated blocks of `order`. Returns its index, or NIL when the chunk has
  * no block large enough; *splits gets the number of splits.
  */
-static inline uint32_t chunk_alloc_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
-					  unsigned order, unsigned k, unsigned *splits)
+static al_always_inline uint32_t chunk_alloc_(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+					      unsigned order, unsigned k, unsigned *splits,
+					      bool sim)
 {
 	uint64_t *fl = freelists(b, ch);
 	unsigned top = order + k, o, i;
@@ -414,23 +441,38 @@ static inline uint32_t chunk_alloc_locked(struct buddy *b, const struct al_ctx *
 	al_lock_assert_locked(&b->lock);
 	al_assert(top < b->norders);
 	for (o = top; o < b->norders; o++) {
-		al_sim_touch_if(&fl[o], false);
+		sim_touch(sim, &fl[o], false);
 		if (fl[o] != b->items)
 			break;
 	}
 	if (o == b->norders)
 		return b->items;
 	idx = (uint32_t)fl[o];
-	unlink_locked(b, c, ch, idx, o);
+	unlink_locked(b, c, ch, idx, o, sim);
 	for (j = 0; j < (1u << k); j++) {
-		set_order_chk(b, c, ch, idx + (j << order), order);
-		if (al_unlikely(idx_set_alloc(b, ch, idx + (j << order), true)))
+		set_order_chk(b, c, ch, idx + (j << order), order, sim);
+		if (al_unlikely(idx_set_alloc(b, ch, idx + (j << order), true, sim)))
 			metadata_fault(b, c);
 	}
 	for (i = o; i-- > top;)
-		push_locked(b, c, ch, idx + (1u << i), i);
+		push_locked(b, c, ch, idx + (1u << i), i, sim);
 	*splits = o - top;
 	return idx;
+}
+
+static al_noinline uint32_t chunk_alloc_sim(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+					    unsigned order, unsigned k, unsigned *splits)
+{
+	return chunk_alloc_(b, c, ch, order, k, splits, true);
+}
+
+static inline uint32_t chunk_alloc_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
+					  unsigned order, unsigned k, unsigned *splits)
+{
+	al_lock_assert_locked(&b->lock);
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return chunk_alloc_sim(b, c, ch, order, k, splits);
+	return chunk_alloc_(b, c, ch, order, k, splits, false);
 }
 
 /* ---- chunks ---- */
@@ -463,7 +505,7 @@ static void chunk_init(struct buddy *b, uintptr_t ch)
 		set_order(ch, idx, order);
 		set_alloc(b, ch, idx, true);
 		for (o = left ? order + 1 : order; o < max_order; o++)
-			list_push(b, NULL, ch, idx + (1u << o), o); /* private: no lock */
+			list_push(b, NULL, ch, idx + (1u << o), o, false); /* private */
 		idx += 1u << order;
 		max_order = order;
 	}
@@ -760,7 +802,8 @@ static inline bool chunk_valid(struct buddy *b, uintptr_t ch)
  * Validate and free one pointer. Returns the freed block's order, or
  * -EINVAL (counted) with nothing written. blk: the caller's counters block.
  */
-static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, uintptr_t p)
+static al_always_inline int free_locked_(struct buddy *b, const struct al_ctx *c, uint64_t *blk,
+					 uintptr_t p, bool sim)
 {
 	uintptr_t off = p - b->arena.base, ch;
 	unsigned order, o, merges = 0;
@@ -780,34 +823,48 @@ static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, u
 	if (al_unlikely(idx < b->meta_items))
 		return free_reject(b, c, R_METADATA);
 	/* libarena's idx_set_allocated(false) is the double-free test. */
-	if (al_unlikely(idx_set_alloc(b, ch, idx, false)))
+	if (al_unlikely(idx_set_alloc(b, ch, idx, false, sim)))
 		return free_reject(b, c, find_block(b, ch, idx) == idx ? R_DOUBLE : R_NOT_START);
 
-	o = order = get_order(ch, idx);
-	(void)hdr_chk(b, c, ch, idx);
+	o = order = get_order_s(ch, idx, sim);
+	(void)hdr_chk(b, c, ch, idx, sim);
 	al_track_unpoison(p, (size_t)BUDDY_MIN_BYTES << order);
 	if (b->fill)
 		memset((void *)p, BUDDY_FILL_FREE, (size_t)BUDDY_MIN_BYTES << order);
 	al_track_poison(p, (size_t)BUDDY_MIN_BYTES << order);
 	while (o + 1 < b->norders) {
 		bd = idx ^ (1u << o);
-		if (test_alloc(b, ch, bd) || get_order(ch, bd) != o)
+		if (test_alloc_s(b, ch, bd, sim) || get_order_s(ch, bd, sim) != o)
 			break;
-		unlink_locked(b, c, ch, bd, o);
+		unlink_locked(b, c, ch, bd, o, sim);
 		/* libarena writes the dropped (right) buddy's order, then reads
 		 * its header to poison it. */
-		set_order_chk(b, c, ch, idx | bd, o);
-		(void)hdr_chk(b, c, ch, idx | bd);
+		set_order_chk(b, c, ch, idx | bd, o, sim);
+		(void)hdr_chk(b, c, ch, idx | bd, sim);
 		idx &= bd;
 		o++;
 		merges++;
 	}
-	set_order_chk(b, c, ch, idx, o);
-	push_locked(b, c, ch, idx, o);
+	set_order_chk(b, c, ch, idx, o, sim);
+	push_locked(b, c, ch, idx, o, sim);
 	al_assert_walk(chunk_valid(b, ch));
 	if (merges)
 		al_ctr_add(blk, BUD_merges, merges);
 	return (int)order;
+}
+
+static al_noinline int free_locked_sim(struct buddy *b, const struct al_ctx *c, uint64_t *blk,
+				       uintptr_t p)
+{
+	return free_locked_(b, c, blk, p, true);
+}
+
+static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, uintptr_t p)
+{
+	al_lock_assert_held(&b->lock, c);
+	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+		return free_locked_sim(b, c, blk, p);
+	return free_locked_(b, c, blk, p, false);
 }
 
 /*

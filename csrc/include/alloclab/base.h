@@ -40,10 +40,11 @@ extern "C" {
 
 #define AL_CACHELINE 64
 
-#define al_likely(x)   __builtin_expect(!!(x), 1)
-#define al_unlikely(x) __builtin_expect(!!(x), 0)
-#define al_noinline    __attribute__((noinline))
-#define al_cold	       __attribute__((cold))
+#define al_likely(x)	 __builtin_expect(!!(x), 1)
+#define al_unlikely(x)	 __builtin_expect(!!(x), 0)
+#define al_noinline	 __attribute__((noinline))
+#define al_always_inline inline __attribute__((always_inline))
+#define al_cold		 __attribute__((cold))
 
 static inline unsigned al_fls64(uint64_t x) /* index of the highest set bit + 1; 0 for 0 */
 {
