@@ -151,6 +151,13 @@ def test_cli_test_command_and_errors(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("alloclab: error:")
 
 
+def test_cli_libarena_without_an_action_is_one_usage_error():
+    proc = _cli("libarena")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "alloclab: error: libarena needs an action: build DIR or test DIR"]
+
+
 # ---- the kernel's libarena: where the copy is at hand ----
 
 @needs_reference

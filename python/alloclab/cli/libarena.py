@@ -17,6 +17,7 @@ a missing helper, a failing buddy_init) is an AlloclabError: the CLI prints
 import os
 
 from ..policies import libarena_real
+from .format import UsageError
 
 
 def add_parser(sub):
@@ -40,6 +41,8 @@ def add_parser(sub):
 
 
 def cmd_libarena(args):
+    if args.libarena_cmd not in ("build", "test"):
+        raise UsageError("libarena needs an action: build DIR or test DIR")
     tree = args.tree or libarena_real.default_tree()
     if args.libarena_cmd == "build":
         info = libarena_real.info(libarena_real.check_tree(tree))
@@ -52,8 +55,6 @@ def cmd_libarena(args):
                                     "on" if info["own_caches_asan"] else "off"),
                                 info["measured"]))
         return 0
-    if args.libarena_cmd != "test":
-        raise libarena_real.LibarenaTreeError("alloclab libarena: give an action: test DIR")
     asan = True if args.asan else None
     results = libarena_real.run_tests(tree, asan=asan)
     print("libarena selftests of %s (compiled natively as user-space C against alloclab's BPF "
