@@ -409,6 +409,20 @@ def test_the_result_says_what_ran():
             "C; its own per-CPU caches: no" % (name, os.path.abspath(EXAMPLE))) in str(res)
 
 
+def test_cli_run_and_show_print_the_notes_once(tmp_path):
+    out = tmp_path / "r.json"
+    proc = _cli("run", "malloc-free", "--policy", "libarena(tree=%s)" % EXAMPLE, "--policy",
+                "percpu > transfer > libarena(tree=%s)" % EXAMPLE, "--runs", "1",
+                "--duration", "0.02", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    note = ("notes: %s runs buddy.bpf.c of the libarena tree %s, compiled natively as "
+            "user-space C; its own per-CPU caches: no" % (lr.load(EXAMPLE), EXAMPLE))
+    assert proc.stdout.count(note) == 1, proc.stdout
+    shown = _cli("show", str(out))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count(note) == 1, shown.stdout
+
+
 needs_asan = pytest.mark.skipif(lr.asan_runtime() is None,
                                 reason="the compiler has no ASan runtime (libasan.so)")
 

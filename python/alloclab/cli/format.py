@@ -539,6 +539,7 @@ def _text(res, view, tables):
         out.append(hist_text(res) + "\n")
     out.append(res.cpu_line())
     out.append(res.stats_line())
+    out.extend(res.notes_lines())
     mw = res.machine_warnings()
     if mw:
         out.append("machine:\n" + "\n".join("  " + x for x in mw))
@@ -557,7 +558,8 @@ def _markdown(res, view, tables):
         out.append("Warnings:\n\n" + "\n".join("- " + x for x in w))
     if view.hist and has_hist(res):
         out.append("```\n%s\n```" % hist_text(res))
-    out.append("- %s\n- %s" % (res.cpu_line(), res.stats_line()))
+    out.append("\n".join("- " + x for x in [res.cpu_line(), res.stats_line()] +
+                          res.notes_lines()))
     wtext = workload_metrics_text(res)
     if wtext:
         out.append("```\n%s\n```" % wtext)

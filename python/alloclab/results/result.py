@@ -883,6 +883,13 @@ class Result:
                                                      for p in self.points])))
         lines.append(self.machine_line())
         lines.append(self.cpu_line())
+        lines.extend(self.notes_lines())
+        return "\n".join(lines)
+
+    def notes_lines(self):
+        """The ``notes:`` lines (what real code ran, what it printed), each
+        once however many points carry it."""
+        lines = []
         for note in uniq([n for p in self.points for n in p.info.get("notes", [])
                           if " runs buddy.bpf.c of " in n]):
             lines.append("notes: " + note)
@@ -895,7 +902,7 @@ class Result:
             lines.append("notes: " + "; ".join(
                 "%s printed %r %d time%s" % (lay, t, n, "" if n == 1 else "s")
                 for (lay, t), n in printed.items()) + " (bpf_stream_printk)")
-        return "\n".join(lines)
+        return lines
 
     def machine_line(self):
         md = self.metadata
