@@ -179,6 +179,23 @@ def test_reference_buddy_alone_and_under_caches():
 
 
 @needs_reference
+def test_shadowed_header_change_is_not_measured_and_is_named(tmp_path):
+    a, b = _copy(tmp_path / "a", REFERENCE), _copy(tmp_path / "b", REFERENCE)
+    with open(b / "include" / "bpf_atomic.h", "a") as f:
+        f.write("\n#error this copy is never compiled\n")
+    name = lr.load(str(a))
+    assert lr.load(str(b)) == name
+    res = al.run("malloc-free", "libarena(tree=%s)" % b, allocs_per_cycle=16, cycles=5, runs=1)
+    assert ("its include/bpf_arena_common.h, include/bpf_arena_spin_lock.h, "
+            "include/bpf_atomic.h, include/bpf_may_goto.h are shadowed by alloclab's BPF "
+            "stand-in (not measured") in res.points[0].info["notes"][0]
+    # a header that is compiled still changes the name
+    with open(a / "include" / "libarena" / "buddy.h", "a") as f:
+        f.write("\n/* changed */\n")
+    assert lr.load(str(a)) != name
+
+
+@needs_reference
 def test_reference_usable_size_is_the_block():
     a = al.Allocator(lr.load(REFERENCE))
     for size, block in ((1, 16), (17, 32), (64, 64), (1000, 1024)):
@@ -406,7 +423,8 @@ def test_the_result_says_what_ran():
                                       "own_caches": False, "asan": False}]
     assert "libarena" not in model.info
     assert ("notes: %s runs buddy.bpf.c of the libarena tree %s, compiled natively as user-space "
-            "C; its own per-CPU caches: no" % (name, os.path.abspath(EXAMPLE))) in str(res)
+            "C; its own per-CPU caches: no; none of its headers is shadowed by alloclab's BPF "
+            "stand-in" % (name, os.path.abspath(EXAMPLE))) in str(res)
 
 
 def test_cli_run_and_show_print_the_notes_once(tmp_path):

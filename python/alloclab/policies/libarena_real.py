@@ -17,12 +17,14 @@ arena kfuncs on a 4-GiB-aligned arena, the arena spin lock as alloclab's
 lock in arena mode, can_loop as a loop budget, printk counted), which is
 searched before the tree's ``include/``: the tree's own copies of the
 helper headers (bpf_arena_common.h, bpf_arena_spin_lock.h, bpf_atomic.h,
-bpf_may_goto.h) are shadowed, so a change to them is not measured. What is
+bpf_may_goto.h) are shadowed, so a change to them is not measured (the
+Result's note lists them: shadowed_headers()). What is
 measured is the tree's algorithm compiled natively by the host compiler,
 not BPF's JIT'd code, may_goto or the kernel's arena lock.
 
 The object is cached by content (every file of the tree's src/, include/
-and selftests/ that is compiled, the stand-in, the flags and the compiler),
+and selftests/ that is compiled, not the shadowed headers, the stand-in,
+the flags without the tree's path, and the compiler),
 as plugins are, under ``plugin.cache_dir()``. Each allocator instance loads
 a private copy of it (its own globals and its own arena: see
 bpfcompat/layer.c), so fresh stacks and two trees never share state.
@@ -265,24 +267,49 @@ def _progs_c(progs):
 
 def _flags(tree, feats, cc_id):
     """The compile flags: the stand-in before the tree's include/ (and the
-    folder above the tree, as the kernel's Makefile has it). GCC on x86-64
+    folder above the tree, as the kernel's Makefile has it); the tree's
+    path is left out of the object (file names relative to the tree), so
+    two copies of one tree build the same object. GCC on x86-64
     gets TLS descriptors: can_loop reads a thread-local budget, which they
     make one load in a dlopen()ed object."""
     gnu2 = sysconfig.get_platform().endswith("x86_64") and "clang" not in cc_id
     return CFLAGS + ["-DALR_LIBARENA_LAYOUT=%d" % feats["libarena_layout"],
                      "-I" + COMPAT_DIR, "-I" + os.path.join(tree, "include"),
-                     "-I" + os.path.dirname(tree)] + (["-mtls-dialect=gnu2"] if gnu2 else [])
+                     "-I" + os.path.dirname(tree), "-ffile-prefix-map=%s/=" % tree] + (
+                         ["-mtls-dialect=gnu2"] if gnu2 else [])
+
+
+def _compat_headers():
+    """The stand-in's headers, relative to COMPAT_DIR (vmlinux.h, bpf/bpf_helpers.h, ...)."""
+    return sorted(os.path.relpath(f, COMPAT_DIR) for f in _files(COMPAT_DIR, "", (".h",)))
+
+
+def shadowed_headers(tree):
+    """The tree's own headers that the stand-in shadows (the same path under
+    include/ as one of alloclab's bpfcompat/, which is searched first): they
+    are not compiled, so a change to them is not measured. Relative to the
+    tree, sorted."""
+    return [os.path.join("include", h) for h in _compat_headers()
+            if os.path.isfile(os.path.join(tree, "include", h))]
 
 
 def _digest(tree, srcs, progs_c, flags, cc, cc_id):
+    """The content hash of what is compiled: the tree's sources and its
+    headers but the shadowed ones, the stand-in, the flags (the tree's path
+    written as <tree>, so two copies of one tree share the object and the
+    layer name) and the compiler."""
     h = hashlib.sha256()
-    inputs = srcs + _files(tree, "include", (".h",)) + \
-        [os.path.join(COMPAT_DIR, f) for f in sorted(os.listdir(COMPAT_DIR))
-         if f.endswith((".c", ".h"))] + _files(COMPAT_DIR, "bpf", (".h",)) + \
-        _files(COMPAT_DIR, "asm-generic", (".h",))
-    for f in sorted(set(inputs)):
+    skip = {os.path.join(tree, f) for f in shadowed_headers(tree)}
+    for f in sorted(set(srcs + _files(tree, "include", (".h",))) - skip):
         with open(f, "rb") as fh:
             h.update(os.path.relpath(f, tree).encode() + b"\0" + fh.read() + b"\0")
+    for f in sorted(_files(COMPAT_DIR, "", (".c", ".h"))):
+        with open(f, "rb") as fh:
+            h.update(b"compat/" + os.path.relpath(f, COMPAT_DIR).encode() + b"\0" + fh.read())
+    where = {"-I" + os.path.join(tree, "include"): "-I<tree>/include",
+             "-I" + os.path.dirname(tree): "-I<tree>/..",
+             "-ffile-prefix-map=%s/=" % tree: "-ffile-prefix-map=<tree>/="}
+    flags = [where.get(f, f) for f in flags]
     h.update(progs_c.encode() + "\0".join(flags + cc).encode() + cc_id.encode())
     return h.hexdigest()[:16]
 
@@ -607,13 +634,24 @@ def layers_info(policy):
         if lay is None or any(x["layer"] == name for x in out):
             continue
         note = "%s runs buddy.bpf.c of the libarena tree %s, compiled natively as user-space " \
-               "C%s; %s" % (name, lay["tree"], " (an ASan build)" if lay["asan"] else "",
-                            caches_note({"own_caches": lay["own_caches"],
-                                         "own_caches_plain": lay["own_caches_plain"],
-                                         "own_caches_asan": lay["own_caches_asan"]}))
+               "C%s; %s; %s" % (name, lay["tree"], " (an ASan build)" if lay["asan"] else "",
+                                caches_note({"own_caches": lay["own_caches"],
+                                             "own_caches_plain": lay["own_caches_plain"],
+                                             "own_caches_asan": lay["own_caches_asan"]}),
+                                shadowed_note(lay["tree"]))
         out.append({"layer": name, "tree": lay["tree"], "own_caches": lay["own_caches"],
                     "asan": lay["asan"], "note": note})
     return out
+
+
+def shadowed_note(tree):
+    """Which of the tree's headers alloclab's stand-in replaces, in words."""
+    hs = shadowed_headers(tree)
+    if not hs:
+        return "none of its headers is shadowed by alloclab's BPF stand-in"
+    one = len(hs) == 1
+    return "its %s %s shadowed by alloclab's BPF stand-in (not measured: a change to %s does " \
+        "not change what runs)" % (", ".join(hs), "is" if one else "are", "it" if one else "them")
 
 
 def note_text(printk):
@@ -760,8 +798,10 @@ def info(tree):
             "libarena_layout": f["libarena_layout"], "asan": asan,
             "own_caches": _own_caches(f, asan), "own_caches_plain": f["own_caches"],
             "own_caches_asan": f["own_caches_asan"],
+            "shadowed": shadowed_headers(tree),
             "measured": "the tree's C compiled natively as user-space C (not BPF's JIT); "
-                        "its helper headers are alloclab's stand-in, not the tree's" + (
+                        "its helper headers are alloclab's stand-in: %s" % (
+                            shadowed_note(tree)) + (
                             "; an ASan build (its hooks on alloclab's poisoning)" if asan
                             else "")}
 
