@@ -441,6 +441,22 @@ def test_cli_run_and_show_print_the_notes_once(tmp_path):
     assert shown.stdout.count(note) == 1, shown.stdout
 
 
+def test_cli_compare_takes_the_spec_the_user_typed_as_baseline(tmp_path):
+    out = tmp_path / "r.json"
+    spec = "libarena(tree=%s)" % EXAMPLE
+    proc = _cli("run", "malloc-free", "--policy", "buddy", "--policy", spec, "--runs", "2",
+                "--duration", "0.02", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    proc = _cli("compare", str(out), "--baseline", spec)  # a fresh process: not yet loaded
+    assert proc.returncode == 0, proc.stderr
+    assert "buddy" in proc.stdout
+    proc = _cli("compare", str(out), "--baseline", "nope")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "alloclab: error: unknown policy 'nope' in baseline; valid policies: buddy, %s"
+        % lr.load(EXAMPLE)]
+
+
 needs_asan = pytest.mark.skipif(lr.asan_runtime() is None,
                                 reason="the compiler has no ASan runtime (libasan.so)")
 

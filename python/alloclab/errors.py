@@ -134,7 +134,8 @@ class UnknownNameError(AlloclabError, ValueError):
     def make(cls, kind, name, valid, context="", extra=""):
         valid = list(valid)
         where = " in %s" % context if context else ""
-        plural = kind if kind.endswith("s") else kind + "s"
+        plural = kind if kind.endswith("s") else kind[:-1] + "ies" if kind.endswith("y") \
+            and kind[-2:-1] not in "aeiou" else kind + "s"
         msg = "unknown %s %s%s; valid %s: %s" % (
             kind, shown(name), where, plural, ", ".join(valid) if valid else "(none)")
         if extra:

@@ -394,7 +394,12 @@ def same_policy(a, b):
     if a == b:
         return True
     ca = canonical(a) if isinstance(a, str) else None
-    return ca is not None and ca == (canonical(b) if isinstance(b, str) else None)
+    cb = canonical(b) if isinstance(b, str) else None
+    if ca is None and cb is not None:
+        # b may have registered the layer a names (libarena(tree=PATH) loads
+        # the tree as libarena_<hash>, the name a Result keeps): read a again
+        ca = canonical(a)
+    return ca is not None and ca == cb
 
 
 def _format_layer(sch, raw):
