@@ -85,6 +85,17 @@ def test_reproduce_on_the_real_buddy():
     assert "The buddy is the real code" in str(rep) and name in str(rep)
 
 
+def test_reproduce_on_a_tree_says_its_note_once_and_names_it_in_the_sweep():
+    rep = reproduce.libarena(producers=[1], allocs_per_cycle=[64], runs=1, duration=0.01,
+                             workloads=["malloc-free"], capacities=(1, 2), tree=EXAMPLE)
+    name = lr.load(EXAMPLE)
+    lines = str(rep).splitlines()
+    notes = [l for l in lines if l.startswith("notes: ") and " runs buddy.bpf.c of " in l]
+    assert len(notes) == 1, notes
+    sweep = [l for l in lines if "transfer cache capacity swept" in l]
+    assert sweep and all("(percpu > transfer(batches=B) > %s, " % name in l for l in sweep)
+
+
 def test_on_tree_replaces_the_bottom_and_refuses_caches_above_a_caching_tree(tmp_path):
     name = lr.load(EXAMPLE)
     assert on_tree("percpu > transfer(batches=4) > buddy(chunk_size=64K)", EXAMPLE) == \

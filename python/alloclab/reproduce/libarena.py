@@ -26,7 +26,7 @@ from ..host import machine
 from ..judge import verdict as V
 from ..cbind._ffi import lib
 from ..policies.policy import Policy
-from ..results.result import Result
+from ..results.result import Result, uniq
 from ..measure.run import effort_defaults, run as _run
 from ._report import STEAL_RERUNS, Report, SeedCell, rerun_tally, side
 from ..present import plot_reproduce
@@ -433,8 +433,8 @@ class LibarenaReport(Report):
         prods = sorted({p for by in rows.values() for p in by})
         w = 7 * len(prods)
         lines = ["libarena-%s, transfer cache capacity swept at %d allocs/cycle "
-                 "(percpu > transfer(batches=B) > buddy, %d objects per batch; counters):"
-                 % (workload, SWEEP_APC, BATCH), "",
+                 "(percpu > transfer(batches=B) > %s, %d objects per batch; counters):"
+                 % (workload, SWEEP_APC, self.bottom(), BATCH), "",
                  "  batches  objects  " + "flushed to buddy".center(w) + "  " +
                  "transfer hit rate".center(w),
                  " " * 19 + "".join(("%dp" % p).rjust(7) for p in prods) + "  " +
@@ -445,6 +445,12 @@ class LibarenaReport(Report):
             lines.append("%9d%9d  %s  %s" % (b, b * BATCH, cell(0), cell(1)))
         lines += ["", self._capacity_line(workload, rows)]
         return "\n".join(lines)
+
+    def bottom(self):
+        """The layer that ran as the buddy: the tree's (libarena_<hash>)
+        when the report ran on a libarena tree, else the model's buddy."""
+        real = self.settings.get("real_buddy")
+        return real["layer"] if real else "buddy"
 
     def _capacity_line(self, workload, rows):
         b = self.capacity_holds(workload)
@@ -600,8 +606,7 @@ class LibarenaReport(Report):
 
     def body(self):
         parts = [self.real_note()] if self.real_note() else []
-        parts += [line for res in self.results.values() for line in str(res).splitlines()
-                  if line.startswith("notes: ")]
+        parts += uniq([line for res in self.results.values() for line in res.notes_lines()])
         for t in self.timings:
             for wl in self.workloads:
                 for m, _ in METRICS:
