@@ -64,6 +64,18 @@ def test_fidelity_rows_of_both_sides():
     assert set(f.ratios()) == {(1, 64)}
 
 
+def test_fidelity_committed_per_peak_is_finite_in_a_short_run():
+    f = reproduce.libarena_fidelity(EXAMPLE, producers=[1, 2], allocs_per_cycle=[16], runs=1,
+                                    duration=0.005, stats="lite")
+    for r in f.rows():
+        # the workload's peak demand, not a 10 ms sample that caught no cycle
+        assert r["peak_requested"] == r["producers"] * 16 * 64
+        assert r["committed_per_peak_requested"] == \
+            r["committed_at_teardown"] / r["peak_requested"] > 0
+    assert "\ncomm/peak: arena bytes committed at teardown over the peak bytes requested " \
+        "(producers x allocs/cycle x size" in str(f)
+
+
 def test_fidelity_below_full_has_no_hold_time():
     f = reproduce.libarena_fidelity(EXAMPLE, producers=[1], allocs_per_cycle=[16], runs=1,
                                     duration=0.01, stats="lite")
