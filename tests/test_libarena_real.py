@@ -133,7 +133,8 @@ def test_init_failure_is_reported(tmp_path):
 def test_cli_test_command_and_errors(tmp_path):
     proc = _cli("libarena", "test", EXAMPLE)
     assert proc.returncode == 0, proc.stderr
-    assert "PASS test_pool_bulk" in proc.stdout and "4 passed, 0 failed" in proc.stdout
+    assert "  PASS test_pool_bulk (returned 0)\n" in proc.stdout
+    assert "4 passed, 0 failed" in proc.stdout
     tree = _copy(tmp_path)
     _patch(tree / "selftests" / "test_pool.bpf.c", "if (a != b)", "if (a == b)")
     proc = _cli("libarena", "test", str(tree))
@@ -475,7 +476,22 @@ def test_asan_build_poisons_through_alloclab_and_catches_a_use_after_free(tmp_pa
     bad = results["asan_test_pool_poison"]
     assert not bad["passed"] and bad["ret"] is None
     assert bad["message"].startswith(("crashed", "ended early")), bad
+    # the ASan report's kind and where, not only how the child ended
+    assert "): AddressSanitizer: " in bad["message"], bad
+    assert " at selftests/test_pool.bpf.c:" in bad["message"], bad
     assert all(r["passed"] for n, r in results.items() if n != "asan_test_pool_poison")
+
+
+def test_asan_summary_names_the_kind_and_file_line():
+    report = ("==7==ERROR: AddressSanitizer: heap-use-after-free on address 0x7f at pc 0x1\n"
+              "WRITE of size 1 at 0x7f thread T0\n"
+              "    #0 0x55 in buddy_free src/buddy.bpf.c:212\n"
+              "SUMMARY: AddressSanitizer: heap-use-after-free src/buddy.bpf.c:212 in buddy_free\n")
+    assert lr.asan_summary(report) == \
+        "AddressSanitizer: heap-use-after-free at src/buddy.bpf.c:212 in buddy_free"
+    assert lr.asan_summary(report.replace("SUMMARY", "summary")) == \
+        "AddressSanitizer: heap-use-after-free at src/buddy.bpf.c:212 in buddy_free"
+    assert lr.asan_summary("exit 1\n") == ""
 
 
 def test_asan_build_is_refused_in_a_process_without_asan(monkeypatch):

@@ -65,9 +65,9 @@ def cmd_libarena(args):
         line = "%s %s" % ("PASS" if r["passed"] else "FAIL", r["name"])
         if r["ret"] is None:
             line += " (%s)" % r["message"]
-        elif not r["passed"]:
+        else:
             line += " (returned %d)" % r["ret"]
-            if r["message"]:
+            if r["message"] and not r["passed"]:
                 line += ": %s" % r["message"]
         print("  " + line)
     failed = sum(not r["passed"] for r in results)

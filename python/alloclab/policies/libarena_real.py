@@ -485,15 +485,19 @@ def _run_from(obj, first, w):
 
 
 def _child_results(obj, first):
-    """The results a child process sends for programs first.., and how it
-    ended (os.waitpid status)."""
+    """The results a child process sends for programs first.., how it
+    ended (os.waitpid status) and what it wrote on stderr (an ASan report
+    when ASan ended it; passed on to this process's stderr otherwise)."""
     import json
+    import sys
 
     r, w = os.pipe()
+    err = tempfile.TemporaryFile()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         os.close(r)
         try:
+            os.dup2(err.fileno(), 2)
             _run_from(obj, first, w)
         finally:
             os._exit(0)
@@ -503,7 +507,41 @@ def _child_results(obj, first):
         for chunk in iter(lambda: f.read(65536), b""):
             data += chunk
     _, status = os.waitpid(pid, 0)
-    return [json.loads(l) for l in data.decode().splitlines() if l.strip()], status
+    with err:
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
+    if stderr and os.WIFEXITED(status) and not os.WEXITSTATUS(status):
+        sys.stderr.write(stderr)
+    return [json.loads(l) for l in data.decode().splitlines() if l.strip()], status, stderr
+
+
+def asan_summary(stderr):
+    """The first lines of an AddressSanitizer report (the error's kind and
+    its SUMMARY line with file:line), or "" when stderr has none."""
+    lines = [l.strip() for l in stderr.splitlines()]
+    first = next((l for l in lines if "ERROR: AddressSanitizer:" in l), None)
+    if first is None:
+        return ""
+    kind = first[first.index("AddressSanitizer:"):].split(" on address")[0]
+    # SUMMARY: AddressSanitizer: KIND FILE:LINE in FUNC
+    where = next((l.split(" ", 3)[3] for l in lines
+                  if l.startswith("SUMMARY: AddressSanitizer:") and l.count(" ") >= 3), "")
+    if not where:  # the first frame of the tree's, FUNC FILE:LINE
+        m = next((re.match(r"#\d+ 0x[0-9a-f]+ in (\S+) (\S+:\d+)", l) for l in lines
+                  if re.match(r"#\d+ 0x[0-9a-f]+ in \S+ \S+:\d+", l)), None)
+        where = "%s in %s" % (m.group(2), m.group(1)) if m else ""
+    return "%s at %s" % (kind, where) if where else kind
+
+
+def _ended_early(status, stderr):
+    """Why a child ended before its last program, in words."""
+    import signal
+
+    why = ("crashed: %s" % signal.Signals(os.WTERMSIG(status)).name
+           if os.WIFSIGNALED(status) else "ended early (exit %d)"
+           % os.waitstatus_to_exitcode(status))
+    report = asan_summary(stderr)
+    return "%s: %s" % (why, report) if report else why
 
 
 def _run_tests_under_asan(tree):
@@ -537,8 +575,6 @@ def run_tests(tree, asan=None):
     asan: an ASan build (None: asan_build()), run in a fresh interpreter
     with ASan's runtime when this one has none. [{"name", "file", "ret",
     "passed", "message"}]."""
-    import signal
-
     asan = asan_build() if asan is None else asan
     tree = check_tree(tree)
     progs = selftest_programs(tree, asan)
@@ -551,15 +587,12 @@ def run_tests(tree, asan=None):
     files = dict((n, os.path.relpath(f, tree)) for f, n in progs)
     out = []
     while len(out) < len(progs):
-        got, status = _child_results(obj, len(out))
+        got, status, stderr = _child_results(obj, len(out))
         out += [dict(r, file=files.get(r["name"], ""), passed=r["ret"] == 0) for r in got]
         if len(out) < len(progs):  # the child died in the next program
-            why = ("crashed: %s" % signal.Signals(os.WTERMSIG(status)).name
-                   if os.WIFSIGNALED(status) else "ended early (exit %d)"
-                   % os.waitstatus_to_exitcode(status))
             name = progs[len(out)][1]
             out.append({"name": name, "file": files[name], "ret": None, "passed": False,
-                        "message": why})
+                        "message": _ended_early(status, stderr)})
     return out
 
 
