@@ -55,6 +55,7 @@
 #endif
 
 int al_sim_active;
+int al_sim_lines;
 static int sims_running;
 static double saved_ticks_per_ns;
 static pthread_mutex_t clock_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -793,9 +794,15 @@ static bool obj_grow(struct al_sim *s)
 	return true;
 }
 
-/* Charge c for the line of p when another CPU wrote it last and c has
- * not read it since; returns whether a line moved. */
-static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, bool write)
+/*
+ * c accesses the line of p. A load (or a read-modify-write) waits for the
+ * line when another CPU wrote it last and c has not read it since; a plain
+ * store does not wait (the store buffer holds it while the line comes) but
+ * takes the line. Returns whether c paid for a line.
+ */
+enum touch_kind { T_LOAD, T_RMW, T_STORE };
+
+static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, enum touch_kind k)
 {
 	uintptr_t tag = ((uintptr_t)p >> 6) + 1;
 	uint64_t bit = 1ull << (c->id % 64);
@@ -817,11 +824,11 @@ static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, bool write
 		s->obj_n++;
 		return false;
 	}
-	if (o->writer != c->id && !(o->readers & bit)) {
+	if (k != T_STORE && o->writer != c->id && !(o->readers & bit)) {
 		charge_lines(s, c, 1);
 		moved = true;
 	}
-	if (write) {
+	if (k != T_LOAD) {
 		o->writer = c->id;
 		o->readers = bit;
 	} else {
@@ -830,13 +837,17 @@ static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, bool write
 	return moved;
 }
 
-void al_sim_object(const void *a, const void *p)
+/* A calibration runs one CPU, whose lines never move, and times its
+ * segments with the real clock: the tracking would only add its own time
+ * to the code's, so it is off there. The workload stores into an object it
+ * allocated (its list link) and loads from one it frees (the link). */
+void al_sim_object(const void *a, const void *p, bool freeing)
 {
 	struct al_sim *s = self;
 
-	if (!s || !s->cur || a != s->top || !p)
+	if (!s || !s->cur || a != s->top || !p || s->cfg.calibrate)
 		return;
-	if (touch(s, s->cur, p, true) && s->measuring)
+	if (touch(s, s->cur, p, freeing ? T_LOAD : T_STORE) && s->measuring)
 		s->st.object_lines++;
 }
 
@@ -844,8 +855,8 @@ void al_sim_touch(const void *p, bool write)
 {
 	struct al_sim *s = self;
 
-	if (s && s->cur && p)
-		touch(s, s->cur, p, write);
+	if (s && s->cur && p && !s->cfg.calibrate)
+		touch(s, s->cur, p, write ? T_RMW : T_LOAD);
 }
 
 /* The line of addr in the table (made when new), or NULL when it is full
@@ -1227,6 +1238,13 @@ static double clock_take(void)
 	return tpn;
 }
 
+/* Simulations that track lines (not calibrations) running: al_sim_lines. */
+static void lines_take(const struct al_sim *s, int delta)
+{
+	if (!s->cfg.calibrate)
+		__atomic_fetch_add(&al_sim_lines, delta, __ATOMIC_RELAXED);
+}
+
 int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **out, char *err,
 	       size_t errlen)
 {
@@ -1270,6 +1288,7 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 	s->line_ps = cfg->line_transfer_ns * 1000.0;
 	s->handoff_ps = cfg->line_transfer_ns * cfg->lines_per_handoff * 1000.0;
 	s->real_tpn = clock_take();
+	lines_take(s, 1);
 	/* the table's known costs */
 	for (unsigned i = 0; i < s->t->n && i < AL_SIM_FEATURES; i++) {
 		s->known[i] = !isnan(s->t->cost_ns[i]) && s->t->cost_ns[i] >= 0;
@@ -1513,6 +1532,7 @@ void al_sim_free(struct al_sim *s)
 	}
 	if (self == s)
 		self = NULL;
+	lines_take(s, -1);
 	pthread_mutex_lock(&clock_mu);
 	if (!--sims_running) {
 		al_clock.ticks_per_ns = saved_ticks_per_ns;

@@ -470,7 +470,7 @@ static inline uint32_t chunk_alloc_locked(struct buddy *b, const struct al_ctx *
 					  unsigned order, unsigned k, unsigned *splits)
 {
 	al_lock_assert_locked(&b->lock);
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+	if (al_unlikely(__atomic_load_n(&al_sim_lines, __ATOMIC_RELAXED)))
 		return chunk_alloc_sim(b, c, ch, order, k, splits);
 	return chunk_alloc_(b, c, ch, order, k, splits, false);
 }
@@ -862,7 +862,7 @@ static al_noinline int free_locked_sim(struct buddy *b, const struct al_ctx *c, 
 static int free_locked(struct buddy *b, const struct al_ctx *c, uint64_t *blk, uintptr_t p)
 {
 	al_lock_assert_held(&b->lock, c);
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+	if (al_unlikely(__atomic_load_n(&al_sim_lines, __ATOMIC_RELAXED)))
 		return free_locked_sim(b, c, blk, p);
 	return free_locked_(b, c, blk, p, false);
 }

@@ -86,7 +86,7 @@ static al_noinline int wl_alloc_list_slow(struct al_worker *w, size_t size, unsi
 		if (al_unlikely(!p))
 			p = wl_alloc_again(w, size, 0);
 		if (al_unlikely(sim))
-			al_sim_object(a, p);
+			al_sim_object_if(a, p, false);
 		if (per_op && !h)
 			sum += al_ticks() - s;
 		if (al_unlikely(!p))
@@ -121,7 +121,7 @@ static al_noinline int wl_free_list_slow(struct al_worker *w, void *head, unsign
 		s = per_op ? al_ticks() : 0;
 		if (al_unlikely(sim)) {
 			al_sim_call(a, AL_SIM_CALL_FREE);
-			al_sim_object(a, head);
+			al_sim_object_if(a, head, true);
 		}
 		ret = free_fn(a, c, head);
 		if (per_op) {

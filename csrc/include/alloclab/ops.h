@@ -208,7 +208,7 @@ static inline void *al_alloc(struct al_allocator *a, struct al_ctx *c, size_t si
 		return a->ops->alloc(a, c, size, flags);
 	al_sim_call(a, AL_SIM_CALL_ALLOC);
 	p = a->ops->alloc(a, c, size, flags);
-	al_sim_object(a, p);
+	al_sim_object_if(a, p, false);
 	return p;
 }
 
@@ -216,7 +216,7 @@ static inline int al_free(struct al_allocator *a, struct al_ctx *c, void *p)
 {
 	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED))) {
 		al_sim_call(a, AL_SIM_CALL_FREE);
-		al_sim_object(a, p);
+		al_sim_object_if(a, p, true);
 	}
 	return a->ops->free(a, c, p);
 }
@@ -227,7 +227,7 @@ static inline int al_free_flags(struct al_allocator *a, struct al_ctx *c, void *
 {
 	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED))) {
 		al_sim_call(a, AL_SIM_CALL_FREE);
-		al_sim_object(a, p);
+		al_sim_object_if(a, p, true);
 	}
 	if (a->ops->free_flags)
 		return a->ops->free_flags(a, c, p, flags);

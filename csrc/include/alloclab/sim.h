@@ -33,10 +33,11 @@
  *  - cache lines: an acquisition by another CPU than the lock's last owner
  *    moves the lock's line and lines_per_handoff lines of the data it
  *    protects; a shared word last written by another CPU moves its line;
- *    an operation at the top of the stack moves its object's first line
- *    when another CPU wrote that line last (the allocator's link in a freed
- *    object, the workload's in an allocated one: al_sim_object). Each costs
- *    line_transfer_ns.
+ *    a free at the top of the stack moves its object's first line when
+ *    another CPU wrote that line last (the link its allocator's caller
+ *    stored: al_sim_object); layers' loads and read-modify-writes of data
+ *    another CPU wrote move its line (al_sim_touch). Each costs
+ *    line_transfer_ns; a plain store waits for nothing.
  *
  * Determinism: the fibers run one at a time; the only inputs are the
  * configuration, the cost table and the seed; the arena's addresses never
@@ -145,6 +146,10 @@ struct al_sim_stats {
 
 /* The process-wide switch the inline clock reads test (0: no simulation). */
 AL_API extern int al_sim_active;
+/* Simulations running that track lines (al_sim_object, al_sim_touch): a
+ * calibration times one CPU's code with the real clock and tracks none, so
+ * the layers' reporting paths stay out of what it times. */
+AL_API extern int al_sim_lines;
 
 /* Hooks (no-ops outside a simulated CPU). */
 AL_API uint64_t al_sim_ticks(int boundary); /* virtual ticks; boundary: end a segment */
@@ -157,12 +162,13 @@ AL_API void al_sim_shared(const void *addr, bool write);
 AL_API void al_sim_yield(void);
 /* Idle until `ticks` (virtual): a workload's think time. */
 AL_API void al_sim_wait_until(uint64_t ticks);
-/* An operation at the top of the stack (a, as al_sim_top) touches object
- * p: its first line moves when another CPU wrote it last, and this CPU is
- * its writer now. The workload calls it after an allocation and before a
- * free (al_alloc and al_free do, for the top layer); other layers' calls
- * and NULL are ignored. */
-AL_API void al_sim_object(const void *a, const void *p);
+/* An operation at the top of the stack (a, as al_sim_top) on object p: an
+ * allocation's caller stores into it (the line becomes this CPU's, without
+ * a wait), a free's caller has loaded from it (its first line moves when
+ * another CPU wrote it last). The workload calls it after an allocation
+ * and before a free (al_alloc and al_free do, for the top layer); other
+ * layers' calls and NULL are ignored. */
+AL_API void al_sim_object(const void *a, const void *p, bool freeing);
 /* A layer's access to data other CPUs reach too (the buddy's block headers,
  * free-list heads and chunk metadata): its line moves when another CPU
  * wrote it last and this CPU has not read it since; a write makes this CPU
@@ -170,8 +176,13 @@ AL_API void al_sim_object(const void *a, const void *p);
 AL_API void al_sim_touch(const void *p, bool write);
 static inline void al_sim_touch_if(const void *p, bool write)
 {
-	if (al_unlikely(__atomic_load_n(&al_sim_active, __ATOMIC_RELAXED)))
+	if (al_unlikely(__atomic_load_n(&al_sim_lines, __ATOMIC_RELAXED)))
 		al_sim_touch(p, write);
+}
+static inline void al_sim_object_if(const void *a, const void *p, bool freeing)
+{
+	if (__atomic_load_n(&al_sim_lines, __ATOMIC_RELAXED))
+		al_sim_object(a, p, freeing);
 }
 
 /* Block on a lock until a release grants `ticket` (or, any: until any
