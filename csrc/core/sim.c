@@ -81,7 +81,8 @@ struct sim_cpu {
 	void *(*dfn)(void *); /* a daemon's function */
 	bool sleeping;	      /* a daemon in al_sim_sleep_on (not counted awake) */
 	unsigned char tls[AL_SIM_TLS][AL_SIM_TLS_BYTES]; /* its thread-locals */
-	int phase; /* 0: the last operation at the top of the stack allocated, 1: freed */
+	int phase;	   /* 0: the last operation at the top of the stack allocated, 1: freed */
+	bool stores_moved; /* a store took a line from another CPU since the last release */
 	const void *wait_lock; /* blocked on */
 	uint32_t wait_ticket;
 	uint64_t wait_since;
@@ -800,7 +801,7 @@ static bool obj_grow(struct al_sim *s)
  * store does not wait (the store buffer holds it while the line comes) but
  * takes the line. Returns whether c paid for a line.
  */
-enum touch_kind { T_LOAD, T_RMW, T_STORE };
+enum touch_kind { T_LOAD = AL_SIM_LOAD, T_RMW = AL_SIM_RMW, T_STORE = AL_SIM_STORE };
 
 static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, enum touch_kind k)
 {
@@ -824,9 +825,13 @@ static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, enum touch
 		s->obj_n++;
 		return false;
 	}
-	if (k != T_STORE && o->writer != c->id && !(o->readers & bit)) {
-		charge_lines(s, c, 1);
-		moved = true;
+	if (o->writer != c->id && !(o->readers & bit)) {
+		if (k == T_STORE) {
+			c->stores_moved = true; /* paid at the next release */
+		} else {
+			charge_lines(s, c, 1);
+			moved = true;
+		}
 	}
 	if (k != T_LOAD) {
 		o->writer = c->id;
@@ -851,12 +856,15 @@ void al_sim_object(const void *a, const void *p, bool freeing)
 		s->st.object_lines++;
 }
 
-void al_sim_touch(const void *p, bool write)
+void al_sim_touch(const void *p, int access)
 {
 	struct al_sim *s = self;
 
 	if (s && s->cur && p && !s->cfg.calibrate)
-		touch(s, s->cur, p, write ? T_RMW : T_LOAD);
+		touch(s, s->cur, p,
+		      access == AL_SIM_STORE ? T_STORE
+		      : access == AL_SIM_RMW ? T_RMW
+					     : T_LOAD);
 }
 
 /* The line of addr in the table (made when new), or NULL when it is full
@@ -1058,6 +1066,10 @@ void al_sim_lock_released(const void *lock)
 
 	if (!s || !(c = s->cur) || !c->nheld)
 		return;
+	if (c->stores_moved) { /* the release waits for the hold's stores */
+		c->stores_moved = false;
+		charge_lines(s, c, 1);
+	}
 	for (unsigned i = c->nheld < HELD_MAX ? c->nheld : HELD_MAX; i--;)
 		if (c->held[i] == lock) {
 			event(s, c->id, AL_SIM_EV_HOLD, c->held_what[i], c->held_since[i], c->now);
@@ -1108,8 +1120,10 @@ void al_sim_call(const void *a, int kind)
 		ct->term[kind] = term_find(s, name);
 	}
 
-	if (a == s->top)
+	if (a == s->top) {
 		s->cur->phase = kind == AL_SIM_CALL_FREE || kind == AL_SIM_CALL_FREE_BULK;
+		s->cur->stores_moved = false; /* stores outside a lock drain unseen */
+	}
 	seg_add(s, ct->term[kind], 1);
 }
 

@@ -310,7 +310,7 @@ static al_noinline int idx_set_alloc(const struct buddy *b, uintptr_t ch, uint32
 	if (al_unlikely(idx >= b->items || test_alloc(b, ch, idx) == on))
 		return -EINVAL;
 	if (sim)
-		al_sim_touch((uint8_t *)ch + b->alloc_off + (idx >> 3), true);
+		al_sim_touch((uint8_t *)ch + b->alloc_off + (idx >> 3), AL_SIM_RMW);
 	set_alloc(b, ch, idx, on);
 	return 0;
 }
@@ -322,7 +322,7 @@ static al_noinline int idx_set_order(const struct buddy *b, uintptr_t ch, uint32
 	if (al_unlikely(order >= b->norders || idx >= b->items))
 		return -EINVAL;
 	if (sim)
-		al_sim_touch((uint8_t *)ch + (idx >> 1), true);
+		al_sim_touch((uint8_t *)ch + (idx >> 1), AL_SIM_RMW);
 	set_order(ch, idx, order);
 	return 0;
 }
@@ -333,22 +333,22 @@ static al_noinline int idx_set_order(const struct buddy *b, uintptr_t ch, uint32
  * each of their two instances (free_locked, chunk_alloc_locked), so the
  * measured build's instance carries no test for it.
  */
-static al_always_inline void sim_touch(bool sim, const void *p, bool write)
+static al_always_inline void sim_touch(bool sim, const void *p, int access)
 {
 	if (sim)
-		al_sim_touch(p, write);
+		al_sim_touch(p, access);
 }
 
 static al_always_inline unsigned get_order_s(uintptr_t ch, uint32_t idx, bool sim)
 {
-	sim_touch(sim, (uint8_t *)ch + (idx >> 1), false);
+	sim_touch(sim, (uint8_t *)ch + (idx >> 1), AL_SIM_LOAD);
 	return get_order(ch, idx);
 }
 
 static al_always_inline bool test_alloc_s(const struct buddy *b, uintptr_t ch, uint32_t idx,
 					  bool sim)
 {
-	sim_touch(sim, (uint8_t *)ch + b->alloc_off + (idx >> 3), false);
+	sim_touch(sim, (uint8_t *)ch + b->alloc_off + (idx >> 3), AL_SIM_LOAD);
 	return test_alloc(b, ch, idx);
 }
 
@@ -359,13 +359,16 @@ static al_always_inline void set_order_chk(struct buddy *b, const struct al_ctx 
 		metadata_fault(b, c);
 }
 
-/* libarena's idx_to_header: a header is only read in a free block. */
-static al_always_inline struct buddy_header *hdr_chk(struct buddy *b, const struct al_ctx *c,
-						     uintptr_t ch, uint32_t idx, bool sim)
+/* libarena's idx_to_header: a header is only read in a free block.
+ * access: what the caller does with the header (-1: nothing, its address
+ * only, as the poisoning and the head test use it). */
+static al_always_inline struct buddy_header *
+hdr_chk(struct buddy *b, const struct al_ctx *c, uintptr_t ch, uint32_t idx, bool sim, int access)
 {
 	if (al_unlikely(idx >= b->items || test_alloc_s(b, ch, idx, sim)))
 		metadata_fault(b, c);
-	sim_touch(sim, hdr(ch, idx), true);
+	if (access >= 0)
+		sim_touch(sim, hdr(ch, idx), access);
 	return hdr(ch, idx);
 }
 
@@ -378,9 +381,9 @@ static al_always_inline void list_push(struct buddy *b, const struct al_ctx *c, 
 {
 	uint64_t *fl = freelists(b, ch);
 	uint32_t head = (uint32_t)fl[order];
-	struct buddy_header *h = hdr_chk(b, c, ch, idx, sim);
+	struct buddy_header *h = hdr_chk(b, c, ch, idx, sim, AL_SIM_STORE);
 
-	sim_touch(sim, &fl[order], true);
+	sim_touch(sim, &fl[order], AL_SIM_RMW);
 	set_order_chk(b, c, ch, idx, order, sim);
 	al_assert(head == b->items || head < b->items);
 	al_assert_expensive(head != idx);
@@ -388,7 +391,7 @@ static al_always_inline void list_push(struct buddy *b, const struct al_ctx *c, 
 	h->prev_index = b->items;
 	h->next_index = head;
 	if (head != b->items)
-		hdr_chk(b, c, ch, head, sim)->prev_index = idx;
+		hdr_chk(b, c, ch, head, sim, AL_SIM_STORE)->prev_index = idx;
 	fl[order] = idx;
 }
 
@@ -404,7 +407,7 @@ static al_always_inline void push_locked(struct buddy *b, const struct al_ctx *c
 static al_always_inline void unlink_locked(struct buddy *b, const struct al_ctx *c, uintptr_t ch,
 					   uint32_t idx, unsigned order, bool sim)
 {
-	struct buddy_header *h = hdr_chk(b, c, ch, idx, sim);
+	struct buddy_header *h = hdr_chk(b, c, ch, idx, sim, AL_SIM_RMW);
 	uint32_t prev = h->prev_index, next = h->next_index;
 	uint64_t *fl = freelists(b, ch);
 
@@ -415,11 +418,11 @@ static al_always_inline void unlink_locked(struct buddy *b, const struct al_ctx 
 	al_assert(prev == b->items || hdr(ch, prev)->next_index == idx);
 	al_assert(next == b->items || hdr(ch, next)->prev_index == idx);
 	if (prev != b->items)
-		hdr_chk(b, c, ch, prev, sim)->next_index = next;
+		hdr_chk(b, c, ch, prev, sim, AL_SIM_STORE)->next_index = next;
 	if (next != b->items)
-		hdr_chk(b, c, ch, next, sim)->prev_index = prev;
-	sim_touch(sim, &fl[order], false);
-	if (hdr_chk(b, c, ch, (uint32_t)fl[order], sim) == h)
+		hdr_chk(b, c, ch, next, sim, AL_SIM_STORE)->prev_index = prev;
+	sim_touch(sim, &fl[order], AL_SIM_LOAD);
+	if (hdr_chk(b, c, ch, (uint32_t)fl[order], sim, -1) == h)
 		fl[order] = next;
 	h->prev_index = h->next_index = b->items;
 	al_track_poison(h, sizeof(*h));
@@ -441,7 +444,7 @@ static al_always_inline uint32_t chunk_alloc_(struct buddy *b, const struct al_c
 	al_lock_assert_locked(&b->lock);
 	al_assert(top < b->norders);
 	for (o = top; o < b->norders; o++) {
-		sim_touch(sim, &fl[o], false);
+		sim_touch(sim, &fl[o], AL_SIM_LOAD);
 		if (fl[o] != b->items)
 			break;
 	}
@@ -827,7 +830,7 @@ static al_always_inline int free_locked_(struct buddy *b, const struct al_ctx *c
 		return free_reject(b, c, find_block(b, ch, idx) == idx ? R_DOUBLE : R_NOT_START);
 
 	o = order = get_order_s(ch, idx, sim);
-	(void)hdr_chk(b, c, ch, idx, sim);
+	(void)hdr_chk(b, c, ch, idx, sim, -1);
 	al_track_unpoison(p, (size_t)BUDDY_MIN_BYTES << order);
 	if (b->fill)
 		memset((void *)p, BUDDY_FILL_FREE, (size_t)BUDDY_MIN_BYTES << order);
@@ -840,7 +843,7 @@ static al_always_inline int free_locked_(struct buddy *b, const struct al_ctx *c
 		/* libarena writes the dropped (right) buddy's order, then reads
 		 * its header to poison it. */
 		set_order_chk(b, c, ch, idx | bd, o, sim);
-		(void)hdr_chk(b, c, ch, idx | bd, sim);
+		(void)hdr_chk(b, c, ch, idx | bd, sim, -1);
 		idx &= bd;
 		o++;
 		merges++;

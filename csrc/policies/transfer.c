@@ -148,8 +148,8 @@ static int transfer_alloc_bulk(struct al_allocator *a, struct al_ctx *c, size_t 
 	if (t->count >= n) {
 		uint32_t left = t->count - n;
 
-		al_sim_touch_if(&t->objects[left], false); /* the batch's lines */
-		al_sim_touch_if(&t->objects[left + (n ? n - 1 : 0)], false);
+		al_sim_touch_if(&t->objects[left], AL_SIM_LOAD); /* the batch's lines */
+		al_sim_touch_if(&t->objects[left + (n ? n - 1 : 0)], AL_SIM_LOAD);
 		memcpy(out, &t->objects[left], n * sizeof(void *));
 		__atomic_store_n(&t->count, left, __ATOMIC_RELAXED);
 		al_shared_wrote(&t->count);
@@ -223,8 +223,8 @@ static int put_batch(struct transfer *tc, struct al_ctx *c, void **ptrs, unsigne
 	al_assert(t->count <= tc->capacity);
 	if (t->count + n <= tc->capacity) {
 		al_track_poison_all(ptrs, n, fc_class_size((unsigned)order));
-		al_sim_touch_if(&t->objects[t->count], true);
-		al_sim_touch_if(&t->objects[t->count + (n ? n - 1 : 0)], true);
+		al_sim_touch_if(&t->objects[t->count], AL_SIM_STORE);
+		al_sim_touch_if(&t->objects[t->count + (n ? n - 1 : 0)], AL_SIM_STORE);
 		memcpy(&t->objects[t->count], ptrs, n * sizeof(void *));
 		__atomic_store_n(&t->count, t->count + n, __ATOMIC_RELAXED);
 		al_shared_wrote(&t->count);

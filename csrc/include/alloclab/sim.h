@@ -169,15 +169,22 @@ AL_API void al_sim_wait_until(uint64_t ticks);
  * and before a free (al_alloc and al_free do, for the top layer); other
  * layers' calls and NULL are ignored. */
 AL_API void al_sim_object(const void *a, const void *p, bool freeing);
-/* A layer's access to data other CPUs reach too (the buddy's block headers,
- * free-list heads and chunk metadata): its line moves when another CPU
- * wrote it last and this CPU has not read it since; a write makes this CPU
- * its only holder. al_sim_touch_if is the inline test for layers' paths. */
-AL_API void al_sim_touch(const void *p, bool write);
-static inline void al_sim_touch_if(const void *p, bool write)
+/*
+ * A layer's access to data other CPUs reach too (the buddy's block headers,
+ * free-list heads and chunk metadata, the transfer cache's batches). A load
+ * or a read-modify-write waits for the line when another CPU wrote it last
+ * and this CPU has not read it since; a plain store does not wait (the
+ * store buffer holds it) but, when it took a line from another CPU, the
+ * CPU's next lock release waits for one line (its stores drain before the
+ * release is seen, their fetches overlapping). A write makes this CPU the
+ * line's only holder. al_sim_touch_if is the inline test for layers' paths.
+ */
+enum al_sim_access { AL_SIM_LOAD, AL_SIM_RMW, AL_SIM_STORE };
+AL_API void al_sim_touch(const void *p, int access);
+static inline void al_sim_touch_if(const void *p, int access)
 {
 	if (al_unlikely(__atomic_load_n(&al_sim_lines, __ATOMIC_RELAXED)))
-		al_sim_touch(p, write);
+		al_sim_touch(p, access);
 }
 static inline void al_sim_object_if(const void *a, const void *p, bool freeing)
 {

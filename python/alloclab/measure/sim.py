@@ -368,10 +368,11 @@ def _scale(policies, cells, costs, duration, seed):
     timing each segment costs the code its overlap with its neighbours (and
     the harness's cache lines), and not alike in the two parts, so the
     fitted costs are scaled to this machine's measured runs of the
-    calibration cells themselves (pinned, one producer): the policy's
-    measured alloc (free) time over its simulated one, summed over those
-    cells. Fitted on the calibration cells only; every other cell is a
-    prediction a validation checks."""
+    calibration cells themselves (pinned, one producer): the geometric mean
+    over those cells of the policy's measured alloc (free) time over its
+    simulated one (each cell weighs the same, whatever its time per op).
+    Fitted on the calibration cells only; every other cell is a prediction
+    a validation checks."""
     from . import run as mrun
 
     cal = Calibration(costs, 0.0, 0.0)
@@ -391,11 +392,16 @@ def _scale(policies, cells, costs, duration, seed):
                                  raw["free_ns"] / max(raw["free_ops"], 1)))
                 per_op = np.median(np.array(vals), axis=0)
                 side = simd if cpu == "simulated" else meas
-                side[pol] = side.get(pol, np.zeros(2)) + per_op
+                side.setdefault(pol, []).append(per_op)
                 if cpu != "simulated":
                     used.append(tasks[0]["point"])
-    return {p: [float(meas[p][i] / simd[p][i]) if simd[p][i] > 0 else 1.0 for i in (0, 1)]
-            for p in meas}, used
+    out = {}
+    for p in meas:
+        m, s = np.array(meas[p]), np.array(simd[p])
+        ok = (m > 0) & (s > 0)
+        out[p] = [float(np.exp(np.mean(np.log(m[ok[:, i], i] / s[ok[:, i], i]))))
+                  if ok[:, i].any() else 1.0 for i in (0, 1)]
+    return out, used
 
 
 # A placeholder calibration that lets calibrate() plan its own runs.
