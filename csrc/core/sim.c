@@ -801,9 +801,7 @@ static bool obj_grow(struct al_sim *s)
  * store does not wait (the store buffer holds it while the line comes) but
  * takes the line. Returns whether c paid for a line.
  */
-enum touch_kind { T_LOAD = AL_SIM_LOAD, T_RMW = AL_SIM_RMW, T_STORE = AL_SIM_STORE };
-
-static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, enum touch_kind k)
+static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, int access)
 {
 	uintptr_t tag = ((uintptr_t)p >> 6) + 1;
 	uint64_t bit = 1ull << (c->id % 64);
@@ -826,14 +824,14 @@ static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, enum touch
 		return false;
 	}
 	if (o->writer != c->id && !(o->readers & bit)) {
-		if (k == T_STORE) {
+		if (access == AL_SIM_STORE) {
 			c->stores_moved = true; /* paid at the next release */
 		} else {
 			charge_lines(s, c, 1);
 			moved = true;
 		}
 	}
-	if (k != T_LOAD) {
+	if (access != AL_SIM_LOAD) {
 		o->writer = c->id;
 		o->readers = bit;
 	} else {
@@ -852,7 +850,7 @@ void al_sim_object(const void *a, const void *p, bool freeing)
 
 	if (!s || !s->cur || a != s->top || !p || s->cfg.calibrate)
 		return;
-	if (touch(s, s->cur, p, freeing ? T_LOAD : T_STORE) && s->measuring)
+	if (touch(s, s->cur, p, freeing ? AL_SIM_LOAD : AL_SIM_STORE) && s->measuring)
 		s->st.object_lines++;
 }
 
@@ -861,10 +859,7 @@ void al_sim_touch(const void *p, int access)
 	struct al_sim *s = self;
 
 	if (s && s->cur && p && !s->cfg.calibrate)
-		touch(s, s->cur, p,
-		      access == AL_SIM_STORE ? T_STORE
-		      : access == AL_SIM_RMW ? T_RMW
-					     : T_LOAD);
+		touch(s, s->cur, p, access);
 }
 
 /* The line of addr in the table (made when new), or NULL when it is full

@@ -86,11 +86,12 @@
  * O(1) validation + O(norders) merges; all under the one lock, so CPUs
  * serialise on it. Every metadata access makes libarena's run-time checks
  * (see "checked metadata access" below): held against libarena's own
- * buddy.bpf.c compiled natively, they were the model's largest omission. Metadata: 41,104 B per 1
- * MiB chunk (3.9%); internal fragmentation up to 50% (power-of-two blocks). Counting: each call
- * finds its per-CPU counters block once; an allocation adds to its order's object slot and to
- * bytes_requested, a free to its order's slot (splits and merges when there were any); the lock
- * counts in the same block.
+ * buddy.bpf.c compiled natively, they were the model's largest omission.
+ * Metadata: 41,104 B per 1 MiB chunk (3.9%); internal fragmentation up to
+ * 50% (power-of-two blocks). Counting: each call finds its per-CPU counters
+ * block once; an allocation adds to its order's object slot and to
+ * bytes_requested, a free to its order's slot (splits and merges when there
+ * were any); the lock counts in the same block.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -293,8 +294,7 @@ static inline unsigned size_to_order(size_t size)
  * arena_stderr. The model makes the same checks at the same places (a
  * failure is counted in metadata_faults; the operation goes on, as the
  * library's callers do with the NULL it returns) and keeps libarena's two
- * accessors that are global functions out of line, as BPF calls them: those
- * checks and calls are a fifth of libarena's per-operation instructions.
+ * accessors that are global functions out of line, as BPF calls them.
  */
 static al_noinline al_cold void metadata_fault(struct buddy *b, const struct al_ctx *c)
 {
