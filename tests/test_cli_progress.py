@@ -133,3 +133,25 @@ def test_show_prints_a_report_as_the_reproduction_did(tmp_path):
     err = cli("show", str(j), "--format", "csv", check=2).stderr
     assert err == "alloclab: error: %s is a reproduction's report: it prints as text or " \
         "json, not csv\n" % j
+
+
+def test_show_rounds_of_one_reproduction(tmp_path):
+    files = []
+    for i in range(2):
+        j = tmp_path / ("ls-%d.json" % i)
+        cli("reproduce", "local-storage", "--storage-types", "socket", "--batch-sizes", "16",
+            "--runs", "1", "--duration", "20ms", "--sample", "10ms", "--owner-work", "none",
+            "--json", str(j), check=0)
+        files.append(str(j))
+    out = cli("show", *files, check=0).stdout
+    assert out.startswith("Rounds: 2 reports of alloclab-local-storage-report\n")
+    assert "  %s: in direction " % files[0] in out and "  %s: in direction " % files[1] in out
+    assert "in the seed's direction in all 2 rounds: " in out and " of 1 goal cells" in out
+    # a result that is not a report, and rounds in another format: one error line, exit 2
+    res = tmp_path / "r.json"
+    cli("run", "malloc-free", "--policy", "buddy", "--cycles", "5",
+        "--runs", "1", "--json", str(res), check=0)
+    for args, words in (([files[0], str(res)], "is not a reproduction's report"),
+                        (files + ["--format", "json"], "rounds print as text only")):
+        p = cli("show", *args, check=2)
+        assert p.stdout == "" and len(p.stderr.splitlines()) == 1 and words in p.stderr

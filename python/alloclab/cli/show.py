@@ -27,6 +27,7 @@ from .format import UsageError
 from ..results.result import Result
 from ..results.result import load_json
 from .. import reproduce
+from ..reproduce import _report as reproduce_report
 from ..results.metrics import BASE_METRICS
 
 _REPORT_FORMATS = ("alloclab-libarena-report", "alloclab-vmalloc-report",
@@ -40,6 +41,10 @@ def add_parser(sub):
                     "metrics, histograms, CPU, stats and machine lines, workload metrics and "
                     "counters; or the result as Markdown, JSON or CSV.")
     sp.add_argument("file", metavar="FILE.json", help="a result (alloclab run --json FILE)")
+    sp.add_argument("more", metavar="ROUND.json", nargs="*",
+                    help="more rounds of the same reproduction (its --json reports): each "
+                         "round's goal shares, and the goal cells in the seed's direction in "
+                         "every round")
     sp.add_argument("--metric", action="append", metavar="NAME",
                     help="metric to tabulate, repeatable (default: those the run printed, else "
                          "alloc_ns and free_ns, or the file's first metric); `alloclab list "
@@ -191,7 +196,27 @@ def _saved_axes(res, args):
     return _axes(res, args)
 
 
+def _rounds(args):
+    """`show R1.json R2.json ...`: the goal across rounds of one reproduction."""
+    reps = [_report(f) for f in [args.file] + args.more]
+    for f, r in zip([args.file] + args.more, reps):
+        if r is None:
+            load_result(f, "show")  # names what is wrong with an unreadable file
+            raise UsageError("%s is not a reproduction's report: several files are rounds of "
+                             "one reproduction (reproduce ... --json)" % f)
+        if r.FORMAT != reps[0].FORMAT:
+            kind = [x.FORMAT[len("alloclab-"):-len("-report")] for x in (r, reps[0])]
+            raise UsageError("rounds are reports of one reproduction: %s is from reproduce "
+                             "%s, %s from reproduce %s" % (f, kind[0], args.file, kind[1]))
+    if args.format != "text":
+        raise UsageError("rounds print as text only, not %s" % args.format)
+    print(reproduce_report.rounds_text(reps, [args.file] + args.more))
+    return 0
+
+
 def cmd_show(args):
+    if args.more:
+        return _rounds(args)
     rep = _report(args.file)
     if rep is not None:
         if args.format not in ("text", "json"):

@@ -57,9 +57,17 @@ REPORT_VERSION = 2
 # comparison Cell of the same two sides here, whether lower is better, and
 # whether the model's two sides did the same counted work per operation
 # (then no direction can follow from the model: the cell is labelled so,
-# counted apart from the misses, and kept in the denominator).
-SeedCell = namedtuple("SeedCell", "name seed_pct mark cell lower_is_better same_work",
-                      defaults=(False,))
+# counted apart from the misses, and kept in the denominator), and the
+# excuse: None, or why the cell is outside the goal, declared in the
+# reproduction's own table before any run (the kernel code that makes the
+# seed's direction unreachable, or the seed's own statistics); the model's
+# counters are never an excuse.
+SeedCell = namedtuple("SeedCell", "name seed_pct mark cell lower_is_better same_work excuse",
+                      defaults=(False, None))
+
+# The goal's magnitude band: a decided cell's model/seed effect ratio within
+# these bounds counts as matching in size.
+MAGNITUDE_BAND = (1.0 / 3.0, 3.0)
 
 SAME_WORK_LABEL = "same work in the model: no direction expected"
 
@@ -202,14 +210,36 @@ class Report:
                 other_sign += 1
             detail.append({"cell": c.name, "seed": seed, "seed_pct": c.seed_pct,
                            "model": model, "model_pct": pct, "p_adj": float(pa),
-                           "same_work": bool(c.same_work)})
+                           "same_work": bool(c.same_work), "excuse": c.excuse})
         n = len(cells)
         return {"cells": n, "matching": k, "share": k / n if n else None,
                 "same_sign_not_significant": same_sign, "opposite": opposite,
                 "opposite_sign_not_significant": other_sign, "same_work": same_work,
                 "differing_cells": n - len(same_work), "differing_matching": k_differ,
                 "threshold": self.direction_threshold(), "alpha": self.alpha,
-                "definition": self.direction_definition(), "detail": detail}
+                "definition": self.direction_definition(), "detail": detail,
+                "goal": goal_shares(detail)}
+
+    def goal_text(self, wrap=104):
+        """The goal's shares as printed: cells, excused (with reasons), in
+        direction, decided, the median model/seed effect and how many decided
+        cells lie within the magnitude band."""
+        g = self.direction_share()["goal"]
+        med = g["median_ratio"]
+        lines = wrap_lines(
+            "goal shares: %d cells, %d excused before any run; in direction %d of %d; "
+            "decided %d; median model/seed effect over the decided cells %s; %d of %d decided "
+            "within %.2f-%gx" % (
+                g["cells"] + len(g["excused"]), len(g["excused"]), g["matching"], g["cells"],
+                g["decided"], "n/a" if med is None else "%.2f" % med, g["within"],
+                g["decided"], MAGNITUDE_BAND[0], MAGNITUDE_BAND[1]), wrap, "")
+        for x in g["excused"]:
+            lines += wrap_lines("excused: %s: %s" % (x["cell"], x["reason"]), wrap, "  ")
+        lines += wrap_lines(
+            "(goal cells: the seed cells less the excused; decided: the model better or worse "
+            "as above; effect ratio: the model's change over the seed's, both in percent, "
+            "negative where they differ in sign)", wrap, "  ")
+        return lines
 
     def direction_definition(self):
         return ("a seed cell: %s; the seed's direction: its mark, else better/worse when its "
@@ -318,6 +348,7 @@ class Report:
             parts += [block, ""]
         parts.append(self.verdict_text())
         parts += ["", self.direction_text()]
+        parts += self.goal_text()
         w = self.warning_lines()
         if w:
             parts += ["", "warnings:"] + ["  " + x for x in w]
@@ -389,6 +420,58 @@ class Report:
         for f, _ in figs:
             plt.close(f)
         return written
+
+
+def goal_shares(detail):
+    """The goal's shares over direction_share()'s detail: the excused cells
+    ({cell, reason}) set apart; over the rest, cells, matching (in the seed's
+    direction, same_work cells included as they come), decided (the model
+    better or worse), the model/seed effect ratio of each decided cell, its
+    median, and how many lie within MAGNITUDE_BAND."""
+    excused = [{"cell": x["cell"], "reason": x["excuse"]} for x in detail if x.get("excuse")]
+    rest = [x for x in detail if not x.get("excuse")]
+    ratios = {}
+    for x in rest:
+        if x["model"] in ("better", "worse") and x["seed_pct"] and math.isfinite(x["model_pct"]):
+            ratios[x["cell"]] = x["model_pct"] / x["seed_pct"]
+    vals = sorted(ratios.values())
+    med = None
+    if vals:
+        m = len(vals) // 2
+        med = vals[m] if len(vals) % 2 else 0.5 * (vals[m - 1] + vals[m])
+    lo, hi = MAGNITUDE_BAND
+    return {"cells": len(rest), "excused": excused,
+            "matching": sum(1 for x in rest if x["model"] == x["seed"]),
+            "decided": len(ratios), "ratios": ratios, "median_ratio": med,
+            "within": sum(1 for v in vals if lo <= v <= hi), "band": list(MAGNITUDE_BAND)}
+
+
+def rounds_text(reports, names, wrap=104):
+    """The goal across rounds: several reports of one reproduction (each a
+    round, named by ``names``), each round's goal line, and the goal cells in
+    the seed's direction in every round."""
+    goals = [r.direction_share() for r in reports]
+    lines = ["Rounds: %d reports of %s" % (len(reports), reports[0].FORMAT)]
+    every = None
+    for nm, d in zip(names, goals):
+        g = d["goal"]
+        med = g["median_ratio"]
+        lines.append("  %s: in direction %d of %d; median model/seed effect %s; %d of %d decided "
+                     "within %.2f-%gx" % (nm, g["matching"], g["cells"],
+                                          "n/a" if med is None else "%.2f" % med, g["within"],
+                                          g["decided"], MAGNITUDE_BAND[0], MAGNITUDE_BAND[1]))
+        excused = {x["cell"] for x in g["excused"]}
+        ok = {x["cell"] for x in d["detail"]
+              if x["cell"] not in excused and x["model"] == x["seed"]}
+        every = ok if every is None else every & ok
+    cells = [x["cell"] for x in goals[0]["detail"]
+             if x["cell"] not in {e["cell"] for e in goals[0]["goal"]["excused"]}]
+    missed = [c for c in cells if c not in every]
+    lines.append("in the seed's direction in all %d rounds: %d of %d goal cells" % (
+        len(reports), len(every & set(cells)), len(cells)))
+    if missed:
+        lines += wrap_lines("missed in at least one round: " + "; ".join(missed), wrap, "  ")
+    return "\n".join(lines)
 
 
 def _two_sided_p(est):

@@ -82,6 +82,19 @@ SEED = {
     ("task", 1, 64): (23.701, 0.207, 2.63),
 }
 
+def seed_noise_excuse(storage_type, batch):
+    """Why a seed cell is outside the goal when the seed's own change is less
+    than twice the larger sd of its two rows (its table cannot tell the
+    change from its noise), else None."""
+    (m0, sd0, _), (m1, sd1, _) = SEED[(storage_type, 0, batch)], SEED[(storage_type, 1, batch)]
+    change = _diff(m1, m0)
+    noise = 100.0 * max(sd0, sd1) / m0
+    if abs(change) >= 2.0 * noise:
+        return None
+    return ("the seed's change %+.1f%% is less than twice its rows' larger sd (%.1f%% of the "
+            "before row's mean)" % (change, noise))
+
+
 # The seed's tracepoint count per create that no allocator of the model
 # makes: the owner's own creation (its kmalloc_nolock rows, where the
 # allocator fires none). Taken from the seed, never measured here.
@@ -665,7 +678,7 @@ class LocalStorageReport(Report):
                 if (st, 0, b) in SEED:
                     c.label = "%s batch %d" % (st, b)
                     out.append(SeedCell(c.label, _diff(SEED[(st, 1, b)][0], SEED[(st, 0, b)][0]),
-                                        None, c, False))
+                                        None, c, False, False, seed_noise_excuse(st, b)))
         return out
 
     def claims(self):
