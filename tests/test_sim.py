@@ -253,7 +253,7 @@ def test_threads_of_workloads_and_layers_are_daemons(cal):
 
 
 def test_helper_thread_with_a_mutex_is_refused_with_its_reason():
-    with pytest.raises(errors.RunError, match="irq_work=inline or irq_work=ipi"):
+    with pytest.raises(errors.RunError, match="irq_work=inline, ipi or signal"):
         _raw("bpf_ma(irq_work=thread) > slab", 2, _cal({"seg.acq-rel": 10.0}), cycles=2)
 
 

@@ -309,7 +309,7 @@ static int create_layer(const struct al_stack_spec *s, unsigned i, unsigned ncpu
 		snprintf(err, errlen,
 			 "%s: this configuration runs a helper thread that holds a mutex across "
 			 "lock waits (irq_work=thread), which simulated CPUs cannot run: use "
-			 "irq_work=inline or irq_work=ipi",
+			 "irq_work=inline, ipi or signal",
 			 d->name);
 	else if (ret || !a)
 		snprintf(err, errlen, "%s: create failed: %s", d->name,

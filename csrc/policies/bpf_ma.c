@@ -121,10 +121,11 @@ static const struct al_param_desc bpf_ma_params[P_NR] = {
 	[P_unit] = { "unit", AL_PARAM_SIZE, 0, 0, MA_FIXED_MAX, NULL,
 		     "fixed mode: the object size (unit = size + 8); 0: one instance per "
 		     "distinct request size (local storage: elements and storage structs)" },
-	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_IPI, 0, 2, AL_IRQ_WORK_CHOICES,
+	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_IPI, 0, 3, AL_IRQ_WORK_CHOICES,
 			 "where refill and trim run: at the end of the top-level operation, "
-			 "entered through a self-IPI as the kernel does (ipi) or at no "
-			 "cost (inline), or on a helper thread (PREEMPT_RT)" },
+			 "entered through a self-IPI as the kernel does (ipi: a kernel "
+			 "entry; signal: a self-signal, an upper bound) or at no cost "
+			 "(inline), or on a helper thread (PREEMPT_RT)" },
 	[P_gp_latency] = { "gp_latency", AL_PARAM_NS, 0, 0, 10000000000ll, NULL,
 			   "a plain RCU grace period lasts at least this long (ttrace=plain: "
 			   "the one trimmed objects wait for)" },

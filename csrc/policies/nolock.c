@@ -48,10 +48,11 @@ enum { P_irq_work, P_trace, P_NR };
 #define DEFER_WALK_CHEAP 4096 /* deferred-list steps before the cycle bound is read */
 
 static const struct al_param_desc nolock_params[P_NR] = {
-	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_IPI, 0, 2, AL_IRQ_WORK_CHOICES,
+	[P_irq_work] = { "irq_work", AL_PARAM_ENUM, AL_IRQ_WORK_IPI, 0, 3, AL_IRQ_WORK_CHOICES,
 			 "where the deferred-free irq_work runs: at the end of the top-level "
-			 "operation, entered through a self-IPI as the kernel does (ipi) or "
-			 "at no cost (inline), or on a helper thread (PREEMPT_RT)" },
+			 "operation, entered through a self-IPI as the kernel does (ipi: a "
+			 "kernel entry; signal: a self-signal, an upper bound) or at no cost "
+			 "(inline), or on a helper thread (PREEMPT_RT)" },
 	[P_trace] = { "trace", AL_PARAM_BOOL, 0, 0, 1, NULL,
 		      "kmalloc_nolock fires the kmalloc tracepoint (6.18: it does not)" },
 };

@@ -76,12 +76,12 @@ static void foreign_handler(int sig)
 	(void)sig;
 }
 
-/* irq_work=ipi: the run is entered through a signal the thread sends
+/* irq_work=signal: the run is entered through a signal the thread sends
  * itself, once per raised batch (seen pending while blocked); a program
  * that owns the signal is refused, not overridden. */
-TEST(test_irq_work_ipi_is_a_self_signal)
+TEST(test_irq_work_signal_is_a_self_signal)
 {
-	struct al_defer_params p = { .irq_mode = AL_IRQ_WORK_IPI };
+	struct al_defer_params p = { .irq_mode = AL_IRQ_WORK_SIGNAL };
 	struct al_defer *d = NULL;
 	struct al_irq_work w1, w2;
 	struct sigaction sa, cur;
@@ -91,15 +91,15 @@ TEST(test_irq_work_ipi_is_a_self_signal)
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = foreign_handler;
 	sigemptyset(&sa.sa_mask);
-	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNAL, &sa, NULL), 0);
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL), 0);
 	CHECK_EQ(al_defer_create(1, &p, &d), -EBUSY);
 	CHECK(d == NULL);
 	sa.sa_handler = SIG_DFL;
-	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNAL, &sa, NULL), 0);
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL), 0);
 	CHECK_EQ(al_defer_create(1, &p, &d), 0);
 	if (!d)
 		return;
-	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNAL, NULL, &cur), 0);
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, NULL, &cur), 0);
 	CHECK(cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN);
 
 	memset(runs, 0, sizeof(runs));
@@ -107,25 +107,66 @@ TEST(test_irq_work_ipi_is_a_self_signal)
 	al_irq_work_init(&w1, 0, count_fn);
 	al_irq_work_init(&w2, 0, count_fn);
 	sigemptyset(&set);
-	sigaddset(&set, AL_IRQ_WORK_SIGNAL);
+	sigaddset(&set, AL_IRQ_WORK_SIGNO);
 	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
 	al_defer_poll(d, &c0); /* nothing raised: no interrupt */
 	CHECK_EQ(sigpending(&pend), 0);
-	CHECK(!sigismember(&pend, AL_IRQ_WORK_SIGNAL));
+	CHECK(!sigismember(&pend, AL_IRQ_WORK_SIGNO));
 	CHECK(al_irq_work_queue(d, &w1, &c0));
 	CHECK(al_irq_work_queue(d, &w2, &c0));
 	al_defer_poll(d, &c0);
 	CHECK_EQ(runs[0], 2);
 	CHECK_EQ(last_level, AL_CTX_IRQ);
 	CHECK_EQ(sigpending(&pend), 0);
-	CHECK(sigismember(&pend, AL_IRQ_WORK_SIGNAL));	       /* the interrupt was sent */
+	CHECK(sigismember(&pend, AL_IRQ_WORK_SIGNO));	       /* the interrupt was sent */
 	CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &set, NULL), 0); /* delivered: no-op */
 	CHECK_EQ(sigpending(&pend), 0);
-	CHECK(!sigismember(&pend, AL_IRQ_WORK_SIGNAL));
+	CHECK(!sigismember(&pend, AL_IRQ_WORK_SIGNO));
 	CHECK_EQ(al_defer_pending(d), 0);
 	al_defer_destroy(d);
-	p.irq_mode = AL_IRQ_WORK_IPI + 1;
+	p.irq_mode = AL_IRQ_WORK_SIGNAL + 1;
 	CHECK_EQ(al_defer_create(1, &p, &d), -EINVAL);
+}
+
+static double defer_stat(struct al_defer *d, const char *name);
+
+/* irq_work=ipi: one kernel entry per raised batch, counted, and no signal:
+ * a program that owns irq_work=signal's signal keeps it. */
+TEST(test_irq_work_ipi_is_a_kernel_entry_per_batch)
+{
+	struct al_defer_params p = { .irq_mode = AL_IRQ_WORK_IPI };
+	struct al_defer *d = NULL;
+	struct al_irq_work w1, w2;
+	struct sigaction sa, cur;
+	struct al_ctx c0;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = foreign_handler;
+	sigemptyset(&sa.sa_mask);
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL), 0);
+	CHECK_EQ(al_defer_create(1, &p, &d), 0);
+	if (!d)
+		return;
+	memset(runs, 0, sizeof(runs));
+	al_ctx_init(&c0, 0);
+	al_irq_work_init(&w1, 0, count_fn);
+	al_irq_work_init(&w2, 0, count_fn);
+	al_defer_poll(d, &c0); /* nothing raised: no interrupt */
+	CHECK_EQ(defer_stat(d, "irq_work_ipis"), 0);
+	CHECK(al_irq_work_queue(d, &w1, &c0));
+	CHECK(al_irq_work_queue(d, &w2, &c0));
+	al_defer_poll(d, &c0);
+	CHECK_EQ(runs[0], 2);
+	CHECK_EQ(last_level, AL_CTX_IRQ);
+	CHECK_EQ(defer_stat(d, "irq_work_ipis"), 1); /* one interrupt for the batch */
+	CHECK(al_irq_work_queue(d, &w1, &c0));
+	al_defer_poll(d, &c0);
+	CHECK_EQ(defer_stat(d, "irq_work_ipis"), 2);
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, NULL, &cur), 0);
+	CHECK(cur.sa_handler == foreign_handler); /* never installed over the program's */
+	sa.sa_handler = SIG_DFL;
+	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL), 0);
+	al_defer_destroy(d);
 }
 
 static int cb_runs[4];
@@ -543,7 +584,8 @@ TEST(test_ttrace_plain_is_call_rcu)
 int main(void)
 {
 	RUN(test_irq_work_once_and_at_task_level);
-	RUN(test_irq_work_ipi_is_a_self_signal);
+	RUN(test_irq_work_signal_is_a_self_signal);
+	RUN(test_irq_work_ipi_is_a_kernel_entry_per_batch);
 	RUN(test_grace_period_waits_for_every_reader);
 	RUN(test_no_reader_completes_at_once_and_nmi_refused);
 	RUN(test_gp_latency_and_flush);

@@ -36,11 +36,14 @@ extern "C" {
  *    AL_CTX_IRQ at the end of the next top-level operation on that CPU (when
  *    the owner calls al_defer_poll() at task level: the model of the self-IPI
  *    that fires when IRQs are re-enabled). With AL_IRQ_WORK_IPI that run
- *    is entered as the kernel enters it, through an interrupt: the thread
- *    sends itself a signal (its handler does nothing), so each raise costs
- *    a real kernel entry and exit, measured on this machine and counted
- *    (irq_work_ipis, irq_work_ipi_ns at stats=full); AL_IRQ_WORK_INLINE
- *    runs it at no cost. Or it runs on a helper thread
+ *    is entered as the kernel enters it, through an interrupt: each raise
+ *    costs a real kernel entry and exit (a null system call, the entry and
+ *    exit path an interrupt takes too), measured on this machine and
+ *    counted (irq_work_ipis, irq_work_ipi_ns at stats=full). With
+ *    AL_IRQ_WORK_SIGNAL the thread sends itself a signal instead (its
+ *    handler does nothing): two system calls, a signal frame with the FPU
+ *    state and sigreturn, which an interrupt taken in kernel mode does not
+ *    pay: an upper bound. AL_IRQ_WORK_INLINE runs it at no cost. Or it runs on a helper thread
  *    (AL_IRQ_WORK_THREAD: PREEMPT_RT's irq_work kthread; that thread runs
  *    concurrently with the CPU's worker, so layers pass AL_NOCPU below).
  *  - RCU callbacks: al_call_rcu() (a callback per object) and al_kfree_rcu()
@@ -76,8 +79,8 @@ extern "C" {
  *    (check_all_holdout_tasks_trace): the first sends each holdout CPU an
  *    IPI (trc_wait_for_one_reader, a running task cannot be inspected
  *    remotely), the next finds the handler's answer and drops it. The
- *    IPI is taken on the target CPU at its next poll (through the self-
- *    signal when irq_work=ipi); a CPU that ran no operation for a whole
+ *    IPI is taken on the target CPU at its next poll (a kernel entry when
+ *    irq_work=ipi, the self-signal when irq_work=signal); a CPU that ran no operation for a whole
  *    pass is idle and its handler counts as run then (ttrace_ipis_idle).
  *    After the GP the kthread sleeps gp_sleep = HZ/200 jiffies.
  *  - AL_TTRACE_SRCU, v7.0's RCU Tasks Trace on SRCU-fast
@@ -112,11 +115,12 @@ struct al_rcu_head {
 enum al_irq_work_mode {
 	AL_IRQ_WORK_INLINE = 0, /* at the end of the top-level operation on the CPU */
 	AL_IRQ_WORK_THREAD = 1, /* on the domain's helper thread */
-	AL_IRQ_WORK_IPI = 2	/* as INLINE, entered through a self-signal (the self-IPI) */
+	AL_IRQ_WORK_IPI = 2,	/* as INLINE, entered through a kernel entry (the self-IPI) */
+	AL_IRQ_WORK_SIGNAL = 3	/* as INLINE, entered through a self-signal (upper bound) */
 };
-#define AL_IRQ_WORK_CHOICES "inline,thread,ipi"
-/* The self-IPI's signal: its handler is installed once and does nothing. */
-#define AL_IRQ_WORK_SIGNAL (SIGRTMIN + 6)
+#define AL_IRQ_WORK_CHOICES "inline,thread,ipi,signal"
+/* irq_work=signal's signal: its handler is installed once and does nothing. */
+#define AL_IRQ_WORK_SIGNO (SIGRTMIN + 6)
 
 enum {
 	AL_DEFER_IRQ = 1u << 0,	   /* raised irq_work */
@@ -145,7 +149,7 @@ enum al_ttrace_mode {
 	D(P, irq_work_queued, 0, "", "irq_work queued")                                         \
 	D(P, irq_work_busy, 0, "", "irq_work queue calls that found it already pending")        \
 	D(P, irq_work_runs, 0, "", "irq_work functions run")                                    \
-	D(P, irq_work_ipis, 0, "", "self-IPIs taken to run raised irq_work (irq_work=ipi)")     \
+	D(P, irq_work_ipis, 0, "", "self-IPIs taken to run raised irq_work (irq_work=ipi or signal)")     \
 	D(P, irq_work_ipi_ns, AL_CTR_NS, "",                                                    \
 	  "time in self-IPIs, tasks-trace ones too (stats=full)")                               \
 	D(P, rcu_callbacks, 0, "", "call_rcu callbacks queued")                                 \
@@ -189,7 +193,7 @@ struct al_defer_params {
 /* Grace periods completed so far (global; read by the inline poll). */
 AL_API extern uint64_t al_rcu_gp_done;
 
-/* 0; -EINVAL; -ENOMEM; -EBUSY for AL_IRQ_WORK_IPI when AL_IRQ_WORK_SIGNAL has
+/* 0; -EINVAL; -ENOMEM; -EBUSY for AL_IRQ_WORK_SIGNAL when AL_IRQ_WORK_SIGNO has
  * a handler that is not ours (the program uses that signal). */
 AL_API int al_defer_create(unsigned ncpu, const struct al_defer_params *p, struct al_defer **out);
 /* Flushes everything, stops the helper, frees. */
