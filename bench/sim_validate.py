@@ -102,10 +102,11 @@ def main():
         json.dump(out, f, indent=1)
     text = [val.text(), "",
             "calibration: line_transfer_ns %.1f (%s), lines_per_handoff %g and jitter %g (%s), "
-            "scale %s" % (cal.line_transfer_ns, cal.info.get("line_transfer"),
-                          cal.lines_per_handoff, cal.jitter, cal.info.get("lines_per_handoff"),
-                          ", ".join("%s %.3f/%.3f (alloc/free)" % (k, v[0], v[1])
-                                    for k, v in sorted(cal.scales.items()))),
+            "factor and offset per call (alloc/free) %s" % (
+                cal.line_transfer_ns, cal.info.get("line_transfer"), cal.lines_per_handoff,
+                cal.jitter, cal.info.get("lines_per_handoff"),
+                ", ".join("%s %.3f/%.3f, %+.2f/%+.2f ns" % (
+                    k, v[0], v[1], *cal.offset_for(k)) for k, v in sorted(cal.scales.items()))),
             "summary: %s" % json.dumps(summary),
             "determinism: same seed identical: %s; 5 seeds per-op ns %s (spread %.1f%%)" % (
                 det["same_seed_identical"], ", ".join("%.1f" % v for v in det["seeds_per_op_ns"]),

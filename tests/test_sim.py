@@ -104,6 +104,49 @@ def test_scales_load_as_pairs_and_bad_ones_are_refused():
             sim.Calibration.from_dict(d)
 
 
+def test_offsets_add_per_call_at_the_top_and_calls_are_counted():
+    # buddy alone, one producer: one call per op, each one hold of 100 ns;
+    # an offset of -30 ns per allocation and +20 per free moves each op by it
+    base = sim.Calibration({"seg.acq-rel": 100.0}, 0.0, 0.0, {"test": True},
+                           scales={"buddy": [1.0, 1.0]})
+    off = sim.Calibration(base.costs, 0.0, 0.0, {"test": True}, scales=base.scales,
+                          offsets={"buddy": [-30.0, 20.0]})
+    a = _raw("buddy", 1, base, allocs_per_cycle=8, cycles=50)
+    b = _raw("buddy", 1, off, allocs_per_cycle=8, cycles=50)
+    assert a["sim"]["phase_calls"] == [a["alloc_ops"], a["free_ops"]]
+    assert b["alloc_ns"] / b["alloc_ops"] == pytest.approx(
+        a["alloc_ns"] / a["alloc_ops"] - 30.0, abs=0.5)
+    assert b["free_ns"] / b["free_ops"] == pytest.approx(
+        a["free_ns"] / a["free_ops"] + 20.0, abs=0.5)
+    # a policy with no factors of its own gets the means of the others' and no offset
+    assert off.offset_for("buddy") == [-30.0, 20.0] and off.offset_for("slab") == [0.0, 0.0]
+
+
+def test_factor_and_offset_solve_two_cells_exactly():
+    # measured = 0.8 x simulated - 4 x calls, per op, on two cells
+    s, n = np.array([18.0, 37.0]), np.array([1.0, 1.1])
+    m = 0.8 * s - 4.0 * n
+    f, o = sim._factor_offset(m, s, n)
+    assert (f, o) == (pytest.approx(0.8), pytest.approx(-4.0))
+    # one cell, or a solution without a positive factor: the geometric mean, no offset
+    assert sim._factor_offset(m[:1], s[:1], n[:1]) == (pytest.approx(m[0] / s[0]), 0.0)
+    f, o = sim._factor_offset(np.array([10.0, 5.0]), s, np.array([1.0, 1.0]))
+    assert o == 0.0 and f == pytest.approx(np.sqrt(10.0 / 18.0 * 5.0 / 37.0))
+
+
+def test_offsets_round_trip_and_bad_ones_are_refused():
+    d = _cal({"seg.acq-rel": 1.0}).to_dict()
+    d["scales"] = {"buddy": [0.5, 0.7]}
+    assert sim.Calibration.from_dict(d).offset_for("buddy") == [0.0, 0.0]  # made before them
+    d["offsets"] = {"buddy": [-2.5, 1.0]}
+    back = sim.Calibration.from_dict(json.loads(json.dumps(sim.Calibration.from_dict(d).to_dict())))
+    assert back.offset_for("buddy") == [-2.5, 1.0]
+    for bad in ([0.5], "x", [float("nan"), 1.0], [True, 1.0]):
+        d["offsets"] = {"buddy": bad}
+        with pytest.raises(errors.InvalidArgument, match="offsets"):
+            sim.Calibration.from_dict(d)
+
+
 def test_objects_move_their_lines_between_cpus():
     # one CPU writes every object it touches: no object's line moves; with a
     # producer and a consumer every consumer's free moves the producer's

@@ -82,6 +82,7 @@ struct sim_cpu {
 	bool sleeping;	      /* a daemon in al_sim_sleep_on (not counted awake) */
 	unsigned char tls[AL_SIM_TLS][AL_SIM_TLS_BYTES]; /* its thread-locals */
 	int phase;	   /* 0: the last operation at the top of the stack allocated, 1: freed */
+	double offset_ps;  /* the offsets of the segment's calls at the top (phase_offset_ps) */
 	bool stores_moved; /* a store took a line from another CPU since the last release */
 	const void *wait_lock; /* blocked on */
 	uint32_t wait_ticket;
@@ -165,7 +166,8 @@ struct al_sim {
 	struct line *lines;
 	struct obj_line *objs; /* objects' first lines (al_sim_object) */
 	uint32_t obj_cap, obj_n;
-	double phase_scale[2]; /* cfg.phase_scale, 0 read as 1 */
+	double phase_scale[2];	   /* cfg.phase_scale, 0 read as 1 */
+	double phase_offset_ps[2]; /* cfg.phase_offset_ns, in ps */
 	bool measuring;
 	bool deadlock;
 	double line_ps, handoff_ps;
@@ -518,6 +520,23 @@ static double jitter_factor(struct al_sim *s)
 	return exp(sg * z - 0.5 * sg * sg);
 }
 
+/* A segment's cost with the offsets of its calls at the top: what a
+ * negative offset cannot take from this segment without going under the
+ * floor goes on to the next one (a call at the top often ends its segment
+ * at once, at the layer's first lock), never the floor itself. */
+static double add_offsets(struct sim_cpu *c, double cost)
+{
+	double off = c->offset_ps, total = cost + off;
+
+	c->offset_ps = 0;
+	if (off < 0 && total < SEG_FLOOR_PS) {
+		double carry = total - SEG_FLOOR_PS;
+
+		c->offset_ps = carry > off ? carry : off;
+	}
+	return total;
+}
+
 /* End c's segment at a boundary of kind `end`: cost it (or time it), advance
  * c's clock, start the next segment. */
 static void seg_end(struct al_sim *s, struct sim_cpu *c, int end)
@@ -567,6 +586,7 @@ static void seg_end(struct al_sim *s, struct sim_cpu *c, int end)
 		cost *= s->phase_scale[c->phase];
 	if (s->cfg.jitter > 0 && !s->cfg.calibrate && cost > 0)
 		cost *= jitter_factor(s);
+	cost = add_offsets(c, cost);
 	/* no code runs in no time: a floor, so that a table of zeros still ends */
 	c->now += cost < SEG_FLOOR_PS ? SEG_FLOOR_PS : (uint64_t)llround(cost);
 	c->begin = end;
@@ -1116,7 +1136,12 @@ void al_sim_call(const void *a, int kind)
 	}
 
 	if (a == s->top) {
-		s->cur->phase = kind == AL_SIM_CALL_FREE || kind == AL_SIM_CALL_FREE_BULK;
+		int ph = kind == AL_SIM_CALL_FREE || kind == AL_SIM_CALL_FREE_BULK;
+
+		s->cur->phase = ph;
+		s->cur->offset_ps += s->phase_offset_ps[ph];
+		if (s->measuring)
+			s->st.phase_calls[ph]++;
 		s->cur->stores_moved = false; /* stores outside a lock drain unseen */
 	}
 	seg_add(s, ct->term[kind], 1);
@@ -1292,8 +1317,10 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 		goto nomem_free;
 	s->rng = cfg->seed * 0xD1B54A32D192ED03ull + 1;
 
-	for (unsigned i = 0; i < 2; i++)
+	for (unsigned i = 0; i < 2; i++) {
 		s->phase_scale[i] = cfg->phase_scale[i] > 0 ? cfg->phase_scale[i] : 1.0;
+		s->phase_offset_ps[i] = cfg->phase_offset_ns[i] * 1000.0;
+	}
 	s->line_ps = cfg->line_transfer_ns * 1000.0;
 	s->handoff_ps = cfg->line_transfer_ns * cfg->lines_per_handoff * 1000.0;
 	s->real_tpn = clock_take();

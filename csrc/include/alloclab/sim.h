@@ -119,6 +119,10 @@ struct al_sim_config {
 	 * run ([0]: after an alloc or alloc_bulk at the top of the stack) or a
 	 * free's ([1]); 0 = 1 */
 	double phase_scale[2];
+	/* ns added per call at the top of the stack of each part, to the cost of
+	 * the segment it ends in, after the factor (may be negative: what the
+	 * fitted costs overstate per operation; a segment's floor still holds) */
+	double phase_offset_ns[2];
 
 	struct al_sim_table *table;  /* required */
 	struct al_sim_event *events; /* timeline buffer, or NULL */
@@ -130,6 +134,8 @@ struct al_sim_stats {
 	uint64_t switches;	   /* fiber switches */
 	uint64_t sync_points;	   /* sync points met */
 	uint64_t segments;	   /* segments costed */
+	uint64_t phase_calls[2];   /* calls at the top of the stack in the measured phase:
+				      allocations', frees' */
 	uint64_t lock_waits;	   /* acquisitions that blocked in virtual time */
 	uint64_t lock_timeouts;	   /* waits that ended at their deadline */
 	uint64_t handoffs;	   /* acquisitions by another CPU than the lock's last owner */

@@ -288,6 +288,7 @@ struct al_sim_config {
     double jitter;
     int calibrate;
     double phase_scale[2];
+    double phase_offset_ns[2];
     struct al_sim_table *table;
     struct al_sim_event *events;
     uint64_t events_max;
@@ -298,6 +299,7 @@ struct al_sim_stats {
     uint64_t switches;
     uint64_t sync_points;
     uint64_t segments;
+    uint64_t phase_calls[2];
     uint64_t lock_waits;
     uint64_t lock_timeouts;
     uint64_t handoffs;

@@ -62,6 +62,12 @@ def _factors(v):
     return ok(v) or (isinstance(v, (list, tuple)) and len(v) == 2 and all(map(ok, v)))
 
 
+def _offsets(v):
+    """[alloc, free] finite numbers?"""
+    return isinstance(v, (list, tuple)) and len(v) == 2 and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+
+
 def _pair(v):
     """[alloc, free] from a factor or a pair."""
     return [float(v), float(v)] if isinstance(v, (int, float)) else [float(x) for x in v]
@@ -72,11 +78,13 @@ class Calibration:
     lines, and where they came from."""
 
     def __init__(self, costs, line_transfer_ns, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF,
-                 info=None, jitter=0.0, scales=None):
+                 info=None, jitter=0.0, scales=None, offsets=None):
         self.costs = dict(costs)
         # policy -> [alloc, free]: factors on the costs of the segments of
-        # each part of the run (calibrate; a plain number: both)
+        # each part of the run (calibrate; a plain number: both), and ns
+        # added to each such segment after the factor (may be negative)
         self.scales = {k: _pair(v) for k, v in dict(scales or {}).items()}
+        self.offsets = {k: _pair(v) for k, v in dict(offsets or {}).items()}
         self.line_transfer_ns = float(line_transfer_ns)
         self.lines_per_handoff = float(lines_per_handoff)
         self.jitter = float(jitter)
@@ -86,7 +94,7 @@ class Calibration:
         return {"format": FORMAT, "costs": self.costs,
                 "line_transfer_ns": self.line_transfer_ns,
                 "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
-                "scales": self.scales, "info": self.info}
+                "scales": self.scales, "offsets": self.offsets, "info": self.info}
 
     @classmethod
     def from_dict(cls, d, where="calibration"):
@@ -115,8 +123,13 @@ class Calibration:
             raise errors.InvalidArgument(
                 "%s: scales must map policies to a factor > 0 or to [alloc, free] factors > 0"
                 % where)
+        offsets = d.get("offsets", {})
+        if not isinstance(offsets, dict) or not all(
+                isinstance(k, str) and _offsets(v) for k, v in offsets.items()):
+            raise errors.InvalidArgument(
+                "%s: offsets must map policies to [alloc, free] ns (finite numbers)" % where)
         return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"), jitter,
-                   scales)
+                   scales, offsets)
 
     def save(self, path):
         files.write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n",
@@ -137,7 +150,8 @@ class Calibration:
                            else line_transfer_ns,
                            self.lines_per_handoff if lines_per_handoff is None
                            else lines_per_handoff, self.info,
-                           self.jitter if jitter is None else jitter, self.scales)
+                           self.jitter if jitter is None else jitter, self.scales,
+                           self.offsets)
 
     def validated(self, validation):
         """This calibration with a Validation's verdict kept in its info, so
@@ -145,7 +159,7 @@ class Calibration:
         the validated CPUs "unvalidated" where the validation says so."""
         return Calibration(self.costs, self.line_transfer_ns, self.lines_per_handoff,
                            dict(self.info, validation=validation.to_dict()), self.jitter,
-                           self.scales)
+                           self.scales, self.offsets)
 
     def scale_for(self, policy):
         """The [alloc, free] factors on the costs for ``policy``: its own,
@@ -158,10 +172,18 @@ class Calibration:
         logs = np.log(np.array(list(self.scales.values()), float))
         return [float(v) for v in np.exp(logs.mean(axis=0))]
 
+    def offset_for(self, policy):
+        """The [alloc, free] ns added per call at the top for ``policy``: its own,
+        fitted with its factors; a policy without factors of its own (which
+        gets their geometric means) gets none."""
+        return list(self.offsets.get(policy, [0.0, 0.0])) if policy in self.scales \
+            else [0.0, 0.0]
+
     def task_options(self, timeline=0, policy=None):
         """What a task carries to the engine (plain, picklable)."""
         return {"costs": sorted(self.costs.items()),
-                "scale": self.scale_for(policy), "line_transfer_ns": self.line_transfer_ns,
+                "scale": self.scale_for(policy), "offset": self.offset_for(policy),
+                "line_transfer_ns": self.line_transfer_ns,
                 "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
                 "timeline": int(timeline)}
 
@@ -206,6 +228,7 @@ def fill_config(cfg, task, run_index=0, calibrate=False):
     cfg.sim.lines_per_handoff = float(so.get("lines_per_handoff", DEFAULT_LINES_PER_HANDOFF))
     cfg.sim.jitter = float(so.get("jitter", 0.0))
     cfg.sim.phase_scale = _pair(so.get("scale", 1.0))
+    cfg.sim.phase_offset_ns = _pair(so.get("offset", 0.0))
     cfg.sim.calibrate = 1 if calibrate else 0
     cfg.sim.table = table
     events = ffi.NULL
@@ -231,6 +254,7 @@ def raw_sim(res, table, events, calibrate=False):
         "lines", "object_lines", "events", "events_dropped")}
     out.update({k: float(getattr(st, k)) for k in (
         "wait_ns", "line_ns", "uncalibrated_units", "virtual_ns")})
+    out["phase_calls"] = [int(st.phase_calls[0]), int(st.phase_calls[1])]
     out["uncalibrated"] = sorted(n for n, s, k in zip(names, seen, known)
                                  if s and not k and "." in n) if not calibrate else []
     if calibrate:
@@ -351,57 +375,113 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
                     parts.append(raw["sim"]["fit"])
                 used.append(task["point"])
     costs, report = fit(parts)
-    scales, scale_cells = _scale(policies, cells, costs, duration, seed)
+    scales, offsets, scale_cells = _scale(policies, cells, costs, duration, seed)
     report["scale"] = scales
+    report["offset_ns"] = offsets
     report["scale_cells"] = scale_cells
     lt = line_transfer_ns() if line_transfer is None else float(line_transfer)
     info = {"host": machine.cpu_model(), "hostname": os.uname().nodename,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": used,
             "line_transfer": "given" if line_transfer is not None else "measured (ping-pong)",
             "lines_per_handoff": "given", "fit": report, "seconds": round(time.time() - t0, 2)}
-    return Calibration(costs, lt, lines_per_handoff, info, scales=scales)
+    return Calibration(costs, lt, lines_per_handoff, info, scales=scales, offsets=offsets)
 
 
 def _scale(policies, cells, costs, duration, seed):
-    """Factors per policy between timed segments and the code run whole, one
-    for the segments of the allocations and one for those of the frees:
-    timing each segment costs the code its overlap with its neighbours (and
-    the harness's cache lines), and not alike in the two parts, so the
-    fitted costs are scaled to this machine's measured runs of the
-    calibration cells themselves (pinned, one producer): the geometric mean
-    over those cells of the policy's measured alloc (free) time over its
-    simulated one (each cell weighs the same, whatever its time per op).
-    Fitted on the calibration cells only; every other cell is a prediction
-    a validation checks."""
+    """Per policy, for the allocations and for the frees, a factor on the
+    fitted costs and an offset in ns per call at the top of the stack:
+    timing segments alone costs the code its overlap with its neighbours
+    (and the harness's cache lines), not alike in the two parts, and the
+    fit spreads that over the terms the cheap calls share, so one factor
+    cannot hold both a cell of cheap hits and one of refills and flushes.
+    Fitted to this machine's measured runs of the calibration cells
+    themselves (pinned, one producer): measured ns per op = factor x the
+    simulated ns per op + offset x the calls per op, solved on the cells
+    (exactly on two, least squares on more), then refined, since a segment
+    never costs less than the floor: a round simulates the cells with the
+    pair and solves again for what the floor added, and is kept when it
+    brings the cells closer. Where that gives no positive factor (one cell,
+    or cells whose calls do not tell the two apart), the offset is 0 and the
+    factor the geometric mean of measured over simulated. Fitted on the
+    calibration cells only; every other cell is a prediction a validation
+    checks. Returns (factors, offsets, the cells measured)."""
+    unit = Calibration(costs, 0.0, 0.0)
+    rows, used = {}, []
+    for cell in cells:
+        for pol in policies:
+            meas, point = _cell_per_op(pol, cell, duration, seed, None)
+            rows.setdefault(pol, []).append(
+                (meas[:2], _cell_per_op(pol, cell, duration, seed, unit)[0]))
+            used.append(point)
+    factors, offsets = {}, {}
+    for pol, got in rows.items():
+        m = np.array([g[0] for g in got])      # cells x (alloc, free): measured
+        s = np.array([g[1][:2] for g in got])  # simulated with factor 1, offset 0
+        n = np.array([g[1][2:] for g in got])  # calls at the top per op
+        pairs = [_factor_offset(m[:, i], s[:, i], n[:, i]) for i in (0, 1)]
+        best = None
+        for _ in range(SCALE_ROUNDS):
+            cal = Calibration(costs, 0.0, 0.0, scales={pol: [f for f, _ in pairs]},
+                              offsets={pol: [o for _, o in pairs]})
+            now = np.array([_cell_per_op(pol, c, duration, seed, cal)[0][:2] for c in cells])
+            err = float(np.max(np.abs(np.log(now / m))))
+            if best is not None and err >= best[0]:
+                break
+            best = (err, pairs)
+            lin = np.array([[f * s[j, i] + o * n[j, i] for i, (f, o) in enumerate(pairs)]
+                            for j in range(len(cells))])
+            pairs = [_factor_offset(m[:, i] - (now - lin)[:, i], s[:, i], n[:, i])
+                     for i in (0, 1)]
+        factors[pol] = [f for f, _ in best[1]]
+        offsets[pol] = [o for _, o in best[1]]
+    return factors, offsets, used
+
+
+# Rounds of _scale's refinement, the first included (the floor's share is
+# small: a round or two settle it).
+SCALE_ROUNDS = 3
+
+
+def _cell_per_op(policy, cell, duration, seed, calibration):
+    """One producer on ``cell``: measured (calibration None: pinned, the
+    median of 3 runs) or simulated with ``calibration`` (one run, then with
+    the calls at the top per op). Returns ([alloc ns, free ns, (alloc calls,
+    free calls)] per op, the cell's point)."""
     from . import run as mrun
 
-    cal = Calibration(costs, 0.0, 0.0)
-    meas, simd, used = {}, {}, []
-    for cell in cells:
-        cell = dict(cell)
-        wl = cell.pop("workload")
-        for pol in policies:
-            for cpu in ("simulated", "pinned"):
-                _, tasks = mrun.plan(wl, pol, producers=1, cpu=cpu, duration=duration,
-                                     seed=seed, runs=1, mem_sample=0,
-                                     calibration=cal if cpu == "simulated" else None, **cell)
-                vals = []
-                for r in range(1 if cpu == "simulated" else 3):  # measured: the median of 3
-                    raw = mrun.run_once(tasks[0], r)
-                    vals.append((raw["alloc_ns"] / max(raw["alloc_ops"], 1),
-                                 raw["free_ns"] / max(raw["free_ops"], 1)))
-                per_op = np.median(np.array(vals), axis=0)
-                side = simd if cpu == "simulated" else meas
-                side.setdefault(pol, []).append(per_op)
-                if cpu != "simulated":
-                    used.append(tasks[0]["point"])
-    out = {}
-    for p in meas:
-        m, s = np.array(meas[p]), np.array(simd[p])
-        ok = (m > 0) & (s > 0)
-        out[p] = [float(np.exp(np.mean(np.log(m[ok[:, i], i] / s[ok[:, i], i]))))
-                  if ok[:, i].any() else 1.0 for i in (0, 1)]
-    return out, used
+    cell = dict(cell)
+    wl = cell.pop("workload")
+    cpu = "pinned" if calibration is None else "simulated"
+    _, tasks = mrun.plan(wl, policy, producers=1, cpu=cpu, duration=duration, seed=seed,
+                         runs=1, mem_sample=0, calibration=calibration, **cell)
+    vals = []
+    for r in range(3 if calibration is None else 1):
+        raw = mrun.run_once(tasks[0], r)
+        ops = (max(raw["alloc_ops"], 1), max(raw["free_ops"], 1))
+        v = [raw["alloc_ns"] / ops[0], raw["free_ns"] / ops[1]]
+        if calibration is not None:
+            v += [raw["sim"]["phase_calls"][i] / ops[i] for i in (0, 1)]
+        vals.append(v)
+    return list(np.median(np.array(vals), axis=0)), tasks[0]["point"]
+
+
+def _factor_offset(measured, simulated, segments):
+    """(factor, offset ns per call) with measured = factor x simulated +
+    offset x calls over the cells (per op), or (geometric-mean factor, 0)
+    where that has no positive factor or predicts a cell at or below 0."""
+    ok = (measured > 0) & (simulated > 0)
+    if not ok.any():
+        return 1.0, 0.0
+    m, s, n = measured[ok], simulated[ok], segments[ok]
+    geo = float(np.exp(np.mean(np.log(m / s))))
+    if len(m) < 2:
+        return geo, 0.0
+    A = np.stack([s, n], axis=1) / m[:, None]  # relative errors: each cell weighs the same
+    sol, _, rank, _ = np.linalg.lstsq(A, np.ones(len(m)), rcond=None)
+    f, o = float(sol[0]), float(sol[1])
+    if rank < 2 or not (f > 0 and math.isfinite(o)) or np.any(f * s + o * n <= 0):
+        return geo, 0.0
+    return f, o
 
 
 # A placeholder calibration that lets calibrate() plan its own runs.
