@@ -21,4 +21,9 @@
 int al_cpu_nth(unsigned i);
 int al_read_steal(uint64_t *total, uint64_t *steal);
 void al_attr_off_pinned_cpu(pthread_attr_t *attr);
+/* Move the helper threads started off_pinned (al_kthread_start) to the CPUs
+ * of the caller's mask not in `busy`, when any are left; a helper started
+ * later by a pinned worker avoids that worker's CPU by itself. */
+#include <sched.h>
+void al_kthreads_avoid(const cpu_set_t *busy);
 #endif

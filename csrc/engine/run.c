@@ -1763,6 +1763,8 @@ static int engine_run(struct al_run *h)
 	ret = workload_prepare(e);
 	if (!ret)
 		ret = workers_setup(e);
+	if (!ret && res->cpu_mode == AL_CPU_PINNED && !e->sim)
+		al_kthreads_avoid(&e->worker_cpus); /* helpers the stack started */
 	if (!ret)
 		ret = tokens_setup(e);
 	if (!ret) {

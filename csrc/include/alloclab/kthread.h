@@ -29,13 +29,18 @@ extern "C" {
 #endif
 
 struct al_kthread {
-	pthread_t th; /* the real thread */
-	bool started; /* fn runs (or ran) */
-	bool sim;     /* a daemon of a simulation */
+	pthread_t th;		 /* the real thread */
+	bool started;		 /* fn runs (or ran) */
+	bool sim;		 /* a daemon of a simulation */
+	bool listed;		 /* on the list the engine moves off its workers' CPUs */
+	struct al_kthread *next; /* that list's link */
 };
 
 /* off_pinned: a real thread avoids its pinned creator's CPU (an unbound
- * kworker beside the worker that queued it). 0, or a negative errno. */
+ * kworker beside the worker that queued it), and the CPUs of a run's pinned
+ * workers once they are pinned (a helper started before them, by the
+ * thread that builds the stack, would otherwise preempt them). 0, or a
+ * negative errno. */
 AL_API int al_kthread_start(struct al_kthread *t, void *(*fn)(void *), void *arg,
 			    struct al_ctx *ctx, bool off_pinned);
 AL_API void al_kthread_join(struct al_kthread *t);
