@@ -918,8 +918,12 @@ void al_sim_shared(const void *addr, bool write)
 	if (!(l = line_of(s, addr)))
 		return;
 	bit = 1ull << (c->id % 64);
-	if (l->writer >= 0 && (unsigned)l->writer != c->id && !(l->readers & bit))
+	if (l->writer >= 0 && (unsigned)l->writer != c->id && !(l->readers & bit)) {
 		charge_lines(s, c, 1);
+		/* the word is read when its line arrives: what other CPUs
+		 * wrote while it travelled is what the caller sees */
+		give_way(s, c);
+	}
 	if (write) {
 		l->writer = (int32_t)c->id;
 		l->readers = bit;
