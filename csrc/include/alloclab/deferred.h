@@ -149,7 +149,8 @@ enum al_ttrace_mode {
 	D(P, irq_work_queued, 0, "", "irq_work queued")                                         \
 	D(P, irq_work_busy, 0, "", "irq_work queue calls that found it already pending")        \
 	D(P, irq_work_runs, 0, "", "irq_work functions run")                                    \
-	D(P, irq_work_ipis, 0, "", "self-IPIs taken to run raised irq_work (irq_work=ipi or signal)")     \
+	D(P, irq_work_ipis, 0, "",                                                              \
+	  "self-IPIs taken to run raised irq_work (irq_work=ipi or signal)")                    \
 	D(P, irq_work_ipi_ns, AL_CTR_NS, "",                                                    \
 	  "time in self-IPIs, tasks-trace ones too (stats=full)")                               \
 	D(P, rcu_callbacks, 0, "", "call_rcu callbacks queued")                                 \
