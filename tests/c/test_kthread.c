@@ -66,5 +66,5 @@ TEST(test_helpers_move_off_the_workers_cpus)
 int main(void)
 {
 	RUN(test_helpers_move_off_the_workers_cpus);
-	TEST_SUMMARY();
+	return TEST_SUMMARY();
 }
