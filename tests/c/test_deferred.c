@@ -76,6 +76,17 @@ static void foreign_handler(int sig)
 	(void)sig;
 }
 
+/* Install h for irq_work=signal's signal: sigaction's return value. */
+static int set_handler(void (*h)(int))
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = h;
+	sigemptyset(&sa.sa_mask);
+	return sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL);
+}
+
 /* irq_work=signal: the run is entered through a signal the thread sends
  * itself, once per raised batch (seen pending while blocked); a program
  * that owns the signal is refused, not overridden. */
@@ -84,18 +95,14 @@ TEST(test_irq_work_signal_is_a_self_signal)
 	struct al_defer_params p = { .irq_mode = AL_IRQ_WORK_SIGNAL };
 	struct al_defer *d = NULL;
 	struct al_irq_work w1, w2;
-	struct sigaction sa, cur;
+	struct sigaction cur;
 	struct al_ctx c0;
 	sigset_t set, pend;
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = foreign_handler;
-	sigemptyset(&sa.sa_mask);
-	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL), 0);
+	CHECK_EQ(set_handler(foreign_handler), 0);
 	CHECK_EQ(al_defer_create(1, &p, &d), -EBUSY);
 	CHECK(d == NULL);
-	sa.sa_handler = SIG_DFL;
-	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL), 0);
+	CHECK_EQ(set_handler(SIG_DFL), 0);
 	CHECK_EQ(al_defer_create(1, &p, &d), 0);
 	if (!d)
 		return;
@@ -128,7 +135,19 @@ TEST(test_irq_work_signal_is_a_self_signal)
 	CHECK_EQ(al_defer_create(1, &p, &d), -EINVAL);
 }
 
-static double defer_stat(struct al_defer *d, const char *name);
+/* One of the defer's own counters (al_defer_report), or -1 when not reported. */
+static double defer_stat(struct al_defer *d, const char *name)
+{
+	static struct al_stats st;
+	unsigned i;
+
+	memset(&st, 0, sizeof(st));
+	al_defer_report(d, &st);
+	for (i = 0; i < st.n; i++)
+		if (!strcmp(st.v[i].name, name))
+			return st.v[i].value;
+	return -1;
+}
 
 /* irq_work=ipi: one kernel entry per raised batch, counted, and no signal:
  * a program that owns irq_work=signal's signal keeps it. */
@@ -137,13 +156,10 @@ TEST(test_irq_work_ipi_is_a_kernel_entry_per_batch)
 	struct al_defer_params p = { .irq_mode = AL_IRQ_WORK_IPI };
 	struct al_defer *d = NULL;
 	struct al_irq_work w1, w2;
-	struct sigaction sa, cur;
+	struct sigaction cur;
 	struct al_ctx c0;
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = foreign_handler;
-	sigemptyset(&sa.sa_mask);
-	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL), 0);
+	CHECK_EQ(set_handler(foreign_handler), 0);
 	CHECK_EQ(al_defer_create(1, &p, &d), 0);
 	if (!d)
 		return;
@@ -164,8 +180,7 @@ TEST(test_irq_work_ipi_is_a_kernel_entry_per_batch)
 	CHECK_EQ(defer_stat(d, "irq_work_ipis"), 2);
 	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, NULL, &cur), 0);
 	CHECK(cur.sa_handler == foreign_handler); /* never installed over the program's */
-	sa.sa_handler = SIG_DFL;
-	CHECK_EQ(sigaction(AL_IRQ_WORK_SIGNO, &sa, NULL), 0);
+	CHECK_EQ(set_handler(SIG_DFL), 0);
 	al_defer_destroy(d);
 }
 
@@ -273,20 +288,6 @@ TEST(test_nocb_runs_on_next_cpu)
 	CHECK_EQ(cb_runs[1], 1);
 	CHECK_EQ(cb_runs[0], 0);
 	al_defer_destroy(d);
-}
-
-/* One of the defer's own counters (al_defer_report), or -1 when not reported. */
-static double defer_stat(struct al_defer *d, const char *name)
-{
-	static struct al_stats st;
-	unsigned i;
-
-	memset(&st, 0, sizeof(st));
-	al_defer_report(d, &st);
-	for (i = 0; i < st.n; i++)
-		if (!strcmp(st.v[i].name, name))
-			return st.v[i].value;
-	return -1;
 }
 
 TEST(test_kfree_rcu_batches_into_free_bulk)

@@ -38,6 +38,7 @@ stderr is piped, always with progress=True (--progress).
 """
 
 import math
+import statistics
 from collections import namedtuple
 
 from .. import errors
@@ -225,14 +226,11 @@ class Report:
         direction, decided, the median model/seed effect and how many decided
         cells lie within the magnitude band."""
         g = self.direction_share()["goal"]
-        med = g["median_ratio"]
         lines = wrap_lines(
             "goal shares: %d cells, %d excused before any run; in direction %d of %d; "
-            "decided %d; median model/seed effect over the decided cells %s; %d of %d decided "
-            "within %.2f-%gx" % (
-                g["cells"] + len(g["excused"]), len(g["excused"]), g["matching"], g["cells"],
-                g["decided"], "n/a" if med is None else "%.2f" % med, g["within"],
-                g["decided"], MAGNITUDE_BAND[0], MAGNITUDE_BAND[1]), wrap, "")
+            "decided %d; %s" % (g["cells"] + len(g["excused"]), len(g["excused"]),
+                                g["matching"], g["cells"], g["decided"],
+                                _magnitude_text(g, " over the decided cells")), wrap, "")
         for x in g["excused"]:
             lines += wrap_lines("excused: %s: %s" % (x["cell"], x["reason"]), wrap, "  ")
         lines += wrap_lines(
@@ -434,16 +432,21 @@ def goal_shares(detail):
     for x in rest:
         if x["model"] in ("better", "worse") and x["seed_pct"] and math.isfinite(x["model_pct"]):
             ratios[x["cell"]] = x["model_pct"] / x["seed_pct"]
-    vals = sorted(ratios.values())
-    med = None
-    if vals:
-        m = len(vals) // 2
-        med = vals[m] if len(vals) % 2 else 0.5 * (vals[m - 1] + vals[m])
+    vals = list(ratios.values())
     lo, hi = MAGNITUDE_BAND
     return {"cells": len(rest), "excused": excused,
             "matching": sum(1 for x in rest if x["model"] == x["seed"]),
-            "decided": len(ratios), "ratios": ratios, "median_ratio": med,
+            "decided": len(ratios), "ratios": ratios,
+            "median_ratio": statistics.median(vals) if vals else None,
             "within": sum(1 for v in vals if lo <= v <= hi), "band": list(MAGNITUDE_BAND)}
+
+
+def _magnitude_text(g, over=""):
+    """A goal's median effect ratio and its decided cells within the band."""
+    med = g["median_ratio"]
+    return "median model/seed effect%s %s; %d of %d decided within %.2f-%gx" % (
+        over, "n/a" if med is None else "%.2f" % med, g["within"], g["decided"],
+        MAGNITUDE_BAND[0], MAGNITUDE_BAND[1])
 
 
 def rounds_text(reports, names, wrap=104):
@@ -455,17 +458,11 @@ def rounds_text(reports, names, wrap=104):
     every = None
     for nm, d in zip(names, goals):
         g = d["goal"]
-        med = g["median_ratio"]
-        lines.append("  %s: in direction %d of %d; median model/seed effect %s; %d of %d decided "
-                     "within %.2f-%gx" % (nm, g["matching"], g["cells"],
-                                          "n/a" if med is None else "%.2f" % med, g["within"],
-                                          g["decided"], MAGNITUDE_BAND[0], MAGNITUDE_BAND[1]))
-        excused = {x["cell"] for x in g["excused"]}
-        ok = {x["cell"] for x in d["detail"]
-              if x["cell"] not in excused and x["model"] == x["seed"]}
+        lines.append("  %s: in direction %d of %d; %s" % (nm, g["matching"], g["cells"],
+                                                          _magnitude_text(g)))
+        ok = {x["cell"] for x in d["detail"] if not x.get("excuse") and x["model"] == x["seed"]}
         every = ok if every is None else every & ok
-    cells = [x["cell"] for x in goals[0]["detail"]
-             if x["cell"] not in {e["cell"] for e in goals[0]["goal"]["excused"]}]
+    cells = [x["cell"] for x in goals[0]["detail"] if not x.get("excuse")]
     missed = [c for c in cells if c not in every]
     lines.append("in the seed's direction in all %d rounds: %d of %d goal cells" % (
         len(reports), len(every & set(cells)), len(cells)))
