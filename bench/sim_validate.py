@@ -107,6 +107,7 @@ def main():
                 cal.jitter, cal.info.get("lines_per_handoff"),
                 ", ".join("%s %.3f/%.3f, %+.2f/%+.2f ns" % (
                     k, v[0], v[1], *cal.offset_for(k)) for k, v in sorted(cal.scales.items()))),
+            "coherence: " + sim.coherence_text(cal),
             "summary: %s" % json.dumps(summary),
             "determinism: same seed identical: %s; 5 seeds per-op ns %s (spread %.1f%%)" % (
                 det["same_seed_identical"], ", ".join("%.1f" % v for v in det["seeds_per_op_ns"]),

@@ -2,6 +2,7 @@
 the calibration's round trip and every policy of the contract suite."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -171,6 +172,85 @@ def test_objects_move_their_lines_between_cpus():
     free = _raw("buddy", 2, _cal({"seg.acq-rel": 10.0}), workload="xmalloc", batch=16)
     assert free["sim"]["line_ns"] == 0 < two["sim"]["line_ns"]
     assert two["free_ns"] / two["free_ops"] > free["free_ns"] / free["free_ops"]
+
+
+def _coh(store=0.0, load=1.0, takes=False):
+    return {"store_fraction": store, "load_fraction": load, "read_takes_line": takes}
+
+
+def _with_coh(coh, line=50.0):
+    return sim.Calibration({"seg.acq-rel": 10.0}, line, 0.0, {"test": True}, coherence=coh)
+
+
+def test_stores_pay_their_share_of_a_line():
+    # malloc-xfree on two CPUs: an allocation's caller stores into objects
+    # the other CPU freed. Every store that takes a line is counted; with
+    # store_fraction f it costs f of a line (50 ns), without it nothing, and
+    # every whole line costs 50 ns (load_fraction 1, no handoff lines)
+    for f in (0.0, 0.2):
+        st = _raw("libarena-spill", 2, _with_coh(_coh(store=f)), workload="malloc-xfree")["sim"]
+        assert st["store_lines"] > 0
+        assert st["line_ns"] == pytest.approx(50.0 * (st["lines"] + f * st["store_lines"]),
+                                              rel=1e-6), f
+
+
+def test_later_loads_of_a_segment_overlap():
+    # the buddy's holds load headers other CPUs wrote: with load_fraction
+    # below 1 every load after a segment's first costs that share, so the
+    # same lines cost less time; the lines counted are the same kind
+    whole = _raw("buddy", 2, _with_coh(_coh()), allocs_per_cycle=16)
+    part = _raw("buddy", 2, _with_coh(_coh(load=0.1)), allocs_per_cycle=16)
+    assert whole["sim"]["lines"] > whole["sim"]["handoffs"] > 0
+    per_line = [r["sim"]["line_ns"] / r["sim"]["lines"] for r in (whole, part)]
+    assert per_line[0] == pytest.approx(50.0, rel=0.01)
+    assert per_line[1] < 0.9 * per_line[0]
+
+
+def test_reads_that_take_lines_move_them_back():
+    # migratory sharing: a CPU's load of the other's line takes it whole, so
+    # the writer's next load of it moves it back (more whole lines); where
+    # reads share lines, both keep a copy and the next store invalidates the
+    # other's instead (more stores that take a line)
+    shared = _raw("buddy", 2, _with_coh(_coh(store=0.2)), workload="xmalloc", batch=16)
+    taken = _raw("buddy", 2, _with_coh(_coh(store=0.2, takes=True)), workload="xmalloc",
+                 batch=16)
+    assert taken["sim"]["lines"] > shared["sim"]["lines"]
+    assert taken["sim"]["store_lines"] < shared["sim"]["store_lines"]
+
+
+@pytest.mark.parametrize("bad", [
+    {"store_fraction": 1.5, "load_fraction": 1.0, "read_takes_line": False},
+    {"store_fraction": 0.1, "load_fraction": -1, "read_takes_line": False},
+    {"store_fraction": 0.1, "load_fraction": 0.5, "read_takes_line": 1},
+    {"store_fraction": 0.1, "read_takes_line": False},
+    "fast"])
+def test_bad_coherence_is_refused(cal, bad):
+    d = cal.to_dict()
+    d["coherence"] = bad
+    with pytest.raises(errors.InvalidArgument, match="coherence"):
+        sim.Calibration.from_dict(d)
+
+
+def test_a_calibration_without_coherence_keeps_the_older_model(cal):
+    d = cal.to_dict()
+    del d["coherence"]
+    back = sim.Calibration.from_dict(d)
+    assert back.coherence == sim.NO_COHERENCE
+    assert sim.Calibration.from_dict(cal.to_dict()).coherence == cal.coherence
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the probe needs two CPUs")
+def test_coherence_probe_measures_shares_of_a_transfer():
+    coh, ns = sim.coherence_probe(line_ns=50.0, lines=64, tries=5)
+    assert set(coh) == set(sim.NO_COHERENCE)
+    assert 0 < coh["store_fraction"] <= 1 and 0 < coh["load_fraction"] <= 1
+    assert isinstance(coh["read_takes_line"], bool)
+    assert ns["line_ns"] == 50.0 and ns["store_ns"] > 0 and ns["reread_ns"] > 0
+
+
+def test_coherence_probe_refuses_bad_sizes():
+    with pytest.raises(errors.SimulationError, match="Invalid argument"):
+        sim.coherence_probe(line_ns=50.0, lines=100, tries=5)
 
 
 def test_buddy_holds_pay_for_the_lines_they_touch():

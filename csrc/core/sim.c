@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -84,6 +85,7 @@ struct sim_cpu {
 	int phase;	   /* 0: the last operation at the top of the stack allocated, 1: freed */
 	double offset_ps;  /* the offsets of the segment's calls at the top (phase_offset_ps) */
 	bool stores_moved; /* a store took a line from another CPU since the last release */
+	bool seg_waited;   /* a layer's load in this segment waited for a whole line */
 	const void *wait_lock; /* blocked on */
 	uint32_t wait_ticket;
 	uint64_t wait_since;
@@ -170,7 +172,7 @@ struct al_sim {
 	double phase_offset_ps[2]; /* cfg.phase_offset_ns, in ps */
 	bool measuring;
 	bool deadlock;
-	double line_ps, handoff_ps;
+	double line_ps, handoff_ps, store_ps, overlap_ps;
 	struct al_sim_stats st;
 	unsigned nslots;		    /* ncpu workers, then AL_SIM_DAEMONS daemons */
 	unsigned ndaemons;		    /* daemons started */
@@ -545,6 +547,7 @@ static void seg_end(struct al_sim *s, struct sim_cpu *c, int end)
 	uint64_t t1 = s->cfg.calibrate ? real_ticks() : 0;
 	double cost = 0;
 
+	c->seg_waited = false;
 	seg_terms(s, c, end);
 	for (unsigned i = 0; i < s->nf; i++) {
 		int f = s->fbuf[i];
@@ -765,6 +768,31 @@ void al_sim_wait_until(uint64_t ticks)
 	give_way(s, c);
 }
 
+/* A store's share of a transfer (store_fraction): not a whole line moved. */
+static void charge_store(struct al_sim *s, struct sim_cpu *c)
+{
+	uint64_t ps = (uint64_t)llround(s->store_ps);
+
+	c->now += ps;
+	if (s->measuring) {
+		s->st.store_lines++;
+		s->st.line_ns += (double)ps / 1000.0;
+	}
+}
+
+/* One line a load waited for, at ps (a whole transfer, or its share when
+ * the loads around it overlap theirs). */
+static void charge_load(struct al_sim *s, struct sim_cpu *c, double ps)
+{
+	uint64_t t = (uint64_t)llround(ps);
+
+	c->now += t;
+	if (s->measuring) {
+		s->st.lines++;
+		s->st.line_ns += (double)t / 1000.0;
+	}
+}
+
 static void charge_lines(struct al_sim *s, struct sim_cpu *c, uint64_t n)
 {
 	uint64_t ps = (uint64_t)llround(s->line_ps * (double)n);
@@ -817,16 +845,21 @@ static bool obj_grow(struct al_sim *s)
 
 /*
  * c accesses the line of p. A load (or a read-modify-write) waits for the
- * line when another CPU wrote it last and c has not read it since; a plain
- * store does not wait (the store buffer holds it while the line comes) but
- * takes the line. Returns whether c paid for a line.
+ * line when another CPU wrote it last and c has not read it since; with
+ * read_takes_line the load takes the line whole (the writer's copy is
+ * invalidated, as this machine's probe found: migratory sharing), else c
+ * shares it. A store waits for nothing (the store buffer holds it while the
+ * line comes) but takes the line: from another CPU, or from the sharers of
+ * c's own line, it pays store_fraction of a transfer (stores stream: their
+ * fetches overlap), and a store that took another CPU's line makes c's next
+ * release wait for one line. Returns whether c paid for a whole line.
  */
-static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, int access)
+static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, int access, double load_ps)
 {
 	uintptr_t tag = ((uintptr_t)p >> 6) + 1;
 	uint64_t bit = 1ull << (c->id % 64);
 	struct obj_line *o;
-	bool moved = false;
+	bool moved = false, away;
 	uint32_t h;
 
 	if (s->obj_n >= s->obj_cap / 2 && !obj_grow(s) && s->obj_n >= s->obj_cap)
@@ -843,15 +876,20 @@ static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, int access
 		s->obj_n++;
 		return false;
 	}
-	if (o->writer != c->id && !(o->readers & bit)) {
-		if (access == AL_SIM_STORE) {
+	away = o->writer != c->id && !(o->readers & bit); /* c holds no copy */
+	if (access == AL_SIM_STORE) {
+		if (away)
 			c->stores_moved = true; /* paid at the next release */
-		} else {
-			charge_lines(s, c, 1);
-			moved = true;
-		}
+		if (away || (o->readers & ~bit))
+			charge_store(s, c);
+	} else if (away) {
+		charge_load(s, c, load_ps);
+		c->seg_waited = true;
+		moved = true;
+	} else if (access == AL_SIM_RMW && (o->readers & ~bit)) {
+		charge_store(s, c); /* the other copies are invalidated */
 	}
-	if (access != AL_SIM_LOAD) {
+	if (access != AL_SIM_LOAD || (moved && s->cfg.read_takes_line)) {
 		o->writer = c->id;
 		o->readers = bit;
 	} else {
@@ -870,7 +908,7 @@ void al_sim_object(const void *a, const void *p, bool freeing)
 
 	if (!s || !s->cur || a != s->top || !p || s->cfg.calibrate)
 		return;
-	if (touch(s, s->cur, p, freeing ? AL_SIM_LOAD : AL_SIM_STORE) && s->measuring)
+	if (touch(s, s->cur, p, freeing ? AL_SIM_LOAD : AL_SIM_STORE, s->line_ps) && s->measuring)
 		s->st.object_lines++;
 }
 
@@ -879,7 +917,7 @@ void al_sim_touch(const void *p, int access)
 	struct al_sim *s = self;
 
 	if (s && s->cur && p && !s->cfg.calibrate)
-		touch(s, s->cur, p, access);
+		touch(s, s->cur, p, access, s->cur->seg_waited ? s->overlap_ps : s->line_ps);
 }
 
 /* The line of addr in the table (made when new), or NULL when it is full
@@ -909,6 +947,7 @@ void al_sim_shared(const void *addr, bool write)
 	struct sim_cpu *c;
 	struct line *l;
 	uint64_t bit;
+	bool moved;
 
 	if (!s || !(c = s->cur))
 		return;
@@ -918,13 +957,14 @@ void al_sim_shared(const void *addr, bool write)
 	if (!(l = line_of(s, addr)))
 		return;
 	bit = 1ull << (c->id % 64);
-	if (l->writer >= 0 && (unsigned)l->writer != c->id && !(l->readers & bit)) {
+	moved = l->writer >= 0 && (unsigned)l->writer != c->id && !(l->readers & bit);
+	if (moved) {
 		charge_lines(s, c, 1);
 		/* the word is read when its line arrives: what other CPUs
 		 * wrote while it travelled is what the caller sees */
 		give_way(s, c);
 	}
-	if (write) {
+	if (write || (moved && s->cfg.read_takes_line)) {
 		l->writer = (int32_t)c->id;
 		l->readers = bit;
 	} else {
@@ -1283,12 +1323,9 @@ static void lines_take(const struct al_sim *s, int delta)
 		__atomic_fetch_add(&al_sim_lines, delta, __ATOMIC_RELAXED);
 }
 
-int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **out, char *err,
-	       size_t errlen)
+/* 0, or why a simulation cannot start with cfg here (in err). */
+static int config_check(const struct al_sim_config *cfg, char *err, size_t errlen)
 {
-	struct al_sim *s;
-
-	*out = NULL;
 	if (!SIM_FIBERS) {
 		snprintf(err, errlen, "simulated CPUs need an x86-64 or arm64 build");
 		return -ENOTSUP;
@@ -1298,15 +1335,33 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 		return -EINVAL;
 	}
 	if (!(cfg->line_transfer_ns >= 0) || !(cfg->lines_per_handoff >= 0) ||
-	    !(cfg->jitter >= 0 && cfg->jitter <= 4)) {
-		snprintf(err, errlen, "bad line_transfer_ns %g or lines_per_handoff %g",
-			 cfg->line_transfer_ns, cfg->lines_per_handoff);
+	    !(cfg->jitter >= 0 && cfg->jitter <= 4) ||
+	    !(cfg->store_fraction >= 0 && cfg->store_fraction <= 1) ||
+	    !(cfg->load_fraction >= 0 && cfg->load_fraction <= 1)) {
+		snprintf(err, errlen,
+			 "bad line_transfer_ns %g, lines_per_handoff %g, jitter %g, "
+			 "store_fraction %g or load_fraction %g",
+			 cfg->line_transfer_ns, cfg->lines_per_handoff, cfg->jitter,
+			 cfg->store_fraction, cfg->load_fraction);
 		return -EINVAL;
 	}
 	if (self) {
 		snprintf(err, errlen, "a simulation already runs on this thread");
 		return -EBUSY;
 	}
+	return 0;
+}
+
+int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **out, char *err,
+	       size_t errlen)
+{
+	struct al_sim *s;
+
+	int rc;
+
+	*out = NULL;
+	if ((rc = config_check(cfg, err, errlen)))
+		return rc;
 	s = al_meta_alloc(sizeof(*s));
 	if (!s)
 		goto nomem;
@@ -1327,6 +1382,8 @@ int al_sim_new(const struct al_sim_config *cfg, unsigned ncpu, struct al_sim **o
 	}
 	s->line_ps = cfg->line_transfer_ns * 1000.0;
 	s->handoff_ps = cfg->line_transfer_ns * cfg->lines_per_handoff * 1000.0;
+	s->store_ps = s->line_ps * cfg->store_fraction;
+	s->overlap_ps = s->line_ps * (cfg->load_fraction > 0 ? cfg->load_fraction : 1.0);
 	s->real_tpn = clock_take();
 	lines_take(s, 1);
 	/* the table's known costs */
@@ -1640,4 +1697,154 @@ double al_sim_pingpong_ns(unsigned rounds)
 	pthread_join(th, NULL);
 	pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
 	return (double)(t1 - t0) / (2.0 * rounds);
+}
+
+/*
+ * The coherence probe: two real CPUs take turns on `lines` lines (128 bytes
+ * apart, so that an adjacent-line prefetch fetches none of them). In each
+ * round the other CPU writes them and this one times a stream of stores
+ * into them (store_ns: a store's share of a transfer); the other writes
+ * them again and this one times independent loads of them in a scrambled
+ * order (load_ns: a load's share when loads overlap); then this CPU writes a
+ * chain through them, the other CPU reads each, and this one times
+ * following the chain (reread_ns: dependent loads, a whole transfer each
+ * where the other's read took the line). The median of the rounds: a vCPU
+ * descheduled inflates a round, and a round where the hardware kept a copy
+ * anyway deflates one.
+ */
+struct probe {
+	char *buf;
+	unsigned lines, rounds;
+	int cpu;
+	unsigned turn __attribute__((aligned(64))); /* 1: the other CPU's turn */
+	unsigned step;				    /* 0: write the lines, 1: read them */
+	uint64_t sink, other_sink; /* what the loads read (kept, so they are made) */
+};
+
+#define PROBE_STRIDE 128
+
+static void *probe_other(void *arg)
+{
+	struct probe *p = arg;
+	cpu_set_t set;
+	uint64_t sink = 0;
+
+	CPU_ZERO(&set);
+	CPU_SET(p->cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	for (unsigned r = 0; r < 3 * p->rounds; r++) {
+		while (!__atomic_load_n(&p->turn, __ATOMIC_ACQUIRE))
+			al_cpu_relax();
+		for (unsigned i = 0; i < p->lines; i++) {
+			volatile uint64_t *w =
+				(volatile uint64_t *)(p->buf + (size_t)i * PROBE_STRIDE);
+
+			if (p->step == 0)
+				*w = r + i;
+			else
+				sink += *w;
+		}
+		__atomic_store_n(&p->turn, 0, __ATOMIC_RELEASE);
+	}
+	p->other_sink = sink;
+	return NULL;
+}
+
+static void probe_hand(struct probe *p, unsigned step)
+{
+	p->step = step;
+	__atomic_store_n(&p->turn, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&p->turn, __ATOMIC_ACQUIRE))
+		al_cpu_relax();
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The rounds' median of each timing (st, rr: `rounds` slots each). */
+static void probe_rounds(struct probe *p, uint64_t *st, uint64_t *ld, uint64_t *rr,
+			 double *store_ns, double *load_ns, double *reread_ns)
+{
+	uint64_t sum = 0;
+
+	for (unsigned r = 0; r < p->rounds; r++) {
+		uint64_t t0;
+		char *q;
+
+		probe_hand(p, 0); /* the other CPU writes the lines */
+		t0 = al_mono_ns();
+		for (unsigned i = 0; i < p->lines; i++)
+			*(volatile uint64_t *)(p->buf + (size_t)i * PROBE_STRIDE) = r;
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the stores are done */
+		st[r] = al_mono_ns() - t0;
+		probe_hand(p, 0); /* again, then independent loads of them */
+		t0 = al_mono_ns();
+		for (unsigned i = 0; i < p->lines; i++)
+			sum += *(volatile uint64_t *)(p->buf +
+						      (size_t)((5 * i + 1) & (p->lines - 1)) *
+							      PROBE_STRIDE);
+		ld[r] = al_mono_ns() - t0;
+		/* a chain through every line in an order no prefetcher follows:
+		 * x -> 5x + 1 mod lines (a full period: lines is a power of two) */
+		for (unsigned i = 0; i < p->lines; i++)
+			*(char *volatile *)(p->buf + (size_t)i * PROBE_STRIDE + 8) =
+				p->buf + (size_t)((5 * i + 1) & (p->lines - 1)) * PROBE_STRIDE;
+		probe_hand(p, 1); /* the other CPU reads them */
+		q = p->buf;
+		t0 = al_mono_ns();
+		for (unsigned i = 0; i < p->lines; i++)
+			q = *(char *volatile *)(q + 8);
+		rr[r] = al_mono_ns() - t0;
+		p->sink += (uintptr_t)q;
+	}
+	qsort(st, p->rounds, sizeof(*st), cmp_u64);
+	qsort(rr, p->rounds, sizeof(*rr), cmp_u64);
+	qsort(ld, p->rounds, sizeof(*ld), cmp_u64);
+	p->sink += sum;
+	*store_ns = (double)st[p->rounds / 2] / p->lines;
+	*load_ns = (double)ld[p->rounds / 2] / p->lines;
+	*reread_ns = (double)rr[p->rounds / 2] / p->lines;
+}
+
+int al_sim_coherence_probe(unsigned lines, unsigned tries, double *store_ns, double *load_ns,
+			   double *reread_ns)
+{
+	struct probe p = { .lines = lines, .rounds = tries };
+	int a = al_cpu_nth(0), b = al_cpu_nth(1);
+	size_t len = (size_t)lines * PROBE_STRIDE;
+	cpu_set_t saved, set;
+	uint64_t *times;
+	pthread_t th;
+
+	if (lines < 2 || (lines & (lines - 1)) || lines > (1u << 16) || !tries ||
+	    tries > (1u << 16) || !store_ns || !load_ns || !reread_ns)
+		return -EINVAL;
+	if (al_cpus_usable() < 2 || a < 0 || b < 0 || a == b)
+		return -ENODEV;
+	if (pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved))
+		return -errno;
+	len += 3 * (size_t)tries * sizeof(uint64_t); /* the rounds' timings, after the lines */
+	p.buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p.buf == MAP_FAILED)
+		return -ENOMEM;
+	times = (uint64_t *)(p.buf + (size_t)lines * PROBE_STRIDE);
+	p.cpu = b;
+	if (pthread_create(&th, NULL, probe_other, &p)) {
+		munmap(p.buf, len);
+		return -EAGAIN;
+	}
+	CPU_ZERO(&set);
+	CPU_SET(a, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	al_clock_init();
+	probe_rounds(&p, times, times + tries, times + 2 * (size_t)tries, store_ns, load_ns,
+		     reread_ns);
+	pthread_join(th, NULL);
+	pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
+	munmap(p.buf, len);
+	return 0;
 }

@@ -5,7 +5,8 @@
  * twice gives the same numbers, a lock held by one CPU makes the others
  * wait in virtual time (the closed form of a saturated FIFO lock), a
  * simulated run and a measured one refuse to overlap in one process, and
- * the refusals name what is wrong.
+ * the refusals name what is wrong (a coherence share outside 0-1, a probe
+ * of a size it cannot make).
  */
 #include <errno.h>
 #include <math.h>
@@ -101,10 +102,37 @@ TEST(test_refusals)
 	CHECK(strstr(err, "one producer") != NULL);
 }
 
+TEST(test_coherence_refusals)
+{
+	struct al_run_config cfg;
+	static struct al_run_result r;
+	double st, ld, rr;
+
+	memset(&table, 0, sizeof(table));
+	table_set("seg.acq-rel", 10.0);
+	cfg_init(&cfg, "buddy", 2);
+	cfg.sim.store_fraction = 1.5;
+	CHECK_EQ(al_run(&cfg, &r), -EINVAL);
+	cfg_init(&cfg, "buddy", 2);
+	cfg.sim.load_fraction = -0.5;
+	CHECK_EQ(al_run(&cfg, &r), -EINVAL);
+	cfg_init(&cfg, "buddy", 2);
+	cfg.sim.store_fraction = 0.25;
+	cfg.sim.load_fraction = 0.5;
+	cfg.sim.read_takes_line = 1;
+	CHECK_EQ(al_run(&cfg, &r), 0);
+	/* the probe: lines a power of two from 2, rounds from 1, outputs given */
+	CHECK_EQ(al_sim_coherence_probe(100, 5, &st, &ld, &rr), -EINVAL);
+	CHECK_EQ(al_sim_coherence_probe(1, 5, &st, &ld, &rr), -EINVAL);
+	CHECK_EQ(al_sim_coherence_probe(64, 0, &st, &ld, &rr), -EINVAL);
+	CHECK_EQ(al_sim_coherence_probe(64, 5, NULL, &ld, &rr), -EINVAL);
+}
+
 int main(void)
 {
 	RUN(test_many_cpus_same_twice);
 	RUN(test_saturated_lock_closed_form);
 	RUN(test_refusals);
+	RUN(test_coherence_refusals);
 	return TEST_SUMMARY();
 }

@@ -37,7 +37,11 @@
  *    another CPU wrote that line last (the link its allocator's caller
  *    stored: al_sim_object); layers' loads and read-modify-writes of data
  *    another CPU wrote move its line (al_sim_touch). Each costs
- *    line_transfer_ns; a plain store waits for nothing.
+ *    line_transfer_ns. A plain store waits for nothing but takes the line,
+ *    at store_fraction of a transfer (stores stream: their fetches overlap),
+ *    and where this machine's reads take a line whole (read_takes_line) the
+ *    writer's next access moves it back. Both come from a probe of this
+ *    machine at calibration (al_sim_coherence_probe).
  *
  * Determinism: the fibers run one at a time; the only inputs are the
  * configuration, the cost table and the seed; the arena's addresses never
@@ -110,6 +114,13 @@ struct al_sim_config {
 	uint64_t seed;		  /* tie-breaks (the run's seed) */
 	double line_transfer_ns;  /* one cache line moved between model CPUs */
 	double lines_per_handoff; /* data lines a lock handoff moves besides the lock's own */
+	/* shares of a transfer (0-1; al_sim_coherence_probe): a store to a line
+	 * another CPU holds (stores overlap their fetches), a layer's load after
+	 * the first its segment waited for (0 = a whole one); read_takes_line:
+	 * a load takes another CPU's line whole (migratory sharing) */
+	double store_fraction;
+	double load_fraction;
+	int read_takes_line;
 	/* sigma of a lognormal factor (mean 1) on every segment's cost, drawn
 	 * from the seeded PRNG: code does not take the same time twice, and
 	 * model CPUs with equal costs would otherwise run in lockstep; 0 = off */
@@ -141,6 +152,7 @@ struct al_sim_stats {
 	uint64_t handoffs;	   /* acquisitions by another CPU than the lock's last owner */
 	uint64_t lines;		   /* cache lines moved (handoffs, shared words, objects) */
 	uint64_t object_lines;	   /* of those: objects' lines (al_sim_object) */
+	uint64_t store_lines;	   /* stores that took a line (each store_fraction of one) */
 	double wait_ns;		   /* virtual time blocked on locks, all CPUs */
 	double line_ns;		   /* virtual time in line transfers */
 	double uncalibrated_units; /* units of terms with no cost */
@@ -179,11 +191,13 @@ AL_API void al_sim_object(const void *a, const void *p, bool freeing);
  * A layer's access to data other CPUs reach too (the buddy's block headers,
  * free-list heads and chunk metadata, the transfer cache's batches). A load
  * or a read-modify-write waits for the line when another CPU wrote it last
- * and this CPU has not read it since; a plain store does not wait (the
- * store buffer holds it) but, when it took a line from another CPU, the
- * CPU's next lock release waits for one line (its stores drain before the
- * release is seen, their fetches overlapping). A write makes this CPU the
- * line's only holder. al_sim_touch_if is the inline test for layers' paths.
+ * and this CPU has not read it since (with read_takes_line the load takes
+ * the line whole); a plain store does not wait (the store buffer holds it)
+ * but pays store_fraction of a transfer to take a line another CPU holds,
+ * and, when it took the line from another CPU, the CPU's next lock release
+ * waits for one line (its stores drain before the release is seen, their
+ * fetches overlapping). A write makes this CPU the line's only holder.
+ * al_sim_touch_if is the inline test for layers' paths.
  */
 enum al_sim_access { AL_SIM_LOAD, AL_SIM_RMW, AL_SIM_STORE };
 AL_API void al_sim_touch(const void *p, int access);
@@ -268,6 +282,16 @@ static inline void al_shared(const void *addr, bool write)
  * mask: ns per one-way transfer, or a negative errno (-ENODEV: fewer than
  * two usable CPUs). */
 AL_API double al_sim_pingpong_ns(unsigned rounds);
+/* How this machine's cache lines move between two real CPUs, ns per line
+ * over `lines` lines (a power of two, 2 to 65536), each the median of
+ * `tries` rounds (1 to 65536): store_ns, a stream of stores into lines the
+ * other CPU wrote; load_ns, a stream of independent loads of such lines
+ * (their fetches overlap); reread_ns, the writer's dependent loads of its
+ * own lines after the other CPU read them (a line transfer when reads take
+ * lines whole, a cache hit when they share them). 0, or a negative errno
+ * (-EINVAL: bad arguments; -ENODEV: fewer than two usable CPUs). */
+AL_API int al_sim_coherence_probe(unsigned lines, unsigned tries, double *store_ns, double *load_ns,
+				  double *reread_ns);
 
 #ifdef __cplusplus
 }

@@ -285,6 +285,9 @@ struct al_sim_config {
     uint64_t seed;
     double line_transfer_ns;
     double lines_per_handoff;
+    double store_fraction;
+    double load_fraction;
+    int read_takes_line;
     double jitter;
     int calibrate;
     double phase_scale[2];
@@ -305,6 +308,7 @@ struct al_sim_stats {
     uint64_t handoffs;
     uint64_t lines;
     uint64_t object_lines;
+    uint64_t store_lines;
     double wait_ns;
     double line_ns;
     double uncalibrated_units;
@@ -315,6 +319,8 @@ struct al_sim_stats {
     ...;
 };
 double al_sim_pingpong_ns(unsigned rounds);
+int al_sim_coherence_probe(unsigned lines, unsigned tries, double *store_ns, double *load_ns,
+                           double *reread_ns);
 enum al_hist_op { AL_HIST_ALLOC, AL_HIST_FREE, AL_HIST_NR, ... };
 struct al_hist {
     uint64_t count;

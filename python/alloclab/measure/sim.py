@@ -10,7 +10,10 @@ csrc/engine/sim.c). Its time comes from a cost model made here:
   (its kind pair and the layer counters it moved). The costs per term are
   fitted by non-negative least squares over every segment of every
   calibration run. The cost of moving a cache line between CPUs is measured
-  by a ping-pong between two real CPUs (``line_transfer_ns``), or given.
+  by a ping-pong between two real CPUs (``line_transfer_ns``), or given;
+  how stores and reads move lines on this machine by a probe of the same two
+  CPUs (``coherence``: a store's share of a transfer, and whether a read
+  takes a line whole), or given.
 - ``lines_per_handoff`` (data lines a lock handoff moves besides the lock's)
   is the one free parameter; it is given, or fitted with ``fit_handoff()``
   to this machine's measured two-producer runs of named cells, never to a
@@ -22,6 +25,7 @@ simulated Result. A simulated number is a prediction: results, tables and
 verdicts say so.
 """
 
+import errno
 import json
 import math
 import os
@@ -42,6 +46,17 @@ DEFAULT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},
 CALIBRATION_SECONDS = 0.2
 FORMAT = "alloclab-calibration/1"
 DEFAULT_LINES_PER_HANDOFF = 1.0
+# How lines move besides a load's whole transfer (al_sim_config): a store's
+# share of one, the share of a layer's load after the first its segment
+# waited for, and whether a read takes a line whole. A calibration made
+# before the probe existed, or with the line cost given and nothing else,
+# has these: stores free, every load a whole transfer, reads shared.
+NO_COHERENCE = {"store_fraction": 0.0, "load_fraction": 1.0, "read_takes_line": False}
+# The probe: lines per round (a store stream past the store buffer's
+# entries) and rounds (the least is kept). A reread above this share of a
+# ping-pong transfer means the other CPU's read took the line.
+PROBE_LINES, PROBE_TRIES = 256, 200
+READ_TAKES_LINE_SHARE = 0.5
 TIMELINE_MAX_EVENTS = 200000
 # plan()/run() keywords of simulated cells: a Calibration (or its dict or
 # file; default: calibrate() for the policies, once per process), the line
@@ -78,7 +93,7 @@ class Calibration:
     lines, and where they came from."""
 
     def __init__(self, costs, line_transfer_ns, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF,
-                 info=None, jitter=0.0, scales=None, offsets=None):
+                 info=None, jitter=0.0, scales=None, offsets=None, coherence=None):
         self.costs = dict(costs)
         # policy -> [alloc, free]: factors on the costs of the segments of
         # each part of the run (calibrate; a plain number: both), and ns
@@ -89,13 +104,15 @@ class Calibration:
         self.line_transfer_ns = float(line_transfer_ns)
         self.lines_per_handoff = float(lines_per_handoff)
         self.jitter = float(jitter)
+        self.coherence = dict(NO_COHERENCE, **dict(coherence or {}))
         self.info = dict(info or {})
 
     def to_dict(self):
         return {"format": FORMAT, "costs": self.costs,
                 "line_transfer_ns": self.line_transfer_ns,
                 "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
-                "scales": self.scales, "offsets": self.offsets, "info": self.info}
+                "scales": self.scales, "offsets": self.offsets, "coherence": self.coherence,
+                "info": self.info}
 
     @classmethod
     def from_dict(cls, d, where="calibration"):
@@ -130,7 +147,7 @@ class Calibration:
             raise errors.InvalidArgument(
                 "%s: offsets must map policies to [alloc, free] ns (finite numbers)" % where)
         return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"), jitter,
-                   scales, offsets)
+                   scales, offsets, _coherence(d.get("coherence", NO_COHERENCE), where))
 
     def save(self, path):
         files.write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n",
@@ -145,22 +162,20 @@ class Calibration:
             raise errors.InvalidArgument("calibration file %s is not JSON: %s" % (path, e))
         return cls.from_dict(d, "calibration file %s" % path)
 
-    def with_(self, line_transfer_ns=None, lines_per_handoff=None, jitter=None):
-        return Calibration(self.costs,
-                           self.line_transfer_ns if line_transfer_ns is None
-                           else line_transfer_ns,
-                           self.lines_per_handoff if lines_per_handoff is None
-                           else lines_per_handoff, self.info,
-                           self.jitter if jitter is None else jitter, self.scales,
-                           self.offsets)
+    def with_(self, line_transfer_ns=None, lines_per_handoff=None, jitter=None, info=None):
+        """A copy with the parameters given (None: this one's)."""
+        def pick(v, mine):
+            return mine if v is None else v
+        return Calibration(self.costs, pick(line_transfer_ns, self.line_transfer_ns),
+                           pick(lines_per_handoff, self.lines_per_handoff),
+                           pick(info, self.info), pick(jitter, self.jitter), self.scales,
+                           self.offsets, self.coherence)
 
     def validated(self, validation):
         """This calibration with a Validation's verdict kept in its info, so
         that the runs made with it mark the (workload, policy) cells above
         the validated CPUs "unvalidated" where the validation says so."""
-        return Calibration(self.costs, self.line_transfer_ns, self.lines_per_handoff,
-                           dict(self.info, validation=validation.to_dict()), self.jitter,
-                           self.scales, self.offsets)
+        return self.with_(info=dict(self.info, validation=validation.to_dict()))
 
     def scale_for(self, policy):
         """The [alloc, free] factors on the costs for ``policy``: its own,
@@ -186,7 +201,32 @@ class Calibration:
                 "scale": self.scale_for(policy), "offset": self.offset_for(policy),
                 "line_transfer_ns": self.line_transfer_ns,
                 "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
-                "timeline": int(timeline)}
+                "coherence": dict(self.coherence), "timeline": int(timeline)}
+
+
+def _coherence(v, where):
+    """A calibration's coherence entry, checked."""
+    if not isinstance(v, dict) or set(v) != set(NO_COHERENCE):
+        raise errors.InvalidArgument("%s: coherence must have exactly %s, not %r"
+                                     % (where, ", ".join(sorted(NO_COHERENCE)), v))
+    for k in ("store_fraction", "load_fraction"):
+        f = v[k]
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f <= 1:
+            raise errors.InvalidArgument("%s: coherence %s must be a number from 0 to 1, "
+                                         "not %r" % (where, k, f))
+    r = v["read_takes_line"]
+    if not isinstance(r, bool):
+        raise errors.InvalidArgument("%s: coherence read_takes_line must be true or false, "
+                                     "not %r" % (where, r))
+    return dict(v)
+
+
+def coherence_text(cal):
+    """One line on how the calibration moves lines besides whole transfers."""
+    c = cal.coherence
+    return ("stores %.3g, later loads of a segment %.3g of a line, reads %s lines (%s)" % (
+        c["store_fraction"], c["load_fraction"],
+        "take" if c["read_takes_line"] else "share", cal.info.get("coherence", "given")))
 
 
 def as_calibration(value):
@@ -228,6 +268,10 @@ def fill_config(cfg, task, run_index=0, calibrate=False):
     cfg.sim.line_transfer_ns = float(so.get("line_transfer_ns", 0.0))
     cfg.sim.lines_per_handoff = float(so.get("lines_per_handoff", DEFAULT_LINES_PER_HANDOFF))
     cfg.sim.jitter = float(so.get("jitter", 0.0))
+    coh = so.get("coherence", NO_COHERENCE)
+    cfg.sim.store_fraction = float(coh["store_fraction"])
+    cfg.sim.load_fraction = float(coh["load_fraction"])
+    cfg.sim.read_takes_line = 1 if coh["read_takes_line"] else 0
     cfg.sim.phase_scale = _pair(so.get("scale", 1.0))
     cfg.sim.phase_offset_ns = _pair(so.get("offset", 0.0))
     cfg.sim.calibrate = 1 if calibrate else 0
@@ -252,7 +296,7 @@ def raw_sim(res, table, events, calibrate=False):
     known = [not math.isnan(table.cost_ns[i]) for i in range(table.n)]
     out = {k: int(getattr(st, k)) for k in (
         "switches", "sync_points", "segments", "lock_waits", "lock_timeouts", "handoffs",
-        "lines", "object_lines", "events", "events_dropped")}
+        "lines", "object_lines", "store_lines", "events", "events_dropped")}
     out.update({k: float(getattr(st, k)) for k in (
         "wait_ns", "line_ns", "uncalibrated_units", "virtual_ns")})
     out["phase_calls"] = [int(st.phase_calls[0]), int(st.phase_calls[1])]
@@ -354,8 +398,32 @@ def line_transfer_ns(rounds=100000, tries=9):
     return float(min(vals))
 
 
+def coherence_probe(line_ns=None, lines=PROBE_LINES, tries=PROBE_TRIES):
+    """How this machine moves lines between two real CPUs: {"store_fraction":
+    a stream of stores into the other CPU's lines, per line, as a share of a
+    ping-pong transfer; "load_fraction": a stream of independent loads of
+    them, likewise; "read_takes_line": whether the writer's reread after the
+    other CPU's read costs a transfer (migratory sharing)}, and the probe's
+    ns ({"store_ns", "load_ns", "reread_ns", "line_ns"}); line_ns: the
+    transfer (None: a ping-pong now). SimulationError with fewer than two
+    CPUs."""
+    st, ld, rr = (ffi.new("double *") for _ in range(3))
+    rc = lib.al_sim_coherence_probe(lines, tries, st, ld, rr)
+    if rc == -errno.ENODEV:
+        raise errors.SimulationError(
+            "cannot probe cache coherence on one usable CPU: give line_transfer_ns")
+    if rc:
+        raise errors.SimulationError("the coherence probe failed: %s" % os.strerror(-rc))
+    line = line_transfer_ns() if line_ns is None else float(line_ns)
+    return ({"store_fraction": round(min(1.0, st[0] / line), 4),
+             "load_fraction": round(min(1.0, max(ld[0] / line, 1e-4)), 4),
+             "read_takes_line": bool(rr[0] > READ_TAKES_LINE_SHARE * line)},
+            {"store_ns": st[0], "load_ns": ld[0], "reread_ns": rr[0], "line_ns": line})
+
+
 def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=1,
-              line_transfer=None, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF, runs=1):
+              line_transfer=None, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF, runs=1,
+              coherence=None):
     """A Calibration for ``policies`` from ``cells`` (dicts: workload and its
     parameters) at one producer on this machine."""
     from . import run as mrun
@@ -381,11 +449,19 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
     report["offset_ns"] = offsets
     report["scale_cells"] = scale_cells
     lt = line_transfer_ns() if line_transfer is None else float(line_transfer)
+    probe = None
+    if coherence is None and line_transfer is None:
+        coherence, probe = coherence_probe(lt)
     info = {"host": machine.cpu_model(), "hostname": os.uname().nodename,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": used,
             "line_transfer": "given" if line_transfer is not None else "measured (ping-pong)",
+            "coherence": "measured (probe: %s)" % ", ".join(
+                "%s %.1f" % kv for kv in sorted(probe.items())) if probe else
+            "given" if coherence is not None else "none (stores free, reads shared)",
             "lines_per_handoff": "given", "fit": report, "seconds": round(time.time() - t0, 2)}
-    return Calibration(costs, lt, lines_per_handoff, info, scales=scales, offsets=offsets)
+    return Calibration(costs, lt, lines_per_handoff, info, scales=scales, offsets=offsets,
+                       coherence=_coherence(dict(NO_COHERENCE, **dict(coherence or {})),
+                                            "coherence") if coherence else None)
 
 
 def _scale(policies, cells, costs, duration, seed):

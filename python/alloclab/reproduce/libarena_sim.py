@@ -109,6 +109,7 @@ def resolve_calibration(calibration, specs, line_transfer=None, lines_per_handof
                  "line_transfer": info.get("line_transfer"),
                  "lines_per_handoff": cal.lines_per_handoff,
                  "lines_per_handoff_from": info.get("lines_per_handoff"),
+                 "coherence": _sim.coherence_text(cal),
                  "cells": info.get("cells"),
                  "unvalidated": (info.get("validation") or {}).get("unvalidated")}
 
@@ -122,6 +123,8 @@ def calibration_words(c):
     more.append("line transfer %.0f ns (%s), %g lines per lock handoff (%s)" % (
         c.get("line_transfer_ns", math.nan), c.get("line_transfer") or "given",
         c.get("lines_per_handoff", math.nan), c.get("lines_per_handoff_from") or "given"))
+    if c.get("coherence"):
+        more.append(c["coherence"])
     return "%s (%s)" % (bits[0], "; ".join(more))
 
 
