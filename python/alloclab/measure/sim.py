@@ -515,6 +515,10 @@ def _scale(policies, cells, costs, duration, seed):
     return factors, offsets, used
 
 
+# Measured runs per calibration cell (their median): a factor and an offset
+# are solved from two cells, so one noisy run would move every prediction.
+CALIBRATION_RUNS = 5
+
 # Rounds of _scale's refinement, the first included (the floor's share is
 # small: a round or two settle it).
 SCALE_ROUNDS = 3
@@ -522,8 +526,8 @@ SCALE_ROUNDS = 3
 
 def _cell_per_op(policy, cell, duration, seed, calibration):
     """One producer on ``cell``: measured (calibration None: pinned, the
-    median of 3 runs) or simulated with ``calibration`` (one run, then with
-    the calls at the top per op). Returns ([alloc ns, free ns, (alloc calls,
+    median of CALIBRATION_RUNS runs) or simulated with ``calibration`` (one
+    run, then with the calls at the top per op). Returns ([alloc ns, free ns, (alloc calls,
     free calls)] per op, the cell's point)."""
     from . import run as mrun
 
@@ -533,7 +537,7 @@ def _cell_per_op(policy, cell, duration, seed, calibration):
     _, tasks = mrun.plan(wl, policy, producers=1, cpu=cpu, duration=duration, seed=seed,
                          runs=1, mem_sample=0, calibration=calibration, **cell)
     vals = []
-    for r in range(3 if calibration is None else 1):
+    for r in range(CALIBRATION_RUNS if calibration is None else 1):
         raw = mrun.run_once(tasks[0], r)
         ops = (max(raw["alloc_ops"], 1), max(raw["free_ops"], 1))
         v = [raw["alloc_ns"] / ops[0], raw["free_ns"] / ops[1]]
