@@ -444,3 +444,18 @@ def test_simulated_cells_run_on_a_pool_without_a_warning(cal):
                    calibration=cal, runs=1, cycles=5, warmup_cycles=1, mem_sample=0,
                    executor=ex)
     assert len(r.points) == 2
+
+
+def test_validation_warns_when_the_line_cost_moved():
+    row = {"workload": "malloc-free", "allocs_per_cycle": 64, "policy": "libarena-spill",
+           "producers": 2, "op": "alloc", "measured_ns": 80.0, "simulated_ns": 88.0,
+           "ratio": 1.1, "calibration_cell": False}
+    calm = sim.Validation([row], 2, 0.25, {"calibration": 60.0, "measured": [58.0, 62.0]})
+    moved = sim.Validation([row], 2, 0.25, {"calibration": 69.0, "measured": [55.0, 54.0]})
+    assert calm.line_drift() == pytest.approx(2 / 60)
+    assert "line transfer: 60.0 ns at calibration, 58.0 and 62.0 ns" in calm.text()
+    assert "warning" not in calm.text()
+    assert moved.line_drift() == pytest.approx(15 / 69)
+    assert "the line cost moved 22% since the calibration" in moved.text()
+    assert sim.Validation([row], 1, 0.25).line_drift() is None
+    assert moved.to_dict()["line_ns"] == {"calibration": 69.0, "measured": [55.0, 54.0]}

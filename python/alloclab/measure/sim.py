@@ -641,14 +641,21 @@ def _used(calibration, fitted, pol, producers, cell):
         same(c) for c in hf.get("cells", ()))
 
 
+# A line cost of the measured runs this far from the calibration's (a
+# share) makes a validation warn: predictions with lines move with it.
+LINE_DRIFT = 0.15
+
+
 class Validation:
     """Simulated against measured, per cell and op, with the verdict on the
     cells above this machine's CPUs."""
 
-    def __init__(self, rows, usable, tolerance):
+    def __init__(self, rows, usable, tolerance, line_ns=None):
         self.rows = rows
         self.usable = usable
         self.tolerance = tolerance
+        # {"calibration": ns, "measured": [before, after] the measured runs}
+        self.line_ns = line_ns
 
     def unvalidated(self):
         """(workload, policy) whose 2-producer prediction is off by more than
@@ -664,7 +671,16 @@ class Validation:
 
     def to_dict(self):
         return {"rows": self.rows, "usable_cpus": self.usable, "tolerance": self.tolerance,
-                "unvalidated": [list(x) for x in self.unvalidated()]}
+                "unvalidated": [list(x) for x in self.unvalidated()], "line_ns": self.line_ns}
+
+    def line_drift(self):
+        """How far the line cost of the measured runs is from the
+        calibration's (the largest relative difference), or None."""
+        ln = self.line_ns or {}
+        now = [v for v in ln.get("measured") or () if v]
+        if not now or not ln.get("calibration"):
+            return None
+        return max(abs(v / ln["calibration"] - 1) for v in now)
 
     def text(self):
         lines = ["simulated/measured per cell (measured: pinned, steal reruns; simulated: "
@@ -679,6 +695,15 @@ class Validation:
         if self.usable <= 2:
             lines.append("note: on %d CPUs the measured runs see at most one waiter per lock "
                          "(the 2-producer figures)" % self.usable)
+        drift = self.line_drift()
+        if drift is not None:
+            lines.append("line transfer: %.1f ns at calibration, %s ns before and after the "
+                         "measured runs" % (self.line_ns["calibration"], " and ".join(
+                             "%.1f" % v for v in self.line_ns["measured"])))
+            if drift > LINE_DRIFT:
+                lines.append("warning: the line cost moved %.0f%% since the calibration (the "
+                             "host places the CPUs): predictions with lines move with it; "
+                             "calibrate again before judging them" % (100 * drift))
         bad = self.unvalidated()
         lines.append("unvalidated above %d CPUs: %s" % (
             self.usable, ", ".join("%s on %s" % wp for wp in bad) if bad else "none"))
@@ -697,7 +722,9 @@ def validate(calibration, policies, cells=None, producers=None, runs=3, duration
                       for w in ("malloc-free", "malloc-xfree") for a in (64, 256)]
     producers = producers or sorted({1, 2} | set(range(1, usable + 1)))
     fitted = [dict(c) for c in calibration.info.get("cells", [])]
-    rows = []
+    rows, line = [], []
+    if usable >= 2:
+        line.append(line_transfer_ns())
     for cell in cells:
         for pol in policies:
             for p in producers:
@@ -710,4 +737,7 @@ def validate(calibration, policies, cells=None, producers=None, runs=3, duration
                     rows.append(dict(cell, policy=pol, producers=p, op=op, measured_ns=mv,
                                      simulated_ns=sv, ratio=sv / mv if mv else float("nan"),
                                      calibration_cell=used))
-    return Validation(rows, usable, tolerance)
+    if usable >= 2:
+        line.append(line_transfer_ns())
+    return Validation(rows, usable, tolerance,
+                      {"calibration": calibration.line_transfer_ns, "measured": line})
