@@ -6,6 +6,7 @@ long soak before a release).
 """
 
 import os
+import signal
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,6 +17,14 @@ settings.register_profile("ci", max_examples=100, deadline=None, derandomize=Tru
 settings.register_profile("expensive", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# A shell without job control starts its background commands with SIGINT
+# ignored, and an ignored signal stays ignored across exec: the children
+# the Ctrl-C tests interrupt would then never see their SIGINT (Python only
+# installs its KeyboardInterrupt handler where SIGINT is not ignored).
+# Caught here, SIGINT is back to its default in every child.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _schema():
