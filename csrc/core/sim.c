@@ -768,39 +768,22 @@ void al_sim_wait_until(uint64_t ticks)
 	give_way(s, c);
 }
 
-/* A store's share of a transfer (store_fraction): not a whole line moved. */
-static void charge_store(struct al_sim *s, struct sim_cpu *c)
-{
-	uint64_t ps = (uint64_t)llround(s->store_ps);
-
-	c->now += ps;
-	if (s->measuring) {
-		s->st.store_lines++;
-		s->st.line_ns += (double)ps / 1000.0;
-	}
-}
-
-/* One line a load waited for, at ps (a whole transfer, or its share when
- * the loads around it overlap theirs). */
-static void charge_load(struct al_sim *s, struct sim_cpu *c, double ps)
+/*
+ * One line c waited for or took, at ps: a whole transfer (line_ps), a
+ * load's share when the loads around it overlap theirs (overlap_ps), or a
+ * store's share (store_ps; counted apart: no whole line moved).
+ */
+static void charge_line(struct al_sim *s, struct sim_cpu *c, double ps, bool store)
 {
 	uint64_t t = (uint64_t)llround(ps);
 
 	c->now += t;
 	if (s->measuring) {
-		s->st.lines++;
+		if (store)
+			s->st.store_lines++;
+		else
+			s->st.lines++;
 		s->st.line_ns += (double)t / 1000.0;
-	}
-}
-
-static void charge_lines(struct al_sim *s, struct sim_cpu *c, uint64_t n)
-{
-	uint64_t ps = (uint64_t)llround(s->line_ps * (double)n);
-
-	c->now += ps;
-	if (s->measuring) {
-		s->st.lines += n;
-		s->st.line_ns += (double)ps / 1000.0;
 	}
 }
 
@@ -881,13 +864,13 @@ static bool touch(struct al_sim *s, struct sim_cpu *c, const void *p, int access
 		if (away)
 			c->stores_moved = true; /* paid at the next release */
 		if (away || (o->readers & ~bit))
-			charge_store(s, c);
+			charge_line(s, c, s->store_ps, true);
 	} else if (away) {
-		charge_load(s, c, load_ps);
+		charge_line(s, c, load_ps, false);
 		c->seg_waited = true;
 		moved = true;
 	} else if (access == AL_SIM_RMW && (o->readers & ~bit)) {
-		charge_store(s, c); /* the other copies are invalidated */
+		charge_line(s, c, s->store_ps, true); /* the other copies are invalidated */
 	}
 	if (access != AL_SIM_LOAD || (moved && s->cfg.read_takes_line)) {
 		o->writer = c->id;
@@ -959,7 +942,7 @@ void al_sim_shared(const void *addr, bool write)
 	bit = 1ull << (c->id % 64);
 	moved = l->writer >= 0 && (unsigned)l->writer != c->id && !(l->readers & bit);
 	if (moved) {
-		charge_lines(s, c, 1);
+		charge_line(s, c, s->line_ps, false);
 		/* the word is read when its line arrives: what other CPUs
 		 * wrote while it travelled is what the caller sees */
 		give_way(s, c);
@@ -1098,7 +1081,7 @@ void al_sim_lock_taken(const void *lock, unsigned prev_owner, const void *ctr)
 	if (prev_owner && prev_owner != c->id + 1) {
 		uint64_t t0 = c->now;
 
-		charge_lines(s, c, 1);
+		charge_line(s, c, s->line_ps, false);
 		c->now += (uint64_t)llround(s->handoff_ps);
 		if (s->measuring) {
 			s->st.handoffs++;
@@ -1127,7 +1110,7 @@ void al_sim_lock_released(const void *lock)
 		return;
 	if (c->stores_moved) { /* the release waits for the hold's stores */
 		c->stores_moved = false;
-		charge_lines(s, c, 1);
+		charge_line(s, c, s->line_ps, false);
 	}
 	for (unsigned i = c->nheld < HELD_MAX ? c->nheld : HELD_MAX; i--;)
 		if (c->held[i] == lock) {

@@ -53,7 +53,7 @@ DEFAULT_LINES_PER_HANDOFF = 1.0
 # has these: stores free, every load a whole transfer, reads shared.
 NO_COHERENCE = {"store_fraction": 0.0, "load_fraction": 1.0, "read_takes_line": False}
 # The probe: lines per round (a store stream past the store buffer's
-# entries) and rounds (the least is kept). A reread above this share of a
+# entries) and rounds (the median is kept). A reread above this share of a
 # ping-pong transfer means the other CPU's read took the line.
 PROBE_LINES, PROBE_TRIES = 256, 200
 READ_TAKES_LINE_SHARE = 0.5
@@ -457,11 +457,13 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
             "line_transfer": "given" if line_transfer is not None else "measured (ping-pong)",
             "coherence": "measured (probe: %s)" % ", ".join(
                 "%s %.1f" % kv for kv in sorted(probe.items())) if probe else
-            "given" if coherence is not None else "none (stores free, reads shared)",
+            "given" if coherence is not None else
+            "none (stores free, every load a whole line, reads shared)",
             "lines_per_handoff": "given", "fit": report, "seconds": round(time.time() - t0, 2)}
+    if coherence:
+        coherence = _coherence(dict(NO_COHERENCE, **coherence), "coherence")
     return Calibration(costs, lt, lines_per_handoff, info, scales=scales, offsets=offsets,
-                       coherence=_coherence(dict(NO_COHERENCE, **dict(coherence or {})),
-                                            "coherence") if coherence else None)
+                       coherence=coherence)
 
 
 def _scale(policies, cells, costs, duration, seed):
