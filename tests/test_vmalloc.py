@@ -187,6 +187,23 @@ def test_every_test_alone_passes_and_leaks_nothing(preset):
         others = [k for k in p.data if k.startswith("wl.") and k.endswith(".avg_usec")]
         assert others == ["wl.%s.avg_usec" % name]
 
+@pytest.mark.parametrize("preset", VMALLOC_PRESETS)
+@pytest.mark.parametrize("test", ["fix_align_alloc_test", "random_size_align_alloc_test",
+                                  "fix_size_alloc_test"])
+def test_zero_decides_which_pages_are_zeroed(preset, test):
+    # The kernel's fix_align and random_size_align tests pass __GFP_ZERO:
+    # every page they allocate is zeroed, unless zero=false; fix_size never.
+    zeroed = {}
+    for zero in (True, False):
+        res = al.run("test_vmalloc", preset, run_test_mask=TEST_BITS[test], zero=zero, **FAST)
+        p = res.points[0]
+        assert p["wl.%s.passed" % test][0] == 1
+        zeroed[zero] = (p["pages.pages_zeroed"][0], p["pages.pages_alloc"][0])
+    got, pages = zeroed[True]
+    assert pages > 0 and got == (pages if test != "fix_size_alloc_test" else 0)
+    assert zeroed[False][0] == 0
+
+
 
 def test_all_tests_two_threads_per_op_timing():
     res = al.run("test_vmalloc", "vmalloc-pcp-first", producers=2, run_test_mask=2047,

@@ -253,6 +253,7 @@ struct section {
 	C(P, splits, AL_CTR_KEY, "blocks halved by the buddy (expand)")                           \
 	C(P, merges, AL_CTR_KEY, "buddy pairs merged on free")                                    \
 	C(P, merge_to_tail, 0, "merged blocks queued at the tail (buddy_merge_likely)")           \
+	C(P, pages_zeroed, 0, "pages zeroed as they were allocated (__GFP_ZERO)")                 \
 	C(P, split_pages, 0, "split_page calls")                                                  \
 	C(P, split_page_blocks, 0, "blocks split_page added (the pages of a block but its head)") \
 	C(P, bulk_alloc_calls, 0, "alloc_pages_bulk calls")                                       \
@@ -1007,6 +1008,8 @@ retry:
 out:
 	prep_new_block(pg, p, order, gfp);
 	count_alloc(pg, c, order, 1);
+	if (gfp & AL_GFP_ZERO)
+		al_count(&pg->ctr, c, PAGE_pages_zeroed, 1ull << order);
 	*out = p;
 	return 0;
 }
@@ -1053,6 +1056,8 @@ static int alloc_bulk(struct pages *pg, struct al_ctx *c, unsigned order, unsign
 	al_lock_release(&pcp->lock, c);
 	if (i) {
 		count_alloc(pg, c, order, i);
+		if (gfp & AL_GFP_ZERO)
+			al_count(&pg->ctr, c, PAGE_pages_zeroed, (uint64_t)i << order);
 		return (int)i;
 	}
 	if (err == -EAGAIN) {

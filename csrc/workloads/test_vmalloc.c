@@ -19,6 +19,8 @@
  *   512 kvfree_rcu_2_arg_vmalloc_test  the same with kvfree_rcu(p, rcu)
  *  1024 vm_map_ram_test                nr_pages pages mapped, written and unmapped
  * run_test_mask picks them (default 7, as the newest kernel; v6.4: all).
+ * "zeroed" is the kernel's __GFP_ZERO; zero=false leaves it out, to see
+ * what zeroing costs.
  * Every "write" goes through the simulated page table to the page's memory
  * (al_vmalloc_write), as the kernel's store goes through the MMU; pointer
  * arrays the kernel keeps in vmalloc'ed memory are vmalloc'ed (the cost) but
@@ -80,6 +82,7 @@ enum {
 	P_use_huge,
 	P_sequential_test_order,
 	P_nr_pcpu_objects,
+	P_zero,
 	P_NR
 };
 
@@ -101,6 +104,10 @@ static const struct al_param_desc tv_params[P_NR] = {
 				      "run the tests in bit order (else each worker shuffles)" },
 	[P_nr_pcpu_objects] = { "nr_pcpu_objects", AL_PARAM_INT, 35000, 1, 10000000, NULL,
 				"objects pcpu_alloc_test allocates" },
+	[P_zero] = { "zero", AL_PARAM_BOOL, 1, 0, 1, NULL,
+		     "the __GFP_ZERO of fix_align, random_size_align and align_shift, as the "
+		     "kernel's tests pass it (false: their pages are not zeroed, to see what "
+		     "zeroing costs)" },
 };
 
 #define KVFREE_BATCH	510   /* pointers per kvfree_rcu_bulk_data page */
@@ -175,6 +182,7 @@ struct tv {
 	unsigned loops;		  /* test_loop_count */
 	unsigned nr_pages;	  /* nr_pages, at least 1 */
 	bool use_huge;		  /* use_huge */
+	unsigned zero;		  /* AL_VM_ZERO, or 0 when zero is false */
 	unsigned nr_pcpu;	  /* nr_pcpu_objects */
 	unsigned junk_length;	  /* full_fit_alloc_test's pairs */
 	void **ptr;		  /* pointer arrays (host memory) */
@@ -360,7 +368,7 @@ static int fix_align_alloc_test(struct tv *t)
 	void *p;
 
 	for (i = 0; i < t->loops && !tv_stop(t, i); i++, t->iters++) {
-		p = tv_vmalloc(t, 5 * AL_PAGE_SIZE, THREAD_ALIGN_2X, AL_VM_ZERO);
+		p = tv_vmalloc(t, 5 * AL_PAGE_SIZE, THREAD_ALIGN_2X, t->zero);
 		if (!p)
 			return -1;
 		tv_write(t, p, 0, 0);
@@ -379,7 +387,7 @@ static int random_size_align_alloc_test(struct tv *t)
 		rnd = tv_rand(t) & 0xff; /* get_random_u8() */
 		align = (size_t)1 << (rnd % 23);
 		size = ((rnd % 10) + 1) * AL_PAGE_SIZE;
-		p = tv_vmalloc(t, size, align, AL_VM_ZERO);
+		p = tv_vmalloc(t, size, align, t->zero);
 		if (!p)
 			return -1;
 		tv_vfree(t, p);
@@ -393,7 +401,7 @@ static int align_shift_alloc_test(struct tv *t)
 	void *p;
 
 	for (i = 0; i < 64; i++, t->iters++) {
-		p = tv_vmalloc(t, AL_PAGE_SIZE, (size_t)1 << i, AL_VM_ZERO);
+		p = tv_vmalloc(t, AL_PAGE_SIZE, (size_t)1 << i, t->zero);
 		if (!p)
 			return -1;
 		tv_vfree(t, p);
@@ -882,6 +890,7 @@ static int tv_worker_init(struct al_worker *w)
 	t->loops = (unsigned)p[P_test_loop_count];
 	t->nr_pages = p[P_nr_pages] > 0 ? (unsigned)p[P_nr_pages] : 1;
 	t->use_huge = p[P_use_huge];
+	t->zero = p[P_zero] ? AL_VM_ZERO : 0;
 	t->nr_pcpu = (unsigned)p[P_nr_pcpu_objects];
 	/* fls(num_online_cpus()) * (32 MiB / PAGE_SIZE), the model's CPUs */
 	t->junk_length = al_fls64(w->nworkers) * ((32u << 20) / AL_PAGE_SIZE);
