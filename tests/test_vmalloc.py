@@ -416,3 +416,33 @@ def test_vmalloc_reservation_follows_va_size():
     assert "could not reserve memory=4G" in out[0] and "'pages(memory=128M)'" in out[0]
     assert "could not reserve va_size=16G" in out[1] and "'vmalloc(va_size=128M)'" in out[1]
     assert out[2] == "built vmalloc(va_size=128M) > pages(memory=128M)"
+
+
+@pytest.fixture(scope="module")
+def zeroing_report():
+    return rep.vmalloc(scale=0.002, runs=3, tests=["random_size_align_alloc_test"], warm=False,
+                       rezki=False)
+
+
+def test_zeroing_section_follows_the_data(zeroing_report, tmp_path):
+    r = zeroing_report
+    wz = r.settings["without_zero"]["random_size_align_alloc_test p:1 h:0"]
+    assert sorted(wz) == ["6-19-0-rc1", "v6.18", "vfree-high-order"]
+    assert all(len(v) == 3 and min(v) > 0 for v in wz.values())
+    text = r.zeroing()
+    assert "random_size_align p:1 h:0" in text and "5.4" in text  # pages zeroed per vmalloc
+    # The seed's sign (+8.51%) only without zeroing: said exactly when the data
+    # says so (the table's change with zeroing, the zero=false runs without).
+    try:
+        for with_pct in (-4.0, 4.0):
+            r.change = lambda *a, **k: (with_pct, 0.01, "")
+            for faster_without in (True, False):
+                wz["vfree-high-order"] = [x * (0.5 if faster_without else 2.0)
+                                          for x in wz["v6.18"]]
+                said = "the seed's sign (+8.51%) only without zeroing" in r.zeroing()
+                assert said == (with_pct < 0 and faster_without)
+    finally:
+        del r.change  # the method again
+    path = tmp_path / "z.json"
+    r.to_json(str(path))
+    assert VmallocReport.from_json(path.read_text()).zeroing() == r.zeroing()

@@ -72,6 +72,10 @@ BASELINE = ("v6.18", "vmalloc-default")
 DESIGNS = (("6-19-0-rc1", "vmalloc-large"), ("vfree-high-order", "vmalloc-large-bulkfree"))
 EXTRA = ("pcp-first", "vmalloc-pcp-first")
 
+# The seed's tests that ask for __GFP_ZERO: their rows are also run with
+# zero=false, so that the report can say what zeroing decides.
+ZEROING_TESTS = ("fix_align_alloc_test", "random_size_align_alloc_test")
+
 TEST_BITS = {
     "fix_size_alloc_test": 1, "full_fit_alloc_test": 2, "long_busy_list_alloc_test": 4,
     "random_size_alloc_test": 8, "fix_align_alloc_test": 16,
@@ -183,6 +187,7 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
     task = _task_maker(threads, nr_pcpu_objects, seed)
     load_before = machine.loadavg()
     results, loops_used, ns_per_loop, tally = {}, {}, {}, rerun_tally()
+    without_zero = {}
     todo = list(dict.fromkeys(rows))
     bar = progress_bar(len(todo), "alloclab reproduce vmalloc", progress, unit="row")
     for i, (t, p, h, l) in enumerate(todo):
@@ -199,13 +204,18 @@ def vmalloc(scale=None, runs=None, threads=1, arch="arm64", cpus=64, pcp_first=F
         meta = collect_metadata()
         meta["run"] = {"workload": "test_vmalloc", "runs": runs, "row": key}
         results[key] = Result.from_raw(meta, [(tk["point"], r) for tk, r in zip(tasks, raws)])
+        if t in ZEROING_TESTS:
+            zt = [task(s, t, p, h, loops[s], runs, zero=False) for s in specs]
+            zr = _rounds(zt, runs, STEAL_RERUNS, tally)
+            without_zero[key] = {k: [r["alloc_ns"] / r["alloc_ops"] for r in rr]
+                                 for (k, _), rr in zip(designs, zr)}
         bar.update()
     bar.close()
     settings = {"scale": scale, "min_time": None if scale is not None else min_time,
                 "runs": runs, "effort": effort, "threads": threads, "arch": arch, "cpus": cpus,
                 "designs": [[k, p, s] for (k, p), s in zip(designs, specs)],
                 "rows": [list(r) for r in todo], "loops": loops_used,
-                "calibration_ns_per_loop": ns_per_loop,
+                "calibration_ns_per_loop": ns_per_loop, "without_zero": without_zero,
                 "nr_pcpu_objects": nr_pcpu_objects, **tally,
                 "load_before": load_before, "load_after": machine.loadavg()}
     return VmallocReport(results, settings)
@@ -229,9 +239,9 @@ def _check_options(scale, min_time, tests, effort):
 def _task_maker(threads, nr_pcpu_objects, seed):
     """task(spec, test, pages, huge, loops, nruns, warmup=0): one planned
     test_vmalloc task of a row on policy ``spec``."""
-    def task(spec, test, p, h, loops, nruns, warmup=0):
+    def task(spec, test, p, h, loops, nruns, warmup=0, zero=True):
         return _plan("test_vmalloc", spec, runs=nruns, producers=threads, cycles=1,
-                     warmup_cycles=warmup, run_test_mask=TEST_BITS[test], nr_pages=p,
+                     warmup_cycles=warmup, run_test_mask=TEST_BITS[test], nr_pages=p, zero=zero,
                      use_huge=bool(h), test_loop_count=loops, sequential_test_order=True,
                      nr_pcpu_objects=nr_pcpu_objects, seed=seed, mem_sample=0)[1][0]
     return task
@@ -612,6 +622,38 @@ class VmallocReport(Report):
                                    for v in vals))
         return "\n".join(out)
 
+    def zeroing(self):
+        """The rows whose test asks for __GFP_ZERO: each design against v6.18
+        with it (the table's runs) and without it (zero=false)."""
+        wz = self.settings.get("without_zero") or {}
+        seed = {(t, p, h): dict(zip(self.columns, (s1, s2)))
+                for t, p, h, _l, s1, s2 in SEED_ROWS}
+        out = []
+        for key, by in wz.items():
+            test, p, h = key.split(" ")
+            p, h = int(p[2:]), int(h[2:])
+            for label in self.columns:
+                if label not in by:
+                    continue
+                zeroed = self.samples(test, p, h, label, "pages.pages_zeroed")
+                vm = self.samples(test, p, h, label, "vmalloc.vmallocs")
+                per = float(np.nanmean(np.asarray(zeroed, float) / np.asarray(vm, float))) \
+                    if zeroed is not None and vm is not None else float("nan")
+                pct, without = self.change(test, p, h, label)[0], change_pct(by[BASELINE[0]],
+                                                                              by[label])
+                out.append("  %-32s %-17s %+8.2f%% with, %+8.2f%% without; %.2f pages zeroed "
+                           "per vmalloc" % ("%s p:%d h:%d" % (_short(test), p, h), label, pct,
+                                            without, per))
+                sp = seed.get((test, p, h), {}).get(label, (float("nan"), ""))[0]
+                if sp * pct < 0 and sp * without > 0:
+                    out.append("    the seed's sign (%+.2f%%) only without zeroing: on this "
+                               "machine zeroing decides this cell" % sp)
+        if not out:
+            return ""
+        return "\n".join(["Zeroing: the tests that ask for __GFP_ZERO, each design against v6.18 "
+                          "with it (the table)\nand without it (zero=false, the same loops and "
+                          "runs):"] + out)
+
     # -- claims --
 
     def claims(self):
@@ -672,6 +714,9 @@ class VmallocReport(Report):
             parts.append("Uladzislau Rezki's comparison (fix_size_alloc_test, v6.18 vs high "
                          "orders + bulk free):\n\n" + rz)
         parts.append(self.counters())
+        zeroing = self.zeroing()
+        if zeroing:
+            parts.append(zeroing)
         failed = self.failures()
         if failed:
             parts.append("Test failures (kernel 'failed' counts): " + ", ".join(failed))
