@@ -435,7 +435,7 @@ def test_zeroing_section_follows_the_data(zeroing_report, tmp_path):
     # says so (the table's change with zeroing, the zero=false runs without).
     try:
         for with_pct in (-4.0, 4.0):
-            r.change = lambda *a, **k: (with_pct, 0.01, "")
+            r.change = lambda *a, **k: (with_pct, 0.01, "R" if with_pct < 0 else "I")
             for faster_without in (True, False):
                 wz["vfree-high-order"] = [x * (0.5 if faster_without else 2.0)
                                           for x in wz["v6.18"]]
