@@ -31,6 +31,7 @@ import numpy as np
 
 import alloclab as al
 from alloclab.host import machine
+from alloclab.results import stats
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = {"v6.18": "vmalloc(arch=arm64) > pages(cpus=64)",
@@ -46,12 +47,9 @@ def model(zero, runs):
     ns = {name: np.asarray(res.points[i]["alloc_ns"], float)
           for i, name in enumerate(POLICIES)}
     zeroed = float(np.mean(res.points[1]["pages.pages_zeroed"])) / LOOPS
-    lr = np.log(ns["v6.18"] / ns["vfree-high-order"])
-    half = 1.96 * lr.std(ddof=1) / np.sqrt(len(lr))
+    change, lo, hi = stats.paired_change_pct(ns["v6.18"], ns["vfree-high-order"])
     return {"ns_per_loop": {k: float(np.median(v)) for k, v in ns.items()},
-            "change_pct": 100 * (np.exp(lr.mean()) - 1),
-            "ci_pct": [100 * (np.exp(lr.mean() - half) - 1), 100 * (np.exp(lr.mean() + half) - 1)],
-            "pages_zeroed_per_loop": zeroed}
+            "change_pct": change, "ci_pct": [lo, hi], "pages_zeroed_per_loop": zeroed}
 
 
 def hotset(rounds):

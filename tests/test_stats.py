@@ -229,3 +229,17 @@ def test_tables_flag_short_phases():
     import alloclab as al
     res = al.run("malloc-free", "buddy", runs=3, duration=0.01, warmup_cycles=1)
     assert "measured phases shorter than 100 ms" in res.table("alloc_ns").to_text()
+
+
+def test_paired_change_pct():
+    # old / new - 1 from the geometric mean of the pairs' ratios, with a t
+    # interval on the log-ratios.
+    assert st.paired_change_pct([2, 2, 2], [1, 1, 1]) == pytest.approx((100, 100, 100))
+    change, lo, hi = st.paired_change_pct([1.0, 1.0, 1.0, 1.0], [1.1, 0.9, 1.2, 0.8])
+    lr = np.log(np.array([1 / 1.1, 1 / 0.9, 1 / 1.2, 1 / 0.8]))
+    half = st.t_ppf(0.975, 3) * lr.std(ddof=1) / 2
+    assert (change, lo, hi) == pytest.approx(tuple(
+        100 * (np.exp(x) - 1) for x in (lr.mean(), lr.mean() - half, lr.mean() + half)))
+    assert lo < 0 < hi  # no pair agrees: the interval spans no change
+    one = st.paired_change_pct([3.0], [2.0])
+    assert one[0] == pytest.approx(50) and math.isnan(one[1]) and math.isnan(one[2])

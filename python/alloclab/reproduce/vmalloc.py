@@ -640,7 +640,7 @@ class VmallocReport(Report):
                 per = float(np.nanmean(np.asarray(zeroed, float) / np.asarray(vm, float))) \
                     if zeroed is not None and vm is not None else float("nan")
                 pct, _, mark = self.change(test, p, h, label)
-                without, lo, hi = _paired_change(by[BASELINE[0]], by[label])
+                without, lo, hi = stats.paired_change_pct(by[BASELINE[0]], by[label])
                 out.append("  %-27s %-16s %+8.2f%% %+8.2f%% [%+6.1f, %+6.1f] %8.2f" % (
                     "%s p:%d h:%d" % (_short(test), p, h), label, pct, without, lo, hi, per))
                 sp = seed.get((test, p, h), {}).get(label, (float("nan"), ""))[0]
@@ -760,18 +760,6 @@ class VmallocReport(Report):
         """fix_size_alloc_test: ns per loop against nr_pages, one line per
         design (alloclab.plot_reproduce.vmalloc_sizes)."""
         return plot_reproduce.vmalloc_sizes(self, ax=ax)
-
-
-def _paired_change(old, new):
-    """The change old / new - 1 (percent) from runs taken back to back, the
-    geometric mean of the pairs' ratios, and its 95% interval (t on the
-    log-ratios); NaN bounds with fewer than two pairs."""
-    lr = np.log(np.asarray(old, float) / np.asarray(new, float))
-    m = float(np.mean(lr))
-    if len(lr) < 2:
-        return 100 * (math.exp(m) - 1), float("nan"), float("nan")
-    half = float(stats.t_ppf(0.975, len(lr) - 1)) * float(np.std(lr, ddof=1)) / math.sqrt(len(lr))
-    return tuple(100 * (math.exp(x) - 1) for x in (m, m - half, m + half))
 
 
 def _short(test):

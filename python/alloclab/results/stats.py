@@ -313,6 +313,20 @@ def welch_half_width(a, b, confidence=0.95):
     return t_ppf(0.5 + confidence / 2, df) * math.sqrt(va + vb)
 
 
+def paired_change_pct(old, new, confidence=0.95):
+    """(change, low, high) in percent of old / new - 1 from runs taken in
+    pairs (run i of each back to back): the geometric mean of the pairs'
+    ratios and its interval (t on the log-ratios); NaN bounds with fewer
+    than two pairs."""
+    lr = np.log(np.asarray(old, float) / np.asarray(new, float))
+    m = float(np.mean(lr))
+    if len(lr) < 2:
+        return 100 * (math.exp(m) - 1), float("nan"), float("nan")
+    half = t_ppf(0.5 + confidence / 2, len(lr) - 1) * float(np.std(lr, ddof=1)) / \
+        math.sqrt(len(lr))
+    return tuple(100 * (math.exp(x) - 1) for x in (m, m - half, m + half))
+
+
 def _rank_average(x):
     """Ranks 1..n with ties given their average rank; and the tie group sizes."""
     order = np.argsort(x, kind="mergesort")
