@@ -6,6 +6,7 @@ reproduction report and its CLI, and the significance test."""
 
 import json
 import math
+import platform
 import subprocess
 import sys
 
@@ -446,3 +447,22 @@ def test_zeroing_section_follows_the_data(zeroing_report, tmp_path):
     path = tmp_path / "z.json"
     r.to_json(str(path))
     assert VmallocReport.from_json(path.read_text()).zeroing() == r.zeroing()
+
+
+def test_header_says_whether_the_zone_lock_flags_ran(zeroing_report):
+    """The header says whether spin_lock_irqsave's flags round trip ran, from
+    the run's metadata, and says nothing for results that predate the key."""
+    r = zeroing_report
+    md = next(iter(r.results.values())).metadata
+    assert md["irqflags_executed"] == (platform.machine() == "x86_64")
+    saved = md["irqflags_executed"]
+    try:
+        for ran, said in ((True, "run on this CPU (pushf/popf)"),
+                          (False, "cannot run at user level on this CPU")):
+            md["irqflags_executed"] = ran
+            assert said in r.header()
+            assert "Zone lock:" in r.header()
+        del md["irqflags_executed"]
+        assert "Zone lock:" not in r.header()
+    finally:
+        md["irqflags_executed"] = saved

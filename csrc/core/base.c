@@ -2,12 +2,14 @@
 /*
  * The library's identity (base.h): its version, the compiler and flags it
  * was built with (both set by the build, -DAL_VERSION_STR / -DAL_BUILD_FLAGS),
+ * whether it runs the irqsave flags round trip (irqflags.h),
  * and the names of the errno values its functions return. Constant strings:
  * no lock, no allocation, any context.
  */
 #include <errno.h>
 
 #include "alloclab/core.h"
+#include "irqflags.h"
 
 #ifndef AL_VERSION_STR
 #define AL_VERSION_STR "0.0.0"
@@ -24,6 +26,11 @@ const char *al_version(void)
 const char *al_build_flags(void)
 {
 	return AL_BUILD_FLAGS;
+}
+
+int al_irqflags_executed(void)
+{
+	return AL_IRQFLAGS_EXECUTED;
 }
 
 const char *al_strerror(int err)

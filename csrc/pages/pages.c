@@ -95,8 +95,10 @@
  * Not modelled: mobility grouping (every pageblock and allocation is
  * UNMOVABLE, so there is no fallback stealing; the lookup still happens on
  * every free), reclaim and compaction (allocations may take the zone down to
- * zero free pages; watermarks only drive ZONE_BELOW_HIGH and high_min),
- * NUMA, and the IRQ-disabling of the kernel's locks.
+ * zero free pages; watermarks only drive ZONE_BELOW_HIGH and high_min; the
+ * zone_watermark_fast check is not made), NUMA, and the cli of the zone
+ * lock's spin_lock_irqsave: its flags save and restore do run
+ * (irqflags.h), around every zone-lock take.
  *
  * Lock order: a pcp lock, then the zone lock. Nothing else is taken inside.
  *
@@ -118,6 +120,7 @@
 #include <sys/mman.h>
 
 #include "alloclab/alloclab.h"
+#include "../core/irqflags.h"
 
 #define PAGE_SHIFT	     AL_PAGE_SHIFT
 #define PAGE_SIZE	     AL_PAGE_SIZE
@@ -178,6 +181,7 @@ struct zone {
 	uint64_t managed;		       /* managed pages */
 	long wmark_min, wmark_low, wmark_high; /* watermarks in pages */
 	int below_high;			       /* ZONE_BELOW_HIGH; relaxed atomic */
+	unsigned long irqflags;		       /* the holder's saved flags; zone lock */
 };
 
 /* struct per_cpu_pages. */
@@ -584,16 +588,37 @@ static void free_one_page_locked(struct pages *pg, uint64_t pfn, unsigned order,
 	zone_free_add(pg, (int64_t)1 << order);
 }
 
+/*
+ * spin_lock_irqsave(&zone->lock) (spin_trylock_irqsave for nospin), as every
+ * zone-lock taker in page_alloc.c does: the flags save and restore run here
+ * (irqflags.h), so each acquisition costs what they cost on this CPU. 0, or
+ * the lock's error, counted as lock_failed.
+ */
 static inline int zone_lock(struct pages *pg, const struct al_ctx *c, bool nospin)
 {
+	unsigned long flags = al_local_irq_save();
+	int ret;
+
 	if (al_unlikely(nospin))
-		return al_lock_tryacquire(&pg->zone.lock, c);
-	return al_lock_acquire(&pg->zone.lock, c);
+		ret = al_lock_tryacquire(&pg->zone.lock, c);
+	else
+		ret = al_lock_acquire(&pg->zone.lock, c);
+	if (al_unlikely(ret)) {
+		al_local_irq_restore(flags);
+		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
+		return ret;
+	}
+	pg->zone.irqflags = flags;
+	return 0;
 }
 
+/* spin_unlock_irqrestore(&zone->lock), then the statistics gathered under it. */
 static inline void zone_unlock(struct pages *pg, const struct al_ctx *c, const struct zstat *zs)
 {
+	unsigned long flags = pg->zone.irqflags;
+
 	al_lock_release(&pg->zone.lock, c);
+	al_local_irq_restore(flags);
 	count_ctr(pg, c, PAGE_splits, zs->splits);
 	count_ctr(pg, c, PAGE_merges, zs->merges);
 	count_ctr(pg, c, PAGE_merge_to_tail, zs->to_tail);
@@ -745,11 +770,9 @@ static int free_pcppages_bulk(struct pages *pg, const struct al_ctx *c, struct p
 		count = pcp->count;
 	if (count <= 0)
 		return 0;
-	ret = al_lock_acquire(&pg->zone.lock, c);
-	if (al_unlikely(ret)) {
-		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
+	ret = zone_lock(pg, c, false);
+	if (al_unlikely(ret))
 		return ret;
-	}
 	pindex = pindex ? pindex - 1 : NR_PCP_LISTS - 1;
 	while (count > 0) {
 		do {
@@ -825,11 +848,9 @@ static int rmqueue_bulk(struct pages *pg, const struct al_ctx *c, unsigned order
 	struct page *p;
 	int i, ret;
 
-	ret = al_lock_acquire(&pg->zone.lock, c);
-	if (al_unlikely(ret)) {
-		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
+	ret = zone_lock(pg, c, false);
+	if (al_unlikely(ret))
 		return ret;
-	}
 	for (i = 0; i < count; i++) {
 		p = rmqueue_smallest_locked(pg, order, mt, &zs);
 		if (!p)
@@ -934,10 +955,8 @@ static int rmqueue_buddy(struct pages *pg, const struct al_ctx *c, unsigned orde
 	int ret;
 
 	ret = zone_lock(pg, c, nospin);
-	if (al_unlikely(ret)) {
-		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
+	if (al_unlikely(ret))
 		return ret;
-	}
 	p = rmqueue_smallest_locked(pg, order, MT_UNMOVABLE, &zs);
 	zone_unlock(pg, c, &zs);
 	if (!p) {
@@ -1110,11 +1129,9 @@ static int free_frozen(struct pages *pg, const struct al_ctx *c, uint64_t pfn, u
 		al_count(&pg->ctr, c, PAGE_pcp_bypass, 1);
 	}
 	/* free_one_page() */
-	ret = al_lock_acquire(&pg->zone.lock, c);
-	if (al_unlikely(ret)) {
-		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
+	ret = zone_lock(pg, c, false);
+	if (al_unlikely(ret))
 		return ret;
-	}
 	free_one_page_locked(pg, pfn, order, mt, &zs);
 	zone_unlock(pg, c, &zs);
 	al_count(&pg->ctr, c, PAGE_zone_frees, 1);

@@ -10,11 +10,14 @@
  * cross-CPU frees (run under ASan and TSan by CI). The counters: declared
  * with docs, derived entries exact against the per-order counts, lock
  * counts, and stats levels (off keeps bytes_held and the walker right).
+ * The zone lock's irqsave flags round trip: what it saves, and that it
+ * leaves a leaf function's red-zone locals alone.
  */
 #include <errno.h>
 #include <pthread.h>
 
 #include "test.h"
+#include "../../csrc/core/irqflags.h"
 
 enum { M_MEMORY, M_BATCH, M_HIGH, M_DECAY, M_FREE_HIGH_BATCH, M_LOCK_BUDGET, M_LOCK_TIMING };
 
@@ -771,6 +774,41 @@ TEST(test_stats_levels)
 	al_stack_destroy(a);
 }
 
+/* A leaf function: gcc keeps its locals in the red zone below the stack
+ * pointer, where a bare push would land. */
+static __attribute__((noinline)) uint64_t redzone_sum(uint64_t seed)
+{
+	volatile uint64_t a[15]; /* 120 of the red zone's 128 bytes */
+	unsigned long flags;
+	uint64_t sum = 0;
+	unsigned i;
+
+	for (i = 0; i < 15; i++)
+		a[i] = seed * (i + 1);
+	flags = al_local_irq_save();
+	al_local_irq_restore(flags);
+	for (i = 0; i < 15; i++)
+		sum += a[i];
+	return sum;
+}
+
+static void test_irqflags_round_trip(void)
+{
+	unsigned long flags = al_local_irq_save();
+
+	al_local_irq_restore(flags);
+	CHECK_EQ(al_irqflags_executed(), AL_IRQFLAGS_EXECUTED);
+#if defined(__x86_64__)
+	CHECK_EQ(AL_IRQFLAGS_EXECUTED, 1);
+	CHECK(flags & 0x2);	      /* EFLAGS bit 1 reads as one */
+	CHECK(flags & 0x200);	      /* user code runs with IF set */
+	CHECK_EQ(flags & 0x400, 0ul); /* DF clear, as the ABI requires */
+#else
+	CHECK_EQ(flags, 0ul);
+#endif
+	CHECK_EQ(redzone_sum(0x0101010101ull), 120ull * 0x0101010101ull);
+}
+
 int main(void)
 {
 	RUN(test_geometry_and_formulas);
@@ -787,5 +825,6 @@ int main(void)
 	RUN(test_two_thread_stress);
 	RUN(test_counters_declared_and_derived);
 	RUN(test_stats_levels);
+	RUN(test_irqflags_round_trip);
 	return TEST_SUMMARY();
 }

@@ -65,6 +65,9 @@ AL_API const char *al_version(void);
  * (the `system` layer's allocator choices). */
 AL_API int al_system_allocator(void);
 AL_API const char *al_build_flags(void); /* compiler and flags the library was built with */
+/* 1 where locks the kernel takes with irqsave run the flags save and restore
+ * (x86-64: pushf/popf), 0 where this CPU cannot run them at user level. */
+AL_API int al_irqflags_executed(void);
 AL_API const char *al_strerror(int err); /* "ENOMEM", "EINVAL", ... */
 
 #ifdef __cplusplus

@@ -164,6 +164,7 @@ const void *al_get_api(void);
 /* peers */
 int al_system_allocator(void);
 const char *al_build_flags(void);
+int al_irqflags_executed(void);
 const char *al_strerror(int err);
 
 /* ---- stack.h, workload.h ---- */

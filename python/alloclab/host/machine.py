@@ -624,6 +624,7 @@ def collect_metadata():
         "kernel": platform.release(),
         "machine": platform.machine(),
         "build_flags": cstr(lib.al_build_flags()),
+        "irqflags_executed": bool(lib.al_irqflags_executed()),
         "stats_compiled": bool(lib.al_stats_compiled()),
         "library_version": cstr(lib.al_version()),
         "alloclab_version": __version__,

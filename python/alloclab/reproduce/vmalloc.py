@@ -528,7 +528,21 @@ class VmallocReport(Report):
                 "- 1); (R)/(I) = significant (paired t on per-run log-ratios, p < 0.05 after "
                 "Benjamini-Hochberg over the table) and at least %g%%." % (
                     s["threads"], "" if s["threads"] == 1 else "s", loops, s["runs"], pols,
-                    BASELINE[0], THRESHOLD_PCT))
+                    BASELINE[0], THRESHOLD_PCT)) + self.irqflags_line()
+
+    def irqflags_line(self):
+        """Whether the zone lock's spin_lock_irqsave flags round trip ran:
+        nothing for results recorded before the metadata said."""
+        if not self.results:
+            return ""
+        ran = next(iter(self.results.values())).metadata.get("irqflags_executed")
+        if ran is None:
+            return ""
+        if ran:
+            return ("\nZone lock: spin_lock_irqsave's flags save and restore run on this CPU "
+                    "(pushf/popf); only the privileged cli does not.")
+        return ("\nZone lock: spin_lock_irqsave's flags save and restore cannot run at user "
+                "level on this CPU: every zone-lock take lacks their cost.")
 
     # -- the kernel's summary lines --
 

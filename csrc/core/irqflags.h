@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The part of local_irq_save()/local_irq_restore() that user space can
+ * execute (not public API).
+ *
+ * The kernel takes some locks with spin_lock_irqsave(): it saves the flags
+ * register and disables interrupts, and spin_unlock_irqrestore() writes the
+ * saved flags back. On x86-64 the save is pushf/pop and the restore push/popf;
+ * both run at user level (popf leaves IF alone there), only cli is
+ * privileged. A model lock that stands for such a lock runs these two, so
+ * its acquisition costs what the flags round trip costs on this CPU,
+ * measured by running it, not a chosen constant: the kernel's cost less the
+ * cli. Elsewhere (arm64 traps EL0 reads of DAIF) nothing runs and
+ * AL_IRQFLAGS_EXECUTED is 0, which the reports say.
+ *
+ * User code may keep locals in the 128-byte red zone below the stack pointer,
+ * which a push would overwrite (the kernel builds with -mno-red-zone), so the
+ * stack pointer steps over it first; lea leaves the flags alone.
+ */
+#ifndef ALLOCLAB_CORE_IRQFLAGS_H
+#define ALLOCLAB_CORE_IRQFLAGS_H
+
+#if defined(__x86_64__)
+#define AL_IRQFLAGS_EXECUTED 1
+
+static inline unsigned long al_local_irq_save(void)
+{
+	unsigned long flags;
+
+	__asm__ volatile("lea -128(%%rsp), %%rsp\n\t"
+			 "pushfq\n\t"
+			 "popq %0\n\t"
+			 "lea 128(%%rsp), %%rsp"
+			 : "=r"(flags)
+			 :
+			 : "memory");
+	return flags;
+}
+
+static inline void al_local_irq_restore(unsigned long flags)
+{
+	__asm__ volatile("lea -128(%%rsp), %%rsp\n\t"
+			 "pushq %0\n\t"
+			 "popfq\n\t"
+			 "lea 128(%%rsp), %%rsp"
+			 :
+			 : "r"(flags)
+			 : "memory", "cc");
+}
+#else
+#define AL_IRQFLAGS_EXECUTED 0
+
+static inline unsigned long al_local_irq_save(void)
+{
+	return 0;
+}
+
+static inline void al_local_irq_restore(unsigned long flags)
+{
+	(void)flags;
+}
+#endif
+
+#endif
