@@ -291,3 +291,52 @@ def test_the_reproductions_declare_their_excuses_before_running():
     assert [ls.seed_noise_excuse(st, b) for st, b in
             (("socket", 16), ("socket", 32), ("socket", 64), ("task", 16), ("task", 64))] \
         == [None] * 5
+
+
+class Paired(Report):
+    """Seed cells from interleaved runs (paired): (name, seed pct, old, new)."""
+
+    SEED_CELLS = "the paired cells"
+
+    def __init__(self, spec):
+        super().__init__({}, {})
+        self.spec = spec
+
+    def seed_cells(self):
+        out = []
+        for name, pct, old, new in self.spec:
+            t = np.arange(len(old), dtype=float)
+            cell = V.Claim.compare(name, "alloc_ns", V.Side(old, starts=2 * t),
+                                   V.Side(new, starts=2 * t + 1))
+            out.append(SeedCell(name, pct, None, cell, True))
+        return out
+
+
+def _bimodal_ratios(low):
+    """40 paired runs whose new/old ratios fall in two groups: 38 at 1/2.4
+    and 2 at 1/(2.4/1.3), 2.4/1.3 times faster (both beyond the threshold);
+    ``low``: those 2 only 1% faster (within it)."""
+    old = 1000.0 * (1 + 0.002 * np.sin(np.arange(40)))
+    ratio = np.full(40, 1 / 2.4) * (1 + 0.001 * np.cos(np.arange(40)))
+    ratio[[7, 23]] = [1 / 1.01, 1 / 1.011] if low else ratio[[7, 23]] * 1.3
+    return old, old * ratio
+
+
+@pytest.mark.parametrize("low", [False, True])
+def test_bimodal_pairs_all_on_one_side_still_decide_the_direction(low):
+    """Bimodal paired ratios keep a cell from deciding, except for its
+    direction when every pair is beyond the threshold on one side; one pair
+    within the threshold takes that away, and the cell is named either way."""
+    old, new = _bimodal_ratios(low)
+    r = Paired([("p:64 h:1", 196.9, old, new)])
+    cell = r.seed_cells()[0].cell
+    assert [k for k, _ in cell.problems] == ["bimodal"] and not cell.decides
+    d = r.direction_share()
+    assert d["matching"] == (0 if low else 1)
+    assert d["decided_by_sign"] == ([] if low else ["p:64 h:1"])
+    assert d["same_sign_cells"] == (["p:64 h:1"] if low else [])
+    assert d["detail"][0]["model"] == ("same" if low else "better")
+    text = r.direction_text()
+    assert ("bimodal, every pair on one side beyond the threshold: p:64 h:1" in text) != low
+    assert ("the seed's sign, not significant: p:64 h:1" in text) == low
+    assert d["goal"]["matching"] == d["matching"]

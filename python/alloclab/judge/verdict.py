@@ -203,13 +203,15 @@ class Estimate:
     difference new - old), se, df, the scale ("ratio"/"difference"), the old
     side's mean (to turn a factor into a difference), the test used, and n."""
 
-    __slots__ = ("theta", "se", "df", "scale", "ref", "test", "n", "dropped", "cut")
+    __slots__ = ("theta", "se", "df", "scale", "ref", "test", "n", "dropped", "cut",
+                 "pair_range")
 
     def __init__(self, theta, se, df, scale, ref, test, n, dropped=0, cut=0):
         self.theta, self.se, self.df = theta, se, df
         self.scale, self.ref, self.test, self.n = scale, ref, test, n
         self.dropped = dropped  # runs (pairs when paired) left out for steal time
         self.cut = cut  # runs (pairs when paired) left out as truncated by the duration
+        self.pair_range = None  # paired runs: (least, greatest) per-pair effect on the scale
 
     def interval(self, confidence=CONFIDENCE):
         if self.se == 0:
@@ -304,6 +306,9 @@ def estimate(old, new, scale="auto", drop_disturbed=True):
     est = _fit(a, b, f, scale, ref, old.stated, pair)
     est.dropped = dropped
     est.cut = cut
+    if pair:
+        d = f(b) - f(a)
+        est.pair_range = (float(np.min(d)), float(np.max(d)))
     return est, problems + _bimodal_problems(old, new, a, b, f, pair and scale == "ratio")
 
 

@@ -191,11 +191,15 @@ class Report:
         ps = [_two_sided_p(c.cell.est) for c in cells]
         adj = _stats.bh_adjust(ps) if cells else []
         detail, k, same_sign, other_sign, opposite, same_work = [], 0, 0, 0, [], []
-        k_differ = 0
+        k_differ, unsure, by_sign = 0, [], []
         for c, pa in zip(cells, adj):
             seed = _MARKS[c.mark] if c.mark is not None else self._direction(c.seed_pct)
             pct = _improvement_pct(c.cell.est, c.lower_is_better)
-            model = self._direction(pct) if c.cell.decides and pa < self.alpha else "same"
+            signed = not c.cell.decides and self._every_pair_one_side(c.cell)
+            if signed:
+                by_sign.append(c.name)
+            model = (self._direction(pct) if (c.cell.decides or signed) and pa < self.alpha
+                     else "same")
             if c.same_work:
                 same_work.append(c.name)
             if model == seed:
@@ -207,6 +211,7 @@ class Report:
                 opposite.append(c.name)
             elif math.isfinite(pct) and (pct > 0) == (seed == "better"):
                 same_sign += 1
+                unsure.append(c.name)
             else:
                 other_sign += 1
             detail.append({"cell": c.name, "seed": seed, "seed_pct": c.seed_pct,
@@ -214,12 +219,28 @@ class Report:
                            "same_work": bool(c.same_work), "excuse": c.excuse})
         n = len(cells)
         return {"cells": n, "matching": k, "share": k / n if n else None,
-                "same_sign_not_significant": same_sign, "opposite": opposite,
+                "same_sign_not_significant": same_sign, "same_sign_cells": unsure,
+                "decided_by_sign": by_sign, "opposite": opposite,
                 "opposite_sign_not_significant": other_sign, "same_work": same_work,
                 "differing_cells": n - len(same_work), "differing_matching": k_differ,
                 "threshold": self.direction_threshold(), "alpha": self.alpha,
                 "definition": self.direction_definition(), "detail": detail,
                 "goal": goal_shares(detail)}
+
+    def _every_pair_one_side(self, cell):
+        """Whether a cell whose only problem is bimodal paired ratios still
+        has a direction: every pair's change lies beyond the direction
+        threshold on the same side. The two groups then disagree on the
+        size, not on the side, and a sign test over the pairs (p = 2^(1-n),
+        two-sided) is below alpha; the cell's size still comes from its t
+        estimate."""
+        est = cell.est
+        if not cell.problems or any(k != "bimodal" for k, _ in cell.problems):
+            return False
+        if est.pair_range is None or est.scale != "ratio" or 2.0 ** (1 - est.n) >= self.alpha:
+            return False
+        bound = -math.log(1.0 - self.direction_threshold())
+        return est.pair_range[0] >= bound or est.pair_range[1] <= -bound
 
     def goal_text(self, wrap=104):
         """The goal's shares as printed: cells, excused (with reasons), in
@@ -244,8 +265,9 @@ class Report:
                 "change is at least %g%%, else same; the model's: better/worse when the "
                 "verdict engine's two-sided test of the cell is significant (p < %g after "
                 "Benjamini-Hochberg over the seed cells; none of the engine's problems: steal "
-                "time, bimodal, too few or truncated runs, latency on virtual CPUs) and the "
-                "change is at least %g%%, else same" % (
+                "time, bimodal (unless every pair's change is beyond the threshold on one "
+                "side), too few or truncated runs, latency on virtual CPUs) and the change is "
+                "at least %g%%, else same" % (
                     self.SEED_CELLS, 100 * self.direction_threshold(), self.alpha,
                     100 * self.direction_threshold()))
 
@@ -275,6 +297,12 @@ class Report:
                 nm, by[nm]["seed"], by[nm]["seed_pct"], by[nm]["model"], by[nm]["model_pct"])
         if d["opposite"]:
             lines.append("  opposite: " + "; ".join(cell(nm) for nm in d["opposite"]))
+        if d.get("same_sign_cells"):
+            lines += wrap_lines("the seed's sign, not significant: " + "; ".join(
+                cell(nm) for nm in d["same_sign_cells"]), wrap, "  ")
+        if d.get("decided_by_sign"):
+            lines += wrap_lines("bimodal, every pair on one side beyond the threshold: " +
+                                "; ".join(cell(nm) for nm in d["decided_by_sign"]), wrap, "  ")
         if d["same_work"]:
             lines.append("  %s: %s" % (SAME_WORK_LABEL, "; ".join(
                 cell(nm) for nm in d["same_work"])))
