@@ -298,8 +298,8 @@ class Report:
         if d["opposite"]:
             lines.append("  opposite: " + "; ".join(cell(nm) for nm in d["opposite"]))
         if d.get("same_sign_cells"):
-            lines += wrap_lines("the seed's sign, not significant: " + "; ".join(
-                cell(nm) for nm in d["same_sign_cells"]), wrap, "  ")
+            lines += wrap_lines("the seed's sign, not significant or under the threshold: " +
+                                "; ".join(cell(nm) for nm in d["same_sign_cells"]), wrap, "  ")
         if d.get("decided_by_sign"):
             lines += wrap_lines("bimodal, every pair on one side beyond the threshold: " +
                                 "; ".join(cell(nm) for nm in d["decided_by_sign"]), wrap, "  ")
