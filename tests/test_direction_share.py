@@ -27,11 +27,13 @@ class Synthetic(Report):
         super().__init__({}, {})
         self.spec = spec
 
+    def sides(self, old, new, mode):
+        return V.Side(np.asarray(old), cpu_mode=mode), V.Side(np.asarray(new), cpu_mode=mode)
+
     def seed_cells(self):
         out = []
         for name, pct, mark, old, new, mode in self.spec:
-            cell = V.Claim.compare(name, "alloc_ns", V.Side(np.asarray(old), cpu_mode=mode),
-                                   V.Side(np.asarray(new), cpu_mode=mode))
+            cell = V.Claim.compare(name, "alloc_ns", *self.sides(old, new, mode))
             out.append(SeedCell(name, pct, mark, cell, True))
         return out
 
@@ -293,23 +295,13 @@ def test_the_reproductions_declare_their_excuses_before_running():
         == [None] * 5
 
 
-class Paired(Report):
-    """Seed cells from interleaved runs (paired): (name, seed pct, old, new)."""
+class Paired(Synthetic):
+    """Synthetic cells from interleaved runs (paired)."""
 
-    SEED_CELLS = "the paired cells"
-
-    def __init__(self, spec):
-        super().__init__({}, {})
-        self.spec = spec
-
-    def seed_cells(self):
-        out = []
-        for name, pct, old, new in self.spec:
-            t = np.arange(len(old), dtype=float)
-            cell = V.Claim.compare(name, "alloc_ns", V.Side(old, starts=2 * t),
-                                   V.Side(new, starts=2 * t + 1))
-            out.append(SeedCell(name, pct, None, cell, True))
-        return out
+    def sides(self, old, new, mode):
+        t = np.arange(len(old), dtype=float)
+        return (V.Side(old, starts=2 * t, cpu_mode=mode),
+                V.Side(new, starts=2 * t + 1, cpu_mode=mode))
 
 
 def _bimodal_ratios(low):
@@ -328,7 +320,7 @@ def test_bimodal_pairs_all_on_one_side_still_decide_the_direction(low):
     direction when every pair is beyond the threshold on one side; one pair
     within the threshold takes that away, and the cell is named either way."""
     old, new = _bimodal_ratios(low)
-    r = Paired([("p:64 h:1", 196.9, old, new)])
+    r = Paired([("p:64 h:1", 196.9, None, old, new, None)])
     cell = r.seed_cells()[0].cell
     assert [k for k, _ in cell.problems] == ["bimodal"] and not cell.decides
     d = r.direction_share()
