@@ -181,7 +181,6 @@ struct zone {
 	uint64_t managed;		       /* managed pages */
 	long wmark_min, wmark_low, wmark_high; /* watermarks in pages */
 	int below_high;			       /* ZONE_BELOW_HIGH; relaxed atomic */
-	unsigned long irqflags;		       /* the holder's saved flags; zone lock */
 };
 
 /* struct per_cpu_pages. */
@@ -589,34 +588,33 @@ static void free_one_page_locked(struct pages *pg, uint64_t pfn, unsigned order,
 }
 
 /*
- * spin_lock_irqsave(&zone->lock) (spin_trylock_irqsave for nospin), as every
- * zone-lock taker in page_alloc.c does: the flags save and restore run here
- * (irqflags.h), so each acquisition costs what they cost on this CPU. 0, or
- * the lock's error, counted as lock_failed.
+ * spin_lock_irqsave(&zone->lock, flags) (spin_trylock_irqsave for nospin), as
+ * every zone-lock taker in page_alloc.c does: the flags save and restore run
+ * here (irqflags.h), so each acquisition costs what they cost on this CPU.
+ * The saved flags stay in the caller's local, as the kernel's do. 0, or the
+ * lock's error, counted as lock_failed.
  */
-static inline int zone_lock(struct pages *pg, const struct al_ctx *c, bool nospin)
+static inline int zone_lock(struct pages *pg, const struct al_ctx *c, bool nospin,
+			    unsigned long *flags)
 {
-	unsigned long flags = al_local_irq_save();
 	int ret;
 
+	*flags = al_local_irq_save();
 	if (al_unlikely(nospin))
 		ret = al_lock_tryacquire(&pg->zone.lock, c);
 	else
 		ret = al_lock_acquire(&pg->zone.lock, c);
 	if (al_unlikely(ret)) {
-		al_local_irq_restore(flags);
+		al_local_irq_restore(*flags);
 		al_count(&pg->ctr, c, PAGE_lock_failed, 1);
-		return ret;
 	}
-	pg->zone.irqflags = flags;
-	return 0;
+	return ret;
 }
 
-/* spin_unlock_irqrestore(&zone->lock), then the statistics gathered under it. */
-static inline void zone_unlock(struct pages *pg, const struct al_ctx *c, const struct zstat *zs)
+/* spin_unlock_irqrestore(&zone->lock, flags), then the statistics gathered under it. */
+static inline void zone_unlock(struct pages *pg, const struct al_ctx *c, const struct zstat *zs,
+			       unsigned long flags)
 {
-	unsigned long flags = pg->zone.irqflags;
-
 	al_lock_release(&pg->zone.lock, c);
 	al_local_irq_restore(flags);
 	count_ctr(pg, c, PAGE_splits, zs->splits);
@@ -762,6 +760,7 @@ static int free_pcppages_bulk(struct pages *pg, const struct al_ctx *c, struct p
 			      unsigned pindex)
 {
 	struct zstat zs = { 0 };
+	unsigned long flags;
 	struct plist *list;
 	int freed = 0, ret;
 	unsigned order;
@@ -770,7 +769,7 @@ static int free_pcppages_bulk(struct pages *pg, const struct al_ctx *c, struct p
 		count = pcp->count;
 	if (count <= 0)
 		return 0;
-	ret = zone_lock(pg, c, false);
+	ret = zone_lock(pg, c, false, &flags);
 	if (al_unlikely(ret))
 		return ret;
 	pindex = pindex ? pindex - 1 : NR_PCP_LISTS - 1;
@@ -795,7 +794,7 @@ static int free_pcppages_bulk(struct pages *pg, const struct al_ctx *c, struct p
 			free_one_page_locked(pg, pfn, order, mt, &zs);
 		} while (count > 0 && !plist_empty(list));
 	}
-	zone_unlock(pg, c, &zs);
+	zone_unlock(pg, c, &zs, flags);
 	al_count(&pg->ctr, c, PAGE_pcp_drains, 1);
 	al_count(&pg->ctr, c, PAGE_pcp_drain_pages, (uint64_t)freed);
 	return freed;
@@ -845,10 +844,11 @@ static int rmqueue_bulk(struct pages *pg, const struct al_ctx *c, unsigned order
 			struct plist *list, unsigned mt)
 {
 	struct zstat zs = { 0 };
+	unsigned long flags;
 	struct page *p;
 	int i, ret;
 
-	ret = zone_lock(pg, c, false);
+	ret = zone_lock(pg, c, false, &flags);
 	if (al_unlikely(ret))
 		return ret;
 	for (i = 0; i < count; i++) {
@@ -860,7 +860,7 @@ static int rmqueue_bulk(struct pages *pg, const struct al_ctx *c, unsigned order
 		set_pflags(p, PG_PCP);
 		plist_add_tail(&p->lru, list);
 	}
-	zone_unlock(pg, c, &zs);
+	zone_unlock(pg, c, &zs, flags);
 	al_count(&pg->ctr, c, PAGE_pcp_refills, 1);
 	al_count(&pg->ctr, c, PAGE_pcp_refill_blocks, (uint64_t)i);
 	return i;
@@ -951,14 +951,15 @@ static int rmqueue_buddy(struct pages *pg, const struct al_ctx *c, unsigned orde
 			 bool nospin, struct page **out)
 {
 	struct zstat zs = { 0 };
+	unsigned long flags;
 	struct page *p;
 	int ret;
 
-	ret = zone_lock(pg, c, nospin);
+	ret = zone_lock(pg, c, nospin, &flags);
 	if (al_unlikely(ret))
 		return ret;
 	p = rmqueue_smallest_locked(pg, order, MT_UNMOVABLE, &zs);
-	zone_unlock(pg, c, &zs);
+	zone_unlock(pg, c, &zs, flags);
 	if (!p) {
 		al_count(&pg->ctr, c, PAGE_enomem, 1);
 		if (gfp & AL_GFP_NORETRY)
@@ -1113,6 +1114,7 @@ static int free_frozen(struct pages *pg, const struct al_ctx *c, uint64_t pfn, u
 {
 	unsigned mt = pageblock_mt(pg, pfn);
 	struct zstat zs = { 0 };
+	unsigned long flags;
 	struct pcp *pcp;
 	int ret;
 
@@ -1129,11 +1131,11 @@ static int free_frozen(struct pages *pg, const struct al_ctx *c, uint64_t pfn, u
 		al_count(&pg->ctr, c, PAGE_pcp_bypass, 1);
 	}
 	/* free_one_page() */
-	ret = zone_lock(pg, c, false);
+	ret = zone_lock(pg, c, false, &flags);
 	if (al_unlikely(ret))
 		return ret;
 	free_one_page_locked(pg, pfn, order, mt, &zs);
-	zone_unlock(pg, c, &zs);
+	zone_unlock(pg, c, &zs, flags);
 	al_count(&pg->ctr, c, PAGE_zone_frees, 1);
 	al_count(&pg->ctr, c, PAGE_free_o0 + order, 1);
 	return 0;

@@ -798,11 +798,17 @@ static void test_irqflags_round_trip(void)
 
 	al_local_irq_restore(flags);
 	CHECK_EQ(al_irqflags_executed(), AL_IRQFLAGS_EXECUTED);
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(__ILP32__)
 	CHECK_EQ(AL_IRQFLAGS_EXECUTED, 1);
 	CHECK(flags & 0x2);	      /* EFLAGS bit 1 reads as one */
 	CHECK(flags & 0x200);	      /* user code runs with IF set */
 	CHECK_EQ(flags & 0x400, 0ul); /* DF clear, as the ABI requires */
+	/* The restore writes the flags it is given: the carry flag reads back
+	 * set after a restore that sets it, and clear after one that clears it. */
+	al_local_irq_restore(flags | 0x1);
+	CHECK(al_local_irq_save() & 0x1);
+	al_local_irq_restore(flags & ~0x1ul);
+	CHECK_EQ(al_local_irq_save() & 0x1, 0ul);
 #else
 	CHECK_EQ(flags, 0ul);
 #endif
