@@ -196,10 +196,10 @@ class Report:
             seed = _MARKS[c.mark] if c.mark is not None else self._direction(c.seed_pct)
             pct = _improvement_pct(c.cell.est, c.lower_is_better)
             signed = not c.cell.decides and self._every_pair_one_side(c.cell)
-            if signed:
-                by_sign.append(c.name)
             model = (self._direction(pct) if (c.cell.decides or signed) and pa < self.alpha
                      else "same")
+            if signed and model != "same":
+                by_sign.append(c.name)
             if c.same_work:
                 same_work.append(c.name)
             if model == seed:
