@@ -249,6 +249,40 @@ def test_goal_shares_median_ratio_and_band():
     assert g["within"] == 4
 
 
+class WithNs(Synthetic):
+    """Synthetic cells with a change in ns per operation, (model, seed)."""
+
+    def __init__(self, spec, ns):
+        super().__init__(spec)
+        self.ns = ns
+
+    def cell_ns(self, name):
+        return self.ns.get(name)
+
+
+def test_ns_reading_is_over_the_decided_cells_only():
+    spec = cells() + [("seed better", 10.0, None, NOISY, NOISY / 1.05, None)]
+    ns = {"faster by 20%": (-50.0, -100.0), "slower by 20%": (400.0, 100.0),
+          "marked I": (-30.0, -10.0), "marked R": (float("nan"), 90.0),
+          "seed better": (-5.0, -5.0)}
+    r = WithNs(spec, ns)
+    g = r.direction_share()["goal"]
+    assert g["decided"] == 4  # the noisy cell is not decided: no ns ratio either
+    assert g["ratios_ns"] == pytest.approx({"faster by 20%": 0.5, "slower by 20%": 4.0,
+                                            "marked I": 3.0})
+    assert g["median_ratio_ns"] == pytest.approx(3.0)
+    assert g["within_ns"] == 2  # 4.0 is outside 0.33-3x
+    assert g["median_ratio"] == Synthetic(spec).direction_share()["goal"]["median_ratio"]
+    text = " ".join(" ".join(r.goal_text()).split())
+    assert "; in ns per operation: median 3.00, 2 of 3 within" in text
+
+
+def test_no_ns_reading_prints_nothing_of_it():
+    g = Synthetic(cells()).direction_share()["goal"]
+    assert "ratios_ns" not in g
+    assert "ns per operation" not in " ".join(Synthetic(cells()).goal_text())
+
+
 def test_an_opposite_cell_has_a_negative_ratio_outside_the_band():
     g = Synthetic(cells("marked I")).direction_share()["goal"]
     assert g["ratios"]["marked I"] < 0

@@ -363,6 +363,17 @@ def test_seed_change_per_create():
     assert all(math.isnan(x) for x in rep.LocalStorageReport.seed_change_ns("task", 8))
 
 
+def test_seed_cells_change_in_ns_per_create(report):
+    # the model's change per create comes from its two eras' mean creates/s
+    for st in ("socket", "task"):
+        before, after = report.speed(st, 0, 16)[0], report.speed(st, 1, 16)[0]
+        model, seed = report.cell_ns("%s batch 16" % st)
+        assert model == pytest.approx(1e6 / after - 1e6 / before)
+        assert seed == pytest.approx(rep.LocalStorageReport.seed_change_ns(st, 16)[0])
+    detail = {x["cell"]: x for x in report.direction_share()["detail"]}
+    assert detail["socket batch 16"]["seed_ns"] == pytest.approx(1e6 / 100.566 - 1e6 / 104.217)
+
+
 def test_report_with_the_path_alone(tmp_path):
     r = rep.local_storage(batch_sizes=[16], runs=3, duration=0.05, sample=0.02,
                           warmup_cycles=5)   # real owners: the path alone runs too

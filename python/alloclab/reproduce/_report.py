@@ -217,6 +217,9 @@ class Report:
             detail.append({"cell": c.name, "seed": seed, "seed_pct": c.seed_pct,
                            "model": model, "model_pct": pct, "p_adj": float(pa),
                            "same_work": bool(c.same_work), "excuse": c.excuse})
+            ns = self.cell_ns(c.name)
+            if ns is not None:
+                detail[-1].update(model_ns=ns[0], seed_ns=ns[1])
         n = len(cells)
         return {"cells": n, "matching": k, "share": k / n if n else None,
                 "same_sign_not_significant": same_sign, "same_sign_cells": unsure,
@@ -226,6 +229,13 @@ class Report:
                 "threshold": self.direction_threshold(), "alpha": self.alpha,
                 "definition": self.direction_definition(), "detail": detail,
                 "goal": goal_shares(detail)}
+
+    def cell_ns(self, name):
+        """(model, seed) change of a seed cell in ns per operation, for
+        reproductions whose cells pair the model with work of the machine
+        itself (a real socket or thread per create), where a percent is over
+        each machine's own whole: None where percent is the only reading."""
+        return None
 
     def _every_pair_one_side(self, cell):
         """Whether a cell whose only problem is bimodal paired ratios still
@@ -257,8 +267,12 @@ class Report:
         lines += wrap_lines(
             "(goal cells: the seed cells less the excused; decided: the model better or worse "
             "as above; effect ratio: the model's change over the seed's, both in percent, "
-            "negative where they differ in sign)", wrap, "  ")
+            "negative where they differ in sign%s)" % self.ns_definition(), wrap, "  ")
         return lines
+
+    def ns_definition(self):
+        """The goal note's words on the ns-per-operation reading ('' without one)."""
+        return ""
 
     def direction_definition(self):
         return ("a seed cell: %s; the seed's direction: its mark, else better/worse when its "
@@ -462,19 +476,31 @@ def goal_shares(detail):
             ratios[x["cell"]] = x["model_pct"] / x["seed_pct"]
     vals = list(ratios.values())
     lo, hi = MAGNITUDE_BAND
-    return {"cells": len(rest), "excused": excused,
-            "matching": sum(1 for x in rest if x["model"] == x["seed"]),
-            "decided": len(ratios), "ratios": ratios,
-            "median_ratio": statistics.median(vals) if vals else None,
-            "within": sum(1 for v in vals if lo <= v <= hi), "band": list(MAGNITUDE_BAND)}
+    out = {"cells": len(rest), "excused": excused,
+           "matching": sum(1 for x in rest if x["model"] == x["seed"]),
+           "decided": len(ratios), "ratios": ratios,
+           "median_ratio": statistics.median(vals) if vals else None,
+           "within": sum(1 for v in vals if lo <= v <= hi), "band": list(MAGNITUDE_BAND)}
+    ns = {x["cell"]: x["model_ns"] / x["seed_ns"] for x in rest
+          if x["cell"] in ratios and "seed_ns" in x and x["seed_ns"]
+          and math.isfinite(x["model_ns"]) and math.isfinite(x["seed_ns"])}
+    if ns:
+        out.update(ratios_ns=ns, median_ratio_ns=statistics.median(ns.values()),
+                   within_ns=sum(1 for v in ns.values() if lo <= v <= hi))
+    return out
 
 
 def _magnitude_text(g, over=""):
-    """A goal's median effect ratio and its decided cells within the band."""
+    """A goal's median effect ratio and its decided cells within the band
+    (and the same in ns per operation, where the report has that reading)."""
     med = g["median_ratio"]
-    return "median model/seed effect%s %s; %d of %d decided within %.2f-%gx" % (
+    out = "median model/seed effect%s %s; %d of %d decided within %.2f-%gx" % (
         over, "n/a" if med is None else "%.2f" % med, g["within"], g["decided"],
         MAGNITUDE_BAND[0], MAGNITUDE_BAND[1])
+    if g.get("ratios_ns"):
+        out += "; in ns per operation: median %.2f, %d of %d within" % (
+            g["median_ratio_ns"], g["within_ns"], len(g["ratios_ns"]))
+    return out
 
 
 def rounds_text(reports, names, wrap=104):

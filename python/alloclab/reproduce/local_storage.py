@@ -526,6 +526,26 @@ class LocalStorageReport(Report):
         return (1e6 / a[0] - 1e6 / b[0],
                 math.hypot(1e6 * a[1] / a[0] ** 2, 1e6 * b[1] / b[0] ** 2))
 
+    def cell_ns(self, name):
+        """A seed cell's change in ns per create, (model, seed): the model's
+        with real owners (from its two eras' mean creates/s) and the seed's
+        (from its k/s). A create's percent is over each machine's own whole,
+        mostly its kernel's socket or thread work, which the model does not
+        model; the ns change is what the storage path adds or saves."""
+        st, _, b = name.split()
+        seed, _ = self.seed_change_ns(st, int(b))
+        before, after = self.speed(st, 0, int(b))[0], self.speed(st, 1, int(b))[0]
+        if not (before > 0 and after > 0):
+            return float("nan"), seed
+        return 1e6 / after - 1e6 / before, seed
+
+    def ns_definition(self):
+        return ("; in ns per operation: the same over each side's change in ns per create, "
+                "the model's with real owners from its mean creates/s, the seed's from its "
+                "k/s, a second reading beside the percent: a create's percent is over each "
+                "machine's own socket or thread work, which the model does not model, while "
+                "the machines' ns need not compare either")
+
     def alone_reading(self, storage_type, batch_size):
         """How far the storage path alone can account for the seed's change in a
         cell (_alone_reading: kind, the seed's and the path's ns per create)."""
