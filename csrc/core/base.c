@@ -33,6 +33,10 @@ int al_irqflags_executed(void)
 	return AL_IRQFLAGS_EXECUTED;
 }
 
+#if AL_DEBUG >= 1
+__thread unsigned long al_irqflags_saves, al_irqflags_restores;
+#endif
+
 const char *al_strerror(int err)
 {
 	switch (err < 0 ? -err : err) {

@@ -22,6 +22,18 @@
 #ifndef ALLOCLAB_CORE_IRQFLAGS_H
 #define ALLOCLAB_CORE_IRQFLAGS_H
 
+#include "alloclab/debug.h"
+
+/* The debug tier counts this thread's saves and restores, so that a test can
+ * tell that a lock runs the round trip without timing it; nothing at
+ * AL_DEBUG=0. */
+#if AL_DEBUG >= 1
+extern __thread unsigned long al_irqflags_saves, al_irqflags_restores;
+#define AL_IRQFLAGS_COUNT(n) ((n)++)
+#else
+#define AL_IRQFLAGS_COUNT(n) ((void)0)
+#endif
+
 #if defined(__x86_64__) && !defined(__ILP32__)
 #define AL_IRQFLAGS_EXECUTED 1
 
@@ -36,11 +48,13 @@ static inline unsigned long al_local_irq_save(void)
 			 : "=r"(flags)
 			 :
 			 : "memory");
+	AL_IRQFLAGS_COUNT(al_irqflags_saves);
 	return flags;
 }
 
 static inline void al_local_irq_restore(unsigned long flags)
 {
+	AL_IRQFLAGS_COUNT(al_irqflags_restores); /* first: the count writes the flags */
 	__asm__ volatile("lea -128(%%rsp), %%rsp\n\t"
 			 "pushq %0\n\t"
 			 "popfq\n\t"
@@ -54,12 +68,14 @@ static inline void al_local_irq_restore(unsigned long flags)
 
 static inline unsigned long al_local_irq_save(void)
 {
+	AL_IRQFLAGS_COUNT(al_irqflags_saves);
 	return 0;
 }
 
 static inline void al_local_irq_restore(unsigned long flags)
 {
 	(void)flags;
+	AL_IRQFLAGS_COUNT(al_irqflags_restores);
 }
 #endif
 

@@ -118,6 +118,7 @@ TEST(test_geometry_and_formulas)
 TEST(test_refill_batches_grow)
 {
 	struct al_allocator *a = make_pages(16 << 20, 63, 1000, 1);
+	unsigned long saves = al_irqflags_saves;
 	struct al_ctx c;
 	uint64_t pfn;
 	int i;
@@ -153,6 +154,7 @@ TEST(test_refill_batches_grow)
 	CHECK_EQ(t_stat(a, 0, "allocs"), 946);
 	CHECK_EQ(t_stat(a, 0, "bytes_held"), 946 * 4096);
 	CHECK_EQ(t_stat(a, 0, "zone_lock_acquired"), 5);
+	CHECK_EQ(al_irqflags_saves - saves, 5ul); /* every refill under spin_lock_irqsave */
 	CHECK_EQ(free_pages(a), 4096 - 946 - 936);
 	CHECK_EQ(walk(a), 0);
 	al_stack_destroy(a);
@@ -743,6 +745,7 @@ static struct al_allocator *pages_at(unsigned level)
 TEST(test_stats_levels)
 {
 	struct al_allocator *a = pages_at(AL_STATS_OFF);
+	unsigned long saves, restores;
 	uint64_t pfn[8], big;
 	struct al_ctx c;
 
@@ -764,12 +767,20 @@ TEST(test_stats_levels)
 
 	a = pages_at(AL_STATS_FULL);
 	CHECK(a != NULL);
+	saves = al_irqflags_saves;
+	restores = al_irqflags_restores;
 	CHECK_EQ(al_alloc_pages(a, &c, 6, 0, &big), 0);
 	CHECK_EQ(t_stat(a, 0, "zone_lock_acquired"), 1);
+	/* spin_lock_irqsave: the zone lock's take saved the flags, its release
+	 * restored them, once each */
+	CHECK_EQ(al_irqflags_saves - saves, 1ul);
+	CHECK_EQ(al_irqflags_restores - restores, 1ul);
 	CHECK(t_stat(a, 0, "zone_lock_wait_ns") >= 0);
 	CHECK(t_stat(a, 0, "pcp_lock_hold_ns") >= 0);
 	CHECK_EQ(al_free_pages(a, &c, big, 6), 0);
 	CHECK_EQ(t_stat(a, 0, "zone_lock_acquired"), 2);
+	CHECK_EQ(al_irqflags_saves - saves, 2ul);
+	CHECK_EQ(al_irqflags_restores - restores, 2ul);
 	CHECK_EQ(t_stat(a, 0, "bytes_held"), 0);
 	al_stack_destroy(a);
 }
