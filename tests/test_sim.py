@@ -293,6 +293,31 @@ def test_uncalibrated_terms_are_named():
     assert all("." in n for n in raw["sim"]["uncalibrated"])
 
 
+def test_calibration_simulates_no_more_than_the_measured_cycles(monkeypatch):
+    # bpf-ma's hits have no sync point: before their costs are scaled they
+    # move the simulated clock by almost nothing, so a simulated run bounded
+    # by its duration alone made billions of operations (minutes). Each
+    # simulated run now stops after the cycles its measured runs made.
+    seen = []
+    orig = mrun.run_once
+
+    def spy(task, run_index=0, **kw):
+        raw = orig(task, run_index, **kw)
+        seen.append((task["cpu"], task["cycles"], task["duration_ns"], raw["cycles"]))
+        return raw
+
+    monkeypatch.setattr(mrun, "run_once", spy)
+    cal = sim.calibrate(["bpf-ma"], cells=sim.DEFAULT_CELLS[1:], duration=0.02)
+    measured = [c for cpu, _, _, c in seen if cpu == "pinned"]
+    simulated = [(cy, d, c) for cpu, cy, d, c in seen if cpu == "simulated"]
+    assert len(measured) == sim.CALIBRATION_RUNS and len(simulated) >= 3
+    median = int(np.median(measured))
+    for cycles, duration_ns, made in simulated:
+        assert (cycles, duration_ns) == (median, 20_000_000)
+        assert made <= median
+    assert cal.scales["bpf-ma"][0] > 0
+
+
 def test_calibration_round_trip(cal, tmp_path):
     p = tmp_path / "cal.json"
     cal.save(str(p))

@@ -432,19 +432,23 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
         policies = [policies]
     parts, used = [], []
     t0 = time.time()
-    for cell in cells:
+    measured = {(pol, i): _cell_per_op(pol, cell, duration, seed, None)
+                for i, cell in enumerate(cells) for pol in policies}
+    for i, cell in enumerate(cells):
         cell = dict(cell)
         wl = cell.pop("workload")
         for pol in policies:
+            cycles = measured[pol, i][2][1]  # the measured runs' work at most
             _, tasks = mrun.plan(wl, pol, producers=1, cpu="simulated", duration=duration,
-                                 seed=seed, runs=runs, mem_sample=0, calibration=_BOOT, **cell)
+                                 cycles=cycles, seed=seed, runs=runs, mem_sample=0,
+                                 calibration=_BOOT, **cell)
             for task in tasks:
                 for r in range(runs):
                     raw = mrun.run_once(task, r, calibrate=True)
                     parts.append(raw["sim"]["fit"])
                 used.append(task["point"])
     costs, report = fit(parts)
-    scales, offsets, scale_cells = _scale(policies, cells, costs, duration, seed)
+    scales, offsets, scale_cells = _scale(policies, cells, costs, measured, seed)
     report["scale"] = scales
     report["offset_ns"] = offsets
     report["scale_cells"] = scale_cells
@@ -466,7 +470,7 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
                        coherence=coherence)
 
 
-def _scale(policies, cells, costs, duration, seed):
+def _scale(policies, cells, costs, measured, seed):
     """Per policy, for the allocations and for the frees, a factor on the
     fitted costs and an offset in ns per call at the top of the stack:
     timing segments alone costs the code its overlap with its neighbours
@@ -484,14 +488,15 @@ def _scale(policies, cells, costs, duration, seed):
     cannot tell the two apart) get the geometric mean of measured over
     simulated and no offset. Fitted on the
     calibration cells only; every other cell is a prediction a validation
-    checks. Returns (factors, offsets, the cells measured)."""
+    checks. ``measured``: {(policy, cell index): _cell_per_op's measured
+    reading}. Returns (factors, offsets, the cells measured)."""
     unit = Calibration(costs, 0.0, 0.0)
     rows, used = {}, []
-    for cell in cells:
+    for i, cell in enumerate(cells):
         for pol in policies:
-            meas, point = _cell_per_op(pol, cell, duration, seed, None)
+            meas, point, length = measured[pol, i]
             rows.setdefault(pol, []).append(
-                (meas[:2], _cell_per_op(pol, cell, duration, seed, unit)[0]))
+                (meas[:2], _cell_per_op(pol, cell, length, seed, unit)[0]))
             used.append(point)
     factors, offsets = {}, {}
     for pol, got in rows.items():
@@ -503,7 +508,8 @@ def _scale(policies, cells, costs, duration, seed):
         for _ in range(SCALE_ROUNDS):
             cal = Calibration(costs, 0.0, 0.0, scales={pol: [f for f, _ in pairs]},
                               offsets={pol: [o for _, o in pairs]})
-            now = np.array([_cell_per_op(pol, c, duration, seed, cal)[0][:2] for c in cells])
+            now = np.array([_cell_per_op(pol, c, measured[pol, i][2], seed, cal)[0][:2]
+                            for i, c in enumerate(cells)])
             err = float(np.max(np.abs(np.log(now / m))))
             if best is not None and err >= best[0]:
                 break
@@ -526,19 +532,32 @@ CALIBRATION_RUNS = 5
 SCALE_ROUNDS = 3
 
 
-def _cell_per_op(policy, cell, duration, seed, calibration):
+def _cell_per_op(policy, cell, length, seed, calibration):
     """One producer on ``cell``: measured (calibration None: pinned, the
-    median of CALIBRATION_RUNS runs) or simulated with ``calibration`` (one
-    run, then with the calls at the top per op). Returns ([alloc ns, free ns, (alloc calls,
-    free calls)] per op, the cell's point)."""
+    median of CALIBRATION_RUNS runs of ``length`` seconds) or simulated with
+    ``calibration`` (one run, then with the calls at the top per op;
+    ``length``: (seconds, cycles), the first reached ends it). Returns
+    ([alloc ns, free ns, (alloc calls, free calls)] per op, the cell's
+    point), and when measured also (length, the median cycles a run made).
+
+    A simulated run stops after the measured runs' cycles even when its
+    simulated time is not up: under a calibration in the making, a path
+    whose costs the fit has not scaled yet (a per-CPU cache's hits, with no
+    sync point) moves the simulated clock by almost nothing, and a run
+    bounded by its simulated duration alone took minutes (billions of
+    operations). Its per-op figures do not need the whole duration."""
     from . import run as mrun
 
     cell = dict(cell)
     wl = cell.pop("workload")
-    cpu = "pinned" if calibration is None else "simulated"
-    _, tasks = mrun.plan(wl, policy, producers=1, cpu=cpu, duration=duration, seed=seed,
-                         runs=1, mem_sample=0, calibration=calibration, **cell)
-    vals = []
+    if calibration is None:
+        _, tasks = mrun.plan(wl, policy, producers=1, cpu="pinned", duration=length, seed=seed,
+                             runs=1, mem_sample=0, **cell)
+    else:
+        _, tasks = mrun.plan(wl, policy, producers=1, cpu="simulated", duration=length[0],
+                             cycles=length[1], seed=seed, runs=1, mem_sample=0,
+                             calibration=calibration, **cell)
+    vals, cycles = [], []
     for r in range(CALIBRATION_RUNS if calibration is None else 1):
         raw = mrun.run_once(tasks[0], r)
         ops = (max(raw["alloc_ops"], 1), max(raw["free_ops"], 1))
@@ -546,7 +565,9 @@ def _cell_per_op(policy, cell, duration, seed, calibration):
         if calibration is not None:
             v += [raw["sim"]["phase_calls"][i] / ops[i] for i in (0, 1)]
         vals.append(v)
-    return list(np.median(np.array(vals), axis=0)), tasks[0]["point"]
+        cycles.append(raw["cycles"])
+    got = list(np.median(np.array(vals), axis=0)), tasks[0]["point"]
+    return got if calibration is not None else got + ((length, max(1, int(np.median(cycles)))),)
 
 
 def _factor_offset(measured, simulated, segments):
