@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""How long a calibration of the simulated CPUs takes, and how much it simulates.
+
+Every ``--cpu simulated`` run without ``--calibration`` first calibrates its
+policies (measure.sim.calibrate, the default cells). This times it per policy
+set and counts, per simulated calibration run, the operations it made and
+whether it ended at the measured runs' cycles or at its simulated duration.
+
+Run it alone on the machine (a benchmark): the load average is recorded.
+
+    python bench/sim_calibrate_time.py [--out bench/results/sim/calibrate_time]
+"""
+
+import argparse
+import json
+import time
+
+from alloclab.host import machine
+from alloclab.measure import run as mrun
+from alloclab.measure import sim
+
+SETS = (["bpf-ma"], ["kmalloc-nolock"], ["buddy", "libarena-transfer"])
+
+
+def one(policies):
+    """Wall time of sim.calibrate(policies) and its simulated runs' sizes."""
+    runs = []
+    orig = mrun.run_once
+
+    def spy(task, run_index=0, **kw):
+        t0 = time.perf_counter()
+        raw = orig(task, run_index, **kw)
+        if task["cpu"] == "simulated":
+            runs.append({"policy": task["policy"], "wall_s": round(time.perf_counter() - t0, 3),
+                         "ops": raw["alloc_ops"] + raw["free_ops"], "cycles": raw["cycles"],
+                         "cycles_cap": task["cycles"], "fit": bool(kw.get("calibrate"))})
+        return raw
+
+    mrun.run_once = spy
+    try:
+        t0 = time.perf_counter()
+        cal = sim.calibrate(policies)
+        wall = time.perf_counter() - t0
+    finally:
+        mrun.run_once = orig
+    return {"policies": policies, "wall_s": round(wall, 2), "simulated_runs": runs,
+            "scales": cal.scales}
+
+
+def text(out):
+    lines = ["sim.calibrate wall time (default cells: malloc-free at 64 and 1024 allocs/cycle, "
+             "one producer)", "host: %s" % out["host"]]
+    for r in out["sets"]:
+        sim_runs = r["simulated_runs"]
+        lines.append("  %-28s %7.1f s; %d simulated runs, at most %.3g ops and %.1f s each, "
+                     "%d ended at the measured cycles" % (
+                         "+".join(r["policies"]), r["wall_s"], len(sim_runs),
+                         max(x["ops"] for x in sim_runs), max(x["wall_s"] for x in sim_runs),
+                         sum(1 for x in sim_runs if x["cycles"] >= x["cycles_cap"])))
+    lines.append("1-minute load average before %s, after %s" % (
+        out["load_before"]["1min"], out["load_after"]["1min"]))
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench/results/sim/calibrate_time")
+    a = ap.parse_args()
+    out = {"load_before": machine.loadavg(), "host": machine.cpu_model()}
+    out["sets"] = [one(p) for p in SETS]
+    out["load_after"] = machine.loadavg()
+    with open(a.out + ".json", "w") as f:
+        json.dump(out, f, indent=1)
+    with open(a.out + ".txt", "w") as f:
+        f.write(text(out) + "\n")
+    print(text(out))
+
+
+if __name__ == "__main__":
+    main()
