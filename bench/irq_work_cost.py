@@ -15,13 +15,14 @@ Run it alone on the machine (a benchmark): the load average is recorded.
 """
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
 import alloclab as al
 from alloclab.host import machine
+
+from _results import save
 
 MODES = ("inline", "ipi", "signal")
 
@@ -59,11 +60,7 @@ def main():
             m, g["ipis"], "-" if g["ns_per_ipi"] is None else "%.0f" % g["ns_per_ipi"],
             "-" if g["ns_per_create"] is None else "%.0f" % g["ns_per_create"]))
     lines.append("load average before %s, after %s" % (load0, out["load_after"]))
-    with open(a.out + ".json", "w") as f:
-        json.dump(out, f, indent=1)
-    with open(a.out + ".txt", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save(out, a.out, "\n".join(lines))
     return 0
 
 

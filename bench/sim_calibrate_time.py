@@ -12,12 +12,13 @@ Run it alone on the machine (a benchmark): the load average is recorded.
 """
 
 import argparse
-import json
 import time
 
 from alloclab.host import machine
 from alloclab.measure import run as mrun
 from alloclab.measure import sim
+
+from _results import save
 
 SETS = (["bpf-ma"], ["kmalloc-nolock"], ["buddy", "libarena-transfer"])
 
@@ -69,11 +70,7 @@ def main():
     out = {"load_before": machine.loadavg(), "host": machine.cpu_model()}
     out["sets"] = [one(p) for p in SETS]
     out["load_after"] = machine.loadavg()
-    with open(a.out + ".json", "w") as f:
-        json.dump(out, f, indent=1)
-    with open(a.out + ".txt", "w") as f:
-        f.write(text(out) + "\n")
-    print(text(out))
+    save(out, a.out, text(out))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ import alloclab as al
 from alloclab.host import machine
 from alloclab.results import stats
 
+from _results import save
+
 # alloclab.reproduce.vmalloc is also the name of the function the package exports.
 rv = importlib.import_module("alloclab.reproduce.vmalloc")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -118,11 +120,7 @@ def main():
            "model": {str(z).lower(): model(z, a.runs) for z in (True, False)},
            "hotset": hotset(a.rounds)}
     out["load_after"] = machine.loadavg()
-    with open(a.out + ".json", "w") as f:
-        json.dump(out, f, indent=1)
-    with open(a.out + ".txt", "w") as f:
-        f.write(text(out) + "\n")
-    print(text(out))
+    save(out, a.out, text(out))
     return 0
 
 
