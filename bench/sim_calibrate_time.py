@@ -48,9 +48,15 @@ def one(policies):
             "scales": cal.scales}
 
 
+def _load(x):
+    return "unknown" if not x else x["1min"]
+
+
 def text(out):
-    lines = ["sim.calibrate wall time (default cells: malloc-free at 64 and 1024 allocs/cycle, "
-             "one producer)", "host: %s" % out["host"]]
+    cells = ", ".join("%s at %s allocs/cycle" % (c["workload"], c["allocs_per_cycle"])
+                      for c in sim.DEFAULT_CELLS)
+    lines = ["sim.calibrate wall time (default cells: %s; one producer)" % cells,
+             "host: %s" % out["host"]]
     for r in out["sets"]:
         sim_runs = r["simulated_runs"]
         lines.append("  %-28s %7.1f s; %d simulated runs, at most %.3g ops and %.1f s each, "
@@ -59,7 +65,7 @@ def text(out):
                          max(x["ops"] for x in sim_runs), max(x["wall_s"] for x in sim_runs),
                          sum(1 for x in sim_runs if x["cycles"] >= x["cycles_cap"])))
     lines.append("1-minute load average before %s, after %s" % (
-        out["load_before"]["1min"], out["load_after"]["1min"]))
+        _load(out["load_before"]), _load(out["load_after"])))
     return "\n".join(lines)
 
 

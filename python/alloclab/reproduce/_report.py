@@ -267,7 +267,8 @@ class Report:
         lines += wrap_lines(
             "(goal cells: the seed cells less the excused; decided: the model better or worse "
             "as above; effect ratio: the model's change over the seed's, both in percent, "
-            "negative where they differ in sign%s)" % self.ns_definition(), wrap, "  ")
+            "negative where they differ in sign%s)" % (
+                self.ns_definition() if g.get("ratios_ns") else ""), wrap, "  ")
         return lines
 
     def ns_definition(self):
@@ -498,8 +499,8 @@ def _magnitude_text(g, over=""):
         over, "n/a" if med is None else "%.2f" % med, g["within"], g["decided"],
         MAGNITUDE_BAND[0], MAGNITUDE_BAND[1])
     if g.get("ratios_ns"):
-        out += "; in ns per operation: median %.2f, %d of %d within" % (
-            g["median_ratio_ns"], g["within_ns"], len(g["ratios_ns"]))
+        out += ("; a second reading, not the goal's, in ns per operation: median %.2f, %d of "
+                "%d within" % (g["median_ratio_ns"], g["within_ns"], len(g["ratios_ns"])))
     return out
 
 

@@ -364,6 +364,14 @@ def _alone_words(r):
     return "inconclusive: after %s; the interval holds 0" % span
 
 
+def _ns_change(after_kps, before_kps):
+    """after - before in ns per create, from creates per second in k/s (NaN
+    unless both are positive)."""
+    if not (after_kps > 0 and before_kps > 0):
+        return float("nan")
+    return 1e6 / after_kps - 1e6 / before_kps
+
+
 def _diff(new, old):
     """Percent difference, positive = new is faster (higher is better)."""
     return 100.0 * (new / old - 1.0) if old and np.isfinite(old) and np.isfinite(new) else \
@@ -523,7 +531,7 @@ class LocalStorageReport(Report):
         a, b = SEED.get((storage_type, 1, batch_size)), SEED.get((storage_type, 0, batch_size))
         if not (a and b):
             return float("nan"), float("nan")
-        return (1e6 / a[0] - 1e6 / b[0],
+        return (_ns_change(a[0], b[0]),
                 math.hypot(1e6 * a[1] / a[0] ** 2, 1e6 * b[1] / b[0] ** 2))
 
     def cell_ns(self, name):
@@ -533,18 +541,16 @@ class LocalStorageReport(Report):
         mostly its kernel's socket or thread work, which the model does not
         model; the ns change is what the storage path adds or saves."""
         st, _, b = name.split()
-        seed, _ = self.seed_change_ns(st, int(b))
-        before, after = self.speed(st, 0, int(b))[0], self.speed(st, 1, int(b))[0]
-        if not (before > 0 and after > 0):
-            return float("nan"), seed
-        return 1e6 / after - 1e6 / before, seed
+        return (_ns_change(self.speed(st, 1, int(b))[0], self.speed(st, 0, int(b))[0]),
+                self.seed_change_ns(st, int(b))[0])
 
     def ns_definition(self):
-        return ("; in ns per operation: the same over each side's change in ns per create, "
-                "the model's with real owners from its mean creates/s, the seed's from its "
-                "k/s, a second reading beside the percent: a create's percent is over each "
-                "machine's own socket or thread work, which the model does not model, while "
-                "the machines' ns need not compare either")
+        return ("; the second reading, in ns per operation: the same over each side's change "
+                "in ns per create, the model's with real owners from its mean creates/s, the "
+                "seed's from its k/s; a create's percent is over each machine's own socket or "
+                "thread work, which the model runs for real and does not model, while the "
+                "machines' ns need not compare either; the goal's magnitude is the percent "
+                "reading")
 
     def alone_reading(self, storage_type, batch_size):
         """How far the storage path alone can account for the seed's change in a
