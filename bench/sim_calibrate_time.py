@@ -60,10 +60,12 @@ def text(out):
     for r in out["sets"]:
         sim_runs = r["simulated_runs"]
         lines.append("  %-28s %7.1f s; %d simulated runs, at most %.3g ops and %.1f s each, "
-                     "%d ended at the measured cycles" % (
+                     "%d ended at the cap (%gx the measured runs' cycles), the rest at their "
+                     "simulated duration" % (
                          "+".join(r["policies"]), r["wall_s"], len(sim_runs),
                          max(x["ops"] for x in sim_runs), max(x["wall_s"] for x in sim_runs),
-                         sum(1 for x in sim_runs if x["cycles"] >= x["cycles_cap"])))
+                         sum(1 for x in sim_runs if x["cycles"] >= x["cycles_cap"]),
+                         sim.SIM_WORK_CAP))
     lines.append("1-minute load average before %s, after %s" % (
         _load(out["load_before"]), _load(out["load_after"])))
     return "\n".join(lines)
