@@ -319,6 +319,20 @@ def test_calibration_simulates_no_more_than_the_measured_cycles(monkeypatch):
     assert cal.scales["bpf-ma"][0] > 0
 
 
+def test_a_policy_the_calibration_did_not_run_warns_before_it_runs():
+    import warnings
+    partial = sim.Calibration({}, 0.0, 0.0, {"test": True}, scales={"buddy": 0.5})
+    with pytest.warns(sim.UncalibratedPolicyWarning, match="the calibration has no "
+                      "libarena-spill \\(it ran buddy\\)"):
+        _run("libarena-spill", 1, partial)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sim.UncalibratedPolicyWarning)
+        _run("buddy", 1, partial)          # calibrated: no warning
+        _run("libarena-spill", 1, _cal())  # no factors at all: every policy gets 1
+    assert sim.uncalibrated_policies(partial, ["buddy", "libarena-spill", "buddy"]) == [
+        "libarena-spill"]
+
+
 def test_calibration_round_trip(cal, tmp_path):
     p = tmp_path / "cal.json"
     cal.save(str(p))

@@ -56,6 +56,23 @@ def test_run_simulated_labels_the_tables(calfile, tmp_path):
     assert d["metadata"]["run"]["seed"] == 1
 
 
+@pytest.mark.parametrize("scales, warned", [({"libarena-spill": 0.6}, True),
+                                            ({"libarena-transfer": 0.6}, False)])
+def test_a_policy_the_calibration_did_not_run_is_one_warning_line(tmp_path, scales, warned):
+    path = tmp_path / "cal.json"
+    sim.Calibration(COSTS, 60.0, 1.0, {"test": True}, scales=scales).save(str(path))
+    p = cli("run", "malloc-free", "--policy", "libarena-transfer", "--cpu", "simulated",
+            "--calibration", str(path), *QUICK, check=0)
+    lines = [x for x in p.stderr.splitlines() if "calibration has no" in x]
+    if warned:
+        assert lines == [lines[0]] and lines[0].startswith(
+            "alloclab: warning: the calibration has no libarena-transfer (it ran "
+            "libarena-spill): ")
+        assert "--policy libarena-transfer" in lines[0]
+    else:
+        assert lines == []
+
+
 def test_line_transfer_and_handoff_override_the_calibration(calfile, tmp_path):
     j = tmp_path / "r.json"
     cli("run", "malloc-free", "--policy", "libarena-transfer", "--cpu", "simulated",

@@ -37,7 +37,7 @@ from .format import err as _err
 from ..host import machine
 from .preload import cmd_preload, preload_parser
 from .reproduce import cmd_reproduce, libarena_parser, local_storage_parser, vmalloc_parser
-from .run import cmd_run, load_plugins
+from .run import cmd_run, load_plugins, warnings_as_lines
 
 
 
@@ -237,6 +237,7 @@ def _main(argv=None):
         if args.cmd == "preload":
             return cmd_preload(args)
         if args.cmd == "reproduce":
+            warnings_as_lines()
             return cmd_reproduce(args, p)
         if args.cmd == "compare":
             return cli_compare.cmd_compare(args)

@@ -59,6 +59,7 @@ from ..measure.run import (
     CPU_MODES, DEFAULT_STATS, MIN_PHASE_S, REPLAY_TIME_LIMIT, TIMINGS, plan, run)
 from ..policies import plugin
 from ..traces.replay import IncompleteTraceWarning
+from ..measure.sim import UncalibratedPolicyWarning
 from ..measure.sweep import sweep
 from ..measure.run import adaptive_options
 from ..measure.sweep import check_journal
@@ -317,8 +318,7 @@ def cmd_run(argv):
     if parsed is None:
         return 0
     wl, args = parsed
-    if wl.name == "replay":
-        trace_warnings_as_lines()
+    warnings_as_lines()
     check_phase(args)
     kwargs, policy, settings = plan_run(wl, args)
     metrics = args.metric or ["alloc_ns", "free_ns"]
@@ -359,22 +359,28 @@ def cmd_run(argv):
     return 0
 
 
-def trace_warnings_as_lines():
-    """A replayed trace cut short (alloclab.replay.IncompleteTraceWarning) is
-    one `alloclab: warning:` line, once, not Python's warning text."""
+LINE_WARNINGS = (IncompleteTraceWarning, UncalibratedPolicyWarning)
+
+
+def warnings_as_lines():
+    """A replayed trace cut short (alloclab.replay.IncompleteTraceWarning) or
+    a simulated policy its calibration did not run
+    (measure.sim.UncalibratedPolicyWarning) is one `alloclab: warning:`
+    line, once, not Python's warning text."""
     import warnings
 
     shown, seen = warnings.showwarning, set()
 
     def show(message, category, *rest, **kw):
-        if not issubclass(category, IncompleteTraceWarning):
+        if not issubclass(category, LINE_WARNINGS):
             return shown(message, category, *rest, **kw)
         if str(message) not in seen:
             seen.add(str(message))
             cli_format.warn(str(message))
 
     warnings.showwarning = show
-    warnings.simplefilter("always", IncompleteTraceWarning)
+    for category in LINE_WARNINGS:
+        warnings.simplefilter("always", category)
 
 
 def check_phase(args):

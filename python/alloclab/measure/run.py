@@ -239,6 +239,7 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
         cal = _CALIBRATIONS[key]
     else:
         cal = _sim.as_calibration(calibration)
+        _warn_uncalibrated(cal, policies)
     for name, v, hi in (("line_transfer", line_transfer, 1e6),
                         ("lines_per_handoff", lines_per_handoff, 1e6), ("jitter", jitter, 4)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)
@@ -252,6 +253,21 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
         t["sim"] = dict(cal.task_options(timeline, t["policy"]), band=band, id=cid)
         t["processes"] = t["isolate"] = False  # one thread of this process, nothing shared
     return {"simulated": {"calibration": cal.to_dict(), "timeline": timeline}}
+
+
+def _warn_uncalibrated(cal, policies):
+    """An UncalibratedPolicyWarning, before anything runs, for each policy the
+    given calibration did not run."""
+    import warnings
+
+    for name in _sim.uncalibrated_policies(cal, uniq(p.name for p in policies)):
+        warnings.warn(_sim.UncalibratedPolicyWarning(
+            "the calibration has no %s (it ran %s): its factor is the geometric mean of "
+            "theirs and the terms it never saw cost 0 ns, so its times are not calibrated "
+            "for it, and where its path has no sync point its simulated clock barely moves "
+            "(a run bounded by its duration may take minutes); calibrate on it (alloclab "
+            "sim calibrate --policy %s) or give cycles" % (
+                name, ", ".join(sorted(cal.scales)), name)), stacklevel=4)
 
 
 # A replay's default time limit per run (seconds): a pass normally ends

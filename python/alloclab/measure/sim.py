@@ -88,6 +88,18 @@ def _pair(v):
     return [float(v), float(v)] if isinstance(v, (int, float)) else [float(x) for x in v]
 
 
+class UncalibratedPolicyWarning(UserWarning):
+    """A simulated run of a policy its calibration did not run: its factor
+    is the geometric mean of the others', and the terms the calibration
+    never saw cost 0 ns."""
+
+
+def uncalibrated_policies(cal, names):
+    """The policies of ``names`` that ``cal`` has no factor for (none when it
+    has no factors at all: every policy then gets 1)."""
+    return [n for n in names if cal.scales and n not in cal.scales]
+
+
 class Calibration:
     """Costs per term (ns per unit), the line transfer cost, the handoff
     lines, and where they came from."""
