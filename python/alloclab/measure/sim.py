@@ -561,14 +561,7 @@ def _cell_per_op(policy, cell, length, seed, calibration):
     ``length``: (seconds, cycles), the first reached ends it). Returns
     ([alloc ns, free ns, (alloc calls, free calls)] per op, the cell's
     point), and when measured also (length, SIM_WORK_CAP times the median
-    cycles a run made).
-
-    A simulated run stops after SIM_WORK_CAP times the measured runs'
-    cycles even when its simulated time is not up: under a calibration in
-    the making, a path whose costs the fit has not scaled yet (a per-CPU
-    cache's hits, with no sync point) moves the simulated clock by almost
-    nothing, and a run bounded by its simulated duration alone took minutes
-    (billions of operations)."""
+    cycles a run made: the cap of the cell's simulated runs, see there)."""
     from . import run as mrun
 
     cell = dict(cell)
