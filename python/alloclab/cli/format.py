@@ -227,34 +227,27 @@ def check_outputs(*outputs):
         seen[real] = flag
 
 
-def plot_stem(path):
-    """(base, ext) of a --plot path as plot.save names its files (base.ext,
-    base-1.ext, ...): no extension is PNG."""
-    base, dot, ext = path.rpartition(".")
-    if not dot or os.sep in ext:
-        base, ext = path, "png"
-    return base, ext
+def plot_paths(flag, path, suffixes):
+    """The files a --plot-like flag writes for figures with these file
+    suffixes (plot.figure_paths), each checked as check_output does, before
+    anything runs. A device or a pipe takes one file: where the figures need
+    more (not a PDF), it is refused, since the others would be made beside
+    it (/dev/null-1.png)."""
+    paths = plot.figure_paths(path, suffixes)
+    for p in paths:
+        check_output(flag, p, plot=True)
+    if len(paths) > 1 and files.check_output(path, flag) == files.IN_PLACE:
+        raise UsageError("%s %s: it is not a regular file, and the figures need %d files "
+                         "(the others beside it: %s); give a file name, or a .pdf for one "
+                         "file" % (flag, errors.Echo(path), len(paths), ", ".join(paths[1:])))
+    return paths
 
 
 def save_plots(figs, path, flag="--plot"):
-    """Write figures where plot.save would (``path``, then path-1.ext, ...),
-    in the format the extension names (PNG without one), each as
-    alloclab.files writes an output: a regular file replaced whole, a device
-    or a pipe with a reader written in place. They are drawn into a
-    temporary folder first, so that a path without an extension gets no
-    ".png" added and a file is never left half drawn. Returns the paths."""
-    import tempfile
-    base, ext = plot_stem(path)
-    out = []
-    with tempfile.TemporaryDirectory(prefix="alloclab-plot-") as d:
-        stem = os.path.join(d, "plot")
-        first = "%s.%s" % (stem, ext)
-        for w in plot.save(figs, first):
-            real = path if w == first else base + w[len(stem):]
-            with open(w, "rb") as f:
-                files.write_parts(real, [f.read()], flag)
-            out.append(real)
-    return out
+    """Write figures as plot.save does (each file replaced whole or written
+    in place, never half drawn; a path without an extension gets no ".png"
+    added). Returns the paths."""
+    return plot.save(figs, path, flag)
 
 
 def write_output(flag, path, write):

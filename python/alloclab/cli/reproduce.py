@@ -12,6 +12,7 @@ from .format import real as _real
 from .format import check_outputs as _check_outputs
 from .format import write_output as _write_output
 from .format import wrote as _wrote
+from . import format as _format
 from ..measure.run import DEFAULT_STATS, TIMINGS
 from ..reproduce.vmalloc import TEST_BITS
 from .. import reproduce
@@ -113,14 +114,16 @@ def cmd_simulated(args):
             workloads=args.workloads, duration=args.duration, baseline=not args.no_baseline,
             effort=args.effort, progress=args.progress, stats=args.stats or DEFAULT_STATS,
             calibration=args.calibration),
-        args)
+        args, reproduce.SimulatedLibarenaReport)
 
 
 def cmd_scaling(args):
     """`reproduce libarena --cpu simulated --scaling FILE`."""
     if args.plot:
         raise UsageError("--scaling FILE is the figure; leave out --plot")
-    _check_outputs(("--json", args.json, "file"), ("--scaling", args.scaling, "plot"))
+    _check_outputs(("--json", args.json, "file"),
+                   *[("--scaling", p, "plot") for p in _format.plot_paths(
+                       "--scaling", args.scaling, [""])])
     workload = args.workloads[0] if len(args.workloads) == 1 else _ls.SCALING_WORKLOAD
     try:
         s = reproduce.libarena_scaling(
@@ -143,15 +146,19 @@ def cmd_scaling(args):
 def _save_figure(fig, path):
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig.savefig(path)
-    plt.close(fig)
+    from ..present import plot
+    plot.save([fig], path, "--scaling")
 
 
-def emit_report(make, args):
+def emit_report(make, args, report=None):
     """Run a reproduction, print it, and write --json and --plot (each file
-    written is announced on stderr); both are checked before it runs."""
-    _check_outputs(("--json", args.json, "file"), ("--plot", args.plot, "plot"))
+    written is announced on stderr); all are checked before it runs, every
+    file of the ``report`` class's figures included."""
+    plots = []
+    if args.plot is not None:
+        suffixes = report.figure_suffixes(getattr(args, "workloads", None)) if report else [""]
+        plots = _format.plot_paths("--plot", args.plot, suffixes)
+    _check_outputs(("--json", args.json, "file"), *[("--plot", p, "plot") for p in plots])
     try:
         rep = make()
     except errors.AlloclabError as e:
@@ -234,7 +241,7 @@ def cmd_reproduce_vmalloc(args):
                                   pcp_first=args.pcp_first, tests=args.tests,
                                   rezki=not args.no_rezki, effort=args.effort,
                                   min_time=args.min_time, progress=args.progress),
-        args)
+        args, reproduce.VmallocReport)
 
 
 def local_storage_parser(rsub):
@@ -309,7 +316,7 @@ def cmd_reproduce_local_storage(args):
                                         alone=args.alone and args.owner_work == "real",
                                         other_maps=None if args.other_maps is None else
                                         {"socket": args.other_maps, "task": 0}),
-        args)
+        args, reproduce.LocalStorageReport)
 
 
 def cmd_reproduce(args, parser):
@@ -341,7 +348,7 @@ def cmd_reproduce(args, parser):
                                    baseline=not args.no_baseline, effort=args.effort,
                                    progress=args.progress, stats=args.stats or DEFAULT_STATS,
                                    tree=args.tree, caches_above=args.caches_above),
-        args)
+        args, reproduce.LibarenaReport)
 
 
 def cmd_fidelity(args):

@@ -539,10 +539,11 @@ def check_run_outputs(args, settings):
                          "grid: use one or the other")
     if args.target_ci is not None:
         adaptive_options(args.target_ci, args.budget)
+    plots = cli_format.plot_paths("--plot", args.plot, ["", "1", "2"] if args.hist else [""]) \
+        if args.plot is not None else []
     _check_outputs(("--json", args.json, "file"), ("--csv", args.csv, "file"),
-                   ("--plot", args.plot, "plot"), ("--journal", args.journal, "journal"),
-                   ("--timeline", args.timeline, "file"),
-                   *[("--plot", p, "plot") for p in more_plots(args.plot, args.hist)])
+                   ("--journal", args.journal, "journal"), ("--timeline", args.timeline, "file"),
+                   *[("--plot", p, "plot") for p in plots])
     if args.journal is not None:  # a file not this sweep's journal is refused unwritten
         check_journal(args.journal, settings)
 
@@ -569,15 +570,6 @@ def run_measure_flags(p):
                    help="run as a resumable sweep: every finished run is appended to FILE; "
                         "rerunning the same command skips what is there (policies interleaved "
                         "in a seeded random order)")
-
-
-def more_plots(path, hist):
-    """The other files --plot writes with --hist (plot.save names them
-    FILE-1.ext, FILE-2.ext), or none. A PDF holds every figure."""
-    if not path or not hist or path.endswith(".pdf"):
-        return []
-    base, ext = cli_format.plot_stem(path)
-    return ["%s-%d.%s" % (base, i, ext) for i in (1, 2)]
 
 
 def save_run_plots(res, metric, x, path, hist):

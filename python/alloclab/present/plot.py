@@ -20,6 +20,7 @@ latency_hist knows a Result by its interface.
 """
 
 import math
+import os
 
 import numpy as np
 
@@ -624,27 +625,58 @@ def _counter_axes(ax, names, per_op, logy, ngroups):
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def save(figs, path):
-    """Write figures to ``path`` (a PDF holds them all; other formats get
-    path, path-1.ext, path-2.ext, ...); returns the paths written."""
-    plt = _plt()
-    figs = list(figs)
-    out = []
+def _stem(path):
+    """(base, ext) of a figure path: no extension is PNG."""
+    base, dot, ext = path.rpartition(".")
+    if not dot or os.sep in ext:
+        base, ext = path, "png"
+    return base, ext
+
+
+def figure_paths(path, suffixes):
+    """Where save writes figures whose file suffixes are ``suffixes`` (the
+    first ""): a PDF holds them all at ``path``; otherwise the first goes to
+    ``path`` as given and each other to base-suffix.ext (PNG where ``path``
+    has no extension)."""
     if path.endswith(".pdf"):
-        from matplotlib.backends.backend_pdf import PdfPages
-        with PdfPages(path) as pdf:
-            for f in figs:
-                pdf.savefig(f)
-        out.append(path)
-    else:
-        base, dot, ext = path.rpartition(".")
-        if not dot:
-            base, ext = path, "png"
-        for i, f in enumerate(figs):
-            p = path if i == 0 else "%s-%d.%s" % (base, i, ext)
-            f.savefig(p)
-            out.append(p)
-    for f in figs:
-        plt.close(f)
-    return out
+        return [path]
+    base, ext = _stem(path)
+    return [path if not s else "%s-%s.%s" % (base, s, ext) for s in suffixes]
+
+
+def save(figs, path, what="plot file"):
+    """Write figures to ``path`` (a PDF holds them all; other formats get
+    path, path-1.ext, path-2.ext, ..., or path-SUFFIX.ext for (figure,
+    suffix) pairs, as figure_paths names them) and close them; returns the
+    paths written. Each is drawn into a temporary folder first, in the
+    format its extension names (PNG without one: no ".png" is added to the
+    name given), and written as alloclab.files writes an output: a regular
+    file replaced whole, so a failed write leaves the old one, a device or a
+    pipe with a reader written in place, anything else refused."""
+    import tempfile
+
+    from .. import files
+
+    plt = _plt()
+    pairs = [f if isinstance(f, tuple) else (f, "" if i == 0 else str(i))
+             for i, f in enumerate(figs)]
+    dests = figure_paths(path, [s for _, s in pairs])
+    ext = "pdf" if path.endswith(".pdf") else _stem(path)[1]
+    try:
+        with tempfile.TemporaryDirectory(prefix="alloclab-plot-") as d:
+            tmp = os.path.join(d, "figure." + ext)
+            if ext == "pdf":
+                from matplotlib.backends.backend_pdf import PdfPages
+                with PdfPages(tmp) as pdf:
+                    for f, _ in pairs:
+                        pdf.savefig(f)
+            for dest, (f, _) in zip(dests, pairs):
+                if ext != "pdf":
+                    f.savefig(tmp, format=ext)
+                with open(tmp, "rb") as src:
+                    files.write_parts(dest, [src.read()], what)
+    finally:
+        for f, _ in pairs:
+            plt.close(f)
+    return dests
 

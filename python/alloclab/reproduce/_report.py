@@ -101,7 +101,7 @@ class Report:
         return []
 
     def figures(self):
-        """[(matplotlib Figure, file suffix)]."""
+        """[(matplotlib Figure, file suffix)], the suffixes figure_suffixes'."""
         return []
 
     # -- verdicts --
@@ -435,32 +435,18 @@ class Report:
                 raise errors.FileFormatError("not an %s: settings.%s is %r, not an object of "
                                              "numbers (a load average)" % (cls.FORMAT, k, v))
 
+    @classmethod
+    def figure_suffixes(cls, workloads=None):
+        """The file suffixes of figures() ("" for the first), known before a
+        run so that every file a plot writes is checked first."""
+        return [""]
+
     def save_figures(self, path):
         """Write the figures: one PDF with a page each, or one file per figure
-        (the first at PATH, the others at PATH-<suffix>.<ext>). Returns the
-        paths written."""
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.backends.backend_pdf import PdfPages
-
-        figs = self.figures()
-        written = []
-        if path.endswith(".pdf"):
-            with PdfPages(path) as pdf:
-                for f, _ in figs:
-                    pdf.savefig(f)
-            written.append(path)
-        else:
-            base, dot, ext = path.rpartition(".")
-            for f, suffix in figs:
-                out = path if not suffix else ("%s-%s.%s" % (base, suffix, ext) if dot
-                                               else "%s-%s" % (path, suffix))
-                f.savefig(out)
-                written.append(out)
-        for f, _ in figs:
-            plt.close(f)
-        return written
+        (the first at PATH, the others at PATH-<suffix>.<ext>), as
+        alloclab.plot.save writes them. Returns the paths written."""
+        from ..present import plot
+        return plot.save(self.figures(), path)
 
 
 def goal_shares(detail):

@@ -619,9 +619,14 @@ class LibarenaReport(Report):
                          "stats=lite or full; this run counted nothing (stats=off)")
         return parts
 
+    @classmethod
+    def figure_suffixes(cls, workloads=None):
+        n = len(workloads or WORKLOADS) * len(METRICS)
+        return [""] + [str(i) for i in range(1, n)]
+
     def figures(self):
-        return [(self.plot(m, wl), "" if i == 0 else str(i)) for i, (wl, m) in enumerate(
-            (wl, m) for wl in self.workloads for m, _ in METRICS)]
+        figs = [self.plot(m, wl) for wl in self.workloads for m, _ in METRICS]
+        return list(zip(figs, self.figure_suffixes(self.workloads)))
 
     # -- plots --
 

@@ -822,8 +822,12 @@ class LocalStorageReport(Report):
     def settings_line(self):
         return self.effort_line()
 
+    @classmethod
+    def figure_suffixes(cls, workloads=None):
+        return ["", "1"]
+
     def figures(self):
-        return [(self.plot(), ""), (self.plot_kmallocs(), "1")]
+        return list(zip([self.plot(), self.plot_kmallocs()], self.figure_suffixes()))
 
     # -- plots --
 

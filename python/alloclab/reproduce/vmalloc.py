@@ -760,8 +760,12 @@ class VmallocReport(Report):
                         out.append("%s on %s: %d" % (key, pt.params["policy"], np.nansum(v)))
         return out
 
+    @classmethod
+    def figure_suffixes(cls, workloads=None):
+        return ["", "sizes"]
+
     def figures(self):
-        return [(self.plot(), ""), (self.plot_sizes(), "sizes")]
+        return list(zip([self.plot(), self.plot_sizes()], self.figure_suffixes()))
 
     # -- plots --
 
