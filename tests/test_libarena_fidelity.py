@@ -64,6 +64,24 @@ def test_fidelity_rows_of_both_sides():
     assert set(f.ratios()) == {(1, 64)}
 
 
+def test_fidelity_json_is_written_whole_or_not_at_all(tmp_path):
+    import json
+    f = reproduce.libarena_fidelity(EXAMPLE, producers=[1], allocs_per_cycle=[64], runs=1,
+                                    duration=0.02)
+    d = json.loads(f.to_json())
+    assert d["format"] == "alloclab-libarena-fidelity" and len(d["rows"]) == 2
+    path = tmp_path / "f.json"
+    path.write_text("OLD")
+    fifo = tmp_path / "p"
+    os.mkfifo(fifo)
+    with pytest.raises(al.InvalidArgument, match="named pipe with no reader"):
+        f.to_json(str(fifo))
+    f.rows = lambda: [object()]  # cannot be written as JSON: the old file stays
+    with pytest.raises(TypeError):
+        f.to_json(str(path))
+    assert path.read_text() == "OLD" and sorted(os.listdir(tmp_path)) == ["f.json", "p"]
+
+
 def test_fidelity_committed_per_peak_is_finite_in_a_short_run():
     f = reproduce.libarena_fidelity(EXAMPLE, producers=[1, 2], allocs_per_cycle=[16], runs=1,
                                     duration=0.005, stats="lite")

@@ -41,7 +41,7 @@ def kind(mode):
 
 
 def _refuse(what, path, why):
-    return errors.InvalidArgument("%s %s: %s" % (what, _shown(path), why), value=path)
+    return errors.InvalidArgument("%s %s: %s" % (what, _shown(path), why), value=path, why=why)
 
 
 def _refuse_read(what, path, why):

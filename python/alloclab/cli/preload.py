@@ -9,6 +9,7 @@ import sys
 from .. import errors
 from .format import PROG, UsageError
 from .format import err as _err
+from .format import wrote as _wrote
 from .format import real
 from ..policies import plugin
 from ..shim.preload import EXIT_ON_GLIBC
@@ -121,6 +122,7 @@ def preload_end(args, proc):
             _err("cannot write the --json file %s: %s (%s; its counters record is lost)"
                  % (args.json, e.strerror or e, preload.status_text(proc.returncode)))
             return 2
+        _wrote(args.json)
     if args.verbose:
         sys.stderr.write("%s: %s\n" % (PROG, preload.summary(st)))
     if st["stalled"]:

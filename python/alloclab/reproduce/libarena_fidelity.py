@@ -25,11 +25,11 @@ against alloclab's BPF stand-in: the algorithms side by side, not BPF's
 JIT'd arena accesses, may_goto or the kernel's arena lock.
 """
 
-import json
 import math
 import statistics
 
 from ..policies.libarena_real import caches_note
+from ..results.result import dump_json
 
 PRODUCERS = (1, 2)
 ALLOCS_PER_CYCLE = (64, 256)
@@ -157,10 +157,10 @@ class Fidelity:
         lines.append(self.result.cpu_line())
         return "\n".join(lines)
 
-    def to_json(self, path):
-        """Write the rows, the settings and the Result's JSON text."""
-        with open(path, "w") as f:
-            json.dump({"format": "alloclab-libarena-fidelity", "settings": self.settings,
-                       "rows": self.rows(), "result": self.result.to_dict()},
-                      f, indent=1, default=float)
-            f.write("\n")
+    def to_json(self, path=None):
+        """The rows, the settings and the Result as JSON text; also written to
+        ``path`` when given, as every output is (alloclab.files: a regular
+        file replaced whole, so a failed write leaves the old one)."""
+        return dump_json({"format": "alloclab-libarena-fidelity", "settings": self.settings,
+                          "rows": self.rows(), "result": self.result.to_dict()}, path,
+                         indent=1)

@@ -69,6 +69,7 @@ import tempfile
 import time
 
 from .. import errors
+from .. import files
 from ..cbind import schema
 from ..cbind._ffi import preload_path
 from ..policies import libarena_real
@@ -146,14 +147,11 @@ def _not_a_level(stats, what):
             value=stats, valid=STATS_LEVEL_NAMES)
 
 
-def _open_stats(path, mode):
-    """The stats file at path opened for writing (mode "a" or "w"); an open
-    that would wait (a named pipe with no reader) fails with ENXIO instead.
-    The writes then block as usual (a pipe whose reader is slow)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_TRUNC if mode == "w" else 0)
-    fd = os.open(path, flags, 0o666)
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, mode)
+def _open_stats(path):
+    """The stats file at path opened for appending, made when missing; an
+    open that would wait (a named pipe with no reader) fails with ENXIO."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_APPEND, 0o666)
+    return os.fdopen(fd, "a")
 
 
 def check_stats_path(path, what="stats file"):
@@ -174,7 +172,7 @@ def check_stats_path(path, what="stats file"):
                                      value=path)
     made = os.path.realpath(path)  # what the open creates (a dangling link's target)
     try:
-        with _open_stats(path, "a"):
+        with _open_stats(path):
             pass
     except OSError as e:
         why = ("it is a named pipe with no reader" if e.errno == errno.ENXIO
@@ -186,10 +184,14 @@ def check_stats_path(path, what="stats file"):
 
 
 def write_stats(path, st):
-    """Write merged stats (collect()) to path as JSON; OSError when it fails."""
-    with _open_stats(path, "w") as f:
-        json.dump(st, f, indent=1)
-        f.write("\n")
+    """Write merged stats (collect()) to path as JSON, as alloclab.files
+    writes every output (a regular file replaced whole, so a failed write
+    leaves the old one; a device or a pipe with a reader in place); OSError
+    when the write fails."""
+    try:
+        files.write_text(path, json.dumps(st, indent=1) + "\n", "stats file")
+    except errors.InvalidArgument as e:  # the path became unusable since it was checked
+        raise OSError(0, getattr(e, "why", str(e))) from None
 
 
 def _signal_name(signum):
