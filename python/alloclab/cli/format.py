@@ -227,6 +227,53 @@ def check_outputs(*outputs):
         seen[real] = flag
 
 
+# The options that name files a command writes, and those that name files
+# (or folders) it reads, by their argparse dest.
+OUTPUT_OPTIONS = (("json", "--json"), ("csv", "--csv"), ("plot", "--plot"),
+                  ("journal", "--journal"), ("timeline", "--timeline"), ("out", "--out"),
+                  ("scaling", "--scaling"))
+INPUT_OPTIONS = (("calibration", "--calibration"), ("plugin", "--plugin"),
+                 ("w_trace", "--trace"), ("files", "RESULT.json"), ("file", "FILE"),
+                 ("more", "ROUND.json"), ("tree", "--tree"))
+
+
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_not_inputs(args):
+    """Refuse an output that names a file the command reads (its
+    --calibration, --plugin, --trace, a result or trace it shows): the
+    write would replace what it read, or what the next run needs. `sim
+    validate --out` may name its --calibration: it writes that calibration
+    back with the validation added, as one whole file."""
+    def given(options):
+        for dest, flag in options:
+            v = getattr(args, dest, None)
+            for path in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(path, str) and path:
+                    yield flag, path
+    ins = list(given(INPUT_OPTIONS))
+    if getattr(args, "sim_cmd", None) == "validate":  # --out is --calibration with more in it
+        ins = [(flag, path) for flag, path in ins if flag != "--calibration"]
+    refuse_overlap(list(given(OUTPUT_OPTIONS)), ins)
+
+
+def refuse_overlap(outputs, inputs):
+    """UsageError for the first (flag, path) of ``outputs`` that is one of
+    ``inputs``, compared as files (a symlink, a hard link or another
+    spelling of one is the same file)."""
+    for oflag, out in outputs:
+        for iflag, path in inputs:
+            if _same_file(out, path):
+                raise UsageError("%s %s is the %s this command reads: writing it would "
+                                 "replace it; give another file name" % (
+                                     oflag, errors.Echo(out), iflag))
+
+
 def plot_paths(flag, path, suffixes):
     """The files a --plot-like flag writes for figures with these file
     suffixes (plot.figure_paths), each checked as check_output does, before

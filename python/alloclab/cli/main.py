@@ -113,7 +113,8 @@ def sim_parser(sub):
                        help="a policy (spec or preset), repeatable")
         c.add_argument("--cell", action="append", type=cell_arg, metavar="WORKLOAD[:N]",
                        help="a cell (workload, allocs per cycle), repeatable (default: %s)" % (
-                           "malloc-free:64" if name == "calibrate" else
+                           ", ".join("%s:%d" % (c["workload"], c["allocs_per_cycle"])
+                                     for c in sim.DEFAULT_CELLS) if name == "calibrate" else
                            "malloc-free and malloc-xfree at 64 and 256"))
         c.add_argument("--duration", type=duration_arg, default=None, metavar="SECONDS",
                        help="measured phase per run (default: %g)" % sim.CALIBRATION_SECONDS)
@@ -227,6 +228,7 @@ def _main(argv=None):
             return cmd_run(argv[1:])
         p = _main_parser()
         args = p.parse_args(argv)
+        cli_format.check_not_inputs(args)
         if args.cmd in ("list", "preload") and args.plugin:
             for f in ([args.plugin] if isinstance(args.plugin, str) else args.plugin):
                 load_plugins(["--plugin", f])

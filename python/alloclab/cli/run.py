@@ -293,11 +293,20 @@ def find_workload(argv):
     return None
 
 
+def _option_values(argv, flag):
+    """The values given to ``flag`` in argv (FLAG VALUE and FLAG=VALUE)."""
+    return ([argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+            + [a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")])
+
+
 def load_plugins(argv):
     """Compile every --plugin FILE.c in argv (before policies are validated)."""
 
-    files = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--plugin"]
-    files += [a.split("=", 1)[1] for a in argv if a.startswith("--plugin=")]
+    files = _option_values(argv, "--plugin")
+    # an output naming a plugin is refused before the plugin is even read
+    cli_format.refuse_overlap(
+        [(flag, v) for dest, flag in cli_format.OUTPUT_OPTIONS
+         for v in _option_values(argv, flag)], [("--plugin", f) for f in files])
     for f in files:
         try:
             plugin.compile_file(f, what="--plugin")
@@ -318,6 +327,7 @@ def cmd_run(argv):
     if parsed is None:
         return 0
     wl, args = parsed
+    cli_format.check_not_inputs(args)
     warnings_as_lines()
     check_phase(args)
     kwargs, policy, settings = plan_run(wl, args)

@@ -1,0 +1,68 @@
+"""No output option may name a file the same command reads: the write would
+replace the calibration, the trace, the plugin or the result it came from.
+Each is refused before anything runs (one error line, exit 2), the input
+left as it was, whatever spelling or link names it."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+RUN = ["run", "malloc-free", "--policy", "buddy", "--runs", "1", "--duration", "0.02"]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "alloclab", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv,flag,reads", [
+    (RUN + ["--cpu", "simulated", "--calibration", "IN", "--json", "OUT"], "--json",
+     "--calibration"),
+    (RUN + ["--cpu", "simulated", "--calibration", "IN", "--csv", "OUT"], "--csv",
+     "--calibration"),
+    (RUN + ["--cpu", "simulated", "--calibration", "IN", "--timeline", "OUT"], "--timeline",
+     "--calibration"),
+    (["run", "replay", "--trace", "IN", "--policy", "buddy", "--json", "OUT"], "--json",
+     "--trace"),
+    (RUN + ["--plugin", "IN", "--json", "OUT"], "--json", "--plugin"),
+    (["preload", "--plugin", "IN", "--json", "OUT", "--", "true"], "--json", "--plugin"),
+    (["reproduce", "libarena", "--cpu", "simulated", "--calibration", "IN", "--json", "OUT"],
+     "--json", "--calibration"),
+    (["compare", "IN", "IN", "--plot", "OUT"], "--plot", "RESULT.json"),
+    (["trace", "info", "IN", "--plot", "OUT"], "--plot", "FILE"),
+])
+@pytest.mark.parametrize("spelling", ["same", "dot", "symlink", "hardlink"])
+def test_an_output_naming_an_input_is_refused(tmp_path, argv, flag, reads, spelling):
+    src = tmp_path / "in.dat"
+    src.write_text("KEEP")
+    out = {"same": str(src), "dot": str(tmp_path / "." / "in.dat"),
+           "symlink": str(tmp_path / "link"), "hardlink": str(tmp_path / "hard")}[spelling]
+    if spelling == "symlink":
+        os.symlink(src, out)
+    elif spelling == "hardlink":
+        os.link(src, out)
+    p = _cli(*[str(src) if a == "IN" else out if a == "OUT" else a for a in argv])
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == "alloclab: error: %s %s is the %s this command reads: writing it " \
+        "would replace it; give another file name\n" % (flag, out, reads)
+    assert src.read_text() == "KEEP" and p.stdout == ""
+
+
+def test_an_output_beside_its_input_is_written(tmp_path):
+    plugin = os.path.join(os.path.dirname(__file__), "..", "examples", "plugins", "pool.c")
+    out = tmp_path / "r.json"
+    p = _cli(*RUN, "--plugin", plugin, "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert out.exists() and "alloclab: wrote %s" % out in p.stderr
+
+
+def test_sim_validate_may_write_its_calibration_back():
+    import argparse
+    from alloclab.cli import format as cli_format
+    args = argparse.Namespace(cmd="sim", sim_cmd="validate", calibration="c.json", out="c.json")
+    cli_format.check_not_inputs(args)  # no error: the calibration with its validation added
+    args.sim_cmd = "calibrate"
+    with pytest.raises(cli_format.UsageError, match="--out c.json is the --calibration"):
+        cli_format.check_not_inputs(args)
