@@ -3,6 +3,7 @@ the calibration's round trip and every policy of the contract suite."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -499,3 +500,59 @@ def test_validation_warns_when_the_line_cost_moved():
     assert "the line cost moved 22% since the calibration" in moved.text()
     assert sim.Validation([row], 1, 0.25).line_drift() is None
     assert moved.to_dict()["line_ns"] == {"calibration": 69.0, "measured": [55.0, 54.0]}
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"line_transfer_ns": 1e19}, "line_transfer_ns must be a number from 0 to 1e+06"),
+    ({"line_transfer_ns": float("inf")}, "line_transfer_ns must be a number from 0 to 1e+06"),
+    ({"lines_per_handoff": 1e12}, "lines_per_handoff must be a number from 0 to 1e+06"),
+    ({"lines_per_handoff": None}, "lines_per_handoff must be a number"),
+    ({"costs": {"seg.acq-rel": 1e300}}, "costs must map term names to ns from 0 to 1e+09"),
+    ({"costs": {"seg.acq-rel": -1.0}}, "costs must map term names"),
+    ({"info": "x"}, "info must be an object, not 'x'"),
+    ({"jitter": 99}, "jitter must be a number from 0 to 4, not 99"),
+    ({"scales": {"buddy": float("nan")}}, "scales must map policies"),
+    ({"offsets": {"buddy": [0.0, 1e300]}}, "offsets must map policies"),
+])
+def test_a_calibration_out_of_range_is_refused(change, needle):
+    d = dict(_cal({"seg.acq-rel": 20.0}, 60.0, 1.0).to_dict(), **change)
+    with pytest.raises(errors.InvalidArgument, match="^calibration: " + re.escape(needle)):
+        sim.Calibration.from_dict(d)
+    args = dict(costs=d["costs"], line_transfer_ns=d["line_transfer_ns"],
+                lines_per_handoff=d["lines_per_handoff"], info=d["info"], jitter=d["jitter"],
+                scales=d["scales"], offsets=d["offsets"])
+    with pytest.raises(errors.InvalidArgument, match=re.escape(needle)):
+        sim.Calibration(**args)  # the constructor checks the same
+
+
+def test_a_calibration_file_larger_than_the_limit_is_refused_unread(tmp_path):
+    p = tmp_path / "huge.json"
+    with open(p, "wb") as f:
+        f.truncate(sim.FILE_LIMIT + 1)  # sparse: no disk used
+    with pytest.raises(errors.InvalidArgument, match="more than the %d this reads"
+                       % sim.FILE_LIMIT):
+        sim.Calibration.load(str(p))
+
+
+@pytest.mark.parametrize("kw,err,needle", [
+    (dict(policies=[]), errors.ParameterTypeError, "policies must be"),
+    (dict(policies=["buddy"], cells=["bogus"]), errors.ParameterTypeError, "cells must be"),
+    (dict(policies=["buddy"], cells=5), errors.ParameterTypeError, "cells must be"),
+    (dict(policies=["buddy"], duration=1e-9), errors.ParameterRangeError, "duration=1e-09"),
+    (dict(policies=["buddy"], duration=0), errors.ParameterRangeError, "duration=0"),
+    (dict(policies=["buddy"], runs=0), errors.ParameterRangeError, "runs=0"),
+    (dict(policies=["buddy"], line_transfer="x"), errors.ParameterRangeError,
+     "line_transfer='x'"),
+    (dict(policies=["buddy"], line_transfer=-5), errors.ParameterRangeError,
+     "line_transfer=-5"),
+    (dict(policies=["buddy"], lines_per_handoff=float("inf")), errors.ParameterRangeError,
+     "lines_per_handoff=inf"),
+])
+def test_calibrate_checks_its_arguments_before_it_measures(kw, err, needle):
+    with pytest.raises(err, match=re.escape(needle)):
+        sim.calibrate(**kw)
+
+
+def test_validate_takes_a_calibration_file_as_run_does(tmp_path):
+    with pytest.raises(errors.InvalidArgument, match="calibration file .*no such file"):
+        sim.validate(str(tmp_path / "missing.json"), ["buddy"])

@@ -262,3 +262,17 @@ def test_calibrate_fit_handoff(tmp_path):
     assert cal.info["handoff_fit"]["policies"] == ["libarena-spill"]
     assert "%g lines per handoff (fitted on 2-producer measured runs)" % \
         cal.lines_per_handoff in p.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--duration", "0"], "duration=0"),
+    (["--fit-handoff", "--lines-per-handoff", "2"], "--fit-handoff fits the lines per handoff"),
+    (["--cell", "malloc-free:"], "--cell malloc-free:: give the allocs per cycle"),
+    (["--lines-per-handoff", "-1"], "'-1' is not a number of cache lines: a number from 0 "
+                                    "to 1e6"),
+])
+def test_sim_calibrate_refuses_before_it_measures(tmp_path, args, needle):
+    p = cli("sim", "calibrate", "--policy", "buddy", "--out", str(tmp_path / "c.json"), *args,
+            check=2)
+    assert needle in p.stderr and len(p.stderr.splitlines()) == 1 and p.stdout == ""
+    assert not (tmp_path / "c.json").exists()

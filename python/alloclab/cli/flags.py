@@ -152,13 +152,22 @@ TIMELINE_EVENTS = 20000
 SIM_FLAGS = ("--calibration", "--line-transfer", "--lines-per-handoff", "--timeline", "--mva")
 
 
-def ns_arg(text):
-    """A time in ns, a number >= 0 (60, 1.5e2)."""
+def _bounded(text, what):
     v = _real(text)
-    if not (math.isfinite(v) and 0 <= v < 1e6):
-        raise argparse.ArgumentTypeError("%r is not a time in ns: a number from 0 to 1e6"
-                                         % errors.Echo(text))
+    if not (math.isfinite(v) and 0 <= v <= 1e6):
+        raise argparse.ArgumentTypeError("%r is not %s: a number from 0 to 1e6"
+                                         % (errors.Echo(text), what))
     return v
+
+
+def ns_arg(text):
+    """A time in ns, a number from 0 to 1e6 (60, 1.5e2)."""
+    return _bounded(text, "a time in ns")
+
+
+def lines_arg(text):
+    """A number of cache lines, from 0 to 1e6 (1, 2.5)."""
+    return _bounded(text, "a number of cache lines")
 
 
 def sim_flags(g):
@@ -170,7 +179,7 @@ def sim_flags(g):
                         "calibrate the policies here first, a few seconds)")
     g.add_argument("--line-transfer", type=ns_arg, metavar="NS",
                    help="ns to move a cache line between CPUs (default: the calibration's)")
-    g.add_argument("--lines-per-handoff", type=ns_arg, metavar="N",
+    g.add_argument("--lines-per-handoff", type=lines_arg, metavar="N",
                    help="data lines a lock handoff moves besides the lock's (default: the "
                         "calibration's)")
     g.add_argument("--timeline", metavar="FILE",

@@ -27,7 +27,7 @@ from . import libarena as cli_libarena
 from .. import errors
 from ..cbind import schema
 from ..measure import sim
-from .flags import duration_arg, int_list, ns_arg
+from .flags import duration_arg, int_list, lines_arg, ns_arg
 from .format import integer as _integer
 from .._version import __version__
 from .format import PROG, UsageError
@@ -82,11 +82,14 @@ def _main_parser():
 
 def cell_arg(text):
     """--cell WORKLOAD[:ALLOCS_PER_CYCLE] as a calibration cell's dict."""
-    wl, _, apc = text.partition(":")
+    wl, colon, apc = text.partition(":")
     if wl not in schema.workloads():
         raise argparse.ArgumentTypeError(str(errors.UnknownNameError.make(
             "workload", wl, list(schema.workloads()), context="--cell")))
     cell = {"workload": wl}
+    if colon and not apc:
+        raise argparse.ArgumentTypeError("--cell %s: give the allocs per cycle after the colon "
+                                         "(%s:64), or no colon" % (errors.Echo(text), wl))
     if apc:
         if "allocs_per_cycle" not in [p.name for p in schema.workload(wl).params]:
             raise argparse.ArgumentTypeError("--cell %s: %s takes no allocs_per_cycle" % (
@@ -126,7 +129,7 @@ def sim_parser(sub):
     cal, val = ssub.choices["calibrate"], ssub.choices["validate"]
     cal.add_argument("--line-transfer", type=ns_arg, metavar="NS",
                      help="ns to move a cache line (default: measured by a ping-pong)")
-    cal.add_argument("--lines-per-handoff", type=ns_arg, default=sim.DEFAULT_LINES_PER_HANDOFF,
+    cal.add_argument("--lines-per-handoff", type=lines_arg, default=None,
                      metavar="N", help="default: %g" % sim.DEFAULT_LINES_PER_HANDOFF)
     cal.add_argument("--fit-handoff", action="store_true",
                      help="fit --lines-per-handoff to measured 2-producer runs (fit_handoff)")
@@ -149,14 +152,19 @@ def cmd_sim(args):
     library call, a summary on stdout, the file announced on stderr."""
     if args.sim_cmd is None:
         raise UsageError("sim needs a command: calibrate or validate")
+    warnings_as_lines()
     cli_format.check_outputs(("--out", args.out, "file"))
     if args.sim_cmd == "validate" and (args.runs < 1 or min(args.producers or [1]) < 1):
         raise UsageError("--runs and --producers must be at least 1")
-    kw = {"duration": args.duration} if args.duration else {}
+    kw = {"duration": args.duration} if args.duration is not None else {}
     if args.sim_cmd == "calibrate":
+        if args.fit_handoff and args.lines_per_handoff is not None:
+            raise UsageError("--fit-handoff fits the lines per handoff that --lines-per-handoff "
+                             "gives: use one or the other")
         cal = sim.calibrate(args.policy, cells=args.cell or sim.DEFAULT_CELLS, seed=args.seed,
                             line_transfer=args.line_transfer,
-                            lines_per_handoff=args.lines_per_handoff, **kw)
+                            lines_per_handoff=sim.DEFAULT_LINES_PER_HANDOFF
+                            if args.lines_per_handoff is None else args.lines_per_handoff, **kw)
         if args.fit_handoff:
             cal = sim.fit_handoff(cal, args.policy, cells=args.cell or sim.FIT_CELLS,
                                   seed=args.seed, **kw)

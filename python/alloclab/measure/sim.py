@@ -44,6 +44,8 @@ from ..cbind._ffi import ffi, lib
 DEFAULT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},
                  {"workload": "malloc-free", "allocs_per_cycle": 1024})
 CALIBRATION_SECONDS = 0.2
+# The shortest measured phase a calibration or a validation takes per run.
+MIN_CELL_SECONDS = 1e-3
 FORMAT = "alloclab-calibration/1"
 DEFAULT_LINES_PER_HANDOFF = 1.0
 # How lines move besides a load's whole transfer (al_sim_config): a store's
@@ -73,14 +75,14 @@ BAND = (0.5, 2.0)
 def _factors(v):
     """A factor > 0, or [alloc, free] factors > 0?"""
     def ok(x):
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+        return _number(x, 0, NS_MAX) and x > 0
     return ok(v) or (isinstance(v, (list, tuple)) and len(v) == 2 and all(map(ok, v)))
 
 
 def _offsets(v):
     """[alloc, free] finite numbers?"""
     return isinstance(v, (list, tuple)) and len(v) == 2 and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+        _number(x, -NS_MAX, NS_MAX) for x in v)
 
 
 def _pair(v):
@@ -100,12 +102,55 @@ def uncalibrated_policies(cal, names):
     return [n for n in names if cal.scales and n not in cal.scales]
 
 
+# The largest calibration file read (a huge sparse file is refused by its
+# size), and the largest numbers a calibration holds: a line transfer of a
+# millisecond is no machine's, and a far larger one overflows the simulated
+# clock; a term may cost up to a second (a test holds a lock past its
+# budget that way).
+FILE_LIMIT = 1 << 30
+NS_MAX = 1e6
+COST_MAX = 1e9
+
+
+def _number(v, lo, hi):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _check_calibration(costs, line_transfer_ns, lines_per_handoff, info, jitter, scales,
+                       offsets, where):
+    """InvalidArgument naming ``where`` and the first value out of its range."""
+    def bad(what):
+        return errors.InvalidArgument("%s: %s" % (where, what))
+    if not isinstance(costs, dict) or not all(
+            isinstance(k, str) and _number(v, 0, COST_MAX) for k, v in costs.items()):
+        raise bad("costs must map term names to ns from 0 to %g" % COST_MAX)
+    for k, v in (("line_transfer_ns", line_transfer_ns),
+                 ("lines_per_handoff", lines_per_handoff)):
+        if not _number(v, 0, NS_MAX):
+            raise bad("%s must be a number from 0 to %g, not %r" % (k, NS_MAX, v))
+    if not _number(jitter, 0, 4):
+        raise bad("jitter must be a number from 0 to 4, not %r" % (jitter,))
+    if info is not None and not isinstance(info, dict):
+        raise bad("info must be an object, not %r" % (info,))
+    if not isinstance(scales, dict) or not all(
+            isinstance(k, str) and _factors(v) for k, v in scales.items()):
+        raise bad("scales must map policies to a factor from 0 to %g (not 0) or to [alloc, "
+                  "free] such factors" % NS_MAX)
+    if not isinstance(offsets, dict) or not all(
+            isinstance(k, str) and _offsets(v) for k, v in offsets.items()):
+        raise bad("offsets must map policies to [alloc, free] ns from -%g to %g"
+                  % (NS_MAX, NS_MAX))
+
+
 class Calibration:
     """Costs per term (ns per unit), the line transfer cost, the handoff
     lines, and where they came from."""
 
     def __init__(self, costs, line_transfer_ns, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF,
-                 info=None, jitter=0.0, scales=None, offsets=None, coherence=None):
+                 info=None, jitter=0.0, scales=None, offsets=None, coherence=None,
+                 where="calibration"):
+        _check_calibration(costs, line_transfer_ns, lines_per_handoff, info, jitter,
+                           scales or {}, offsets or {}, where)
         self.costs = dict(costs)
         # policy -> [alloc, free]: factors on the costs of the segments of
         # each part of the run (calibrate; a plain number: both), and ns
@@ -116,7 +161,7 @@ class Calibration:
         self.line_transfer_ns = float(line_transfer_ns)
         self.lines_per_handoff = float(lines_per_handoff)
         self.jitter = float(jitter)
-        self.coherence = dict(NO_COHERENCE, **dict(coherence or {}))
+        self.coherence = _coherence(dict(NO_COHERENCE, **dict(coherence or {})), where)
         self.info = dict(info or {})
 
     def to_dict(self):
@@ -132,34 +177,10 @@ class Calibration:
             raise errors.InvalidArgument(
                 "%s is not an alloclab calibration (format %r; expected %r)"
                 % (where, d.get("format") if isinstance(d, dict) else type(d).__name__, FORMAT))
-        costs = d.get("costs")
-        if not isinstance(costs, dict) or not all(
-                isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
-                for k, v in costs.items()):
-            raise errors.InvalidArgument("%s: costs must map term names to ns >= 0" % where)
-        for k in ("line_transfer_ns", "lines_per_handoff"):
-            v = d.get(k)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
-                raise errors.InvalidArgument("%s: %s must be a number >= 0, not %r"
-                                             % (where, k, v))
-        jitter = d.get("jitter", 0.0)
-        if not isinstance(jitter, (int, float)) or isinstance(jitter, bool) or \
-                not 0 <= jitter <= 4:
-            raise errors.InvalidArgument("%s: jitter must be a number from 0 to 4, not %r"
-                                         % (where, jitter))
-        scales = d.get("scales", {})
-        if not isinstance(scales, dict) or not all(
-                isinstance(k, str) and _factors(v) for k, v in scales.items()):
-            raise errors.InvalidArgument(
-                "%s: scales must map policies to a factor > 0 or to [alloc, free] factors > 0"
-                % where)
-        offsets = d.get("offsets", {})
-        if not isinstance(offsets, dict) or not all(
-                isinstance(k, str) and _offsets(v) for k, v in offsets.items()):
-            raise errors.InvalidArgument(
-                "%s: offsets must map policies to [alloc, free] ns (finite numbers)" % where)
-        return cls(costs, d["line_transfer_ns"], d["lines_per_handoff"], d.get("info"), jitter,
-                   scales, offsets, _coherence(d.get("coherence", NO_COHERENCE), where))
+        _coherence(d.get("coherence", NO_COHERENCE), where)  # exactly its keys
+        return cls(d.get("costs"), d.get("line_transfer_ns"), d.get("lines_per_handoff"),
+                   d.get("info"), d.get("jitter", 0.0), d.get("scales", {}), d.get("offsets", {}),
+                   d.get("coherence", NO_COHERENCE), where)
 
     def save(self, path):
         files.write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n",
@@ -167,7 +188,7 @@ class Calibration:
 
     @classmethod
     def load(cls, path):
-        data = files.read_bytes(path, what="calibration file")
+        data = files.read_bytes(path, what="calibration file", limit=FILE_LIMIT)
         try:
             d = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
@@ -433,6 +454,39 @@ def coherence_probe(line_ns=None, lines=PROBE_LINES, tries=PROBE_TRIES):
             {"store_ns": st[0], "load_ns": ld[0], "reread_ns": rr[0], "line_ns": line})
 
 
+def _sim_args(policies, cells, duration, runs, line_transfer=None,
+              lines_per_handoff=DEFAULT_LINES_PER_HANDOFF):
+    """([policy names], [cell dicts]) of calibrate, validate and fit_handoff,
+    after each argument is checked: a specific error naming the bad value."""
+    from .run import MAX_SECONDS
+    if isinstance(policies, str):
+        policies = [policies]
+    if not isinstance(policies, (list, tuple)) or not policies or not all(
+            isinstance(p, str) and p for p in policies):
+        raise errors.ParameterTypeError("policies must be a policy's name or a non-empty list "
+                                        "of them, not %r" % (policies,), name="policies",
+                                        value=policies)
+    if not isinstance(cells, (list, tuple)) or not cells or not all(
+            isinstance(c, dict) and isinstance(c.get("workload"), str) for c in cells):
+        raise errors.ParameterTypeError(
+            "cells must be a non-empty list of dicts, each with its \"workload\" and its "
+            "parameters ({\"workload\": \"malloc-free\", \"allocs_per_cycle\": 64}), not %r"
+            % (cells,), name="cells", value=cells)
+    if not _number(duration, MIN_CELL_SECONDS, MAX_SECONDS):
+        raise errors.ParameterRangeError(
+            "duration=%r: a measured phase from %g to %g seconds (a shorter one measures "
+            "the clock, not the cell)" % (duration, MIN_CELL_SECONDS, MAX_SECONDS),
+            name="duration", value=duration, min=MIN_CELL_SECONDS, max=MAX_SECONDS)
+    if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= 1000:
+        raise errors.ParameterRangeError("runs=%r: an integer from 1 to 1000" % (runs,),
+                                         name="runs", value=runs, min=1, max=1000)
+    for name, v in (("line_transfer", line_transfer), ("lines_per_handoff", lines_per_handoff)):
+        if v is not None and not _number(v, 0, NS_MAX):
+            raise errors.ParameterRangeError("%s=%r: a number from 0 to %g" % (name, v, NS_MAX),
+                                             name=name, value=v, min=0, max=NS_MAX)
+    return list(policies), [dict(c) for c in cells]
+
+
 def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=1,
               line_transfer=None, lines_per_handoff=DEFAULT_LINES_PER_HANDOFF, runs=1,
               coherence=None):
@@ -440,8 +494,8 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
     parameters) at one producer on this machine."""
     from . import run as mrun
 
-    if isinstance(policies, str):
-        policies = [policies]
+    policies, cells = _sim_args(policies, cells, duration, runs, line_transfer,
+                                lines_per_handoff)
     parts, used = [], []
     t0 = time.time()
     measured = {(pol, i): _cell_per_op(pol, cell, duration, seed, None)
@@ -644,8 +698,8 @@ def fit_handoff(calibration, policies, cells=FIT_CELLS, runs=3, duration=0.2, se
     point whose predictions are closest in log ratio, summed over policies,
     cells, alloc and free. Never a seed's number. Returns the calibration
     with them and with where they came from."""
-    if isinstance(policies, str):
-        policies = [policies]
+    policies, cells = _sim_args(policies, cells, duration, runs)
+    calibration = as_calibration(calibration)
     meas = {(p, i): _per_op(p, c, 2, "pinned", runs, duration, seed)
             for p in policies for i, c in enumerate(cells)}
     best = None
@@ -755,11 +809,11 @@ def validate(calibration, policies, cells=None, producers=None, runs=3, duration
     """Run each cell measured (pinned) and simulated at 1, 2 and every
     producer count up to the usable CPUs; a Validation. The calibration's
     own cells are marked (they were fitted, not predicted)."""
-    if isinstance(policies, str):
-        policies = [policies]
     usable = int(lib.al_cpus_usable())
     cells = cells or [{"workload": w, "allocs_per_cycle": a}
                       for w in ("malloc-free", "malloc-xfree") for a in (64, 256)]
+    policies, cells = _sim_args(policies, cells, duration, runs)
+    calibration = as_calibration(calibration)
     producers = producers or sorted({1, 2} | set(range(1, usable + 1)))
     fitted = [dict(c) for c in calibration.info.get("cells", [])]
     rows, line = [], []
