@@ -621,3 +621,44 @@ def test_duration_cuts_a_long_cache_scratch_cycle():
     res = al.run("cache-scratch", "buddy", repetitions=2 ** 30, size="256K", duration=0.05,
                  runs=1, warmup_cycles=1)
     assert res.points[0].info["truncated"] == [1]
+
+
+def test_a_simulated_run_left_running_keeps_what_it_reads(stuck):
+    """A run whose watchdog leaves its threads running (here the simulated
+    CPUs' engine thread, stuck in the allocator) keeps its configuration and
+    the buffers it points to (the cost table) for the life of the process:
+    freeing them under the running thread crashed the interpreter later."""
+    from alloclab.measure import run as mrun
+    from alloclab.measure import sim
+    before = len(mrun._ABANDONED)
+    stuck.t_stuck_arm()
+    try:
+        with pytest.raises(al.RunStalled, match="left running"):
+            al.run("malloc-free", "t_stuck > buddy", isolate=False, runs=1, warmup_cycles=1,
+                   cycles=5, watchdog=0.2, cpu="simulated",
+                   calibration=sim.Calibration({}, 0.0, 0.0, {"test": True}))
+        assert len(mrun._ABANDONED) == before + 1
+        cfg, res, keep = mrun._ABANDONED[-1]
+        assert keep and cfg.sim.table == keep[0]  # the cost table the engine reads
+    finally:
+        _release(stuck)
+
+
+def test_ctrl_c_ends_a_simulated_run_stuck_in_a_policy_call(stuck):
+    """With no watchdog, a stop (Ctrl-C) still ends a simulated run whose
+    policy call never returns: the simulation is the engine thread's step,
+    and the stop's grace leaves that thread running."""
+    import _thread
+    import threading
+    from alloclab.measure import sim
+    stuck.t_stuck_arm()
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            al.run("malloc-free", "t_stuck > buddy", isolate=False, runs=1, warmup_cycles=1,
+                   cycles=5, watchdog=0, cpu="simulated",
+                   calibration=sim.Calibration({}, 0.0, 0.0, {"test": True}))
+    finally:
+        timer.cancel()
+        _release(stuck)

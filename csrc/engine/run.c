@@ -73,8 +73,10 @@
  * barrier is al_sim_step(), which releases the parked fibers at the latest
  * virtual clock and runs them until each parks again. The clock is virtual
  * for the whole run (the stack's creation and teardown too), memory samples
- * are taken by worker 0 between cycles, and there is no watchdog: nothing
- * on a simulated CPU waits for another thread.
+ * are taken by worker 0 between cycles. Nothing on a simulated CPU waits for
+ * another thread, but a policy call may never return: al_run_wait watches
+ * the simulation as one step of the engine thread, restarted whenever the
+ * fibers progress, so the watchdog and a stop's grace still end the run.
  *
  * Before anything is built, al_run_check decides whether the configuration
  * can run at all (the same function Python's plan() calls on every cell, so
@@ -256,6 +258,8 @@ struct al_run {
 	int done;		   /* the engine thread has finished */
 	int ended;		   /* the end was reported (done, or abandoned) */
 	int freed;		   /* al_run_free was called: the engine thread frees */
+	int left;		   /* workers were left running (the watchdog fired) */
+	uint64_t progress;	   /* simulated CPUs: the workers' progress seen last */
 };
 
 /* ---- where a worker is, for the watchdog ---- */
@@ -375,6 +379,8 @@ static void run_unpublish(struct engine *e)
 		return;
 	pthread_mutex_lock(&e->h->m);
 	e->h->e = NULL;
+	if (e->fired)
+		e->h->left = 1;
 	pthread_mutex_unlock(&e->h->m);
 }
 
@@ -1497,7 +1503,11 @@ static void workers_start(struct engine *e)
 
 	barrier_init(&e->bar, e->nw + 1);
 	run_publish(e);
-	run_step(e->h, NULL); /* the engine's own watchdog watches the workers */
+	/* Threads: the engine's own watchdog watches the workers. Simulated CPUs:
+	 * their fibers run on this thread, so al_run_wait watches it, as long as
+	 * they make no progress (a policy call that never returns): its watchdog
+	 * and a stop's grace then leave this thread running and end the run. */
+	run_step(e->h, e->sim ? "simulating the model CPUs" : NULL);
 	if (e->sim) {
 		for (unsigned i = 0; i < e->nw; i++) {
 			if (al_sim_spawn(e->sim, i, sim_worker_main, &e->ws[i], &e->ws[i].w.ctx))
@@ -1892,6 +1902,16 @@ static uint64_t run_watch(struct al_run *h, uint64_t now)
 
 	if (!h->step)
 		return UINT64_MAX;
+	if (h->e && h->e->sim) { /* the simulation is one step: it lasts while fibers progress */
+		uint64_t sum = 0;
+
+		for (unsigned i = 0; i < h->e->nw; i++)
+			sum += __atomic_load_n(&h->e->ws[i].progress, __ATOMIC_RELAXED);
+		if (sum != h->progress) {
+			h->progress = sum;
+			h->step_ns = base = now;
+		}
+	}
 	if (h->stop_ns) {
 		if (!limit || limit > AL_RUN_STOP_GRACE_NS)
 			limit = AL_RUN_STOP_GRACE_NS;
@@ -1990,6 +2010,16 @@ int al_run_phase(struct al_run *h, uint64_t *progress)
 	if (progress)
 		*progress = sum;
 	return __atomic_load_n(&h->phase, __ATOMIC_RELAXED);
+}
+
+int al_run_abandoned(struct al_run *h)
+{
+	int ret;
+
+	pthread_mutex_lock(&h->m);
+	ret = (h->ended && !h->done) || h->left || (h->e && h->e->fired);
+	pthread_mutex_unlock(&h->m);
+	return ret;
 }
 
 void al_run_free(struct al_run *h)

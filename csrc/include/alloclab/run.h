@@ -150,6 +150,11 @@ AL_API void al_run_stop(struct al_run *r);
 /* The run's phase (enum al_run_phase) and a count that grows as workers
  * change state and finish cycles. */
 AL_API int al_run_phase(struct al_run *r, uint64_t *progress);
+/* After the run ended: 1 when threads were left running (the engine thread
+ * abandoned at its watchdog, or stuck workers), which may still read the
+ * configuration and what it points to: the caller must then keep all of it
+ * for the life of the process. Call before al_run_free. */
+AL_API int al_run_abandoned(struct al_run *r);
 /* Stop the run if it goes on, wait for it, release the handle. */
 AL_API void al_run_free(struct al_run *r);
 /* Set a named workload result from a workload's report hook: it joins

@@ -424,6 +424,7 @@ int al_run_start(const struct al_run_config *cfg, struct al_run_result *res,
 int al_run_wait(struct al_run *r, uint64_t timeout_ns);
 void al_run_stop(struct al_run *r);
 int al_run_phase(struct al_run *r, uint64_t *progress);
+int al_run_abandoned(struct al_run *r);
 void al_run_free(struct al_run *r);
 double al_nmi_max_rate(double *signal_ns);
 unsigned al_cpus_usable(void);

@@ -644,12 +644,28 @@ def _wait_stopped(h):
             pass
 
 
-def _run_c(cfg, res, on_phase=None):
+# What abandoned runs' threads may still read (their configurations and
+# the buffers these point to), kept for the life of the process.
+_ABANDONED = []
+
+
+def _abandon(objs):
+    """Keep ``objs`` alive even through the interpreter's exit, which clears
+    module globals while the abandoned threads may still run: one reference
+    more than Python will ever drop."""
+    import ctypes
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(objs))
+    _ABANDONED.append(objs)
+
+
+def _run_c(cfg, res, on_phase=None, keep=()):
     """lib.al_run(cfg, res), waiting in slices with the GIL released: a
     signal's Python handler runs within a slice, and an exception it raises
     (KeyboardInterrupt) stops the run, waits until it has ended, and
     propagates. on_phase(phase) is called as the run enters each phase
-    (lib.AL_RUN_WARMUP, AL_RUN_MEASURED, ...)."""
+    (lib.AL_RUN_WARMUP, AL_RUN_MEASURED, ...). When the run's threads were
+    left running (its watchdog), cfg, res and ``keep`` (what cfg points to)
+    are never freed: those threads may still use them."""
     hp = ffi.new("struct al_run **")
     rc = lib.al_run_start(cfg, res, hp)
     if rc:
@@ -671,6 +687,8 @@ def _run_c(cfg, res, on_phase=None):
         _wait_stopped(h)
         raise
     finally:
+        if lib.al_run_abandoned(h):
+            _abandon((cfg, res, keep))
         lib.al_run_free(h)
 
 
@@ -697,7 +715,7 @@ def run_once(task, run_index=0, in_child=False, on_phase=None, calibrate=False):
     keep = []
     cfg = _config(task, run_index, pol, keep=keep, calibrate=calibrate)
     res = ffi.new("struct al_run_result *")
-    rc = _run_c(cfg, res, on_phase)
+    rc = _run_c(cfg, res, on_phase, keep)
     if rc:
         raise _run_error(rc, res, task, run_index)
     raw = _raw_result(res, cfg, task, t_start)
@@ -721,7 +739,7 @@ def _sim_band(task, run_index, pol):
         keep = []
         cfg = _config(t, run_index, pol, keep=keep)
         res = ffi.new("struct al_run_result *")
-        rc = _run_c(cfg, res)
+        rc = _run_c(cfg, res, keep=keep)
         if rc:
             raise _run_error(rc, res, t, run_index)
         out["line_transfer_ns"].append(t["sim"]["line_transfer_ns"])
