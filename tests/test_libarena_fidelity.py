@@ -70,6 +70,12 @@ def test_fidelity_json_is_written_whole_or_not_at_all(tmp_path):
                                     duration=0.02)
     d = json.loads(f.to_json())
     assert d["format"] == "alloclab-libarena-fidelity" and len(d["rows"]) == 2
+    assert str(reproduce.Fidelity.from_json(f.to_json())) == str(f)
+    saved = tmp_path / "saved.json"
+    f.to_json(str(saved))
+    shown = _cli("show", str(saved))
+    assert shown.returncode == 0 and shown.stdout == str(f) + "\n", shown.stderr
+    saved.unlink()
     path = tmp_path / "f.json"
     path.write_text("OLD")
     fifo = tmp_path / "p"

@@ -76,6 +76,12 @@ def test_json_round_trip(report, tmp_path):
     assert str(back) == str(report)
     with pytest.raises(Exception, match="not an alloclab-libarena-report"):
         rep.LibarenaReport.from_json(path.read_text())
+    shown = subprocess.run([sys.executable, "-m", "alloclab", "show", str(path)],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and shown.stdout == str(report) + "\n", shown.stderr
+    rounds = subprocess.run([sys.executable, "-m", "alloclab", "show", str(path), str(path)],
+                            capture_output=True, text=True, timeout=60)
+    assert rounds.returncode == 0, rounds.stderr
 
 
 def _fabricate(report, alloc, free, band=None):
@@ -170,6 +176,12 @@ def test_scaling_figure(cal, tmp_path):
     p = tmp_path / "s.json"
     s.to_json(str(p))
     assert ls.Scaling.from_json(p.read_text()).text() == s.text()
+    shown = subprocess.run([sys.executable, "-m", "alloclab", "show", str(p)],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and shown.stdout == s.text() + "\n", shown.stderr
+    rounds = subprocess.run([sys.executable, "-m", "alloclab", "show", str(p), str(p)],
+                            capture_output=True, text=True, timeout=60)
+    assert rounds.returncode == 2 and "only reports print as rounds" in rounds.stderr
 
 
 def test_cli_reproduce_simulated(cal, tmp_path):

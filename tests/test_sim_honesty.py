@@ -209,6 +209,21 @@ def test_compare_refuses_simulated_against_measured(simres, measured):
     assert c.kind == "measured" and not any("predicted" in x.verdict() for x in c.cells)
 
 
+def test_compare_refuses_two_calibrations(simres):
+    """The same policy predicted under two cost models differs by their
+    costs, not by what ran: never judged as a change."""
+    other = sim.Calibration(dict(COSTS, **{"buddy.lock_acquired": 300.0}), 60.0, 1.0,
+                            {"test": True})
+    a = simres.filter(policy="libarena-spill", producers=4)
+    b = _run("libarena-spill", producers=(4,), cal=other)
+    with pytest.raises(S.TwoCalibrationsError) as e:
+        al.compare(a, b)
+    assert "one side was predicted with calibration %s, the other with %s" % (
+        _id(_cal()), _id(other)) in str(e.value)
+    assert e.value.ids == ((_id(_cal()),), (_id(other),))
+    assert al.compare(a, _run("libarena-spill", producers=(4,))).kind == "predicted"
+
+
 def _numbers(res):
     return {(p.params["policy"], p.params["producers"]):
             {k: v for k, v in p.data.items() if k not in MACHINE} for p in res.points}

@@ -105,7 +105,7 @@ def cmd_simulated(args):
     if args.tree or args.fidelity:
         raise UsageError("--cpu simulated runs the model's designs; --tree and --fidelity "
                          "measure a tree's code: leave them out")
-    if args.scaling:
+    if args.scaling is not None:
         return cmd_scaling(args)
     return emit_report(
         lambda: reproduce.libarena_simulated(
@@ -331,7 +331,7 @@ def cmd_reproduce(args, parser):
                          % ", ".join(args.seeds))
     if len(args.size) != 1:
         raise UsageError("--size takes one size for a reproduction, not %r" % (args.size,))
-    if args.cpu != "simulated" and (args.calibration or args.scaling):
+    if args.cpu != "simulated" and (args.calibration is not None or args.scaling is not None):
         raise UsageError("--calibration and --scaling go with --cpu simulated")
     if args.cpu == "simulated":
         return cmd_simulated(args)

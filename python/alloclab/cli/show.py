@@ -30,8 +30,13 @@ from .. import reproduce
 from ..reproduce import _report as reproduce_report
 from ..results.metrics import BASE_METRICS
 
-_REPORT_FORMATS = ("alloclab-libarena-report", "alloclab-vmalloc-report",
-                   "alloclab-local-storage-report")
+# What `reproduce ... --json` writes, by format: the reports (several print
+# as rounds of one reproduction), the scaling figure's data and a fidelity
+# table (one file each).
+_REPORTS = {c.FORMAT: c for c in (reproduce.LibarenaReport, reproduce.VmallocReport,
+                                   reproduce.LocalStorageReport,
+                                   reproduce.SimulatedLibarenaReport, reproduce.Scaling,
+                                   reproduce.Fidelity)}
 
 
 def add_parser(sub):
@@ -70,8 +75,8 @@ def load_result(path, what="compare"):
     except OSError as e:
         raise UsageError("cannot read %s: %s" % (path, e.strerror or e)) from None
     except errors.FileFormatError as e:  # the message names the file and what is wrong
-        raise UsageError("%s (%s reads the files alloclab run --json writes)" % (e, what)) \
-            from None
+        raise UsageError("%s (%s reads the files alloclab run --json writes%s)" % (
+            e, what, " and those of reproduce --json" if what == "show" else "")) from None
 
 
 def _report(path):
@@ -81,10 +86,9 @@ def _report(path):
     except (OSError, errors.AlloclabError):
         return None  # load_result reports it
     fmt = d.get("format") if isinstance(d, dict) else None
-    if fmt not in _REPORT_FORMATS:
+    if fmt not in _REPORTS:
         return None
-    cls = {c.FORMAT: c for c in (reproduce.LibarenaReport, reproduce.VmallocReport,
-                                  reproduce.LocalStorageReport)}[fmt]
+    cls = _REPORTS[fmt]
     try:
         return cls.from_json(pathlib.Path(path))
     except errors.AlloclabError as e:  # the report's own message, with the file it is about
@@ -204,6 +208,9 @@ def _rounds(args):
             load_result(f, "show")  # names what is wrong with an unreadable file
             raise UsageError("%s is not a reproduction's report: several files are rounds of "
                              "one reproduction (reproduce ... --json)" % f)
+        if not isinstance(r, reproduce_report.Report):
+            raise UsageError("%s is a reproduction's %s, one file: only reports print as "
+                             "rounds" % (f, r.FORMAT[len("alloclab-"):]))
         if r.FORMAT != reps[0].FORMAT:
             kind = [x.FORMAT[len("alloclab-"):-len("-report")] for x in (r, reps[0])]
             raise UsageError("rounds are reports of one reproduction: %s is from reproduce "

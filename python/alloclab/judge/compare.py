@@ -489,15 +489,19 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
 def _predicted(old, news, key, cols, base_name):
     """None when the matched cells were measured; "calibration <id>" when both sides of every matched cell ran on simulated CPUs
     (predictions). A simulated side against a measured one is refused
-    (results.simulated.MixedModesError, naming both modes)."""
+    (results.simulated.MixedModesError, naming both modes), and two
+    simulated sides predicted with different calibrations
+    (TwoCalibrationsError, naming both)."""
     go, sims = _group(old, key), []
     for col, new in zip(cols, news):
         gn = _group(new, key)
         for kk in go:
             if kk in gn:
                 a, b = _simulated.side_mode(go[kk]), _simulated.side_mode(gn[kk])
-                _simulated.refuse_mixed(a, b, "compare (side %s against side %s)" % (
-                    base_name, col))
+                what = "compare (side %s against side %s)" % (base_name, col)
+                _simulated.refuse_mixed(a, b, what)
+                if a == _simulated.MODE:
+                    _simulated.refuse_two_calibrations(go[kk], gn[kk], what)
                 sims += go[kk] + gn[kk] if a == _simulated.MODE else [None]
     if not sims or None in sims:
         return None

@@ -29,7 +29,8 @@ import math
 import statistics
 
 from ..policies.libarena_real import caches_note
-from ..results.result import dump_json
+from .. import errors
+from ..results.result import Result, dump_json, load_json
 
 PRODUCERS = (1, 2)
 ALLOCS_PER_CYCLE = (64, 256)
@@ -69,6 +70,8 @@ def _median(values):
 
 class Fidelity:
     """A fidelity run: ``result`` (the Result) and ``settings``."""
+
+    FORMAT = "alloclab-libarena-fidelity"
 
     def __init__(self, result, settings):
         self.result = result
@@ -161,6 +164,16 @@ class Fidelity:
         """The rows, the settings and the Result as JSON text; also written to
         ``path`` when given, as every output is (alloclab.files: a regular
         file replaced whole, so a failed write leaves the old one)."""
-        return dump_json({"format": "alloclab-libarena-fidelity", "settings": self.settings,
+        return dump_json({"format": self.FORMAT, "settings": self.settings,
                           "rows": self.rows(), "result": self.result.to_dict()}, path,
                          indent=1)
+
+    @classmethod
+    def from_json(cls, s):
+        """A Fidelity from to_json() text, or a path to such a file."""
+        d = load_json(s)
+        if not isinstance(d, dict) or d.get("format") != cls.FORMAT or not isinstance(
+                d.get("result"), dict) or not isinstance(d.get("settings"), dict):
+            raise errors.FileFormatError("not an %s (format %r)" % (
+                cls.FORMAT, d.get("format") if isinstance(d, dict) else type(d).__name__))
+        return cls(Result.from_dict(d["result"]), d["settings"])

@@ -187,6 +187,27 @@ def side_mode(points):
     return modes.pop() if len(modes) == 1 else None
 
 
+class TwoCalibrationsError(errors.IncomparableError):
+    """Two simulated sides predicted with different calibrations: their
+    difference would be the two cost models', not the code's. ``ids``
+    holds both calibrations' ids, named in the message."""
+
+    ids = ()
+
+
+def refuse_two_calibrations(points_a, points_b, what="a comparison"):
+    """TwoCalibrationsError when two simulated sides' points were predicted
+    with different calibrations (one side's own ids may be several)."""
+    a, b = calibration_ids(points_a), calibration_ids(points_b)
+    if not a or not b or set(a) == set(b):
+        return
+    raise TwoCalibrationsError(
+        "%s: one side was predicted with calibration %s, the other with %s: their times "
+        "would differ by the two cost models, not by what ran; simulate both sides with "
+        "one calibration (--calibration FILE)" % (what, ", ".join(a), ", ".join(b)),
+        ids=(tuple(a), tuple(b)))
+
+
 def refuse_mixed(mode_a, mode_b, what="a comparison"):
     """MixedModesError when exactly one of two sides is simulated."""
     if (mode_a == MODE) == (mode_b == MODE):
