@@ -90,8 +90,13 @@ def _fabricate(report, alloc, free, band=None):
     with a little run-to-run spread; ``alloc``/``free`` None: the seed's own
     ratio of that cell (where the seed has one). The sensitivity band's runs
     are left as they ran (band None), set to the factor ``band``, or left out
-    ("off")."""
+    ("off"). The fabricated times stand for predictions under one factor for
+    every policy (a difference within the calibration's per-policy factors
+    never decides)."""
     results = copy.deepcopy(report.results)
+    for res in results.values():
+        for p in res.points:
+            p.info.setdefault("sim", {})["scale"] = [1.0, 1.0]
     settings = dict(report.settings, band=None) if band == "off" else report.settings
     rng = np.random.default_rng(7)
     for key, res in results.items():

@@ -251,3 +251,33 @@ def test_pool_still_refused_for_measured_cells():
     with cf.ThreadPoolExecutor(2) as ex:
         with pytest.raises(al.errors.InvalidArgument, match="side by side"):
             al.sweep("malloc-free", "buddy", producers=[1], cpu="pinned", executor=ex, **QUICK)
+
+
+@pytest.mark.parametrize("ratio,decides", [(0.64, False), (0.65, False), (1.0, False),
+                                           (0.2, True), (1.7, True)])
+def test_a_predicted_difference_within_the_policies_factors_never_decides(ratio, decides):
+    """Each policy's predicted costs carry its own calibration factor, so
+    two policies running the same code are predicted apart by the factors'
+    ratio (0.42/0.656 = 0.64x here): an effect no larger is not decided."""
+    from alloclab.judge import verdict as J
+    old = J.Side(np.full(5, 100.0), cpu_mode="simulated")
+    new = J.Side(np.full(5, 100.0 * ratio), cpu_mode="simulated")
+    old.factors, new.factors = [0.656, 1.0], [0.420, 1.0]
+    cell = J.Claim.compare("cell", "alloc_ns", old, new)
+    assert cell.predicted and cell.decides is decides
+    if not decides:
+        assert cell.problems == [("factors", "%.2fx predicted, within the 1.56x of the two "
+                                  "policies' calibration factors" % ratio)]
+    free = J.Claim.compare("cell", "free_ns", old, new)  # the same free factors: decides
+    assert free.decides
+    old.factors = None  # factors not recorded (an older file): nothing to compare
+    assert J.Claim.compare("cell", "alloc_ns", old, new).decides
+
+
+def test_runs_record_their_policys_factors():
+    cal = sim.Calibration(COSTS, 60.0, 1.0, {"test": True},
+                          scales={"libarena-spill": [0.5, 2.0]})
+    r = _run(["libarena-spill", "libarena-transfer"], producers=(1,), cal=cal, runs=2)
+    got = {p.params["policy"]: S.factors([p]) for p in r.points}
+    assert got["libarena-spill"] == [0.5, 2.0]
+    assert got["libarena-transfer"] == [0.5, 2.0]  # the geometric means of those fitted

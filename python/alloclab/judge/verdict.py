@@ -104,7 +104,8 @@ class Side:
     """The runs of one side of a cell: values, per-run start times (for
     pairing), per-run steal, the CPU mode; or a stated value."""
 
-    __slots__ = ("values", "starts", "steal", "cpu_mode", "label", "stated", "truncated")
+    __slots__ = ("values", "starts", "steal", "cpu_mode", "label", "stated", "truncated",
+                 "factors")
 
     def __init__(self, values, starts=None, steal=None, cpu_mode=None, label="", stated=False,
                  truncated=None):
@@ -117,6 +118,9 @@ class Side:
         self.cpu_mode = cpu_mode
         self.label = label
         self.stated = stated
+        # predicted: the calibration's [alloc, free] factors on this side's
+        # policy's costs, when every run had the same (else None)
+        self.factors = None
 
     @classmethod
     def from_points(cls, points, metric, label=""):
@@ -138,9 +142,11 @@ class Side:
         if not vals:
             return None
         s = np.concatenate(starts)
-        return cls(np.concatenate(vals), None if np.isnan(s).any() else s,
-                   np.concatenate(steal), _simulated.side_mode(used), label,
-                   truncated=np.concatenate(cut))
+        out = cls(np.concatenate(vals), None if np.isnan(s).any() else s,
+                  np.concatenate(steal), _simulated.side_mode(used), label,
+                  truncated=np.concatenate(cut))
+        out.factors = _simulated.factors(used)
+        return out
 
     @classmethod
     def value(cls, v, label=""):
@@ -395,6 +401,23 @@ def _fit(a, b, f, scale, ref, stated, pair):
                     min(na, nb))
 
 
+def _factor_problems(metric, old, new, est):
+    """("factors", text) when a predicted effect is no larger than what the
+    calibration's per-policy factors alone make of it (with the practical
+    threshold's margin): each policy's costs are scaled by its own factor
+    (measure.sim), so two policies running the same code are predicted
+    apart by their factors' ratio, and an effect within it cannot be told
+    from it."""
+    op = 0 if metric.startswith("alloc") else 1 if metric.startswith("free") else None
+    if op is None or old.factors is None or new.factors is None or est.scale != "ratio":
+        return []
+    d = math.log(new.factors[op] / old.factors[op])
+    if abs(d) < 1e-9 or not abs(est.theta) <= abs(d) + math.log1p(THRESHOLD):
+        return []
+    return [("factors", "%.2fx predicted, within the %.2fx of the two policies' calibration "
+                        "factors" % (math.exp(est.theta), math.exp(abs(d))))]
+
+
 def _bimodal_problems(old, new, a, b, f, paired_ratio):
     """("bimodal", text) problems: of the per-pair ratios for paired runs on
     the ratio scale, else of each measured side's runs."""
@@ -496,6 +519,8 @@ class Claim:
         predicted = new.cpu_mode == _simulated.MODE
         timing = is_timing(metric)  # a count does not depend on who else ran on the CPU
         est, problems = estimate(old, new, scale, drop_disturbed=timing)
+        if predicted:
+            problems += _factor_problems(metric, old, new, est)
         if cpu_decides is None:
             cpu_decides = not timing
         if not cpu_decides and "virtual" in (old.cpu_mode, new.cpu_mode):
@@ -726,9 +751,11 @@ def _open_reason(claim, alpha):
                 kinds.setdefault(kind, []).append((x, text))
         else:
             kinds.setdefault("noise", []).append((x, None))
-    order = ("virtual", "unvalidated", "runs", "truncated", "bimodal", "steal", "noise")
+    order = ("virtual", "unvalidated", "factors", "runs", "truncated", "bimodal", "steal",
+             "noise")
     names = {"virtual": "latency on virtual CPUs never decides",
              "unvalidated": "unvalidated predictions never decide",
+             "factors": "a predicted difference within the two policies' calibration factors",
              "runs": "too few runs", "truncated": "truncated runs",
              "bimodal": "bimodal runs", "steal": "an unstable machine",
              "noise": "noise: the interval straddles the claimed %s" % (
@@ -743,7 +770,7 @@ def _open_reason(claim, alpha):
         what = names[k]
         if k == "noise":
             what += _in_cells(claim, [x for x, _ in cells], alpha, ci=True)
-        elif k in ("bimodal", "steal", "truncated"):
+        elif k in ("bimodal", "steal", "truncated", "factors"):
             what += " (%s)" % "; ".join(uniq(["%s: %s" % (x.label, t) for x, t in cells])[:3])
         else:
             what += " (%d of %d cells%s)" % (len(labels), n, (": " + ", ".join(labels[:4]))

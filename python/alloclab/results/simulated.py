@@ -68,11 +68,24 @@ def point_info(raws):
     for k in RUN_COUNTS:
         if all(k in s for s in sims):
             out[k] = [s[k] for s in sims]
+    if all(s.get("scale") == sims[0].get("scale") for s in sims) and sims[0].get("scale"):
+        out["scale"] = list(sims[0]["scale"])
     if sims[0].get("timeline"):
         out["timeline"] = [list(ev) for ev in sims[0]["timeline"]]
     if all(s.get("band") for s in sims):
         out["band"] = [s["band"] for s in sims]
     return out
+
+
+def factors(points):
+    """The calibration's [alloc, free] factors on the costs of the policy
+    the simulated points ran, when every one of them had the same (the
+    runs' raw["sim"]["scale"]); else None."""
+    seen = {tuple((p.info.get("sim") or {}).get("scale") or ()) for p in points}
+    if len(seen) != 1:
+        return None
+    (f,) = seen
+    return list(f) if len(f) == 2 and all(x > 0 for x in f) else None
 
 
 def band_means(points, metric):
