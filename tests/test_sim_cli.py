@@ -276,3 +276,15 @@ def test_sim_calibrate_refuses_before_it_measures(tmp_path, args, needle):
             check=2)
     assert needle in p.stderr and len(p.stderr.splitlines()) == 1 and p.stdout == ""
     assert not (tmp_path / "c.json").exists()
+
+
+def test_libc_on_simulated_cpus_warns_that_its_locks_are_not_modelled(tmp_path):
+    path = tmp_path / "cal.json"
+    sim.Calibration(COSTS, 60.0, 1.0, {"test": True}).save(str(path))
+    p = cli("run", "malloc-free", "--policy", "libc", "--policy", "percpu > libc",
+            "--policy", "buddy", "--cpu", "simulated", "--calibration", str(path), *QUICK,
+            check=0)
+    lines = [x for x in p.stderr.splitlines() if "glibc's malloc" in x]
+    assert [x.split(": its libc layer")[0] for x in lines] == [
+        "alloclab: warning: libc", "alloclab: warning: percpu > libc"]  # not buddy
+    assert all("do not grow with their number" in x for x in lines)

@@ -59,7 +59,7 @@ from ..measure.run import (
     CPU_MODES, DEFAULT_STATS, MIN_PHASE_S, REPLAY_TIME_LIMIT, TIMINGS, plan, run)
 from ..policies import plugin
 from ..traces.replay import IncompleteTraceWarning
-from ..measure.sim import UncalibratedPolicyWarning
+from ..measure.sim import UncalibratedPolicyWarning, UnmodelledLocksWarning
 from ..measure.sweep import sweep
 from ..measure.run import adaptive_options
 from ..measure.sweep import check_journal
@@ -369,14 +369,15 @@ def cmd_run(argv):
     return 0
 
 
-LINE_WARNINGS = (IncompleteTraceWarning, UncalibratedPolicyWarning)
+LINE_WARNINGS = (IncompleteTraceWarning, UncalibratedPolicyWarning, UnmodelledLocksWarning)
 
 
 def warnings_as_lines():
-    """A replayed trace cut short (alloclab.replay.IncompleteTraceWarning) or
-    a simulated policy its calibration did not run
-    (measure.sim.UncalibratedPolicyWarning) is one `alloclab: warning:`
-    line, once, not Python's warning text."""
+    """A replayed trace cut short (alloclab.replay.IncompleteTraceWarning), a
+    simulated policy its calibration did not run
+    (measure.sim.UncalibratedPolicyWarning) or one with glibc's malloc in it
+    (UnmodelledLocksWarning) is one `alloclab: warning:` line, once, not
+    Python's warning text."""
     import warnings
 
     shown, seen = warnings.showwarning, set()

@@ -232,6 +232,7 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
             raise errors.SimulationError(
                 "%s runs in a process of its own under LD_PRELOAD: its code cannot run on "
                 "simulated CPUs; simulate alloclab's layers, measure the peer" % pol.name)
+        _warn_unmodelled(pol)
     if calibration is None:
         key = tuple(sorted(p.name for p in policies))
         if key not in _CALIBRATIONS:
@@ -253,6 +254,19 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
         t["sim"] = dict(cal.task_options(timeline, t["policy"]), band=band, id=cid)
         t["processes"] = t["isolate"] = False  # one thread of this process, nothing shared
     return {"simulated": {"calibration": cal.to_dict(), "timeline": timeline}}
+
+
+def _warn_unmodelled(pol):
+    """An UnmodelledLocksWarning, before anything runs, for a policy with a
+    layer whose locks the simulation cannot see."""
+    import warnings
+
+    for name in _sim.unmodelled_layers(pol):
+        warnings.warn(_sim.UnmodelledLocksWarning(
+            "%s: its %s layer runs glibc's malloc, whose locks and shared memory are not "
+            "the simulation's: none of its waits or line transfers is predicted, so its "
+            "times on simulated CPUs do not grow with their number; measure it "
+            "(--cpu pinned) instead" % (pol.name, name)), stacklevel=4)
 
 
 def _warn_uncalibrated(cal, policies):

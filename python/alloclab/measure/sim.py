@@ -96,6 +96,22 @@ class UncalibratedPolicyWarning(UserWarning):
     never saw cost 0 ns."""
 
 
+class UnmodelledLocksWarning(UserWarning):
+    """A simulated policy with a layer whose locks and shared state are not
+    the simulation's (libc: glibc's malloc): no wait or line transfer of
+    that layer is ever predicted, so its times do not scale with the model
+    CPUs."""
+
+
+# Layers whose own locks and shared state a simulation cannot see.
+UNMODELLED_LAYERS = ("libc",)
+
+
+def unmodelled_layers(policy):
+    """The layers of a Policy that UnmodelledLocksWarning is about."""
+    return [n for n in policy.names if n in UNMODELLED_LAYERS]
+
+
 def uncalibrated_policies(cal, names):
     """The policies of ``names`` that ``cal`` has no factor for (none when it
     has no factors at all: every policy then gets 1)."""
