@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -418,3 +419,22 @@ def test_ctrl_c_before_any_run_finished_says_json_is_not_written(tmp_path):
     assert lines == ["alloclab: no run had finished: --json %s and --csv %s not written"
                      % (out, tmp_path / "r.csv"), "alloclab: interrupted"], lines
     assert not out.exists()
+
+
+def test_ctrl_c_while_the_commands_load_is_no_traceback():
+    """An interrupt in the third of a second the console script spends
+    importing the package and its commands ends as one during a command
+    does, not in a traceback (nor lost in an import callback)."""
+    code = textwrap.dedent("""
+        import os, signal, sys
+        class Interrupting:
+            def find_spec(self, name, path=None, target=None):
+                if name == "alloclab.cli.main":
+                    os.kill(os.getpid(), signal.SIGINT)
+        sys.meta_path.insert(0, Interrupting())
+        import alloclab_console
+        sys.exit(alloclab_console.main(["list"]))
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert (p.returncode, p.stderr, p.stdout) == (130, "alloclab: interrupted\n", "")

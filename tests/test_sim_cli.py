@@ -288,3 +288,19 @@ def test_libc_on_simulated_cpus_warns_that_its_locks_are_not_modelled(tmp_path):
     assert [x.split(": its libc layer")[0] for x in lines] == [
         "alloclab: warning: libc", "alloclab: warning: percpu > libc"]  # not buddy
     assert all("do not grow with their number" in x for x in lines)
+
+
+def test_ctrl_c_writes_the_timeline_of_the_finished_runs(tmp_path):
+    from test_cli import _interrupt_after_first_run
+    path = tmp_path / "cal.json"
+    sim.Calibration(COSTS, 60.0, 1.0, {"test": True}).save(str(path))
+    tl, j = tmp_path / "t.json", tmp_path / "r.json"
+    rc, err = _interrupt_after_first_run(
+        ["run", "malloc-free", "--policy", "libarena-spill", "--cpu", "simulated",
+         "--calibration", str(path), "--producers", "4", "--runs", "50", "--duration", "0.05",
+         "--timeline", str(tl), "--json", str(j)])
+    assert rc == 130, err
+    lines = [x for x in err.replace("\r", "\n").splitlines() if x.startswith("alloclab:")]
+    assert "alloclab: wrote %s" % tl in lines, lines
+    assert json.loads(tl.read_text())["traceEvents"]
+    assert "timeline" not in json.dumps(json.loads(j.read_text())["points"][0]["info"])

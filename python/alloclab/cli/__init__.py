@@ -2,7 +2,8 @@
 command, the dispatch, `check`), run, preload, reproduce, compare, show,
 list, record, trace and libarena, with flags (what run and reproduce
 share) and format (what the commands print, the error types).
-``alloclab.cli.main`` is the console script's entry point."""
+``alloclab.cli.main`` runs a command line; the console script is
+``alloclab_console.main``, which imports it."""
 
 from .main import main
 

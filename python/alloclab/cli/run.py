@@ -330,7 +330,11 @@ def cmd_run(argv):
     cli_format.check_not_inputs(args)
     warnings_as_lines()
     check_phase(args)
-    kwargs, policy, settings = plan_run(wl, args)
+    try:  # simulated CPUs without --calibration calibrate here, before any run
+        kwargs, policy, settings = plan_run(wl, args)
+    except KeyboardInterrupt as e:
+        save_interrupted(e, args, None)
+        raise
     metrics = args.metric or ["alloc_ns", "free_ns"]
     check_metric_names(metrics, policy)
     rows, cols = table_axes(wl, args, settings)
@@ -410,10 +414,11 @@ def check_phase(args):
 def save_interrupted(e, args, view):
     """Ctrl-C (``e``) during `run --json FILE`: FILE gets the runs that
     finished (run() keeps them as e.partial, marked interrupted, which
-    `show` says), and --csv FILE their rows; each is said on stderr, as is
-    a file not written and why. A --journal holds every finished run
-    already."""
-    outs = [(f, p) for f, p in (("--json", args.json), ("--csv", args.csv)) if p]
+    `show` says), --csv FILE their rows and --timeline FILE the first
+    simulated run's events; each is said on stderr, as is a file not
+    written and why. A --journal holds every finished run already."""
+    outs = [(f, p) for f, p in (("--json", args.json), ("--csv", args.csv),
+                                ("--timeline", getattr(args, "timeline", None))) if p]
     if not outs or args.journal is not None:
         return
     part = getattr(e, "partial", None)
@@ -422,6 +427,11 @@ def save_interrupted(e, args, view):
                          % (PROG, " and ".join("%s %s" % o for o in outs)))
         return
     part.metadata["view"] = view
+    if outs[-1][0] == "--timeline":  # first, as it drops the events --json does not keep
+        try:
+            write_timeline(part, outs.pop()[1])
+        except (_RunFailed, errors.AlloclabError) as err:
+            sys.stderr.write("%s: %s\n" % (PROG, err))
     it = part.metadata["interrupted"]
     for flag, path in outs:
         try:
