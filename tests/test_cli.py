@@ -438,3 +438,11 @@ def test_ctrl_c_while_the_commands_load_is_no_traceback():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60)
     assert (p.returncode, p.stderr, p.stdout) == (130, "alloclab: interrupted\n", "")
+
+
+def test_reproduce_workloads_take_the_names_the_tables_print():
+    from alloclab.cli.flags import choice_list
+    conv = choice_list("workload", ["malloc-free", "malloc-xfree"], prefix="libarena-")
+    assert conv("libarena-malloc-free,malloc-xfree") == ["malloc-free", "malloc-xfree"]
+    with pytest.raises(Exception, match="unknown workload 'nope'"):
+        conv("libarena-nope")

@@ -171,7 +171,7 @@ def test_calibrate_writes_a_file_run_reads(tmp_path):
     assert cal.costs and all(v >= 0 for v in cal.costs.values())
     cid = _id(cal.to_dict())
     assert p.stdout.startswith("calibration %s: %d terms from " % (cid, len(cal.costs)))
-    assert "line transfer 75 ns (given), 2 lines per handoff (given)" in p.stdout
+    assert "line transfer 75 ns [given], 2 lines per handoff [given]" in p.stdout
     assert p.stderr == "alloclab: wrote %s\n" % out
     r = cli("run", "malloc-free", "--policy", "libarena-spill", "--cpu", "simulated",
             "--calibration", str(out), "--producers", "2", *QUICK, check=0)
@@ -260,8 +260,8 @@ def test_calibrate_fit_handoff(tmp_path):
     assert cal.info["lines_per_handoff"] == "fitted on 2-producer measured runs"
     assert cal.lines_per_handoff in sim.HANDOFF_GRID
     assert cal.info["handoff_fit"]["policies"] == ["libarena-spill"]
-    assert "%g lines per handoff (fitted on 2-producer measured runs)" % \
-        cal.lines_per_handoff in p.stdout
+    assert "%g line%s per handoff [fitted on 2-producer measured runs]" % (
+        cal.lines_per_handoff, "" if cal.lines_per_handoff == 1 else "s") in p.stdout
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -33,9 +33,12 @@ def int_list(name):
     return conv
 
 
-def choice_list(name, choices):
+def choice_list(name, choices, prefix=""):
+    """A comma list of ``choices``; each may also be spelled with ``prefix``
+    (reproduce libarena's tables head libarena-malloc-free)."""
     def conv(text):
-        out = _split(text)
+        out = [s[len(prefix):] if prefix and s.startswith(prefix) else s
+               for s in _split(text)]
         for s in out:
             if s not in choices:
                 raise argparse.ArgumentTypeError(

@@ -170,11 +170,11 @@ def cmd_sim(args):
                                   seed=args.seed, **kw)
         fit = cal.info.get("fit", {})
         print("calibration %s: %d terms from %d segments (rms %.3g ns), line transfer %.4g ns "
-              "(%s), %g lines per handoff (%s); %s" % (
+              "[%s], %g line%s per handoff [%s]; %s" % (
                   _calibration_id(cal), len(cal.costs), fit.get("segments", 0),
                   fit.get("rms_ns") or 0.0, cal.line_transfer_ns, cal.info["line_transfer"],
-                  cal.lines_per_handoff, cal.info["lines_per_handoff"],
-                  sim.coherence_text(cal)))
+                  cal.lines_per_handoff, "" if cal.lines_per_handoff == 1 else "s",
+                  cal.info["lines_per_handoff"], sim.coherence_text(cal)))
     else:
         cal = sim.Calibration.load(args.calibration)
         v = sim.validate(cal, args.policy, cells=args.cell, producers=args.producers,

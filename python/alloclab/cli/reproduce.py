@@ -48,7 +48,8 @@ def libarena_parser(rsub):
                        "counters n/a) or full (also lock times: the wait ns/op rows)",
                 sweep=False)
     lib_p.add_argument("--workloads", type=choice_list("workload", ["malloc-free",
-                                                                     "malloc-xfree"]),
+                                                                     "malloc-xfree"],
+                                                       prefix="libarena-"),
                        default=["malloc-free", "malloc-xfree"])
     lib_p.add_argument("--duration", type=duration_arg, default=None,
                        help="measured phase per run (default 0.1 s, --quick 0.05 s, "
