@@ -304,3 +304,13 @@ def test_ctrl_c_writes_the_timeline_of_the_finished_runs(tmp_path):
     assert "alloclab: wrote %s" % tl in lines, lines
     assert json.loads(tl.read_text())["traceEvents"]
     assert "timeline" not in json.dumps(json.loads(j.read_text())["points"][0]["info"])
+
+
+def test_simulated_histograms_say_they_are_predictions(calfile):
+    p = cli("run", "malloc-free", "--policy", "buddy", "--cpu", "simulated", "--calibration",
+            str(calfile), "--hist", *QUICK, check=0)
+    hist = [x for x in p.stdout.splitlines() if x.startswith("  buddy") and " n=" in x]
+    assert len(hist) == 2 and all(x.endswith("(predicted)") and "clock pair" not in x
+                                  for x in hist)
+    cpu = [x for x in p.stdout.splitlines() if x.startswith("cpu: simulated")]
+    assert cpu and "timer overhead" not in cpu[0]  # no measured clock pair to name

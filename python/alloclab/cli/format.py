@@ -47,6 +47,7 @@ from .. import files
 from ..present import plot
 from ..reproduce.vmalloc import summary_text
 from ..results.hist import OPS
+from ..results import simulated as _simulated
 
 PROG = "alloclab"
 FORMATS = ("text", "markdown", "json", "csv")
@@ -434,8 +435,11 @@ def has_hist(res):
 def hist_text(res):
     """Per point and operation: percentiles from the merged histograms."""
     swept = [k for k in res.swept() if k != "workload"]
+    sim = any(_simulated.is_simulated(p) for p in res.points)
     lines = ["per-operation latency (histograms over all runs; each value includes one clock "
-             "pair, the timer overhead):"]
+             "pair, the timer overhead%s):" % (
+                 "; simulated cells: predictions, each with its clock pair's predicted "
+                 "cost" if sim else "")]
     for p in res.points:
         label = ", ".join(str(p.params[k]) if k == "policy" else "%s=%s" % (k, p.params[k])
                           for k in swept) or str(p.params.get("policy"))
@@ -445,7 +449,10 @@ def hist_text(res):
                 continue
             h = sum(hs[1:], hs[0].copy())
             ovh = float(np.mean(p.data["timer_overhead_ns"]))
-            lines.append("  %-40s %-5s %s" % (label, op, h.summary(ovh)))
+            if _simulated.is_simulated(p):
+                lines.append("  %-40s %-5s %s  (predicted)" % (label, op, h.summary()))
+            else:
+                lines.append("  %-40s %-5s %s" % (label, op, h.summary(ovh)))
     return "\n".join(lines)
 
 

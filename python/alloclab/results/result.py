@@ -918,7 +918,8 @@ class Result:
         notes = uniq([p.info.get("cpu_note") for p in self.points
                        if p.info.get("cpu_mode") in ("virtual", _sim.MODE)])
         ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in self.points
-               if "timer_overhead_ns" in p.data and len(p.data["timer_overhead_ns"])]
+               if "timer_overhead_ns" in p.data and len(p.data["timer_overhead_ns"])
+               and p.info.get("cpu_mode") != _sim.MODE]  # a simulated clock pair is predicted
         s = "cpu: %s" % "/".join(str(m) for m in modes)
         if notes:
             s += " (%s)" % "; ".join(notes)
