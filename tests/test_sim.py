@@ -502,6 +502,21 @@ def test_validation_warns_when_the_line_cost_moved():
     assert moved.to_dict()["line_ns"] == {"calibration": 69.0, "measured": [55.0, 54.0]}
 
 
+def test_a_validation_at_one_producer_says_why_it_validates_nothing_above():
+    row = {"workload": "malloc-free", "allocs_per_cycle": 64, "policy": "libarena-spill",
+           "producers": 1, "op": "alloc", "measured_ns": 80.0, "simulated_ns": 81.0,
+           "ratio": 81 / 80, "calibration_cell": False}
+    one = sim.Validation([row], 2, 0.25)
+    assert one.unvalidated() == [("malloc-free", "libarena-spill")]
+    text = one.text()
+    assert "the 2-producer figures" not in text  # there are none
+    assert text.endswith("unvalidated above 2 CPUs: malloc-free on libarena-spill (no "
+                         "2-producer run to validate)")
+    two = sim.Validation([row, dict(row, producers=2, ratio=1.5)], 2, 0.25).text()
+    assert "the 2-producer figures" in two
+    assert two.endswith("unvalidated above 2 CPUs: malloc-free on libarena-spill")
+
+
 @pytest.mark.parametrize("change,needle", [
     ({"line_transfer_ns": 1e19}, "line_transfer_ns must be a number from 0 to 1e+06"),
     ({"line_transfer_ns": float("inf")}, "line_transfer_ns must be a number from 0 to 1e+06"),

@@ -110,7 +110,8 @@ def test_unvalidated_cells_above_the_usable_cpus():
     res = _run(producers=[2, 4], cal=_validated([["malloc-free", "libarena-transfer"]]))
     line = " ".join(x.strip() for x in res.table("alloc_ns").warning_lines())
     assert ("unvalidated: above the validation's 2 usable CPUs, whose 2-producer prediction "
-            "of this workload and policy was off by more than 25%: 64 allocs/cycle, 4p") in line
+            "of this workload and policy was off by more than 25% (or was not made: "
+            "validated at 1 producer only): 64 allocs/cycle, 4p") in line
     spec = _run(al.presets["libarena-transfer"], producers=[4],
                 cal=_validated([["malloc-free", "libarena-transfer"]]))
     assert any(x.startswith("unvalidated: ") for x in spec.table("alloc_ns").warning_lines())

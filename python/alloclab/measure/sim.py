@@ -802,7 +802,7 @@ class Validation:
                 r["workload"], r["policy"], r.get("allocs_per_cycle", ""), r["producers"],
                 r["op"], r["measured_ns"], r["simulated_ns"], r["ratio"],
                 "  (calibration cell)" if r["calibration_cell"] else ""))
-        if self.usable <= 2:
+        if self.usable <= 2 and any(r["producers"] == 2 for r in self.rows):
             lines.append("note: on %d CPUs the measured runs see at most one waiter per lock "
                          "(the 2-producer figures)" % self.usable)
         drift = self.line_drift()
@@ -815,8 +815,10 @@ class Validation:
                              "host places the CPUs): predictions with lines move with it; "
                              "calibrate again before judging them" % (100 * drift))
         bad = self.unvalidated()
-        lines.append("unvalidated above %d CPUs: %s" % (
-            self.usable, ", ".join("%s on %s" % wp for wp in bad) if bad else "none"))
+        two = {(r["workload"], r["policy"]) for r in self.rows if r["producers"] == 2}
+        lines.append("unvalidated above %d CPUs: %s" % (self.usable, ", ".join(
+            "%s on %s%s" % (wp + ("" if wp in two else " (no 2-producer run to validate)",))
+            for wp in bad) if bad else "none"))
         return "\n".join(lines)
 
 

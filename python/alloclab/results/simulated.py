@@ -177,7 +177,8 @@ def warning_lines(cells, metadata, limit=6):
     if bad:
         v = validation(metadata)
         lines.append("unvalidated: above the validation's %s usable CPUs, whose 2-producer "
-                     "prediction of this workload and policy was off by more than %g%%: %s"
+                     "prediction of this workload and policy was off by more than %g%% (or "
+                     "was not made: validated at 1 producer only): %s"
                      % (v.get("usable_cpus"), 100 * float(v.get("tolerance", 0.25)),
                         _names(bad, limit)))
     return lines
