@@ -263,3 +263,23 @@ def test_compare_counters(tmp_path):
     assert "(4 rows hidden (unchanged in every cell))" in out and "splits" not in out
     out = cli("compare", str(a), str(b), "--counters", "none", check=0).stdout
     assert "counters per op" not in out
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["SAME"], "are one file: each round is its own report"),
+    (["--metric", "alloc_ns"], "prints its own tables; --metric applies to a result's"),
+    (["--rows", "producers", "--sd"], "--rows and --sd apply to a result's"),
+])
+def test_show_refuses_what_a_report_would_ignore(tmp_path, extra, needle):
+    import shutil
+    import subprocess
+    import sys
+    src = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "fidelity",
+                       "local_storage-1.json")
+    rep = tmp_path / "r.json"
+    shutil.copyfile(src, rep)
+    args = [str(tmp_path / "." / "r.json") if a == "SAME" else a for a in extra]
+    p = subprocess.run([sys.executable, "-m", "alloclab", "show", str(rep), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.splitlines()) == 1, \
+        p.stderr

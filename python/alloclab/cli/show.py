@@ -18,6 +18,7 @@ or is not a result, or a metric or axis the result does not have, is one
 Cost: reading and formatting the file; nothing runs.
 """
 
+import os
 import pathlib
 
 from . import format as cli_format
@@ -200,9 +201,29 @@ def _saved_axes(res, args):
     return _axes(res, args)
 
 
+def _table_flags(args):
+    """The table flags given (a report prints its own tables: they would be
+    ignored, so they are refused)."""
+    given = [f for f, v in (("--metric", args.metric), ("--rows", args.rows),
+                            ("--cols", args.cols), ("--sd", args.sd), ("--ci", args.ci),
+                            ("--stat", args.stat != "mean"),
+                            ("--counters", args.counters != "key")) if v]
+    if given:
+        raise UsageError("%s: a reproduction's report prints its own tables; %s appl%s to "
+                         "a result's (run --json)" % (args.file, " and ".join(given),
+                                                      "ies" if len(given) == 1 else "y"))
+
+
 def _rounds(args):
     """`show R1.json R2.json ...`: the goal across rounds of one reproduction."""
-    reps = [_report(f) for f in [args.file] + args.more]
+    paths = [args.file] + args.more
+    for i, f in enumerate(paths):
+        same = [g for g in paths[:i] if os.path.realpath(g) == os.path.realpath(f)]
+        if same:
+            raise UsageError("%s and %s are one file: each round is its own report" % (
+                same[0], f))
+    _table_flags(args)
+    reps = [_report(f) for f in paths]
     for f, r in zip([args.file] + args.more, reps):
         if r is None:
             load_result(f, "show")  # names what is wrong with an unreadable file
@@ -226,6 +247,7 @@ def cmd_show(args):
         return _rounds(args)
     rep = _report(args.file)
     if rep is not None:
+        _table_flags(args)
         if args.format not in ("text", "json"):
             raise UsageError("%s is a reproduction's report: it prints as text or json, not %s"
                              % (args.file, args.format))

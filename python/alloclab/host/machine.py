@@ -459,8 +459,9 @@ def warnings(metadata):
         # (at most as many as ran at once): warn about what is beyond them.
         own = _own_workers(metadata)
         if after.get("1min", 0) - own > LOAD_WARN_PER_CPU * n:
-            lines.append("load average %.2f after the run on %s (its own workers account for "
-                         "at most %d)" % (after["1min"], cpus, own))
+            lines.append("load average %.2f after the run on %s%s" % (
+                after["1min"], cpus, " (its own workers account for at most %d)" % own
+                if own else " (how much of it is this run's own is not recorded)"))
     if st:
         lines += [p["short"] for p in _problems(st) if p["short"] and p["key"] != "load"]
     return lines

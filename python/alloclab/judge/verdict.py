@@ -787,8 +787,8 @@ def _cells_text(claim, cells, alpha, ci=False, limit=3):
         s = "%s (%s" % (x.label, claim.one_words(claim.value(x, x.est.theta)))
         if ci:
             s += ", %d%% CI %s" % (round(100 * conf), claim.range_words(lo, hi))
-        elif not math.isnan(x.p_adj):
-            s += ", p_adj %.2g" % x.p_adj
+        elif not math.isnan(x.p_adj):  # 0 is underflow (or no spread): below any shown
+            s += ", p_adj %s" % ("%.2g" % x.p_adj if x.p_adj > 0 else "< 1e-300")
         out.append(s + ")")
     more = len(cells) - limit
     return ", ".join(out) + (" and %d more" % more if more > 0 else "")

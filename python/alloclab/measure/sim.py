@@ -793,8 +793,8 @@ class Validation:
         return max(abs(v / ln["calibration"] - 1) for v in now)
 
     def text(self):
-        lines = ["simulated/measured per cell (measured: pinned, steal reruns; simulated: "
-                 "predictions)",
+        lines = ["simulated/measured per cell, ns per operation (measured: pinned, steal "
+                 "reruns; simulated: predictions)",
                  "%-13s %-20s %5s %3s %-5s %10s %10s %6s" % (
                      "workload", "policy", "apc", "p", "op", "measured", "simulated", "ratio")]
         for r in self.rows:
