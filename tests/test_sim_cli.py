@@ -183,8 +183,8 @@ def test_validate_records_the_validation_and_run_marks_unvalidated(calfile, tmp_
     p = cli("sim", "validate", "--calibration", str(calfile), "--policy", "libarena-spill",
             "--cell", "malloc-free:64", "--producers", "1,2", "--runs", "1", "--duration",
             "0.02", "--out", str(out), check=0)
-    assert p.stdout.startswith("simulated/measured per cell (measured: pinned, steal reruns; "
-                               "simulated: predictions)\n")
+    assert p.stdout.startswith("simulated/measured per cell, ns per operation (measured: "
+                               "pinned, steal reruns; simulated: predictions)\n")
     cal = sim.Calibration.load(str(out))
     v = cal.info["validation"]
     assert [(r["producers"], r["op"]) for r in v["rows"]] == [
