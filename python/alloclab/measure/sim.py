@@ -436,6 +436,19 @@ def line_transfer_ns(rounds=100000, tries=9):
     """One cache line moved between two real CPUs, ns: the least of a few
     ping-pongs (a vCPU descheduled during one inflates it; nothing makes one
     faster than the hardware). SimulationError with fewer than two CPUs."""
+    return float(min(line_transfer_tries(rounds, tries)))
+
+
+# A calibration's line cost is suspect when its ping-pong tries spread wider
+# than this (the host moved or contended the vCPUs), or when the 1-minute
+# load average as the calibration began left fewer than two CPUs free (with
+# this spare): the ping-pong needs two, and waits for a busy one.
+TRIES_SPREAD = 2.0
+LOAD_SPARE = 0.5
+
+
+def line_transfer_tries(rounds=100000, tries=9):
+    """Every ping-pong of line_transfer_ns, ns each."""
     vals = []
     for _ in range(tries):
         v = lib.al_sim_pingpong_ns(rounds)
@@ -443,8 +456,39 @@ def line_transfer_ns(rounds=100000, tries=9):
             raise errors.SimulationError(
                 "cannot measure a cache-line transfer on one usable CPU: give "
                 "line_transfer_ns (e.g. 60 for cores of one socket)")
-        vals.append(v)
-    return float(min(vals))
+        vals.append(float(v))
+    return vals
+
+
+def _line(line_transfer, load):
+    """(the line transfer ns, what info keeps of it): given, or measured
+    (the least of the ping-pong tries, each kept, with ``load``, the load
+    average as the calibration began: its own runs raise it after)."""
+    if line_transfer is not None:
+        return float(line_transfer), {"line_transfer": "given"}
+    tries = line_transfer_tries()
+    return min(tries), {"line_transfer": "measured (ping-pong)", "line_transfer_tries": tries,
+                        "load_before": load}
+
+
+def calibration_warnings(cal):
+    """Lines on what makes a calibration's measured line cost suspect: its
+    ping-pong tries spread wide, or the machine was loaded around them."""
+    out = []
+    tries = cal.info.get("line_transfer_tries") or []
+    if tries and min(tries) > 0 and max(tries) / min(tries) > TRIES_SPREAD:
+        out.append("the line transfer's ping-pong tries ranged from %.0f to %.0f ns (the "
+                   "least, %.0f, is the calibration's): the host moved or contended the "
+                   "vCPUs; calibrate again on a quiet machine, or give --line-transfer" % (
+                       min(tries), max(tries), cal.line_transfer_ns))
+    n = int(lib.al_cpus_usable()) or 1
+    load = (cal.info.get("load_before") or {}).get("1min")
+    if tries and load is not None and load > n - 2 + LOAD_SPARE:
+        out.append("the load average was %.2f on %d usable CPU%s as the calibration began: "
+                   "its ping-pong needs two free CPUs, so the line cost may be another "
+                   "program's; calibrate again on a quiet machine, or give --line-transfer"
+                   % (load, n, "" if n == 1 else "s"))
+    return out
 
 
 def coherence_probe(line_ns=None, lines=PROBE_LINES, tries=PROBE_TRIES):
@@ -513,7 +557,7 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
     policies, cells = _sim_args(policies, cells, duration, runs, line_transfer,
                                 lines_per_handoff)
     parts, used = [], []
-    t0 = time.time()
+    t0, load = time.time(), machine.loadavg()
     measured = {(pol, i): _cell_per_op(pol, cell, duration, seed, None)
                 for i, cell in enumerate(cells) for pol in policies}
     for i, cell in enumerate(cells):
@@ -534,13 +578,12 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
     report["scale"] = scales
     report["offset_ns"] = offsets
     report["scale_cells"] = scale_cells
-    lt = line_transfer_ns() if line_transfer is None else float(line_transfer)
+    lt, line_info = _line(line_transfer, load)
     probe = None
     if coherence is None and line_transfer is None:
         coherence, probe = coherence_probe(lt)
     info = {"host": machine.cpu_model(), "hostname": os.uname().nodename,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": used,
-            "line_transfer": "given" if line_transfer is not None else "measured (ping-pong)",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": used, **line_info,
             "coherence": "measured (probe: %s)" % ", ".join(
                 "%s %.1f" % kv for kv in sorted(probe.items())) if probe else
             "given" if coherence is not None else
