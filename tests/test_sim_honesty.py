@@ -282,3 +282,20 @@ def test_runs_record_their_policys_factors():
     got = {p.params["policy"]: S.factors([p]) for p in r.points}
     assert got["libarena-spill"] == [0.5, 2.0]
     assert got["libarena-transfer"] == [0.5, 2.0]  # the geometric means of those fitted
+
+
+def test_compare_of_two_policies_within_their_factors_is_inconclusive():
+    """compare judges predicted cells as claims do: spill and transfer at
+    4 allocs/cycle run the same cache hits, predicted apart only by their
+    factors, and the change loses its mark."""
+    cal = sim.Calibration(COSTS, 60.0, 1.0, {"test": True},
+                          scales={"libarena-spill": [1.0, 1.0],
+                                  "libarena-transfer": [0.5, 1.0]})
+    r = _run(["libarena-spill", "libarena-transfer"], producers=(1,), cal=cal,
+             allocs_per_cycle=4)
+    c = al.compare(r, baseline="libarena-spill", metric=["alloc_ns", "free_ns"])
+    by = {cell.metric: cell for cell in c.cells}
+    assert by["alloc_ns"].factors == pytest.approx(2.0) and by["alloc_ns"].mark == ""
+    assert by["alloc_ns"].verdict() == ("predicted inconclusive: within the policies' "
+                                        "calibration factors (2.00x)")
+    assert by["free_ns"].factors is None  # the same free factors: judged as before

@@ -183,7 +183,8 @@ class Cell:
     better), unit."""
 
     __slots__ = ("key", "metric", "column", "old", "new", "change", "test", "p", "p_adj",
-                 "mark", "significant", "lower", "unit", "threshold", "predicted", "band_flip")
+                 "mark", "significant", "lower", "unit", "threshold", "predicted", "band_flip",
+                 "factors")
 
     def __init__(self, key, metric, column, old, new, change, test, p, lower=True):
         self.key, self.metric, self.column = key, metric, column
@@ -196,6 +197,9 @@ class Cell:
         self.threshold = 0.02
         self.predicted = False  # both sides simulated: the verdict is a prediction
         self.band_flip = False  # predicted, and the direction flips within the line-cost band
+        # predicted, and the change is within the two policies' calibration factors: their
+        # ratio, else None
+        self.factors = None
 
     @property
     def change_pct(self):
@@ -224,6 +228,9 @@ class Cell:
     def _verdict(self):
         if self.band_flip:
             return "inconclusive: flips within the line-cost band"
+        if self.factors is not None:
+            return "inconclusive: within the policies' calibration factors (%.2fx)" % (
+                self.factors)
         if self.mark:
             return "(%s)" % self.mark
         if self.significant is None:
@@ -510,7 +517,8 @@ def _predicted(old, news, key, cols, base_name):
 
 def _band(cells, old, news, cols, key, base_name):
     """A predicted cell whose direction is not the same with the line cost
-    halved and doubled (measure.sim.BAND) loses its mark: inconclusive."""
+    halved and doubled (measure.sim.BAND), or whose change is within the two
+    sides' policies' calibration factors, loses its mark: inconclusive."""
     go = _group(old, key)
     gns = dict(zip(cols, (_group(new, key) for new in news)))
     for c in cells:
@@ -522,6 +530,13 @@ def _band(cells, old, news, cols, key, base_name):
         mid = c.new.mean - c.old.mean
         if any((n - o) * mid <= 0 for o, n in zip(bo, bn)):
             c.band_flip = True
+            c.mark = ""
+    for c in cells:
+        kk = json.dumps([c.key[k] for k in key], default=str)
+        c.factors = _simulated.within_factors(
+            c.metric, _simulated.factors(go.get(kk, [])),
+            _simulated.factors(gns.get(c.column, {}).get(kk, [])), c.ratio, c.threshold)
+        if c.factors is not None:
             c.mark = ""
 
 

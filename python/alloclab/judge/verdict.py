@@ -402,20 +402,16 @@ def _fit(a, b, f, scale, ref, stated, pair):
 
 
 def _factor_problems(metric, old, new, est):
-    """("factors", text) when a predicted effect is no larger than what the
-    calibration's per-policy factors alone make of it (with the practical
-    threshold's margin): each policy's costs are scaled by its own factor
-    (measure.sim), so two policies running the same code are predicted
-    apart by their factors' ratio, and an effect within it cannot be told
-    from it."""
-    op = 0 if metric.startswith("alloc") else 1 if metric.startswith("free") else None
-    if op is None or old.factors is None or new.factors is None or est.scale != "ratio":
+    """("factors", text) when a predicted effect is within the two policies'
+    calibration factors (results.simulated.within_factors)."""
+    if est.scale != "ratio":
         return []
-    d = math.log(new.factors[op] / old.factors[op])
-    if abs(d) < 1e-9 or not abs(est.theta) <= abs(d) + math.log1p(THRESHOLD):
+    r = _simulated.within_factors(metric, old.factors, new.factors, math.exp(est.theta),
+                                  THRESHOLD)
+    if r is None:
         return []
     return [("factors", "%.2fx predicted, within the %.2fx of the two policies' calibration "
-                        "factors" % (math.exp(est.theta), math.exp(abs(d))))]
+                        "factors" % (math.exp(est.theta), r))]
 
 
 def _bimodal_problems(old, new, a, b, f, paired_ratio):

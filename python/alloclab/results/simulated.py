@@ -22,6 +22,8 @@ their words from here, so that they all say the same thing:
 Nothing here runs anything; it reads Points and a Result's metadata.
 """
 
+import math
+
 from .. import errors
 from ..policies.policy import same_policy
 
@@ -86,6 +88,22 @@ def factors(points):
         return None
     (f,) = seen
     return list(f) if len(f) == 2 and all(x > 0 for x in f) else None
+
+
+def within_factors(metric, old, new, ratio, threshold):
+    """The ratio of the two sides' calibration factors for ``metric``'s
+    operation (alloc_*, free_*) when the predicted ``ratio`` (new/old) is no
+    larger than it, with ``threshold``'s margin, else None. Each policy's
+    costs carry its own factors (measure.sim), so two policies running the
+    same code are predicted apart by exactly that ratio: an effect within it
+    cannot be told from it. ``old``/``new``: [alloc, free] factors or None."""
+    op = 0 if metric.startswith("alloc") else 1 if metric.startswith("free") else None
+    if op is None or old is None or new is None or not ratio > 0:
+        return None
+    d = abs(math.log(new[op] / old[op]))
+    if d < 1e-9 or abs(math.log(ratio)) > d + math.log1p(threshold):
+        return None
+    return math.exp(d)
 
 
 def band_means(points, metric):
