@@ -623,42 +623,62 @@ def test_duration_cuts_a_long_cache_scratch_cycle():
     assert res.points[0].info["truncated"] == [1]
 
 
-def test_a_simulated_run_left_running_keeps_what_it_reads(stuck):
+# Both stuck-simulation scenarios run in a child process with a deadline: a
+# regression hangs the child, not the suite, and the child's abandoned
+# simulation (it ends once released) cannot keep this process's clock
+# virtual for the tests after.
+_STUCK_SIM = """
+import ctypes, os, sys, threading, _thread
+sys.path.insert(0, {tests!r})
+import alloclab as al
+from alloclab.measure import run as mrun
+from alloclab.measure import sim
+from test_reliability import STUCK_SOURCE
+p = al.plugin.compile("t_stuck", "#include <sched.h>\\n" + STUCK_SOURCE, create="st_create",
+                      params=[], features=["backend", "usable"], doc="test: blocks")
+so = ctypes.CDLL(p.module_path)
+so.t_stuck_idle.restype = ctypes.c_int
+cal = sim.Calibration({{}}, 0.0, 0.0, {{"test": True}})
+so.t_stuck_arm()
+if {interrupt}:  # Ctrl-C once the policy call is stuck
+    def interrupt():
+        while so.t_stuck_idle():
+            os.sched_yield()
+        _thread.interrupt_main()
+    threading.Thread(target=interrupt, daemon=True).start()
+try:
+    al.run("malloc-free", "t_stuck > buddy", isolate=False, runs=1, warmup_cycles=1, cycles=5,
+           watchdog={watchdog}, cpu="simulated", calibration=cal)
+    print("returned")
+except KeyboardInterrupt:
+    print("interrupted")
+except al.RunStalled as e:
+    cfg, res, keep = mrun._ABANDONED[-1]
+    print("stalled", len(mrun._ABANDONED), bool(keep) and cfg.sim.table == keep[0],
+          "left running" in str(e))
+so.t_stuck_release()
+"""
+
+
+def _stuck_sim(interrupt, watchdog):
+    code = _STUCK_SIM.format(tests=os.path.dirname(os.path.abspath(__file__)),
+                             interrupt=interrupt, watchdog=watchdog)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.strip()
+
+
+def test_a_simulated_run_left_running_keeps_what_it_reads():
     """A run whose watchdog leaves its threads running (here the simulated
     CPUs' engine thread, stuck in the allocator) keeps its configuration and
     the buffers it points to (the cost table) for the life of the process:
     freeing them under the running thread crashed the interpreter later."""
-    from alloclab.measure import run as mrun
-    from alloclab.measure import sim
-    before = len(mrun._ABANDONED)
-    stuck.t_stuck_arm()
-    try:
-        with pytest.raises(al.RunStalled, match="left running"):
-            al.run("malloc-free", "t_stuck > buddy", isolate=False, runs=1, warmup_cycles=1,
-                   cycles=5, watchdog=0.2, cpu="simulated",
-                   calibration=sim.Calibration({}, 0.0, 0.0, {"test": True}))
-        assert len(mrun._ABANDONED) == before + 1
-        cfg, res, keep = mrun._ABANDONED[-1]
-        assert keep and cfg.sim.table == keep[0]  # the cost table the engine reads
-    finally:
-        _release(stuck)
+    assert _stuck_sim(False, 0.2) == "stalled 1 True True"
 
 
-def test_ctrl_c_ends_a_simulated_run_stuck_in_a_policy_call(stuck):
+def test_ctrl_c_ends_a_simulated_run_stuck_in_a_policy_call():
     """With no watchdog, a stop (Ctrl-C) still ends a simulated run whose
     policy call never returns: the simulation is the engine thread's step,
     and the stop's grace leaves that thread running."""
-    import _thread
-    import threading
-    from alloclab.measure import sim
-    stuck.t_stuck_arm()
-    timer = threading.Timer(0.3, _thread.interrupt_main)
-    try:
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            al.run("malloc-free", "t_stuck > buddy", isolate=False, runs=1, warmup_cycles=1,
-                   cycles=5, watchdog=0, cpu="simulated",
-                   calibration=sim.Calibration({}, 0.0, 0.0, {"test": True}))
-    finally:
-        timer.cancel()
-        _release(stuck)
+    assert _stuck_sim(True, 0) == "interrupted"

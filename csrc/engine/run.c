@@ -1939,6 +1939,8 @@ static uint64_t run_watch(struct al_run *h, uint64_t now)
 			 h->cfg.workload ? h->cfg.workload->name : "?");
 	}
 	h->ended = 1;
+	if (h->e) /* should the stuck step return, the run ends at once */
+		engine_stop(h->e);
 	return UINT64_MAX;
 }
 
@@ -2017,7 +2019,7 @@ int al_run_abandoned(struct al_run *h)
 	int ret;
 
 	pthread_mutex_lock(&h->m);
-	ret = (h->ended && !h->done) || h->left || (h->e && h->e->fired);
+	ret = (h->ended && !h->done) || h->left;
 	pthread_mutex_unlock(&h->m);
 	return ret;
 }

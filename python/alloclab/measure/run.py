@@ -701,7 +701,10 @@ def _run_c(cfg, res, on_phase=None, keep=()):
         _wait_stopped(h)
         raise
     finally:
-        if lib.al_run_abandoned(h):
+        if lib.al_run_wait(h, 0) == -errno.EINPROGRESS:  # left by another exception
+            lib.al_run_stop(h)
+            _wait_stopped(h)
+        if lib.al_run_abandoned(h):  # asked once the run has ended, however
             _abandon((cfg, res, keep))
         lib.al_run_free(h)
 
