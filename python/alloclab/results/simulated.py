@@ -92,18 +92,20 @@ def factors(points):
 
 def within_factors(metric, old, new, ratio, threshold):
     """The ratio of the two sides' calibration factors for ``metric``'s
-    operation (alloc_*, free_*) when the predicted ``ratio`` (new/old) is no
-    larger than it, with ``threshold``'s margin, else None. Each policy's
-    costs carry its own factors (measure.sim), so two policies running the
-    same code are predicted apart by exactly that ratio: an effect within it
-    cannot be told from it. ``old``/``new``: [alloc, free] factors or None."""
+    operation (alloc_*, free_*), new's over old's, when the predicted
+    ``ratio`` (new/old) lies between 1 and it, with ``threshold``'s margin,
+    else None. Each policy's costs carry its own factors (measure.sim), so
+    two policies running the same code are predicted apart by exactly that
+    ratio: an effect between none and it cannot be told from it (one the
+    other way, or beyond it, can). ``old``/``new``: [alloc, free] factors or
+    None."""
     op = 0 if metric.startswith("alloc") else 1 if metric.startswith("free") else None
     if op is None or old is None or new is None or not ratio > 0:
         return None
-    d = abs(math.log(new[op] / old[op]))
-    if d < 1e-9 or abs(math.log(ratio)) > d + math.log1p(threshold):
+    d, t, m = math.log(new[op] / old[op]), math.log(ratio), math.log1p(threshold)
+    if abs(d) < 1e-9 or not min(0.0, d) - m <= t <= max(0.0, d) + m:
         return None
-    return math.exp(d)
+    return new[op] / old[op]
 
 
 def band_means(points, metric):
