@@ -34,6 +34,8 @@ def _cli(*args, timeout=120):
     ("d/p", ["", "1"], ["d/p", "d/p-1.png"]),
     ("d.v/p", ["", "1"], ["d.v/p", "d.v/p-1.png"]),
     ("d/p.pdf", ["", "1", "2"], ["d/p.pdf"]),
+    ("d/.p", ["", "1"], ["d/.p", "d/.p-1.png"]),
+    ("d/p.", ["", "1"], ["d/p.", "d/p.-1.png"]),
 ])
 def test_figure_paths(path, suffixes, expect):
     assert plot.figure_paths(path, suffixes) == expect
@@ -47,6 +49,14 @@ def test_a_path_without_extension_is_written_as_given(tmp_path):
     for w in written:
         with open(w, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name", [".fig", "fig.", "fig.PNG"])
+def test_odd_names_are_drawn_as_the_check_reads_them(tmp_path, name):
+    (written,) = plot.save([_fig()], str(tmp_path / name))
+    with open(written, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.listdir(tmp_path) == [name]
 
 
 def test_a_failed_drawing_keeps_the_old_file(tmp_path):

@@ -38,8 +38,11 @@ CLI = [sys.executable, "-m", "alloclab", "preload"]
 
 def _lines(stderr):
     """stderr's lines but the announcement of the --json file written (every
-    file alloclab writes is announced)."""
-    return [x for x in stderr.splitlines() if not x.startswith("alloclab: wrote ")]
+    file alloclab writes is announced): at most one."""
+    lines = stderr.splitlines()
+    out = [x for x in lines if not x.startswith("alloclab: wrote ")]
+    assert len(lines) - len(out) <= 1, stderr
+    return out
 
 
 def _bare(stderr):

@@ -79,7 +79,9 @@ def test_json_round_trip(report, tmp_path):
     shown = subprocess.run([sys.executable, "-m", "alloclab", "show", str(path)],
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and shown.stdout == str(report) + "\n", shown.stderr
-    rounds = subprocess.run([sys.executable, "-m", "alloclab", "show", str(path), str(path)],
+    other = tmp_path / "r2.json"
+    other.write_text(path.read_text())
+    rounds = subprocess.run([sys.executable, "-m", "alloclab", "show", str(path), str(other)],
                             capture_output=True, text=True, timeout=60)
     assert rounds.returncode == 0, rounds.stderr
 
@@ -184,9 +186,15 @@ def test_scaling_figure(cal, tmp_path):
     shown = subprocess.run([sys.executable, "-m", "alloclab", "show", str(p)],
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and shown.stdout == s.text() + "\n", shown.stderr
-    rounds = subprocess.run([sys.executable, "-m", "alloclab", "show", str(p), str(p)],
+    other = tmp_path / "s2.json"
+    other.write_text(p.read_text())
+    rounds = subprocess.run([sys.executable, "-m", "alloclab", "show", str(p), str(other)],
                             capture_output=True, text=True, timeout=60)
     assert rounds.returncode == 2 and "only reports print as rounds" in rounds.stderr
+    (tmp_path / "bad.json").write_text('{"format": "alloclab-libarena-scaling"}')
+    bad = subprocess.run([sys.executable, "-m", "alloclab", "show", str(tmp_path / "bad.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
 
 
 def test_cli_reproduce_simulated(cal, tmp_path):

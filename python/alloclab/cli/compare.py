@@ -28,6 +28,7 @@ from .. import errors
 from .format import PROG, UsageError
 from ..judge.compare import StatsLevelWarning
 from ..judge.compare import compare
+from ..present import plot
 
 def add_parser(sub):
     cp = sub.add_parser(
@@ -119,7 +120,7 @@ def cmd_compare(args):
         matplotlib.use("Agg")
         written = []
         cli_format.write_output("--plot", args.plot, lambda: written.extend(
-            cli_format.save_plots([cmp.heatmap()], args.plot)))
+            plot.save([cmp.heatmap()], args.plot, "--plot")))
         for path in written:
             cli_format.wrote(path)
     return 0

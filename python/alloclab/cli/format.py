@@ -238,7 +238,9 @@ INPUT_OPTIONS = (("calibration", "--calibration"), ("plugin", "--plugin"),
                  ("more", "ROUND.json"), ("tree", "--tree"))
 
 
-def _same_file(a, b):
+def same_file(a, b):
+    """Whether two paths name one file (a symlink, a hard link or another
+    spelling of it); by their resolved names when either is missing."""
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -269,7 +271,7 @@ def refuse_overlap(outputs, inputs):
     spelling of one is the same file)."""
     for oflag, out in outputs:
         for iflag, path in inputs:
-            if _same_file(out, path):
+            if same_file(out, path):
                 raise UsageError("%s %s is the %s this command reads: writing it would "
                                  "replace it; give another file name" % (
                                      oflag, errors.Echo(out), iflag))
@@ -289,13 +291,6 @@ def plot_paths(flag, path, suffixes):
                          "(the others beside it: %s); give a file name, or a .pdf for one "
                          "file" % (flag, errors.Echo(path), len(paths), ", ".join(paths[1:])))
     return paths
-
-
-def save_plots(figs, path, flag="--plot"):
-    """Write figures as plot.save does (each file replaced whole or written
-    in place, never half drawn; a path without an extension gets no ".png"
-    added). Returns the paths."""
-    return plot.save(figs, path, flag)
 
 
 def write_output(flag, path, write):

@@ -13,6 +13,7 @@ from .format import check_outputs as _check_outputs
 from .format import write_output as _write_output
 from .format import wrote as _wrote
 from . import format as _format
+from ..present import plot
 from ..measure.run import DEFAULT_STATS, TIMINGS
 from ..reproduce.vmalloc import TEST_BITS
 from .. import reproduce
@@ -147,7 +148,6 @@ def cmd_scaling(args):
 def _save_figure(fig, path):
     import matplotlib
     matplotlib.use("Agg")
-    from ..present import plot
     plot.save([fig], path, "--scaling")
 
 

@@ -330,6 +330,7 @@ def cmd_run(argv):
     cli_format.check_not_inputs(args)
     warnings_as_lines()
     check_phase(args)
+    check_run_outputs(args)
     try:  # simulated CPUs without --calibration calibrate here, before any run
         kwargs, policy, settings = plan_run(wl, args)
     except KeyboardInterrupt as e:
@@ -338,7 +339,8 @@ def cmd_run(argv):
     metrics = args.metric or ["alloc_ns", "free_ns"]
     check_metric_names(metrics, policy)
     rows, cols = table_axes(wl, args, settings)
-    check_run_outputs(args, settings)
+    if args.journal is not None:  # a file not this sweep's journal is refused unwritten
+        check_journal(args.journal, settings)
     hint(args.policy or [])
     # what the tables show, so that `alloclab show FILE` prints them again as here
     view = {"metrics": list(metrics), "explicit": bool(args.metric), "rows": rows, "cols": cols}
@@ -552,9 +554,10 @@ def table_axes(wl, args, settings):
     return rows, args.cols.replace("-", "_")
 
 
-def check_run_outputs(args, settings):
-    """--journal and --target-ci together are refused; the adaptive options,
-    every output file and a journal to resume are checked before any run."""
+def check_run_outputs(args):
+    """--journal and --target-ci together are refused; the adaptive options
+    and every output file are checked before any run (and before simulated
+    CPUs are calibrated); check_journal follows, once the grid is known."""
     if args.journal is not None and args.target_ci is not None:
         raise UsageError("--target-ci adds runs as it goes and --journal resumes a fixed "
                          "grid: use one or the other")
@@ -565,8 +568,6 @@ def check_run_outputs(args, settings):
     _check_outputs(("--json", args.json, "file"), ("--csv", args.csv, "file"),
                    ("--journal", args.journal, "journal"), ("--timeline", args.timeline, "file"),
                    *[("--plot", p, "plot") for p in plots])
-    if args.journal is not None:  # a file not this sweep's journal is refused unwritten
-        check_journal(args.journal, settings)
 
 
 def run_measure_flags(p):
@@ -603,7 +604,7 @@ def save_run_plots(res, metric, x, path, hist):
         figs.append(plot.latency_hist(res, "alloc"))
         if any(h.count for p in res.points for h in p.hist.get("free", ())):
             figs.append(plot.latency_hist(res, "free"))
-    return cli_format.save_plots(figs, path)
+    return plot.save(figs, path, "--plot")
 
 
 # ---------------------------------------------------------------- simulated CPUs

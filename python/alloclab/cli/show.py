@@ -18,7 +18,6 @@ or is not a result, or a metric or axis the result does not have, is one
 Cost: reading and formatting the file; nothing runs.
 """
 
-import os
 import pathlib
 
 from . import format as cli_format
@@ -218,7 +217,7 @@ def _rounds(args):
     """`show R1.json R2.json ...`: the goal across rounds of one reproduction."""
     paths = [args.file] + args.more
     for i, f in enumerate(paths):
-        same = [g for g in paths[:i] if os.path.realpath(g) == os.path.realpath(f)]
+        same = [g for g in paths[:i] if cli_format.same_file(g, f)]
         if same:
             raise UsageError("%s and %s are one file: each round is its own report" % (
                 same[0], f))

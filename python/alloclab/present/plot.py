@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from .. import errors
+from .. import errors, files
 from . import plot_style as S
 from ..results import simulated as _simulated
 from ..results.metrics import METRIC_INFO
@@ -626,11 +626,13 @@ def _counter_axes(ax, names, per_op, logy, ngroups):
 
 
 def _stem(path):
-    """(base, ext) of a figure path: no extension is PNG."""
-    base, dot, ext = path.rpartition(".")
-    if not dot or os.sep in ext:
-        base, ext = path, "png"
-    return base, ext
+    """(base, ext) of a figure path, as os.path.splitext reads its last part
+    (".fig" and "fig." have none): no extension is PNG."""
+    head, name = os.path.split(path)
+    root, ext = os.path.splitext(name)
+    if len(ext) < 2:
+        return path, "png"
+    return os.path.join(head, root), ext[1:]
 
 
 def figure_paths(path, suffixes):
@@ -655,13 +657,13 @@ def save(figs, path, what="plot file"):
     pipe with a reader written in place, anything else refused."""
     import tempfile
 
-    from .. import files
-
     plt = _plt()
     pairs = [f if isinstance(f, tuple) else (f, "" if i == 0 else str(i))
              for i, f in enumerate(figs)]
     dests = figure_paths(path, [s for _, s in pairs])
     ext = "pdf" if path.endswith(".pdf") else _stem(path)[1]
+    if not pairs:
+        return []
     try:
         with tempfile.TemporaryDirectory(prefix="alloclab-plot-") as d:
             tmp = os.path.join(d, "figure." + ext)
@@ -672,7 +674,7 @@ def save(figs, path, what="plot file"):
                         pdf.savefig(f)
             for dest, (f, _) in zip(dests, pairs):
                 if ext != "pdf":
-                    f.savefig(tmp, format=ext)
+                    f.savefig(tmp, format=ext.lower())
                 with open(tmp, "rb") as src:
                     files.write_parts(dest, [src.read()], what)
     finally:

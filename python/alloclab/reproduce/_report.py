@@ -43,6 +43,7 @@ from collections import namedtuple
 
 from .. import errors
 from ..host import machine
+from ..present import plot
 from ..results import stats as _stats
 from ..judge import verdict as V
 from ..measure.progress import Bar as progress_bar  # noqa: F401 (the reproductions' bars)
@@ -445,7 +446,6 @@ class Report:
         """Write the figures: one PDF with a page each, or one file per figure
         (the first at PATH, the others at PATH-<suffix>.<ext>), as
         alloclab.plot.save writes them. Returns the paths written."""
-        from ..present import plot
         return plot.save(self.figures(), path)
 
 

@@ -640,8 +640,12 @@ class Scaling:
     @classmethod
     def from_json(cls, s):
         d = load_json(s)
-        if d.get("format") != cls.FORMAT:
-            raise errors.FileFormatError("not an %s (format %r)" % (cls.FORMAT, d.get("format")))
+        if not isinstance(d, dict) or d.get("format") != cls.FORMAT:
+            raise errors.FileFormatError("not an %s (format %r)" % (
+                cls.FORMAT, d.get("format") if isinstance(d, dict) else type(d).__name__))
+        if not isinstance(d.get("results"), dict) or not isinstance(d.get("settings"), dict):
+            raise errors.FileFormatError("not an %s: it needs results and settings objects"
+                                         % cls.FORMAT)
         return cls({k: Result.from_dict(v) for k, v in d["results"].items()}, d["settings"])
 
     def plot(self, metrics=None):

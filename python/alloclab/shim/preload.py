@@ -181,6 +181,12 @@ def check_stats_path(path, what="stats file"):
                                      % (what, path, why), value=path) from None
     if mode is None:
         os.unlink(made)
+    elif stat.S_ISREG(mode):  # written through a temporary file renamed over it
+        d = os.path.dirname(made) or "."
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise errors.InvalidArgument(
+                "cannot write the %s %s: its directory %s cannot be written, so the file "
+                "cannot be replaced whole" % (what, path, d), value=path)
 
 
 def write_stats(path, st):
