@@ -6,6 +6,6 @@ The exit status is cli.main()'s: 0, 1 (a run failed), 2 (bad input), or
 
 import sys
 
-from .cli.main import main
+from alloclab_console import main  # the console script's Ctrl-C handling
 
 sys.exit(main())

@@ -177,6 +177,9 @@ class Calibration:
         self.line_transfer_ns = float(line_transfer_ns)
         self.lines_per_handoff = float(lines_per_handoff)
         self.jitter = float(jitter)
+        if coherence is not None and not isinstance(coherence, dict):
+            raise errors.InvalidArgument("%s: coherence must be an object, not %r"
+                                         % (where, coherence))
         self.coherence = _coherence(dict(NO_COHERENCE, **dict(coherence or {})), where)
         self.info = dict(info or {})
 
@@ -483,7 +486,7 @@ def calibration_warnings(cal):
                        min(tries), max(tries), cal.line_transfer_ns))
     n = int(lib.al_cpus_usable()) or 1
     load = (cal.info.get("load_before") or {}).get("1min")
-    if tries and load is not None and load > n - 2 + LOAD_SPARE:
+    if tries and load is not None and load > max(n - 2, 0) + LOAD_SPARE:
         out.append("the load average was %.2f on %d usable CPU%s as the calibration began: "
                    "its ping-pong needs two free CPUs, so the line cost may be another "
                    "program's; calibrate again on a quiet machine, or give --line-transfer"
