@@ -241,12 +241,9 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
     else:
         cal = _sim.as_calibration(calibration)
         _warn_uncalibrated(cal, policies)
-    for name, v, hi in (("line_transfer", line_transfer, 1e6),
-                        ("lines_per_handoff", lines_per_handoff, 1e6), ("jitter", jitter, 4)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)
-                              or not 0 <= v <= hi):
-            raise errors.ParameterRangeError("%s=%r: a number from 0 to %g" % (name, v, hi),
-                                             name=name, value=v, min=0, max=hi)
+    _sim.check_option("line_transfer", line_transfer)
+    _sim.check_option("lines_per_handoff", lines_per_handoff)
+    _sim.check_option("jitter", jitter, 4)
     cal = cal.with_(line_transfer, lines_per_handoff, jitter)
     band = _bool("band", band)
     cid = hashlib.sha1(json.dumps(cal.to_dict(), sort_keys=True).encode()).hexdigest()[:12]

@@ -28,6 +28,7 @@ verdicts say so.
 import errno
 import json
 import math
+import numbers
 import os
 import time
 
@@ -129,7 +130,7 @@ COST_MAX = 1e9
 
 
 def _number(v, lo, hi):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and lo <= v <= hi
 
 
 def _check_calibration(costs, line_transfer_ns, lines_per_handoff, info, jitter, scales,
@@ -543,11 +544,17 @@ def _sim_args(policies, cells, duration, runs, line_transfer=None,
     if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= 1000:
         raise errors.ParameterRangeError("runs=%r: an integer from 1 to 1000" % (runs,),
                                          name="runs", value=runs, min=1, max=1000)
-    for name, v in (("line_transfer", line_transfer), ("lines_per_handoff", lines_per_handoff)):
-        if v is not None and not _number(v, 0, NS_MAX):
-            raise errors.ParameterRangeError("%s=%r: a number from 0 to %g" % (name, v, NS_MAX),
-                                             name=name, value=v, min=0, max=NS_MAX)
+    check_option("line_transfer", line_transfer)
+    check_option("lines_per_handoff", lines_per_handoff)
     return list(policies), [dict(c) for c in cells]
+
+
+def check_option(name, v, hi=NS_MAX):
+    """ParameterRangeError unless ``v`` (a calibration's override, None for
+    none) is a number from 0 to ``hi``."""
+    if v is not None and not _number(v, 0, hi):
+        raise errors.ParameterRangeError("%s=%r: a number from 0 to %g" % (name, v, hi),
+                                         name=name, value=v, min=0, max=hi)
 
 
 def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=1,
