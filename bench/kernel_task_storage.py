@@ -225,7 +225,8 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--model-runs", type=int, default=12)
     ap.add_argument("--seconds", type=float, default=0.3)
-    ap.add_argument("--out", default="bench/results/fidelity/kernel_task_storage")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "fidelity",
+                                                  "kernel_task_storage"))
     a = ap.parse_args()
     why = missing()
     if why:
