@@ -50,6 +50,39 @@ def test_an_output_naming_an_input_is_refused(tmp_path, argv, flag, reads, spell
     assert src.read_text() == "KEEP" and p.stdout == ""
 
 
+@pytest.mark.parametrize("argv,reads", [
+    (RUN + ["--cpu", "simulated", "--calibration", "IN", "--hist", "--plot", "PLOT"],
+     "--calibration"),
+    (["run", "replay", "--trace", "IN", "--policy", "buddy", "--hist", "--plot", "PLOT"],
+     "--trace"),
+])
+def test_a_figure_named_after_the_plot_may_not_be_an_input(tmp_path, argv, reads):
+    # --hist draws three figures: fig.png, fig-1.png, fig-2.png
+    src = tmp_path / "fig-1.png"
+    src.write_text("KEEP")
+    plot = str(tmp_path / "fig.png")
+    p = _cli(*[str(src) if a == "IN" else plot if a == "PLOT" else a for a in argv])
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == "alloclab: error: --plot %s would write %s, which is the %s this " \
+        "command reads: writing it would replace it; give another file name\n" % (
+            plot, src, reads)
+    assert src.read_text() == "KEEP" and not os.path.exists(plot)
+
+
+@pytest.mark.parametrize("name", ["buddy.bpf.c", "new.json"])
+def test_an_output_inside_the_tree_read_is_refused(tmp_path, name):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "buddy.bpf.c").write_text("SRC")
+    out = tree / name
+    p = _cli("reproduce", "libarena", "--tree", str(tree), "--fidelity", "--json", str(out))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == "alloclab: error: --json %s is in the --tree this command reads: " \
+        "writing there would change what it reads; give another file name\n" % out
+    assert sorted(os.listdir(tree)) == ["buddy.bpf.c"]
+    assert (tree / "buddy.bpf.c").read_text() == "SRC"
+
+
 def test_an_output_beside_its_input_is_written(tmp_path):
     plugin = os.path.join(os.path.dirname(__file__), "..", "examples", "plugins", "pool.c")
     out = tmp_path / "r.json"

@@ -247,43 +247,68 @@ def same_file(a, b):
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+def input_paths(args):
+    """The (flag, path) of every file or folder the command reads. `sim
+    validate --out` may name its --calibration: it writes that calibration
+    back with the validation added, as one whole file, so validate's
+    --calibration is left out."""
+    ins = []
+    for dest, flag in INPUT_OPTIONS:
+        v = getattr(args, dest, None)
+        for path in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(path, str) and path:
+                ins.append((flag, path))
+    if getattr(args, "sim_cmd", None) == "validate":
+        ins = [(flag, path) for flag, path in ins if flag != "--calibration"]
+    return ins
+
+
 def check_not_inputs(args):
     """Refuse an output that names a file the command reads (its
-    --calibration, --plugin, --trace, a result or trace it shows): the
-    write would replace what it read, or what the next run needs. `sim
-    validate --out` may name its --calibration: it writes that calibration
-    back with the validation added, as one whole file."""
-    def given(options):
-        for dest, flag in options:
-            v = getattr(args, dest, None)
-            for path in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(path, str) and path:
-                    yield flag, path
-    ins = list(given(INPUT_OPTIONS))
-    if getattr(args, "sim_cmd", None) == "validate":  # --out is --calibration with more in it
-        ins = [(flag, path) for flag, path in ins if flag != "--calibration"]
-    refuse_overlap(list(given(OUTPUT_OPTIONS)), ins)
+    --calibration, --plugin, --trace, a result or trace it shows) or lies in
+    a folder it reads (--tree): the write would replace what it read, or what
+    the next run needs."""
+    outs = []
+    for dest, flag in OUTPUT_OPTIONS:
+        v = getattr(args, dest, None)
+        if isinstance(v, str) and v:
+            outs.append((flag, v))
+    refuse_overlap(outs, input_paths(args))
 
 
-def refuse_overlap(outputs, inputs):
+def _inside(path, folder):
+    """Whether path, resolved, lies in the folder (resolved)."""
+    folder = os.path.realpath(folder)
+    return os.path.commonpath([os.path.realpath(path), folder]) == folder
+
+
+def refuse_overlap(outputs, inputs, writes=None):
     """UsageError for the first (flag, path) of ``outputs`` that is one of
     ``inputs``, compared as files (a symlink, a hard link or another
-    spelling of one is the same file)."""
+    spelling of one is the same file), or lies in an input that is a folder.
+    ``writes``: the path the user gave, where the output is a file derived
+    from it (a figure's path-1.png)."""
     for oflag, out in outputs:
         for iflag, path in inputs:
-            if same_file(out, path):
-                raise UsageError("%s %s is the %s this command reads: writing it would "
-                                 "replace it; give another file name" % (
-                                     oflag, errors.Echo(out), iflag))
+            folder = os.path.isdir(path)
+            if not (_inside(out, path) if folder else same_file(out, path)):
+                continue
+            what = "%s %s" % (oflag, errors.Echo(out)) if writes is None else \
+                "%s %s would write %s, which" % (oflag, errors.Echo(writes), errors.Echo(out))
+            raise UsageError("%s %s the %s this command reads: %s; give another file name"
+                             % (what, "is in" if folder else "is", iflag,
+                                "writing there would change what it reads" if folder
+                                else "writing it would replace it"))
 
 
-def plot_paths(flag, path, suffixes):
+def plot_paths(flag, path, suffixes, args):
     """The files a --plot-like flag writes for figures with these file
-    suffixes (plot.figure_paths), each checked as check_output does, before
-    anything runs. A device or a pipe takes one file: where the figures need
-    more (not a PDF), it is refused, since the others would be made beside
-    it (/dev/null-1.png)."""
+    suffixes (plot.figure_paths), each checked as check_output does, and
+    against the command's inputs (``args``), before anything runs. A device
+    or a pipe takes one file: where the figures need more (not a PDF), it is
+    refused, since the others would be made beside it (/dev/null-1.png)."""
     paths = plot.figure_paths(path, suffixes)
+    refuse_overlap([(flag, p) for p in paths[1:]], input_paths(args), writes=path)
     for p in paths:
         check_output(flag, p, plot=True)
     if len(paths) > 1 and files.check_output(path, flag) == files.IN_PLACE:

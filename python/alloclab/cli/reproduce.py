@@ -125,7 +125,7 @@ def cmd_scaling(args):
         raise UsageError("--scaling FILE is the figure; leave out --plot")
     _check_outputs(("--json", args.json, "file"),
                    *[("--scaling", p, "plot") for p in _format.plot_paths(
-                       "--scaling", args.scaling, [""])])
+                       "--scaling", args.scaling, [""], args)])
     workload = args.workloads[0] if len(args.workloads) == 1 else _ls.SCALING_WORKLOAD
     try:
         s = reproduce.libarena_scaling(
@@ -158,7 +158,7 @@ def emit_report(make, args, report=None):
     plots = []
     if args.plot is not None:
         suffixes = report.figure_suffixes(getattr(args, "workloads", None)) if report else [""]
-        plots = _format.plot_paths("--plot", args.plot, suffixes)
+        plots = _format.plot_paths("--plot", args.plot, suffixes, args)
     _check_outputs(("--json", args.json, "file"), *[("--plot", p, "plot") for p in plots])
     try:
         rep = make()

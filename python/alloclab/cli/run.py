@@ -563,8 +563,8 @@ def check_run_outputs(args):
                          "grid: use one or the other")
     if args.target_ci is not None:
         adaptive_options(args.target_ci, args.budget)
-    plots = cli_format.plot_paths("--plot", args.plot, ["", "1", "2"] if args.hist else [""]) \
-        if args.plot is not None else []
+    plots = cli_format.plot_paths("--plot", args.plot, ["", "1", "2"] if args.hist else [""],
+                                  args) if args.plot is not None else []
     _check_outputs(("--json", args.json, "file"), ("--csv", args.csv, "file"),
                    ("--journal", args.journal, "journal"), ("--timeline", args.timeline, "file"),
                    *[("--plot", p, "plot") for p in plots])
