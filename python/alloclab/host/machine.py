@@ -394,9 +394,11 @@ def _sharing_problems(st, add):
     if st.get("hypervisor"):
         add("hypervisor", "warning",
             "running under a hypervisor: vCPUs share physical cores with other guests (steal "
-            "time), so numbers vary more than on bare metal",
+            "time), so numbers vary more than on bare metal; and a real interrupt here is "
+            "also VM exits, which the model's irq_work=ipi (a kernel entry) does not charge",
             "measure latency claims on bare metal or dedicated, pinned vCPUs; read the steal "
-            "and preempted warnings under the tables",
+            "and preempted warnings under the tables; what a real irq_work interrupt costs a "
+            "VM: bench/kernel_task_storage.py",
             "virtual machine (vCPUs share physical cores with other guests)")
     quota = st.get("cgroup_cpu_max")
     if quota and quota[0] is not None and quota[1]:
