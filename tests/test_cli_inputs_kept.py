@@ -66,21 +66,42 @@ def test_a_figure_named_after_the_plot_may_not_be_an_input(tmp_path, argv, reads
     assert p.stderr == "alloclab: error: --plot %s would write %s, which is the %s this " \
         "command reads: writing it would replace it; give another file name\n" % (
             plot, src, reads)
-    assert src.read_text() == "KEEP" and not os.path.exists(plot)
+    assert src.read_text() == "KEEP" and not os.path.exists(plot) and p.stdout == ""
 
 
-@pytest.mark.parametrize("name", ["buddy.bpf.c", "new.json"])
-def test_an_output_inside_the_tree_read_is_refused(tmp_path, name):
+@pytest.mark.parametrize("by", ["--tree", "env"])
+def test_an_output_over_a_file_of_the_tree_read_is_refused(tmp_path, by):
     tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "buddy.bpf.c").write_text("SRC")
-    out = tree / name
-    p = _cli("reproduce", "libarena", "--tree", str(tree), "--fidelity", "--json", str(out))
+    (tree / "src").mkdir(parents=True)
+    src = tree / "src" / "buddy.bpf.c"
+    src.write_text("SRC")
+    argv = ["reproduce", "libarena", "--fidelity", "--json", str(src)]
+    env = dict(os.environ)
+    if by == "--tree":
+        argv += ["--tree", str(tree)]
+    else:
+        env["ALLOCLAB_LIBARENA"] = str(tree)
+    p = subprocess.run([sys.executable, "-m", "alloclab", *argv], capture_output=True,
+                       text=True, timeout=120, env=env)
     assert p.returncode == 2, p.stderr
-    assert p.stderr == "alloclab: error: --json %s is in the --tree this command reads: " \
-        "writing there would change what it reads; give another file name\n" % out
-    assert sorted(os.listdir(tree)) == ["buddy.bpf.c"]
-    assert (tree / "buddy.bpf.c").read_text() == "SRC"
+    assert p.stderr == "alloclab: error: --json %s is a file of the %s this command reads: " \
+        "writing it would replace it; give another file name\n" % (
+            src, "--tree" if by == "--tree" else "--tree ($ALLOCLAB_LIBARENA)")
+    assert src.read_text() == "SRC" and sorted(os.listdir(tree / "src")) == ["buddy.bpf.c"]
+
+
+def test_a_new_file_in_the_tree_is_not_an_input(tmp_path):
+    import argparse
+    from alloclab.cli import format as cli_format
+    tree = tmp_path / "tree"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "buddy.bpf.c").write_text("SRC")
+    for out in (tree / "fid.json", tmp_path / "fid.json", "fid.json"):
+        args = argparse.Namespace(cmd="reproduce", tree=str(tree), json=str(out))
+        cli_format.check_not_inputs(args)  # no error: a new file, not one the tree has
+    args.json = str(tree / "." / "src" / "buddy.bpf.c")
+    with pytest.raises(cli_format.UsageError, match="is a file of the --tree"):
+        cli_format.check_not_inputs(args)
 
 
 def test_an_output_beside_its_input_is_written(tmp_path):

@@ -47,6 +47,7 @@ from .. import files
 from ..present import plot
 from ..reproduce.vmalloc import summary_text
 from ..results.hist import OPS
+from ..policies.libarena_real import ENV_TREE as TREE_ENV
 from ..results import simulated as _simulated
 
 PROG = "alloclab"
@@ -247,58 +248,65 @@ def same_file(a, b):
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def input_paths(args):
-    """The (flag, path) of every file or folder the command reads. `sim
-    validate --out` may name its --calibration: it writes that calibration
-    back with the validation added, as one whole file, so validate's
-    --calibration is left out."""
-    ins = []
-    for dest, flag in INPUT_OPTIONS:
+def _given(args, options):
+    """The (flag, path) of each of ``options`` (dest, flag) that args sets."""
+    out = []
+    for dest, flag in options:
         v = getattr(args, dest, None)
         for path in (v if isinstance(v, (list, tuple)) else [v]):
             if isinstance(path, str) and path:
-                ins.append((flag, path))
+                out.append((flag, path))
+    return out
+
+
+def input_paths(args):
+    """The (flag, path) of every file or folder the command reads, the
+    libarena tree named by $ALLOCLAB_LIBARENA included where --tree may be
+    left out. `sim validate --out` may name its --calibration: it writes that
+    calibration back with the validation added, as one whole file, so
+    validate's --calibration is left out."""
+    ins = _given(args, INPUT_OPTIONS)
     if getattr(args, "sim_cmd", None) == "validate":
         ins = [(flag, path) for flag, path in ins if flag != "--calibration"]
+    env = os.environ.get(TREE_ENV)
+    if hasattr(args, "tree") and not args.tree and env:
+        ins.append(("--tree ($%s)" % TREE_ENV, env))
     return ins
 
 
 def check_not_inputs(args):
     """Refuse an output that names a file the command reads (its
-    --calibration, --plugin, --trace, a result or trace it shows) or lies in
-    a folder it reads (--tree): the write would replace what it read, or what
-    the next run needs."""
-    outs = []
-    for dest, flag in OUTPUT_OPTIONS:
-        v = getattr(args, dest, None)
-        if isinstance(v, str) and v:
-            outs.append((flag, v))
-    refuse_overlap(outs, input_paths(args))
+    --calibration, --plugin, --trace, a result or trace it shows, a file of
+    its --tree): the write would replace what it read, or what the next run
+    needs."""
+    refuse_overlap(_given(args, OUTPUT_OPTIONS), input_paths(args))
 
 
-def _inside(path, folder):
-    """Whether path, resolved, lies in the folder (resolved)."""
-    folder = os.path.realpath(folder)
-    return os.path.commonpath([os.path.realpath(path), folder]) == folder
+def _in_tree(path, tree):
+    """Whether path is a file that exists in the folder tree (resolved): a
+    new file beside the tree's own is not one it reads."""
+    tree = os.path.realpath(tree)
+    real = os.path.realpath(path)
+    return os.path.exists(real) and not os.path.isdir(real) and \
+        os.path.commonpath([real, tree]) == tree
 
 
 def refuse_overlap(outputs, inputs, writes=None):
     """UsageError for the first (flag, path) of ``outputs`` that is one of
     ``inputs``, compared as files (a symlink, a hard link or another
-    spelling of one is the same file), or lies in an input that is a folder.
+    spelling of one is the same file), or is a file of an input tree.
     ``writes``: the path the user gave, where the output is a file derived
     from it (a figure's path-1.png)."""
     for oflag, out in outputs:
         for iflag, path in inputs:
-            folder = os.path.isdir(path)
-            if not (_inside(out, path) if folder else same_file(out, path)):
+            tree = iflag.startswith("--tree")
+            if not (_in_tree(out, path) if tree else same_file(out, path)):
                 continue
             what = "%s %s" % (oflag, errors.Echo(out)) if writes is None else \
                 "%s %s would write %s, which" % (oflag, errors.Echo(writes), errors.Echo(out))
-            raise UsageError("%s %s the %s this command reads: %s; give another file name"
-                             % (what, "is in" if folder else "is", iflag,
-                                "writing there would change what it reads" if folder
-                                else "writing it would replace it"))
+            raise UsageError("%s %s the %s this command reads: writing it would replace it; "
+                             "give another file name"
+                             % (what, "is a file of" if tree else "is", iflag))
 
 
 def plot_paths(flag, path, suffixes, args):

@@ -394,8 +394,8 @@ def _sharing_problems(st, add):
     if st.get("hypervisor"):
         add("hypervisor", "warning",
             "running under a hypervisor: vCPUs share physical cores with other guests (steal "
-            "time), so numbers vary more than on bare metal; and a real interrupt here is "
-            "also VM exits, which the model's irq_work=ipi (a kernel entry) does not charge",
+            "time), so numbers vary more than on bare metal; and each real interrupt here also "
+            "takes VM exits, which the model's irq_work=ipi (a kernel entry) does not charge",
             "measure latency claims on bare metal or dedicated, pinned vCPUs; read the steal "
             "and preempted warnings under the tables; what a real irq_work interrupt costs a "
             "VM: bench/kernel_task_storage.py",
