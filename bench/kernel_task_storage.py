@@ -31,10 +31,10 @@ import subprocess
 import sys
 
 import numpy as np
-from scipy import stats
 
 from alloclab.host import machine
 from alloclab.reproduce import local_storage
+from alloclab.results.stats import describe
 
 from _results import save
 
@@ -113,11 +113,9 @@ def _round_rows(got):
 
 
 def _mean_ci(values):
-    v = np.asarray(values, dtype=float)
-    if len(v) < 2:
-        return float(v.mean()), None
-    return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1)
-                                  / np.sqrt(len(v)))
+    """(mean, half-width of its 95% interval, None with one value)."""
+    st = describe(values)
+    return float(st.mean), (float(st.ci_half) if st.n > 1 else None)
 
 
 def kernel_side(exe, runs, seconds):

@@ -223,7 +223,7 @@ def _rounds(args):
                 same[0], f))
     _table_flags(args)
     reps = [_report(f) for f in paths]
-    for f, r in zip([args.file] + args.more, reps):
+    for f, r in zip(paths, reps):
         if r is None:
             load_result(f, "show")  # names what is wrong with an unreadable file
             raise UsageError("%s is not a reproduction's report: several files are rounds of "
