@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import alloclab as al
+from alloclab.results import stats
 from alloclab import schema
 from alloclab._ffi import lib
 
@@ -818,6 +819,50 @@ def test_front_over_pages_counts_frees(front):
 def _fronts_over_failnth():
     return ["%s > failnth(op=free_bulk, nth=1) > buddy" % f
             for f in ("magazine", "percpu", "percpu > transfer", "transfer", "sheaves")]
+
+
+FREEING_WORKLOADS = ["malloc-free", "malloc-xfree", "larson", "malloc", "xmalloc",
+                     "cache-scratch"]
+
+
+@pytest.mark.parametrize("extra", [{}, {"histogram": True}], ids=["batch", "histogram"])
+@pytest.mark.parametrize("workload", FREEING_WORKLOADS)
+def test_a_free_a_lock_refused_is_retried_and_counted(workload, extra):
+    """A free refused by a lock that gave up (-ETIMEDOUT, the object still
+    the caller's) is tried again, as a refused allocation is: the run goes
+    on, every refusal is counted exactly as the layer injected it, and no
+    object is lost, at teardown either."""
+    r = al.run(workload, "failnth(op=free, nth=7, every=1) > buddy", runs=2, cycles=20,
+               warmup_cycles=1, **extra)
+    p = r.points[0]
+    assert list(p["wl.free_refused_timedout"]) == list(p["failnth.failed_free"])
+    assert min(p["failnth.failed_free"]) > 0
+    assert list(p["buddy.leaked"]) == [0, 0]
+
+
+def test_retried_warning_counts_the_runs_refusals_and_flips_with_them():
+    assert stats.describe([1.0, 1.01, 0.99], retried=[0, 0, 0]).warnings == []
+    st = stats.describe([1.0, 1.01, 0.99], retried=[0, 7, 2])
+    assert [w.kind for w in st.warnings] == ["retried"] and st.retried_max == 7
+    assert "7 refused operations retried in a run" in st.warnings[0].message
+    res = al.run("malloc-free", ["failnth(op=free, nth=50, every=1) > buddy", "buddy"],
+                 runs=3, cycles=20, warmup_cycles=1)
+    text = res.table("free_ns").to_text()
+    line = next(x for x in text.splitlines() if "refused operations retried" in x)
+    most = max(res.points[0]["wl.free_refused_timedout"])
+    assert most > 0 and "(%.0f)" % most in text.split("refused operations retried")[1]
+    kinds = {p["policy"]: [w.kind for w in s.warnings] for p, s in res.stats("free_ns")}
+    assert "retried" in kinds["failnth(op=free, nth=50, every=true) > buddy"], line
+    assert "retried" not in kinds["buddy"]
+
+
+def test_a_free_refused_for_a_second_ends_the_run_saying_why():
+    with pytest.raises(al.RunError) as ei:
+        al.run("malloc-free", "failnth(op=free, nth=1, every=1) > buddy", runs=1, cycles=2,
+               warmup_cycles=0)
+    assert ei.value.code == -errno.ETIMEDOUT
+    for words in ("free(", "failed: ETIMEDOUT: refused for 1 s: a lock", "lock_budget"):
+        assert words in str(ei.value), words
 
 
 @pytest.mark.parametrize("spec", _fronts_over_failnth())

@@ -265,11 +265,23 @@ def test_buddy_holds_pay_for_the_lines_they_touch():
     assert _raw("buddy", 1, cal, allocs_per_cycle=16)["sim"]["lines"] == 0
 
 
-def test_lock_budget_times_out_in_virtual_time():
-    # a hold far longer than the arena lock's 250 ms budget: a waiter gives
-    # up at its deadline in virtual time, and the workload's free says so
-    with pytest.raises(errors.RunError, match="ETIMEDOUT"):
-        _raw("buddy", 4, _cal({"seg.acq-rel": 300e6}), allocs_per_cycle=1, cycles=3,
+def test_lock_budget_times_out_in_virtual_time_and_is_retried():
+    # a hold longer than the arena lock's 250 ms budget: a waiter gives up at
+    # its deadline in virtual time, and the workload tries again, counting
+    # each refusal exactly as the buddy counts its lock's
+    raw = _raw("buddy", 4, _cal({"seg.acq-rel": 300e6}), allocs_per_cycle=1, cycles=3,
+               warmup_cycles=0)
+    wl = dict(raw["metrics"])
+    ctr = dict(raw["layers"][0]["counters"])
+    assert wl["free_refused_timedout"] == ctr["lock_failed_frees"] > 0
+    assert wl["alloc_refused_timedout"] == ctr["lock_failed_allocs"] > 0
+    assert raw["layers"][0]["leaked"] == 0 and raw["free_ops"] == raw["alloc_ops"] == 12
+
+
+def test_a_lock_held_past_the_retry_second_ends_the_run():
+    # holds of a virtual second: a second of refusals is the workload's error
+    with pytest.raises(errors.RunError, match="ETIMEDOUT: refused for 1 s: a lock"):
+        _raw("buddy", 4, _cal({"seg.acq-rel": 1e9}), allocs_per_cycle=1, cycles=3,
              warmup_cycles=0)
 
 

@@ -113,8 +113,8 @@ const char *al_refusal_why(int err)
 {
 	switch (err) {
 	case -EAGAIN: return AL_WHY_EMPTY;
-	case -EBUSY:
-	case -ETIMEDOUT: return AL_WHY_BUSY;
+	case -EBUSY: return AL_WHY_BUSY;
+	case -ETIMEDOUT: return AL_WHY_TIMEDOUT;
 	case -ENOSPC: return AL_WHY_NOSPC;
 	default: return NULL;
 	}

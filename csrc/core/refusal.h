@@ -4,8 +4,9 @@
  * builder's answer to a live allocator's caller and the workloads' errors
  * both say it with these strings, so the two never drift. A refusal is a
  * code a layer returns on purpose rather than for lack of memory: -EAGAIN
- * (the CPU's cache is empty with its refill queued), -EBUSY or -ETIMEDOUT
- * (a lock or reentrancy guard stayed held), -ENOSPC (no instance for the
+ * (the CPU's cache is empty with its refill queued), -EBUSY (a lock or
+ * reentrancy guard stayed held), -ETIMEDOUT (a lock's wait ran past its
+ * budget), -ENOSPC (no instance for the
  * size). Strings only: no code, no state, so both rooms above may include
  * it.
  */
@@ -21,6 +22,9 @@
 	"a lock or the CPU's reentrancy guard stayed held (bpf_ma irq_work=thread: " \
 	"its helper held the guard, irq_work=inline runs the helper's work in the "  \
 	"caller; a lock: the layer's lock_budget bounds the wait)"
+#define AL_WHY_TIMEDOUT                                                              \
+	"a lock stayed held past the layer's lock_budget (in user space its holder " \
+	"was descheduled; raise lock_budget or run on a quieter machine)"
 #define AL_WHY_NOSPC                                                                \
 	"no instance for this size: bpf_ma unit=0 makes one per distinct size, at " \
 	"most 8; set unit=<largest size> or mode=any"

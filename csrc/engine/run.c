@@ -189,7 +189,7 @@ struct worker_slot {
 	unsigned group;	 /* real CPU group */
 	unsigned member; /* index within the group */
 	int pin_cpu;	 /* OS CPU to pin to, or -1 */
-	char err[200];
+	char err[256];
 	struct al_metric metrics[AL_METRICS_MAX]; /* this worker's workload metrics */
 	struct al_rcu_reader rcu;		  /* grace-period reader: online while cycling */
 	int where;	   /* enum worker_where, for the watchdog (relaxed) */

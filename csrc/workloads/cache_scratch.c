@@ -79,8 +79,8 @@ static int cs_cycle(struct al_worker *w)
 	q = __atomic_exchange_n(&s->handed[w->id], NULL, __ATOMIC_ACQ_REL);
 	if (q) { /* the first cycle frees the object the main thread handed over */
 		ret = al_free(w->a, &w->ctx, q);
-		if (ret)
-			return ret;
+		if (ret && (ret = wl_free_again(w, q, ret)))
+			return wl_free_failed(w, q, ret);
 		w->alloc_cross++;
 	}
 	t0 = al_ticks();
@@ -107,12 +107,14 @@ static int cs_cycle(struct al_worker *w)
 	}
 	t0 = al_ticks();
 	ret = al_free(w->a, &w->ctx, (void *)p);
+	if (al_unlikely(ret))
+		ret = wl_free_again(w, (void *)p, ret);
 	t1 = al_ticks();
 	w->free_ticks += t1 - t0;
 	if (al_unlikely(w->hist != NULL))
 		al_hist_record(&w->hist[AL_HIST_FREE], t1 - t0);
 	if (ret)
-		return ret;
+		return wl_free_failed(w, (void *)p, ret);
 	w->alloc_ops++;
 	w->free_ops++;
 	return 0;
@@ -127,7 +129,7 @@ static void cs_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 		return;
 	for (i = 0; a && i < s->nworkers; i++)
 		if (s->handed[i])
-			al_free(a, c, s->handed[i]);
+			wl_free_untimed(a, c, s->handed[i]);
 	al_meta_free(s, s->len);
 }
 

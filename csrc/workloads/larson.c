@@ -184,6 +184,8 @@ static int la_cycle(struct al_worker *w)
 
 		t0 = al_ticks_fast();
 		ret = al_free(a, c, p);
+		if (al_unlikely(ret))
+			ret = wl_free_again(w, p, ret);
 		t1 = al_ticks_fast();
 		if (al_unlikely(ret))
 			return wl_free_failed(w, p, ret);
@@ -233,7 +235,7 @@ static void la_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 			continue;
 		for (k = 0; a && k < s->chunks; k++)
 			if (s->pool[i]->slot[k])
-				al_free(a, c, s->pool[i]->slot[k]);
+				wl_free_untimed(a, c, s->pool[i]->slot[k]);
 		al_meta_free(s->pool[i], s->array_len);
 	}
 	al_meta_free(s, s->arrays_len);

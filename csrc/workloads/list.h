@@ -31,7 +31,7 @@ static inline void wl_free_list_untimed(struct al_allocator *a, struct al_ctx *c
 	while (n--) {
 		void *next = *(void **)head;
 
-		al_free(a, c, head);
+		wl_free_untimed(a, c, head);
 		head = next;
 	}
 }
@@ -43,12 +43,6 @@ static al_noinline al_cold int wl_alloc_failed(struct al_worker *w, unsigned don
 
 	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s: %s", done + 1, n,
 		 size, al_strerror(err), wl_alloc_why(err));
-	return err;
-}
-
-static al_noinline al_cold int wl_free_failed(struct al_worker *w, void *p, int err)
-{
-	snprintf(w->err, w->errlen, "free(%p) failed: %s", p, al_strerror(err));
 	return err;
 }
 
@@ -124,12 +118,15 @@ static al_noinline int wl_free_list_slow(struct al_worker *w, void *head, unsign
 			al_sim_object_if(a, head, true);
 		}
 		ret = free_fn(a, c, head);
-		if (per_op) {
+		if (h) { /* the histogram times the call alone, not a retry */
 			dt = al_ticks() - s;
 			sum += dt;
-			if (h)
-				al_hist_record(h, dt);
+			al_hist_record(h, dt);
 		}
+		if (al_unlikely(ret))
+			ret = wl_free_again(w, head, ret);
+		if (per_op && !h)
+			sum += al_ticks() - s;
 		if (al_unlikely(ret))
 			return wl_free_failed(w, head, ret);
 		head = next;
@@ -203,7 +200,7 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 		for (i = 0; i < n; i++) {
 			next = *(void **)head;
 			ret = free_fn(a, c, head);
-			if (al_unlikely(ret))
+			if (al_unlikely(ret) && (ret = wl_free_again(w, head, ret)))
 				return wl_free_failed(w, head, ret);
 			head = next;
 		}
@@ -213,6 +210,8 @@ static inline int wl_free_list(struct al_worker *w, void *head, unsigned n)
 			next = *(void **)head;
 			t0 = al_ticks();
 			ret = free_fn(a, c, head);
+			if (al_unlikely(ret))
+				ret = wl_free_again(w, head, ret);
 			sum += al_ticks() - t0;
 			if (al_unlikely(ret))
 				return wl_free_failed(w, head, ret);

@@ -63,11 +63,10 @@ static int release_all(struct al_worker *w, unsigned n)
 
 	for (i = 0; i < n; i++) {
 		ret = al_free(w->a, &w->ctx, m->obj[i]);
-		if (ret && !first) {
-			first = ret;
-			snprintf(w->err, w->errlen, "free(%p) failed: %s", m->obj[i],
-				 al_strerror(ret));
-		}
+		if (al_unlikely(ret))
+			ret = wl_free_again(w, m->obj[i], ret);
+		if (ret && !first)
+			first = wl_free_failed(w, m->obj[i], ret);
 	}
 	return first;
 }

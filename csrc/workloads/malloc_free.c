@@ -98,7 +98,7 @@ static int mf_cycle_array(struct al_worker *w)
 		if (al_unlikely(!m->arr[i])) {
 			ret = wl_alloc_failed(w, i, n, size);
 			while (i--)
-				al_free(a, c, m->arr[i]);
+				wl_free_untimed(a, c, m->arr[i]);
 			return ret;
 		}
 		*(char *)m->arr[i] = (char)i;
@@ -112,6 +112,8 @@ static int mf_cycle_array(struct al_worker *w)
 		uint64_t s = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
 
 		ret = al_free(a, c, m->arr[i]);
+		if (al_unlikely(ret))
+			ret = wl_free_again(w, m->arr[i], ret);
 		if (w->timing == AL_TIMING_PER_OP_SUM)
 			wl_op_ticks(w, AL_HIST_FREE, al_ticks() - s);
 		if (al_unlikely(ret))

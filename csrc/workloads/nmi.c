@@ -480,7 +480,7 @@ static void nmi_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 		__atomic_store_n(&al_lock_irq_mask, NULL, __ATOMIC_RELEASE);
 	for (i = 0; i < sh->nworkers; i++) {
 		for (j = 0; j < sh->box[i].n; j++)
-			al_free(a, c, sh->box[i].objs[j]);
+			wl_free_untimed(a, c, sh->box[i].objs[j]);
 		pthread_mutex_destroy(&sh->box[i].m);
 	}
 	al_meta_free(sh->slots, sizeof(void *) * sh->per * sh->nworkers);
@@ -650,7 +650,7 @@ static int nmi_cycle_body(struct al_worker *w)
 		if (al_unlikely(!m->arr[i])) {
 			ret = wl_alloc_failed(w, i, n, m->size);
 			while (i--)
-				al_free(w->a, &w->ctx, m->arr[i]);
+				wl_free_untimed(w->a, &w->ctx, m->arr[i]);
 			return ret;
 		}
 		*(volatile char *)m->arr[i] = (char)i;
@@ -715,11 +715,11 @@ static void nmi_worker_fini(struct al_worker *w)
 		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 	}
 	for (i = 0; i < m->nkept; i++)
-		al_free(m->a, &w->ctx, m->kept[i]);
+		wl_free_untimed(m->a, &w->ctx, m->kept[i]);
 	for (i = 0; i < m->nhand; i++)
-		al_free(m->a, &w->ctx, m->hand[i]);
+		wl_free_untimed(m->a, &w->ctx, m->hand[i]);
 	for (i = 0; i < m->nretry; i++)
-		al_free(m->a, &w->ctx, m->retry[i]);
+		wl_free_untimed(m->a, &w->ctx, m->retry[i]);
 	al_worker_metric(w, "nmi_handler_runs", (double)m->runs, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_served", (double)m->served, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_refused", (double)m->refused, AL_METRIC_SUM);

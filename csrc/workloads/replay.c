@@ -241,7 +241,7 @@ static void rp_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 		void *p = s->obj[i].p;
 
 		if (p && p != RP_REFUSED)
-			al_free(a, c, p);
+			wl_free_untimed(a, c, p);
 	}
 	rp_shared_free(s);
 }

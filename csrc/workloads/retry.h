@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 
 #include "alloclab/alloclab.h"
 #include "../core/refusal.h"
@@ -80,8 +81,8 @@ static inline const char *wl_alloc_why(int err)
 	switch (err) {
 	case -ENOMEM: return "out of memory";
 	case -EAGAIN: return "refused for 1 s: " AL_WHY_EMPTY;
-	case -EBUSY:
-	case -ETIMEDOUT: return "refused for 1 s: " AL_WHY_BUSY;
+	case -EBUSY: return "refused for 1 s: " AL_WHY_BUSY;
+	case -ETIMEDOUT: return "refused for 1 s: " AL_WHY_TIMEDOUT;
 	case -ENOSPC: return AL_WHY_NOSPC;
 	case -EINVAL: return "the policy does not serve this size";
 	default: return "failed";
@@ -112,6 +113,49 @@ static __attribute__((unused)) al_noinline al_cold void *wl_alloc_again(struct a
 			break;
 	}
 	return p;
+}
+
+/* A free that failed for good (a lock's refusal after a second of
+ * retries, or an error): the worker's error, and its code. */
+static __attribute__((unused)) al_noinline al_cold int wl_free_failed(struct al_worker *w, void *p,
+								      int err)
+{
+	snprintf(w->err, w->errlen, "free(%p) failed: %s%s", p, al_strerror(err),
+		 err == -ETIMEDOUT ? ": refused for 1 s: " AL_WHY_TIMEDOUT : "");
+	return err;
+}
+
+/*
+ * A free a lock refused (-ETIMEDOUT: the lock gave up waiting, its holder
+ * descheduled; the object is untouched and still the caller's): counted as
+ * free_refused_timedout and tried again for up to a second, as a refused
+ * allocation is. 0, or the error of the last try.
+ */
+static __attribute__((unused)) al_noinline al_cold int wl_free_again(struct al_worker *w, void *p,
+								     int err)
+{
+	uint64_t t_end = 0;
+
+	while (err == -ETIMEDOUT) {
+		al_worker_metric(w, "free_refused_timedout", 1, AL_METRIC_SUM);
+		if (!wl_retry_ok(&t_end))
+			break;
+		err = al_free(w->a, &w->ctx, p);
+	}
+	return err;
+}
+
+/* A free outside the measured loop (teardown, error paths): a lock's
+ * refusal is retried the same way, not counted, so that a descheduled holder
+ * at teardown is not reported as a leak. 0 or -errno. */
+static inline int wl_free_untimed(struct al_allocator *a, struct al_ctx *c, void *p)
+{
+	uint64_t t_end = 0;
+	int ret;
+
+	while ((ret = al_free(a, c, p)) == -ETIMEDOUT && wl_retry_ok(&t_end))
+		;
+	return ret;
 }
 
 /* The same for untimed allocations outside a worker (prepare): retried,

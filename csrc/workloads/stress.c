@@ -206,7 +206,7 @@ static int drain_inbox(struct al_worker *w, struct stress_worker *m)
 		in->n--;
 		pthread_mutex_unlock(&in->m);
 		if (ret) { /* after an error: still freed, not checked */
-			al_free(w->a, &w->ctx, s.p);
+			wl_free_untimed(w->a, &w->ctx, s.p);
 			continue;
 		}
 		ret = do_free(w, m, &s);
@@ -318,7 +318,7 @@ static void stress_worker_fini(struct al_worker *w)
 		return;
 	for (i = 0; m->slots && i < m->nslots; i++)
 		if (m->slots[i].p && do_free(w, m, &m->slots[i]))
-			al_free(w->a, &w->ctx, m->slots[i].p); /* reported; still freed */
+			wl_free_untimed(w->a, &w->ctx, m->slots[i].p); /* reported; still freed */
 	drain_inbox(w, m);
 	al_worker_metric(w, "stress_errors", (double)m->errors, AL_METRIC_SUM);
 	al_worker_metric(w, "checked_bytes", (double)m->checked, AL_METRIC_SUM);

@@ -162,6 +162,13 @@ def norm_ppf(p):
 StatWarning = namedtuple("StatWarning", "kind message")
 
 
+def _extreme(values, how):
+    """how (np.max or np.min) of the runs' values, NaNs dropped; NaN for none."""
+    x = np.asarray(values if values is not None else [], dtype=float).ravel()
+    x = x[~np.isnan(x)]
+    return float(how(x)) if len(x) else math.nan
+
+
 class Stats:
     """One cell's runs: n, mean, sd (sample, ddof=1), median, min, max, cv
     (sd / |mean|), ci (lo, hi) for the mean at ``confidence`` (Student t),
@@ -169,11 +176,12 @@ class Stats:
     kinds: "runs", "cv", "steal", "preempted", "short")."""
 
     __slots__ = ("n", "mean", "sd", "median", "min", "max", "cv", "ci", "ci_half", "confidence",
-                 "steal_max", "preempt_max", "phase_min", "warnings", "values")
+                 "steal_max", "preempt_max", "phase_min", "retried_max", "warnings", "values")
 
     def __init__(self, values, confidence=0.95, steal=None, cv_warn=CV_WARN,
                  steal_warn=STEAL_WARN_PCT, min_runs=MIN_RUNS, preempt=None,
-                 preempt_warn=PREEMPT_WARN_PER_S, phase=None, min_phase=MIN_PHASE_S):
+                 preempt_warn=PREEMPT_WARN_PER_S, phase=None, min_phase=MIN_PHASE_S,
+                 retried=None):
         x = np.asarray(values, dtype=float).ravel()
         x = x[~np.isnan(x)]
         self.values = x
@@ -198,15 +206,10 @@ class Stats:
         else:
             self.ci_half = nan
             self.ci = (nan, nan)
-        s = np.asarray(steal if steal is not None else [], dtype=float).ravel()
-        s = s[~np.isnan(s)]
-        self.steal_max = float(np.max(s)) if len(s) else nan
-        pr = np.asarray(preempt if preempt is not None else [], dtype=float).ravel()
-        pr = pr[~np.isnan(pr)]
-        self.preempt_max = float(np.max(pr)) if len(pr) else nan
-        ph = np.asarray(phase if phase is not None else [], dtype=float).ravel()
-        ph = ph[~np.isnan(ph)]
-        self.phase_min = float(np.min(ph)) if len(ph) else nan
+        self.steal_max = _extreme(steal, np.max)
+        self.preempt_max = _extreme(preempt, np.max)
+        self.phase_min = _extreme(phase, np.min)
+        self.retried_max = _extreme(retried, np.max)
         w = []
         if n < min_runs:
             w.append(StatWarning("runs", "%d run%s (< %d): %s" % (
@@ -225,6 +228,9 @@ class Stats:
         if not math.isnan(self.phase_min) and self.phase_min < min_phase:
             w.append(StatWarning("short", "a measured phase of %.0f ms (< %.0f ms)" % (
                 1e3 * self.phase_min, 1e3 * min_phase)))
+        if not math.isnan(self.retried_max) and self.retried_max > 0:
+            w.append(StatWarning("retried", "%.0f refused operations retried in a run (each "
+                                 "retry's wait is in the times)" % self.retried_max))
         self.warnings = w
 
     @property
@@ -234,7 +240,7 @@ class Stats:
     def as_dict(self):
         return {k: getattr(self, k) for k in ("n", "mean", "sd", "median", "min", "max", "cv",
                                              "ci", "ci_half", "confidence", "steal_max",
-                                             "preempt_max", "phase_min")} | {
+                                             "preempt_max", "phase_min", "retried_max")} | {
             "warnings": [w.message for w in self.warnings]}
 
     def __repr__(self):
@@ -245,27 +251,43 @@ class Stats:
         return s
 
 
-def describe(values, confidence=0.95, steal=None, preempt=None, phase=None, **kw):
+def describe(values, confidence=0.95, steal=None, preempt=None, phase=None, retried=None,
+             **kw):
     """Stats of one cell's runs (NaNs dropped); ``steal``: the runs'
     steal_pct, for the steal warning; ``preempt``: their
     worker_preempted_per_s, for the preempted warning; ``phase``: their
-    measured phase in seconds, for the short-phase warning."""
-    return Stats(values, confidence=confidence, steal=steal, preempt=preempt, phase=phase, **kw)
+    measured phase in seconds, for the short-phase warning; ``retried``:
+    the operations the policy refused and the workload retried in each
+    run, for the retried warning."""
+    return Stats(values, confidence=confidence, steal=steal, preempt=preempt, phase=phase,
+                 retried=retried, **kw)
+
+
+# The workload metrics that count a refused operation the workload tried
+# again inside its measured loop (retry.h): each retry's wait is timed.
+RETRY_METRICS = ("wl.alloc_refused_empty", "wl.alloc_refused_busy", "wl.alloc_refused_timedout",
+                 "wl.free_refused_timedout")
 
 
 def run_context(points):
     """The per-run values behind a cell's warnings, over Points (in run
     order, as their metric's values are pooled): describe()'s keyword
-    arguments steal, preempt and phase. A simulated point's runs have none
-    (NaN): its times come from virtual time, which the machine does not
-    disturb."""
+    arguments steal, preempt, phase and retried. A simulated point's runs
+    have no steal, preemption or phase (NaN): its times come from virtual
+    time, which the machine does not disturb; its retries are counted, as
+    their waits are in its virtual times too."""
     def cat(metric, scale=1.0):
         arrs = [np.asarray(p.data.get(metric, []), dtype=float) *
                 (math.nan if p.info.get("cpu_mode") == "simulated" else scale)
                 for p in points]
         return np.concatenate(arrs) if arrs else np.array([])
+    def retried(p):
+        n = len(p.data.get("elapsed_ns", []))
+        return sum((np.nan_to_num(np.asarray(p.data[m], dtype=float)) for m in RETRY_METRICS
+                    if m in p.data), np.zeros(n))
     return {"steal": cat("steal_pct"), "preempt": cat("worker_preempted_per_s"),
-            "phase": cat("elapsed_ns", 1e-9)}
+            "phase": cat("elapsed_ns", 1e-9),
+            "retried": np.concatenate([retried(p) for p in points]) if points else np.array([])}
 
 
 # ---------------------------------------------------------------- tests
@@ -470,6 +492,11 @@ def warning_lines(cells, limit=6, cv_warn=CV_WARN, steal_warn=STEAL_WARN_PCT, wr
     if preempted:
         lines.append("workers preempted by other tasks > %g/s per worker during a run: %s"
                      % (preempt_warn, _names(preempted, limit)))
+    retried = ["%s (%.0f)" % (label, st.retried_max) for label, st in cells
+               if any(w.kind == "retried" for w in st.warnings)]
+    if retried:
+        lines.append("refused operations retried during a run, each retry's wait in the times "
+                     "(most in one run): %s" % _names(retried, limit))
     short = [label for label, st in cells if any(w.kind == "short" for w in st.warnings)]
     if short:
         shortest = min(st.phase_min for label, st in cells
