@@ -448,8 +448,8 @@ def test_refusal_names_layer_mechanism_and_parameter():
 @pytest.mark.parametrize("code,layer,words", [
     (errno.EAGAIN, "bpf_ma", ("cache stayed empty", "refill pending", "irq_work=thread",
                               "irq_work=inline", "a retry may succeed")),
-    (errno.EBUSY, "bpf_ma", ("reentrancy guard", "irq_work=thread", "lock_budget",
-                             "a retry may succeed")),
+    (errno.EBUSY, "bpf_ma", ("reentrancy guard", "trylock", "irq_work=thread",
+                             "irq_work=inline", "a retry may succeed")),
     (errno.ETIMEDOUT, "bpf_ma", ("a lock", "lock_budget", "a retry may succeed")),
     (errno.ENOSPC, "bpf_ma", ("no instance for this size", "mode=any")),
 ])

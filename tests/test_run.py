@@ -856,6 +856,20 @@ def test_retried_warning_counts_the_runs_refusals_and_flips_with_them():
     assert "retried" not in kinds["buddy"]
 
 
+@pytest.mark.parametrize("err", ["ebusy", "etimedout"])
+def test_a_refusal_for_a_second_is_reported_whole(err):
+    """The worker's error carries the refusal's whole reason, the words the
+    live Allocator uses, not a sentence cut at the buffer's end."""
+    from alloclab._ffi import ffi
+    code = getattr(errno, err.upper())
+    why = ffi.string(lib.al_refusal_why(-code)).decode()
+    with pytest.raises(al.RunError) as ei:
+        al.run("malloc-free", "failnth(op=alloc, nth=1, every=1, err=%s) > buddy" % err,
+               runs=1, cycles=2, warmup_cycles=0)
+    assert ei.value.code == -code
+    assert str(ei.value).endswith("failed: %s: refused for 1 s: %s" % (err.upper(), why))
+
+
 def test_a_free_refused_for_a_second_ends_the_run_saying_why():
     with pytest.raises(al.RunError) as ei:
         al.run("malloc-free", "failnth(op=free, nth=1, every=1) > buddy", runs=1, cycles=2,

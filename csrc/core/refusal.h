@@ -14,14 +14,12 @@
 #define ALLOCLAB_CORE_REFUSAL_H
 
 /* What a refusal by design means and which parameter changes it. */
-#define AL_WHY_EMPTY                                                                     \
-	"the CPU's cache stayed empty, its refill pending (bpf_ma irq_work=thread: the " \
-	"helper fell behind, irq_work=inline refills at the end of each call; "          \
-	"irq_work=inline: the layer below kept failing the refill)"
-#define AL_WHY_BUSY                                                                  \
-	"a lock or the CPU's reentrancy guard stayed held (bpf_ma irq_work=thread: " \
-	"its helper held the guard, irq_work=inline runs the helper's work in the "  \
-	"caller; a lock: the layer's lock_budget bounds the wait)"
+#define AL_WHY_EMPTY                                                                            \
+	"the CPU's cache stayed empty, its refill pending (bpf_ma irq_work=thread: the helper " \
+	"fell behind; irq_work=inline: the layer below kept failing the refill)"
+#define AL_WHY_BUSY                                                                      \
+	"a trylock found its lock held, or the CPU's reentrancy guard was held (bpf_ma " \
+	"irq_work=thread: by its helper; irq_work=inline runs that work in the caller)"
 #define AL_WHY_TIMEDOUT                                                              \
 	"a lock stayed held past the layer's lock_budget (in user space its holder " \
 	"was descheduled; raise lock_budget or run on a quieter machine)"
