@@ -854,6 +854,10 @@ def test_retried_warning_counts_the_runs_refusals_and_flips_with_them():
     kinds = {p["policy"]: [w.kind for w in s.warnings] for p, s in res.stats("free_ns")}
     assert "retried" in kinds["failnth(op=free, nth=50, every=true) > buddy"], line
     assert "retried" not in kinds["buddy"]
+    # the frees' retries wait in free_ns, not in the allocations' time
+    alloc = {p["policy"]: [w.kind for w in s.warnings] for p, s in res.stats("alloc_ns")}
+    assert not any("retried" in k for k in alloc.values())
+    assert "refused operations retried" not in res.table("alloc_ns").to_text()
 
 
 @pytest.mark.parametrize("err", ["ebusy", "etimedout"])

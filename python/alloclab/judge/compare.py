@@ -355,7 +355,8 @@ def _pool(points, metric):
     if not points:
         return None
     return _stats.describe(np.concatenate([np.asarray(p.data[metric], dtype=float)
-                                           for p in points]), **_stats.run_context(points))
+                                           for p in points]),
+                           **_stats.run_context(points, metric))
 
 
 _UNSET = object()  # the value of a parameter a point does not have

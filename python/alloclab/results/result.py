@@ -628,7 +628,7 @@ class Result:
             groups.setdefault(_params_key(p.params), [p.params, []])[1].append(p)
         return [(params, _stats.describe(
             np.concatenate([np.asarray(p.data[metric], dtype=float) for p in pts]),
-            **_stats.run_context(pts))) for params, pts in groups.values()]
+            **_stats.run_context(pts, metric))) for params, pts in groups.values()]
 
     def histogram(self, op="alloc", **where):
         """The per-op latency Histogram of ``op`` ("alloc" or "free"), all
@@ -716,7 +716,7 @@ class Result:
         for k in [k for k, v in samples.items() if np.isnan(np.concatenate(v)).all()]:
             unmeasured[k] = _measures.NOT_MEASURED.get(metric, "%s: NaN in every run" % metric)
             del samples[k]  # a value no run measured has no statistics, only "n/a"
-        cell_stats = {k: _stats.describe(np.concatenate(v), **_stats.run_context(pts[k]))
+        cell_stats = {k: _stats.describe(np.concatenate(v), **_stats.run_context(pts[k], metric))
                       for k, v in samples.items()}
         truncated = {}
         for k, ps in pts.items():

@@ -264,27 +264,40 @@ def describe(values, confidence=0.95, steal=None, preempt=None, phase=None, retr
 
 
 # The workload metrics that count a refused operation the workload tried
-# again inside its measured loop (retry.h): each retry's wait is timed.
-RETRY_METRICS = ("wl.alloc_refused_empty", "wl.alloc_refused_busy", "wl.alloc_refused_timedout",
-                 "wl.free_refused_timedout")
+# again inside its measured loop (retry.h): each retry's wait is timed, in
+# the allocations' time or the frees'.
+ALLOC_RETRY_METRICS = ("wl.alloc_refused_empty", "wl.alloc_refused_busy",
+                       "wl.alloc_refused_timedout")
+FREE_RETRY_METRICS = ("wl.free_refused_timedout",)
 
 
-def run_context(points):
+def _retry_metrics(metric):
+    """The retry counts whose waits are in ``metric``: the allocations' for an
+    alloc_* metric, the frees' for a free_* one, both for anything else."""
+    if metric and metric.startswith("alloc"):
+        return ALLOC_RETRY_METRICS
+    if metric and metric.startswith("free"):
+        return FREE_RETRY_METRICS
+    return ALLOC_RETRY_METRICS + FREE_RETRY_METRICS
+
+
+def run_context(points, metric=None):
     """The per-run values behind a cell's warnings, over Points (in run
     order, as their metric's values are pooled): describe()'s keyword
-    arguments steal, preempt, phase and retried. A simulated point's runs
+    arguments steal, preempt, phase and retried (the retries whose waits
+    are in ``metric``, all of them when it is None). A simulated point's runs
     have no steal, preemption or phase (NaN): its times come from virtual
     time, which the machine does not disturb; its retries are counted, as
     their waits are in its virtual times too."""
-    def cat(metric, scale=1.0):
-        arrs = [np.asarray(p.data.get(metric, []), dtype=float) *
+    def cat(name, scale=1.0):
+        arrs = [np.asarray(p.data.get(name, []), dtype=float) *
                 (math.nan if p.info.get("cpu_mode") == "simulated" else scale)
                 for p in points]
         return np.concatenate(arrs) if arrs else np.array([])
     def retried(p):
         n = len(p.data.get("elapsed_ns", []))
-        return sum((np.nan_to_num(np.asarray(p.data[m], dtype=float)) for m in RETRY_METRICS
-                    if m in p.data), np.zeros(n))
+        return sum((np.nan_to_num(np.asarray(p.data[m], dtype=float))
+                    for m in _retry_metrics(metric) if m in p.data), np.zeros(n))
     return {"steal": cat("steal_pct"), "preempt": cat("worker_preempted_per_s"),
             "phase": cat("elapsed_ns", 1e-9),
             "retried": np.concatenate([retried(p) for p in points]) if points else np.array([])}
