@@ -12,7 +12,12 @@ rules hold everywhere:
   and renamed over it once complete, so a failed write leaves the old one; a
   character device (/dev/null, a terminal) is written in place; a named pipe
   is written in place when it has a reader and refused when it has none; a
-  directory, a socket or a block device is refused before anything runs.
+  directory, a socket or a block device is refused before anything runs;
+- an output that names one of this process's own descriptors (/dev/stdout,
+  /dev/stderr, /dev/fd/N, /proc/self/fd/N, or a symlink to one) is written
+  through that descriptor, where its offset stands, never renamed over the
+  file behind it: `--json /dev/stdout >> log` appends to the log after what
+  the command printed, as a shell user expects.
 
 Errors are InvalidArgument (a path that cannot be used) naming the path and
 what it is; ``what`` names the file in the caller's words ("--json file",
@@ -20,8 +25,11 @@ what it is; ``what`` names the file in the caller's words ("--json file",
 """
 
 import errno
+import fcntl
 import os
+import re
 import stat
+import sys
 
 from . import errors
 
@@ -33,6 +41,52 @@ REPLACE = "replace"
 """An output written to a temporary file and renamed over the path."""
 IN_PLACE = "in place"
 """An output written into the path as it is (a character device, a pipe)."""
+
+
+_STD_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_FD_PATH = re.compile(r"^/proc/(\d+)(?:/task/\d+)?/fd/(\d+)$")
+
+
+def descriptor(path):
+    """The descriptor of this process that ``path`` names (/dev/stdout,
+    /dev/fd/N, /proc/self/fd/N, directly or through symlinks), or None."""
+    p = os.path.abspath(os.fspath(path))
+    for _ in range(40):  # the kernel's own limit on links followed
+        p = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        if p in _STD_NAMES:
+            return _STD_NAMES[p]
+        m = _FD_PATH.match(p)
+        if m:
+            return int(m.group(2)) if int(m.group(1)) == os.getpid() else None
+        try:
+            p = os.path.join(os.path.dirname(p), os.readlink(p))
+        except OSError:
+            return None
+    return None
+
+
+def _check_descriptor(fd, what, path):
+    """InvalidArgument unless this process's descriptor fd is open for writing."""
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        raise _refuse(what, path, "it names descriptor %d of this process, which is not "
+                      "open" % fd) from None
+    if mode not in (os.O_WRONLY, os.O_RDWR):
+        raise _refuse(what, path, "it names descriptor %d of this process, which is not "
+                      "open for writing" % fd)
+
+
+def _write_descriptor(fd, parts):
+    """Write parts through descriptor fd, after what Python's own streams
+    hold, at the descriptor's offset."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    for p in parts:
+        view = memoryview(p)
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def kind(mode):
@@ -126,6 +180,10 @@ def check_output(path, what="output file"):
     path = os.fspath(path)
     if path == "":
         raise _refuse(what, path, "the name is empty")
+    fd = descriptor(path)
+    if fd is not None:
+        _check_descriptor(fd, what, path)
+        return IN_PLACE
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -170,6 +228,9 @@ def write_parts(path, parts, what="output file"):
     in place into a character device or a pipe with a reader. OSError from
     the write itself (a full disk) propagates; the old file is then kept."""
     how = check_output(path, what)
+    if how == IN_PLACE and descriptor(path) is not None:
+        _write_descriptor(descriptor(path), parts)
+        return
     if how == IN_PLACE:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
         os.set_blocking(fd, True)
