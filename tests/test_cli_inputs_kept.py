@@ -120,3 +120,41 @@ def test_sim_validate_may_write_its_calibration_back():
     args.sim_cmd = "calibrate"
     with pytest.raises(cli_format.UsageError, match="--out c.json is the --calibration"):
         cli_format.check_not_inputs(args)
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["record", "--quiet", "--out", "OUT", "--", "PROG"], "--out"),
+    (["preload", "--json", "OUT", "--", "PROG"], "--json"),
+])
+@pytest.mark.parametrize("spelling", ["same", "symlink"])
+def test_an_output_naming_the_program_it_runs_is_refused(tmp_path, argv, flag, spelling):
+    prog = tmp_path / "mytrue"
+    prog.write_bytes(open("/bin/true", "rb").read())
+    prog.chmod(0o755)
+    keep = prog.read_bytes()
+    out = str(prog) if spelling == "same" else str(tmp_path / "link")
+    if spelling == "symlink":
+        os.symlink(prog, out)
+    p = _cli(*[out if a == "OUT" else str(prog) if a == "PROG" else a for a in argv])
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == "alloclab: error: %s %s is the program the command runs (%s): " \
+        "writing it would replace it; give another file name\n" % (flag, out, prog)
+    assert prog.read_bytes() == keep
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["record", "--quiet", "--out", "OUT", "--", "cat", "ARG"], "--out"),
+    (["preload", "--json", "OUT", "--", "cat", "ARG"], "--json"),
+])
+@pytest.mark.parametrize("form", ["FILE", "--opt=FILE"])
+def test_an_output_naming_a_file_of_the_programs_arguments_is_refused(tmp_path, argv, flag,
+                                                                      form):
+    src = tmp_path / "in.txt"
+    src.write_text("KEEP")
+    arg = form.replace("FILE", str(src))
+    p = _cli(*[str(src) if a == "OUT" else arg if a == "ARG" else a for a in argv])
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == "alloclab: error: %s %s is a file the command's arguments name (%s): " \
+        "writing it would replace what the program reads; give another file name\n" % (
+            flag, src, arg)
+    assert src.read_text() == "KEEP" and p.stdout == ""

@@ -22,6 +22,7 @@ import sys
 import threading
 from .. import errors
 from ..shim.record import record
+from .preload import refuse_program_files
 
 PROG = "alloclab"  # as cli.PROG (cli imports this module)
 EXIT_UNRECORDED = 125
@@ -91,6 +92,7 @@ def cmd_record(args):
     if not cmd:
         raise errors.InvalidArgument("record needs a command: alloclab record --out FILE -- "
                                      "CMD ...")
+    refuse_program_files("--out", args.out, cmd)
     sys.stdout.flush()
     try:
         kw = {"compress": args.compress} if args.compress else {}
