@@ -585,6 +585,35 @@ def test_validate_takes_a_calibration_file_as_run_does(tmp_path):
         sim.validate(str(tmp_path / "missing.json"), ["buddy"])
 
 
+@pytest.mark.parametrize("cpu,stats", [("simulated", "off"), (["pinned", "simulated"],
+                                                                ["lite", "off"])])
+def test_stats_off_is_refused_on_simulated_cpus(cpu, stats):
+    # the model charges counted events: at off the prediction would drop them
+    with pytest.raises(errors.InvalidArgument) as ei:
+        al.run("malloc-free", "buddy", producers=2, cpu=cpu, stats=stats,
+               calibration=_cal({"seg.acq-rel": 20.0}), runs=1, cycles=5)
+    assert ei.value.value == "off" and ei.value.valid == ("lite", "full")
+    assert str(ei.value).startswith("stats='off' cannot run on simulated CPUs")
+    r = al.run("malloc-free", "buddy", producers=2, cpu="simulated", stats="lite",
+               calibration=_cal({"seg.acq-rel": 20.0}), runs=1, cycles=5)
+    assert r.points[0].params["stats"] == "lite"
+
+
+def test_the_calibration_a_simulated_run_makes_warns_on_a_loaded_machine(monkeypatch):
+    """A run on simulated CPUs without a calibration makes one; on a loaded
+    machine its measured line cost may be another program's, and the run
+    says so as `sim calibrate` does (the CLI prints it as one line)."""
+    monkeypatch.setattr(mrun, "_CALIBRATIONS", {})
+    calibrate = sim.calibrate  # a shorter one: the load, not the costs, is the point
+    monkeypatch.setattr(sim, "calibrate", lambda pols, **kw: calibrate(pols, duration=0.01))
+    monkeypatch.setattr("alloclab.host.machine.loadavg",
+                        lambda root="/": {"1min": 1e6, "5min": 1e6, "15min": 1e6})
+    with pytest.warns(sim.SuspectCalibrationWarning,
+                      match="^the load average was 1000000.00 on .* as the calibration began"):
+        al.run("malloc-free", "buddy", producers=2, cpu="simulated", runs=1, cycles=5,
+               warmup_cycles=0)
+
+
 def test_a_calibration_says_when_its_line_cost_is_suspect():
     quiet = sim.Calibration({}, 50.0, 1.0, {"line_transfer_tries": [50.0, 52.0, 60.0],
                                             "load_before": {"1min": 0.0}})

@@ -175,8 +175,6 @@ def cmd_sim(args):
                   fit.get("rms_ns") or 0.0, cal.line_transfer_ns, cal.info["line_transfer"],
                   cal.lines_per_handoff, "" if cal.lines_per_handoff == 1 else "s",
                   cal.info["lines_per_handoff"], sim.coherence_text(cal)))
-        for line in sim.calibration_warnings(cal):
-            cli_format.warn(line)
     else:
         cal = sim.Calibration.load(args.calibration)
         v = sim.validate(cal, args.policy, cells=args.cell, producers=args.producers,

@@ -59,7 +59,8 @@ from ..measure.run import (
     CPU_MODES, DEFAULT_STATS, MIN_PHASE_S, REPLAY_TIME_LIMIT, TIMINGS, plan, run)
 from ..policies import plugin
 from ..traces.replay import IncompleteTraceWarning
-from ..measure.sim import UncalibratedPolicyWarning, UnmodelledLocksWarning
+from ..measure.sim import SuspectCalibrationWarning, UncalibratedPolicyWarning
+from ..measure.sim import UnmodelledLocksWarning
 from ..measure.sweep import sweep
 from ..measure.run import adaptive_options
 from ..measure.sweep import check_journal
@@ -375,15 +376,17 @@ def cmd_run(argv):
     return 0
 
 
-LINE_WARNINGS = (IncompleteTraceWarning, UncalibratedPolicyWarning, UnmodelledLocksWarning)
+LINE_WARNINGS = (IncompleteTraceWarning, UncalibratedPolicyWarning, UnmodelledLocksWarning,
+                 SuspectCalibrationWarning)
 
 
 def warnings_as_lines():
     """A replayed trace cut short (alloclab.replay.IncompleteTraceWarning), a
     simulated policy its calibration did not run
-    (measure.sim.UncalibratedPolicyWarning) or one with glibc's malloc in it
-    (UnmodelledLocksWarning) is one `alloclab: warning:` line, once, not
-    Python's warning text."""
+    (measure.sim.UncalibratedPolicyWarning), one with glibc's malloc in it
+    (UnmodelledLocksWarning) or a calibration whose line cost is suspect
+    (SuspectCalibrationWarning, the one a simulated run makes for itself
+    too) is one `alloclab: warning:` line, once, not Python's warning text."""
     import warnings
 
     shown, seen = warnings.showwarning, set()

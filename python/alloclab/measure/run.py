@@ -226,6 +226,12 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
             raise errors.InvalidArgument(
                 "calibration and timeline apply to cpu='simulated' only")
         return None
+    if any(t.get("stats") == "off" for t in sim_tasks):
+        raise errors.InvalidArgument(
+            "stats='off' cannot run on simulated CPUs: they charge each event the layers "
+            "count its calibrated cost, and at 'off' nothing is counted, so the prediction "
+            "would leave those costs out; use stats='lite' (the default) or 'full'",
+            value="off", valid=("lite", "full"))
     timeline = _int_in("timeline", timeline, 0, 10_000_000)
     for pol in policies:
         if peers.needed(pol) is not None:

@@ -31,6 +31,7 @@ import math
 import numbers
 import os
 import time
+import warnings
 
 import numpy as np
 
@@ -95,6 +96,12 @@ class UncalibratedPolicyWarning(UserWarning):
     """A simulated run of a policy its calibration did not run: its factor
     is the geometric mean of the others', and the terms the calibration
     never saw cost 0 ns."""
+
+
+class SuspectCalibrationWarning(UserWarning):
+    """A calibration whose measured line cost is suspect: its ping-pong
+    tries spread wide, or the machine was loaded as it began
+    (calibration_warnings). Every simulated time scales with that cost."""
 
 
 class UnmodelledLocksWarning(UserWarning):
@@ -601,8 +608,11 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
             "lines_per_handoff": "given", "fit": report, "seconds": round(time.time() - t0, 2)}
     if coherence:
         coherence = _coherence(dict(NO_COHERENCE, **coherence), "coherence")
-    return Calibration(costs, lt, lines_per_handoff, info, scales=scales, offsets=offsets,
-                       coherence=coherence)
+    cal = Calibration(costs, lt, lines_per_handoff, info, scales=scales, offsets=offsets,
+                      coherence=coherence)
+    for line in calibration_warnings(cal):
+        warnings.warn(SuspectCalibrationWarning(line), stacklevel=2)
+    return cal
 
 
 def _scale(policies, cells, costs, measured, seed):
