@@ -585,6 +585,27 @@ def test_validate_takes_a_calibration_file_as_run_does(tmp_path):
         sim.validate(str(tmp_path / "missing.json"), ["buddy"])
 
 
+def test_a_policys_factors_are_found_under_any_spelling_of_its_stack():
+    cal = sim.Calibration({"seg.acq-rel": 20.0}, 50.0, 1.0, {"test": True},
+                          scales={"libarena-spill": [1.5, 1.2], "buddy": [1.0, 1.0]},
+                          offsets={"libarena-spill": [3.0, 4.0]})
+    for name in ("libarena-spill", "percpu > buddy", "percpu(capacity=16, batch=8) > buddy"):
+        assert cal.own_key(name) == "libarena-spill", name
+        assert cal.scale_for(name) == [1.5, 1.2] and cal.offset_for(name) == [3.0, 4.0]
+        assert sim.uncalibrated_policies(cal, [name]) == []
+    assert cal.own_key("libarena-transfer") is None
+    assert sim.uncalibrated_policies(cal, ["libarena-transfer"]) == ["libarena-transfer"]
+    assert cal.offset_for("libarena-transfer") == [0.0, 0.0]
+    with pytest.warns(sim.UncalibratedPolicyWarning, match="has no libarena-transfer"):
+        r = al.run("malloc-free", ["percpu > buddy", "libarena-transfer"], producers=2,
+                   cpu="simulated", calibration=cal, runs=1, cycles=10)
+    borrowed = {p.params["policy"]: p.info["sim"].get("borrowed_scale") for p in r.points}
+    assert borrowed == {"percpu > buddy": None, "libarena-transfer": True}
+    line = next(x for x in r.table("alloc_ns").to_text().splitlines()
+                if "borrowed factors" in x)
+    assert "percpu > buddy" not in line
+
+
 @pytest.mark.parametrize("cpu,stats", [("simulated", "off"), (["pinned", "simulated"],
                                                                 ["lite", "off"])])
 def test_stats_off_is_refused_on_simulated_cpus(cpu, stats):

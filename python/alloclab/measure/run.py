@@ -743,6 +743,7 @@ def run_once(task, run_index=0, in_child=False, on_phase=None, calibrate=False):
         raw["sim"] = _sim.raw_sim(res, keep[0], keep[1], calibrate)
         raw["sim"]["calibration_id"] = task["sim"].get("id")
         raw["sim"]["scale"] = list(task["sim"].get("scale") or ())  # this policy's factors
+        raw["sim"]["borrowed_scale"] = bool(task["sim"].get("borrowed_scale"))
         if not calibrate and task["sim"].get("band", True):
             raw["sim"]["band"] = _sim_band(task, run_index, pol)
     return raw

@@ -38,6 +38,7 @@ import numpy as np
 from .. import errors, files
 from ..host import machine
 from ..cbind._ffi import ffi, lib
+from ..policies.policy import Policy
 
 # Cells the default calibration runs (one producer each): malloc-free at 64
 # allocs/cycle (the caches' hit paths) and at 1024 (bursts past every
@@ -121,9 +122,20 @@ def unmodelled_layers(policy):
 
 
 def uncalibrated_policies(cal, names):
-    """The policies of ``names`` that ``cal`` has no factor for (none when it
-    has no factors at all: every policy then gets 1)."""
-    return [n for n in names if cal.scales and n not in cal.scales]
+    """The policies of ``names`` that ``cal`` has no factor for, under any
+    spelling of their stack (none when it has no factors at all: every
+    policy then gets 1)."""
+    return [n for n in names if cal.scales and cal.own_key(n) is None]
+
+
+def _stack(name):
+    """A policy's stack as one canonical spec (a preset and its spec, or a
+    spec with its defaults written out, read the same); the name itself when
+    it does not parse."""
+    try:
+        return str(Policy(name))
+    except errors.AlloclabError:
+        return name
 
 
 # The largest calibration file read (a huge sparse file is refused by its
@@ -237,12 +249,22 @@ class Calibration:
         the validated CPUs "unvalidated" where the validation says so."""
         return self.with_(info=dict(self.info, validation=validation.to_dict()))
 
+    def own_key(self, policy):
+        """The name ``policy``'s own factors are kept under: itself, or
+        another spelling of the same stack (libarena-spill and
+        "percpu > buddy"); None when the calibration did not run it."""
+        if policy is None or policy in self.scales:
+            return policy if policy in self.scales else None
+        stack = _stack(policy)
+        return next((k for k in self.scales if _stack(k) == stack), None)
+
     def scale_for(self, policy):
         """The [alloc, free] factors on the costs for ``policy``: its own,
         fitted on the calibration cells, else the geometric means of those
         fitted ([1, 1] without any)."""
-        if policy in self.scales:
-            return list(self.scales[policy])
+        own = self.own_key(policy)
+        if own is not None:
+            return list(self.scales[own])
         if not self.scales:
             return [1.0, 1.0]
         logs = np.log(np.array(list(self.scales.values()), float))
@@ -252,13 +274,14 @@ class Calibration:
         """The [alloc, free] ns added per call at the top for ``policy``: its own,
         fitted with its factors; a policy without factors of its own (which
         gets their geometric means) gets none."""
-        return list(self.offsets.get(policy, [0.0, 0.0])) if policy in self.scales \
-            else [0.0, 0.0]
+        own = self.own_key(policy)
+        return list(self.offsets.get(own, [0.0, 0.0])) if own is not None else [0.0, 0.0]
 
     def task_options(self, timeline=0, policy=None):
         """What a task carries to the engine (plain, picklable)."""
         return {"costs": sorted(self.costs.items()),
                 "scale": self.scale_for(policy), "offset": self.offset_for(policy),
+                "borrowed_scale": bool(self.scales) and self.own_key(policy) is None,
                 "line_transfer_ns": self.line_transfer_ns,
                 "lines_per_handoff": self.lines_per_handoff, "jitter": self.jitter,
                 "coherence": dict(self.coherence), "timeline": int(timeline)}

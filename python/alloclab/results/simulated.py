@@ -60,6 +60,8 @@ def calibration_id(point):
 def point_info(raws):
     """info["sim"] of a simulated point's raw runs ({} for a measured one):
     calibration_id, uncalibrated (terms without a cost, in any run),
+    borrowed_scale (True when the calibration had no factors of the point's
+    own policy),
     per-run lists of the engine's counts, and the first run's timeline
     (events as lists) when the runs kept one."""
     sims = [r.get("sim") for r in raws]
@@ -72,6 +74,8 @@ def point_info(raws):
             out[k] = [s[k] for s in sims]
     if all(s.get("scale") == sims[0].get("scale") for s in sims) and sims[0].get("scale"):
         out["scale"] = list(sims[0]["scale"])
+    if any(s.get("borrowed_scale") for s in sims):
+        out["borrowed_scale"] = True  # no factors of its own in the calibration
     if sims[0].get("timeline"):
         out["timeline"] = [list(ev) for ev in sims[0]["timeline"]]
     if all(s.get("band") for s in sims):
@@ -193,6 +197,12 @@ def warning_lines(cells, metadata, limit=6):
                          _names(terms, TERMS_SHOWN), _names([lab for lab, ps in sim if any(
                              (p.info.get("sim") or {}).get("uncalibrated") for p in ps)],
                              limit)))
+    borrowed = [lab for lab, ps in sim if any((p.info.get("sim") or {}).get("borrowed_scale")
+                                              for p in ps)]
+    if borrowed:
+        lines.append("borrowed factors: the calibration did not run these cells' policies, so "
+                     "their cost factors are the geometric mean of the others' (calibrate on "
+                     "them): %s" % _names(borrowed, limit))
     bad = [lab for lab, ps in sim if any(unvalidated(p, metadata) for p in ps)]
     if bad:
         v = validation(metadata)
