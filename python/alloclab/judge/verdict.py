@@ -38,8 +38,11 @@ The rule (an intersection-union test, so no correction is needed for
   Benjamini-Hochberg across every cell judged together (a report judges
   all its claims together).
 - otherwise *inconclusive*, with the reason: noise (the interval straddles
-  the claimed size), too few runs (fewer than 3 a side), bimodal runs (two
-  groups of runs, each of at least 2, at least 25% apart; of paired runs,
+  the claimed size), an interval wholly on the wrong side of the claimed
+  size (or outside the margin) whose contradiction is not significant
+  (after Benjamini-Hochberg, or at all: TOST's interval is 90%), too few
+  runs (fewer than 3 a side), bimodal runs (two groups of runs, each of at
+  least 2, at least 25% apart; of paired runs,
   the per-pair ratios: a drift both sides share cancels there), an unstable
   machine (too many runs with steal time, see below), latencies
   measured on virtual CPUs (which never decide; counters may), or
@@ -62,6 +65,7 @@ from in its text.
 
 import json
 import math
+import numbers
 import re
 
 import numpy as np
@@ -472,11 +476,12 @@ class Claim:
         if expect not in ("lower", "higher", "same"):
             raise errors.UnknownNameError.make("expectation", expect,
                                                ["lower", "higher", "same"])
-        if by is not None and not (isinstance(by, (int, float)) and by > 0):
+        if by is not None and not (_real(by) and by > 0):
             raise errors.ParameterRangeError(
                 "by=%r: a factor > 0 (1.3 = at least 30%% apart)" % (errors.Echo(by),), name="by",
                 value=by,
                 min=0, max=None)
+        _check_margin(margin, within, absolute)
         self.text = text
         self.cells = list(cells)
         if not self.cells:
@@ -570,6 +575,17 @@ class Claim:
         p_in = max(est.p_above(blo), est.p_below(bhi))
         p_out = min(1.0, 2 * min(est.p_below(blo), est.p_above(bhi)))
         return p_in < alpha, p_out
+
+    def outside(self, cell, alpha=ALPHA):
+        """Whether a cell's interval (95%, or TOST's 1 - 2 alpha for "same")
+        lies wholly on the wrong side of the claimed size, or wholly outside
+        the margin or range, rather than containing its bound."""
+        lo, hi = self._bounds()
+        conv = (lambda v: v) if self.absolute else cell.est.bound
+        ilo, ihi = cell.interval(1 - 2 * alpha if self.expect == "same" else CONFIDENCE)
+        above = hi is not None and ilo > conv(hi)
+        below = lo is not None and ihi < conv(lo)
+        return above or below
 
     def judge(self, alpha=ALPHA):
         """This claim alone (its cells are the BH family): a Verdict."""
@@ -683,8 +699,13 @@ class Verdict:
 
 def judge(claims, alpha=ALPHA):
     """Judge claims together: the contradiction p-values of all their cells
-    form one Benjamini-Hochberg family. Returns a Verdict per claim."""
-    claims = list(claims)
+    form one Benjamini-Hochberg family. ``claims``: a list (or any iterable)
+    of Claims; alpha: the significance level, 0 < alpha < 0.5. Returns a
+    Verdict per claim."""
+    claims = _claim_list(claims)
+    if not (_real(alpha) and 0 < alpha < 0.5):
+        raise errors.InvalidArgument("alpha=%r: a significance level, 0 < alpha < 0.5 "
+                                     "(default %g)" % (errors.Echo(alpha), ALPHA))
     flat = []
     for c in claims:
         for cell in c.cells:
@@ -714,6 +735,26 @@ def judge(claims, alpha=ALPHA):
     return out
 
 
+def _claim_list(claims):
+    """``claims`` (judge()'s argument) as a list of Claims, else
+    ParameterTypeError naming what judge() takes."""
+    what = ("judge() takes a list of Claims (from alloclab.claim(); one claim: "
+            "claim.judge()), not %r")
+    if isinstance(claims, Claim):
+        raise errors.ParameterTypeError(what % (errors.Echo(claims),))
+    if isinstance(claims, (str, bytes, dict)):
+        raise errors.ParameterTypeError(what % (errors.Echo(claims),))
+    try:
+        it = iter(claims)
+    except TypeError:
+        raise errors.ParameterTypeError(what % (errors.Echo(claims),)) from None
+    out = list(it)
+    bad = [c for c in out if not isinstance(c, Claim)]
+    if bad:
+        raise errors.ParameterTypeError((what + " among them") % (errors.Echo(bad[0]),))
+    return out
+
+
 def _test_words(test):
     """A cell's test ("paired t on 5 log-ratios") as a whole phrase without
     the cell's counts, which differ from cell to cell ("paired t-test on the
@@ -728,12 +769,12 @@ def _test_words(test):
     return re.sub(r"\bt (on|against) ", r"t-test \1 ", test)
 
 
-def _in_cells(claim, cells, alpha, ci=False):
+def _in_cells(claim, cells, alpha, ci=False, p=False):
     """" in CELLS (numbers)", or " (numbers)" for a claim's only cell when it
     has no name (a claim on every point: its label reads "all")."""
     if len(cells) == 1 and len(claim.cells) == 1 and cells[0].label == "all":
-        return " " + _cells_text(claim, cells, alpha, ci=ci)[len("all "):]
-    return " in " + _cells_text(claim, cells, alpha, ci=ci)
+        return " " + _cells_text(claim, cells, alpha, ci=ci, p=p)[len("all "):]
+    return " in " + _cells_text(claim, cells, alpha, ci=ci, p=p)
 
 
 def _open_reason(claim, alpha):
@@ -746,16 +787,10 @@ def _open_reason(claim, alpha):
             for kind, text in x.problems:
                 kinds.setdefault(kind, []).append((x, text))
         else:
-            kinds.setdefault("noise", []).append((x, None))
+            kinds.setdefault(_undecided_kind(claim, x, alpha), []).append((x, None))
     order = ("virtual", "unvalidated", "factors", "runs", "truncated", "bimodal", "steal",
-             "noise")
-    names = {"virtual": "latency on virtual CPUs never decides",
-             "unvalidated": "unvalidated predictions never decide",
-             "factors": "a predicted difference within the two policies' calibration factors",
-             "runs": "too few runs", "truncated": "truncated runs",
-             "bimodal": "bimodal runs", "steal": "an unstable machine",
-             "noise": "noise: the interval straddles the claimed %s" % (
-                 "margin" if claim.expect == "same" else "size")}
+             "noise", "outside-bh", "outside")
+    names = _reason_names(claim, alpha)
     parts = []
     n = len(claim.cells)
     for k in order:
@@ -764,8 +799,9 @@ def _open_reason(claim, alpha):
         cells = kinds[k]
         labels = uniq([x.label for x, _ in cells])
         what = names[k]
-        if k == "noise":
-            what += _in_cells(claim, [x for x, _ in cells], alpha, ci=True)
+        if k in ("noise", "outside-bh", "outside"):
+            what += _in_cells(claim, [x for x, _ in cells], alpha, ci=True, p=k != "noise")
+            what += names.get(k + " but", "")
         elif k in ("bimodal", "steal", "truncated", "factors"):
             what += " (%s)" % "; ".join(uniq(["%s: %s" % (x.label, t) for x, t in cells])[:3])
         else:
@@ -775,7 +811,45 @@ def _open_reason(claim, alpha):
     return "inconclusive: " + "; ".join(parts) if parts else "inconclusive"
 
 
-def _cells_text(claim, cells, alpha, ci=False, limit=3):
+def _undecided_kind(claim, cell, alpha):
+    """Why a cell with no problem is undecided: "noise" when its interval
+    contains the claimed size (or a margin's bound); when the interval lies
+    wholly on the wrong side, its contradiction was not significant:
+    "outside-bh" when only after Benjamini-Hochberg, else "outside"."""
+    if not claim.outside(cell, alpha):
+        return "noise"
+    return "outside-bh" if cell.p < alpha else "outside"
+
+
+def _reason_names(claim, alpha):
+    """The words of each kind of reason (and "<kind> but": what follows its cells)."""
+    if claim.expect == "same":
+        bound = "range" if claim.within is not None else "margin"
+        where = "outside the claimed %s" % bound
+    else:
+        bound = "size"
+        big = claim.by is not None and claim.by > (0 if claim.absolute else 1)
+        words = claim.words or ("lower", "higher")
+        where = "below the claimed size" if big else \
+            "on the wrong side of the claimed size (%s)" % (
+                words[1] if claim.expect == "lower" else words[0])
+    return {"virtual": "latency on virtual CPUs never decides",
+            "unvalidated": "unvalidated predictions never decide",
+            "factors": "a predicted difference within the two policies' calibration factors",
+            "runs": "too few runs", "truncated": "truncated runs",
+            "bimodal": "bimodal runs", "steal": "an unstable machine",
+            "noise": "noise: the interval straddles the claimed %s" % bound,
+            "outside-bh": "the interval lies %s" % where,
+            "outside-bh but": ", but the contradiction is not significant after "
+                              "Benjamini-Hochberg correction (p_adj >= %g)" % alpha,
+            "outside": "the interval lies %s" % where,
+            "outside but": ", but the contradiction is not significant (%sp >= %g)" % (
+                "two-sided " if claim.expect == "same" else "", alpha)}
+
+
+def _cells_text(claim, cells, alpha, ci=False, limit=3, p=False):
+    """Cells with their numbers: the effect, then the interval (``ci``), the
+    p-value and p_adj (``p``), or p_adj alone (neither)."""
     out = []
     for x in cells[:limit]:
         conf = 1 - 2 * alpha if claim.expect == "same" else CONFIDENCE
@@ -783,11 +857,18 @@ def _cells_text(claim, cells, alpha, ci=False, limit=3):
         s = "%s (%s" % (x.label, claim.one_words(claim.value(x, x.est.theta)))
         if ci:
             s += ", %d%% CI %s" % (round(100 * conf), claim.range_words(lo, hi))
-        elif not math.isnan(x.p_adj):  # 0 is underflow (or no spread): below any shown
-            s += ", p_adj %s" % ("%.2g" % x.p_adj if x.p_adj > 0 else "< 1e-300")
+        if p and not math.isnan(x.p):
+            s += ", p %s" % _p_text(x.p)
+        if (p or not ci) and not math.isnan(x.p_adj):
+            s += ", p_adj %s" % _p_text(x.p_adj)
         out.append(s + ")")
     more = len(cells) - limit
     return ", ".join(out) + (" and %d more" % more if more > 0 else "")
+
+
+def _p_text(p):
+    """A p-value as printed; 0 is underflow (or no spread): below any shown."""
+    return "%.2g" % p if p > 0 else "< 1e-300"
 
 
 # ---------------------------------------------------------------- words
@@ -852,7 +933,8 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
           lower_is_better=None, scale="auto"):
     """A claim about a Result: ``new`` against ``old`` (values of ``param``,
     default the policy; presets and specs alike), or ``new`` against a stated
-    ``value`` (with ``value_source`` saying where it comes from), in every
+    ``value`` (with ``value_source`` saying where it comes from; old or value,
+    never both; a time or a rate > 0), in every
     cell selected by ``where`` ({param: value or list}) and told apart by the
     parameters that vary there; ``metric`` a name or a list.
 
@@ -868,10 +950,9 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
     metrics = [metric] if isinstance(metric, str) else list(metric)
     if within is not None:
         expect = "same"
-    lower, direction = _claim_options(res, metrics, param, by, scale, within, expect,
-                                      lower_is_better)
-    if old is None and value is None:
-        raise errors.InvalidArgument("a claim compares new with old=... or with value=...")
+    lower, direction = _claim_options(res, metrics, param, scale, expect, lower_is_better)
+    _claim_against(old, value, value_source)
+    _claim_numbers(metrics, by, margin, within, value)
     news, olds, key = _claim_points(res, where, param, new, old)
     cells = _claim_cells(news, olds, key, metrics, param, new, old, value, value_source,
                          scale, res.metadata)
@@ -886,7 +967,65 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
                  metric=metrics[0], lower=lower, words=words)
 
 
-def _claim_options(res, metrics, param, by, scale, within, expect, lower_is_better):
+def _real(v):
+    """Whether ``v`` is a finite real number (NumPy's included), not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _claim_against(old, value, value_source):
+    """A claim compares ``new`` with ``old`` or with a stated ``value``
+    (whose source ``value_source`` names): exactly one of them."""
+    if old is None and value is None:
+        raise errors.InvalidArgument("a claim compares new with old=... or with value=...")
+    if old is not None and value is not None:
+        raise errors.InvalidArgument(
+            "a claim compares new with old=... or with value=..., not both: old=%r and "
+            "value=%r were given; drop one" % (errors.Echo(old), errors.Echo(value)))
+    if value_source is not None and value is None:
+        raise errors.InvalidArgument(
+            "value_source=%r says where a stated value= comes from, but no value= was given"
+            % (errors.Echo(value_source),))
+
+
+def _claim_numbers(metrics, by, margin, within, value):
+    """claim()'s numbers checked before anything is judged: each a finite
+    number in its range, named with the range in the message."""
+    if by is not None and not (_real(by) and by >= 1):
+        raise errors.InvalidArgument("by=%r: a finite factor >= 1 (1.3: at least 1.3x)"
+                                     % (errors.Echo(by),))
+    _check_margin(margin, within, absolute=False)
+    if value is None:
+        return
+    if not _real(value):
+        raise errors.InvalidArgument("value=%r: a finite number (the stated value of %s)"
+                                     % (errors.Echo(value), "/".join(metrics)))
+    timed = [m for m in metrics if is_timing(m)]
+    if value <= 0 and timed:
+        raise errors.InvalidArgument(
+            "value=%r: %s is a time or a rate, so a stated value must be > 0"
+            % (errors.Echo(value), timed[0]))
+
+
+def _check_margin(margin, within, absolute):
+    """margin: a finite number > 0; within: a pair (lo, hi) of finite
+    numbers, lo < hi, and 0 < lo for factors (``absolute``: differences)."""
+    if margin is not None and not (_real(margin) and margin > 0):
+        raise errors.InvalidArgument(
+            "margin=%r: a finite number > 0 (%s)" % (
+                errors.Echo(margin), "a difference in the metric's unit" if absolute else
+                "a fraction: 0.05 = the same within 5%"))
+    if within is None:
+        return
+    pair = isinstance(within, (tuple, list)) and len(within) == 2 and \
+        all(_real(x) for x in within)
+    if not (pair and (absolute or 0 < within[0]) and within[0] < within[1]):
+        raise errors.InvalidArgument(
+            "within=%r: a pair of finite %s (lo, hi), %slo < hi" % (
+                errors.Echo(within), "differences" if absolute else "factors",
+                "" if absolute else "0 < "))
+
+
+def _claim_options(res, metrics, param, scale, expect, lower_is_better):
     """claim()'s options checked against the Result; returns (lower is
     better, the direction expected: "lower", "higher" or "same")."""
     known = res.metrics()
@@ -895,15 +1034,8 @@ def _claim_options(res, metrics, param, by, scale, within, expect, lower_is_bett
             raise errors.UnknownNameError.make("metric", m, known)
     if param not in res.params():
         raise errors.UnknownNameError.make("parameter", param, res.params())
-    if by is not None and (isinstance(by, bool) or not isinstance(by, (int, float)) or by < 1):
-        raise errors.InvalidArgument("by=%r: a factor >= 1 (1.3: at least 1.3x)"
-                                     % (errors.Echo(by),))
     if scale not in SCALES:
         raise errors.UnknownNameError.make("scale", scale, list(SCALES))
-    if within is not None and not (isinstance(within, (tuple, list)) and len(within) == 2 and
-                                   0 < within[0] < within[1]):
-        raise errors.InvalidArgument("within=%r: a pair of factors (lo, hi), 0 < lo < hi"
-                                     % (errors.Echo(within),))
     lower = lower_is_better if lower_is_better is not None else direction(metrics[0])
     table = _EXPECT_HIGHER_BETTER if lower is False else _EXPECT_LOWER_BETTER
     if expect not in table:
@@ -920,19 +1052,47 @@ def _claim_points(res, where, param, new, old):
     those where it is ``old`` (none without old), and the key: the other
     parameters that vary there."""
 
-    sub = res.filter(**(where or {})) if where else res
+    if where is not None and not isinstance(where, dict):
+        raise errors.InvalidArgument("where=%r: a dict {parameter: value or list of values}"
+                                     % (errors.Echo(where),))
+    sub = res.filter(**where) if where else res
+    if not sub.points:
+        raise errors.InvalidArgument(
+            "where=%r matches no point of the result; %s" % (
+                errors.Echo(where), _values_text(res, where)))
     same = same_policy if param == "policy" else (lambda a, b: a == b)
-    news = [p for p in sub.points if same(p.params.get(param), new)]
-    if not news:
-        vals = uniq([str(p.params.get(param)) for p in sub.points])
-        raise errors.UnknownNameError.make(param, new, vals, context="claim (new)")
-    olds = []
-    if old is not None:
-        olds = [p for p in sub.points if same(p.params.get(param), old)]
-        if not olds:
-            vals = uniq([str(p.params.get(param)) for p in sub.points])
-            raise errors.UnknownNameError.make(param, old, vals, context="claim (old)")
-    return news, olds, [k for k in sub.swept() if k != param]
+    sides = [("new", new)] + ([("old", old)] if old is not None else [])
+    found = []
+    for side, want in sides:
+        pts = [p for p in sub.points if same(p.params.get(param), want)]
+        if not pts:
+            _no_side(res, sub, where, param, side, want)
+        found.append(pts)
+    return found[0], found[1] if old is not None else [], \
+        [k for k in sub.swept() if k != param]
+
+
+def _values_text(res, keys):
+    """"producers has 1, 2; ..." for each of ``keys`` over the points of res."""
+    return "; ".join("%s has %s" % (k, ", ".join(uniq([str(p.params.get(k))
+                                                        for p in res.points])))
+                     for k in keys)
+
+
+def _no_side(res, sub, where, param, side, want):
+    """Raise the error for a side of a claim that no point selected by
+    ``where`` has: an unknown name when the whole result lacks it too, else
+    that the filter left it out."""
+    same = same_policy if param == "policy" else (lambda a, b: a == b)
+    vals = uniq([str(p.params.get(param)) for p in sub.points])
+    if sub is res or not any(same(p.params.get(param), want) for p in res.points):
+        raise errors.UnknownNameError.make(param, want, uniq([
+            str(p.params.get(param)) for p in res.points]), context="claim (%s)" % side)
+    raise errors.InvalidArgument(
+        "no point that where=%r matches has %s=%s (the claim's %s side): %s has %s there; "
+        "in the whole result %s" % (
+            errors.Echo(where), param, errors.Echo(want), side, param, ", ".join(vals),
+            _values_text(res, list(where))))
 
 
 def _claim_cells(news, olds, key, metrics, param, new, old, value, value_source, scale,

@@ -20,6 +20,7 @@ hold all the CPU locks.
 """
 
 import errno
+import numbers
 import threading
 
 from .. import errors
@@ -30,6 +31,16 @@ from . import peers
 
 _SIZE_MAX = (1 << 64) - 1   # size_t on the LP64 targets alloclab builds for
 _BULK_MAX = (1 << 31) - 1   # the C bulk calls count in an int
+
+
+def _int(value, what):
+    """``value`` as a plain int: any integer type (NumPy's included, as
+    alloclab.run takes them) but bool; else ParameterTypeError naming
+    ``what`` (the message's subject, "ncpu must be an int")."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise errors.ParameterTypeError("%s must be an int (any integer type but bool), not %r"
+                                        % (what, errors.Echo(value)))
+    return int(value)
 
 
 def _peer_refusal(pol):
@@ -66,8 +77,7 @@ class Allocator:
 
     def __init__(self, policy, ncpu=1):
         self.policy = Policy(policy)
-        if not isinstance(ncpu, int) or isinstance(ncpu, bool):
-            raise errors.ParameterTypeError("ncpu must be an int, not %r" % (errors.Echo(ncpu),))
+        ncpu = _int(ncpu, "ncpu")
         if not 1 <= ncpu <= lib.AL_MAX_CPUS:
             raise errors.ParameterRangeError(
                 "ncpu=%d is out of range [1, %d]" % (ncpu, lib.AL_MAX_CPUS),
@@ -112,8 +122,7 @@ class Allocator:
         return self._top
 
     def _cpu(self, cpu):
-        if not isinstance(cpu, int) or isinstance(cpu, bool):
-            raise errors.ParameterTypeError("cpu must be an int, not %r" % (errors.Echo(cpu),))
+        cpu = _int(cpu, "cpu")
         if not 0 <= cpu < self.ncpu:
             raise errors.ParameterRangeError(
                 "cpu=%d is out of range [0, %d] (allocator built for ncpu=%d)"
@@ -133,8 +142,7 @@ class Allocator:
         return _AllLocks(self._locks)
 
     def _size(self, size):
-        if not isinstance(size, int) or isinstance(size, bool):
-            raise errors.ParameterTypeError("size must be an int, not %r" % (errors.Echo(size),))
+        size = _int(size, "size")
         top = min(self.max_size or _SIZE_MAX, _SIZE_MAX)
         if size < 1 or size > top:
             raise errors.InvalidArgument(
@@ -172,12 +180,15 @@ class Allocator:
         return self.policy.names[0]
 
     @staticmethod
-    def _ptr(addr):
-        if not isinstance(addr, int) or isinstance(addr, bool):
+    def _addr(addr):
+        """``addr`` as a plain int, refused unless it is an integer that fits
+        a pointer."""
+        if isinstance(addr, bool) or not isinstance(addr, numbers.Integral):
             raise errors.ParameterTypeError("an address is an int, not %r" % (errors.Echo(addr),))
+        addr = int(addr)
         if addr < 0 or addr >= 1 << 64:
             raise errors.InvalidArgument("address %r is not a pointer" % (errors.Echo(addr),))
-        return ffi.cast("void *", addr)
+        return addr
 
     def _track(self, addrs, what):
         """Enter freshly allocated blocks in the live set. A block that is
@@ -226,7 +237,7 @@ class Allocator:
     def alloc(self, size, cpu=0, zero=False):
         """Allocate ``size`` bytes on model CPU ``cpu``; returns the address."""
         cpu = self._cpu(cpu)
-        self._size(size)
+        size = self._size(size)
         with self._locks[cpu]:
             a, c = self._a(), self._c(cpu)
             p = lib.al_call_alloc(a, c, size, lib.AL_ZERO if zero else 0)
@@ -241,9 +252,10 @@ class Allocator:
         free(NULL). InvalidFreeError for an address that is not a live block
         of this allocator (double free, wild pointer): nothing is freed."""
         cpu = self._cpu(cpu)
-        p = self._ptr(addr)
+        addr = self._addr(addr)
         if not addr:
             return
+        p = ffi.cast("void *", addr)
         what = "free(0x%x) on cpu %d" % (addr, cpu)
         with self._locks[cpu]:
             a = self._a()
@@ -263,8 +275,9 @@ class Allocator:
         """Allocate up to ``n`` objects at once; returns their addresses (a
         short list is legal, as in the kernel; empty only when n == 0)."""
         cpu = self._cpu(cpu)
-        self._size(size)
-        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= _BULK_MAX:
+        size = self._size(size)
+        n = _int(n, "n")
+        if not 0 <= n <= _BULK_MAX:
             raise errors.InvalidArgument("n must be an int in [0, %d], not %r"
                                          % (_BULK_MAX, errors.Echo(n)), code=-errno.EINVAL)
         if n == 0:
@@ -291,9 +304,7 @@ class Allocator:
         names the refused ones (``addrs``) and says how many were freed
         (``freed``)."""
         cpu = self._cpu(cpu)
-        addrs = list(addrs)
-        for x in addrs:
-            self._ptr(x)
+        addrs = [self._addr(x) for x in _addresses(addrs)]
         what = "free_bulk(%d addresses) on cpu %d" % (len(addrs), cpu)
         with self._locks[cpu]:
             a = self._a()
@@ -343,7 +354,8 @@ class Allocator:
         """Usable bytes of the live block at ``addr`` (0 if the layer cannot
         say). InvalidPointerError for an address that is not a live block of
         this allocator (the layer is never asked about it)."""
-        p = self._ptr(addr)
+        addr = self._addr(addr)
+        p = ffi.cast("void *", addr)
         top = self._a()  # a closed allocator says so before anything else
         with self._live_lock:
             live = addr in self._live
@@ -356,7 +368,7 @@ class Allocator:
 
     def owns(self, addr):
         """Whether ``addr`` lies in memory this stack manages."""
-        return bool(lib.al_call_owns(self._a(), self._ptr(addr)))
+        return bool(lib.al_call_owns(self._a(), ffi.cast("void *", self._addr(addr))))
 
     def live(self):
         """The addresses handed out and not yet freed, sorted."""
@@ -425,6 +437,20 @@ class Allocator:
     def __repr__(self):
         return "Allocator(%r, ncpu=%d%s)" % (str(self.policy), self.ncpu,
                                              ", closed" if self.closed else "")
+
+
+def _addresses(addrs):
+    """An iterator over ``addrs``, the argument of free_bulk: a list (or any
+    iterable) of addresses. ParameterTypeError for anything else (None, one
+    address, text), before anything is freed."""
+    if not isinstance(addrs, (str, bytes, bytearray)):
+        try:
+            return iter(addrs)
+        except TypeError:
+            pass
+    raise errors.ParameterTypeError(
+        "free_bulk takes a list (or any iterable) of addresses (ints), not %r; "
+        "free one address with free(addr)" % (errors.Echo(addrs),))
 
 
 def _hexes(addrs, limit=16):
