@@ -112,6 +112,10 @@ def test_unvalidated_cells_above_the_usable_cpus():
     assert ("unvalidated: above the validation's 2 usable CPUs, whose 2-producer prediction "
             "of this workload and policy was off by more than 25% (or was not made: "
             "validated at 1 producer only): 64 allocs/cycle, 4p") in line
+    # the 2-producer cell the validation measured off is marked too, apart
+    assert ("unvalidated: within the validation's 2 usable CPUs, where its 2-producer "
+            "prediction of this workload and policy was off by more than 25% or not made "
+            "(measure these cells instead): 64 allocs/cycle, 2p") in line
     spec = _run(al.presets["libarena-transfer"], producers=[4],
                 cal=_validated([["malloc-free", "libarena-transfer"]]))
     assert any(x.startswith("unvalidated: ") for x in spec.table("alloc_ns").warning_lines())
@@ -122,9 +126,10 @@ def test_unvalidated_cells_above_the_usable_cpus():
 def test_unvalidated_cell_never_decides_a_verdict():
     cal = _validated([["malloc-free", "libarena-transfer"]])
     res = _run(["libarena-transfer", "libarena-spill"], producers=[2, 4], cal=cal)
-    v = al.claim(res, "libarena-transfer", "libarena-spill", where={"producers": 4}).judge()
-    assert v.outcome == "inconclusive"
-    assert "unvalidated predictions never decide" in v.reason
+    for n in (2, 4):  # the validated CPUs' cell too: the validation found it off
+        v = al.claim(res, "libarena-transfer", "libarena-spill", where={"producers": n}).judge()
+        assert v.outcome == "inconclusive"
+        assert "unvalidated predictions never decide" in v.reason
 
 
 def test_json_keeps_mode_calibration_and_seed(tmp_path):

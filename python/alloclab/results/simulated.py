@@ -158,14 +158,12 @@ def validation(metadata):
 
 
 def unvalidated(point, metadata):
-    """Whether a simulated point lies above the validation's usable CPUs for
-    a (workload, policy) the validation found off (a preset and its spec
-    alike)."""
+    """Whether a simulated point is of a (workload, policy) the validation
+    found off (a preset and its spec alike): above the validation's usable
+    CPUs nothing checked it, and at or below them the validation measured
+    it off. Such a point never decides a verdict."""
     v = validation(metadata)
     if v is None or not is_simulated(point):
-        return False
-    usable = v.get("usable_cpus")
-    if not isinstance(usable, int) or (point.params.get("producers") or 0) <= usable:
         return False
     wl, pol = point.params.get("workload"), point.params.get("policy")
     return any(isinstance(x, (list, tuple)) and len(x) == 2 and x[0] == wl and
@@ -203,14 +201,34 @@ def warning_lines(cells, metadata, limit=6):
         lines.append("borrowed factors: the calibration did not run these cells' policies, so "
                      "their cost factors are the geometric mean of the others' (calibrate on "
                      "them): %s" % _names(borrowed, limit))
-    bad = [lab for lab, ps in sim if any(unvalidated(p, metadata) for p in ps)]
-    if bad:
-        v = validation(metadata)
+    return lines + _unvalidated_lines(sim, metadata, limit)
+
+
+def _unvalidated_lines(sim, metadata, limit):
+    """The lines for cells of a (workload, policy) the validation found off:
+    those above its usable CPUs, and those at or below them, which it
+    measured off (the user can measure them instead)."""
+    v = validation(metadata)
+    if v is None:
+        return []
+    usable = v.get("usable_cpus")
+    usable = usable if isinstance(usable, int) else 0
+    above, within = [], []
+    for lab, ps in sim:
+        for p in ps:
+            if unvalidated(p, metadata):
+                (above if (p.params.get("producers") or 0) > usable else within).append(lab)
+                break
+    off = "off by more than %g%%" % (100 * float(v.get("tolerance", 0.25)))
+    lines = []
+    if above:
         lines.append("unvalidated: above the validation's %s usable CPUs, whose 2-producer "
-                     "prediction of this workload and policy was off by more than %g%% (or "
-                     "was not made: validated at 1 producer only): %s"
-                     % (v.get("usable_cpus"), 100 * float(v.get("tolerance", 0.25)),
-                        _names(bad, limit)))
+                     "prediction of this workload and policy was %s (or was not made: "
+                     "validated at 1 producer only): %s" % (usable, off, _names(above, limit)))
+    if within:
+        lines.append("unvalidated: within the validation's %s usable CPUs, where its "
+                     "2-producer prediction of this workload and policy was %s or not made "
+                     "(measure these cells instead): %s" % (usable, off, _names(within, limit)))
     return lines
 
 
