@@ -874,6 +874,20 @@ def test_a_refusal_for_a_second_is_reported_whole(err):
     assert str(ei.value).endswith("failed: %s: refused for 1 s: %s" % (err.upper(), why))
 
 
+@pytest.mark.parametrize("spec,hint", [
+    ("buddy(arena_limit=1M, chunk_size=64K)",
+     " (layer buddy's arena is bounded by arena_limit=1M, and each CPU that allocates grows "
+     "64K chunks of its own: give a larger one, e.g. buddy(arena_limit=4G))"),
+    ("percpu > buddy(arena_limit=1M, chunk_size=64K)",
+     " (layer buddy's arena is bounded by arena_limit=1M, and each CPU that allocates grows "
+     "64K chunks of its own: give a larger one, e.g. buddy(arena_limit=4G))"),
+])
+def test_an_exhausted_arena_names_its_limit(spec, hint):
+    with pytest.raises(al.AllocatorExhausted) as ei:
+        al.run("malloc-free", spec, size=16384, allocs_per_cycle=128, runs=1, cycles=2)
+    assert str(ei.value).endswith("failed: ENOMEM: out of memory" + hint)
+
+
 def test_a_free_refused_for_a_second_ends_the_run_saying_why():
     with pytest.raises(al.RunError) as ei:
         al.run("malloc-free", "failnth(op=free, nth=1, every=1) > buddy", runs=1, cycles=2,

@@ -815,6 +815,28 @@ def _config(task, run_index=0, pol=None, keep=None, calibrate=False):
     return cfg
 
 
+def _arena_hint(policy):
+    """For an exhausted run: the layers whose memory an arena_limit bounds,
+    with the limit they ran with and how to raise it ("" for none). Every
+    CPU that allocates grows chunks of its own, so many producers fill an
+    arena with little memory live."""
+    try:
+        pol = Policy(policy)
+    except errors.AlloclabError:
+        return ""
+    out, first = [], None
+    for i, name in enumerate(pol.names):
+        limit, chunk = pol.params(i).get("arena_limit"), pol.params(i).get("chunk_size")
+        if isinstance(limit, int):
+            first = first or name
+            out.append("layer %s's arena is bounded by arena_limit=%dM%s" % (
+                name, limit >> 20, "" if not isinstance(chunk, int) else
+                ", and each CPU that allocates grows %dK chunks of its own" % (chunk >> 10)))
+    if not out:
+        return ""
+    return " (%s: give a larger one, e.g. %s(arena_limit=4G))" % ("; ".join(out), first)
+
+
 def _run_error(rc, res, task, run_index):
     """The exception for a run that failed with ``rc``, naming the run."""
     what = "run %d of %s on %r (%s)" % (
@@ -823,7 +845,8 @@ def _run_error(rc, res, task, run_index):
                   if k not in ("workload", "policy")))
     detail = cstr(res.error)
     if -rc == errno.ENOMEM:
-        return error(rc, what, detail or "out of memory", cls=errors.AllocatorExhausted)
+        return error(rc, what, (detail or "out of memory") + _arena_hint(task["policy"]),
+                     cls=errors.AllocatorExhausted)
     if -rc == errno.ETIMEDOUT and detail.startswith("watchdog"):
         return error(rc, what, detail, cls=errors.RunStalled)
     return error(rc, what, detail, cls=errors.RunError)
