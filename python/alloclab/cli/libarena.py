@@ -3,7 +3,8 @@
     alloclab libarena test DIR     the tree's selftests (SEC("syscall") test_*
                                    programs of DIR/selftests/*.bpf.c), each
                                    PASS/FAIL with its return value; exit 0 only
-                                   if all pass
+                                   if all pass; --timeout SECONDS: a program's
+                                   limit (default 30), past it a FAIL
     alloclab libarena build DIR    compile the tree (cached) and print what the
                                    layer will measure
 
@@ -14,10 +15,23 @@ a missing helper, a failing buddy_init) is an AlloclabError: the CLI prints
 `alloclab: error:` and exits 2.
 """
 
+import argparse
 import os
 
+from .. import errors
 from ..policies import libarena_real
 from .format import UsageError
+from .format import real as _real
+
+
+def timeout_arg(text):
+    """--timeout: seconds, a finite number above 0 (libarena_real.check_timeout)."""
+    try:
+        return libarena_real.check_timeout(_real(text))
+    except (errors.InvalidArgument, argparse.ArgumentTypeError):  # not a number, or out of range
+        raise argparse.ArgumentTypeError(
+            "%r is not a time limit: seconds, more than 0 and at most %g"
+            % (errors.Echo(text), libarena_real.MAX_TEST_TIMEOUT)) from None
 
 
 def add_parser(sub):
@@ -34,6 +48,11 @@ def add_parser(sub):
                          "poisoning, its accesses checked by AddressSanitizer), which also "
                          "runs its asan_test_* programs; the default in alloclab's sanitizer "
                          "builds and with $%s=1" % libarena_real.ENV_ASAN)
+    tp.add_argument("--timeout", type=timeout_arg, metavar="SECONDS",
+                    default=libarena_real.DEFAULT_TEST_TIMEOUT,
+                    help="how long one program may run (default %(default)g): past it, its "
+                         "child is killed, it is a FAIL (timed out after N s) and the "
+                         "programs after it run in a fresh copy")
     bp = lsub.add_parser("build", help="compile the tree (cached) and say what is measured")
     bp.add_argument("tree", nargs="?", metavar="DIR",
                     help="the tree (default $%s)" % libarena_real.ENV_TREE)
@@ -56,7 +75,7 @@ def cmd_libarena(args):
                                 info["measured"]))
         return 0
     asan = True if args.asan else None
-    results = libarena_real.run_tests(tree, asan=asan)
+    results = libarena_real.run_tests(tree, asan=asan, timeout=args.timeout)
     print("libarena selftests of %s (compiled natively as user-space C against alloclab's BPF "
           "stand-in, not run by BPF's JIT%s):" % (
               os.path.abspath(tree), "; an ASan build" if asan or libarena_real.asan_build()

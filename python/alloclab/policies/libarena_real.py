@@ -46,13 +46,21 @@ left behind by a failed build: objects are written under a temporary name
 and renamed when whole.
 """
 
+import ctypes
 import hashlib
+import json
+import math
+import numbers
 import os
 import re
+import select
 import shlex
+import signal
 import subprocess
+import sys
 import sysconfig
 import tempfile
+import time
 
 from .. import errors
 from . import plugin, policy
@@ -73,6 +81,11 @@ ASAN_CFLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-DBPF_ARENA_ASA
 ENV_ASAN = "ALLOCLAB_LIBARENA_ASAN"
 _REQUIRED = ("src/buddy.bpf.c", "src/common.bpf.c", "include/libarena/buddy.h",
              "include/libarena/common.h")
+# How long one selftest program may run before its child is killed and the
+# program reported as timed out (seconds; run_tests(timeout=), --timeout).
+DEFAULT_TEST_TIMEOUT = 30.0
+MAX_TEST_TIMEOUT = 86400.0
+_PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 _PROG_RE = re.compile(r'SEC\(\s*"syscall"\s*\)\s*(?:__weak\s+|static\s+|__always_inline\s+)*'
                       r'int\s+([A-Za-z_]\w*)\s*\(\s*(?:void)?\s*\)')
 
@@ -471,8 +484,6 @@ def check_init(obj, tree):
 def _run_from(obj, first, w):
     """In a child: run the programs from index first on, a JSON line each
     to fd w as it finishes (so a crash loses only the program it hit)."""
-    import json
-
     c = Copy(obj)
     for i in range(first, c.entry.nprogs):
         p = c.entry.progs[i]
@@ -484,35 +495,120 @@ def _run_from(obj, first, w):
     c.close()
 
 
-def _child_results(obj, first):
-    """The results a child process sends for programs first.., how it
-    ended (os.waitpid status) and what it wrote on stderr (an ASan report
-    when ASan ended it; passed on to this process's stderr otherwise)."""
-    import json
-    import sys
+def die_with_parent(parent):
+    """End this process (SIGKILL) when its parent dies, even of SIGKILL
+    (PR_SET_PDEATHSIG), or at once if ``parent`` is gone already: a
+    selftest child, or the interpreter of an ASan run, is never left
+    running as an orphan."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) or os.getppid() != parent:
+        os._exit(1)
 
+
+def _child_dies_with(parent):
+    """In a child: die_with_parent. The inherited Python handlers of
+    SIGINT, SIGTERM and SIGHUP only set a flag that the tree's C never
+    reads: they go back to the default action, so that those signals end
+    the child (ignored ones stay ignored)."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(s) not in (signal.SIG_IGN, None):
+            signal.signal(s, signal.SIG_DFL)
+    die_with_parent(parent)
+
+
+def _pidfd(pid):
+    """A pidfd of the child (readable once it has ended), or None where the
+    kernel has none (Linux before 5.3): the results pipe's end of file
+    then says that it ended."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _drain(fd):
+    """What is left in a pipe whose writer has ended, without waiting."""
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            data += chunk
+    except BlockingIOError:  # a process of the child's own still holds it open
+        pass
+    return data
+
+
+def _collect(r, pidfd, timeout):
+    """The child's result lines, read until it ends or one program runs
+    past timeout seconds (the clock starts at the fork and again at each
+    line: a line is a program finished). (data, whether it timed out)."""
+    data = b""
+    fds = [r] if pidfd is None else [r, pidfd]
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return data, True
+        ready = select.select(fds, [], [], left)[0]
+        if pidfd is not None and pidfd in ready:  # it ended: its lines are all in the pipe
+            return data + _drain(r), False
+        if r not in ready:
+            continue
+        chunk = os.read(r, 65536)
+        if not chunk:  # its end of the pipe is closed
+            if pidfd is None:
+                return data, False
+            fds = [pidfd]
+        elif b"\n" in chunk:
+            deadline = time.monotonic() + timeout
+        data += chunk
+
+
+def _end_child(pid, kill):
+    """Reap the child (kill: SIGKILL it first; SIGINT and SIGTERM may not
+    reach a program spinning in C); its os.waitpid status."""
+    if kill:
+        os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
+
+
+def _child_results(obj, first, timeout):
+    """The results a child process sends for programs first.., how it
+    ended (os.waitpid status), what it wrote on stderr (an ASan report
+    when ASan ended it; passed on to this process's stderr otherwise) and
+    whether a program ran past timeout seconds. The child is killed and
+    reaped however this returns: a time-out, Ctrl-C, SIGTERM, an error."""
     r, w = os.pipe()
     err = tempfile.TemporaryFile()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         os.close(r)
         try:
+            _child_dies_with(parent)
             os.dup2(err.fileno(), 2)
             _run_from(obj, first, w)
         finally:
             os._exit(0)
-    os.close(w)
-    data = b""
-    with os.fdopen(r, "rb") as f:
-        for chunk in iter(lambda: f.read(65536), b""):
-            data += chunk
-    _, status = os.waitpid(pid, 0)
+    ended, pidfd = False, None
     with err:
+        try:
+            os.close(w)
+            pidfd = _pidfd(pid)
+            data, timed_out = _collect(r, pidfd, timeout)
+            ended = not timed_out
+        finally:
+            os.close(r)
+            if pidfd is not None:
+                os.close(pidfd)
+            status = _end_child(pid, kill=not ended)
         err.seek(0)
         stderr = err.read().decode("utf-8", "replace")
     if stderr and os.WIFEXITED(status) and not os.WEXITSTATUS(status):
         sys.stderr.write(stderr)
-    return [json.loads(l) for l in data.decode().splitlines() if l.strip()], status, stderr
+    lines = data.decode("utf-8", "replace").split("\n")[:-1]  # whole lines only
+    results = [json.loads(l) for l in lines if l.strip()]
+    return results, status, stderr, timed_out
 
 
 def asan_summary(stderr):
@@ -535,8 +631,6 @@ def asan_summary(stderr):
 
 def _ended_early(status, stderr):
     """Why a child ended before its last program, in words."""
-    import signal
-
     why = ("crashed: %s" % signal.Signals(os.WTERMSIG(status)).name
            if os.WIFSIGNALED(status) else "ended early (exit %d)"
            % os.waitstatus_to_exitcode(status))
@@ -544,12 +638,23 @@ def _ended_early(status, stderr):
     return "%s: %s" % (why, report) if report else why
 
 
-def _run_tests_under_asan(tree):
-    """run_tests(tree, asan=True) in a fresh interpreter started with ASan's
-    runtime preloaded (this one has none)."""
-    import json
-    import sys
+def check_timeout(timeout):
+    """A selftest program's time limit in seconds (a float), once it is a
+    finite number above 0 and at most MAX_TEST_TIMEOUT; else InvalidArgument."""
+    ok = isinstance(timeout, numbers.Real) and not isinstance(timeout, bool)
+    if not (ok and math.isfinite(timeout) and 0 < timeout <= MAX_TEST_TIMEOUT):
+        raise errors.InvalidArgument(
+            "timeout %r is not a time limit: seconds, more than 0 and at most %g"
+            % (errors.Echo(timeout), MAX_TEST_TIMEOUT), value=timeout)
+    return float(timeout)
 
+
+def _run_tests_under_asan(tree, timeout):
+    """run_tests(tree, asan=True, timeout=timeout) in a fresh interpreter
+    started with ASan's runtime preloaded (this one has none). It dies with
+    this process (die_with_parent), and its children with it: nothing is
+    left running when this process is killed outright; subprocess.run kills
+    it when an exception (Ctrl-C, SIGTERM) stops this one."""
     rt = asan_runtime()
     if rt is None:
         raise LibarenaInitError("an ASan build of %s needs the compiler's ASan runtime "
@@ -558,23 +663,27 @@ def _run_tests_under_asan(tree):
     env = dict(os.environ, LD_PRELOAD=" ".join([rt] + os.environ.get("LD_PRELOAD", "").split()),
                ASAN_OPTIONS="detect_leaks=0", **{ENV_ASAN: "1"})
     code = ("import json, sys\nfrom alloclab.policies import libarena_real as lr\n"
-            "print('\\n' + json.dumps(lr.run_tests(sys.argv[1], asan=True)))\n")
-    proc = subprocess.run([sys.executable, "-c", code, tree], capture_output=True, text=True,
-                          env=env)
+            "lr.die_with_parent(int(sys.argv[3]))\n"
+            "print('\\n' + json.dumps(lr.run_tests(sys.argv[1], asan=True, "
+            "timeout=float(sys.argv[2]))))\n")
+    proc = subprocess.run([sys.executable, "-c", code, tree, repr(timeout), str(os.getpid())],
+                          capture_output=True, text=True, env=env)
     if proc.returncode:
         raise LibarenaInitError("the ASan selftest run of %s failed (exit %d):\n%s" % (
             tree, proc.returncode, proc.stderr.strip()[-2000:]), value=tree)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_tests(tree, asan=None):
+def run_tests(tree, asan=None, timeout=DEFAULT_TEST_TIMEOUT):
     """Run the tree's selftest programs (test_*, and asan_test_* in an ASan
     build) in order in one private copy, as the tree's runner would in a VM,
-    in a child process: a program that crashes is reported (ret None, its
-    signal in message) and the programs after it run in a fresh copy.
-    asan: an ASan build (None: asan_build()), run in a fresh interpreter
-    with ASan's runtime when this one has none. [{"name", "file", "ret",
-    "passed", "message"}]."""
+    in a child process: a program that crashes, or runs past ``timeout``
+    seconds (check_timeout), is reported (ret None; its signal, or "timed
+    out after N s", in message), its child killed, and the programs after
+    it run in a fresh copy. asan: an ASan build (None: asan_build()), run
+    in a fresh interpreter with ASan's runtime when this one has none.
+    [{"name", "file", "ret", "passed", "message"}]."""
+    timeout = check_timeout(timeout)
     asan = asan_build() if asan is None else asan
     tree = check_tree(tree)
     progs = selftest_programs(tree, asan)
@@ -582,17 +691,19 @@ def run_tests(tree, asan=None):
         raise LibarenaTreeError("%s: no selftests (SEC(\"syscall\") programs named test_* in "
                                 "selftests/*.bpf.c)" % tree, value=tree)
     if asan and not _asan_loaded():
-        return _run_tests_under_asan(tree)
+        return _run_tests_under_asan(tree, timeout)
     obj = build(tree, selftests=True, asan=asan)
     files = dict((n, os.path.relpath(f, tree)) for f, n in progs)
     out = []
     while len(out) < len(progs):
-        got, status, stderr = _child_results(obj, len(out))
+        got, status, stderr, timed_out = _child_results(obj, len(out), timeout)
         out += [dict(r, file=files.get(r["name"], ""), passed=r["ret"] == 0) for r in got]
-        if len(out) < len(progs):  # the child died in the next program
+        if len(out) < len(progs):  # the child died in the next program, or was killed in it
             name = progs[len(out)][1]
+            why = ("timed out after %g s" % timeout if timed_out
+                   else _ended_early(status, stderr))
             out.append({"name": name, "file": files[name], "ret": None, "passed": False,
-                        "message": _ended_early(status, stderr)})
+                        "message": why})
     return out
 
 
