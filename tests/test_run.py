@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -886,6 +887,19 @@ def test_an_exhausted_arena_names_its_limit(spec, hint):
     with pytest.raises(al.AllocatorExhausted) as ei:
         al.run("malloc-free", spec, size=16384, allocs_per_cycle=128, runs=1, cycles=2)
     assert str(ei.value).endswith("failed: ENOMEM: out of memory" + hint)
+
+
+def test_a_stack_given_under_two_names_runs_once_and_says_so():
+    from alloclab.measure.run import DuplicatePolicyWarning
+    with pytest.warns(DuplicatePolicyWarning, match="^policy 'percpu > buddy' is the same "
+                      "stack as 'libarena-spill' \\(percpu > buddy\\): it runs once, as "
+                      "'libarena-spill'$"):
+        r = al.run("malloc-free", ["libarena-spill", "percpu > buddy"], runs=1, cycles=5)
+    assert [p.params["policy"] for p in r.points] == ["libarena-spill"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DuplicatePolicyWarning)
+        r = al.run("malloc-free", ["buddy", "buddy"], runs=1, cycles=5)
+    assert [p.params["policy"] for p in r.points] == ["buddy"]
 
 
 def test_a_free_refused_for_a_second_ends_the_run_saying_why():

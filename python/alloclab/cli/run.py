@@ -61,6 +61,7 @@ from ..policies import plugin
 from ..traces.replay import IncompleteTraceWarning
 from ..measure.sim import SuspectCalibrationWarning, UncalibratedPolicyWarning
 from ..measure.sim import UnmodelledLocksWarning
+from ..measure.run import DuplicatePolicyWarning
 from ..measure.sweep import sweep
 from ..measure.run import adaptive_options
 from ..measure.sweep import check_journal
@@ -377,7 +378,7 @@ def cmd_run(argv):
 
 
 LINE_WARNINGS = (IncompleteTraceWarning, UncalibratedPolicyWarning, UnmodelledLocksWarning,
-                 SuspectCalibrationWarning)
+                 SuspectCalibrationWarning, DuplicatePolicyWarning)
 
 
 def warnings_as_lines():

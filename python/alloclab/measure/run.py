@@ -388,11 +388,27 @@ def _duration(duration, cycles_end_it):
     return duration, max(1, int(round(duration * 1e9)))
 
 
+class DuplicatePolicyWarning(UserWarning):
+    """Two policies of one request are the same stack under two names (a
+    preset and its spec): it runs once, under the first name."""
+
+
 def _policies(wl, policy):
-    """The policies of a request, deduplicated, each available (its peer
+    """The policies of a request, deduplicated (a stack given twice under
+    two names warns: DuplicatePolicyWarning), each available (its peer
     installed: PeerUnavailable with the apt-get line) and able to serve the
     workload."""
-    policies = uniq([Policy(p) for p in _as_list(policy, "policy")])
+    import warnings
+
+    policies = []
+    for pol in (Policy(p) for p in _as_list(policy, "policy")):
+        same = next((q for q in policies if q == pol), None)
+        if same is None:
+            policies.append(pol)
+        elif same.name != pol.name:
+            warnings.warn(DuplicatePolicyWarning(
+                "policy %r is the same stack as %r (%s): it runs once, as %r" % (
+                    pol.name, same.name, str(pol), same.name)), stacklevel=4)
     for pol in policies:
         peers.needed(pol)
         check_compatible(wl, pol)
