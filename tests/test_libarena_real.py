@@ -101,6 +101,9 @@ def test_not_a_tree(tmp_path):
         lr.load(str(tmp_path))
     with pytest.raises(lr.LibarenaTreeError, match="no such folder"):
         lr.load(str(tmp_path / "nope"))
+    (tmp_path / "cal.json").write_text("{}")
+    with pytest.raises(lr.LibarenaTreeError, match="cal.json: it is a file, not a folder$"):
+        lr.load(str(tmp_path / "cal.json"))
 
 
 def test_compile_error_names_file_and_line(tmp_path):

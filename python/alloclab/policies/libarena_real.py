@@ -116,7 +116,9 @@ def check_tree(tree):
             "(tools/testing/selftests/bpf/libarena)" % ENV_TREE)
     path = os.path.abspath(os.path.expanduser(str(tree)))
     if not os.path.isdir(path):
-        raise LibarenaTreeError("libarena tree %s: no such folder" % path, value=str(tree))
+        what = ("it is a file, not a folder" if os.path.isfile(path) else
+                "it is not a folder" if os.path.exists(path) else "no such folder")
+        raise LibarenaTreeError("libarena tree %s: %s" % (path, what), value=str(tree))
     missing = [f for f in _REQUIRED if not os.path.isfile(os.path.join(path, f))]
     if missing:
         raise LibarenaTreeError(
