@@ -6,6 +6,7 @@ long soak before a release).
 """
 
 import os
+import shutil
 import signal
 
 import pytest
@@ -139,3 +140,19 @@ def python_under_address_limit(code, limit_bytes):
                        timeout=120, preexec_fn=limit, env=env)
     assert p.returncode == 0, p.stderr
     return p.stdout.splitlines()
+
+
+EXAMPLE_TREE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "examples", "bpf_tree")
+
+
+def example_tree_with(tmp_path, rel, old, new):
+    """A copy of the example libarena tree in tmp_path/tree, with ``new``
+    written before the first ``old`` of its file ``rel``: its path."""
+    dst = tmp_path / "tree"
+    shutil.copytree(EXAMPLE_TREE, dst)
+    f = dst / rel
+    text = f.read_text()
+    assert old in text
+    f.write_text(text.replace(old, new + old, 1))
+    return str(dst)

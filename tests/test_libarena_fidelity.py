@@ -3,11 +3,12 @@
 table), on examples/bpf_tree so that they run everywhere."""
 import importlib
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
+
+from conftest import example_tree_with
 
 import alloclab as al
 from alloclab import libarena_real as lr
@@ -33,15 +34,9 @@ def _cli(*args):
 
 def _with_caches(tmp_path):
     """A copy of the example that asks which CPU it runs on: caches of its own."""
-    tree = tmp_path / "tree"
-    shutil.copytree(EXAMPLE, tree)
-    src = tree / "src" / "buddy.bpf.c"
-    old = "\tif (c < 0) {\n\t\tpool_err(\"pool: no class"
-    text = src.read_text()
-    assert old in text
-    src.write_text(text.replace(old, "\tif (bpf_get_smp_processor_id() > 4096)\n\t\treturn "
-                                     "NULL;\n" + old, 1))
-    return str(tree)
+    return example_tree_with(tmp_path, "src/buddy.bpf.c",
+                             "\tif (c < 0) {\n\t\tpool_err(\"pool: no class",
+                             "\tif (bpf_get_smp_processor_id() > 4096)\n\t\treturn NULL;\n")
 
 
 def test_fidelity_rows_of_both_sides():

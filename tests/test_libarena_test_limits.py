@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from conftest import example_tree_with
+
 from alloclab import errors
 from alloclab import libarena_real as lr
 
@@ -77,14 +79,8 @@ def children():
 @pytest.fixture
 def tree(tmp_path):
     """The example tree with test_hang between test_pool_reuse and test_pool_bulk."""
-    dst = tmp_path / "tree"
-    shutil.copytree(EXAMPLE, dst)
-    f = dst / "selftests" / "test_pool.bpf.c"
-    old = 'SEC("syscall")\n__weak int test_pool_bulk(void)'
-    text = f.read_text()
-    assert old in text
-    f.write_text(text.replace(old, HANG + old, 1))
-    return str(dst)
+    return example_tree_with(tmp_path, "selftests/test_pool.bpf.c",
+                             'SEC("syscall")\n__weak int test_pool_bulk(void)', HANG)
 
 
 @pytest.fixture
