@@ -152,9 +152,12 @@ def test_concat_and_filter():
     assert isinstance(c, al.Result) and len(c.points) == 6
     assert al.Result.concat([a, b]).points == c.points
     assert c.metadata["parts"] == [a.metadata, b.metadata]
-    assert (a + a).metadata == a.metadata and len((a + a).points) == 8
-    # equal points pool their runs in tables and stats
-    assert (a + a).table("alloc_ns").n.max() == 2
+    with pytest.raises(al.InvalidArgument, match="repeats"):
+        a + a  # the same runs twice would be counted twice
+    a2 = al.run("malloc-free", ["buddy", "libc"], producers=[1, 2], **FAST)
+    assert len((a + a2).points) == 8
+    # equal points of other runs pool their runs in tables and stats
+    assert (a + a2).table("alloc_ns").n.max() == 2
     f = c.filter(policy="libarena-spill")
     assert [p.params["policy"] for p in f.points] == ["libarena-spill"] * 2  # the name given
     assert [p.info["policy_spec"] for p in f.points] == ["percpu > buddy"] * 2

@@ -376,11 +376,11 @@ def counter_tables(res, mode="key"):
     if mode == "none":
         return []
     docs = res.metadata.get("counters")
-    pols = list(dict.fromkeys(p.params["policy"] for p in res.points))
-    swept = [k for k in res.swept() if k not in ("policy", "workload")]
+    pols = list(dict.fromkeys(p.params.get("policy") for p in res.points))
+    swept = [k for k in res.swept() if k != "policy"]  # workload when several
     out = []
     for pol in pols:
-        pts = [p for p in res.points if p.params["policy"] == pol]
+        pts = [p for p in res.points if p.params.get("policy") == pol]
         names = list(dict.fromkeys(k for p in pts for k in p.data if k.endswith("_per_op")))
         if not names:
             if all(p.params.get("stats") == "off" for p in pts):
@@ -389,8 +389,9 @@ def counter_tables(res, mode="key"):
         chosen = [k for k in names if mode == "all" or _is_key(k, docs)]
         keep = [k for k in chosen if not _hidden([_mean(p, k) for p in pts], mode == "all")]
         keep.sort(key=lambda k: (k.split(".", 1)[0], not k.endswith(".lock_acquired_per_op")))
-        labels = ["/".join(("%sp" % p.params[k]) if k == "producers" else str(p.params[k])
-                           for k in swept) or "all" for p in pts]
+        # a parameter one workload of a concatenation has and another lacks: "-"
+        labels = ["/".join(("%sp" % p.params[k]) if k == "producers" and k in p.params else
+                           str(p.params.get(k, "-")) for k in swept) or "all" for p in pts]
         rows = [(k[:-len("_per_op")], ["n/a" if _counters.unmeasured(p, k, docs) else
                                        fmt_value(_mean(p, k)) for p in pts]) for k in keep]
         title = "counters per op, %s" % pol

@@ -22,6 +22,7 @@ import sys
 import threading
 from .. import errors
 from ..shim.record import record
+from ..traces.trace import COMPRESSORS, DEFAULT_COMPRESSOR
 from .preload import refuse_program_files
 
 PROG = "alloclab"  # as cli.PROG (cli imports this module)
@@ -47,8 +48,8 @@ def add_parser(sub):
     rp.add_argument("--policy", default=None,
                     help="serve the calls from this policy spec or preset (default: glibc)")
     rp.add_argument("--compress", default=None, metavar="NAME",
-                    help="the trace files' compressor: lzma (the default: smallest, slowest "
-                         "to write), zlib, bz2 or none")
+                    help="the trace files' compressor: %s (default: %s)" % (
+                        ", ".join(COMPRESSORS), DEFAULT_COMPRESSOR))
     rp.add_argument("--quiet", action="store_true", help="no summary on stderr")
     rp.add_argument("--allow-unrecorded", action="store_true",
                     help="exit with CMD's status even when some of its processes ran without "

@@ -466,7 +466,12 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     a side's cells that differ in a parameter outside the key (refused by
     default with PoolingError; the legend then names what was pooled).
 
-    Raises IncomparableError when the sides ran different workloads.
+    Raises IncomparableError when the sides ran different workloads;
+    UnknownNameError for a metric no side has; InvalidArgument when no cell
+    of one side has a counterpart on the other, its ``apart`` naming the key
+    parameters whose values tell the sides apart ([(column index,
+    parameter, old values, new values)]), ``key`` and ``sides`` the rest
+    of what no_match_text words it with (a caller's own option names).
     """
     a = _as_result(a)
     metrics, on = _check_options(metric, test, threshold, alpha, on)
@@ -495,8 +500,8 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
 
 
 def _predicted(old, news, key, cols, base_name):
-    """None when the matched cells were measured; "calibration <id>" when both sides of every matched cell ran on simulated CPUs
-    (predictions). A simulated side against a measured one is refused
+    """None when the matched cells were measured; "calibration <id>" when
+    both sides of every matched cell ran on simulated CPUs (predictions). A simulated side against a measured one is refused
     (results.simulated.MixedModesError, naming both modes), and two
     simulated sides predicted with different calibrations
     (TwoCalibrationsError, naming both)."""
@@ -548,10 +553,10 @@ def _check_options(metric, test, threshold, alpha, on):
         raise errors.UnknownNameError.make("test", test, list(TESTS))
     for name, v, lo, hi in (("threshold", threshold, 0, math.inf), ("alpha", alpha, 0, 1)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or \
-                (name == "alpha" and v in (0, 1)):
+                (name == "alpha" and v in (0, 1)) or not math.isfinite(v):
             raise errors.ParameterRangeError("%s=%r is out of range (%s)" % (
                 name, errors.Echo(v),
-                "a fraction >= 0, e.g. 0.02 for 2%" if name == "threshold" else
+                "a finite fraction >= 0, e.g. 0.02 for 2%" if name == "threshold" else
                 "0 < alpha < 1"), name=name, value=v, min=lo, max=hi)
     metrics = [metric] if isinstance(metric, str) else list(metric)
     if isinstance(on, str):
@@ -616,7 +621,8 @@ def _check_cells(old, news, key, cols, base_name):
     (``workload`` is added to it in place: a cell is always one workload's),
     and every side ran a workload the old side ran."""
     if len(cols) != len(news):
-        raise errors.InvalidArgument("names: %d labels for %d columns" % (len(cols), len(news)))
+        raise errors.InvalidArgument("names: %d label%s for %d column%s" % (
+            len(cols), "" if len(cols) == 1 else "s", len(news), "" if len(news) == 1 else "s"))
     for k in key:
         if k not in old.params():
             raise errors.UnknownNameError.make("parameter", k, old.params(), context="on")
@@ -637,15 +643,16 @@ def _check_cells(old, news, key, cols, base_name):
 def _directions(metrics, old, news, lower_is_better):
     """{metric: lower_is_better} for every metric, each known to a side."""
     directions = {}
+    known = set(old.metrics()).union(*[set(r.metrics()) for r in news])
     for m in metrics:
+        if not isinstance(m, str) or m not in known:
+            raise errors.UnknownNameError.make("metric", m, sorted(known),
+                                               extra="no side of the comparison has it")
         lower = lower_is_better if lower_is_better is not None else direction(m)
         if lower is None:
             raise errors.InvalidArgument(
                 "alloclab does not know whether lower or higher is better for %r: pass "
-                "lower_is_better=True or False" % m)
-        known = set(old.metrics()).union(*[set(r.metrics()) for r in news])
-        if m not in known:
-            raise errors.UnknownNameError.make("metric", m, sorted(known))
+                "lower_is_better=True or False" % m, metric=m)
         directions[m] = bool(lower)
     return directions
 
@@ -677,10 +684,53 @@ def _pairs(old, news, cols, key, metrics, skip, pool, base_name):
                 if so is not None and sn is not None:
                     pairs.append((params, m, col, so, sn))
     if not pairs:
-        raise errors.InvalidArgument(
-            "no cells match: the two sides share no values of %s; pass on=[...] with the "
-            "parameters that identify a cell" % (", ".join(key) or "(no common parameters)"))
+        apart = [(j, k, vo, vn) for j, new in enumerate(news) for k, vo, vn in
+                 _apart(old, new, key)]
+        sides = ["side %s" % n for n in [base_name] + list(cols)]
+        raise errors.InvalidArgument(no_match_text(apart, key, sides), apart=apart,
+                                     key=list(key), sides=sides)
     return pairs, unmatched, pooled
+
+
+def _values(res, k):
+    """The values of parameter ``k`` over the points of ``res``, each once,
+    as text, and their identities."""
+    vals = [v for v in (_value(p, k) for p in res.points) if v is not _UNSET]
+    ids = list(dict.fromkeys(_value_id(v) for v in vals))
+    text = list(dict.fromkeys(_show(v) for v in vals))
+    return text, set(ids)
+
+
+def _apart(old, new, key):
+    """[(parameter, old values, new values)]: the key parameters whose values
+    the two sides share none of; else (no cell matches in their combination)
+    those whose values differ."""
+    rows = []
+    for k in key:
+        (to, io), (tn, i_n) = _values(old, k), _values(new, k)
+        rows.append((k, to, tn, not io & i_n, io != i_n))
+    return [r[:3] for r in rows if r[3]] or [r[:3] for r in rows if r[4]]
+
+
+def no_match_text(apart, key, names, on="on=[...]", pool="pool=True"):
+    """The refusal of sides that have no cell in common: ``apart`` is
+    [(column index, parameter, old values, new values)] (the parameters that
+    tell the sides apart, compare's InvalidArgument.apart), ``names`` the
+    old side's name then each column's; ``on`` and ``pool`` how the caller
+    spells those options (Python's keywords; the command line's flags)."""
+    said = []
+    for j, k, vo, vn in apart:
+        said.append("%s has %s %s, %s has %s %s" % (
+            names[0], k, ", ".join(vo) or "(unset)", names[j + 1], k,
+            ", ".join(vn) or "(unset)"))
+    ks = list(dict.fromkeys(k for _, k, _, _ in apart))
+    if not ks:
+        return ("no cells match: the sides share no cell of %s; pass %s with the parameters "
+                "that identify a cell" % (", ".join(key) or "(no common parameters)", on))
+    return ("no cells match: %s; and %s identif%s a cell (the key: %s); to set them side by "
+            "side, pass %s without %s (and %s where a side then holds several of %s values)"
+            % ("; ".join(said), " and ".join(ks), "ies" if len(ks) == 1 else "y",
+               ", ".join(key), on, " and ".join(ks), pool, "its" if len(ks) == 1 else "their"))
 
 
 def _judge(pairs, test, threshold, alpha, directions):

@@ -30,7 +30,7 @@ def _desc(layer, name, docs=None):
     """The descriptor dict of counter ``name`` of ``layer`` (from ``docs``,
     {layer: [dicts]}, else the registry), or None."""
     if docs and layer in docs:
-        return next((c for c in docs[layer] if c["name"] == name), None)
+        return next((c for c in docs[layer] if c.get("name") == name), None)
     sch = schema.layers().get(layer)
     c = sch.counter(name) if sch is not None else None
     return c.to_dict() if c is not None else None
@@ -48,14 +48,14 @@ def is_time(layer, name, docs=None):
     """Whether counter ``name`` of ``layer`` is a lock time (ns, stats=full only)."""
     d = _desc(layer, name, docs)
     if d is not None:
-        return d["unit"] == "ns"
+        return d.get("unit") == "ns"
     return name.endswith(_LOCK_TIME_SUFFIXES)
 
 
 def split(metric):
     """(layer key, layer name, counter name, per_op) of "<layer>[#n].<name>[_per_op]";
     None for a metric that is not a layer's ("alloc_ns", "wl.<name>")."""
-    if "." not in metric or metric.startswith("wl."):
+    if not isinstance(metric, str) or "." not in metric or metric.startswith("wl."):
         return None
     key, name = metric.split(".", 1)
     per_op = name.endswith("_per_op")
@@ -117,6 +117,7 @@ def describe(res, metric):
             d["doc"] = ("bytes handed out and not freed at the end of the measured phase"
                         if name == "bytes_held" else "bytes still held after teardown")
             d["unit"] = "bytes"
+    d = dict(d, doc=d.get("doc") or schema.NO_DOC)  # a recorded descriptor may lack its doc
     out = dict(d, metric=metric, layer=layer, counter=name, per_op=per_op)
     out["measured_at"] = sorted({p.params.get("stats", "lite") for p in res.points
                                  if metric in p.data}, key=_level_order)

@@ -29,7 +29,11 @@ computed from data, never from one number. Metrics:
 
 It serialises to JSON losslessly (``to_json``/``from_json``) and to tidy rows
 (``rows``, ``to_csv``, ``to_pandas``). Results concatenate (``a + b``,
-``Result.concat``) and filter (``filter(policy=..., producers=[1, 2])``).
+``Result.concat``: a point that repeats another's runs, as in ``a + a``, is
+refused as from_json refuses it, and so are predictions added to
+measurements) and filter (``filter(policy=..., producers=[1, 2])``). A
+file is read only when every field the tables, lines and warnings read is
+of the shape they read it in (from_json names the first that is not).
 Per-cell statistics (mean, sd, CI, warnings) come from alloclab.stats.
 """
 
@@ -38,6 +42,7 @@ import io
 import json
 import math
 import os
+import re
 
 import numpy as np
 
@@ -331,7 +336,8 @@ def load_json(s, what="result file"):
     """The JSON object in text (str or bytes), or in the file at a path (str
     or os.PathLike). Raises FileFormatError when the bytes are not UTF-8, the
     text is not JSON, or the JSON is not an object (every alloclab file is
-    one); InvalidArgument when a path cannot be read: missing, unreadable,
+    one, and one nested deeper than the decoder recurses is none);
+    InvalidArgument when a path cannot be read: missing, unreadable,
     not a regular file (a directory, a named pipe, a device, a socket: each
     refused without opening it), or larger than JSON_LIMIT."""
     path = None
@@ -356,6 +362,10 @@ def load_json(s, what="result file"):
                 % (where, e.start), path=path) from None
     try:
         d = json.loads(s)
+    except RecursionError:  # the decoder recurses once per level of nesting
+        raise errors.FileFormatError(
+            "%s nests lists or objects too deeply to decode: not an alloclab JSON file"
+            % (where if path is not None else "%.60r" % s), path=path) from None
     except ValueError as e:
         hint = ""
         if path is None and "\n" not in s and len(s) < 4096 and not s.lstrip().startswith(
@@ -375,69 +385,180 @@ def json_kind(v):
             type(None): "null", int: "number", float: "number"}.get(type(v), type(v).__name__)
 
 
-def _check_result_dict(d):
-    """Every field Result.from_dict reads, of the type it reads: a
-    FileFormatError naming the first one that is not (path, expected type)."""
-    def need(v, types, where, what):
-        if not isinstance(v, types) or isinstance(v, bool) and bool not in types:
-            raise errors.FileFormatError(
-                "not an alloclab result: %s is a JSON %s, not %s" % (where, json_kind(v), what))
+def _need(v, types, where, what):
+    """FileFormatError unless ``v`` is of ``types`` (a boolean is no number)."""
+    if not isinstance(v, types) or isinstance(v, bool) and bool not in types:
+        raise errors.FileFormatError(
+            "not an alloclab result: %s is a JSON %s, not %s" % (where, json_kind(v), what))
 
-    ver = d.get("format_version", 0)
-    need(ver, (int,), "format_version", "an integer")
-    need(d.get("metadata"), (dict,), "metadata", "an object")
-    need(d.get("points"), (list,), "points", "a list")
-    md = d["metadata"]
-    # what the tables' machine, cpu and load lines read, absent or null where unknown
-    for k in ("run", "machine_state", "counters", "load_before", "load_after", "view",
-              "interrupted"):
-        need(md.get(k), (dict, type(None)), "metadata." + k, "an object")
-    for k in ("online_cpus", "usable_cpus", "threads_per_core"):
-        need(md.get(k), (int, type(None)), "metadata." + k, "an integer")
-    need(md.get("ticks_per_ns"), (int, float, type(None)), "metadata.ticks_per_ns", "a number")
-    for k in ("load_before", "load_after"):
-        for f, v in (md.get(k) or {}).items():
-            need(v, (int, float, type(None)), "metadata.%s.%s" % (k, f), "a number")
+
+def _need_list(v, types, where, what, null=True):
+    """``v`` a list whose items are of ``types`` (``what``); or null (or
+    absent) where ``null``, else only absent (the readers' default)."""
+    if v is None and null:
+        return
+    _need(v, (list,), where, "a list")
+    for j, x in enumerate(v):
+        _need(x, types, "%s[%d]" % (where, j), what)
+
+
+_NULL = type(None)
+_NUMBER = (int, float)
+
+
+def _check_result_dict(d):
+    """Every field Result.from_dict reads, and every field of the metadata
+    and of the points' info that the tables and lines read, of the type they
+    read: a FileFormatError naming the first one that is not (path,
+    expected type)."""
+    _need(d.get("format_version", 0), (int,), "format_version", "an integer")
+    _need(d.get("metadata"), (dict,), "metadata", "an object")
+    _need(d.get("points"), (list,), "points", "a list")
+    _check_metadata(d["metadata"])
     for i, p in enumerate(d["points"]):
         at = "points[%d]" % i
-        need(p, (dict,), at, "an object")
+        _need(p, (dict,), at, "an object")
         for k in ("params", "info", "data"):
-            need(p.get(k), (dict,), "%s.%s" % (at, k), "an object")
-        for k, v in p["data"].items():
-            w = "%s.data.%s" % (at, k)
-            need(v, (dict,), w, "an object")
-            need(v.get("dtype"), (str,), w + ".dtype", "a NumPy type name")
-            need(v.get("values"), (list,), w + ".values", "a list")
-            try:
-                np.dtype(v["dtype"])
-            except TypeError:
-                raise errors.FileFormatError("not an alloclab result: %s.dtype %r is not a "
-                                             "NumPy type" % (w, v["dtype"])) from None
-            for j, x in enumerate(v["values"]):
-                need(x, (int, float, type(None)), "%s.values[%d]" % (w, j), "a number")
-        h = p.get("hist")
-        if h is not None:
-            need(h, (dict,), at + ".hist", "an object")
-            for op, hs in h.items():
-                need(hs, (list,), "%s.hist.%s" % (at, op), "a list")
-                for j, x in enumerate(hs):
-                    w = "%s.hist.%s[%d]" % (at, op, j)
-                    need(x, (dict,), w, "an object")
-                    need(x.get("buckets", []), (list,), w + ".buckets", "a list")
-                    for b in x.get("buckets", []):
-                        if not (isinstance(b, list) and len(b) == 2 and all(
-                                isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                                for v in b) and b[0] < lib.AL_HIST_BUCKETS):
-                            raise errors.FileFormatError(
-                                "not an alloclab result: %s.buckets holds %r, not a [bucket, "
-                                "count] pair (bucket < %d)" % (w, b, lib.AL_HIST_BUCKETS))
+            _need(p.get(k), (dict,), "%s.%s" % (at, k), "an object")
+        _check_data(p["data"], at)
+        _check_hist(p.get("hist"), at)
+        _check_info(p["info"], at)
     _check_params(d)
     _check_duplicates(d["points"])
+
+
+def _check_data(data, at):
+    """A point's data: {metric: {"dtype": a NumPy type, "values": numbers}}."""
+    for k, v in data.items():
+        w = "%s.data.%s" % (at, k)
+        _need(v, (dict,), w, "an object")
+        _need(v.get("dtype"), (str,), w + ".dtype", "a NumPy type name")
+        _need(v.get("values"), (list,), w + ".values", "a list")
+        try:
+            np.dtype(v["dtype"])
+        except TypeError:
+            raise errors.FileFormatError("not an alloclab result: %s.dtype %r is not a "
+                                         "NumPy type" % (w, v["dtype"])) from None
+        for j, x in enumerate(v["values"]):
+            _need(x, (int, float, _NULL), "%s.values[%d]" % (w, j), "a number")
+
+
+def _check_hist(h, at):
+    """A point's histograms: {op: [{"buckets": [[bucket, count]]}]}, or null."""
+    if h is None:
+        return
+    _need(h, (dict,), at + ".hist", "an object")
+    for op, hs in h.items():
+        _need(hs, (list,), "%s.hist.%s" % (at, op), "a list")
+        for j, x in enumerate(hs):
+            w = "%s.hist.%s[%d]" % (at, op, j)
+            _need(x, (dict,), w, "an object")
+            _need(x.get("buckets", []), (list,), w + ".buckets", "a list")
+            for b in x.get("buckets", []):
+                if not (isinstance(b, list) and len(b) == 2 and all(
+                        isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                        for v in b) and b[0] < lib.AL_HIST_BUCKETS):
+                    raise errors.FileFormatError(
+                        "not an alloclab result: %s.buckets holds %r, not a [bucket, "
+                        "count] pair (bucket < %d)" % (w, b, lib.AL_HIST_BUCKETS))
+
+
+def _check_info(info, at):
+    """The fields of a point's info that the tables, the cpu line and the
+    notes read: absent, null or of their type."""
+    w = at + ".info."
+    for k in ("cpu_mode", "cpu_note", "clock", "policy_spec"):
+        _need(info.get(k), (str, _NULL), w + k, "a string")
+    _need(info.get("ncpu_usable"), (int, _NULL), w + "ncpu_usable", "an integer")
+    _need_list(info.get("run_starts"), _NUMBER, w + "run_starts", "a number")
+    for k, t, what in (("truncated", int, "an integer"), ("notes", str, "a string"),
+                       ("printk", dict, "an object")):
+        _need_list(info.get(k, []), (t,), w + k, what, null=False)
+    for j, x in enumerate(info.get("printk", ())):
+        for k, t, what in (("layer", str, "a string"), ("text", str, "a string"),
+                           ("count", int, "an integer")):
+            _need(x.get(k), (t,), "%sprintk[%d].%s" % (w, j, k), what)
+
+
+def _check_metadata(md):
+    """The metadata the summary, the machine, cpu and load lines, the
+    machine warnings, the counter tables and `show` read: absent, null or
+    of the shape they read."""
+    for k in ("run", "machine_state", "counters", "load_before", "load_after", "view",
+              "interrupted"):
+        _need(md.get(k), (dict, _NULL), "metadata." + k, "an object")
+    for k in ("online_cpus", "usable_cpus", "threads_per_core"):
+        _need(md.get(k), (int, _NULL), "metadata." + k, "an integer")
+    _need(md.get("ticks_per_ns"), (int, float, _NULL), "metadata.ticks_per_ns", "a number")
+    for k in ("load_before", "load_after"):
+        _check_load(md.get(k), "metadata." + k)
+    run = md.get("run") or {}
+    _need(run.get("workload"), (str, _NULL), "metadata.run.workload", "a string")
+    _need(run.get("sweep"), (dict, _NULL), "metadata.run.sweep", "an object")
+    for k, v in (run.get("sweep") or {}).items():
+        _need(v, (list,), "metadata.run.sweep." + k, "a list")
+    _need_list((run.get("sweep") or {}).get("producers"), (int,),
+               "metadata.run.sweep.producers", "an integer")
+    _check_machine_state(md.get("machine_state") or {}, "metadata.machine_state")
+    _check_counters(md.get("counters") or {})
+
+
+def _check_load(la, where):
+    """A load average (host.machine.loadavg): 1min, 5min and 15min numbers,
+    the task counts numbers or null; or null."""
+    for f, v in (la or {}).items():
+        minutes = f in ("1min", "5min", "15min")
+        _need(v, _NUMBER if minutes else _NUMBER + (_NULL,), "%s.%s" % (where, f), "a number")
+
+
+def _check_machine_state(st, where):
+    """What host.machine.warnings reads of a recorded machine state."""
+    for k in ("cpus_online", "cpus_usable", "cpus_isolated", "cpus_nohz_full"):
+        _need_list(st.get(k), (int,), "%s.%s" % (where, k), "a CPU number")
+    _need(st.get("turbo_file"), (str, _NULL), where + ".turbo_file", "a string")
+    gov = st.get("governors")
+    _need(gov, (dict, _NULL), where + ".governors", "an object")
+    for cpu, g in (gov or {}).items():
+        if not re.fullmatch(r"[0-9]+", cpu):
+            raise errors.FileFormatError("not an alloclab result: %s.governors names CPU %s, "
+                                         "not a CPU number" % (where, errors.shown(cpu)))
+        _need(g, (str, _NULL), "%s.governors.%s" % (where, cpu), "a string")
+    la = st.get("loadavg")
+    _need(la, (dict, _NULL), where + ".loadavg", "an object")
+    _check_load(la, where + ".loadavg")
+    if la and "1min" not in la:
+        raise errors.FileFormatError("not an alloclab result: %s.loadavg has no 1min" % where)
+    q = st.get("cgroup_cpu_max")
+    if q is not None and not (isinstance(q, list) and len(q) == 2):
+        raise errors.FileFormatError(
+            "not an alloclab result: %s.cgroup_cpu_max is %s, not a [quota, period] pair"
+            % (where, errors.shown(q)))
+    for j, v in enumerate(q or ()):
+        _need(v, _NUMBER + (_NULL,), "%s.cgroup_cpu_max[%d]" % (where, j), "a number")
+
+
+def _check_counters(docs):
+    """metadata.counters: {layer: [counter descriptors]}, each an object
+    with its name (what _counters reads)."""
+    for layer, cs in docs.items():
+        at = "metadata.counters.%s" % layer
+        _need(cs, (list,), at, "a list of counter descriptors")
+        for j, c in enumerate(cs):
+            w = "%s[%d]" % (at, j)
+            _need(c, (dict,), w, "an object")
+            _need(c.get("name"), (str,), w + ".name", "a string")
+            for k in ("doc", "unit", "kind", "formula"):
+                _need(c.get(k), (str, _NULL), "%s.%s" % (w, k), "a string")
+            _need_list(c.get("levels"), (str,), w + ".levels", "a string")
 
 
 # The type of each grid parameter every result has (a point's "params").
 _PARAM_TYPES = {"workload": str, "policy": str, "timing": str, "cpu": str, "stats": str,
                 "producers": int}
+
+# The parameters every point has: what ran (run() names both in every
+# point; the tables, the counter tables and compare key on them).
+REQUIRED_PARAMS = ("workload", "policy")
 
 
 def _param_type(wl, name):
@@ -452,13 +573,18 @@ def _param_type(wl, name):
 
 
 def _check_params(d):
-    """Every point's parameters are scalars, and those alloclab knows are
-    of their type (producers an integer, policy a string, a workload's
-    parameters as its schema says): a FileFormatError naming the point, the
-    parameter and the value. A table built from "2" and 2 would put one
-    cell twice."""
+    """Every point names its workload and policy, its parameters are
+    scalars, and those alloclab knows are of their type (producers an
+    integer, policy a string, a workload's parameters as its schema says):
+    a FileFormatError naming the point, the parameter and the value. A
+    table built from "2" and 2 would put one cell twice."""
     names = {"int": "an integer", "bool": "true or false", "str": "a string"}
     for i, p in enumerate(d["points"]):
+        missing = [k for k in REQUIRED_PARAMS if k not in p["params"]]
+        if missing:
+            raise errors.FileFormatError(
+                "not an alloclab result: points[%d].params has no %s (every point names "
+                "its %s)" % (i, " and no ".join(missing), " and ".join(REQUIRED_PARAMS)))
         wl = schema.workloads().get(p["params"].get("workload"))
         for k, v in p["params"].items():
             at = "points[%d].params.%s" % (i, k)
@@ -476,20 +602,41 @@ def _check_params(d):
                         names[t.__name__] if t else "a number, a string or null"))
 
 
-def _check_duplicates(points):
-    """No point repeats another: the same parameters and the same runs (the
-    same info: seeds, start times) would count each run twice ("mean of 2
-    runs" of one run). Points with the same parameters and other runs (a
-    concatenation of two results) are kept: their runs are pooled."""
+def _repeat(points, key, same):
+    """(i, j): the first point i that repeats an earlier point j (equal
+    ``key(point)``, and ``same(a, b)``), or None."""
     seen = {}
     for i, p in enumerate(points):
-        key = json.dumps([p["params"], p["info"]], sort_keys=True, default=str)
-        if key in seen:
-            raise errors.FileFormatError(
-                "not an alloclab result: points[%d] repeats points[%d] (the same parameters "
-                "%s and the same runs): its runs would be counted twice"
-                % (i, seen[key], errors.shown(_params_text(p["params"]))))
-        seen[key] = i
+        k = key(p)
+        for j in seen.get(k, ()):
+            if same(points[j], p):
+                return i, j
+        seen.setdefault(k, []).append(i)
+    return None
+
+
+def _dict_key(p):
+    return json.dumps([p["params"], p["info"]], sort_keys=True, default=str)
+
+
+def _same_dict_runs(a, b):
+    return json.dumps([a["data"], a.get("hist")], sort_keys=True) == \
+        json.dumps([b["data"], b.get("hist")], sort_keys=True)
+
+
+def _check_duplicates(points):
+    """No point repeats another: the same parameters and the same runs (the
+    same info: seeds, start times; and the same values) would count each
+    run twice ("mean of 2 runs" of one run). Points with the same
+    parameters and other runs (a concatenation of two results) are kept:
+    their runs are pooled."""
+    rep = _repeat(points, _dict_key, _same_dict_runs)
+    if rep is not None:
+        i, j = rep
+        raise errors.FileFormatError(
+            "not an alloclab result: points[%d] repeats points[%d] (the same parameters "
+            "%s and the same runs): its runs would be counted twice"
+            % (i, j, errors.shown(_params_text(points[i]["params"]))))
 
 
 def _params_text(params):
@@ -515,6 +662,47 @@ def _matcher(key, v):
     if key == "policy":  # a preset name and its spec name the same policy
         return lambda x: any(same_policy(x, q) for q in vals)
     return lambda x: x in vals
+
+
+def _refuse_repeats(results, points):
+    """InvalidArgument when a point of a concatenation repeats another (the
+    same parameters, info and values: the same runs), naming both."""
+    rep = _repeat(points, lambda p: json.dumps([p.params, p.info], sort_keys=True,
+                                               default=str), Point.__eq__)
+    if rep is None:
+        return
+    where = [(k, i) for k, r in enumerate(results) for i in range(len(r.points))]
+    (pi, i), (pj, j) = where[rep[0]], where[rep[1]]
+    raise errors.InvalidArgument(
+        "Result.concat: point %d of part %d repeats point %d of part %d (the same parameters "
+        "%s and the same runs): its runs would be counted twice%s" % (
+            i, pi, j, pj, errors.shown(_params_text(points[rep[0]].params)),
+            "; a Result added to itself holds no new runs" if results[pi] is results[pj]
+            else ""))
+
+
+def _count(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _interrupted(results):
+    """The "interrupted" marker of a concatenation (see interrupted_line):
+    None when no part was stopped; else the runs finished and planned over
+    every part (one run to its end finished all its runs; None where a
+    marker does not say) and the first stopped part's signal."""
+    marks = [r.metadata.get("interrupted") for r in results]
+    stopped = [m for m in marks if isinstance(m, dict)]
+    if not stopped:
+        return None
+    done, planned = 0, 0
+    for r, m in zip(results, marks):
+        ran = sum(p.runs for p in r.points)
+        d, p = (m.get("runs_finished"), m.get("runs_planned")) if isinstance(m, dict) else \
+            (ran, ran)
+        done = None if done is None or _count(d) is None else done + d
+        planned = None if planned is None or _count(p) is None else planned + p
+    return {"runs_finished": done, "runs_planned": planned,
+            "signal": stopped[0].get("signal")}
 
 
 class Result:
@@ -583,20 +771,35 @@ class Result:
     @classmethod
     def concat(cls, results):
         """One Result holding every point of ``results`` (in order). Points
-        with the same parameters stay separate; tables, stats and compare
-        pool their runs. Metadata: the first result's, with every part's
-        under "parts" when they differ."""
-        results = list(results)
+        with the same parameters and other runs stay separate; tables, stats
+        and compare pool their runs. A point that repeats another (the same
+        parameters and the same runs: a Result added to itself) is refused,
+        as from_json refuses it: its runs would be counted twice. Simulated
+        and measured parts may be set together: their cpu parameter keeps
+        them in cells of their own, and tables name the predicted ones
+        (compare refuses to judge one against the other). Metadata: the first result's, with every part's
+        under "parts" when they differ, and "interrupted" when a part was:
+        the runs finished and planned over every part."""
+        try:
+            results = list(results)
+        except TypeError:
+            raise errors.ParameterTypeError("Result.concat takes a list of Results, not %r"
+                                            % (errors.Echo(results),), value=results) from None
         for r in results:
             if not isinstance(r, Result):
                 raise errors.InvalidArgument("Result.concat takes Results, not %r"
                                              % (errors.Echo(r),))
         if not results:
             raise errors.InvalidArgument("Result.concat needs at least one Result")
+        points = [p for r in results for p in r.points]
+        _refuse_repeats(results, points)
         md = dict(results[0].metadata)
         if any(r.metadata != results[0].metadata for r in results[1:]):
             md["parts"] = [r.metadata for r in results]
-        return cls(md, [p for r in results for p in r.points])
+        mark = _interrupted(results)
+        if mark is not None:
+            md["interrupted"] = mark
+        return cls(md, points)
 
     def __add__(self, other):
         if not isinstance(other, Result):
@@ -652,9 +855,13 @@ class Result:
     def _check_metric(self, metric):
         """UnknownNameError unless some point has ``metric`` or left it out
         because its stats level does not measure it."""
+        if not isinstance(metric, str):
+            raise errors.ParameterTypeError(
+                "metric must be a metric's name (a string), not %s; valid metrics: %s"
+                % (errors.shown(metric), ", ".join(self.metrics()) or "(none)"), value=metric)
         if metric not in self.metrics() and not any(
                 self._unmeasured(p, metric) for p in self.points):
-            layer = metric.split(".", 1)[0] if isinstance(metric, str) else None
+            layer = metric.split(".", 1)[0]
             layers = uniq([m.split(".", 1)[0] for m in self.metrics()
                             if "." in m and not m.startswith("wl.")])
             extra = ""
@@ -686,7 +893,7 @@ class Result:
         parameter that is absent gives a single row/column."""
         self._check_metric(metric)
         stats = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max}
-        if stat not in stats:
+        if not isinstance(stat, str) or stat not in stats:
             raise errors.UnknownNameError.make("statistic", stat, list(stats))
         keys = self.params()
         row_key = rows if rows in keys else None
@@ -742,7 +949,9 @@ class Result:
         return t
 
     def _title(self, metric, stat, blocks):
-        wl = self.points[0].params.get("workload", "") if self.points else ""
+        # one workload heads the title; several are told apart by the blocks
+        wls = uniq([p.params.get("workload") for p in self.points])
+        wl = wls[0] if len(wls) == 1 and wls[0] is not None else ""
         desc, unit, lower = METRIC_INFO.get(metric, (metric, "", None))
         if metric.endswith("_per_op"):
             desc, unit, lower = metric, "per op", None
@@ -851,7 +1060,11 @@ class Result:
         if d.get("format") != FORMAT:
             raise errors.FileFormatError("not an alloclab result (format %r, not %r)"
                                          % (d.get("format"), FORMAT))
-        _check_result_dict(d)
+        try:
+            _check_result_dict(d)
+        except RecursionError:  # a field nested deeper than json.dumps recurses
+            raise errors.FileFormatError("not an alloclab result: a field nests lists or "
+                                         "objects too deeply") from None
         if d.get("format_version", 0) > FORMAT_VERSION:
             raise errors.FileFormatError(
                 "result format version %s is newer than this alloclab reads (%d)"
@@ -875,8 +1088,10 @@ class Result:
         run = md.get("run", {})
         lines = []
         swept = self.swept()
+        wls = uniq([p.params.get("workload") for p in self.points])  # several: concatenated
         lines.append("%s: %d point%s x %s run%s%s" % (
-            run.get("workload", "?"), len(self.points), "" if len(self.points) == 1 else "s",
+            " and ".join(map(str, wls)) if len(wls) > 1 else run.get("workload", "?"),
+            len(self.points), "" if len(self.points) == 1 else "s",
             run.get("runs", "?"), "" if run.get("runs") == 1 else "s",
             (", swept: " + ", ".join(swept)) if swept else ""))
         lines.append("policies: " + "; ".join(uniq([str(p.params.get("policy"))
