@@ -230,8 +230,12 @@ class Calibration:
         data = files.read_bytes(path, what="calibration file", limit=FILE_LIMIT)
         try:
             d = json.loads(data.decode("utf-8"))
+        except RecursionError:
+            raise errors.InvalidArgument("calibration file %s nests lists or objects too deeply "
+                                         "to decode: not a calibration file" % path) from None
         except (UnicodeDecodeError, ValueError) as e:
-            raise errors.InvalidArgument("calibration file %s is not JSON: %s" % (path, e))
+            raise errors.InvalidArgument("calibration file %s is not JSON: %s"
+                                         % (path, e)) from None
         return cls.from_dict(d, "calibration file %s" % path)
 
     def with_(self, line_transfer_ns=None, lines_per_handoff=None, jitter=None, info=None):

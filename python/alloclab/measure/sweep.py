@@ -104,7 +104,7 @@ def _check_unit(path, n, line):
         raise _bad_line(path, n, "not UTF-8 text") from None
     try:
         d = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a line nested too deeply to decode is not ours
         raise _bad_line(path, n, "not JSON") from None
     if not isinstance(d, dict):
         raise _bad_line(path, n, "not a JSON object")
@@ -187,7 +187,7 @@ def _journal_header(path, lines, data, settings):
                                      "complete line); it was left as it is" % path, path=path)
     try:
         header = json.loads(lines[0].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         header = None
     if not isinstance(header, dict) or header.get("format") != JOURNAL_FORMAT:
         raise errors.FileFormatError("%s is not an alloclab sweep journal (its first line is "

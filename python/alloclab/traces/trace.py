@@ -374,6 +374,8 @@ def _read_header(path, data, size=None):
                    "expected %#010x)" % (zlib.crc32(text), hcrc))
     try:
         header = json.loads(bytes(text).decode("utf-8"))
+    except RecursionError:
+        raise _bad(path, n, "the header nests too deeply to decode") from None
     except ValueError as e:
         raise _bad(path, n, "the header is not JSON: %s" % e) from None
     _check_header(path, n, header)
