@@ -105,3 +105,10 @@ def test_a_closed_descriptor_is_refused_by_the_python_api(tmp_path):
                        "is not open$" % w):
         files.check_output("/dev/fd/%d" % w, "--json")
     os.close(r)
+
+
+def test_preload_judges_a_descriptor_as_every_output_does(tmp_path):
+    p = _cli(["preload", "--json", "/dev/fd/9", "--", "true"], subprocess.PIPE, tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.decode() == ("alloclab: error: cannot write the --json file /dev/fd/9: it "
+                                 "names descriptor 9 of this process, which is not open\n")

@@ -222,19 +222,30 @@ class _Stop(Exception):
 
 
 def test_an_error_in_the_parent_kills_and_reaps_the_child(tree, fifo, children, monkeypatch):
-    real_select = select.select
+    real_select, real_poll = select.select, select.poll
     seen = []
 
-    def stop_once_it_spins(fds, w, x, timeout):
-        """select that also watches the FIFO, and fails once test_hang spins."""
-        ready = real_select(fds + [fifo], w, x, timeout)[0]
-        if fifo in ready:
-            seen.append(_hang_pid(fifo, children))
-            raise _Stop()
-        return ready, [], []
+    class StopOnceItSpins:
+        """A poll object that also watches the FIFO, and fails once test_hang spins."""
+        def __init__(self):
+            self.p = real_poll()
+            self.p.register(fifo, select.POLLIN)
+
+        def register(self, fd, events):
+            self.p.register(fd, events)
+
+        def unregister(self, fd):
+            self.p.unregister(fd)
+
+        def poll(self, ms):
+            ready = self.p.poll(ms)
+            if any(fd == fifo for fd, _ in ready):
+                seen.append(_hang_pid(fifo, children))
+                raise _Stop()
+            return ready
 
     monkeypatch.setattr(lr, "select", type("Select", (), {
-        "select": staticmethod(stop_once_it_spins)}))
+        "poll": StopOnceItSpins, "POLLIN": select.POLLIN}))
     with pytest.raises(_Stop):
         lr.run_tests(tree, timeout=10)
     assert len(seen) == 1

@@ -15,7 +15,8 @@ import pytest
 import alloclab as al
 from alloclab.results import stats
 from alloclab import schema
-from alloclab._ffi import lib
+from alloclab._ffi import ffi, lib
+from alloclab.measure.run import DuplicatePolicyWarning
 
 from conftest import FAST, bottom_layers, python_under_address_limit, stacks
 
@@ -865,7 +866,6 @@ def test_retried_warning_counts_the_runs_refusals_and_flips_with_them():
 def test_a_refusal_for_a_second_is_reported_whole(err):
     """The worker's error carries the refusal's whole reason, the words the
     live Allocator uses, not a sentence cut at the buffer's end."""
-    from alloclab._ffi import ffi
     code = getattr(errno, err.upper())
     why = ffi.string(lib.al_refusal_why(-code)).decode()
     with pytest.raises(al.RunError) as ei:
@@ -890,7 +890,6 @@ def test_an_exhausted_arena_names_its_limit(spec, hint):
 
 
 def test_a_stack_given_under_two_names_runs_once_and_says_so():
-    from alloclab.measure.run import DuplicatePolicyWarning
     with pytest.warns(DuplicatePolicyWarning, match="^policy 'percpu > buddy' is the same "
                       "stack as 'libarena-spill' \\(percpu > buddy\\): it runs once, as "
                       "'libarena-spill'$"):
@@ -900,6 +899,31 @@ def test_a_stack_given_under_two_names_runs_once_and_says_so():
         warnings.simplefilter("error", DuplicatePolicyWarning)
         r = al.run("malloc-free", ["buddy", "buddy"], runs=1, cycles=5)
     assert [p.params["policy"] for p in r.points] == ["buddy"]
+
+
+def test_a_teardown_retries_within_one_deadline_and_keeps_the_error():
+    """Every free refused: the measured free gives up after a second, and
+    teardown's frees share one more second (not one per object: 5000 slots
+    would outlast the watchdog, whose error would replace the free's)."""
+    with pytest.raises(al.RunError) as ei:
+        al.run("larson", "failnth(op=free, nth=1, every=1) > buddy", runs=1, cycles=2,
+               warmup_cycles=0, watchdog=20)
+    assert not isinstance(ei.value, al.RunStalled)
+    assert "failed: ETIMEDOUT: refused for 1 s: a lock" in str(ei.value), str(ei.value)
+
+
+def test_retried_warning_reads_every_retry_count_and_survives_a_bad_one():
+    res = al.run("malloc-free", "buddy", runs=3, cycles=5, warmup_cycles=1)
+    p = res.points[0]
+    p.data["elapsed_ns"] = np.full(3, 0.2e9)
+    assert not any(w.kind == "retried" for _, s in res.stats("free_ns") for w in s.warnings)
+    p.data["wl.busy_retries"] = np.array([0.0, 4.0, 0.0])  # the nmi and stress workloads'
+    for metric in ("alloc_ns", "free_ns"):
+        (_, st), = res.stats(metric)
+        assert st.retried_max == 4 and any(w.kind == "retried" for w in st.warnings)
+    p.data["wl.free_refused_timedout"] = np.array([1.0, 2.0])  # a file cut short: left out
+    (_, st), = res.stats("free_ns")
+    assert st.retried_max == 4
 
 
 def test_a_free_refused_for_a_second_ends_the_run_saying_why():

@@ -522,11 +522,12 @@ def test_a_validation_at_one_producer_says_why_it_validates_nothing_above():
     assert one.unvalidated() == [("malloc-free", "libarena-spill")]
     text = one.text()
     assert "the 2-producer figures" not in text  # there are none
-    assert text.endswith("unvalidated above 2 CPUs: malloc-free on libarena-spill (no "
+    assert text.endswith("unvalidated at every producer count (measured off within 2 CPUs, "
+                         "unchecked above them): malloc-free on libarena-spill (no "
                          "2-producer run to validate)")
     two = sim.Validation([row, dict(row, producers=2, ratio=1.5)], 2, 0.25).text()
     assert "the 2-producer figures" in two
-    assert two.endswith("unvalidated above 2 CPUs: malloc-free on libarena-spill")
+    assert two.endswith("unchecked above them): malloc-free on libarena-spill")
 
 
 @pytest.mark.parametrize("change,needle", [

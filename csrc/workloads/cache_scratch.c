@@ -50,12 +50,13 @@ static int cs_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, ch
 		      size_t errlen)
 {
 	struct cs_shared *s = shared;
+	uint64_t t_end = 0;
 	unsigned i;
 
 	for (i = 0; i < s->nworkers; i++) {
 		s->handed[i] = al_alloc(a, c, s->size, 0);
 		if (!s->handed[i])
-			s->handed[i] = wl_alloc_again_untimed(a, c, s->size, 0);
+			s->handed[i] = wl_alloc_again_untimed(a, c, s->size, 0, &t_end);
 		if (!s->handed[i]) {
 			snprintf(err, errlen, "handing out object %u failed: %s: %s", i,
 				 al_strerror(c->err ? c->err : -ENOMEM),
@@ -72,7 +73,7 @@ static int cs_cycle(struct al_worker *w)
 	size_t size = (size_t)w->params[P_size];
 	int64_t reps = w->params[P_repetitions], r;
 	volatile char *p;
-	uint64_t t0, t1;
+	uint64_t t0, t1, first;
 	void *q;
 	int ret;
 
@@ -83,11 +84,15 @@ static int cs_cycle(struct al_worker *w)
 			return wl_free_failed(w, q, ret);
 		w->alloc_cross++;
 	}
+	/* a retry's wait is in the times, not the histograms (first) */
 	t0 = al_ticks();
 	p = al_alloc(w->a, &w->ctx, size, 0);
-	if (al_unlikely(!p))
-		p = wl_alloc_again(w, size, 0);
 	t1 = al_ticks();
+	first = t1 - t0;
+	if (al_unlikely(!p)) {
+		p = wl_alloc_again(w, size, 0);
+		t1 = al_ticks();
+	}
 	if (!p) {
 		snprintf(w->err, w->errlen, "allocation of %zu bytes failed: %s: %s", size,
 			 al_strerror(w->ctx.err ? w->ctx.err : -ENOMEM),
@@ -96,7 +101,7 @@ static int cs_cycle(struct al_worker *w)
 	}
 	w->alloc_ticks += t1 - t0;
 	if (al_unlikely(w->hist != NULL)) /* histogram=1 */
-		al_hist_record(&w->hist[AL_HIST_ALLOC], t1 - t0);
+		al_hist_record(&w->hist[AL_HIST_ALLOC], first);
 	/* up to 2^30 passes over up to 1 MiB: ask now and then (untimed) whether
 	 * the run is stopping or its duration is over */
 	for (r = 0; r < reps; r++) {
@@ -107,12 +112,15 @@ static int cs_cycle(struct al_worker *w)
 	}
 	t0 = al_ticks();
 	ret = al_free(w->a, &w->ctx, (void *)p);
-	if (al_unlikely(ret))
-		ret = wl_free_again(w, (void *)p, ret);
 	t1 = al_ticks();
+	first = t1 - t0;
+	if (al_unlikely(ret)) {
+		ret = wl_free_again(w, (void *)p, ret);
+		t1 = al_ticks();
+	}
 	w->free_ticks += t1 - t0;
 	if (al_unlikely(w->hist != NULL))
-		al_hist_record(&w->hist[AL_HIST_FREE], t1 - t0);
+		al_hist_record(&w->hist[AL_HIST_FREE], first);
 	if (ret)
 		return wl_free_failed(w, (void *)p, ret);
 	w->alloc_ops++;
@@ -123,13 +131,14 @@ static int cs_cycle(struct al_worker *w)
 static void cs_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 {
 	struct cs_shared *s = shared;
+	uint64_t t_end = 0;
 	unsigned i;
 
 	if (!s)
 		return;
 	for (i = 0; a && i < s->nworkers; i++)
 		if (s->handed[i])
-			wl_free_untimed(a, c, s->handed[i]);
+			wl_free_untimed(a, c, s->handed[i], &t_end);
 	al_meta_free(s, s->len);
 }
 

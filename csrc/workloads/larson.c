@@ -118,7 +118,7 @@ static int la_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, ch
 		      size_t errlen)
 {
 	struct la_shared *s = shared;
-	uint64_t seed = 4141;
+	uint64_t seed = 4141, t_end = 0;
 	unsigned i, k;
 
 	for (i = 0; i <= s->nworkers; i++) {
@@ -128,7 +128,7 @@ static int la_prepare(void *shared, struct al_allocator *a, struct al_ctx *c, ch
 
 			s->pool[i]->slot[k] = al_alloc(a, c, size, 0);
 			if (!s->pool[i]->slot[k])
-				s->pool[i]->slot[k] = wl_alloc_again_untimed(a, c, size, 0);
+				s->pool[i]->slot[k] = wl_alloc_again_untimed(a, c, size, 0, &t_end);
 			if (!s->pool[i]->slot[k]) {
 				int e = c->err ? c->err : -ENOMEM;
 
@@ -173,7 +173,7 @@ static int la_cycle(struct al_worker *w)
 	struct al_allocator *a = w->a;
 	struct al_ctx *c = &w->ctx;
 	unsigned n = (unsigned)w->params[P_ops_per_cycle], i;
-	uint64_t t0, t1, t2;
+	uint64_t t0, t1, t2, first[2];
 	int ret;
 
 	for (i = 0; i < n; i++) {
@@ -182,17 +182,24 @@ static int la_cycle(struct al_worker *w)
 		void *p = lw->mine->slot[k];
 		size_t size = rnd_size(w, r >> 20);
 
+		/* a retry's wait is in the times, not the histograms (first[]) */
 		t0 = al_ticks_fast();
 		ret = al_free(a, c, p);
-		if (al_unlikely(ret))
-			ret = wl_free_again(w, p, ret);
 		t1 = al_ticks_fast();
+		first[0] = t1 - t0;
+		if (al_unlikely(ret)) {
+			ret = wl_free_again(w, p, ret);
+			t1 = al_ticks_fast();
+		}
 		if (al_unlikely(ret))
 			return wl_free_failed(w, p, ret);
 		p = al_alloc(a, c, size, 0);
-		if (al_unlikely(!p))
-			p = wl_alloc_again(w, size, 0);
 		t2 = al_ticks_fast();
+		first[1] = t2 - t1;
+		if (al_unlikely(!p)) {
+			p = wl_alloc_again(w, size, 0);
+			t2 = al_ticks_fast();
+		}
 		if (al_unlikely(!p)) {
 			lw->mine->slot[k] = NULL;
 			return wl_alloc_failed(w, 0, 1, size);
@@ -202,8 +209,8 @@ static int la_cycle(struct al_worker *w)
 		w->free_ticks += t1 - t0;
 		w->alloc_ticks += t2 - t1;
 		if (al_unlikely(w->hist != NULL)) { /* histogram=1 */
-			al_hist_record(&w->hist[AL_HIST_FREE], t1 - t0);
-			al_hist_record(&w->hist[AL_HIST_ALLOC], t2 - t1);
+			al_hist_record(&w->hist[AL_HIST_FREE], first[0]);
+			al_hist_record(&w->hist[AL_HIST_ALLOC], first[1]);
 		}
 		if (lw->mine->owner != w->id)
 			w->alloc_cross++;
@@ -223,6 +230,7 @@ static int la_cycle(struct al_worker *w)
 static void la_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 {
 	struct la_shared *s = shared;
+	uint64_t t_end = 0;
 	unsigned i, k;
 
 	if (!s)
@@ -235,7 +243,7 @@ static void la_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 			continue;
 		for (k = 0; a && k < s->chunks; k++)
 			if (s->pool[i]->slot[k])
-				wl_free_untimed(a, c, s->pool[i]->slot[k]);
+				wl_free_untimed(a, c, s->pool[i]->slot[k], &t_end);
 		al_meta_free(s->pool[i], s->array_len);
 	}
 	al_meta_free(s, s->arrays_len);

@@ -84,14 +84,17 @@ static int invocation(struct al_worker *w, unsigned flags)
 		uint64_t s = w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() : 0;
 
 		m->obj[i] = al_alloc(w->a, &w->ctx, size, flags);
-		if (al_unlikely(!m->obj[i]))
-			m->obj[i] = wl_alloc_again(w, size, flags);
 		if (w->timing == AL_TIMING_PER_OP_SUM) {
 			uint64_t dt = al_ticks() - s;
 
 			sum += dt;
 			if (al_unlikely(w->hist != NULL))
 				al_hist_record(&w->hist[AL_HIST_ALLOC], dt);
+		}
+		if (al_unlikely(!m->obj[i])) { /* the wait is in the time, not the histogram */
+			s = al_ticks();
+			m->obj[i] = wl_alloc_again(w, size, flags);
+			sum += w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() - s : 0;
 		}
 		if (al_unlikely(!m->obj[i]))
 			goto fail;
@@ -106,7 +109,8 @@ fail:
 	err = w->ctx.err ? w->ctx.err : -ENOMEM;
 	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s: %s", i + 1, n,
 		 size, al_strerror(err), wl_alloc_why(err));
-	release_all(w, i);
+	for (t0 = 0; i--;) /* untimed, and the allocation's error kept */
+		wl_free_untimed(w->a, &w->ctx, m->obj[i], &t0);
 	return err;
 }
 

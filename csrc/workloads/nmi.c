@@ -472,6 +472,7 @@ static int nmi_setup(const int64_t *params, unsigned nworkers, void **shared)
 static void nmi_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 {
 	struct nmi_shared *sh = shared;
+	uint64_t t_end = 0;
 	unsigned i, j;
 
 	if (!sh)
@@ -480,7 +481,7 @@ static void nmi_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 		__atomic_store_n(&al_lock_irq_mask, NULL, __ATOMIC_RELEASE);
 	for (i = 0; i < sh->nworkers; i++) {
 		for (j = 0; j < sh->box[i].n; j++)
-			wl_free_untimed(a, c, sh->box[i].objs[j]);
+			wl_free_untimed(a, c, sh->box[i].objs[j], &t_end);
 		pthread_mutex_destroy(&sh->box[i].m);
 	}
 	al_meta_free(sh->slots, sizeof(void *) * sh->per * sh->nworkers);
@@ -640,7 +641,7 @@ static int nmi_cycle_body(struct al_worker *w)
 {
 	struct nmi_worker *m = w->priv;
 	unsigned n = (unsigned)w->params[P_allocs_per_cycle], i;
-	uint64_t t0;
+	uint64_t t0, t_end = 0;
 	int ret;
 
 	nmi_hand_over(w, m);
@@ -650,7 +651,7 @@ static int nmi_cycle_body(struct al_worker *w)
 		if (al_unlikely(!m->arr[i])) {
 			ret = wl_alloc_failed(w, i, n, m->size);
 			while (i--)
-				wl_free_untimed(w->a, &w->ctx, m->arr[i]);
+				wl_free_untimed(w->a, &w->ctx, m->arr[i], &t_end);
 			return ret;
 		}
 		*(volatile char *)m->arr[i] = (char)i;
@@ -699,6 +700,7 @@ static void nmi_worker_fini(struct al_worker *w)
 {
 	struct nmi_worker *m = w->priv;
 	struct timespec zero = { 0, 0 };
+	uint64_t t_end = 0;
 	sigset_t set;
 	unsigned i;
 
@@ -715,11 +717,11 @@ static void nmi_worker_fini(struct al_worker *w)
 		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 	}
 	for (i = 0; i < m->nkept; i++)
-		wl_free_untimed(m->a, &w->ctx, m->kept[i]);
+		wl_free_untimed(m->a, &w->ctx, m->kept[i], &t_end);
 	for (i = 0; i < m->nhand; i++)
-		wl_free_untimed(m->a, &w->ctx, m->hand[i]);
+		wl_free_untimed(m->a, &w->ctx, m->hand[i], &t_end);
 	for (i = 0; i < m->nretry; i++)
-		wl_free_untimed(m->a, &w->ctx, m->retry[i]);
+		wl_free_untimed(m->a, &w->ctx, m->retry[i], &t_end);
 	al_worker_metric(w, "nmi_handler_runs", (double)m->runs, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_served", (double)m->served, AL_METRIC_SUM);
 	al_worker_metric(w, "nmi_refused", (double)m->refused, AL_METRIC_SUM);

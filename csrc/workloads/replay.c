@@ -234,6 +234,7 @@ static int rp_setup(const int64_t *params, unsigned nworkers, void **shared)
 static void rp_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 {
 	struct rp_shared *s = shared;
+	uint64_t t_end = 0;
 
 	if (!s)
 		return;
@@ -241,7 +242,7 @@ static void rp_teardown(void *shared, struct al_allocator *a, struct al_ctx *c)
 		void *p = s->obj[i].p;
 
 		if (p && p != RP_REFUSED)
-			wl_free_untimed(a, c, p);
+			wl_free_untimed(a, c, p, &t_end);
 	}
 	rp_shared_free(s);
 }
@@ -350,10 +351,7 @@ static al_noinline al_cold int rp_unknown(struct al_worker *w, struct rp_worker 
 static al_noinline al_cold int rp_free_failed(struct al_worker *w, struct rp_worker *r,
 					      const struct al_trace_op *op, void *p, int ret)
 {
-	uint64_t t_end = 0;
-
-	while (ret == -ETIMEDOUT && wl_retry_ok(&t_end))
-		ret = al_free(w->a, &w->ctx, p);
+	ret = wl_free_again(w, p, ret); /* counted: free_refused_timedout */
 	if (!ret)
 		return 0;
 	snprintf(w->err, w->errlen, "thread %u, op %llu: free of object %u (%p) failed: %s", r->tid,

@@ -147,26 +147,29 @@ static __attribute__((unused)) al_noinline al_cold int wl_free_again(struct al_w
 
 /* A free outside the measured loop (teardown, error paths): a lock's
  * refusal is retried the same way, not counted, so that a descheduled holder
- * at teardown is not reported as a leak. 0 or -errno. */
-static inline int wl_free_untimed(struct al_allocator *a, struct al_ctx *c, void *p)
+ * at teardown is not reported as a leak. *t_end is the deadline of the whole
+ * teardown (0 before its first retry): once it has passed, each free gets
+ * one try, so a lock that never yields costs a second, not one per object.
+ * 0 or -errno. */
+static inline int wl_free_untimed(struct al_allocator *a, struct al_ctx *c, void *p,
+				  uint64_t *t_end)
 {
-	uint64_t t_end = 0;
 	int ret;
 
-	while ((ret = al_free(a, c, p)) == -ETIMEDOUT && wl_retry_ok(&t_end))
+	while ((ret = al_free(a, c, p)) == -ETIMEDOUT && wl_retry_ok(t_end))
 		;
 	return ret;
 }
 
 /* The same for untimed allocations outside a worker (prepare): retried,
- * not counted. */
+ * not counted, within the deadline *t_end shared by the whole prepare. */
 static __attribute__((unused)) al_noinline al_cold void *
-wl_alloc_again_untimed(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags)
+wl_alloc_again_untimed(struct al_allocator *a, struct al_ctx *c, size_t size, unsigned flags,
+		       uint64_t *t_end)
 {
-	uint64_t t_end = 0;
 	void *p = NULL;
 
-	while (wl_refusal_metric(c->err) && wl_retry_ok(&t_end)) {
+	while (wl_refusal_metric(c->err) && wl_retry_ok(t_end)) {
 		c->err = 0;
 		p = al_alloc(a, c, size, flags);
 		if (p)

@@ -192,6 +192,7 @@ static int drain_inbox(struct al_worker *w, struct stress_worker *m)
 {
 	struct stress_shared *sh = w->shared;
 	struct inbox *in = &sh->in[w->id];
+	uint64_t t_end = 0;
 	struct slot s;
 	int ret = 0;
 
@@ -206,7 +207,7 @@ static int drain_inbox(struct al_worker *w, struct stress_worker *m)
 		in->n--;
 		pthread_mutex_unlock(&in->m);
 		if (ret) { /* after an error: still freed, not checked */
-			wl_free_untimed(w->a, &w->ctx, s.p);
+			wl_free_untimed(w->a, &w->ctx, s.p, &t_end);
 			continue;
 		}
 		ret = do_free(w, m, &s);
@@ -243,7 +244,7 @@ static int stress_cycle(struct al_worker *w)
 	unsigned ops = (unsigned)w->params[P_ops_per_cycle], bulk = (unsigned)w->params[P_bulk];
 	void *out[STRESS_BULK];
 	unsigned i, j, k, n;
-	uint64_t r;
+	uint64_t r, t_end = 0;
 	int ret;
 
 	ret = drain_inbox(w, m);
@@ -275,7 +276,7 @@ static int stress_cycle(struct al_worker *w)
 				w->alloc_ops++;
 			}
 			for (; j < k; j++) /* only after an error */
-				al_free(w->a, &w->ctx, out[j]);
+				wl_free_untimed(w->a, &w->ctx, out[j], &t_end);
 		} else if (s->p && r < 11) { /* free */
 			ret = do_free(w, m, s);
 		} else if (s->p && r < 13) { /* bulk free of consecutive live slots */
@@ -312,13 +313,14 @@ static int stress_cycle(struct al_worker *w)
 static void stress_worker_fini(struct al_worker *w)
 {
 	struct stress_worker *m = w->priv;
+	uint64_t t_end = 0;
 	unsigned i;
 
 	if (!m)
 		return;
 	for (i = 0; m->slots && i < m->nslots; i++)
 		if (m->slots[i].p && do_free(w, m, &m->slots[i]))
-			wl_free_untimed(w->a, &w->ctx, m->slots[i].p); /* reported; still freed */
+			wl_free_untimed(w->a, &w->ctx, m->slots[i].p, &t_end); /* still freed */
 	drain_inbox(w, m);
 	al_worker_metric(w, "stress_errors", (double)m->errors, AL_METRIC_SUM);
 	al_worker_metric(w, "checked_bytes", (double)m->checked, AL_METRIC_SUM);

@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 from .. import errors
-from ..shim.record import record
+from ..shim.record import INDEX_SUFFIX, record
 from ..traces.trace import COMPRESSORS, DEFAULT_COMPRESSOR
 from .preload import refuse_program_files
 
@@ -94,6 +94,7 @@ def cmd_record(args):
         raise errors.InvalidArgument("record needs a command: alloclab record --out FILE -- "
                                      "CMD ...")
     refuse_program_files("--out", args.out, cmd)
+    refuse_program_files("--out's index", args.out + INDEX_SUFFIX, cmd)
     sys.stdout.flush()
     try:
         kw = {"compress": args.compress} if args.compress else {}

@@ -906,7 +906,8 @@ class Validation:
                              "calibrate again before judging them" % (100 * drift))
         bad = self.unvalidated()
         two = {(r["workload"], r["policy"]) for r in self.rows if r["producers"] == 2}
-        lines.append("unvalidated above %d CPUs: %s" % (self.usable, ", ".join(
+        lines.append("unvalidated at every producer count (measured off within %d CPUs, "
+                     "unchecked above them): %s" % (self.usable, ", ".join(
             "%s on %s%s" % (wp + ("" if wp in two else " (no 2-producer run to validate)",))
             for wp in bad) if bad else "none"))
         return "\n".join(lines)

@@ -545,13 +545,16 @@ def _collect(r, pidfd, timeout):
     past timeout seconds (the clock starts at the fork and again at each
     line: a line is a program finished). (data, whether it timed out)."""
     data = b""
-    fds = [r] if pidfd is None else [r, pidfd]
+    poll = select.poll()  # not select(): a descriptor may be past 1023 in a busy process
+    for fd in (r, pidfd):
+        if fd is not None:
+            poll.register(fd, select.POLLIN)
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return data, True
-        ready = select.select(fds, [], [], left)[0]
+        ready = {fd for fd, _ in poll.poll(max(1, math.ceil(left * 1000)))}
         if pidfd is not None and pidfd in ready:  # it ended: its lines are all in the pipe
             return data + _drain(r), False
         if r not in ready:
@@ -560,7 +563,7 @@ def _collect(r, pidfd, timeout):
         if not chunk:  # its end of the pipe is closed
             if pidfd is None:
                 return data, False
-            fds = [pidfd]
+            poll.unregister(r)
         elif b"\n" in chunk:
             deadline = time.monotonic() + timeout
         data += chunk
@@ -574,38 +577,48 @@ def _end_child(pid, kill):
     return os.waitpid(pid, 0)[1]
 
 
+def _child_main(obj, first, parent, r, w, err):  # pragma: no cover - in the child
+    """The forked child: report programs first.. through the pipe w, its
+    stderr into err; never returns."""
+    os.close(r)
+    try:
+        _child_dies_with(parent)
+        os.dup2(err.fileno(), 2)
+        _run_from(obj, first, w)
+    finally:
+        os._exit(0)
+
+
 def _child_results(obj, first, timeout):
     """The results a child process sends for programs first.., how it
     ended (os.waitpid status), what it wrote on stderr (an ASan report
     when ASan ended it; passed on to this process's stderr otherwise) and
     whether a program ran past timeout seconds. The child is killed and
-    reaped however this returns: a time-out, Ctrl-C, SIGTERM, an error."""
-    r, w = os.pipe()
-    err = tempfile.TemporaryFile()
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        os.close(r)
-        try:
-            _child_dies_with(parent)
-            os.dup2(err.fileno(), 2)
-            _run_from(obj, first, w)
-        finally:
-            os._exit(0)
-    ended, pidfd = False, None
-    with err:
-        try:
-            os.close(w)
-            pidfd = _pidfd(pid)
-            data, timed_out = _collect(r, pidfd, timeout)
-            ended = not timed_out
-        finally:
-            os.close(r)
-            if pidfd is not None:
-                os.close(pidfd)
-            status = _end_child(pid, kill=not ended)
-        err.seek(0)
-        stderr = err.read().decode("utf-8", "replace")
+    reaped however this returns: a time-out, Ctrl-C, SIGTERM, an error;
+    the pipe, the pidfd and the stderr file are closed, a failed fork
+    included."""
+    fds = dict(zip("rw", os.pipe()))
+    pid, ended = None, False
+    try:
+        with tempfile.TemporaryFile() as err:
+            try:
+                parent = os.getpid()
+                pid = os.fork()
+                if pid == 0:
+                    _child_main(obj, first, parent, fds["r"], fds["w"], err)
+                os.close(fds.pop("w"))
+                fds["pidfd"] = _pidfd(pid)
+                data, timed_out = _collect(fds["r"], fds["pidfd"], timeout)
+                ended = not timed_out
+            finally:
+                if pid:
+                    status = _end_child(pid, kill=not ended)
+            err.seek(0)
+            stderr = err.read().decode("utf-8", "replace")
+    finally:
+        for fd in fds.values():
+            if fd is not None:
+                os.close(fd)
     if stderr and os.WIFEXITED(status) and not os.WEXITSTATUS(status):
         sys.stderr.write(stderr)
     lines = data.decode("utf-8", "replace").split("\n")[:-1]  # whole lines only

@@ -212,19 +212,21 @@ def _unvalidated_lines(sim, metadata, limit):
     if v is None:
         return []
     usable = v.get("usable_cpus")
-    usable = usable if isinstance(usable, int) else 0
     above, within = [], []
     for lab, ps in sim:
         for p in ps:
-            if unvalidated(p, metadata):
-                (above if (p.params.get("producers") or 0) > usable else within).append(lab)
+            if unvalidated(p, metadata):  # a validation without its CPU count: all above
+                (within if isinstance(usable, int) and (p.params.get("producers") or 0) <=
+                 usable else above).append(lab)
                 break
     off = "off by more than %g%%" % (100 * float(v.get("tolerance", 0.25)))
     lines = []
     if above:
-        lines.append("unvalidated: above the validation's %s usable CPUs, whose 2-producer "
-                     "prediction of this workload and policy was %s (or was not made: "
-                     "validated at 1 producer only): %s" % (usable, off, _names(above, limit)))
+        where = ("above the validation's %d usable CPUs, whose" % usable
+                 if isinstance(usable, int) else "the validation's")
+        lines.append("unvalidated: %s 2-producer prediction of this workload and policy was "
+                     "%s (or was not made: validated at 1 producer only): %s"
+                     % (where, off, _names(above, limit)))
     if within:
         lines.append("unvalidated: within the validation's %s usable CPUs, where its "
                      "2-producer prediction of this workload and policy was %s or not made "

@@ -265,10 +265,11 @@ def describe(values, confidence=0.95, steal=None, preempt=None, phase=None, retr
 
 # The workload metrics that count a refused operation the workload tried
 # again inside its measured loop (retry.h): each retry's wait is timed, in
-# the allocations' time or the frees'.
+# the allocations' time or the frees' (busy_retries, of the nmi and stress
+# workloads, counts both).
 ALLOC_RETRY_METRICS = ("wl.alloc_refused_empty", "wl.alloc_refused_busy",
-                       "wl.alloc_refused_timedout")
-FREE_RETRY_METRICS = ("wl.free_refused_timedout",)
+                       "wl.alloc_refused_timedout", "wl.busy_retries")
+FREE_RETRY_METRICS = ("wl.free_refused_timedout", "wl.busy_retries")
 
 
 def _retry_metrics(metric):
@@ -294,10 +295,11 @@ def run_context(points, metric=None):
                 (math.nan if p.info.get("cpu_mode") == "simulated" else scale)
                 for p in points]
         return np.concatenate(arrs) if arrs else np.array([])
-    def retried(p):
+    def retried(p):  # a metric of another length than the runs' (a bad file) is left out
         n = len(p.data.get("elapsed_ns", []))
-        return sum((np.nan_to_num(np.asarray(p.data[m], dtype=float))
-                    for m in _retry_metrics(metric) if m in p.data), np.zeros(n))
+        arrs = [np.nan_to_num(np.asarray(p.data[m], dtype=float).ravel())
+                for m in _retry_metrics(metric) if m in p.data]
+        return sum((a for a in arrs if a.shape == (n,)), np.zeros(n))
     return {"steal": cat("steal_pct"), "preempt": cat("worker_preempted_per_s"),
             "phase": cat("elapsed_ns", 1e-9),
             "retried": np.concatenate([retried(p) for p in points]) if points else np.array([])}

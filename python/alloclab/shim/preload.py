@@ -161,6 +161,13 @@ def check_stats_path(path, what="stats file"):
     if path == "":
         raise errors.InvalidArgument("cannot write the %s '': the name is empty" % what,
                                      value=path)
+    if files.descriptor(path) is not None:  # written through this process's descriptor
+        try:
+            files.check_output(path, what)
+        except errors.InvalidArgument as e:
+            raise errors.InvalidArgument("cannot write the %s %s: %s" % (what, path, e.why),
+                                         value=path) from None
+        return
     try:
         mode = os.stat(path).st_mode
     except OSError:
