@@ -228,8 +228,9 @@ def write_parts(path, parts, what="output file"):
     in place into a character device or a pipe with a reader. OSError from
     the write itself (a full disk) propagates; the old file is then kept."""
     how = check_output(path, what)
-    if how == IN_PLACE and descriptor(path) is not None:
-        _write_descriptor(descriptor(path), parts)
+    fd = descriptor(path) if how == IN_PLACE else None
+    if fd is not None:
+        _write_descriptor(fd, parts)
         return
     if how == IN_PLACE:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)

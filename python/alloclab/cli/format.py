@@ -34,6 +34,7 @@ import io
 import math
 import os
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -307,6 +308,23 @@ def refuse_overlap(outputs, inputs, writes=None):
             raise UsageError("%s %s the %s this command reads: writing it would replace it; "
                              "give another file name"
                              % (what, "is a file of" if tree else "is", iflag))
+
+
+def refuse_program_files(flag, out, cmd):
+    """UsageError when the output ``out`` is the program ``cmd`` runs or a
+    file one of its arguments names (``FILE`` or ``--opt=FILE``): the write
+    would replace what the program runs or reads. Checked before it starts."""
+    prog = shutil.which(cmd[0]) or cmd[0]
+    if os.path.isfile(prog) and same_file(out, prog):
+        raise UsageError("%s %s is the program the command runs (%s): writing it would "
+                         "replace it; give another file name" % (flag, errors.Echo(out),
+                                                                 errors.Echo(cmd[0])))
+    for arg in cmd[1:]:
+        for path in {arg, arg.partition("=")[2]}:
+            if path and os.path.isfile(path) and same_file(out, path):
+                raise UsageError("%s %s is a file the command's arguments name (%s): writing "
+                                 "it would replace what the program reads; give another "
+                                 "file name" % (flag, errors.Echo(out), errors.Echo(arg)))
 
 
 def plot_paths(flag, path, suffixes, args):

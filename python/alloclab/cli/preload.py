@@ -4,8 +4,6 @@ its end told in one line (a stalled policy call, a signal, glibc serving)."""
 
 
 import argparse
-import os
-import shutil
 import sys
 
 from .. import errors
@@ -13,7 +11,7 @@ from .format import PROG, UsageError
 from .format import err as _err
 from .format import wrote as _wrote
 from .format import real
-from .format import same_file
+from .format import refuse_program_files
 from ..policies import plugin
 from ..shim.preload import EXIT_ON_GLIBC
 from ..shim.preload import EXIT_STALLED
@@ -59,23 +57,6 @@ def preload_parser(sub):
     pp.add_argument("--verbose", action="store_true",
                     help="the shim reports on stderr in each process, and a summary follows")
     pp.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
-
-
-def refuse_program_files(flag, out, cmd):
-    """UsageError when the output ``out`` is the program ``cmd`` runs or a
-    file one of its arguments names (``FILE`` or ``--opt=FILE``): the write
-    would replace what the program runs or reads. Checked before it starts."""
-    prog = shutil.which(cmd[0]) or cmd[0]
-    if os.path.isfile(prog) and same_file(out, prog):
-        raise UsageError("%s %s is the program the command runs (%s): writing it would "
-                         "replace it; give another file name" % (flag, errors.Echo(out),
-                                                                 errors.Echo(cmd[0])))
-    for arg in cmd[1:]:
-        for path in {arg, arg.partition("=")[2]}:
-            if path and os.path.isfile(path) and same_file(out, path):
-                raise UsageError("%s %s is a file the command's arguments name (%s): writing "
-                                 "it would replace what the program reads; give another "
-                                 "file name" % (flag, errors.Echo(out), errors.Echo(arg)))
 
 
 def preload_shim(args):

@@ -23,7 +23,7 @@ import threading
 from .. import errors
 from ..shim.record import INDEX_SUFFIX, record
 from ..traces.trace import COMPRESSORS, DEFAULT_COMPRESSOR
-from .preload import refuse_program_files
+from .format import refuse_program_files
 
 PROG = "alloclab"  # as cli.PROG (cli imports this module)
 EXIT_UNRECORDED = 125
