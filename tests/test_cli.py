@@ -344,6 +344,19 @@ def test_an_unknown_flag_is_named_not_taken_for_the_workload(args, named):
     assert p.stderr.strip().splitlines()[-1] == "alloclab: error: unrecognized arguments: " + named
 
 
+@pytest.mark.parametrize("args, hint", [
+    (["run", "malloc-free", "--size", "-4K"], True),  # argparse takes -4K for a flag
+    (["compare", "a.json", "b.json", "--metric", "-x"], True),
+    (["run", "malloc-free", "--size"], False),  # no value at all: no hint
+])
+def test_a_value_that_starts_with_a_dash_is_told_how_to_write(args, hint):
+    p = cli(*args, check=2)
+    line = p.stderr.strip().splitlines()[-1]
+    flag = args[-2] if hint else args[-1]
+    assert line.startswith("alloclab: error: argument %s: expected one argument" % flag), line
+    assert line.endswith("(a value that starts with '-' is written %s=VALUE)" % flag) == hint, line
+
+
 def test_a_number_past_any_range_is_one_error_line():
     p = cli("run", "malloc-free", "--policy", "percpu(capacity=%s) > buddy" % ("9" * 5000),
             check=2)

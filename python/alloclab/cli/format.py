@@ -67,8 +67,26 @@ class RunFailed(Exception):
 class Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so main() prints one format."""
 
+    _argv = ()
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message):
+        m = re.fullmatch(r"argument ((?:-\w/)?(--[\w-]+)(?:/-\w)?): expected one argument",
+                         message)
+        if m and self._dash_value(m.group(1).split("/")):
+            # argparse takes a value that starts with "-" (--size -4K) for a flag
+            message += " (a value that starts with '-' is written %s=VALUE)" % m.group(2)
         raise UsageError(errors.cut_runs(message))  # argparse echoes a bad value whole
+
+    def _dash_value(self, flags):
+        """Whether one of ``flags`` is followed in the arguments by a word
+        that starts with "-" (what argparse would not take as its value)."""
+        argv = self._argv
+        return any(a in flags and i + 1 < len(argv) and argv[i + 1].startswith("-")
+                   for i, a in enumerate(argv))
 
 
 # An error line's runs of non-blank characters longer than this are cut (a
