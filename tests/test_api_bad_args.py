@@ -57,6 +57,29 @@ def test_claim_numbers_are_checked_when_the_claim_is_made(kw, match):
         al.claim(res, "libc", "buddy", **kw)
 
 
+@pytest.mark.parametrize("kw, match", [
+    ({"expect": "faster", "margin": 0.1},
+     r"margin=0.1 bounds a claim of the same \(expect='same'\), not of expect='faster'"),
+    ({"expect": "lower", "margin": 0.1}, r"not of expect='lower': a claim of a direction takes by="),
+    ({"expect": "same", "by": 1.5}, r"by=1.5 is the least factor of a claim of a direction"),
+    ({"within": (0.9, 1.1), "by": 1.5}, r"by=1.5 is the least factor"),
+    ({"within": (0.9, 1.1), "margin": 0.05},
+     r"margin=0.05 and within=\(0.9, 1.1\): within= is the range in place of the margin"),
+])
+def test_a_bound_the_claim_would_not_read_is_refused(kw, match):
+    """margin= on a claim of a direction (or by= on one of the same) was
+    silently ignored: the verdict read as if it had never been given."""
+    with pytest.raises(al.InvalidArgument, match=match):
+        al.claim(two_policies(), "libc", "buddy", **kw)
+
+
+def test_the_bounds_a_claim_reads_are_taken():
+    res = two_policies()
+    assert al.claim(res, "libc", "buddy", expect="faster", by=1.5).judge().outcome == V.HOLDS
+    assert al.claim(res, "libc", "buddy", expect="faster", by=3).judge().outcome != V.HOLDS
+    assert al.claim(res, "libc", "libc", expect="same", margin=0.05).judge().outcome == V.HOLDS
+
+
 def test_a_claim_built_directly_checks_its_margin_and_range():
     cell = V.Claim.compare("c", "alloc_ns", V.Side([100.0, 101, 99]), V.Side([50.0, 51, 49]))
     with pytest.raises(al.InvalidArgument, match=r"margin=-1: a finite number > 0"):

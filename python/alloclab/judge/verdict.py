@@ -953,6 +953,7 @@ def claim(res, new, old=None, metric="alloc_ns", expect="faster", by=None, margi
     lower, direction = _claim_options(res, metrics, param, scale, expect, lower_is_better)
     _claim_against(old, value, value_source)
     _claim_numbers(metrics, by, margin, within, value)
+    _claim_bounds(direction, expect, by, margin, within)
     news, olds, key = _claim_points(res, where, param, new, old)
     cells = _claim_cells(news, olds, key, metrics, param, new, old, value, value_source,
                          scale, res.metadata)
@@ -985,6 +986,26 @@ def _claim_against(old, value, value_source):
         raise errors.InvalidArgument(
             "value_source=%r says where a stated value= comes from, but no value= was given"
             % (errors.Echo(value_source),))
+
+
+def _claim_bounds(direction, expect, by, margin, within):
+    """by= bounds a claim of a direction, margin= and within= one of "same"
+    (within= in place of margin=): one given where it is not read would be
+    silently ignored, so it is refused."""
+    if direction == "same" and by is not None:
+        raise errors.InvalidArgument(
+            "by=%r is the least factor of a claim of a direction (expect='faster', 'lower'...), "
+            "not of expect=%r: a claim of the same takes margin= or within="
+            % (errors.Echo(by), errors.Echo(expect)))
+    if direction != "same" and margin is not None:
+        raise errors.InvalidArgument(
+            "margin=%r bounds a claim of the same (expect='same'), not of expect=%r: a claim "
+            "of a direction takes by= (the least factor)" % (errors.Echo(margin),
+                                                             errors.Echo(expect)))
+    if margin is not None and within is not None:
+        raise errors.InvalidArgument(
+            "margin=%r and within=%r: within= is the range in place of the margin; give one"
+            % (errors.Echo(margin), errors.Echo(within)))
 
 
 def _claim_numbers(metrics, by, margin, within, value):
