@@ -133,6 +133,23 @@ def test_init_failure_is_reported(tmp_path):
         lr.load(str(tree))
 
 
+def test_a_crash_in_the_trees_code_names_the_tree(tmp_path):
+    """The layer's registered name (libarena_<hash>) alone does not say which
+    tree the user's spec named: the message gives both."""
+    tree = _copy(tmp_path)
+    _patch(tree / "src" / "buddy.bpf.c",
+           "__weak int buddy_free(struct buddy __arena *b, void __arena *p)\n{",
+           "__weak int buddy_free(struct buddy __arena *b, void __arena *p)\n{\n"
+           "\t*(volatile int *)0 = 1;")
+    with pytest.raises(al.RunError) as ei:
+        al.run("malloc-free", "libarena(tree=%s)" % tree, runs=1, cycles=5, warmup_cycles=0,
+               allocs_per_cycle=4, isolate=True)
+    name = lr.load(str(tree))
+    assert ei.value.signal == "SIGSEGV" and ei.value.layers == [name]
+    assert "in plugin layer %s, the libarena tree %s (the stack's only plugin)" % (
+        name, tree) in str(ei.value), str(ei.value)
+
+
 def test_cli_test_command_and_errors(tmp_path):
     proc = _cli("libarena", "test", EXAMPLE)
     assert proc.returncode == 0, proc.stderr

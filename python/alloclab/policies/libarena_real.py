@@ -877,6 +877,14 @@ def _layer_args(name, obj, feats, max_size):
             "-DALR_MAX_SIZE=%dULL" % max_size, "-DALR_LAYER_DOC=" + _c_str(_doc(feats))]
 
 
+def layer_words(name):
+    """A layer's name for a message: a libarena layer's with its tree
+    ("libarena_1a2b3c4d, the libarena tree /src/x"), what a user wrote in
+    its spec; any other layer's as it is."""
+    lay = _layers.get(name)
+    return name if lay is None else "%s, the libarena tree %s" % (name, lay["tree"])
+
+
 def layers_in(policy):
     """The libarena layers (registered in this process) a policy names, top first."""
     return [n for n in policy.names if n in _layers]

@@ -23,6 +23,7 @@ import sys
 from .. import errors
 from ..cbind._ffi import lib
 from .policy import Policy
+from .libarena_real import layer_words
 
 # name -> (shared object, Debian package)
 PEERS = {
@@ -109,9 +110,9 @@ def _killed(task, run_index, peer, signum, stderr):
         sig = "signal %d" % signum
     layers = [p["name"] for p in task.get("plugins") or ()]
     if len(layers) == 1:
-        where = "in plugin layer %s (the stack's only plugin)" % layers[0]
+        where = "in plugin layer %s (the stack's only plugin)" % layer_words(layers[0])
     elif layers:
-        where = "in one of its plugin layers (%s)" % ", ".join(layers)
+        where = "in one of its plugin layers (%s)" % "; ".join(map(layer_words, layers))
     else:
         where = "under %s" % peer if peer else "(no plugin layer in it)"
     if sig == "SIGKILL":
