@@ -647,3 +647,19 @@ def test_a_calibration_says_when_its_line_cost_is_suspect():
     (line,) = sim.calibration_warnings(busy)
     assert line.startswith("the load average was 1000000.00 on ")
     assert sim.calibration_warnings(_cal()) == []  # given: nothing measured to doubt
+
+
+@pytest.mark.parametrize("workload, kw", [("xmalloc", {"batch": 16}),
+                                          ("malloc-xfree", {"allocs_per_cycle": 16})])
+def test_histograms_time_the_objects_line_as_the_plain_timing_does(workload, kw):
+    """A store into an object whose line another CPU holds is the alloc's
+    cost, with histograms on as without: the histogram loop read its clock
+    before the object's line was charged, and lost the charge."""
+    cal = sim.Calibration({"seg.acq-rel": 100.0}, 50.0, 1.0, {"test": True},
+                          coherence={"store_fraction": 0.5, "load_fraction": 1.0,
+                                     "read_takes_line": False})
+    plain = _raw("libarena-transfer", 4, cal, workload=workload, timing="per_op_sum", **kw)
+    hist = _raw("libarena-transfer", 4, cal, workload=workload, histogram=True, **kw)
+    assert plain["sim"]["store_lines"] == hist["sim"]["store_lines"] > 0
+    for k in ("alloc_ns", "free_ns", "alloc_ops", "free_ops"):
+        assert plain[k] == hist[k], k

@@ -102,6 +102,10 @@ static al_noinline int wl_alloc_list_slow(struct al_worker *w, size_t size, unsi
 		if (al_unlikely(sim))
 			al_sim_call(a, AL_SIM_CALL_ALLOC);
 		p = alloc(a, c, size, 0);
+		/* the object's line is the call's, as in al_alloc: in the time and
+		 * the histogram alike (none for a refusal) */
+		if (al_unlikely(sim))
+			al_sim_object_if(a, p, false);
 		if (h) { /* the histogram times the call alone, not a retry */
 			dt = al_ticks() - s;
 			sum += dt;
@@ -110,10 +114,10 @@ static al_noinline int wl_alloc_list_slow(struct al_worker *w, size_t size, unsi
 		if (al_unlikely(!p)) { /* the retry's wait is in the time, not the histogram */
 			dt = h ? al_ticks() : 0;
 			p = wl_alloc_again(w, size, 0);
+			if (al_unlikely(sim))
+				al_sim_object_if(a, p, false);
 			sum += h ? al_ticks() - dt : 0;
 		}
-		if (al_unlikely(sim))
-			al_sim_object_if(a, p, false);
 		if (per_op && !h)
 			sum += al_ticks() - s;
 		if (al_unlikely(!p))
