@@ -215,6 +215,31 @@ def test_compare_refuses_simulated_against_measured(simres, measured):
     assert c.kind == "measured" and not any("predicted" in x.verdict() for x in c.cells)
 
 
+def test_compare_of_a_result_with_both_kinds_keeps_them_apart(simres, measured):
+    """One result of pinned and simulated cells against its baseline: each
+    predicted cell says so and is judged, corrected and averaged as it is
+    alone, never in one family or one geometric mean with a measurement."""
+    from alloclab.judge import compare as C
+    both = al.compare(measured + simres, baseline="libarena-spill")
+    alone = {False: al.compare(measured, baseline="libarena-spill"),
+             True: al.compare(simres, baseline="libarena-spill")}
+    assert both.kind == C.MIXED and both.predicted == "calibration %s" % _id(_cal())
+    for cell in both.cells:
+        pred = cell.key["cpu"] == "simulated"
+        assert cell.predicted == pred
+        assert cell.verdict().startswith("predicted ") == pred
+        twin = alone[pred].cell(producers=cell.key["producers"], metric=cell.metric)
+        assert (cell.p_adj, cell.verdict()) == (twin.p_adj, twin.verdict())
+    for pred in (False, True):
+        g = both.geomean(predicted=pred)
+        assert g.ratio == alone[pred].geomean().ratio
+        assert g.label().endswith("(predicted)") == pred
+    legend = " ".join(both.legend())
+    assert "over the %d measured cells and, apart, the %d predicted ones" % (
+        len(alone[False].cells), len(alone[True].cells)) in legend
+    assert "Predicted: the cells marked \"predicted\" ran on simulated CPUs" in legend
+
+
 def test_compare_refuses_two_calibrations(simres):
     """The same policy predicted under two cost models differs by their
     costs, not by what ran: never judged as a change."""

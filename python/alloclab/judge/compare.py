@@ -265,10 +265,15 @@ class GeoMean:
     new/old when higher is), so > 1 is better; ``n`` of ``total`` cells
     entered it (a zero or infinite ratio cannot)."""
 
-    __slots__ = ("column", "metric", "ratio", "n", "total", "lower")
+    __slots__ = ("column", "metric", "ratio", "n", "total", "lower", "predicted")
 
     def __init__(self, column, metric, cells, lower):
         self.column, self.metric, self.lower = column, metric, lower
+        # of predicted cells (both sides simulated), never pooled with measured ones
+        self.predicted = any(c.predicted for c in cells)
+        if not all(c.predicted == self.predicted for c in cells):
+            raise _simulated.MixedModesError(
+                "a geometric mean of predicted and measured cells: they are never pooled")
         r = [1.0 + c.change for c in cells if math.isfinite(c.change) and 1.0 + c.change > 0]
         self.n, self.total = len(r), len(cells)
         self.ratio = math.exp(sum(math.log(x) for x in r) / len(r)) if r else math.nan
@@ -289,7 +294,7 @@ class GeoMean:
         return reading_aid(1.0, raw, kind(self.metric))
 
     def label(self):
-        s = "%s: geometric mean" % self.metric
+        s = "%s: geometric mean%s" % (self.metric, " (predicted)" if self.predicted else "")
         return s + (" (%d of %d cells)" % (self.n, self.total) if self.n < self.total else "")
 
     def text(self):
@@ -297,8 +302,8 @@ class GeoMean:
         return ("%s  %s" % (_pct_text(self.change), self.aid())).rstrip()
 
     def __repr__(self):
-        return "GeoMean(%s %s: %s over %d cells)" % (self.column, self.metric, self.text(),
-                                                     self.n)
+        return "GeoMean(%s %s: %s%s over %d cells)" % (
+            self.column, self.metric, "predicted " if self.predicted else "", self.text(), self.n)
 
 
 def _as_result(r):
@@ -481,31 +486,42 @@ def compare(a, b=None, metric="alloc_ns", test="auto", threshold=0.02, alpha=0.0
     else:
         old, news, key, cols, base_name = _sides_of_two(a, b, on, names, base_name)
     _check_cells(old, news, key, cols, base_name)
-    predicted = _predicted(old, news, key, cols, base_name)
+    predicted, sim_keys, kind_ = _predicted(old, news, key, cols, base_name)
     directions = _directions(metrics, old, news, lower_is_better)
     skip = {by} if baseline is not None else set()
     pairs, unmatched, pooled = _pairs(old, news, cols, key, metrics, skip, pool, base_name)
-    cells = _judge(pairs, test, threshold, alpha, directions)
-    for c in cells:
-        c.predicted = predicted is not None
+    cells = _judge_apart(pairs, test, threshold, alpha, directions,
+                         lambda params: _key_id(params, key) in sim_keys)
     if predicted is not None:
         _band(cells, old, news, cols, key, base_name)
     differ = _differing(old, news, key)
     _warn_stats_levels(differ, old, news)
     out = Comparison(cells, cols, base_name, key, metrics, directions, test, threshold, alpha,
                      unmatched, differ, pooled)
-    out.kind = "measured" if predicted is None else _simulated.PREDICTED
+    out.kind = kind_
     out.predicted = predicted
     return out
 
 
+# A comparison whose cells are some measured, some predicted (a result of
+# cpu="pinned,simulated" against its baseline): each cell is of its own kind
+MIXED = "measured and predicted"
+
+
+def _key_id(params, key):
+    """A cell's identity among the groups of _group (its key's values)."""
+    return json.dumps([params[k] for k in key], default=str)
+
+
 def _predicted(old, news, key, cols, base_name):
-    """None when the matched cells were measured; "calibration <id>" when
-    both sides of every matched cell ran on simulated CPUs (predictions). A simulated side against a measured one is refused
+    """(None, set(), "measured") when the matched cells were measured; else
+    ("calibration <id>", the keys of the cells whose two sides ran on
+    simulated CPUs (predictions), "predicted" when every cell is one, else
+    MIXED). A simulated side against a measured one is refused
     (results.simulated.MixedModesError, naming both modes), and two
     simulated sides predicted with different calibrations
     (TwoCalibrationsError, naming both)."""
-    go, sims = _group(old, key), []
+    go, sims, keys, measured = _group(old, key), [], set(), False
     for col, new in zip(cols, news):
         gn = _group(new, key)
         for kk in go:
@@ -515,10 +531,30 @@ def _predicted(old, news, key, cols, base_name):
                 _simulated.refuse_mixed(a, b, what)
                 if a == _simulated.MODE:
                     _simulated.refuse_two_calibrations(go[kk], gn[kk], what)
-                sims += go[kk] + gn[kk] if a == _simulated.MODE else [None]
-    if not sims or None in sims:
-        return None
-    return "calibration %s" % (", ".join(_simulated.calibration_ids(sims)) or "not recorded")
+                    sims += go[kk] + gn[kk]
+                    keys.add(kk)
+                else:
+                    measured = True
+    if not sims:
+        return None, set(), "measured"
+    ids = ", ".join(_simulated.calibration_ids(sims)) or "not recorded"
+    return "calibration %s" % ids, keys, MIXED if measured else _simulated.PREDICTED
+
+
+def _judge_apart(pairs, test, threshold, alpha, directions, is_predicted):
+    """_judge over the measured pairs and, apart, over the predicted ones
+    (``is_predicted(params)``): a prediction never enters the
+    Benjamini-Hochberg family of measurements, nor they its. The cells
+    come back in the pairs' order, each marked predicted or not."""
+    kinds = [bool(is_predicted(pr[0])) for pr in pairs]
+    cells = [None] * len(pairs)
+    for want in (False, True):
+        idx = [i for i, k in enumerate(kinds) if k == want]
+        for i, c in zip(idx, _judge([pairs[i] for i in idx], test, threshold, alpha,
+                                    directions)):
+            c.predicted = want
+            cells[i] = c
+    return cells
 
 
 def _band(cells, old, news, cols, key, base_name):
@@ -527,8 +563,9 @@ def _band(cells, old, news, cols, key, base_name):
     sides' policies' calibration factors, loses its mark: inconclusive."""
     go = _group(old, key)
     gns = dict(zip(cols, (_group(new, key) for new in news)))
+    cells = [c for c in cells if c.predicted]
     for c in cells:
-        kk = json.dumps([c.key[k] for k in key], default=str)
+        kk = _key_id(c.key, key)
         bo = _simulated.band_means(go.get(kk, []), c.metric)
         bn = _simulated.band_means(gns.get(c.column, {}).get(kk, []), c.metric)
         if bo is None or bn is None or not c.change:
@@ -538,7 +575,7 @@ def _band(cells, old, news, cols, key, base_name):
             c.band_flip = True
             c.mark = ""
     for c in cells:
-        kk = json.dumps([c.key[k] for k in key], default=str)
+        kk = _key_id(c.key, key)
         c.factors = _simulated.within_factors(
             c.metric, _simulated.factors(go.get(kk, [])),
             _simulated.factors(gns.get(c.column, {}).get(kk, [])), c.ratio, c.threshold)
@@ -812,7 +849,8 @@ class Comparison:
         self.unmatched = unmatched
         self.differ = list(differ)  # parameters that tell the sides apart
         self.pooled = list(pooled)  # [(side, parameter, [values])] pooled with pool=True
-        self.kind = "measured"  # or "predicted": both sides simulated (compare() sets it)
+        # "predicted": both sides of every cell simulated; MIXED: of some (compare() sets it)
+        self.kind = "measured"
         self.predicted = None  # then "calibration <id>"
 
     # -- access --
@@ -880,12 +918,21 @@ class Comparison:
         name = str(self.base_name)
         return "the old side (%s)" % name if len(name) == 1 else name
 
-    def legend(self):
+    def _family_text(self):
+        """The cells Benjamini-Hochberg corrected over: "4 cells", or, with
+        predicted and measured cells, each kind's count (corrected apart)."""
         tested = [c for c in self.cells if not math.isnan(c.p)]
+        if self.kind != MIXED:
+            return "%d cells" % len(tested)
+        pred = sum(1 for c in tested if c.predicted)
+        return "the %d measured cells and, apart, the %d predicted ones" % (
+            len(tested) - pred, pred)
+
+    def legend(self):
         lines = [
             "(R)/(I): statistically significant regression/improvement against %s: p < %g "
-            "after Benjamini-Hochberg over %d cells, and |change| >= %g%%." % (
-                self._old_side(), self.alpha, len(tested), 100 * self.threshold),
+            "after Benjamini-Hochberg over %s, and |change| >= %g%%." % (
+                self._old_side(), self.alpha, self._family_text(), 100 * self.threshold),
             "Results are normalised so that less than zero is a regression and greater than "
             "zero an improvement (lower is better: old/new - 1; higher is better: new/old - 1).",
             self.aid_line()]
@@ -900,7 +947,12 @@ class Comparison:
             lines.append("Pooled on request (pool=True), each cell's runs taken together: %s." % (
                 "; ".join("%s: %d values of %s (%s)" % (side, len(vals), k, "; ".join(vals))
                           for side, k, vals in self.pooled)))
-        if self.predicted:
+        if self.kind == MIXED:
+            lines.append("Predicted: the cells marked \"predicted\" ran on simulated CPUs on "
+                         "both sides (%s); their marks and geometric means are predictions, "
+                         "not measurements, kept apart from the measured cells'." % (
+                             self.predicted))
+        elif self.predicted:
             lines.append("Predicted: both sides ran on simulated CPUs (%s); the marks are "
                          "predictions, not measurements." % self.predicted)
         if self.unmatched:
@@ -983,31 +1035,35 @@ class Comparison:
         "Geometric mean" row."""
         out = []
         for m in self.metrics:
-            for col in self.columns:
-                cells = [c for c in self.cells if c.metric == m and c.column == col]
-                if cells:
-                    out.append(GeoMean(col, m, cells, self.directions[m]))
+            for pred in (False, True):  # measured and predicted cells apart
+                for col in self.columns:
+                    cells = [c for c in self.cells
+                             if c.metric == m and c.column == col and c.predicted == pred]
+                    if cells:
+                        out.append(GeoMean(col, m, cells, self.directions[m]))
         return out
 
-    def geomean(self, column=None, metric=None):
-        """The one GeoMean of ``column`` and ``metric`` (either may be left
-        out when there is only one)."""
+    def geomean(self, column=None, metric=None, predicted=None):
+        """The one GeoMean of ``column``, ``metric`` and kind (``predicted``:
+        of simulated cells; any of them may be left out when there is only
+        one)."""
         found = [g for g in self.geomeans() if (column is None or g.column == column) and
-                 (metric is None or g.metric == metric)]
+                 (metric is None or g.metric == metric) and
+                 (predicted is None or g.predicted == predicted)]
         if len(found) != 1:
             raise errors.InvalidArgument("%d geometric means match %r" % (
-                len(found), dict(column=column, metric=metric)))
+                len(found), dict(column=column, metric=metric, predicted=predicted)))
         return found[0]
 
     def geo_rows(self):
         """[(label, {column: GeoMean})], a row per metric."""
         rows = []
-        for m in self.metrics:
-            gs = {g.column: g for g in self.geomeans() if g.metric == m}
+        for m, pred in [(m, p) for m in self.metrics for p in (False, True)]:
+            gs = {g.column: g for g in self.geomeans() if g.metric == m and g.predicted == pred}
             if gs:
                 n = {(g.n, g.total) for g in gs.values()}
                 label = next(iter(gs.values())).label() if len(n) == 1 else \
-                    "%s: geometric mean" % m
+                    "%s: geometric mean%s" % (m, " (predicted)" if pred else "")
                 rows.append((label, gs))
         return rows
 
