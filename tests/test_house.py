@@ -8,6 +8,8 @@ import ast
 import glob
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -400,3 +402,17 @@ def test_builder_stands_on_core_alone():
         up += ["%s calls %s" % (_rel(f), n)
                for n in sorted(_c_calls(text) & engine)]
     assert not up, "the builder reaches up into the engine:\n  " + "\n  ".join(up)
+
+
+def test_reproduce_is_an_attribute_imported_on_first_use():
+    """The docs call al.reproduce.libarena() after ``import alloclab as al``:
+    the room is there when read, and costs nothing to a program that never
+    reads it."""
+    code = ("import sys, alloclab as al\n"
+            "assert 'alloclab.reproduce' not in sys.modules\n"
+            "print(al.reproduce.libarena.__module__, al.reproduce.vmalloc.__module__,\n"
+            "      al.reproduce.local_storage.__module__)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["alloclab.reproduce.libarena", "alloclab.reproduce.vmalloc",
+                                "alloclab.reproduce.local_storage"]

@@ -69,10 +69,16 @@ from .judge.verdict import Claim, Verdict, claim, judge
 _moved.register_loaded()
 
 
+# Rooms imported when first read as an attribute (al.reproduce.libarena()):
+# each costs its import time only to the programs that use it
+_LAZY = ("reproduce",)
+
+
 def __getattr__(name):
     """alloclab.schema, alloclab.result, ...: an old module path read as an
-    attribute imports the module at its new place (alloclab._moved)."""
-    if name in _moved.MOVED:
+    attribute imports the module at its new place (alloclab._moved); a lazy
+    room (_LAZY) is imported on first use."""
+    if name in _moved.MOVED or name in _LAZY:
         import importlib
         return importlib.import_module("alloclab." + name)
     raise AttributeError("module 'alloclab' has no attribute %r" % name)
