@@ -80,6 +80,40 @@ def test_the_bounds_a_claim_reads_are_taken():
     assert al.claim(res, "libc", "libc", expect="same", margin=0.05).judge().outcome == V.HOLDS
 
 
+def two_metrics():
+    """libc 2x lower latency and 2x higher throughput than buddy."""
+    res = result({("buddy", 1): [100.0, 101, 99], ("libc", 1): [50.0, 51, 49]})
+    for p in res.points:
+        p.data["throughput"] = 1e9 / np.asarray(p.data["alloc_ns"])
+    return res
+
+
+def test_metrics_read_two_ways_are_refused_not_misworded():
+    """A faster throughput is a higher one: a claim over a latency and a
+    rate read the rate with the latency's direction ("2.05x slower")."""
+    res = two_metrics()
+    assert al.claim(res, "libc", "buddy", metric="throughput").judge().outcome == V.HOLDS
+    with pytest.raises(al.InvalidArgument, match=r"alloc_ns and throughput are not read the "
+                       r"same way \(a lower alloc_ns reads faster, a lower throughput slower\)"):
+        al.claim(res, "libc", "buddy", metric=["alloc_ns", "throughput"])
+    with pytest.raises(al.InvalidArgument, match=r"metric=\[\]: a claim names at least one"):
+        al.claim(res, "libc", "buddy", metric=[])
+
+
+@pytest.mark.parametrize("bad", ["no", 0, 0.0, [], "False"])
+def test_lower_is_better_is_a_bool(bad):
+    with pytest.raises(al.ParameterTypeError, match=r"lower_is_better=.*: True \(lower is "
+                       r"better\), False \(higher is\) or None"):
+        al.claim(two_metrics(), "libc", "buddy", metric="throughput", lower_is_better=bad)
+
+
+def test_numpy_false_says_higher_is_better():
+    res = two_metrics()
+    for flag in (False, np.False_):
+        v = al.claim(res, "libc", "buddy", metric="throughput", lower_is_better=flag).judge()
+        assert v.outcome == V.HOLDS and "2.00x faster" in v.text(), v.text()
+
+
 def test_a_claim_built_directly_checks_its_margin_and_range():
     cell = V.Claim.compare("c", "alloc_ns", V.Side([100.0, 101, 99]), V.Side([50.0, 51, 49]))
     with pytest.raises(al.InvalidArgument, match=r"margin=-1: a finite number > 0"):

@@ -206,6 +206,25 @@ def test_unknown_direction_needs_to_be_said():
     assert c.mark == "I" and c.change > 0.5
 
 
+@pytest.mark.parametrize("bad", ["no", "False", 0, 1.0, []])
+def test_lower_is_better_is_a_bool_not_a_truth_value(bad):
+    """bool("no") is True: a string once flipped the sign of every change."""
+    old, new = result(point("A", 1, noisy(10))), result(point("B", 1, noisy(20)))
+    with pytest.raises(al.ParameterTypeError, match=r"lower_is_better=.*: True \(lower is "
+                       r"better\), False \(higher is\) or None"):
+        al.compare(old, new, lower_is_better=bad)
+    c = al.compare(old, new, lower_is_better=np.False_).cell()
+    assert c.mark == "I" and c.change > 0.5
+
+
+def test_a_metric_named_twice_is_refused():
+    """Named twice, every row and geometric mean was printed twice and the
+    correction counted each cell twice."""
+    old, new = result(point("A", 1, noisy(10))), result(point("B", 1, noisy(20)))
+    with pytest.raises(al.InvalidArgument, match=r"metric 'alloc_ns' is named twice"):
+        al.compare(old, new, metric=["alloc_ns", "alloc_ns"])
+
+
 def test_one_run_a_side_is_never_marked():
     cmp = al.compare(result(point("A", 1, [100.0])), result(point("B", 1, [10.0])))
     c = cmp.cell()

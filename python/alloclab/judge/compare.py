@@ -600,6 +600,10 @@ def _check_options(metric, test, threshold, alpha, on):
         on = [on]
     if not metrics:
         raise errors.InvalidArgument("compare needs at least one metric")
+    twice = [m for i, m in enumerate(metrics) if m in metrics[:i]]
+    if twice:
+        raise errors.InvalidArgument("metric %r is named twice: each metric once" % (
+            errors.Echo(twice[0]),))
     return metrics, on
 
 
@@ -680,6 +684,11 @@ def _check_cells(old, news, key, cols, base_name):
 def _directions(metrics, old, news, lower_is_better):
     """{metric: lower_is_better} for every metric, each known to a side."""
     directions = {}
+    if lower_is_better is not None and not isinstance(lower_is_better, (bool, np.bool_)):
+        raise errors.ParameterTypeError(
+            "lower_is_better=%r: True (lower is better), False (higher is) or None (by the "
+            "metric)" % (errors.Echo(lower_is_better),), name="lower_is_better",
+            value=lower_is_better)
     known = set(old.metrics()).union(*[set(r.metrics()) for r in news])
     for m in metrics:
         if not isinstance(m, str) or m not in known:

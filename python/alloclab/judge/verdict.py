@@ -139,7 +139,9 @@ class Side:
             st = p.info.get("run_starts")
             starts.append(np.asarray(st, dtype=float) if st is not None and len(st) == len(v)
                           else np.full(len(v), np.nan))
-            steal.append(np.asarray(p.data.get("steal_pct", []), dtype=float))
+            # the host's steal time moves no virtual clock: a simulated run is not disturbed
+            steal.append(np.zeros(len(v)) if _simulated.is_simulated(p) else
+                         np.asarray(p.data.get("steal_pct", []), dtype=float))
             tr = p.info.get("truncated")
             cut.append(np.asarray(tr, dtype=bool) if tr is not None and len(tr) == len(v)
                        else np.zeros(len(v), dtype=bool))
@@ -1050,14 +1052,23 @@ def _claim_options(res, metrics, param, scale, expect, lower_is_better):
     """claim()'s options checked against the Result; returns (lower is
     better, the direction expected: "lower", "higher" or "same")."""
     known = res.metrics()
+    if not metrics:
+        raise errors.InvalidArgument("metric=[]: a claim names at least one metric; known: %s"
+                                     % ", ".join(known))
     for m in metrics:
-        if m not in known:
+        if not isinstance(m, str) or m not in known:
             raise errors.UnknownNameError.make("metric", m, known)
     if param not in res.params():
         raise errors.UnknownNameError.make("parameter", param, res.params())
     if scale not in SCALES:
         raise errors.UnknownNameError.make("scale", scale, list(SCALES))
-    lower = lower_is_better if lower_is_better is not None else direction(metrics[0])
+    if lower_is_better is not None and not isinstance(lower_is_better, (bool, np.bool_)):
+        raise errors.ParameterTypeError(
+            "lower_is_better=%r: True (lower is better), False (higher is) or None (by the "
+            "metric)" % (errors.Echo(lower_is_better),), name="lower_is_better",
+            value=lower_is_better)
+    lower = bool(lower_is_better) if lower_is_better is not None else direction(metrics[0])
+    _one_reading(metrics, lower_is_better)
     table = _EXPECT_HIGHER_BETTER if lower is False else _EXPECT_LOWER_BETTER
     if expect not in table:
         raise errors.UnknownNameError.make("expectation", expect, EXPECT)
@@ -1066,6 +1077,24 @@ def _claim_options(res, metrics, param, scale, expect, lower_is_better):
             "alloclab does not know whether lower or higher is better for %r: say "
             "expect='lower' or 'higher', or pass lower_is_better=" % metrics[0])
     return lower, table[expect]
+
+
+def _one_reading(metrics, lower_is_better):
+    """A claim's metrics are read one way: the same direction (unless
+    lower_is_better says it for all) and the same words (times and rates
+    faster/slower, counts fewer/more); else "faster" would be true of one
+    and said of the other."""
+    def reading(m):
+        lower = direction(m) if lower_is_better is None else bool(lower_is_better)
+        return metric_words(m, lower)
+    first = reading(metrics[0])
+    for m in metrics[1:]:
+        if reading(m) != first:
+            raise errors.InvalidArgument(
+                "metric=%r: %s and %s are not read the same way (a lower %s reads %s, a "
+                "lower %s %s): claim each apart" % (
+                    errors.Echo(metrics), metrics[0], m, metrics[0], first[0], m,
+                    reading(m)[0]))
 
 
 def _claim_points(res, where, param, new, old):
