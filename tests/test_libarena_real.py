@@ -146,7 +146,7 @@ def test_a_crash_in_the_trees_code_names_the_tree(tmp_path):
                allocs_per_cycle=4, isolate=True)
     name = lr.load(str(tree))
     assert ei.value.signal == "SIGSEGV" and ei.value.layers == [name]
-    assert "in plugin layer %s, the libarena tree %s (the stack's only plugin)" % (
+    assert "in plugin layer %s of the libarena tree %s (the stack's only plugin)" % (
         name, tree) in str(ei.value), str(ei.value)
 
 

@@ -879,10 +879,10 @@ def _layer_args(name, obj, feats, max_size):
 
 def layer_words(name):
     """A layer's name for a message: a libarena layer's with its tree
-    ("libarena_1a2b3c4d, the libarena tree /src/x"), what a user wrote in
+    ("libarena_1a2b3c4d of the libarena tree /src/x"), what a user wrote in
     its spec; any other layer's as it is."""
     lay = _layers.get(name)
-    return name if lay is None else "%s, the libarena tree %s" % (name, lay["tree"])
+    return name if lay is None else "%s of the libarena tree %s" % (name, lay["tree"])
 
 
 def layers_in(policy):

@@ -112,7 +112,7 @@ def _killed(task, run_index, peer, signum, stderr):
     if len(layers) == 1:
         where = "in plugin layer %s (the stack's only plugin)" % layer_words(layers[0])
     elif layers:
-        where = "in one of its plugin layers (%s)" % "; ".join(map(layer_words, layers))
+        where = "in one of its plugin layers (%s)" % ", ".join(map(layer_words, layers))
     else:
         where = "under %s" % peer if peer else "(no plugin layer in it)"
     if sig == "SIGKILL":
