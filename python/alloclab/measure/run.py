@@ -69,7 +69,7 @@ MAX_PRODUCERS = lib.AL_MAX_PRODUCERS
 _U64_MAX = (1 << 64) - 1
 
 
-def _as_list(v, what):
+def as_list(v, what):
     """Lists, tuples, ranges and 1-D arrays are sweeps; anything else one value."""
     if isinstance(v, (list, tuple, range)) or (hasattr(v, "ndim") and getattr(v, "ndim") == 1):
         vals = list(v)
@@ -83,7 +83,7 @@ def is_int(v):
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _int_in(name, v, lo, hi=None):
+def int_in(name, v, lo, hi=None):
     if not is_int(v):
         raise errors.ParameterTypeError("%s must be an int, not %r" % (name, errors.Echo(v)),
                                         name=name, value=v)
@@ -232,7 +232,7 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
             "count its calibrated cost, and at 'off' nothing is counted, so the prediction "
             "would leave those costs out; use stats='lite' (the default) or 'full'",
             value="off", valid=("lite", "full"))
-    timeline = _int_in("timeline", timeline, 0, 10_000_000)
+    timeline = int_in("timeline", timeline, 0, 10_000_000)
     for pol in policies:
         if peers.needed(pol) is not None:
             raise errors.SimulationError(
@@ -313,7 +313,7 @@ def _replay_options(params, producers, cycles, duration, warmup_cycles):
         raise errors.InvalidArgument(
             "the trace has %d threads, one producer each, and a run takes at most %d "
             "producers" % (nthreads, MAX_PRODUCERS))
-    for p in _as_list(producers, "producers") if producers is not None else ():
+    for p in as_list(producers, "producers") if producers is not None else ():
         if p != nthreads:
             raise errors.ParameterRangeError(
                 "producers=%r, but the trace has %d threads and replay runs one producer "
@@ -358,14 +358,14 @@ def _options(workload, runs, warmup_cycles, cycles, duration, seed, histogram, m
     watchdog_ns = _watchdog_ns(watchdog)
     if timing is None:  # histograms time every operation: per_op_sum
         timing = "per_op_sum" if histogram else "batch"
-    runs = _int_in("runs", runs, 1, MAX_RUNS)
-    warmup_cycles = _int_in("warmup_cycles", warmup_cycles, 0, _U64_MAX)
+    runs = int_in("runs", runs, 1, MAX_RUNS)
+    warmup_cycles = int_in("warmup_cycles", warmup_cycles, 0, _U64_MAX)
     if cycles is not None:
-        cycles = _int_in("cycles", cycles, 1, _U64_MAX)
+        cycles = int_in("cycles", cycles, 1, _U64_MAX)
     duration, duration_ns = _duration(duration, cycles is not None and not duration_given)
     return wl, {"effort": effort, "processes": processes, "runs": runs,
                 "warmup_cycles": warmup_cycles, "cycles": cycles, "duration": duration,
-                "duration_ns": duration_ns, "seed": _int_in("seed", seed, 0, _U64_MAX),
+                "duration_ns": duration_ns, "seed": int_in("seed", seed, 0, _U64_MAX),
                 "histogram": histogram, "mem_sample_ns": mem_sample_ns,
                 "watchdog_ns": watchdog_ns, "timing": timing,
                 "realtime": _bool("realtime", realtime)}
@@ -401,7 +401,7 @@ def _policies(wl, policy):
     import warnings
 
     policies = []
-    for pol in (Policy(p) for p in _as_list(policy, "policy")):
+    for pol in (Policy(p) for p in as_list(policy, "policy")):
         same = next((q for q in policies if q == pol), None)
         if same is None:
             policies.append(pol)
@@ -419,7 +419,7 @@ def _stats_levels(stats):
     """The stats level(s) asked for, validated: InvalidArgument naming the bad
     value and the valid ones."""
     out = []
-    for v in _as_list(stats, "stats"):
+    for v in as_list(stats, "stats"):
         if not isinstance(v, str) or v not in STATS_LEVELS:
             raise errors.InvalidArgument(
                 "stats=%r is not a stats level; valid levels: %s" % (
@@ -432,18 +432,18 @@ def _stats_levels(stats):
 def _axes(wl, producers, cpu, timing, params):
     """Every axis of the grid but the policy, validated: producers, cpu,
     timing and each workload parameter (by name, dashes or underscores)."""
-    axes = {"producers": uniq([_int_in("producers", p, 1, MAX_PRODUCERS)
-                                  for p in _as_list(producers, "producers")]),
-            "cpu": uniq([_choice("cpu mode", c, CPU_MODES) for c in _as_list(cpu, "cpu")]),
+    axes = {"producers": uniq([int_in("producers", p, 1, MAX_PRODUCERS)
+                                  for p in as_list(producers, "producers")]),
+            "cpu": uniq([_choice("cpu mode", c, CPU_MODES) for c in as_list(cpu, "cpu")]),
             "timing": uniq([_choice("timing", t, TIMINGS)
-                               for t in _as_list(timing, "timing")])}
+                               for t in as_list(timing, "timing")])}
     given = {}
     for k, v in params.items():
         name = k.replace("-", "_")
         p = wl.param(name)  # UnknownNameError listing the valid ones
         if name in given:
             raise errors.InvalidArgument("parameter %s given twice" % name)
-        given[name] = uniq([p.parse(x) for x in _as_list(v, name)])
+        given[name] = uniq([p.parse(x) for x in as_list(v, name)])
     if wl.name == "nmi":
         _check_nmi_rates(given.get("rate", ()))
     axes["wparams"] = [given.get(p.name, [p.default]) for p in wl.params]

@@ -36,6 +36,7 @@ import warnings
 import numpy as np
 
 from .. import errors, files
+from ..cbind import schema
 from ..host import machine
 from ..cbind._ffi import ffi, lib
 from ..policies.policy import Policy
@@ -168,6 +169,9 @@ def _check_calibration(costs, line_transfer_ns, lines_per_handoff, info, jitter,
         raise bad("jitter must be a number from 0 to 4, not %r" % (jitter,))
     if info is not None and not isinstance(info, dict):
         raise bad("info must be an object, not %r" % (info,))
+    kept = (info or {}).get("validation")  # Calibration.validated's
+    if isinstance(kept, dict) and "tolerance" in kept:
+        check_tolerance(kept["tolerance"], where)
     if not isinstance(scales, dict) or not all(
             isinstance(k, str) and _factors(v) for k, v in scales.items()):
         raise bad("scales must map policies to a factor from 0 to %g (not 0) or to [alloc, "
@@ -552,35 +556,84 @@ def coherence_probe(line_ns=None, lines=PROBE_LINES, tries=PROBE_TRIES):
             {"store_ns": st[0], "load_ns": ld[0], "reread_ns": rr[0], "line_ns": line})
 
 
-def _sim_args(policies, cells, duration, runs, line_transfer=None,
-              lines_per_handoff=DEFAULT_LINES_PER_HANDOFF):
-    """([policy names], [cell dicts]) of calibrate, validate and fit_handoff,
-    after each argument is checked: a specific error naming the bad value."""
-    from .run import MAX_SECONDS
-    if isinstance(policies, str):
+# Keywords calibrate, validate and fit_handoff give every run of a cell
+# themselves (or take as their own arguments): a cell holding one would
+# clash with them.
+CELL_RESERVED = ("policy", "producers", "cpu", "duration", "cycles", "seed", "runs",
+                 "mem_sample") + OPTIONS
+
+
+def _policy_names(policies):
+    """[policy names] from a policy (name, spec or Policy) or a list of them."""
+    if isinstance(policies, (str, Policy)):
         policies = [policies]
     if not isinstance(policies, (list, tuple)) or not policies or not all(
-            isinstance(p, str) and p for p in policies):
-        raise errors.ParameterTypeError("policies must be a policy's name or a non-empty list "
-                                        "of them, not %r" % (policies,), name="policies",
-                                        value=policies)
+            isinstance(p, Policy) or (isinstance(p, str) and p) for p in policies):
+        raise errors.ParameterTypeError(
+            "policies must be a policy (its name, spec or a Policy) or a non-empty list of "
+            "them, not %r" % (errors.Echo(policies),), name="policies", value=policies)
+    return [p.name if isinstance(p, Policy) else p for p in policies]
+
+
+def _cells(cells):
+    """[cell dicts], each a "workload" and its parameters, none of them a
+    keyword the runs of a cell are given here (CELL_RESERVED)."""
     if not isinstance(cells, (list, tuple)) or not cells or not all(
             isinstance(c, dict) and isinstance(c.get("workload"), str) for c in cells):
         raise errors.ParameterTypeError(
             "cells must be a non-empty list of dicts, each with its \"workload\" and its "
             "parameters ({\"workload\": \"malloc-free\", \"allocs_per_cycle\": 64}), not %r"
-            % (cells,), name="cells", value=cells)
-    if not _number(duration, MIN_CELL_SECONDS, MAX_SECONDS):
-        raise errors.ParameterRangeError(
-            "duration=%r: a measured phase from %g to %g seconds (a shorter one measures "
-            "the clock, not the cell)" % (duration, MIN_CELL_SECONDS, MAX_SECONDS),
-            name="duration", value=duration, min=MIN_CELL_SECONDS, max=MAX_SECONDS)
-    if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= 1000:
+            % (errors.Echo(cells),), name="cells", value=cells)
+    for c in cells:
+        clash = [k for k in c if k in CELL_RESERVED]
+        if clash:
+            wl = schema.workload(c["workload"])  # UnknownNameError naming the valid ones
+            raise errors.InvalidArgument(
+                "cell %r: calibrate and validate set %s for every run themselves (their own "
+                "arguments), not per cell; a cell holds \"workload\" and the workload's "
+                "parameters (%s: %s)" % (errors.Echo(c), ", ".join(map(repr, clash)), wl.name,
+                                         ", ".join(p.name for p in wl.params) or "none"),
+                name="cells", value=clash, valid=[p.name for p in wl.params])
+    return [dict(c) for c in cells]
+
+
+def _sim_args(policies, cells, duration, runs, line_transfer=None,
+              lines_per_handoff=DEFAULT_LINES_PER_HANDOFF, producers=1, seed=1,
+              sim_duration=None):
+    """([policy names], [cell dicts], [producer counts]) of calibrate,
+    validate and fit_handoff, after each argument is checked (a specific
+    error naming the bad value), and every cell planned at those producers
+    as the simulated runs are (what plan() refuses, refused before any run).
+    Policies may be Policy objects, runs a NumPy integer, producers one
+    count or a list of them, as run() takes them."""
+    from .run import MAX_PRODUCERS, MAX_SECONDS, as_list, int_in, plan
+    policies, cells = _policy_names(policies), _cells(cells)
+    for name, v in (("duration", duration), ("sim_duration", sim_duration)):
+        if (name == "duration" or v is not None) and not _number(v, MIN_CELL_SECONDS,
+                                                                 MAX_SECONDS):
+            raise errors.ParameterRangeError(
+                "%s=%r: a measured phase from %g to %g seconds (a shorter one measures "
+                "the clock, not the cell)" % (name, v, MIN_CELL_SECONDS, MAX_SECONDS),
+                name=name, value=v, min=MIN_CELL_SECONDS, max=MAX_SECONDS)
+    if not isinstance(runs, numbers.Integral) or isinstance(runs, bool) or \
+            not 1 <= runs <= 1000:
         raise errors.ParameterRangeError("runs=%r: an integer from 1 to 1000" % (runs,),
                                          name="runs", value=runs, min=1, max=1000)
     check_option("line_transfer", line_transfer)
     check_option("lines_per_handoff", lines_per_handoff)
-    return list(policies), [dict(c) for c in cells]
+    counts = []
+    for p in as_list(producers, "producers"):
+        p = int_in("producers", p, 1, MAX_PRODUCERS)
+        if p not in counts:
+            counts.append(p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the runs themselves warn
+        for c in cells:
+            params = {k: v for k, v in c.items() if k != "workload"}
+            for pol in policies:
+                plan(c["workload"], pol, producers=counts, cpu="simulated", duration=duration,
+                     seed=seed, runs=1, mem_sample=0, calibration=_BOOT, **params)
+    return policies, cells, counts
 
 
 def check_option(name, v, hi=NS_MAX):
@@ -598,8 +651,9 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
     parameters) at one producer on this machine."""
     from . import run as mrun
 
-    policies, cells = _sim_args(policies, cells, duration, runs, line_transfer,
-                                lines_per_handoff)
+    policies, cells, _ = _sim_args(policies, cells, duration, runs, line_transfer,
+                                   lines_per_handoff, seed=seed)
+    coherence = _given_coherence(coherence)
     parts, used = [], []
     t0, load = time.time(), machine.loadavg()
     measured = {(pol, i): _cell_per_op(pol, cell, duration, seed, None)
@@ -633,13 +687,28 @@ def calibrate(policies, cells=DEFAULT_CELLS, duration=CALIBRATION_SECONDS, seed=
             "given" if coherence is not None else
             "none (stores free, every load a whole line, reads shared)",
             "lines_per_handoff": "given", "fit": report, "seconds": round(time.time() - t0, 2)}
-    if coherence:
-        coherence = _coherence(dict(NO_COHERENCE, **coherence), "coherence")
     cal = Calibration(costs, lt, lines_per_handoff, info, scales=scales, offsets=offsets,
                       coherence=coherence)
     for line in calibration_warnings(cal):
         warnings.warn(SuspectCalibrationWarning(line), stacklevel=2)
     return cal
+
+
+def _given_coherence(coherence):
+    """calibrate's coherence: None (probed, or none with the line cost
+    given), or an object of some of NO_COHERENCE's keys (the rest: theirs),
+    checked; a specific error naming the bad key or value."""
+    if coherence is None:
+        return None
+    if not isinstance(coherence, dict):
+        raise errors.ParameterTypeError(
+            "coherence must be None or an object of some of %s, not %r" % (
+                ", ".join(sorted(NO_COHERENCE)), errors.Echo(coherence)),
+            name="coherence", value=coherence)
+    for k in coherence:
+        if k not in NO_COHERENCE:
+            raise errors.UnknownNameError.make("coherence key", k, sorted(NO_COHERENCE))
+    return _coherence(dict(NO_COHERENCE, **coherence), "coherence")
 
 
 def _scale(policies, cells, costs, measured, seed):
@@ -781,6 +850,27 @@ FIT_CELLS = ({"workload": "malloc-free", "allocs_per_cycle": 64},)
 HANDOFF_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 JITTER_GRID = (0.0, 0.25, 0.5, 1.0)
 TOLERANCE_2P = 0.25  # a 2-producer prediction off by more leaves the cells above unvalidated
+# The largest tolerance, a share of the measured time (1: a prediction of
+# double the measured is off by 100%): a larger one would pass every
+# prediction below the measured, however far off.
+TOLERANCE_MAX = 1.0
+
+
+def check_tolerance(tolerance, where=None):
+    """A Validation's tolerance, checked: a finite number above 0 and at
+    most TOLERANCE_MAX; ParameterTypeError or ParameterRangeError naming it
+    (``where``: the file it was read from, InvalidArgument)."""
+    if isinstance(tolerance, numbers.Real) and not isinstance(tolerance, bool) and \
+            0 < tolerance <= TOLERANCE_MAX:
+        return float(tolerance)
+    what = ("tolerance=%r: the share a 2-producer prediction may be off the measured time "
+            "(%g: %g%%), a number above 0 and at most %g" % (
+                errors.Echo(tolerance), TOLERANCE_2P, 100 * TOLERANCE_2P, TOLERANCE_MAX))
+    if where is not None:
+        raise errors.InvalidArgument("%s: validation %s" % (where, what))
+    cls = errors.ParameterRangeError if isinstance(tolerance, numbers.Real) and \
+        not isinstance(tolerance, bool) else errors.ParameterTypeError
+    raise cls(what, name="tolerance", value=tolerance)
 
 
 def _per_op(policy, cell, producers, cpu, runs, duration, seed, calibration=None):
@@ -804,7 +894,7 @@ def fit_handoff(calibration, policies, cells=FIT_CELLS, runs=3, duration=0.2, se
     point whose predictions are closest in log ratio, summed over policies,
     cells, alloc and free. Never a seed's number. Returns the calibration
     with them and with where they came from."""
-    policies, cells = _sim_args(policies, cells, duration, runs)
+    policies, cells, _ = _sim_args(policies, cells, duration, runs, producers=2, seed=seed)
     calibration = as_calibration(calibration)
     meas = {(p, i): _per_op(p, c, 2, "pinned", runs, duration, seed)
             for p in policies for i, c in enumerate(cells)}
@@ -853,7 +943,7 @@ class Validation:
     def __init__(self, rows, usable, tolerance, line_ns=None):
         self.rows = rows
         self.usable = usable
-        self.tolerance = tolerance
+        self.tolerance = check_tolerance(tolerance)
         # {"calibration": ns, "measured": [before, after] the measured runs}
         self.line_ns = line_ns
 
@@ -919,11 +1009,16 @@ def validate(calibration, policies, cells=None, producers=None, runs=3, duration
     producer count up to the usable CPUs; a Validation. The calibration's
     own cells are marked (they were fitted, not predicted)."""
     usable = int(lib.al_cpus_usable())
-    cells = cells or [{"workload": w, "allocs_per_cycle": a}
-                      for w in ("malloc-free", "malloc-xfree") for a in (64, 256)]
-    policies, cells = _sim_args(policies, cells, duration, runs)
+    tolerance = check_tolerance(tolerance)
+    if cells is None:
+        cells = [{"workload": w, "allocs_per_cycle": a}
+                 for w in ("malloc-free", "malloc-xfree") for a in (64, 256)]
+    if producers is None:
+        producers = sorted({1, 2} | set(range(1, usable + 1)))
+    policies, cells, producers = _sim_args(policies, cells, duration, runs,
+                                           producers=producers, seed=seed,
+                                           sim_duration=sim_duration)
     calibration = as_calibration(calibration)
-    producers = producers or sorted({1, 2} | set(range(1, usable + 1)))
     fitted = [dict(c) for c in calibration.info.get("cells", [])]
     rows, line = [], []
     if usable >= 2:

@@ -34,6 +34,7 @@ import contextlib
 import ctypes
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -249,15 +250,24 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     values written as in a policy spec: ``"1M"``, ``"250ms"``, ``"true"``),
     ``features`` (bulk, owns, backend, usable, validates), ``doc``,
     ``max_size`` and ``min_align`` (the alignment of every object it hands
-    out; 0, the default: that of the layer below) describe it. Returns a
-    Plugin. Raises PluginCompileError (with the compiler's messages),
-    PluginError (not registered, or the name is taken), or the parameter
-    errors of the schema checks."""
+    out; 0, the default: that of the layer below) describe it.
+    ``extra_compile_args``: a list of flags, one str each (a str is refused,
+    not split). Returns a Plugin. Raises PluginCompileError (with the
+    compiler's messages), PluginError (it does not load, e.g. an undefined
+    symbol, named; it would not register the layer ``name``; or the name is
+    taken), ParameterTypeError (source not a str, extra_compile_args not a
+    list of strs), or the parameter errors of the schema checks. A build is
+    loaded here only once a child process has shown that it registers
+    ``name``: when compile refuses, nothing is registered."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise errors.InvalidArgument("plugin name %r must match [a-z0-9_][a-z0-9_-]*" % (name,),
                                      value=name)
+    if not isinstance(source, str):
+        raise errors.ParameterTypeError(
+            "plugin %r: source must be C source text (a str), not %s; for a file use "
+            "compile_file(path)" % (name, errors.shown(source)), name="source", value=source)
     glue = _glue(name, params, features, doc, max_size, create, min_align)
-    flags = library_cflags() + list(extra_compile_args)
+    flags = library_cflags() + _extra_args(extra_compile_args)
     digest = hashlib.sha256("\0".join([name, source, glue, " ".join(flags), lib_path(),
                                        cstr(lib.al_version()), _headers_digest()]
                                       ).encode()).hexdigest()[:16]
@@ -275,10 +285,115 @@ def compile(name, source, params=None, features=(), doc="", max_size=0, create=N
     t0 = time.perf_counter()
     path = _build(name, modname, '#include <alloclab/alloclab.h>\n#line 1 "%s.c"\n%s\n%s'
                   % (name, source, glue), bool(glue), flags, force)
+    _check_layers(name, path, bool(glue))
     _load(name, modname, path, bool(glue))
     plugin = Plugin(name, digest, path, time.perf_counter() - t0)
     _loaded[name] = plugin
     return plugin
+
+
+def _extra_args(args):
+    """extra_compile_args as a list of flags: a list (or tuple) of strs, each
+    one argument. A str is refused, not split: "-O3 -g" is two flags to a
+    shell but one to the compiler, and a str iterates as characters."""
+    if isinstance(args, (list, tuple)) and all(isinstance(a, str) for a in args):
+        return list(args)
+    raise errors.ParameterTypeError(
+        "extra_compile_args must be a list of strs, one flag each (e.g. [\"-O3\", \"-g\"]), "
+        "not %s" % errors.shown(args), name="extra_compile_args", value=args)
+
+
+# Run in a child process: the layers that loading a built plugin registers
+# (argv: liballoclab.so, the plugin, the offset of a descriptor's name), or
+# why the loader refuses it. The registry cannot take a layer back, so a
+# plugin is loaded here only once a child has shown what it registers.
+_PROBE = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1], ctypes.RTLD_GLOBAL)
+lib.al_layer_count.restype = ctypes.c_uint
+lib.al_layer_get.restype = ctypes.c_void_p
+lib.al_layer_get.argtypes = [ctypes.c_uint]
+off = int(sys.argv[3])
+def names():
+    return [ctypes.c_char_p.from_address(lib.al_layer_get(i) + off).value.decode("latin-1")
+            for i in range(lib.al_layer_count())]
+before = names()
+try:
+    ctypes.CDLL(sys.argv[2])
+except OSError as e:
+    got = {"error": str(e)}
+else:
+    got = {"added": [n for n in names() if n not in before]}
+print("\n" + MARK + json.dumps(got), flush=True)
+"""
+PROBE_SECONDS = 60
+# What starts the child's answer: a plugin's constructors may print too.
+PROBE_MARK = "alloclab-plugin-probe: "
+
+
+def _remove(path):
+    """Drop a cached build that cannot be loaded, so the next compile builds it again."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _load_error(name, path, text):
+    """PluginError for a build the loader refuses (its cached file removed)."""
+    _remove(path)
+    m = re.search(r"undefined symbol: (\S+)", text)
+    why = ("it references the undefined symbol %r: define it in the source" % m.group(1)
+           if m else text)
+    return errors.PluginError("plugin %r compiled but does not load: %s" % (name, why),
+                              name=name, symbol=m.group(1) if m else None)
+
+
+def _probe(name, path):
+    """The layers that loading ``path`` registers, as a child process sees
+    them; PluginError when the loader refuses it or loading it crashes."""
+    off = ffi.offsetof("struct al_layer_desc", "name")
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-S", "-c",
+                               "MARK = %r\n%s" % (PROBE_MARK, _PROBE), lib_path(), path,
+                               str(off)], capture_output=True, text=True, errors="replace",
+                              timeout=PROBE_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise errors.PluginError("plugin %r did not finish loading in %d s (its constructors "
+                                 "run at load)" % (name, PROBE_SECONDS), name=name) from None
+    if proc.returncode:
+        _remove(path)
+        raise errors.PluginError(
+            "plugin %r compiled but loading it %s: %s" % (
+                name, "ended by signal %d" % -proc.returncode if proc.returncode < 0 else
+                "failed (exit status %d)" % proc.returncode,
+                proc.stderr.strip()[-2000:] or "no message"), name=name)
+    answer = [ln[len(PROBE_MARK):] for ln in proc.stdout.splitlines()
+              if ln.startswith(PROBE_MARK)]
+    if not answer:
+        raise errors.PluginError("plugin %r: the child process that loaded it gave no answer "
+                                 "(its output: %s)" % (name, errors.shown(proc.stdout)),
+                                 name=name)
+    got = json.loads(answer[-1])
+    if "error" in got:
+        raise _load_error(name, path, got["error"])
+    return got["added"]
+
+
+def _check_layers(name, path, glue):
+    """PluginError, before it is loaded here, for a build that would not
+    register the layer ``name`` (nothing is registered then)."""
+    added = _probe(name, path)
+    if name in added:
+        return
+    if glue:
+        raise errors.PluginError(
+            "the registry refused plugin %r: its generated descriptor is invalid (wrong "
+            "abi_version or desc_size, a bad name or parameter schema, or no create); nothing "
+            "was registered" % name, name=name)
+    other = " (it registers %s)" % ", ".join(map(repr, added)) if added else ""
+    raise errors.PluginError(
+        "plugin %r compiled but registered no layer named %r%s, so it was not loaded and "
+        "nothing was registered: call AL_REGISTER_LAYER(desc) with .name = \"%s\", or pass "
+        "create= and params=" % (name, name, other, name), name=name, registers=added)
 
 
 def _build(name, modname, text, glue, flags, force):
@@ -321,7 +436,10 @@ def _load(name, modname, path, glue):
     that the layer ``name`` is now in the registry."""
     spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except (ImportError, OSError) as e:
+        raise _load_error(name, path, str(e)) from None
     if glue:
         rc = mod.lib.alloclab_plugin_status()
         if rc:
