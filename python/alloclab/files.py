@@ -161,13 +161,37 @@ def read_bytes(path, what="input file", limit=None):
 
 
 def _first_non_dir(path):
-    """The first parent of ``path`` that exists and is not a directory."""
+    """The first component of ``path`` (a parent, or the path itself when
+    a "/" follows it) that exists and is not a directory."""
     parts = os.path.abspath(path).split(os.sep)
-    for i in range(2, len(parts)):
+    for i in range(2, len(parts) + 1):
         p = os.sep.join(parts[:i])
         if os.path.exists(p) and not os.path.isdir(p):
             return p
     return os.path.dirname(os.path.abspath(path))
+
+
+def _names_directory(path):
+    """Why ``path`` names a directory by its spelling (a trailing "/", a
+    last component "." or ".."), or None. Such a path is never written as
+    a file: "out/" would otherwise create a file named "out". An existing
+    directory is left to check_output, which names it as one."""
+    text = os.fsdecode(path)
+    if os.path.isdir(text):
+        return None
+    if text.endswith(os.sep) or (os.altsep and text.endswith(os.altsep)):
+        why = "it ends in %r, so it names a directory; give a file name" % os.sep
+    elif os.path.basename(text) in (".", ".."):
+        why = "it ends in %r, so it names a directory; give a file name" % (
+            os.path.basename(text))
+    else:
+        return None
+    base = text.rstrip(os.sep + (os.altsep or ""))
+    if base and os.path.lexists(base) and not os.path.isdir(base):
+        st = os.lstat(base)
+        why += " (%s is %s)" % (base, "a symlink" if stat.S_ISLNK(st.st_mode) else
+                                kind(st.st_mode))
+    return why
 
 
 def check_output(path, what="output file"):
@@ -180,6 +204,9 @@ def check_output(path, what="output file"):
     path = os.fspath(path)
     if path == "":
         raise _refuse(what, path, "the name is empty")
+    why = _names_directory(path)
+    if why:
+        raise _refuse(what, path, why)
     fd = descriptor(path)
     if fd is not None:
         _check_descriptor(fd, what, path)
@@ -239,12 +266,26 @@ def write_parts(path, parts, what="output file"):
             for p in parts:
                 f.write(p)
         return
+    _replace(path, parts, what)
+
+
+def _replace(path, parts, what):
+    """Write parts to a temporary file beside ``path``'s target and rename
+    it over the target. The replacement keeps an existing file's permission
+    bits (a read-only 0444 file stays 0444, as writing into it would keep
+    them); a new file gets 0666 less the umask, as open() gives it."""
     target = os.path.realpath(path)  # a symlink stays a symlink; its target is replaced
+    try:
+        old = os.stat(target)
+    except FileNotFoundError:
+        old = None
     tmp = os.path.join(os.path.dirname(target), ".%s.%d.%s.tmp" % (
         os.path.basename(target), os.getpid(), os.urandom(4).hex()))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
+            if old is not None and stat.S_ISREG(old.st_mode):
+                os.fchmod(f.fileno(), stat.S_IMODE(old.st_mode) & 0o777)
             for p in parts:
                 f.write(p)
         # Between the check and here the path may have become something else.

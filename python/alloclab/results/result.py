@@ -29,9 +29,10 @@ computed from data, never from one number. Metrics:
 
 It serialises to JSON losslessly (``to_json``/``from_json``) and to tidy rows
 (``rows``, ``to_csv``, ``to_pandas``). Results concatenate (``a + b``,
-``Result.concat``: a point that repeats another's runs, as in ``a + a``, is
-refused as from_json refuses it, and so are predictions added to
-measurements) and filter (``filter(policy=..., producers=[1, 2])``). A
+``sum([a, b, c])``, ``Result.concat``: a point that repeats another's runs,
+as in ``a + a``, is refused as from_json refuses it; predictions set beside
+measurements keep cells of their own, and compare refuses to judge one
+against the other) and filter (``filter(policy=..., producers=[1, 2])``). A
 file is read only when every field the tables, lines and warnings read is
 of the shape they read it in (from_json names the first that is not).
 Per-cell statistics (mean, sd, CI, warnings) come from alloclab.stats.
@@ -153,7 +154,8 @@ class Point:
         return all(_arrays_equal(self.data[k], other.data[k]) for k in self.data)
 
     def __repr__(self):
-        return "Point(%r, runs=%d)" % (self.params, self.runs)
+        return "Point(%r, runs=%d%s)" % (self.params, self.runs, ", %s" % _sim.PLOT_LABEL
+                                         if _sim.is_simulated(self) else "")
 
     def to_dict(self):
         d = {
@@ -420,31 +422,95 @@ def _check_result_dict(d):
         _need(p, (dict,), at, "an object")
         for k in ("params", "info", "data"):
             _need(p.get(k), (dict,), "%s.%s" % (at, k), "an object")
-        _check_data(p["data"], at)
-        _check_hist(p.get("hist"), at)
+        runs = _check_data(p["data"], at)
+        _check_hist(p.get("hist"), at, runs)
         _check_info(p["info"], at)
+        _check_modes(p, at)
     _check_params(d)
+    _check_run_modes(d)
     _check_duplicates(d["points"])
 
 
+# The NumPy types a metric's values may be stored as: what alloclab writes
+# (int64, float64) and the other integer and float types, each value
+# checked to fit. A boolean, a complex, a date or a string is no measurement.
+_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+           "float16", "float32", "float64")
+
+
+def _bad(where, what):
+    return errors.FileFormatError("not an alloclab result: %s %s" % (where, what))
+
+
+def _data_dtype(v, w):
+    """The NumPy type of one metric's values, refused unless it is one of _DTYPES."""
+    try:
+        dt = np.dtype(v["dtype"])
+    except (TypeError, ValueError):
+        raise errors.FileFormatError("not an alloclab result: %s.dtype %r is not a "
+                                     "NumPy type" % (w, v["dtype"])) from None
+    if dt.name not in _DTYPES or not dt.isnative:
+        raise _bad(w + ".dtype", "is %s, not a numeric type a metric is stored as; valid: %s"
+                   % (errors.shown(v["dtype"]), ", ".join(_DTYPES)))
+    return dt
+
+
+def _value_fits(x, dt):
+    """Why the JSON number x cannot be stored as NumPy type dt unchanged, or None."""
+    if dt.kind in "iu":
+        if x is None or isinstance(x, float) and not (math.isfinite(x) and x.is_integer()):
+            return "not an integer, as a %s value must be" % dt.name
+        lo, hi = np.iinfo(dt).min, np.iinfo(dt).max
+        if not lo <= x <= hi:
+            return "out of the range of %s (%d to %d)" % (dt.name, lo, hi)
+        return None
+    if x is None or isinstance(x, float) and not math.isfinite(x):
+        return None  # null and NaN: not measured; an infinity is kept as it is
+    big = float(np.finfo(dt).max)
+    if isinstance(x, int) and abs(x) > big or isinstance(x, float) and abs(x) > big:
+        return "out of the range of %s (at most %.4g in size)" % (dt.name, big)
+    return None
+
+
 def _check_data(data, at):
-    """A point's data: {metric: {"dtype": a NumPy type, "values": numbers}}."""
+    """A point's data: {metric: {"dtype": a numeric NumPy type, "values":
+    numbers that type holds unchanged}}, every metric with one value per
+    run (as many as the others)."""
+    lengths = {}
     for k, v in data.items():
         w = "%s.data.%s" % (at, k)
         _need(v, (dict,), w, "an object")
         _need(v.get("dtype"), (str,), w + ".dtype", "a NumPy type name")
         _need(v.get("values"), (list,), w + ".values", "a list")
-        try:
-            np.dtype(v["dtype"])
-        except TypeError:
-            raise errors.FileFormatError("not an alloclab result: %s.dtype %r is not a "
-                                         "NumPy type" % (w, v["dtype"])) from None
+        dt = _data_dtype(v, w)
         for j, x in enumerate(v["values"]):
             _need(x, (int, float, _NULL), "%s.values[%d]" % (w, j), "a number")
+            why = _value_fits(x, dt)
+            if why:
+                raise _bad("%s.values[%d]" % (w, j), "is %s: %s" % (errors.shown(x), why))
+        lengths[k] = len(v["values"])
+    counts = list(lengths.values())
+    runs = max(counts, key=lambda n: (counts.count(n), n), default=0)  # most metrics' count
+    odd = [k for k, n in lengths.items() if n != runs]
+    if odd:
+        raise _bad("%s.data.%s" % (at, odd[0]),
+                   "has %d value%s, where the point's %s has %d, as most of its metrics: "
+                   "every metric of a point has a value for each of its runs" % (
+                       lengths[odd[0]], "" if lengths[odd[0]] == 1 else "s",
+                       next(k for k, n in lengths.items() if n == runs), runs))
+    return runs
 
 
-def _check_hist(h, at):
-    """A point's histograms: {op: [{"buckets": [[bucket, count]]}]}, or null."""
+# Bucket counts and the run count are NumPy int64; the tick sums and
+# extremes are the engine's unsigned 64-bit counters.
+_COUNT_MAX = (1 << 63) - 1
+_TICKS_MAX = (1 << 64) - 1
+
+
+def _check_hist(h, at, runs):
+    """A point's histograms: {op: [{"buckets": [[bucket, count]], "count",
+    "sum", "min", "max": tick counts, "ticks_per_ns": the clock}]}, a
+    histogram per run; or null."""
     if h is None:
         return
     _need(h, (dict,), at + ".hist", "an object")
@@ -453,14 +519,62 @@ def _check_hist(h, at):
         for j, x in enumerate(hs):
             w = "%s.hist.%s[%d]" % (at, op, j)
             _need(x, (dict,), w, "an object")
-            _need(x.get("buckets", []), (list,), w + ".buckets", "a list")
-            for b in x.get("buckets", []):
-                if not (isinstance(b, list) and len(b) == 2 and all(
-                        isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                        for v in b) and b[0] < lib.AL_HIST_BUCKETS):
-                    raise errors.FileFormatError(
-                        "not an alloclab result: %s.buckets holds %r, not a [bucket, "
-                        "count] pair (bucket < %d)" % (w, b, lib.AL_HIST_BUCKETS))
+            _check_buckets(x, w)
+            _check_hist_fields(x, w)
+        if hs and len(hs) != runs:
+            raise _bad("%s.hist.%s" % (at, op), "has %d histogram%s, where the point has %d "
+                       "run%s (one histogram per run)" % (
+                           len(hs), "" if len(hs) == 1 else "s", runs,
+                           "" if runs == 1 else "s"))
+
+
+def _check_buckets(x, w):
+    """One histogram's [bucket, count] pairs: each bucket once, below
+    AL_HIST_BUCKETS, counts that int64 holds, also all together."""
+    _need(x.get("buckets", []), (list,), w + ".buckets", "a list")
+    seen, total = set(), 0
+    for b in x.get("buckets", []):
+        if not (isinstance(b, list) and len(b) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for v in b) and b[0] < lib.AL_HIST_BUCKETS):
+            raise errors.FileFormatError(
+                "not an alloclab result: %s.buckets holds %r, not a [bucket, "
+                "count] pair (bucket < %d)" % (w, b, lib.AL_HIST_BUCKETS))
+        if b[1] > _COUNT_MAX:
+            raise _bad(w + ".buckets", "holds %s: a count above %d (int64)" % (
+                errors.shown(b), _COUNT_MAX))
+        if b[0] in seen:
+            raise _bad(w + ".buckets", "holds bucket %d twice" % b[0])
+        seen.add(b[0])
+        total += b[1]
+    if total > _COUNT_MAX:
+        raise _bad(w + ".buckets", "counts %d operations in all, more than %d (int64)"
+                   % (total, _COUNT_MAX))
+
+
+def _check_hist_fields(x, w):
+    """One histogram's count, sum, min and max (non-negative integers in
+    range; count and min may be null), its "simulated" mark (a boolean, if
+    any) and its clock, ticks_per_ns: a positive number, without which its
+    ticks cannot be read as ns."""
+    for k, top, null in (("count", _COUNT_MAX, True), ("sum", _TICKS_MAX, False),
+                         ("min", _TICKS_MAX, True), ("max", _TICKS_MAX, False)):
+        v = x.get(k)
+        if v is None and (null or k not in x):
+            continue
+        _need(v, (int,), "%s.%s" % (w, k), "an integer")
+        if not 0 <= v <= top:
+            raise _bad("%s.%s" % (w, k), "is %s, not an integer from 0 to %d" % (
+                errors.shown(v), top))
+    _need(x.get("simulated"), (bool, _NULL), w + ".simulated", "true or false")
+    if "ticks_per_ns" not in x:
+        raise _bad(w, "has no ticks_per_ns: the clock its ticks were counted in (ticks "
+                   "per ns) is needed to read them as ns")
+    tpn = x["ticks_per_ns"]
+    _need(tpn, _NUMBER, w + ".ticks_per_ns", "a number")
+    if not (math.isfinite(tpn) and tpn > 0):
+        raise _bad(w + ".ticks_per_ns", "is %s, not a positive number of ticks per ns"
+                   % errors.shown(tpn))
 
 
 def _check_info(info, at):
@@ -478,6 +592,53 @@ def _check_info(info, at):
         for k, t, what in (("layer", str, "a string"), ("text", str, "a string"),
                            ("count", int, "an integer")):
             _need(x.get(k), (t,), "%sprintk[%d].%s" % (w, j, k), what)
+
+
+# What each "cpu" parameter runs as (info.cpu_mode): "auto" picks pinned or
+# virtual by the CPUs usable; the others run as they are named.
+_CPU_RUNS_AS = {"auto": ("pinned", "virtual"), "pinned": ("pinned",),
+                "virtual": ("virtual",), _sim.MODE: (_sim.MODE,)}
+
+
+def _check_modes(p, at):
+    """A point says whether its times were measured or predicted in three
+    fields: params.cpu (what was asked), info.cpu_mode (what ran) and
+    info.sim (the simulation's record). Tables, the cpu line, warnings and
+    compare each read some of them, so a point whose fields disagree (a
+    simulated point with a label stripped) is refused, naming them."""
+    asked, ran = p["params"].get("cpu"), p["info"].get("cpu_mode")
+    if "sim" in p["info"] and ran != _sim.MODE:
+        raise _bad(at + ".info.sim", "records a simulation (predicted times), but %s.info."
+                   "cpu_mode is %s, not %r: its fields disagree on whether it was simulated"
+                   % (at, errors.shown(ran) if ran is not None else "absent", _sim.MODE))
+    if asked == _sim.MODE and ran != _sim.MODE:
+        raise _bad(at + ".params.cpu", "is %r, but %s.info.cpu_mode is %s, not %r: its "
+                   "fields disagree on whether it was simulated" % (
+                       _sim.MODE, at, errors.shown(ran) if ran is not None else "absent",
+                       _sim.MODE))
+    if asked in _CPU_RUNS_AS and ran is not None and ran not in _CPU_RUNS_AS[asked]:
+        raise _bad(at + ".params.cpu", "is %s, but %s.info.cpu_mode is %s: cpu=%s runs as %s"
+                   % (errors.shown(asked), at, errors.shown(ran), asked,
+                      " or ".join(_CPU_RUNS_AS[asked])))
+
+
+def _check_run_modes(d):
+    """A run that asked for simulated CPUs only (metadata.run.sweep.cpu) made
+    simulated points only: one of its points that is not (its labels gone)
+    is refused, naming it. A concatenation (metadata "parts") may set
+    measured points beside it."""
+    md = d["metadata"]
+    cpus = ((md.get("run") or {}).get("sweep") or {}).get("cpu")
+    if "parts" in md or cpus != [_sim.MODE]:
+        return
+    for i, p in enumerate(d["points"]):
+        asked, ran = p["params"].get("cpu"), p["info"].get("cpu_mode")
+        if _sim.MODE not in (asked, ran):
+            raise _bad("points[%d]" % i, "is not simulated (params.cpu %s, info.cpu_mode %s), "
+                       "but metadata.run.sweep.cpu says the run simulated every point: its "
+                       "fields disagree on whether it was simulated" % (
+                           errors.shown(asked) if asked is not None else "absent",
+                           errors.shown(ran) if ran is not None else "absent"))
 
 
 def _check_metadata(md):
@@ -761,10 +922,22 @@ class Result:
 
     def select(self, **where):
         """Points whose params match every key=value given (a policy by its
-        preset name or its spec alike)."""
-        conds = {k: _matcher(k, [v]) for k, v in where.items()}
+        preset name or its spec alike), as a list; a value may also be a
+        list/tuple/set of values or a predicate, as in filter. A point
+        without a parameter given is left out; a name no point has is
+        refused (UnknownNameError), as filter refuses it."""
+        conds = self._conditions(where)
         return [p for p in self.points if all(k in p.params and f(p.params[k])
                                               for k, f in conds.items())]
+
+    def _conditions(self, where):
+        """{parameter: predicate} for select and filter's keywords;
+        UnknownNameError for a name that is no parameter of these points."""
+        keys = self.params()
+        for k in where:
+            if k not in keys:
+                raise errors.UnknownNameError.make("parameter", k, keys)
+        return {k: _matcher(k, v) for k, v in where.items()}
 
     # -- results as data: concatenate, filter --
 
@@ -777,9 +950,11 @@ class Result:
         as from_json refuses it: its runs would be counted twice. Simulated
         and measured parts may be set together: their cpu parameter keeps
         them in cells of their own, and tables name the predicted ones
-        (compare refuses to judge one against the other). Metadata: the first result's, with every part's
-        under "parts" when they differ, and "interrupted" when a part was:
-        the runs finished and planned over every part."""
+        (compare refuses to judge one against the other). Metadata: the
+        first result's, with every part's under "parts" when they differ,
+        and "interrupted" when a part was: the runs finished and planned
+        over every part. ``sum(results)`` concatenates too (0 + a Result is
+        that Result)."""
         try:
             results = list(results)
         except TypeError:
@@ -806,16 +981,17 @@ class Result:
             return NotImplemented
         return Result.concat([self, other])
 
+    def __radd__(self, other):
+        # sum(results) starts from 0: 0 + a Result is that Result
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return self
+        return NotImplemented
+
     def filter(self, **where):
         """A Result with the points whose params match every key: a value
         (policy specs and presets compare canonically), a list/tuple/set of
         values, or a predicate (callable)."""
-        keys = self.params()
-        conds = {}
-        for k, v in where.items():
-            if k not in keys:
-                raise errors.UnknownNameError.make("parameter", k, keys)
-            conds[k] = _matcher(k, v)
+        conds = self._conditions(where)
         pts = [p for p in self.points if all(f(p.params.get(k)) for k, f in conds.items())]
         return Result(self.metadata, pts)
 
@@ -1200,8 +1376,14 @@ class Result:
         return machine.warnings(self.metadata)
 
     def __repr__(self):
-        return "<alloclab.Result %s>" % self.summary().splitlines()[0] if self.points else \
-            "<alloclab.Result empty>"
+        if not self.points:
+            return "<alloclab.Result empty>"
+        head = self.summary().splitlines()[0]
+        sim = sum(1 for p in self.points if _sim.is_simulated(p))
+        if sim:  # predicted times say so wherever they are shown
+            head += "; %s: %s" % (_sim.PLOT_LABEL, "every point" if sim == len(self.points)
+                                  else "%d of %d points" % (sim, len(self.points)))
+        return "<alloclab.Result %s>" % head
 
     def __str__(self):
         return self.summary()

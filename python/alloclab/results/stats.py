@@ -25,6 +25,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import simulated as _sim
+
 CV_WARN = 0.10  # coefficient of variation above which a cell is unstable
 STEAL_WARN_PCT = 2.0  # steal time (% of CPU time) during any run above which to warn
 MIN_RUNS = 3  # fewer runs than this: no trustworthy spread
@@ -173,18 +175,22 @@ class Stats:
     """One cell's runs: n, mean, sd (sample, ddof=1), median, min, max, cv
     (sd / |mean|), ci (lo, hi) for the mean at ``confidence`` (Student t),
     ci_half (the half width) and ``warnings`` (StatWarning(kind, message);
-    kinds: "runs", "cv", "steal", "preempted", "short")."""
+    kinds: "runs", "cv", "steal", "preempted", "short"). ``predicted``: the
+    values are predictions of simulated CPUs (cpu="simulated"), not
+    measurements; repr and as_dict say so."""
 
     __slots__ = ("n", "mean", "sd", "median", "min", "max", "cv", "ci", "ci_half", "confidence",
-                 "steal_max", "preempt_max", "phase_min", "retried_max", "warnings", "values")
+                 "steal_max", "preempt_max", "phase_min", "retried_max", "warnings", "values",
+                 "predicted")
 
     def __init__(self, values, confidence=0.95, steal=None, cv_warn=CV_WARN,
                  steal_warn=STEAL_WARN_PCT, min_runs=MIN_RUNS, preempt=None,
                  preempt_warn=PREEMPT_WARN_PER_S, phase=None, min_phase=MIN_PHASE_S,
-                 retried=None):
+                 retried=None, predicted=False):
         x = np.asarray(values, dtype=float).ravel()
         x = x[~np.isnan(x)]
         self.values = x
+        self.predicted = bool(predicted)
         self.n = n = int(len(x))
         self.confidence = confidence
         nan = math.nan
@@ -240,11 +246,13 @@ class Stats:
     def as_dict(self):
         return {k: getattr(self, k) for k in ("n", "mean", "sd", "median", "min", "max", "cv",
                                              "ci", "ci_half", "confidence", "steal_max",
-                                             "preempt_max", "phase_min", "retried_max")} | {
+                                             "preempt_max", "phase_min", "retried_max",
+                                             "predicted")} | {
             "warnings": [w.message for w in self.warnings]}
 
     def __repr__(self):
-        s = "Stats(n=%d, mean=%.6g, sd=%.3g, ci=[%.6g, %.6g])" % (
+        s = "Stats(%sn=%d, mean=%.6g, sd=%.3g, ci=[%.6g, %.6g])" % (
+            _sim.PLOT_LABEL + ": " if self.predicted else "",
             self.n, self.mean, self.sd, self.ci[0], self.ci[1])
         if self.warnings:
             s += " warnings: " + "; ".join(w.message for w in self.warnings)
@@ -252,15 +260,16 @@ class Stats:
 
 
 def describe(values, confidence=0.95, steal=None, preempt=None, phase=None, retried=None,
-             **kw):
+             predicted=False, **kw):
     """Stats of one cell's runs (NaNs dropped); ``steal``: the runs'
     steal_pct, for the steal warning; ``preempt``: their
     worker_preempted_per_s, for the preempted warning; ``phase``: their
     measured phase in seconds, for the short-phase warning; ``retried``:
     the operations the policy refused and the workload retried in each
-    run, for the retried warning."""
+    run, for the retried warning; ``predicted``: the values are predictions
+    of simulated CPUs."""
     return Stats(values, confidence=confidence, steal=steal, preempt=preempt, phase=phase,
-                 retried=retried, **kw)
+                 retried=retried, predicted=predicted, **kw)
 
 
 # The workload metrics that count a refused operation the workload tried
@@ -286,13 +295,14 @@ def run_context(points, metric=None):
     """The per-run values behind a cell's warnings, over Points (in run
     order, as their metric's values are pooled): describe()'s keyword
     arguments steal, preempt, phase and retried (the retries whose waits
-    are in ``metric``, all of them when it is None). A simulated point's runs
+    are in ``metric``, all of them when it is None), and predicted (any
+    point simulated: its values are predictions). A simulated point's runs
     have no steal, preemption or phase (NaN): its times come from virtual
     time, which the machine does not disturb; its retries are counted, as
     their waits are in its virtual times too."""
     def cat(name, scale=1.0):
         arrs = [np.asarray(p.data.get(name, []), dtype=float) *
-                (math.nan if p.info.get("cpu_mode") == "simulated" else scale)
+                (math.nan if _sim.is_simulated(p) else scale)
                 for p in points]
         return np.concatenate(arrs) if arrs else np.array([])
     def retried(p):  # a metric of another length than the runs' (a bad file) is left out
@@ -302,7 +312,8 @@ def run_context(points, metric=None):
         return sum((a for a in arrs if a.shape == (n,)), np.zeros(n))
     return {"steal": cat("steal_pct"), "preempt": cat("worker_preempted_per_s"),
             "phase": cat("elapsed_ns", 1e-9),
-            "retried": np.concatenate([retried(p) for p in points]) if points else np.array([])}
+            "retried": np.concatenate([retried(p) for p in points]) if points else np.array([]),
+            "predicted": any(_sim.is_simulated(p) for p in points)}
 
 
 # ---------------------------------------------------------------- tests
