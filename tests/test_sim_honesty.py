@@ -56,7 +56,7 @@ def test_table_heads_simulated_cells_with_the_calibration(simres):
     lines = text.splitlines()
     assert lines[1] == "simulated: predicted (calibration %s): every cell" % cid
     assert ("simulated: times of simulated CPUs are predictions from calibration %s, not "
-            "measurements (counters are exact): every cell" % cid) in \
+            "measurements; %s: every cell" % (cid, S.COUNTERS)) in \
         " ".join(x.strip() for x in simres.table("alloc_ns").warning_lines())
 
 
@@ -174,6 +174,20 @@ def test_verdict_on_two_simulated_sides_is_predicted(simres, measured):
     assert v.to_dict()["kind"] == "predicted"
     m = al.claim(measured, "libarena-transfer", "libarena-spill").judge()
     assert m.kind == "measured" and "predicted" not in m.text()
+
+
+def test_host_steal_never_makes_a_prediction_inconclusive(simres):
+    """Steal time is the host's: it moves no virtual clock, so a predicted
+    verdict never blames "an unstable machine"."""
+    import copy
+    stolen = copy.deepcopy(simres)
+    for p in stolen.points:
+        p.data["steal_pct"] = np.full(len(p.data["alloc_ns"]), 50.0)
+    for where in ({"producers": 1}, {"producers": 4}):
+        a = al.claim(simres, "libarena-transfer", "libarena-spill", where=where).judge()
+        b = al.claim(stolen, "libarena-transfer", "libarena-spill", where=where).judge()
+        assert "unstable machine" not in b.reason and (a.outcome, a.reason) == (
+            b.outcome, b.reason)
 
 
 def test_verdict_refuses_simulated_against_measured(simres, measured):

@@ -74,6 +74,18 @@ def _lines_of(texts, width):
     return [[""] * (height - len(w)) + w for w in wrapped]
 
 
+def counters_heading(labels, points):
+    """The heading of a block of per-op counters whose columns are ``labels``
+    over ``points`` (one each): the simulated label and which columns, or
+    None when no column is simulated. The counts of simulated CPUs are of
+    the simulated schedule (results.simulated.COUNTERS)."""
+    head = _simulated.heading(points)
+    if head is None:
+        return None
+    sim = [lab for lab, p in zip(labels, points) if _simulated.is_simulated(p)]
+    return head + (": every column" if len(sim) == len(points) else ": " + ", ".join(sim))
+
+
 class Table:
     """A metric laid out as the seed tables are: rows × cols, one block per
     combination of the other swept parameters (e.g. per policy).
@@ -114,9 +126,10 @@ class Table:
 
     def sim_heading(self):
         """"simulated: predicted (calibration <id>)" and which cells, or None
-        for a table of measured cells only."""
+        for a table of measured cells only; a metric the host measures even
+        on simulated CPUs (steal, RSS) is headed as a host measurement."""
         pts = [p for ps in self.points.values() for p in ps]
-        head = _simulated.heading(pts)
+        head = _simulated.heading(pts, self.metric)
         if head is None:
             return None
         sim = [k for k, ps in sorted(self.points.items())

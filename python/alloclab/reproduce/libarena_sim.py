@@ -4,9 +4,11 @@ producer count a set of model CPUs in virtual time (measure.sim), so all
 are filled on any machine, and the seed's conclusions are judged on them as
 predictions.
 
-A simulated cell's counters are exact (the real layer code ran) and its
-times come from a calibration (costs per code path measured here at one
-producer, a cache-line transfer cost, the lines a lock handoff moves).
+A simulated cell's counters count what the real layer code did in the
+simulated schedule (those that depend on timing, such as lock contention
+or cache hits, are predictions too) and its times come from a calibration
+(costs per code path measured here at one producer, a cache-line transfer
+cost, the lines a lock handoff moves).
 Every table header, judgement and JSON record says "predicted (simulated
 CPUs)" and names the calibration (its source and a short id: the first 12
 hex digits of the SHA-1 of its JSON, as run() names it); nothing here is
@@ -39,6 +41,7 @@ from ..judge import verdict as V
 from ..measure import sim as _sim
 from ..measure.run import effort_defaults, run as _run
 from ..present import plot_reproduce
+from ..results import simulated as _simulated
 from ..results import stats as _stats
 from ..results.result import Result, dump_json, load_json
 from ._report import STEAL_RERUNS, SeedCell, side
@@ -246,8 +249,8 @@ class SimulatedLibarenaReport(LibarenaReport):
     def cpu_note(self):
         return ("Every producer count ran as simulated CPUs: that many model CPUs running the "
                 "real worker loop and layer code on one thread, in virtual time from %s. "
-                "Times are predictions; counters are exact. %s" % (
-                    calibration_words(self.cal), self.validation_note()))
+                "Times are predictions; %s. %s" % (
+                    calibration_words(self.cal), _simulated.COUNTERS, self.validation_note()))
 
     def validation_note(self):
         """What the calibration's validation (sim.validate, attached as its
@@ -517,7 +520,8 @@ class SimulatedLibarenaReport(LibarenaReport):
 
     def counters(self, timing=None, rows=None):
         return super().counters(timing, rows).replace(
-            "(measured phase,", "(exact: the real code ran on simulated CPUs; timed phase,", 1)
+            "(measured phase,", "(the real code on simulated CPUs, counts of the simulated "
+            "schedule: predictions where they depend on timing; timed phase,", 1)
 
     def body(self):
         parts = [t for t in super().body() if t != self.cpu_note()]

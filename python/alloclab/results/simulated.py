@@ -1,15 +1,21 @@
 """What a simulated cell says about itself, wherever a user meets it.
 
-A cell run on simulated CPUs (cpu="simulated", DESIGN §11) holds exact
-counters (the real code ran) and predicted times (a calibrated cost model
-in virtual time). Tables, warnings, plots, verdicts and comparisons take
-their words from here, so that they all say the same thing:
+A cell run on simulated CPUs (cpu="simulated", DESIGN §11) holds predicted
+times (a calibrated cost model in virtual time) and counters of what the
+real code did in the simulated schedule (COUNTERS: those that depend on
+timing, such as lock contention or cache hits, are predictions too). A few
+metrics the host measures while it simulates (HOST_METRICS: steal, the
+process's RSS, the host thread's context switches) are no prediction, and
+MIXED_METRICS divide such a host count by simulated time. Tables, warnings,
+plots, verdicts and comparisons take their words from here, so that they
+all say the same thing:
 
 - LABEL ("simulated: predicted") heads a table with simulated cells, with
   the calibration's id (the first 12 hex digits of the SHA-1 of its JSON,
-  as measure.run gives it to every run); PLOT_LABEL is a plot's legend
-  entry; PREDICTED the kind of a verdict or a comparison whose sides are
-  both simulated;
+  as measure.run gives it to every run), HOST_LABEL and MIXED_LABEL one of
+  a host metric or a mixed one (heading(points, metric)); PLOT_LABEL is a
+  plot's legend entry; PREDICTED the kind of a verdict or a comparison
+  whose sides are both simulated;
 - point_info(raws): what a Point keeps of its runs' raw["sim"] (the
   calibration id, the terms without a cost, the engine's per-run counts,
   the sensitivity band, and the first run's timeline when one was asked
@@ -31,6 +37,19 @@ MODE = "simulated"
 LABEL = "simulated: predicted"
 PLOT_LABEL = "simulated (predicted)"
 PREDICTED = "predicted"
+HOST_LABEL = "simulated: measured on the host while simulating, not predicted"
+MIXED_LABEL = "simulated: a count the host measured, per simulated (predicted) second"
+COUNTERS = ("counters count what the real code did in the simulated schedule: those that "
+            "depend on timing (locks, contention, cache hits) are predictions too")
+# Metrics of a simulated run that the host measures rather than the virtual
+# clock or the simulated schedule: the host's steal time, the process's
+# resident set (the simulator's own included), the context switches of the
+# one host thread that runs every model CPU, the engine's main thread.
+HOST_METRICS = frozenset(("steal_pct", "mem_rss", "mem_rss_peak", "worker_invol_ctxsw",
+                          "worker_vol_ctxsw", "engine_wakeups", "engine_on_worker_cpus"))
+# A host count (the host thread's preemptions) over the simulated seconds of
+# the model CPUs (host.machine.run_metrics divides by elapsed_ns, virtual).
+MIXED_METRICS = frozenset(("worker_invol_ctxsw_per_s", "worker_preempted_per_s"))
 TERMS_SHOWN = 8  # uncalibrated terms named in a warning; the rest counted
 RUN_COUNTS = ("switches", "sync_points", "lock_waits", "lock_timeouts", "handoffs", "lines",
               "wait_ns", "line_ns", "uncalibrated_units", "virtual_ns")
@@ -140,13 +159,26 @@ def calibration_ids(points):
     return ids
 
 
-def heading(points):
+def source(metric):
+    """Where a simulated run's ``metric`` comes from: "host" (measured on the
+    host while simulating), "mixed" (a host count per simulated second) or
+    "simulated" (the virtual clock or the simulated schedule)."""
+    if metric in HOST_METRICS:
+        return "host"
+    if metric in MIXED_METRICS:
+        return "mixed"
+    return MODE
+
+
+def heading(points, metric=None):
     """"simulated: predicted (calibration <id>)" for points with simulated
-    ones, else None."""
+    ones, else None; for a ``metric`` the host measures, HOST_LABEL (or
+    MIXED_LABEL) in its place: that number is no prediction."""
     if not any(is_simulated(p) for p in points):
         return None
     ids = calibration_ids(points)
-    return "%s (calibration %s)" % (LABEL, ", ".join(ids) if ids else "not recorded")
+    words = {"host": HOST_LABEL, "mixed": MIXED_LABEL}.get(source(metric), LABEL)
+    return "%s (calibration %s)" % (words, ", ".join(ids) if ids else "not recorded")
 
 
 def validation(metadata):
@@ -185,8 +217,7 @@ def warning_lines(cells, metadata, limit=6):
     ids = calibration_ids([p for _, ps in sim for p in ps])
     which = "every cell" if len(sim) == len(cells) else _names([lab for lab, _ in sim], limit)
     lines = ["simulated: times of simulated CPUs are predictions from calibration %s, not "
-             "measurements (counters are exact): %s" % (", ".join(ids) or "(not recorded)",
-                                                        which)]
+             "measurements; %s: %s" % (", ".join(ids) or "(not recorded)", COUNTERS, which)]
     terms = sorted({t for _, ps in sim for p in ps
                     for t in (p.info.get("sim") or {}).get("uncalibrated", ())})
     if terms:
@@ -272,13 +303,29 @@ def refuse_two_calibrations(points_a, points_b, what="a comparison"):
         ids=(tuple(a), tuple(b)))
 
 
-def refuse_mixed(mode_a, mode_b, what="a comparison"):
-    """MixedModesError when exactly one of two sides is simulated."""
+CPU_MODES = ("pinned", "virtual", MODE)
+
+
+def _side_modes(side):
+    """(the side's mode for the test, the words naming it): ``side`` is a
+    CPU mode or a list of Points, whose every mode is named (a side of
+    pinned and virtual cells: "cpu=pinned/virtual")."""
+    if isinstance(side, (list, tuple)):
+        return side_mode(side), "cpu=%s" % "/".join(sorted({str(mode_of(p)) for p in side}))
+    if side in CPU_MODES or (isinstance(side, str) and set(side.split("/")) <= set(CPU_MODES)):
+        return side, "cpu=%s" % side
+    return side, "this machine's CPUs"  # a measured side whose mode was not given
+
+
+def refuse_mixed(side_a, side_b, what="a comparison"):
+    """MixedModesError when exactly one of two sides is simulated; each side
+    is its CPU mode or its Points, and the message names what each ran on."""
+    (mode_a, words_a), (mode_b, words_b) = _side_modes(side_a), _side_modes(side_b)
     if (mode_a == MODE) == (mode_b == MODE):
         return
-    sim, meas = (mode_a, mode_b) if mode_a == MODE else (mode_b, mode_a)
+    meas = words_b if mode_a == MODE else words_a
     raise MixedModesError(
-        "%s: a simulated side (cpu=%s, predictions) against a measured side (cpu=%s): a "
+        "%s: a simulated side (cpu=%s, predictions) against a measured side (%s): a "
         "prediction is never judged against a measurement as if both were measured; compare "
         "simulated with simulated, measured with measured (alloclab sim validate sets "
-        "predictions beside measurements)" % (what, sim, meas), modes=(mode_a, mode_b))
+        "predictions beside measurements)" % (what, MODE, meas), modes=(mode_a, mode_b))
