@@ -344,3 +344,16 @@ def test_compare_of_two_policies_within_their_factors_is_inconclusive():
     assert by["alloc_ns"].verdict() == ("predicted inconclusive: within the policies' "
                                         "calibration factors (0.50x)")
     assert by["free_ns"].factors is None  # the same free factors: judged as before
+
+
+def test_counter_tables_say_which_columns_are_simulated(simres, measured):
+    """The counts of simulated CPUs are of the simulated schedule: the
+    counters block says so under its title, as the latency table does."""
+    from alloclab.cli import format as F
+    text = F.counters_text(simres)
+    lines = text.splitlines()
+    i = lines.index("counters per op, libarena-transfer (columns: producers)")
+    assert lines[i + 1] == "simulated: predicted (calibration %s): every column" % _id(_cal())
+    assert "_simulated: predicted (calibration %s): every column_" % _id(_cal()) in \
+        F.counters_markdown(simres)
+    assert "simulated" not in F.counters_text(measured)

@@ -42,7 +42,7 @@ import numpy as np
 from ..results import _counters
 from .. import errors
 from ..results import stats as _stats
-from ..present.table import ROW_LABELS, label as table_label
+from ..present.table import ROW_LABELS, counters_heading, label as table_label
 from ..results.result import fmt_value
 from .. import files
 from ..present import plot
@@ -406,9 +406,10 @@ def _hidden(values, constant):
 
 
 def counter_tables(res, mode="key"):
-    """[(title, column labels, [(counter, [cell text])], note)] per policy:
-    the per-op counters ``mode`` keeps (module doc); a note says what was
-    hidden or why nothing was measured."""
+    """[(title, column labels, [(counter, [cell text])], note, heading)] per
+    policy: the per-op counters ``mode`` keeps (module doc); a note says
+    what was hidden or why nothing was measured; the heading, which columns
+    counted on simulated CPUs (None: none did)."""
     if mode == "none":
         return []
     docs = res.metadata.get("counters")
@@ -420,7 +421,8 @@ def counter_tables(res, mode="key"):
         names = list(dict.fromkeys(k for p in pts for k in p.data if k.endswith("_per_op")))
         if not names:
             if all(p.params.get("stats") == "off" for p in pts):
-                out.append(("counters per op, %s" % pol, [], [], "not measured (stats=off)"))
+                out.append(("counters per op, %s" % pol, [], [], "not measured (stats=off)",
+                            None))
             continue
         chosen = [k for k in names if mode == "all" or _is_key(k, docs)]
         keep = [k for k in chosen if not _hidden([_mean(p, k) for p in pts], mode == "all")]
@@ -434,7 +436,8 @@ def counter_tables(res, mode="key"):
         if swept:
             title += " (columns: %s)" % "/".join(swept)
         out.append((title, labels, rows, _hidden_note(mode, len(chosen) - len(keep),
-                                                      len(names) - len(chosen))))
+                                                      len(names) - len(chosen)),
+                    counters_heading(labels, pts)))
     return out
 
 
@@ -455,11 +458,13 @@ def _hidden_note(mode, hidden, others):
 def counters_text(res, mode="key"):
     """The counter tables as text (see counter_tables)."""
     out = []
-    for title, labels, rows, note in counter_tables(res, mode):
+    for title, labels, rows, note, head in counter_tables(res, mode):
         if not labels:
             out += ["%s: %s" % (title, note), ""]
             continue
         out.append(title)
+        if head:
+            out.append(head)
         if rows:
             fw = max(len(r[0]) for r in rows) + 2
             cw = max([len(s) for s in labels] + [len(s) for _, cells in rows for s in cells])
@@ -598,11 +603,11 @@ def _md_cell(t, b, r, c, sd, ci):
 
 def counters_markdown(res, mode="key"):
     out = []
-    for title, labels, rows, note in counter_tables(res, mode):
+    for title, labels, rows, note, head in counter_tables(res, mode):
         if not labels:
             out.append("**%s**: %s" % (title, note))
             continue
-        out.append("**%s**" % title)
+        out.append("**%s**" % title + ("\n_%s_" % head if head else ""))
         if rows:
             out.append(md_table(["counter"] + labels, [[n] + cells for n, cells in rows]))
         if note:
