@@ -21,6 +21,7 @@ latency_hist knows a Result by its interface.
 
 import math
 import os
+import tempfile
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from . import plot_style as S
 from ..results import simulated as _simulated
 from ..results.metrics import METRIC_INFO
 from ..results.stats import describe
-from ..results.hist import Histogram
+from ..results.hist import OPS as _HIST_OPS, Histogram
 
 _HUE_LABELS = {"producers": "producers", "allocs_per_cycle": "allocs/cycle"}
 # Simulated points (predictions): hollow diamonds on a dotted line, whatever
@@ -407,20 +408,49 @@ def _is_result(data):
 
 
 def _hist_series(data, op, by, where):
-    """([(label, Histogram)], timer overhead in ns or None) of a Result or a
-    Histogram."""
+    """([(label, Histogram, simulated)], timer overhead in ns or None, what
+    each curve pools) of a Result or a Histogram. A Result's curves are one
+    per value of ``by``, measured and simulated points apart (a prediction
+    is never merged with a measurement); "pools" names the parameters whose
+    several values a curve merges ("producers 1, 4"), else ""."""
     if isinstance(data, Histogram):
-        return [(op, data)], None
+        return [(op + (" (simulated)" if data.simulated else ""), data, data.simulated)], \
+            None, ""
     if not _is_result(data):
         raise errors.InvalidArgument("latency_hist takes a Result or a Histogram, not %r"
                                      % (errors.Echo(data),))
+    if op not in _HIST_OPS:
+        raise errors.UnknownNameError.make("operation", op, list(_HIST_OPS))
     res = data.filter(**where) if where else data
-    vals = _uniq([p.params.get(by) for p in res.points]) if by else [None]
-    series = [(str(v) if by else op, (res.filter(**{by: [v]}) if by else res).histogram(op))
-              for v in vals]
+    groups = {}
+    for p in res.points:
+        key = (p.params.get(by) if by else None, _simulated.is_simulated(p))
+        groups.setdefault(key, []).append(p)
+    series = []
+    for (v, sim), pts in sorted(groups.items(), key=lambda kv: kv[0][1]):  # measured first
+        hs = [h for p in pts for h in p.hist.get(op, ())]
+        if not hs:
+            raise errors.InvalidArgument(
+                "no %s histogram in these points: run with histogram=True (--hist)" % op)
+        label = str(v) if by else op
+        series.append((label + (" (simulated)" if sim and "simulated" not in label else ""),
+                       sum(hs[1:], hs[0].copy()), sim))
     ovh = [float(np.mean(p.data["timer_overhead_ns"])) for p in res.points
-           if "timer_overhead_ns" in p.data]
-    return series, (float(np.mean(ovh)) if ovh else None)
+           if "timer_overhead_ns" in p.data and not _simulated.is_simulated(p)]
+    return series, (float(np.mean(ovh)) if ovh else None), _pooled(groups.values(), by)
+
+
+def _pooled(groups, by):
+    """"producers 1, 4; size 64, 128": the parameters (other than ``by``
+    and cpu) whose values differ among the points of one curve."""
+    keys = []
+    for pts in groups:
+        for k in _uniq([k for p in pts for k in p.params]):
+            if k not in (by, "cpu") and k not in keys and \
+                    len(_uniq([p.params.get(k) for p in pts])) > 1:
+                keys.append(k)
+    return "; ".join("%s %s" % (_HUE_LABELS.get(k, k), ", ".join(map(str, _sortable(_uniq(
+        [p.params.get(k) for pts in groups for p in pts]))))) for k in keys)
 
 
 BINS_PER_OCTAVE = 4
@@ -462,26 +492,48 @@ def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), 
     right-hand scale), one line per value of ``by`` for a Result (points
     filtered by ``where``), or one for a Histogram. The percentiles of a
     single line are marked with their values; the timer overhead (one
-    clock pair, included in every value) is a dotted line."""
-    series, overhead = _hist_series(data, op, by, where)
+    clock pair, included in every measured value) is a dotted line.
+    Simulated points (predictions) are lines of their own, never merged
+    with measured ones: labelled "(simulated)", drawn dotted, with a legend
+    entry "simulated (predicted)" and the calibration in the title. A line
+    that merges points of several values of another parameter
+    (producers 1 and 4) says so in the legend's title."""
+    series, overhead, pooled = _hist_series(data, op, by, where)
     with S.rc():
         fig, axes = S.subplots(1, 2, figsize=figsize)
         ax1, ax2 = axes[0]
-        for i, (label, h) in enumerate(series):
+        for i, (label, h, sim) in enumerate(series):
             edges, frac = rebin(h)
             if not len(frac):
                 continue
-            ax1.stairs(frac, edges, label=label, linewidth=1.5, color=S.line_style(i)["color"],
-                       fill=len(series) == 1, alpha=0.8 if len(series) == 1 else 1.0)
+            style = S.line_style(i)
+            ax1.stairs(frac, edges, label=label, linewidth=1.5, color=style["color"],
+                       fill=len(series) == 1, alpha=0.8 if len(series) == 1 else 1.0,
+                       linestyle=":" if sim else "-")
             x, f = ccdf(h)
-            ax2.step(x, f, where="post", label=label, linewidth=1.5,
-                     color=S.line_style(i)["color"], linestyle=S.line_style(i)["linestyle"])
-        _hist_axes(ax1, ax2, op, overhead, series, percentiles)
-        if len(series) > 1:
-            S.legend_below(fig, ax2, ncol=4, title=by)
-        S.suptitle(fig, title or "per-operation %s latency%s" % (
-            op, " (dotted: one clock pair, %.0f ns, included)" % overhead if overhead else ""))
+            ax2.step(x, f, where="post", label=label, linewidth=1.5, color=style["color"],
+                     linestyle=SIM_STYLE["linestyle"] if sim else style["linestyle"])
+        _hist_axes(ax1, ax2, op, overhead, [(lab, h) for lab, h, _ in series], percentiles)
+        sim = any(s for _, _, s in series)
+        if sim:
+            ax2.plot([], [], color="0.35", linestyle=SIM_STYLE["linestyle"],
+                     label=_simulated.PLOT_LABEL)
+        if len(series) > 1 or sim or pooled:
+            S.legend_below(fig, ax2, ncol=4, title=S.wrap(
+                "; ".join(t for t in ((by if _is_result(data) else ""), pooled and
+                                      "each line pools " + pooled) if t), fig, 8, 0.9))
+        S.suptitle(fig, title or "per-operation %s latency%s%s" % (
+            op, " (dotted: one clock pair, %.0f ns, included)" % overhead if overhead else "",
+            "; " + _hist_heading(data) if sim else ""))
     return S.finish(fig)
+
+
+def _hist_heading(data):
+    """What the title says of simulated lines: "simulated: predicted
+    (calibration <id>)", or without the id for a Histogram."""
+    if isinstance(data, Histogram):
+        return _simulated.LABEL
+    return _simulated.heading(data.points) or _simulated.LABEL
 
 
 def _hist_axes(ax1, ax2, op, overhead, series, percentiles):
@@ -549,12 +601,16 @@ def _counter_names(res, limit):
 
 
 def _counter_groups(res):
-    """{legend label: [points]}: the points grouped by their swept parameters."""
+    """{legend label: [points]}: the points grouped by their swept
+    parameters, simulated points apart from measured ones and labelled
+    "(simulated)"."""
     swept = [k for k in res.swept() if k != "workload"]
     groups = {}
     for p in res.points:
         lab = ", ".join("%s" % p.params.get(k) if k == "policy" else "%s=%s" % (
             _HUE_LABELS.get(k, k), p.params.get(k)) for k in swept) or "all"
+        if _simulated.is_simulated(p) and "simulated" not in lab:
+            lab += " (simulated)"
         groups.setdefault(lab, []).append(p)
     return groups
 
@@ -576,7 +632,9 @@ def counters(res, names=None, per_op=True, limit=12, logy=False, title=None, fig
     marked "n/a" in its bar's place; a measured zero is marked "0". names:
     counters to show (default: the event counts, not times or bytes, that
     are not zero anywhere, at most ``limit``, in layer order);
-    per_op=False shows the raw counts of the measured phase."""
+    per_op=False shows the raw counts of the measured phase. Simulated
+    points' bars are labelled "(simulated)" and the title says their
+    counts are of the simulated schedule (simulated: predicted)."""
     res = res.filter(**where) if where else res
     if not res.points:
         raise errors.InvalidArgument("no points to plot")
@@ -603,8 +661,12 @@ def counters(res, names=None, per_op=True, limit=12, logy=False, title=None, fig
                     S.mark_bar(ax, x, "n/a" if not np.isfinite(y) else "0")
         _counter_axes(ax, names, per_op, logy, len(groups))
         wl = _uniq([p.params.get("workload") for p in res.points])
-        S.suptitle(fig, title or "%s: counters %s (n/a: not measured)" % (
-            ", ".join(map(str, wl)), "per operation" if per_op else "in the measured phase"))
+        sim = _simulated.heading(res.points)
+        if sim and not all(_simulated.is_simulated(p) for p in res.points):
+            sim = "simulated bars: " + sim
+        S.suptitle(fig, title or "%s: counters %s (n/a: not measured)%s" % (
+            ", ".join(map(str, wl)), "per operation" if per_op else "in the measured phase",
+            "; %s, counts of the simulated schedule" % sim if sim else ""))
     return S.finish(fig)
 
 
@@ -635,50 +697,102 @@ def _stem(path):
     return os.path.join(head, root), ext[1:]
 
 
+def _path_text(path, what="plot file"):
+    """``path`` (a str or os.PathLike) as a str, or ParameterTypeError."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise errors.ParameterTypeError("%s must be a path, not %s" % (
+            what, type(path).__name__), value=path)
+    path = os.fspath(path)
+    if not isinstance(path, str):
+        raise errors.ParameterTypeError("%s must be a path as text, not %s" % (
+            what, type(path).__name__), value=path)
+    return path
+
+
+def _figure_format(path, what="plot file"):
+    """The format ``path``'s extension names (lower case; PNG without
+    one), or InvalidArgument naming the formats matplotlib can write."""
+    ext = _stem(path)[1].lower()
+    formats = sorted(_plt().FigureCanvasBase.get_supported_filetypes())
+    if ext not in formats:
+        raise errors.InvalidArgument(
+            "%s %s: unknown figure format %s (its extension); supported formats: %s" % (
+                what, errors.Echo(path), errors.shown(ext), ", ".join(formats)),
+            value=path, valid=formats)
+    return ext
+
+
 def figure_paths(path, suffixes):
     """Where save writes figures whose file suffixes are ``suffixes`` (the
     first ""): a PDF holds them all at ``path``; otherwise the first goes to
     ``path`` as given and each other to base-suffix.ext (PNG where ``path``
-    has no extension)."""
-    if path.endswith(".pdf"):
+    has no extension). ``path`` is a str or os.PathLike; the paths are
+    str."""
+    path = _path_text(path)
+    if _stem(path)[1].lower() == "pdf":
         return [path]
     base, ext = _stem(path)
     return [path if not s else "%s-%s.%s" % (base, s, ext) for s in suffixes]
 
 
-def save(figs, path, what="plot file"):
-    """Write figures to ``path`` (a PDF holds them all; other formats get
-    path, path-1.ext, path-2.ext, ..., or path-SUFFIX.ext for (figure,
-    suffix) pairs, as figure_paths names them) and close them; returns the
-    paths written. Each is drawn into a temporary folder first, in the
-    format its extension names (PNG without one: no ".png" is added to the
-    name given), and written as alloclab.files writes an output: a regular
-    file replaced whole, so a failed write leaves the old one, a device or a
-    pipe with a reader written in place, anything else refused."""
-    import tempfile
+def _render(figs, ext):
+    """The bytes of each figure drawn in format ``ext``, or one PDF holding
+    them all (a page each), drawn through a temporary folder."""
+    from matplotlib.backends.backend_pdf import PdfPages
+    out = []
+    with tempfile.TemporaryDirectory(prefix="alloclab-plot-") as d:
+        tmp = os.path.join(d, "figure." + ext)
+        if ext == "pdf":
+            with PdfPages(tmp) as pdf:
+                for f in figs:
+                    pdf.savefig(f)
+        for f in figs:
+            if ext != "pdf":
+                f.savefig(tmp, format=ext)
+            with open(tmp, "rb") as src:
+                out.append(src.read())
+            if ext == "pdf":
+                break
+    return out
 
+
+def save(figs, path, what="plot file"):
+    """Write figures to ``path`` (a str or os.PathLike: a PDF holds them
+    all; other formats get path, path-1.ext, path-2.ext, ..., or
+    path-SUFFIX.ext for (figure, suffix) pairs, as figure_paths names them)
+    and close them; returns the paths written. Nothing is written until
+    every path has passed alloclab.files.check_output and every figure is
+    drawn, in the format its extension names (PNG without one: no ".png" is
+    added to the name given), so a refused path or a failed drawing leaves
+    every file as it was; a format matplotlib cannot write is refused first
+    (InvalidArgument naming those it can). Each is written as
+    alloclab.files writes an output: a regular file replaced whole, so a
+    failed write leaves the old one, a device or a pipe with a reader
+    written in place, anything else refused."""
     plt = _plt()
     pairs = [f if isinstance(f, tuple) else (f, "" if i == 0 else str(i))
              for i, f in enumerate(figs)]
+    path = _path_text(path, what)
+    ext = _figure_format(path, what)
     dests = figure_paths(path, [s for _, s in pairs])
-    ext = "pdf" if path.endswith(".pdf") else _stem(path)[1]
     if not pairs:
         return []
+    if len(set(dests)) < len(dests):
+        raise errors.InvalidArgument("%s %s: two figures would be written to one file (%s); "
+                                     "give each figure its own suffix" % (
+                                         what, errors.Echo(path), ", ".join(dests)), value=path)
+    if files.check_output(path, what) == files.IN_PLACE and len(dests) > 1:
+        raise errors.InvalidArgument(
+            "%s %s: it is not a regular file, and the figures need %d files (the others "
+            "beside it: %s); give a file name, or a .pdf for one file" % (
+                what, errors.Echo(path), len(dests), ", ".join(dests[1:])), value=path)
+    for dest in dests[1:]:
+        files.check_output(dest, what)
     try:
-        with tempfile.TemporaryDirectory(prefix="alloclab-plot-") as d:
-            tmp = os.path.join(d, "figure." + ext)
-            if ext == "pdf":
-                from matplotlib.backends.backend_pdf import PdfPages
-                with PdfPages(tmp) as pdf:
-                    for f, _ in pairs:
-                        pdf.savefig(f)
-            for dest, (f, _) in zip(dests, pairs):
-                if ext != "pdf":
-                    f.savefig(tmp, format=ext.lower())
-                with open(tmp, "rb") as src:
-                    files.write_parts(dest, [src.read()], what)
+        data = _render([f for f, _ in pairs], ext)
+        for dest, body in zip(dests, data):
+            files.write_parts(dest, [body], what)
     finally:
         for f, _ in pairs:
             plt.close(f)
     return dests
-

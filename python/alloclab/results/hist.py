@@ -15,6 +15,11 @@ A percentile is the upper edge of the bucket holding its rank, clamped to
 the exact minimum and maximum: at most 6.25% above the true value. The
 values include one clock pair (``timer_overhead_ns``, reported beside them):
 the histogram measures what the operation costs with its timer.
+
+A histogram of a simulated run (cpu="simulated") holds predicted times, in
+the simulated clock's virtual picoseconds (SIM_TICKS_PER_NS ticks per ns,
+csrc/core/sim.c); ``simulated`` says so, its summary and repr are marked
+"simulated: predicted", and it is never merged with a measured one.
 """
 
 import math
@@ -23,12 +28,14 @@ import numpy as np
 
 from .. import errors
 from ..cbind._ffi import ffi
+from . import simulated as _simulated
 
 SUB_BITS = 4
 SUB = 1 << SUB_BITS
 NBUCKETS = (64 - SUB_BITS + 1) * SUB  # 976: every uint64 value
 PERCENTILES = (50, 90, 99, 99.9)
 OPS = ("alloc", "free")
+SIM_TICKS_PER_NS = 1000.0  # the simulated clock: virtual picoseconds
 
 
 def _bounds():
@@ -59,11 +66,15 @@ def _key(q):
 
 class Histogram:
     """One merged latency histogram: ``counts`` per bucket (ticks), count,
-    sum, min and max in ticks, and ``ticks_per_ns`` to convert."""
+    sum, min and max in ticks, ``ticks_per_ns`` to convert, and
+    ``simulated``: whether its times are predictions of simulated CPUs
+    (default: told by the clock, SIM_TICKS_PER_NS; no real clock runs at
+    a tick per picosecond)."""
 
-    __slots__ = ("counts", "count", "sum", "min", "max", "ticks_per_ns")
+    __slots__ = ("counts", "count", "sum", "min", "max", "ticks_per_ns", "simulated")
 
-    def __init__(self, counts=None, count=None, sum=0, min=None, max=0, ticks_per_ns=1.0):
+    def __init__(self, counts=None, count=None, sum=0, min=None, max=0, ticks_per_ns=1.0,
+                 simulated=None):
         c = np.zeros(NBUCKETS, dtype=np.int64) if counts is None else \
             np.asarray(counts, dtype=np.int64)
         if c.shape != (NBUCKETS,):
@@ -75,15 +86,18 @@ class Histogram:
         self.min = int(min) if min is not None and self.count else None
         self.max = int(max) if self.count else 0
         self.ticks_per_ns = float(ticks_per_ns)
+        self.simulated = (self.ticks_per_ns == SIM_TICKS_PER_NS if simulated is None
+                          else bool(simulated))
 
     @classmethod
-    def from_values(cls, ticks, ticks_per_ns=1.0):
+    def from_values(cls, ticks, ticks_per_ns=1.0, simulated=None):
         """A histogram of tick values (for tests and synthetic data)."""
         t = [int(v) for v in ticks]
         c = np.zeros(NBUCKETS, dtype=np.int64)
         for v in t:
             c[bucket_of(v)] += 1
-        return cls(c, len(t), sum(t), min(t) if t else None, max(t) if t else 0, ticks_per_ns)
+        return cls(c, len(t), sum(t), min(t) if t else None, max(t) if t else 0, ticks_per_ns,
+                   simulated)
 
     @classmethod
     def from_c(cls, h, ticks_per_ns):
@@ -96,10 +110,15 @@ class Histogram:
     # -- (de)serialisation: sparse buckets --
 
     def to_dict(self):
+        """The sparse buckets and totals; "simulated" only where the clock
+        does not tell it (a histogram made with simulated= given)."""
         nz = np.flatnonzero(self.counts)
-        return {"buckets": [[int(i), int(self.counts[i])] for i in nz], "count": self.count,
-                "sum": self.sum, "min": self.min, "max": self.max,
-                "ticks_per_ns": self.ticks_per_ns}
+        d = {"buckets": [[int(i), int(self.counts[i])] for i in nz], "count": self.count,
+             "sum": self.sum, "min": self.min, "max": self.max,
+             "ticks_per_ns": self.ticks_per_ns}
+        if self.simulated != (self.ticks_per_ns == SIM_TICKS_PER_NS):
+            d["simulated"] = self.simulated
+        return d
 
     @classmethod
     def from_dict(cls, d):
@@ -107,24 +126,31 @@ class Histogram:
         for i, n in d.get("buckets", ()):
             c[int(i)] = int(n)
         return cls(c, d.get("count"), d.get("sum", 0), d.get("min"), d.get("max", 0),
-                   d.get("ticks_per_ns", 1.0))
+                   d.get("ticks_per_ns", 1.0), d.get("simulated"))
 
     # -- merging --
 
     def __add__(self, other):
         if not isinstance(other, Histogram):
             return NotImplemented
-        if not other.count:
+        # an empty side adds nothing: the other's clock and mode stand (of two
+        # empty ones, a simulated one's, so no prediction loses its mark)
+        if not other.count and (self.count or not other.simulated):
             return self.copy()
         if not self.count:
             return other.copy()
+        if self.simulated != other.simulated:
+            raise _simulated.MixedModesError(
+                "cannot merge a simulated histogram (%s) with a measured one: a prediction "
+                "and a measurement are never pooled; filter on cpu" % _simulated.LABEL,
+                modes=("measured", _simulated.MODE))
         if not math.isclose(self.ticks_per_ns, other.ticks_per_ns, rel_tol=1e-3):
             raise errors.InvalidArgument(
                 "cannot merge histograms of different clocks (%.4f and %.4f ticks/ns)"
                 % (self.ticks_per_ns, other.ticks_per_ns))
         return Histogram(self.counts + other.counts, self.count + other.count,
                          self.sum + other.sum, min(self.min, other.min),
-                         max(self.max, other.max), self.ticks_per_ns)
+                         max(self.max, other.max), self.ticks_per_ns, self.simulated)
 
     def __radd__(self, other):
         if other == 0:  # sum([...])
@@ -133,14 +159,14 @@ class Histogram:
 
     def copy(self):
         return Histogram(self.counts.copy(), self.count, self.sum, self.min, self.max,
-                         self.ticks_per_ns)
+                         self.ticks_per_ns, self.simulated)
 
     def __eq__(self, other):
         if not isinstance(other, Histogram):
             return NotImplemented
         return (np.array_equal(self.counts, other.counts) and self.count == other.count and
                 self.sum == other.sum and self.min == other.min and self.max == other.max and
-                self.ticks_per_ns == other.ticks_per_ns)
+                self.ticks_per_ns == other.ticks_per_ns and self.simulated == other.simulated)
 
     # -- reading --
 
@@ -194,16 +220,22 @@ class Histogram:
         return hi, np.cumsum(c) / float(self.count)
 
     def summary(self, timer_overhead_ns=None):
+        """One line: n, the percentiles, max and mean; a simulated
+        histogram's line begins "simulated: predicted"."""
         p = self.percentiles()
-        s = "n=%d  " % self.count + "  ".join(
+        s = self._mark() + "n=%d  " % self.count + "  ".join(
             "p%g %s" % (q, _fmt_ns(v)) for q, v in p.items()) + "  max %s  mean %s" % (
             _fmt_ns(self.max_ns), _fmt_ns(self.mean_ns))
         if timer_overhead_ns is not None:
             s += "  (includes a clock pair: %s)" % _fmt_ns(timer_overhead_ns)
         return s
 
+    def _mark(self):
+        """The words that head a simulated histogram's text; "" for a measured one."""
+        return "%s  " % _simulated.LABEL if self.simulated else ""
+
     def __repr__(self):
-        return "<Histogram %s>" % (self.summary() if self.count else "empty")
+        return "<Histogram %s>" % (self.summary() if self.count else self._mark() + "empty")
 
 
 def _fmt_ns(v):
