@@ -252,6 +252,14 @@ def test_compare_of_a_result_with_both_kinds_keeps_them_apart(simres, measured):
     assert "over the %d measured cells and, apart, the %d predicted ones" % (
         len(alone[False].cells), len(alone[True].cells)) in legend
     assert "Predicted: the cells marked \"predicted\" ran on simulated CPUs" in legend
+    rows = {label: cells for _, label, cells in both.grid()}
+    assert all(label.endswith(", predicted (ns)") == all(c.predicted for c in cells.values())
+               for label, cells in rows.items())
+    import matplotlib
+    matplotlib.use("Agg")
+    title = " ".join(al.plot.heatmap(both).axes[0].get_title().split())
+    assert title.endswith("(rows marked predicted: simulated (predicted), calibration %s)"
+                          % _id(_cal())), title
 
 
 def test_compare_refuses_two_calibrations(simres):
@@ -357,3 +365,11 @@ def test_counter_tables_say_which_columns_are_simulated(simres, measured):
     assert "_simulated: predicted (calibration %s): every column_" % _id(_cal()) in \
         F.counters_markdown(simres)
     assert "simulated" not in F.counters_text(measured)
+
+
+def test_stats_of_a_prediction_say_so_and_of_the_hosts_measure_do_not(simres):
+    (_, st), = simres.stats("alloc_ns", policy="libarena-transfer", producers=4)
+    assert st.predicted and repr(st).startswith("Stats(simulated (predicted): n=3")
+    for m in ("steal_pct", "mem_rss"):
+        (_, host), = simres.stats(m, policy="libarena-transfer", producers=4)
+        assert not host.predicted and "predicted" not in repr(host), m

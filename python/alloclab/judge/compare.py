@@ -526,9 +526,10 @@ def _predicted(old, news, key, cols, base_name):
         gn = _group(new, key)
         for kk in go:
             if kk in gn:
-                a, b = _simulated.side_mode(go[kk]), _simulated.side_mode(gn[kk])
-                what = "compare (side %s against side %s)" % (base_name, col)
-                _simulated.refuse_mixed(a, b, what)
+                a = _simulated.side_mode(go[kk])
+                what = "compare (side %s against side %s, cell %s)" % (
+                    base_name, col, ", ".join(str(v) for v in json.loads(kk)))
+                _simulated.refuse_mixed(go[kk], gn[kk], what)
                 if a == _simulated.MODE:
                     _simulated.refuse_two_calibrations(go[kk], gn[kk], what)
                     sims += go[kk] + gn[kk]
@@ -899,9 +900,13 @@ class Comparison:
                 keys.append(k)
         return keys
 
-    def row_label(self, metric, key):
+    def row_label(self, metric, key, predicted=False):
+        """"alloc_ns: p:2 (ns)": the metric, the varying key, ", predicted"
+        for a predicted row beside measured ones, and the unit."""
         unit = METRIC_INFO.get(metric, ("", "", None))[1]
         parts = ["%s:%s" % (SHORT.get(k, k), key[k]) for k in self._varying() if k in key]
+        if predicted:
+            parts.append("predicted")
         s = metric + (": " + ", ".join(parts) if parts else "")
         return s + (" (%s)" % unit if unit else "")
 
@@ -915,8 +920,9 @@ class Comparison:
         for rid in self._row_ids():
             cells = by_row[rid]
             any_cell = next(iter(cells.values()))
-            out.append((str(any_cell.key.get("workload", "")),
-                        self.row_label(any_cell.metric, any_cell.key), cells))
+            label = self.row_label(any_cell.metric, any_cell.key,
+                                   self.kind == MIXED and any_cell.predicted)
+            out.append((str(any_cell.key.get("workload", "")), label, cells))
         return out
 
     # -- text --

@@ -352,8 +352,11 @@ def heatmap(cmp, vmax=None, cmap=S.DIVERGING, title=None, figsize=None, annotate
         if annotate:
             _heat_text(ax, notes, shown, lim, ncell)
         _heat_colorbar(fig, ax, im, lim, cmp)
+        kind_ = getattr(cmp, "kind", None)
         sim = " (%s, %s)" % (_simulated.PLOT_LABEL, cmp.predicted) \
-            if getattr(cmp, "kind", None) == _simulated.PREDICTED else ""
+            if kind_ == _simulated.PREDICTED else \
+            " (rows marked predicted: %s, %s)" % (_simulated.PLOT_LABEL, cmp.predicted) \
+            if getattr(cmp, "predicted", None) else ""
         ax.set_title(S.wrap(title or "%s vs %s%s" % (", ".join(cols), cmp.base_name, sim),
                             fig, 10, 0.6))
     return S.finish(fig)

@@ -296,7 +296,8 @@ def run_context(points, metric=None):
     order, as their metric's values are pooled): describe()'s keyword
     arguments steal, preempt, phase and retried (the retries whose waits
     are in ``metric``, all of them when it is None), and predicted (any
-    point simulated: its values are predictions). A simulated point's runs
+    point simulated: its values are predictions, unless ``metric`` is one
+    the host measures while simulating). A simulated point's runs
     have no steal, preemption or phase (NaN): its times come from virtual
     time, which the machine does not disturb; its retries are counted, as
     their waits are in its virtual times too."""
@@ -313,7 +314,8 @@ def run_context(points, metric=None):
     return {"steal": cat("steal_pct"), "preempt": cat("worker_preempted_per_s"),
             "phase": cat("elapsed_ns", 1e-9),
             "retried": np.concatenate([retried(p) for p in points]) if points else np.array([]),
-            "predicted": any(_sim.is_simulated(p) for p in points)}
+            "predicted": any(_sim.is_simulated(p) for p in points) and (
+                metric is None or _sim.source(metric) != "host")}
 
 
 # ---------------------------------------------------------------- tests
