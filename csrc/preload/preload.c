@@ -1062,6 +1062,28 @@ static inline bool ours(const void *p)
 	return owner->ops->owns(owner, (const char *)p - pad);
 }
 
+/*
+ * An allocation a lock refused after its time budget (-ETIMEDOUT, a holder
+ * preempted while threads outnumber CPUs) or a full waiter ring (-EBUSY) is
+ * tried again after yielding, as free_retry does: the policy did not say it
+ * has no memory, and serving it from glibc would count against the policy's
+ * share. Bounded; what is still refused then goes to glibc, counted.
+ */
+static al_noinline void *alloc_retry(struct al_ctx *c, size_t n, unsigned flags)
+{
+	void *p = NULL;
+	int tries = 0;
+
+	while ((c->err == -ETIMEDOUT || c->err == -EBUSY) && ++tries < 1000) {
+		sched_yield();
+		c->err = 0;
+		p = top->ops->alloc(top, c, n, flags);
+		if (p)
+			break;
+	}
+	return p;
+}
+
 static void *policy_alloc(size_t size, unsigned flags, size_t align)
 {
 	struct shim_thread *t;
@@ -1092,7 +1114,10 @@ static void *policy_alloc(size_t size, unsigned flags, size_t align)
 		count(t, SHIM_libc_large);
 		goto out_leave;
 	}
+	t->ctx.err = 0;
 	p = top->ops->alloc(top, &t->ctx, req + pad, flags | AL_MAYSLEEP);
+	if (al_unlikely(!p))
+		p = alloc_retry(&t->ctx, req + pad, flags | AL_MAYSLEEP);
 	if (al_unlikely(!p)) {
 		count(t, SHIM_libc_refused);
 		goto out_leave;
