@@ -248,6 +248,8 @@ def test_select_refuses_an_unknown_parameter_as_filter_does(measured):
     with pytest.raises(al.UnknownNameError) as ef:
         measured.filter(foo=1)
     assert str(ei.value) == str(ef.value) and "producers" in str(ei.value)
+    # a run interrupted before its first point: nothing to select, no error
+    assert al.Result({}, []).select(policy="buddy") == []
 
 
 def test_select_takes_a_list_as_filter_does(simulated):

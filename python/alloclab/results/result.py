@@ -925,7 +925,10 @@ class Result:
         preset name or its spec alike), as a list; a value may also be a
         list/tuple/set of values or a predicate, as in filter. A point
         without a parameter given is left out; a name no point has is
-        refused (UnknownNameError), as filter refuses it."""
+        refused (UnknownNameError), as filter refuses it; an empty Result (a
+        run interrupted before its first point) has no points to select."""
+        if not self.points:
+            return []
         conds = self._conditions(where)
         return [p for p in self.points if all(k in p.params and f(p.params[k])
                                               for k, f in conds.items())]
