@@ -205,3 +205,15 @@ def test_a_refused_plugin_registers_nothing(cache):
     p = plugin.compile("argsx7", src, extra_compile_args=["-O1"])  # as itself, it loads
     assert p.name == "argsx7" and "argsx7" in schema.layers()
 
+
+
+@pytest.mark.parametrize("exe", ["", "/bin/true"])
+def test_an_interpreter_that_cannot_probe_loads_the_plugin_itself(cache, monkeypatch, exe):
+    """An embedding program has no sys.executable to start again (or another
+    program there): compile loads the build itself, as it did before the
+    probe, never failing on the probe's own OSError."""
+    import sys
+    name = "argsx-noprobe%d" % len(exe)
+    monkeypatch.setattr(sys, "executable", exe)
+    p = plugin.compile(name, REGISTERS.replace("NAME", name))
+    assert p.name == name and name in schema.layers()
