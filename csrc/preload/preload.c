@@ -1065,16 +1065,19 @@ static inline bool ours(const void *p)
 /*
  * An allocation a lock refused after its time budget (-ETIMEDOUT, a holder
  * preempted while threads outnumber CPUs) or a full waiter ring (-EBUSY) is
- * tried again after yielding, as free_retry does: the policy did not say it
- * has no memory, and serving it from glibc would count against the policy's
- * share. Bounded; what is still refused then goes to glibc, counted.
+ * tried again after yielding: the policy did not say it has no memory, and
+ * serving it from glibc would count against the policy's share. A few tries
+ * only, unlike free_retry (a failed free would leak): each may wait a whole
+ * lock budget, and what is still refused goes to glibc, counted.
  */
+#define ALLOC_RETRIES 3
+
 static al_noinline void *alloc_retry(struct al_ctx *c, size_t n, unsigned flags)
 {
 	void *p = NULL;
 	int tries = 0;
 
-	while ((c->err == -ETIMEDOUT || c->err == -EBUSY) && ++tries < 1000) {
+	while ((c->err == -ETIMEDOUT || c->err == -EBUSY) && tries++ < ALLOC_RETRIES) {
 		sched_yield();
 		c->err = 0;
 		p = top->ops->alloc(top, c, n, flags);
