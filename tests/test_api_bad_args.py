@@ -60,7 +60,8 @@ def test_claim_numbers_are_checked_when_the_claim_is_made(kw, match):
 @pytest.mark.parametrize("kw, match", [
     ({"expect": "faster", "margin": 0.1},
      r"margin=0.1 bounds a claim of the same \(expect='same'\), not of expect='faster'"),
-    ({"expect": "lower", "margin": 0.1}, r"not of expect='lower': a claim of a direction takes by="),
+    ({"expect": "lower", "margin": 0.1},
+     r"not of expect='lower': a claim of a direction takes by="),
     ({"expect": "same", "by": 1.5}, r"by=1.5 is the least factor of a claim of a direction"),
     ({"within": (0.9, 1.1), "by": 1.5}, r"by=1.5 is the least factor"),
     ({"within": (0.9, 1.1), "margin": 0.05},

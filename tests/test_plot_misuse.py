@@ -161,6 +161,15 @@ def test_latency_hist_of_a_simulated_result_says_predicted(simres):
     assert simulated.PLOT_LABEL in _legend(fig)[1]
 
 
+def test_latency_hist_of_no_points_is_an_error_not_an_empty_figure(simres, mixed):
+    with pytest.raises(al.InvalidArgument, match=r"no point matches \{'producers': 3\}: "
+                                                  r"nothing to draw"):
+        plot.latency_hist(simres, producers=3)
+    # the overhead line is the grey one where simulated lines are dotted too
+    title = plot.latency_hist(mixed)._suptitle.get_text().replace("\n", " ")
+    assert "(grey vertical dotted line: one clock pair," in title, title
+
+
 def test_latency_hist_of_one_cell_states_no_pooling(simres):
     head, labels = _legend(plot.latency_hist(simres, producers=2))
     assert "pools" not in head and labels[0] == "buddy (simulated)"

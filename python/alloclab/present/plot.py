@@ -425,6 +425,9 @@ def _hist_series(data, op, by, where):
     if op not in _HIST_OPS:
         raise errors.UnknownNameError.make("operation", op, list(_HIST_OPS))
     res = data.filter(**where) if where else data
+    if not res.points:
+        raise errors.InvalidArgument("latency_hist: %s: nothing to draw" % (
+            "no point matches %r" % (where,) if where else "the Result has no points"))
     groups = {}
     for p in res.points:
         key = (p.params.get(by) if by else None, _simulated.is_simulated(p))
@@ -526,7 +529,8 @@ def latency_hist(data, op="alloc", by="policy", percentiles=(50, 90, 99, 99.9), 
                 "; ".join(t for t in ((by if _is_result(data) else ""), pooled and
                                       "each line pools " + pooled) if t), fig, 8, 0.9))
         S.suptitle(fig, title or "per-operation %s latency%s%s" % (
-            op, " (dotted: one clock pair, %.0f ns, included)" % overhead if overhead else "",
+            op, " (%s: one clock pair, %.0f ns, included)" % (
+                "grey vertical dotted line" if sim else "dotted", overhead) if overhead else "",
             "; " + _hist_heading(data) if sim else ""))
     return S.finish(fig)
 
