@@ -112,3 +112,37 @@ def test_preload_judges_a_descriptor_as_every_output_does(tmp_path):
     assert p.returncode == 2
     assert p.stderr.decode() == ("alloclab: error: cannot write the --json file /dev/fd/9: it "
                                  "names descriptor 9 of this process, which is not open\n")
+
+
+def test_a_closed_stdout_is_one_error_line_and_the_files_are_written(tmp_path):
+    """Started without descriptor 1 (`>&-`), or with a pipe its reader closed
+    (`| true`): the runs still reach --json and --csv, and a closed stdout
+    is one error line, not an AttributeError's traceback."""
+    outs = ["--json", "r.json", "--csv", "r.csv"]
+    p = subprocess.run([sys.executable, "-m", "alloclab", *RUN, *outs], cwd=tmp_path,
+                       stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       timeout=300, preexec_fn=lambda: os.close(1))
+    assert p.returncode == 1
+    assert p.stderr.splitlines()[-1] == ("alloclab: error: cannot write the results to stdout: "
+                                         "it is closed (the command was started without file "
+                                         "descriptor 1)"), p.stderr
+    assert (tmp_path / "r.json").read_text().startswith("{")
+    assert (tmp_path / "r.csv").read_text().startswith("workload,")
+    for f in ("r.json", "r.csv"):
+        os.unlink(tmp_path / f)
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is printed
+    try:
+        p = subprocess.run([sys.executable, "-m", "alloclab", *RUN, *outs], cwd=tmp_path,
+                           stdin=subprocess.DEVNULL, stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    finally:
+        os.close(w)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert (tmp_path / "r.json").read_text().startswith("{")
+    assert (tmp_path / "r.csv").read_text().startswith("workload,")
+    p = subprocess.run([sys.executable, "-m", "alloclab", "list"], stdin=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=120,
+                       preexec_fn=lambda: os.close(1))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("alloclab: error: cannot write the results to stdout")

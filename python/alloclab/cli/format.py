@@ -30,6 +30,7 @@ only; nothing runs.
 """
 
 import argparse
+import errno
 import io
 import math
 import os
@@ -132,6 +133,29 @@ class NamedStdout:
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
+
+
+class ClosedStream:
+    """What stands for a standard stream the program was started without
+    (``alloclab list >&-``: sys.stdout is None): a write fails as writing
+    to a closed descriptor does, so that the command says so in one line
+    rather than with an AttributeError, after writing its files."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def write(self, s):
+        raise OSError(errno.EBADF, "it is closed (the command was started without file "
+                                   "descriptor %d)" % self.fd)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        raise OSError(errno.EBADF, "closed")
 
 
 def warn(msg):

@@ -219,7 +219,10 @@ def _terminate_like_ctrl_c():
 
 def main(argv=None):
     stdout = sys.stdout
-    sys.stdout = cli_format.NamedStdout(stdout)  # a failed write names stdout
+    # a failed write names stdout; a stdout the program was started without
+    # fails each write as a closed descriptor does
+    sys.stdout = cli_format.NamedStdout(stdout if stdout is not None else
+                                        cli_format.ClosedStream(1))
     try:
         return _main(argv)
     finally:

@@ -354,12 +354,24 @@ def cmd_run(argv):
     cli_show.check_metrics(res, metrics)  # a workload metric is known only now
     res.metadata["view"] = view
     write_timeline(res, args.timeline)
-    print(cli_format.render(res, cli_format.View(
-        metrics, rows, cols, stat=args.stat, sd=args.sd, ci=args.ci, hist=args.hist,
-        counters=args.counters, fmt=args.format, explicit_metrics=bool(args.metric))))
-    if args.mva:
-        print_mva(res, wl, args, kwargs)
-    sys.stdout.flush()
+    try:
+        print(cli_format.render(res, cli_format.View(
+            metrics, rows, cols, stat=args.stat, sd=args.sd, ci=args.ci, hist=args.hist,
+            counters=args.counters, fmt=args.format, explicit_metrics=bool(args.metric))))
+        if args.mva:
+            print_mva(res, wl, args, kwargs)
+        sys.stdout.flush()
+    except OSError as e:  # stdout closed or gone (| head): the files still get the runs
+        if getattr(e, "alloclab_stream", None) != "stdout":
+            raise
+        write_files(res, args, metrics, cols)
+        raise
+    return write_files(res, args, metrics, cols)
+
+
+def write_files(res, args, metrics, cols):
+    """The files run was asked for (--json, --csv, the journal's name,
+    --plot), each announced on stderr; 0."""
     if args.json:
         _write_output("--json", args.json, lambda: res.to_json(args.json, indent=1))
         _wrote(args.json)
