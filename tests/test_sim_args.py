@@ -217,3 +217,42 @@ def test_an_interpreter_that_cannot_probe_loads_the_plugin_itself(cache, monkeyp
     monkeypatch.setattr(sys, "executable", exe)
     p = plugin.compile(name, REGISTERS.replace("NAME", name))
     assert p.name == name and name in schema.layers()
+
+
+def test_a_measured_cell_is_refused_before_a_calibration_is_made(monkeypatch):
+    """cpu=pinned,simulated with more producers than CPUs: the pinned cells
+    are refused before the minute-long calibration of the simulated ones."""
+    from alloclab.measure import run as mrun
+    from alloclab.cbind._ffi import lib
+
+    def never(*a, **k):
+        raise AssertionError("calibrated before the measured cells were checked")
+    monkeypatch.setattr(sim, "calibrate", never)
+    monkeypatch.setattr(mrun, "_CALIBRATIONS", {})
+    n = int(lib.al_cpus_usable()) + 2
+    with pytest.raises(errors.ParameterRangeError, match="cpu=pinned needs producers <= "):
+        al.run("malloc-free", "buddy", cpu=["pinned", "simulated"], producers=[1, n],
+               runs=1, duration=0.01)
+
+
+def test_a_given_line_cost_is_not_called_suspect(monkeypatch):
+    """With --line-transfer the measured line cost is replaced: a loaded
+    calibration warns only of the coherence probe's shares, and never
+    advises giving the line cost that was given."""
+    from alloclab.measure import run as mrun
+    from alloclab.cbind._ffi import lib
+
+    n = int(lib.al_cpus_usable())
+    loaded = sim.Calibration({"seg.acq-rel": 100.0}, 50.0, 1.0, {
+        "line_transfer_tries": [50.0, 900.0], "load_before": {"1min": n + 5.0}})
+    monkeypatch.setattr(sim, "calibrate", lambda *a, **k: loaded)
+    for given, want in ((None, "or give --line-transfer"), (60.0, "coherence probe's")):
+        monkeypatch.setattr(mrun, "_CALIBRATIONS", {})
+        with pytest.warns(sim.SuspectCalibrationWarning) as rec:
+            al.run("malloc-free", "buddy", cpu="simulated", producers=2, runs=1, cycles=5,
+                   warmup_cycles=0, line_transfer=given)
+        texts = [str(w.message) for w in rec if isinstance(w.message,
+                                                          sim.SuspectCalibrationWarning)]
+        assert texts and all(want in t for t in texts), texts
+        if given is not None:
+            assert not any("--line-transfer" in t for t in texts), texts

@@ -35,6 +35,7 @@ import numbers
 import os
 import signal
 import time
+import warnings
 
 from ..results import _counters
 from .. import errors
@@ -192,8 +193,7 @@ def plan(workload, policy, runs=None, producers=None, cpu="auto", timing=None,
     tasks = _tasks(wl, policies, axes, opts, isolate, check, plugins)
     if trace is not None:
         _replay_tasks(wl, tasks, trace, policies)
-    simulated = _simulated(tasks, policies, **sim)
-    _check_cells(wl, tasks, policies)  # the engine's own checks, before anything runs
+    simulated = _checked_cells(wl, tasks, policies, sim)
     settings = _settings(wl, policies, axes, opts, isolate, check, simulated)
     if trace is not None:
         settings["trace"] = {k: v for k, v in trace.items() if k not in ("key", "label")}
@@ -207,6 +207,17 @@ def _timed(tasks):
     """Whether a cell is timed on this machine's CPUs: simulated cells only
     share no timing, so they may run side by side."""
     return not all(t["cpu"] == "simulated" for t in tasks)
+
+
+def _checked_cells(wl, tasks, policies, sim):
+    """The engine's own checks of every cell, before anything runs: of the
+    measured cells before a calibration (a minute or more) is made for the
+    simulated ones, which the engine checks with their cost table. Returns
+    _simulated's record of the simulation."""
+    _check_cells(wl, [t for t in tasks if t["cpu"] != "simulated"], policies)
+    simulated = _simulated(tasks, policies, **sim)
+    _check_cells(wl, [t for t in tasks if t["cpu"] == "simulated"], policies)
+    return simulated
 
 
 def _check_cells(wl, tasks, policies):
@@ -242,7 +253,12 @@ def _simulated(tasks, policies, calibration=None, timeline=0, line_transfer=None
     if calibration is None:
         key = tuple(sorted(p.name for p in policies))
         if key not in _CALIBRATIONS:
-            _CALIBRATIONS[key] = _sim.calibrate([p.name for p in policies])
+            with warnings.catch_warnings():  # said below, as the override leaves them
+                warnings.simplefilter("ignore", _sim.SuspectCalibrationWarning)
+                _CALIBRATIONS[key] = _sim.calibrate([p.name for p in policies])
+            for line in _sim.calibration_warnings(_CALIBRATIONS[key],
+                                                  line_given=line_transfer is not None):
+                warnings.warn(_sim.SuspectCalibrationWarning(line), stacklevel=4)
         cal = _CALIBRATIONS[key]
     else:
         cal = _sim.as_calibration(calibration)

@@ -513,19 +513,28 @@ def _line(line_transfer, load):
                         "load_before": load}
 
 
-def calibration_warnings(cal):
+def calibration_warnings(cal, line_given=False):
     """Lines on what makes a calibration's measured line cost suspect: its
-    ping-pong tries spread wide, or the machine was loaded around them."""
+    ping-pong tries spread wide, or the machine was loaded around them.
+    ``line_given``: a run replaces the line cost (--line-transfer), so only
+    the coherence probe's shares, measured with it, may be another
+    program's."""
     out = []
     tries = cal.info.get("line_transfer_tries") or []
+    n = int(lib.al_cpus_usable()) or 1
+    load = (cal.info.get("load_before") or {}).get("1min")
+    loaded = tries and load is not None and load > max(n - 2, 0) + LOAD_SPARE
+    if line_given:
+        return ["the load average was %.2f on %d usable CPU%s as the calibration began: the "
+                "coherence probe's shares of a line (stores, loads) may be another "
+                "program's; calibrate on a quiet machine (alloclab sim calibrate --out) and "
+                "give --calibration" % (load, n, "" if n == 1 else "s")] if loaded else []
     if tries and min(tries) > 0 and max(tries) / min(tries) > TRIES_SPREAD:
         out.append("the line transfer's ping-pong tries ranged from %.0f to %.0f ns (the "
                    "least, %.0f, is the calibration's): the host moved or contended the "
                    "vCPUs; calibrate again on a quiet machine, or give --line-transfer" % (
                        min(tries), max(tries), cal.line_transfer_ns))
-    n = int(lib.al_cpus_usable()) or 1
-    load = (cal.info.get("load_before") or {}).get("1min")
-    if tries and load is not None and load > max(n - 2, 0) + LOAD_SPARE:
+    if loaded:
         out.append("the load average was %.2f on %d usable CPU%s as the calibration began: "
                    "its ping-pong needs two free CPUs, so the line cost may be another "
                    "program's; calibrate again on a quiet machine, or give --line-transfer"
