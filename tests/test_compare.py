@@ -165,6 +165,13 @@ def test_baseline_inside_one_result():
         al.compare(res, baseline="nosuch")
     with pytest.raises(al.InvalidArgument, match="one Result"):
         al.compare(res, res, baseline="buddy")
+    # a number from a command line ("--baseline 1 --by producers") is its value
+    by_text = al.compare(res, baseline="1", by="producers")
+    by_num = al.compare(res, baseline=1, by="producers")
+    assert by_text.base_name == by_num.base_name == "1" and by_text.columns == ["2"]
+    assert [c.p for c in by_text.cells] == [c.p for c in by_num.cells]
+    with pytest.raises(al.UnknownNameError, match="unknown producers '3' in baseline"):
+        al.compare(res, baseline="3", by="producers")
 
 
 def test_matching_on_and_errors():

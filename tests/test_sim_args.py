@@ -256,3 +256,25 @@ def test_a_given_line_cost_is_not_called_suspect(monkeypatch):
         assert texts and all(want in t for t in texts), texts
         if given is not None:
             assert not any("--line-transfer" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("argv", [
+    ["list", "--plugin", "examples/plugins/halfspill.c", "halfspill"],
+    ["libarena", "build", "examples/bpf_tree"],
+])
+def test_a_cache_that_is_a_file_is_named_as_the_fault(tmp_path, argv):
+    """$ALLOCLAB_CACHE naming a file: one usage error naming it, not the
+    plugin file ('cannot read it') or a bare errno."""
+    import subprocess
+    import sys
+    bad = tmp_path / "a.json"
+    bad.write_text("{}")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-m", "alloclab", *argv], cwd=root, text=True,
+                       capture_output=True, timeout=300,
+                       env=dict(os.environ, ALLOCLAB_CACHE=str(bad)))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == ("alloclab: error: $ALLOCLAB_CACHE=%s: cannot make its folder %s/plugins "
+                        "for built plugins and libarena trees: Not a directory; set "
+                        "$ALLOCLAB_CACHE to a folder alloclab may write\n" % (bad, bad))
+    assert bad.read_text() == "{}"

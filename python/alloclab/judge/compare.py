@@ -622,11 +622,14 @@ def _sides_in_one(a, b, on, baseline, by, names, base_name):
             "compare(by=\"workload\") would set different workloads side by side: "
             "their numbers measure different things; compare policies within a workload")
     old = a.filter(**{by: baseline})
+    vals = []
+    for p in a.points:
+        if p.params.get(by) not in vals:
+            vals.append(p.params.get(by))
+    same = [v for v in vals if str(v) == baseline] if isinstance(baseline, str) else []
+    if not old.points and len(same) == 1:  # "2" from a command line: producers=2
+        old = a.filter(**{by: [same[0]]})
     if not old.points:
-        vals = []
-        for p in a.points:
-            if p.params.get(by) not in vals:
-                vals.append(p.params.get(by))
         raise errors.UnknownNameError.make(by, baseline, [str(v) for v in vals],
                                            context="baseline")
     base_val = old.points[0].params[by]

@@ -331,7 +331,13 @@ def _digest(tree, srcs, progs_c, flags, cc, cc_id):
 
 def _object_dir():
     d = os.path.join(os.path.dirname(plugin.cache_dir()), "libarena")
-    os.makedirs(d, exist_ok=True)
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise errors.InvalidArgument("cannot make the folder %s for built libarena trees: %s; "
+                                     "set $ALLOCLAB_CACHE to a folder alloclab may write"
+                                     % (d, e.strerror or e), name="ALLOCLAB_CACHE",
+                                     value=d) from None
     return d
 
 

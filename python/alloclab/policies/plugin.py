@@ -83,7 +83,15 @@ def cache_dir():
     base = os.environ.get("ALLOCLAB_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "alloclab")
     path = os.path.join(base, "plugins")
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:  # the environment names a file, or a folder not ours to write
+        env = "$ALLOCLAB_CACHE=%s" % os.environ["ALLOCLAB_CACHE"] \
+            if os.environ.get("ALLOCLAB_CACHE") else "the cache %s" % base
+        raise errors.InvalidArgument(
+            "%s: cannot make its folder %s for built plugins and libarena trees: %s; set "
+            "$ALLOCLAB_CACHE to a folder alloclab may write" % (
+                env, path, e.strerror or e), name="ALLOCLAB_CACHE", value=base) from None
     return path
 
 
