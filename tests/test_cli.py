@@ -357,6 +357,18 @@ def test_a_value_that_starts_with_a_dash_is_told_how_to_write(args, hint):
     assert line.endswith("(a value that starts with '-' is written %s=VALUE)" % flag) == hint, line
 
 
+@pytest.mark.parametrize("cmd", ["run", "show"])
+def test_a_metric_given_twice_is_refused_before_anything_runs(cmd, tmp_path):
+    """Twice, its table was printed twice (compare refuses it too)."""
+    args = ["run", "malloc-free", "--runs", "1", "--cycles", "5"]
+    if cmd == "show":
+        cli(*args, "--json", str(tmp_path / "r.json"), check=0)
+        args = ["show", str(tmp_path / "r.json")]
+    p = cli(*args, "--metric", "free_ns", "--metric", "free_ns", check=2)
+    assert p.stderr == "alloclab: error: --metric free_ns is given twice: give each once\n"
+    assert p.stdout == ""
+
+
 def test_a_number_past_any_range_is_one_error_line():
     p = cli("run", "malloc-free", "--policy", "percpu(capacity=%s) > buddy" % ("9" * 5000),
             check=2)

@@ -135,6 +135,14 @@ class NamedStdout:
         return getattr(self.stream, name)
 
 
+def refuse_repeats(values, flag):
+    """UsageError for a value a repeatable flag was given twice (its table
+    would be printed twice)."""
+    twice = [v for i, v in enumerate(values) if v in values[:i]]
+    if twice:
+        raise UsageError("%s %s is given twice: give each once" % (flag, errors.Echo(twice[0])))
+
+
 class ClosedStream:
     """What stands for a standard stream the program was started without
     (``alloclab list >&-``: sys.stdout is None): a write fails as writing

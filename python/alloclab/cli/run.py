@@ -538,7 +538,9 @@ def run_kwargs(wl, args):
 
 def check_metric_names(metrics, policy):
     """Every --metric is a base metric, a counter of a layer of the policy,
-    or a workload metric (checked against the Result after the run)."""
+    or a workload metric (checked against the Result after the run), and
+    each is given once."""
+    cli_format.refuse_repeats(metrics, "--metric")
     layer_names = {n for pol in policy for n in pol.names}
     for m in metrics:
         layer = m.split(".", 1)[0]

@@ -131,7 +131,9 @@ def _axes(res, args):
 
 def check_metrics(res, metrics):
     """UsageError unless each metric is the result's, naming the close
-    matches, the base metrics it has and the layers whose counters it has."""
+    matches, the base metrics it has and the layers whose counters it has;
+    and each metric once."""
+    cli_format.refuse_repeats(metrics, "--metric")
     for m in metrics:
         try:
             res._check_metric(m)
