@@ -369,6 +369,25 @@ def test_a_metric_given_twice_is_refused_before_anything_runs(cmd, tmp_path):
     assert p.stdout == ""
 
 
+def test_a_histogram_metric_without_hist_says_to_add_it():
+    """Refused before the run, and not as an unknown metric ('did you mean
+    alloc_ns?') though run --help lists it."""
+    p = cli("run", "malloc-free", "--runs", "1", "--cycles", "5", "--metric", "alloc_p99_ns",
+            check=2)
+    assert p.stderr == ("alloclab: error: --metric alloc_p99_ns is read from per-operation "
+                        "histograms: add --hist\n") and p.stdout == ""
+
+
+def test_compare_by_a_number_and_by_without_baseline(tmp_path):
+    f = str(tmp_path / "p.json")
+    cli("run", "malloc-free", "--producers", "1,2", "--runs", "2", "--cycles", "5",
+        "--json", f, check=0)
+    p = cli("compare", f, "--baseline", "1", "--by", "producers", check=0)
+    assert "| 2 " in p.stdout.splitlines()[1]  # the one column: producers=2 against 1
+    p = cli("compare", f, f, "--by", "producers", check=2)
+    assert p.stderr.startswith("alloclab: error: --by producers applies with --baseline VALUE")
+
+
 def test_a_number_past_any_range_is_one_error_line():
     p = cli("run", "malloc-free", "--policy", "percpu(capacity=%s) > buddy" % ("9" * 5000),
             check=2)

@@ -63,7 +63,7 @@ def add_parser(sub):
     cp.add_argument("--baseline", metavar="VALUE",
                     help="compare inside one file: the value of --by (a policy) to compare "
                          "the others against")
-    cp.add_argument("--by", default="policy", metavar="PARAM",
+    cp.add_argument("--by", metavar="PARAM",
                     help="with --baseline: the parameter whose values are compared "
                          "(default: policy)")
     cp.add_argument("--on", metavar="PARAM[,PARAM...]", type=cli_format.split,
@@ -199,8 +199,12 @@ def _compare_files(compare, args, results, metrics, on, names):
             raise UsageError("--baseline compares inside one file, not %d" % len(results))
         return _flag_words(lambda: compare(
             results[0], metric=metrics, test=args.test, threshold=args.threshold,
-            alpha=args.alpha, on=on, baseline=args.baseline, by=args.by, names=names,
-            pool=args.pool))
+            alpha=args.alpha, on=on, baseline=args.baseline, by=args.by or "policy",
+            names=names, pool=args.pool))
+    if args.by is not None:  # two files compare side against side, not by a parameter
+        raise UsageError("--by %s applies with --baseline VALUE (the values of %s inside one "
+                         "file); files are compared as sides: use --on to match their cells"
+                         % (args.by, args.by))
     if len(results) < 2:
         raise UsageError("compare needs two or more files (the first is the baseline), "
                          "or one file and --baseline POLICY")

@@ -55,6 +55,7 @@ from .format import write_output as _write_output
 from .format import wrote as _wrote
 from ..policies.policy import Policy
 from ..results.result import BASE_METRICS
+from ..results.hist import METRIC_NAMES as HIST_METRICS
 from ..measure.run import (
     CPU_MODES, DEFAULT_STATS, MIN_PHASE_S, REPLAY_TIME_LIMIT, TIMINGS, plan, run)
 from ..policies import plugin
@@ -339,7 +340,7 @@ def cmd_run(argv):
         save_interrupted(e, args, None)
         raise
     metrics = args.metric or ["alloc_ns", "free_ns"]
-    check_metric_names(metrics, policy)
+    check_metric_names(metrics, policy, args.hist)
     rows, cols = table_axes(wl, args, settings)
     if args.journal is not None:  # a file not this sweep's journal is refused unwritten
         check_journal(args.journal, settings)
@@ -536,11 +537,15 @@ def run_kwargs(wl, args):
     return kwargs, [Policy(s) for s in pols]
 
 
-def check_metric_names(metrics, policy):
+def check_metric_names(metrics, policy, hist=True):
     """Every --metric is a base metric, a counter of a layer of the policy,
     or a workload metric (checked against the Result after the run), and
     each is given once."""
     cli_format.refuse_repeats(metrics, "--metric")
+    late = [m for m in metrics if m in HIST_METRICS]
+    if late and not hist:
+        raise UsageError("--metric %s is read from per-operation histograms: add --hist"
+                         % late[0])
     layer_names = {n for pol in policy for n in pol.names}
     for m in metrics:
         layer = m.split(".", 1)[0]

@@ -1188,7 +1188,8 @@ class Result:
 
     @staticmethod
     def _write_csv(f, cols, rows):
-        w = csv.DictWriter(f, fieldnames=cols, restval="")
+        # lines end in "\n", as `--format csv` prints them (not the csv module's "\r\n")
+        w = csv.DictWriter(f, fieldnames=cols, restval="", lineterminator="\n")
         w.writeheader()
         for r in rows:
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
