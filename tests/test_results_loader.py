@@ -306,3 +306,10 @@ def test_replacing_a_file_keeps_its_permission_bits(measured, tmp_path, mode):
     measured.to_json(str(f))
     assert stat.S_IMODE(os.stat(f).st_mode) == mode
     assert Result.from_json(str(f)) == measured
+
+
+def test_a_value_past_any_count_prints_with_an_exponent():
+    """1e308 in a hand-edited file printed as a 309-digit integer."""
+    from alloclab.results.result import fmt_value
+    assert [fmt_value(v) for v in (1e308, -1e300, 1e15, 123456789012345.0, 12.3, 0.5)] == \
+        ["1e+308", "-1e+300", "1e+15", "123456789012345", "12", "0.5"]

@@ -261,6 +261,8 @@ def fmt_value(v):
     if float(v).is_integer() and abs(v) < 1e15:
         return "%d" % v
     a = abs(v)
+    if a >= 1e15:  # past any count a run makes: an exponent, not 16+ digits
+        return "%.3g" % v
     if a >= 9.95:
         return "%.0f" % v
     if a >= 0.9995:
