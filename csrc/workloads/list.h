@@ -24,34 +24,6 @@ static inline void wl_op_ticks(struct al_worker *w, unsigned op, uint64_t dt)
 		al_hist_record(&w->hist[op], dt);
 }
 
-/*
- * A refused operation retried where each operation is timed on its own
- * (per_op_sum): the retry's wait goes into the operation's time, not into
- * its histogram, which holds the first call's. In batch timing the loop's
- * own clock already holds it.
- */
-static __attribute__((unused)) al_noinline al_cold void *
-wl_alloc_again_timed(struct al_worker *w, size_t size, unsigned flags)
-{
-	uint64_t s = al_ticks();
-	void *p = wl_alloc_again(w, size, flags);
-
-	if (w->timing == AL_TIMING_PER_OP_SUM)
-		w->alloc_ticks += al_ticks() - s;
-	return p;
-}
-
-static __attribute__((unused)) al_noinline al_cold int wl_free_again_timed(struct al_worker *w,
-									   void *p, int err)
-{
-	uint64_t s = al_ticks();
-
-	err = wl_free_again(w, p, err);
-	if (w->timing == AL_TIMING_PER_OP_SUM)
-		w->free_ticks += al_ticks() - s;
-	return err;
-}
-
 /* Free the first n objects of a list, untimed (error paths, teardown). */
 static inline void wl_free_list_untimed(struct al_allocator *a, struct al_ctx *c, void *head,
 					unsigned n)
@@ -64,16 +36,6 @@ static inline void wl_free_list_untimed(struct al_allocator *a, struct al_ctx *c
 		wl_free_untimed(a, c, head, &t_end);
 		head = next;
 	}
-}
-
-static al_noinline al_cold int wl_alloc_failed(struct al_worker *w, unsigned done, unsigned n,
-					       size_t size)
-{
-	int err = w->ctx.err ? w->ctx.err : -ENOMEM;
-
-	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s: %s", done + 1, n,
-		 size, al_strerror(err), wl_alloc_why(err));
-	return err;
 }
 
 /*
@@ -113,9 +75,7 @@ static al_noinline int wl_alloc_list_slow(struct al_worker *w, size_t size, unsi
 		}
 		if (al_unlikely(!p)) { /* the retry's wait is in the time, not the histogram */
 			dt = h ? al_ticks() : 0;
-			p = wl_alloc_again(w, size, 0);
-			if (al_unlikely(sim))
-				al_sim_object_if(a, p, false);
+			p = wl_alloc_again(w, size, 0); /* al_alloc charges its line */
 			sum += h ? al_ticks() - dt : 0;
 		}
 		if (per_op && !h)

@@ -76,7 +76,7 @@ static int invocation(struct al_worker *w, unsigned flags)
 	struct malloc_worker *m = w->priv;
 	size_t size = (size_t)w->params[P_size];
 	unsigned n = (unsigned)w->params[P_nallocs], i;
-	uint64_t t0, sum = 0;
+	uint64_t t0, t_end = 0, sum = 0;
 	int err;
 
 	t0 = al_ticks();
@@ -91,11 +91,8 @@ static int invocation(struct al_worker *w, unsigned flags)
 			if (al_unlikely(w->hist != NULL))
 				al_hist_record(&w->hist[AL_HIST_ALLOC], dt);
 		}
-		if (al_unlikely(!m->obj[i])) { /* the wait is in the time, not the histogram */
-			s = al_ticks();
-			m->obj[i] = wl_alloc_again(w, size, flags);
-			sum += w->timing == AL_TIMING_PER_OP_SUM ? al_ticks() - s : 0;
-		}
+		if (al_unlikely(!m->obj[i])) /* the wait is in the time, not the histogram */
+			m->obj[i] = wl_alloc_again_timed(w, size, flags);
 		if (al_unlikely(!m->obj[i]))
 			goto fail;
 	}
@@ -106,11 +103,9 @@ static int invocation(struct al_worker *w, unsigned flags)
 	al_worker_live(w, -(int64_t)(size * n));
 	return err;
 fail:
-	err = w->ctx.err ? w->ctx.err : -ENOMEM;
-	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s: %s", i + 1, n,
-		 size, al_strerror(err), wl_alloc_why(err));
-	for (t0 = 0; i--;) /* untimed, and the allocation's error kept */
-		wl_free_untimed(w->a, &w->ctx, m->obj[i], &t0);
+	err = wl_alloc_failed(w, i, n, size);
+	while (i--) /* untimed, and the allocation's error kept */
+		wl_free_untimed(w->a, &w->ctx, m->obj[i], &t_end);
 	return err;
 }
 

@@ -145,6 +145,45 @@ static __attribute__((unused)) al_noinline al_cold int wl_free_again(struct al_w
 	return err;
 }
 
+/* An allocation that failed for good: the worker's error, and its code. */
+static __attribute__((unused)) al_noinline al_cold int
+wl_alloc_failed(struct al_worker *w, unsigned done, unsigned n, size_t size)
+{
+	int err = w->ctx.err ? w->ctx.err : -ENOMEM;
+
+	snprintf(w->err, w->errlen, "allocation %u of %u (%zu bytes) failed: %s: %s", done + 1, n,
+		 size, al_strerror(err), wl_alloc_why(err));
+	return err;
+}
+
+/*
+ * A refused operation retried where each operation is timed on its own
+ * (per_op_sum): the retry's wait goes into the operation's time, not into
+ * its histogram, which holds the first call's. In batch timing the loop's
+ * own clock already holds it.
+ */
+static __attribute__((unused)) al_noinline al_cold void *
+wl_alloc_again_timed(struct al_worker *w, size_t size, unsigned flags)
+{
+	uint64_t s = al_ticks();
+	void *p = wl_alloc_again(w, size, flags);
+
+	if (w->timing == AL_TIMING_PER_OP_SUM)
+		w->alloc_ticks += al_ticks() - s;
+	return p;
+}
+
+static __attribute__((unused)) al_noinline al_cold int wl_free_again_timed(struct al_worker *w,
+									   void *p, int err)
+{
+	uint64_t s = al_ticks();
+
+	err = wl_free_again(w, p, err);
+	if (w->timing == AL_TIMING_PER_OP_SUM)
+		w->free_ticks += al_ticks() - s;
+	return err;
+}
+
 /* A free outside the measured loop (teardown, error paths): a lock's
  * refusal is retried the same way, not counted, so that a descheduled holder
  * at teardown is not reported as a leak. *t_end is the deadline of the whole
