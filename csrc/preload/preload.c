@@ -1084,6 +1084,7 @@ static al_noinline void *alloc_retry(struct al_ctx *c, size_t n, unsigned flags)
 		if (p)
 			break;
 	}
+	c->err = 0; /* read by the next refusal only: not cleared on the fast path */
 	return p;
 }
 
@@ -1117,7 +1118,6 @@ static void *policy_alloc(size_t size, unsigned flags, size_t align)
 		count(t, SHIM_libc_large);
 		goto out_leave;
 	}
-	t->ctx.err = 0;
 	p = top->ops->alloc(top, &t->ctx, req + pad, flags | AL_MAYSLEEP);
 	if (al_unlikely(!p))
 		p = alloc_retry(&t->ctx, req + pad, flags | AL_MAYSLEEP);
