@@ -1291,7 +1291,7 @@ static double clock_take(void)
 	pthread_mutex_lock(&clock_mu);
 	if (!sims_running++) {
 		saved_ticks_per_ns = al_clock.ticks_per_ns;
-		al_clock.ticks_per_ns = 1000.0;
+		al_clock.ticks_per_ns = AL_SIM_TICKS_PER_NS;
 		__atomic_store_n(&al_sim_active, 1, __ATOMIC_RELAXED);
 	}
 	tpn = saved_ticks_per_ns;

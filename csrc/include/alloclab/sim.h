@@ -65,8 +65,9 @@
 extern "C" {
 #endif
 
-#define AL_SIM_FEATURES 160 /* cost-model terms per table */
-#define AL_SIM_NAME	64  /* bytes per term name */
+#define AL_SIM_FEATURES	    160	 /* cost-model terms per table */
+#define AL_SIM_TICKS_PER_NS 1000 /* the simulated clock counts virtual picoseconds */
+#define AL_SIM_NAME	    64	 /* bytes per term name */
 
 /* Kinds of segment ends. A segment's kind pair is a term of its own. */
 enum al_sim_kind {

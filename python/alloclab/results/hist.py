@@ -18,8 +18,9 @@ the histogram measures what the operation costs with its timer.
 
 A histogram of a simulated run (cpu="simulated") holds predicted times, in
 the simulated clock's virtual picoseconds (SIM_TICKS_PER_NS ticks per ns,
-csrc/core/sim.c); ``simulated`` says so, its summary and repr are marked
-"simulated: predicted", and it is never merged with a measured one.
+sim.h's AL_SIM_TICKS_PER_NS); ``simulated`` says so, its summary and repr
+are marked "simulated: predicted", and it is never merged with a measured
+one.
 """
 
 import math
@@ -27,7 +28,7 @@ import math
 import numpy as np
 
 from .. import errors
-from ..cbind._ffi import ffi
+from ..cbind._ffi import ffi, lib
 from . import simulated as _simulated
 
 SUB_BITS = 4
@@ -35,7 +36,7 @@ SUB = 1 << SUB_BITS
 NBUCKETS = (64 - SUB_BITS + 1) * SUB  # 976: every uint64 value
 PERCENTILES = (50, 90, 99, 99.9)
 OPS = ("alloc", "free")
-SIM_TICKS_PER_NS = 1000.0  # the simulated clock: virtual picoseconds
+SIM_TICKS_PER_NS = float(lib.AL_SIM_TICKS_PER_NS)  # the simulated clock: virtual picoseconds
 
 
 def _bounds():
