@@ -23,7 +23,8 @@ from alloclab import plot, plot_reproduce, plot_style, plot_trace, tracegen  # n
 from conftest import FAST  # noqa: E402
 
 # Public functions of the plot modules that do not draw a figure.
-NOT_FIGURES = {"save", "figure_paths", "rebin", "ccdf"}
+NOT_FIGURES = {"save", "figure_paths", "rebin", "ccdf", "figure_formats",
+               "refuse_files_beside_a_stream"}
 # Twelve policies: past the ten colours of the cycle, and 24 counter bar series.
 MANY = ["null", "buddy", "libc", "libarena-spill", "libarena-transfer", "libarena-magazine",
         "kzalloc", "kmalloc-sheaves", "kmalloc-nolock", "bpf-ma", "pages", "percpu(batch=4) > buddy"]

@@ -47,6 +47,7 @@ from ..present.table import ROW_LABELS, counters_heading, label as table_label
 from ..results.result import fmt_value
 from .. import files
 from ..present import plot
+from ..present.plot import figure_formats
 from ..reproduce.vmalloc import summary_text
 from ..results.hist import OPS
 from ..policies.libarena_real import ENV_TREE as TREE_ENV
@@ -235,12 +236,6 @@ def real(text):
 
 # ------------------------------------------------------------------ output files
 
-def plot_formats():
-    """File extensions matplotlib writes (png, pdf, svg, ...)."""
-    from matplotlib.backend_bases import FigureCanvasBase
-    return sorted(FigureCanvasBase.get_supported_filetypes())
-
-
 def check_output(flag, path, plot=False):
     """Refuse, before anything runs, an output file that could not be
     written, as alloclab.files judges it (a directory, a socket, a named
@@ -257,7 +252,7 @@ def check_output(flag, path, plot=False):
     if plot:
         ext = os.path.splitext(os.path.basename(path))[1][1:].lower()
         if ext:  # no extension: matplotlib writes PNG
-            fmts = plot_formats()
+            fmts = figure_formats()
             if ext not in fmts:
                 raise UsageError("%s %s: unknown plot format %r; valid extensions: %s"
                                  % (flag, errors.Echo(path), errors.Echo(ext), ", ".join(fmts)))
@@ -387,10 +382,10 @@ def plot_paths(flag, path, suffixes, args):
     refuse_overlap([(flag, p) for p in paths[1:]], input_paths(args), writes=path)
     for p in paths:
         check_output(flag, p, plot=True)
-    if len(paths) > 1 and files.check_output(path, flag) == files.IN_PLACE:
-        raise UsageError("%s %s: it is not a regular file, and the figures need %d files "
-                         "(the others beside it: %s); give a file name, or a .pdf for one "
-                         "file" % (flag, errors.Echo(path), len(paths), ", ".join(paths[1:])))
+    try:
+        plot.refuse_files_beside_a_stream(path, paths, flag)
+    except errors.InvalidArgument as e:
+        raise UsageError(str(e)) from None
     return paths
 
 

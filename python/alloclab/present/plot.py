@@ -716,11 +716,29 @@ def _path_text(path, what="plot file"):
     return path
 
 
+def figure_formats():
+    """The file extensions matplotlib writes figures in (png, pdf, svg, ...);
+    pyplot is not imported for it (a command checks its --plot first)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def refuse_files_beside_a_stream(path, dests, what="plot file"):
+    """InvalidArgument when ``path`` is no regular file (a device, a pipe:
+    written in place) but the figures need several files ``dests``: the
+    others would be made beside it (/dev/null-1.png)."""
+    if len(dests) > 1 and files.check_output(path, what) == files.IN_PLACE:
+        raise errors.InvalidArgument(
+            "%s %s: it is not a regular file, and the figures need %d files (the others "
+            "beside it: %s); give a file name, or a .pdf for one file" % (
+                what, errors.Echo(path), len(dests), ", ".join(dests[1:])), value=path)
+
+
 def _figure_format(path, what="plot file"):
     """The format ``path``'s extension names (lower case; PNG without
     one), or InvalidArgument naming the formats matplotlib can write."""
     ext = _stem(path)[1].lower()
-    formats = sorted(_plt().FigureCanvasBase.get_supported_filetypes())
+    formats = figure_formats()
     if ext not in formats:
         raise errors.InvalidArgument(
             "%s %s: unknown figure format %s (its extension); supported formats: %s" % (
@@ -746,21 +764,21 @@ def _render(figs, ext):
     """The bytes of each figure drawn in format ``ext``, or one PDF holding
     them all (a page each), drawn through a temporary folder."""
     from matplotlib.backends.backend_pdf import PdfPages
-    out = []
+    def drawn(tmp):
+        with open(tmp, "rb") as src:
+            return src.read()
     with tempfile.TemporaryDirectory(prefix="alloclab-plot-") as d:
         tmp = os.path.join(d, "figure." + ext)
         if ext == "pdf":
             with PdfPages(tmp) as pdf:
                 for f in figs:
                     pdf.savefig(f)
+            return [drawn(tmp)]
+        out = []
         for f in figs:
-            if ext != "pdf":
-                f.savefig(tmp, format=ext)
-            with open(tmp, "rb") as src:
-                out.append(src.read())
-            if ext == "pdf":
-                break
-    return out
+            f.savefig(tmp, format=ext)
+            out.append(drawn(tmp))
+        return out
 
 
 def save(figs, path, what="plot file"):
@@ -788,11 +806,7 @@ def save(figs, path, what="plot file"):
         raise errors.InvalidArgument("%s %s: two figures would be written to one file (%s); "
                                      "give each figure its own suffix" % (
                                          what, errors.Echo(path), ", ".join(dests)), value=path)
-    if files.check_output(path, what) == files.IN_PLACE and len(dests) > 1:
-        raise errors.InvalidArgument(
-            "%s %s: it is not a regular file, and the figures need %d files (the others "
-            "beside it: %s); give a file name, or a .pdf for one file" % (
-                what, errors.Echo(path), len(dests), ", ".join(dests[1:])), value=path)
+    refuse_files_beside_a_stream(path, dests, what)
     for dest in dests[1:]:
         files.check_output(dest, what)
     try:
