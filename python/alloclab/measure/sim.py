@@ -40,6 +40,7 @@ from ..cbind import schema
 from ..host import machine
 from ..cbind._ffi import ffi, lib
 from ..policies.policy import Policy
+from ..results.result import uniq
 
 # Cells the default calibration runs (one producer each): malloc-free at 64
 # allocs/cycle (the caches' hit paths) and at 1024 (bursts past every
@@ -630,11 +631,8 @@ def _sim_args(policies, cells, duration, runs, line_transfer=None,
                                          name="runs", value=runs, min=1, max=1000)
     check_option("line_transfer", line_transfer)
     check_option("lines_per_handoff", lines_per_handoff)
-    counts = []
-    for p in as_list(producers, "producers"):
-        p = int_in("producers", p, 1, MAX_PRODUCERS)
-        if p not in counts:
-            counts.append(p)
+    counts = uniq([int_in("producers", p, 1, MAX_PRODUCERS)
+                   for p in as_list(producers, "producers")])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the runs themselves warn
         for c in cells:

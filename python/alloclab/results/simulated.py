@@ -312,7 +312,7 @@ def _side_modes(side):
     pinned and virtual cells: "cpu=pinned/virtual")."""
     if isinstance(side, (list, tuple)):
         return side_mode(side), "cpu=%s" % "/".join(sorted({str(mode_of(p)) for p in side}))
-    if side in CPU_MODES or (isinstance(side, str) and set(side.split("/")) <= set(CPU_MODES)):
+    if side in CPU_MODES:
         return side, "cpu=%s" % side
     return side, "this machine's CPUs"  # a measured side whose mode was not given
 
